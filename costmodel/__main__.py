@@ -1,0 +1,3 @@
+from costmodel.cli import main
+
+main(prog_name="costmodel")

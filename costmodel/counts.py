@@ -1,0 +1,207 @@
+"""Exact symbolic FLOP and memory counts of attention programs.
+
+:func:`derive` is the entry point: it builds the program of a variant and mode, takes each op's
+counts from its shapes (see :mod:`costmodel.program`), sums the decode step over ``n`` steps in
+``generate`` mode, optionally substitutes numbers for some dimensions, and returns a
+:class:`CostReport` whose expressions are exact sympy expressions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import sympy
+
+from costmodel import symbols as S
+from costmodel.errors import CostModelError
+from costmodel.program import ELEMENTWISE_FLOPS, STEP, Program, build_program, check_divisible
+
+#: Dimensions that can be given numbers (``g`` comes from the variant and ``groups``).
+NUMERIC_DIMS: tuple[str, ...] = ("b", "n", "m", "d", "h", "k", "v")
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Exact counts of one op. ``bytes`` = ``memory_elements`` x bytes per element of the dtype."""
+
+    name: str
+    kind: str
+    einsum: str | None
+    flops: sympy.Expr
+    memory_elements: sympy.Expr
+    bytes: sympy.Expr
+
+    @property
+    def intensity(self) -> sympy.Expr:
+        """Arithmetic intensity, FLOPs per byte."""
+        return sympy.cancel(self.flops / self.bytes)
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """Per-op and total counts of one program, with the conventions and substitutions used."""
+
+    variant: str
+    mode: str
+    dtype: str
+    kv_heads: sympy.Expr
+    ops: tuple[OpCost, ...]
+    assumptions: tuple[str, ...]
+    substitutions: Mapping[str, int] = field(default_factory=dict)
+
+    @cached_property
+    def flops(self) -> sympy.Expr:
+        return sympy.expand(sympy.Add(*(op.flops for op in self.ops)))
+
+    @cached_property
+    def memory_elements(self) -> sympy.Expr:
+        return sympy.expand(sympy.Add(*(op.memory_elements for op in self.ops)))
+
+    @cached_property
+    def bytes(self) -> sympy.Expr:
+        return sympy.expand(sympy.Add(*(op.bytes for op in self.ops)))
+
+    @property
+    def ratio(self) -> sympy.Expr:
+        """Memory accesses (elements) per arithmetic operation: the paper's figure of merit."""
+        return self.memory_elements / self.flops
+
+    @property
+    def intensity(self) -> sympy.Expr:
+        """FLOPs per byte of the whole program."""
+        return self.flops / self.bytes
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict; every expression is a string that ``sympy.sympify`` parses back."""
+        return {
+            "variant": self.variant,
+            "mode": self.mode,
+            "dtype": self.dtype,
+            "kv_heads": str(self.kv_heads),
+            "ops": [
+                {
+                    "name": op.name,
+                    "einsum": op.einsum,
+                    "flops": str(op.flops),
+                    "memory_elements": str(op.memory_elements),
+                    "bytes": str(op.bytes),
+                }
+                for op in self.ops
+            ],
+            "total": {
+                "flops": str(self.flops),
+                "memory_elements": str(self.memory_elements),
+                "bytes": str(self.bytes),
+                "ratio": str(self.ratio),
+            },
+            "assumptions": list(self.assumptions),
+        }
+
+
+def derive(
+    variant: str,
+    mode: str,
+    *,
+    groups: int | None = None,
+    dtype: str = "bf16",
+    dims: Mapping[str, int] | None = None,
+    cache_append: str = "inplace",
+) -> CostReport:
+    """Exact counts of ``variant`` (mha, mqa, gqa) in ``mode``.
+
+    ``dims`` maps some of b, n, m, d, h, k, v to positive integers; the rest stay symbolic. When d and h
+    are given and k or v is not, it defaults to d / h.
+
+    >>> r = derive("mqa", "incremental", dims={"b": 1})
+    >>> r.ops[0].einsum, r.ops[0].flops
+    ('bd,hdk->bhk', 2*d*h*k)
+    """
+    width = S.dtype_bytes(dtype)
+    program = build_program(variant, mode, groups=groups, cache_append=cache_append)
+    subs = _check_dims(program, dims or {})
+    ops = []
+    for op in program.ops:
+        flops, mem = op.flops, op.memory_elements
+        if program.summed_over_steps:
+            flops, mem = _sum_steps(flops), _sum_steps(mem)
+        flops, mem = _finish(flops, subs), _finish(mem, subs)
+        ops.append(OpCost(op.name, op.kind, op.einsum, flops, mem, _finish(mem * width, {})))
+    return CostReport(
+        variant=variant,
+        mode=mode,
+        dtype=dtype.lower(),
+        kv_heads=program.kv_heads,
+        ops=tuple(ops),
+        assumptions=conventions(program, dtype.lower(), width, subs),
+        substitutions={str(s): int(val) for s, val in subs.items()},
+    )
+
+
+def _sum_steps(expr: sympy.Expr) -> sympy.Expr:
+    """Sum a decode step's count over i = 0 .. n-1 cached positions, in closed form."""
+    return sympy.summation(expr.subs(S.m, STEP), (STEP, 0, S.n - 1))
+
+
+def _finish(expr: sympy.Expr, subs: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    return sympy.factor(sympy.expand(expr.subs(subs)))
+
+
+def _check_dims(program: Program, dims: Mapping[str, int]) -> dict[sympy.Symbol, sympy.Expr]:
+    subs: dict[sympy.Symbol, sympy.Expr] = {}
+    for name, value in dims.items():
+        if name not in NUMERIC_DIMS:
+            raise CostModelError(f"unknown dimension {name!r}; valid dimensions are {', '.join(NUMERIC_DIMS)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CostModelError(f"dimension {name} must be a positive integer, got {value!r}")
+        subs[S.SYMBOLS[name]] = sympy.Integer(value)
+    if program.mode == "generate" and S.m in subs:
+        raise CostModelError(
+            "the context m does not apply in generate mode (it starts from an empty cache); "
+            "use incremental mode for one step after m cached positions"
+        )
+    heads = dims.get("h")
+    if heads is not None and program.kv_heads.is_Integer:
+        check_divisible(heads, int(program.kv_heads))
+    if heads is not None and "d" in dims:
+        for name in ("k", "v"):
+            if name not in dims:
+                if dims["d"] % heads:
+                    raise CostModelError(
+                        f"d-model {dims['d']} is not divisible by heads {heads}; "
+                        f"give the per-head dimension {name} explicitly"
+                    )
+                subs[S.SYMBOLS[name]] = sympy.Integer(dims["d"] // heads)
+    return subs
+
+
+def conventions(program: Program, dtype: str, width: int, subs: Mapping) -> tuple[str, ...]:
+    """The counting conventions and assumptions behind a report, in words."""
+    ew = ", ".join(f"{name} {f}" for name, f in ELEMENTWISE_FLOPS.items())
+    lines = [
+        "einsum FLOPs = 2 x product of all index sizes (a multiply and an add per term, "
+        "as torch FlopCounterMode counts)",
+        f"elementwise FLOPs per output element: {ew}",
+        "memory: every op reads each operand and writes its output once (unfused: intermediates "
+        "go through memory)",
+        f"bytes = memory elements x {width} ({dtype})",
+    ]
+    if program.mode in ("incremental", "generate"):
+        how = (
+            "in place: only the new position is written"
+            if program.cache_append == "inplace"
+            else "by concatenation: the whole cache is read and written again (tf.concat)"
+        )
+        lines.append(f"KV-cache append {how}")
+    if program.mode == "generate":
+        lines.append("generate: the decode step summed over i = 0..n-1 cached positions (empty cache at start)")
+    if program.mode == "dot-product":
+        lines.append("dot-product: a single head on one query; the variant does not apply")
+    if program.mode == "batched":
+        lines.append("mask: the paper's additive mask of shape [b, h, n, m], read from memory")
+    if program.kv_heads == S.g:
+        lines.append("g key/value heads, g divides h")
+    if not {S.k, S.v} <= set(subs):
+        lines.append("k and v are free; the paper's setting is k = v = d/h")
+    return tuple(lines)

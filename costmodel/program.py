@@ -1,0 +1,250 @@
+"""Attention as programs of ops over named symbolic dimensions.
+
+One generic grouped-query attention program covers every variant: ``h`` query heads share ``g``
+key/value heads, so a query head is the pair ``(g, r)`` with ``r = h / g`` query heads per key/value
+head. Multi-head attention is ``g = h`` and multi-query attention is ``g = 1`` (Shazeer 2019, Section 3);
+nothing else differs between the variants.
+
+An op's costs are derived from its operands' shapes, never typed per op:
+
+* **einsum**: FLOPs = 2 x the product of the sizes of all its indices (a multiply and an add per term,
+  torch's ``FlopCounterMode`` convention); memory = elements of every operand read + elements of the
+  output written.
+* **elementwise** (scale, mask add, softmax): FLOPs = a stated count per output element (1 for scale and
+  mask add; 5 for softmax: max, subtract, exp, sum, divide); memory = inputs read once + output
+  written once, i.e. a single-pass kernel per op.
+* **copy** (the KV-cache append): no FLOPs; memory = elements read + elements written. ``inplace``
+  writes only the new position into a preallocated cache; ``concat`` is what the paper's
+  ``tf.concat`` does: the whole cache is read and written again every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import sympy
+
+from costmodel import symbols as S
+from costmodel.errors import CostModelError
+
+Variant = Literal["mha", "mqa", "gqa"]
+Mode = Literal["batched", "incremental", "generate", "single-query", "dot-product"]
+OpKind = Literal["einsum", "elementwise", "copy"]
+CacheAppend = Literal["inplace", "concat"]
+
+VARIANTS: tuple[str, ...] = get_args(Variant)
+MODES: tuple[str, ...] = get_args(Mode)
+CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
+
+#: FLOPs per output element of each elementwise op (the convention stated in the module docstring).
+ELEMENTWISE_FLOPS: dict[str, int] = {"scale": 1, "mask": 1, "softmax": 5}
+
+#: Summation index of ``generate`` mode: step ``i`` has ``i`` cached positions.
+STEP = sympy.Symbol("i", integer=True, nonnegative=True)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An operand: a name, one index letter per axis, and the symbolic size of each axis."""
+
+    name: str
+    indices: str
+    shape: tuple[sympy.Expr, ...]
+
+    @property
+    def elements(self) -> sympy.Expr:
+        return sympy.Mul(*self.shape)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel of an attention program; its costs follow from the operand shapes alone."""
+
+    name: str
+    kind: OpKind
+    inputs: tuple[Tensor, ...]
+    output: Tensor
+    flops_per_element: int = 0
+
+    @property
+    def einsum(self) -> str | None:
+        """The einsum equation of an einsum op (``None`` for other kinds)."""
+        if self.kind != "einsum":
+            return None
+        return ",".join(t.indices for t in self.inputs) + "->" + self.output.indices
+
+    def index_sizes(self) -> dict[str, sympy.Expr]:
+        """Size of every index letter; an index must have one size across all operands."""
+        sizes: dict[str, sympy.Expr] = {}
+        for tensor in (*self.inputs, self.output):
+            for letter, size in zip(tensor.indices, tensor.shape, strict=True):
+                if sizes.setdefault(letter, size) != size:
+                    raise ValueError(f"op {self.name}: index {letter} has sizes {sizes[letter]} and {size}")
+        return sizes
+
+    @property
+    def flops(self) -> sympy.Expr:
+        if self.kind == "einsum":
+            return 2 * sympy.Mul(*self.index_sizes().values())
+        if self.kind == "elementwise":
+            return self.flops_per_element * self.output.elements
+        return sympy.Integer(0)
+
+    @property
+    def memory_elements(self) -> sympy.Expr:
+        return sympy.Add(*(t.elements for t in self.inputs)) + self.output.elements
+
+
+@dataclass(frozen=True)
+class Program:
+    """A sequence of ops. ``generate`` programs hold one decode step summed over ``i = 0 .. n-1``."""
+
+    variant: Variant
+    mode: Mode
+    kv_heads: sympy.Expr
+    ops: tuple[Op, ...]
+    cache_append: CacheAppend = "inplace"
+
+    @property
+    def summed_over_steps(self) -> bool:
+        return self.mode == "generate"
+
+
+def kv_heads(variant: str, groups: int | None = None) -> sympy.Expr:
+    """Number of key/value heads: ``h`` for MHA, 1 for MQA, ``groups`` (or the symbol ``g``) for GQA."""
+    if variant not in VARIANTS:
+        raise CostModelError(f"unknown variant {variant!r}; valid variants are {', '.join(VARIANTS)}")
+    if groups is not None and variant != "gqa":
+        raise CostModelError(
+            f"--groups {groups} is only valid with variant gqa "
+            f"({variant} has {'g = h' if variant == 'mha' else 'g = 1'} key/value heads)"
+        )
+    if groups is not None and groups < 1:
+        raise CostModelError(f"groups must be a positive integer, got {groups}")
+    if variant == "mha":
+        return S.h
+    if variant == "mqa":
+        return sympy.Integer(1)
+    return S.g if groups is None else sympy.Integer(groups)
+
+
+def build_program(
+    variant: str,
+    mode: str,
+    groups: int | None = None,
+    cache_append: str = "inplace",
+) -> Program:
+    """The attention program of ``variant`` in ``mode``.
+
+    ``batched``: X [b,n,d] attends to M [b,m,d] with a mask (Shazeer 2019, Section 2.3).
+    ``incremental``: one decode step; x [b,d], m cached positions, the step appends one and attends to
+    m + 1 (Section 2.4). ``generate``: that step for i = 0 .. n-1 cached positions (the paper's "across n
+    calls"). ``single-query``: multi-head attention of one query vector x [d] over M [m,d] (Section 2.2).
+    ``dot-product``: one head, one query q [k] over K [m,k], V [m,v] (Section 2.1).
+    """
+    if mode not in MODES:
+        raise CostModelError(f"unknown mode {mode!r}; valid modes are {', '.join(MODES)}")
+    if cache_append not in CACHE_APPENDS:
+        raise CostModelError(
+            f"unknown cache append {cache_append!r}; valid values are {', '.join(CACHE_APPENDS)}"
+        )
+    G = kv_heads(variant, groups)
+    if mode == "dot-product":
+        ops = _dot_product_ops()
+    elif mode == "single-query":
+        ops = _attention_ops(G, batch="", query="", from_cache=False)
+    elif mode == "batched":
+        ops = _attention_ops(G, batch="b", query="n", from_cache=False)
+    else:  # incremental and generate share the decode step
+        ops = _attention_ops(G, batch="b", query="", from_cache=True, cache_append=cache_append)
+    return Program(variant=variant, mode=mode, kv_heads=G, ops=tuple(ops), cache_append=cache_append)
+
+
+def _sizes(G: sympy.Expr, memory: sympy.Expr) -> dict[str, sympy.Expr]:
+    # r = query heads per key/value head; g * r = h for every variant.
+    return {"b": S.b, "n": S.n, "m": memory, "d": S.d, "h": S.h, "g": G, "r": S.h / G, "k": S.k, "v": S.v}
+
+
+def _tensor(name: str, indices: str, sizes: dict[str, sympy.Expr]) -> Tensor:
+    return Tensor(name, indices, tuple(sizes[i] for i in indices))
+
+
+def _attention_ops(
+    G: sympy.Expr, *, batch: str, query: str, from_cache: bool, cache_append: str = "inplace"
+) -> list[Op]:
+    """Projections, logits, scale, [mask], softmax, weighted sum, output projection.
+
+    ``batch`` and ``query`` are the index letters in front of the per-head axes ("b"/"" and "n"/"").
+    With ``from_cache`` the keys and values of the new position are projected from x and appended to a
+    cache of m positions, and attention runs over m + 1 of them.
+    """
+    sz = _sizes(G, S.m + 1 if from_cache else S.m)
+    T = lambda name, idx: _tensor(name, idx, sz)  # noqa: E731
+    B, Q = batch, query
+    x = T("x" if not Q else "X", B + Q + "d")
+    ops = [Op("q_proj", "einsum", (x, T("P_q", "hdk")), T("q", B + "h" + Q + "k"))]
+    if from_cache:
+        # K/V of the new position only: (b, g, k) and (b, g, v)
+        k_new, v_new = T("k_new", B + "gk"), T("v_new", B + "gv")
+        ops += [
+            Op("k_proj", "einsum", (x, T("P_k", "gdk")), k_new),
+            Op("v_proj", "einsum", (x, T("P_v", "gdv")), v_new),
+            _append("k_append", k_new, "K", "k", sz, cache_append),
+            _append("v_append", v_new, "V", "v", sz, cache_append),
+        ]
+    else:
+        mem = T("M", B + "md")
+        ops += [
+            Op("k_proj", "einsum", (mem, T("P_k", "gdk")), T("K", B + "gmk")),
+            Op("v_proj", "einsum", (mem, T("P_v", "gdv")), T("V", B + "gmv")),
+        ]
+    logits = T("logits", B + "gr" + Q + "m")  # (b, g, r, n, m): query heads split as (g, r)
+    ops += [
+        Op("logits", "einsum", (T("q", B + "gr" + Q + "k"), T("K", B + "gmk")), logits),
+        Op("scale", "elementwise", (logits,), logits, ELEMENTWISE_FLOPS["scale"]),
+    ]
+    if Q:  # the paper's batched program adds a mask of shape [b, h, n, m]
+        ops.append(Op("mask", "elementwise", (logits, T("mask", logits.indices)), logits, ELEMENTWISE_FLOPS["mask"]))
+    weights = T("weights", logits.indices)
+    ops += [
+        Op("softmax", "elementwise", (logits,), weights, ELEMENTWISE_FLOPS["softmax"]),
+        Op("weighted_sum", "einsum", (weights, T("V", B + "gmv")), T("o", B + "gr" + Q + "v")),
+        Op("out_proj", "einsum", (T("o", B + "h" + Q + "v"), T("P_o", "hdv")), T("y", B + Q + "d")),
+    ]
+    return ops
+
+
+def _append(name: str, new: Tensor, cache: str, width: str, sz: dict, how: str) -> Op:
+    """Write the new position into the cache: in place, or by concatenation (a full copy)."""
+    if how == "inplace":
+        return Op(name, "copy", (new,), Tensor(f"{cache}[m]", new.indices, new.shape))
+    prev = _tensor(f"prev_{cache}", f"bgm{width}", {**sz, "m": S.m})
+    return Op(name, "copy", (prev, new), _tensor(cache, f"bgm{width}", sz))
+
+
+def _dot_product_ops() -> list[Op]:
+    sz = _sizes(sympy.Integer(1), S.m)
+    T = lambda name, idx: _tensor(name, idx, sz)  # noqa: E731
+    logits = T("logits", "m")
+    return [
+        Op("logits", "einsum", (T("q", "k"), T("K", "mk")), logits),
+        Op("scale", "elementwise", (logits,), logits, ELEMENTWISE_FLOPS["scale"]),
+        Op("softmax", "elementwise", (logits,), T("weights", "m"), ELEMENTWISE_FLOPS["softmax"]),
+        Op("weighted_sum", "einsum", (T("weights", "m"), T("V", "mv")), T("y", "v")),
+    ]
+
+
+def check_divisible(heads: int, kv: int) -> None:
+    """Raise unless ``kv`` key/value heads evenly share ``heads`` query heads."""
+    if kv > heads or heads % kv:
+        divisors = [x for x in range(1, heads + 1) if heads % x == 0]
+        raise CostModelError(
+            f"groups {kv} must divide heads {heads}; valid group counts are {', '.join(map(str, divisors))}"
+        )
+
+
+__all__ = [
+    "Op", "Program", "Tensor", "Variant", "Mode", "VARIANTS", "MODES", "CACHE_APPENDS",
+    "ELEMENTWISE_FLOPS", "STEP", "build_program", "kv_heads", "check_divisible",
+]

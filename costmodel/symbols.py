@@ -1,0 +1,56 @@
+"""Named symbolic dimensions and dtype sizes.
+
+The dimension names follow Shazeer 2019 ("Fast Transformer Decoding", arXiv:1911.02150), Section 2,
+plus ``g`` for the number of key/value heads of grouped-query attention (Ainslie et al. 2023):
+
+====  ==========================================================
+b     batch size
+n     query positions (tokens generated, in ``generate`` mode)
+m     memory positions (cached positions before a decode step)
+d     model dimension
+h     query heads
+g     key/value heads (``g = h`` is MHA, ``g = 1`` is MQA)
+k     key (and query) dimension per head, ``d / h`` by default
+v     value dimension per head, ``d / h`` by default
+====  ==========================================================
+
+All are positive integers. Expressions that leave this package as strings parse back with
+``sympy.sympify(text, locals=SYMBOLS)`` (or plain ``sympify``, which yields symbols of the same names
+without the positivity assumptions).
+"""
+
+from __future__ import annotations
+
+import sympy
+
+b, n, m, d, h, g, k, v = sympy.symbols("b n m d h g k v", positive=True, integer=True)
+
+#: Symbol name -> symbol, for ``sympify(text, locals=SYMBOLS)``.
+SYMBOLS: dict[str, sympy.Symbol] = {s.name: s for s in (b, n, m, d, h, g, k, v)}
+
+#: The meaning of each dimension, for help texts and reports.
+DIM_DOC: dict[str, str] = {
+    "b": "batch size",
+    "n": "query positions",
+    "m": "memory (cached) positions",
+    "d": "model dimension",
+    "h": "query heads",
+    "g": "key/value heads",
+    "k": "key dimension per head",
+    "v": "value dimension per head",
+}
+
+#: Bytes per element of each supported storage dtype. tf32 is stored as fp32.
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype``; raises :class:`CostModelError` for an unknown name."""
+    from costmodel.errors import CostModelError
+
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise CostModelError(
+            f"unknown dtype {dtype!r}; valid dtypes are {', '.join(DTYPE_BYTES)}"
+        ) from None

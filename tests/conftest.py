@@ -1,0 +1,27 @@
+"""Shared helpers: random small dimensions that satisfy a program's constraints."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from costmodel import symbols as S
+
+
+def small_dims(rng: random.Random, variant: str, groups: int | None = None, low: int = 1) -> dict:
+    """Random tiny dims as {symbol: int}, each >= ``low``; h is a multiple of the key/value heads.
+
+    torch runs a contraction over a size-1 index as a broadcast multiply (and counts no FLOPs), so
+    its oracle uses ``low=2``."""
+    g = {"mha": None, "mqa": 1}.get(variant, groups or rng.choice([1, 2, 3]))
+    h = (g or rng.randint(low, 3)) * rng.randint(1, 3)
+    vals = {S.b: rng.randint(low, 3), S.n: rng.randint(low, 4), S.m: rng.randint(low, 4),
+            S.d: rng.randint(low, 5), S.h: h, S.k: rng.randint(low, 4), S.v: rng.randint(low, 4)}
+    vals[S.g] = h if g is None else g
+    return vals
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    return random.Random(20191106)

@@ -1,0 +1,1 @@
+"""Validation of costmodel's predictions against real torch kernels (needs the ``validation`` extra)."""
