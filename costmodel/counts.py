@@ -108,26 +108,30 @@ def derive(
     dtype: str = "bf16",
     dims: Mapping[str, int] | None = None,
     cache_append: str = "inplace",
+    execution: str = "unfused",
+    simplify: bool = True,
 ) -> CostReport:
     """Exact counts of ``variant`` (mha, mqa, gqa) in ``mode``.
 
     ``dims`` maps some of b, n, m, d, h, k, v to positive integers; the rest stay symbolic. When d and h
-    are given and k or v is not, it defaults to d / h.
+    are given and k or v is not, it defaults to d / h. ``simplify=False`` skips factoring the
+    expressions for display (the numeric path does not need it).
 
     >>> r = derive("mqa", "incremental", dims={"b": 1})
     >>> r.ops[0].einsum, r.ops[0].flops
     ('bd,hdk->bhk', 2*d*h*k)
     """
     width = S.dtype_bytes(dtype)
-    program = build_program(variant, mode, groups=groups, cache_append=cache_append)
+    program = build_program(variant, mode, groups=groups, cache_append=cache_append, execution=execution)
     subs = _check_dims(program, dims or {})
     ops = []
     for op in program.ops:
         flops, mem = op.flops, op.memory_elements
         if program.summed_over_steps:
             flops, mem = _sum_steps(flops), _sum_steps(mem)
-        flops, mem = _finish(flops, subs), _finish(mem, subs)
-        ops.append(OpCost(op.name, op.kind, op.einsum, flops, mem, _finish(mem * width, {})))
+        finish = _finish if simplify else lambda e, s: e.subs(s)
+        flops, mem = finish(flops, subs), finish(mem, subs)
+        ops.append(OpCost(op.name, op.kind, op.einsum, flops, mem, finish(mem * width, {})))
     return CostReport(
         variant=variant,
         mode=mode,
@@ -153,8 +157,9 @@ def _check_dims(program: Program, dims: Mapping[str, int]) -> dict[sympy.Symbol,
     for name, value in dims.items():
         if name not in NUMERIC_DIMS:
             raise CostModelError(f"unknown dimension {name!r}; valid dimensions are {', '.join(NUMERIC_DIMS)}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise CostModelError(f"dimension {name} must be a positive integer, got {value!r}")
+        least = 0 if name == "m" else 1  # m = 0: the first decode step, with an empty cache
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise CostModelError(f"dimension {name} must be an integer >= {least}, got {value!r}")
         subs[S.SYMBOLS[name]] = sympy.Integer(value)
     if program.mode == "generate" and S.m in subs:
         raise CostModelError(
@@ -183,8 +188,9 @@ def conventions(program: Program, dtype: str, width: int, subs: Mapping) -> tupl
         "einsum FLOPs = 2 x product of all index sizes (a multiply and an add per term, "
         "as torch FlopCounterMode counts)",
         f"elementwise FLOPs per output element: {ew}",
-        "memory: every op reads each operand and writes its output once (unfused: intermediates "
-        "go through memory)",
+        "memory: every op reads each operand and writes its output once"
+        + (" (unfused: intermediates go through memory)" if program.execution == "unfused" else
+           "; fused attention reads q, K, V once and writes o (logits and weights stay on chip, mask made in kernel)"),
         f"bytes = memory elements x {width} ({dtype})",
     ]
     if program.mode in ("incremental", "generate"):

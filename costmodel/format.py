@@ -96,3 +96,113 @@ def latex(report: CostReport, asym: Asymptotics | None = None) -> str:
         out.append(rf"% memory/arithmetic = \Theta\left({sympy.latex(asym.ratio)}\right)")
         out.append(rf"$\Theta\left({sympy.latex(asym.ratio)}\right)$")
     return "\n".join(out)
+
+
+# --- predictions ---------------------------------------------------------------------------------------
+
+def si(x: float, unit: str = "", digits: int = 3) -> str:
+    """``1.23e9, "B"`` -> ``"1.23 GB"``."""
+    if x == 0:
+        return f"0 {unit}".rstrip()
+    prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")]
+    for scale, p in prefixes:
+        if abs(x) >= scale:
+            return f"{x / scale:.{digits}g} {p}{unit}".rstrip()
+    return f"{x:.{digits}g} {unit}".rstrip()
+
+
+MODE_TEXT = {
+    "incremental": "one decode step after {m} cached positions",
+    "generate": "{n} decode steps from an empty cache",
+    "batched": "batched attention, {n} queries over {m} positions",
+}
+
+
+def workload_line(w) -> str:
+    heads = f"h={w.h}" + ("" if w.variant == "mha" else "")
+    kv = f"k={w.k}, v={w.v}" if w.k != w.v else f"k=v={w.k}"
+    layers = f"{w.layers} layer" + ("s" if w.layers > 1 else "")
+    return (f"{MODE_TEXT[w.mode].format(m=w.m, n=w.n)}: b={w.b}, d={w.d}, {heads}, {kv}, {w.dtype}, "
+            f"{layers}, {w.execution}")
+
+
+def hardware_line(hw: dict) -> str:
+    tag = " (measured)" if hw["measured"] else ""
+    return (f"{hw['name']} [{hw['id']}]{tag}: {hw['dtype']} peak {si(hw['peak_flops_per_s'], 'FLOP/s')}, "
+            f"memory {si(hw['memory_bandwidth_bytes_per_s'], 'B/s')}, ridge {hw['ridge_point_flops_per_byte']:.0f} "
+            f"FLOP/B, capacity {si(hw['memory_capacity_bytes'], 'B')}, launch {hw['launch_overhead_s'] * 1e6:g} us")
+
+
+def _variant_label(w) -> str:
+    return {"mha": f"MHA (g={w.g})", "mqa": "MQA (g=1)", "gqa": f"GQA (g={w.g})"}[w.variant]
+
+
+def op_table(p) -> list[str]:
+    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "time", "bound")
+    rows = [head]
+    for r in p.ops:
+        rows.append((r.name, r.einsum or "", si(r.flops), si(r.bytes, "B"), f"{r.intensity:.3g}",
+                     si(r.compute_s, "s"), si(r.memory_s, "s"), si(r.time_s, "s"), r.bound))
+    t = p.total
+    per_layer = " per layer" if p.workload.layers > 1 else ""
+    rows.append((f"total{per_layer and ' x' + str(p.workload.layers)}", "", si(t.flops), si(t.bytes, "B"),
+                 f"{t.flops / t.bytes:.3g}", si(t.compute_s, "s"), si(t.memory_s, "s"), si(t.time_s, "s"), t.bound))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    right = {2, 3, 4, 5, 6, 7}
+    fmt = lambda r: "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    out = [fmt(rows[0]), "  ".join("-" * w for w in widths)]
+    out += [fmt(r) for r in rows[1:-1]]
+    out += ["  ".join("-" * w for w in widths), fmt(rows[-1])]
+    return [line.rstrip() for line in out]
+
+
+def prediction_table(preds: list) -> str:
+    """Per-op tables for each prediction, then a side-by-side summary with speed-ups over the first."""
+    first = preds[0]
+    lines = [hardware_line(first.hardware), "workload: " + workload_line(first.workload), ""]
+    for p in preds:
+        lines += [_variant_label(p.workload), *op_table(p), ""]
+    base = first.total.time_s
+    per = "time/token" if first.workload.mode != "batched" else "time"
+    head = ("variant", per, "speed-up", "tokens/s", "KV cache", "weights", "fits", "max batch", f"max {first.memory.context_dim}")
+    rows = [head]
+    for p in preds:
+        t, mem = p.total, p.memory
+        rows.append((_variant_label(p.workload), si(t.per_token_s or t.time_s, "s"), f"{base / t.time_s:.2f}x",
+                     si(t.tokens_per_s), si(mem.kv_cache_bytes, "B"), si(mem.weight_bytes, "B"),
+                     "yes" if mem.fits else "NO", str(mem.max_batch), str(mem.max_context)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+    lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
+    if len(preds) > 1:
+        lines.append(f"  - speed-up: time of {_variant_label(first.workload)} / time of each variant, same device and workload")
+    return "\n".join(lines)
+
+
+def hardware_table(profiles) -> str:
+    rows = [("id", "name", "bf16/fp16", "fp8", "memory BW", "capacity", "on-chip", "aliases")]
+    for p in profiles:
+        peak = p.peak_flops_per_s.get("bf16") or p.peak_flops_per_s.get("fp16")
+        fp8 = p.peak_flops_per_s.get("fp8")
+        rows.append((p.id, p.name, si(peak.value, "FLOP/s") if peak else "-", si(fp8.value, "FLOP/s") if fp8 else "-",
+                     si(p.bandwidth, "B/s"), si(p.capacity, "B"), si(p.on_chip_memory_bytes.value, "B"),
+                     ", ".join(p.aliases)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def hardware_detail(p) -> str:
+    lines = [f"{p.name} [{p.id}]  {p.vendor} {p.kind}" + (f"  aliases: {', '.join(p.aliases)}" if p.aliases else "")]
+    if p.measured:
+        m = p.measured
+        lines.append(f"MEASURED on {m.device}, {m.date}, torch {m.torch_version}: {m.method}")
+    for field, item in p.sourced_items():
+        value = "x".join(map(str, item.shape)) if hasattr(item, "shape") else f"{item.value:.6g}"
+        lines.append(f"  {field:36s} {value:>14s}  [{item.source}, {item.confidence}]")
+    lines.append(f"  ridge point (bf16/fp16 or first dtype): "
+                 f"{p.ridge_point(next(iter(d for d in ('bf16', 'fp16') if d in p.peak_flops_per_s), next(iter(p.peak_flops_per_s)))):.1f} FLOP/B")
+    lines.append("sources:")
+    lines += [f"  {k}: {v}" for k, v in p.sources.items()]
+    if p.notes:
+        lines += ["notes:", *textwrap.wrap(p.notes, 100, initial_indent="  ", subsequent_indent="  ")]
+    return "\n".join(lines)

@@ -30,12 +30,17 @@ from costmodel.errors import CostModelError
 
 Variant = Literal["mha", "mqa", "gqa"]
 Mode = Literal["batched", "incremental", "generate", "single-query", "dot-product"]
-OpKind = Literal["einsum", "elementwise", "copy"]
+OpKind = Literal["einsum", "elementwise", "copy", "fused"]
 CacheAppend = Literal["inplace", "concat"]
+Execution = Literal["unfused", "fused"]
 
 VARIANTS: tuple[str, ...] = get_args(Variant)
 MODES: tuple[str, ...] = get_args(Mode)
 CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
+EXECUTIONS: tuple[str, ...] = get_args(Execution)
+
+#: The ops a flash-style kernel runs on chip: logits and weights never reach memory.
+FUSED_ATTENTION_OPS = ("logits", "scale", "mask", "softmax", "weighted_sum")
 
 #: FLOPs per output element of each elementwise op (the convention stated in the module docstring).
 ELEMENTWISE_FLOPS: dict[str, int] = {"scale": 1, "mask": 1, "softmax": 5}
@@ -66,6 +71,7 @@ class Op:
     inputs: tuple[Tensor, ...]
     output: Tensor
     flops_per_element: int = 0
+    parts: tuple[Op, ...] = ()  # the ops a fused kernel runs on chip
 
     @property
     def einsum(self) -> str | None:
@@ -89,6 +95,8 @@ class Op:
             return 2 * sympy.Mul(*self.index_sizes().values())
         if self.kind == "elementwise":
             return self.flops_per_element * self.output.elements
+        if self.kind == "fused":
+            return sympy.Add(*(part.flops for part in self.parts))
         return sympy.Integer(0)
 
     @property
@@ -105,10 +113,28 @@ class Program:
     kv_heads: sympy.Expr
     ops: tuple[Op, ...]
     cache_append: CacheAppend = "inplace"
+    execution: Execution = "unfused"
 
     @property
     def summed_over_steps(self) -> bool:
         return self.mode == "generate"
+
+    def resident_elements(self) -> tuple[sympy.Expr, sympy.Expr]:
+        """(weight elements, KV-cache elements) that stay in device memory, from the program's tensors.
+
+        Weights are the distinct ``P_*`` projections; the cache is the K and V tensors attention reads
+        (m + 1 positions after a decode step's append; n positions after ``generate``).
+        """
+        tensors = {t.name: t for op in _flatten(self.ops) for t in (*op.inputs, op.output)}
+        weights = sympy.Add(*(t.elements for name, t in tensors.items() if name.startswith("P_")))
+        cache = sympy.Add(*(tensors[name].elements for name in ("K", "V") if name in tensors))
+        if self.summed_over_steps:
+            cache = cache.subs(S.m, S.n - 1)
+        return weights, cache
+
+
+def _flatten(ops) -> list[Op]:
+    return [p for op in ops for p in (op.parts or (op,))]
 
 
 def kv_heads(variant: str, groups: int | None = None) -> sympy.Expr:
@@ -134,6 +160,7 @@ def build_program(
     mode: str,
     groups: int | None = None,
     cache_append: str = "inplace",
+    execution: str = "unfused",
 ) -> Program:
     """The attention program of ``variant`` in ``mode``.
 
@@ -142,9 +169,13 @@ def build_program(
     m + 1 (Section 2.4). ``generate``: that step for i = 0 .. n-1 cached positions (the paper's "across n
     calls"). ``single-query``: multi-head attention of one query vector x [d] over M [m,d] (Section 2.2).
     ``dot-product``: one head, one query q [k] over K [m,k], V [m,v] (Section 2.1).
+
+    ``execution="fused"`` replaces logits .. weighted sum by one flash-style kernel (:func:`fuse_attention`).
     """
     if mode not in MODES:
         raise CostModelError(f"unknown mode {mode!r}; valid modes are {', '.join(MODES)}")
+    if execution not in EXECUTIONS:
+        raise CostModelError(f"unknown execution {execution!r}; valid values are {', '.join(EXECUTIONS)}")
     if cache_append not in CACHE_APPENDS:
         raise CostModelError(
             f"unknown cache append {cache_append!r}; valid values are {', '.join(CACHE_APPENDS)}"
@@ -158,7 +189,26 @@ def build_program(
         ops = _attention_ops(G, batch="b", query="n", from_cache=False)
     else:  # incremental and generate share the decode step
         ops = _attention_ops(G, batch="b", query="", from_cache=True, cache_append=cache_append)
-    return Program(variant=variant, mode=mode, kv_heads=G, ops=tuple(ops), cache_append=cache_append)
+    if execution == "fused":
+        ops = fuse_attention(ops)
+    return Program(variant=variant, mode=mode, kv_heads=G, ops=tuple(ops), cache_append=cache_append,
+                   execution=execution)
+
+
+def fuse_attention(ops: list[Op]) -> list[Op]:
+    """One kernel for logits, scale, mask, softmax and weighted sum, as flash attention runs them.
+
+    It reads q, K and V once (K and V with their g heads) and writes o; logits and weights stay on
+    chip, and the mask is generated in the kernel (causal or padding), not read. Its FLOPs are those of
+    the ops it replaces.
+    """
+    parts = tuple(op for op in ops if op.name in FUSED_ATTENTION_OPS)
+    first, last = parts[0], parts[-1]
+    q, keys = first.inputs
+    fused = Op("attention", "fused", (q, keys, last.inputs[1]), last.output, parts=parts)
+    at = ops.index(first)
+    rest = [op for op in ops if op.name not in FUSED_ATTENTION_OPS]
+    return rest[:at] + [fused] + rest[at:]
 
 
 def _sizes(G: sympy.Expr, memory: sympy.Expr) -> dict[str, sympy.Expr]:
@@ -245,6 +295,7 @@ def check_divisible(heads: int, kv: int) -> None:
 
 
 __all__ = [
-    "Op", "Program", "Tensor", "Variant", "Mode", "VARIANTS", "MODES", "CACHE_APPENDS",
+    "Op", "Program", "Tensor", "Variant", "Mode", "VARIANTS", "MODES", "CACHE_APPENDS", "EXECUTIONS",
+    "fuse_attention",
     "ELEMENTWISE_FLOPS", "STEP", "build_program", "kv_heads", "check_divisible",
 ]

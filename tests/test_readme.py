@@ -32,3 +32,13 @@ def test_readme_example_output_is_real(command, expected):
     if want and want[-1] == "...":  # the README shows the first lines only
         got, want = got[: len(want) - 1], want[:-1]
     assert got == want
+
+
+PYTHON = re.compile(r"```python\n(.*?)```", re.S)
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON.findall(README.read_text(encoding="utf-8")))))
+def test_readme_python_runs(index, capsys):
+    code = PYTHON.findall(README.read_text(encoding="utf-8"))[index]
+    exec(compile(code, f"README.md python block {index}", "exec"), {})  # noqa: S102 - our own README
+    assert capsys.readouterr().out.strip()

@@ -1,0 +1,191 @@
+"""Hardware profiles: one YAML file per device, validated by pydantic, found by id, alias or path.
+
+Every number carries its source (a key of the file's ``sources``) and a confidence. Field names carry
+their units. Measured (calibrated) profiles add a ``measured`` block saying on what, when and how.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+
+from costmodel.errors import CostModelError
+
+Confidence = Literal["high", "medium", "low", "measured"]
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+
+#: Short names that resolve to a documented default variant (also listed in each file's aliases).
+PACKAGE = "costmodel.hardware_profiles"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sourced(_Strict):
+    """A positive number with the key of its source and a confidence label."""
+
+    value: PositiveFloat
+    source: str
+    confidence: Confidence
+
+
+class Tile(_Strict):
+    """Shape of the matrix unit's native tile (e.g. TPU MXU 128 x 128, NVIDIA mma m16n8k16)."""
+
+    shape: tuple[int, ...] = Field(min_length=2, max_length=3)
+    source: str
+    confidence: Confidence
+
+
+class Measured(_Strict):
+    """How a measured (calibrated) profile was obtained."""
+
+    device: str
+    date: str
+    torch_version: str
+    method: str
+
+
+class HardwareProfile(_Strict):
+    """One accelerator: dense peak FLOP/s per dtype, memory bandwidth and capacity, on-chip memory."""
+
+    id: str = Field(pattern=r"^[a-z0-9_]+$")
+    aliases: tuple[str, ...] = ()
+    name: str
+    vendor: str
+    kind: Literal["gpu", "tpu", "cpu"]
+    peak_flops_per_s: dict[Dtype, Sourced] = Field(min_length=1)
+    memory_bandwidth_bytes_per_s: Sourced
+    memory_capacity_bytes: Sourced
+    on_chip_memory_bytes: Sourced
+    on_chip_memory_kind: str
+    matrix_tile: Tile | None = None
+    launch_overhead_s: Sourced
+    interconnect_bytes_per_s: Sourced | None = None
+    interconnect: str | None = None
+    measured: Measured | None = None
+    sources: dict[str, str] = Field(min_length=1)
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _sources_resolve(self) -> HardwareProfile:
+        for field, item in self.sourced_items():
+            if item.source not in self.sources:
+                raise ValueError(
+                    f"{field}: source {item.source!r} is not a key of sources ({', '.join(self.sources)})"
+                )
+        return self
+
+    def sourced_items(self) -> Iterator[tuple[str, Sourced | Tile]]:
+        """Every sourced number (and the tile), with its field name."""
+        for dtype, item in self.peak_flops_per_s.items():
+            yield f"peak_flops_per_s.{dtype}", item
+        for name in ("memory_bandwidth_bytes_per_s", "memory_capacity_bytes", "on_chip_memory_bytes",
+                     "launch_overhead_s", "interconnect_bytes_per_s", "matrix_tile"):
+            item = getattr(self, name)
+            if item is not None:
+                yield name, item
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; an error naming the dtypes this device has otherwise."""
+        try:
+            return self.peak_flops_per_s[dtype].value
+        except KeyError:
+            raise CostModelError(
+                f"{self.id} has no peak for dtype {dtype}; it has {', '.join(self.peak_flops_per_s)}"
+            ) from None
+
+    def vector_peak(self, dtype: str) -> float:
+        """Peak for elementwise work: the non-tensor fp32 rate where known, else the dtype's peak."""
+        return self.peak_flops_per_s["fp32"].value if "fp32" in self.peak_flops_per_s else self.peak(dtype)
+
+    @property
+    def bandwidth(self) -> float:
+        return self.memory_bandwidth_bytes_per_s.value
+
+    @property
+    def capacity(self) -> float:
+        return self.memory_capacity_bytes.value
+
+    @property
+    def launch_overhead(self) -> float:
+        return self.launch_overhead_s.value
+
+    def ridge_point(self, dtype: str) -> float:
+        """Arithmetic intensity (FLOPs/byte) where the compute and memory roofs meet."""
+        return self.peak(dtype) / self.bandwidth
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def _profile_files() -> list:
+    return sorted(
+        (f for f in resources.files(PACKAGE).iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name
+    )
+
+
+def _parse(text: str, origin: str) -> HardwareProfile:
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as err:
+        raise CostModelError(f"{origin}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise CostModelError(f"{origin}: expected a mapping of profile fields, got {type(data).__name__}")
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        raise CostModelError(f"{origin}: field {where}: {first['msg']}{more}") from None
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, object]:
+    """Lookup key (id or alias, normalised) -> profile file."""
+    import yaml
+
+    index: dict[str, object] = {}
+    for f in _profile_files():
+        head = yaml.load(f.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        for name in (head["id"], *head.get("aliases", ())):
+            index[_key(name)] = f
+    return index
+
+
+def profile_ids() -> list[str]:
+    """Ids of the shipped profiles."""
+    return [f.name.removesuffix(".yaml") for f in _profile_files()]
+
+
+def load_all() -> list[HardwareProfile]:
+    """Every shipped profile, validated."""
+    return [_parse(f.read_text(encoding="utf-8"), f.name) for f in _profile_files()]
+
+
+def load_profile(name: str) -> HardwareProfile:
+    """A profile by id or alias (case-insensitive, ``-`` or ``_``), or from a path to a YAML file."""
+    path = Path(name).expanduser()
+    if name.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise CostModelError(f"profile file {name} does not exist")
+        return _parse(path.read_text(encoding="utf-8"), str(path))
+    f = _index().get(_key(name))
+    if f is None:
+        close = difflib.get_close_matches(_key(name), list(_index()), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise CostModelError(
+            f"unknown hardware {name!r}{hint} (`costmodel hardware list` shows all; a path to a YAML profile also works)"
+        )
+    return _parse(f.read_text(encoding="utf-8"), f.name)

@@ -1,0 +1,1 @@
+"""Hardware profiles: one YAML file per device, shipped as package data (``costmodel.hardware_profiles``)."""
