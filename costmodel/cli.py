@@ -207,10 +207,6 @@ def make_workloads(variant, groups, mode, dtype, layers, execution, cache_append
     ]
 
 
-SWEEP_DIMS = {"batch": "b", "seq": "n", "context": "m", "d-model": "d", "heads": "h", "groups": "g",
-              "head-dim": "k", "value-dim": "v"}
-
-
 def parse_range(text: str) -> list[int]:
     """``128:32768:x2`` (geometric), ``1:64:+8`` or ``1:64:8`` (linear), or ``1,2,4``."""
     bad = CostModelError(
@@ -240,24 +236,6 @@ def parse_range(text: str) -> list[int]:
     return values
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so an interrupted run leaves nothing half-written."""
-    import os
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CostModelError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".costmodel-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 @main.command()
 @click.option("--gpu", required=True, help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path")
 @click.option("--variant", type=click.Choice(["mha", "mqa", "gqa"], case_sensitive=False),
@@ -265,7 +243,8 @@ def write_atomic(path: str, text: str) -> None:
 @click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
 @workload_options
 @click.option("--sweep", "sweep_spec", metavar="DIM=RANGE",
-              help=f"sweep one dimension ({', '.join(SWEEP_DIMS)}), e.g. context=128:32768:x2")
+              help="sweep one dimension (batch, seq, context, d-model, heads, groups, head-dim, value-dim), "
+                   "e.g. context=128:32768:x2")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="with --sweep: also write a CSV file")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (an array when variants are compared)")
 def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache_append, sweep_spec, csv_path,
@@ -298,64 +277,116 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
 
 
 def _sweep(hw, workloads, spec: str, overlap: str, csv_path: str | None, as_json: bool) -> None:
-    from costmodel.format import si
-    from costmodel.roofline import sweep
+    from costmodel.format import sweep_table
+    from costmodel.roofline import SWEEP_DIMS, sweep_records
 
     name, sep, text = spec.partition("=")
     if not sep or name not in SWEEP_DIMS:
         raise CostModelError(f"invalid --sweep {spec!r}; expected DIM=RANGE with DIM one of {', '.join(SWEEP_DIMS)}")
-    dim, values = SWEEP_DIMS[name], parse_range(text)
-    if dim == "m" and workloads[0].mode == "generate":
-        raise CostModelError("generate mode has no context to sweep (it starts from an empty cache); sweep seq")
-    if dim == "g":
-        if any(w.variant != "gqa" for w in workloads):
-            raise CostModelError("--sweep groups needs --variant gqa")
-        bad = [x for x in values if x < 1 or workloads[0].h % x]
-        if bad:
-            raise CostModelError(f"groups {bad} do not divide heads {workloads[0].h}")
-    if dim != "m" and min(values) < 1:
-        raise CostModelError(f"{name} values must be >= 1, got {min(values)}")
-    results = [(w, sweep(w, hw, dim, values, overlap)) for w in workloads]
-    per_token = {"incremental": 1, "generate": None, "batched": None}
-    records = []
-    for w, r in results:
-        for i, x in enumerate(values):
-            steps = r["n"][i] if dim == "n" else w.n
-            time = float(r["time_s"][i])
-            tokens = w.b if w.mode == "incremental" else (r["b"][i] if dim == "b" else w.b) * steps
-            if dim == "b" and w.mode == "incremental":
-                tokens = r["b"][i]
-            records.append({
-                name: x, "variant": w.variant, "g": int(r["g"][i]) if dim == "g" else w.g, "time_s": time,
-                "per_token_s": time if per_token[w.mode] else (time / steps if w.mode == "generate" else None),
-                "tokens_per_s": float(tokens) / time, "flops": float(r["flops"][i]), "bytes": float(r["bytes"][i]),
-                "kv_cache_bytes": float(r["kv_cache_bytes"][i]), "fits": bool(r["fits"][i]),
-            })
+    values = parse_range(text)
+    records = sweep_records(hw, workloads, name, values, overlap)
     if csv_path:
-        import csv
-        import io
-
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(records[0]))
-        writer.writeheader()
-        writer.writerows(records)
-        write_atomic(csv_path, buf.getvalue())
+        write_csv(csv_path, records)
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return
-    click.echo(f"{hw.name} [{hw.id}], sweep of {name} ({dim}); time per step or call; * = does not fit in memory")
-    labels = [f"{w.variant.upper()} (g={w.g})" if dim != "g" else w.variant.upper() for w, _ in results]
-    rows = [(name, *labels)]
-    for i, x in enumerate(values):
-        rows.append((str(x), *(
-            si(rec["time_s"], "s") + ("" if rec["fits"] else " *")
-            for rec in records[i::len(values)]
-        )))
-    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
-    for r in rows:
-        click.echo("  ".join(c.rjust(wd) for c, wd in zip(r, widths)))
+    click.echo(sweep_table(hw, workloads, name, values, records))
     if csv_path:
         click.echo(f"wrote {csv_path}")
+
+
+def write_csv(path: str, records: list[dict]) -> None:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]))
+    writer.writeheader()
+    writer.writerows(records)
+    from costmodel.files import write_text
+
+    write_text(path, buf.getvalue())
+
+
+def _title_dims(w) -> str:
+    kv = f"k={w.k}" if w.k == w.v else f"k={w.k}, v={w.v}"
+    return f"d={w.d}, h={w.h}, {kv}, {w.dtype}, {w.execution}"
+
+
+@main.command()
+@click.option("--gpu", "gpus", multiple=True, required=True, help="device id, alias or YAML path (repeatable)")
+@click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
+@dim_options
+@click.option("--dtype", type=DTYPES, default="bf16", show_default=True, help="storage and math dtype")
+@click.option("--execution", type=click.Choice(["unfused", "fused"], case_sensitive=False), default="unfused",
+              show_default=True, help="every op its own kernel, or flash-style fused attention")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="output file: .png, .svg or .pdf")
+def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
+    """Plot every op of MHA, GQA and MQA, decode step and prefill, under each device's roofline.
+
+    Markers sit at the op's arithmetic intensity and its attainable throughput on the first device.
+
+    Example: costmodel roofline --gpu a100 --gpu h100 --out roofline.png
+    """
+    from costmodel.hardware import load_profile
+    from costmodel.plots import check_output, draw_roofline, save
+
+    check_output(out)
+    hws = [load_profile(g) for g in gpus]
+    sizes = {k: v for k, v in dims.items() if v is not None}
+    decode = make_workloads(None, groups, "incremental", dtype, 1, execution, "inplace", sizes)
+    prefill_sizes = {**sizes, "context": sizes.get("context", sizes.get("seq"))}
+    prefill = make_workloads(None, groups, "batched", dtype, 1, execution, "inplace", prefill_sizes)
+    w, p = decode[0], prefill[0]
+    title = (f"Roofline on {', '.join(h.name for h in hws)}\n"
+             f"decode step b={w.b}, m={w.m}; prefill b={p.b}, n={p.n}, m={p.m}; {_title_dims(w)}")
+    save(draw_roofline(hws, decode + prefill, title), out)
+    click.echo(f"wrote {out}")
+
+
+@main.command("sweep")
+@click.option("--gpu", required=True, help="device id, alias or YAML path")
+@click.option("--x", "x_name", type=click.Choice(["context", "batch", "groups", "seq"], case_sensitive=False),
+              required=True, help="the dimension on the x axis")
+@click.option("--range", "range_text", required=True, metavar="RANGE",
+              help="START:STOP:xFACTOR, START:STOP:STEP or a comma list, e.g. 128:32768:x2")
+@click.option("--variant", type=click.Choice(["mha", "mqa", "gqa"], case_sensitive=False),
+              help="one variant (default: all three; --x groups needs gqa)")
+@click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
+@workload_options
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="output file: .png, .svg or .pdf")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="also write the points as CSV")
+def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
+               out, csv_path, **dims) -> None:
+    """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant.
+
+    The last point where weights + KV cache fit in device memory is marked on each curve.
+
+    Example: costmodel sweep --gpu h100 --x context --range 128:32768:x2 --out sweep.png
+    """
+    from costmodel.hardware import load_profile
+    from costmodel.plots import check_output, draw_sweep, memory_limits, save
+    from costmodel.roofline import SWEEP_DIMS, check_sweep, sweep_records
+
+    check_output(out)
+    hw = load_profile(gpu)
+    x_name = x_name.lower()
+    if x_name == "groups" and not variant:
+        variant = "gqa"
+    workloads = make_workloads(variant, groups, mode, dtype, layers, execution, cache_append, dims)
+    values = parse_range(range_text)
+    records = sweep_records(hw, workloads, x_name, values, overlap.lower())
+    dim, linked = check_sweep(workloads, x_name, values)
+    limits = memory_limits(hw, workloads, dim, values, linked)
+    w = workloads[0]
+    fixed = ", ".join(f"{k}={getattr(w, k)}" for k in ("b", "n", "m") if k != SWEEP_DIMS[x_name] and
+                      not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate"))
+    mode = {"incremental": "decode step", "generate": "generate", "batched": "prefill"}[w.mode]
+    title = f"{hw.name}: {mode}, {fixed}, {_title_dims(w)}, {w.layers} layer{'s' * (w.layers > 1)}"
+    if csv_path:
+        write_csv(csv_path, records)
+    save(draw_sweep(hw, workloads, x_name, dim, values, records, limits, title), out)
+    click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
 
 
 __all__ = ["main"]

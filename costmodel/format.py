@@ -206,3 +206,19 @@ def hardware_detail(p) -> str:
     if p.notes:
         lines += ["notes:", *textwrap.wrap(p.notes, 100, initial_indent="  ", subsequent_indent="  ")]
     return "\n".join(lines)
+
+
+def sweep_table(hw, workloads, name: str, values: list[int], records: list[dict]) -> str:
+    """Time per step (or call) of each variant at each swept value; ``*`` where memory does not fit."""
+    from costmodel.roofline import SWEEP_DIMS
+
+    lines = [f"{hw.name} [{hw.id}], sweep of {name} ({SWEEP_DIMS[name]}); time per step or call; "
+             "* = does not fit in memory"]
+    labels = [_variant_label(w) if name != "groups" else w.variant.upper() for w in workloads]
+    rows = [(name, *labels)]
+    for i, x in enumerate(values):
+        cells = [si(r["time_s"], "s") + ("" if r["fits"] else " *") for r in records[i::len(values)]]
+        rows.append((str(x), *cells))
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)

@@ -308,10 +308,14 @@ def assumptions(w: Workload, hw: HardwareProfile, overlap: str) -> list[str]:
     return out
 
 
-def sweep(workload: Workload, hw: HardwareProfile, dim: str, values, overlap: str = "max") -> dict:
+def sweep(
+    workload: Workload, hw: HardwareProfile, dim: str, values, overlap: str = "max", linked: tuple[str, ...] = ()
+) -> dict:
     """Evaluate the prediction over an array of values of one dimension, vectorised with numpy.
 
-    Returns arrays ``time_s``, ``flops``, ``bytes``, ``kv_cache_bytes`` and the boolean ``fits``.
+    ``linked`` dimensions take the same values (``m`` with ``n`` for batched self-attention). Returns
+    arrays ``time_s``, ``flops``, ``bytes``, ``kv_cache_bytes`` and the boolean ``fits``, and the
+    dimensions swept.
     """
     import numpy as np  # only sweeps need arrays; a single prediction runs on Python numbers
 
@@ -321,7 +325,8 @@ def sweep(workload: Workload, hw: HardwareProfile, dim: str, values, overlap: st
     hw.peak(w.dtype)
     x = np.asarray(values, dtype=np.float64)
     dims = {s.name: np.float64(getattr(w, s.name)) for s in ARGS}
-    dims[dim] = x
+    for name in (dim, *linked):
+        dims[name] = x
     if dim == "h" and w.variant == "mha":
         dims["g"] = x  # MHA keeps g = h; other dimensions, k and v included, stay as given
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
@@ -345,6 +350,52 @@ def sweep(workload: Workload, hw: HardwareProfile, dim: str, values, overlap: st
     kv = np.broadcast_to(cache_elements, x.shape) * float(lw)
     weights = np.broadcast_to(weight_elements, x.shape) * float(lw)
     return {
-        dim: x, "time_s": time * w.layers, "flops": flops * w.layers, "bytes": nbytes * w.layers,
-        "kv_cache_bytes": kv, "fits": kv + weights <= hw.capacity,
+        **{name: x for name in (dim, *linked)}, "time_s": time * w.layers, "flops": flops * w.layers,
+        "bytes": nbytes * w.layers, "kv_cache_bytes": kv, "fits": kv + weights <= hw.capacity,
     }
+
+
+#: Sweepable dimensions by their CLI names.
+SWEEP_DIMS = {"batch": "b", "seq": "n", "context": "m", "d-model": "d", "heads": "h", "groups": "g",
+              "head-dim": "k", "value-dim": "v"}
+
+
+def check_sweep(workloads: list[Workload], name: str, values: list[int]) -> tuple[str, tuple[str, ...]]:
+    """The dimension behind a CLI sweep name, and the ones linked to it; errors for sweeps that make no sense."""
+    if name not in SWEEP_DIMS:
+        raise CostModelError(f"cannot sweep {name!r}; valid dimensions are {', '.join(SWEEP_DIMS)}")
+    dim, mode = SWEEP_DIMS[name], workloads[0].mode
+    if dim == "m" and mode == "generate":
+        raise CostModelError("generate mode has no context to sweep (it starts from an empty cache); sweep seq")
+    if dim == "g":
+        if any(w.variant != "gqa" for w in workloads):
+            raise CostModelError("sweeping groups needs --variant gqa")
+        bad = [x for x in values if x < 1 or workloads[0].h % x]
+        if bad:
+            raise CostModelError(f"groups {bad} do not divide heads {workloads[0].h}")
+    if dim != "m" and min(values) < 1:
+        raise CostModelError(f"{name} values must be >= 1, got {min(values)}")
+    linked = ("m",) if dim == "n" and mode == "batched" and all(w.m == w.n for w in workloads) else ()
+    return dim, linked
+
+
+def sweep_records(hw: HardwareProfile, workloads: list[Workload], name: str, values: list[int],
+                  overlap: str = "max") -> list[dict]:
+    """One record per (variant, value): time, per-token time, tokens/s, FLOPs, bytes, KV cache, fit."""
+    dim, linked = check_sweep(workloads, name, values)
+    records = []
+    for w in workloads:
+        r = sweep(w, hw, dim, values, overlap, linked)
+        for i, x in enumerate(values):
+            b = float(r["b"][i]) if dim == "b" else w.b
+            n = float(r["n"][i]) if dim == "n" else w.n
+            time = float(r["time_s"][i])
+            per_token = {"incremental": time, "generate": time / n}.get(w.mode)
+            tokens = b if w.mode == "incremental" else b * n
+            records.append({
+                name: x, "variant": w.variant, "g": int(r["g"][i]) if dim == "g" else w.g, "time_s": time,
+                "per_token_s": per_token, "tokens_per_s": tokens / time, "flops": float(r["flops"][i]),
+                "bytes": float(r["bytes"][i]), "kv_cache_bytes": float(r["kv_cache_bytes"][i]),
+                "fits": bool(r["fits"][i]),
+            })
+    return records

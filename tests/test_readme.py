@@ -42,3 +42,13 @@ def test_readme_python_runs(index, capsys):
     code = PYTHON.findall(README.read_text(encoding="utf-8"))[index]
     exec(compile(code, f"README.md python block {index}", "exec"), {})  # noqa: S102 - our own README
     assert capsys.readouterr().out.strip()
+
+
+INDENTED = re.compile(r"^    (costmodel .*)$", re.M)
+
+
+@pytest.mark.parametrize("command", INDENTED.findall(README.read_text(encoding="utf-8")))
+def test_readme_indented_commands_run(command, tmp_path):
+    args = shlex.split(command.replace("docs/", f"{tmp_path}/"))[1:]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output

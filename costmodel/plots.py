@@ -1,0 +1,255 @@
+"""Figures for design docs: rooflines, latency sweeps, and predicted against measured time.
+
+The data each figure draws is computed by plain functions (:func:`roofline_points`,
+:func:`memory_limits`) that tests check against the model; matplotlib (Agg backend, headless) is
+imported only when a figure is drawn. Every drawn artist carries a ``gid`` naming what it shows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from costmodel.errors import CostModelError
+from costmodel.files import atomic_path
+from costmodel.format import si
+from costmodel.hardware import HardwareProfile
+from costmodel.roofline import Workload, compile_program, memory_fit, predict, sweep
+
+FORMATS = (".png", ".svg", ".pdf")
+COLORS = {"mha": "#1f77b4", "gqa": "#ff7f0e", "mqa": "#2ca02c"}
+MARKERS = {"incremental": "o", "batched": "s", "generate": "D"}
+NAMES = {"mha": "MHA", "gqa": "GQA", "mqa": "MQA"}
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """One op of one variant and mode: where it sits under the first device's roofline."""
+
+    variant: str
+    g: int
+    mode: str
+    op: str
+    intensity: float       # FLOPs per byte
+    attainable: float      # min(peak, intensity x bandwidth), FLOP/s
+    bound: str
+
+
+def roofline_points(hw: HardwareProfile, workloads: list[Workload]) -> list[RooflinePoint]:
+    """Every op with FLOPs (the cache appends have none and no place on a log axis) of each workload."""
+    points = []
+    for w in workloads:
+        for op in predict(w, hw).ops:
+            if op.flops > 0:
+                attainable = min(hw.peak(w.dtype), op.intensity * hw.bandwidth)
+                points.append(RooflinePoint(w.variant, w.g, w.mode, op.name, op.intensity, attainable, op.bound))
+    return points
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "figure.dpi": 110})
+    return plt
+
+
+def check_output(path: str) -> str:
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in FORMATS:
+        raise CostModelError(f"cannot save {path!r}: the suffix must be one of {', '.join(FORMATS)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CostModelError(f"cannot save {path}: folder {folder} does not exist")
+    return suffix
+
+
+def save(fig, path: str) -> None:
+    """Save by suffix through a temporary file, so an interrupted run leaves no half-written figure."""
+    suffix = check_output(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=suffix[1:], bbox_inches="tight")
+
+
+def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: str):
+    """Log-log attainable FLOP/s against intensity: each device's roofs, every op as a marker."""
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+
+    dtype = workloads[0].dtype
+    points = roofline_points(hws[0], workloads)
+    xs = [p.intensity for p in points] + [hw.ridge_point(dtype) for hw in hws]
+    lo, hi = min(xs) / 4, max(xs) * 8
+    fig, ax = plt.subplots(figsize=(10, 5.8), layout="constrained")
+    roof_handles = []
+    for i, hw in enumerate(hws):
+        peak, bw, ridge = hw.peak(dtype), hw.bandwidth, hw.ridge_point(dtype)
+        style = dict(color="0.15" if i == 0 else f"C{i + 4}", lw=1.6, ls="-" if i == 0 else "--")
+        ax.plot([lo, ridge], [lo * bw, peak], gid=f"memory_roof:{hw.id}", **style)
+        ax.plot([ridge, hi], [peak, peak], gid=f"compute_roof:{hw.id}", **style)
+        ax.plot([ridge], [peak], marker="|", ms=12, gid=f"ridge:{hw.id}", **style)
+        ax.annotate(f"ridge {ridge:.0f}", (ridge, peak), xytext=(0, 8), textcoords="offset points", ha="center",
+                    fontsize=7.5, color=style["color"])
+        ax.annotate(si(bw, "B/s"), (lo, lo * bw), xytext=(4, 7), textcoords="offset points", fontsize=7.5,
+                    color=style["color"])
+        roof_handles.append(Line2D([], [], **style, label=f"{hw.name}\n{si(peak, 'FLOP/s')} {dtype}, "
+                                                          f"{si(bw, 'B/s')}, ridge {ridge:.0f} FLOP/B"))
+    # concentric markers: MHA largest, MQA smallest, so variants at one point all stay visible
+    size = {"mha": 11, "gqa": 8, "mqa": 5}
+    labels: dict[tuple, list[str]] = {}
+    for p in sorted(points, key=lambda q: -size[q.variant]):
+        ax.plot([p.intensity], [p.attainable], ls="none", marker=MARKERS[p.mode], ms=size[p.variant],
+                mfc=COLORS[p.variant], mec="white", mew=0.7, gid=f"op:{p.variant}:{p.mode}:{p.op}")
+        key = (round(math.log10(p.intensity), 2), round(math.log10(p.attainable), 2))
+        if _short(p.op) not in labels.setdefault(key, []):
+            labels[key].append(_short(p.op))
+    placed: list[tuple[float, float]] = []
+    for (lx, ly), ops in sorted(labels.items()):
+        # move a label down while it would overlap one already placed (0.45 decade wide, 0.12 tall)
+        y = ly
+        while any(abs(lx - px) < 0.45 and abs(y - py) < 0.12 for px, py in placed):
+            y -= 0.12
+        placed.append((lx, y))
+        ax.annotate(", ".join(ops), (10**lx, 10**ly), xytext=(10**(lx + 0.06), 10**(y - 0.03)),
+                    textcoords="data", fontsize=7, color="0.25", va="top")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), xlabel="arithmetic intensity (FLOP/byte)",
+           ylabel="attainable throughput (FLOP/s)", title=title)
+    ax.grid(True, which="major", alpha=0.3)
+    handles = [Line2D([], [], ls="none", marker="o", ms=7, mfc=COLORS[v], mec="white",
+                      label=f"{NAMES[v]} (g={next(w.g for w in workloads if w.variant == v)})")
+               for v in dict.fromkeys(w.variant for w in workloads)]
+    handles += [Line2D([], [], ls="none", marker=MARKERS[m], ms=7, mfc="0.5", mec="white",
+                       label={"incremental": "decode step", "batched": "prefill (batched)",
+                              "generate": "generate"}[m]) for m in dict.fromkeys(w.mode for w in workloads)]
+    fig.legend(handles=roof_handles + handles, loc="outside right upper", frameon=False, fontsize=8,
+               title=f"roofs; ops on {hws[0].name}" if len(hws) > 1 else "roof and ops")
+    return fig
+
+
+def _short(op: str) -> str:
+    return op.replace("weighted_sum", "w_sum").replace("_proj", "")
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """The largest swept value at which weights + KV cache still fit, and the time there."""
+
+    variant: str
+    x: float | None     # None: fits over the whole range (or nowhere)
+    time_s: float | None
+    fits_everywhere: bool
+
+
+def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, values, linked=()) -> list[MemoryLimit]:
+    """Where each variant runs out of memory along the sweep: exact for batch and context, from the
+    swept points for other dimensions."""
+    out = []
+    for w in workloads:
+        r = sweep(w, hw, dim, values, linked=linked)
+        fits = list(r["fits"])
+        if all(fits) or not any(fits):
+            out.append(MemoryLimit(w.variant, None, None, all(fits)))
+            continue
+        if dim in ("b", "m") or (dim == "n" and w.mode == "generate"):
+            mem = memory_fit(compile_program(w.variant, w.mode, w.execution, w.cache_append), w, hw)
+            x = mem.max_batch if dim == "b" else mem.max_context
+        else:
+            x = max(v for v, f in zip(values, fits) if f)
+        t = float(sweep(w, hw, dim, [x], linked=linked)["time_s"][0])
+        out.append(MemoryLimit(w.variant, float(x), t, False))
+    return out
+
+
+def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: str, values, records: list[dict],
+               limits: list[MemoryLimit], title: str):
+    """Latency (and tokens/s when decoding) against the swept dimension, one curve per variant."""
+    plt = _pyplot()
+
+    decoding = workloads[0].mode != "batched"
+    fig, axes = plt.subplots(1, 2 if decoding else 1, figsize=(11 if decoding else 6.5, 4.6), layout="constrained",
+                             squeeze=False)
+    span = max(values) / max(min(values), 1)
+    per = {"incremental": "per decode step", "generate": f"for {workloads[0].n} decode steps",
+           "batched": "per prefill"}[workloads[0].mode]
+    for w, limit in zip(workloads, limits):
+        rec = [r for r in records if r["variant"] == w.variant]
+        xs = [r[name] for r in rec]
+        label = f"{NAMES[w.variant]}" + (f" (g={w.g})" if name != "groups" else "")
+        series = [("time_s", 1e3, f"latency {per} (ms)")]
+        if decoding:
+            series.append(("tokens_per_s", 1.0, "throughput (tokens/s)"))
+        for ax, (key, scale, ylabel) in zip(axes[0], series):
+            ys = [r[key] * scale for r in rec]
+            fit_x = [x for x, r in zip(xs, rec) if r["fits"]]
+            ax.plot(fit_x, [y for y, r in zip(ys, rec) if r["fits"]], marker=MARKERS[w.mode], ms=4,
+                    color=COLORS[w.variant], label=label, gid=f"curve:{w.variant}:{key}")
+            over = [(x, y) for x, y, r in zip(xs, ys, rec) if not r["fits"]]
+            if over:
+                if fit_x:
+                    over.insert(0, (fit_x[-1], ys[len(fit_x) - 1]))
+                ax.plot(*zip(*over), ls=":", color=COLORS[w.variant], alpha=0.6, gid=f"no_fit:{w.variant}:{key}")
+            if limit.x is not None:
+                y = limit.time_s * scale if key == "time_s" else _tokens(w, name, limit.x, limit.time_s)
+                ax.plot([limit.x], [y], marker="X", ms=10, color=COLORS[w.variant], mec="black", ls="none",
+                        gid=f"memory_limit:{w.variant}:{key}")
+            ax.set(xlabel=f"{name} ({dim})", ylabel=ylabel)
+            if span >= 10:
+                from matplotlib.ticker import FuncFormatter
+
+                ax.set_xscale("log", base=2)
+                ax.xaxis.set_major_formatter(FuncFormatter(_count))
+            if key == "time_s" and max(ys) / min(ys) >= 10 or key == "tokens_per_s" and max(ys) / min(ys) >= 10:
+                ax.set_yscale("log")
+            ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].plot([], [], marker="X", ms=9, color="0.5", mec="black", ls="none",
+                    label=f"last point that fits in {si(hw.capacity, 'B')}")
+    axes[0][0].plot([], [], ls=":", color="0.5", label="does not fit")
+    axes[0][0].legend(loc="best", fontsize=8)
+    fig.suptitle(title)
+    return fig
+
+
+def _count(x: float, _pos=None) -> str:
+    """Axis ticks as counts: 128, 2k, 32k, 1M."""
+    for scale, suffix in ((2**20, "M"), (2**10, "k")):
+        if x >= scale and x % scale == 0:
+            return f"{x / scale:g}{suffix}"
+    return f"{x:g}"
+
+
+def _tokens(w: Workload, name: str, x: float, time_s: float) -> float:
+    b = x if name == "batch" else w.b
+    n = x if name == "seq" else w.n
+    return (b if w.mode == "incremental" else b * n) / time_s
+
+
+def draw_predicted_vs_measured(rows: list[dict], title: str, band: float = 0.2):
+    """Log-log predicted against measured time, the y = x line and a +-``band`` region.
+
+    ``rows``: dicts with ``measured_s``, ``predicted_s`` and ``group`` (one colour per group).
+    """
+    plt = _pyplot()
+    import numpy as np
+
+    rows = [r for r in rows if r["measured_s"] > 0 and r["predicted_s"] > 0]
+    if not rows:
+        raise CostModelError("nothing to plot: no row has a positive measured and predicted time")
+    fig, ax = plt.subplots(figsize=(6.2, 5.6), layout="constrained")
+    values = [r[k] for r in rows for k in ("measured_s", "predicted_s")]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    line = np.geomspace(lo, hi, 50)
+    ax.fill_between(line, line * (1 - band), line * (1 + band), color="0.85", gid="band",
+                    label=f"±{band:.0%}")
+    ax.plot(line, line, color="0.3", lw=1, gid="identity", label="predicted = measured")
+    for i, group in enumerate(dict.fromkeys(r["group"] for r in rows)):
+        sel = [r for r in rows if r["group"] == group]
+        ax.plot([r["measured_s"] for r in sel], [r["predicted_s"] for r in sel], ls="none", marker="o", ms=5,
+                color=f"C{i}", alpha=0.8, label=group, gid=f"points:{group}")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time (s)",
+           ylabel="predicted time (s)", title=title, aspect="equal")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    return fig

@@ -1,0 +1,23 @@
+"""Make the figures shown in README.md (docs/roofline.png and docs/sweep.png).
+
+    python examples/readme_figures.py
+"""
+
+from pathlib import Path
+
+from costmodel.cli import main
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+FIGURES = [
+    # every op of MHA, GQA and MQA (decode step and prefill) under the A100 and H100 rooflines
+    ["roofline", "--gpu", "a100", "--gpu", "h100", "--out", str(DOCS / "roofline.png")],
+    # a 32-layer 7-8B-class attention stack on an H100: decode latency and tokens/s against context
+    ["sweep", "--gpu", "h100", "--x", "context", "--range", "128:131072:x2", "--layers", "32",
+     "--out", str(DOCS / "sweep.png")],
+]
+
+if __name__ == "__main__":
+    DOCS.mkdir(exist_ok=True)
+    for args in FIGURES:
+        main(args, standalone_mode=False)
