@@ -389,4 +389,131 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
     click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
 
 
+def _torch(command: str):
+    """Import torch, or stop with one line that says how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise CostModelError(
+            f"costmodel {command} needs torch: pip install 'costmodel[validation]' "
+            "(or pip install torch==2.13.0 for the CPU build)"
+        ) from None
+    return torch
+
+
+def _device(torch, device: str) -> str:
+    device = device.lower()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CostModelError("--device cuda: no CUDA GPU is available to torch here; use --device cpu")
+    return device
+
+
+@main.command()
+@click.option("--device", type=click.Choice(["cpu", "cuda"], case_sensitive=False), default="cpu", show_default=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="profile YAML to write")
+@click.option("--quick", is_flag=True, help="smaller sizes and shorter timing (seconds, not tens of seconds)")
+def calibrate(device, out, quick) -> None:
+    """Measure this device and write a hardware profile marked as measured.
+
+    Measures matmul FLOP/s per dtype, read and copy bandwidth, per-op overhead, and the bandwidth,
+    FLOP rate and overhead of each op class (projection, attention, elementwise, copy, fused attention).
+
+    Example: costmodel calibrate --device cpu --out my_cpu.yaml
+    """
+    torch = _torch("calibrate")
+    device = _device(torch, device)
+    from costmodel.files import check_folder
+
+    check_folder(out)
+    from validation.calibrate import calibrate as run_calibration
+
+    profile = run_calibration(device, out, quick)
+    peaks = ", ".join(f"{dt} {v['value'] / 1e9:.0f} GFLOP/s" for dt, v in profile["peak_flops_per_s"].items())
+    click.echo(f"wrote {out}: {profile['name']}: {peaks}; read bandwidth "
+               f"{profile['memory_bandwidth_bytes_per_s']['value'] / 1e9:.1f} GB/s; per-op overhead "
+               f"{profile['launch_overhead_s']['value'] * 1e6:.1f} us")
+
+
+DEFAULT_PROFILE = {"cpu": "epyc_9004_2vcpu"}
+CUDA_NAMES = [("H200", "h200_sxm"), ("H100 PCIe", "h100_pcie"), ("H100", "h100_sxm"), ("B200", "b200"),
+              ("A100-SXM4-40GB", "a100_40gb_sxm"), ("A100 80GB PCIe", "a100_80gb_pcie"), ("A100", "a100_80gb_sxm"),
+              ("L40S", "l40s"), ("L4", "l4"), ("A10G", "a10g"), ("T4", "t4"), ("V100", "v100_sxm2_32gb"),
+              ("4090", "rtx_4090")]
+
+
+@main.command()
+@click.option("--device", type=click.Choice(["cpu", "cuda"], case_sensitive=False), default="cpu", show_default=True)
+@click.option("--gpu", help="datasheet profile to compare (default: matched to the device name)")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False),
+              help="calibrated profile (default: calibrate now)")
+@click.option("--quick", is_flag=True, help="a small grid, for a smoke test (CI)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the full report as JSON")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="predicted-vs-measured figure")
+def validate(device, gpu, profile_path, quick, json_path, plot_path) -> None:
+    """Measure every op and whole step as torch kernels and report the prediction error.
+
+    Each case of a grid (variants x modes x batch x context x dtype x execution) is predicted with a
+    datasheet profile and a calibrated one; torch's FlopCounterMode cross-checks the FLOPs.
+
+    Example: costmodel validate --device cpu --quick --json report.json
+    """
+    torch = _torch("validate")
+    device = _device(torch, device)
+    from costmodel.hardware import load_profile
+
+    from costmodel.files import check_folder
+
+    for path in (json_path, plot_path):
+        if path:
+            check_folder(path)
+    if plot_path:
+        from costmodel.plots import check_output
+
+        check_output(plot_path)
+    if gpu is None:
+        if device == "cuda":
+            name = torch.cuda.get_device_name()
+            gpu = next((pid for key, pid in CUDA_NAMES if key in name), None)
+            if gpu is None:
+                raise CostModelError(f"no datasheet profile matches {name!r}; pass --gpu ID")
+        else:
+            gpu = DEFAULT_PROFILE["cpu"]
+    profiles = {"datasheet": load_profile(gpu)}
+    if profile_path:
+        profiles["calibrated"] = load_profile(profile_path)
+    else:
+        from costmodel.hardware import HardwareProfile
+        from validation.calibrate import calibrate as run_calibration
+
+        click.echo("calibrating ...", err=True)
+        profiles["calibrated"] = HardwareProfile.model_validate(run_calibration(device, None, quick))
+    from validation.run import GRIDS, validate as run_validation
+
+    grid_size = len(list(GRIDS[(device, quick)].workloads()))
+    with click.progressbar(length=grid_size, label="cases", file=click.get_text_stream("stderr")) as bar:
+        def progress(cases):
+            for case in cases:
+                yield case
+                bar.update(1)
+        report = run_validation(device, profiles, quick, progress)
+    from costmodel.format import validation_summary
+
+    click.echo(validation_summary(report))
+    if json_path:
+        from costmodel.files import write_text
+
+        write_text(json_path, json.dumps(report, indent=1))
+        click.echo(f"wrote {json_path}")
+    if plot_path:
+        from costmodel.plots import draw_predicted_vs_measured, save
+
+        rows = [{"measured_s": r["measured"]["median_s"], "predicted_s": r["predicted_calibrated_s"],
+                 "group": r["group"]} for r in report["rows"]]
+        env = report["environment"]
+        title = (f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}\n"
+                 f"predicted (calibrated profile) against measured, per op and whole step")
+        save(draw_predicted_vs_measured(rows, title), plot_path)
+        click.echo(f"wrote {plot_path}")
+
+
 __all__ = ["main"]

@@ -10,12 +10,18 @@ from collections.abc import Iterator
 from costmodel.errors import CostModelError
 
 
-@contextlib.contextmanager
-def atomic_path(path: str) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path`` with the usual permissions."""
+def check_folder(path: str) -> str:
+    """The folder ``path`` would be written into; an error when it does not exist (check before long work)."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CostModelError(f"cannot write {path}: folder {folder} does not exist")
+    return folder
+
+
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` with the usual permissions."""
+    folder = check_folder(path)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".costmodel-", suffix=os.path.splitext(path)[1])
     os.close(fd)
     try:

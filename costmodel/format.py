@@ -222,3 +222,32 @@ def sweep_table(hw, workloads, name: str, values: list[int], records: list[dict]
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
+
+
+def validation_summary(report: dict) -> str:
+    """Error per group and profile, the speed-ups, and the FLOP cross-check."""
+    env = report["environment"]
+    lines = [f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}",
+             f"timing: {env['timing_method']}",
+             f"{len(report['rows'])} rows (ops and whole steps), {len(report['skipped'])} cases skipped; "
+             f"FLOP cross-check (FlopCounterMode = symbolic): {'all passed' if report['flop_check_passed'] else 'FAILED'}",
+             ""]
+    names = list(report["summary"])
+    head = ("group", "n", *[f"{name} median |err|" for name in names], *[f"{name} p90 |err|" for name in names])
+    rows = [head]
+    for group, stats in report["summary"][names[0]].items():
+        per = [report["summary"][name][group] for name in names]
+        rows.append((group, str(stats["n"]), *[f"{p['median_abs_error_pct']:.0f}%" for p in per],
+                     *[f"{p['p90_abs_error_pct']:.0f}%" for p in per]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines += ["", "speed-up over MHA of the whole step, measured and predicted:"]
+    for sp in report["speedups"]:
+        shape = f"b={sp['b']}, m={sp['m']}" if sp["mode"] == "incremental" else f"n=m={sp['n']}"
+        predicted = ", ".join(f"{name} {sp[f'predicted_{name}']:.2f}x ({sp[f'error_{name}_pct']:+.0f}%)"
+                              for name in names)
+        lines.append(f"  {sp['variant'].upper()} (g={sp['g']}) {sp['mode']} {shape} {sp['dtype']} {sp['execution']}: "
+                     f"measured {sp['measured']:.2f}x; predicted {predicted}")
+    for skip in report["skipped"]:
+        lines.append(f"  skipped {skip['variant']} {skip['mode']} b={skip['b']} m={skip['m']}: {skip['reason']}")
+    return "\n".join(lines)

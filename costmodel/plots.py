@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from costmodel.errors import CostModelError
-from costmodel.files import atomic_path
+from costmodel.files import atomic_path, check_folder
 from costmodel.format import si
 from costmodel.hardware import HardwareProfile
 from costmodel.roofline import Workload, compile_program, memory_fit, predict, sweep
@@ -61,9 +61,7 @@ def check_output(path: str) -> str:
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in FORMATS:
         raise CostModelError(f"cannot save {path!r}: the suffix must be one of {', '.join(FORMATS)}")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CostModelError(f"cannot save {path}: folder {folder} does not exist")
+    check_folder(path)
     return suffix
 
 

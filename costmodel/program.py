@@ -137,6 +137,17 @@ def _flatten(ops) -> list[Op]:
     return [p for op in ops for p in (op.parts or (op,))]
 
 
+def op_class(op: Op, mode: str) -> str:
+    """The class of kernel an op runs, for measured per-class rates: a projection (an einsum with a
+    weight), an attention einsum (over K or V), elementwise, copy, or fused attention for a decode step
+    or a prefill (different kernels: one query position against many)."""
+    if op.kind == "einsum":
+        return "projection" if any(t.name.startswith("P_") for t in op.inputs) else "attention"
+    if op.kind == "fused":
+        return "fused_prefill" if mode == "batched" else "fused_decode"
+    return op.kind
+
+
 def kv_heads(variant: str, groups: int | None = None) -> sympy.Expr:
     """Number of key/value heads: ``h`` for MHA, 1 for MQA, ``groups`` (or the symbol ``g``) for GQA."""
     if variant not in VARIANTS:
@@ -296,6 +307,6 @@ def check_divisible(heads: int, kv: int) -> None:
 
 __all__ = [
     "Op", "Program", "Tensor", "Variant", "Mode", "VARIANTS", "MODES", "CACHE_APPENDS", "EXECUTIONS",
-    "fuse_attention",
+    "fuse_attention", "op_class",
     "ELEMENTWISE_FLOPS", "STEP", "build_program", "kv_heads", "check_divisible",
 ]

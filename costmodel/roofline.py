@@ -24,7 +24,7 @@ from costmodel import symbols as S
 from costmodel.counts import derive
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
-from costmodel.program import build_program, check_divisible
+from costmodel.program import build_program, check_divisible, op_class
 
 ARGS = (S.b, S.n, S.m, S.d, S.h, S.g, S.k, S.v)
 Overlap = Literal["max", "sum"]
@@ -127,7 +127,7 @@ class Compiled:
     op's FLOPs, every op's memory elements, the weight elements and the KV-cache elements."""
 
     names: tuple[str, ...]
-    kinds: tuple[str, ...]
+    kinds: tuple[str, ...]  # the op class of each op (costmodel.program.op_class)
     einsums: tuple[str | None, ...]
     counts: object
 
@@ -142,10 +142,11 @@ class Compiled:
 def compile_program(variant: str, mode: str, execution: str = "unfused", cache_append: str = "inplace") -> Compiled:
     """The program's exact counts, compiled once into a single numpy function."""
     report = derive(variant, mode, execution=execution, cache_append=cache_append, simplify=False)
-    weights, cache = build_program(variant, mode, cache_append=cache_append).resident_elements()
+    program = build_program(variant, mode, cache_append=cache_append, execution=execution)
+    weights, cache = program.resident_elements()
     exprs = [o.flops for o in report.ops] + [o.memory_elements for o in report.ops] + [weights, cache]
     return Compiled(
-        names=tuple(o.name for o in report.ops), kinds=tuple(o.kind for o in report.ops),
+        names=tuple(o.name for o in report.ops), kinds=tuple(op_class(o, mode) for o in program.ops),
         einsums=tuple(o.einsum for o in report.ops), counts=_numeric_function(exprs),
     )
 
@@ -220,10 +221,10 @@ class Prediction(BaseModel):
 
 
 def _times(hw: HardwareProfile, w: Workload, kind: str, flops, nbytes, overlap: str):
-    peak = hw.vector_peak(w.dtype) if kind == "elementwise" else hw.peak(w.dtype)
-    compute, memory = flops / peak, nbytes / hw.bandwidth
+    peak = hw.peak_for(kind, w.dtype)
+    compute, memory = flops / peak, nbytes / hw.bandwidth_for(kind, w.dtype)
     launches = w.n if w.mode == "generate" else 1
-    launch = hw.launch_overhead * launches
+    launch = hw.overhead_for(kind) * launches
     body = max(compute, memory) if overlap == "max" else compute + memory
     return compute, memory, launch, body + launch
 
@@ -295,9 +296,11 @@ def memory_fit(compiled: Compiled, w: Workload, hw: HardwareProfile) -> MemoryFi
 def assumptions(w: Workload, hw: HardwareProfile, overlap: str) -> list[str]:
     how = "max(compute, memory)" if overlap == "max" else "compute + memory"
     peaks = "measured" if hw.measured else "datasheet dense"
+    launch = ("measured overhead per op class" if hw.op_classes else f"{hw.launch_overhead * 1e6:g} us launch")
     out = [
-        f"roofline per op: time = {how} + {hw.launch_overhead * 1e6:g} us launch per kernel; {peaks} peaks "
-        f"({w.dtype} for einsums, vector peak for elementwise ops)",
+        f"roofline per op: time = {how} + {launch} per kernel; {peaks} peaks "
+        f"({w.dtype} for einsums, vector peak for elementwise ops)"
+        + ("; measured FLOP rate and bandwidth per op class where calibrated" if hw.op_classes else ""),
         "every op is its own kernel; intermediates go through memory" if w.execution == "unfused" else
         "fused attention: logits and weights stay on chip; K and V are read once with their g heads",
         f"op rows are per layer; totals are x {w.layers} layer(s); weights are the attention projections only",
@@ -340,10 +343,9 @@ def sweep(
     for kind, f, e in zip(compiled.kinds, flops_per_op, elements_per_op):
         f = np.broadcast_to(f, x.shape).astype(np.float64)
         by = np.broadcast_to(e, x.shape) * float(width)
-        peak = hw.vector_peak(w.dtype) if kind == "elementwise" else hw.peak(w.dtype)
-        compute, memory = f / peak, by / hw.bandwidth
+        compute, memory = f / hw.peak_for(kind, w.dtype), by / hw.bandwidth_for(kind, w.dtype)
         body = np.maximum(compute, memory) if overlap == "max" else compute + memory
-        time += body + hw.launch_overhead * launches
+        time += body + hw.overhead_for(kind) * launches
         flops += f
         nbytes += by
     lw = width * w.layers

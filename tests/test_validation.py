@@ -1,0 +1,151 @@
+"""Validation and calibration on the CPU: report structure, FLOP cross-check, errors. Not accuracy:
+a shared CPU cannot promise timings, so no test asserts an error threshold."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from costmodel.cli import main  # noqa: E402
+from costmodel.hardware import load_profile  # noqa: E402
+from costmodel.roofline import Workload  # noqa: E402
+from validation import run as validation_run  # noqa: E402
+from validation.kernels import _CopyCounter, build_kernels, counted_flops  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("validate")
+    profile = folder / "cpu.yaml"
+    calibrated = CliRunner().invoke(main, ["calibrate", "--device", "cpu", "--quick", "--out", str(profile)])
+    assert calibrated.exit_code == 0, calibrated.output
+    out, plot = folder / "report.json", folder / "report.png"
+    result = CliRunner().invoke(main, ["validate", "--device", "cpu", "--quick", "--profile", str(profile),
+                                       "--json", str(out), "--plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text()), result.output, plot, profile
+
+
+def test_report_structure(quick_report):
+    report, output, plot, _ = quick_report
+    env = report["environment"]
+    assert {"torch_version", "device", "device_name", "backend", "timing_method"} <= set(env)
+    assert env["device"] == "cpu" and "threads" in env["backend"] and "median" in env["timing_method"]
+    rows = report["rows"]
+    grid = list(validation_run.GRIDS[("cpu", True)].workloads())
+    assert {(r["variant"], r["mode"], r["execution"]) for r in rows} == {
+        (w.variant, w.mode, w.execution) for w in grid}
+    for r in rows:
+        m = r["measured"]
+        assert 0 < m["p10_s"] <= m["median_s"] <= m["p90_s"] and m["reps"] >= 5
+        for name in ("datasheet", "calibrated"):
+            assert r[f"predicted_{name}_s"] > 0
+            assert r[f"error_{name}_pct"] == pytest.approx(
+                100 * (r[f"predicted_{name}_s"] - m["median_s"]) / m["median_s"])
+        assert r["dtype"] and r["group"] in validation_run.GROUPS
+    assert sum(r["op"] == "step" for r in rows) == len(grid)
+    for name in ("datasheet", "calibrated"):
+        assert set(report["summary"][name]) == {*validation_run.GROUPS, "all ops"}
+    assert {(s["variant"], s["mode"], s["execution"]) for s in report["speedups"]} == {
+        (v, mode, ex) for v in ("gqa", "mqa") for mode in ("incremental", "batched") for ex in ("unfused", "fused")}
+    assert report["profiles"]["calibrated"]["measured"] is not None
+    assert report["profiles"]["datasheet"]["measured"] is None
+    assert "FLOP cross-check" in output and "speed-up over MHA" in output
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_flop_cross_check(quick_report):
+    report = quick_report[0]
+    assert report["flop_check_passed"]
+    for r in report["rows"]:
+        assert r["flops_counted"] == r["flops_symbolic"], (r["variant"], r["mode"], r["op"])
+    assert any(r["op"] == "attention" and r["flops_counted"] > 0 for r in report["rows"])  # SDPA counted too
+
+
+def test_calibrated_profile_is_marked_measured(quick_report):
+    profile = load_profile(str(quick_report[3]))
+    assert profile.measured is not None and profile.measured.torch_version == str(torch.__version__)
+    assert {"fp32", "bf16"} <= set(profile.peak_flops_per_s)
+    assert all(item.confidence == "measured" for f, item in profile.sourced_items() if "op_classes" in f or "peak" in f)
+    assert set(profile.op_classes) == {"projection", "attention", "elementwise", "copy", "fused_decode",
+                                       "fused_prefill"}
+
+
+@pytest.mark.parametrize("variant", ["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("mode", ["incremental", "batched"])
+@pytest.mark.parametrize("execution", ["unfused", "fused"])
+def test_kernels_count_the_symbolic_flops_and_copy_no_weights(variant, mode, execution):
+    w = Workload.create(variant, mode, batch=3, seq=8 if mode == "batched" else None,
+                        context=12 if mode == "incremental" else None, d_model=64, heads=4,
+                        groups=2 if variant == "gqa" else None, dtype="fp32", execution=execution)
+    # elements of P_q, P_o (h = 4 heads) and P_k, P_v (g = 4, 2, 1): no activation here has these counts
+    weight_sizes = {4 * 64 * 16, 2 * 64 * 16, 1 * 64 * 16}
+    for kernel in build_kernels(w, "cpu"):
+        assert counted_flops(kernel) == kernel.expected_flops, kernel.name
+        if kernel.kind == "einsum":
+            with _CopyCounter() as counter:
+                kernel.run()
+            # an activation may be transposed (O before out_proj, as implementations do); a weight never
+            copied = {math.prod(shape) for shape in counter.copied_shapes}
+            assert not weight_sizes & copied, (kernel.name, counter.copied_shapes)
+
+
+def test_out_of_memory_case_is_skipped_and_the_run_goes_on(monkeypatch):
+    real = validation_run.run_case
+    calls = []
+
+    def flaky(w, *args):
+        calls.append(w)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(w, *args)
+    monkeypatch.setattr(validation_run, "run_case", flaky)
+    monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(
+        d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)))
+    hw = load_profile("zen4-2vcpu")
+    report = validation_run.validate("cpu", {"datasheet": hw, "calibrated": hw}, quick=True)
+    assert len(report["skipped"]) == 1 and "out of memory" in report["skipped"][0]["reason"]
+    assert {r["variant"] for r in report["rows"]} == {"gqa", "mqa"}
+
+
+def test_interrupt_leaves_no_file(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(validation_run, "run_case", interrupted)
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["validate", "--device", "cpu", "--quick", "--gpu", "zen4-2vcpu",
+                                       "--profile", str(tmp_path / "missing.yaml"), "--json", str(out)])
+    assert result.exit_code != 0 and not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cuda_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the error path cannot be taken")
+    result = CliRunner().invoke(main, ["validate", "--device", "cuda", "--quick"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: --device cuda: no CUDA GPU is available to torch here; use --device cpu"
+
+
+def test_no_torch_says_how_to_install():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from costmodel.cli import main\n"
+            "main(['validate', '--device', 'cpu', '--quick'], prog_name='costmodel')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: costmodel validate needs torch: pip install 'costmodel[validation]' "
+        "(or pip install torch==2.13.0 for the CPU build)")
+
+
+@pytest.mark.parametrize("args", [["validate", "--help"], ["calibrate", "--help"]])
+def test_help(args):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0 and "Example:" in result.output

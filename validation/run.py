@@ -1,0 +1,180 @@
+"""Measure every op and whole step of a grid of workloads and compare with the predictions.
+
+Each case (variant x mode x batch x context x dtype x execution) is built from the same program as the
+prediction; every op is timed (:mod:`validation.timing`), its FLOPs counted by torch's
+FlopCounterMode and compared with the symbolic count, and its time predicted with a datasheet profile
+and a measured (calibrated) one. The report carries per-row errors, per-group summaries and the
+measured against predicted speed-ups of GQA and MQA over MHA.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from costmodel.hardware import HardwareProfile
+from costmodel.roofline import Workload, predict
+from validation.kernels import build_kernels, counted_flops, run_step
+from validation.timing import Timer, environment
+
+PROJECTIONS = {"q_proj", "k_proj", "v_proj", "out_proj"}
+GROUPS = ("decode attention", "projections", "batched attention", "whole step")
+
+
+@dataclass(frozen=True)
+class Grid:
+    d: int
+    h: int
+    g: int
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    prefill: tuple[int, ...]       # n = m of batched self-attention (batch 1)
+    dtypes: tuple[str, ...]
+    executions: tuple[str, ...] = ("unfused", "fused")
+
+    def workloads(self) -> Iterator[Workload]:
+        for dtype in self.dtypes:
+            for execution in self.executions:
+                for b in self.batches:
+                    for m in self.contexts:
+                        for v in ("mha", "gqa", "mqa"):
+                            yield self._make(v, "incremental", dtype, execution, batch=b, context=m)
+                for n in self.prefill:
+                    for v in ("mha", "gqa", "mqa"):
+                        yield self._make(v, "batched", dtype, execution, batch=1, seq=n)
+
+    def _make(self, variant, mode, dtype, execution, **dims) -> Workload:
+        return Workload.create(variant, mode, d_model=self.d, heads=self.h,
+                               groups=self.g if variant == "gqa" else None, dtype=dtype, execution=execution, **dims)
+
+
+GRIDS = {
+    ("cpu", True): Grid(d=256, h=8, g=2, batches=(2,), contexts=(256,), prefill=(64,), dtypes=("fp32",)),
+    ("cpu", False): Grid(d=2048, h=16, g=4, batches=(1, 8), contexts=(1024, 8192), prefill=(512,),
+                         dtypes=("fp32", "bf16")),
+    ("cuda", True): Grid(d=4096, h=32, g=8, batches=(16,), contexts=(4096,), prefill=(1024,), dtypes=("bf16",)),
+    ("cuda", False): Grid(d=4096, h=32, g=8, batches=(1, 16, 64), contexts=(1024, 4096, 16384),
+                          prefill=(1024, 4096), dtypes=("bf16", "fp16")),
+}
+
+
+def group_of(mode: str, op: str) -> str:
+    if op == "step":
+        return "whole step"
+    if op in PROJECTIONS:
+        return "projections"
+    return "decode attention" if mode == "incremental" else "batched attention"
+
+
+def _error(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted - measured) / measured
+
+
+def run_case(w: Workload, device: str, timer: Timer, profiles: dict[str, HardwareProfile]) -> list[dict]:
+    """Rows for every op of one workload and for the whole step."""
+    kernels = build_kernels(w, device)
+    predictions = {name: predict(w, hw) for name, hw in profiles.items()}
+    case = {"variant": w.variant, "mode": w.mode, "b": w.b, "n": w.n, "m": w.m, "d": w.d, "h": w.h, "g": w.g,
+            "k": w.k, "dtype": w.dtype, "execution": w.execution}
+    rows = []
+    for i, kernel in enumerate(kernels):
+        counted = counted_flops(kernel)
+        timing = timer.time(kernel.run)
+        row = {**case, "op": kernel.name, "group": group_of(w.mode, kernel.name), "kind": kernel.kind,
+               "flops_symbolic": kernel.expected_flops, "flops_counted": counted,
+               "flop_check": counted == kernel.expected_flops, "measured": timing.to_dict()}
+        for name, p in predictions.items():
+            row[f"predicted_{name}_s"] = p.ops[i].time_s
+            row[f"error_{name}_pct"] = _error(p.ops[i].time_s, timing.median_s)
+        rows.append(row)
+    timing = timer.time(run_step(kernels))
+    row = {**case, "op": "step", "group": "whole step", "kind": "step",
+           "flops_symbolic": sum(k.expected_flops for k in kernels),
+           "flops_counted": sum(r["flops_counted"] for r in rows), "measured": timing.to_dict()}
+    row["flop_check"] = row["flops_symbolic"] == row["flops_counted"]
+    for name, p in predictions.items():
+        row[f"predicted_{name}_s"] = p.total.time_s
+        row[f"error_{name}_pct"] = _error(p.total.time_s, timing.median_s)
+    rows.append(row)
+    return rows
+
+
+def summarize(rows: list[dict], profile_names: list[str]) -> dict:
+    """Median and 90th-percentile absolute error per group and profile, and over all op rows."""
+    out = {}
+    for name in profile_names:
+        per = {}
+        for group in (*GROUPS, "all ops"):
+            sel = [r for r in rows if (r["group"] == group if group != "all ops" else r["op"] != "step")]
+            errors = sorted(abs(r[f"error_{name}_pct"]) for r in sel)
+            if errors:
+                per[group] = {"n": len(errors), "median_abs_error_pct": statistics.median(errors),
+                              "p90_abs_error_pct": _quantile(errors, 0.9)}
+        out[name] = per
+    return out
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    return statistics.quantiles(sorted_values, n=10, method="inclusive")[int(q * 10) - 1]
+
+
+def speedups(rows: list[dict], profile_names: list[str]) -> list[dict]:
+    """Measured against predicted step-time speed-up of GQA and MQA over MHA, per workload."""
+    steps = {}
+    for r in rows:
+        if r["op"] == "step":
+            key = (r["mode"], r["b"], r["n"], r["m"], r["dtype"], r["execution"])
+            steps.setdefault(key, {})[r["variant"]] = r
+    out = []
+    for (mode, b, n, m, dtype, execution), by in steps.items():
+        if "mha" not in by:
+            continue
+        for variant in ("gqa", "mqa"):
+            if variant not in by:
+                continue
+            measured = by["mha"]["measured"]["median_s"] / by[variant]["measured"]["median_s"]
+            item = {"variant": variant, "over": "mha", "mode": mode, "b": b, "n": n, "m": m, "dtype": dtype,
+                    "execution": execution, "g": by[variant]["g"], "measured": measured}
+            for name in profile_names:
+                predicted = by["mha"][f"predicted_{name}_s"] / by[variant][f"predicted_{name}_s"]
+                item[f"predicted_{name}"] = predicted
+                item[f"error_{name}_pct"] = _error(predicted, measured)
+            out.append(item)
+    return out
+
+
+def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
+             progress: Callable[[list], Iterator] | None = None) -> dict:
+    """Run the grid on ``device``; returns the whole report as a JSON-ready dict."""
+    grid = GRIDS[(device, quick)]
+    timer = Timer(device, budget_s=0.05 if quick else 0.25, min_reps=5 if quick else 7, warmup=2 if quick else 3)
+    cases = list(grid.workloads())
+    rows, skipped = [], []
+    for w in (progress(cases) if progress else cases):
+        try:
+            rows += run_case(w, device, timer, profiles)
+        except torch.OutOfMemoryError as err:  # a subclass of RuntimeError
+            skipped.append({**w.model_dump(), "reason": f"out of memory: {str(err).splitlines()[0]}"})
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        except RuntimeError as err:
+            if "out of memory" not in str(err).lower() and "not enough memory" not in str(err).lower():
+                raise
+            skipped.append({**w.model_dump(), "reason": f"out of memory: {str(err).splitlines()[0]}"})
+    names = list(profiles)
+    return {
+        "environment": environment(device, timer),
+        "profiles": {name: {"id": hw.id, "name": hw.name, "measured": hw.measured.model_dump() if hw.measured else None}
+                     for name, hw in profiles.items()},
+        "grid": {**grid.__dict__, "quick": quick},
+        "flop_check_passed": all(r["flop_check"] for r in rows),
+        "rows": rows,
+        "skipped": skipped,
+        "summary": summarize(rows, names),
+        "speedups": speedups(rows, names),
+    }

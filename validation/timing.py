@@ -1,0 +1,106 @@
+"""Timing kernels the way the field does: warm-up, many repetitions, median and spread.
+
+CPU: a fixed thread count, ``time.perf_counter`` around each call. CUDA: CUDA events around each call,
+with the device synchronised. Between repetitions a buffer twice the size of the last-level cache is
+overwritten, so every repetition reads its operands from memory (the roofline's assumption), not from
+a cache the previous repetition left warm.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_s: float
+    p10_s: float
+    p90_s: float
+    reps: int
+    method: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Timer:
+    """Times callables on one device with a cache flush between repetitions."""
+
+    def __init__(self, device: str, *, flush_bytes: int = 64 << 20, warmup: int = 3, min_reps: int = 5,
+                 max_reps: int = 50, budget_s: float = 0.25, threads: int | None = None):
+        self.device = device
+        self.warmup, self.min_reps, self.max_reps, self.budget_s = warmup, min_reps, max_reps, budget_s
+        if device == "cpu":
+            torch.set_num_threads(threads or torch.get_num_threads())
+        self.threads = torch.get_num_threads()
+        self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.float32, device=device) if flush_bytes else None
+        flush = f"{flush_bytes >> 20} MiB cache flush between repetitions" if flush_bytes else "no cache flush"
+        clock = "CUDA events, device synchronised" if device == "cuda" else f"perf_counter, {self.threads} threads"
+        self.method = (f"{clock}; {warmup} warm-up runs; {min_reps}-{max_reps} timed repetitions "
+                       f"(within about {budget_s:g} s); median, p10, p90; {flush}")
+
+    def _flush(self) -> None:
+        if self.flush_buffer is not None:
+            self.flush_buffer.fill_(1.0)
+
+    def time(self, fn: Callable[[], object]) -> Timing:
+        for _ in range(self.warmup):
+            fn()
+        times: list[float] = []
+        spent = 0.0
+        while len(times) < self.min_reps or (len(times) < self.max_reps and spent < self.budget_s):
+            self._flush()
+            t = self._cuda(fn) if self.device == "cuda" else self._cpu(fn)
+            times.append(t)
+            spent += t
+        times.sort()
+        q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else [times[0]] * 9
+        return Timing(statistics.median(times), q[0], q[-1], len(times), self.method)
+
+    @staticmethod
+    def _cpu(fn) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    @staticmethod
+    def _cuda(fn) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def environment(device: str, timer: Timer | None = None) -> dict:
+    """What every result records: torch version, device name, backend and timing method."""
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        backend = f"CUDA {torch.version.cuda}"
+    else:
+        import platform
+
+        name = _cpu_name() or platform.processor() or "cpu"
+        backend = f"CPU ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} threads"
+    out = {"torch_version": str(torch.__version__), "device": device, "device_name": str(name), "backend": backend}
+    if timer is not None:
+        out["timing_method"] = timer.method
+    return out
+
+
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
