@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -490,7 +491,7 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path) -> None:
     from validation.run import GRIDS, validate as run_validation
 
     grid_size = len(list(GRIDS[(device, quick)].workloads()))
-    with click.progressbar(length=grid_size, label="cases", file=click.get_text_stream("stderr")) as bar:
+    with click.progressbar(length=grid_size, label="cases", file=sys.stderr) as bar:
         def progress(cases):
             for case in cases:
                 yield case
