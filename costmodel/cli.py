@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
@@ -178,8 +179,8 @@ def workload_options(func):
         click.option("--dtype", type=DTYPES, default="bf16", show_default=True, help="storage and math dtype"),
         click.option("--layers", type=Positive, default=1, show_default=True, help="attention layers"),
         click.option("--execution", type=click.Choice(["unfused", "fused"], case_sensitive=False),
-                     default="unfused", show_default=True,
-                     help="every op its own kernel, or flash-style fused attention"),
+                     help="every op its own kernel, or flash-style fused attention "
+                          "[default: unfused; fused with --model]"),
         click.option("--overlap", type=click.Choice(["max", "sum"], case_sensitive=False), default="max",
                      show_default=True, help="op time = max(compute, memory) or their sum"),
         click.option("--cache-append", type=click.Choice(["inplace", "concat"], case_sensitive=False),
@@ -247,13 +248,18 @@ def parse_range(text: str) -> list[int]:
               help="sweep one dimension (batch, seq, context, d-model, heads, groups, head-dim, value-dim), "
                    "e.g. context=128:32768:x2")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="with --sweep: also write a CSV file")
+@click.option("--model", "model_name", help="a whole model: preset id or alias (llama-3-8b, ...) or a config.json")
+@click.option("--model-config", type=click.Path(dir_okay=False), help="a Hugging Face config.json to read the model from")
+@click.option("--tp", type=Positive, default=1, show_default=True, help="with --model: tensor-parallel devices")
+@click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (an array when variants are compared)")
 def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache_append, sweep_spec, csv_path,
-            as_json, **dims) -> None:
-    """Predict per-op and total latency of attention on a device with a roofline.
+            model_name, model_config, tp, source, as_json, **dims) -> None:
+    """Predict per-op and total latency of attention, or of a whole model, on a device with a roofline.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
-    context 4096, batch 16, bf16), MHA, GQA (8 kv heads) and MQA side by side.
+    context 4096, batch 16, bf16), MHA, GQA (8 kv heads) and MQA side by side. With --model: the
+    model's decode step (TPOT), prefill (TTFT), KV cache and what fits, optionally over --tp devices.
 
     Example: costmodel predict --gpu a100
     """
@@ -261,6 +267,21 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
     from costmodel.roofline import predict as run_predict
 
     hw = load_profile(gpu)
+    if model_name or model_config:
+        given = {k: v for k, v in dims.items() if v is not None and k not in ("batch", "context")}
+        given |= {"layers": layers} if layers != 1 else {}
+        given |= {"mode": mode} if mode.lower() != "incremental" else {}
+        given |= {"sweep": sweep_spec} if sweep_spec else {}
+        if given:
+            flag = "--" + next(iter(given)).replace("_", "-")
+            raise CostModelError(f"{flag} does not apply with --model (the model sets its shape; "
+                                 "--batch, --context, --source, --dtype, --execution, --tp and --variant/--groups do)")
+        _predict_model(hw, model_config or model_name, variant, groups, dims, dtype.lower(),
+                       (execution or "fused").lower(), tp, source, overlap.lower(), as_json)
+        return
+    execution = execution or "unfused"
+    if tp != 1 or source:
+        raise CostModelError("--tp and --source apply with --model")
     workloads = make_workloads(variant, groups, mode, dtype, layers, execution, cache_append, dims)
     if csv_path and not sweep_spec:
         raise CostModelError("--csv needs --sweep DIM=RANGE")
@@ -275,6 +296,23 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
         from costmodel.format import prediction_table
 
         click.echo(prediction_table(preds))
+
+
+def _predict_model(hw, name, variant, groups, dims, dtype, execution, tp, source, overlap, as_json) -> None:
+    from costmodel.models import load_model, predict_model
+
+    model = load_model(name)
+    if variant:
+        kv = {"mha": model.heads, "mqa": 1}.get(variant.lower(), groups or math.gcd(model.heads, 8))
+        from costmodel.program import check_divisible
+
+        check_divisible(model.heads, kv)
+        model = model.with_kv_heads(kv)
+    elif groups:
+        raise CostModelError("--groups with --model needs --variant gqa")
+    p = predict_model(model, hw, batch=dims.get("batch") or 1, context=dims.get("context") or 4096, source=source,
+                      dtype=dtype, execution=execution, tp=tp, overlap=overlap)
+    click.echo(json.dumps(p.model_dump(mode="json"), indent=2) if as_json else str(p))
 
 
 def _sweep(hw, workloads, spec: str, overlap: str, csv_path: str | None, as_json: bool) -> None:
@@ -371,6 +409,7 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
 
     check_output(out)
     hw = load_profile(gpu)
+    execution = execution or "unfused"
     x_name = x_name.lower()
     if x_name == "groups" and not variant:
         variant = "gqa"

@@ -251,3 +251,44 @@ def validation_summary(report: dict) -> str:
     for skip in report["skipped"]:
         lines.append(f"  skipped {skip['variant']} {skip['mode']} b={skip['b']} m={skip['m']}: {skip['reason']}")
     return "\n".join(lines)
+
+
+def model_table(p) -> str:
+    """A model's decode step op by op, then TPOT, TTFT and memory."""
+    m, w, mem, hw = p.model, p.workload, p.memory, p.hardware
+    devices = f"{hw['devices']} devices (tensor parallel)" if hw["devices"] > 1 else "1 device"
+    count = lambda x: f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M"  # noqa: E731
+    published = f" (published {count(m['published_params'])})" if m["published_params"] else ""
+    kv_note = f", {m['kv_heads_per_device']} per device" if hw["devices"] > 1 else ""
+    lines = [
+        f"{hw['name']} [{hw['id']}], {hw['dtype']}, {devices}",
+        f"{m['name']} [{m['id']}]: {count(m['params'])} parameters{published}; {m['layers']} layers, "
+        f"{m['heads']} heads, {m['kv_heads']} key/value heads{kv_note}, head dim {m['head_dim']}",
+        f"workload: batch {w['batch']}, context {w['context']}" + (f", source {w['source']}" if w["source"] else "")
+        + f", {w['execution']} attention", "",
+        "decode step (one token per sequence), per device:",
+    ]
+    head = ("section", "op", "kernels", "FLOPs", "bytes", "time", "bound")
+    rows = [head] + [(o.section, o.name, str(o.count), si(o.flops), si(o.bytes, "B"), si(o.time_s, "s"), o.bound)
+                     for o in p.decode.ops]
+    if p.decode.all_reduce_s:
+        rows.append(("tensor parallel", "all-reduce", str(2 * m["layers"]), "", "", si(p.decode.all_reduce_s, "s"), ""))
+    rows.append(("total", "", "", si(p.decode.flops), si(p.decode.bytes, "B"), si(p.decode.time_s, "s"), ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    right = {2, 3, 4, 5}
+    for i, r in enumerate(rows):
+        if i in (1, len(rows) - 1):
+            lines.append("  ".join("-" * x for x in widths))
+        lines.append("  ".join(c.rjust(x) if j in right else c.ljust(x) for j, (c, x) in enumerate(zip(r, widths))).rstrip())
+    t = p.total
+    lines += [
+        "",
+        f"TPOT {si(t['tpot_s'], 's')}   tokens/s {si(t['tokens_per_s'])}   "
+        f"TTFT {si(t['ttft_s'], 's')} (prefill of a {w['context']}-token prompt)",
+        f"KV cache {si(mem['kv_cache_bytes_per_token'], 'B')} per token, {si(mem['kv_cache_bytes_per_device'], 'B')} per "
+        f"device; weights {si(mem['weight_bytes_per_device'], 'B')} per device; fits in "
+        f"{si(mem['capacity_bytes'], 'B')}: {'yes' if mem['fits'] else 'NO'}; largest batch {mem['max_batch']} "
+        f"(context {w['context']}); largest context {mem['max_context']} (batch {w['batch']})",
+        "", "Assumptions:", *(f"  - {a}" for a in p.assumptions),
+    ]
+    return "\n".join(lines)

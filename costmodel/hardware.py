@@ -82,7 +82,8 @@ class HardwareProfile(_Strict):
     on_chip_memory_kind: str
     matrix_tile: Tile | None = None
     launch_overhead_s: Sourced
-    interconnect_bytes_per_s: Sourced | None = None
+    interconnect_bytes_per_s: Sourced | None = None  # total over both directions, as vendors quote it
+    interconnect_latency_s: Sourced | None = None
     interconnect: str | None = None
     op_classes: dict[OpClassName, OpClass] = Field(default_factory=dict)
     measured: Measured | None = None
@@ -103,7 +104,7 @@ class HardwareProfile(_Strict):
         for dtype, item in self.peak_flops_per_s.items():
             yield f"peak_flops_per_s.{dtype}", item
         for name in ("memory_bandwidth_bytes_per_s", "memory_capacity_bytes", "on_chip_memory_bytes",
-                     "launch_overhead_s", "interconnect_bytes_per_s", "matrix_tile"):
+                     "launch_overhead_s", "interconnect_bytes_per_s", "interconnect_latency_s", "matrix_tile"):
             item = getattr(self, name)
             if item is not None:
                 yield name, item

@@ -1,0 +1,149 @@
+"""Model presets, Hugging Face configs, whole-model steps, KV cache and tensor parallelism."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from costmodel.cli import main
+from costmodel.errors import CostModelError
+from costmodel.hardware import load_profile
+from costmodel.models import all_reduce_s, load_model, predict_model, preset_ids
+
+REQUIRED = ["wmt_transformer_mha", "wmt_transformer_mqa", "t5_xxl", "t5_xxl_mqa", "t5_xxl_gqa8", "llama_2_7b",
+            "llama_2_70b", "llama_3_8b", "llama_3_70b", "mistral_7b", "falcon_7b", "starcoder", "palm_540b"]
+
+
+def test_every_required_preset_exists():
+    assert set(REQUIRED) <= set(preset_ids())
+
+
+@pytest.mark.parametrize("pid", preset_ids())
+def test_preset_parameter_count(pid):
+    m = load_model(pid)
+    assert m.source.strip()
+    if m.published_params is None:
+        # uptrained T5 variants: T5 XXL less the removed key/value heads of every decoder attention
+        base = load_model("t5_xxl")
+        removed = base.layers * 2 * 2 * base.d_model * base.head_dim * (base.kv_heads - m.kv_heads)
+        assert m.param_count() == base.param_count() - removed
+    else:
+        assert abs(m.param_count() - m.published_params) <= 0.02 * m.published_params
+
+
+def test_hand_counted_llama_2_7b():
+    # 32 x (4 x 4096^2 attention + 3 x 4096 x 11008 SwiGLU + 2 x 4096 norms) + 2 x 32000 x 4096 + 4096
+    expected = 32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096 + 4096
+    assert load_model("llama-2-7b").param_count() == expected == 6_738_415_616
+
+
+LLAMA3_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256,
+    "hidden_act": "silu", "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192,
+}
+FALCON_CONFIG = {"model_type": "falcon", "hidden_size": 4544, "n_head": 71, "n_layer": 32, "multi_query": True,
+                 "parallel_attn": True, "vocab_size": 65024, "bias": False, "new_decoder_architecture": False}
+
+
+@pytest.mark.parametrize("config,preset", [(LLAMA3_CONFIG, "llama_3_8b"), (FALCON_CONFIG, "falcon_7b")])
+def test_hugging_face_config_loads_to_the_preset(tmp_path, config, preset):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    loaded, ref = load_model(str(path)), load_model(preset)
+    for field in ("d_model", "layers", "heads", "kv_heads", "head_dim", "d_ff", "ffn_gated", "vocab",
+                  "tied_embeddings", "parallel_block"):
+        assert getattr(loaded, field) == getattr(ref, field), field
+    assert loaded.param_count() == ref.param_count()
+
+
+@pytest.mark.parametrize("content,expected", [
+    ({"model_type": "llama", "num_attention_heads": 32}, "cannot read hidden_size, num_hidden_layers, vocab_size"),
+    ("{not json", "not valid JSON"),
+    ({"hidden_size": 100, "num_attention_heads": 3, "num_hidden_layers": 2, "vocab_size": 10},
+     "cannot read head_dim"),
+])
+def test_hugging_face_config_errors(tmp_path, content, expected):
+    path = tmp_path / "config.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(CostModelError, match=expected) as err:
+        load_model(str(path))
+    assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("pid,dtype", [("llama_3_8b", "bf16"), ("falcon_7b", "fp16"), ("llama_2_7b", "fp32")])
+def test_kv_cache_bytes(pid, dtype):
+    m = load_model(pid)
+    batch, context = 3, 1000
+    p = predict_model(m, load_profile("h100"), batch=batch, context=context, dtype=dtype)
+    width = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
+    positions = context + 1  # after the step's own token is appended
+    assert p.memory["kv_cache_bytes"] == 2 * m.layers * m.kv_heads * m.head_dim * positions * batch * width
+    assert p.memory["kv_cache_bytes_per_token"] == 2 * m.layers * m.kv_heads * m.head_dim * width
+
+
+def test_tensor_parallel_replicates_kv_when_g_is_below_t():
+    hw = load_profile("h100")
+    starcoder = load_model("starcoder")  # 48 query heads, 1 key/value head
+    one = predict_model(starcoder, hw, batch=8, context=4096)
+    eight = predict_model(starcoder, hw, batch=8, context=4096, tp=8)
+    assert eight.model["kv_heads_per_device"] == 1
+    assert eight.memory["kv_cache_bytes_per_device"] == one.memory["kv_cache_bytes_per_device"]  # replicated
+    llama = load_model("llama_3_70b")  # 64 heads, 8 key/value heads
+    by_t = {t: predict_model(llama, hw, batch=8, context=4096, tp=t) for t in (2, 8, 16)}
+    assert by_t[8].memory["kv_cache_bytes_per_device"] * 4 == by_t[2].memory["kv_cache_bytes_per_device"]  # sharded
+    assert by_t[16].memory["kv_cache_bytes_per_device"] == by_t[8].memory["kv_cache_bytes_per_device"]  # g < t
+
+
+def test_all_reduce_price():
+    hw = load_profile("h100")  # 900 GB/s both ways (450 each way), 2 us per step (estimate)
+    nbytes = 16 * 8192 * 2
+    assert all_reduce_s(hw, 1, nbytes) == 0
+    assert all_reduce_s(hw, 4, nbytes) == pytest.approx(2 * 3 / 4 * nbytes / 450e9 + 2 * 3 * 2e-6)
+    p = predict_model(load_model("llama_3_70b"), hw, batch=16, context=2048, tp=4)
+    assert p.decode.all_reduce_s == pytest.approx(2 * 80 * all_reduce_s(hw, 4, 16 * 8192 * 2))
+
+
+def test_tp_must_divide_heads():
+    with pytest.raises(CostModelError, match="--tp 2 must divide the 71 query heads of falcon_7b"):
+        predict_model(load_model("falcon_7b"), load_profile("h100"), tp=2)
+
+
+def test_decode_is_weight_and_cache_bound_and_prefill_costs_more():
+    m = load_model("llama_3_8b")
+    p = predict_model(m, load_profile("h100"), batch=1, context=2048)
+    # every weight is read once per step, except the embedding table, of which only the new tokens' rows
+    assert p.decode.bytes >= 2 * (m.param_count() - m.vocab * m.d_model)
+    assert p.total["ttft_s"] > p.total["tpot_s"]
+    assert p.total["tokens_per_s"] == pytest.approx(1 / p.total["tpot_s"])
+
+
+def test_encoder_decoder_step_has_cross_attention_and_encoder_prefill():
+    p = predict_model(load_model("t5_xxl"), load_profile("tpu-v4"), batch=4, context=64, source=512)
+    sections = {o.section for o in p.decode.ops}
+    assert "cross-attention" in sections and "encoder" not in sections
+    assert "encoder" in {o.section for o in p.prefill.ops}
+
+
+def test_cli_model_run_and_json():
+    result = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--batch", "16",
+                                       "--context", "8192"])
+    assert result.exit_code == 0, result.output
+    assert "TPOT" in result.output and "TTFT" in result.output and "Llama 3 8B" in result.output
+    out = json.loads(CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--json"]).output)
+    assert {"tpot_s", "ttft_s", "tokens_per_s"} <= set(out["total"])
+    assert out["decode"]["ops"] and out["memory"]["fits"] is True
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--model", "llama-4-8b"], "unknown model 'llama-4-8b'; did you mean llama-3-8b"),
+    (["--model", "llama-3-8b", "--d-model", "1024"], "--d-model does not apply with --model"),
+    (["--model", "llama-3-8b", "--tp", "3"], "--tp 3 must divide the 32 query heads"),
+    (["--tp", "2"], "--tp and --source apply with --model"),
+])
+def test_cli_model_errors(args, expected):
+    result = CliRunner().invoke(main, ["predict", "--gpu", "h100", *args])
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code != 0 and len(errors) == 1 and expected in errors[0], result.output
