@@ -556,4 +556,57 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path) -> None:
         click.echo(f"wrote {plot_path}")
 
 
+@main.group()
+def reproduce() -> None:
+    """Reproduce the papers' results from the model, with every assumption shown."""
+
+
+@reproduce.command("shazeer2019")
+@click.option("--f32-storage/--no-f32-storage", default=True, show_default=True,
+              help="weights, caches and activations in f32, as TensorFlow kept them")
+@click.option("--concat-cache/--no-concat-cache", default=True, show_default=True,
+              help="tf.concat copies the whole K/V cache every step")
+@click.option("--tile-padding/--no-tile-padding", default=True, show_default=True,
+              help="pad every matmul to the matrix unit's 128x128 tile")
+@click.option("--f32-passes", type=click.IntRange(1, 6), default=3, show_default=True,
+              help="bf16 passes per f32 matmul on the v2 matrix unit (1 = none)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, as_json) -> None:
+    """Shazeer 2019: the asymptotic ratios, and Table 2's decoder time per token on a TPUv2 board.
+
+    Example: costmodel reproduce shazeer2019
+    """
+    from costmodel.format import shazeer_table
+    from costmodel.reproduce import Mechanisms, shazeer2019
+
+    result = shazeer2019(Mechanisms(f32_storage, concat_cache, tile_padding, f32_passes))
+    click.echo(json.dumps(result, indent=2) if as_json else shazeer_table(result))
+
+
+@reproduce.command("gqa2023")
+@click.option("--tp", type=Positive, default=8, show_default=True, help="TPU v4 chips, tensor parallel")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write the figure (.png, .svg, .pdf)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def reproduce_gqa(tp, plot_path, as_json) -> None:
+    """Ainslie et al. 2023: T5-XXL time per sample against key/value groups on TPU v4.
+
+    Example: costmodel reproduce gqa2023 --plot gqa.png
+    """
+    from costmodel.format import gqa_table
+    from costmodel.reproduce import gqa2023
+
+    if plot_path:
+        from costmodel.plots import check_output
+
+        check_output(plot_path)
+    result = gqa2023(chips=tp)
+    click.echo(json.dumps(result, indent=2) if as_json else gqa_table(result))
+    if plot_path:
+        from costmodel.plots import draw_groups, save
+
+        save(draw_groups(result), plot_path)
+        if not as_json:
+            click.echo(f"wrote {plot_path}")
+
+
 __all__ = ["main"]

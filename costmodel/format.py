@@ -292,3 +292,46 @@ def model_table(p) -> str:
         "", "Assumptions:", *(f"  - {a}" for a in p.assumptions),
     ]
     return "\n".join(lines)
+
+
+def shazeer_table(r: dict) -> str:
+    """The asymptotic ratios and Table 2's decoder time per token, model beside paper."""
+    lines = ["Shazeer 2019, 'Fast Transformer Decoding: One Write-Head is All You Need'", "",
+             "Memory/arithmetic of incremental decoding across n calls (derived | paper):"]
+    for a in r["asymptotic"]:
+        how = "holds" if a["extra_assumption"] is None else f"holds if {a['extra_assumption'].split(':')[0]}"
+        derived = a["derived_with_extra"] or a["derived"]
+        lines.append(f"  {a['variant'].upper()}: Θ({derived})  |  Θ({a['paper']})  {how}")
+        if a["extra_assumption"]:
+            lines.append(f"       without it, derived: Θ({a['derived']})")
+    p = r["paper"]
+    lines += ["", "Table 2, decoder, TPUv2-microseconds per output token:", "  " + r["setup"], ""]
+    head = ("model", "multi-head", "multi-query", "ratio")
+    rows = [head, ("paper (Table 2)", f"{p['mha_us_per_token']:.1f} us", f"{p['mqa_us_per_token']:.1f} us",
+                   f"{p['ratio']:.1f}x")]
+    rows += [(t["model"], f"{t['mha_us_per_token']:.1f} us", f"{t['mqa_us_per_token']:.2f} us", f"{t['ratio']:.2f}x")
+             for t in r["table2"]]
+    widths = [max(len(x[i]) for x in rows) for i in range(4)]
+    lines += ["  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(x, widths)))
+              for x in rows]
+    last = r["table2"][-1]
+    lines += ["", f"The plain roofline gives {r['table2'][0]['ratio']:.1f}x; with every mechanism, "
+              f"{last['ratio']:.1f}x against the paper's {p['ratio']:.1f}x "
+              f"(multi-head {last['mha_us_per_token'] / p['mha_us_per_token']:.0%} of the paper's time, "
+              f"multi-query {last['mqa_us_per_token'] / p['mqa_us_per_token']:.0%}). What is left is not explained "
+              "by these mechanisms; switch each off with --no-... to see its share."]
+    return "\n".join(lines)
+
+
+def gqa_table(r: dict) -> str:
+    lines = ["Ainslie et al. 2023, GQA: time per sample against key/value groups", "  " + r["setup"], ""]
+    rows = [("groups", "batch", "prefill", "decode (512 steps)", "chip-ms per sample")]
+    for x in r["rows"]:
+        if x.get("chip_ms_per_sample") is None:
+            rows.append((str(x["groups"]), "0", "", "", "does not fit"))
+        else:
+            rows.append((str(x["groups"]), str(x["batch"]), si(x["prefill_s"], "s"), si(x["decode_s"], "s"),
+                         f"{x['chip_ms_per_sample']:.0f}"))
+    widths = [max(len(x[i]) for x in rows) for i in range(5)]
+    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(x, widths)) for x in rows]
+    return "\n".join(lines)

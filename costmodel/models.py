@@ -18,12 +18,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+import sympy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from costmodel import symbols as S
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
-from costmodel.program import ELEMENTWISE_FLOPS, Op, Tensor
+from costmodel.program import Op, Tensor, build_program, gemm_dims
 from costmodel.roofline import ARGS, Workload, compile_program
 
 PACKAGE = "costmodel.model_presets"
@@ -226,11 +227,12 @@ class Row:
     flops: float
     bytes: float
     count: int
+    gemm: tuple[int, int, int, int] | None = None  # (batch, M, K, N) of an einsum
 
 
 def _op(name: str, kind: str, inputs: list[tuple[str, dict]], output: tuple[str, dict], fpe: int = 0) -> Op:
     """An op from named index->size maps: its einsum equation and costs follow from the shapes."""
-    to = lambda n, sizes: Tensor(n, "".join(sizes), tuple(S.sympy.Integer(v) for v in sizes.values()))  # noqa: E731
+    to = lambda n, sizes: Tensor(n, "".join(sizes), tuple(sympy.Integer(v) for v in sizes.values()))  # noqa: E731
     return Op(name, kind, tuple(to(n, s) for n, s in inputs), to(*output), fpe)
 
 
@@ -254,13 +256,22 @@ def device_slice(m: ModelPreset, t: int) -> ModelPreset:
 
 
 def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: int, ctx: int, execution: str,
-                    count: int, width: int, skip=()) -> list[Row]:
-    compiled = compile_program("gqa", mode, execution)
+                    count: int, width: int, skip=(), cache_append: str = "inplace") -> list[Row]:
+    compiled = compile_program("gqa", mode, execution, cache_append)
     dims = {"b": b, "n": n, "m": ctx, "d": m.d_model, "h": m.heads, "g": g, "k": m.head_dim, "v": m.head_dim}
     flops, elements, _, _ = compiled.evaluate([dims[s.name] for s in ARGS])
-    return [Row(section, name, eq, cls, float(f), float(e) * width, count)
-            for name, cls, eq, f, e in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements)
+    subs = {S.SYMBOLS[k]: v for k, v in dims.items()}
+    program = build_program("gqa", mode, cache_append=cache_append, execution=execution)
+    gemms = [tuple(int(x.subs(subs)) for x in gemm_dims(op)) if op.kind == "einsum" else None for op in program.ops]
+    return [Row(section, name, eq, cls, float(f), float(e) * width, count, gemm)
+            for name, cls, eq, f, e, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements, gemms)
             if name not in skip]
+
+
+def _row(section: str, op: Op, count: int, width: int) -> Row:
+    cls = "projection" if op.kind == "einsum" else op.kind
+    gemm = tuple(int(x) for x in gemm_dims(op)) if op.kind == "einsum" else None
+    return Row(section, op.name, op.einsum, cls, float(op.flops), float(op.memory_elements) * width, count, gemm)
 
 
 def _layer_rows(section: str, m: ModelPreset, tokens: int, count: int, width: int, norms: int) -> list[Row]:
@@ -280,10 +291,8 @@ def _layer_rows(section: str, m: ModelPreset, tokens: int, count: int, width: in
         ops.append(_op("ffn_act", "elementwise", [("u", hidden)], ("a", hidden), ACT_FLOPS[False]))
     ops.append(_op("ffn_down", "einsum", [("a", hidden), ("W_down", {"f": f, "d": d})], ("y", x)))
     for op in ops:
-        cls = "projection" if op.kind == "einsum" else op.kind
         n = 2 * count if op.name == "residuals" else count  # after attention and after the FFN
-        rows.append(Row(section, op.name if op.name != "residuals" else "residual", op.einsum, cls,
-                        float(op.flops), float(op.memory_elements) * width, n))
+        rows.append(_row(section, op, n, width))
     return rows
 
 
@@ -296,16 +305,17 @@ def _head_rows(m: ModelPreset, rows_out: int, tokens_in: int, width: int) -> lis
         _op("lm_head", "einsum", [("x", x_out), ("W_out", {"d": m.d_model, "w": m.vocab})],
             ("logits", {"t": rows_out, "w": m.vocab})),
     ]
-    return [Row("head", op.name, op.einsum, "projection" if op.kind == "einsum" else op.kind,
-                float(op.flops), float(op.memory_elements) * width, 1) for op in ops]
+    return [_row("head", op, 1, width) for op in ops]
 
 
-def step_rows(m: ModelPreset, phase: str, b: int, ctx: int, source: int, width: int, execution: str) -> list[Row]:
+def step_rows(m: ModelPreset, phase: str, b: int, ctx: int, source: int, width: int, execution: str,
+              cache_append: str = "inplace") -> list[Row]:
     """Every op of one decode step (``phase="decode"``: one token per sequence after ``ctx`` cached
     positions) or of the prefill of a ``ctx``-token prompt (encoder over ``source`` tokens first)."""
     L = m.layers
     if phase == "decode":
-        rows = _attention_rows("self-attention", m, m.kv_heads, "incremental", b, 1, ctx, execution, L, width)
+        rows = _attention_rows("self-attention", m, m.kv_heads, "incremental", b, 1, ctx, execution, L, width,
+                               cache_append=cache_append)
         tokens = b
     else:
         rows = _attention_rows("self-attention", m, m.kv_heads, "batched", b, ctx, ctx, execution, L, width)
@@ -327,8 +337,7 @@ def step_rows(m: ModelPreset, phase: str, b: int, ctx: int, source: int, width: 
         for name in ("cross_k_proj", "cross_v_proj"):
             op = _op(name, "einsum", [("M", kv), ("P", {"d": m.d_model, "g": m.cross_kv, "k": m.head_dim})],
                      ("KV", {"t": b * source, "g": m.cross_kv, "k": m.head_dim}))
-            rows.append(Row("cross-attention", name, op.einsum, "projection", float(op.flops),
-                            float(op.memory_elements) * width, L))
+            rows.append(_row("cross-attention", op, L, width))
     rows += _head_rows(m, b, tokens, width)
     return rows
 

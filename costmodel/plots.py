@@ -251,3 +251,31 @@ def draw_predicted_vs_measured(rows: list[dict], title: str, band: float = 0.2):
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     return fig
+
+
+def draw_groups(result: dict):
+    """Chip-milliseconds per sample against the number of key/value groups (Ainslie et al. 2023, Fig. 6)."""
+    plt = _pyplot()
+
+    rows = [r for r in result["rows"] if r.get("chip_ms_per_sample") is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    xs = [r["groups"] for r in rows]
+    ax.plot(xs, [r["chip_ms_per_sample"] for r in rows], marker="o", color=COLORS["gqa"], gid="time_per_sample",
+            label="predicted, total")
+    ax.plot(xs, [r["prefill_s"] * 1e3 * r["chip_ms_per_sample"] / ((r["prefill_s"] + r["decode_s"]) * 1e3)
+                 for r in rows], ls="--", color="0.5", gid="prefill_share", label="of which encoder (prefill)")
+    chips = result.get("chips", 1)
+    if chips > 1:
+        ax.axvline(chips, ls=":", color="0.4", gid="replication_limit")
+        ax.annotate(f"g <= {chips}: each of the {chips} chips holds\none K/V head (replicated)", (chips, 0),
+                    xytext=(-6, 12), textcoords="offset points", ha="right", fontsize=8, color="0.3")
+    ax.set_xscale("log", base=2)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(_count))
+    ax.set(xlabel="key/value groups g (1 = MQA, 64 = MHA)", ylabel="time per sample (chip-ms)", ylim=(0, None),
+           title=f"T5 XXL on {chips} TPU v4 chips (tensor parallel): time per sample\n"
+                 + result["setup"].split(";")[1].strip())
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    return fig

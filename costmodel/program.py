@@ -148,6 +148,17 @@ def op_class(op: Op, mode: str) -> str:
     return op.kind
 
 
+def gemm_dims(op: Op) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
+    """An einsum as a batched matrix product: (batch, M, K, N) sizes from its shapes. Batch indices are
+    in both operands and the output, K is contracted, M belongs to the first operand, N to the second."""
+    if op.kind != "einsum":
+        raise ValueError(f"{op.name} is not an einsum")
+    sizes = op.index_sizes()
+    a, b, out = (set(t.indices) for t in (*op.inputs, op.output))
+    prod = lambda idx: sympy.Mul(*(sizes[i] for i in sorted(idx)))  # noqa: E731
+    return prod(a & b & out), prod((a - b) & out), prod((a & b) - out), prod((b - a) & out)
+
+
 def kv_heads(variant: str, groups: int | None = None) -> sympy.Expr:
     """Number of key/value heads: ``h`` for MHA, 1 for MQA, ``groups`` (or the symbol ``g``) for GQA."""
     if variant not in VARIANTS:
@@ -307,6 +318,6 @@ def check_divisible(heads: int, kv: int) -> None:
 
 __all__ = [
     "Op", "Program", "Tensor", "Variant", "Mode", "VARIANTS", "MODES", "CACHE_APPENDS", "EXECUTIONS",
-    "fuse_attention", "op_class",
+    "fuse_attention", "op_class", "gemm_dims",
     "ELEMENTWISE_FLOPS", "STEP", "build_program", "kv_heads", "check_divisible",
 ]

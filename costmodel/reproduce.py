@@ -1,0 +1,156 @@
+"""The papers' results, reproduced from the model with every assumption in the open.
+
+``shazeer2019``: the asymptotic ratios of Shazeer 2019, and Table 2's decoder time per token for the
+WMT Transformer on one TPUv2 board, first by a plain roofline and then with named mechanisms of how the
+2019 kernels ran, each a switch with a physical parameter (nothing fitted to the paper's numbers).
+
+``gqa2023``: time per sample of a T5-XXL-shaped model against the number of key/value groups on
+TPU v4 (Ainslie et al. 2023, Figure 6).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from costmodel import symbols as S
+from costmodel.asymptotic import analyze
+from costmodel.counts import derive
+from costmodel.hardware import HardwareProfile, load_profile
+from costmodel.models import ModelPreset, Row, load_model, predict_model, step_rows
+
+# Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)
+PAPER_US_PER_TOKEN = {"mha": 46.0, "mqa": 3.8}
+BOARD_CHIPS = 4          # one TPUv2 board: 8 cores on 4 chips
+BOARD_BATCH = 1024       # sequences decoded together (128 per core)
+TARGET_POSITIONS = 128   # decoder self-attention memory padded to 128 so every step costs the same
+SOURCE_POSITIONS = 128
+
+
+@dataclass(frozen=True)
+class Mechanisms:
+    """How the 2019 decoder ran, beyond a plain roofline. Each is a switch with a physical parameter."""
+
+    f32_storage: bool = True
+    """Weights, caches and activations in f32 (4 bytes), as TensorFlow kept them by default."""
+    concat_cache: bool = True
+    """``tf.concat`` of the self-attention K/V cache: the whole cache is read and written every step."""
+    tile_padding: bool = True
+    """Each matmul's M, K and N padded to the matrix unit's tile (the profile's ``matrix_tile``): a
+    per-head matrix-vector product (M = 1) costs a whole 128-row tile."""
+    f32_passes: int = 3
+    """Passes of bf16 products the v2 matrix unit takes per f32 matmul (1: f32 at the bf16 rate)."""
+
+    @classmethod
+    def none(cls) -> Mechanisms:
+        return cls(f32_storage=False, concat_cache=False, tile_padding=False, f32_passes=1)
+
+
+def steps(final: Mechanisms = Mechanisms()) -> list[tuple[str, Mechanisms]]:
+    """The plain roofline, then each mechanism switched on in ``final`` added in turn."""
+    out = [("plain roofline (bf16, in-place cache, no padding)", Mechanisms.none())]
+    current = Mechanisms.none()
+    for field, label in (("f32_storage", "+ f32 storage"), ("concat_cache", "+ tf.concat cache copy"),
+                         ("tile_padding", "+ matrix-unit tile padding")):
+        if getattr(final, field):
+            current = replace(current, **{field: True})
+            out.append((label, current))
+    if final.f32_storage and final.f32_passes > 1:
+        current = replace(current, f32_passes=final.f32_passes)
+        out.append((f"+ f32 matmuls as {final.f32_passes} bf16 passes", current))
+    return out
+
+
+def _padded(gemm: tuple[int, int, int, int], tile: tuple[int, ...]) -> float:
+    batch, m, k, n = gemm
+    up = lambda x, t: math.ceil(x / t) * t  # noqa: E731
+    tm, tk = tile[0], tile[1]
+    return 2.0 * batch * up(m, tm) * up(k, tk) * up(n, tk)
+
+
+def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Mechanisms) -> tuple[float, list]:
+    """One decoder step on one chip: every op's roofline time under the mechanisms, summed."""
+    dtype = "fp32" if mech.f32_storage else "bf16"
+    rows: list[Row] = step_rows(model, "decode", batch, TARGET_POSITIONS - 1, SOURCE_POSITIONS,
+                                S.dtype_bytes(dtype), "unfused", "concat" if mech.concat_cache else "inplace")
+    tile = hw.matrix_tile.shape if hw.matrix_tile else (1, 1)
+    peak = hw.peak("bf16") / (mech.f32_passes if mech.f32_storage else 1)
+    total, detail = 0.0, []
+    for r in rows:
+        flops = _padded(r.gemm, tile) if (mech.tile_padding and r.gemm) else r.flops
+        compute = flops / peak
+        memory = r.bytes / hw.bandwidth
+        time = (max(compute, memory) + hw.launch_overhead) * r.count
+        total += time
+        detail.append({"section": r.section, "op": r.name, "time_s": time,
+                       "bound": "compute" if compute > memory else "memory"})
+    return total, detail
+
+
+def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = None) -> dict:
+    """The three asymptotic ratios and Table 2's decoder time per token, step by step."""
+    hw = hw or load_profile("tpu_v2")
+    batch = BOARD_BATCH // BOARD_CHIPS
+    ratios = []
+    for variant in ("mha", "mqa", "gqa"):
+        a = analyze(derive(variant, "generate"))
+        ratios.append({"variant": variant, "derived": str(a.ratio), "paper": str(a.claim.ratio),
+                       "paper_holds": bool(a.claim_holds or a.extra_assumptions),
+                       "extra_assumption": a.extra_assumptions[0] if a.extra_assumptions else None,
+                       "derived_with_extra": str(a.ratio_with_extra) if a.ratio_with_extra is not None else None})
+    models = {"mha": load_model("wmt_transformer_mha"), "mqa": load_model("wmt_transformer_mqa")}
+    table = []
+    for label, mech in steps(final):
+        us = {v: decoder_step_s(m, hw, batch, mech)[0] / BOARD_BATCH * 1e6 for v, m in models.items()}
+        table.append({"model": label, "mha_us_per_token": us["mha"], "mqa_us_per_token": us["mqa"],
+                      "ratio": us["mha"] / us["mqa"], "mechanisms": mech.__dict__})
+    return {
+        "asymptotic": ratios,
+        "table2": table,
+        "paper": {"mha_us_per_token": PAPER_US_PER_TOKEN["mha"], "mqa_us_per_token": PAPER_US_PER_TOKEN["mqa"],
+                  "ratio": PAPER_US_PER_TOKEN["mha"] / PAPER_US_PER_TOKEN["mqa"]},
+        "setup": (f"WMT Transformer decoder step (6 layers, d 1024, 8 heads of 128, self-attention memory "
+                  f"{TARGET_POSITIONS}, source {SOURCE_POSITIONS}, vocabulary 32768) on one TPUv2 board: "
+                  f"{BOARD_BATCH} sequences over {BOARD_CHIPS} chips ({batch} per chip, data parallel), "
+                  f"{hw.name}: {hw.peak('bf16') / 1e12:g} TFLOP/s bf16, {hw.bandwidth / 1e9:g} GB/s per chip, "
+                  f"matrix tile {'x'.join(map(str, hw.matrix_tile.shape)) if hw.matrix_tile else 'none'}; "
+                  f"time per token = chip step time / {BOARD_BATCH}"),
+    }
+
+
+GROUPS = (1, 4, 8, 16, 32, 64)
+
+
+def gqa2023(groups=GROUPS, hw: HardwareProfile | None = None, chips: int = 8, source: int = 2048,
+            output: int = 512, max_batch_per_chip: int = 32, sample_every: int = 32) -> dict:
+    """T5-XXL decoder with g key/value groups (encoder MHA) on TPU v4: chip-seconds per sample.
+
+    Tensor parallel over ``chips``; the batch is the largest that fits, up to ``max_batch_per_chip`` x
+    ``chips``. Time = prefill (encoder over ``source`` tokens) + ``output`` decode steps, the step time
+    evaluated every ``sample_every`` steps and summed with the trapezoid rule (it is piecewise linear in
+    the context).
+    """
+    hw = hw or load_profile("tpu_v4")
+    base = load_model("t5_xxl")
+    rows = []
+    for g in groups:
+        m = base.model_copy(update={"kv_heads": g, "cross_kv_heads": g, "encoder_kv_heads": base.heads})
+        batch = max_batch_per_chip * chips
+        fit = predict_model(m, hw, batch=1, context=output, source=source, tp=chips).memory["max_batch"]
+        batch = min(batch, fit)
+        if batch < 1:
+            rows.append({"groups": g, "batch": 0, "ms_per_sample": None, "note": "does not fit"})
+            continue
+        points = sorted(set(range(0, output, sample_every)) | {output - 1})
+        times = [predict_model(m, hw, batch=batch, context=max(c, 1), source=source, tp=chips).decode.time_s
+                 for c in points]
+        decode = sum((times[i] + times[i + 1]) / 2 * (points[i + 1] - points[i]) for i in range(len(points) - 1))
+        decode += times[-1]  # the last step itself
+        prefill = predict_model(m, hw, batch=batch, context=1, source=source, tp=chips).prefill.time_s
+        total = prefill + decode
+        rows.append({"groups": g, "batch": batch, "prefill_s": prefill, "decode_s": decode,
+                     "chip_ms_per_sample": total * chips / batch * 1e3})
+    return {"rows": rows, "chips": chips, "setup": (f"T5 XXL (24+24 layers, d 4096, 64 heads of 64, gated d_ff 10240), decoder self- "
+                                    f"and cross-attention with g groups, encoder MHA; input {source}, output {output}; "
+                                    f"{chips} x {hw.name} tensor parallel, batch = largest that fits up to "
+                                    f"{max_batch_per_chip} per chip; fused attention; chip-milliseconds per sample")}

@@ -1,0 +1,81 @@
+"""costmodel reproduce: the papers' numbers beside the model's, and the asymptotic ratios."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sympy
+from click.testing import CliRunner
+
+from costmodel import symbols as S
+from costmodel.cli import main
+from costmodel.reproduce import Mechanisms, _padded, gqa2023, shazeer2019, steps
+
+b, n, d, h, g = S.b, S.n, S.d, S.h, S.g
+
+
+@pytest.fixture(scope="module")
+def shazeer():
+    result = CliRunner().invoke(main, ["reproduce", "shazeer2019", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_prints_the_papers_numbers_beside_the_models():
+    out = CliRunner().invoke(main, ["reproduce", "shazeer2019"]).output
+    for text in ("46.0 us", "3.8 us", "12.1x", "plain roofline", "tf.concat"):
+        assert text in out
+
+
+def test_every_asymptotic_ratio_matches(shazeer):
+    paper = {"mha": n / d + 1 / b, "mqa": 1 / d + n / (d * h) + 1 / b, "gqa": 1 / d + g * n / (d * h) + 1 / b}
+    for a in shazeer["asymptotic"]:
+        derived = sympy.sympify(a["derived_with_extra"] or a["derived"], locals=S.SYMBOLS)
+        assert sympy.simplify(derived - paper[a["variant"]]) == 0
+        assert a["paper_holds"]
+    assert [a["extra_assumption"] is None for a in shazeer["asymptotic"]] == [True, False, False]
+
+
+def test_plain_roofline_ratio_and_mechanisms(shazeer):
+    table = shazeer["table2"]
+    assert shazeer["paper"]["ratio"] == pytest.approx(46 / 3.8)
+    # the reference's first-principles HBM roofline of one step: about 1.6-3.2x
+    assert 1.6 <= table[0]["ratio"] <= 3.2
+    # every mechanism only adds work
+    for before, after in zip(table, table[1:]):
+        assert after["mha_us_per_token"] >= before["mha_us_per_token"]
+        assert after["mqa_us_per_token"] >= before["mqa_us_per_token"] * 0.999
+
+
+def test_mechanisms_can_be_switched_off():
+    labels = [label for label, _ in steps(Mechanisms(f32_storage=True, concat_cache=False, tile_padding=True,
+                                                     f32_passes=1))]
+    assert labels == ["plain roofline (bf16, in-place cache, no padding)", "+ f32 storage",
+                      "+ matrix-unit tile padding"]
+    out = shazeer2019(Mechanisms.none())
+    assert len(out["table2"]) == 1
+
+
+def test_tile_padding_by_hand():
+    # 2048 per-head matrix-vector products (M = 1, K = N = 128) each take a whole 128-row tile
+    assert _padded((2048, 1, 128, 128), (128, 128)) == 2 * 2048 * 128 * 128 * 128
+    # a projection with 256 rows and 1024 x 1024 weights is already a multiple of the tile
+    assert _padded((1, 256, 1024, 1024), (128, 128)) == 2 * 256 * 1024 * 1024
+
+
+def test_gqa2023_time_grows_with_groups_and_is_flat_while_kv_is_replicated(tmp_path):
+    result = gqa2023(groups=(1, 4, 8, 16, 64), sample_every=128)
+    times = [r["chip_ms_per_sample"] for r in result["rows"]]
+    assert times == sorted(times)
+    assert times[0] == times[1] == times[2] < times[3] < times[4]  # g <= 8 chips: one K/V head per chip
+    plot = tmp_path / "gqa.png"
+    out = CliRunner().invoke(main, ["reproduce", "gqa2023", "--plot", str(plot)])
+    assert out.exit_code == 0 and plot.read_bytes().startswith(b"\x89PNG")
+    assert "chip-ms per sample" in out.output
+
+
+def test_gqa2023_bad_plot_suffix_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(main, ["reproduce", "gqa2023", "--plot", "g.jpg"])
+    assert out.exit_code != 0 and "suffix must be one of" in out.output and not list(tmp_path.iterdir())
