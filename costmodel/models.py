@@ -25,7 +25,7 @@ from costmodel import symbols as S
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.program import Op, Tensor, build_program, gemm_dims
-from costmodel.roofline import ARGS, Workload, compile_program
+from costmodel.roofline import ARGS, compile_program
 
 PACKAGE = "costmodel.model_presets"
 #: FLOPs per element of the ops around attention (conventions, like ELEMENTWISE_FLOPS).
