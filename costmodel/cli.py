@@ -70,10 +70,6 @@ def dims_from(options: dict) -> dict[str, int]:
     return {DIM_OPTIONS[k][0]: v for k, v in options.items() if k in DIM_OPTIONS and v is not None}
 
 
-def lower(value: str | None) -> str | None:
-    return value.lower() if value else value
-
-
 @main.command()
 @variant_options
 @click.option(
@@ -499,17 +495,15 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path) -> None:
     """
     torch = _torch("validate")
     device = _device(torch, device)
+    from costmodel.files import check_folder
     from costmodel.hardware import load_profile
 
-    from costmodel.files import check_folder
-
-    for path in (json_path, plot_path):
-        if path:
-            check_folder(path)
+    if json_path:
+        check_folder(json_path)
     if plot_path:
         from costmodel.plots import check_output
 
-        check_output(plot_path)
+        check_output(plot_path)  # suffix and folder
     if gpu is None:
         if device == "cuda":
             name = torch.cuda.get_device_name()

@@ -100,6 +100,20 @@ def latex(report: CostReport, asym: Asymptotics | None = None) -> str:
 
 # --- predictions ---------------------------------------------------------------------------------------
 
+def aligned(rows: list[tuple[str, ...]], right=(), indent: str = "", rules=()) -> list[str]:
+    """Rows as aligned columns: columns in ``right`` right-justified, the rest left; a rule of dashes
+    before each row index in ``rules`` (negative indices count from the end)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    before = {i % len(rows) for i in rules}
+    out = []
+    for i, row in enumerate(rows):
+        if i in before:
+            out.append(indent + "  ".join("-" * w for w in widths))
+        cells = (c.rjust(w) if j in right else c.ljust(w) for j, (c, w) in enumerate(zip(row, widths)))
+        out.append((indent + "  ".join(cells)).rstrip())
+    return out
+
+
 def si(x: float, unit: str = "", digits: int = 3) -> str:
     """``1.23e9, "B"`` -> ``"1.23 GB"``."""
     if x == 0:
@@ -147,13 +161,7 @@ def op_table(p) -> list[str]:
     per_layer = " per layer" if p.workload.layers > 1 else ""
     rows.append((f"total{per_layer and ' x' + str(p.workload.layers)}", "", si(t.flops), si(t.bytes, "B"),
                  f"{t.flops / t.bytes:.3g}", si(t.compute_s, "s"), si(t.memory_s, "s"), si(t.time_s, "s"), t.bound))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    right = {2, 3, 4, 5, 6, 7}
-    fmt = lambda r: "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    out = [fmt(rows[0]), "  ".join("-" * w for w in widths)]
-    out += [fmt(r) for r in rows[1:-1]]
-    out += ["  ".join("-" * w for w in widths), fmt(rows[-1])]
-    return [line.rstrip() for line in out]
+    return aligned(rows, right={2, 3, 4, 5, 6, 7}, rules=(1, -1))
 
 
 def prediction_table(preds: list) -> str:
@@ -171,8 +179,7 @@ def prediction_table(preds: list) -> str:
         rows.append((_variant_label(p.workload), si(t.per_token_s or t.time_s, "s"), f"{base / t.time_s:.2f}x",
                      si(t.tokens_per_s), si(mem.kv_cache_bytes, "B"), si(mem.weight_bytes, "B"),
                      "yes" if mem.fits else "NO", str(mem.max_batch), str(mem.max_context)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+    lines += aligned(rows, right=range(1, len(head)))
     lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
     if len(preds) > 1:
         lines.append(f"  - speed-up: time of {_variant_label(first.workload)} / time of each variant, same device and workload")
@@ -187,8 +194,7 @@ def hardware_table(profiles) -> str:
         rows.append((p.id, p.name, si(peak.value, "FLOP/s") if peak else "-", si(fp8.value, "FLOP/s") if fp8 else "-",
                      si(p.bandwidth, "B/s"), si(p.capacity, "B"), si(p.on_chip_memory_bytes.value, "B"),
                      ", ".join(p.aliases)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join(aligned(rows))
 
 
 def hardware_detail(p) -> str:
@@ -219,8 +225,7 @@ def sweep_table(hw, workloads, name: str, values: list[int], records: list[dict]
     for i, x in enumerate(values):
         cells = [si(r["time_s"], "s") + ("" if r["fits"] else " *") for r in records[i::len(values)]]
         rows.append((str(x), *cells))
-    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    lines += aligned(rows, right=range(len(rows[0])))
     return "\n".join(lines)
 
 
@@ -239,8 +244,7 @@ def validation_summary(report: dict) -> str:
         per = [report["summary"][name][group] for name in names]
         rows.append((group, str(stats["n"]), *[f"{p['median_abs_error_pct']:.0f}%" for p in per],
                      *[f"{p['p90_abs_error_pct']:.0f}%" for p in per]))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines += aligned(rows, right=range(1, len(head)))
     lines += ["", "speed-up over MHA of the whole step, measured and predicted:"]
     for sp in report["speedups"]:
         shape = f"b={sp['b']}, m={sp['m']}" if sp["mode"] == "incremental" else f"n=m={sp['n']}"
@@ -274,12 +278,7 @@ def model_table(p) -> str:
     if p.decode.all_reduce_s:
         rows.append(("tensor parallel", "all-reduce", str(2 * m["layers"]), "", "", si(p.decode.all_reduce_s, "s"), ""))
     rows.append(("total", "", "", si(p.decode.flops), si(p.decode.bytes, "B"), si(p.decode.time_s, "s"), ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    right = {2, 3, 4, 5}
-    for i, r in enumerate(rows):
-        if i in (1, len(rows) - 1):
-            lines.append("  ".join("-" * x for x in widths))
-        lines.append("  ".join(c.rjust(x) if j in right else c.ljust(x) for j, (c, x) in enumerate(zip(r, widths))).rstrip())
+    lines += aligned(rows, right={2, 3, 4, 5}, rules=(1, -1))
     t = p.total
     lines += [
         "",
@@ -311,9 +310,7 @@ def shazeer_table(r: dict) -> str:
                    f"{p['ratio']:.1f}x")]
     rows += [(t["model"], f"{t['mha_us_per_token']:.1f} us", f"{t['mqa_us_per_token']:.2f} us", f"{t['ratio']:.2f}x")
              for t in r["table2"]]
-    widths = [max(len(x[i]) for x in rows) for i in range(4)]
-    lines += ["  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(x, widths)))
-              for x in rows]
+    lines += aligned(rows, right=range(1, 4), indent="  ")
     last = r["table2"][-1]
     lines += ["", f"The plain roofline gives {r['table2'][0]['ratio']:.1f}x; with every mechanism, "
               f"{last['ratio']:.1f}x against the paper's {p['ratio']:.1f}x "
@@ -332,6 +329,5 @@ def gqa_table(r: dict) -> str:
         else:
             rows.append((str(x["groups"]), str(x["batch"]), si(x["prefill_s"], "s"), si(x["decode_s"], "s"),
                          f"{x['chip_ms_per_sample']:.0f}"))
-    widths = [max(len(x[i]) for x in rows) for i in range(5)]
-    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(x, widths)) for x in rows]
+    lines += aligned(rows, right=range(5), indent="  ")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from costmodel import symbols as S
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.program import Op, Tensor, build_program, gemm_dims
-from costmodel.roofline import ARGS, compile_program
+from costmodel.roofline import ARGS, compile_program, op_time
 
 PACKAGE = "costmodel.model_presets"
 #: FLOPs per element of the ops around attention (conventions, like ELEMENTWISE_FLOPS).
@@ -384,11 +384,9 @@ class ModelPrediction(BaseModel):
 def _price(rows: list[Row], hw: HardwareProfile, dtype: str, overlap: str) -> list[OpTime]:
     out = []
     for r in rows:
-        compute = r.flops / hw.peak_for(r.op_class, dtype)
-        memory = r.bytes / hw.bandwidth_for(r.op_class, dtype)
-        body = max(compute, memory) if overlap == "max" else compute + memory
+        compute, memory, _, time = op_time(hw, r.op_class, dtype, r.flops, r.bytes, overlap)
         out.append(OpTime(section=r.section, name=r.name, einsum=r.einsum, flops=r.flops * r.count,
-                          bytes=r.bytes * r.count, count=r.count, time_s=(body + hw.overhead_for(r.op_class)) * r.count,
+                          bytes=r.bytes * r.count, count=r.count, time_s=time * r.count,
                           bound="compute" if compute > memory else "memory"))
     return out
 

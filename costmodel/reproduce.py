@@ -18,6 +18,7 @@ from costmodel.asymptotic import analyze
 from costmodel.counts import derive
 from costmodel.hardware import HardwareProfile, load_profile
 from costmodel.models import ModelPreset, Row, load_model, predict_model, step_rows
+from costmodel.roofline import op_time
 
 # Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)
 PAPER_US_PER_TOKEN = {"mha": 46.0, "mqa": 3.8}
@@ -78,9 +79,8 @@ def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Me
     total, detail = 0.0, []
     for r in rows:
         flops = _padded(r.gemm, tile) if (mech.tile_padding and r.gemm) else r.flops
-        compute = flops / peak
-        memory = r.bytes / hw.bandwidth
-        time = (max(compute, memory) + hw.launch_overhead) * r.count
+        compute, memory, _, time = op_time(hw, r.op_class, dtype, flops, r.bytes, peak=peak)
+        time *= r.count
         total += time
         detail.append({"section": r.section, "op": r.name, "time_s": time,
                        "bound": "compute" if compute > memory else "memory"})

@@ -220,12 +220,17 @@ class Prediction(BaseModel):
         return prediction_table([self])
 
 
-def _times(hw: HardwareProfile, w: Workload, kind: str, flops, nbytes, overlap: str):
-    peak = hw.peak_for(kind, w.dtype)
-    compute, memory = flops / peak, nbytes / hw.bandwidth_for(kind, w.dtype)
-    launches = w.n if w.mode == "generate" else 1
-    launch = hw.overhead_for(kind) * launches
-    body = max(compute, memory) if overlap == "max" else compute + memory
+def op_time(hw: HardwareProfile, op_class: str, dtype: str, flops, nbytes, overlap: str = "max",
+            launches=1, maximum=max, peak: float | None = None):
+    """The roofline of one op: (compute_s, memory_s, launch_s, time_s), from its class's rates.
+
+    Works on Python numbers, or on numpy arrays with ``maximum=np.maximum``. ``peak`` overrides the
+    class's FLOP rate (a mechanism such as multi-pass f32 matmuls).
+    """
+    compute = flops / (peak or hw.peak_for(op_class, dtype))
+    memory = nbytes / hw.bandwidth_for(op_class, dtype)
+    launch = hw.overhead_for(op_class) * launches
+    body = maximum(compute, memory) if overlap == "max" else compute + memory
     return compute, memory, launch, body + launch
 
 
@@ -241,7 +246,8 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = "max") -> Pr
     rows = []
     for name, kind, einsum, f, e in zip(compiled.names, compiled.kinds, compiled.einsums, flops_per_op, elements_per_op):
         flops, nbytes = float(f), float(e) * width
-        compute, memory, launch, time = _times(hw, w, kind, flops, nbytes, overlap)
+        compute, memory, launch, time = op_time(hw, kind, w.dtype, flops, nbytes, overlap,
+                                                launches=w.n if w.mode == "generate" else 1)
         rows.append(OpPrediction(
             name=name, einsum=einsum, flops=flops, bytes=nbytes,
             intensity=flops / nbytes if nbytes else 0.0, compute_s=compute, memory_s=memory,
@@ -343,9 +349,7 @@ def sweep(
     for kind, f, e in zip(compiled.kinds, flops_per_op, elements_per_op):
         f = np.broadcast_to(f, x.shape).astype(np.float64)
         by = np.broadcast_to(e, x.shape) * float(width)
-        compute, memory = f / hw.peak_for(kind, w.dtype), by / hw.bandwidth_for(kind, w.dtype)
-        body = np.maximum(compute, memory) if overlap == "max" else compute + memory
-        time += body + hw.overhead_for(kind) * launches
+        time += op_time(hw, kind, w.dtype, f, by, overlap, launches=launches, maximum=np.maximum)[3]
         flops += f
         nbytes += by
     lw = width * w.layers
