@@ -46,7 +46,8 @@ def main() -> None:
     import numpy as np
 
     from costmodel.hardware import load_profile
-    from costmodel.roofline import Workload, sweep
+    from costmodel.sweeps import sweep_arrays as sweep
+    from costmodel.workload import Workload
 
     hw, w = load_profile("h100"), Workload.create("gqa")
     x = np.arange(1_000_000)

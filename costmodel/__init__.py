@@ -1,8 +1,54 @@
-"""costmodel: exact FLOP and memory costs of MHA, GQA and MQA, and what they cost on an accelerator."""
+"""costmodel: exact FLOP and memory costs of MHA, GQA and MQA, and what they cost on an accelerator.
 
-from costmodel.counts import CostReport, OpCost, derive
+The public API, imported lazily (``import costmodel`` loads neither sympy nor numpy)::
+
+    import costmodel
+    p = costmodel.predict_model(costmodel.load_model("llama-3-8b"), costmodel.load_profile("h100"))
+    print(p)                      # the table; p.model_dump() is the JSON
+
+Reports are frozen, typed objects: ``str()`` is the table and ``model_dump()`` the JSON.
+"""
+
+from __future__ import annotations
+
+import importlib
+
 from costmodel.errors import CostModelError
-from costmodel.program import Op, Program, Tensor, build_program
 
-__all__ = ["CostModelError", "CostReport", "Op", "OpCost", "Program", "Tensor", "build_program", "derive"]
+#: public name -> the module that defines it
+_API = {
+    "derive": "costmodel.counts",               # exact symbolic counts of an attention program
+    "CostReport": "costmodel.counts",
+    "analyze": "costmodel.asymptotic",          # Θ forms under the paper's assumptions
+    "Workload": "costmodel.workload",           # one attention workload, every dimension a number
+    "workloads": "costmodel.workload",          # MHA, GQA and MQA versions of one workload
+    "predict": "costmodel.roofline",            # roofline latency of a workload on a device
+    "compare": "costmodel.roofline",
+    "Prediction": "costmodel.roofline",
+    "Comparison": "costmodel.roofline",
+    "sweep": "costmodel.sweeps",                 # predictions over a range of one parameter
+    "Sweep": "costmodel.sweeps",
+    "load_profile": "costmodel.hardware",       # a device by id, alias or YAML path
+    "profile_for_device": "costmodel.hardware",
+    "HardwareProfile": "costmodel.hardware",
+    "load_model": "costmodel.presets",          # a model by preset id or config.json path
+    "ModelPreset": "costmodel.presets",
+    "predict_model": "costmodel.model_step",    # a whole model's decode step, prefill and memory
+    "ModelPrediction": "costmodel.model_step",
+    "build_program": "costmodel.program",
+}
+
+__all__ = ["CostModelError", *_API]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'costmodel' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -112,7 +112,7 @@ class Asymptotics:
     extra_assumptions: tuple[str, ...]
     ratio_with_extra: sympy.Expr | None
 
-    def to_dict(self) -> dict:
+    def model_dump(self) -> dict:
         out = {
             "flops": str(self.flops),
             "memory_elements": str(self.memory),

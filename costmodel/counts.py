@@ -16,7 +16,8 @@ import sympy
 
 from costmodel import symbols as S
 from costmodel.errors import CostModelError
-from costmodel.program import ELEMENTWISE_FLOPS, STEP, Program, build_program, check_divisible
+from costmodel.program import ELEMENTWISE_FLOPS, STEP, Program, build_program
+from costmodel.vocab import check_divisible
 
 #: Dimensions that can be given numbers (``g`` comes from the variant and ``groups``).
 NUMERIC_DIMS: tuple[str, ...] = ("b", "n", "m", "d", "h", "k", "v")
@@ -73,7 +74,12 @@ class CostReport:
         """FLOPs per byte of the whole program."""
         return self.flops / self.bytes
 
-    def to_dict(self) -> dict:
+    def __str__(self) -> str:
+        from costmodel.text import table
+
+        return table(self)
+
+    def model_dump(self) -> dict:
         """JSON-ready dict; every expression is a string that ``sympy.sympify`` parses back."""
         return {
             "variant": self.variant,
@@ -174,7 +180,7 @@ def _check_dims(program: Program, dims: Mapping[str, int]) -> dict[sympy.Symbol,
             if name not in dims:
                 if dims["d"] % heads:
                     raise CostModelError(
-                        f"d-model {dims['d']} is not divisible by heads {heads}; "
+                        f"d_model {dims['d']} is not divisible by heads {heads}; "
                         f"give the per-head dimension {name} explicitly"
                     )
                 subs[S.SYMBOLS[name]] = sympy.Integer(dims["d"] // heads)

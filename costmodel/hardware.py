@@ -72,6 +72,7 @@ class HardwareProfile(_Strict):
 
     id: str = Field(pattern=r"^[a-z0-9_]+$")
     aliases: tuple[str, ...] = ()
+    device_names: tuple[str, ...] = ()  # exactly as the driver reports them (see device_name_key)
     name: str
     vendor: str
     kind: Literal["gpu", "tpu", "cpu"]
@@ -205,14 +206,46 @@ def _index() -> dict[str, object]:
     return index
 
 
+def device_name_key(name: str) -> str:
+    """The matching rule for device names: case-insensitive, runs of spaces as one, and a leading
+    ``NVIDIA`` ignored (older drivers report ``A100-SXM4-40GB`` where newer ones say ``NVIDIA A100-SXM4-40GB``).
+    Nothing else is relaxed: ``NVIDIA L40`` is not ``NVIDIA L40S``, and an H100 NVL is not an H100 PCIe."""
+    key = " ".join(name.split()).casefold()
+    return key.removeprefix("nvidia ")
+
+
+@lru_cache(maxsize=1)
+def _device_names() -> dict[str, str]:
+    """Device-name key -> profile id, from every shipped profile's ``device_names``."""
+    return {device_name_key(n): p.id for p in load_all() for n in p.device_names}
+
+
+def profile_for_device(name: str) -> HardwareProfile:
+    """The shipped profile whose ``device_names`` lists ``name`` (as ``torch.cuda.get_device_name()``
+    reports it); an error listing the known device names otherwise, never the nearest profile."""
+    pid = _device_names().get(device_name_key(name))
+    if pid is None:
+        known = sorted({n for p in load_all() for n in p.device_names})
+        raise CostModelError(
+            f"no hardware profile is for device {name!r}; profiles exist for {', '.join(known)}; "
+            "give a profile id or a YAML profile instead"
+        )
+    return load_profile(pid)
+
+
 def profile_ids() -> list[str]:
     """Ids of the shipped profiles."""
     return [f.name.removesuffix(".yaml") for f in _profile_files()]
 
 
+@lru_cache(maxsize=1)
+def _load_all() -> tuple[HardwareProfile, ...]:
+    return tuple(_parse(f.read_text(encoding="utf-8"), f.name) for f in _profile_files())
+
+
 def load_all() -> list[HardwareProfile]:
     """Every shipped profile, validated."""
-    return [_parse(f.read_text(encoding="utf-8"), f.name) for f in _profile_files()]
+    return list(_load_all())
 
 
 def load_profile(name: str) -> HardwareProfile:

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 
 from costmodel.errors import CostModelError
 from costmodel.files import atomic_path, check_folder
-from costmodel.format import si
+from costmodel.compiled import compile_program
 from costmodel.hardware import HardwareProfile
-from costmodel.roofline import Workload, compile_program, memory_fit, predict, sweep
+from costmodel.roofline import memory_fit, predict
+from costmodel.sweeps import sweep_arrays
+from costmodel.text import si
+from costmodel.workload import Workload
 
 FORMATS = (".png", ".svg", ".pdf")
 COLORS = {"mha": "#1f77b4", "gqa": "#ff7f0e", "mqa": "#2ca02c"}
@@ -146,7 +149,7 @@ def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, valu
     swept points for other dimensions."""
     out = []
     for w in workloads:
-        r = sweep(w, hw, dim, values, linked=linked)
+        r = sweep_arrays(w, hw, dim, values, linked=linked)
         fits = list(r["fits"])
         if all(fits) or not any(fits):
             out.append(MemoryLimit(w.variant, None, None, all(fits)))
@@ -156,7 +159,7 @@ def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, valu
             x = mem.max_batch if dim == "b" else mem.max_context
         else:
             x = max(v for v, f in zip(values, fits) if f)
-        t = float(sweep(w, hw, dim, [x], linked=linked)["time_s"][0])
+        t = float(sweep_arrays(w, hw, dim, [x], linked=linked)["time_s"][0])
         out.append(MemoryLimit(w.variant, float(x), t, False))
     return out
 

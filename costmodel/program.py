@@ -21,23 +21,18 @@ An op's costs are derived from its operands' shapes, never typed per op:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 import sympy
 
 from costmodel import symbols as S
-from costmodel.errors import CostModelError
+from costmodel.vocab import CACHE_APPENDS, EXECUTIONS, MODES, VARIANTS, check_groups, choice
 
 Variant = Literal["mha", "mqa", "gqa"]
 Mode = Literal["batched", "incremental", "generate", "single-query", "dot-product"]
 OpKind = Literal["einsum", "elementwise", "copy", "fused"]
 CacheAppend = Literal["inplace", "concat"]
 Execution = Literal["unfused", "fused"]
-
-VARIANTS: tuple[str, ...] = get_args(Variant)
-MODES: tuple[str, ...] = get_args(Mode)
-CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
-EXECUTIONS: tuple[str, ...] = get_args(Execution)
 
 #: The ops a flash-style kernel runs on chip: logits and weights never reach memory.
 FUSED_ATTENTION_OPS = ("logits", "scale", "mask", "softmax", "weighted_sum")
@@ -126,11 +121,30 @@ class Program:
         (m + 1 positions after a decode step's append; n positions after ``generate``).
         """
         tensors = {t.name: t for op in _flatten(self.ops) for t in (*op.inputs, op.output)}
-        weights = sympy.Add(*(t.elements for name, t in tensors.items() if name.startswith("P_")))
+        weights = sympy.Add(*(t.elements for t in tensors.values() if is_weight(t)))
         cache = sympy.Add(*(tensors[name].elements for name in ("K", "V") if name in tensors))
         if self.summed_over_steps:
             cache = cache.subs(S.m, S.n - 1)
         return weights, cache
+
+    def bias_elements(self) -> sympy.Expr:
+        """Elements of the projections' biases, for models that have them (:func:`bias_elements`)."""
+        return sympy.Add(*(bias_elements(op) for op in self.ops))
+
+
+def is_weight(tensor: Tensor) -> bool:
+    """Parameters are named ``P_*`` (attention projections) or ``W_*`` (everything else)."""
+    return tensor.name.startswith(("P_", "W_"))
+
+
+def bias_elements(op: Op) -> sympy.Expr:
+    """Elements of the bias a projection would add: the weight's axes that survive into the output
+    (``h k`` of ``bd,hdk->bhk``; ``d`` of ``bhv,hdv->bd``); 0 for ops without a weight."""
+    total = sympy.Integer(0)
+    for t in op.inputs:
+        if op.kind == "einsum" and is_weight(t):
+            total += sympy.Mul(*(size for letter, size in zip(t.indices, t.shape) if letter in op.output.indices))
+    return total
 
 
 def _flatten(ops) -> list[Op]:
@@ -161,15 +175,8 @@ def gemm_dims(op: Op) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
 
 def kv_heads(variant: str, groups: int | None = None) -> sympy.Expr:
     """Number of key/value heads: ``h`` for MHA, 1 for MQA, ``groups`` (or the symbol ``g``) for GQA."""
-    if variant not in VARIANTS:
-        raise CostModelError(f"unknown variant {variant!r}; valid variants are {', '.join(VARIANTS)}")
-    if groups is not None and variant != "gqa":
-        raise CostModelError(
-            f"--groups {groups} is only valid with variant gqa "
-            f"({variant} has {'g = h' if variant == 'mha' else 'g = 1'} key/value heads)"
-        )
-    if groups is not None and groups < 1:
-        raise CostModelError(f"groups must be a positive integer, got {groups}")
+    variant = choice("variant", variant, VARIANTS)
+    check_groups(variant, groups)
     if variant == "mha":
         return S.h
     if variant == "mqa":
@@ -194,14 +201,10 @@ def build_program(
 
     ``execution="fused"`` replaces logits .. weighted sum by one flash-style kernel (:func:`fuse_attention`).
     """
-    if mode not in MODES:
-        raise CostModelError(f"unknown mode {mode!r}; valid modes are {', '.join(MODES)}")
-    if execution not in EXECUTIONS:
-        raise CostModelError(f"unknown execution {execution!r}; valid values are {', '.join(EXECUTIONS)}")
-    if cache_append not in CACHE_APPENDS:
-        raise CostModelError(
-            f"unknown cache append {cache_append!r}; valid values are {', '.join(CACHE_APPENDS)}"
-        )
+    variant = choice("variant", variant, VARIANTS)
+    mode = choice("mode", mode, MODES)
+    execution = choice("execution", execution, EXECUTIONS)
+    cache_append = choice("cache append", cache_append, CACHE_APPENDS)
     G = kv_heads(variant, groups)
     if mode == "dot-product":
         ops = _dot_product_ops()
@@ -307,17 +310,8 @@ def _dot_product_ops() -> list[Op]:
     ]
 
 
-def check_divisible(heads: int, kv: int) -> None:
-    """Raise unless ``kv`` key/value heads evenly share ``heads`` query heads."""
-    if kv > heads or heads % kv:
-        divisors = [x for x in range(1, heads + 1) if heads % x == 0]
-        raise CostModelError(
-            f"groups {kv} must divide heads {heads}; valid group counts are {', '.join(map(str, divisors))}"
-        )
-
-
 __all__ = [
-    "Op", "Program", "Tensor", "Variant", "Mode", "VARIANTS", "MODES", "CACHE_APPENDS", "EXECUTIONS",
-    "fuse_attention", "op_class", "gemm_dims",
-    "ELEMENTWISE_FLOPS", "STEP", "build_program", "kv_heads", "check_divisible",
+    "Op", "Program", "Tensor", "Variant", "Mode",
+    "fuse_attention", "op_class", "gemm_dims", "is_weight", "bias_elements",
+    "ELEMENTWISE_FLOPS", "STEP", "build_program", "kv_heads",
 ]

@@ -17,7 +17,8 @@ from costmodel import symbols as S
 from costmodel.asymptotic import analyze
 from costmodel.counts import derive
 from costmodel.hardware import HardwareProfile, load_profile
-from costmodel.models import ModelPreset, Row, load_model, predict_model, step_rows
+from costmodel.model_step import Row, predict_model, step_rows
+from costmodel.presets import ModelPreset, load_model
 from costmodel.roofline import op_time
 
 # Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)
@@ -136,7 +137,7 @@ def gqa2023(groups=GROUPS, hw: HardwareProfile | None = None, chips: int = 8, so
     for g in groups:
         m = base.model_copy(update={"kv_heads": g, "cross_kv_heads": g, "encoder_kv_heads": base.heads})
         batch = max_batch_per_chip * chips
-        fit = predict_model(m, hw, batch=1, context=output, source=source, tp=chips).memory["max_batch"]
+        fit = predict_model(m, hw, batch=1, context=output, source=source, tp=chips).memory.max_batch
         batch = min(batch, fit)
         if batch < 1:
             rows.append({"groups": g, "batch": 0, "ms_per_sample": None, "note": "does not fit"})

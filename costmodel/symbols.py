@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import sympy
 
+from costmodel.vocab import DTYPE_BYTES, choice
+
 b, n, m, d, h, g, k, v = sympy.symbols("b n m d h g k v", positive=True, integer=True)
 
 #: Symbol name -> symbol, for ``sympify(text, locals=SYMBOLS)``.
@@ -40,17 +42,8 @@ DIM_DOC: dict[str, str] = {
     "v": "value dimension per head",
 }
 
-#: Bytes per element of each supported storage dtype. tf32 is stored as fp32.
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 
 def dtype_bytes(dtype: str) -> int:
     """Bytes per element of ``dtype``; raises :class:`CostModelError` for an unknown name."""
-    from costmodel.errors import CostModelError
-
-    try:
-        return DTYPE_BYTES[dtype.lower()]
-    except KeyError:
-        raise CostModelError(
-            f"unknown dtype {dtype!r}; valid dtypes are {', '.join(DTYPE_BYTES)}"
-        ) from None
+    return DTYPE_BYTES[choice("dtype", dtype, DTYPE_BYTES)]

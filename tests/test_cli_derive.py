@@ -66,9 +66,9 @@ def test_numeric_dims_and_latex():
     (["--heads", "-2"], "-2 is not in the range x>=1"),
     (["--variant", "xqa"], "'xqa' is not one of 'mha', 'mqa', 'gqa'"),
     (["--mode", "decode"], "'decode' is not one of"),
-    (["--variant", "mha", "--groups", "2"], "--groups 2 is only valid with variant gqa"),
+    (["--variant", "mha", "--groups", "2"], "groups 2 is only valid with variant gqa"),
     (["--mode", "generate", "--context", "5"], "context m does not apply in generate mode"),
-    (["--d-model", "100", "--heads", "3"], "d-model 100 is not divisible by heads 3"),
+    (["--d-model", "100", "--heads", "3"], "d_model 100 is not divisible by heads 3"),
 ])
 def test_bad_input_gives_one_error_line(args, expected):
     result = run("derive", *args)

@@ -109,3 +109,45 @@ def test_missing_dtype_names_what_the_device_has():
 
 def test_schema_forbids_unknown_fields():
     assert HardwareProfile.model_config["extra"] == "forbid"
+
+
+#: torch.cuda.get_device_name() strings as real drivers report them -> the exact profile, or None (refused)
+DEVICE_NAMES = [
+    ("NVIDIA A100-SXM4-40GB", "a100_40gb_sxm"),
+    ("A100-SXM4-40GB", "a100_40gb_sxm"),  # older drivers leave out the vendor
+    ("NVIDIA A100-SXM4-80GB", "a100_80gb_sxm"),
+    ("NVIDIA A100-PCIE-40GB", None),      # no A100 40GB PCIe profile: never the 80 GB SXM one
+    ("NVIDIA A100 80GB PCIe", "a100_80gb_pcie"),
+    ("NVIDIA H100 80GB HBM3", "h100_sxm"),
+    ("NVIDIA H100 PCIe", "h100_pcie"),
+    ("NVIDIA H100 NVL", None),            # not the PCIe card
+    ("NVIDIA GH200 480GB", None),         # not an H200
+    ("NVIDIA H200", "h200_sxm"),
+    ("NVIDIA L40S", "l40s"),
+    ("NVIDIA L40", None),                 # not an L40S, nor an L4
+    ("NVIDIA L4", "l4"),
+    ("Tesla T4", "t4"),
+    ("NVIDIA B200", "b200"),
+    ("  nvidia   h100 80gb hbm3 ", "h100_sxm"),  # case and spacing do not matter
+]
+
+
+@pytest.mark.parametrize("name,expected", DEVICE_NAMES)
+def test_device_name_maps_to_its_exact_profile_or_is_refused(name, expected):
+    from costmodel.hardware import profile_for_device
+
+    if expected is None:
+        with pytest.raises(CostModelError) as err:
+            profile_for_device(name)
+        message = str(err.value)
+        assert message.startswith(f"no hardware profile is for device {name!r}; profiles exist for ")
+        assert "NVIDIA H100 80GB HBM3" in message and "Tesla T4" in message
+    else:
+        assert profile_for_device(name).id == expected
+
+
+def test_device_names_are_unique_across_profiles():
+    from costmodel.hardware import device_name_key
+
+    keys = [device_name_key(n) for p in load_all() for n in p.device_names]
+    assert len(keys) == len(set(keys))

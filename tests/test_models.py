@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from costmodel.cli import main
 from costmodel.errors import CostModelError
 from costmodel.hardware import load_profile
-from costmodel.models import all_reduce_s, load_model, predict_model, preset_ids
+from costmodel.model_step import all_reduce_s, param_count, predict_model
+from costmodel.presets import load_model, preset_ids
 
 REQUIRED = ["wmt_transformer_mha", "wmt_transformer_mqa", "t5_xxl", "t5_xxl_mqa", "t5_xxl_gqa8", "llama_2_7b",
             "llama_2_70b", "llama_3_8b", "llama_3_70b", "mistral_7b", "falcon_7b", "starcoder", "palm_540b"]
@@ -28,15 +29,15 @@ def test_preset_parameter_count(pid):
         # uptrained T5 variants: T5 XXL less the removed key/value heads of every decoder attention
         base = load_model("t5_xxl")
         removed = base.layers * 2 * 2 * base.d_model * base.head_dim * (base.kv_heads - m.kv_heads)
-        assert m.param_count() == base.param_count() - removed
+        assert param_count(m) == param_count(base) - removed
     else:
-        assert abs(m.param_count() - m.published_params) <= 0.02 * m.published_params
+        assert abs(param_count(m) - m.published_params) <= 0.02 * m.published_params
 
 
 def test_hand_counted_llama_2_7b():
     # 32 x (4 x 4096^2 attention + 3 x 4096 x 11008 SwiGLU + 2 x 4096 norms) + 2 x 32000 x 4096 + 4096
     expected = 32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096 + 4096
-    assert load_model("llama-2-7b").param_count() == expected == 6_738_415_616
+    assert param_count(load_model("llama-2-7b")) == expected == 6_738_415_616
 
 
 LLAMA3_CONFIG = {
@@ -56,7 +57,7 @@ def test_hugging_face_config_loads_to_the_preset(tmp_path, config, preset):
     for field in ("d_model", "layers", "heads", "kv_heads", "head_dim", "d_ff", "ffn_gated", "vocab",
                   "tied_embeddings", "parallel_block"):
         assert getattr(loaded, field) == getattr(ref, field), field
-    assert loaded.param_count() == ref.param_count()
+    assert param_count(loaded) == param_count(ref)
 
 
 @pytest.mark.parametrize("content,expected", [
@@ -80,8 +81,8 @@ def test_kv_cache_bytes(pid, dtype):
     p = predict_model(m, load_profile("h100"), batch=batch, context=context, dtype=dtype)
     width = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
     positions = context + 1  # after the step's own token is appended
-    assert p.memory["kv_cache_bytes"] == 2 * m.layers * m.kv_heads * m.head_dim * positions * batch * width
-    assert p.memory["kv_cache_bytes_per_token"] == 2 * m.layers * m.kv_heads * m.head_dim * width
+    assert p.memory.kv_cache_bytes == 2 * m.layers * m.kv_heads * m.head_dim * positions * batch * width
+    assert p.memory.kv_cache_bytes_per_token == 2 * m.layers * m.kv_heads * m.head_dim * width
 
 
 def test_tensor_parallel_replicates_kv_when_g_is_below_t():
@@ -89,12 +90,12 @@ def test_tensor_parallel_replicates_kv_when_g_is_below_t():
     starcoder = load_model("starcoder")  # 48 query heads, 1 key/value head
     one = predict_model(starcoder, hw, batch=8, context=4096)
     eight = predict_model(starcoder, hw, batch=8, context=4096, tp=8)
-    assert eight.model["kv_heads_per_device"] == 1
-    assert eight.memory["kv_cache_bytes_per_device"] == one.memory["kv_cache_bytes_per_device"]  # replicated
+    assert eight.model.kv_heads_per_device == 1
+    assert eight.memory.kv_cache_bytes_per_device == one.memory.kv_cache_bytes_per_device  # replicated
     llama = load_model("llama_3_70b")  # 64 heads, 8 key/value heads
     by_t = {t: predict_model(llama, hw, batch=8, context=4096, tp=t) for t in (2, 8, 16)}
-    assert by_t[8].memory["kv_cache_bytes_per_device"] * 4 == by_t[2].memory["kv_cache_bytes_per_device"]  # sharded
-    assert by_t[16].memory["kv_cache_bytes_per_device"] == by_t[8].memory["kv_cache_bytes_per_device"]  # g < t
+    assert by_t[8].memory.kv_cache_bytes_per_device * 4 == by_t[2].memory.kv_cache_bytes_per_device  # sharded
+    assert by_t[16].memory.kv_cache_bytes_per_device == by_t[8].memory.kv_cache_bytes_per_device  # g < t
 
 
 def test_all_reduce_price():
@@ -107,7 +108,7 @@ def test_all_reduce_price():
 
 
 def test_tp_must_divide_heads():
-    with pytest.raises(CostModelError, match="--tp 2 must divide the 71 query heads of falcon_7b"):
+    with pytest.raises(CostModelError, match="tp 2 must divide the 71 query heads of falcon_7b"):
         predict_model(load_model("falcon_7b"), load_profile("h100"), tp=2)
 
 
@@ -115,9 +116,9 @@ def test_decode_is_weight_and_cache_bound_and_prefill_costs_more():
     m = load_model("llama_3_8b")
     p = predict_model(m, load_profile("h100"), batch=1, context=2048)
     # every weight is read once per step, except the embedding table, of which only the new tokens' rows
-    assert p.decode.bytes >= 2 * (m.param_count() - m.vocab * m.d_model)
-    assert p.total["ttft_s"] > p.total["tpot_s"]
-    assert p.total["tokens_per_s"] == pytest.approx(1 / p.total["tpot_s"])
+    assert p.decode.bytes >= 2 * (param_count(m) - m.vocab * m.d_model)
+    assert p.total.ttft_s > p.total.tpot_s
+    assert p.total.tokens_per_s == pytest.approx(1 / p.total.tpot_s)
 
 
 def test_encoder_decoder_step_has_cross_attention_and_encoder_prefill():
@@ -140,10 +141,60 @@ def test_cli_model_run_and_json():
 @pytest.mark.parametrize("args,expected", [
     (["--model", "llama-4-8b"], "unknown model 'llama-4-8b'; did you mean llama-3-8b"),
     (["--model", "llama-3-8b", "--d-model", "1024"], "--d-model does not apply with --model"),
-    (["--model", "llama-3-8b", "--tp", "3"], "--tp 3 must divide the 32 query heads"),
+    (["--model", "llama-3-8b", "--tp", "3"], "tp 3 must divide the 32 query heads"),
     (["--tp", "2"], "--tp and --source apply with --model"),
 ])
 def test_cli_model_errors(args, expected):
     result = CliRunner().invoke(main, ["predict", "--gpu", "h100", *args])
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert result.exit_code != 0 and len(errors) == 1 and expected in errors[0], result.output
+
+
+def _hand_params(m) -> int:
+    """An independent count from the architecture, written out: per layer q/o with h heads and k/v with g,
+    the feed-forward block, norms (LayerNorm has a scale and a shift), embeddings and positions."""
+    d, h, k, f = m.d_model, m.heads, m.head_dim, m.d_ff
+    norm = d * (2 if m.norm == "layernorm" else 1)
+
+    def attention(g):
+        return 2 * d * h * k + 2 * d * g * k + ((h * k + 2 * g * k + d) if m.bias else 0)
+    ffn = (3 if m.ffn_gated else 2) * d * f + (((2 if m.ffn_gated else 1) * f + d) if m.bias else 0)
+    per_layer = attention(m.kv_heads) + ffn + (1 if m.parallel_block else 2) * norm
+    total = m.layers * per_layer
+    if m.architecture == "encoder-decoder":
+        total += m.layers * (attention(m.cross_kv) + norm)
+        total += m.encoder_layers * (attention(m.enc_kv) + ffn + 2 * norm) + norm
+    return total + m.vocab * d * (1 if m.tied_embeddings else 2) + norm + m.learned_positions * d
+
+
+@pytest.mark.parametrize("pid", preset_ids())
+def test_model_memory_is_the_programs_resident_elements(pid):
+    """Weights and KV cache of every preset: the model path reads them from the programs' resident tensors;
+    here they are checked against the program evaluated symbolically and against a hand count."""
+    from costmodel import symbols as S
+    from costmodel.program import build_program
+
+    m = load_model(pid)
+    weights, cache = build_program("gqa", "incremental").resident_elements()
+    subs = {S.d: m.d_model, S.h: m.heads, S.g: m.kv_heads, S.k: m.head_dim, S.v: m.head_dim, S.b: 1, S.m: 0}
+    assert int(weights.subs(subs)) == 2 * m.d_model * m.heads * m.head_dim + 2 * m.d_model * m.kv_heads * m.head_dim
+    assert param_count(m) == _hand_params(m)
+    batch, context = 2, 100
+    p = predict_model(m, load_profile("h100"), batch=batch, context=context, dtype="fp16")
+    per_position = m.layers * int(cache.subs({**subs, S.m: 1}) - cache.subs(subs))  # K and V of one position
+    assert per_position == 2 * m.layers * m.kv_heads * m.head_dim
+    source = context if m.architecture == "encoder-decoder" else 0
+    cross = 2 * m.layers * m.cross_kv * m.head_dim * source
+    assert p.memory.kv_cache_bytes == batch * (per_position * (context + 1) + cross) * 2
+    assert p.memory.kv_cache_bytes_per_token == per_position * 2
+    assert p.memory.weight_bytes_per_device == _hand_params(m) * 2
+
+
+@pytest.mark.parametrize("pid,gpu", [("llama_3_8b", "h100"), ("t5_xxl", "tpu_v4"), ("falcon_7b", "a100")])
+def test_largest_batch_and_context_are_the_memory_limits(pid, gpu):
+    m, hw = load_model(pid), load_profile(gpu)
+    p = predict_model(m, hw, batch=4, context=2048)
+    assert predict_model(m, hw, batch=p.memory.max_batch, context=2048).memory.fits
+    assert not predict_model(m, hw, batch=p.memory.max_batch + 1, context=2048).memory.fits
+    assert predict_model(m, hw, batch=4, context=p.memory.max_context, source=2048).memory.fits
+    assert not predict_model(m, hw, batch=4, context=p.memory.max_context + 1, source=2048).memory.fits

@@ -11,7 +11,9 @@ from click.testing import CliRunner
 from costmodel.cli import main
 from costmodel.hardware import load_profile
 from costmodel.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep, memory_limits
-from costmodel.roofline import Workload, check_sweep, predict, sweep_records
+from costmodel.roofline import predict
+from costmodel.sweeps import check_sweep, sweep
+from costmodel.workload import Workload
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -66,7 +68,7 @@ def test_memory_limit_mark_is_where_memory_runs_out(name, values):
     hw = load_profile("h100")
     workloads = [Workload.create(v, layers=32) for v in ("mha", "gqa", "mqa")]
     dim, linked = check_sweep(workloads, name, values)
-    records = sweep_records(hw, workloads, name, values)
+    records = sweep(workloads, hw, name, values).records
     fig = draw_sweep(hw, workloads, name, dim, values, records, memory_limits(hw, workloads, dim, values), "t")
     marks = artists(fig, "memory_limit:")
     field = "m" if name == "context" else "b"
@@ -122,7 +124,7 @@ def test_files_in_each_format(tmp_path, suffix):
     (["roofline", "--gpu", "a10o", "--out", "r.png"], "did you mean a10g"),
     (["roofline", "--gpu", "a100", "--groups", "3", "--out", "r.png"], "groups 3 must divide heads 32"),
     (["sweep", "--gpu", "h100", "--x", "groups", "--variant", "mha", "--range", "1,2", "--out", "s.png"],
-     "sweeping groups needs --variant gqa"),
+     "sweeping groups needs variant gqa"),
     (["sweep", "--gpu", "h100", "--x", "groups", "--range", "1,3", "--out", "s.png"], "groups [3] do not divide heads 32"),
     (["sweep", "--gpu", "h100", "--x", "context", "--range", "10:1:x", "--out", "s.png"], "invalid range"),
     (["sweep", "--gpu", "h100", "--x", "context", "--mode", "generate", "--range", "1,2", "--out", "s.png"],

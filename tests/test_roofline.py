@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from costmodel.errors import CostModelError
 from costmodel.hardware import load_all, load_profile
-from costmodel.roofline import Workload, predict, sweep
+from costmodel.roofline import predict
+from costmodel.sweeps import sweep_arrays as sweep
+from costmodel.workload import Workload
 
 GPUS = [p for p in load_all() if p.kind == "gpu"]
 ROUND = {  # a device with round numbers, so the arithmetic below is easy to follow

@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 
 from costmodel.cli import main  # noqa: E402
 from costmodel.hardware import load_profile  # noqa: E402
-from costmodel.roofline import Workload  # noqa: E402
-from validation import run as validation_run  # noqa: E402
-from validation.kernels import _CopyCounter, build_kernels, counted_flops  # noqa: E402
+from costmodel.workload import Workload  # noqa: E402
+from costmodel.validation import run as validation_run  # noqa: E402
+from costmodel.validation.kernels import _CopyCounter, build_kernels, counted_flops  # noqa: E402
 
 
 @pytest.fixture(scope="module")

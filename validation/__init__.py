@@ -1,1 +1,107 @@
-"""Validation of costmodel's predictions against real torch kernels (needs the ``validation`` extra)."""
+"""Validation of costmodel's predictions against real torch kernels (installed as ``costmodel.validation``).
+
+The only part of costmodel that imports torch (the ``validation`` extra). This module itself does not:
+it says how to install torch when it is missing, and runs the ``calibrate`` and ``validate`` commands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+from costmodel.errors import CostModelError
+
+#: The datasheet profile a CPU run is compared with (a GPU's comes from its device name).
+DEFAULT_CPU_PROFILE = "epyc_9004_2vcpu"
+
+
+def require_torch(command: str):
+    """Import torch, or stop with one line that says how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise CostModelError(
+            f"costmodel {command} needs torch: pip install 'costmodel[validation]' "
+            "(or pip install torch==2.13.0 for the CPU build)"
+        ) from None
+    return torch
+
+
+def device_for(command: str, device: str) -> str:
+    """``cpu`` or ``cuda``, checked against what torch sees."""
+    torch = require_torch(command)
+    device = device.lower()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CostModelError("--device cuda: no CUDA GPU is available to torch here; use --device cpu")
+    return device
+
+
+def calibrate_command(device: str, out: str, quick: bool) -> str:
+    """Measure ``device``, write the profile to ``out``; returns the line to print."""
+    device = device_for("calibrate", device)
+    from costmodel.files import check_folder
+
+    check_folder(out)
+    from costmodel.validation.calibrate import calibrate
+
+    profile = calibrate(device, out, quick)
+    peaks = ", ".join(f"{dt} {v['value'] / 1e9:.0f} GFLOP/s" for dt, v in profile["peak_flops_per_s"].items())
+    return (f"wrote {out}: {profile['name']}: {peaks}; read bandwidth "
+            f"{profile['memory_bandwidth_bytes_per_s']['value'] / 1e9:.1f} GB/s; per-op overhead "
+            f"{profile['launch_overhead_s']['value'] * 1e6:.1f} us")
+
+
+def datasheet_profile(device: str, gpu: str | None):
+    """The datasheet profile to compare with: ``gpu`` if given, else the one whose ``device_names``
+    list this GPU's name (an error, never a neighbour, when none does), or the CPU default."""
+    from costmodel.hardware import load_profile, profile_for_device
+
+    if gpu is not None:
+        return load_profile(gpu)
+    if device == "cuda":
+        import torch
+
+        return profile_for_device(torch.cuda.get_device_name())
+    return load_profile(DEFAULT_CPU_PROFILE)
+
+
+def validate_command(device: str, gpu: str | None, profile_path: str | None, quick: bool, json_path: str | None,
+                     plot_path: str | None, progress: Callable[[list], Iterator], say: Callable[[str], None]
+                     ) -> Iterator[str]:
+    """Run the validation grid; yields the lines to print (the summary, then what was written)."""
+    device = device_for("validate", device)
+    from costmodel.files import check_folder, write_text
+    from costmodel.hardware import HardwareProfile, load_profile
+
+    if json_path:
+        check_folder(json_path)
+    if plot_path:
+        from costmodel.plots import check_output
+
+        check_output(plot_path)  # suffix and folder
+    profiles = {"datasheet": datasheet_profile(device, gpu)}
+    if profile_path:
+        profiles["calibrated"] = load_profile(profile_path)
+    else:
+        from costmodel.validation.calibrate import calibrate
+
+        say("calibrating ...")
+        profiles["calibrated"] = HardwareProfile.model_validate(calibrate(device, None, quick))
+    from costmodel.text import validation_summary
+    from costmodel.validation.run import validate
+
+    report = validate(device, profiles, quick, progress)
+    yield validation_summary(report)
+    if json_path:
+        write_text(json_path, json.dumps(report, indent=1))
+        yield f"wrote {json_path}"
+    if plot_path:
+        from costmodel.plots import draw_predicted_vs_measured, save
+
+        rows = [{"measured_s": r["measured"]["median_s"], "predicted_s": r["predicted_calibrated_s"],
+                 "group": r["group"]} for r in report["rows"]]
+        env = report["environment"]
+        title = (f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}\n"
+                 f"predicted (calibrated profile) against measured, per op and whole step")
+        save(draw_predicted_vs_measured(rows, title), plot_path)
+        yield f"wrote {plot_path}"

@@ -23,13 +23,36 @@ import time
 import torch
 
 from costmodel.files import write_text
-from validation.kernels import TORCH_DTYPES
-from validation.timing import Timer, environment
+from costmodel.validation.kernels import TORCH_DTYPES
+from costmodel.validation.timing import Timer, environment
 
 SIZES = {  # (matmul N, bandwidth buffer bytes) per device and mode
     ("cpu", True): (512, 64 << 20), ("cpu", False): (2048, 512 << 20),
     ("cuda", True): (2048, 256 << 20), ("cuda", False): (8192, 2 << 30),
 }
+
+
+#: Longest one matmul of the peak measurement may take (quick, full): a dtype without fast kernels on this
+#: device (bf16 on a CPU without AVX-512 BF16 runs at about 1 GFLOP/s) is measured on a smaller N.
+MATMUL_SECONDS = {True: 0.02, False: 0.1}
+
+
+def _matmul_size(device: str, dtype: str, largest: int, seconds: float) -> int:
+    """The largest power-of-two N <= ``largest`` whose N x N x N matmul takes at most about ``seconds``."""
+    size = 128
+    while size < largest:
+        a = torch.randn(size, size, device=device, dtype=TORCH_DTYPES[dtype])
+        a @ a  # warm-up: the first product of a size pays for kernel selection
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ a
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if (time.perf_counter() - start) * 8 > seconds:  # the next size takes 8x as long
+            break
+        size *= 2
+    return size
 
 
 def _dtypes(device: str) -> list[str]:
@@ -42,13 +65,14 @@ def measure(device: str, quick: bool = False) -> dict:
     """Achievable matmul FLOP/s per dtype, read and copy bandwidth, and per-op overhead."""
     n, buffer_bytes = SIZES[(device, quick)]
     timer = Timer(device, flush_bytes=0, budget_s=0.3 if quick else 1.0)
-    peaks = {}
+    peaks, sizes = {}, {}
     for dt in _dtypes(device):
         if device == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
-        a = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dt])
-        b = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dt])
-        peaks[dt] = 2 * n**3 / timer.time(lambda: a @ b).median_s
+        sizes[dt] = size = _matmul_size(device, dt, n, MATMUL_SECONDS[quick])
+        a = torch.randn(size, size, device=device, dtype=TORCH_DTYPES[dt])
+        b = torch.randn(size, size, device=device, dtype=TORCH_DTYPES[dt])
+        peaks[dt] = 2 * size**3 / timer.time(lambda: a @ b).median_s
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
     src = torch.ones(buffer_bytes // 4, device=device, dtype=torch.float32)
@@ -66,15 +90,16 @@ def measure(device: str, quick: bool = False) -> dict:
     overhead = Timer(device, flush_bytes=0, budget_s=0.2).time(burst).median_s / launches
     return {
         "peak_flops_per_s": peaks, "read_bytes_per_s": read, "copy_bytes_per_s": copy, "launch_overhead_s": overhead,
-        "matmul_n": n, "buffer_bytes": buffer_bytes, "timing_method": timer.method,
+        "matmul_n": sizes, "buffer_bytes": buffer_bytes, "timing_method": timer.method,
     }
 
 
-def _class_benchmarks(device: str, dtype: str, nbytes: int) -> dict[str, dict[str, tuple]]:
+def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float | None = None
+                      ) -> dict[str, dict[str, tuple]]:
     """Per op class: {"bandwidth" | "flops": (callable, bytes or FLOPs it moves or does)}, at about ``nbytes``."""
     import torch.nn.functional as F
 
-    from validation.kernels import copy_free_order
+    from costmodel.validation.kernels import copy_free_order
 
     t = TORCH_DTYPES[dtype]
     width = torch.finfo(t).bits // 8
@@ -102,6 +127,8 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int) -> dict[str, dict[st
     one = new(1, 1, mk, k)
     # fused prefill: SDPA of n = m positions, compute-bound
     n = 2 if nbytes < (1 << 20) else 512
+    while flops_per_s and n > 64 and 4 * heads * n * n * k / flops_per_s > 0.05:
+        n //= 2  # keep one prefill call under about 50 ms where this dtype's matmuls are slow
     qp, kp = new(1, heads, n, k), new(1, heads, n, k)
     return {
         "projection": {"bandwidth": (lambda: torch.einsum("bd,hdk->bhk", x, weight),
@@ -118,13 +145,14 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int) -> dict[str, dict[st
     }
 
 
-def measure_op_classes(device: str, dtypes: list[str], quick: bool) -> dict:
+def measure_op_classes(device: str, peaks: dict[str, float], quick: bool) -> dict:
     """Bandwidth (and, for fused attention, FLOP rate) per op class and dtype, and overhead on tiny sizes."""
     large = 16 << 20  # the order of a decode step's tensors; far larger outputs measure page faults, not bandwidth
     timer = Timer(device, budget_s=0.1 if quick else 0.3)
     classes: dict[str, dict] = {}
+    dtypes = list(peaks)
     for dtype in dtypes:
-        for kind, benches in _class_benchmarks(device, dtype, large).items():
+        for kind, benches in _class_benchmarks(device, dtype, large, peaks[dtype]).items():
             entry = classes.setdefault(kind, {"flops_per_s": {}, "bandwidth_bytes_per_s": {}})
             for quantity, (fn, amount) in benches.items():
                 key = "flops_per_s" if quantity == "flops" else "bandwidth_bytes_per_s"
@@ -156,15 +184,16 @@ def profile_from(m: dict, device: str) -> dict:
     today = datetime.date.today().isoformat()
     capacity, cache, cache_kind = _capacity_and_cache(device)
     slug = "".join(c if c.isalnum() else "_" for c in env["device_name"].lower()).strip("_")
-    method = (f"costmodel calibrate: {m['matmul_n']}^3 matmul per dtype; read (sum) and copy of a "
+    sizes = ", ".join(f"{dt} {n}" for dt, n in m["matmul_n"].items())
+    method = (f"costmodel calibrate: N^3 matmul per dtype (N: {sizes}); read (sum) and copy of a "
               f"{m['buffer_bytes'] >> 20} MiB buffer, bandwidth = read; per-op overhead from 200 back-to-back "
               f"one-element adds; {m['timing_method']}")
     classes = m.get("op_classes")
     if classes:
         method += (f". Op classes, on about {classes['large_bytes'] >> 20} MiB: bandwidth of a projection einsum "
                    f"with 8 rows, a decode logits einsum, a scale, a cache-slice write and a decode-step SDPA "
-                   f"(16 heads); FLOP rate of a decode SDPA with one key/value head and of a 512-position "
-                   f"prefill SDPA; overheads of the same kernels on about 1 KiB; {classes['timing_method']}")
+                   f"(16 heads); FLOP rate of a decode SDPA with one key/value head and of a prefill SDPA of up to 512 "
+                   f"positions; overheads of the same kernels on about 1 KiB; {classes['timing_method']}")
 
     def measured(value: float) -> dict:
         return {"value": float(value), "source": "measured", "confidence": "measured"}
@@ -200,7 +229,7 @@ def calibrate(device: str, out: str | None = None, quick: bool = False) -> dict:
 
     start = time.perf_counter()
     m = measure(device, quick)
-    m["op_classes"] = measure_op_classes(device, list(m["peak_flops_per_s"]), quick)
+    m["op_classes"] = measure_op_classes(device, m["peak_flops_per_s"], quick)
     profile = profile_from(m, device)
     profile["notes"] += f" Calibration took {time.perf_counter() - start:.1f} s."
     if out:

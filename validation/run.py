@@ -1,7 +1,7 @@
 """Measure every op and whole step of a grid of workloads and compare with the predictions.
 
 Each case (variant x mode x batch x context x dtype x execution) is built from the same program as the
-prediction; every op is timed (:mod:`validation.timing`), its FLOPs counted by torch's
+prediction; every op is timed (:mod:`costmodel.validation.timing`), its FLOPs counted by torch's
 FlopCounterMode and compared with the symbolic count, and its time predicted with a datasheet profile
 and a measured (calibrated) one. The report carries per-row errors, per-group summaries and the
 measured against predicted speed-ups of GQA and MQA over MHA.
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from costmodel.hardware import HardwareProfile
-from costmodel.roofline import Workload, predict
-from validation.kernels import build_kernels, counted_flops, run_step
-from validation.timing import Timer, environment
+from costmodel.roofline import predict
+from costmodel.workload import Workload
+from costmodel.validation.kernels import build_kernels, counted_flops, run_step
+from costmodel.validation.timing import Timer, environment
 
 PROJECTIONS = {"q_proj", "k_proj", "v_proj", "out_proj"}
 GROUPS = ("decode attention", "projections", "batched attention", "whole step")

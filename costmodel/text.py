@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import textwrap
+from typing import TYPE_CHECKING
 
-import sympy
+from costmodel.vocab import VARIANT_NAMES, variant_label
 
-from costmodel.asymptotic import Asymptotics
-from costmodel.counts import CostReport
-
-VARIANT_NAMES = {"mha": "multi-head (g = h)", "mqa": "multi-query (g = 1)", "gqa": "grouped-query"}
+if TYPE_CHECKING:
+    from costmodel.asymptotic import Asymptotics
+    from costmodel.counts import CostReport
 
 
 def _title(report: CostReport) -> str:
@@ -22,6 +22,8 @@ def _title(report: CostReport) -> str:
 
 def table(report: CostReport, asym: Asymptotics | None = None) -> str:
     """Aligned per-op table with totals, assumptions and (optionally) the asymptotic block."""
+    import sympy
+
     rows = [("op", "einsum", "FLOPs", "memory (elements)")]
     rows += [(op.name, op.einsum or f"({op.kind})", str(op.flops), str(op.memory_elements)) for op in report.ops]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
@@ -75,6 +77,8 @@ def asymptotic_lines(asym: Asymptotics) -> list[str]:
 
 def latex(report: CostReport, asym: Asymptotics | None = None) -> str:
     """A LaTeX tabular of the per-op counts, for papers."""
+    import sympy
+
     out = [
         f"% costmodel derive: {_title(report)}",
         r"\begin{tabular}{llll}",
@@ -148,7 +152,7 @@ def hardware_line(hw: dict) -> str:
 
 
 def _variant_label(w) -> str:
-    return {"mha": f"MHA (g={w.g})", "mqa": "MQA (g=1)", "gqa": f"GQA (g={w.g})"}[w.variant]
+    return variant_label(w.variant, w.g)
 
 
 def op_table(p) -> list[str]:
@@ -214,16 +218,15 @@ def hardware_detail(p) -> str:
     return "\n".join(lines)
 
 
-def sweep_table(hw, workloads, name: str, values: list[int], records: list[dict]) -> str:
+def sweep_table(sw) -> str:
     """Time per step (or call) of each variant at each swept value; ``*`` where memory does not fit."""
-    from costmodel.roofline import SWEEP_DIMS
-
-    lines = [f"{hw.name} [{hw.id}], sweep of {name} ({SWEEP_DIMS[name]}); time per step or call; "
+    hw, name, values = sw.hardware, sw.parameter, sw.values
+    lines = [f"{hw['name']} [{hw['id']}], sweep of {name} ({sw.dim}); time per step or call; "
              "* = does not fit in memory"]
-    labels = [_variant_label(w) if name != "groups" else w.variant.upper() for w in workloads]
+    labels = [_variant_label(w) if name != "groups" else w.variant.upper() for w in sw.workloads]
     rows = [(name, *labels)]
     for i, x in enumerate(values):
-        cells = [si(r["time_s"], "s") + ("" if r["fits"] else " *") for r in records[i::len(values)]]
+        cells = [si(r["time_s"], "s") + ("" if r["fits"] else " *") for r in sw.records[i::len(values)]]
         rows.append((str(x), *cells))
     lines += aligned(rows, right=range(len(rows[0])))
     return "\n".join(lines)
@@ -260,34 +263,34 @@ def validation_summary(report: dict) -> str:
 def model_table(p) -> str:
     """A model's decode step op by op, then TPOT, TTFT and memory."""
     m, w, mem, hw = p.model, p.workload, p.memory, p.hardware
-    devices = f"{hw['devices']} devices (tensor parallel)" if hw["devices"] > 1 else "1 device"
+    devices = f"{hw.devices} devices (tensor parallel)" if hw.devices > 1 else "1 device"
     count = lambda x: f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M"  # noqa: E731
-    published = f" (published {count(m['published_params'])})" if m["published_params"] else ""
-    kv_note = f", {m['kv_heads_per_device']} per device" if hw["devices"] > 1 else ""
+    published = f" (published {count(m.published_params)})" if m.published_params else ""
+    kv_note = f", {m.kv_heads_per_device} per device" if hw.devices > 1 else ""
     lines = [
-        f"{hw['name']} [{hw['id']}], {hw['dtype']}, {devices}",
-        f"{m['name']} [{m['id']}]: {count(m['params'])} parameters{published}; {m['layers']} layers, "
-        f"{m['heads']} heads, {m['kv_heads']} key/value heads{kv_note}, head dim {m['head_dim']}",
-        f"workload: batch {w['batch']}, context {w['context']}" + (f", source {w['source']}" if w["source"] else "")
-        + f", {w['execution']} attention", "",
+        f"{hw.name} [{hw.id}], {hw.dtype}, {devices}",
+        f"{m.name} [{m.id}]: {count(m.params)} parameters{published}; {m.layers} layers, "
+        f"{m.heads} heads, {m.kv_heads} key/value heads{kv_note}, head dim {m.head_dim}",
+        f"workload: batch {w.batch}, context {w.context}" + (f", source {w.source}" if w.source else "")
+        + f", {w.execution} attention", "",
         "decode step (one token per sequence), per device:",
     ]
     head = ("section", "op", "kernels", "FLOPs", "bytes", "time", "bound")
     rows = [head] + [(o.section, o.name, str(o.count), si(o.flops), si(o.bytes, "B"), si(o.time_s, "s"), o.bound)
                      for o in p.decode.ops]
     if p.decode.all_reduce_s:
-        rows.append(("tensor parallel", "all-reduce", str(2 * m["layers"]), "", "", si(p.decode.all_reduce_s, "s"), ""))
+        rows.append(("tensor parallel", "all-reduce", str(2 * m.layers), "", "", si(p.decode.all_reduce_s, "s"), ""))
     rows.append(("total", "", "", si(p.decode.flops), si(p.decode.bytes, "B"), si(p.decode.time_s, "s"), ""))
     lines += aligned(rows, right={2, 3, 4, 5}, rules=(1, -1))
     t = p.total
     lines += [
         "",
-        f"TPOT {si(t['tpot_s'], 's')}   tokens/s {si(t['tokens_per_s'])}   "
-        f"TTFT {si(t['ttft_s'], 's')} (prefill of a {w['context']}-token prompt)",
-        f"KV cache {si(mem['kv_cache_bytes_per_token'], 'B')} per token, {si(mem['kv_cache_bytes_per_device'], 'B')} per "
-        f"device; weights {si(mem['weight_bytes_per_device'], 'B')} per device; fits in "
-        f"{si(mem['capacity_bytes'], 'B')}: {'yes' if mem['fits'] else 'NO'}; largest batch {mem['max_batch']} "
-        f"(context {w['context']}); largest context {mem['max_context']} (batch {w['batch']})",
+        f"TPOT {si(t.tpot_s, 's')}   tokens/s {si(t.tokens_per_s)}   "
+        f"TTFT {si(t.ttft_s, 's')} (prefill of a {w.context}-token prompt)",
+        f"KV cache {si(mem.kv_cache_bytes_per_token, 'B')} per token, {si(mem.kv_cache_bytes_per_device, 'B')} per "
+        f"device; weights {si(mem.weight_bytes_per_device, 'B')} per device; fits in "
+        f"{si(mem.capacity_bytes, 'B')}: {'yes' if mem.fits else 'NO'}; largest batch {mem.max_batch} "
+        f"(context {w.context}); largest context {mem.max_context} (batch {w.batch})",
         "", "Assumptions:", *(f"  - {a}" for a in p.assumptions),
     ]
     return "\n".join(lines)

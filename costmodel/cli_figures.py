@@ -1,0 +1,195 @@
+"""The ``costmodel`` commands that draw figures, measure a device, and reproduce the papers."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from costmodel.cli_options import (Positive, check_writable, choices, title_dims, dim_options,
+                                   dtype_option, given, groups_option, json_option, workload_options, write_csv)
+from costmodel.vocab import DEFAULTS, EXECUTIONS, VARIANTS
+
+
+@click.command()
+@click.option("--gpu", "gpus", multiple=True, required=True, help="device id, alias or YAML path (repeatable)")
+@groups_option
+@dim_options
+@dtype_option
+@click.option("--execution", type=choices(EXECUTIONS), default=DEFAULTS["execution"], show_default=True,
+              help="every op its own kernel, or flash-style fused attention")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="output file: .png, .svg or .pdf")
+def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
+    """Plot every op of MHA, GQA and MQA, decode step and prefill, under each device's roofline.
+
+    Markers sit at the op's arithmetic intensity and its attainable throughput on the first device.
+
+    Example: costmodel roofline --gpu a100 --gpu h100 --out roofline.png
+    """
+    from costmodel.hardware import load_profile
+    from costmodel.plots import check_output, draw_roofline, save
+    from costmodel.workload import workloads
+
+    check_output(out)
+    hws = [load_profile(g) for g in gpus]
+    sizes = given(dims)
+    decode = workloads(None, groups, "incremental", dtype=dtype, execution=execution, **sizes)
+    prefill = workloads(None, groups, "batched", dtype=dtype, execution=execution,
+                        **given({**sizes, "context": sizes.get("context", sizes.get("seq"))}))
+    w, p = decode[0], prefill[0]
+    title = (f"Roofline on {', '.join(h.name for h in hws)}\n"
+             f"decode step b={w.b}, m={w.m}; prefill b={p.b}, n={p.n}, m={p.m}; {title_dims(w)}")
+    save(draw_roofline(hws, decode + prefill, title), out)
+    click.echo(f"wrote {out}")
+
+
+@click.command("sweep")
+@click.option("--gpu", required=True, help="device id, alias or YAML path")
+@click.option("--x", "x_name", type=choices(["context", "batch", "groups", "seq"]), required=True,
+              help="the dimension on the x axis")
+@click.option("--range", "range_text", required=True, metavar="RANGE",
+              help="START:STOP:xFACTOR, START:STOP:STEP or a comma list, e.g. 128:32768:x2")
+@click.option("--variant", type=choices(VARIANTS), help="one variant (default: all three; --x groups needs gqa)")
+@groups_option
+@workload_options
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="output file: .png, .svg or .pdf")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="also write the points as CSV")
+def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
+               out, csv_path, **dims) -> None:
+    """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant.
+
+    The last point where weights + KV cache fit in device memory is marked on each curve.
+
+    Example: costmodel sweep --gpu h100 --x context --range 128:32768:x2 --out sweep.png
+    """
+    from costmodel.hardware import load_profile
+    from costmodel.plots import check_output, draw_sweep, memory_limits, save
+    from costmodel.sweeps import sweep
+    from costmodel.workload import workloads
+
+    check_output(out)
+    if csv_path:
+        check_writable(csv_path)
+    hw = load_profile(gpu)
+    x_name = x_name.lower()
+    if x_name == "groups" and not variant:
+        variant = "gqa"
+    chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
+                       cache_append=cache_append, **given(dims))
+    result = sweep(chosen, hw, x_name, range_text, overlap)
+    limits = memory_limits(hw, chosen, result.dim, result.values, _linked(result))
+    w = chosen[0]
+    fixed = ", ".join(f"{k}={getattr(w, k)}" for k in ("b", "n", "m") if k != result.dim and
+                      not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate"))
+    what = {"incremental": "decode step", "generate": "generate", "batched": "prefill"}[w.mode]
+    title = f"{hw.name}: {what}, {fixed}, {title_dims(w)}, {w.layers} layer{'s' * (w.layers > 1)}"
+    if csv_path:
+        write_csv(csv_path, result.records)
+    save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title), out)
+    click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
+
+
+def _linked(result) -> tuple[str, ...]:
+    from costmodel.sweeps import check_sweep
+
+    return check_sweep(result.workloads, result.parameter, result.values)[1]
+
+
+@click.command()
+@click.option("--device", type=choices(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="profile YAML to write")
+@click.option("--quick", is_flag=True, help="smaller sizes and shorter timing (seconds, not tens of seconds)")
+def calibrate(device, out, quick) -> None:
+    """Measure this device and write a hardware profile marked as measured.
+
+    Measures matmul FLOP/s per dtype, read and copy bandwidth, per-op overhead, and the bandwidth,
+    FLOP rate and overhead of each op class (projection, attention, elementwise, copy, fused attention).
+
+    Example: costmodel calibrate --device cpu --out my_cpu.yaml
+    """
+    from costmodel.validation import calibrate_command
+
+    click.echo(calibrate_command(device, out, quick))
+
+
+@click.command()
+@click.option("--device", type=choices(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--gpu", help="datasheet profile to compare (default: the profile whose device_names match the device)")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False),
+              help="calibrated profile (default: calibrate now)")
+@click.option("--quick", is_flag=True, help="a small grid, for a smoke test (CI)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the full report as JSON")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="predicted-vs-measured figure")
+def validate(device, gpu, profile_path, quick, json_path, plot_path) -> None:
+    """Measure every op and whole step as torch kernels and report the prediction error.
+
+    Each case of a grid (variants x modes x batch x context x dtype x execution) is predicted with a
+    datasheet profile and a calibrated one; torch's FlopCounterMode cross-checks the FLOPs.
+
+    Example: costmodel validate --device cpu --quick --json report.json
+    """
+    from costmodel.validation import validate_command
+
+    def progress(cases):
+        with click.progressbar(length=len(cases), label="cases", file=sys.stderr) as bar:
+            for case in cases:
+                yield case
+                bar.update(1)
+
+    for line in validate_command(device, gpu, profile_path, quick, json_path, plot_path, progress,
+                                 lambda text: click.echo(text, err=True)):
+        click.echo(line)
+
+
+@click.group()
+def reproduce() -> None:
+    """Reproduce the papers' results from the model, with every assumption shown."""
+
+
+@reproduce.command("shazeer2019")
+@click.option("--f32-storage/--no-f32-storage", default=True, show_default=True,
+              help="weights, caches and activations in f32, as TensorFlow kept them")
+@click.option("--concat-cache/--no-concat-cache", default=True, show_default=True,
+              help="tf.concat copies the whole K/V cache every step")
+@click.option("--tile-padding/--no-tile-padding", default=True, show_default=True,
+              help="pad every matmul to the matrix unit's 128x128 tile")
+@click.option("--f32-passes", type=click.IntRange(1, 6), default=3, show_default=True,
+              help="bf16 passes per f32 matmul on the v2 matrix unit (1 = none)")
+@json_option
+def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, as_json) -> None:
+    """Shazeer 2019: the asymptotic ratios, and Table 2's decoder time per token on a TPUv2 board.
+
+    Example: costmodel reproduce shazeer2019
+    """
+    from costmodel.reproduce import Mechanisms, shazeer2019
+    from costmodel.text import shazeer_table
+
+    result = shazeer2019(Mechanisms(f32_storage, concat_cache, tile_padding, f32_passes))
+    click.echo(json.dumps(result, indent=2) if as_json else shazeer_table(result))
+
+
+@reproduce.command("gqa2023")
+@click.option("--tp", type=Positive, default=8, show_default=True, help="TPU v4 chips, tensor parallel")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write the figure (.png, .svg, .pdf)")
+@json_option
+def reproduce_gqa(tp, plot_path, as_json) -> None:
+    """Ainslie et al. 2023: T5-XXL time per sample against key/value groups on TPU v4.
+
+    Example: costmodel reproduce gqa2023 --plot gqa.png
+    """
+    from costmodel.reproduce import gqa2023
+    from costmodel.text import gqa_table
+
+    if plot_path:
+        from costmodel.plots import check_output
+
+        check_output(plot_path)
+    result = gqa2023(chips=tp)
+    click.echo(json.dumps(result, indent=2) if as_json else gqa_table(result))
+    if plot_path:
+        from costmodel.plots import draw_groups, save
+
+        save(draw_groups(result), plot_path)
+        if not as_json:
+            click.echo(f"wrote {plot_path}")

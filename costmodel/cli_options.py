@@ -1,0 +1,106 @@
+"""What the ``costmodel`` commands share: the group that turns errors into one line, the options, and
+the small helpers that write files. Imports nothing heavy."""
+
+from __future__ import annotations
+
+import click
+
+from costmodel.errors import CostModelError
+from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DTYPES, EXECUTIONS, OVERLAPS, PREDICT_MODES
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class ErrorLineGroup(click.Group):
+    """Turns a :class:`CostModelError` into one ``Error:`` line and exit status 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except CostModelError as err:
+            raise click.ClickException(str(err)) from None
+
+
+Positive = click.IntRange(min=1)
+
+
+def choices(values) -> click.Choice:
+    return click.Choice(list(values), case_sensitive=False)
+
+
+#: option name -> help; the names are those of Workload.create
+DIM_OPTIONS = {
+    "batch": f"batch size b [default: {DEFAULTS['batch']}]",
+    "seq": f"query positions n (tokens generated in generate mode) [default: {DEFAULTS['seq']}; 1 in incremental]",
+    "context": "memory positions m (cached positions before the step in incremental mode) "
+               f"[default: {DEFAULTS['context']}; = seq in batched]",
+    "d_model": f"model dimension d [default: {DEFAULTS['d_model']}]",
+    "heads": f"query heads h [default: {DEFAULTS['heads']}]",
+    "head_dim": "key dimension per head k [default: d/h]",
+    "value_dim": "value dimension per head v [default: d/h]",
+}
+
+
+def dim_options(func):
+    """One option per numeric dimension (--batch, --seq, ...); --context may be 0 (an empty cache)."""
+    for name, text in reversed(DIM_OPTIONS.items()):
+        kind = click.IntRange(min=0) if name == "context" else Positive
+        func = click.option(f"--{name.replace('_', '-')}", name, type=kind, help=text)(func)
+    return func
+
+
+def given(dims: dict) -> dict:
+    return {k: v for k, v in dims.items() if v is not None}
+
+
+def _options(*options):
+    def apply(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return apply
+
+
+dtype_option = click.option("--dtype", type=choices(DTYPES), default=DEFAULTS["dtype"], show_default=True,
+                            help="storage and math dtype (sets bytes per element)")
+groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
+
+workload_options = _options(
+    click.option("--mode", type=choices(PREDICT_MODES), default=DEFAULTS["mode"], show_default=True,
+                 help="batched attention (prefill), one decode step, or n decode steps"),
+    dim_options,
+    dtype_option,
+    click.option("--layers", type=Positive, default=DEFAULTS["layers"], show_default=True, help="attention layers"),
+    click.option("--execution", type=choices(EXECUTIONS),
+                 help=f"every op its own kernel, or flash-style fused attention "
+                      f"[default: {DEFAULTS['execution']}; {DEFAULTS['model_execution']} with --model]"),
+    click.option("--overlap", type=choices(OVERLAPS), default=DEFAULTS["overlap"], show_default=True,
+                 help="op time = max(compute, memory) or their sum"),
+    click.option("--cache-append", type=choices(CACHE_APPENDS), default=DEFAULTS["cache_append"], show_default=True,
+                 help="KV-cache append in place, or a full copy"),
+)
+
+
+def check_writable(path: str) -> None:
+    from costmodel.files import check_folder
+
+    check_folder(path)
+
+
+def write_csv(path: str, records: list[dict]) -> None:
+    import csv
+    import io
+
+    from costmodel.files import write_text
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]))
+    writer.writeheader()
+    writer.writerows(records)
+    write_text(path, buf.getvalue())
+
+
+def title_dims(w) -> str:
+    kv = f"k={w.k}" if w.k == w.v else f"k={w.k}, v={w.v}"
+    return f"d={w.d}, h={w.h}, {kv}, {w.dtype}, {w.execution}"

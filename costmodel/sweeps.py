@@ -1,0 +1,172 @@
+"""Predictions over a range of one workload parameter, vectorised with numpy.
+
+:func:`sweep` evaluates the same compiled expressions as :func:`costmodel.roofline.predict` on an array
+of values (a million points take about a tenth of a second) and returns a :class:`Sweep` report: one
+record per (variant, value) with time, tokens/s, FLOPs, bytes, KV cache and whether it fits in memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+from costmodel import symbols as S
+from costmodel.compiled import ARGS, compile_program
+from costmodel.errors import CostModelError
+from costmodel.hardware import HardwareProfile
+from costmodel.roofline import op_time
+from costmodel.vocab import DEFAULTS, OVERLAPS, SWEEP_DIMS, choice
+from costmodel.workload import Workload
+
+#: The most points one range may hold; a range asking for more is refused before any work.
+MAX_POINTS = 1_000_000
+
+
+def parse_range(text: str, limit: int = MAX_POINTS) -> list[int]:
+    """``128:32768:x2`` (geometric), ``1:64:+8`` or ``1:64:8`` (linear), or ``1,2,4``."""
+    bad = CostModelError(
+        f"invalid range {text!r}; expected START:STOP:xFACTOR (e.g. 128:32768:x2), START:STOP:STEP or a comma list"
+    )
+    try:
+        if "," in text or ":" not in text:
+            values = [int(x) for x in text.split(",")]
+        else:
+            start, stop, step = text.split(":")
+            start, stop = int(start), int(stop)
+            if step.startswith("x"):
+                factor = float(step[1:])
+                if not factor > 1 or start < 1:
+                    raise CostModelError(f"invalid range {text!r}: a geometric range needs START >= 1 and FACTOR > 1")
+                count = math.floor(math.log(stop / start, factor) + 1e-9) + 1 if stop >= start else 0
+                if count > limit:
+                    raise CostModelError(f"range {text!r} has {count} points; at most {limit} are allowed")
+                values = [int(round(start * factor**i)) for i in range(count)]
+            else:
+                stride = int(step.lstrip("+"))
+                if stride < 1:
+                    raise CostModelError(f"invalid range {text!r}: the STEP must be >= 1")
+                count = max(0, (stop - start) // stride + 1)
+                if count > limit:
+                    raise CostModelError(f"range {text!r} has {count} points; at most {limit} are allowed")
+                values = list(range(start, stop + 1, stride))
+    except (ValueError, OverflowError):
+        raise bad from None
+    if not values or min(values) < 0:
+        raise bad
+    if len(values) > limit:
+        raise CostModelError(f"range {text!r} has {len(values)} points; at most {limit} are allowed")
+    return values
+
+
+def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, overlap: str = DEFAULTS["overlap"],
+                 linked: tuple[str, ...] = ()) -> dict:
+    """Evaluate the prediction over an array of values of one dimension symbol (``b``, ``m``, ...).
+
+    ``linked`` dimensions take the same values (``m`` with ``n`` for batched self-attention). Returns
+    arrays ``time_s``, ``flops``, ``bytes``, ``kv_cache_bytes`` and the boolean ``fits``, and the
+    dimensions swept.
+    """
+    import numpy as np  # only sweeps need arrays; a single prediction runs on Python numbers
+
+    if dim not in {s.name for s in ARGS}:
+        raise CostModelError(f"cannot sweep {dim!r}; valid dimensions are {', '.join(s.name for s in ARGS)}")
+    w = workload
+    hw.peak(w.dtype)
+    x = np.asarray(values, dtype=np.float64)
+    dims = {s.name: np.float64(getattr(w, s.name)) for s in ARGS}
+    for name in (dim, *linked):
+        dims[name] = x
+    if dim == "h" and w.variant == "mha":
+        dims["g"] = x  # MHA keeps g = h; other dimensions, k and v included, stay as given
+    compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
+    width = S.dtype_bytes(w.dtype)
+    time = np.zeros_like(x)
+    flops = np.zeros_like(x)
+    nbytes = np.zeros_like(x)
+    launches = dims["n"] if w.mode == "generate" else 1.0
+    flops_per_op, elements_per_op, weight_elements, cache_elements = compiled.at(dims)
+    for kind, f, e in zip(compiled.kinds, flops_per_op, elements_per_op):
+        f = np.broadcast_to(f, x.shape).astype(np.float64)
+        by = np.broadcast_to(e, x.shape) * float(width)
+        time += op_time(hw, kind, w.dtype, f, by, overlap, launches=launches, maximum=np.maximum)[3]
+        flops += f
+        nbytes += by
+    lw = width * w.layers
+    kv = np.broadcast_to(cache_elements, x.shape) * float(lw)
+    weights = np.broadcast_to(weight_elements, x.shape) * float(lw)
+    return {
+        **{name: x for name in (dim, *linked)}, "time_s": time * w.layers, "flops": flops * w.layers,
+        "bytes": nbytes * w.layers, "kv_cache_bytes": kv, "fits": kv + weights <= hw.capacity,
+    }
+
+
+def check_sweep(workloads: list[Workload], name: str, values: list[int]) -> tuple[str, tuple[str, ...]]:
+    """The dimension behind a sweep parameter, and the ones linked to it; errors for sweeps that make no sense."""
+    name = choice("sweep parameter", name.replace("-", "_"), SWEEP_DIMS)
+    dim, mode = SWEEP_DIMS[name], workloads[0].mode
+    if dim == "m" and mode == "generate":
+        raise CostModelError("generate mode has no context to sweep (it starts from an empty cache); sweep seq")
+    if dim == "g":
+        if any(w.variant != "gqa" for w in workloads):
+            raise CostModelError("sweeping groups needs variant gqa")
+        bad = [x for x in values if x < 1 or workloads[0].h % x]
+        if bad:
+            raise CostModelError(f"groups {bad[:10]} do not divide heads {workloads[0].h}")
+    if dim != "m" and min(values) < 1:
+        raise CostModelError(f"{name} values must be >= 1, got {min(values)}")
+    linked = ("m",) if dim == "n" and mode == "batched" and all(w.m == w.n for w in workloads) else ()
+    return dim, linked
+
+
+class Sweep(BaseModel):
+    """A sweep of one parameter for one or more workloads on one device; ``str()`` is the table (``*``
+    where weights and KV cache do not fit), ``model_dump()`` the JSON, ``records`` one dict per point."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hardware: dict
+    parameter: str
+    dim: str
+    values: list[int]
+    workloads: list[Workload]
+    records: list[dict]
+
+    def __str__(self) -> str:
+        from costmodel.text import sweep_table
+
+        return sweep_table(self)
+
+
+def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: str, values: list[int] | str,
+          overlap: str = DEFAULTS["overlap"]) -> Sweep:
+    """Predict ``workloads`` at every value of ``parameter`` (a name of :meth:`Workload.create`: batch,
+    context, seq, groups, ...); ``values`` is a list or a range (``"128:32768:x2"``)."""
+    from costmodel.roofline import hardware_summary
+
+    workloads = [workloads] if isinstance(workloads, Workload) else list(workloads)
+    values = parse_range(values) if isinstance(values, str) else [int(x) for x in values]
+    if not values:
+        raise CostModelError("a sweep needs at least one value")
+    if len(values) > MAX_POINTS:
+        raise CostModelError(f"a sweep of {len(values)} points is refused; at most {MAX_POINTS} are allowed")
+    overlap = choice("overlap", overlap, OVERLAPS)
+    parameter = parameter.replace("-", "_")
+    dim, linked = check_sweep(workloads, parameter, values)
+    records = []
+    for w in workloads:
+        r = sweep_arrays(w, hw, dim, values, overlap, linked)
+        for i, x in enumerate(values):
+            b = float(r["b"][i]) if dim == "b" else w.b
+            n = float(r["n"][i]) if dim == "n" else w.n
+            time = float(r["time_s"][i])
+            per_token = {"incremental": time, "generate": time / n}.get(w.mode)
+            tokens = b if w.mode == "incremental" else b * n
+            records.append({
+                parameter: x, "variant": w.variant, "g": int(r["g"][i]) if dim == "g" else w.g, "time_s": time,
+                "per_token_s": per_token, "tokens_per_s": tokens / time, "flops": float(r["flops"][i]),
+                "bytes": float(r["bytes"][i]), "kv_cache_bytes": float(r["kv_cache_bytes"][i]),
+                "fits": bool(r["fits"][i]),
+            })
+    return Sweep.model_construct(hardware=hardware_summary(hw, workloads[0].dtype), parameter=parameter, dim=dim, values=values,
+                 workloads=workloads, records=records)

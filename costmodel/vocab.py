@@ -1,0 +1,102 @@
+"""Every choice list of costmodel, once, and the variant -> key/value heads rule.
+
+Pure Python (no sympy, numpy or pydantic), so the command line can build its help and its choices
+without loading the symbolic core.
+"""
+
+from __future__ import annotations
+
+import math
+
+from costmodel.errors import CostModelError
+
+#: Attention variants: multi-head (g = h), multi-query (g = 1), grouped-query (g key/value heads).
+VARIANTS: tuple[str, ...] = ("mha", "mqa", "gqa")
+#: Programs of the symbolic core (Shazeer 2019, Section 2): the last two are the paper's one-query forms.
+MODES: tuple[str, ...] = ("batched", "incremental", "generate", "single-query", "dot-product")
+#: Modes with every dimension a number, which a device can time.
+PREDICT_MODES: tuple[str, ...] = ("batched", "incremental", "generate")
+#: Storage dtypes and their bytes per element; tf32 is stored as fp32.
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
+#: Unfused: every op its own kernel. Fused: flash-style attention (logits and weights stay on chip).
+EXECUTIONS: tuple[str, ...] = ("unfused", "fused")
+#: KV-cache append: write the new position in place, or copy the whole cache (the paper's tf.concat).
+CACHE_APPENDS: tuple[str, ...] = ("inplace", "concat")
+#: Op time = max(compute, memory) + overhead, or compute + memory + overhead.
+OVERLAPS: tuple[str, ...] = ("max", "sum")
+
+#: Sweepable workload parameters (the names of :meth:`costmodel.Workload.create`) -> dimension symbol.
+SWEEP_DIMS: dict[str, str] = {"batch": "b", "seq": "n", "context": "m", "d_model": "d", "heads": "h",
+                              "groups": "g", "head_dim": "k", "value_dim": "v"}
+
+#: Key/value heads of GQA when none are given: gcd(h, 8), the 8 of Llama 2 70B and Llama 3.
+DEFAULT_GQA_GROUPS = 8
+
+VARIANT_NAMES = {"mha": "multi-head (g = h)", "mqa": "multi-query (g = 1)", "gqa": "grouped-query"}
+
+
+def choice(kind: str, value: str, choices: tuple[str, ...] | dict) -> str:
+    """``value`` lower-cased if it is one of ``choices``; an error naming the valid ones otherwise."""
+    key = value.lower() if isinstance(value, str) else value
+    if key not in choices:
+        raise CostModelError(f"unknown {kind} {value!r}; valid values are {', '.join(choices)}")
+    return key
+
+
+def check_groups(variant: str, groups: int | None) -> None:
+    """``groups`` applies to GQA only, and must be a positive integer."""
+    if groups is not None and variant != "gqa":
+        raise CostModelError(
+            f"groups {groups} is only valid with variant gqa "
+            f"({variant} has {'g = h' if variant == 'mha' else 'g = 1'} key/value heads)"
+        )
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
+        raise CostModelError(f"groups must be a positive integer, got {groups!r}")
+
+
+def kv_heads(variant: str, heads: int, groups: int | None = None) -> int:
+    """Key/value heads of ``variant`` with ``heads`` query heads: h (MHA), 1 (MQA), ``groups`` (GQA,
+    default gcd(h, 8)); an error when they do not divide ``heads``."""
+    variant = choice("variant", variant, VARIANTS)
+    check_groups(variant, groups)
+    g = {"mha": heads, "mqa": 1}.get(variant) or groups or math.gcd(heads, DEFAULT_GQA_GROUPS)
+    check_divisible(heads, g)
+    return g
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order, in O(sqrt(n)) steps."""
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def check_divisible(heads: int, kv: int) -> None:
+    """Raise unless ``kv`` key/value heads evenly share ``heads`` query heads."""
+    if kv > heads or heads % kv:
+        shown = divisors(heads) if heads <= 10**12 else []
+        valid = ", ".join(map(str, shown[:24])) + (", ..." if len(shown) > 24 else "")
+        raise CostModelError(f"groups {kv} must divide heads {heads}; valid group counts are {valid or 'its divisors'}")
+
+
+def variant_label(variant: str, g: int) -> str:
+    """``MHA (g=32)``, ``GQA (g=8)``, ``MQA (g=1)``."""
+    return f"{variant.upper()} (g={g})"
+
+
+#: Defaults of an attention workload and of a whole-model prediction, the same in Python and on the
+#: command line: one decode step of a 7-8B-class layer (d 4096, 32 heads of 128) after 4096 cached
+#: positions, 16 sequences, bf16. A whole model runs its attention fused, an attention workload the
+#: paper's unfused program.
+DEFAULTS: dict[str, object] = {
+    "variant": "mha", "mode": "incremental", "batch": 16, "context": 4096, "seq": 4096, "d_model": 4096,
+    "heads": 32, "dtype": "bf16", "layers": 1, "execution": "unfused", "model_execution": "fused",
+    "cache_append": "inplace", "overlap": "max", "tp": 1,
+}

@@ -1,0 +1,170 @@
+"""The shape of the package: a public API, imports that flow one way, and torch only in validation."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from costmodel.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+#: module name -> its source file, with validation/ as costmodel.validation (as it installs)
+MODULES = {f"costmodel.{p.stem}": p for p in (ROOT / "costmodel").glob("*.py") if p.stem != "__init__"}
+MODULES |= {f"costmodel.validation.{p.stem}": p for p in (ROOT / "validation").glob("*.py") if p.stem != "__init__"}
+MODULES |= {"costmodel": ROOT / "costmodel" / "__init__.py", "costmodel.validation": ROOT / "validation" / "__init__.py"}
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """Modules imported when ``path`` is imported (not those imported inside functions)."""
+    out = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES}
+    return out
+
+
+def every_import(path: Path) -> set[str]:
+    """Every module ``path`` imports anywhere, functions included."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_the_module_table_covers_the_package():
+    assert {"costmodel.cli", "costmodel.vocab", "costmodel.program", "costmodel.validation.kernels"} <= set(MODULES)
+
+
+def test_no_import_cycle():
+    graph = {name: {m for m in top_level_imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+    state: dict[str, int] = {}
+
+    def visit(node, trail):
+        if state.get(node) == 1:
+            raise AssertionError("import cycle: " + " -> ".join([*trail[trail.index(node):], node]))
+        if state.get(node) == 2:
+            return
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            visit(nxt, [*trail, node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_a_planted_cycle_is_found(tmp_path, monkeypatch):
+    """The cycle check can fail: two modules importing each other are reported."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from costmodel.b import x\n")
+    b.write_text("from costmodel.a import y\n")
+    monkeypatch.setitem(MODULES, "costmodel.a", a)
+    monkeypatch.setitem(MODULES, "costmodel.b", b)
+    with pytest.raises(AssertionError, match="import cycle"):
+        test_no_import_cycle()
+
+
+def test_torch_is_imported_only_under_validation():
+    for name, path in MODULES.items():
+        uses_torch = any(m == "torch" or m.startswith("torch.") for m in every_import(path))
+        assert not uses_torch or name.startswith("costmodel.validation"), name
+
+
+def test_no_module_below_the_cli_knows_its_flags():
+    """Only the command-line modules spell options as --flags in their code (help texts and errors)."""
+    for name, path in MODULES.items():
+        if name.startswith("costmodel.cli") or name.startswith("costmodel.validation"):
+            continue
+        strings = [n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        flags = [s for s in strings if any(f"--{flag}" in s for flag in ("batch", "context", "groups", "d-model",
+                                                                          "head-dim", "tp", "variant", "gpu"))]
+        assert not flags, (name, flags)
+
+
+@pytest.mark.parametrize("args,absent", [
+    (["--help"], ("sympy", "numpy", "pydantic", "torch", "matplotlib")),
+    (["predict", "--gpu", "a100"], ("torch", "matplotlib")),
+])
+def test_commands_load_only_what_they_need(args, absent):
+    code = ("import sys; from costmodel.cli import main\n"
+            f"try:\n    main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in {absent!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_import_costmodel_is_lazy_and_exports_the_api():
+    code = ("import sys, costmodel\n"
+            "loaded = 'sympy' in sys.modules or 'numpy' in sys.modules\n"
+            "names = ['derive', 'Workload', 'predict', 'sweep', 'load_profile', 'load_model', 'predict_model',\n"
+            "         'CostModelError']\n"
+            "print(loaded, all(callable(getattr(costmodel, n)) for n in names))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
+
+
+def test_three_lines_of_python_equal_the_cli_json():
+    """The README's whole-model example, defaults included, gives what `costmodel predict --json` gives."""
+    code = ("import json, costmodel\n"
+            "p = costmodel.predict_model(costmodel.load_model('llama-3-8b'), costmodel.load_profile('h100'))\n"
+            "print(json.dumps(p.model_dump(mode='json'), indent=2))")
+    python = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    cli = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--json"])
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(python) == json.loads(cli.output)
+    assert json.loads(python)["workload"] == {"batch": 16, "context": 4096, "source": None, "dtype": "bf16",
+                                              "execution": "fused", "tp": 1, "overlap": "max"}
+
+
+def test_attention_defaults_agree_between_python_and_cli():
+    import costmodel
+
+    python = costmodel.compare(costmodel.workloads(), costmodel.load_profile("a100")).model_dump(mode="json")
+    cli = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--json"])
+    assert json.loads(cli.output) == python
+
+
+def test_help_shows_the_defaults():
+    out = " ".join(CliRunner().invoke(main, ["predict", "--help"]).output.split())
+    assert "batch size b [default: 16]" in out
+    assert "[default: unfused; fused with --model]" in out
+
+
+def test_reports_share_one_convention():
+    import costmodel
+
+    hw = costmodel.load_profile("h100")
+    reports = [
+        costmodel.derive("gqa", "incremental", groups=8),
+        costmodel.predict(costmodel.Workload.create("gqa"), hw),
+        costmodel.compare(costmodel.workloads(), hw),
+        costmodel.sweep(costmodel.Workload.create("mqa"), hw, "context", "128:1024:x2"),
+        costmodel.predict_model(costmodel.load_model("llama-2-7b"), hw),
+    ]
+    for r in reports:
+        text, data = str(r), r.model_dump()
+        assert "\n" in text and not text.startswith("<"), type(r)
+        json.dumps(data)  # JSON-ready
+    with pytest.raises(Exception):  # frozen
+        reports[-1].memory = None
+
+
+def test_public_names_are_not_shadowed_by_submodules():
+    """A submodule named like an API function would replace it on the package once imported."""
+    import costmodel
+
+    clashes = [name for name in costmodel.__all__ if (ROOT / "costmodel" / f"{name}.py").exists()]
+    assert clashes == []
