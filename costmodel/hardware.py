@@ -16,9 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
 
 from costmodel.errors import CostModelError
+from costmodel.vocab import Dtype
 
 Confidence = Literal["high", "medium", "low", "measured"]
-Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 
 #: Short names that resolve to a documented default variant (also listed in each file's aliases).
 PACKAGE = "costmodel.hardware_profiles"

@@ -26,13 +26,10 @@ from typing import Literal
 import sympy
 
 from costmodel import symbols as S
-from costmodel.vocab import CACHE_APPENDS, EXECUTIONS, MODES, VARIANTS, check_groups, choice
+from costmodel.vocab import (CACHE_APPENDS, EXECUTIONS, MODES, VARIANTS, CacheAppend, Execution, Mode, Variant,
+                             check_groups, choice)
 
-Variant = Literal["mha", "mqa", "gqa"]
-Mode = Literal["batched", "incremental", "generate", "single-query", "dot-product"]
 OpKind = Literal["einsum", "elementwise", "copy", "fused"]
-CacheAppend = Literal["inplace", "concat"]
-Execution = Literal["unfused", "fused"]
 
 #: The ops a flash-style kernel runs on chip: logits and weights never reach memory.
 FUSED_ATTENTION_OPS = ("logits", "scale", "mask", "softmax", "weighted_sum")

@@ -7,24 +7,36 @@ without loading the symbolic core.
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 from costmodel.errors import CostModelError
 
 #: Attention variants: multi-head (g = h), multi-query (g = 1), grouped-query (g key/value heads).
-VARIANTS: tuple[str, ...] = ("mha", "mqa", "gqa")
+Variant = Literal["mha", "mqa", "gqa"]
 #: Programs of the symbolic core (Shazeer 2019, Section 2): the last two are the paper's one-query forms.
-MODES: tuple[str, ...] = ("batched", "incremental", "generate", "single-query", "dot-product")
+Mode = Literal["batched", "incremental", "generate", "single-query", "dot-product"]
 #: Modes with every dimension a number, which a device can time.
-PREDICT_MODES: tuple[str, ...] = ("batched", "incremental", "generate")
-#: Storage dtypes and their bytes per element; tf32 is stored as fp32.
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
+PredictMode = Literal["batched", "incremental", "generate"]
+#: Storage dtypes; tf32 is stored as fp32.
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 #: Unfused: every op its own kernel. Fused: flash-style attention (logits and weights stay on chip).
-EXECUTIONS: tuple[str, ...] = ("unfused", "fused")
+Execution = Literal["unfused", "fused"]
 #: KV-cache append: write the new position in place, or copy the whole cache (the paper's tf.concat).
-CACHE_APPENDS: tuple[str, ...] = ("inplace", "concat")
+CacheAppend = Literal["inplace", "concat"]
 #: Op time = max(compute, memory) + overhead, or compute + memory + overhead.
-OVERLAPS: tuple[str, ...] = ("max", "sum")
+Overlap = Literal["max", "sum"]
+
+VARIANTS: tuple[str, ...] = get_args(Variant)
+#: The order in which variants are compared side by side (the speed-ups are over the first).
+SIDE_BY_SIDE: tuple[str, ...] = ("mha", "gqa", "mqa")
+MODES: tuple[str, ...] = get_args(Mode)
+PREDICT_MODES: tuple[str, ...] = get_args(PredictMode)
+DTYPES: tuple[str, ...] = get_args(Dtype)
+#: Bytes per element of each storage dtype.
+DTYPE_BYTES: dict[str, int] = dict(zip(DTYPES, (4, 4, 2, 2, 1, 1)))
+EXECUTIONS: tuple[str, ...] = get_args(Execution)
+CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
+OVERLAPS: tuple[str, ...] = get_args(Overlap)
 
 #: Sweepable workload parameters (the names of :meth:`costmodel.Workload.create`) -> dimension symbol.
 SWEEP_DIMS: dict[str, str] = {"batch": "b", "seq": "n", "context": "m", "d_model": "d", "heads": "h",

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from costmodel.errors import CostModelError
-from costmodel.vocab import DEFAULTS, PREDICT_MODES, check_divisible, choice, kv_heads
+from costmodel.vocab import (DEFAULTS, PREDICT_MODES, SIDE_BY_SIDE, CacheAppend, Dtype, Execution, PredictMode,
+                             Variant, choice, kv_heads)
 
 DIMS = ("b", "n", "m", "d", "h", "g", "k", "v")
 
@@ -17,8 +16,8 @@ class Workload(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    variant: Literal["mha", "mqa", "gqa"]
-    mode: Literal["batched", "incremental", "generate"]
+    variant: Variant
+    mode: PredictMode
     b: int = Field(ge=1)
     n: int = Field(ge=1)
     m: int = Field(ge=0)
@@ -27,17 +26,16 @@ class Workload(BaseModel):
     g: int = Field(ge=1)
     k: int = Field(ge=1)
     v: int = Field(ge=1)
-    dtype: Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"] = "bf16"
+    dtype: Dtype = "bf16"
     layers: int = Field(default=1, ge=1)
-    execution: Literal["unfused", "fused"] = "unfused"
-    cache_append: Literal["inplace", "concat"] = "inplace"
+    execution: Execution = "unfused"
+    cache_append: CacheAppend = "inplace"
 
     @model_validator(mode="after")
     def _heads(self) -> Workload:
-        expected = {"mha": self.h, "mqa": 1}.get(self.variant, self.g)
+        expected = kv_heads(self.variant, self.h, self.g if self.variant == "gqa" else None)
         if self.g != expected:
             raise ValueError(f"{self.variant} has g = {expected} key/value heads, got g = {self.g}")
-        check_divisible(self.h, self.g)
         return self
 
     @classmethod
@@ -108,5 +106,5 @@ def workloads(variant: str | None = None, groups: int | None = None, mode: str =
     if variant is not None:
         variant = choice("variant", variant, VARIANTS)
         check_groups(variant, groups)
-    chosen = [variant] if variant else ["mha", "gqa", "mqa"]
+    chosen = [variant] if variant else list(SIDE_BY_SIDE)
     return [Workload.create(v, mode, groups=groups if v == "gqa" else None, **params) for v in chosen]

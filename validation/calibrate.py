@@ -23,6 +23,7 @@ import time
 import torch
 
 from costmodel.files import write_text
+from costmodel.program import build_program
 from costmodel.validation.kernels import TORCH_DTYPES
 from costmodel.validation.timing import Timer, environment
 
@@ -94,6 +95,12 @@ def measure(device: str, quick: bool = False) -> dict:
     }
 
 
+def _decode_einsums() -> tuple[str, str]:
+    """The equations of a decode step's query projection and logits, from the program itself."""
+    ops = {op.name: op for op in build_program("gqa", "incremental").ops}
+    return ops["q_proj"].einsum, ops["logits"].einsum
+
+
 def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float | None = None
                       ) -> dict[str, dict[str, tuple]]:
     """Per op class: {"bandwidth" | "flops": (callable, bytes or FLOPs it moves or does)}, at about ``nbytes``."""
@@ -108,7 +115,8 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float |
     # projection: x [8, d] through a weight [h, d, k] stored GEMM-ready (a decode step's projection)
     d = max(128, int((nbytes / width) ** 0.5) // 128 * 128)
     h = d // k
-    order = copy_free_order("bd,hdk->bhk", ((8, d), (h, d, k)), 1)
+    project, logits = _decode_einsums()
+    order = copy_free_order(project, ((8, d), (h, d, k)), 1)
     weight = new(*((h, d, k)[j] for j in order)).permute(*sorted(range(3), key=order.__getitem__))
     x = new(8, d)
     # attention: a decode step's logits over a cache of m positions, (b, g, m, k) with g = 16 heads
@@ -131,9 +139,9 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float |
         n //= 2  # keep one prefill call under about 50 ms where this dtype's matmuls are slow
     qp, kp = new(1, heads, n, k), new(1, heads, n, k)
     return {
-        "projection": {"bandwidth": (lambda: torch.einsum("bd,hdk->bhk", x, weight),
+        "projection": {"bandwidth": (lambda: torch.einsum(project, x, weight),
                                      width * (8 * d + d * h * k + 8 * h * k))},
-        "attention": {"bandwidth": (lambda: torch.einsum("bgrk,bgmk->bgrm", q1, cache),
+        "attention": {"bandwidth": (lambda: torch.einsum(logits, q1, cache),
                                     width * (2 * heads * k + heads * m * k + heads * m))},
         "elementwise": {"bandwidth": (lambda: y * 0.5, 2 * width * y.numel())},
         "copy": {"bandwidth": (append, 2 * width * step.numel())},

@@ -71,6 +71,11 @@ def build_kernels(w: Workload, device: str) -> list[Kernel]:
     dims[S.g] = w.g
     new = lambda shape: torch.randn(shape, device=device, dtype=dtype)  # noqa: E731
     kernels = []
+    # every tensor of the program by name (the first op to write or read it fixes its shape)
+    tensors = {}
+    for op in program.ops:
+        for t in (op.output, *op.inputs):
+            tensors.setdefault(t.name, t)
     for op in program.ops:
         inputs = [new(_shape(t, dims)) for t in op.inputs]
         if op.kind == "einsum":
@@ -80,7 +85,7 @@ def build_kernels(w: Workload, device: str) -> list[Kernel]:
                     order = copy_free_order(op.einsum, shapes, i)
                     stored = new(tuple(shapes[i][j] for j in order))
                     inputs[i] = stored.permute(*sorted(range(len(order)), key=order.__getitem__))
-        kernels.append(Kernel(op.name, op.kind, _callable(op, inputs, dims, w, new), _einsum_flops(op, dims)))
+        kernels.append(Kernel(op.name, op.kind, _callable(op, inputs, dims, w, new, tensors), _einsum_flops(op, dims)))
     return kernels
 
 
@@ -123,7 +128,7 @@ def copy_free_order(equation: str, shapes: tuple, index: int) -> tuple[int, ...]
     return best
 
 
-def _callable(op: Op, inputs: list, dims: dict, w: Workload, new) -> Callable[[], object]:
+def _callable(op: Op, inputs: list, dims: dict, w: Workload, new, tensors: dict) -> Callable[[], object]:
     if op.kind == "einsum":
         eq = op.einsum
         return lambda: torch.einsum(eq, *inputs)
@@ -140,14 +145,16 @@ def _callable(op: Op, inputs: list, dims: dict, w: Workload, new) -> Callable[[]
             prev, step = inputs
             return lambda: torch.cat([prev, step.unsqueeze(2)], dim=2)
         (step,) = inputs
-        cache = new((w.b, w.g, w.m + 1, step.shape[-1]))  # (b, g, m+1, k): preallocated, written in place
+        # the cache attention reads, (b, g, m+1, k|v): preallocated, the new position written in place
+        cache = new(_shape(tensors[op.output.name.split("[")[0]], dims))
         position = w.m
         def append():
             cache[:, :, position] = step
         return append
-    # fused attention: q (b, h, n, k) over K, V (b, g, m, k|v); K/V heads are broadcast by the kernel
-    q_shape = (w.b, w.h, 1 if w.mode == "incremental" else w.n, w.k)
-    q = new(q_shape)
+    # fused attention: q (b, h, n, k) over K, V (b, g, m, k|v); K/V heads are broadcast by the kernel.
+    # q is the query projection's output: (b, h, k) for a decode step gets its one query position as n = 1.
+    q = new(_shape(tensors["q"], dims))
+    q = q.unsqueeze(2) if q.dim() == 3 else q
     keys, values = inputs[1], inputs[2]
     return lambda: F.scaled_dot_product_attention(q, keys, values, enable_gqa=w.g != w.h)
 

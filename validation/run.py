@@ -17,6 +17,7 @@ import torch
 
 from costmodel.hardware import HardwareProfile
 from costmodel.roofline import predict
+from costmodel.vocab import SIDE_BY_SIDE
 from costmodel.workload import Workload
 from costmodel.validation.kernels import build_kernels, counted_flops, run_step
 from costmodel.validation.timing import Timer, environment
@@ -41,10 +42,10 @@ class Grid:
             for execution in self.executions:
                 for b in self.batches:
                     for m in self.contexts:
-                        for v in ("mha", "gqa", "mqa"):
+                        for v in SIDE_BY_SIDE:
                             yield self._make(v, "incremental", dtype, execution, batch=b, context=m)
                 for n in self.prefill:
-                    for v in ("mha", "gqa", "mqa"):
+                    for v in SIDE_BY_SIDE:
                         yield self._make(v, "batched", dtype, execution, batch=1, seq=n)
 
     def _make(self, variant, mode, dtype, execution, **dims) -> Workload:
