@@ -6,13 +6,12 @@ command imports what it uses.
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from costmodel import cli_figures
-from costmodel.cli_options import (CONTEXT, Positive, check_writable, choices, ErrorLineGroup, dim_options, dtype_option,
-                                   given, groups_option, json_option, workload_options, write_csv)
+from costmodel.cli_options import (CONTEXT, ErrorLineGroup, Positive, check_writable, choices, dim_options, dtype_option,
+                                   emit_json, given, groups_option, json_option, max_points_option, workload_options,
+                                   write_csv)
 from costmodel.errors import CostModelError
 from costmodel.vocab import CACHE_APPENDS, DEFAULTS, MODES, SWEEP_DIMS, VARIANTS
 
@@ -68,7 +67,7 @@ def derive(variant, groups, mode, dtype, cache_append, asymptotic, as_latex, as_
             out["asymptotic_ratio"] = str(asym.ratio)
             out["asymptotic"] = asym.model_dump()
             out["assumptions"] += list(asym.assumptions)
-        click.echo(json.dumps(out, indent=2))
+        emit_json(out)
     else:
         click.echo(latex(report, asym) if as_latex else table(report, asym))
 
@@ -90,7 +89,7 @@ def hardware_list(as_json) -> None:
 
     profiles = load_all()
     if as_json:
-        click.echo(json.dumps([p.model_dump(mode="json") for p in profiles], indent=2))
+        emit_json([p.model_dump(mode="json") for p in profiles])
     else:
         click.echo(hardware_table(profiles))
 
@@ -107,7 +106,10 @@ def hardware_show(name, as_json) -> None:
     from costmodel.text import hardware_detail
 
     profile = load_profile(name)
-    click.echo(json.dumps(profile.model_dump(mode="json"), indent=2) if as_json else hardware_detail(profile))
+    if as_json:
+        emit_json(profile.model_dump(mode="json"))
+    else:
+        click.echo(hardware_detail(profile))
 
 
 @main.command()
@@ -119,6 +121,7 @@ def hardware_show(name, as_json) -> None:
               help=f"sweep one dimension ({', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}), "
                    "e.g. context=128:32768:x2")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="with --sweep: also write a CSV file")
+@max_points_option
 @click.option("--model", "model_name", help="a whole model: preset id or alias (llama-3-8b, ...) or a config.json")
 @click.option("--model-config", type=click.Path(dir_okay=False), help="a Hugging Face config.json to read the model from")
 @click.option("--tp", type=Positive, default=DEFAULTS["tp"], show_default=True,
@@ -126,7 +129,7 @@ def hardware_show(name, as_json) -> None:
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (an array when variants are compared)")
 def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache_append, sweep_spec, csv_path,
-            model_name, model_config, tp, source, as_json, **dims) -> None:
+            max_points, model_name, model_config, tp, source, as_json, **dims) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on a device with a roofline.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -159,7 +162,10 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
             raise CostModelError("--groups with --model needs --variant gqa")
         p = predict_model(model, hw, **given({"batch": dims["batch"], "context": dims["context"]}), source=source,
                           dtype=dtype, execution=execution or DEFAULTS["model_execution"], tp=tp, overlap=overlap)
-        click.echo(json.dumps(p.model_dump(mode="json"), indent=2) if as_json else str(p))
+        if as_json:
+            emit_json(p.model_dump(mode="json"))
+        else:
+            click.echo(str(p))
         return
     if tp != 1 or source:
         raise CostModelError("--tp and --source apply with --model")
@@ -178,10 +184,13 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
                                  f"{', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}")
         if csv_path:
             check_writable(csv_path)
-        result = sweep(chosen, hw, name, text, overlap)
+        result = sweep(chosen, hw, name, text, overlap, max_points)
         if csv_path:
             write_csv(csv_path, result.records)
-        click.echo(json.dumps(result.records, indent=2) if as_json else str(result))
+        if as_json:
+            emit_json(result.records)
+        else:
+            click.echo(str(result))
         if csv_path and not as_json:
             click.echo(f"wrote {csv_path}")
         return
@@ -190,7 +199,7 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
     result = compare(chosen, hw, overlap)
     if as_json:
         dumped = result.model_dump(mode="json")
-        click.echo(json.dumps(dumped[0] if variant else dumped, indent=2))
+        emit_json(dumped[0] if variant else dumped)
     else:
         click.echo(str(result))
 

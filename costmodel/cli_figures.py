@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from costmodel.cli_options import (Positive, check_writable, choices, title_dims, dim_options,
-                                   dtype_option, given, groups_option, json_option, workload_options, write_csv)
+from costmodel.cli_options import (Positive, check_writable, choices, dim_options, dtype_option, emit_json, given,
+                                   groups_option, json_option, max_points_option, title_dims, workload_options,
+                                   write_csv)
 from costmodel.vocab import DEFAULTS, EXECUTIONS, VARIANTS
 
 
@@ -55,8 +55,9 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 @workload_options
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="output file: .png, .svg or .pdf")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="also write the points as CSV")
+@max_points_option
 def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
-               out, csv_path, **dims) -> None:
+               out, csv_path, max_points, **dims) -> None:
     """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant.
 
     The last point where weights + KV cache fit in device memory is marked on each curve.
@@ -77,7 +78,7 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
         variant = "gqa"
     chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
                        cache_append=cache_append, **given(dims))
-    result = sweep(chosen, hw, x_name, range_text, overlap)
+    result = sweep(chosen, hw, x_name, range_text, overlap, max_points)
     limits = memory_limits(hw, chosen, result.dim, result.values, _linked(result))
     w = chosen[0]
     fixed = ", ".join(f"{k}={getattr(w, k)}" for k in ("b", "n", "m") if k != result.dim and
@@ -166,7 +167,10 @@ def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, as_js
     from costmodel.text import shazeer_table
 
     result = shazeer2019(Mechanisms(f32_storage, concat_cache, tile_padding, f32_passes))
-    click.echo(json.dumps(result, indent=2) if as_json else shazeer_table(result))
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(shazeer_table(result))
 
 
 @reproduce.command("gqa2023")
@@ -186,7 +190,10 @@ def reproduce_gqa(tp, plot_path, as_json) -> None:
 
         check_output(plot_path)
     result = gqa2023(chips=tp)
-    click.echo(json.dumps(result, indent=2) if as_json else gqa_table(result))
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(gqa_table(result))
     if plot_path:
         from costmodel.plots import draw_groups, save
 

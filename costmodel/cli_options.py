@@ -3,25 +3,49 @@ the small helpers that write files. Imports nothing heavy."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from costmodel.errors import CostModelError
-from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DTYPES, EXECUTIONS, OVERLAPS, PREDICT_MODES
+from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, OVERLAPS, PREDICT_MODES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 class ErrorLineGroup(click.Group):
-    """Turns a :class:`CostModelError` into one ``Error:`` line and exit status 1."""
+    """Turns a :class:`CostModelError` into one ``Error:`` line and exit status 1; anything else that
+    escapes a command is a bug, reported in one line with the command that reproduces it (exit 3)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except CostModelError as err:
             raise click.ClickException(str(err)) from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as err:  # noqa: BLE001 - the one place that reports bugs without a traceback
+            import shlex
+
+            command = shlex.join(["costmodel", *sys.argv[1:]]) if sys.argv[1:] else "costmodel"
+            error = click.ClickException(f"internal error (a bug in costmodel, please report it with the command "
+                                         f"`{command}`): {type(err).__name__}: {str(err)[:300]}")
+            error.exit_code = 3
+            raise error from None
 
 
-Positive = click.IntRange(min=1)
+def emit_json(data) -> None:
+    """Print ``data`` as JSON; a NaN or an infinity (an overflow) is an error, never invalid JSON."""
+    import json
+
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False)
+    except ValueError:
+        raise CostModelError("a result is not finite (a count or time overflowed); use smaller dimensions") from None
+    click.echo(text)
+
+
+Positive = click.IntRange(min=1, max=MAX_DIM)
 
 
 def choices(values) -> click.Choice:
@@ -44,7 +68,7 @@ DIM_OPTIONS = {
 def dim_options(func):
     """One option per numeric dimension (--batch, --seq, ...); --context may be 0 (an empty cache)."""
     for name, text in reversed(DIM_OPTIONS.items()):
-        kind = click.IntRange(min=0) if name == "context" else Positive
+        kind = click.IntRange(min=0, max=MAX_DIM) if name == "context" else Positive
         func = click.option(f"--{name.replace('_', '-')}", name, type=kind, help=text)(func)
     return func
 
@@ -65,6 +89,8 @@ dtype_option = click.option("--dtype", type=choices(DTYPES), default=DEFAULTS["d
                             help="storage and math dtype (sets bytes per element)")
 groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
+max_points_option = click.option("--max-points", type=click.IntRange(1, 10**8), default=1_000_000, show_default=True,
+                                 help="the most points a --sweep or --range may hold")
 
 workload_options = _options(
     click.option("--mode", type=choices(PREDICT_MODES), default=DEFAULTS["mode"], show_default=True,

@@ -17,7 +17,7 @@ import sympy
 from costmodel import symbols as S
 from costmodel.errors import CostModelError
 from costmodel.program import ELEMENTWISE_FLOPS, STEP, Program, build_program
-from costmodel.vocab import check_divisible
+from costmodel.vocab import MAX_DIM, check_divisible
 
 #: Dimensions that can be given numbers (``g`` comes from the variant and ``groups``).
 NUMERIC_DIMS: tuple[str, ...] = ("b", "n", "m", "d", "h", "k", "v")
@@ -164,8 +164,8 @@ def _check_dims(program: Program, dims: Mapping[str, int]) -> dict[sympy.Symbol,
         if name not in NUMERIC_DIMS:
             raise CostModelError(f"unknown dimension {name!r}; valid dimensions are {', '.join(NUMERIC_DIMS)}")
         least = 0 if name == "m" else 1  # m = 0: the first decode step, with an empty cache
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise CostModelError(f"dimension {name} must be an integer >= {least}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_DIM:
+            raise CostModelError(f"dimension {name} must be an integer from {least} to {MAX_DIM}, got {value!r}")
         subs[S.SYMBOLS[name]] = sympy.Integer(value)
     if program.mode == "generate" and S.m in subs:
         raise CostModelError(

@@ -13,9 +13,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from costmodel.errors import CostModelError
+from costmodel.files import load_yaml, read_text
 from costmodel.vocab import Dtype
 
 Confidence = Literal["high", "medium", "low", "measured"]
@@ -31,7 +32,7 @@ class _Strict(BaseModel):
 class Sourced(_Strict):
     """A positive number with the key of its source and a confidence label."""
 
-    value: PositiveFloat
+    value: float = Field(gt=0, allow_inf_nan=False)
     source: str
     confidence: Confidence
 
@@ -176,12 +177,7 @@ def _profile_files() -> list:
 
 
 def _parse(text: str, origin: str) -> HardwareProfile:
-    import yaml
-
-    try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as err:
-        raise CostModelError(f"{origin}: not valid YAML ({str(err).splitlines()[0]})") from None
+    data = load_yaml(text, origin)
     if not isinstance(data, dict):
         raise CostModelError(f"{origin}: expected a mapping of profile fields, got {type(data).__name__}")
     try:
@@ -190,7 +186,8 @@ def _parse(text: str, origin: str) -> HardwareProfile:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-        raise CostModelError(f"{origin}: field {where}: {first['msg']}{more}") from None
+        got = f" (got {first['input']!r})" if first["type"] not in ("missing", "extra_forbidden") else ""
+        raise CostModelError(f"{origin}: field {where}: {first['msg']}{got[:80]}{more}") from None
 
 
 @lru_cache(maxsize=1)
@@ -251,10 +248,14 @@ def load_all() -> list[HardwareProfile]:
 def load_profile(name: str) -> HardwareProfile:
     """A profile by id or alias (case-insensitive, ``-`` or ``_``), or from a path to a YAML file."""
     path = Path(name).expanduser()
-    if name.endswith((".yaml", ".yml")) or path.is_file():
-        if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte, is no file
+        is_file = False
+    if name.endswith((".yaml", ".yml")) or is_file:
+        if not is_file:
             raise CostModelError(f"profile file {name} does not exist")
-        return _parse(path.read_text(encoding="utf-8"), str(path))
+        return _parse(read_text(str(path), "profile"), str(path))
     f = _index().get(_key(name))
     if f is None:
         close = difflib.get_close_matches(_key(name), list(_index()), n=3, cutoff=0.5)

@@ -29,6 +29,7 @@ from costmodel.presets import ModelPreset
 from costmodel.program import Op, Tensor, bias_elements, gemm_dims, is_weight
 from costmodel.roofline import op_time
 from costmodel.vocab import DEFAULTS, DTYPES, EXECUTIONS, OVERLAPS, choice
+from costmodel.workload import check_count
 
 #: FLOPs per element of the ops around attention (conventions, like ELEMENTWISE_FLOPS).
 NORM_FLOPS = {"rmsnorm": 4, "layernorm": 5}  # rms: square, sum, scale, weight; layer norm adds the mean
@@ -335,14 +336,13 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
                   overlap: str = DEFAULTS["overlap"]) -> ModelPrediction:
     """Decode step after ``context`` cached positions (TPOT), prefill of a ``context``-token prompt
     (TTFT), KV cache and weights per device, and the largest batch and context that fit."""
-    for name, value in (("batch", batch), ("context", context), ("tp", tp)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise CostModelError(f"{name} must be an integer >= 1, got {value!r}")
+    for name, value in (("batch", batch), ("context", context), ("tp", tp), ("source", source)):
+        check_count(name, value)
     dtype, execution = choice("dtype", dtype, DTYPES), choice("execution", execution, EXECUTIONS)
     overlap = choice("overlap", overlap, OVERLAPS)
     hw.peak(dtype)
     width = S.dtype_bytes(dtype)
-    source = source or context
+    fixed_source, source = source, source or context
     dev = device_slice(m, tp)
     phases = {}
     for phase, tokens in (("decode", batch), ("prefill", batch * context)):
@@ -355,9 +355,10 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
     weights = param_count(dev) * width
     kv = kv_cache_elements(dev, batch, context, source) * width
     # the cache is linear in the batch and in the context: per sequence, and per position at a fixed batch
+    # (an encoder-decoder's source length follows the context unless it was given)
     per_sequence = kv_cache_elements(dev, 1, context, source) * width
-    at0 = kv_cache_elements(dev, batch, 0, source) * width
-    per_position = kv_cache_elements(dev, batch, 1, source) * width - at0
+    at0 = kv_cache_elements(dev, batch, 0, fixed_source or 0) * width
+    per_position = kv_cache_elements(dev, batch, 1, fixed_source or 1) * width - at0
     free = hw.capacity - weights
     tpot = phases["decode"].time_s
     return ModelPrediction(

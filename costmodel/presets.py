@@ -8,7 +8,6 @@ the attention program and the ops around it (:mod:`costmodel.model_step`).
 from __future__ import annotations
 
 import difflib
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -16,7 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from costmodel.errors import CostModelError
-from costmodel.vocab import kv_heads
+from costmodel.files import load_json, load_yaml, read_text
+from costmodel.vocab import MAX_DIM, kv_heads
 
 PACKAGE = "costmodel.model_presets"
 
@@ -30,21 +30,21 @@ class ModelPreset(BaseModel):
     aliases: tuple[str, ...] = ()
     name: str
     architecture: Literal["decoder", "encoder-decoder"]
-    d_model: int = Field(ge=1)
-    layers: int = Field(ge=1, description="decoder layers")
-    encoder_layers: int = Field(default=0, ge=0)
-    heads: int = Field(ge=1)
-    kv_heads: int = Field(ge=1, description="key/value heads of decoder self-attention")
+    d_model: int = Field(ge=1, le=MAX_DIM)
+    layers: int = Field(ge=1, le=MAX_DIM, description="decoder layers")
+    encoder_layers: int = Field(default=0, ge=0, le=MAX_DIM)
+    heads: int = Field(ge=1, le=MAX_DIM)
+    kv_heads: int = Field(ge=1, le=MAX_DIM, description="key/value heads of decoder self-attention")
     encoder_kv_heads: int | None = None
     cross_kv_heads: int | None = None
-    head_dim: int = Field(ge=1)
-    d_ff: int = Field(ge=1)
+    head_dim: int = Field(ge=1, le=MAX_DIM)
+    d_ff: int = Field(ge=1, le=MAX_DIM)
     ffn_gated: bool
-    vocab: int = Field(ge=1)
+    vocab: int = Field(ge=1, le=MAX_DIM)
     tied_embeddings: bool
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     bias: bool = False
-    learned_positions: int = Field(default=0, ge=0)
+    learned_positions: int = Field(default=0, ge=0, le=MAX_DIM)
     parallel_block: bool = False
     published_params: float | None = None
     source: str
@@ -106,9 +106,11 @@ def _validated(data: dict, origin: str) -> ModelPreset:
 
 def load_model(name: str) -> ModelPreset:
     """A preset by id or alias (case-insensitive), or a Hugging Face ``config.json`` by path."""
-    import yaml
-
-    if name.endswith(".json") or Path(name).is_file():
+    try:
+        is_path = Path(name).is_file() or Path(name).is_dir()
+    except (OSError, ValueError):  # a name too long for the file system is no file
+        is_path = False
+    if name.endswith(".json") or is_path:
         return load_hf_config(name)
     f = _files().get(name.lower().replace("_", "-"))
     if f is None:
@@ -116,7 +118,7 @@ def load_model(name: str) -> ModelPreset:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise CostModelError(f"unknown model {name!r}{hint} (presets: {', '.join(preset_ids())}; "
                              "a Hugging Face config.json path also works)")
-    return _validated(yaml.safe_load(f.read_text(encoding="utf-8")), f.name)
+    return _validated(load_yaml(f.read_text(encoding="utf-8"), f.name), f.name)
 
 
 def _first(cfg: dict, *keys, default=None):
@@ -126,21 +128,34 @@ def _first(cfg: dict, *keys, default=None):
     return default
 
 
+def _count(cfg: dict, path: str, keys: tuple[str, ...], default=None):
+    """The first of ``keys`` the config gives, which must be a positive integer (a count or a width)."""
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
+            raise CostModelError(f"{path}: field {key} must be an integer from 1 to {MAX_DIM}, got {value!r}")
+        return value
+    return default
+
+
 def load_hf_config(path: str) -> ModelPreset:
     """Read the shape of a model from a Hugging Face ``config.json``."""
     p = Path(path)
+    if p.is_dir() and (p / "config.json").is_file():  # a model folder
+        p = p / "config.json"
     if not p.is_file():
         raise CostModelError(f"model config {path} does not exist")
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise CostModelError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    cfg = load_json(read_text(str(p), "model config"), str(p))
     if not isinstance(cfg, dict):
         raise CostModelError(f"{path}: expected a JSON object of config fields")
-    d = _first(cfg, "hidden_size", "n_embd", "d_model")
-    heads = _first(cfg, "num_attention_heads", "n_head", "num_heads")
-    layers = _first(cfg, "num_hidden_layers", "n_layer", "num_decoder_layers", "num_layers")
-    vocab = _first(cfg, "vocab_size")
+    path = str(p)
+    count = lambda *keys, default=None: _count(cfg, path, keys, default)  # noqa: E731
+    d = count("hidden_size", "n_embd", "d_model")
+    heads = count("num_attention_heads", "n_head", "num_heads")
+    layers = count("num_hidden_layers", "n_layer", "num_decoder_layers", "num_layers")
+    vocab = count("vocab_size")
     missing = [name for name, value in (("hidden_size", d), ("num_attention_heads", heads),
                                         ("num_hidden_layers", layers), ("vocab_size", vocab)) if value is None]
     if missing:
@@ -150,23 +165,23 @@ def load_hf_config(path: str) -> ModelPreset:
     if cfg.get("multi_query") and not new_falcon:
         kv = 1
     else:
-        kv = _first(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
+        kv = count("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
     enc_dec = bool(cfg.get("is_encoder_decoder", False))
     act = str(_first(cfg, "hidden_act", "activation_function", "feed_forward_proj", "activation", default=""))
     gated = act.startswith("gated") or model_type in {"llama", "mistral", "mixtral", "qwen2", "gemma", "gemma2"}
     data = {
-        "id": _first(cfg, "_name_or_path", default=p.stem).replace("/", "_").replace("-", "_").lower() or "hf_config",
+        "id": str(_first(cfg, "_name_or_path", default=p.stem)).replace("/", "_").replace("-", "_").lower() or "hf_config",
         "name": f"{_first(cfg, '_name_or_path', default=p.name)} (from {p.name})",
         "architecture": "encoder-decoder" if enc_dec else "decoder",
         "d_model": d, "layers": layers, "heads": heads, "kv_heads": kv,
-        "encoder_layers": _first(cfg, "num_layers", "encoder_layers", default=layers) if enc_dec else 0,
-        "head_dim": _first(cfg, "head_dim", "d_kv", default=d // heads if d % heads == 0 else None),
-        "d_ff": _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "d_ff", default=4 * d),
+        "encoder_layers": count("num_layers", "encoder_layers", default=layers) if enc_dec else 0,
+        "head_dim": count("head_dim", "d_kv", default=d // heads if d % heads == 0 else None),
+        "d_ff": count("intermediate_size", "ffn_hidden_size", "n_inner", "d_ff", default=4 * d),
         "ffn_gated": gated, "vocab": vocab,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", not (enc_dec and gated))),
         "norm": "layernorm" if model_type in {"falcon", "gpt_bigcode", "gpt2", "opt"} else "rmsnorm",
         "bias": bool(cfg.get("bias", model_type in {"gpt_bigcode", "gpt2"})),
-        "learned_positions": cfg.get("n_positions", 0) if model_type in {"gpt_bigcode", "gpt2"} else 0,
+        "learned_positions": count("n_positions", default=0) if model_type in {"gpt_bigcode", "gpt2"} else 0,
         "parallel_block": bool(cfg.get("parallel_attn", False)),
         "source": f"Hugging Face config {p}",
     }

@@ -16,7 +16,7 @@ from costmodel.compiled import ARGS, compile_program
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.roofline import op_time
-from costmodel.vocab import DEFAULTS, OVERLAPS, SWEEP_DIMS, choice
+from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice
 from costmodel.workload import Workload
 
 #: The most points one range may hold; a range asking for more is refused before any work.
@@ -40,7 +40,7 @@ def parse_range(text: str, limit: int = MAX_POINTS) -> list[int]:
                     raise CostModelError(f"invalid range {text!r}: a geometric range needs START >= 1 and FACTOR > 1")
                 count = math.floor(math.log(stop / start, factor) + 1e-9) + 1 if stop >= start else 0
                 if count > limit:
-                    raise CostModelError(f"range {text!r} has {count} points; at most {limit} are allowed")
+                    raise _too_many(text, count, limit)
                 values = [int(round(start * factor**i)) for i in range(count)]
             else:
                 stride = int(step.lstrip("+"))
@@ -48,15 +48,22 @@ def parse_range(text: str, limit: int = MAX_POINTS) -> list[int]:
                     raise CostModelError(f"invalid range {text!r}: the STEP must be >= 1")
                 count = max(0, (stop - start) // stride + 1)
                 if count > limit:
-                    raise CostModelError(f"range {text!r} has {count} points; at most {limit} are allowed")
+                    raise _too_many(text, count, limit)
                 values = list(range(start, stop + 1, stride))
     except (ValueError, OverflowError):
         raise bad from None
     if not values or min(values) < 0:
         raise bad
     if len(values) > limit:
-        raise CostModelError(f"range {text!r} has {len(values)} points; at most {limit} are allowed")
+        raise _too_many(text, len(values), limit)
+    if max(values) > MAX_DIM:
+        raise CostModelError(f"range {text!r} goes up to {max(values)}; values must be at most {MAX_DIM}")
     return values
+
+
+def _too_many(what: str, count: int, limit: int) -> CostModelError:
+    return CostModelError(f"range {what!r} has {count} points, more than the limit of {limit}; use a coarser step, "
+                          "or raise the limit (max_points, --max-points)")
 
 
 def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, overlap: str = DEFAULTS["overlap"],
@@ -139,17 +146,19 @@ class Sweep(BaseModel):
 
 
 def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: str, values: list[int] | str,
-          overlap: str = DEFAULTS["overlap"]) -> Sweep:
+          overlap: str = DEFAULTS["overlap"], max_points: int = MAX_POINTS) -> Sweep:
     """Predict ``workloads`` at every value of ``parameter`` (a name of :meth:`Workload.create`: batch,
     context, seq, groups, ...); ``values`` is a list or a range (``"128:32768:x2"``)."""
     from costmodel.roofline import hardware_summary
 
     workloads = [workloads] if isinstance(workloads, Workload) else list(workloads)
-    values = parse_range(values) if isinstance(values, str) else [int(x) for x in values]
+    values = parse_range(values, max_points) if isinstance(values, str) else [int(x) for x in values]
     if not values:
         raise CostModelError("a sweep needs at least one value")
-    if len(values) > MAX_POINTS:
-        raise CostModelError(f"a sweep of {len(values)} points is refused; at most {MAX_POINTS} are allowed")
+    if len(values) > max_points:
+        raise _too_many(f"{len(values)} values", len(values), max_points)
+    if max(values) > MAX_DIM:
+        raise CostModelError(f"sweep values must be at most {MAX_DIM}, got {max(values)}")
     overlap = choice("overlap", overlap, OVERLAPS)
     parameter = parameter.replace("-", "_")
     dim, linked = check_sweep(workloads, parameter, values)

@@ -42,6 +42,9 @@ OVERLAPS: tuple[str, ...] = get_args(Overlap)
 SWEEP_DIMS: dict[str, str] = {"batch": "b", "seq": "n", "context": "m", "d_model": "d", "heads": "h",
                               "groups": "g", "head_dim": "k", "value_dim": "v"}
 
+#: The largest dimension or count accepted anywhere (2^40): products of a few stay exact in floats.
+MAX_DIM = 1 << 40
+
 #: Key/value heads of GQA when none are given: gcd(h, 8), the 8 of Llama 2 70B and Llama 3.
 DEFAULT_GQA_GROUPS = 8
 

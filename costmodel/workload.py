@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from costmodel.errors import CostModelError
-from costmodel.vocab import (DEFAULTS, PREDICT_MODES, SIDE_BY_SIDE, CacheAppend, Dtype, Execution, PredictMode,
+from costmodel.vocab import (DEFAULTS, MAX_DIM, PREDICT_MODES, SIDE_BY_SIDE, CacheAppend, Dtype, Execution, PredictMode,
                              Variant, choice, kv_heads)
 
 DIMS = ("b", "n", "m", "d", "h", "g", "k", "v")
@@ -18,16 +18,16 @@ class Workload(BaseModel):
 
     variant: Variant
     mode: PredictMode
-    b: int = Field(ge=1)
-    n: int = Field(ge=1)
-    m: int = Field(ge=0)
-    d: int = Field(ge=1)
-    h: int = Field(ge=1)
-    g: int = Field(ge=1)
-    k: int = Field(ge=1)
-    v: int = Field(ge=1)
+    b: int = Field(ge=1, le=MAX_DIM)
+    n: int = Field(ge=1, le=MAX_DIM)
+    m: int = Field(ge=0, le=MAX_DIM)
+    d: int = Field(ge=1, le=MAX_DIM)
+    h: int = Field(ge=1, le=MAX_DIM)
+    g: int = Field(ge=1, le=MAX_DIM)
+    k: int = Field(ge=1, le=MAX_DIM)
+    v: int = Field(ge=1, le=MAX_DIM)
     dtype: Dtype = "bf16"
-    layers: int = Field(default=1, ge=1)
+    layers: int = Field(default=1, ge=1, le=MAX_DIM)
     execution: Execution = "unfused"
     cache_append: CacheAppend = "inplace"
 
@@ -63,6 +63,10 @@ class Workload(BaseModel):
         incremental mode and m = n in batched mode; GQA's g = gcd(h, 8).
         """
         mode = choice("mode", mode, PREDICT_MODES)
+        for name, value in (("batch", batch), ("seq", seq), ("context", context), ("d_model", d_model),
+                            ("heads", heads), ("groups", groups), ("head_dim", head_dim), ("value_dim", value_dim),
+                            ("layers", layers)):
+            check_count(name, value, least=0 if name == "context" else 1)
         g = kv_heads(variant, heads, groups)
         if mode == "generate" and context is not None:
             raise CostModelError("context does not apply in generate mode (it starts from an empty cache); use seq")
@@ -84,6 +88,12 @@ class Workload(BaseModel):
 
     def dims(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in DIMS}
+
+
+def check_count(name: str, value, least: int = 1) -> None:
+    """``value`` (when given) must be an integer from ``least`` to MAX_DIM."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_DIM):
+        raise CostModelError(f"{name} must be an integer from {least} to {MAX_DIM}, got {value!r}")
 
 
 def pydantic_message(err: ValueError, origin: str = "") -> str:

@@ -193,8 +193,16 @@ def test_model_memory_is_the_programs_resident_elements(pid):
 @pytest.mark.parametrize("pid,gpu", [("llama_3_8b", "h100"), ("t5_xxl", "tpu_v4"), ("falcon_7b", "a100")])
 def test_largest_batch_and_context_are_the_memory_limits(pid, gpu):
     m, hw = load_model(pid), load_profile(gpu)
-    p = predict_model(m, hw, batch=4, context=2048)
+    p = predict_model(m, hw, batch=4, context=2048, source=2048)
     assert predict_model(m, hw, batch=p.memory.max_batch, context=2048).memory.fits
     assert not predict_model(m, hw, batch=p.memory.max_batch + 1, context=2048).memory.fits
     assert predict_model(m, hw, batch=4, context=p.memory.max_context, source=2048).memory.fits
     assert not predict_model(m, hw, batch=4, context=p.memory.max_context + 1, source=2048).memory.fits
+
+
+def test_encoder_decoder_largest_context_fits_when_asked_for():
+    """With no source length given, the encoder's follows the context: the limit must account for both."""
+    m, hw = load_model("t5_xxl"), load_profile("h100")
+    limit = predict_model(m, hw, batch=16).memory.max_context
+    assert predict_model(m, hw, batch=16, context=limit).memory.fits
+    assert not predict_model(m, hw, batch=16, context=limit + 1).memory.fits
