@@ -169,7 +169,7 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
         return
     if tp != 1 or source:
         raise CostModelError("--tp and --source apply with --model")
-    if csv_path and not sweep_spec:
+    if csv_path is not None and not sweep_spec:
         raise CostModelError("--csv needs --sweep DIM=RANGE")
     from costmodel.workload import workloads
 
@@ -182,16 +182,16 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
         if not sep or name.replace("-", "_") not in SWEEP_DIMS:
             raise CostModelError(f"invalid --sweep {sweep_spec!r}; expected DIM=RANGE with DIM one of "
                                  f"{', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}")
-        if csv_path:
+        if csv_path is not None:
             check_writable(csv_path)
         result = sweep(chosen, hw, name, text, overlap, max_points)
-        if csv_path:
+        if csv_path is not None:
             write_csv(csv_path, result.records)
         if as_json:
             emit_json(result.records)
         else:
             click.echo(str(result))
-        if csv_path and not as_json:
+        if csv_path is not None and not as_json:
             click.echo(f"wrote {csv_path}")
         return
     from costmodel.roofline import compare

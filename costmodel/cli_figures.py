@@ -70,7 +70,7 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
     from costmodel.workload import workloads
 
     check_output(out)
-    if csv_path:
+    if csv_path is not None:
         check_writable(csv_path)
     hw = load_profile(gpu)
     x_name = x_name.lower()
@@ -85,7 +85,7 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
                       not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate"))
     what = {"incremental": "decode step", "generate": "generate", "batched": "prefill"}[w.mode]
     title = f"{hw.name}: {what}, {fixed}, {title_dims(w)}, {w.layers} layer{'s' * (w.layers > 1)}"
-    if csv_path:
+    if csv_path is not None:
         write_csv(csv_path, result.records)
     save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title), out)
     click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
@@ -185,7 +185,7 @@ def reproduce_gqa(tp, plot_path, as_json) -> None:
     from costmodel.reproduce import gqa2023
     from costmodel.text import gqa_table
 
-    if plot_path:
+    if plot_path is not None:
         from costmodel.plots import check_output
 
         check_output(plot_path)
@@ -194,7 +194,7 @@ def reproduce_gqa(tp, plot_path, as_json) -> None:
         emit_json(result)
     else:
         click.echo(gqa_table(result))
-    if plot_path:
+    if plot_path is not None:
         from costmodel.plots import draw_groups, save
 
         save(draw_groups(result), plot_path)

@@ -89,7 +89,8 @@ dtype_option = click.option("--dtype", type=choices(DTYPES), default=DEFAULTS["d
                             help="storage and math dtype (sets bytes per element)")
 groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
-max_points_option = click.option("--max-points", type=click.IntRange(1, 10**8), default=1_000_000, show_default=True,
+max_points_option = click.option("--max-points", type=click.IntRange(1, 10**7), default=DEFAULTS["max_points"],
+                                 show_default=True,
                                  help="the most points a --sweep or --range may hold")
 
 workload_options = _options(

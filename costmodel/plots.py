@@ -61,6 +61,8 @@ def _pyplot():
 
 
 def check_output(path: str) -> str:
+    if not path or not path.strip():
+        check_folder(path)  # the error for an empty path
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in FORMATS:
         raise CostModelError(f"cannot save {path!r}: the suffix must be one of {', '.join(FORMATS)}")
@@ -71,8 +73,12 @@ def check_output(path: str) -> str:
 def save(fig, path: str) -> None:
     """Save by suffix through a temporary file, so an interrupted run leaves no half-written figure."""
     suffix = check_output(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=suffix[1:], bbox_inches="tight")
+    import matplotlib
+
+    # the same figure gives the same bytes: no dates in SVG or PDF, a fixed SVG id salt
+    metadata = {".svg": {"Date": None}, ".pdf": {"CreationDate": None, "ModDate": None}}.get(suffix)
+    with atomic_path(path) as tmp, matplotlib.rc_context({"svg.hashsalt": "costmodel"}):
+        fig.savefig(tmp, format=suffix[1:], bbox_inches="tight", metadata=metadata)
 
 
 def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: str):

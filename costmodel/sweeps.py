@@ -19,8 +19,8 @@ from costmodel.roofline import op_time
 from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice
 from costmodel.workload import Workload
 
-#: The most points one range may hold; a range asking for more is refused before any work.
-MAX_POINTS = 1_000_000
+#: The most points one range may hold unless told otherwise; more is refused before any work.
+MAX_POINTS: int = DEFAULTS["max_points"]
 
 
 def parse_range(text: str, limit: int = MAX_POINTS) -> list[int]:
@@ -50,6 +50,8 @@ def parse_range(text: str, limit: int = MAX_POINTS) -> list[int]:
                 if count > limit:
                     raise _too_many(text, count, limit)
                 values = list(range(start, stop + 1, stride))
+    except CostModelError:
+        raise
     except (ValueError, OverflowError):
         raise bad from None
     if not values or min(values) < 0:

@@ -114,4 +114,6 @@ DEFAULTS: dict[str, object] = {
     "variant": "mha", "mode": "incremental", "batch": 16, "context": 4096, "seq": 4096, "d_model": 4096,
     "heads": 32, "dtype": "bf16", "layers": 1, "execution": "unfused", "model_execution": "fused",
     "cache_append": "inplace", "overlap": "max", "tp": 1,
+    # points in one sweep: 10,000 print in about a second; more is allowed when asked for
+    "max_points": 10_000,
 }

@@ -73,14 +73,14 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
     from costmodel.files import check_folder, write_text
     from costmodel.hardware import HardwareProfile, load_profile
 
-    if json_path:
+    if json_path is not None:
         check_folder(json_path)
-    if plot_path:
+    if plot_path is not None:
         from costmodel.plots import check_output
 
         check_output(plot_path)  # suffix and folder
     profiles = {"datasheet": datasheet_profile(device, gpu)}
-    if profile_path:
+    if profile_path is not None:
         profiles["calibrated"] = load_profile(profile_path)
     else:
         from costmodel.validation.calibrate import calibrate
@@ -92,10 +92,10 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
 
     report = validate(device, profiles, quick, progress)
     yield validation_summary(report)
-    if json_path:
+    if json_path is not None:
         write_text(json_path, json.dumps(report, indent=1))
         yield f"wrote {json_path}"
-    if plot_path:
+    if plot_path is not None:
         from costmodel.plots import draw_predicted_vs_measured, save
 
         rows = [{"measured_s": r["measured"]["median_s"], "predicted_s": r["predicted_calibrated_s"],

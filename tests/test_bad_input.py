@@ -1,0 +1,242 @@
+"""Every bad input found by hand or by fuzzing gets one clear Error: line: no traceback, no hang, no
+half-written file, no silent wrong answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from costmodel.cli import main
+
+DATASHEET = os.path.join(os.path.dirname(__file__), "..", "hardware_profiles", "h100_sxm.yaml")
+
+
+def run(*args):
+    start = time.perf_counter()
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result, time.perf_counter() - start
+
+
+def error_of(*args) -> str:
+    result, seconds = run(*args)
+    assert result.exit_code != 0, result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    assert seconds < 5, (args, seconds)
+    return errors[0]
+
+
+# --- hangs and memory ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,expected", [
+    (["predict", "--gpu", "a100", "--variant", "gqa", "--heads", "1000000000000", "--groups", "7"],
+     "Error: groups 7 must divide heads 1000000000000; valid group counts are 1, 2, 4, 5, 8, 10, 16, 20, 25, 32, "),
+    (["sweep", "--gpu", "a100", "--x", "batch", "--range", "0:64:x10", "--out", "{tmp}/s.png"],
+     "Error: invalid range '0:64:x10': a geometric range needs START >= 1 and FACTOR > 1"),
+    (["predict", "--gpu", "a100", "--sweep", "context=0:100:x2"],
+     "Error: invalid range '0:100:x2': a geometric range needs START >= 1 and FACTOR > 1"),
+    (["predict", "--gpu", "a100", "--sweep", "context=1:2:x1.0000000001"],
+     "Error: range '1:2:x1.0000000001' has 69314"),  # ln 2 / ln(1 + 1e-10) points
+    (["predict", "--gpu", "a100", "--sweep", "context=1:10000000:1", "--json"],
+     "Error: range '1:10000000:1' has 10000000 points, more than the limit of 10000; use a coarser step, "
+     "or raise the limit (max_points, --max-points)"),
+    (["sweep", "--gpu", "a100", "--x", "context", "--range", "1:10000000:1", "--out", "{tmp}/s.png"],
+     "Error: range '1:10000000:1' has 10000000 points, more than the limit of 10000"),
+    (["predict", "--gpu", "a100", "--sweep", "context=1:1" + "0" * 160 + ":x10"],
+     "Error: range '1:1" + "0" * 160 + ":x10' goes up to "),
+    (["predict", "--gpu", "a100", "--d-model", str(10**155)],
+     "Error: Invalid value for '--d-model': 1" + "0" * 155 + " is not in the range 1<=x<=1099511627776."),
+])
+def test_no_hang_no_memory_blowup(tmp_path, args, expected):
+    assert error_of(*[a.replace("{tmp}", str(tmp_path)) for a in args]).startswith(expected)
+
+
+# --- output paths ----------------------------------------------------------------------------------
+
+def output_cases(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    return [
+        (str(tmp_path / "missing" / "x.{ext}"), f"folder {tmp_path / 'missing'} does not exist"),
+        (str(tmp_path), "is a directory"),
+        ("/proc/x.{ext}", "in folder /proc"),
+        (str(tmp_path / ("x" * 300 + ".{ext}")), "the file name is longer than 255 bytes"),
+        ("", "an output path must not be empty"),
+    ] + ([(str(locked / "x.{ext}"), "permission denied in folder")] if os.geteuid() != 0 else [])
+
+
+@pytest.mark.parametrize("command,ext", [
+    (["predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv"], "csv"),
+    (["roofline", "--gpu", "a100", "--out"], "svg"),
+    (["sweep", "--gpu", "a100", "--x", "batch", "--range", "1,2", "--out"], "png"),
+    (["reproduce", "gqa2023", "--plot"], "pdf"),
+    (["calibrate", "--out"], "yaml"),
+    (["validate", "--quick", "--json"], "json"),
+])
+def test_unwritable_outputs_are_refused_before_work(tmp_path, command, ext):
+    pytest.importorskip("torch") if command[0] in ("calibrate", "validate") else None
+    for path, expected in output_cases(tmp_path):
+        path = path.replace("{ext}", ext)
+        message = error_of(*command, path)
+        assert expected in message, (path, message)
+        assert message.startswith((f"Error: cannot write {path}", "Error: Invalid value for")) or not path
+
+
+def test_overwrite_keeps_mode_follows_symlinks_and_refuses_read_only(tmp_path):
+    target = tmp_path / "data.csv"
+    target.write_text("old")
+    target.chmod(0o600)
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    result, _ = run("predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv", link)
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and target.read_text().startswith("batch,")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    target.chmod(0o400)
+    assert error_of("predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv", target) == (
+        f"Error: cannot write {target}: the file is read-only (make it writable or choose another path)")
+    assert target.read_text().startswith("batch,")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "link.csv"]  # no temporary file left
+
+
+def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
+    code = ("import time\nfrom costmodel.files import atomic_path\n"
+            f"with atomic_path({str(tmp_path / 'out.txt')!r}) as tmp:\n"
+            "    open(tmp, 'w').write('partial'); print('ready', flush=True); time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("ext", ["svg", "pdf", "png"])
+def test_figures_are_deterministic(tmp_path, ext):
+    outputs = []
+    for name in ("a", "b"):
+        path = tmp_path / f"{name}.{ext}"
+        assert run("roofline", "--gpu", "a100", "--out", path)[0].exit_code == 0
+        outputs.append(path.read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+# --- profiles and configs --------------------------------------------------------------------------
+
+def test_long_gpu_name_is_an_unknown_profile():
+    assert error_of("predict", "--gpu", "x" * 300).startswith("Error: unknown hardware 'xxxxxxxx")
+
+
+MALFORMED_PROFILES = {
+    "binary junk": (b"\x00\xff\xfe junk \x80\x81", "is not UTF-8 text (byte 1: 0xff); save it as UTF-8"),
+    "latin-1": ("name: caf\u00e9\n".encode("latin-1"), "is not UTF-8 text (byte 9: 0xe9); save it as UTF-8"),
+    "utf-16": ("id: x\n".encode("utf-16"), "is not UTF-8 text (byte 0: 0xff); save it as UTF-8"),
+    "deep block": (("a:\n" + "".join(" " * i + "a:\n" for i in range(1, 200))).encode(),
+                   "nested more than 32 levels deep"),
+    "deep flow": (b"a: " + b"[" * 30000 + b"]" * 30000, "nested more than 32 levels deep"),
+    "100 MB": (None, "is larger than 1 MiB; it is not a profile"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED_PROFILES)
+def test_malformed_profile_files(tmp_path, case):
+    content, expected = MALFORMED_PROFILES[case]
+    path = tmp_path / "p.yaml"
+    if content is None:
+        with open(path, "wb") as f:  # sparse: 100 MB that cost no disk
+            f.truncate(100 << 20)
+    else:
+        path.write_bytes(content)
+    message = error_of("predict", "--gpu", path)
+    assert expected in message and str(path) in message
+
+
+def test_infinite_capacity_is_refused(tmp_path):
+    text = open(DATASHEET, encoding="utf-8").read().replace("value: 80.0e+9", "value: .inf", 1)
+    assert ".inf" in text
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert error_of("predict", "--gpu", path) == (
+        f"Error: {path}: field memory_capacity_bytes.value: Input should be a finite number (got inf)")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_profile(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("id: x\n")
+    path.chmod(0)
+    assert error_of("predict", "--gpu", path) == f"Error: cannot read profile {path}: permission denied"
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+         "vocab_size": 32000, "intermediate_size": 11008, "hidden_act": "silu"}
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"num_attention_heads": 0}, "field num_attention_heads must be an integer from 1 to 1099511627776, got 0"),
+    ({"hidden_size": "4096"}, "field hidden_size must be an integer from 1 to 1099511627776, got '4096'"),
+    ({"num_hidden_layers": [32]}, "field num_hidden_layers must be an integer from 1 to 1099511627776, got [32]"),
+    ({"vocab_size": True}, "field vocab_size must be an integer from 1 to 1099511627776, got True"),
+    ({"num_key_value_heads": 3}, "field (top level): kv_heads 3 does not divide heads 32"),
+])
+def test_malformed_configs(tmp_path, change, expected):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, **change}))
+    message = error_of("predict", "--gpu", "a100", "--model", path)
+    assert expected in message, message
+
+
+def test_deeply_nested_json_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    assert error_of("predict", "--gpu", "a100", "--model", path) == (
+        f"Error: {path}: nested more than 32 levels deep; profiles and configs are flat")
+
+
+def test_a_model_folder_reads_its_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+    result, _ = run("predict", "--gpu", "a100", "--model", tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["model"]["layers"] == 32
+
+
+# --- silent wrong answers --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,expected", [
+    (["predict", "--gpu", "a100", "--model", "llama-3-8b", "--context", "0"],
+     "Error: context must be an integer from 1 to 1099511627776, got 0"),
+    (["predict", "--gpu", "a100", "--model", "llama-3-8b", "--model-config", "x.json"],
+     "Error: give --model or --model-config, not both"),
+    (["calibrate", "--out", ""], "Error: an output path must not be empty"),
+])
+def test_silent_wrong_answers_are_errors(args, expected):
+    if args[0] == "calibrate":
+        pytest.importorskip("torch")
+    assert error_of(*args) == expected
+
+
+def test_json_is_always_finite():
+    result, _ = run("predict", "--gpu", "a100", "--sweep", "context=1:1099511627776:x64", "--json")
+    assert result.exit_code == 0, result.output
+    json.loads(result.output, parse_constant=lambda c: pytest.fail(f"non-finite {c} in JSON"))
+
+
+def test_an_unexpected_exception_is_reported_as_a_bug(monkeypatch):
+    import costmodel.roofline
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("planted")
+    monkeypatch.setattr(costmodel.roofline, "compare", broken)
+    message = error_of("predict", "--gpu", "a100")
+    assert message.startswith("Error: internal error (a bug in costmodel, please report it with the command `costmodel")
+    assert message.endswith("ZeroDivisionError: planted")
