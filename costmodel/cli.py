@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from costmodel import cli_figures
-from costmodel.cli_options import (CONTEXT, ErrorLineGroup, Positive, check_writable, choices, dim_options, dtype_option,
+from costmodel.cli_options import (FilePath, CONTEXT, ErrorLineGroup, Positive, check_writable, choices, dim_options, dtype_option,
                                    emit_json, given, groups_option, json_option, max_points_option, workload_options,
                                    write_csv)
 from costmodel.errors import CostModelError
@@ -120,10 +120,10 @@ def hardware_show(name, as_json) -> None:
 @click.option("--sweep", "sweep_spec", metavar="DIM=RANGE",
               help=f"sweep one dimension ({', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}), "
                    "e.g. context=128:32768:x2")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="with --sweep: also write a CSV file")
+@click.option("--csv", "csv_path", type=FilePath(), help="with --sweep: also write a CSV file")
 @max_points_option
 @click.option("--model", "model_name", help="a whole model: preset id or alias (llama-3-8b, ...) or a config.json")
-@click.option("--model-config", type=click.Path(dir_okay=False), help="a Hugging Face config.json to read the model from")
+@click.option("--model-config", type=FilePath(), help="a Hugging Face config.json to read the model from")
 @click.option("--tp", type=Positive, default=DEFAULTS["tp"], show_default=True,
               help="with --model: tensor-parallel devices")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")

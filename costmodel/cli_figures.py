@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from costmodel.cli_options import (Positive, check_writable, choices, dim_options, dtype_option, emit_json, given,
+from costmodel.cli_options import (FilePath, Positive, check_writable, choices, dim_options, dtype_option, emit_json, given,
                                    groups_option, json_option, max_points_option, title_dims, workload_options,
                                    write_csv)
 from costmodel.vocab import DEFAULTS, EXECUTIONS, VARIANTS
@@ -19,7 +19,7 @@ from costmodel.vocab import DEFAULTS, EXECUTIONS, VARIANTS
 @dtype_option
 @click.option("--execution", type=choices(EXECUTIONS), default=DEFAULTS["execution"], show_default=True,
               help="every op its own kernel, or flash-style fused attention")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="output file: .png, .svg or .pdf")
+@click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg or .pdf")
 def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
     """Plot every op of MHA, GQA and MQA, decode step and prefill, under each device's roofline.
 
@@ -53,8 +53,8 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 @click.option("--variant", type=choices(VARIANTS), help="one variant (default: all three; --x groups needs gqa)")
 @groups_option
 @workload_options
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="output file: .png, .svg or .pdf")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="also write the points as CSV")
+@click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg or .pdf")
+@click.option("--csv", "csv_path", type=FilePath(), help="also write the points as CSV")
 @max_points_option
 def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
                out, csv_path, max_points, **dims) -> None:
@@ -99,7 +99,7 @@ def _linked(result) -> tuple[str, ...]:
 
 @click.command()
 @click.option("--device", type=choices(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="profile YAML to write")
+@click.option("--out", required=True, type=FilePath(), help="profile YAML to write")
 @click.option("--quick", is_flag=True, help="smaller sizes and shorter timing (seconds, not tens of seconds)")
 def calibrate(device, out, quick) -> None:
     """Measure this device and write a hardware profile marked as measured.
@@ -117,11 +117,11 @@ def calibrate(device, out, quick) -> None:
 @click.command()
 @click.option("--device", type=choices(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--gpu", help="datasheet profile to compare (default: the profile whose device_names match the device)")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False),
+@click.option("--profile", "profile_path", type=FilePath(),
               help="calibrated profile (default: calibrate now)")
 @click.option("--quick", is_flag=True, help="a small grid, for a smoke test (CI)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the full report as JSON")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="predicted-vs-measured figure")
+@click.option("--json", "json_path", type=FilePath(), help="write the full report as JSON")
+@click.option("--plot", "plot_path", type=FilePath(), help="predicted-vs-measured figure")
 def validate(device, gpu, profile_path, quick, json_path, plot_path) -> None:
     """Measure every op and whole step as torch kernels and report the prediction error.
 
@@ -175,7 +175,7 @@ def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, as_js
 
 @reproduce.command("gqa2023")
 @click.option("--tp", type=Positive, default=8, show_default=True, help="TPU v4 chips, tensor parallel")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write the figure (.png, .svg, .pdf)")
+@click.option("--plot", "plot_path", type=FilePath(), help="write the figure (.png, .svg, .pdf)")
 @json_option
 def reproduce_gqa(tp, plot_path, as_json) -> None:
     """Ainslie et al. 2023: T5-XXL time per sample against key/value groups on TPU v4.

@@ -48,6 +48,18 @@ def emit_json(data) -> None:
 Positive = click.IntRange(min=1, max=MAX_DIM)
 
 
+class FilePath(click.Path):
+    """A file path option; a NUL byte, which the operating system cannot take, is a usage error."""
+
+    def __init__(self):
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and "\0" in value:
+            self.fail(f"{value!r} contains a NUL byte", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def choices(values) -> click.Choice:
     return click.Choice(list(values), case_sensitive=False)
 

@@ -105,6 +105,8 @@ def check_folder(path: str) -> str:
     """
     if not path or not path.strip():
         raise CostModelError("an output path must not be empty")
+    if "\0" in path:
+        raise CostModelError(f"cannot write {path!r}: the path contains a NUL byte")
     target = os.path.realpath(path)  # a symlink is written through to its target
     folder = os.path.dirname(target)
     if os.path.isdir(target):

@@ -247,11 +247,11 @@ def load_all() -> list[HardwareProfile]:
 
 def load_profile(name: str) -> HardwareProfile:
     """A profile by id or alias (case-insensitive, ``-`` or ``_``), or from a path to a YAML file."""
-    path = Path(name).expanduser()
     try:
+        path = Path(name).expanduser()
         is_file = path.is_file()
-    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte, is no file
-        is_file = False
+    except (OSError, ValueError, RuntimeError):  # too long a name, a NUL byte, ~nobody: no file
+        path, is_file = Path(name), False
     if name.endswith((".yaml", ".yml")) or is_file:
         if not is_file:
             raise CostModelError(f"profile file {name} does not exist")

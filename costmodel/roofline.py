@@ -20,7 +20,7 @@ from costmodel import symbols as S
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
-from costmodel.vocab import DEFAULTS, OVERLAPS, choice
+from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, choice
 from costmodel.workload import Workload
 
 Overlap = Literal["max", "sum"]
@@ -180,8 +180,10 @@ def memory_fit(compiled: Compiled, w: Workload, hw: HardwareProfile) -> MemoryFi
     ctx = CONTEXT_DIM[w.mode]
     # the cache is linear in the context dimension: intercept + slope * x
     at0, at1 = cache(**{ctx: 0}), cache(**{ctx: 1})
-    max_batch = max(int(free // per_sequence), 0) if free > 0 else 0
-    max_context = max(int((free - at0) // (at1 - at0)), 0) if free > at0 else 0
+    # no cache at all (a prefill over no memory positions): the batch and context are not limited by memory
+    max_batch = (min(int(free // per_sequence), MAX_DIM) if per_sequence else MAX_DIM) if free > 0 else 0
+    max_context = ((min(int((free - at0) // (at1 - at0)), MAX_DIM) if at1 > at0 else MAX_DIM)
+                   if free > at0 else 0)
     return MemoryFit(
         kv_cache_bytes=kv, weight_bytes=weights, capacity_bytes=hw.capacity, fits=kv + weights <= hw.capacity,
         max_batch=max_batch, max_context=max_context, context_dim=ctx,

@@ -240,3 +240,14 @@ def test_an_unexpected_exception_is_reported_as_a_bug(monkeypatch):
     message = error_of("predict", "--gpu", "a100")
     assert message.startswith("Error: internal error (a bug in costmodel, please report it with the command `costmodel")
     assert message.endswith("ZeroDivisionError: planted")
+def test_tilde_of_an_unknown_user_is_an_unknown_profile():
+    assert error_of("predict", "--gpu", "~nobody-here{x").startswith("Error: unknown hardware")
+
+
+def test_found_by_the_long_fuzz(tmp_path):
+    path = str(tmp_path / "a\0b.json")
+    for args in (["validate", "--json", path], ["predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv", path]):
+        assert error_of(*args).endswith(f"{path!r} contains a NUL byte")
+    result, _ = run("predict", "--gpu", "a100", "--mode", "batched", "--context", "0", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["memory"]["max_batch"] == 2**40  # no cache: memory does not limit it
