@@ -74,7 +74,7 @@ def test_user_profile_path(tmp_path):
     (["--gpu", "v100"], "v100_sxm2_32gb has no peak for dtype bf16; it has fp32, fp16"),
     (["--gpu", "tpu-v4", "--dtype", "fp32"], "tpu_v4 has no peak for dtype fp32; it has bf16, int8"),
     (["--gpu", "a100", "--variant", "mha", "--groups", "4"], "groups 4 is only valid with variant gqa"),
-    (["--gpu", "a100", "--batch", "0"], "0 is not in the range x>=1"),
+    (["--gpu", "a100", "--batch", "0"], "0 is not in the range 1<=x<=1099511627776"),
     (["--gpu", "a100", "--d-model", "100"], "d_model 100 is not divisible by heads 32"),
     (["--gpu", "a100", "--mode", "generate", "--context", "8"], "context does not apply in generate mode"),
     (["--gpu", "a100", "--sweep", "context=1:x"], "invalid range '1:x'"),
