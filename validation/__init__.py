@@ -22,7 +22,7 @@ def require_torch(command: str):
     except ImportError:
         raise CostModelError(
             f"costmodel {command} needs torch: pip install 'costmodel[validation]' "
-            "(or pip install torch==2.13.0 for the CPU build)"
+            "(a CPU-only torch comes from torch's CPU package index)"
         ) from None
     return torch
 
