@@ -45,10 +45,10 @@ def derive(variant, groups, mode, dtype, cache_append, asymptotic, as_latex, as_
     """
     from costmodel.counts import derive as derive_counts
     from costmodel.text import latex, table
-    from costmodel.vocab import SWEEP_DIMS as SYMBOL_OF
+    from costmodel.vocab import PARAMETER_DIMS
 
     report = derive_counts(variant, mode, groups=groups, dtype=dtype, cache_append=cache_append,
-                           dims={SYMBOL_OF[k]: v for k, v in given(dims).items()})
+                           dims={PARAMETER_DIMS[k]: v for k, v in given(dims).items()})
     asym = None
     if asymptotic:
         from costmodel.asymptotic import analyze

@@ -79,7 +79,7 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
     chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
                        cache_append=cache_append, **given(dims))
     result = sweep(chosen, hw, x_name, range_text, overlap, max_points)
-    limits = memory_limits(hw, chosen, result.dim, result.values, _linked(result))
+    limits = memory_limits(hw, chosen, result.dim, result.values, result.linked)
     w = chosen[0]
     fixed = ", ".join(f"{k}={getattr(w, k)}" for k in ("b", "n", "m") if k != result.dim and
                       not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate"))
@@ -89,12 +89,6 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
         write_csv(csv_path, result.records)
     save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title), out)
     click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
-
-
-def _linked(result) -> tuple[str, ...]:
-    from costmodel.sweeps import check_sweep
-
-    return check_sweep(result.workloads, result.parameter, result.values)[1]
 
 
 @click.command()

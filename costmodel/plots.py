@@ -61,12 +61,10 @@ def _pyplot():
 
 
 def check_output(path: str) -> str:
-    if not path or not path.strip():
-        check_folder(path)  # the error for an empty path
+    check_folder(path)
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in FORMATS:
         raise CostModelError(f"cannot save {path!r}: the suffix must be one of {', '.join(FORMATS)}")
-    check_folder(path)
     return suffix
 
 

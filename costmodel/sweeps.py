@@ -137,6 +137,7 @@ class Sweep(BaseModel):
     hardware: dict
     parameter: str
     dim: str
+    linked: tuple[str, ...]  # dimensions that take the swept values too (m with n in a batched prefill)
     values: list[int]
     workloads: list[Workload]
     records: list[dict]
@@ -179,5 +180,5 @@ def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: 
                 "bytes": float(r["bytes"][i]), "kv_cache_bytes": float(r["kv_cache_bytes"][i]),
                 "fits": bool(r["fits"][i]),
             })
-    return Sweep.model_construct(hardware=hardware_summary(hw, workloads[0].dtype), parameter=parameter, dim=dim, values=values,
-                 workloads=workloads, records=records)
+    return Sweep.model_construct(hardware=hardware_summary(hw, workloads[0].dtype), parameter=parameter, dim=dim,
+                                 linked=linked, values=values, workloads=workloads, records=records)

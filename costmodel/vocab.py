@@ -38,9 +38,10 @@ EXECUTIONS: tuple[str, ...] = get_args(Execution)
 CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
 OVERLAPS: tuple[str, ...] = get_args(Overlap)
 
-#: Sweepable workload parameters (the names of :meth:`costmodel.Workload.create`) -> dimension symbol.
-SWEEP_DIMS: dict[str, str] = {"batch": "b", "seq": "n", "context": "m", "d_model": "d", "heads": "h",
-                              "groups": "g", "head_dim": "k", "value_dim": "v"}
+#: Workload parameters (the names of :meth:`costmodel.Workload.create`) -> dimension symbol; all sweepable.
+PARAMETER_DIMS: dict[str, str] = {"batch": "b", "seq": "n", "context": "m", "d_model": "d", "heads": "h",
+                                  "groups": "g", "head_dim": "k", "value_dim": "v"}
+SWEEP_DIMS = PARAMETER_DIMS
 
 #: The largest dimension or count accepted anywhere (2^40): products of a few stay exact in floats.
 MAX_DIM = 1 << 40
