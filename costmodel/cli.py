@@ -128,8 +128,8 @@ def hardware_show(name, as_json) -> None:
               help="with --model: tensor-parallel devices")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (an array when variants are compared)")
-def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache_append, sweep_spec, csv_path,
-            max_points, model_name, model_config, tp, source, as_json, **dims) -> None:
+def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
+            csv_path, max_points, model_name, model_config, tp, source, as_json, **dims) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on a device with a roofline.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -161,7 +161,8 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
         elif groups:
             raise CostModelError("--groups with --model needs --variant gqa")
         p = predict_model(model, hw, **given({"batch": dims["batch"], "context": dims["context"]}), source=source,
-                          dtype=dtype, execution=execution or DEFAULTS["model_execution"], tp=tp, overlap=overlap)
+                          dtype=dtype, execution=execution or DEFAULTS["model_execution"], tp=tp, overlap=overlap,
+                          timing=timing, without=without)
         if as_json:
             emit_json(p.model_dump(mode="json"))
         else:
@@ -184,7 +185,7 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
                                  f"{', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}")
         if csv_path is not None:
             check_writable(csv_path)
-        result = sweep(chosen, hw, name, text, overlap, max_points)
+        result = sweep(chosen, hw, name, text, overlap, max_points, timing, without)
         if csv_path is not None:
             write_csv(csv_path, result.records)
         if as_json:
@@ -196,7 +197,7 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
         return
     from costmodel.roofline import compare
 
-    result = compare(chosen, hw, overlap)
+    result = compare(chosen, hw, overlap, timing, without)
     if as_json:
         dumped = result.model_dump(mode="json")
         emit_json(dumped[0] if variant else dumped)

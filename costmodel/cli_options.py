@@ -8,7 +8,8 @@ import sys
 import click
 
 from costmodel.errors import CostModelError
-from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, OVERLAPS, PREDICT_MODES
+from costmodel.vocab import (CACHE_APPENDS, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, MECHANISMS, OVERLAPS, PREDICT_MODES,
+                             TIMINGS)
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -118,6 +119,11 @@ workload_options = _options(
                  help="op time = max(compute, memory) or their sum"),
     click.option("--cache-append", type=choices(CACHE_APPENDS), default=DEFAULTS["cache_append"], show_default=True,
                  help="KV-cache append in place, or a full copy"),
+    click.option("--timing", type=choices(TIMINGS), default=DEFAULTS["timing"], show_default=True,
+                 help="the time predicted: a CUDA-graph replay (what serving engines run), kernel durations "
+                      "only, or host wall time around eager ops"),
+    click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
+                 help="switch a fitted mechanism off to see its share (repeatable; all: the datasheet roofline)"),
 )
 
 

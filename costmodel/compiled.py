@@ -31,6 +31,7 @@ class Compiled:
     einsums: tuple[str | None, ...]
     gemms: tuple[tuple[sympy.Expr, ...] | None, ...]  # (batch, M, K, N) of each einsum, symbolic
     counts: object
+    gemm_counts: object = None  # (batch, M, K, N) of every einsum, flattened, as one numeric function
 
     def evaluate(self, args) -> tuple[list, list, object, object]:
         """(flops per op, elements per op, weight elements, cache elements) at ``args``."""
@@ -51,6 +52,13 @@ class Compiled:
         """Elements of the projections' biases at ``dims`` (for models with biases)."""
         return self.counts(*[dims[s.name] for s in ARGS])[-1]
 
+    def gemm_shapes(self, dims: dict) -> list[dict | None]:
+        """``{"batch", "M", "K", "N"}`` of every einsum op at ``dims`` (numbers or numpy arrays; ``None``
+        for the other ops), the shapes the GEMM tile mechanism needs."""
+        values = iter(self.gemm_counts(*[dims[s.name] for s in ARGS]))
+        return [dict(zip(("batch", "M", "K", "N"), (next(values) for _ in range(4)))) if g else None
+                for g in self.gemms]
+
     def gemm_at(self, dims: dict[str, int]) -> list[tuple[int, int, int, int] | None]:
         """(batch, M, K, N) of every einsum op at ``dims`` (``None`` for the other ops)."""
         subs = {S.SYMBOLS[k]: v for k, v in dims.items()}
@@ -63,13 +71,14 @@ def compile_program(variant: str, mode: str, execution: str = "unfused", cache_a
     report = derive(variant, mode, execution=execution, cache_append=cache_append, simplify=False)
     program = build_program(variant, mode, cache_append=cache_append, execution=execution)
     weights, cache = program.resident_elements()
+    gemms = tuple(gemm_dims(o) if o.kind == "einsum" else None for o in program.ops)
     exprs = [o.flops for o in report.ops] + [o.memory_elements for o in report.ops] + [weights, cache,
                                                                                       program.bias_elements()]
     return Compiled(
         names=tuple(o.name for o in report.ops), kinds=tuple(op_class(o, mode) for o in program.ops),
         einsums=tuple(o.einsum for o in report.ops),
-        gemms=tuple(gemm_dims(o) if o.kind == "einsum" else None for o in program.ops),
-        counts=_numeric_function(exprs),
+        gemms=gemms, counts=_numeric_function(exprs),
+        gemm_counts=_numeric_function([x for g in gemms if g for x in g] or [sympy.Integer(0)]),
     )
 
 

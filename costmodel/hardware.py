@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from costmodel.errors import CostModelError
 from costmodel.files import load_yaml, read_text
-from costmodel.vocab import Dtype
+from costmodel.vocab import Dtype, Timing
 
 Confidence = Literal["high", "medium", "low", "measured"]
 
@@ -59,6 +59,60 @@ class OpClass(_Strict):
     overhead_s: Sourced | None = None
 
 
+#: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
+EfficiencyClassName = Literal["gemm", "decode_attention", "prefill_attention", "norm", "elementwise"]
+
+
+class Architecture(_Strict):
+    """Facts about the chip that the efficiency mechanisms scale with: its generation, the number of
+    streaming multiprocessors (NVIDIA SMs, AMD CUs, TPU TensorCores) and the boost clock."""
+
+    generation: str = Field(pattern=r"^[a-z0-9_]+$")
+    compute_units: Sourced
+    clock_hz: Sourced | None = None  # not published for every device
+
+
+class ClassEfficiency(_Strict):
+    """The fitted mechanisms of one op class (:mod:`costmodel.mechanisms` says what each one does).
+
+    ``fixed_s`` is the cost of one call under each timing convention; ``compute_efficiency`` the
+    fraction of the dense peak a large kernel reaches; ``small_tile_exponent`` how much less a smaller
+    output tile reaches; ``tile_k_overhead`` a tile's prologue and epilogue in units of reduction steps; the achieved bandwidth is ``bandwidth_ceiling * peak / (1 +
+    (bandwidth_half_bytes / bytes) ** bandwidth_exponent)``; ``unit_sm_s`` is the SM time of one decode
+    work unit (a sequence and a key/value head) and ``split_s`` the split-KV combine kernel."""
+
+    fixed_s: dict[Timing, float] = Field(default_factory=dict)
+    compute_efficiency: float = Field(1.0, gt=0, le=1)
+    small_tile_exponent: float = Field(0.0, ge=0, le=2)
+    tile_k_overhead: float = Field(0.0, ge=0, allow_inf_nan=False)
+    bandwidth_ceiling: float = Field(1.0, gt=0, le=1)
+    bandwidth_half_bytes: float = Field(0.0, ge=0, allow_inf_nan=False)
+    bandwidth_exponent: float = Field(1.0, gt=0, le=1)  # <= 1: time never falls as bytes grow
+    unit_sm_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    split_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    fitted: tuple[str, ...] = ()  # the names of the parameters fitted to data (the rest are defaults)
+
+
+class FitError(_Strict):
+    n: int
+    median_abs_error_pct: float
+    p90_abs_error_pct: float
+
+
+class Efficiency(_Strict):
+    """Fitted efficiency parameters: on what data, how, and how well they fit."""
+
+    data: tuple[str, ...] = Field(min_length=1)  # source, commit, GPU and table of every fitted set
+    method: str
+    error: dict[str, FitError] = Field(default_factory=dict)  # per "op_class/timing", on the fitted data
+    classes: dict[EfficiencyClassName, ClassEfficiency] = Field(min_length=1)
+
+    @property
+    def parameters(self) -> int:
+        """The number of fitted numbers (each timing's fixed cost counts once)."""
+        return sum(len(c.fitted) + len(c.fixed_s) - ("fixed_s" in c.fitted) for c in self.classes.values())
+
+
 class Measured(_Strict):
     """How a measured (calibrated) profile was obtained."""
 
@@ -89,6 +143,8 @@ class HardwareProfile(_Strict):
     interconnect: str | None = None
     op_classes: dict[OpClassName, OpClass] = Field(default_factory=dict)
     measured: Measured | None = None
+    architecture: Architecture | None = None
+    efficiency: Efficiency | None = None
     sources: dict[str, str] = Field(min_length=1)
     notes: str = ""
 
@@ -105,6 +161,10 @@ class HardwareProfile(_Strict):
         """Every sourced number (and the tile), with its field name."""
         for dtype, item in self.peak_flops_per_s.items():
             yield f"peak_flops_per_s.{dtype}", item
+        if self.architecture is not None:
+            yield "architecture.compute_units", self.architecture.compute_units
+            if self.architecture.clock_hz is not None:
+                yield "architecture.clock_hz", self.architecture.clock_hz
         for name in ("memory_bandwidth_bytes_per_s", "memory_capacity_bytes", "on_chip_memory_bytes",
                      "launch_overhead_s", "interconnect_bytes_per_s", "interconnect_latency_s", "matrix_tile"):
             item = getattr(self, name)

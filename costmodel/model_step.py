@@ -27,7 +27,8 @@ from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
 from costmodel.program import Op, Tensor, bias_elements, gemm_dims, is_weight
-from costmodel.roofline import op_time
+from costmodel.mechanisms import efficiency_class, op_shape, time_model
+from costmodel.roofline import mechanism_lines, op_time
 from costmodel.vocab import DEFAULTS, DTYPES, EXECUTIONS, OVERLAPS, choice
 from costmodel.workload import check_count
 
@@ -50,6 +51,7 @@ class Row:
     bytes: float
     count: int
     gemm: tuple[int, int, int, int] | None = None  # (batch, M, K, N) of an einsum
+    shape: dict | None = None  # what a fused attention kernel's mechanisms need (costmodel.mechanisms.op_shape)
 
 
 def _op(name: str, kind: str, inputs: list[tuple[str, dict]], output: tuple[str, dict], fpe: int = 0) -> Op:
@@ -87,7 +89,8 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
     dims = _dims(m, g, b, n, ctx)
     flops, elements, _, _ = compiled.at(dims)
     gemms = compiled.gemm_at(dims)
-    return [Row(section, name, eq, cls, float(f), float(e) * width, count, gemm)
+    return [Row(section, name, eq, cls, float(f), float(e) * width, count, gemm,
+                op_shape(efficiency_class(cls, name), dims, mode, None) if cls.startswith("fused") else None)
             for name, cls, eq, f, e, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements, gemms)
             if name not in skip]
 
@@ -310,10 +313,16 @@ class ModelPrediction(BaseModel):
         return model_table(self)
 
 
-def _price(rows: list[Row], hw: HardwareProfile, dtype: str, overlap: str) -> list[OpTime]:
+def _price(rows: list[Row], hw: HardwareProfile, dtype: str, overlap: str, model=None) -> list[OpTime]:
     out = []
     for r in rows:
-        compute, memory, _, time = op_time(hw, r.op_class, dtype, r.flops, r.bytes, overlap)
+        shape = {}
+        if r.gemm is not None:
+            shape = dict(zip(("batch", "M", "K", "N"), r.gemm))
+        elif r.shape is not None:
+            shape = r.shape
+        compute, memory, _, time = op_time(hw, r.op_class, dtype, r.flops, r.bytes, overlap, name=r.name,
+                                           shape=shape, model=model)
         out.append(OpTime(section=r.section, name=r.name, einsum=r.einsum, flops=r.flops * r.count,
                           bytes=r.bytes * r.count, count=r.count, time_s=time * r.count,
                           bound="compute" if compute > memory else "memory"))
@@ -333,20 +342,23 @@ def all_reduce_s(hw: HardwareProfile, t: int, nbytes: float) -> float:
 def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS["batch"],
                   context: int = DEFAULTS["context"], source: int | None = None, dtype: str = DEFAULTS["dtype"],
                   execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
-                  overlap: str = DEFAULTS["overlap"]) -> ModelPrediction:
+                  overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"],
+                  without=()) -> ModelPrediction:
     """Decode step after ``context`` cached positions (TPOT), prefill of a ``context``-token prompt
     (TTFT), KV cache and weights per device, and the largest batch and context that fit."""
     for name, value in (("batch", batch), ("context", context), ("tp", tp), ("source", source)):
         check_count(name, value)
     dtype, execution = choice("dtype", dtype, DTYPES), choice("execution", execution, EXECUTIONS)
     overlap = choice("overlap", overlap, OVERLAPS)
+    model = time_model(hw, timing, without)
     hw.peak(dtype)
     width = S.dtype_bytes(dtype)
     fixed_source, source = source, source or context
     dev = device_slice(m, tp)
     phases = {}
     for phase, tokens in (("decode", batch), ("prefill", batch * context)):
-        ops = _price(step_rows(dev, phase, batch, context, source, width, execution), hw, dtype, overlap)
+        ops = _price(step_rows(dev, phase, batch, context, source, width, execution), hw, dtype, overlap,
+                     model)
         reduce_s = 2 * m.layers * all_reduce_s(hw, tp, tokens * m.d_model * width)
         if phase == "prefill" and m.architecture == "encoder-decoder":
             reduce_s += 2 * m.encoder_layers * all_reduce_s(hw, tp, batch * source * m.d_model * width)
@@ -381,8 +393,10 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
         ),
         assumptions=[
             "decode step: one token per sequence after `context` cached positions; prefill: a `context`-token prompt",
-            "every op its own kernel, timed by the roofline of its op class; "
-            + ("fused attention" if execution == "fused" else "unfused attention"),
+            *(mechanism_lines(hw, model) if model.resolved is not None else
+              [f"no fitted efficiency for {hw.id}: every op its own kernel, timed by the datasheet roofline of its "
+               "op class (a lower bound)"]),
+            "fused attention" if execution == "fused" else "unfused attention",
             "weights: every parameter in the storage dtype; no activations or framework memory",
             f"tensor parallel over {tp} device(s): query heads, FFN and vocabulary sharded; key/value heads sharded "
             "when t <= g, replicated when g < t; two ring all-reduces per layer" if tp > 1 else "one device",

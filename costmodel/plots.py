@@ -148,12 +148,13 @@ class MemoryLimit:
     fits_everywhere: bool
 
 
-def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, values, linked=()) -> list[MemoryLimit]:
+def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, values, linked=(), overlap: str = "max",
+                  model=None) -> list[MemoryLimit]:
     """Where each variant runs out of memory along the sweep: exact for batch and context, from the
     swept points for other dimensions."""
     out = []
     for w in workloads:
-        r = sweep_arrays(w, hw, dim, values, linked=linked)
+        r = sweep_arrays(w, hw, dim, values, overlap, linked, model)
         fits = list(r["fits"])
         if all(fits) or not any(fits):
             out.append(MemoryLimit(w.variant, None, None, all(fits)))
@@ -163,7 +164,7 @@ def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, valu
             x = mem.max_batch if dim == "b" else mem.max_context
         else:
             x = max(v for v, f in zip(values, fits) if f)
-        t = float(sweep_arrays(w, hw, dim, [x], linked=linked)["time_s"][0])
+        t = float(sweep_arrays(w, hw, dim, [x], overlap, linked, model)["time_s"][0])
         out.append(MemoryLimit(w.variant, float(x), t, False))
     return out
 

@@ -20,6 +20,8 @@ from costmodel import symbols as S
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
+from costmodel.mechanisms import (MECHANISMS, PROGRAM_CLASS, class_peak, class_times, efficiency_class,
+                                  op_shape, time_model)
 from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, choice
 from costmodel.workload import Workload
 
@@ -36,9 +38,10 @@ class OpPrediction(BaseModel):
     intensity: float
     compute_s: float
     memory_s: float
-    launch_s: float
+    launch_s: float  # the per-call overhead: the fitted fixed cost (and decode work units), or the launch
     time_s: float
     bound: Literal["compute", "memory"]
+    efficiency_class: str | None = None  # the fitted class that priced it (None: datasheet roofline)
 
 
 class Totals(BaseModel):
@@ -71,6 +74,8 @@ class Prediction(BaseModel):
     hardware: dict
     workload: Workload
     overlap: Overlap
+    timing: str = "graph"
+    mechanisms: list[str] = []  # the fitted mechanisms in use (empty: the datasheet roofline)
     ops: list[OpPrediction]
     total: Totals
     memory: MemoryFit
@@ -104,12 +109,25 @@ class Comparison(RootModel[list[Prediction]]):
 
 
 def op_time(hw: HardwareProfile, op_class: str, dtype: str, flops, nbytes, overlap: str = "max",
-            launches=1, maximum=max, peak: float | None = None):
-    """The roofline of one op: (compute_s, memory_s, launch_s, time_s), from its class's rates.
+            launches=1, maximum=max, peak: float | None = None, *, name: str = "", shape: dict | None = None,
+            model=None):
+    """One op's time: (compute_s, memory_s, overhead_s, time_s).
 
-    Works on Python numbers, or on numpy arrays with ``maximum=np.maximum``. ``peak`` overrides the
-    class's FLOP rate (a mechanism such as multi-pass f32 matmuls).
+    With a :class:`costmodel.mechanisms.TimeModel` that has parameters for the op's class, the fitted
+    mechanisms (overhead = fixed cost + decode work units); otherwise the datasheet roofline of the
+    class's rates plus the profile's launch overhead. Works on Python numbers, or on numpy arrays with
+    ``maximum=np.maximum``. ``peak`` overrides the class's FLOP rate (multi-pass f32 matmuls).
     """
+    if model is not None and model.active and op_class in PROGRAM_CLASS:
+        cls = efficiency_class(op_class, name)
+        eff = model.resolved.get(cls)
+        if eff is not None:
+            t = class_times(cls, eff, peak=peak or class_peak(hw, cls, dtype), bandwidth=hw.bandwidth,
+                            sms=hw.architecture.compute_units.value, timing=model.timing, flops=flops,
+                            nbytes=nbytes, shape=shape or {}, on=model.on, overlap=overlap)
+            overhead = (t.fixed + t.units) * launches
+            body = maximum(t.compute, t.memory) if overlap == "max" else t.compute + t.memory
+            return t.compute, t.memory, overhead, body + overhead
     compute = flops / (peak or hw.peak_for(op_class, dtype))
     memory = nbytes / hw.bandwidth_for(op_class, dtype)
     launch = hw.overhead_for(op_class) * launches
@@ -117,23 +135,35 @@ def op_time(hw: HardwareProfile, op_class: str, dtype: str, flops, nbytes, overl
     return compute, memory, launch, body + launch
 
 
-def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["overlap"]) -> Prediction:
-    """Roofline prediction of one workload on one device."""
+def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["overlap"], timing: str = "graph",
+            without=()) -> Prediction:
+    """Prediction of one workload on one device: the fitted mechanisms of :mod:`costmodel.mechanisms`
+    for the ``timing`` convention (``without`` switches mechanisms off; ``("all",)`` is the bare
+    datasheet roofline), or the datasheet roofline where the device has no fitted parameters."""
     overlap = choice("overlap", overlap, OVERLAPS)
+    model = time_model(hw, timing, without)
     w = workload
     width = S.dtype_bytes(w.dtype)
     hw.peak(w.dtype)  # a dtype the device lacks is an error before any arithmetic
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
-    flops_per_op, elements_per_op, _, _ = compiled.at(w.dims())
+    dims = w.dims()
+    flops_per_op, elements_per_op, _, _ = compiled.at(dims)
+    gemms = compiled.gemm_shapes(dims)
     rows = []
-    for name, kind, einsum, f, e in zip(compiled.names, compiled.kinds, compiled.einsums, flops_per_op, elements_per_op):
+    for name, kind, einsum, f, e, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops_per_op,
+                                              elements_per_op, gemms):
         flops, nbytes = float(f), float(e) * width
+        cls = efficiency_class(kind, name)
+        priced = model.active and model.resolved.get(cls) is not None
         compute, memory, launch, time = op_time(hw, kind, w.dtype, flops, nbytes, overlap,
-                                                launches=w.n if w.mode == "generate" else 1)
+                                                launches=w.n if w.mode == "generate" else 1, name=name,
+                                                shape=op_shape(cls, dims, w.mode, gemm), model=model)
+        compute, memory = float(compute), float(memory)
         rows.append(OpPrediction(
             name=name, einsum=einsum, flops=flops, bytes=nbytes,
             intensity=flops / nbytes if nbytes else 0.0, compute_s=compute, memory_s=memory,
-            launch_s=launch, time_s=float(time), bound="compute" if compute > memory else "memory",
+            launch_s=float(launch), time_s=float(time), bound="compute" if compute > memory else "memory",
+            efficiency_class=cls if priced else None,
         ))
     L = w.layers
     compute = L * sum(r.compute_s for r in rows)
@@ -147,16 +177,18 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
         bound="compute" if compute > memory else "memory", per_token_s=per_token, tokens_per_s=tokens / time,
     )
     return Prediction(
-        hardware=hardware_summary(hw, w.dtype), workload=w, overlap=overlap, ops=rows, total=total,
-        memory=memory_fit(compiled, w, hw), assumptions=assumptions(w, hw, overlap),
+        hardware=hardware_summary(hw, w.dtype), workload=w, overlap=overlap, timing=model.timing,
+        mechanisms=sorted(model.on) if model.active else [], ops=rows, total=total,
+        memory=memory_fit(compiled, w, hw), assumptions=assumptions(w, hw, overlap, model),
     )
 
 
-def compare(workloads: list[Workload], hw: HardwareProfile, overlap: str = DEFAULTS["overlap"]) -> Comparison:
+def compare(workloads: list[Workload], hw: HardwareProfile, overlap: str = DEFAULTS["overlap"],
+            timing: str = "graph", without=()) -> Comparison:
     """Predictions of several workloads (variants of one) on one device, speed-ups over the first."""
     if not workloads:
         raise CostModelError("compare needs at least one workload")
-    return Comparison([predict(w, hw, overlap) for w in workloads])
+    return Comparison([predict(w, hw, overlap, timing, without) for w in workloads])
 
 
 def hardware_summary(hw: HardwareProfile, dtype: str) -> dict:
@@ -190,14 +222,37 @@ def memory_fit(compiled: Compiled, w: Workload, hw: HardwareProfile) -> MemoryFi
     )
 
 
-def assumptions(w: Workload, hw: HardwareProfile, overlap: str) -> list[str]:
+def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
+    """What the time model of a prediction is, in words: which mechanisms, fitted on what."""
+    if not model.active:
+        if model.resolved is None:
+            return [f"no fitted efficiency for {hw.id} (none fitted, none transferable): the datasheet roofline, "
+                    "a lower bound on time"]
+        return ["every mechanism switched off: the datasheet roofline, a lower bound on time"]
+    off = [m for m in MECHANISMS if m not in model.on]
+    origins = sorted({f"{cls}: {o}" for cls, o in model.resolved.origin.items()})
+    lines = [f"time = fixed cost per call ({model.timing} timing) + max(compute at the fitted efficiency with "
+             "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + decode work units; "
+             "mechanisms on: " + ", ".join(sorted(model.on)) + (f"; off: {', '.join(off)}" if off else "")]
+    lines.append("efficiency parameters: " + "; ".join(origins))
+    if any("transferred" in o for o in model.resolved.origin.values()):
+        from costmodel.mechanisms import TRANSFER_RULE
+        lines.append(f"transfer rule: {TRANSFER_RULE}")
+    return lines
+
+
+def assumptions(w: Workload, hw: HardwareProfile, overlap: str, model=None) -> list[str]:
     how = "max(compute, memory)" if overlap == "max" else "compute + memory"
     peaks = "measured" if hw.measured else "datasheet dense"
     launch = ("measured overhead per op class" if hw.op_classes else f"{hw.launch_overhead * 1e6:g} us launch")
-    out = [
+    out = mechanism_lines(hw, model) if model is not None and model.active else []
+    out += [] if out else [
         f"roofline per op: time = {how} + {launch} per kernel; {peaks} peaks "
         f"({w.dtype} for einsums, vector peak for elementwise ops)"
-        + ("; measured FLOP rate and bandwidth per op class where calibrated" if hw.op_classes else ""),
+        + ("; measured FLOP rate and bandwidth per op class where calibrated" if hw.op_classes else "")]
+    if model is not None and not model.active:
+        out += mechanism_lines(hw, model)
+    out += [
         "every op is its own kernel; intermediates go through memory" if w.execution == "unfused" else
         "fused attention: logits and weights stay on chip; K and V are read once with their g heads",
         f"op rows are per layer; totals are x {w.layers} layer(s); weights are the attention projections only",

@@ -15,6 +15,7 @@ from costmodel import symbols as S
 from costmodel.compiled import ARGS, compile_program
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
+from costmodel.mechanisms import efficiency_class, op_shape, time_model
 from costmodel.roofline import op_time
 from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice
 from costmodel.workload import Workload
@@ -69,7 +70,7 @@ def _too_many(what: str, count: int, limit: int) -> CostModelError:
 
 
 def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, overlap: str = DEFAULTS["overlap"],
-                 linked: tuple[str, ...] = ()) -> dict:
+                 linked: tuple[str, ...] = (), model=None) -> dict:
     """Evaluate the prediction over an array of values of one dimension symbol (``b``, ``m``, ...).
 
     ``linked`` dimensions take the same values (``m`` with ``n`` for batched self-attention). Returns
@@ -89,16 +90,20 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     if dim == "h" and w.variant == "mha":
         dims["g"] = x  # MHA keeps g = h; other dimensions, k and v included, stay as given
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
+    model = time_model(hw) if model is None else model  # the default prediction: fitted, graph timing
     width = S.dtype_bytes(w.dtype)
     time = np.zeros_like(x)
     flops = np.zeros_like(x)
     nbytes = np.zeros_like(x)
     launches = dims["n"] if w.mode == "generate" else 1.0
     flops_per_op, elements_per_op, weight_elements, cache_elements = compiled.at(dims)
-    for kind, f, e in zip(compiled.kinds, flops_per_op, elements_per_op):
+    gemms = compiled.gemm_shapes(dims)
+    for name, kind, f, e, gemm in zip(compiled.names, compiled.kinds, flops_per_op, elements_per_op, gemms):
         f = np.broadcast_to(f, x.shape).astype(np.float64)
         by = np.broadcast_to(e, x.shape) * float(width)
-        time += op_time(hw, kind, w.dtype, f, by, overlap, launches=launches, maximum=np.maximum)[3]
+        shape = op_shape(efficiency_class(kind, name), dims, w.mode, gemm)
+        time += op_time(hw, kind, w.dtype, f, by, overlap, launches=launches, maximum=np.maximum, name=name,
+                        shape=shape, model=model)[3]
         flops += f
         nbytes += by
     lw = width * w.layers
@@ -149,7 +154,8 @@ class Sweep(BaseModel):
 
 
 def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: str, values: list[int] | str,
-          overlap: str = DEFAULTS["overlap"], max_points: int = MAX_POINTS) -> Sweep:
+          overlap: str = DEFAULTS["overlap"], max_points: int = MAX_POINTS, timing: str = DEFAULTS["timing"],
+          without=()) -> Sweep:
     """Predict ``workloads`` at every value of ``parameter`` (a name of :meth:`Workload.create`: batch,
     context, seq, groups, ...); ``values`` is a list or a range (``"128:32768:x2"``)."""
     from costmodel.roofline import hardware_summary
@@ -163,11 +169,12 @@ def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: 
     if max(values) > MAX_DIM:
         raise CostModelError(f"sweep values must be at most {MAX_DIM}, got {max(values)}")
     overlap = choice("overlap", overlap, OVERLAPS)
+    model = time_model(hw, timing, without)
     parameter = parameter.replace("-", "_")
     dim, linked = check_sweep(workloads, parameter, values)
     records = []
     for w in workloads:
-        r = sweep_arrays(w, hw, dim, values, overlap, linked)
+        r = sweep_arrays(w, hw, dim, values, overlap, linked, model)
         for i, x in enumerate(values):
             b = float(r["b"][i]) if dim == "b" else w.b
             n = float(r["n"][i]) if dim == "n" else w.n

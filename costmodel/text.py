@@ -211,6 +211,18 @@ def hardware_detail(p) -> str:
         lines.append(f"  {field:36s} {value:>14s}  [{item.source}, {item.confidence}]")
     lines.append(f"  ridge point (bf16/fp16 or first dtype): "
                  f"{p.ridge_point(next(iter(d for d in ('bf16', 'fp16') if d in p.peak_flops_per_s), next(iter(p.peak_flops_per_s)))):.1f} FLOP/B")
+    if p.efficiency is not None:
+        e = p.efficiency
+        lines.append(f"FITTED efficiency ({e.parameters} parameters; costmodel.mechanisms), {e.method}")
+        lines += [f"  on: {d}" for d in e.data]
+        lines += [f"  fit error {k:28s} n {v.n:6d}  median {v.median_abs_error_pct:5.1f}%  p90 {v.p90_abs_error_pct:5.1f}%"
+                  for k, v in e.error.items()]
+    elif p.kind == "gpu":
+        from costmodel.mechanisms import reference_for
+
+        ref = reference_for(p)
+        lines.append(f"efficiency: none fitted on this device; transferred from {ref.id} by the transfer rule"
+                     if ref is not None else "efficiency: none fitted and none transferable: datasheet roofline only")
     lines.append("sources:")
     lines += [f"  {k}: {v}" for k, v in p.sources.items()]
     if p.notes:

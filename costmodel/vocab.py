@@ -26,7 +26,15 @@ CacheAppend = Literal["inplace", "concat"]
 #: Op time = max(compute, memory) + overhead, or compute + memory + overhead.
 Overlap = Literal["max", "sum"]
 
+#: How a measured op time was taken: a CUDA-graph replay (serving engines), kernel durations only, or
+#: host wall time around an eager op. Predictions are for one of them.
+Timing = Literal["graph", "kernels", "eager"]
+#: The switchable mechanisms of the fitted time model (costmodel.mechanisms).
+Mechanism = Literal["fixed", "bandwidth", "compute", "tiles", "work_units", "causal"]
+
 VARIANTS: tuple[str, ...] = get_args(Variant)
+TIMINGS: tuple[str, ...] = get_args(Timing)
+MECHANISMS: tuple[str, ...] = get_args(Mechanism)
 #: The order in which variants are compared side by side (the speed-ups are over the first).
 SIDE_BY_SIDE: tuple[str, ...] = ("mha", "gqa", "mqa")
 MODES: tuple[str, ...] = get_args(Mode)
@@ -114,7 +122,7 @@ def variant_label(variant: str, g: int) -> str:
 DEFAULTS: dict[str, object] = {
     "variant": "mha", "mode": "incremental", "batch": 16, "context": 4096, "seq": 4096, "d_model": 4096,
     "heads": 32, "dtype": "bf16", "layers": 1, "execution": "unfused", "model_execution": "fused",
-    "cache_append": "inplace", "overlap": "max", "tp": 1,
+    "cache_append": "inplace", "overlap": "max", "tp": 1, "timing": "graph",
     # points in one sweep: 10,000 print in about a second; more is allowed when asked for
     "max_points": 10_000,
 }

@@ -56,8 +56,8 @@ def test_hand_computed_batched_ops(round_hw):
 
 
 def test_hand_computed_a100_decode_projection():
-    # default layer on the A100 80GB SXM datasheet: 312e12 bf16 FLOP/s, 2.039e12 B/s, 4 us launch
-    p = predict(Workload.create("mha"), load_profile("a100"))
+    # default layer on the A100 80GB SXM datasheet roofline: 312e12 bf16 FLOP/s, 2.039e12 B/s, 4 us launch
+    p = predict(Workload.create("mha"), load_profile("a100"), without=("all",))
     q = {o.name: o for o in p.ops}["q_proj"]
     flops = 2 * 16 * 4096 * 32 * 128                  # 2*b*d*h*k
     nbytes = 2 * (16 * 4096 + 4096 * 32 * 128 + 16 * 32 * 128)  # x, P_q, q in bf16
@@ -94,7 +94,8 @@ def test_decode_at_batch_1_is_memory_bound(hw):
     dtype = "bf16" if "bf16" in hw.peak_flops_per_s else "fp16"
     for variant in ("mha", "gqa", "mqa"):
         for execution in ("unfused", "fused"):
-            p = predict(Workload.create(variant, batch=1, dtype=dtype, execution=execution), hw)
+            # a property of the datasheet roofline (fitted tile waves add latency to the compute side)
+            p = predict(Workload.create(variant, batch=1, dtype=dtype, execution=execution), hw, without=("all",))
             assert p.total.bound == "memory"
             assert all(o.bound == "memory" for o in p.ops)
 

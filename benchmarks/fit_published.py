@@ -1,0 +1,126 @@
+"""Fit the efficiency mechanisms of the A100 and H100 profiles to the published timings, write the
+fitted blocks into the profiles, and report how well a fit on one GPU predicts the other.
+
+    python benchmarks/fit_published.py [MEASUREMENTS_DIR] [--write]
+
+MEASUREMENTS_DIR defaults to ../shared/measurements. Without --write the profiles are left alone and
+only the errors are printed. The fitted numbers depend only on the data (the search is deterministic).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.hardware import Efficiency, load_profile
+from costmodel.mechanisms import transfer
+from costmodel.validation.fit import errors, fit_class, predict_table
+from costmodel.validation.published import read_folder
+
+ROOT = Path(__file__).resolve().parent.parent
+#: (table system id, profile) of every GPU with published tables, and the source commits.
+GPUS = {"a100_80gb_sxm": ("a100_sxm", "a100", "A100"), "h100_sxm": ("h100_sxm",)}
+COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "microsoft/vidur@7d47513",
+           "llmcompass": "PrincetonUniversity/LLMCompass@2e015fd"}
+#: The table each class's shape parameters are fitted on; the other timings fit only their fixed cost.
+PRIMARY = {"gemm": "aiconfigurator", "decode_attention": "aiconfigurator", "prefill_attention": "aiconfigurator",
+           "norm": "vidur", "elementwise": "vidur"}
+METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 starts, "
+          "benchmarks/fit_published.py; shape parameters on the primary source of each class "
+          "(aiconfigurator for GEMM and attention, Vidur for norms and elementwise ops), then each other "
+          "timing convention's fixed cost alone")
+
+
+def fit_device(tables, hw):
+    classes, report = {}, {}
+    for cls, source in PRIMARY.items():
+        primary = [t for t in tables if t.op_class == cls and t.source == source]
+        if not primary:
+            continue
+        eff = fit_class(primary, hw)
+        report[f"{cls}/{primary[0].timing}"] = _err(primary, hw, eff)
+        for other in sorted({t.source for t in tables if t.op_class == cls} - {source}):
+            ts = [t for t in tables if t.op_class == cls and t.source == other]
+            eff = fit_class(ts, hw, names=("fixed",), start=eff, starts=1)
+            report[f"{cls}/{ts[0].timing}"] = _err(ts, hw, eff)
+        classes[cls] = eff
+    return classes, report
+
+
+def _err(tables, hw, eff):
+    pred = np.concatenate([predict_table(t, hw, eff) for t in tables])
+    return errors(pred, np.concatenate([t.measured_s for t in tables]))
+
+
+def block(classes, report, tables) -> Efficiency:
+    data = sorted({f"{t.source} ({COMMITS[t.source]}) {t.gpu} {t.file} [{t.timing}]" for t in tables})
+    return Efficiency(data=tuple(data), method=METHOD, error=report, classes=classes)
+
+
+def to_yaml(eff: Efficiency) -> str:
+    import yaml
+
+    dump = eff.model_dump(mode="json")
+    for c in dump["classes"].values():
+        for k, v in list(c.items()):
+            if isinstance(v, float):
+                c[k] = float(f"{v:.4g}")
+        c["fixed_s"] = {k: float(f"{v:.4g}") for k, v in c["fixed_s"].items()}
+        c["fitted"] = list(c["fitted"])
+    text = yaml.safe_dump({"efficiency": dump}, sort_keys=False, width=110)
+    return ("# Fitted, not datasheet: the parameters of costmodel.mechanisms, fitted to the published timings\n"
+            "# named in `data` by the method in `method`; `error` is the fit's error on that data.\n" + text)
+
+
+def write(profile_id: str, eff: Efficiency) -> None:
+    path = ROOT / "hardware_profiles" / f"{profile_id}.yaml"
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r"\n# Fitted, not datasheet:.*", "\n", text, flags=re.S).rstrip("\n") + "\n"
+    path.write_text(text + to_yaml(eff), encoding="utf-8")
+
+
+def cross(tables_by_gpu, fitted, hws):
+    """Fit on one GPU, predict the other through the transfer rule."""
+    lines = []
+    for src, dst in (("a100_80gb_sxm", "h100_sxm"), ("h100_sxm", "a100_80gb_sxm")):
+        for cls in ("decode_attention", "gemm", "prefill_attention"):
+            if cls not in fitted[src]:
+                continue
+            eff = transfer(fitted[src][cls], hws[src], hws[dst])
+            ts = [t for t in tables_by_gpu[dst] if t.op_class == cls and t.source == "aiconfigurator"]
+            own = _err(ts, hws[dst], fitted[dst][cls])
+            got = _err(ts, hws[dst], eff)
+            lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
+                         f"p90 {got['p90_abs_error_pct']:5.1f}%  (fit on {dst} itself: median "
+                         f"{own['median_abs_error_pct']:.1f}%, p90 {own['p90_abs_error_pct']:.1f}%; n {got['n']})")
+    return lines
+
+
+def main(argv):
+    folder = next((a for a in argv if not a.startswith("--")), str(ROOT.parent / "shared" / "measurements"))
+    tables, _ = read_folder(folder)
+    by_gpu = {pid: [t for t in tables if t.profile == pid] for pid in GPUS}
+    # datasheet profiles without any fitted block: the fit must not depend on what was fitted before
+    hws = {pid: load_profile(pid).model_copy(update={"efficiency": None}) for pid in GPUS}
+    fitted, blocks = {}, {}
+    for pid in GPUS:
+        classes, report = fit_device(by_gpu[pid], hws[pid])
+        fitted[pid] = classes
+        blocks[pid] = block(classes, report, by_gpu[pid])
+        print(f"{pid}: {blocks[pid].parameters} fitted parameters")
+        for key, e in report.items():
+            print(f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
+    print("\ncross-GPU (transfer rule: costmodel.mechanisms.TRANSFER_RULE):")
+    for line in cross(by_gpu, fitted, hws):
+        print("  " + line)
+    if "--write" in argv:
+        for pid, eff in blocks.items():
+            write(pid, eff)
+            print(f"wrote the efficiency block of hardware_profiles/{pid}.yaml")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,267 @@
+"""From counts to time on a real device: named, physical mechanisms on top of the roofline.
+
+The roofline (FLOPs over the dense peak, bytes over the datasheet bandwidth) is a lower bound. A real
+kernel also pays, and each of these is one switchable mechanism with fitted parameters
+(:class:`costmodel.hardware.ClassEfficiency`, per op class):
+
+``fixed``
+    a cost per call that depends on the op class and on how the time was taken: ``graph`` (a CUDA
+    graph replay, what serving engines run; GPU-side start-up and tail of every kernel of the call),
+    ``kernels`` (the sum of kernel durations, no gaps), ``eager`` (host wall time around an eager op:
+    dispatch, launch and synchronisation).
+``bandwidth``
+    achieved bandwidth rises with the bytes a kernel moves and levels off below the datasheet:
+    ``ceiling * peak / (1 + (half_bytes / bytes) ** exponent)``.
+``compute``
+    a large kernel reaches a fraction of the dense peak (``compute_efficiency``).
+``tiles``
+    GEMMs compute whole output tiles in whole waves over the SMs: the library picks the tile of
+    :data:`TILES` that finishes first, a smaller tile running at ``(area / largest area) **
+    small_tile_exponent`` of the large tile's rate; when there are fewer tiles than SMs the reduction is
+    split over them (split-K, at least ``SPLIT_K_MIN`` deep), and every tile pays a prologue and epilogue worth
+    ``tile_k_overhead`` steps of its reduction. Prefill attention runs whole waves of
+    ``PREFILL_BLOCK``-row query tiles.
+``work_units``
+    decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
+    the SMs, plus ``split_s`` for the split-KV combine kernel once the context spans more than one block
+    of ``DECODE_BLOCK`` positions (split-KV keeps long contexts at full bandwidth with few work units).
+``causal``
+    a fused causal prefill computes only the unmasked query-key pairs: ``n m - n (n - 1) / 2`` of the
+    ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions).
+
+An op's time is ``fixed + max(compute, memory) + work units`` (``overlap="sum"`` adds compute and memory).
+Everything works on numpy arrays, so a validation over 100,000 published timings is one call per class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.vocab import MECHANISMS, TIMINGS
+
+CLASSES: tuple[str, ...] = ("gemm", "decode_attention", "prefill_attention", "norm", "elementwise")
+
+#: Output tiles (rows x columns) of the GEMM kernels cuBLAS/CUTLASS choose from on Ampere and later.
+TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
+LARGEST_TILE = max(a * b for a, b in TILES)
+#: The shortest reduction a split-K GEMM gives one tile.
+SPLIT_K_MIN = 256
+#: Key/value positions per block of the split-KV decode kernel (FlashAttention-2, head dim <= 128).
+DECODE_BLOCK = 128
+#: Query rows per tile of the prefill kernel (FlashAttention-2 forward).
+PREFILL_BLOCK = 128
+
+#: Op class of each kind of program op (:func:`costmodel.program.op_class`); softmax is a row reduction.
+PROGRAM_CLASS = {"projection": "gemm", "attention": "gemm", "fused_decode": "decode_attention",
+                 "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "elementwise"}
+ROW_REDUCTIONS = ("softmax",)
+
+
+def efficiency_class(kind: str, name: str) -> str:
+    """The efficiency class of a program op from its op class and name."""
+    return "norm" if name in ROW_REDUCTIONS or name.startswith("norm") else PROGRAM_CLASS[kind]
+
+
+@dataclass(frozen=True)
+class Times:
+    """Parts of an op's predicted time (arrays or floats): fixed cost, compute, memory, work units, total;
+    and the FLOPs the kernel really does (causal, tile-quantized)."""
+
+    fixed: object
+    compute: object
+    memory: object
+    units: object
+    time: object
+    flops: object
+
+
+def causal_pairs(n, m):
+    """Query-key pairs a causal kernel computes when ``n`` queries are the last of ``m`` positions."""
+    n, m = np.asarray(n, float), np.asarray(m, float)
+    return n * m - n * (n - 1) / 2
+
+
+def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0):
+    """FLOPs a GEMM costs in whole waves of whole tiles, as if done at the largest tile's rate: the
+    cheapest of :data:`TILES` (an optimising library picks it)."""
+    batch, M, K, N = (np.asarray(x, float) for x in (batch, M, K, N))
+    best = None
+    for tm, tn in TILES:
+        tiles = batch * np.ceil(M / tm) * np.ceil(N / tn)
+        # split-K: too few tiles to fill the SMs share the reduction (chunks of at least SPLIT_K_MIN)
+        splits = np.clip(np.floor(sms / np.maximum(tiles, 1)), 1, np.maximum(np.floor(K / SPLIT_K_MIN), 1))
+        waves = np.ceil(tiles * splits / sms)
+        cost = waves * sms * tm * tn * (K / splits + k_overhead) * 2 / (tm * tn / LARGEST_TILE) ** small_tile_exponent
+        best = cost if best is None else np.minimum(best, cost)
+    return best
+
+
+def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, timing: str, flops, nbytes,
+                shape: dict, on: frozenset | set = frozenset(MECHANISMS), overlap: str = "max") -> Times:
+    """Predicted time of ops of class ``cls`` (arrays broadcast): see the module docstring.
+
+    ``shape`` holds what the class's mechanisms need: ``batch, M, K, N`` (gemm); ``b, g, positions``
+    (decode attention: positions attended, including the new one); ``b, h, n, m`` (prefill attention).
+    """
+    flops = np.asarray(flops, float)
+    nbytes = np.asarray(nbytes, float)
+    fixed = eff.fixed_s.get(timing, 0.0) if "fixed" in on else 0.0
+    rate = peak * (eff.compute_efficiency if "compute" in on else 1.0)
+    work = flops
+    if cls == "gemm" and "tiles" in on and shape:
+        work = gemm_tiled_flops(shape["batch"], shape["M"], shape["K"], shape["N"], sms, eff.small_tile_exponent,
+                                eff.tile_k_overhead)
+    if cls == "prefill_attention" and shape:
+        n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
+        if "causal" in on:
+            work = work * causal_pairs(n, m) / np.maximum(n * m, 1)
+        if "tiles" in on:
+            tiles = np.asarray(shape["b"], float) * shape["h"] * np.ceil(n / PREFILL_BLOCK)
+            work = work * np.ceil(tiles / sms) * sms / np.maximum(tiles, 1)
+    compute = work / rate
+    if "bandwidth" in on:
+        with np.errstate(divide="ignore"):
+            ramp = np.where(nbytes > 0, (eff.bandwidth_half_bytes / np.maximum(nbytes, 1.0)) ** eff.bandwidth_exponent, 0)
+        memory = nbytes / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
+    else:
+        memory = nbytes / bandwidth
+    units = 0.0
+    if cls == "decode_attention" and "work_units" in on and shape:
+        units = (eff.unit_sm_s * np.asarray(shape["b"], float) * shape["g"] / sms
+                 + eff.split_s * (np.asarray(shape["positions"]) > DECODE_BLOCK))
+    body = np.maximum(compute, memory) if overlap == "max" else compute + memory
+    return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units, flops=work)
+
+
+def class_peak(hw, cls: str, dtype: str) -> float:
+    """The dense peak a class computes at: the dtype's matrix peak, the vector peak for norms and
+    elementwise ops."""
+    return hw.vector_peak(dtype) if cls in ("norm", "elementwise") else hw.peak(dtype)
+
+
+__all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "TILES", "DECODE_BLOCK", "PREFILL_BLOCK", "Times", "class_times",
+           "class_peak", "causal_pairs", "gemm_tiled_flops", "efficiency_class"]
+
+
+#: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
+#: same generation, else the nearest older one, else the nearest newer one.
+GENERATIONS: tuple[str, ...] = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+TRANSFER_RULE = (
+    "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
+    "fixed costs per call are kept; the half-bandwidth bytes scale with the datasheet bandwidth (bytes in "
+    "flight = bandwidth x latency); the SM time of a decode work unit scales with the inverse clock"
+)
+
+
+def _fitted_profiles():
+    from costmodel.hardware import load_all
+
+    return [p for p in load_all() if p.efficiency is not None and p.architecture is not None]
+
+
+def reference_for(hw):
+    """The fitted shipped profile whose parameters ``hw`` borrows (same generation first), or None."""
+    if hw.architecture is None or hw.architecture.generation not in GENERATIONS:
+        return None
+    gen = GENERATIONS.index(hw.architecture.generation)
+    fitted = [p for p in _fitted_profiles() if p.architecture.generation in GENERATIONS and p.id != hw.id]
+    if not fitted:
+        return None
+    def rank(p):
+        other = GENERATIONS.index(p.architecture.generation)
+        return (other != gen, other > gen, abs(other - gen), p.id)
+    return min(fitted, key=rank)
+
+
+def transfer(eff, src, dst):
+    """``eff`` (a class's parameters fitted on ``src``) carried to ``dst`` by :data:`TRANSFER_RULE`."""
+    clock = lambda p: p.architecture.clock_hz.value if p.architecture.clock_hz else None  # noqa: E731
+    unit = eff.unit_sm_s * (clock(src) / clock(dst) if clock(src) and clock(dst) else 1.0)
+    return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
+                                  "unit_sm_s": unit, "fitted": ()})
+
+
+#: A class fitted without a timing convention's fixed cost takes the nearest convention's.
+NEAREST_TIMING = {"graph": "kernels", "kernels": "graph"}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The parameters a device's predictions use, per class, and where each came from."""
+
+    classes: dict
+    origin: dict  # class -> {timing: "fitted on this device" | "transferred from <id>"}
+
+    def get(self, cls: str):
+        return self.classes.get(cls)
+
+
+def resolve(hw, timing: str, reference="auto") -> Resolved | None:
+    """Per class: the device's own fitted parameters where it has them for ``timing``; the rest transferred
+    from :func:`reference_for`'s device (or ``reference``, a profile, or None for no transfer). None when
+    neither exists (a datasheet-only device)."""
+    own = hw.efficiency.classes if hw.efficiency is not None else {}
+    ref = reference_for(hw) if reference == "auto" else reference
+    classes, origin = {}, {}
+    for cls in CLASSES:
+        mine, theirs = own.get(cls), (ref.efficiency.classes.get(cls) if ref is not None else None)
+        if mine is not None and timing in mine.fixed_s:
+            classes[cls], origin[cls] = mine, f"fitted on {hw.id}"
+        elif mine is not None and NEAREST_TIMING.get(timing) in mine.fixed_s:
+            # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)
+            near = NEAREST_TIMING[timing]
+            classes[cls] = mine.model_copy(update={"fixed_s": {**mine.fixed_s, timing: mine.fixed_s[near]}})
+            origin[cls] = f"fitted on {hw.id} ({near} fixed cost for {timing})"
+        elif mine is not None and theirs is not None and timing in theirs.fixed_s:
+            # this device's own shape parameters; the fixed cost of this timing convention from the reference
+            classes[cls] = mine.model_copy(update={"fixed_s": {**mine.fixed_s, timing: theirs.fixed_s[timing]}})
+            origin[cls] = f"fitted on {hw.id}; {timing} fixed cost transferred from {ref.id}"
+        elif theirs is not None:
+            classes[cls], origin[cls] = transfer(theirs, ref, hw), f"transferred from {ref.id}"
+        elif mine is not None:
+            classes[cls], origin[cls] = mine, f"fitted on {hw.id} (no {timing} fixed cost)"
+    return Resolved(classes, origin) if classes else None
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """What a prediction uses: the resolved parameters (None: datasheet roofline only), the timing
+    convention and the mechanisms switched on."""
+
+    resolved: Resolved | None
+    timing: str
+    on: frozenset
+
+    @property
+    def active(self) -> bool:
+        return self.resolved is not None and bool(self.on)
+
+
+def time_model(hw, timing: str = "graph", without=()) -> TimeModel:
+    """The time model of ``hw`` for a timing convention, with the named mechanisms switched off
+    (``without=("all",)`` is the bare datasheet roofline)."""
+    from costmodel.errors import CostModelError
+    from costmodel.vocab import choice
+
+    timing = choice("timing", timing, TIMINGS)
+    off = set()
+    for name in without:
+        off |= set(MECHANISMS) if name == "all" else {choice("mechanism", name, (*MECHANISMS, "all"))}
+    if not isinstance(without, (tuple, list, set, frozenset)):
+        raise CostModelError("without must be a list of mechanism names")
+    return TimeModel(resolve(hw, timing), timing, frozenset(MECHANISMS) - off)
+
+
+def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None) -> dict:
+    """The shape a class's mechanisms need, from a workload's dimensions."""
+    if cls == "gemm":
+        return gemm or {}
+    if cls == "decode_attention":
+        positions = dims["n"] if mode == "generate" else np.asarray(dims["m"]) + 1
+        return {"b": dims["b"], "g": dims["g"], "positions": positions}
+    if cls == "prefill_attention":
+        return {"b": dims["b"], "h": dims["h"], "n": dims["n"], "m": dims["m"]}
+    return {}

@@ -1,0 +1,130 @@
+"""Fitting the efficiency mechanisms to published timings, and predicting published tables.
+
+Every parameter is fitted by least squares on log(predicted / measured) (relative error, so a 10 us
+op counts as much as a 10 ms one), with a Levenberg-Marquardt search from a few starting points; bounded
+parameters are searched through a logistic map. numpy only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.hardware import ClassEfficiency
+from costmodel.mechanisms import MECHANISMS, class_peak, class_times
+
+#: Parameters fitted per class on its primary table, with (lower, upper, log-scaled) bounds.
+BOUNDS = {
+    "compute_efficiency": (0.05, 1.0, False),
+    "small_tile_exponent": (0.0, 1.0, False),
+    "tile_k_overhead": (0.0, 2048.0, False),
+    "bandwidth_ceiling": (0.05, 1.0, False),
+    "bandwidth_half_bytes": (1e3, 1e11, True),
+    "bandwidth_exponent": (0.05, 1.0, False),
+    "unit_sm_s": (1e-9, 1e-4, True),
+    "split_s": (1e-8, 1e-4, True),
+    "fixed": (1e-8, 1e-3, True),
+}
+FREE = {
+    "gemm": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling", "bandwidth_half_bytes",
+             "bandwidth_exponent"),
+    "decode_attention": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent", "unit_sm_s",
+                         "split_s"),
+    "prefill_attention": ("fixed", "compute_efficiency", "bandwidth_ceiling", "bandwidth_half_bytes",
+                          "bandwidth_exponent"),
+    "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
+    "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
+}
+
+
+def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> np.ndarray:
+    """Predicted seconds of every row of a published table with a class's parameters."""
+    t = class_times(table.op_class, eff, peak=class_peak(hw, table.op_class, table.dtype), bandwidth=hw.bandwidth,
+                    sms=hw.architecture.compute_units.value, timing=table.timing, flops=table.flops,
+                    nbytes=table.nbytes, shape=table.shape, on=on).time
+    t = np.broadcast_to(np.asarray(t, float), table.measured_s.shape)
+    return t * (table.count if table.count is not None else 1)
+
+
+def _to_value(name, z):
+    lo, hi, log = BOUNDS[name]
+    u = 1 / (1 + np.exp(-np.clip(z, -50, 50)))
+    return float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo)))) if log else float(lo + u * (hi - lo))
+
+
+def _to_z(name, value):
+    lo, hi, log = BOUNDS[name]
+    u = (np.log(value) - np.log(lo)) / (np.log(hi) - np.log(lo)) if log else (value - lo) / (hi - lo)
+    u = min(max(u, 1e-4), 1 - 1e-4)
+    return float(np.log(u / (1 - u)))
+
+
+def _with(eff: ClassEfficiency, names, z, timing) -> ClassEfficiency:
+    update, fixed = {}, dict(eff.fixed_s)
+    for name, zi in zip(names, z):
+        if name == "fixed":
+            fixed[timing] = _to_value(name, zi)
+        else:
+            update[name] = _to_value(name, zi)
+    return eff.model_copy(update={**update, "fixed_s": fixed})
+
+
+def _lm(residual, z0, iterations=60):
+    """Levenberg-Marquardt on a residual vector function; returns (z, cost)."""
+    z, lam = np.array(z0, float), 1e-2
+    r = residual(z)
+    cost = float(r @ r)
+    for _ in range(iterations):
+        J = np.empty((r.size, z.size))
+        for j in range(z.size):
+            step = np.zeros_like(z)
+            step[j] = 1e-5
+            J[:, j] = (residual(z + step) - r) / 1e-5
+        A, g = J.T @ J, J.T @ r
+        while True:
+            dz = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-12), -g)
+            r_new = residual(z + dz)
+            c_new = float(r_new @ r_new)
+            if c_new < cost:
+                z, r, lam = z + dz, r_new, max(lam / 3, 1e-9)
+                improved = cost - c_new
+                cost = c_new
+                break
+            lam *= 4
+            if lam > 1e9:
+                return z, cost
+        if improved < 1e-10 * max(cost, 1e-30):
+            break
+    return z, cost
+
+
+def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, starts=3) -> ClassEfficiency:
+    """Fit a class's parameters (``names``, default :data:`FREE`) to published tables of one timing."""
+    cls, timing = tables[0].op_class, tables[0].timing
+    names = tuple(names or FREE[cls])
+    start = start or ClassEfficiency()
+    measured = np.concatenate([t.measured_s for t in tables])
+
+    def residual(z):
+        eff = _with(start, names, z, timing)
+        pred = np.concatenate([predict_table(t, hw, eff) for t in tables])
+        return np.log(pred / measured)
+
+    inits = {
+        "fixed": [5e-6, 2e-6, 2e-5], "compute_efficiency": [0.7, 0.5, 0.9], "small_tile_exponent": [0.2, 0.5, 0.05], "tile_k_overhead": [64, 256, 16],
+        "bandwidth_ceiling": [0.8, 0.6, 0.95], "bandwidth_half_bytes": [1e7, 1e6, 1e8],
+        "bandwidth_exponent": [0.7, 1.0, 0.4], "unit_sm_s": [2e-6, 5e-7, 5e-6], "split_s": [3e-6, 1e-6, 1e-5],
+    }
+    best = None
+    for i in range(starts):
+        z0 = [_to_z(n, inits[n][i % 3]) for n in names]
+        z, cost = _lm(residual, z0)
+        if best is None or cost < best[1]:
+            best = (z, cost)
+    eff = _with(start, names, best[0], timing)
+    return eff.model_copy(update={"fitted": tuple(sorted(set(eff.fitted) | set(names)))})
+
+
+def errors(pred, measured) -> dict:
+    e = np.abs(pred / measured - 1) * 100
+    return {"n": int(e.size), "median_abs_error_pct": round(float(np.median(e)), 2),
+            "p90_abs_error_pct": round(float(np.percentile(e, 90)), 2)}
