@@ -9,7 +9,8 @@ import click
 from costmodel.cli_options import (FilePath, Positive, check_writable, choices, dim_options, dtype_option, emit_json, given,
                                    groups_option, json_option, max_points_option, title_dims, workload_options,
                                    write_csv)
-from costmodel.vocab import DEFAULTS, EXECUTIONS, VARIANTS
+from costmodel.errors import CostModelError
+from costmodel.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
 
 
 @click.command()
@@ -57,7 +58,7 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 @click.option("--csv", "csv_path", type=FilePath(), help="also write the points as CSV")
 @max_points_option
 def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
-               out, csv_path, max_points, **dims) -> None:
+               timing, without, out, csv_path, max_points, **dims) -> None:
     """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant.
 
     The last point where weights + KV cache fit in device memory is marked on each curve.
@@ -78,8 +79,11 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
         variant = "gqa"
     chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
                        cache_append=cache_append, **given(dims))
-    result = sweep(chosen, hw, x_name, range_text, overlap, max_points)
-    limits = memory_limits(hw, chosen, result.dim, result.values, result.linked)
+    result = sweep(chosen, hw, x_name, range_text, overlap, max_points, timing, without)
+    from costmodel.mechanisms import time_model
+
+    limits = memory_limits(hw, chosen, result.dim, result.values, result.linked, overlap,
+                           time_model(hw, timing, without))
     w = chosen[0]
     fixed = ", ".join(f"{k}={getattr(w, k)}" for k in ("b", "n", "m") if k != result.dim and
                       not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate"))
@@ -116,14 +120,32 @@ def calibrate(device, out, quick) -> None:
 @click.option("--quick", is_flag=True, help="a small grid, for a smoke test (CI)")
 @click.option("--json", "json_path", type=FilePath(), help="write the full report as JSON")
 @click.option("--plot", "plot_path", type=FilePath(), help="predicted-vs-measured figure")
-def validate(device, gpu, profile_path, quick, json_path, plot_path) -> None:
-    """Measure every op and whole step as torch kernels and report the prediction error.
+@click.option("--published", "published", is_flag=False, flag_value="", default=None, metavar="[DIR]",
+              help="compare with published GPU timings in DIR (default: the subset shipped in the package) "
+                   "instead of running kernels here")
+@click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
+              help="with --published: switch a fitted mechanism off to see its share (repeatable)")
+def validate(device, gpu, profile_path, quick, json_path, plot_path, published, without) -> None:
+    """Measure every op and whole step as torch kernels and report the prediction error; or, with
+    --published, hold the predictions against published GPU kernel timings (no torch needed).
 
     Each case of a grid (variants x modes x batch x context x dtype x execution) is predicted with a
     datasheet profile and a calibrated one; torch's FlopCounterMode cross-checks the FLOPs.
 
     Example: costmodel validate --device cpu --quick --json report.json
+
+    Example: costmodel validate --published ../shared/measurements --json published.json
     """
+    if published is not None:
+        from costmodel.validation import published_command
+
+        if profile_path or quick or gpu:
+            raise CostModelError("--profile, --quick and --gpu do not apply with --published (each table names its GPU)")
+        for line in published_command(published or None, json_path, plot_path, without):
+            click.echo(line)
+        return
+    if without:
+        raise CostModelError("--without applies with --published")
     from costmodel.validation import validate_command
 
     def progress(cases):

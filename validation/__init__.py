@@ -105,3 +105,34 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
                  f"predicted (calibrated profile) against measured, per op and whole step")
         save(draw_predicted_vs_measured(rows, title), plot_path)
         yield f"wrote {plot_path}"
+
+
+def published_command(folder: str | None, json_path: str | None, plot_path: str | None, without=()) -> Iterator[str]:
+    """Compare predictions with published GPU timings (``folder``, or the subset shipped in the package)."""
+    from costmodel.files import check_folder, write_text
+    from costmodel.validation.published import read_folder, shipped_folder, summary_table, validate_published
+
+    if json_path is not None:
+        check_folder(json_path)
+    if plot_path is not None:
+        from costmodel.plots import check_output
+
+        check_output(plot_path)
+    tables, skipped = read_folder(folder or shipped_folder())
+    report = validate_published(tables, without)
+    yield summary_table(report)
+    if folder is None:
+        yield ("(the compact subset shipped in the package; pass the folder of the full tables, e.g. "
+               "--published ../shared/measurements)")
+    if skipped:
+        yield f"skipped (not a published-table name): {', '.join(skipped)}"
+    if json_path is not None:
+        write_text(json_path, json.dumps({"rows": report["rows"], "summary": report["summary"]}, indent=None))
+        yield f"wrote {json_path}"
+    if plot_path is not None:
+        from costmodel.plots import draw_predicted_vs_measured, save
+
+        rows = [{"measured_s": r["measured_s"], "predicted_s": r["predicted_s"],
+                 "group": f"{r['gpu']} {r['op_class']}"} for r in report["rows"]]
+        save(draw_predicted_vs_measured(rows, "predicted against published GPU timings"), plot_path)
+        yield f"wrote {plot_path}"

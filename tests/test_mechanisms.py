@@ -1,0 +1,176 @@
+"""The fitted time model: each mechanism against a hand-computed case, the transfer rule, and the
+comparison with published GPU timings (the JSON contract, the predict command of each attention row,
+refusals)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from costmodel.cli import main
+from costmodel.hardware import ClassEfficiency, load_all, load_profile
+from costmodel.mechanisms import (DECODE_BLOCK, causal_pairs, class_times, gemm_tiled_flops, resolve,
+                                  reference_for, time_model)
+
+
+def test_causal_pairs_equal_a_brute_force_count():
+    for n in range(1, 7):
+        for m in range(n, 9):
+            # query i (0-based, the last n of m positions) sees keys 0 .. m - n + i
+            brute = sum(1 for i in range(n) for j in range(m) if j <= m - n + i)
+            assert causal_pairs(n, m) == brute
+
+
+def test_gemm_tiles_by_hand():
+    # M=1, N=64, K=256 on 2 SMs: one 64x64 tile, too short a reduction to split (256 / 256 = 1 chunk):
+    # one wave of 2 SMs x a 64x64x256 tile, 2 FLOPs per multiply-add
+    assert gemm_tiled_flops(1, 1, 256, 64, sms=2, small_tile_exponent=0) == 2 * 64 * 64 * 256 * 2
+    # 1024 deep on 4 SMs: the 64x64 tile is split 4 ways (4 chunks of 256): one wave of 4 x 64x64x256
+    assert gemm_tiled_flops(1, 64, 1024, 64, sms=4, small_tile_exponent=0) == 4 * 64 * 64 * 256 * 2
+    # a large GEMM in whole waves loses nothing: 8 tiles of 128x256 (or 256x128) on 8 SMs
+    assert gemm_tiled_flops(1, 512, 4096, 512, sms=8, small_tile_exponent=0) == 2 * 512 * 512 * 4096
+
+
+def test_bandwidth_curve_and_fixed_cost_by_hand():
+    eff = ClassEfficiency(fixed_s={"graph": 5e-6}, bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6,
+                          bandwidth_exponent=0.5)
+    t = class_times("norm", eff, peak=1e15, bandwidth=1e12, sms=100, timing="graph", flops=0, nbytes=1e6, shape={})
+    # at the half-bandwidth size the achieved bandwidth is half the ceiling: 1 MB at 0.4 TB/s = 2.5 us
+    assert t.memory == pytest.approx(2.5e-6)
+    assert t.time == pytest.approx(7.5e-6)
+    off = class_times("norm", eff, peak=1e15, bandwidth=1e12, sms=100, timing="graph", flops=0, nbytes=1e6,
+                      shape={}, on={"compute"})
+    assert off.time == pytest.approx(1e-6)  # datasheet bandwidth, no fixed cost
+
+
+def test_decode_work_units_and_split_kv_by_hand():
+    eff = ClassEfficiency(unit_sm_s=2e-6, split_s=3e-6)
+    short = {"b": 8, "g": 4, "positions": DECODE_BLOCK}
+    long = {**short, "positions": DECODE_BLOCK + 1}
+    kw = dict(peak=1e15, bandwidth=1e12, sms=16, timing="graph", flops=0, nbytes=0)
+    assert class_times("decode_attention", eff, shape=short, **kw).units == pytest.approx(2e-6 * 32 / 16)
+    assert class_times("decode_attention", eff, shape=long, **kw).units == pytest.approx(2e-6 * 32 / 16 + 3e-6)
+
+
+def test_every_profile_has_sourced_architecture_facts():
+    for p in load_all():
+        assert p.architecture is not None, p.id
+        assert p.architecture.compute_units.source in p.sources
+
+
+def test_fitted_profiles_say_on_what_and_how_well():
+    for pid in ("a100_80gb_sxm", "h100_sxm"):
+        e = load_profile(pid).efficiency
+        assert e is not None and e.data and "least squares" in e.method
+        assert {"gemm/graph", "decode_attention/graph", "prefill_attention/graph"} <= set(e.error)
+        assert 5 <= e.parameters <= 40
+
+
+def test_transfer_rule_for_a_gpu_without_data():
+    h100, h200 = load_profile("h100_sxm"), load_profile("h200_sxm")
+    assert reference_for(h200).id == "h100_sxm"
+    got = resolve(h200, "graph")
+    assert got.origin["gemm"] == "transferred from h100_sxm"
+    src, dst = h100.efficiency.classes["decode_attention"], got.classes["decode_attention"]
+    assert dst.bandwidth_half_bytes == pytest.approx(src.bandwidth_half_bytes * h200.bandwidth / h100.bandwidth)
+    assert dst.bandwidth_ceiling == src.bandwidth_ceiling and dst.fixed_s == src.fixed_s
+    assert dst.unit_sm_s == pytest.approx(src.unit_sm_s)  # same clock
+    # an Ada GPU borrows the nearest older generation's fit; a TPU has none and says so
+    assert reference_for(load_profile("l40s")).id == "a100_80gb_sxm"
+    assert resolve(load_profile("tpu_v5e"), "graph") is None
+
+
+def test_without_all_is_the_datasheet_roofline():
+    from costmodel import Workload, predict
+
+    hw = load_profile("a100")
+    w = Workload.create(variant="mqa", batch=8, context=1000, execution="fused")
+    p = predict(w, hw, without=("all",))
+    assert p.mechanisms == []
+    for op in p.ops:
+        assert op.time_s == pytest.approx(max(op.flops / hw.peak_for("x", "bf16") if op.einsum or op.name == "attention"
+                                              else op.flops / hw.vector_peak("bf16"), op.bytes / hw.bandwidth)
+                                          + hw.launch_overhead)
+    fitted = predict(w, hw)
+    assert fitted.total.time_s > p.total.time_s  # the datasheet roofline is a lower bound
+    assert any("fitted on a100_80gb_sxm" in a for a in fitted.assumptions)
+    assert any("no fitted efficiency" in a for a in predict(w, load_profile("tpu-v5e")).assumptions)
+    with pytest.raises(Exception, match="unknown mechanism"):
+        time_model(hw, "graph", ("tile",))
+
+
+@pytest.fixture(scope="module")
+def published_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pub") / "report.json"
+    r = CliRunner().invoke(main, ["validate", "--published", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    return r.output, json.loads(out.read_text())
+
+
+def test_published_json_contract(published_report):
+    text, report = published_report
+    assert set(report) == {"rows", "summary"}
+    classes = {r["op_class"] for r in report["rows"]}
+    assert {"decode_attention", "prefill_attention", "gemm", "norm", "elementwise"} <= classes
+    for row in report["rows"][:: max(len(report["rows"]) // 200, 1)]:
+        assert {"source", "gpu", "profile", "op_class", "measured_s", "predicted_s", "error_pct"} <= set(row)
+        assert row["error_pct"] == pytest.approx((row["predicted_s"] / row["measured_s"] - 1) * 100, abs=1e-3)
+    for s in report["summary"]:
+        assert {"source", "gpu", "op_class", "n", "median_abs_error_pct", "p90_abs_error_pct",
+                "median_measured_over_predicted"} <= set(s)
+    assert "aiconfigurator  a100_sxm  decode_attention" in text
+
+
+def test_each_attention_row_names_the_predict_command_that_gives_its_time(published_report):
+    _, report = published_report
+    rows = [r for r in report["rows"] if "command" in r]
+    rng = np.random.default_rng(7)
+    for i in rng.choice(len(rows), 6, replace=False):
+        row = rows[int(i)]
+        r = CliRunner().invoke(main, [*row["command"], "--json"])
+        assert r.exit_code == 0, r.output
+        op = next(o for o in json.loads(r.output)["ops"] if o["name"] == "attention")
+        assert op["time_s"] == pytest.approx(row["predicted_s"], rel=1e-12)
+
+
+def test_a_table_of_an_unknown_gpu_is_refused_naming_the_known(tmp_path):
+    from costmodel.validation.published import shipped_folder
+
+    src = shipped_folder() / "aiconfigurator" / "h100_sxm_vllm_0.19.0_gemm.csv"
+    shutil.copy(src, tmp_path / "gb300_vllm_0.20.0_gemm.csv")
+    r = CliRunner().invoke(main, ["validate", "--published", str(tmp_path)])
+    assert r.exit_code != 0
+    assert "Error: no hardware profile for system 'gb300'" in r.output and "h100-sxm5" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_a_new_gpu_in_the_same_layout_is_read_through_its_alias(tmp_path):
+    from costmodel.validation.published import shipped_folder
+
+    src = shipped_folder() / "aiconfigurator" / "h100_sxm_vllm_0.19.0_gemm.csv"
+    shutil.copy(src, tmp_path / "h200_sxm_vllm_0.19.0_gemm.csv")
+    r = CliRunner().invoke(main, ["validate", "--published", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "h200_sxm  gemm" in r.output
+
+
+def test_impossible_rows_are_rejected_with_a_count(tmp_path):
+    header = "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n"
+    # 8192^3 x 2 FLOPs = 1.1 PFLOP in 1 us is far beyond the A100's 312 TFLOP/s; the other row is plausible
+    rows = ("VLLM,0,x,gemm,v,bfloat16,8192,8192,8192,0.001\n"
+            "VLLM,0,x,gemm,v,bfloat16,4096,4096,4096,0.6\n")
+    (tmp_path / "a100_sxm_vllm_0.0.1_gemm.csv").write_text(header + rows)
+    r = CliRunner().invoke(main, ["validate", "--published", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "rejected (faster than the dense-peak bound on their FLOPs): aiconfigurator/a100_sxm/gemm 1" in r.output
+    assert "  1  " in r.output  # one row left in the summary
+
+
+def test_switching_a_mechanism_off_changes_the_error(published_report):
+    r = CliRunner().invoke(main, ["validate", "--published", "--without", "fixed"])
+    assert r.exit_code == 0 and "mechanisms switched off: fixed" in r.output
+    assert r.output != published_report[0]

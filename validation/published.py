@@ -1,0 +1,389 @@
+"""Predictions held against published GPU kernel timings (no torch; the data is read from CSV files).
+
+A folder laid out like ``../shared/measurements/`` holds tables of three sources; each file is recognised
+by its name:
+
+* aiconfigurator (NVIDIA's operator database, vLLM, CUDA-graph replay): ``<system>_<framework>_<version>_
+  {generation_attention,context_attention,gemm}.csv``; latency in ms. ``<system>`` (``a100_sxm``,
+  ``h100_sxm``, ``h200_sxm``, ``b200_sxm``, ``l40s``, ...) names a profile through the profiles' ids and
+  aliases.
+* Vidur (Microsoft, per-op CUDA kernel durations of Llama layers): ``<system>_mlp_ops.csv``; ms.
+* LLMCompass (eager PyTorch, host wall time): ``{matmul,softmax,layernorm,gelu,transformer_prefill,
+  transformer_decode}_<system>.csv``.
+
+Each table becomes a :class:`Table` of one op class: shape fields, measured seconds, and the FLOPs and
+bytes costmodel counts for that op, so a prediction is one vectorised :func:`costmodel.mechanisms.class_times`
+call. Attention FLOPs and bytes come from the compiled fused attention programs themselves, and each
+attention row carries the ``costmodel predict`` arguments whose ``--json`` prints the same time.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.errors import CostModelError
+
+AIC = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
+                 r"(?P<table>generation_attention|context_attention|gemm)\.csv$")
+VIDUR = re.compile(r"^(?P<system>[A-Za-z0-9]+)_mlp_ops\.csv$")
+LLMCOMPASS = re.compile(r"^(?P<table>matmul|softmax|layernorm|gelu|transformer_prefill|transformer_decode)_"
+                        r"(?P<system>[A-Za-z0-9]+)\.csv$")
+#: How each source timed its ops.
+TIMING = {"aiconfigurator": "graph", "vidur": "kernels", "llmcompass": "eager"}
+#: Files larger than this are not read (the largest published table here is 3.4 MB).
+MAX_TABLE_BYTES = 64 << 20
+SHIPPED = "costmodel.validation"
+
+
+@dataclass
+class Table:
+    """Rows of one op class from one published file."""
+
+    source: str
+    gpu: str  # the table's system id
+    profile: str
+    op_class: str
+    timing: str
+    dtype: str
+    file: str
+    fields: dict[str, np.ndarray]  # the table's shape fields (and op names), per row
+    measured_s: np.ndarray
+    flops: np.ndarray
+    nbytes: np.ndarray
+    shape: dict = field(default_factory=dict)  # what the class's mechanisms need
+    count: np.ndarray | None = None  # ops per measured time (LLMCompass's Q_K_V is three GEMMs)
+
+    def __len__(self) -> int:
+        return len(self.measured_s)
+
+    def select(self, keep: np.ndarray) -> Table:
+        pick = lambda d: {k: (np.asarray(v)[keep] if np.ndim(v) else v) for k, v in d.items()}  # noqa: E731
+        return Table(self.source, self.gpu, self.profile, self.op_class, self.timing, self.dtype, self.file,
+                     pick(self.fields), self.measured_s[keep], self.flops[keep], self.nbytes[keep],
+                     pick(self.shape), None if self.count is None else self.count[keep])
+
+
+def _rows(path: Path) -> list[dict]:
+    size = path.stat().st_size
+    if size > MAX_TABLE_BYTES:
+        raise CostModelError(f"{path}: {size} bytes is larger than a published table may be ({MAX_TABLE_BYTES})")
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(io.StringIO(fh.read())))
+
+
+def _column(rows: list[dict], key: str, path: Path, convert=float) -> np.ndarray:
+    try:
+        return np.array([convert(r[key]) for r in rows], dtype=float)
+    except KeyError:
+        raise CostModelError(f"{path}: no column {key!r}") from None
+    except (TypeError, ValueError) as err:
+        raise CostModelError(f"{path}: column {key!r}: {err}") from None
+
+
+def profile_for_system(system: str) -> str:
+    """The profile id a table's system id names (``a100_sxm`` -> ``a100_80gb_sxm``); an error naming the
+    known ids and aliases otherwise."""
+    from costmodel.hardware import _index, _key, load_profile
+
+    if _key(system) not in _index():
+        known = sorted(_index())
+        raise CostModelError(f"no hardware profile for system {system!r} of a published table; "
+                             f"known ids and aliases: {', '.join(known)}")
+    return load_profile(system).id
+
+
+def attention_counts(mode: str, b, n, m, h, g, k):
+    """(FLOPs, bytes) of the fused attention op of a bf16 program, vectorised, from the compiled program."""
+    from costmodel.compiled import compile_program
+
+    compiled = compile_program("gqa", mode, "fused")
+    i = compiled.names.index("attention")
+    d = h * k
+    flops, elements, _, _ = compiled.evaluate([b, n, m, d, h, g, k, k])
+    return np.asarray(flops[i], float) * np.ones_like(b), np.asarray(elements[i], float) * 2 * np.ones_like(b)
+
+
+def _variant_args(h: int, g: int) -> list[str]:
+    if g == h:
+        return ["--variant", "mha"]
+    if g == 1:
+        return ["--variant", "mqa"]
+    return ["--variant", "gqa", "--groups", str(g)]
+
+
+def attention_command(profile: str, mode: str, b: int, s: int, h: int, g: int, k: int) -> list[str]:
+    """``costmodel predict`` arguments whose ``--json`` prints this attention op's predicted time."""
+    dims = (["--mode", "incremental", "--context", str(s - 1)] if mode == "incremental"
+            else ["--mode", "batched", "--seq", str(s), "--context", str(s)])
+    return ["predict", "--gpu", profile, *_variant_args(h, g), "--heads", str(h), "--d-model", str(h * k),
+            "--head-dim", str(k), "--value-dim", str(k), "--batch", str(b), *dims, "--execution", "fused",
+            "--dtype", "bf16", "--timing", "graph"]
+
+
+def read_aiconfigurator(path: Path, m: re.Match) -> Table:
+    rows = _rows(path)
+    profile = profile_for_system(m["system"])
+    base = dict(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype="bf16",
+                file=path.name)
+    t = _column(rows, "latency", path) * 1e-3
+    if m["table"] == "gemm":
+        M, N, K = (_column(rows, c, path) for c in ("m", "n", "k"))
+        return Table(op_class="gemm", fields={"m": M, "n": N, "k": K}, measured_s=t, flops=2 * M * N * K,
+                     nbytes=2 * (M * K + K * N + M * N), shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
+                     **base)
+    b, h, g, k = (_column(rows, c, path) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
+    if np.any(h % g):
+        raise CostModelError(f"{path}: num_key_value_heads must divide num_heads")
+    fields = {"batch_size": b, "num_heads": h, "num_key_value_heads": g, "head_dim": k}
+    if m["table"] == "generation_attention":
+        S = _column(rows, "step", path)  # positions attended, the new one included
+        flops, nbytes = attention_counts("incremental", b, np.ones_like(b), S - 1, h, g, k)
+        return Table(op_class="decode_attention", fields={**fields, "step": S}, measured_s=t, flops=flops,
+                     nbytes=nbytes, shape={"b": b, "g": g, "positions": S}, **base)
+    s = _column(rows, "isl", path)
+    flops, nbytes = attention_counts("batched", b, s, s, h, g, k)
+    return Table(op_class="prefill_attention", fields={**fields, "isl": s}, measured_s=t, flops=flops,
+                 nbytes=nbytes, shape={"b": b, "h": h, "n": s, "m": s}, **base)
+
+
+#: Vidur's ops: efficiency class and (FLOPs, elements) from (tokens T, d, h, g, head dim, FFN f, TP t).
+def _vidur_ops(T, d, h, g, hd, f, t):
+    q, kv = h * hd / t, g * hd / t
+    gemm = lambda K, N: ("gemm", 2 * T * K * N, T * K + K * N + T * N, {"batch": np.ones_like(T), "M": T, "K": K, "N": N})  # noqa: E731
+    return {
+        "attn_pre_proj": gemm(d, q + 2 * kv),
+        "attn_post_proj": gemm(q, d),
+        "mlp_up_proj": gemm(d, 2 * f / t),
+        "mlp_down_proj": gemm(f / t, d),
+        # SiLU(gate) * up: reads T x 2f/t, writes T x f/t
+        "mlp_act": ("elementwise", 5 * T * f / t, 3 * T * f / t, {}),
+        # RMSNorm: reads T x d and the d weights, writes T x d
+        "input_layernorm": ("norm", 4 * T * d, 2 * T * d + d, {}),
+        "post_attention_layernorm": ("norm", 4 * T * d, 2 * T * d + d, {}),
+        # residual add of two T x d tensors
+        "add": ("elementwise", T * d, 3 * T * d, {}),
+        # rotary embedding of q and k in place, reading the cos/sin rows of every token
+        "attn_rope": ("elementwise", 3 * T * (q + kv), 2 * T * (q + kv) + T * hd, {}),
+    }
+
+
+def read_vidur(path: Path, m: re.Match) -> list[Table]:
+    rows = _rows(path)
+    profile = profile_for_system(m["system"])
+    cols = {c: _column(rows, c, path) for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens",
+                                                  "num_tensor_parallel_workers")}
+    T, d, h, g, f, t = (cols[c] for c in ("num_tokens", "n_embd", "n_head", "n_kv_head", "n_expanded_embd",
+                                          "num_tensor_parallel_workers"))
+    tables = []
+    by_class: dict[str, list] = {}
+    for op, (cls, flops, elements, shape) in _vidur_ops(T, d, h, g, d / h, f, t).items():
+        by_class.setdefault(cls, []).append((op, flops, elements, shape, _column(rows, f"time_stats.{op}.median", path) * 1e-3))
+    for cls, parts in by_class.items():
+        cat = lambda get: np.concatenate([np.broadcast_to(get(p), T.shape) for p in parts])  # noqa: E731
+        shape = {k: cat(lambda p, k=k: p[3][k]) for k in parts[0][3]}
+        fields = {"op": np.concatenate([np.full(T.shape, p[0], dtype=object) for p in parts]),
+                  "num_tokens": cat(lambda p: T), "n_embd": cat(lambda p: d),
+                  "num_tensor_parallel_workers": cat(lambda p: t)}
+        tables.append(Table(source="vidur", gpu=m["system"], profile=profile, op_class=cls, timing="kernels",
+                            dtype="fp16", file=path.name, fields=fields, measured_s=cat(lambda p: p[4]),
+                            flops=cat(lambda p: p[1]), nbytes=2 * cat(lambda p: p[2]), shape=shape))
+    return tables
+
+
+def _ms(text: str) -> float:
+    return float(text.strip().removesuffix("ms")) * 1e-3
+
+
+#: LLMCompass's GPT-3 layer at TP 4 (d 12288, 24 heads of 128 per device), batch 8: op -> class, FLOPs,
+#: elements, mechanism shape, GEMM count; prompt 2048 (prefill) or 3072 cached + 1 (decode).
+def _gpt3_ops(prefill: bool):
+    b, d, hh, k = 8, 12288, 24, 128
+    s, m = (2048, 2048) if prefill else (1, 3073)
+    T = b * s
+    A = lambda a: np.asarray([a], float)  # noqa: E731
+    gemm = lambda M, K, N, batch=1, c=1: ("gemm", 2 * batch * M * K * N, batch * (M * K + K * N + M * N),  # noqa: E731
+                                          {"batch": A(batch), "M": A(M), "K": A(K), "N": A(N)}, c)
+    return {
+        "Q_K_V": gemm(T, d, hh * k, c=3),
+        "Q_mul_K": gemm(s, k, m, batch=b * hh),
+        "A_mul_V": gemm(s, m, k, batch=b * hh),
+        "Wo_proj": gemm(T, hh * k, d),
+        "W1_proj": gemm(T, d, d),
+        "W2_proj": gemm(T, d, d),
+        "Softmax": ("norm", 5 * b * hh * s * m, 2 * b * hh * s * m, {}, 1),
+        "LayerNorm_MHA": ("norm", 5 * T * d, 2 * T * d, {}, 1),
+        "LayerNorm_FFN": ("norm", 5 * T * d, 2 * T * d, {}, 1),
+        "GeLU": ("elementwise", 8 * T * d, 2 * T * d, {}, 1),
+    }
+
+
+def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
+    rows = _rows(path)
+    profile = profile_for_system(m["system"].lower())
+    base = dict(source="llmcompass", gpu=m["system"], profile=profile, timing="eager", dtype="fp16", file=path.name)
+    table = m["table"]
+    if table == "matmul":
+        M, N, K = (_column(rows, c, path) for c in ("M", "N", "K"))
+        t = _column(rows, "latency", path, _ms)
+        return [Table(op_class="gemm", fields={"M": M, "N": N, "K": K}, measured_s=t, flops=2 * M * N * K,
+                      nbytes=2 * (M * K + K * N + M * N), shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
+                      **base)]
+    if table in ("softmax", "layernorm"):
+        M, N = _column(rows, "M", path), _column(rows, "N", path)
+        t = M * N / (_column(rows, "gelem_per_s", path) * 1e9)
+        return [Table(op_class="norm", fields={"op": np.full(M.shape, table, dtype=object), "M": M, "N": N},
+                      measured_s=t, flops=5 * M * N, nbytes=2 * 2 * M * N, **base)]
+    if table == "gelu":
+        E = _column(rows, "elements", path)
+        t = E / (_column(rows, "gelem_per_s", path) * 1e9)
+        return [Table(op_class="elementwise", fields={"op": np.full(E.shape, "gelu", dtype=object), "elements": E},
+                      measured_s=t, flops=8 * E, nbytes=2 * 2 * E, **base)]
+    measured = {r["op"]: float(r["latency_s"]) for r in rows}
+    tables = []
+    for cls in ("gemm", "norm", "elementwise"):
+        ops = {name: spec for name, spec in _gpt3_ops(table == "transformer_prefill").items()
+               if spec[0] == cls and name in measured}
+        if not ops:
+            continue
+        names = list(ops)
+        cat = lambda i: np.array([float(np.ravel(ops[n][i])[0]) for n in names])  # noqa: E731
+        shape = {key: np.array([float(ops[n][3][key][0]) for n in names]) for key in ops[names[0]][3]}
+        tables.append(Table(op_class=cls, fields={"op": np.array([f"{table}:{n}" for n in names], dtype=object)},
+                            measured_s=np.array([measured[n] for n in names]), flops=cat(1), nbytes=2 * cat(2),
+                            shape=shape, count=cat(4), **base))
+    return tables
+
+
+def read_folder(folder: str | Path) -> tuple[list[Table], list[str]]:
+    """Every recognised table under ``folder`` (searched two levels deep), and the files skipped."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise CostModelError(f"published-measurements folder {folder} does not exist or is not a folder")
+    files = sorted(p for p in [*root.glob("*.csv"), *root.glob("*/*.csv")] if p.is_file())
+    tables, skipped = [], []
+    for path in files:
+        if m := AIC.match(path.name):
+            tables.append(read_aiconfigurator(path, m))
+        elif m := VIDUR.match(path.name):
+            tables += read_vidur(path, m)
+        elif m := LLMCOMPASS.match(path.name):
+            tables += read_llmcompass(path, m)
+        else:
+            skipped.append(path.name)
+    if not tables:
+        raise CostModelError(
+            f"no published table in {folder}: expected <system>_<framework>_<version>_"
+            "{generation_attention,context_attention,gemm}.csv, <system>_mlp_ops.csv or "
+            "{matmul,softmax,layernorm,gelu,transformer_prefill,transformer_decode}_<system>.csv files"
+        )
+    return tables, skipped
+
+
+def shipped_folder() -> Path:
+    """The compact subset of the published tables shipped inside the package."""
+    return Path(str(resources.files(SHIPPED).joinpath("published")))
+
+
+__all__ = ["Table", "read_folder", "shipped_folder", "attention_command", "attention_counts", "profile_for_system",
+           "TIMING"]
+
+
+def size_bin(table: Table) -> np.ndarray:
+    """The size bin of every row: GEMMs by M (decode-sized M <= 64 or not), the rest by bytes moved."""
+    if table.op_class == "gemm" and "M" in table.shape:
+        return np.where(np.asarray(table.shape["M"]) <= 64, "M<=64", "M>64")
+    b = table.nbytes
+    return np.where(b < 1e6, "<1MB", np.where(b < 1e8, "1-100MB", ">=100MB"))
+
+
+def roofline_bound(table: Table, hw) -> np.ndarray:
+    """The least time any kernel can take: the FLOPs it must do (causal pairs only for prefill) at the
+    dense peak. Bytes are not bounded by the HBM bandwidth: unflushed working sets under the L2 size
+    are served from L2."""
+    from costmodel.mechanisms import causal_pairs, class_peak
+
+    flops = table.flops
+    if table.op_class == "prefill_attention":
+        n, m = table.shape["n"], table.shape["m"]
+        flops = flops * causal_pairs(n, m) / np.maximum(n * m, 1)
+    return flops * (table.count if table.count is not None else 1) / class_peak(hw, table.op_class, table.dtype)
+
+
+def validate_published(tables: list[Table], without=()) -> dict:
+    """Rows (one per published timing) and summary rows per source x GPU x op class x size bin."""
+    from costmodel.hardware import load_profile
+    from costmodel.mechanisms import time_model
+    from costmodel.validation.fit import predict_table
+
+    rows, groups, rejected = [], {}, {}
+    for table in tables:
+        hw = load_profile(table.profile)
+        model = time_model(hw, table.timing, without)
+        bound = roofline_bound(table, hw)
+        ok = table.measured_s >= bound * (1 - 1e-9)
+        if not ok.all():
+            key = f"{table.source}/{table.gpu}/{table.op_class}"
+            rejected[key] = rejected.get(key, 0) + int((~ok).sum())
+            table = table.select(ok)
+        eff = model.resolved.get(table.op_class) if model.active else None
+        if eff is None:
+            from costmodel.hardware import ClassEfficiency
+            eff = ClassEfficiency(fixed_s={table.timing: hw.launch_overhead})
+        predicted = predict_table(table, hw, eff, on=model.on if model.active else frozenset({"fixed"}))
+        error = (predicted / table.measured_s - 1) * 100
+        bins = size_bin(table)
+        for i in range(len(table)):
+            row = {"source": table.source, "gpu": table.gpu, "profile": table.profile, "op_class": table.op_class,
+                   **{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in table.fields.items()},
+                   "measured_s": float(table.measured_s[i]), "predicted_s": float(predicted[i]),
+                   "error_pct": round(float(error[i]), 3)}
+            if table.op_class in ("decode_attention", "prefill_attention"):
+                f = table.fields
+                mode = "incremental" if table.op_class == "decode_attention" else "batched"
+                s = int(f["step"][i]) if mode == "incremental" else int(f["isl"][i])
+                row["command"] = attention_command(table.profile, mode, int(f["batch_size"][i]), s,
+                                                   int(f["num_heads"][i]), int(f["num_key_value_heads"][i]),
+                                                   int(f["head_dim"][i]))
+            rows.append(row)
+        for bin_name in (*sorted(set(bins)), "all"):
+            keep = np.ones(len(table), bool) if bin_name == "all" else bins == bin_name
+            key = (table.source, table.gpu, table.op_class, bin_name)
+            g = groups.setdefault(key, [[], []])
+            g[0].append(predicted[keep])
+            g[1].append(table.measured_s[keep])
+    summary = []
+    for (source, gpu, op_class, bin_name), (pred, meas) in sorted(groups.items()):
+        p, m = np.concatenate(pred), np.concatenate(meas)
+        if not len(m):
+            continue
+        e = np.abs(p / m - 1) * 100
+        summary.append({"source": source, "gpu": gpu, "op_class": op_class, "size_bin": bin_name, "n": int(len(m)),
+                        "median_abs_error_pct": round(float(np.median(e)), 2),
+                        "p90_abs_error_pct": round(float(np.percentile(e, 90)), 2),
+                        "median_measured_over_predicted": round(float(np.median(m / p)), 3)})
+    return {"rows": rows, "summary": summary, "rejected": rejected,
+            "mechanisms_off": sorted(set(without))}
+
+
+def summary_table(report: dict) -> str:
+    from costmodel.text import aligned
+
+    head = ("source", "gpu", "op class", "size", "n", "median |err|", "p90 |err|", "measured/predicted")
+    body = [(s["source"], s["gpu"], s["op_class"], s["size_bin"], str(s["n"]), f"{s['median_abs_error_pct']:.1f}%",
+             f"{s['p90_abs_error_pct']:.1f}%", f"{s['median_measured_over_predicted']:.2f}") for s in report["summary"]]
+    lines = aligned([head, *body], right=(4, 5, 6, 7), rules=(1,))
+    if report["rejected"]:
+        lines.append("rejected (faster than the dense-peak bound on their FLOPs): "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(report["rejected"].items())))
+    else:
+        lines.append("no row is faster than the dense-peak bound on its FLOPs")
+    if report["mechanisms_off"]:
+        lines.append("mechanisms switched off: " + ", ".join(report["mechanisms_off"]))
+    return "\n".join(lines)
