@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.hardware import Efficiency, load_profile
+from costmodel.hardware import ClassEfficiency, Efficiency, load_profile
 from costmodel.mechanisms import transfer
-from costmodel.validation.fit import errors, fit_class, predict_table
+from costmodel.validation.fit import SHARED, errors, fit_class, predict_table
 from costmodel.validation.published import read_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,11 @@ def fit_device(tables, hw):
         primary = [t for t in tables if t.op_class == cls and t.source == source]
         if not primary:
             continue
-        eff = fit_class(primary, hw)
+        start = None
+        if cls in SHARED and SHARED[cls][0] in classes:
+            donor = classes[SHARED[cls][0]]
+            start = ClassEfficiency(**{name: getattr(donor, name) for name in SHARED[cls][1]})
+        eff = fit_class(primary, hw, start=start)
         report[f"{cls}/{primary[0].timing}"] = _err(primary, hw, eff)
         for other in sorted({t.source for t in tables if t.op_class == cls} - {source}):
             ts = [t for t in tables if t.op_class == cls and t.source == other]
@@ -64,9 +68,12 @@ def to_yaml(eff: Efficiency) -> str:
     import yaml
 
     dump = eff.model_dump(mode="json")
+    default = ClassEfficiency().model_dump(mode="json")
     for c in dump["classes"].values():
         for k, v in list(c.items()):
-            if isinstance(v, float):
+            if k not in ("fixed_s", "fitted") and k not in c["fitted"] and v == default[k]:
+                del c[k]  # a mechanism this class does not use
+            elif isinstance(v, float):
                 c[k] = float(f"{v:.4g}")
         c["fixed_s"] = {k: float(f"{v:.4g}") for k, v in c["fixed_s"].items()}
         c["fitted"] = list(c["fitted"])

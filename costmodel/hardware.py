@@ -90,6 +90,7 @@ class ClassEfficiency(_Strict):
     bandwidth_exponent: float = Field(1.0, gt=0, le=1)  # <= 1: time never falls as bytes grow
     unit_sm_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     split_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    score_s: float = Field(0.0, ge=0, allow_inf_nan=False)  # device time per attention score (softmax)
     fitted: tuple[str, ...] = ()  # the names of the parameters fitted to data (the rest are defaults)
 
 

@@ -27,7 +27,10 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     of ``DECODE_BLOCK`` positions (split-KV keeps long contexts at full bandwidth with few work units).
 ``causal``
     a fused causal prefill computes only the unmasked query-key pairs: ``n m - n (n - 1) / 2`` of the
-    ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions).
+    ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions); with ``tiles`` on,
+    in whole ``PREFILL_BLOCK`` square blocks, the diagonal blocks computed whole. Each computed score also
+    costs ``score_s`` of the device (the exponential and rescaling of online softmax, which does not
+    shrink with the head dimension).
 
 An op's time is ``fixed + max(compute, memory) + work units`` (``overlap="sum"`` adds compute and memory).
 Everything works on numpy arrays, so a validation over 100,000 published timings is one call per class.
@@ -83,6 +86,19 @@ def causal_pairs(n, m):
     return n * m - n * (n - 1) / 2
 
 
+def blocked_causal_pairs(n, m):
+    """Query-key pairs a causal kernel computes in whole ``PREFILL_BLOCK`` x ``PREFILL_BLOCK`` blocks: query
+    tile ``i`` of ``ceil(n / B)`` reads the key blocks up to its last query's position (queries are the last
+    ``n`` of ``m`` positions), in closed form."""
+    n, m = np.asarray(n, float), np.asarray(m, float)
+    B = PREFILL_BLOCK
+    T = np.ceil(n / B)
+    offset = np.ceil(np.maximum(m - n, 0) / B)
+    # tile i reads offset + i + 1 key blocks; only the last can overrun the ceil(m / B) there are, by one
+    blocks = T * offset + T * (T + 1) / 2 - np.maximum(offset + T - np.ceil(m / B), 0)
+    return blocks * B * B
+
+
 def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0):
     """FLOPs a GEMM costs in whole waves of whole tiles, as if done at the largest tile's rate: the
     cheapest of :data:`TILES` (an optimising library picks it)."""
@@ -113,14 +129,24 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     if cls == "gemm" and "tiles" in on and shape:
         work = gemm_tiled_flops(shape["batch"], shape["M"], shape["K"], shape["N"], sms, eff.small_tile_exponent,
                                 eff.tile_k_overhead)
+    scores = 0.0
     if cls == "prefill_attention" and shape:
         n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
+        heads = np.asarray(shape["b"], float) * shape["h"]
+        pairs = n * m
         if "causal" in on:
-            work = work * causal_pairs(n, m) / np.maximum(n * m, 1)
+            pairs = blocked_causal_pairs(n, m) if "tiles" in on else causal_pairs(n, m)
+        elif "tiles" in on:
+            pairs = np.ceil(n / PREFILL_BLOCK) * np.ceil(m / PREFILL_BLOCK) * PREFILL_BLOCK ** 2
+        work = work * pairs / np.maximum(n * m, 1)
         if "tiles" in on:
-            tiles = np.asarray(shape["b"], float) * shape["h"] * np.ceil(n / PREFILL_BLOCK)
-            work = work * np.ceil(tiles / sms) * sms / np.maximum(tiles, 1)
-    compute = work / rate
+            tiles = heads * np.ceil(n / PREFILL_BLOCK)
+            waves = np.ceil(tiles / sms) * sms / np.maximum(tiles, 1)
+            work = work * waves
+            pairs = pairs * waves
+        if "compute" in on:
+            scores = eff.score_s * heads * pairs
+    compute = work / rate + scores
     if "bandwidth" in on:
         with np.errstate(divide="ignore"):
             ramp = np.where(nbytes > 0, (eff.bandwidth_half_bytes / np.maximum(nbytes, 1.0)) ** eff.bandwidth_exponent, 0)
@@ -152,7 +178,8 @@ GENERATIONS: tuple[str, ...] = ("volta", "turing", "ampere", "ada", "hopper", "b
 TRANSFER_RULE = (
     "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
     "fixed costs per call are kept; the half-bandwidth bytes scale with the datasheet bandwidth (bytes in "
-    "flight = bandwidth x latency); the SM time of a decode work unit scales with the inverse clock"
+    "flight = bandwidth x latency); the SM time of a decode work unit scales with the inverse clock, the "
+    "device time of an attention score with the inverse of SMs x clock"
 )
 
 
@@ -179,9 +206,11 @@ def reference_for(hw):
 def transfer(eff, src, dst):
     """``eff`` (a class's parameters fitted on ``src``) carried to ``dst`` by :data:`TRANSFER_RULE`."""
     clock = lambda p: p.architecture.clock_hz.value if p.architecture.clock_hz else None  # noqa: E731
-    unit = eff.unit_sm_s * (clock(src) / clock(dst) if clock(src) and clock(dst) else 1.0)
+    per_clock = clock(src) / clock(dst) if clock(src) and clock(dst) else 1.0
+    sms = src.architecture.compute_units.value / dst.architecture.compute_units.value
     return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
-                                  "unit_sm_s": unit, "fitted": ()})
+                                  "unit_sm_s": eff.unit_sm_s * per_clock, "score_s": eff.score_s * per_clock * sms,
+                                  "fitted": ()})
 
 
 #: A class fitted without a timing convention's fixed cost takes the nearest convention's.
@@ -208,21 +237,22 @@ def resolve(hw, timing: str, reference="auto") -> Resolved | None:
     classes, origin = {}, {}
     for cls in CLASSES:
         mine, theirs = own.get(cls), (ref.efficiency.classes.get(cls) if ref is not None else None)
-        if mine is not None and timing in mine.fixed_s:
-            classes[cls], origin[cls] = mine, f"fitted on {hw.id}"
-        elif mine is not None and NEAREST_TIMING.get(timing) in mine.fixed_s:
-            # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)
-            near = NEAREST_TIMING[timing]
-            classes[cls] = mine.model_copy(update={"fixed_s": {**mine.fixed_s, timing: mine.fixed_s[near]}})
-            origin[cls] = f"fitted on {hw.id} ({near} fixed cost for {timing})"
-        elif mine is not None and theirs is not None and timing in theirs.fixed_s:
-            # this device's own shape parameters; the fixed cost of this timing convention from the reference
-            classes[cls] = mine.model_copy(update={"fixed_s": {**mine.fixed_s, timing: theirs.fixed_s[timing]}})
-            origin[cls] = f"fitted on {hw.id}; {timing} fixed cost transferred from {ref.id}"
-        elif theirs is not None:
-            classes[cls], origin[cls] = transfer(theirs, ref, hw), f"transferred from {ref.id}"
-        elif mine is not None:
-            classes[cls], origin[cls] = mine, f"fitted on {hw.id} (no {timing} fixed cost)"
+        if mine is None and theirs is None:
+            continue
+        eff = mine if mine is not None else transfer(theirs, ref, hw)
+        where = f"fitted on {hw.id}" if mine is not None else f"transferred from {ref.id}"
+        if timing not in eff.fixed_s:
+            near = NEAREST_TIMING.get(timing)
+            if mine is not None and theirs is not None and timing in theirs.fixed_s:
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: theirs.fixed_s[timing]}})
+                where += f"; {timing} fixed cost from {ref.id}"
+            elif near in eff.fixed_s:
+                # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: eff.fixed_s[near]}})
+                where += f" ({near} fixed cost for {timing})"
+            else:
+                where += f" (no {timing} fixed cost)"
+        classes[cls], origin[cls] = eff, where
     return Resolved(classes, origin) if classes else None
 
 

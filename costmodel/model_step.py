@@ -174,6 +174,48 @@ def step_rows(m: ModelPreset, phase: str, b: int, ctx: int, source: int, width: 
     return rows
 
 
+#: Projections serving engines run as one GEMM over the concatenated weights (vLLM's QKVParallelLinear and
+#: MergedColumnParallelLinear), and the K and V cache writes they run as one kernel (reshape_and_cache).
+ENGINE_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "ffn_gate_up": ("ffn_gate", "ffn_up"),
+                  "kv_append": ("k_append", "v_append")}
+#: FLOPs per rotated element of rotary embeddings: x * cos + rotate_half(x) * sin.
+ROPE_FLOPS = 3
+
+
+def engine_rows(rows: list[Row], m: ModelPreset, tokens: int, width: int) -> list[Row]:
+    """A step's rows as serving engines run them: the :data:`ENGINE_FUSIONS` merged (one read of their
+    shared input; FLOPs and weights unchanged), and rotary embeddings of the new q and k where the model
+    has them (in place: q and k read and written, one cos/sin row per token read)."""
+    out: list[Row] = []
+    for row in rows:
+        fused = next((name for name, parts in ENGINE_FUSIONS.items() if row.name in parts), None)
+        group = [r for r in rows if r.section == row.section and fused and r.name in ENGINE_FUSIONS[fused]]
+        if fused is None or len(group) < 2:
+            out.append(row)
+        elif row is group[0]:
+            out.append(_merge(fused, group, width))
+        if row.name == "q_proj" and m.rope and row.section == "self-attention":
+            heads = m.heads + m.kv_heads  # the device slice's q and k heads
+            rotated = tokens * heads * m.head_dim
+            out.append(Row(row.section, "rope", None, "elementwise", float(ROPE_FLOPS * rotated),
+                           float((2 * rotated + tokens * m.head_dim) * width), row.count))
+    return out
+
+
+def _merge(name: str, group: list[Row], width: int) -> Row:
+    first = group[0]
+    if first.gemm is None:  # the cache writes: one kernel moving what both moved
+        return Row(first.section, name, None, first.op_class, sum(r.flops for r in group),
+                   sum(r.bytes for r in group), first.count)
+    batch, M, K, _ = first.gemm
+    if any(r.gemm[:3] != first.gemm[:3] for r in group):
+        raise CostModelError(f"cannot fuse {', '.join(r.name for r in group)}: their inputs differ")
+    N = sum(r.gemm[3] for r in group)
+    shared_input = batch * M * K * width
+    return Row(first.section, name, None, first.op_class, sum(r.flops for r in group),
+               sum(r.bytes for r in group) - (len(group) - 1) * shared_input, first.count, (batch, M, K, N))
+
+
 # --- what stays in memory: parameters and KV cache, from the same ops ----------------------------------
 
 def _attention_blocks(m: ModelPreset) -> list[tuple[int, int]]:
@@ -343,9 +385,10 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
                   context: int = DEFAULTS["context"], source: int | None = None, dtype: str = DEFAULTS["dtype"],
                   execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
                   overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"],
-                  without=()) -> ModelPrediction:
+                  without=(), engine: bool = True) -> ModelPrediction:
     """Decode step after ``context`` cached positions (TPOT), prefill of a ``context``-token prompt
-    (TTFT), KV cache and weights per device, and the largest batch and context that fit."""
+    (TTFT), KV cache and weights per device, and the largest batch and context that fit. ``engine``:
+    the step as serving engines run it (:func:`engine_rows`); False: every op of the programs alone."""
     for name, value in (("batch", batch), ("context", context), ("tp", tp), ("source", source)):
         check_count(name, value)
     dtype, execution = choice("dtype", dtype, DTYPES), choice("execution", execution, EXECUTIONS)
@@ -357,8 +400,10 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
     dev = device_slice(m, tp)
     phases = {}
     for phase, tokens in (("decode", batch), ("prefill", batch * context)):
-        ops = _price(step_rows(dev, phase, batch, context, source, width, execution), hw, dtype, overlap,
-                     model)
+        rows = step_rows(dev, phase, batch, context, source, width, execution)
+        if engine:
+            rows = engine_rows(rows, dev, tokens, width)
+        ops = _price(rows, hw, dtype, overlap, model)
         reduce_s = 2 * m.layers * all_reduce_s(hw, tp, tokens * m.d_model * width)
         if phase == "prefill" and m.architecture == "encoder-decoder":
             reduce_s += 2 * m.encoder_layers * all_reduce_s(hw, tp, batch * source * m.d_model * width)
@@ -397,6 +442,9 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
               [f"no fitted efficiency for {hw.id}: every op its own kernel, timed by the datasheet roofline of its "
                "op class (a lower bound)"]),
             "fused attention" if execution == "fused" else "unfused attention",
+            ("as serving engines run it: q, k and v projections as one GEMM, gate and up as one, the K and V "
+             "cache writes as one kernel" + (", rotary embeddings on q and k" if m.rope else "")) if engine else
+            "every op of the programs as its own kernel (no engine fusion)",
             "weights: every parameter in the storage dtype; no activations or framework memory",
             f"tensor parallel over {tp} device(s): query heads, FFN and vocabulary sharded; key/value heads sharded "
             "when t <= g, replicated when g < t; two ring all-reduces per layer" if tp > 1 else "one device",

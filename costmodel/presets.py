@@ -46,6 +46,7 @@ class ModelPreset(BaseModel):
     bias: bool = False
     learned_positions: int = Field(default=0, ge=0, le=MAX_DIM)
     parallel_block: bool = False
+    rope: bool = False  # rotary position embeddings applied to q and k of every new token
     published_params: float | None = None
     source: str
     notes: str = ""
@@ -183,6 +184,10 @@ def load_hf_config(path: str) -> ModelPreset:
         "bias": bool(cfg.get("bias", model_type in {"gpt_bigcode", "gpt2"})),
         "learned_positions": count("n_positions", default=0) if model_type in {"gpt_bigcode", "gpt2"} else 0,
         "parallel_block": bool(cfg.get("parallel_attn", False)),
+        # rotary embeddings: a rotary base or fraction in the config (ALiBi models have neither)
+        "rope": not cfg.get("alibi", False) and any(cfg.get(k) is not None for k in
+                                                     ("rope_theta", "rotary_dim", "rotary_pct", "rotary_emb_base",
+                                                      "rope_scaling", "partial_rotary_factor")),
         "source": f"Hugging Face config {p}",
     }
     if data["head_dim"] is None:

@@ -103,11 +103,14 @@ def test_decode_at_batch_1_is_memory_bound(hw):
 @pytest.mark.parametrize("hw", GPUS, ids=[p.id for p in GPUS])
 def test_large_prefill_is_compute_bound(hw):
     dtype = "bf16" if "bf16" in hw.peak_flops_per_s else "fp16"
-    fused = predict(Workload.create("mha", "batched", batch=8, seq=4096, dtype=dtype, execution="fused"), hw)
+    # a property of the datasheet roofline (the fitted memory side of a prefill counts re-reads from L2)
+    fused = predict(Workload.create("mha", "batched", batch=8, seq=4096, dtype=dtype, execution="fused"), hw,
+                    without=("all",))
     assert fused.total.bound == "compute"
     assert all(o.bound == "compute" for o in fused.ops)
     # unfused, the projections still are; the elementwise passes over b*h*n^2 logits are not
-    ops = {o.name: o for o in predict(fused.workload.model_copy(update={"execution": "unfused"}), hw).ops}
+    ops = {o.name: o for o in predict(fused.workload.model_copy(update={"execution": "unfused"}), hw,
+                                      without=("all",)).ops}
     assert all(ops[name].bound == "compute" for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
     assert all(ops[name].bound == "memory" for name in ("scale", "mask", "softmax"))
 

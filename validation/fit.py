@@ -22,6 +22,7 @@ BOUNDS = {
     "bandwidth_exponent": (0.05, 1.0, False),
     "unit_sm_s": (1e-9, 1e-4, True),
     "split_s": (1e-8, 1e-4, True),
+    "score_s": (1e-16, 1e-10, True),
     "fixed": (1e-8, 1e-3, True),
 }
 FREE = {
@@ -29,11 +30,17 @@ FREE = {
              "bandwidth_exponent"),
     "decode_attention": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent", "unit_sm_s",
                          "split_s"),
-    "prefill_attention": ("fixed", "compute_efficiency", "bandwidth_ceiling", "bandwidth_half_bytes",
+    # the memory side of a prefill is mostly K and V re-read by every query tile (from L2), more than the
+    # bytes counted once: its own curve, not decode attention's
+    "prefill_attention": ("fixed", "compute_efficiency", "score_s", "bandwidth_ceiling", "bandwidth_half_bytes",
                           "bandwidth_exponent"),
     "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
 }
+
+
+#: Parameters a class takes from another class fitted before it (none at present).
+SHARED: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
 def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> np.ndarray:
@@ -112,7 +119,7 @@ def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, star
     inits = {
         "fixed": [5e-6, 2e-6, 2e-5], "compute_efficiency": [0.7, 0.5, 0.9], "small_tile_exponent": [0.2, 0.5, 0.05], "tile_k_overhead": [64, 256, 16],
         "bandwidth_ceiling": [0.8, 0.6, 0.95], "bandwidth_half_bytes": [1e7, 1e6, 1e8],
-        "bandwidth_exponent": [0.7, 1.0, 0.4], "unit_sm_s": [2e-6, 5e-7, 5e-6], "split_s": [3e-6, 1e-6, 1e-5],
+        "bandwidth_exponent": [0.7, 1.0, 0.4], "unit_sm_s": [2e-6, 5e-7, 5e-6], "split_s": [3e-6, 1e-6, 1e-5], "score_s": [2e-13, 1e-14, 1e-12],
     }
     best = None
     for i in range(starts):

@@ -1,0 +1,73 @@
+"""A model step as serving engines run it: fused projections, one cache write, rotary embeddings."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.hardware import load_profile
+from costmodel.model_step import engine_rows, param_count, predict_model, step_rows
+from costmodel.presets import load_model
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_llama_3_8b_fusions_by_hand(phase):
+    m = load_model("llama-3-8b")  # d 4096, 32 heads, 8 kv heads of 128, d_ff 14336, rotary
+    b, ctx, width = 4, 256, 2
+    tokens = b if phase == "decode" else b * ctx
+    plain = {r.name: r for r in step_rows(m, phase, b, ctx, ctx, width, "fused")}
+    fused = {r.name: r for r in engine_rows(list(plain.values()), m, tokens, width)}
+    assert {"q_proj", "k_proj", "v_proj", "ffn_gate", "ffn_up", "k_append", "v_append"}.isdisjoint(fused)
+    qkv = fused["qkv_proj"]
+    # one GEMM [tokens x 4096] @ [4096 x (32 + 2 * 8) * 128]: the input read once, three weights, three outputs
+    N = (32 + 2 * 8) * 128
+    assert qkv.gemm == (1, tokens, 4096, N)
+    assert qkv.flops == 2 * tokens * 4096 * N
+    assert qkv.bytes == width * (tokens * 4096 + 4096 * N + tokens * N)
+    up = fused["ffn_gate_up"]
+    assert up.gemm == (1, tokens, 4096, 2 * 14336)
+    assert up.bytes == width * (tokens * 4096 + 4096 * 2 * 14336 + tokens * 2 * 14336)
+    if phase == "decode":  # a prefill's K and V are the projections' outputs; a decode step appends them
+        assert fused["kv_append"].bytes == plain["k_append"].bytes + plain["v_append"].bytes
+    rope = fused["rope"]  # q and k of every new token rotated in place, one cos/sin row per token read
+    assert rope.flops == 3 * tokens * (32 + 8) * 128
+    assert rope.bytes == width * (2 * tokens * (32 + 8) * 128 + tokens * 128)
+    assert sum(r.flops * r.count for r in fused.values()) == pytest.approx(
+        sum(r.flops * r.count for r in plain.values()) + rope.flops * rope.count)
+
+
+def test_the_fused_qkv_gemm_is_the_shape_vidur_timed():
+    # Vidur's attn_pre_proj of Llama-2-7B at T tokens and TP t: [T x 4096] @ [4096 x (32 + 2*32) * 128 / t]
+    from costmodel.model_step import device_slice
+
+    m = load_model("llama-2-7b")
+    for t in (1, 2, 4):
+        dev = device_slice(m, t)
+        rows = engine_rows(step_rows(dev, "decode", 64, 128, 128, 2, "fused"), dev, 64, 2)
+        assert next(r for r in rows if r.name == "qkv_proj").gemm == (1, 64, 4096, 96 * 128 // t)
+
+
+def test_models_without_rotary_embeddings_get_none():
+    for name in ("starcoder", "t5-xxl"):
+        m = load_model(name)
+        assert not m.rope
+        rows = engine_rows(step_rows(m, "decode", 2, 64, 64, 2, "fused"), m, 2, 2)
+        assert all(r.name != "rope" for r in rows)
+
+
+def test_engine_fusion_changes_time_not_weights():
+    m, hw = load_model("llama-2-7b"), load_profile("a100")
+    fused, plain = predict_model(m, hw), predict_model(m, hw, engine=False)
+    assert fused.memory == plain.memory and fused.model.params == param_count(m)
+    assert fused.decode.flops > plain.decode.flops  # RoPE adds FLOPs
+    assert fused.decode.bytes < plain.decode.bytes + 32 * 2 * 16 * (32 + 32) * 128 * 2  # shared reads removed
+
+
+def test_hf_config_reads_rotary_embeddings(tmp_path):
+    import json
+
+    cfg = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+           "intermediate_size": 128, "hidden_act": "silu", "model_type": "llama", "rope_theta": 10000.0}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert load_model(str(tmp_path / "config.json")).rope
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "rope_theta": None, "alibi": True}))
+    assert not load_model(str(tmp_path / "config.json")).rope
