@@ -99,17 +99,20 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
 @click.option("--device", type=choices(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--out", required=True, type=FilePath(), help="profile YAML to write")
 @click.option("--quick", is_flag=True, help="smaller sizes and shorter timing (seconds, not tens of seconds)")
-def calibrate(device, out, quick) -> None:
+@click.option("--threads", type=click.IntRange(1, 4096), help="CPU threads torch uses (default: torch's choice)")
+def calibrate(device, out, quick, threads) -> None:
     """Measure this device and write a hardware profile marked as measured.
 
     Measures matmul FLOP/s per dtype, read and copy bandwidth, per-op overhead, and the bandwidth,
     FLOP rate and overhead of each op class (projection, attention, elementwise, copy, fused attention).
+    On a CPU it also times each class over a curve of sizes and fits the prediction mechanisms to it,
+    and warns when the machine is too busy for the timings to mean anything.
 
     Example: costmodel calibrate --device cpu --out my_cpu.yaml
     """
     from costmodel.validation import calibrate_command
 
-    click.echo(calibrate_command(device, out, quick))
+    click.echo(calibrate_command(device, out, quick, threads))
 
 
 @click.command()
@@ -125,7 +128,8 @@ def calibrate(device, out, quick) -> None:
                    "instead of running kernels here")
 @click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
               help="with --published: switch a fitted mechanism off to see its share (repeatable)")
-def validate(device, gpu, profile_path, quick, json_path, plot_path, published, without) -> None:
+@click.option("--threads", type=click.IntRange(1, 4096), help="CPU threads torch uses (default: torch's choice)")
+def validate(device, gpu, profile_path, quick, json_path, plot_path, published, without, threads) -> None:
     """Measure every op and whole step as torch kernels and report the prediction error; or, with
     --published, hold the predictions against published GPU kernel timings (no torch needed).
 
@@ -155,7 +159,7 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, published, 
                 bar.update(1)
 
     for line in validate_command(device, gpu, profile_path, quick, json_path, plot_path, progress,
-                                 lambda text: click.echo(text, err=True)):
+                                 lambda text: click.echo(text, err=True), threads):
         click.echo(line)
 
 

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from costmodel.errors import CostModelError
 from costmodel.files import load_yaml, read_text
-from costmodel.vocab import Dtype, Timing
+from costmodel.vocab import Dtype, Mechanism, Timing
 
 Confidence = Literal["high", "medium", "low", "measured"]
 
@@ -60,7 +60,8 @@ class OpClass(_Strict):
 
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
-EfficiencyClassName = Literal["gemm", "decode_attention", "prefill_attention", "norm", "elementwise"]
+EfficiencyClassName = Literal["gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
+                              "elementwise", "copy"]
 
 
 class Architecture(_Strict):
@@ -77,7 +78,8 @@ class ClassEfficiency(_Strict):
 
     ``fixed_s`` is the cost of one call under each timing convention; ``compute_efficiency`` the
     fraction of the dense peak a large kernel reaches; ``small_tile_exponent`` how much less a smaller
-    output tile reaches; ``tile_k_overhead`` a tile's prologue and epilogue in units of reduction steps; the achieved bandwidth is ``bandwidth_ceiling * peak / (1 +
+    output tile reaches; ``tile_k_overhead`` a tile's prologue and epilogue in units of reduction steps; ``pack_passes`` the
+    extra passes a CPU GEMM makes over its K x N operand to pack it (M > 1; a one-row product runs GEMV); the achieved bandwidth is ``bandwidth_ceiling * peak / (1 +
     (bandwidth_half_bytes / bytes) ** bandwidth_exponent)``; ``unit_sm_s`` is the SM time of one decode
     work unit (a sequence and a key/value head) and ``split_s`` the split-KV combine kernel."""
 
@@ -85,6 +87,7 @@ class ClassEfficiency(_Strict):
     compute_efficiency: float = Field(1.0, gt=0, le=1)
     small_tile_exponent: float = Field(0.0, ge=0, le=2)
     tile_k_overhead: float = Field(0.0, ge=0, allow_inf_nan=False)
+    pack_passes: float = Field(0.0, ge=0, le=16)  # extra passes over a GEMM's K x N operand when M > 1
     bandwidth_ceiling: float = Field(1.0, gt=0, le=1)
     bandwidth_half_bytes: float = Field(0.0, ge=0, allow_inf_nan=False)
     bandwidth_exponent: float = Field(1.0, gt=0, le=1)  # <= 1: time never falls as bytes grow
@@ -107,11 +110,24 @@ class Efficiency(_Strict):
     method: str
     error: dict[str, FitError] = Field(default_factory=dict)  # per "op_class/timing", on the fitted data
     classes: dict[EfficiencyClassName, ClassEfficiency] = Field(min_length=1)
+    mechanisms: tuple[Mechanism, ...] = get_args(Mechanism)  # those that apply to this device
 
     @property
     def parameters(self) -> int:
         """The number of fitted numbers (each timing's fixed cost counts once)."""
         return sum(len(c.fitted) + len(c.fixed_s) - ("fixed_s" in c.fitted) for c in self.classes.values())
+
+
+class Noise(_Strict):
+    """How quiet the machine was while a profile was measured."""
+
+    load_average: float | None
+    cores: int
+    threads: int
+    median_spread: float | None
+    speed_since_calibration: float | None = None  # read bandwidth now over the calibrated profile's
+    busy: bool
+    warning: str | None = None
 
 
 class Measured(_Strict):
@@ -146,6 +162,7 @@ class HardwareProfile(_Strict):
     measured: Measured | None = None
     architecture: Architecture | None = None
     efficiency: Efficiency | None = None
+    noise: Noise | None = None  # measured profiles: how quiet the machine was
     sources: dict[str, str] = Field(min_length=1)
     notes: str = ""
 

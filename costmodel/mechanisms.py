@@ -11,7 +11,8 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     dispatch, launch and synchronisation).
 ``bandwidth``
     achieved bandwidth rises with the bytes a kernel moves and levels off below the datasheet:
-    ``ceiling * peak / (1 + (half_bytes / bytes) ** exponent)``.
+    ``ceiling * peak / (1 + (half_bytes / bytes) ** exponent)``. A CPU GEMM with more than one row also
+    makes ``pack_passes`` extra passes over its K x N operand (packing it into panels; GEMV does not).
 ``compute``
     a large kernel reaches a fraction of the dense peak (``compute_efficiency``).
 ``tiles``
@@ -27,7 +28,8 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     of ``DECODE_BLOCK`` positions (split-KV keeps long contexts at full bandwidth with few work units).
 ``causal``
     a fused causal prefill computes only the unmasked query-key pairs: ``n m - n (n - 1) / 2`` of the
-    ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions); with ``tiles`` on,
+    ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions), and an unfused
+    mask op reads one broadcast ``[n, m]`` causal mask, not the paper's ``[b, h, n, m]``; with ``tiles`` on,
     in whole ``PREFILL_BLOCK`` square blocks, the diagonal blocks computed whole. Each computed score also
     costs ``score_s`` of the device (the exponential and rescaling of online softmax, which does not
     shrink with the head dimension).
@@ -44,7 +46,8 @@ import numpy as np
 
 from costmodel.vocab import MECHANISMS, TIMINGS
 
-CLASSES: tuple[str, ...] = ("gemm", "decode_attention", "prefill_attention", "norm", "elementwise")
+CLASSES: tuple[str, ...] = ("gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
+                            "elementwise", "copy")
 
 #: Output tiles (rows x columns) of the GEMM kernels cuBLAS/CUTLASS choose from on Ampere and later.
 TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
@@ -57,9 +60,14 @@ DECODE_BLOCK = 128
 PREFILL_BLOCK = 128
 
 #: Op class of each kind of program op (:func:`costmodel.program.op_class`); softmax is a row reduction.
-PROGRAM_CLASS = {"projection": "gemm", "attention": "gemm", "fused_decode": "decode_attention",
-                 "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "elementwise"}
+PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
+                 "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
+#: A class a device has no fit for takes another's: an unfused attention's einsums are batched GEMMs, and a
+#: cache write is an elementwise kernel.
+FALLBACK = {"attention_einsum": "gemm", "copy": "elementwise"}
 ROW_REDUCTIONS = ("softmax",)
+#: Classes priced as (batched) matrix products: projections, and an unfused attention's einsums over the cache.
+GEMMS = ("gemm", "attention_einsum")
 
 
 def efficiency_class(kind: str, name: str) -> str:
@@ -123,10 +131,16 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     """
     flops = np.asarray(flops, float)
     nbytes = np.asarray(nbytes, float)
+    if "causal" in on and shape and "mask_bytes" in shape:
+        nbytes = nbytes - shape["mask_bytes"] + shape["broadcast_bytes"]
+    if eff.pack_passes and "bandwidth" in on and shape and "width" in shape:
+        # a CPU GEMM packs its K x N operand into panels (read, written, read again); GEMV (M = 1) does not
+        nbytes = nbytes + eff.pack_passes * (np.asarray(shape["M"]) > 1) * (
+            np.asarray(shape["batch"], float) * shape["K"] * shape["N"] * shape["width"])
     fixed = eff.fixed_s.get(timing, 0.0) if "fixed" in on else 0.0
     rate = peak * (eff.compute_efficiency if "compute" in on else 1.0)
     work = flops
-    if cls == "gemm" and "tiles" in on and shape:
+    if cls in GEMMS and "tiles" in on and shape:
         work = gemm_tiled_flops(shape["batch"], shape["M"], shape["K"], shape["N"], sms, eff.small_tile_exponent,
                                 eff.tile_k_overhead)
     scores = 0.0
@@ -164,7 +178,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
 def class_peak(hw, cls: str, dtype: str) -> float:
     """The dense peak a class computes at: the dtype's matrix peak, the vector peak for norms and
     elementwise ops."""
-    return hw.vector_peak(dtype) if cls in ("norm", "elementwise") else hw.peak(dtype)
+    return hw.vector_peak(dtype) if cls in ("norm", "elementwise", "copy") else hw.peak(dtype)
 
 
 __all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "TILES", "DECODE_BLOCK", "PREFILL_BLOCK", "Times", "class_times",
@@ -238,6 +252,9 @@ def resolve(hw, timing: str, reference="auto") -> Resolved | None:
     for cls in CLASSES:
         mine, theirs = own.get(cls), (ref.efficiency.classes.get(cls) if ref is not None else None)
         if mine is None and theirs is None:
+            other = FALLBACK.get(cls)
+            if other in classes:
+                classes[cls], origin[cls] = classes[other], origin[other] + f" (its {other} class)"
             continue
         eff = mine if mine is not None else transfer(theirs, ref, hw)
         where = f"fitted on {hw.id}" if mine is not None else f"transferred from {ref.id}"
@@ -282,13 +299,20 @@ def time_model(hw, timing: str = "graph", without=()) -> TimeModel:
         off |= set(MECHANISMS) if name == "all" else {choice("mechanism", name, (*MECHANISMS, "all"))}
     if not isinstance(without, (tuple, list, set, frozenset)):
         raise CostModelError("without must be a list of mechanism names")
-    return TimeModel(resolve(hw, timing), timing, frozenset(MECHANISMS) - off)
+    on = frozenset(MECHANISMS) - off
+    if hw.efficiency is not None:  # a device whose fit covers only some mechanisms (a CPU has no tiles)
+        on &= frozenset(hw.efficiency.mechanisms)
+    return TimeModel(resolve(hw, timing), timing, on)
 
 
-def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None) -> dict:
+def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None, name: str = "", width: int = 0) -> dict:
     """The shape a class's mechanisms need, from a workload's dimensions."""
-    if cls == "gemm":
-        return gemm or {}
+    if name == "mask" and width:
+        # the paper's [b, h, n, m] mask; a real kernel broadcasts one [n, m] causal mask
+        n, m = dims["n"], dims["m"]
+        return {"mask_bytes": dims["b"] * dims["h"] * n * m * width, "broadcast_bytes": n * m * width}
+    if cls in GEMMS:
+        return {**gemm, "width": width} if gemm and width else (gemm or {})
     if cls == "decode_attention":
         positions = dims["n"] if mode == "generate" else np.asarray(dims["m"]) + 1
         return {"b": dims["b"], "g": dims["g"], "positions": positions}

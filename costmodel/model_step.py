@@ -90,7 +90,8 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
     flops, elements, _, _ = compiled.at(dims)
     gemms = compiled.gemm_at(dims)
     return [Row(section, name, eq, cls, float(f), float(e) * width, count, gemm,
-                op_shape(efficiency_class(cls, name), dims, mode, None) if cls.startswith("fused") else None)
+                op_shape(efficiency_class(cls, name), dims, mode, None, name, width)
+                if cls.startswith("fused") or name == "mask" else None)
             for name, cls, eq, f, e, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements, gemms)
             if name not in skip]
 
@@ -360,7 +361,7 @@ def _price(rows: list[Row], hw: HardwareProfile, dtype: str, overlap: str, model
     for r in rows:
         shape = {}
         if r.gemm is not None:
-            shape = dict(zip(("batch", "M", "K", "N"), r.gemm))
+            shape = {**dict(zip(("batch", "M", "K", "N"), r.gemm)), "width": S.dtype_bytes(dtype)}
         elif r.shape is not None:
             shape = r.shape
         compute, memory, _, time = op_time(hw, r.op_class, dtype, r.flops, r.bytes, overlap, name=r.name,

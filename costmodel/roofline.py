@@ -157,7 +157,7 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
         priced = model.active and model.resolved.get(cls) is not None
         compute, memory, launch, time = op_time(hw, kind, w.dtype, flops, nbytes, overlap,
                                                 launches=w.n if w.mode == "generate" else 1, name=name,
-                                                shape=op_shape(cls, dims, w.mode, gemm), model=model)
+                                                shape=op_shape(cls, dims, w.mode, gemm, name, width), model=model)
         compute, memory = float(compute), float(memory)
         rows.append(OpPrediction(
             name=name, einsum=einsum, flops=flops, bytes=nbytes,
@@ -177,7 +177,7 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
         bound="compute" if compute > memory else "memory", per_token_s=per_token, tokens_per_s=tokens / time,
     )
     return Prediction(
-        hardware=hardware_summary(hw, w.dtype), workload=w, overlap=overlap, timing=model.timing,
+        hardware=hardware_summary(hw, w.dtype, model), workload=w, overlap=overlap, timing=model.timing,
         mechanisms=sorted(model.on) if model.active else [], ops=rows, total=total,
         memory=memory_fit(compiled, w, hw), assumptions=assumptions(w, hw, overlap, model),
     )
@@ -191,8 +191,17 @@ def compare(workloads: list[Workload], hw: HardwareProfile, overlap: str = DEFAU
     return Comparison([predict(w, hw, overlap, timing, without) for w in workloads])
 
 
-def hardware_summary(hw: HardwareProfile, dtype: str) -> dict:
+def hardware_summary(hw: HardwareProfile, dtype: str, model=None) -> dict:
+    """The device as a report states it; ``efficiency`` says what the time model is (None: the datasheet
+    roofline with the profile's launch overhead)."""
+    efficiency = None
+    if model is not None and model.active:
+        origins = set(model.resolved.origin.values())
+        where = ("fitted" if all(o.startswith("fitted") for o in origins) else
+                 "transferred" if all(o.startswith("transferred") for o in origins) else "fitted and transferred")
+        efficiency = f"{where} efficiency, {model.timing} timing"
     return {
+        "efficiency": efficiency,
         "id": hw.id, "name": hw.name, "kind": hw.kind, "dtype": dtype,
         "peak_flops_per_s": hw.peak(dtype), "vector_peak_flops_per_s": hw.vector_peak(dtype),
         "memory_bandwidth_bytes_per_s": hw.bandwidth, "memory_capacity_bytes": hw.capacity,

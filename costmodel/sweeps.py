@@ -101,7 +101,7 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     for name, kind, f, e, gemm in zip(compiled.names, compiled.kinds, flops_per_op, elements_per_op, gemms):
         f = np.broadcast_to(f, x.shape).astype(np.float64)
         by = np.broadcast_to(e, x.shape) * float(width)
-        shape = op_shape(efficiency_class(kind, name), dims, w.mode, gemm)
+        shape = op_shape(efficiency_class(kind, name), dims, w.mode, gemm, name, width)
         time += op_time(hw, kind, w.dtype, f, by, overlap, launches=launches, maximum=np.maximum, name=name,
                         shape=shape, model=model)[3]
         flops += f
@@ -187,5 +187,5 @@ def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: 
                 "bytes": float(r["bytes"][i]), "kv_cache_bytes": float(r["kv_cache_bytes"][i]),
                 "fits": bool(r["fits"][i]),
             })
-    return Sweep.model_construct(hardware=hardware_summary(hw, workloads[0].dtype), parameter=parameter, dim=dim,
+    return Sweep.model_construct(hardware=hardware_summary(hw, workloads[0].dtype, model), parameter=parameter, dim=dim,
                                  linked=linked, values=values, workloads=workloads, records=records)

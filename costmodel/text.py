@@ -148,7 +148,8 @@ def hardware_line(hw: dict) -> str:
     tag = " (measured)" if hw["measured"] else ""
     return (f"{hw['name']} [{hw['id']}]{tag}: {hw['dtype']} peak {si(hw['peak_flops_per_s'], 'FLOP/s')}, "
             f"memory {si(hw['memory_bandwidth_bytes_per_s'], 'B/s')}, ridge {hw['ridge_point_flops_per_byte']:.0f} "
-            f"FLOP/B, capacity {si(hw['memory_capacity_bytes'], 'B')}, launch {hw['launch_overhead_s'] * 1e6:g} us")
+            f"FLOP/B, capacity {si(hw['memory_capacity_bytes'], 'B')}, "
+            + (hw["efficiency"] if hw.get("efficiency") else f"launch {hw['launch_overhead_s'] * 1e6:g} us"))
 
 
 def _variant_label(w) -> str:
@@ -156,16 +157,17 @@ def _variant_label(w) -> str:
 
 
 def op_table(p) -> list[str]:
-    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "time", "bound")
+    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "overhead", "time", "bound")
     rows = [head]
     for r in p.ops:
         rows.append((r.name, r.einsum or "", si(r.flops), si(r.bytes, "B"), f"{r.intensity:.3g}",
-                     si(r.compute_s, "s"), si(r.memory_s, "s"), si(r.time_s, "s"), r.bound))
+                     si(r.compute_s, "s"), si(r.memory_s, "s"), si(r.launch_s, "s"), si(r.time_s, "s"), r.bound))
     t = p.total
     per_layer = " per layer" if p.workload.layers > 1 else ""
     rows.append((f"total{per_layer and ' x' + str(p.workload.layers)}", "", si(t.flops), si(t.bytes, "B"),
-                 f"{t.flops / t.bytes:.3g}", si(t.compute_s, "s"), si(t.memory_s, "s"), si(t.time_s, "s"), t.bound))
-    return aligned(rows, right={2, 3, 4, 5, 6, 7}, rules=(1, -1))
+                 f"{t.flops / t.bytes:.3g}", si(t.compute_s, "s"), si(t.memory_s, "s"), si(t.launch_s, "s"),
+                 si(t.time_s, "s"), t.bound))
+    return aligned(rows, right={2, 3, 4, 5, 6, 7, 8}, rules=(1, -1))
 
 
 def prediction_table(preds: list) -> str:
@@ -190,14 +192,24 @@ def prediction_table(preds: list) -> str:
     return "\n".join(lines)
 
 
+def efficiency_status(p) -> str:
+    """Where a profile's efficiency parameters come from: fitted (with their count), transferred, or none."""
+    from costmodel.mechanisms import reference_for
+
+    if p.efficiency is not None:
+        return f"fitted ({p.efficiency.parameters})"
+    ref = reference_for(p)
+    return f"from {ref.id}" if ref is not None else "datasheet only"
+
+
 def hardware_table(profiles) -> str:
-    rows = [("id", "name", "bf16/fp16", "fp8", "memory BW", "capacity", "on-chip", "aliases")]
+    rows = [("id", "name", "bf16/fp16", "fp8", "memory BW", "capacity", "on-chip", "efficiency", "aliases")]
     for p in profiles:
         peak = p.peak_flops_per_s.get("bf16") or p.peak_flops_per_s.get("fp16")
         fp8 = p.peak_flops_per_s.get("fp8")
         rows.append((p.id, p.name, si(peak.value, "FLOP/s") if peak else "-", si(fp8.value, "FLOP/s") if fp8 else "-",
                      si(p.bandwidth, "B/s"), si(p.capacity, "B"), si(p.on_chip_memory_bytes.value, "B"),
-                     ", ".join(p.aliases)))
+                     efficiency_status(p), ", ".join(p.aliases)))
     return "\n".join(aligned(rows))
 
 
@@ -233,8 +245,9 @@ def hardware_detail(p) -> str:
 def sweep_table(sw) -> str:
     """Time per step (or call) of each variant at each swept value; ``*`` where memory does not fit."""
     hw, name, values = sw.hardware, sw.parameter, sw.values
-    lines = [f"{hw['name']} [{hw['id']}], sweep of {name} ({sw.dim}); time per step or call; "
-             "* = does not fit in memory"]
+    lines = [f"{hw['name']} [{hw['id']}], sweep of {name} ({sw.dim}); time per step or call"
+             + (f" ({hw['efficiency']})" if hw.get("efficiency") else " (datasheet roofline)")
+             + "; * = does not fit in memory"]
     labels = [_variant_label(w) if name != "groups" else w.variant.upper() for w in sw.workloads]
     rows = [(name, *labels)]
     for i, x in enumerate(values):
@@ -249,7 +262,7 @@ def validation_summary(report: dict) -> str:
     env = report["environment"]
     lines = [f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}",
              f"timing: {env['timing_method']}",
-             f"{len(report['rows'])} rows (ops and whole steps), {len(report['skipped'])} cases skipped; "
+             f"{len(report['rows'])} rows (ops and whole steps), {len(report['skipped'])} skipped (cases or dtypes); "
              f"FLOP cross-check (FlopCounterMode = symbolic): {'all passed' if report['flop_check_passed'] else 'FAILED'}",
              ""]
     names = list(report["summary"])
@@ -268,6 +281,9 @@ def validation_summary(report: dict) -> str:
         lines.append(f"  {sp['variant'].upper()} (g={sp['g']}) {sp['mode']} {shape} {sp['dtype']} {sp['execution']}: "
                      f"measured {sp['measured']:.2f}x; predicted {predicted}")
     for skip in report["skipped"]:
+        if "variant" not in skip:  # a whole dtype
+            lines.append(f"  skipped dtype {skip['dtype']}: {skip['reason']}")
+            continue
         lines.append(f"  skipped {skip['variant']} {skip['mode']} b={skip['b']} m={skip['m']}: {skip['reason']}")
     return "\n".join(lines)
 

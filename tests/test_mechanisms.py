@@ -174,3 +174,63 @@ def test_switching_a_mechanism_off_changes_the_error(published_report):
     r = CliRunner().invoke(main, ["validate", "--published", "--without", "fixed"])
     assert r.exit_code == 0 and "mechanisms switched off: fixed" in r.output
     assert r.output != published_report[0]
+
+
+def test_noise_check_flags_a_busy_machine():
+    pytest.importorskip("torch")
+    import os
+
+    from costmodel.validation.timing import noise_check
+
+    cores = os.cpu_count() or 1
+    quiet = noise_check(0.1, [1.05, 1.1, 1.02], 2)
+    assert not quiet["busy"] and quiet["warning"] is None and quiet["median_spread"] == 1.05
+    loaded = noise_check(float(cores), [1.05], 2)
+    assert loaded["busy"] and f"load average {cores:.2f}" in loaded["warning"]
+    noisy = noise_check(0.0, [1.6, 1.9, 1.2], 2)
+    assert noisy["busy"] and "spread 1.60" in noisy["warning"]
+
+
+def test_a_cpu_fit_uses_only_the_mechanisms_it_covers():
+    from costmodel.hardware import HardwareProfile
+
+    data = load_profile("epyc_9004_2vcpu").model_dump(mode="json")
+    data["efficiency"] = {
+        "data": ["a calibration"], "method": "by hand", "mechanisms": ["fixed", "bandwidth", "compute"],
+        "classes": {"gemm": {"fixed_s": {"eager": 1e-5}, "bandwidth_ceiling": 0.5, "fitted": ["fixed"]}},
+    }
+    hw = HardwareProfile.model_validate(data)
+    model = time_model(hw, "eager")
+    assert model.on == {"fixed", "bandwidth", "compute"}
+    from costmodel import Workload, predict
+
+    p = predict(Workload.create("mha", batch=1, d_model=256, heads=4, context=64, dtype="fp32"), hw, timing="eager")
+    q = next(o for o in p.ops if o.name == "q_proj")
+    # no tiles: the 1-row projection's compute is its exact FLOPs at the peak; memory at half bandwidth
+    assert q.compute_s == pytest.approx(q.flops / hw.peak("fp32"))
+    assert q.time_s == pytest.approx(1e-5 + max(q.compute_s, q.bytes / (0.5 * hw.bandwidth)))
+
+
+def test_an_unfused_causal_mask_is_read_broadcast():
+    from costmodel import Workload, predict
+
+    hw = load_profile("h100")
+    w = Workload.create("mha", "batched", batch=4, seq=256, heads=8, d_model=1024)
+    mask = lambda p: next(o for o in p.ops if o.name == "mask")  # noqa: E731
+    full, causal = mask(predict(w, hw, without=("causal",))), mask(predict(w, hw))
+    assert full.bytes == causal.bytes == 2 * 3 * 4 * 8 * 256 * 256  # the paper's op: logits in and out, mask
+    # the memory side shrinks by the [b, h, n, m] mask less one [n, m] mask, in bf16
+    eff = resolve(hw, "graph").get("elementwise")
+    def memory(nbytes):
+        return nbytes / (hw.bandwidth * eff.bandwidth_ceiling) * (1 + (eff.bandwidth_half_bytes / nbytes) ** eff.bandwidth_exponent)
+    assert full.memory_s == pytest.approx(memory(full.bytes))
+    assert causal.memory_s == pytest.approx(memory(full.bytes - 2 * 4 * 8 * 256 * 256 + 2 * 256 * 256))
+
+
+def test_noise_check_flags_a_machine_whose_speed_moved_since_calibration():
+    pytest.importorskip("torch")
+    from costmodel.validation.timing import noise_check
+
+    assert not noise_check(0.0, [1.0], 2, drift=1.1)["busy"]
+    moved = noise_check(0.0, [1.0], 2, drift=0.5)
+    assert moved["busy"] and "read bandwidth 0.50x what it was at calibration" in moved["warning"]

@@ -36,19 +36,26 @@ def device_for(command: str, device: str) -> str:
     return device
 
 
-def calibrate_command(device: str, out: str, quick: bool) -> str:
-    """Measure ``device``, write the profile to ``out``; returns the line to print."""
+def calibrate_command(device: str, out: str, quick: bool, threads: int | None = None) -> str:
+    """Measure ``device``, write the profile to ``out``; returns the lines to print."""
     device = device_for("calibrate", device)
     from costmodel.files import check_folder
 
     check_folder(out)
     from costmodel.validation.calibrate import calibrate
 
-    profile = calibrate(device, out, quick)
+    profile = calibrate(device, out, quick, threads)
     peaks = ", ".join(f"{dt} {v['value'] / 1e9:.0f} GFLOP/s" for dt, v in profile["peak_flops_per_s"].items())
-    return (f"wrote {out}: {profile['name']}: {peaks}; read bandwidth "
+    line = (f"wrote {out}: {profile['name']}: {peaks}; read bandwidth "
             f"{profile['memory_bandwidth_bytes_per_s']['value'] / 1e9:.1f} GB/s; per-op overhead "
             f"{profile['launch_overhead_s']['value'] * 1e6:.1f} us")
+    fits = profile.get("efficiency", {}).get("error", {})
+    if fits:
+        line += "\nfitted curves (median |error| of the fit): " + ", ".join(
+            f"{k.split('/')[0]} {v['median_abs_error_pct']:.0f}%" for k, v in fits.items())
+    if profile["noise"]["warning"]:
+        line += "\nWarning: " + profile["noise"]["warning"]
+    return line
 
 
 def datasheet_profile(device: str, gpu: str | None):
@@ -66,8 +73,8 @@ def datasheet_profile(device: str, gpu: str | None):
 
 
 def validate_command(device: str, gpu: str | None, profile_path: str | None, quick: bool, json_path: str | None,
-                     plot_path: str | None, progress: Callable[[list], Iterator], say: Callable[[str], None]
-                     ) -> Iterator[str]:
+                     plot_path: str | None, progress: Callable[[list], Iterator], say: Callable[[str], None],
+                     threads: int | None = None) -> Iterator[str]:
     """Run the validation grid; yields the lines to print (the summary, then what was written)."""
     device = device_for("validate", device)
     from costmodel.files import check_folder, write_text
@@ -86,12 +93,14 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         from costmodel.validation.calibrate import calibrate
 
         say("calibrating ...")
-        profiles["calibrated"] = HardwareProfile.model_validate(calibrate(device, None, quick))
+        profiles["calibrated"] = HardwareProfile.model_validate(calibrate(device, None, quick, threads))
     from costmodel.text import validation_summary
     from costmodel.validation.run import validate
 
-    report = validate(device, profiles, quick, progress)
+    report = validate(device, profiles, quick, progress, threads)
     yield validation_summary(report)
+    if report["noise"]["warning"]:
+        yield "Warning: " + report["noise"]["warning"]
     if json_path is not None:
         write_text(json_path, json.dumps(report, indent=1))
         yield f"wrote {json_path}"

@@ -171,6 +171,99 @@ def measure_op_classes(device: str, peaks: dict[str, float], quick: bool) -> dic
     return {"classes": classes, "large_bytes": large, "timing_method": timer.method}
 
 
+#: The workloads whose ops make the CPU curves (quick, full): the validation's own kernels at shapes of
+#: their own (d 1024, 8 heads, MHA and MQA; the validation grid is d 2048, 16 heads, GQA), so the curves
+#: cover the sizes the kernels run at without being fitted to any validation case.
+CURVES = {
+    True: {"batches": (2,), "contexts": (256, 2048), "prefill": (64,)},
+    False: {"batches": (1, 4, 16), "contexts": (128, 1024, 8192), "prefill": (32, 128, 256)},
+}
+#: Mechanisms a CPU fit covers: no GPU tiles or waves, no split-KV work units; the validation's
+#: prefill and mask are not causal.
+CPU_MECHANISMS = ("fixed", "bandwidth", "compute")
+_CURVE = ("fixed", "compute_efficiency", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent")
+#: Parameters fitted per class on a CPU.
+CPU_FREE = {
+    "gemm": (*_CURVE, "pack_passes"), "attention_einsum": (*_CURVE, "pack_passes"), "decode_attention": _CURVE,
+    "prefill_attention": ("fixed", "compute_efficiency"),
+    "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
+    "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
+    # a cache append writes a slice in place: no output to allocate, its own dispatch cost
+    "copy": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
+}
+
+
+def _curve_workloads(quick: bool):
+    from costmodel.workload import Workload
+
+    c = CURVES[quick]
+    for variant in ("mha", "mqa"):
+        for execution in ("unfused", "fused"):
+            for b in c["batches"]:
+                for m in c["contexts"]:
+                    yield Workload.create(variant, "incremental", batch=b, context=m, d_model=1024, heads=8,
+                                          dtype="fp32", execution=execution)
+            for n in c["prefill"]:
+                yield Workload.create(variant, "batched", batch=1, seq=n, d_model=1024, heads=8, dtype="fp32",
+                                      execution=execution)
+
+
+def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[float]]:
+    """Time every op of :data:`CURVES`' workloads, group the points by efficiency class, and fit the
+    mechanisms of :mod:`costmodel.mechanisms` to each class's curve (eager timing: what a host timer sees
+    around one call); returns the efficiency block and each point's p90/median spread."""
+    import numpy as np
+
+    from costmodel import symbols as S
+    from costmodel.compiled import compile_program
+    from costmodel.hardware import HardwareProfile
+    from costmodel.mechanisms import efficiency_class, op_shape
+    from costmodel.validation.fit import errors, fit_class, predict_table
+    from costmodel.validation.kernels import build_kernels
+    from costmodel.validation.published import Table
+
+    hw = HardwareProfile.model_validate(profile)
+    timer = Timer(device, budget_s=0.05 if quick else 0.1, min_reps=5)
+    on = frozenset(CPU_MECHANISMS)
+    points: dict[str, list[tuple]] = {}
+    spreads: list[float] = []
+    workloads = list(_curve_workloads(quick))
+    for w in workloads:
+        compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
+        dims = w.dims()
+        flops, elements, _, _ = compiled.at(dims)
+        gemms = compiled.gemm_shapes(dims)
+        width = S.dtype_bytes(w.dtype)
+        for i, kernel in enumerate(build_kernels(w, device)):
+            cls = efficiency_class(compiled.kinds[i], compiled.names[i])
+            tm = timer.time(kernel.run)
+            spreads.append(tm.p90_s / tm.median_s)
+            shape = op_shape(cls, dims, w.mode, gemms[i], compiled.names[i], width)
+            points.setdefault(cls, []).append((float(flops[i]), float(elements[i]) * width, shape, tm.median_s))
+    classes, report = {}, {}
+    for cls, pts in points.items():
+        keys = sorted({k for p in pts for k in p[2]})
+        shape = {k: np.array([float(p[2].get(k, 0)) for p in pts]) for k in keys}
+        table = Table(source="calibrate", gpu=device, profile=hw.id, op_class=cls, timing="eager", dtype="fp32",
+                      file="", fields={}, measured_s=np.array([p[3] for p in pts]),
+                      flops=np.array([p[0] for p in pts]), nbytes=np.array([p[1] for p in pts]), shape=shape)
+        eff = fit_class([table], hw, names=CPU_FREE[cls], on=on, starts=5)
+        classes[cls] = eff.model_dump(mode="json")
+        report[f"{cls}/eager"] = errors(predict_table(table, hw, eff, on), table.measured_s)
+    env = environment(device)
+    c = CURVES[quick]
+    block = {
+        "data": [f"costmodel calibrate on {env['device_name']} ({env['backend']}), torch {env['torch_version']}, "
+                 f"{datetime.date.today().isoformat()}: every op of {len(workloads)} workloads (d 1024, 8 heads, "
+                 f"MHA and MQA, fp32, unfused and fused; decode b {c['batches']} x m {c['contexts']}, prefill "
+                 f"n {c['prefill']})"],
+        "method": ("each op timed as the validation times it; per class, least squares on log(predicted/measured) "
+                   "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + "; " + timer.method),
+        "error": report, "classes": classes, "mechanisms": list(CPU_MECHANISMS),
+    }
+    return block, spreads
+
+
 def _capacity_and_cache(device: str) -> tuple[float, float, str]:
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
@@ -231,14 +324,31 @@ def profile_from(m: dict, device: str) -> dict:
     }
 
 
-def calibrate(device: str, out: str | None = None, quick: bool = False) -> dict:
-    """Measure ``device`` and (optionally) write the profile to ``out`` atomically; returns the profile dict."""
+def calibrate(device: str, out: str | None = None, quick: bool = False, threads: int | None = None) -> dict:
+    """Measure ``device`` and (optionally) write the profile to ``out`` atomically; returns the profile dict.
+    On a CPU, ``threads`` sets torch's thread count first, and the op classes' mechanisms are fitted to
+    curves over sizes (:func:`fit_curves`); the profile's ``noise`` records how quiet the machine was."""
     import yaml
 
+    from costmodel.validation.timing import noise_check
+
+    if device == "cpu" and threads:
+        torch.set_num_threads(threads)
     start = time.perf_counter()
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     m = measure(device, quick)
     m["op_classes"] = measure_op_classes(device, m["peak_flops_per_s"], quick)
     profile = profile_from(m, device)
+    profile["architecture"] = {
+        "generation": "measured",
+        "compute_units": {"value": float(torch.cuda.get_device_properties(0).multi_processor_count)
+                          if device == "cuda" else float(torch.get_num_threads()),
+                          "source": "system", "confidence": "high"},
+    }
+    spreads: list[float] = []
+    if device == "cpu":
+        profile["efficiency"], spreads = fit_curves(device, profile, quick)
+    profile["noise"] = noise_check(load_before, spreads, torch.get_num_threads())
     profile["notes"] += f" Calibration took {time.perf_counter() - start:.1f} s."
     if out:
         header = ("# A MEASURED profile written by `costmodel calibrate`; see `measured` for on what, when and how.\n")

@@ -9,6 +9,7 @@ measured against predicted speed-ups of GQA and MQA over MHA.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -78,7 +79,8 @@ def _error(predicted: float, measured: float) -> float:
 def run_case(w: Workload, device: str, timer: Timer, profiles: dict[str, HardwareProfile]) -> list[dict]:
     """Rows for every op of one workload and for the whole step."""
     kernels = build_kernels(w, device)
-    predictions = {name: predict(w, hw) for name, hw in profiles.items()}
+    # what the timer sees is one eager call per op; the fused prefill kernels here are not causal
+    predictions = {name: predict(w, hw, timing="eager", without=("causal",)) for name, hw in profiles.items()}
     case = {"variant": w.variant, "mode": w.mode, "b": w.b, "n": w.n, "m": w.m, "d": w.d, "h": w.h, "g": w.g,
             "k": w.k, "dtype": w.dtype, "execution": w.execution}
     rows = []
@@ -150,13 +152,59 @@ def speedups(rows: list[dict], profile_names: list[str]) -> list[dict]:
     return out
 
 
+def speed_drift(device: str, calibrated: HardwareProfile | None, quick: bool) -> float | None:
+    """This machine's read bandwidth now over the calibrated profile's (measured the same way, on the
+    buffer a calibration of the same mode reads): a shared machine whose speed moved since calibration
+    makes every calibrated prediction wrong by that factor."""
+    if calibrated is None or calibrated.measured is None:
+        return None
+    from costmodel.validation.calibrate import SIZES
+
+    nbytes = SIZES[(device, quick)][1]
+    src = torch.ones(nbytes // 4, device=device, dtype=torch.float32)
+    now = nbytes / Timer(device, flush_bytes=0, budget_s=0.3).time(lambda: src.sum()).median_s
+    return now / calibrated.bandwidth
+
+
+#: A dtype is validated only where the device runs it natively: its measured matmul rate at least this
+#: share of fp32's (bf16 on a CPU without AVX-512 BF16 or AMX runs at about 1% of fp32 and would take an
+#: hour to time, measuring an emulation rather than the kernels the model describes).
+NATIVE_SHARE = 0.25
+
+
+def native_dtypes(dtypes: tuple[str, ...], calibrated: HardwareProfile | None) -> tuple[tuple[str, ...], dict]:
+    """The grid's dtypes this device runs natively, and why each other one is skipped."""
+    if calibrated is None or "fp32" not in calibrated.peak_flops_per_s:
+        return dtypes, {}
+    fp32 = calibrated.peak("fp32")
+    keep, slow = [], {}
+    for dt in dtypes:
+        rate = calibrated.peak_flops_per_s.get(dt)
+        if rate is not None and rate.value < NATIVE_SHARE * fp32:
+            slow[dt] = (f"not native here: measured {dt} matmul {rate.value / 1e9:.1f} GFLOP/s against fp32 "
+                        f"{fp32 / 1e9:.1f} (below {NATIVE_SHARE:.0%})")
+        else:
+            keep.append(dt)
+    return tuple(keep), slow
+
+
 def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
-             progress: Callable[[list], Iterator] | None = None) -> dict:
-    """Run the grid on ``device``; returns the whole report as a JSON-ready dict."""
+             progress: Callable[[list], Iterator] | None = None, threads: int | None = None) -> dict:
+    """Run the grid on ``device``; returns the whole report as a JSON-ready dict, with a noise check."""
+    import os
+
+    from costmodel.validation.timing import noise_check
+
+    if device == "cpu" and threads:
+        torch.set_num_threads(threads)
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    drift = speed_drift(device, profiles.get("calibrated"), quick)
     grid = GRIDS[(device, quick)]
     timer = Timer(device, budget_s=0.05 if quick else 0.25, min_reps=5 if quick else 7, warmup=2 if quick else 3)
+    dtypes, slow = native_dtypes(grid.dtypes, profiles.get("calibrated"))
+    grid = dataclasses.replace(grid, dtypes=dtypes)
     cases = list(grid.workloads())
-    rows, skipped = [], []
+    rows, skipped = [], [{"dtype": dt, "reason": why} for dt, why in slow.items()]
     for w in (progress(cases) if progress else cases):
         try:
             rows += run_case(w, device, timer, profiles)
@@ -179,4 +227,6 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
         "skipped": skipped,
         "summary": summarize(rows, names),
         "speedups": speedups(rows, names),
+        "noise": noise_check(load_before, [r["measured"]["p90_s"] / r["measured"]["median_s"] for r in rows],
+                             torch.get_num_threads(), drift),
     }

@@ -104,3 +104,36 @@ def _cpu_name() -> str | None:
     except OSError:
         return None
     return None
+
+
+#: A machine is called busy when its 1-minute load average before timing is at least this share of its
+#: cores, or when the median p90/median spread of the timings is above SPREAD_LIMIT.
+LOAD_SHARE = 0.5
+SPREAD_LIMIT = 1.25
+
+
+#: Read bandwidth now against the calibrated profile's beyond this factor either way: the machine changed.
+DRIFT_LIMIT = 1.25
+
+
+def noise_check(load_before: float | None, spreads: list[float], threads: int, drift: float | None = None) -> dict:
+    """How quiet the machine was: the load average before timing, the spread of the timings, the speed
+    drift since calibration (read bandwidth now / then), and a warning when any says the numbers are not
+    to be trusted."""
+    import os
+
+    cores = os.cpu_count() or 1
+    spread = statistics.median(spreads) if spreads else None
+    reasons = []
+    if load_before is not None and load_before >= max(LOAD_SHARE * cores, 0.5):
+        reasons.append(f"load average {load_before:.2f} on {cores} cores before timing")
+    if spread is not None and spread > SPREAD_LIMIT:
+        reasons.append(f"median p90/median spread {spread:.2f} (above {SPREAD_LIMIT})")
+    if drift is not None and not 1 / DRIFT_LIMIT <= drift <= DRIFT_LIMIT:
+        reasons.append(f"read bandwidth {drift:.2f}x what it was at calibration")
+    return {"load_average": load_before, "cores": cores, "threads": threads,
+            "median_spread": None if spread is None else round(spread, 3),
+            "speed_since_calibration": None if drift is None else round(drift, 3),
+            "busy": bool(reasons),
+            "warning": ("the machine was busy (" + "; ".join(reasons) + "): these timings are noise, not the "
+                        "device; rerun on a quiet machine") if reasons else None}
