@@ -203,12 +203,13 @@ def _fitted_profiles():
     return [p for p in load_all() if p.efficiency is not None and p.architecture is not None]
 
 
-def reference_for(hw):
+def reference_for(hw, exclude=()):
     """The fitted shipped profile whose parameters ``hw`` borrows (same generation first), or None."""
     if hw.architecture is None or hw.architecture.generation not in GENERATIONS:
         return None
     gen = GENERATIONS.index(hw.architecture.generation)
-    fitted = [p for p in _fitted_profiles() if p.architecture.generation in GENERATIONS and p.id != hw.id]
+    fitted = [p for p in _fitted_profiles() if p.architecture.generation in GENERATIONS and p.id != hw.id
+              and p.id not in exclude]
     if not fitted:
         return None
     def rank(p):
@@ -242,31 +243,51 @@ class Resolved:
         return self.classes.get(cls)
 
 
-def resolve(hw, timing: str, reference="auto") -> Resolved | None:
+def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -> Resolved | None:
     """Per class: the device's own fitted parameters where it has them for ``timing``; the rest transferred
     from :func:`reference_for`'s device (or ``reference``, a profile, or None for no transfer). None when
     neither exists (a datasheet-only device)."""
     own = hw.efficiency.classes if hw.efficiency is not None else {}
-    ref = reference_for(hw) if reference == "auto" else reference
+    found: list = []
+    seen = _seen | {hw.id}
+
+    def ref():  # loaded only when the device's own fit does not cover a class
+        if not found:
+            found.append(reference_for(hw, seen) if reference == "auto" else reference)
+            # what the reference itself predicts with: its own fit, and what it borrows (never from here)
+            found.append(resolve(found[0], timing, "auto" if reference == "auto" else None, seen)
+                         if found[0] is not None else None)
+        return found[0]
+
+    def theirs_for(cls):
+        return found[1].classes.get(cls) if ref() is not None and found[1] is not None else None
+
     classes, origin = {}, {}
     for cls in CLASSES:
-        mine, theirs = own.get(cls), (ref.efficiency.classes.get(cls) if ref is not None else None)
+        mine = own.get(cls)
+        near = NEAREST_TIMING.get(timing)
+        other = FALLBACK.get(cls)
+        if mine is None and other in own and other in classes:  # this device's own fit of the parent class
+            classes[cls], origin[cls] = classes[other], origin[other] + f" (its {other} class)"
+            continue
+        covered = mine is not None and (timing in mine.fixed_s or near in mine.fixed_s)
+        theirs = None if covered else theirs_for(cls)
         if mine is None and theirs is None:
-            other = FALLBACK.get(cls)
             if other in classes:
                 classes[cls], origin[cls] = classes[other], origin[other] + f" (its {other} class)"
             continue
-        eff = mine if mine is not None else transfer(theirs, ref, hw)
-        where = f"fitted on {hw.id}" if mine is not None else f"transferred from {ref.id}"
+        eff = mine if mine is not None else transfer(theirs, ref(), hw)
+        where = (f"fitted on {hw.id}" if mine is not None else
+                 f"transferred from {ref().id}" + ("" if found[1].origin[cls].startswith("fitted on") and
+                                                   "(" not in found[1].origin[cls] else f" [{found[1].origin[cls]}]"))
         if timing not in eff.fixed_s:
-            near = NEAREST_TIMING.get(timing)
-            if mine is not None and theirs is not None and timing in theirs.fixed_s:
-                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: theirs.fixed_s[timing]}})
-                where += f"; {timing} fixed cost from {ref.id}"
-            elif near in eff.fixed_s:
+            if near in eff.fixed_s:
                 # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: eff.fixed_s[near]}})
                 where += f" ({near} fixed cost for {timing})"
+            elif mine is not None and theirs is not None and timing in theirs.fixed_s:
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: theirs.fixed_s[timing]}})
+                where += f"; {timing} fixed cost from {ref().id}"
             else:
                 where += f" (no {timing} fixed cost)"
         classes[cls], origin[cls] = eff, where

@@ -234,3 +234,18 @@ def test_noise_check_flags_a_machine_whose_speed_moved_since_calibration():
     assert not noise_check(0.0, [1.0], 2, drift=1.1)["busy"]
     moved = noise_check(0.0, [1.0], 2, drift=0.5)
     assert moved["busy"] and "read bandwidth 0.50x what it was at calibration" in moved["warning"]
+
+
+def test_every_nvidia_gpu_prices_every_class_from_a_fit():
+    # no op of an NVIDIA GPU silently falls back to the datasheet roofline, under any timing convention
+    from costmodel.mechanisms import CLASSES, TIMINGS
+
+    for p in load_all():
+        if p.vendor != "NVIDIA":
+            continue
+        for timing in TIMINGS:
+            got = resolve(p, timing)
+            assert set(got.classes) == set(CLASSES), (p.id, timing)
+            for cls, eff in got.classes.items():
+                if timing == "graph" or "no " not in got.origin[cls]:
+                    assert timing in eff.fixed_s or "no " in got.origin[cls], (p.id, timing, cls)
