@@ -1,10 +1,11 @@
 """Fit the efficiency mechanisms of the A100 and H100 profiles to the published timings, write the
 fitted blocks into the profiles, and report how well a fit on one GPU predicts the other.
 
-    python benchmarks/fit_published.py [MEASUREMENTS_DIR] [--write]
+    python benchmarks/fit_published.py [MEASUREMENTS_DIR] [--write] [--holdout]
 
 MEASUREMENTS_DIR defaults to ../shared/measurements. Without --write the profiles are left alone and
-only the errors are printed. The fitted numbers depend only on the data (the search is deterministic).
+only the errors are printed. --holdout also fits on every other row of each table and reports the error
+on the rows that fit did not see. The fitted numbers depend only on the data (the search is deterministic).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from costmodel.hardware import ClassEfficiency, Efficiency, load_profile
 from costmodel.mechanisms import transfer
-from costmodel.validation.fit import SHARED, errors, fit_class, predict_table
+from costmodel.validation.fit import errors, fit_class, predict_table
 from costmodel.validation.published import read_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,11 +41,7 @@ def fit_device(tables, hw):
         primary = [t for t in tables if t.op_class == cls and t.source == source]
         if not primary:
             continue
-        start = None
-        if cls in SHARED and SHARED[cls][0] in classes:
-            donor = classes[SHARED[cls][0]]
-            start = ClassEfficiency(**{name: getattr(donor, name) for name in SHARED[cls][1]})
-        eff = fit_class(primary, hw, start=start)
+        eff = fit_class(primary, hw)
         report[f"{cls}/{primary[0].timing}"] = _err(primary, hw, eff)
         for other in sorted({t.source for t in tables if t.op_class == cls} - {source}):
             ts = [t for t in tables if t.op_class == cls and t.source == other]
@@ -123,6 +120,18 @@ def main(argv):
     print("\ncross-GPU (transfer rule: costmodel.mechanisms.TRANSFER_RULE):")
     for line in cross(by_gpu, fitted, hws):
         print("  " + line)
+    if "--holdout" in argv:
+        print("\nheld out (fit on even rows of every table, error on the odd rows it did not see):")
+        for pid in GPUS:
+            half = lambda t, r: t.select(np.arange(len(t)) % 2 == r)  # noqa: E731
+            classes, _ = fit_device([half(t, 0) for t in by_gpu[pid]], hws[pid])
+            for cls, eff in classes.items():
+                for source in sorted({t.source for t in by_gpu[pid] if t.op_class == cls}):
+                    test = [half(t, 1) for t in by_gpu[pid] if t.op_class == cls and t.source == source]
+                    e = _err(test, hws[pid], eff)
+                    key = f"{cls}/{test[0].timing}"
+                    print(f"  {pid:14s} {key:28s} {source:15s} n {e['n']:6d}  median "
+                          f"{e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
     if "--write" in argv:
         for pid, eff in blocks.items():
             write(pid, eff)

@@ -59,11 +59,6 @@ class Compiled:
         return [dict(zip(("batch", "M", "K", "N"), (next(values) for _ in range(4)))) if g else None
                 for g in self.gemms]
 
-    def gemm_at(self, dims: dict[str, int]) -> list[tuple[int, int, int, int] | None]:
-        """(batch, M, K, N) of every einsum op at ``dims`` (``None`` for the other ops)."""
-        subs = {S.SYMBOLS[k]: v for k, v in dims.items()}
-        return [tuple(int(x.subs(subs)) for x in gemm) if gemm else None for gemm in self.gemms]
-
 
 @lru_cache(maxsize=64)
 def compile_program(variant: str, mode: str, execution: str = "unfused", cache_append: str = "inplace") -> Compiled:

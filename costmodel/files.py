@@ -30,15 +30,15 @@ def _reason(err: OSError) -> str:
     return (err.strerror or str(err)).lower()
 
 
-def read_text(path: str, what: str) -> str:
-    """The text of ``path`` (UTF-8, at most MAX_INPUT_BYTES); ``what`` names the file in errors."""
+def read_text(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """The text of ``path`` (UTF-8, at most ``limit`` bytes); ``what`` names the file in errors."""
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_INPUT_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as err:
         raise CostModelError(f"cannot read {what} {path}: {_reason(err)}") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise CostModelError(f"{what} {path} is larger than {MAX_INPUT_BYTES >> 20} MiB; it is not a {what}")
+    if len(data) > limit:
+        raise CostModelError(f"{what} {path} is larger than {limit >> 20} MiB; it is not a {what}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:

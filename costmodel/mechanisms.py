@@ -77,15 +77,13 @@ def efficiency_class(kind: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class Times:
-    """Parts of an op's predicted time (arrays or floats): fixed cost, compute, memory, work units, total;
-    and the FLOPs the kernel really does (causal, tile-quantized)."""
+    """Parts of an op's predicted time (arrays or floats): fixed cost, compute, memory, work units, total."""
 
     fixed: object
     compute: object
     memory: object
     units: object
     time: object
-    flops: object
 
 
 def causal_pairs(n, m):
@@ -172,7 +170,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         units = (eff.unit_sm_s * np.asarray(shape["b"], float) * shape["g"] / sms
                  + eff.split_s * (np.asarray(shape["positions"]) > DECODE_BLOCK))
     body = np.maximum(compute, memory) if overlap == "max" else compute + memory
-    return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units, flops=work)
+    return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units)
 
 
 def class_peak(hw, cls: str, dtype: str) -> float:
@@ -315,11 +313,11 @@ def time_model(hw, timing: str = "graph", without=()) -> TimeModel:
     from costmodel.vocab import choice
 
     timing = choice("timing", timing, TIMINGS)
+    if not isinstance(without, (tuple, list, set, frozenset)):
+        raise CostModelError("without must be a list of mechanism names")
     off = set()
     for name in without:
         off |= set(MECHANISMS) if name == "all" else {choice("mechanism", name, (*MECHANISMS, "all"))}
-    if not isinstance(without, (tuple, list, set, frozenset)):
-        raise CostModelError("without must be a list of mechanism names")
     on = frozenset(MECHANISMS) - off
     if hw.efficiency is not None:  # a device whose fit covers only some mechanisms (a CPU has no tiles)
         on &= frozenset(hw.efficiency.mechanisms)

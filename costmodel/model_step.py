@@ -88,7 +88,7 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
     compiled = compile_program("gqa", mode, execution, cache_append)
     dims = _dims(m, g, b, n, ctx)
     flops, elements, _, _ = compiled.at(dims)
-    gemms = compiled.gemm_at(dims)
+    gemms = [tuple(int(x) for x in g.values()) if g else None for g in compiled.gemm_shapes(dims)]
     return [Row(section, name, eq, cls, float(f), float(e) * width, count, gemm,
                 op_shape(efficiency_class(cls, name), dims, mode, None, name, width)
                 if cls.startswith("fused") or name == "mask" else None)
@@ -439,9 +439,7 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
         ),
         assumptions=[
             "decode step: one token per sequence after `context` cached positions; prefill: a `context`-token prompt",
-            *(mechanism_lines(hw, model) if model.resolved is not None else
-              [f"no fitted efficiency for {hw.id}: every op its own kernel, timed by the datasheet roofline of its "
-               "op class (a lower bound)"]),
+            *mechanism_lines(hw, model),
             "fused attention" if execution == "fused" else "unfused attention",
             ("as serving engines run it: q, k and v projections as one GEMM, gate and up as one, the K and V "
              "cache writes as one kernel" + (", rotary embeddings on q and k" if m.rope else "")) if engine else

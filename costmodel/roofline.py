@@ -254,13 +254,13 @@ def assumptions(w: Workload, hw: HardwareProfile, overlap: str, model=None) -> l
     how = "max(compute, memory)" if overlap == "max" else "compute + memory"
     peaks = "measured" if hw.measured else "datasheet dense"
     launch = ("measured overhead per op class" if hw.op_classes else f"{hw.launch_overhead * 1e6:g} us launch")
-    out = mechanism_lines(hw, model) if model is not None and model.active else []
-    out += [] if out else [
-        f"roofline per op: time = {how} + {launch} per kernel; {peaks} peaks "
-        f"({w.dtype} for einsums, vector peak for elementwise ops)"
-        + ("; measured FLOP rate and bandwidth per op class where calibrated" if hw.op_classes else "")]
-    if model is not None and not model.active:
-        out += mechanism_lines(hw, model)
+    if model is not None and model.active:
+        out = mechanism_lines(hw, model)
+    else:
+        out = [f"roofline per op: time = {how} + {launch} per kernel; {peaks} peaks "
+               f"({w.dtype} for einsums, vector peak for elementwise ops)"
+               + ("; measured FLOP rate and bandwidth per op class where calibrated" if hw.op_classes else "")]
+        out += mechanism_lines(hw, model) if model is not None else []
     out += [
         "every op is its own kernel; intermediates go through memory" if w.execution == "unfused" else
         "fused attention: logits and weights stay on chip; K and V are read once with their g heads",

@@ -62,6 +62,12 @@ def _dtypes(device: str) -> list[str]:
     return ["fp32", "bf16"]
 
 
+def read_bandwidth(device: str, nbytes: int, timer: Timer) -> float:
+    """Bytes per second of reading (summing) an ``nbytes`` float32 buffer."""
+    src = torch.ones(nbytes // 4, device=device, dtype=torch.float32)
+    return nbytes / timer.time(lambda: src.sum()).median_s
+
+
 def measure(device: str, quick: bool = False) -> dict:
     """Achievable matmul FLOP/s per dtype, read and copy bandwidth, and per-op overhead."""
     n, buffer_bytes = SIZES[(device, quick)]
@@ -76,9 +82,9 @@ def measure(device: str, quick: bool = False) -> dict:
         peaks[dt] = 2 * size**3 / timer.time(lambda: a @ b).median_s
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
+    read = read_bandwidth(device, buffer_bytes, timer)
     src = torch.ones(buffer_bytes // 4, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
-    read = buffer_bytes / timer.time(lambda: src.sum()).median_s
     copy = 2 * buffer_bytes / timer.time(lambda: dst.copy_(src)).median_s
     tiny = torch.ones(1, device=device)
     launches = 200

@@ -40,10 +40,6 @@ FREE = {
 }
 
 
-#: Parameters a class takes from another class fitted before it (none at present).
-SHARED: dict[str, tuple[str, tuple[str, ...]]] = {}
-
-
 def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> np.ndarray:
     """Predicted seconds of every row of a published table with a class's parameters."""
     t = class_times(table.op_class, eff, peak=class_peak(hw, table.op_class, table.dtype), bandwidth=hw.bandwidth,

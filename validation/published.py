@@ -71,11 +71,9 @@ class Table:
 
 
 def _rows(path: Path) -> list[dict]:
-    size = path.stat().st_size
-    if size > MAX_TABLE_BYTES:
-        raise CostModelError(f"{path}: {size} bytes is larger than a published table may be ({MAX_TABLE_BYTES})")
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(io.StringIO(fh.read())))
+    from costmodel.files import read_text
+
+    return list(csv.DictReader(io.StringIO(read_text(str(path), "published table", MAX_TABLE_BYTES))))
 
 
 def _column(rows: list[dict], key: str, path: Path, convert=float) -> np.ndarray:
@@ -320,7 +318,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
     """Rows (one per published timing) and summary rows per source x GPU x op class x size bin."""
     from costmodel.hardware import load_profile
     from costmodel.mechanisms import time_model
-    from costmodel.validation.fit import predict_table
+    from costmodel.validation.fit import errors, predict_table
 
     rows, groups, rejected = [], {}, {}
     for table in tables:
@@ -363,10 +361,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
         p, m = np.concatenate(pred), np.concatenate(meas)
         if not len(m):
             continue
-        e = np.abs(p / m - 1) * 100
-        summary.append({"source": source, "gpu": gpu, "op_class": op_class, "size_bin": bin_name, "n": int(len(m)),
-                        "median_abs_error_pct": round(float(np.median(e)), 2),
-                        "p90_abs_error_pct": round(float(np.percentile(e, 90)), 2),
+        summary.append({"source": source, "gpu": gpu, "op_class": op_class, "size_bin": bin_name, **errors(p, m),
                         "median_measured_over_predicted": round(float(np.median(m / p)), 3)})
     return {"rows": rows, "summary": summary, "rejected": rejected,
             "mechanisms_off": sorted(set(without))}

@@ -158,12 +158,10 @@ def speed_drift(device: str, calibrated: HardwareProfile | None, quick: bool) ->
     makes every calibrated prediction wrong by that factor."""
     if calibrated is None or calibrated.measured is None:
         return None
-    from costmodel.validation.calibrate import SIZES
+    from costmodel.validation.calibrate import SIZES, read_bandwidth
 
-    nbytes = SIZES[(device, quick)][1]
-    src = torch.ones(nbytes // 4, device=device, dtype=torch.float32)
-    now = nbytes / Timer(device, flush_bytes=0, budget_s=0.3).time(lambda: src.sum()).median_s
-    return now / calibrated.bandwidth
+    timer = Timer(device, flush_bytes=0, budget_s=0.3)
+    return read_bandwidth(device, SIZES[(device, quick)][1], timer) / calibrated.bandwidth
 
 
 #: A dtype is validated only where the device runs it natively: its measured matmul rate at least this
