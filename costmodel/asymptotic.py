@@ -50,6 +50,14 @@ BASE_ASSUMPTIONS: tuple[Assumption, ...] = (
     Assumption(S.g, S.h, "g <= h"),
 )
 
+#: What multi-head latent attention adds (DeepSeek-V2's shapes: c = 4k = 512, p = k/2 = 64, l = 1536 <= d).
+MLA_ASSUMPTIONS: tuple[Assumption, ...] = (
+    Assumption(S.p, S.k, "p <= k (the rotary key is at most a head's key dimension)"),
+    Assumption(S.k, S.c, "k <= c (the latent rank is at least a head's dimension)"),
+    Assumption(S.c, S.d, "c <= d and l <= d (the latents are no wider than the model)"),
+    Assumption(S.l, S.d, ""),
+)
+
 #: Extra assumptions tried, in order, when a paper's form does not follow from the base ones.
 EXTRA_ASSUMPTIONS: tuple[Assumption, ...] = (
     Assumption(
@@ -134,7 +142,8 @@ class Asymptotics:
 
 def analyze(report: CostReport) -> Asymptotics:
     """Reduce a report's totals to Θ forms and check the paper's claim for its variant and mode."""
-    base = _constraints(BASE_ASSUMPTIONS, report.kv_heads)
+    assumed = BASE_ASSUMPTIONS + (MLA_ASSUMPTIONS if report.variant == "mla" else ())
+    base = _constraints(assumed, report.kv_heads)
     flops, memory = (sympy.expand(e.subs(PAPER_SUBS)) for e in (report.flops, report.memory_elements))
     flops_t, memory_t = theta(flops, base), theta(memory, base)
     ratio = theta_ratio(memory_t, flops_t, base)
@@ -154,7 +163,7 @@ def analyze(report: CostReport) -> Asymptotics:
         flops=flops_t,
         memory=memory_t,
         ratio=ratio,
-        assumptions=tuple(a.text for a in BASE_ASSUMPTIONS),
+        assumptions=tuple(a.text for a in assumed if a.text),
         claim=claim,
         claim_holds=holds,
         extra_assumptions=extra,

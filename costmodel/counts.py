@@ -21,6 +21,8 @@ from costmodel.vocab import MAX_DIM, check_divisible
 
 #: Dimensions that can be given numbers (``g`` comes from the variant and ``groups``).
 NUMERIC_DIMS: tuple[str, ...] = ("b", "n", "m", "d", "h", "k", "v")
+#: The dimensions of multi-head latent attention (:mod:`costmodel.mla`).
+MLA_DIMS: tuple[str, ...] = ("b", "n", "m", "d", "h", "k", "v", "c", "p", "l")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class CostReport:
     ops: tuple[OpCost, ...]
     assumptions: tuple[str, ...]
     substitutions: Mapping[str, int] = field(default_factory=dict)
+    form: str | None = None  # MLA's form (absorbed or naive)
 
     @cached_property
     def flops(self) -> sympy.Expr:
@@ -83,6 +86,7 @@ class CostReport:
         """JSON-ready dict; every expression is a string that ``sympy.sympify`` parses back."""
         return {
             "variant": self.variant,
+            **({"form": self.form} if self.form else {}),
             "mode": self.mode,
             "dtype": self.dtype,
             "kv_heads": str(self.kv_heads),
@@ -116,8 +120,13 @@ def derive(
     cache_append: str = "inplace",
     execution: str = "unfused",
     simplify: bool = True,
+    form: str = "absorbed",
+    q_lora: bool = False,
 ) -> CostReport:
-    """Exact counts of ``variant`` (mha, mqa, gqa) in ``mode``.
+    """Exact counts of ``variant`` (mha, mqa, gqa, or mla) in ``mode``.
+
+    MLA (:mod:`costmodel.mla`) takes ``form`` (absorbed or naive) and ``q_lora`` (queries through a
+    latent of rank l) and has the dimensions c, p and l besides b, n, m, d, h, k, v.
 
     ``dims`` maps some of b, n, m, d, h, k, v to positive integers; the rest stay symbolic. When d and h
     are given and k or v is not, it defaults to d / h. ``simplify=False`` skips factoring the
@@ -128,7 +137,10 @@ def derive(
     ('bd,hdk->bhk', 2*d*h*k)
     """
     width = S.dtype_bytes(dtype)
-    program = build_program(variant, mode, groups=groups, cache_append=cache_append, execution=execution)
+    if str(variant).lower() == "mla":
+        program = _mla_program(mode, form, q_lora, groups, cache_append, execution)
+    else:
+        program = build_program(variant, mode, groups=groups, cache_append=cache_append, execution=execution)
     subs = _check_dims(program, dims or {})
     ops = []
     for op in program.ops:
@@ -139,14 +151,25 @@ def derive(
         flops, mem = finish(flops, subs), finish(mem, subs)
         ops.append(OpCost(op.name, op.kind, op.einsum, flops, mem, finish(mem * width, {})))
     return CostReport(
-        variant=variant,
+        variant=program.variant,
         mode=mode,
         dtype=dtype.lower(),
         kv_heads=program.kv_heads,
         ops=tuple(ops),
         assumptions=conventions(program, dtype.lower(), width, subs),
         substitutions={str(s): int(val) for s, val in subs.items()},
+        form=program.form,
     )
+
+
+def _mla_program(mode: str, form: str, q_lora: bool, groups, cache_append: str, execution: str) -> Program:
+    from costmodel.mla import build_mla_program
+
+    if groups is not None:
+        raise CostModelError(f"groups {groups} is only valid with variant gqa (mla caches one latent for all heads)")
+    if cache_append != "inplace":
+        raise CostModelError("mla appends its latent in place; cache append 'concat' applies to mha, gqa and mqa")
+    return build_mla_program(mode, form, q_lora=q_lora, execution=execution)
 
 
 def _sum_steps(expr: sympy.Expr) -> sympy.Expr:
@@ -160,9 +183,10 @@ def _finish(expr: sympy.Expr, subs: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.
 
 def _check_dims(program: Program, dims: Mapping[str, int]) -> dict[sympy.Symbol, sympy.Expr]:
     subs: dict[sympy.Symbol, sympy.Expr] = {}
+    valid = MLA_DIMS if program.variant == "mla" else NUMERIC_DIMS
     for name, value in dims.items():
-        if name not in NUMERIC_DIMS:
-            raise CostModelError(f"unknown dimension {name!r}; valid dimensions are {', '.join(NUMERIC_DIMS)}")
+        if name not in valid:
+            raise CostModelError(f"unknown dimension {name!r}; valid dimensions are {', '.join(valid)}")
         least = 0 if name == "m" else 1  # m = 0: the first decode step, with an empty cache
         if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_DIM:
             raise CostModelError(f"dimension {name} must be an integer from {least} to {MAX_DIM}, got {value!r}")
@@ -175,7 +199,7 @@ def _check_dims(program: Program, dims: Mapping[str, int]) -> dict[sympy.Symbol,
     heads = dims.get("h")
     if heads is not None and program.kv_heads.is_Integer:
         check_divisible(heads, int(program.kv_heads))
-    if heads is not None and "d" in dims:
+    if heads is not None and "d" in dims and program.variant != "mla":
         for name in ("k", "v"):
             if name not in dims:
                 if dims["d"] % heads:
@@ -212,8 +236,17 @@ def conventions(program: Program, dtype: str, width: int, subs: Mapping) -> tupl
         lines.append("dot-product: a single head on one query; the variant does not apply")
     if program.mode == "batched":
         lines.append("mask: the paper's additive mask of shape [b, h, n, m], read from memory")
+    if program.variant == "mla":
+        lines.append(
+            f"multi-head latent attention (DeepSeek-V2), {program.form} form: a cache row is one latent of rank c "
+            "plus one rotary key of p dimensions, shared by all h heads; "
+            + ("per-head keys (k + p) and values (v) are materialised from the cached latents"
+               if program.form == "naive" else
+               "the key and value up-projections are absorbed into the query and the output, so attention "
+               "runs over the cache rows (multi-query attention with key dimension c + p, value dimension c)"))
+        lines.append("norms of the latents: RMSNorm, 4 FLOPs per element; rotary embeddings are not in the program")
     if program.kv_heads == S.g:
         lines.append("g key/value heads, g divides h")
-    if not {S.k, S.v} <= set(subs):
+    if not {S.k, S.v} <= set(subs) and program.variant != "mla":
         lines.append("k and v are free; the paper's setting is k = v = d/h")
     return tuple(lines)

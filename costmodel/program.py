@@ -106,6 +106,8 @@ class Program:
     ops: tuple[Op, ...]
     cache_append: CacheAppend = "inplace"
     execution: Execution = "unfused"
+    cache_names: tuple[str, ...] = ("K", "V")  # the tensors that hold the cache
+    form: str | None = None  # MLA: "naive" or "absorbed" (costmodel.mla)
 
     @property
     def summed_over_steps(self) -> bool:
@@ -119,7 +121,10 @@ class Program:
         """
         tensors = {t.name: t for op in _flatten(self.ops) for t in (*op.inputs, op.output)}
         weights = sympy.Add(*(t.elements for t in tensors.values() if is_weight(t)))
-        cache = sympy.Add(*(tensors[name].elements for name in ("K", "V") if name in tensors))
+        # a cache read only through views (``KV:c``, ``KV:p``) is the sum of its disjoint views
+        cache = sympy.Add(*(tensors[name].elements if name in tensors else
+                            sympy.Add(*(t.elements for key, t in tensors.items() if key.startswith(name + ":")))
+                            for name in self.cache_names))
         if self.summed_over_steps:
             cache = cache.subs(S.m, S.n - 1)
         return weights, cache
@@ -222,12 +227,18 @@ def fuse_attention(ops: list[Op]) -> list[Op]:
 
     It reads q, K and V once (K and V with their g heads) and writes o; logits and weights stay on
     chip, and the mask is generated in the kernel (causal or padding), not read. Its FLOPs are those of
-    the ops it replaces.
+    the ops it replaces. Its inputs are those of its parts that no part writes, each tensor once (a view
+    ``name:part`` of a tensor read in full is not read again).
     """
     parts = tuple(op for op in ops if op.name in FUSED_ATTENTION_OPS)
     first, last = parts[0], parts[-1]
-    q, keys = first.inputs
-    fused = Op("attention", "fused", (q, keys, last.inputs[1]), last.output, parts=parts)
+    written = {op.output.name for op in parts}
+    inputs: dict[str, Tensor] = {}
+    for t in (t for op in parts for t in op.inputs):
+        base = t.name.split(":")[0]
+        if t.name not in written and t.name != "mask" and base not in inputs:
+            inputs[base] = t
+    fused = Op("attention", "fused", tuple(inputs.values()), last.output, parts=parts)
     at = ops.index(first)
     rest = [op for op in ops if op.name not in FUSED_ATTENTION_OPS]
     return rest[:at] + [fused] + rest[at:]

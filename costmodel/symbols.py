@@ -12,6 +12,9 @@ h     query heads
 g     key/value heads (``g = h`` is MHA, ``g = 1`` is MQA)
 k     key (and query) dimension per head, ``d / h`` by default
 v     value dimension per head, ``d / h`` by default
+c     latent (compressed key/value) rank of multi-head latent attention
+p     decoupled rotary key dimension of multi-head latent attention
+l     query latent rank of multi-head latent attention (when queries are compressed)
 ====  ==========================================================
 
 All are positive integers. Expressions that leave this package as strings parse back with
@@ -26,9 +29,10 @@ import sympy
 from costmodel.vocab import DTYPE_BYTES, choice
 
 b, n, m, d, h, g, k, v = sympy.symbols("b n m d h g k v", positive=True, integer=True)
+c, p, l = sympy.symbols("c p l", positive=True, integer=True)  # noqa: E741 - the dimension's name
 
 #: Symbol name -> symbol, for ``sympify(text, locals=SYMBOLS)``.
-SYMBOLS: dict[str, sympy.Symbol] = {s.name: s for s in (b, n, m, d, h, g, k, v)}
+SYMBOLS: dict[str, sympy.Symbol] = {s.name: s for s in (b, n, m, d, h, g, k, v, c, p, l)}
 
 #: The meaning of each dimension, for help texts and reports.
 DIM_DOC: dict[str, str] = {
@@ -40,6 +44,9 @@ DIM_DOC: dict[str, str] = {
     "g": "key/value heads",
     "k": "key dimension per head",
     "v": "value dimension per head",
+    "c": "latent key/value rank (MLA)",
+    "p": "decoupled rotary key dimension (MLA)",
+    "l": "query latent rank (MLA)",
 }
 
 
