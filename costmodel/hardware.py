@@ -37,6 +37,12 @@ class Sourced(_Strict):
     confidence: Confidence
 
 
+class SourcedCost(Sourced):
+    """A sourced fixed cost in seconds, which may be zero (a device or timing with no per-call overhead)."""
+
+    value: float = Field(ge=0, allow_inf_nan=False)
+
+
 class Tile(_Strict):
     """Shape of the matrix unit's native tile (e.g. TPU MXU 128 x 128, NVIDIA mma m16n8k16)."""
 
@@ -56,7 +62,7 @@ class OpClass(_Strict):
 
     flops_per_s: dict[Dtype, Sourced] = Field(default_factory=dict)
     bandwidth_bytes_per_s: dict[Dtype, Sourced] = Field(default_factory=dict)
-    overhead_s: Sourced | None = None
+    overhead_s: SourcedCost | None = None
 
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
@@ -154,7 +160,7 @@ class HardwareProfile(_Strict):
     on_chip_memory_bytes: Sourced
     on_chip_memory_kind: str
     matrix_tile: Tile | None = None
-    launch_overhead_s: Sourced
+    launch_overhead_s: SourcedCost
     interconnect_bytes_per_s: Sourced | None = None  # total over both directions, as vendors quote it
     interconnect_latency_s: Sourced | None = None
     interconnect: str | None = None

@@ -71,8 +71,10 @@ GEMMS = ("gemm", "attention_einsum")
 
 
 def efficiency_class(kind: str, name: str) -> str:
-    """The efficiency class of a program op from its op class and name."""
-    return "norm" if name in ROW_REDUCTIONS or name.startswith("norm") else PROGRAM_CLASS[kind]
+    """The efficiency class of a program op from its op class and name (norms: ``norm_0``, ``final_norm``,
+    MLA's ``kv_norm``)."""
+    norm = name in ROW_REDUCTIONS or name.startswith("norm") or name.endswith("_norm")
+    return "norm" if norm else PROGRAM_CLASS[kind]
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,25 @@ def blocked_causal_pairs(n, m):
     # tile i reads offset + i + 1 key blocks; only the last can overrun the ceil(m / B) there are, by one
     blocks = T * offset + T * (T + 1) / 2 - np.maximum(offset + T - np.ceil(m / B), 0)
     return blocks * B * B
+
+
+def windowed_pairs(n, m, window, blocked: bool):
+    """Query-key pairs of a causal kernel whose queries (the last ``n`` of ``m`` positions) attend to at
+    most ``window`` positions each: exact, or in whole ``PREFILL_BLOCK`` blocks (query tile ``i`` reads
+    at most ceil((window - 1) / B) + 1 key blocks: the window's span, rounded out to blocks). The block
+    count is exact when the queries start on a block boundary, as a prefill's do (n = m)."""
+    n, m, w = (np.asarray(x, float) for x in (n, m, window))
+    if not blocked:
+        # query j (0-based among the last n) sits at position m - n + j and attends to min(m - n + j + 1, w)
+        first = m - n + 1
+        full = np.clip(w - first + 1, 0, n)  # queries that see their whole causal prefix (fewer than w keys)
+        return full * first + full * (full - 1) / 2 + (n - full) * w
+    B = PREFILL_BLOCK
+    T = np.ceil(n / B)
+    a = np.ceil(np.maximum(m - n, 0) / B) + 1  # key blocks of the first query tile
+    cap = np.ceil((w - 1) / B) + 1
+    t = np.clip(cap - a + 1, 0, T)  # tiles below the cap read a, a + 1, ... blocks
+    return (t * a + t * (t - 1) / 2 + (T - t) * np.minimum(cap, a + t)) * B * B
 
 
 def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0):
@@ -146,7 +167,9 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
         heads = np.asarray(shape["b"], float) * shape["h"]
         pairs = n * m
-        if "causal" in on:
+        if "causal" in on and shape.get("window") is not None:
+            pairs = windowed_pairs(n, m, shape["window"], "tiles" in on)
+        elif "causal" in on:
             pairs = blocked_causal_pairs(n, m) if "tiles" in on else causal_pairs(n, m)
         elif "tiles" in on:
             pairs = np.ceil(n / PREFILL_BLOCK) * np.ceil(m / PREFILL_BLOCK) * PREFILL_BLOCK ** 2

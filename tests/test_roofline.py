@@ -184,3 +184,14 @@ def test_sweep_matches_pointwise_predictions():
         p = predict(w.model_copy(update={"m": int(x)}), hw)
         assert t == pytest.approx(p.total.time_s, rel=1e-12)
         assert fits == p.memory.fits
+
+
+def test_zero_launch_overhead_is_accepted_and_negative_refused(tmp_path):
+    path = tmp_path / "free.yaml"
+    path.write_text(yaml.safe_dump({**ROUND, "launch_overhead_s": {"value": 0, "source": "t", "confidence": "low"}}))
+    w = Workload.create("mha", "batched", batch=1, seq=2, d_model=4, heads=2)
+    q = {o.name: o for o in predict(w, load_profile(str(path))).ops}["q_proj"]
+    assert q.launch_s == 0 and q.time_s == pytest.approx(64 / 1e9)  # the memory time alone (hand count above)
+    path.write_text(yaml.safe_dump({**ROUND, "launch_overhead_s": {"value": -1e-6, "source": "t", "confidence": "low"}}))
+    with pytest.raises(CostModelError, match="launch_overhead_s"):
+        load_profile(str(path))
