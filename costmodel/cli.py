@@ -13,7 +13,8 @@ from costmodel.cli_options import (FilePath, CONTEXT, ErrorLineGroup, Positive, 
                                    emit_json, given, groups_option, json_option, max_points_option, workload_options,
                                    write_csv)
 from costmodel.errors import CostModelError
-from costmodel.vocab import CACHE_APPENDS, DEFAULTS, MODES, SWEEP_DIMS, VARIANTS
+from costmodel.vocab import (CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, DTYPES, MLA_FORMS, MODES, SWEEP_DIMS,
+                             WEIGHT_DTYPES)
 
 
 @click.group(cls=ErrorLineGroup, context_settings=CONTEXT)
@@ -23,23 +24,30 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--variant", type=choices(VARIANTS), default="mha", show_default=True,
-              help="attention variant: multi-head, multi-query or grouped-query")
+@click.option("--variant", type=choices(DERIVE_VARIANTS), default="mha", show_default=True,
+              help="attention variant: multi-head, multi-query, grouped-query or multi-head latent (mla)")
 @groups_option
 @click.option("--mode", type=choices(MODES), default="incremental", show_default=True,
               help="batched attention, one decode step, n decode steps, or the paper's one-query forms")
 @dim_options
+@click.option("--kv-rank", type=Positive, help="mla: latent rank c (DeepSeek-V2: 512)")
+@click.option("--rope-dim", type=Positive, help="mla: decoupled rotary key dimension p (DeepSeek-V2: 64)")
+@click.option("--q-rank", type=Positive, help="mla: query latent rank l (queries through a latent)")
+@click.option("--form", type=choices(MLA_FORMS), help="mla: attend in latent space (absorbed, the default) or "
+              "materialise per-head keys and values (naive)")
+@click.option("--q-lora", is_flag=True, help="mla: queries through a latent of rank l (DeepSeek-V2 and V3)")
 @dtype_option
 @click.option("--cache-append", type=choices(CACHE_APPENDS), default="inplace", show_default=True,
               help="KV-cache append: write the new position, or copy the cache (tf.concat)")
 @click.option("--asymptotic", is_flag=True, help="add the Θ forms under the paper's assumptions")
 @click.option("--latex", "as_latex", is_flag=True, help="print a LaTeX tabular")
 @json_option
-def derive(variant, groups, mode, dtype, cache_append, asymptotic, as_latex, as_json, **dims) -> None:
+def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype, cache_append, asymptotic,
+           as_latex, as_json, **dims) -> None:
     """Derive exact per-op FLOP and memory counts of an attention program.
 
     Counts come from the einsum shapes of the paper's programs (Shazeer 2019), one grouped-query program
-    for all variants. Dimensions not given stay symbolic.
+    for MHA, GQA and MQA, and the latent program of DeepSeek-V2 for MLA. Dimensions not given stay symbolic.
 
     Example: costmodel derive --variant mqa --mode generate --asymptotic
     """
@@ -47,8 +55,17 @@ def derive(variant, groups, mode, dtype, cache_append, asymptotic, as_latex, as_
     from costmodel.text import latex, table
     from costmodel.vocab import PARAMETER_DIMS
 
+    mla = {"c": kv_rank, "p": rope_dim, "l": q_rank}
+    if variant.lower() != "mla":
+        used = [flag for flag, value in (("--kv-rank", kv_rank), ("--rope-dim", rope_dim), ("--q-rank", q_rank),
+                                         ("--form", form), ("--q-lora", q_lora or None)) if value is not None]
+        if used:
+            raise CostModelError(f"{used[0]} applies to --variant mla only")
+    elif q_rank is not None and not q_lora:
+        raise CostModelError("--q-rank needs --q-lora (queries through a latent)")
     report = derive_counts(variant, mode, groups=groups, dtype=dtype, cache_append=cache_append,
-                           dims={PARAMETER_DIMS[k]: v for k, v in given(dims).items()})
+                           dims={PARAMETER_DIMS[k]: v for k, v in given(dims).items()} | given(mla),
+                           form=form or MLA_FORMS[0], q_lora=q_lora)
     asym = None
     if asymptotic:
         from costmodel.asymptotic import analyze
@@ -114,7 +131,9 @@ def hardware_show(name, as_json) -> None:
 
 @main.command()
 @click.option("--gpu", required=True, help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path")
-@click.option("--variant", type=choices(VARIANTS), help="one variant (default: MHA, GQA and MQA side by side)")
+@click.option("--variant", type=choices(DERIVE_VARIANTS),
+              help="one variant (default: MHA, GQA and MQA side by side); with --model: re-price the model with "
+                   "this attention layout (mla: DeepSeek-V2's latent of 4 x head dim)")
 @groups_option
 @workload_options
 @click.option("--sweep", "sweep_spec", metavar="DIM=RANGE",
@@ -127,9 +146,17 @@ def hardware_show(name, as_json) -> None:
 @click.option("--tp", type=Positive, default=DEFAULTS["tp"], show_default=True,
               help="with --model: tensor-parallel devices")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
+@click.option("--kv-heads", type=Positive, help="with --model: re-price it with this many key/value heads (a what-if)")
+@click.option("--weight-dtype", type=choices(WEIGHT_DTYPES),
+              help="with --model: projection weights' storage (int4: groups of 128 with 16-bit scales) "
+                   "[default: the config's quantization, else --dtype]")
+@click.option("--kv-dtype", type=choices(DTYPES), help="with --model: the KV cache's dtype [default: --dtype]")
+@click.option("--mla-form", type=choices(MLA_FORMS),
+              help="with an MLA --model: one form for decode and prefill [default: absorbed decode, naive prefill]")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (an array when variants are compared)")
 def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
-            csv_path, max_points, model_name, model_config, tp, source, as_json, **dims) -> None:
+            csv_path, max_points, model_name, model_config, tp, source, kv_heads, weight_dtype, kv_dtype, mla_form,
+            as_json, **dims) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on a device with a roofline.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -156,20 +183,31 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
         from costmodel.presets import load_model
 
         model = load_model(model_config or model_name)
-        if variant:
+        if kv_heads and (variant or groups):
+            raise CostModelError("give --kv-heads or --variant/--groups, not both")
+        if kv_heads:
+            model = model.with_kv_heads(kv_heads)
+        elif variant:
             model = model.with_variant(variant, groups)
         elif groups:
             raise CostModelError("--groups with --model needs --variant gqa")
         p = predict_model(model, hw, **given({"batch": dims["batch"], "context": dims["context"]}), source=source,
                           dtype=dtype, execution=execution or DEFAULTS["model_execution"], tp=tp, overlap=overlap,
-                          timing=timing, without=without)
+                          timing=timing, without=without, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                          mla_form=mla_form)
         if as_json:
             emit_json(p.model_dump(mode="json"))
         else:
             click.echo(str(p))
         return
-    if tp != 1 or source:
-        raise CostModelError("--tp and --source apply with --model")
+    model_only = [flag for flag, value in (("--tp", tp != 1 or None), ("--source", source), ("--kv-heads", kv_heads),
+                                           ("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype),
+                                           ("--mla-form", mla_form)) if value]
+    if model_only:
+        raise CostModelError(f"{model_only[0]} applies with --model")
+    if variant and variant.lower() == "mla":
+        raise CostModelError("--variant mla applies with --model (a model gives the latent's widths) or in "
+                             "`costmodel derive --variant mla`")
     if csv_path is not None and not sweep_spec:
         raise CostModelError("--csv needs --sweep DIM=RANGE")
     from costmodel.workload import workloads
@@ -203,6 +241,48 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
         emit_json(dumped[0] if variant else dumped)
     else:
         click.echo(str(result))
+
+
+@main.group()
+def models() -> None:
+    """List and show the model presets (one YAML file per model, every number sourced)."""
+
+
+@models.command("list")
+@json_option
+def models_list(as_json) -> None:
+    """List the shipped model presets: parameters, attention, experts, windows.
+
+    Example: costmodel models list
+    """
+    from costmodel.presets import load_model, preset_ids
+    from costmodel.text import models_table
+
+    presets = [load_model(pid) for pid in preset_ids()]
+    if as_json:
+        emit_json([p.model_dump(mode="json") for p in presets])
+    else:
+        click.echo(models_table(presets))
+
+
+@models.command("show")
+@click.argument("name")
+@json_option
+def models_show(name, as_json) -> None:
+    """Show one model by preset id or alias, or a Hugging Face config.json (or a folder holding one).
+
+    Example: costmodel models show deepseek-v2-lite
+    """
+    from costmodel.presets import load_model
+    from costmodel.text import model_detail
+
+    m = load_model(name)
+    if as_json:
+        from costmodel.model_step import active_params, param_groups
+
+        emit_json({**m.model_dump(mode="json"), "params": param_groups(m), "active_params": active_params(m)})
+    else:
+        click.echo(model_detail(m))
 
 
 for command in (cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate, cli_figures.validate,

@@ -16,8 +16,9 @@ def _title(report: CostReport) -> str:
     name = VARIANT_NAMES[report.variant]
     if report.variant == "gqa":
         name += f" (g = {report.kv_heads})" if report.kv_heads.is_Integer else " (g key/value heads)"
+    form = f" ({report.form} form)" if report.form else ""
     subs = ", ".join(f"{k} = {v}" for k, v in report.substitutions.items())
-    return f"{name} attention, {report.mode} mode, {report.dtype}" + (f"; {subs}" if subs else "")
+    return f"{name} attention{form}, {report.mode} mode, {report.dtype}" + (f"; {subs}" if subs else "")
 
 
 def table(report: CostReport, asym: Asymptotics | None = None) -> str:
@@ -295,10 +296,22 @@ def model_table(p) -> str:
     count = lambda x: f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M"  # noqa: E731
     published = f" (published {count(m.published_params)})" if m.published_params else ""
     kv_note = f", {m.kv_heads_per_device} per device" if hw.devices > 1 else ""
+    active = f", {count(m.active_params)} active per token" if m.active_params != m.params else ""
+    if m.mla:
+        attention = f"{m.heads} heads, {m.attention}"
+    else:
+        attention = f"{m.heads} heads, {m.kv_heads} key/value heads{kv_note}, head dim {m.head_dim}"
+    extras = []
+    if m.moe:
+        extras.append(f"{m.moe['experts']} experts, {m.moe['experts_per_token']} per token, in {m.moe['layers']} layers")
+    if m.sliding_window:
+        extras.append(f"{m.local_layers} layers in a {m.sliding_window}-position window")
+    dtypes = w.dtype if w.weight_dtype == w.dtype == w.kv_dtype else (
+        f"{w.dtype} activations, {w.weight_dtype} weights, {w.kv_dtype} KV cache")
     lines = [
-        f"{hw.name} [{hw.id}], {hw.dtype}, {devices}",
-        f"{m.name} [{m.id}]: {count(m.params)} parameters{published}; {m.layers} layers, "
-        f"{m.heads} heads, {m.kv_heads} key/value heads{kv_note}, head dim {m.head_dim}",
+        f"{hw.name} [{hw.id}], {dtypes}, {devices}",
+        f"{m.name} [{m.id}]: {count(m.params)} parameters{published}{active}; {m.layers} layers, {attention}"
+        + "".join(f"; {e}" for e in extras),
         f"workload: batch {w.batch}, context {w.context}" + (f", source {w.source}" if w.source else "")
         + f", {w.execution} attention", "",
         "decode step (one token per sequence), per device:",
@@ -307,7 +320,8 @@ def model_table(p) -> str:
     rows = [head] + [(o.section, o.name, str(o.count), si(o.flops), si(o.bytes, "B"), si(o.time_s, "s"), o.bound)
                      for o in p.decode.ops]
     if p.decode.all_reduce_s:
-        rows.append(("tensor parallel", "all-reduce", str(2 * m.layers), "", "", si(p.decode.all_reduce_s, "s"), ""))
+        rows.append(("tensor parallel", "all-reduce", str(p.decode.all_reduces), "", "", si(p.decode.all_reduce_s, "s"),
+                     ""))
     rows.append(("total", "", "", si(p.decode.flops), si(p.decode.bytes, "B"), si(p.decode.time_s, "s"), ""))
     lines += aligned(rows, right={2, 3, 4, 5}, rules=(1, -1))
     t = p.total
@@ -318,7 +332,9 @@ def model_table(p) -> str:
         f"KV cache {si(mem.kv_cache_bytes_per_token, 'B')} per token, {si(mem.kv_cache_bytes_per_device, 'B')} per "
         f"device; weights {si(mem.weight_bytes_per_device, 'B')} per device; fits in "
         f"{si(mem.capacity_bytes, 'B')}: {'yes' if mem.fits else 'NO'}; largest batch {mem.max_batch} "
-        f"(context {w.context}); largest context {mem.max_context} (batch {w.batch})",
+        f"(context {w.context}); largest context "
+        + (f"{mem.max_context} (batch {w.batch})" if mem.max_context is not None else
+           "unlimited (every layer caches at most its window)"),
         "", "Assumptions:", *(f"  - {a}" for a in p.assumptions),
     ]
     return "\n".join(lines)
@@ -353,12 +369,90 @@ def shazeer_table(r: dict) -> str:
 
 def gqa_table(r: dict) -> str:
     lines = ["Ainslie et al. 2023, GQA: time per sample against key/value groups", "  " + r["setup"], ""]
-    rows = [("groups", "batch", "prefill", "decode (512 steps)", "chip-ms per sample")]
+    rows = [("groups", "batch", "prefill", "decode (512 steps)", "chip-ms per sample", "paper")]
     for x in r["rows"]:
+        paper = f"{x['paper_chip_ms_per_sample']:.0f}" if x.get("paper_chip_ms_per_sample") else ""
         if x.get("chip_ms_per_sample") is None:
-            rows.append((str(x["groups"]), "0", "", "", "does not fit"))
+            rows.append((str(x["groups"]), "0", "", "", "does not fit", paper))
         else:
             rows.append((str(x["groups"]), str(x["batch"]), si(x["prefill_s"], "s"), si(x["decode_s"], "s"),
-                         f"{x['chip_ms_per_sample']:.0f}"))
-    lines += aligned(rows, right=range(5), indent="  ")
+                         f"{x['chip_ms_per_sample']:.0f}", paper))
+    lines += aligned(rows, right=range(6), indent="  ")
+    ours = {x["groups"]: x.get("chip_ms_per_sample") for x in r["rows"]}
+    if all(ours.get(g) for g in (1, 8, 64)):
+        paper = {x["groups"]: x["paper_chip_ms_per_sample"] for x in r["rows"] if x.get("paper_chip_ms_per_sample")}
+        lines += ["", f"  paper: {r['paper']}",
+                  f"  multi-head / multi-query: model {ours[64] / ours[1]:.2f}x, paper {paper[64] / paper[1]:.2f}x; "
+                  f"8 groups / multi-query: model {ours[8] / ours[1]:.2f}x, paper {paper[8] / paper[1]:.2f}x"]
+    return "\n".join(lines)
+
+
+def _params(x: float) -> str:
+    return f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M"
+
+
+def _model_features(m) -> list[str]:
+    out = []
+    if m.moe:
+        e = m.moe
+        out.append(f"MoE {e.experts} x {e.experts_per_token}" + (" + shared" if e.shared_d_ff else ""))
+    if m.sliding_window:
+        out.append(f"window {m.sliding_window} ({m.local_layers}/{m.layers} layers)")
+    if m.parallel_block:
+        out.append("parallel block")
+    if m.quantization:
+        out.append(f"{m.quantization.weight_dtype} weights")
+    if m.architecture == "encoder-decoder":
+        out.append(f"encoder-decoder ({m.encoder_layers} + {m.layers} layers)")
+    return out
+
+
+def models_table(presets) -> str:
+    """The model presets: parameters (total and active), layers, attention, what else they have."""
+    from costmodel.model_step import active_params, param_count
+
+    rows = [("id", "name", "params", "active", "layers", "d_model", "attention", "KV/token (bf16)", "features")]
+    for m in presets:
+        total, active = param_count(m), active_params(m)
+        rows.append((m.id, m.name, _params(total), _params(active) if active != total else "=", str(m.layers),
+                     str(m.d_model), m.attention_label, si(_kv_per_token(m), "B"), ", ".join(_model_features(m))))
+    return "\n".join(aligned(rows, right={2, 3, 4, 5, 7}))
+
+
+def _kv_per_token(m) -> float:
+    from costmodel.model_step import kv_cache_elements
+
+    return (kv_cache_elements(m, 1, 1, 1) - kv_cache_elements(m, 1, 0, 1)) * 2
+
+
+def model_detail(m) -> str:
+    """One model's shape, parameters by kind, and source."""
+    from costmodel.model_step import active_params, param_groups
+
+    groups = param_groups(m)
+    lines = [f"{m.name} [{m.id}]" + (f"  aliases: {', '.join(m.aliases)}" if m.aliases else ""),
+             f"  parameters {_params(sum(groups.values()))}: projections {_params(groups['projections'])}, "
+             f"embeddings {_params(groups['embeddings'])}, norms/biases/routers {_params(groups['other'])}"
+             + (f"; active per token {_params(active_params(m))}" if m.moe else ""),
+             f"  {m.architecture}, {m.layers} layers, d_model {m.d_model}, {m.heads} heads, {m.attention_label}, "
+             f"head dim {m.head_dim}, {'gated ' if m.ffn_gated else ''}FFN {m.d_ff}, vocab {m.vocab}, {m.norm}"
+             + (", rotary" if m.rope else "") + (", tied embeddings" if m.tied_embeddings else ""),
+             f"  KV cache per token (bf16): {si(_kv_per_token(m), 'B')}"]
+    if m.mla:
+        a = m.mla
+        lines.append(f"  MLA: latent {a.kv_rank}, rotary key {a.rope_dim}, key {a.nope_dim} + {a.rope_dim} and value "
+                     f"{a.value_dim} per head, " + (f"query latent {a.q_rank}" if a.q_rank else "no query latent"))
+    if m.moe:
+        e = m.moe
+        lines.append(f"  MoE in {e.layers} of {m.layers} layers: {e.experts} experts of width {e.expert_d_ff}, "
+                     f"{e.experts_per_token} per token" + (f", shared width {e.shared_d_ff}" if e.shared_d_ff else ""))
+    if m.sliding_window:
+        lines.append(f"  sliding window {m.sliding_window} in {m.local_layers} of {m.layers} layers")
+    if m.quantization:
+        q = m.quantization
+        lines.append(f"  weights {q.weight_dtype}" + (f", groups of {q.group_size}" if q.group_size else "")
+                     + (f" ({q.method})" if q.method else ""))
+    lines.append(f"  source: {m.source}")
+    if m.notes:
+        lines.append(f"  notes: {m.notes}")
     return "\n".join(lines)

@@ -43,6 +43,8 @@ DTYPES: tuple[str, ...] = get_args(Dtype)
 #: Bytes per element of each storage dtype.
 DTYPE_BYTES: dict[str, int] = dict(zip(DTYPES, (4, 4, 2, 2, 1, 1)))
 EXECUTIONS: tuple[str, ...] = get_args(Execution)
+#: Storage dtypes of projection weights: the dtypes above and 4-bit integers (with group scales).
+WEIGHT_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
 OVERLAPS: tuple[str, ...] = get_args(Overlap)
 
@@ -57,7 +59,12 @@ MAX_DIM = 1 << 40
 #: Key/value heads of GQA when none are given: gcd(h, 8), the 8 of Llama 2 70B and Llama 3.
 DEFAULT_GQA_GROUPS = 8
 
-VARIANT_NAMES = {"mha": "multi-head (g = h)", "mqa": "multi-query (g = 1)", "gqa": "grouped-query"}
+VARIANT_NAMES = {"mha": "multi-head (g = h)", "mqa": "multi-query (g = 1)", "gqa": "grouped-query",
+                 "mla": "multi-head latent"}
+#: Variants of the symbolic core: the grouped-query family and multi-head latent attention (costmodel.mla).
+DERIVE_VARIANTS: tuple[str, ...] = (*VARIANTS, "mla")
+#: The two forms of multi-head latent attention: attend in latent space, or materialise keys and values.
+MLA_FORMS: tuple[str, ...] = ("absorbed", "naive")
 
 
 def choice(kind: str, value: str, choices: tuple[str, ...] | dict) -> str:
