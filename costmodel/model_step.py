@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import sympy
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,8 +54,13 @@ class Storage:
     def of(cls, width) -> Storage:
         return width if isinstance(width, Storage) else cls(width, width, width)
 
-    def bytes(self, elements, weights=0, cache=0) -> float:
-        return float((elements - weights - cache) * self.act + weights * self.weight + cache * self.kv)
+    def bytes(self, elements, weights=0, cache=0):
+        return _num((elements - weights - cache) * self.act + weights * self.weight + cache * self.kv)
+
+
+def _num(x):
+    """A float, or a float array where a dimension (the context of a request's steps) is an array."""
+    return np.asarray(x, float) if np.ndim(x) else float(x)
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,7 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
     dims = _dims(m, g, b, n, ctx)
     flops, elements, _, _ = compiled.at(dims)
     weights, cache = compiled.storage(dims)
-    gemms = [tuple(int(x) for x in g.values()) if g else None for g in compiled.gemm_shapes(dims)]
+    gemms = [tuple(x if np.ndim(x) else int(x) for x in g.values()) if g else None for g in compiled.gemm_shapes(dims)]
     kernel_dims = mla_attention_dims(dims, form) if form else dims
     rows = []
     for name, cls, eq, f, e, w, c, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements,
@@ -150,8 +156,8 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
             shape = op_shape(efficiency_class(cls, name), kernel_dims, mode, None, name, storage.act)
             if window is not None and cls == "fused_prefill":
                 shape = {**shape, "window": window}
-        rows.append(Row(section, name, eq, cls, float(f), storage.bytes(e, w, c), count, gemm, shape,
-                        weighted=bool(gemm) and w > 0))
+        rows.append(Row(section, name, eq, cls, _num(f), storage.bytes(e, w, c), count, gemm, shape,
+                        weighted=bool(gemm) and bool(np.all(np.asarray(w) > 0))))
     return rows
 
 
@@ -262,9 +268,11 @@ def _norms(m: ModelPreset) -> int:
     return m.norms_per_layer
 
 
-def local_context(m: ModelPreset, ctx: int) -> int:
+def local_context(m: ModelPreset, ctx):
     """Cached positions a local (sliding-window) layer attends to besides the new one: at most window - 1."""
-    return min(ctx, m.sliding_window - 1) if m.sliding_window else ctx
+    if not m.sliding_window:
+        return ctx
+    return np.minimum(ctx, m.sliding_window - 1) if np.ndim(ctx) else min(ctx, m.sliding_window - 1)
 
 
 def step_rows(m: ModelPreset, phase: str, b: int, ctx: int, source: int, width, execution: str,
@@ -472,6 +480,17 @@ class ModelHardware(BaseModel):
     devices: int
     memory_capacity_bytes: float
     measured: bool
+    efficiency: str = "datasheet roofline"  # or "fitted efficiency, graph timing", "transferred ..."
+
+
+def model_hardware(pr: Pricing) -> ModelHardware:
+    """The device as a model report states it, with what its time model is."""
+    from costmodel.roofline import hardware_summary
+
+    hw = pr.hw
+    efficiency = hardware_summary(hw, pr.dtype, pr.model)["efficiency"] or "datasheet roofline"
+    return ModelHardware(id=hw.id, name=hw.name, dtype=pr.dtype, devices=pr.tp, memory_capacity_bytes=hw.capacity,
+                         measured=hw.measured is not None, efficiency=efficiency)
 
 
 class ModelShape(BaseModel):
@@ -600,21 +619,32 @@ def _max_context(fits, limit: int = 1 << 40) -> int:
     return lo
 
 
-def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS["batch"],
-                  context: int = DEFAULTS["context"], source: int | None = None, dtype: str = DEFAULTS["dtype"],
-                  execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
-                  overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"],
-                  without=(), engine: bool = True, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                  mla_form: str | None = None) -> ModelPrediction:
-    """Decode step after ``context`` cached positions (TPOT), prefill of a ``context``-token prompt
-    (TTFT), KV cache and weights per device, and the largest batch and context that fit. ``engine``:
-    the step as serving engines run it (:func:`engine_rows`); False: every op of the programs alone.
+@dataclass(frozen=True)
+class Pricing:
+    """How a model's ops are priced on a device: dtypes and storage widths, the time model, the
+    execution and engine conventions, tensor parallelism (every check done once, by :func:`pricing`)."""
 
-    ``dtype`` is the activations' (and the math's) dtype; ``weight_dtype`` the projection weights' storage
-    (default: the model's quantization, else ``dtype``); ``kv_dtype`` the cache's (default ``dtype``).
-    ``mla_form`` fixes an MLA model's form (default: absorbed for decode, naive for prefill)."""
-    for name, value in (("batch", batch), ("context", context), ("tp", tp), ("source", source)):
-        check_count(name, value)
+    hw: HardwareProfile
+    dtype: str
+    weight_dtype: str
+    group: int
+    kv_dtype: str
+    storage: Storage
+    gemm_dtype: str | None
+    execution: str
+    overlap: str
+    model: object  # costmodel.mechanisms.TimeModel
+    engine: bool
+    tp: int
+    mla_form: str | None
+
+
+def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype"],
+            execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
+            overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"], without=(), engine: bool = True,
+            weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None) -> Pricing:
+    """The pricing conventions of :func:`predict_model`, checked."""
+    check_count("tp", tp)
     dtype, execution = choice("dtype", dtype, DTYPES), choice("execution", execution, EXECUTIONS)
     overlap = choice("overlap", overlap, OVERLAPS)
     if mla_form is not None:
@@ -632,29 +662,81 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
     kv_dtype = choice("kv dtype", kv_dtype, DTYPES) if kv_dtype else dtype
     model = time_model(hw, timing, without)
     hw.peak(dtype)
+    device_slice(m, tp)  # a tp the model cannot be sharded over is an error before any arithmetic
     # W8A8: 8-bit weights run their GEMMs at the 8-bit peak where the device has one; int4 (W4A16) and
     # wider weights are dequantized to the activation dtype in the kernel
     gemm_dtype = weight_dtype if weight_dtype in ("fp8", "int8") and weight_dtype in hw.peak_flops_per_s else None
-    act = S.dtype_bytes(dtype)
-    storage = Storage(act, weight_width(weight_dtype, group), S.dtype_bytes(kv_dtype))
+    storage = Storage(S.dtype_bytes(dtype), weight_width(weight_dtype, group), S.dtype_bytes(kv_dtype))
+    return Pricing(hw, dtype, weight_dtype, group, kv_dtype, storage, gemm_dtype, execution, overlap, model, engine,
+                   tp, mla_form)
+
+
+def _phase_rows(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[Row]:
+    dev = device_slice(m, pr.tp)
+    rows = step_rows(dev, phase, batch, context, source, pr.storage, pr.execution, mla_form=pr.mla_form)
+    tokens = batch if phase == "decode" else batch * context
+    return engine_rows(rows, dev, tokens, pr.storage) if pr.engine else rows
+
+
+def _reduce_s(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> float:
+    # a parallel block adds attention and FFN outputs before one all-reduce; a sequential layer needs two
+    act = pr.storage.act
+    tokens = batch if phase == "decode" else batch * context
+    reduce_s = (1 if m.parallel_block else 2) * m.layers * all_reduce_s(pr.hw, pr.tp, tokens * m.d_model * act)
+    if phase == "prefill" and m.architecture == "encoder-decoder":
+        reduce_s += 2 * m.encoder_layers * all_reduce_s(pr.hw, pr.tp, batch * source * m.d_model * act)
+    return reduce_s
+
+
+def phase_time(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> PhaseTime:
+    """One decode step after ``context`` cached positions, or the prefill of a ``context``-token prompt."""
+    ops = _price(_phase_rows(m, pr, phase, batch, context, source), pr.hw, pr.dtype, pr.overlap, pr.model,
+                 pr.gemm_dtype)
+    reduce_s = _reduce_s(m, pr, phase, batch, context, source)
+    return PhaseTime(time_s=sum(o.time_s for o in ops) + reduce_s, flops=sum(o.flops for o in ops),
+                     bytes=sum(o.bytes for o in ops), all_reduce_s=reduce_s,
+                     all_reduces=(1 if m.parallel_block else 2) * m.layers if pr.tp > 1 else 0, ops=ops)
+
+
+def decode_times(m: ModelPreset, pr: Pricing, batch: int, contexts, source: int | None = None):
+    """Decode-step times (seconds) after each of ``contexts`` cached positions, all at once: the step's
+    ops evaluated on an array of contexts (the same expressions and mechanisms as :func:`phase_time`)."""
+    contexts = np.asarray(contexts, dtype=np.int64)
+    rows = _phase_rows(m, pr, "decode", batch, contexts, source or 1)
+    total = np.zeros(contexts.shape)
+    for r in rows:
+        shape = r.shape or {}
+        if r.gemm is not None:
+            shape = {**dict(zip(("batch", "M", "K", "N"), r.gemm)), "width": S.dtype_bytes(pr.dtype)}
+        compute_dtype = pr.gemm_dtype if (pr.gemm_dtype and r.weighted) else pr.dtype
+        *_, time = op_time(pr.hw, r.op_class, compute_dtype, r.flops, r.bytes, pr.overlap, maximum=np.maximum,
+                           name=r.name, shape=shape, model=pr.model)
+        total = total + np.asarray(time, float) * r.count
+    return total + _reduce_s(m, pr, "decode", batch, 0, source or 1)
+
+
+def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS["batch"],
+                  context: int = DEFAULTS["context"], source: int | None = None, dtype: str = DEFAULTS["dtype"],
+                  execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
+                  overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"],
+                  without=(), engine: bool = True, weight_dtype: str | None = None, kv_dtype: str | None = None,
+                  mla_form: str | None = None) -> ModelPrediction:
+    """Decode step after ``context`` cached positions (TPOT), prefill of a ``context``-token prompt
+    (TTFT), KV cache and weights per device, and the largest batch and context that fit. ``engine``:
+    the step as serving engines run it (:func:`engine_rows`); False: every op of the programs alone.
+
+    ``dtype`` is the activations' (and the math's) dtype; ``weight_dtype`` the projection weights' storage
+    (default: the model's quantization, else ``dtype``); ``kv_dtype`` the cache's (default ``dtype``).
+    ``mla_form`` fixes an MLA model's form (default: absorbed for decode, naive for prefill)."""
+    for name, value in (("batch", batch), ("context", context), ("source", source)):
+        check_count(name, value)
+    pr = pricing(m, hw, dtype=dtype, execution=execution, tp=tp, overlap=overlap, timing=timing, without=without,
+                 engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, mla_form=mla_form)
+    storage = pr.storage
     fixed_source, source = source, source or context
     dev = device_slice(m, tp)
-    phases = {}
-    # a parallel block adds attention and FFN outputs before one all-reduce; a sequential layer needs two
-    reduces = 1 if m.parallel_block else 2
-    for phase, tokens in (("decode", batch), ("prefill", batch * context)):
-        rows = step_rows(dev, phase, batch, context, source, storage, execution, mla_form=mla_form)
-        if engine:
-            rows = engine_rows(rows, dev, tokens, storage)
-        ops = _price(rows, hw, dtype, overlap, model, gemm_dtype)
-        reduce_s = reduces * m.layers * all_reduce_s(hw, tp, tokens * m.d_model * act)
-        if phase == "prefill" and m.architecture == "encoder-decoder":
-            reduce_s += 2 * m.encoder_layers * all_reduce_s(hw, tp, batch * source * m.d_model * act)
-        phases[phase] = PhaseTime(time_s=sum(o.time_s for o in ops) + reduce_s, flops=sum(o.flops for o in ops),
-                                  bytes=sum(o.bytes for o in ops), all_reduce_s=reduce_s, all_reduces=reduces * m.layers
-                                  if tp > 1 else 0, ops=ops)
-    groups = param_groups(dev)
-    weights = int(groups["projections"] * storage.weight + (groups["embeddings"] + groups["other"]) * act)
+    phases = {phase: phase_time(m, pr, phase, batch, context, source) for phase in ("decode", "prefill")}
+    weights = weight_bytes(dev, pr)
     kv_width = storage.kv
     kv = int(kv_cache_elements(dev, batch, context, source) * kv_width)
     # the cache is linear in the batch; in the context it is capped on local layers
@@ -666,9 +748,11 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
                                * kv_width <= hw.capacity)
     tpot = phases["decode"].time_s
     per_token = int((kv_cache_elements(m, 1, 1, source) - kv_cache_elements(m, 1, 0, source)) * kv_width)
+    dtype, execution, overlap = pr.dtype, pr.execution, pr.overlap
+    weight_dtype, group, kv_dtype, gemm_dtype, model = pr.weight_dtype, pr.group, pr.kv_dtype, pr.gemm_dtype, pr.model
+    reduces = 1 if m.parallel_block else 2
     return ModelPrediction(
-        hardware=ModelHardware(id=hw.id, name=hw.name, dtype=dtype, devices=tp, memory_capacity_bytes=hw.capacity,
-                               measured=hw.measured is not None),
+        hardware=model_hardware(pr),
         model=ModelShape(id=m.id, name=m.name, params=param_count(m), active_params=active_params(m),
                          published_params=m.published_params, layers=m.layers, heads=m.heads, kv_heads=m.kv_heads,
                          head_dim=m.head_dim, kv_heads_per_device=dev.kv_heads, attention=m.attention_label,
@@ -689,6 +773,17 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
         assumptions=_assumptions(m, hw, model, execution, engine, tp, reduces, dtype, weight_dtype, group, kv_dtype,
                                  gemm_dtype, mla_form),
     )
+
+
+def weight_bytes(dev: ModelPreset, pr: Pricing) -> int:
+    """Bytes of the weights one device holds: projections in the weight storage, the rest in the activation dtype."""
+    groups = param_groups(dev)
+    return int(groups["projections"] * pr.storage.weight + (groups["embeddings"] + groups["other"]) * pr.storage.act)
+
+
+def kv_bytes(dev: ModelPreset, pr: Pricing, batch: int, context: int, source: int) -> int:
+    """Bytes of the KV cache one device holds after a decode step at ``context``."""
+    return int(kv_cache_elements(dev, batch, context, source) * pr.storage.kv)
 
 
 #: Group size assumed for int4 and int8 weights asked for on the command line (AWQ's and GPTQ's default).

@@ -1,0 +1,264 @@
+"""The questions users bring: a request's latency, the largest batch under a latency target, and the cost.
+
+A request of ``input_len`` prompt tokens and ``output_len`` generated tokens, in a batch of ``batch``
+such requests run together (static batching): the prefill of the batch's prompts is the time to first
+token (TTFT); then ``output_len`` decode steps after ``input_len .. input_len + output_len - 1`` cached
+positions, each one time per output token (TPOT). Every step's time is evaluated, all at once on an array
+of contexts (:func:`costmodel.model_step.decode_times`), so the mean TPOT is exact, not sampled.
+End-to-end latency = TTFT + the sum of the step times.
+
+Capacity: the largest batch whose mean TPOT (and TTFT) stay under their targets and whose weights and KV
+cache at the longest context fit in device memory; which of the three binds; the throughput there; and,
+given a price per device-hour, the cost per million output tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from costmodel.errors import CostModelError
+from costmodel.hardware import HardwareProfile
+from costmodel.model_step import (ModelHardware, Pricing, decode_times, device_slice, kv_bytes, model_hardware,
+                                  phase_time, pricing, weight_bytes)
+from costmodel.presets import ModelPreset
+from costmodel.vocab import DEFAULTS, MAX_DIM, SIDE_BY_SIDE
+from costmodel.workload import check_count
+
+#: The most decode steps one request may ask for (a million steps evaluate in well under a second).
+MAX_OUTPUT = 1 << 24
+
+
+class RequestPrediction(BaseModel):
+    """One batch of requests on one device (or ``tp`` devices): latency, throughput, memory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hardware: ModelHardware
+    model: str
+    model_name: str
+    attention: str
+    batch: int
+    input_len: int
+    output_len: int
+    tp: int
+    ttft_s: float
+    tpot_first_s: float
+    tpot_last_s: float
+    tpot_mean_s: float
+    e2e_s: float
+    tokens_per_s_per_sequence: float  # output tokens / e2e
+    tokens_per_s_per_device: float  # the batch's output tokens / e2e / devices
+    kv_cache_bytes_per_device: int  # at the longest context
+    weight_bytes_per_device: int
+    capacity_bytes: float
+    fits: bool
+    assumptions: list[str]
+
+    def __str__(self) -> str:
+        from costmodel.text import request_table
+
+        return request_table([self])
+
+
+def _check(batch: int, input_len: int, output_len: int) -> None:
+    check_count("batch", batch)
+    check_count("input_len", input_len)
+    check_count("output_len", output_len)
+    if output_len > MAX_OUTPUT:
+        raise CostModelError(f"output_len must be at most {MAX_OUTPUT}, got {output_len}")
+
+
+def step_times(m: ModelPreset, pr: Pricing, batch: int, input_len: int, output_len: int) -> np.ndarray:
+    """The time of each of the request's decode steps: after input_len + i cached positions, i < output_len."""
+    return decode_times(m, pr, batch, np.arange(input_len, input_len + output_len, dtype=np.int64))
+
+
+def request(m: ModelPreset, hw: HardwareProfile, *, batch: int = 1, input_len: int, output_len: int,
+            **conventions) -> RequestPrediction:
+    """TTFT, per-step and mean TPOT, end-to-end latency, throughput and memory of a batch of requests.
+    ``conventions`` are those of :func:`costmodel.model_step.pricing` (dtype, tp, timing, weight_dtype, ...)."""
+    _check(batch, input_len, output_len)
+    pr = pricing(m, hw, **conventions)
+    return _request(m, pr, batch, input_len, output_len)
+
+
+def _request(m: ModelPreset, pr: Pricing, batch: int, input_len: int, output_len: int) -> RequestPrediction:
+    hw = pr.hw
+    ttft = phase_time(m, pr, "prefill", batch, input_len, input_len).time_s
+    steps = step_times(m, pr, batch, input_len, output_len)
+    e2e = ttft + float(steps.sum())
+    dev = device_slice(m, pr.tp)
+    weights = weight_bytes(dev, pr)
+    kv = kv_bytes(dev, pr, batch, input_len + output_len - 1, input_len)
+    return RequestPrediction(
+        hardware=model_hardware(pr),
+        model=m.id, model_name=m.name, attention=m.attention_label, batch=batch, input_len=input_len,
+        output_len=output_len, tp=pr.tp, ttft_s=ttft, tpot_first_s=float(steps[0]), tpot_last_s=float(steps[-1]),
+        tpot_mean_s=float(steps.mean()), e2e_s=e2e, tokens_per_s_per_sequence=output_len / e2e,
+        tokens_per_s_per_device=batch * output_len / e2e / pr.tp, kv_cache_bytes_per_device=kv,
+        weight_bytes_per_device=weights, capacity_bytes=hw.capacity, fits=weights + kv <= hw.capacity,
+        assumptions=request_assumptions(),
+    )
+
+
+def request_assumptions() -> list[str]:
+    return ["static batching: the batch's prompts are prefilled together (TTFT), then every sequence decodes "
+            "output_len steps after input_len .. input_len + output_len - 1 cached positions",
+            "every step's time evaluated (no sampling); mean TPOT = their sum / output_len; "
+            "end-to-end = TTFT + their sum",
+            "memory: weights and the KV cache at the longest context, per device"]
+
+
+Binding = Literal["tpot", "ttft", "memory", "batch limit"]
+
+
+class CapacityPoint(BaseModel):
+    """The largest batch under the targets for one model layout on one device."""
+
+    model_config = ConfigDict(frozen=True)
+
+    device: str
+    model: str
+    attention: str
+    batch: int  # 0: not even one sequence meets the targets
+    binds: Binding | None  # what stops batch + 1
+    memory_batch: int  # the largest batch that fits in memory
+    request: RequestPrediction | None  # at ``batch``
+    cost_per_million_tokens: float | None  # output tokens, at the price per device-hour
+
+
+class CapacityReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    input_len: int
+    output_len: int
+    tpot_target_s: float | None
+    ttft_target_s: float | None
+    price_per_hour: float | None
+    points: list[CapacityPoint]
+    assumptions: list[str]
+
+    def __str__(self) -> str:
+        from costmodel.text import capacity_table
+
+        return capacity_table(self)
+
+
+def memory_batch(m: ModelPreset, pr: Pricing, input_len: int, output_len: int) -> int:
+    """The largest batch whose weights and KV cache at the longest context fit (the cache is linear in the batch)."""
+    dev = device_slice(m, pr.tp)
+    free = pr.hw.capacity - weight_bytes(dev, pr)
+    per_sequence = kv_bytes(dev, pr, 1, input_len + output_len - 1, input_len)
+    return max(int(free // per_sequence), 0) if free > 0 else 0
+
+
+def largest_batch(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int,
+                  tpot_s: float | None = None, ttft_s: float | None = None, price_per_hour: float | None = None,
+                  max_batch: int = MAX_DIM, **conventions) -> CapacityPoint:
+    """The largest batch meeting the mean-TPOT and TTFT targets within memory (bisection: both times grow
+    with the batch), what binds at batch + 1, and the throughput and cost there."""
+    _check(1, input_len, output_len)
+    for name, value in (("tpot target", tpot_s), ("ttft target", ttft_s), ("price per hour", price_per_hour)):
+        if value is not None and not (value > 0 and np.isfinite(value)):
+            raise CostModelError(f"{name} must be a positive number, got {value!r}")
+    pr = pricing(m, hw, **conventions)
+    limit = min(memory_batch(m, pr, input_len, output_len), max_batch)
+
+    def meets(b: int) -> Binding | None:
+        """What fails at batch b (None: every target holds)."""
+        if tpot_s is not None and float(step_times(m, pr, b, input_len, output_len).mean()) > tpot_s:
+            return "tpot"
+        if ttft_s is not None and phase_time(m, pr, "prefill", b, input_len, input_len).time_s > ttft_s:
+            return "ttft"
+        return None
+
+    if limit < 1:
+        best, binds = 0, "memory"
+    elif meets(1) is not None:
+        best, binds = 0, meets(1)
+    elif meets(limit) is None:
+        best = limit
+        binds = "memory" if limit < max_batch else "batch limit"
+    else:
+        lo, hi = 1, limit  # meets(lo) holds, meets(hi) fails
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if meets(mid) is None else (lo, mid)
+        best, binds = lo, meets(hi)
+    at = _request(m, pr, best, input_len, output_len) if best else None
+    cost = None
+    if at is not None and price_per_hour is not None:
+        cost = price_per_hour / 3600 / at.tokens_per_s_per_device * 1e6
+    return CapacityPoint(device=hw.id, model=m.id, attention=m.attention_label, batch=best, binds=binds,
+                         memory_batch=limit, request=at, cost_per_million_tokens=cost)
+
+
+def with_variants(m: ModelPreset) -> list[ModelPreset]:
+    """The model as given, then its MHA, GQA and MQA versions that differ from it."""
+    layouts = [m]
+    for v in SIDE_BY_SIDE:
+        other = m.with_variant(v)
+        if all(o.attention_label != other.attention_label for o in layouts):
+            layouts.append(other)
+    return layouts
+
+
+def capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: int, output_len: int,
+             tpot_s: float | None = None, ttft_s: float | None = None, price_per_hour: float | None = None,
+             variants: bool = True, **conventions) -> CapacityReport:
+    """:func:`largest_batch` on every device, for the model as published and (``variants``) its MHA, GQA
+    and MQA versions (GQA with gcd(h, 8) key/value heads)."""
+    layouts = with_variants(m) if variants else [m]
+    points = [largest_batch(layout, hw, input_len=input_len, output_len=output_len, tpot_s=tpot_s, ttft_s=ttft_s,
+                            price_per_hour=price_per_hour, **conventions)
+              for hw in devices for layout in layouts]
+    assumptions = request_assumptions() + [
+        "the largest batch: mean TPOT and TTFT at most their targets, weights and KV cache at the longest context "
+        "within device memory; 'binds' is what fails at batch + 1",
+        "throughput per device: the batch's output tokens / end-to-end latency / devices"
+        + ("; cost per million output tokens = price per device-hour x 1e6 / 3600 / throughput per device"
+           if price_per_hour is not None else ""),
+    ]
+    if variants:
+        assumptions.append("variants: the same model with every attention layout (key/value heads changed; "
+                           "parameters and cache follow)")
+    return CapacityReport(input_len=input_len, output_len=output_len, tpot_target_s=tpot_s, ttft_target_s=ttft_s,
+                          price_per_hour=price_per_hour, points=points, assumptions=assumptions)
+
+
+def model_sweep(layouts: list[ModelPreset], devices: list[HardwareProfile], dim: str, values: list[int], *,
+                batch: int | None = None, context: int | None = None, input_len: int | None = None,
+                output_len: int | None = None, **conventions) -> list[dict]:
+    """Whole-model predictions over ``values`` of ``dim`` (batch, context, input_len or output_len), one
+    record per (device, layout, value): a decode step and prefill at ``context``, or with ``input_len`` and
+    ``output_len`` a request. Each record says whether weights and KV cache fit in memory."""
+    from costmodel.model_step import predict_model
+
+    records = []
+    for hw in devices:
+        for m in layouts:
+            pr = pricing(m, hw, **conventions)
+            for value in values:
+                point = {"batch": batch or (1 if input_len else DEFAULTS["batch"]),
+                         "context": context or DEFAULTS["context"], "input_len": input_len, "output_len": output_len}
+                point[dim] = value
+                base = {"device": hw.id, "model": m.id, "attention": m.attention_label, dim: value}
+                if input_len is not None:
+                    _check(point["batch"], point["input_len"], point["output_len"])
+                    r = _request(m, pr, point["batch"], point["input_len"], point["output_len"])
+                    records.append({**base, "batch": r.batch, "input_len": r.input_len, "output_len": r.output_len,
+                                    "ttft_s": r.ttft_s, "tpot_s": r.tpot_mean_s, "e2e_s": r.e2e_s,
+                                    "tokens_per_s_per_device": r.tokens_per_s_per_device,
+                                    "memory_bytes": r.kv_cache_bytes_per_device + r.weight_bytes_per_device,
+                                    "fits": r.fits})
+                else:
+                    p = predict_model(m, hw, batch=point["batch"], context=point["context"], **conventions)
+                    records.append({**base, "batch": point["batch"], "context": point["context"],
+                                    "ttft_s": p.total.ttft_s, "tpot_s": p.total.tpot_s,
+                                    "tokens_per_s_per_device": p.total.tokens_per_s / pr.tp,
+                                    "memory_bytes": p.memory.kv_cache_bytes_per_device
+                                    + p.memory.weight_bytes_per_device, "fits": p.memory.fits})
+    return records
