@@ -9,12 +9,12 @@ from __future__ import annotations
 import click
 
 from costmodel import cli_figures
-from costmodel.cli_options import (FilePath, CONTEXT, ErrorLineGroup, Positive, check_writable, choices, dim_options, dtype_option,
-                                   emit_json, given, groups_option, json_option, max_points_option, workload_options,
-                                   write_csv)
+from costmodel.cli_serving import capacity, model_options
+from costmodel.cli_options import (CONTEXT, ErrorLineGroup, FilePath, Positive, check_writable, choices, dim_options,
+                                   dtype_option, emit_json, emit_records, format_option, given, groups_option,
+                                   json_option, max_points_option, output_format, workload_options, write_csv)
 from costmodel.errors import CostModelError
-from costmodel.vocab import (CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, DTYPES, MLA_FORMS, MODES, SWEEP_DIMS,
-                             WEIGHT_DTYPES)
+from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, MLA_FORMS, MODES, SWEEP_DIMS
 
 
 @click.group(cls=ErrorLineGroup, context_settings=CONTEXT)
@@ -41,9 +41,10 @@ def main() -> None:
               help="KV-cache append: write the new position, or copy the cache (tf.concat)")
 @click.option("--asymptotic", is_flag=True, help="add the Θ forms under the paper's assumptions")
 @click.option("--latex", "as_latex", is_flag=True, help="print a LaTeX tabular")
+@format_option
 @json_option
 def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype, cache_append, asymptotic,
-           as_latex, as_json, **dims) -> None:
+           as_latex, fmt, as_json, **dims) -> None:
     """Derive exact per-op FLOP and memory counts of an attention program.
 
     Counts come from the einsum shapes of the paper's programs (Shazeer 2019), one grouped-query program
@@ -63,6 +64,8 @@ def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype
             raise CostModelError(f"{used[0]} applies to --variant mla only")
     elif q_rank is not None and not q_lora:
         raise CostModelError("--q-rank needs --q-lora (queries through a latent)")
+    fmt = output_format(fmt, as_json)
+    as_json = fmt == "json"
     report = derive_counts(variant, mode, groups=groups, dtype=dtype, cache_append=cache_append,
                            dims={PARAMETER_DIMS[k]: v for k, v in given(dims).items()} | given(mla),
                            form=form or MLA_FORMS[0], q_lora=q_lora)
@@ -85,6 +88,11 @@ def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype
             out["asymptotic"] = asym.model_dump()
             out["assumptions"] += list(asym.assumptions)
         emit_json(out)
+    elif fmt in ("csv", "markdown"):
+        emit_records([{"op": o.name, "einsum": o.einsum or f"({o.kind})", "flops": str(o.flops),
+                       "memory_elements": str(o.memory_elements)} for o in report.ops]
+                     + [{"op": "total", "einsum": "", "flops": str(report.flops),
+                         "memory_elements": str(report.memory_elements)}], fmt)
     else:
         click.echo(latex(report, asym) if as_latex else table(report, asym))
 
@@ -95,18 +103,22 @@ def hardware() -> None:
 
 
 @hardware.command("list")
+@format_option
 @json_option
-def hardware_list(as_json) -> None:
+def hardware_list(fmt, as_json) -> None:
     """List the shipped hardware profiles.
 
     Example: costmodel hardware list
     """
     from costmodel.hardware import load_all
-    from costmodel.text import hardware_table
+    from costmodel.text import hardware_records, hardware_table
 
+    fmt = output_format(fmt, as_json)
     profiles = load_all()
-    if as_json:
+    if fmt == "json":
         emit_json([p.model_dump(mode="json") for p in profiles])
+    elif fmt in ("csv", "markdown"):
+        emit_records(hardware_records(profiles), fmt)
     else:
         click.echo(hardware_table(profiles))
 
@@ -130,79 +142,65 @@ def hardware_show(name, as_json) -> None:
 
 
 @main.command()
-@click.option("--gpu", required=True, help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path")
+@click.option("--gpu", "gpus", multiple=True, required=True,
+              help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path; repeat to compare devices")
 @click.option("--variant", type=choices(DERIVE_VARIANTS),
               help="one variant (default: MHA, GQA and MQA side by side); with --model: re-price the model with "
                    "this attention layout (mla: DeepSeek-V2's latent of 4 x head dim)")
 @groups_option
 @workload_options
 @click.option("--sweep", "sweep_spec", metavar="DIM=RANGE",
-              help=f"sweep one dimension ({', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}), "
-                   "e.g. context=128:32768:x2")
+              help=f"sweep one dimension ({', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}; with --model: "
+                   "batch, context, input-len, output-len), e.g. context=128:32768:x2")
 @click.option("--csv", "csv_path", type=FilePath(), help="with --sweep: also write a CSV file")
 @max_points_option
-@click.option("--model", "model_name", help="a whole model: preset id or alias (llama-3-8b, ...) or a config.json")
+@model_options
 @click.option("--model-config", type=FilePath(), help="a Hugging Face config.json to read the model from")
-@click.option("--tp", type=Positive, default=DEFAULTS["tp"], show_default=True,
-              help="with --model: tensor-parallel devices")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
-@click.option("--kv-heads", type=Positive, help="with --model: re-price it with this many key/value heads (a what-if)")
-@click.option("--weight-dtype", type=choices(WEIGHT_DTYPES),
-              help="with --model: projection weights' storage (int4: groups of 128 with 16-bit scales) "
-                   "[default: the config's quantization, else --dtype]")
-@click.option("--kv-dtype", type=choices(DTYPES), help="with --model: the KV cache's dtype [default: --dtype]")
-@click.option("--mla-form", type=choices(MLA_FORMS),
-              help="with an MLA --model: one form for decode and prefill [default: absorbed decode, naive prefill]")
-@click.option("--json", "as_json", is_flag=True, help="print JSON (an array when variants are compared)")
-def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
-            csv_path, max_points, model_name, model_config, tp, source, kv_heads, weight_dtype, kv_dtype, mla_form,
-            as_json, **dims) -> None:
-    """Predict per-op and total latency of attention, or of a whole model, on a device with a roofline.
+@click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA and MQA versions, side by side")
+@format_option
+@click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")
+def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
+            csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len,
+            model_config, source, variants, fmt, as_json, **dims) -> None:
+    """Predict per-op and total latency of attention, or of a whole model, on one or more devices.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
     context 4096, batch 16, bf16), MHA, GQA (8 kv heads) and MQA side by side. With --model: the
-    model's decode step (TPOT), prefill (TTFT), KV cache and what fits, optionally over --tp devices.
+    model's decode step (TPOT), prefill (TTFT), KV cache and what fits, optionally over --tp devices;
+    with --input-len and --output-len: a request's TTFT, TPOT and end-to-end latency.
 
     Example: costmodel predict --gpu a100
     """
     from costmodel.hardware import load_profile
 
-    hw = load_profile(gpu)
+    fmt = output_format(fmt, as_json)
+    hws = [load_profile(g) for g in gpus]
     if model_name and model_config:
         raise CostModelError("give --model or --model-config, not both")
     if model_name or model_config:
         extra = {k: v for k, v in dims.items() if v is not None and k not in ("batch", "context")}
         extra |= {"layers": layers} if layers != 1 else {}
         extra |= {"mode": mode} if mode.lower() != "incremental" else {}
-        extra |= {"sweep": sweep_spec} if sweep_spec else {}
         if extra:
             flag = "--" + next(iter(extra)).replace("_", "-")
             raise CostModelError(f"{flag} does not apply with --model (the model sets its shape; "
                                  "--batch, --context, --source, --dtype, --execution, --tp and --variant/--groups do)")
-        from costmodel.model_step import predict_model
-        from costmodel.presets import load_model
+        from costmodel.cli_serving import load_layouts, predict_models
 
-        model = load_model(model_config or model_name)
-        if kv_heads and (variant or groups):
-            raise CostModelError("give --kv-heads or --variant/--groups, not both")
-        if kv_heads:
-            model = model.with_kv_heads(kv_heads)
-        elif variant:
-            model = model.with_variant(variant, groups)
-        elif groups:
-            raise CostModelError("--groups with --model needs --variant gqa")
-        p = predict_model(model, hw, **given({"batch": dims["batch"], "context": dims["context"]}), source=source,
-                          dtype=dtype, execution=execution or DEFAULTS["model_execution"], tp=tp, overlap=overlap,
-                          timing=timing, without=without, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                          mla_form=mla_form)
-        if as_json:
-            emit_json(p.model_dump(mode="json"))
-        else:
-            click.echo(str(p))
+        layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants)
+        conventions = {"dtype": dtype, "execution": execution or DEFAULTS["model_execution"], "tp": tp,
+                       "overlap": overlap, "timing": timing, "without": without, "weight_dtype": weight_dtype,
+                       "kv_dtype": kv_dtype, "mla_form": mla_form}
+        predict_models(hws, layouts, fmt, batch=dims["batch"], context=dims["context"], input_len=input_len,
+                       output_len=output_len, sweep_spec=sweep_spec, csv_path=csv_path, max_points=max_points,
+                       source=source, conventions=conventions)
         return
     model_only = [flag for flag, value in (("--tp", tp != 1 or None), ("--source", source), ("--kv-heads", kv_heads),
                                            ("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype),
-                                           ("--mla-form", mla_form)) if value]
+                                           ("--mla-form", mla_form), ("--input-len", input_len),
+                                           ("--output-len", output_len), ("--variants", variants or None))
+                  if value]
     if model_only:
         raise CostModelError(f"{model_only[0]} applies with --model")
     if variant and variant.lower() == "mla":
@@ -223,24 +221,37 @@ def predict(gpu, variant, groups, mode, dtype, layers, execution, overlap, cache
                                  f"{', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}")
         if csv_path is not None:
             check_writable(csv_path)
-        result = sweep(chosen, hw, name, text, overlap, max_points, timing, without)
+        results = [sweep(chosen, hw, name, text, overlap, max_points, timing, without) for hw in hws]
+        records = results[0].records if len(hws) == 1 else [{"device": hw.id, **r} for hw, result in zip(hws, results)
+                                                            for r in result.records]
         if csv_path is not None:
-            write_csv(csv_path, result.records)
-        if as_json:
-            emit_json(result.records)
+            write_csv(csv_path, records)
+        if fmt == "json":
+            emit_json(records)
+        elif fmt in ("csv", "markdown"):
+            emit_records(records, fmt)
         else:
-            click.echo(str(result))
-        if csv_path is not None and not as_json:
+            click.echo("\n\n".join(str(r) for r in results))
+        if csv_path is not None and fmt == "table":
             click.echo(f"wrote {csv_path}")
         return
     from costmodel.roofline import compare
 
-    result = compare(chosen, hw, overlap, timing, without)
-    if as_json:
-        dumped = result.model_dump(mode="json")
-        emit_json(dumped[0] if variant else dumped)
+    results = [compare(chosen, hw, overlap, timing, without) for hw in hws]
+    if fmt == "json":
+        dumped = [r.model_dump(mode="json") for r in results]
+        dumped = [d[0] if variant else d for d in dumped]
+        emit_json(dumped[0] if len(hws) == 1 else dumped)
+    elif fmt in ("csv", "markdown"):
+        from costmodel.text import attention_records
+
+        emit_records([row for hw, r in zip(hws, results) for row in attention_records(hw, r)], fmt)
+    elif len(hws) == 1:
+        click.echo(str(results[0]))
     else:
-        click.echo(str(result))
+        from costmodel.text import attention_devices_table
+
+        click.echo(attention_devices_table(hws, results))
 
 
 @main.group()
@@ -249,18 +260,22 @@ def models() -> None:
 
 
 @models.command("list")
+@format_option
 @json_option
-def models_list(as_json) -> None:
+def models_list(fmt, as_json) -> None:
     """List the shipped model presets: parameters, attention, experts, windows.
 
     Example: costmodel models list
     """
     from costmodel.presets import load_model, preset_ids
-    from costmodel.text import models_table
+    from costmodel.text import model_records, models_table
 
+    fmt = output_format(fmt, as_json)
     presets = [load_model(pid) for pid in preset_ids()]
-    if as_json:
+    if fmt == "json":
         emit_json([p.model_dump(mode="json") for p in presets])
+    elif fmt in ("csv", "markdown"):
+        emit_records(model_records(presets), fmt)
     else:
         click.echo(models_table(presets))
 
@@ -285,7 +300,7 @@ def models_show(name, as_json) -> None:
         click.echo(model_detail(m))
 
 
-for command in (cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate, cli_figures.validate,
+for command in (capacity, cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate, cli_figures.validate,
                 cli_figures.reproduce):
     main.add_command(command)
 

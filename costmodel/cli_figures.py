@@ -9,6 +9,7 @@ import click
 from costmodel.cli_options import (FilePath, Positive, check_writable, choices, dim_options, dtype_option, emit_json, given,
                                    groups_option, json_option, max_points_option, title_dims, workload_options,
                                    write_csv)
+from costmodel.cli_serving import model_options
 from costmodel.errors import CostModelError
 from costmodel.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
 
@@ -46,9 +47,10 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 
 
 @click.command("sweep")
-@click.option("--gpu", required=True, help="device id, alias or YAML path")
-@click.option("--x", "x_name", type=choices(["context", "batch", "groups", "seq"]), required=True,
-              help="the dimension on the x axis")
+@click.option("--gpu", "gpus", multiple=True, required=True,
+              help="device id, alias or YAML path (repeatable with --model: one curve per device)")
+@click.option("--x", "x_name", type=choices(["context", "batch", "groups", "seq", "input-len", "output-len"]),
+              required=True, help="the dimension on the x axis (with --model: batch, context, input-len, output-len)")
 @click.option("--range", "range_text", required=True, metavar="RANGE",
               help="START:STOP:xFACTOR, START:STOP:STEP or a comma list, e.g. 128:32768:x2")
 @click.option("--variant", type=choices(VARIANTS), help="one variant (default: all three; --x groups needs gqa)")
@@ -57,9 +59,13 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 @click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg or .pdf")
 @click.option("--csv", "csv_path", type=FilePath(), help="also write the points as CSV")
 @max_points_option
-def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
-               timing, without, out, csv_path, max_points, **dims) -> None:
-    """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant.
+@model_options
+@click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA and MQA versions, one curve each")
+def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
+               timing, without, out, csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form,
+               input_len, output_len, variants, **dims) -> None:
+    """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant; with --model,
+    a whole model's throughput against latency, one point per swept value and one curve per layout or device.
 
     The last point where weights + KV cache fit in device memory is marked on each curve.
 
@@ -70,11 +76,27 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
     from costmodel.sweeps import sweep
     from costmodel.workload import workloads
 
+    x_name = x_name.lower().replace("-", "_")
+    if model_name:
+        from costmodel.cli_serving import load_layouts, plot_model_sweep
+
+        if x_name not in ("batch", "context", "input_len", "output_len"):
+            raise CostModelError(f"--x {x_name} does not apply with --model; use batch, context, input-len or output-len")
+        layouts = load_layouts(model_name, variant, groups, kv_heads, variants)
+        conventions = {"dtype": dtype, "execution": execution or DEFAULTS["model_execution"], "tp": tp,
+                       "overlap": overlap, "timing": timing, "without": without, "weight_dtype": weight_dtype,
+                       "kv_dtype": kv_dtype, "mla_form": mla_form}
+        plot_model_sweep([load_profile(g) for g in gpus], layouts, f"{x_name}={range_text}", out, csv_path,
+                         max_points, dims["batch"], dims["context"], input_len, output_len, conventions)
+        return
+    if len(gpus) > 1:
+        raise CostModelError("an attention sweep plots one device; repeat --gpu with --model")
+    if x_name in ("input_len", "output_len"):
+        raise CostModelError(f"--x {x_name.replace('_', '-')} needs --model")
     check_output(out)
     if csv_path is not None:
         check_writable(csv_path)
-    hw = load_profile(gpu)
-    x_name = x_name.lower()
+    hw = load_profile(gpus[0])
     if x_name == "groups" and not variant:
         variant = "gqa"
     chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
@@ -88,7 +110,8 @@ def sweep_plot(gpu, x_name, range_text, variant, groups, mode, dtype, layers, ex
     fixed = ", ".join(f"{k}={getattr(w, k)}" for k in ("b", "n", "m") if k != result.dim and
                       not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate"))
     what = {"incremental": "decode step", "generate": "generate", "batched": "prefill"}[w.mode]
-    title = f"{hw.name}: {what}, {fixed}, {title_dims(w)}, {w.layers} layer{'s' * (w.layers > 1)}"
+    title = (f"{hw.name}: attention only, {what}, {fixed}, {title_dims(w)}, "
+             f"{w.layers} layer{'s' * (w.layers > 1)}")
     if csv_path is not None:
         write_csv(csv_path, result.records)
     save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title), out)

@@ -46,7 +46,50 @@ def emit_json(data) -> None:
     click.echo(text)
 
 
-Positive = click.IntRange(min=1, max=MAX_DIM)
+class Count(click.ParamType):
+    """A whole number, optionally with a size suffix as serving engines write it (vLLM's convention): k, m,
+    g are powers of 1000 and K, M, G powers of 1024, so ``--context 128k`` is 128000 and ``128K`` 131072."""
+
+    name = "integer"
+    SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+
+    def __init__(self, least: int = 1):
+        self.least = least
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            scale = self.SUFFIXES.get(text[-1:], 1) if text else 1
+            digits = text[:-1] if scale != 1 else text
+            try:
+                number = int(digits) * scale
+            except ValueError:
+                self.fail(f"{value!r} is not a whole number (suffixes k, m, g = 1000^n; K, M, G = 1024^n)", param, ctx)
+        if not self.least <= number <= MAX_DIM:
+            self.fail(f"{value} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
+        return number
+
+
+Positive = Count(1)
+NonNegative = Count(0)
+
+#: Dtype spellings of torch and serving engines -> costmodel's names.
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+                 "float8": "fp8", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "e4m3": "fp8"}
+
+
+class DtypeChoice(click.Choice):
+    """A dtype choice that also takes torch's and vLLM's spellings (bfloat16, float16, half, float32)."""
+
+    def __init__(self, values):
+        super().__init__(list(values), case_sensitive=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            value = DTYPE_ALIASES.get(value.lower(), value)
+        return super().convert(value, param, ctx)
 
 
 class FilePath(click.Path):
@@ -78,11 +121,16 @@ DIM_OPTIONS = {
 }
 
 
+#: Engine spellings accepted for the same options (vLLM's and SGLang's flags).
+OPTION_ALIASES = {"batch": ("--batch-size",), "context": ("--max-model-len",)}
+
+
 def dim_options(func):
     """One option per numeric dimension (--batch, --seq, ...); --context may be 0 (an empty cache)."""
     for name, text in reversed(DIM_OPTIONS.items()):
-        kind = click.IntRange(min=0, max=MAX_DIM) if name == "context" else Positive
-        func = click.option(f"--{name.replace('_', '-')}", name, type=kind, help=text)(func)
+        kind = NonNegative if name == "context" else Positive
+        func = click.option(f"--{name.replace('_', '-')}", *OPTION_ALIASES.get(name, ()), name, type=kind,
+                            help=text)(func)
     return func
 
 
@@ -98,8 +146,25 @@ def _options(*options):
     return apply
 
 
-dtype_option = click.option("--dtype", type=choices(DTYPES), default=DEFAULTS["dtype"], show_default=True,
-                            help="storage and math dtype (sets bytes per element)")
+dtype_option = click.option("--dtype", type=DtypeChoice(DTYPES), default=DEFAULTS["dtype"], show_default=True,
+                            help="storage and math dtype (sets bytes per element; bfloat16, float16, float32 also)")
+FORMATS = ("table", "json", "csv", "markdown")
+format_option = click.option("--format", "fmt", type=choices(FORMATS), default="table", show_default=True,
+                             help="how to print: an aligned table, JSON, CSV or a markdown table")
+
+
+def output_format(fmt: str, as_json: bool) -> str:
+    """--json is --format json."""
+    if as_json and fmt not in ("table", "json"):
+        raise CostModelError(f"--json and --format {fmt} disagree; give one")
+    return "json" if as_json else fmt.lower()
+
+
+def emit_records(records: list[dict], fmt: str) -> None:
+    """Rows of a table as CSV or markdown."""
+    from costmodel.text import records_csv, records_markdown
+
+    click.echo((records_csv if fmt == "csv" else records_markdown)(records), nl=fmt != "csv")
 groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 max_points_option = click.option("--max-points", type=click.IntRange(1, 10**7), default=DEFAULTS["max_points"],

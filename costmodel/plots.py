@@ -287,3 +287,57 @@ def draw_groups(result: dict):
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     return fig
+
+
+def draw_throughput_latency(records: list[dict], dim: str):
+    """Throughput per device against latency per output token, one point per swept value and one curve per
+    (device, attention layout); points past the memory limit are hollow on a dotted line, and the last
+    point that fits is marked."""
+    plt = _pyplot()
+
+    fig, ax = plt.subplots(figsize=(7.6, 4.8), layout="constrained")
+    curves = list(dict.fromkeys((r["device"], r["attention"]) for r in records))
+    devices = list(dict.fromkeys(r["device"] for r in records))
+    for i, (device, attention) in enumerate(curves):
+        rec = [r for r in records if r["device"] == device and r["attention"] == attention]
+        color = f"C{i}"
+        label = attention if len(devices) == 1 else f"{device}, {attention}"
+        fit = [r for r in rec if r["fits"]]
+        over = [r for r in rec if not r["fits"]]
+        ax.plot([r["tpot_s"] * 1e3 for r in fit], [r["tokens_per_s_per_device"] for r in fit], marker="o", ms=4,
+                color=color, label=label, gid=f"curve:{device}:{attention}")
+        if over:
+            line = ([fit[-1]] if fit else []) + over
+            ax.plot([r["tpot_s"] * 1e3 for r in line], [r["tokens_per_s_per_device"] for r in line], ls=":",
+                    marker="o", ms=4, mfc="white", color=color, alpha=0.7, gid=f"no_fit:{device}:{attention}")
+        if fit and over:
+            last = fit[-1]
+            ax.plot([last["tpot_s"] * 1e3], [last["tokens_per_s_per_device"]], marker="X", ms=10, color=color,
+                    mec="black", ls="none", gid=f"memory_limit:{device}:{attention}")
+            ax.annotate(f"{dim.replace('_', ' ')} {last[dim]}", (last["tpot_s"] * 1e3, last["tokens_per_s_per_device"]),
+                        xytext=(5, -10), textcoords="offset points", fontsize=7.5, color=color)
+    for r in records[:: max(len(records) // 12, 1)]:
+        ax.annotate(str(r[dim]), (r["tpot_s"] * 1e3, r["tokens_per_s_per_device"]), xytext=(3, 3),
+                    textcoords="offset points", fontsize=6.5, color="0.4")
+    xs = [r["tpot_s"] * 1e3 for r in records]
+    ys = [r["tokens_per_s_per_device"] for r in records]
+    if max(xs) / min(xs) >= 10:
+        ax.set_xscale("log")
+    if max(ys) / min(ys) >= 10:
+        ax.set_yscale("log")
+    first = records[0]
+    what = (f"requests of {first['input_len']} + {first['output_len']} tokens (mean TPOT)"
+            if "e2e_s" in first else f"decode step at context {first.get('context')}")
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        axis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
+    ax.set(xlabel="latency per output token (ms)", ylabel="throughput (output tokens/s per device)",
+           title=f"{first['model']} on {', '.join(devices)}: throughput against latency over "
+                 f"{dim.replace('_', ' ')}\n{what}")
+    ax.plot([], [], marker="X", ms=9, color="0.5", mec="black", ls="none", label="last point that fits in memory")
+    ax.plot([], [], ls=":", marker="o", mfc="white", color="0.5", label="does not fit")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    return fig

@@ -253,7 +253,7 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
 def assumptions(w: Workload, hw: HardwareProfile, overlap: str, model=None) -> list[str]:
     how = "max(compute, memory)" if overlap == "max" else "compute + memory"
     peaks = "measured" if hw.measured else "datasheet dense"
-    launch = ("measured overhead per op class" if hw.op_classes else f"{hw.launch_overhead * 1e6:g} us launch")
+    launch = ("measured overhead per op class" if hw.op_classes else f"{hw.launch_overhead * 1e6:g} µs launch")
     if model is not None and model.active:
         out = mechanism_lines(hw, model)
     else:

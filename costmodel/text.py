@@ -123,7 +123,7 @@ def si(x: float, unit: str = "", digits: int = 3) -> str:
     """``1.23e9, "B"`` -> ``"1.23 GB"``."""
     if x == 0:
         return f"0 {unit}".rstrip()
-    prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")]
+    prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n")]
     for scale, p in prefixes:
         if abs(x) >= scale:
             return f"{x / scale:.{digits}g} {p}{unit}".rstrip()
@@ -150,7 +150,7 @@ def hardware_line(hw: dict) -> str:
     return (f"{hw['name']} [{hw['id']}]{tag}: {hw['dtype']} peak {si(hw['peak_flops_per_s'], 'FLOP/s')}, "
             f"memory {si(hw['memory_bandwidth_bytes_per_s'], 'B/s')}, ridge {hw['ridge_point_flops_per_byte']:.0f} "
             f"FLOP/B, capacity {si(hw['memory_capacity_bytes'], 'B')}, "
-            + (hw["efficiency"] if hw.get("efficiency") else f"launch {hw['launch_overhead_s'] * 1e6:g} us"))
+            + (hw["efficiency"] if hw.get("efficiency") else f"launch {hw['launch_overhead_s'] * 1e6:g} µs"))
 
 
 def _variant_label(w) -> str:
@@ -209,7 +209,7 @@ def hardware_table(profiles) -> str:
         peak = p.peak_flops_per_s.get("bf16") or p.peak_flops_per_s.get("fp16")
         fp8 = p.peak_flops_per_s.get("fp8")
         rows.append((p.id, p.name, si(peak.value, "FLOP/s") if peak else "-", si(fp8.value, "FLOP/s") if fp8 else "-",
-                     si(p.bandwidth, "B/s"), si(p.capacity, "B"), si(p.on_chip_memory_bytes.value, "B"),
+                     si(p.bandwidth, "B/s"), capacity_text(p.capacity), si(p.on_chip_memory_bytes.value, "B"),
                      efficiency_status(p), ", ".join(p.aliases)))
     return "\n".join(aligned(rows))
 
@@ -220,7 +220,7 @@ def hardware_detail(p) -> str:
         m = p.measured
         lines.append(f"MEASURED on {m.device}, {m.date}, torch {m.torch_version}: {m.method}")
     for field, item in p.sourced_items():
-        value = "x".join(map(str, item.shape)) if hasattr(item, "shape") else f"{item.value:.6g}"
+        value = "x".join(map(str, item.shape)) if hasattr(item, "shape") else _with_unit(field, item.value)
         lines.append(f"  {field:36s} {value:>14s}  [{item.source}, {item.confidence}]")
     lines.append(f"  ridge point (bf16/fp16 or first dtype): "
                  f"{p.ridge_point(next(iter(d for d in ('bf16', 'fp16') if d in p.peak_flops_per_s), next(iter(p.peak_flops_per_s)))):.1f} FLOP/B")
@@ -353,9 +353,9 @@ def shazeer_table(r: dict) -> str:
     p = r["paper"]
     lines += ["", "Table 2, decoder, TPUv2-microseconds per output token:", "  " + r["setup"], ""]
     head = ("model", "multi-head", "multi-query", "ratio")
-    rows = [head, ("paper (Table 2)", f"{p['mha_us_per_token']:.1f} us", f"{p['mqa_us_per_token']:.1f} us",
+    rows = [head, ("paper (Table 2)", f"{p['mha_us_per_token']:.1f} µs", f"{p['mqa_us_per_token']:.1f} µs",
                    f"{p['ratio']:.1f}x")]
-    rows += [(t["model"], f"{t['mha_us_per_token']:.1f} us", f"{t['mqa_us_per_token']:.2f} us", f"{t['ratio']:.2f}x")
+    rows += [(t["model"], f"{t['mha_us_per_token']:.1f} µs", f"{t['mqa_us_per_token']:.2f} µs", f"{t['ratio']:.2f}x")
              for t in r["table2"]]
     lines += aligned(rows, right=range(1, 4), indent="  ")
     last = r["table2"][-1]
@@ -456,3 +456,192 @@ def model_detail(m) -> str:
     if m.notes:
         lines.append(f"  notes: {m.notes}")
     return "\n".join(lines)
+
+
+def request_table(requests) -> str:
+    """Requests side by side (one row per device or layout): TTFT, TPOT, end-to-end, throughput, memory."""
+    first = requests[0]
+    lines = [f"{first.model_name} [{first.model}]: batch {first.batch}, input {first.input_len} tokens, output "
+             f"{first.output_len} tokens" + (f", {first.tp} devices (tensor parallel)" if first.tp > 1 else ""), ""]
+    rows = [("device", "attention", "TTFT", "TPOT first", "TPOT last", "TPOT mean", "end-to-end", "tok/s/seq",
+             "tok/s/device", "memory", "fits", "time model")]
+    for r in requests:
+        memory = r.kv_cache_bytes_per_device + r.weight_bytes_per_device
+        rows.append((r.hardware.id, r.attention, si(r.ttft_s, "s"), si(r.tpot_first_s, "s"), si(r.tpot_last_s, "s"),
+                     si(r.tpot_mean_s, "s"), si(r.e2e_s, "s"), si(r.tokens_per_s_per_sequence),
+                     si(r.tokens_per_s_per_device), f"{si(memory, 'B')} / {capacity_text(r.capacity_bytes)}",
+                     "yes" if r.fits else "NO", r.hardware.efficiency))
+    lines += aligned(rows, right=set(range(2, 10)))
+    lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
+    return "\n".join(lines)
+
+
+def capacity_text(nbytes: float) -> str:
+    """A memory capacity as its vendor states it: binary (GiB) when it is a whole number of GiB and not of
+    GB (TPU v2 to v5p), decimal otherwise."""
+    gib = nbytes / 2**30
+    if nbytes % 2**30 == 0 and nbytes % 10**9:
+        return f"{gib:.3g} GiB"
+    return si(nbytes, "B")
+
+
+def capacity_table(report) -> str:
+    """The largest batch under the targets, per device and attention layout."""
+    targets = [f"mean TPOT <= {si(report.tpot_target_s, 's')}" if report.tpot_target_s else "",
+               f"TTFT <= {si(report.ttft_target_s, 's')}" if report.ttft_target_s else ""]
+    targets = [t for t in targets if t] or ["memory only"]
+    lines = [f"capacity: input {report.input_len} tokens, output {report.output_len} tokens; "
+             + ", ".join(targets), ""]
+    head = ["device", "model", "attention", "batch", "binds", "memory batch", "TTFT", "TPOT mean", "tok/s/device"]
+    if report.price_per_hour is not None:
+        head.append(f"$/M tokens (at ${report.price_per_hour:g}/h)")
+    rows = [tuple(head)]
+    for p in report.points:
+        r = p.request
+        row = [p.device, p.model, p.attention, str(p.batch), p.binds or "", str(p.memory_batch),
+               si(r.ttft_s, "s") if r else "-", si(r.tpot_mean_s, "s") if r else "-",
+               si(r.tokens_per_s_per_device) if r else "-"]
+        if report.price_per_hour is not None:
+            row.append(f"{p.cost_per_million_tokens:.3g}" if p.cost_per_million_tokens is not None else "-")
+        rows.append(tuple(row))
+    lines += aligned(rows, right={3, 5, 6, 7, 8, 9})
+    lines += ["", "Assumptions:", *(f"  - {a}" for a in report.assumptions)]
+    return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
+
+
+def records_csv(records: list[dict]) -> str:
+    """Records as CSV, one column per key of the first record (numbers in full)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]), extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(records)
+    return buf.getvalue()
+
+
+def records_markdown(records: list[dict]) -> str:
+    """Records as a markdown table (numbers to 6 significant digits), ready for a design doc."""
+    keys = list(records[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "|".join("---" for _ in keys) + "|"]
+    lines += ["| " + " | ".join(_cell(r.get(k)).replace("|", "\\|") for k in keys) + " |" for r in records]
+    return "\n".join(lines)
+
+
+def devices_table(predictions) -> str:
+    """Whole-model predictions side by side: one row per device (and attention layout)."""
+    first = predictions[0]
+    w = first.workload
+    lines = [f"{first.model.name} [{first.model.id}]: batch {w.batch}, context {w.context}, {w.dtype}"
+             + (f", {first.hardware.devices} devices (tensor parallel)" if first.hardware.devices > 1 else ""), ""]
+    rows = [("device", "attention", "TPOT", "tokens/s", "TTFT", "KV cache", "weights", "capacity", "fits",
+             "largest batch", "time model")]
+    for p in predictions:
+        mem = p.memory
+        rows.append((p.hardware.id, p.model.attention, si(p.total.tpot_s, "s"), si(p.total.tokens_per_s),
+                     si(p.total.ttft_s, "s"), si(mem.kv_cache_bytes_per_device, "B"),
+                     si(mem.weight_bytes_per_device, "B"), capacity_text(mem.capacity_bytes),
+                     "yes" if mem.fits else "NO", str(mem.max_batch), p.hardware.efficiency))
+    lines += aligned(rows, right=set(range(2, 10)))
+    lines += ["", "Assumptions (first row; every row states its own in --json):",
+              *(f"  - {a}" for a in first.assumptions)]
+    return "\n".join(lines)
+
+
+def model_sweep_table(records: list[dict], dim: str) -> str:
+    """A whole-model sweep: one row per value, one column group per (device, layout); * = does not fit."""
+    keys = list(dict.fromkeys((r["device"], r["attention"]) for r in records))
+    values = list(dict.fromkeys(r[dim] for r in records))
+    by = {(r["device"], r["attention"], r[dim]): r for r in records}
+    request = "e2e_s" in records[0]
+    head = [dim.replace("_", " ")]
+    for device, attention in keys:
+        label = f"{device} {attention}" if len({k[0] for k in keys}) > 1 else attention
+        head += [f"{label} TPOT", "tok/s/device"] + (["TTFT"] if request else [])
+    rows = [tuple(head)]
+    for v in values:
+        row = [str(v)]
+        for device, attention in keys:
+            r = by[(device, attention, v)]
+            mark = "" if r["fits"] else " *"
+            row += [si(r["tpot_s"], "s") + mark, si(r["tokens_per_s_per_device"])] + (
+                [si(r["ttft_s"], "s")] if request else [])
+        rows.append(tuple(row))
+    what = "requests" if request else "decode step and prefill"
+    return "\n".join([f"whole-model sweep of {dim.replace('_', ' ')} ({what}); TPOT "
+                      + ("mean over the request's steps" if request else "of one decode step")
+                      + "; * = weights and KV cache do not fit in memory", *aligned(rows, right=set(range(len(head))))])
+
+
+def attention_records(hw, comparison) -> list[dict]:
+    """Every op of each variant's prediction on one device, and the totals, as rows."""
+    out = []
+    for p in comparison:
+        base = {"device": hw.id, "variant": p.workload.variant, "g": p.workload.g}
+        out += [{**base, "op": o.name, "flops": o.flops, "bytes": o.bytes, "time_s": o.time_s, "bound": o.bound}
+                for o in p.ops]
+        out.append({**base, "op": "total (all layers)", "flops": p.total.flops, "bytes": p.total.bytes,
+                    "time_s": p.total.time_s, "bound": p.total.bound})
+    return out
+
+
+def attention_devices_table(hws, comparisons) -> str:
+    """One attention workload on several devices: one row per device and variant."""
+    w = comparisons[0][0].workload
+    lines = [workload_line(w), ""]
+    rows = [("device", "variant", "time", "tokens/s", "bound", "speed-up", "KV + weights", "capacity", "fits")]
+    for hw, comp in zip(hws, comparisons):
+        base = comp[0].total.time_s
+        for p in comp:
+            mem = p.memory
+            rows.append((hw.id, variant_label(p.workload.variant, p.workload.g), si(p.total.time_s, "s"),
+                         si(p.total.tokens_per_s), p.total.bound, f"{base / p.total.time_s:.2f}x",
+                         si(mem.kv_cache_bytes + mem.weight_bytes, "B"), capacity_text(mem.capacity_bytes),
+                         "yes" if mem.fits else "NO"))
+    lines += aligned(rows, right={2, 3, 5, 6, 7})
+    return "\n".join(lines)
+
+
+def hardware_records(profiles) -> list[dict]:
+    """The hardware list as rows (SI base units: FLOP/s, B/s, B)."""
+    out = []
+    for p in profiles:
+        peak = p.peak_flops_per_s.get("bf16") or p.peak_flops_per_s.get("fp16")
+        fp8 = p.peak_flops_per_s.get("fp8")
+        out.append({"id": p.id, "name": p.name, "kind": p.kind, "bf16_flops_per_s": peak.value if peak else None,
+                    "fp8_flops_per_s": fp8.value if fp8 else None, "memory_bytes_per_s": p.bandwidth,
+                    "capacity_bytes": p.capacity, "capacity": capacity_text(p.capacity),
+                    "on_chip_bytes": p.on_chip_memory_bytes.value, "efficiency": efficiency_status(p),
+                    "aliases": ", ".join(p.aliases)})
+    return out
+
+
+def model_records(presets) -> list[dict]:
+    """The model list as rows."""
+    from costmodel.model_step import active_params, param_count
+
+    return [{"id": m.id, "name": m.name, "params": param_count(m), "active_params": active_params(m),
+             "layers": m.layers, "d_model": m.d_model, "attention": m.attention_label,
+             "kv_bytes_per_token_bf16": _kv_per_token(m), "features": ", ".join(_model_features(m))}
+            for m in presets]
+
+
+#: Field name endings -> the unit their values are in (SI base units, printed with SI prefixes).
+FIELD_UNITS = (("_flops_per_s", "FLOP/s"), ("_bytes_per_s", "B/s"), ("capacity_bytes", None), ("_bytes", "B"),
+               ("_hz", "Hz"), ("_s", "s"))
+
+
+def _with_unit(field: str, value: float) -> str:
+    """A profile number as the table prints it: 2.04 TB/s, 80 GB (capacities as the vendor states them), 4 µs."""
+    for name in field.split("."):
+        for ending, unit in FIELD_UNITS:
+            if name.endswith(ending):
+                return capacity_text(value) if unit is None else si(value, unit)
+    return f"{value:.6g}"

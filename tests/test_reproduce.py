@@ -24,7 +24,7 @@ def shazeer():
 
 def test_prints_the_papers_numbers_beside_the_models():
     out = CliRunner().invoke(main, ["reproduce", "shazeer2019"]).output
-    for text in ("46.0 us", "3.8 us", "12.1x", "plain roofline", "tf.concat"):
+    for text in ("46.0 µs", "3.8 µs", "12.1x", "plain roofline", "tf.concat"):
         assert text in out
 
 

@@ -48,7 +48,7 @@ def calibrate_command(device: str, out: str, quick: bool, threads: int | None = 
     peaks = ", ".join(f"{dt} {v['value'] / 1e9:.0f} GFLOP/s" for dt, v in profile["peak_flops_per_s"].items())
     line = (f"wrote {out}: {profile['name']}: {peaks}; read bandwidth "
             f"{profile['memory_bandwidth_bytes_per_s']['value'] / 1e9:.1f} GB/s; per-op overhead "
-            f"{profile['launch_overhead_s']['value'] * 1e6:.1f} us")
+            f"{profile['launch_overhead_s']['value'] * 1e6:.1f} µs")
     fits = profile.get("efficiency", {}).get("error", {})
     if fits:
         line += "\nfitted curves (median |error| of the fit): " + ", ".join(

@@ -1,0 +1,246 @@
+"""The whole-model side of the command line: a model on one or more devices, a request's latency, capacity
+under latency targets, whole-model sweeps and their throughput-latency plot. Imports nothing heavy at
+start-up; each function imports what it uses."""
+
+from __future__ import annotations
+
+import click
+
+from costmodel.cli_options import (FORMATS, Positive, check_writable, choices, dtype_option, emit_json, emit_records,
+                                   output_format, write_csv)
+from costmodel.errors import CostModelError
+from costmodel.vocab import DEFAULTS, DERIVE_VARIANTS, DTYPES, EXECUTIONS, MECHANISMS, MLA_FORMS, TIMINGS, WEIGHT_DTYPES
+
+#: What a whole-model sweep may vary.
+MODEL_SWEEP_DIMS = ("batch", "context", "input_len", "output_len")
+
+
+def load_layouts(model_name: str, variant: str | None, groups: int | None, kv_heads: int | None,
+                 variants: bool = False) -> list:
+    """The model (re-priced with ``--kv-heads`` or ``--variant``), and with ``variants`` also its MHA, GQA and
+    MQA versions."""
+    from costmodel.presets import load_model
+
+    model = load_model(model_name)
+    if kv_heads and (variant or groups):
+        raise CostModelError("give --kv-heads or --variant/--groups, not both")
+    if kv_heads:
+        model = model.with_kv_heads(kv_heads)
+    elif variant:
+        model = model.with_variant(variant, groups)
+    elif groups:
+        raise CostModelError("--groups with --model needs --variant gqa")
+    if variants:
+        from costmodel.serving import with_variants
+
+        return with_variants(model)
+    return [model]
+
+
+def model_records(p) -> list[dict]:
+    """Every op of a model prediction's decode step and prefill, and the totals, as rows."""
+    out = []
+    for phase in ("decode", "prefill"):
+        ph = getattr(p, phase)
+        out += [{"device": p.hardware.id, "model": p.model.id, "phase": phase, "section": o.section, "op": o.name,
+                 "kernels": o.count, "flops": o.flops, "bytes": o.bytes, "time_s": o.time_s, "bound": o.bound}
+                for o in ph.ops]
+        if ph.all_reduce_s:
+            out.append({"device": p.hardware.id, "model": p.model.id, "phase": phase, "section": "tensor parallel",
+                        "op": "all-reduce", "kernels": ph.all_reduces, "flops": 0.0, "bytes": None,
+                        "time_s": ph.all_reduce_s, "bound": None})
+        out.append({"device": p.hardware.id, "model": p.model.id, "phase": phase, "section": "total", "op": "",
+                    "kernels": None, "flops": ph.flops, "bytes": ph.bytes, "time_s": ph.time_s, "bound": None})
+    return out
+
+
+def summary_record(p) -> dict:
+    """One row per (device, model layout): TPOT, TTFT, throughput and memory."""
+    mem = p.memory
+    return {"device": p.hardware.id, "model": p.model.id, "attention": p.model.attention, "batch": p.workload.batch,
+            "context": p.workload.context, "devices": p.hardware.devices, "tpot_s": p.total.tpot_s,
+            "ttft_s": p.total.ttft_s, "tokens_per_s": p.total.tokens_per_s,
+            "kv_cache_bytes_per_device": mem.kv_cache_bytes_per_device,
+            "weight_bytes_per_device": mem.weight_bytes_per_device, "capacity_bytes": mem.capacity_bytes,
+            "fits": mem.fits, "max_batch": mem.max_batch, "max_context": mem.max_context}
+
+
+def request_record(r) -> dict:
+    return {"device": r.hardware.id, "model": r.model, "attention": r.attention, "batch": r.batch,
+            "input_len": r.input_len, "output_len": r.output_len, "devices": r.tp, "ttft_s": r.ttft_s,
+            "tpot_first_s": r.tpot_first_s, "tpot_last_s": r.tpot_last_s, "tpot_mean_s": r.tpot_mean_s,
+            "e2e_s": r.e2e_s, "tokens_per_s_per_sequence": r.tokens_per_s_per_sequence,
+            "tokens_per_s_per_device": r.tokens_per_s_per_device,
+            "memory_bytes_per_device": r.kv_cache_bytes_per_device + r.weight_bytes_per_device,
+            "capacity_bytes": r.capacity_bytes, "fits": r.fits}
+
+
+def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_len, output_len, sweep_spec,
+                   csv_path, max_points, source, conventions: dict) -> None:
+    """``costmodel predict --model``: one model (or its layouts) on one or more devices; a request with
+    --input-len/--output-len; a whole-model sweep with --sweep."""
+    from costmodel.text import devices_table, request_table
+
+    if (input_len is None) != (output_len is None):
+        raise CostModelError("--input-len and --output-len go together (a request: prompt and generated tokens)")
+    if input_len is not None and context is not None:
+        raise CostModelError("--context does not apply with --input-len/--output-len (the request sets the contexts)")
+    if csv_path is not None and not sweep_spec:
+        raise CostModelError("--csv needs --sweep DIM=RANGE")
+    if sweep_spec:
+        return sweep_models(hws, layouts, fmt, sweep_spec, csv_path=csv_path, max_points=max_points, batch=batch,
+                            context=context, input_len=input_len, output_len=output_len, conventions=conventions)
+    if input_len is not None:
+        from costmodel.serving import request
+
+        results = [request(m, hw, batch=batch or 1, input_len=input_len, output_len=output_len, **conventions)
+                   for hw in hws for m in layouts]
+        _emit(fmt, [r.model_dump(mode="json") for r in results], [request_record(r) for r in results],
+              lambda: request_table(results), single=len(results) == 1)
+        return
+    from costmodel.model_step import predict_model
+
+    given = {k: v for k, v in (("batch", batch), ("context", context)) if v is not None}
+    results = [predict_model(m, hw, source=source, **given, **conventions) for hw in hws for m in layouts]
+    if fmt in ("csv", "markdown"):
+        records = [r for p in results for r in model_records(p)] if len(results) == 1 else \
+            [summary_record(p) for p in results]
+        emit_records(records, fmt)
+    elif fmt == "json":
+        dumped = [p.model_dump(mode="json") for p in results]
+        emit_json(dumped[0] if len(dumped) == 1 else dumped)
+    else:
+        click.echo(str(results[0]) if len(results) == 1 else devices_table(results))
+
+
+def _emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> None:
+    if fmt == "json":
+        emit_json(dumped[0] if single else dumped)
+    elif fmt in ("csv", "markdown"):
+        emit_records(records, fmt)
+    else:
+        click.echo(table())
+
+
+def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max_points, batch, context, input_len,
+                 output_len, conventions: dict, plot_path=None) -> list[dict]:
+    """A whole-model sweep over batch, context, input or output length: one row per (device, layout, value)."""
+    from costmodel.serving import model_sweep
+    from costmodel.sweeps import parse_range
+    from costmodel.text import model_sweep_table
+
+    name, sep, text = spec.partition("=")
+    name = name.replace("-", "_")
+    if not sep or name not in MODEL_SWEEP_DIMS:
+        raise CostModelError(f"invalid --sweep {spec!r}; with --model expected DIM=RANGE with DIM one of "
+                             f"{', '.join(d.replace('_', '-') for d in MODEL_SWEEP_DIMS)}")
+    if name in ("input_len", "output_len") and input_len is None:
+        raise CostModelError(f"--sweep {name.replace('_', '-')} needs --input-len and --output-len")
+    if name == "context" and input_len is not None:
+        raise CostModelError("--sweep context does not apply to a request; sweep input-len or output-len")
+    values = parse_range(text, max_points)
+    if min(values) < 1:
+        raise CostModelError(f"--sweep {name.replace('_', '-')} values must be at least 1")
+    if csv_path is not None:
+        check_writable(csv_path)
+    records = model_sweep(layouts, hws, name, values, batch=batch, context=context, input_len=input_len,
+                          output_len=output_len, **conventions)
+    if csv_path is not None:
+        write_csv(csv_path, records)
+    if plot_path is None:
+        _emit(fmt, records, records, lambda: model_sweep_table(records, name), single=False)
+        if csv_path is not None and fmt == "table":
+            click.echo(f"wrote {csv_path}")
+    return records
+
+
+def model_options(func):
+    """The options of a whole-model prediction shared by predict, capacity and sweep."""
+    options = [
+        click.option("--model", "model_name", help="preset id or alias (llama-3-8b, ...), a config.json or a folder"),
+        click.option("--tp", "--tensor-parallel-size", "-tp", "tp", type=Positive, default=DEFAULTS["tp"],
+                     show_default=True, help="with --model: tensor-parallel devices"),
+        click.option("--kv-heads", type=Positive, help="with --model: re-price it with this many key/value heads"),
+        click.option("--weight-dtype", type=choices(WEIGHT_DTYPES),
+                     help="with --model: projection weights' storage (int4: groups of 128 with 16-bit scales) "
+                          "[default: the config's quantization, else --dtype]"),
+        click.option("--kv-dtype", type=choices(DTYPES), help="with --model: the KV cache's dtype [default: --dtype]"),
+        click.option("--mla-form", type=choices(MLA_FORMS),
+                     help="with an MLA --model: one form for decode and prefill [default: absorbed decode, "
+                          "naive prefill]"),
+        click.option("--input-len", type=Positive, help="with --model: prompt tokens of a request"),
+        click.option("--output-len", type=Positive, help="with --model: generated tokens of a request"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.command("capacity")
+@click.option("--gpu", "gpus", multiple=True, required=True, help="device id, alias or YAML path (repeatable)")
+@model_options
+@click.option("--variant", type=choices(DERIVE_VARIANTS), help="re-price the model with this attention layout")
+@click.option("--groups", "-g", type=Positive, help="key/value heads of --variant gqa")
+@click.option("--tpot-ms", type=float, help="target mean time per output token, milliseconds")
+@click.option("--ttft-ms", type=float, help="target time to first token, milliseconds")
+@click.option("--price-per-hour", type=float, help="price of one device-hour: adds the cost per million output tokens")
+@click.option("--variants/--no-variants", default=True, show_default=True,
+              help="also the model's MHA, GQA and MQA versions, side by side")
+@dtype_option
+@click.option("--execution", type=choices(EXECUTIONS), default=DEFAULTS["model_execution"], show_default=True,
+              help="unfused or flash-style fused attention")
+@click.option("--timing", type=choices(TIMINGS), default=DEFAULTS["timing"], show_default=True,
+              help="the time predicted: CUDA-graph replay, kernel durations, or eager host wall time")
+@click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
+              help="switch a fitted mechanism off (repeatable)")
+@click.option("--format", "fmt", type=choices(FORMATS), default="table", show_default=True,
+              help="how to print: an aligned table, JSON, CSV or a markdown table")
+@click.option("--json", "as_json", is_flag=True, help="print JSON (--format json)")
+def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len, variant, groups,
+             tpot_ms, ttft_ms, price_per_hour, variants, dtype, execution, timing, without, fmt, as_json) -> None:
+    """The largest batch a model serves under latency targets and memory, per device and attention layout.
+
+    For requests of --input-len prompt and --output-len generated tokens: the largest batch whose mean TPOT
+    (and TTFT) stay under --tpot-ms (--ttft-ms) and whose weights and KV cache fit, which limit binds, the
+    throughput there, and with --price-per-hour the cost per million output tokens.
+
+    Example: costmodel capacity --gpu h100 --model llama-3-8b --input-len 2048 --output-len 512 --tpot-ms 50
+    """
+    from costmodel.hardware import load_profile
+    from costmodel.serving import capacity as run_capacity
+    from costmodel.text import capacity_table
+
+    fmt = output_format(fmt, as_json)
+    if not model_name:
+        raise CostModelError("capacity needs --model (a preset, a config.json or a folder)")
+    if input_len is None or output_len is None:
+        raise CostModelError("capacity needs --input-len and --output-len (the requests it serves)")
+    hws = [load_profile(g) for g in gpus]
+    layouts = load_layouts(model_name, variant, groups, kv_heads)
+    report = run_capacity(layouts[0], hws, input_len=input_len, output_len=output_len,
+                          tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
+                          ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None, price_per_hour=price_per_hour,
+                          variants=variants, dtype=dtype, execution=execution, tp=tp, timing=timing, without=without,
+                          weight_dtype=weight_dtype, kv_dtype=kv_dtype, mla_form=mla_form)
+    records = [{"device": p.device, "model": p.model, "attention": p.attention, "batch": p.batch, "binds": p.binds,
+                "memory_batch": p.memory_batch, "ttft_s": p.request.ttft_s if p.request else None,
+                "tpot_mean_s": p.request.tpot_mean_s if p.request else None,
+                "tokens_per_s_per_device": p.request.tokens_per_s_per_device if p.request else None,
+                "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
+    _emit(fmt, [report.model_dump(mode="json")], records, lambda: capacity_table(report), single=True)
+
+
+def plot_model_sweep(hws, layouts, spec, out, csv_path, max_points, batch, context, input_len, output_len,
+                     conventions) -> None:
+    """``costmodel sweep --model``: throughput against latency, one curve per (device, layout)."""
+    from costmodel.plots import check_output, draw_throughput_latency, save
+
+    check_output(out)
+    records = sweep_models(hws, layouts, "table", spec, csv_path=csv_path, max_points=max_points, batch=batch,
+                           context=context, input_len=input_len, output_len=output_len, conventions=conventions,
+                           plot_path=out)
+    save(draw_throughput_latency(records, spec.partition("=")[0].replace("-", "_")), out)
+    click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
+
+
+__all__ = ["capacity", "predict_models", "plot_model_sweep", "model_options", "load_layouts"]
