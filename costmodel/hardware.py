@@ -173,6 +173,13 @@ class HardwareProfile(_Strict):
     notes: str = ""
 
     @model_validator(mode="after")
+    def _efficiency_needs_architecture(self) -> HardwareProfile:
+        if self.efficiency is not None and self.architecture is None:
+            raise ValueError("efficiency: fitted parameters need architecture.compute_units (the tile, wave and "
+                             "work-unit mechanisms count in them); add the architecture block")
+        return self
+
+    @model_validator(mode="after")
     def _sources_resolve(self) -> HardwareProfile:
         for field, item in self.sourced_items():
             if item.source not in self.sources:
@@ -270,8 +277,10 @@ def _parse(text: str, origin: str) -> HardwareProfile:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-        got = f" (got {first['input']!r})" if first["type"] not in ("missing", "extra_forbidden") else ""
-        raise CostModelError(f"{origin}: field {where}: {first['msg']}{got[:80]}{more}") from None
+        whole = not first["loc"]  # a check of the whole profile: its input is the whole file
+        got = f" (got {first['input']!r})" if first["type"] not in ("missing", "extra_forbidden") and not whole else ""
+        msg = first["msg"].removeprefix("Value error, ")
+        raise CostModelError(f"{origin}: field {where}: {msg}{got[:80]}{more}") from None
 
 
 @lru_cache(maxsize=1)

@@ -92,7 +92,8 @@ def output_path(suffixes: list[str]) -> st.SearchStrategy[str]:
 
 
 gpus = choice(["a100", "h100", "tpu-v5e", "l4", "b200", "epyc_9004_2vcpu"]) | profile_file()
-models = choice(["llama-3-8b", "falcon-7b", "t5-xxl", "starcoder", "palm-540b"]) | config_file()
+models = choice(["llama-3-8b", "falcon-7b", "t5-xxl", "starcoder", "palm-540b", "mixtral-8x7b", "deepseek-v2-lite",
+                 "gemma-2-9b", "mistral-7b"]) | config_file()
 ranges = (st.builds(lambda a, b, c: f"{a}:{b}:{c}", numbers, numbers,
                     st.one_of(numbers, numbers.map(lambda x: "x" + x), numbers.map(lambda x: "+" + x)))
           | st.lists(numbers, min_size=1, max_size=4).map(",".join) | junk)
@@ -106,8 +107,13 @@ OPTIONS = {
     "--cache-append": choice(["inplace", "concat"]),
 }
 MODEL_OPTIONS = {"--batch": numbers, "--context": numbers, "--tp": numbers, "--source": numbers,
-                 "--dtype": choice(["bf16", "fp16", "fp8"]), "--variant": choice(["mha", "mqa", "gqa"]),
-                 "--groups": numbers, "--execution": choice(["fused", "unfused"]), "--seq": numbers}
+                 "--dtype": choice(["bf16", "fp16", "fp8", "bfloat16"]), "--variant": choice(["mha", "mqa", "gqa", "mla"]),
+                 "--groups": numbers, "--execution": choice(["fused", "unfused"]), "--seq": numbers,
+                 "--weight-dtype": choice(["int4", "fp8", "bf16"]), "--kv-dtype": choice(["fp8", "bf16"]),
+                 "--kv-heads": numbers, "--mla-form": choice(["naive", "absorbed"]), "--input-len": numbers,
+                 "--output-len": numbers, "--format": choice(["csv", "markdown", "table"])}
+CAPACITY_OPTIONS = {"--tpot-ms": numbers, "--ttft-ms": numbers, "--price-per-hour": numbers, "--tp": numbers,
+                    "--weight-dtype": choice(["int4", "fp8"]), "--format": choice(["csv", "markdown", "json"])}
 
 
 @st.composite
@@ -119,13 +125,18 @@ def flags(draw, options: dict, most: int = 4) -> list[str]:
 @st.composite
 def command_lines(draw) -> list[str]:
     """One command line of any costmodel command (the torch ones only with values they refuse quickly)."""
-    kind = draw(st.sampled_from(["predict", "predict", "model", "sweep-table", "derive", "hardware", "plot",
-                                 "reproduce", "validate"]))
+    kind = draw(st.sampled_from(["predict", "predict", "model", "model", "capacity", "sweep-table", "derive",
+                                 "hardware", "plot", "reproduce", "validate"]))
     json_flag = ["--json"] if draw(st.booleans()) else []
     if kind == "predict":
         return ["predict", "--gpu", draw(gpus), *draw(flags(OPTIONS)), *json_flag]
     if kind == "model":
         return ["predict", "--gpu", draw(gpus), "--model", draw(models), *draw(flags(MODEL_OPTIONS, 3)), *json_flag]
+    if kind == "capacity":
+        lengths = [x for name in ("--input-len", "--output-len") if draw(st.integers(0, 5))
+                   for x in (name, draw(numbers))]
+        return ["capacity", "--gpu", draw(gpus), "--model", draw(models), *lengths,
+                *draw(flags(CAPACITY_OPTIONS, 3)), *json_flag]
     if kind == "sweep-table":
         spec = draw(st.builds(lambda d, r: f"{d}={r}", dims | junk, ranges))
         csv = ["--csv", draw(output_path([".csv"]))] if draw(st.booleans()) else []
@@ -135,8 +146,9 @@ def command_lines(draw) -> list[str]:
         extra = ["--asymptotic"] if draw(st.booleans()) else []
         return ["derive", *draw(flags(derive_options, 3)), *extra, *json_flag]
     if kind == "hardware":
-        return draw(st.sampled_from([["hardware", "list"], ["hardware", "show"]])) + (
-            [draw(gpus)] if draw(st.booleans()) else []) + json_flag
+        return draw(st.sampled_from([["hardware", "list"], ["hardware", "show"], ["models", "list"],
+                                     ["models", "show"]])) + ([draw(st.one_of(gpus, models))]
+                                                              if draw(st.booleans()) else []) + json_flag
     if kind == "plot":
         out = ["--out", draw(output_path([".png", ".svg", ".pdf"]))]
         if draw(st.booleans()):

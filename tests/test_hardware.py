@@ -151,3 +151,15 @@ def test_device_names_are_unique_across_profiles():
 
     keys = [device_name_key(n) for p in load_all() for n in p.device_names]
     assert len(keys) == len(set(keys))
+
+
+def test_fitted_efficiency_without_architecture_is_refused(tmp_path):
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "hardware_profiles" / "a100_80gb_sxm.yaml")
+                          .read_text())
+    data.pop("architecture")
+    path = tmp_path / "noarch.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(CostModelError) as err:
+        load_profile(str(path))
+    message = str(err.value)
+    assert "fitted parameters need architecture.compute_units" in message and len(message) < 300
