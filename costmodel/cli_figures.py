@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from costmodel.cli_options import (FilePath, Positive, check_writable, choices, dim_options, dtype_option, emit_json, given,
-                                   groups_option, json_option, max_points_option, title_dims, workload_options,
-                                   write_csv)
+from costmodel.cli_options import (FilePath, Positive, check_writable, choices, dim_options, dtype_option, emit_json,
+                                   emit_records, format_option, given, groups_option, json_option, max_points_option,
+                                   output_format, title_dims, workload_options, write_csv)
 from costmodel.cli_serving import model_options
 from costmodel.errors import CostModelError
 from costmodel.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
@@ -152,7 +152,9 @@ def calibrate(device, out, quick, threads) -> None:
 @click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
               help="with --published: switch a fitted mechanism off to see its share (repeatable)")
 @click.option("--threads", type=click.IntRange(1, 4096), help="CPU threads torch uses (default: torch's choice)")
-def validate(device, gpu, profile_path, quick, json_path, plot_path, published, without, threads) -> None:
+@click.option("--format", "fmt", type=choices(("table", "csv", "markdown")), default="table", show_default=True,
+              help="with --published: the summary as an aligned table, CSV or a markdown table")
+def validate(device, gpu, profile_path, quick, json_path, plot_path, published, without, threads, fmt) -> None:
     """Measure every op and whole step as torch kernels and report the prediction error; or, with
     --published, hold the predictions against published GPU kernel timings (no torch needed).
 
@@ -168,11 +170,13 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, published, 
 
         if profile_path or quick or gpu:
             raise CostModelError("--profile, --quick and --gpu do not apply with --published (each table names its GPU)")
-        for line in published_command(published or None, json_path, plot_path, without):
+        for line in published_command(published or None, json_path, plot_path, without, fmt.lower()):
             click.echo(line)
         return
     if without:
         raise CostModelError("--without applies with --published")
+    if fmt.lower() != "table":
+        raise CostModelError("--format applies with --published (a kernel run writes its report with --json)")
     from costmodel.validation import validate_command
 
     def progress(cases):
@@ -219,8 +223,9 @@ def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, as_js
 @reproduce.command("gqa2023")
 @click.option("--tp", type=Positive, default=8, show_default=True, help="TPU v4 chips, tensor parallel")
 @click.option("--plot", "plot_path", type=FilePath(), help="write the figure (.png, .svg, .pdf)")
+@format_option
 @json_option
-def reproduce_gqa(tp, plot_path, as_json) -> None:
+def reproduce_gqa(tp, plot_path, fmt, as_json) -> None:
     """Ainslie et al. 2023: T5-XXL time per sample against key/value groups on TPU v4.
 
     Example: costmodel reproduce gqa2023 --plot gqa.png
@@ -232,9 +237,13 @@ def reproduce_gqa(tp, plot_path, as_json) -> None:
         from costmodel.plots import check_output
 
         check_output(plot_path)
+    fmt = output_format(fmt, as_json)
+    as_json = fmt == "json"
     result = gqa2023(chips=tp)
     if as_json:
         emit_json(result)
+    elif fmt in ("csv", "markdown"):
+        emit_records(result["rows"], fmt)
     else:
         click.echo(gqa_table(result))
     if plot_path is not None:

@@ -187,6 +187,8 @@ def test_bad_suffix_is_a_clear_error():
     ["hardware", "list"],
     ["models", "list"],
     ["derive", "--variant", "gqa"],
+    ["validate", "--published"],
+    ["reproduce", "gqa2023"],
 ])
 def test_every_table_prints_as_csv_and_markdown(args):
     rows = list(csv.DictReader(io.StringIO(_run(*args, "--format", "csv"))))

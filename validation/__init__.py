@@ -116,8 +116,10 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         yield f"wrote {plot_path}"
 
 
-def published_command(folder: str | None, json_path: str | None, plot_path: str | None, without=()) -> Iterator[str]:
-    """Compare predictions with published GPU timings (``folder``, or the subset shipped in the package)."""
+def published_command(folder: str | None, json_path: str | None, plot_path: str | None, without=(),
+                      fmt: str = "table") -> Iterator[str]:
+    """Compare predictions with published GPU timings (``folder``, or the subset shipped in the package);
+    the summary as a table, or (``fmt``) as CSV or markdown rows."""
     from costmodel.files import check_folder, write_text
     from costmodel.validation.published import read_folder, shipped_folder, summary_table, validate_published
 
@@ -129,11 +131,16 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
         check_output(plot_path)
     tables, skipped = read_folder(folder or shipped_folder())
     report = validate_published(tables, without)
-    yield summary_table(report)
-    if folder is None:
+    if fmt in ("csv", "markdown"):
+        from costmodel.text import records_csv, records_markdown
+
+        yield (records_csv if fmt == "csv" else records_markdown)(report["summary"]).rstrip("\n")
+    else:
+        yield summary_table(report)
+    if folder is None and fmt == "table":
         yield ("(the compact subset shipped in the package; pass the folder of the full tables, e.g. "
                "--published ../shared/measurements)")
-    if skipped:
+    if skipped and fmt == "table":
         yield f"skipped (not a published-table name): {', '.join(skipped)}"
     if json_path is not None:
         write_text(json_path, json.dumps({"rows": report["rows"], "summary": report["summary"]}, indent=None))
