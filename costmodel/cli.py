@@ -81,12 +81,19 @@ def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype
         if report.mode in ("single-query", "dot-product"):
             raise CostModelError(f"--asymptotic applies to modes batched, incremental and generate, not {report.mode}")
         asym = analyze(report)
+    beside = {}
+    if asym is not None and report.variant == "mla":  # the grouped-query family's ratios, same mode and assumptions
+        from costmodel.asymptotic import asymptotic_ratio
+
+        beside = {v: asymptotic_ratio(v, report.mode) for v in ("mha", "gqa", "mqa")}
     if as_json:
         out = report.model_dump()
         if asym is not None:
             out["asymptotic_ratio"] = str(asym.ratio)
             out["asymptotic"] = asym.model_dump()
             out["assumptions"] += list(asym.assumptions)
+            if beside:
+                out["asymptotic"]["beside"] = {v: str(r) for v, r in beside.items()}
         emit_json(out)
     elif fmt in ("csv", "markdown"):
         emit_records([{"op": o.name, "einsum": o.einsum or f"({o.kind})", "flops": str(o.flops),
@@ -95,6 +102,10 @@ def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype
                          "memory_elements": str(report.memory_elements)}], fmt)
     else:
         click.echo(latex(report, asym) if as_latex else table(report, asym))
+        if beside and not as_latex:
+            click.echo("  beside it, under the paper's assumptions:")
+            for v, ratio in beside.items():
+                click.echo(f"    {v.upper()}  memory/arithmetic  Θ({ratio})")
 
 
 @main.group()

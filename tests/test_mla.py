@@ -178,6 +178,10 @@ def test_asymptotic_ratio_of_absorbed_decode():
     limit = sympy.limit(memory / flops, S.n, sympy.oo)
     assert sympy.simplify(limit - (1 / S.h + 1 / S.c)) == 0
     assert any("p <= k" in a for a in out["assumptions"])
+    # beside it, the paper's ratios of the grouped-query family (Shazeer 2019, Sections 2.4.1 and 3.1)
+    beside = {v: sympy.sympify(r, locals=S.SYMBOLS) for v, r in out["asymptotic"]["beside"].items()}
+    assert sympy.simplify(beside["mha"] - (S.n / S.d + 1 / S.b)) == 0
+    assert set(beside) == {"mha", "gqa", "mqa"}
 
 
 @pytest.mark.parametrize("args,expected", [
