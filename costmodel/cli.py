@@ -241,8 +241,12 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
             emit_json(records)
         elif fmt in ("csv", "markdown"):
             emit_records(records, fmt)
+        elif len(results) == 1:
+            click.echo(str(results[0]))
         else:
-            click.echo("\n\n".join(str(r) for r in results))
+            from costmodel.text import sweeps_table
+
+            click.echo(sweeps_table(results))
         if csv_path is not None and fmt == "table":
             click.echo(f"wrote {csv_path}")
         return

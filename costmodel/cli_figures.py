@@ -89,32 +89,37 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
         plot_model_sweep([load_profile(g) for g in gpus], layouts, f"{x_name}={range_text}", out, csv_path,
                          max_points, dims["batch"], dims["context"], input_len, output_len, conventions)
         return
-    if len(gpus) > 1:
-        raise CostModelError("an attention sweep plots one device; repeat --gpu with --model")
     if x_name in ("input_len", "output_len"):
         raise CostModelError(f"--x {x_name.replace('_', '-')} needs --model")
     check_output(out)
     if csv_path is not None:
         check_writable(csv_path)
-    hw = load_profile(gpus[0])
+    hws = [load_profile(g) for g in gpus]
+    hw = hws[0]
     if x_name == "groups" and not variant:
         variant = "gqa"
     chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
                        cache_append=cache_append, **given(dims))
-    result = sweep(chosen, hw, x_name, range_text, overlap, max_points, timing, without)
     from costmodel.mechanisms import time_model
 
-    limits = memory_limits(hw, chosen, result.dim, result.values, result.linked, overlap,
-                           time_model(hw, timing, without))
+    runs = []
+    for device in hws:
+        result = sweep(chosen, device, x_name, range_text, overlap, max_points, timing, without)
+        limits = memory_limits(device, chosen, result.dim, result.values, result.linked, overlap,
+                               time_model(device, timing, without))
+        runs.append((device, result, limits))
+    _, result, limits = runs[0]
     w = chosen[0]
     fixed = ", ".join(f"{k}={getattr(w, k)}" for k in ("b", "n", "m") if k != result.dim and
                       not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate"))
     what = {"incremental": "decode step", "generate": "generate", "batched": "prefill"}[w.mode]
-    title = (f"{hw.name}: attention only, {what}, {fixed}, {title_dims(w)}, "
+    title = (f"{' vs '.join(d.name for d in hws)}: attention only, {what}, {fixed}, {title_dims(w)}, "
              f"{w.layers} layer{'s' * (w.layers > 1)}")
     if csv_path is not None:
-        write_csv(csv_path, result.records)
-    save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title), out)
+        write_csv(csv_path, result.records if len(runs) == 1 else
+                  [{"device": d.id, **r} for d, res, _ in runs for r in res.records])
+    more = [(d, res.records, lim) for d, res, lim in runs[1:]]
+    save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more), out)
     click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
 
 

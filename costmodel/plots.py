@@ -170,8 +170,9 @@ def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, valu
 
 
 def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: str, values, records: list[dict],
-               limits: list[MemoryLimit], title: str):
-    """Latency (and tokens/s when decoding) against the swept dimension, one curve per variant."""
+               limits: list[MemoryLimit], title: str, more=()):
+    """Latency (and tokens/s when decoding) against the swept dimension, one curve per variant; ``more``:
+    (device, records, limits) of further devices, drawn in the same colours with other line styles."""
     plt = _pyplot()
 
     decoding = workloads[0].mode != "batched"
@@ -180,38 +181,46 @@ def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: s
     span = max(values) / max(min(values), 1)
     per = {"incremental": "per decode step", "generate": f"for {workloads[0].n} decode steps",
            "batched": "per prefill"}[workloads[0].mode]
-    for w, limit in zip(workloads, limits):
-        rec = [r for r in records if r["variant"] == w.variant]
-        xs = [r[name] for r in rec]
-        label = f"{NAMES[w.variant]}" + (f" (g={w.g})" if name != "groups" else "")
-        series = [("time_s", 1e3, f"latency {per} (ms)")]
-        if decoding:
-            series.append(("tokens_per_s", 1.0, "throughput (tokens/s)"))
-        for ax, (key, scale, ylabel) in zip(axes[0], series):
-            ys = [r[key] * scale for r in rec]
-            fit_x = [x for x, r in zip(xs, rec) if r["fits"]]
-            ax.plot(fit_x, [y for y, r in zip(ys, rec) if r["fits"]], marker=MARKERS[w.mode], ms=4,
-                    color=COLORS[w.variant], label=label, gid=f"curve:{w.variant}:{key}")
-            over = [(x, y) for x, y, r in zip(xs, ys, rec) if not r["fits"]]
-            if over:
-                if fit_x:
-                    over.insert(0, (fit_x[-1], ys[len(fit_x) - 1]))
-                ax.plot(*zip(*over), ls=":", color=COLORS[w.variant], alpha=0.6, gid=f"no_fit:{w.variant}:{key}")
-            if limit.x is not None:
-                y = limit.time_s * scale if key == "time_s" else _tokens(w, name, limit.x, limit.time_s)
-                ax.plot([limit.x], [y], marker="X", ms=10, color=COLORS[w.variant], mec="black", ls="none",
-                        gid=f"memory_limit:{w.variant}:{key}")
-            ax.set(xlabel=f"{name} ({dim})", ylabel=ylabel)
-            if span >= 10:
-                from matplotlib.ticker import FuncFormatter
+    runs = [(hw, records, limits), *more]
+    styles = ["-", "--", "-.", (0, (1, 1))]
+    for k, (device, device_records, device_limits) in enumerate(runs):
+        tag = f"{device.id}: " if len(runs) > 1 else ""
+        gid_tag = f"{device.id}:" if len(runs) > 1 else ""
+        for w, limit in zip(workloads, device_limits):
+            rec = [r for r in device_records if r["variant"] == w.variant]
+            xs = [r[name] for r in rec]
+            label = tag + f"{NAMES[w.variant]}" + (f" (g={w.g})" if name != "groups" else "")
+            series = [("time_s", 1e3, f"latency {per} (ms)")]
+            if decoding:
+                series.append(("tokens_per_s", 1.0, "throughput (tokens/s)"))
+            for ax, (key, scale, ylabel) in zip(axes[0], series):
+                ys = [r[key] * scale for r in rec]
+                fit_x = [x for x, r in zip(xs, rec) if r["fits"]]
+                ax.plot(fit_x, [y for y, r in zip(ys, rec) if r["fits"]], marker=MARKERS[w.mode], ms=4,
+                        color=COLORS[w.variant], ls=styles[k % len(styles)], label=label,
+                        gid=f"curve:{gid_tag}{w.variant}:{key}")
+                over = [(x, y) for x, y, r in zip(xs, ys, rec) if not r["fits"]]
+                if over:
+                    if fit_x:
+                        over.insert(0, (fit_x[-1], ys[len(fit_x) - 1]))
+                    ax.plot(*zip(*over), ls=":", color=COLORS[w.variant], alpha=0.6,
+                            gid=f"no_fit:{gid_tag}{w.variant}:{key}")
+                if limit.x is not None:
+                    y = limit.time_s * scale if key == "time_s" else _tokens(w, name, limit.x, limit.time_s)
+                    ax.plot([limit.x], [y], marker="X", ms=10, color=COLORS[w.variant], mec="black", ls="none",
+                            gid=f"memory_limit:{gid_tag}{w.variant}:{key}")
+                ax.set(xlabel=f"{name} ({dim})", ylabel=ylabel)
+                if span >= 10:
+                    from matplotlib.ticker import FuncFormatter
 
-                ax.set_xscale("log", base=2)
-                ax.xaxis.set_major_formatter(FuncFormatter(_count))
-            if key == "time_s" and max(ys) / min(ys) >= 10 or key == "tokens_per_s" and max(ys) / min(ys) >= 10:
-                ax.set_yscale("log")
-            ax.grid(True, which="major", alpha=0.3)
+                    ax.set_xscale("log", base=2)
+                    ax.xaxis.set_major_formatter(FuncFormatter(_count))
+                if key == "time_s" and max(ys) / min(ys) >= 10 or key == "tokens_per_s" and max(ys) / min(ys) >= 10:
+                    ax.set_yscale("log")
+                ax.grid(True, which="major", alpha=0.3)
+    capacities = ", ".join(dict.fromkeys(si(d.capacity, "B") for d, _, _ in runs))
     axes[0][0].plot([], [], marker="X", ms=9, color="0.5", mec="black", ls="none",
-                    label=f"last point that fits in {si(hw.capacity, 'B')}")
+                    label=f"last point that fits in {capacities}")
     axes[0][0].plot([], [], ls=":", color="0.5", label="does not fit")
     axes[0][0].legend(loc="best", fontsize=8)
     fig.suptitle(title)

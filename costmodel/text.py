@@ -645,3 +645,23 @@ def _with_unit(field: str, value: float) -> str:
             if name.endswith(ending):
                 return capacity_text(value) if unit is None else si(value, unit)
     return f"{value:.6g}"
+
+
+def sweeps_table(sweeps) -> str:
+    """One attention sweep on several devices: one row per value, one column per (device, variant)."""
+    first = sweeps[0]
+    name, values = first.parameter, first.values
+    lines = [f"sweep of {name} ({first.dim}) on {', '.join(sw.hardware['id'] for sw in sweeps)}; time per step or "
+             "call (each device's time model: " + "; ".join(
+                 f"{sw.hardware['id']} {sw.hardware.get('efficiency') or 'datasheet roofline'}" for sw in sweeps)
+             + "); * = does not fit in memory"]
+    head, columns = [name], []
+    for sw in sweeps:
+        for i, w in enumerate(sw.workloads):
+            head.append(f"{sw.hardware['id']} " + (_variant_label(w) if name != "groups" else w.variant.upper()))
+            columns.append(sw.records[i * len(values):(i + 1) * len(values)])
+    rows = [tuple(head)]
+    for j, x in enumerate(values):
+        rows.append((str(x), *[si(col[j]["time_s"], "s") + ("" if col[j]["fits"] else " *") for col in columns]))
+    lines += aligned(rows, right=range(len(head)))
+    return "\n".join(lines)

@@ -203,3 +203,25 @@ def test_times_print_in_microseconds_and_tpu_capacities_in_gib():
     assert " µs" in out and " us " not in out
     assert "95 GiB" in _run("hardware", "list") and "95 GiB" in _run("hardware", "show", "tpu-v5p")
     assert "8e+10" not in _run("hardware", "show", "h100") and "80 GB" in _run("hardware", "show", "h100")
+
+
+def test_attention_sweep_on_two_devices_is_one_table_of_the_separate_sweeps():
+    import re
+
+    cells = lambda text: [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()[2:]]  # noqa: E731
+    args = ["--sweep", "context=1024:4096:x2", "--batch", "64"]
+    both = cells(_run("predict", "--gpu", "a100", "--gpu", "h100", *args))
+    a100, h100 = (cells(_run("predict", "--gpu", gpu, *args)) for gpu in ("a100", "h100"))
+    assert both == [a[:1] + a[1:] + h[1:] for a, h in zip(a100, h100)]
+    records = json.loads(_run("predict", "--gpu", "a100", "--gpu", "h100", *args, "--json"))
+    single = json.loads(_run("predict", "--gpu", "h100", *args, "--json"))
+    assert [{k: v for k, v in r.items() if k != "device"} for r in records if r["device"] == "h100_sxm"] == single
+
+
+def test_attention_sweep_plot_on_two_devices(tmp_path):
+    plot, table = tmp_path / "two.png", tmp_path / "two.csv"
+    _run("sweep", "--gpu", "h100", "--gpu", "a100", "--x", "context", "--range", "512:8192:x4", "--out", str(plot),
+         "--csv", str(table))
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    assert {r["device"] for r in rows} == {"h100_sxm", "a100_80gb_sxm"} and len(rows) == 2 * 3 * 3
