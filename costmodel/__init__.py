@@ -1,4 +1,4 @@
-"""costmodel: exact FLOP and memory costs of MHA, GQA and MQA, and what they cost on an accelerator.
+"""costmodel: exact FLOP and memory costs of MHA, GQA, MQA and MLA, and what they cost on an accelerator.
 
 The public API, imported lazily (``import costmodel`` loads neither sympy nor numpy)::
 
@@ -36,6 +36,12 @@ _API = {
     "predict_model": "costmodel.model_step",    # a whole model's decode step, prefill and memory
     "ModelPrediction": "costmodel.model_step",
     "build_program": "costmodel.program",
+    "build_mla_program": "costmodel.mla",       # multi-head latent attention, naive or absorbed
+    "request": "costmodel.serving",             # a request's TTFT, every TPOT, end-to-end latency
+    "RequestPrediction": "costmodel.serving",
+    "largest_batch": "costmodel.serving",       # the largest batch under latency targets and memory
+    "capacity": "costmodel.serving",
+    "CapacityReport": "costmodel.serving",
 }
 
 __all__ = ["CostModelError", *_API]
