@@ -138,10 +138,18 @@ class ModelPreset(BaseModel):
         """The same model with ``g`` key/value heads in every decoder attention (a what-if); an MLA model
         becomes grouped-query attention with its query/key head dimension."""
         check_divisible(self.heads, g)
+        if g == self.kv_heads and not self.mla and (self.cross_kv_heads is None or self.cross_kv_heads == g):
+            return self
         update = {"kv_heads": g, "cross_kv_heads": g if self.cross_kv_heads else None}
         if self.mla:
             update |= {"mla": None, "head_dim": self.mla.nope_dim + self.mla.rope_dim}
-        return self.model_copy(update=update)
+        return self._what_if(update)
+
+    def _what_if(self, update: dict) -> ModelPreset:
+        """The model with another attention layout: named as such, and no longer the published count."""
+        changed = self.model_copy(update=update)
+        return changed.model_copy(update={"name": f"{self.name}, as {changed.attention_label}",
+                                          "published_params": None})
 
     def with_variant(self, variant: str, groups: int | None = None) -> ModelPreset:
         """The same model with MHA, MQA, GQA (``groups`` key/value heads, default gcd(h, 8)) or MLA: a
@@ -157,7 +165,7 @@ class ModelPreset(BaseModel):
             k = self.head_dim
             shape = MLAShape(kv_rank=MLA_WHAT_IF["kv_rank"] * k, rope_dim=max(int(MLA_WHAT_IF["rope_dim"] * k), 1),
                              nope_dim=k, value_dim=k)
-            return self.model_copy(update={"mla": shape, "kv_heads": self.heads})
+            return self._what_if({"mla": shape, "kv_heads": self.heads})
         return self.with_kv_heads(kv_heads(variant, self.heads, groups))
 
     @property

@@ -63,7 +63,10 @@ class RequestPrediction(BaseModel):
         return request_table([self])
 
 
-def _check(batch: int, input_len: int, output_len: int) -> None:
+def _check(batch: int, input_len: int, output_len: int, m: ModelPreset | None = None) -> None:
+    if m is not None and m.architecture != "decoder":
+        raise CostModelError(f"requests are modelled for decoder-only models; {m.id} is {m.architecture} "
+                             "(use predict --model with --context and --source for its decode step and prefill)")
     check_count("batch", batch)
     check_count("input_len", input_len)
     check_count("output_len", output_len)
@@ -80,7 +83,7 @@ def request(m: ModelPreset, hw: HardwareProfile, *, batch: int = 1, input_len: i
             **conventions) -> RequestPrediction:
     """TTFT, per-step and mean TPOT, end-to-end latency, throughput and memory of a batch of requests.
     ``conventions`` are those of :func:`costmodel.model_step.pricing` (dtype, tp, timing, weight_dtype, ...)."""
-    _check(batch, input_len, output_len)
+    _check(batch, input_len, output_len, m)
     pr = pricing(m, hw, **conventions)
     return _request(m, pr, batch, input_len, output_len)
 
@@ -160,7 +163,7 @@ def largest_batch(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output
                   max_batch: int = MAX_DIM, **conventions) -> CapacityPoint:
     """The largest batch meeting the mean-TPOT and TTFT targets within memory (bisection: both times grow
     with the batch), what binds at batch + 1, and the throughput and cost there."""
-    _check(1, input_len, output_len)
+    _check(1, input_len, output_len, m)
     for name, value in (("tpot target", tpot_s), ("ttft target", ttft_s), ("price per hour", price_per_hour)):
         if value is not None and not (value > 0 and np.isfinite(value)):
             raise CostModelError(f"{name} must be a positive number, got {value!r}")
@@ -247,7 +250,7 @@ def model_sweep(layouts: list[ModelPreset], devices: list[HardwareProfile], dim:
                 point[dim] = value
                 base = {"device": hw.id, "model": m.id, "attention": m.attention_label, dim: value}
                 if input_len is not None:
-                    _check(point["batch"], point["input_len"], point["output_len"])
+                    _check(point["batch"], point["input_len"], point["output_len"], m)
                     r = _request(m, pr, point["batch"], point["input_len"], point["output_len"])
                     records.append({**base, "batch": r.batch, "input_len": r.input_len, "output_len": r.output_len,
                                     "ttft_s": r.ttft_s, "tpot_s": r.tpot_mean_s, "e2e_s": r.e2e_s,

@@ -232,6 +232,9 @@ def test_kv_heads_and_mla_what_ifs():
     assert _kv_per_token(mla) == 32 * (512 + 64) * 2
     back = load_model("deepseek_v2_lite").with_kv_heads(16)  # MLA re-priced as MHA with its 192-wide keys
     assert back.mla is None and _kv_per_token(back) == 2 * 27 * 16 * 192 * 2
+    # a what-if is named as one and no longer claims the published parameter count; the same layout is the model
+    assert mla.published_params is None and mla.name == "Llama 3 8B, as MLA (latent 512 + rotary 64)"
+    assert m.with_variant("gqa") is m and m.with_kv_heads(8) is m
 
 
 def test_parallel_block_pays_one_all_reduce_per_layer():

@@ -54,6 +54,8 @@ def test_request_errors():
     assert out.exit_code == 1 and "--input-len and --output-len go together" in out.output
     out = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--input-len", "100", "--output-len", "10"])
     assert out.exit_code == 1 and "--input-len applies with --model" in out.output
+    with pytest.raises(CostModelError, match="requests are modelled for decoder-only models; t5_xxl is"):
+        request(load_model("t5_xxl"), hw, input_len=512, output_len=64)
 
 
 # --- capacity ---------------------------------------------------------------------------------------
