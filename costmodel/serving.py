@@ -66,7 +66,8 @@ class RequestPrediction(BaseModel):
 def _check(batch: int, input_len: int, output_len: int, m: ModelPreset | None = None) -> None:
     if m is not None and m.architecture != "decoder":
         raise CostModelError(f"requests are modelled for decoder-only models; {m.id} is {m.architecture} "
-                             "(use predict --model with --context and --source for its decode step and prefill)")
+                             "(its decode step and prefill are priced without a request: a context and a source "
+                             "length)")
     check_count("batch", batch)
     check_count("input_len", input_len)
     check_count("output_len", output_len)
