@@ -197,15 +197,13 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
             flag = "--" + next(iter(extra)).replace("_", "-")
             raise CostModelError(f"{flag} does not apply with --model (the model sets its shape; "
                                  "--batch, --context, --source, --dtype, --execution, --tp and --variant/--groups do)")
-        from costmodel.cli_serving import load_layouts, predict_models
+        from costmodel.cli_serving import conventions, load_layouts, predict_models
 
         layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants)
-        conventions = {"dtype": dtype, "execution": execution or DEFAULTS["model_execution"], "tp": tp,
-                       "overlap": overlap, "timing": timing, "without": without, "weight_dtype": weight_dtype,
-                       "kv_dtype": kv_dtype, "mla_form": mla_form}
         predict_models(hws, layouts, fmt, batch=dims["batch"], context=dims["context"], input_len=input_len,
                        output_len=output_len, sweep_spec=sweep_spec, csv_path=csv_path, max_points=max_points,
-                       source=source, conventions=conventions)
+                       source=source, pricing=conventions(dtype, execution, tp, overlap, timing, without,
+                                                          weight_dtype, kv_dtype, mla_form))
         return
     model_only = [flag for flag, value in (("--tp", tp != 1 or None), ("--source", source), ("--kv-heads", kv_heads),
                                            ("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype),

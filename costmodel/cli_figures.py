@@ -78,16 +78,14 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
 
     x_name = x_name.lower().replace("-", "_")
     if model_name:
-        from costmodel.cli_serving import load_layouts, plot_model_sweep
+        from costmodel.cli_serving import conventions, load_layouts, plot_model_sweep
 
         if x_name not in ("batch", "context", "input_len", "output_len"):
             raise CostModelError(f"--x {x_name} does not apply with --model; use batch, context, input-len or output-len")
         layouts = load_layouts(model_name, variant, groups, kv_heads, variants)
-        conventions = {"dtype": dtype, "execution": execution or DEFAULTS["model_execution"], "tp": tp,
-                       "overlap": overlap, "timing": timing, "without": without, "weight_dtype": weight_dtype,
-                       "kv_dtype": kv_dtype, "mla_form": mla_form}
         plot_model_sweep([load_profile(g) for g in gpus], layouts, f"{x_name}={range_text}", out, csv_path,
-                         max_points, dims["batch"], dims["context"], input_len, output_len, conventions)
+                         max_points, dims["batch"], dims["context"], input_len, output_len,
+                         conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form))
         return
     if x_name in ("input_len", "output_len"):
         raise CostModelError(f"--x {x_name.replace('_', '-')} needs --model")

@@ -37,6 +37,13 @@ def load_layouts(model_name: str, variant: str | None, groups: int | None, kv_he
     return [model]
 
 
+def conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form) -> dict:
+    """The pricing conventions of a whole-model command's options (:func:`costmodel.model_step.pricing`)."""
+    return {"dtype": dtype, "execution": execution or DEFAULTS["model_execution"], "tp": tp, "overlap": overlap,
+            "timing": timing, "without": without, "weight_dtype": weight_dtype, "kv_dtype": kv_dtype,
+            "mla_form": mla_form}
+
+
 def model_records(p) -> list[dict]:
     """Every op of a model prediction's decode step and prefill, and the totals, as rows."""
     out = []
@@ -76,7 +83,7 @@ def request_record(r) -> dict:
 
 
 def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_len, output_len, sweep_spec,
-                   csv_path, max_points, source, conventions: dict) -> None:
+                   csv_path, max_points, source, pricing: dict) -> None:
     """``costmodel predict --model``: one model (or its layouts) on one or more devices; a request with
     --input-len/--output-len; a whole-model sweep with --sweep."""
     from costmodel.text import devices_table, request_table
@@ -89,11 +96,11 @@ def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_
         raise CostModelError("--csv needs --sweep DIM=RANGE")
     if sweep_spec:
         return sweep_models(hws, layouts, fmt, sweep_spec, csv_path=csv_path, max_points=max_points, batch=batch,
-                            context=context, input_len=input_len, output_len=output_len, conventions=conventions)
+                            context=context, input_len=input_len, output_len=output_len, pricing=pricing)
     if input_len is not None:
         from costmodel.serving import request
 
-        results = [request(m, hw, batch=batch or 1, input_len=input_len, output_len=output_len, **conventions)
+        results = [request(m, hw, batch=batch or 1, input_len=input_len, output_len=output_len, **pricing)
                    for hw in hws for m in layouts]
         _emit(fmt, [r.model_dump(mode="json") for r in results], [request_record(r) for r in results],
               lambda: request_table(results), single=len(results) == 1)
@@ -101,7 +108,7 @@ def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_
     from costmodel.model_step import predict_model
 
     given = {k: v for k, v in (("batch", batch), ("context", context)) if v is not None}
-    results = [predict_model(m, hw, source=source, **given, **conventions) for hw in hws for m in layouts]
+    results = [predict_model(m, hw, source=source, **given, **pricing) for hw in hws for m in layouts]
     if fmt in ("csv", "markdown"):
         records = [r for p in results for r in model_records(p)] if len(results) == 1 else \
             [summary_record(p) for p in results]
@@ -123,7 +130,7 @@ def _emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> N
 
 
 def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max_points, batch, context, input_len,
-                 output_len, conventions: dict, plot_path=None) -> list[dict]:
+                 output_len, pricing: dict, plot_path=None) -> list[dict]:
     """A whole-model sweep over batch, context, input or output length: one row per (device, layout, value)."""
     from costmodel.serving import model_sweep
     from costmodel.sweeps import parse_range
@@ -144,7 +151,7 @@ def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max
     if csv_path is not None:
         check_writable(csv_path)
     records = model_sweep(layouts, hws, name, values, batch=batch, context=context, input_len=input_len,
-                          output_len=output_len, **conventions)
+                          output_len=output_len, **pricing)
     if csv_path is not None:
         write_csv(csv_path, records)
     if plot_path is None:
@@ -220,8 +227,8 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
     report = run_capacity(layouts[0], hws, input_len=input_len, output_len=output_len,
                           tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
                           ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None, price_per_hour=price_per_hour,
-                          variants=variants, dtype=dtype, execution=execution, tp=tp, timing=timing, without=without,
-                          weight_dtype=weight_dtype, kv_dtype=kv_dtype, mla_form=mla_form)
+                          variants=variants, **conventions(dtype, execution, tp, DEFAULTS["overlap"], timing, without,
+                                                           weight_dtype, kv_dtype, mla_form))
     records = [{"device": p.device, "model": p.model, "attention": p.attention, "batch": p.batch, "binds": p.binds,
                 "memory_batch": p.memory_batch, "ttft_s": p.request.ttft_s if p.request else None,
                 "tpot_mean_s": p.request.tpot_mean_s if p.request else None,
@@ -231,16 +238,16 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
 
 
 def plot_model_sweep(hws, layouts, spec, out, csv_path, max_points, batch, context, input_len, output_len,
-                     conventions) -> None:
+                     pricing) -> None:
     """``costmodel sweep --model``: throughput against latency, one curve per (device, layout)."""
     from costmodel.plots import check_output, draw_throughput_latency, save
 
     check_output(out)
     records = sweep_models(hws, layouts, "table", spec, csv_path=csv_path, max_points=max_points, batch=batch,
-                           context=context, input_len=input_len, output_len=output_len, conventions=conventions,
+                           context=context, input_len=input_len, output_len=output_len, pricing=pricing,
                            plot_path=out)
     save(draw_throughput_latency(records, spec.partition("=")[0].replace("-", "_")), out)
     click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
 
 
-__all__ = ["capacity", "predict_models", "plot_model_sweep", "model_options", "load_layouts"]
+__all__ = ["capacity", "conventions", "predict_models", "plot_model_sweep", "model_options", "load_layouts"]

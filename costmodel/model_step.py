@@ -264,10 +264,6 @@ def _head_ops(m: ModelPreset, rows_out: int, tokens_in: int) -> list[Op]:
     ]
 
 
-def _norms(m: ModelPreset) -> int:
-    return m.norms_per_layer
-
-
 def local_context(m: ModelPreset, ctx):
     """Cached positions a local (sliding-window) layer attends to besides the new one: at most window - 1."""
     if not m.sliding_window:
@@ -302,7 +298,7 @@ def step_rows(m: ModelPreset, phase: str, b: int, ctx: int, source: int, width, 
         rows += _attention_rows("cross-attention", m, m.cross_kv, "batched", b, n_cross, source, execution, L,
                                 width, skip=("k_proj", "v_proj", "mask"))
     moe_layers = m.moe.layers if m.moe else 0
-    rows += _layer_rows("ffn and norms", m, tokens, L, width, _norms(m), ffn_layers=L - moe_layers)
+    rows += _layer_rows("ffn and norms", m, tokens, L, width, m.norms_per_layer, ffn_layers=L - moe_layers)
     if moe_layers:
         rows += _moe_rows(m, tokens, moe_layers, width)
     if phase == "prefill" and m.architecture == "encoder-decoder":
@@ -401,7 +397,7 @@ def param_groups(m: ModelPreset) -> dict[str, int]:
         proj += layers * (w - norms)
         other += layers * (norms + (attention.bias_elements(dims) if m.bias else 0))
     moe_layers = m.moe.layers if m.moe else 0
-    for op in _layer_ops(m, 1, _norms(m)):
+    for op in _layer_ops(m, 1, m.norms_per_layer):
         n = _op_params([op], m) * (m.layers - moe_layers if op.kind == "einsum" else m.layers)
         if op.kind == "einsum":
             bias = int(bias_elements(op)) if m.bias else 0
@@ -562,18 +558,21 @@ class ModelPrediction(BaseModel):
         return model_table(self)
 
 
-def _price(rows: list[Row], hw: HardwareProfile, dtype: str, overlap: str, model=None,
-           gemm_dtype: str | None = None) -> list[OpTime]:
+def _row_time(r: Row, pr: Pricing, maximum=max):
+    """(compute, memory, overhead, time) of one kernel of a row under the pricing conventions (arrays where
+    the row's counts are arrays, with ``maximum=np.maximum``)."""
+    shape = r.shape or {}
+    if r.gemm is not None:
+        shape = {**dict(zip(("batch", "M", "K", "N"), r.gemm)), "width": S.dtype_bytes(pr.dtype)}
+    compute_dtype = pr.gemm_dtype if (pr.gemm_dtype and r.weighted) else pr.dtype
+    return op_time(pr.hw, r.op_class, compute_dtype, r.flops, r.bytes, pr.overlap, maximum=maximum, name=r.name,
+                   shape=shape, model=pr.model)
+
+
+def _price(rows: list[Row], pr: Pricing) -> list[OpTime]:
     out = []
     for r in rows:
-        shape = {}
-        if r.gemm is not None:
-            shape = {**dict(zip(("batch", "M", "K", "N"), r.gemm)), "width": S.dtype_bytes(dtype)}
-        elif r.shape is not None:
-            shape = r.shape
-        compute_dtype = gemm_dtype if (gemm_dtype and r.weighted) else dtype
-        compute, memory, _, time = op_time(hw, r.op_class, compute_dtype, r.flops, r.bytes, overlap, name=r.name,
-                                           shape=shape, model=model)
+        compute, memory, _, time = _row_time(r, pr)
         out.append(OpTime(section=r.section, name=r.name, einsum=r.einsum, flops=r.flops * r.count,
                           bytes=r.bytes * r.count, count=r.count, time_s=time * r.count,
                           bound="compute" if compute > memory else "memory"))
@@ -678,11 +677,16 @@ def _phase_rows(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, so
     return engine_rows(rows, dev, tokens, pr.storage) if pr.engine else rows
 
 
+def reduces_per_layer(m: ModelPreset) -> int:
+    """All-reduces per layer under tensor parallelism: a parallel block adds attention and FFN outputs before
+    one; a sequential layer needs two."""
+    return 1 if m.parallel_block else 2
+
+
 def _reduce_s(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> float:
-    # a parallel block adds attention and FFN outputs before one all-reduce; a sequential layer needs two
     act = pr.storage.act
     tokens = batch if phase == "decode" else batch * context
-    reduce_s = (1 if m.parallel_block else 2) * m.layers * all_reduce_s(pr.hw, pr.tp, tokens * m.d_model * act)
+    reduce_s = reduces_per_layer(m) * m.layers * all_reduce_s(pr.hw, pr.tp, tokens * m.d_model * act)
     if phase == "prefill" and m.architecture == "encoder-decoder":
         reduce_s += 2 * m.encoder_layers * all_reduce_s(pr.hw, pr.tp, batch * source * m.d_model * act)
     return reduce_s
@@ -690,12 +694,11 @@ def _reduce_s(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int,
 
 def phase_time(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> PhaseTime:
     """One decode step after ``context`` cached positions, or the prefill of a ``context``-token prompt."""
-    ops = _price(_phase_rows(m, pr, phase, batch, context, source), pr.hw, pr.dtype, pr.overlap, pr.model,
-                 pr.gemm_dtype)
+    ops = _price(_phase_rows(m, pr, phase, batch, context, source), pr)
     reduce_s = _reduce_s(m, pr, phase, batch, context, source)
     return PhaseTime(time_s=sum(o.time_s for o in ops) + reduce_s, flops=sum(o.flops for o in ops),
                      bytes=sum(o.bytes for o in ops), all_reduce_s=reduce_s,
-                     all_reduces=(1 if m.parallel_block else 2) * m.layers if pr.tp > 1 else 0, ops=ops)
+                     all_reduces=reduces_per_layer(m) * m.layers if pr.tp > 1 else 0, ops=ops)
 
 
 def decode_times(m: ModelPreset, pr: Pricing, batch: int, contexts, source: int | None = None):
@@ -705,13 +708,7 @@ def decode_times(m: ModelPreset, pr: Pricing, batch: int, contexts, source: int 
     rows = _phase_rows(m, pr, "decode", batch, contexts, source or 1)
     total = np.zeros(contexts.shape)
     for r in rows:
-        shape = r.shape or {}
-        if r.gemm is not None:
-            shape = {**dict(zip(("batch", "M", "K", "N"), r.gemm)), "width": S.dtype_bytes(pr.dtype)}
-        compute_dtype = pr.gemm_dtype if (pr.gemm_dtype and r.weighted) else pr.dtype
-        *_, time = op_time(pr.hw, r.op_class, compute_dtype, r.flops, r.bytes, pr.overlap, maximum=np.maximum,
-                           name=r.name, shape=shape, model=pr.model)
-        total = total + np.asarray(time, float) * r.count
+        total = total + np.asarray(_row_time(r, pr, np.maximum)[3], float) * r.count
     return total + _reduce_s(m, pr, "decode", batch, 0, source or 1)
 
 
@@ -732,25 +729,17 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
         check_count(name, value)
     pr = pricing(m, hw, dtype=dtype, execution=execution, tp=tp, overlap=overlap, timing=timing, without=without,
                  engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, mla_form=mla_form)
-    storage = pr.storage
     fixed_source, source = source, source or context
     dev = device_slice(m, tp)
     phases = {phase: phase_time(m, pr, phase, batch, context, source) for phase in ("decode", "prefill")}
     weights = weight_bytes(dev, pr)
-    kv_width = storage.kv
-    kv = int(kv_cache_elements(dev, batch, context, source) * kv_width)
-    # the cache is linear in the batch; in the context it is capped on local layers
-    per_sequence = kv_cache_elements(dev, 1, context, source) * kv_width
+    kv = kv_bytes(dev, pr, batch, context, source)
     free = hw.capacity - weights
     unlimited = m.local_layers == m.layers and m.architecture == "decoder"
-    max_context = None if unlimited and free > kv_cache_elements(dev, batch, m.sliding_window, 1) * kv_width else \
-        _max_context(lambda c: weights + kv_cache_elements(dev, batch, c, fixed_source or max(c, 1))
-                               * kv_width <= hw.capacity)
+    max_context = None if unlimited and free > kv_bytes(dev, pr, batch, m.sliding_window, 1) else \
+        _max_context(lambda c: weights + kv_bytes(dev, pr, batch, c, fixed_source or max(c, 1)) <= hw.capacity)
     tpot = phases["decode"].time_s
-    per_token = int((kv_cache_elements(m, 1, 1, source) - kv_cache_elements(m, 1, 0, source)) * kv_width)
-    dtype, execution, overlap = pr.dtype, pr.execution, pr.overlap
-    weight_dtype, group, kv_dtype, gemm_dtype, model = pr.weight_dtype, pr.group, pr.kv_dtype, pr.gemm_dtype, pr.model
-    reduces = 1 if m.parallel_block else 2
+    per_token = kv_bytes(m, pr, 1, 1, source) - kv_bytes(m, pr, 1, 0, source)
     return ModelPrediction(
         hardware=model_hardware(pr),
         model=ModelShape(id=m.id, name=m.name, params=param_count(m), active_params=active_params(m),
@@ -759,19 +748,17 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
                          moe=m.moe.model_dump() if m.moe else None, mla=m.mla.model_dump() if m.mla else None,
                          sliding_window=m.sliding_window, local_layers=m.local_layers),
         workload=ModelWorkload(batch=batch, context=context,
-                               source=source if m.architecture == "encoder-decoder" else None, dtype=dtype,
-                               weight_dtype=weight_dtype, weight_group_size=group, kv_dtype=kv_dtype,
-                               execution=execution, tp=tp, overlap=overlap),
+                               source=source if m.architecture == "encoder-decoder" else None, dtype=pr.dtype,
+                               weight_dtype=pr.weight_dtype, weight_group_size=pr.group, kv_dtype=pr.kv_dtype,
+                               execution=pr.execution, tp=tp, overlap=pr.overlap),
         decode=phases["decode"], prefill=phases["prefill"],
         total=ModelTotals(tpot_s=tpot, ttft_s=phases["prefill"].time_s, tokens_per_s=batch / tpot),
         memory=ModelMemory(
             kv_cache_bytes_per_token=per_token, kv_cache_bytes=kv, kv_cache_bytes_per_device=kv,
             weight_bytes_per_device=weights, capacity_bytes=hw.capacity, fits=kv + weights <= hw.capacity,
-            max_batch=max(int(free // per_sequence), 0) if free > 0 else 0,
-            max_context=max_context,
+            max_batch=largest_batch_in_memory(dev, pr, context, source), max_context=max_context,
         ),
-        assumptions=_assumptions(m, hw, model, execution, engine, tp, reduces, dtype, weight_dtype, group, kv_dtype,
-                                 gemm_dtype, mla_form),
+        assumptions=_assumptions(m, pr),
     )
 
 
@@ -786,16 +773,23 @@ def kv_bytes(dev: ModelPreset, pr: Pricing, batch: int, context: int, source: in
     return int(kv_cache_elements(dev, batch, context, source) * pr.storage.kv)
 
 
+def largest_batch_in_memory(dev: ModelPreset, pr: Pricing, context: int, source: int) -> int:
+    """The largest batch whose weights and KV cache after a step at ``context`` fit one device (the cache is
+    linear in the batch)."""
+    free = pr.hw.capacity - weight_bytes(dev, pr)
+    return max(int(free // kv_bytes(dev, pr, 1, context, source)), 0) if free > 0 else 0
+
+
 #: Group size assumed for int4 and int8 weights asked for on the command line (AWQ's and GPTQ's default).
 DEFAULT_GROUP = {"int4": 128, "int8": 128}
 
 
-def _assumptions(m, hw, model, execution, engine, tp, reduces, dtype, weight_dtype, group, kv_dtype, gemm_dtype,
-                 mla_form) -> list[str]:
+def _assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
+    dtype, weight_dtype, group, gemm_dtype, mla_form = pr.dtype, pr.weight_dtype, pr.group, pr.gemm_dtype, pr.mla_form
     out = ["decode step: one token per sequence after `context` cached positions; prefill: a `context`-token prompt",
-           *mechanism_lines(hw, model),
-           "fused attention" if execution == "fused" else "unfused attention"]
-    if engine:
+           *mechanism_lines(pr.hw, pr.model),
+           "fused attention" if pr.execution == "fused" else "unfused attention"]
+    if pr.engine:
         fused = "q, k and v projections as one GEMM, gate and up as one, the K and V cache writes as one kernel"
         out.append("as serving engines run it: " + fused + (", rotary embeddings on q and k" if m.rope else ""))
     else:
@@ -821,13 +815,14 @@ def _assumptions(m, hw, model, execution, engine, tp, reduces, dtype, weight_dty
         f" with a 16-bit scale and a zero point per group of {group} ({width:.3f} bytes each)" if group else "")
     math_dtype = (f"GEMMs over {weight_dtype} weights at the {gemm_dtype} peak (W8A8)" if gemm_dtype else
                   f"math in {dtype}" + (" (weights dequantized in the kernel)" if weight_dtype != dtype else ""))
-    out.append(f"storage: {stored}; embeddings, norms and routers in {dtype}; KV cache in {kv_dtype}; "
+    out.append(f"storage: {stored}; embeddings, norms and routers in {dtype}; KV cache in {pr.kv_dtype}; "
                f"activations in {dtype}; {math_dtype}; no framework memory")
-    if tp > 1:
-        out.append(f"tensor parallel over {tp} device(s): query heads, FFN and vocabulary sharded; key/value heads "
+    if pr.tp > 1:
+        reduces = ("one ring all-reduce per layer (parallel block)" if reduces_per_layer(m) == 1 else
+                   "two ring all-reduces per layer")
+        out.append(f"tensor parallel over {pr.tp} device(s): query heads, FFN and vocabulary sharded; key/value heads "
                    "sharded when t <= g, replicated when g < t" + ("; the MLA latent replicated" if m.mla else "")
-                   + ("; each expert's width sharded" if m.moe else "")
-                   + f"; {'one ring all-reduce per layer (parallel block)' if reduces == 1 else 'two ring all-reduces per layer'}")
+                   + ("; each expert's width sharded" if m.moe else "") + f"; {reduces}")
     else:
         out.append("one device")
     return out

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict
 
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
-from costmodel.model_step import (ModelHardware, Pricing, decode_times, device_slice, kv_bytes, model_hardware,
-                                  phase_time, pricing, weight_bytes)
+from costmodel.model_step import (ModelHardware, Pricing, decode_times, device_slice, kv_bytes,
+                                  largest_batch_in_memory, model_hardware, phase_time, pricing, weight_bytes)
 from costmodel.presets import ModelPreset
 from costmodel.vocab import DEFAULTS, MAX_DIM, SIDE_BY_SIDE
 from costmodel.workload import check_count
@@ -152,11 +152,8 @@ class CapacityReport(BaseModel):
 
 
 def memory_batch(m: ModelPreset, pr: Pricing, input_len: int, output_len: int) -> int:
-    """The largest batch whose weights and KV cache at the longest context fit (the cache is linear in the batch)."""
-    dev = device_slice(m, pr.tp)
-    free = pr.hw.capacity - weight_bytes(dev, pr)
-    per_sequence = kv_bytes(dev, pr, 1, input_len + output_len - 1, input_len)
-    return max(int(free // per_sequence), 0) if free > 0 else 0
+    """The largest batch whose weights and KV cache at the longest context fit."""
+    return largest_batch_in_memory(device_slice(m, pr.tp), pr, input_len + output_len - 1, input_len)
 
 
 def largest_batch(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int,
@@ -179,19 +176,20 @@ def largest_batch(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output
             return "ttft"
         return None
 
-    if limit < 1:
-        best, binds = 0, "memory"
-    elif meets(1) is not None:
-        best, binds = 0, meets(1)
-    elif meets(limit) is None:
+    first = meets(1) if limit >= 1 else "memory"
+    last = first if first is not None or limit == 1 else meets(limit)
+    if first is not None:
+        best, binds = 0, first
+    elif last is None:
         best = limit
         binds = "memory" if limit < max_batch else "batch limit"
     else:
-        lo, hi = 1, limit  # meets(lo) holds, meets(hi) fails
+        lo, hi, binds = 1, limit, last  # meets(lo) holds, meets(hi) fails because of ``binds``
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if meets(mid) is None else (lo, mid)
-        best, binds = lo, meets(hi)
+            why = meets(mid)
+            lo, hi, binds = (mid, hi, binds) if why is None else (lo, mid, why)
+        best = lo
     at = _request(m, pr, best, input_len, output_len) if best else None
     cost = None
     if at is not None and price_per_hour is not None:

@@ -293,10 +293,9 @@ def model_table(p) -> str:
     """A model's decode step op by op, then TPOT, TTFT and memory."""
     m, w, mem, hw = p.model, p.workload, p.memory, p.hardware
     devices = f"{hw.devices} devices (tensor parallel)" if hw.devices > 1 else "1 device"
-    count = lambda x: f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M"  # noqa: E731
-    published = f" (published {count(m.published_params)})" if m.published_params else ""
+    published = f" (published {_params(m.published_params)})" if m.published_params else ""
     kv_note = f", {m.kv_heads_per_device} per device" if hw.devices > 1 else ""
-    active = f", {count(m.active_params)} active per token" if m.active_params != m.params else ""
+    active = f", {_params(m.active_params)} active per token" if m.active_params != m.params else ""
     if m.mla:
         attention = f"{m.heads} heads, {m.attention}"
     else:
@@ -310,7 +309,7 @@ def model_table(p) -> str:
         f"{w.dtype} activations, {w.weight_dtype} weights, {w.kv_dtype} KV cache")
     lines = [
         f"{hw.name} [{hw.id}], {dtypes}, {devices}",
-        f"{m.name} [{m.id}]: {count(m.params)} parameters{published}{active}; {m.layers} layers, {attention}"
+        f"{m.name} [{m.id}]: {_params(m.params)} parameters{published}{active}; {m.layers} layers, {attention}"
         + "".join(f"; {e}" for e in extras),
         f"workload: batch {w.batch}, context {w.context}" + (f", source {w.source}" if w.source else "")
         + f", {w.execution} attention", "",
