@@ -32,19 +32,21 @@ PRIMARY = {"gemm": "aiconfigurator", "decode_attention": "aiconfigurator", "pref
 METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 starts, "
           "benchmarks/fit_published.py; shape parameters on the primary source of each class "
           "(aiconfigurator for GEMM and attention, Vidur for norms and elementwise ops), then each other "
-          "timing convention's fixed cost alone")
+          "timing convention's fixed cost alone; a class's parameters are fitted on the rows its kernel runs "
+          "(one-token prefills run the decode kernel and count with decode attention); decode attention is fitted "
+          "with split_kv always and grouped, and the one with the smaller error kept")
 
 
 def fit_device(tables, hw):
     classes, report = {}, {}
     for cls, source in PRIMARY.items():
-        primary = [t for t in tables if t.op_class == cls and t.source == source]
+        primary = [t for t in tables if t.priced_class == cls and t.source == source]
         if not primary:
             continue
         eff = fit_class(primary, hw)
         report[f"{cls}/{primary[0].timing}"] = _err(primary, hw, eff)
-        for other in sorted({t.source for t in tables if t.op_class == cls} - {source}):
-            ts = [t for t in tables if t.op_class == cls and t.source == other]
+        for other in sorted({t.source for t in tables if t.priced_class == cls} - {source}):
+            ts = [t for t in tables if t.priced_class == cls and t.source == other]
             eff = fit_class(ts, hw, names=("fixed",), start=eff, starts=1)
             report[f"{cls}/{ts[0].timing}"] = _err(ts, hw, eff)
         classes[cls] = eff
@@ -94,7 +96,7 @@ def cross(tables_by_gpu, fitted, hws):
             if cls not in fitted[src]:
                 continue
             eff = transfer(fitted[src][cls], hws[src], hws[dst])
-            ts = [t for t in tables_by_gpu[dst] if t.op_class == cls and t.source == "aiconfigurator"]
+            ts = [t for t in tables_by_gpu[dst] if t.priced_class == cls and t.source == "aiconfigurator"]
             own = _err(ts, hws[dst], fitted[dst][cls])
             got = _err(ts, hws[dst], eff)
             lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
@@ -126,8 +128,8 @@ def main(argv):
             half = lambda t, r: t.select(np.arange(len(t)) % 2 == r)  # noqa: E731
             classes, _ = fit_device([half(t, 0) for t in by_gpu[pid]], hws[pid])
             for cls, eff in classes.items():
-                for source in sorted({t.source for t in by_gpu[pid] if t.op_class == cls}):
-                    test = [half(t, 1) for t in by_gpu[pid] if t.op_class == cls and t.source == source]
+                for source in sorted({t.source for t in by_gpu[pid] if t.priced_class == cls}):
+                    test = [half(t, 1) for t in by_gpu[pid] if t.priced_class == cls and t.source == source]
                     e = _err(test, hws[pid], eff)
                     key = f"{cls}/{test[0].timing}"
                     print(f"  {pid:14s} {key:28s} {source:15s} n {e['n']:6d}  median "

@@ -87,7 +87,12 @@ class ClassEfficiency(_Strict):
     output tile reaches; ``tile_k_overhead`` a tile's prologue and epilogue in units of reduction steps; ``pack_passes`` the
     extra passes a CPU GEMM makes over its K x N operand to pack it (M > 1; a one-row product runs GEMV); the achieved bandwidth is ``bandwidth_ceiling * peak / (1 +
     (bandwidth_half_bytes / bytes) ** bandwidth_exponent)``; ``unit_sm_s`` is the SM time of one decode
-    work unit (a sequence and a key/value head) and ``split_s`` the split-KV combine kernel."""
+    work unit (a sequence and a key/value head) and ``split_s`` the split-KV combine kernel; ``split_kv`` says
+    when the decode kernel splits a context (``always``, or only when query heads share a key/value head:
+    ``grouped``), ``unsplit_sm_bandwidth`` the bytes per second one SM streams when it walks an unsplit
+    context alone and ``group_copy_s`` the copies of a grouped kernel's packed queries;
+    ``cache_write_ceiling`` is the fraction of the datasheet bandwidth at which a prefill's call writes the
+    prompt's keys and values into the cache."""
 
     fixed_s: dict[Timing, float] = Field(default_factory=dict)
     compute_efficiency: float = Field(1.0, gt=0, le=1)
@@ -99,6 +104,10 @@ class ClassEfficiency(_Strict):
     bandwidth_exponent: float = Field(1.0, gt=0, le=1)  # <= 1: time never falls as bytes grow
     unit_sm_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     split_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    split_kv: Literal["always", "grouped"] = "always"
+    unsplit_sm_bandwidth: float = Field(0.0, ge=0, allow_inf_nan=False)  # 0: no unsplit contexts
+    group_copy_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    cache_write_ceiling: float = Field(1.0, gt=0, le=1)  # of the datasheet bandwidth, a prefill's cache write
     score_s: float = Field(0.0, ge=0, allow_inf_nan=False)  # device time per attention score (softmax)
     fitted: tuple[str, ...] = ()  # the names of the parameters fitted to data (the rest are defaults)
 

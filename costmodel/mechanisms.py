@@ -26,6 +26,16 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
     the SMs, plus ``split_s`` for the split-KV combine kernel once the context spans more than one block
     of ``DECODE_BLOCK`` positions (split-KV keeps long contexts at full bandwidth with few work units).
+    A kernel that splits contexts only when query heads share a key/value head (``split_kv="grouped"``:
+    FlashAttention-2's variable-length decode packs a group's queries into one tile and splits only then)
+    runs a group of one as one SM per work unit over the whole context, in waves over the SMs: its
+    memory time is at least ``ceil(units / SMs) * bytes per unit / unsplit_sm_bandwidth``; and the
+    transpose that packs the queries is copied in and out (``group_copy_s`` more fixed cost) when there is
+    more than one sequence and more than one key/value head.
+``cache_write``
+    a serving engine's prefill call also writes the prompt's keys and values into the (paged) cache: a
+    second kernel that reads and writes ``b n g (k + v)`` elements at ``cache_write_ceiling`` of the
+    datasheet bandwidth.
 ``causal``
     a fused causal prefill computes only the unmasked query-key pairs: ``n m - n (n - 1) / 2`` of the
     ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions), and an unfused
@@ -146,7 +156,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     """Predicted time of ops of class ``cls`` (arrays broadcast): see the module docstring.
 
     ``shape`` holds what the class's mechanisms need: ``batch, M, K, N`` (gemm); ``b, g, positions``
-    (decode attention: positions attended, including the new one); ``b, h, n, m`` (prefill attention).
+    and ``h`` (decode attention: positions attended, including the new one; query heads); ``b, h, n, m`` (prefill attention).
     """
     flops = np.asarray(flops, float)
     nbytes = np.asarray(nbytes, float)
@@ -162,10 +172,11 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     if cls in GEMMS and "tiles" in on and shape:
         work = gemm_tiled_flops(shape["batch"], shape["M"], shape["K"], shape["N"], sms, eff.small_tile_exponent,
                                 eff.tile_k_overhead)
-    scores = 0.0
+    scores, longest = 0.0, 0.0
     if cls == "prefill_attention" and shape:
         n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
         heads = np.asarray(shape["b"], float) * shape["h"]
+        per_pair = work / np.maximum(heads * n * m, 1)  # FLOPs of one query-key pair of one head
         pairs = n * m
         if "causal" in on and shape.get("window") is not None:
             pairs = windowed_pairs(n, m, shape["window"], "tiles" in on)
@@ -179,9 +190,16 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             waves = np.ceil(tiles / sms) * sms / np.maximum(tiles, 1)
             work = work * waves
             pairs = pairs * waves
+            # one SM computes a query tile alone: the tile with the most key blocks (the last, under a
+            # causal mask; at most the window's span) bounds the kernel however many SMs there are
+            blocks = np.ceil(m / PREFILL_BLOCK)
+            if "causal" in on and shape.get("window") is not None:
+                blocks = np.minimum(blocks, np.ceil((np.asarray(shape["window"], float) - 1) / PREFILL_BLOCK) + 1)
+            tile_pairs = blocks * PREFILL_BLOCK ** 2
+            longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0))
         if "compute" in on:
             scores = eff.score_s * heads * pairs
-    compute = work / rate + scores
+    compute = np.maximum(work / rate + scores, longest)
     if "bandwidth" in on:
         with np.errstate(divide="ignore"):
             ramp = np.where(nbytes > 0, (eff.bandwidth_half_bytes / np.maximum(nbytes, 1.0)) ** eff.bandwidth_exponent, 0)
@@ -190,8 +208,23 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         memory = nbytes / bandwidth
     units = 0.0
     if cls == "decode_attention" and "work_units" in on and shape:
-        units = (eff.unit_sm_s * np.asarray(shape["b"], float) * shape["g"] / sms
-                 + eff.split_s * (np.asarray(shape["positions"]) > DECODE_BLOCK))
+        count = np.asarray(shape["b"], float) * shape["g"]
+        split = np.asarray(shape["positions"]) > DECODE_BLOCK
+        if eff.split_kv == "grouped" and "h" in shape:
+            # a group of one query head is not split: one SM streams each work unit's whole context
+            unsplit = np.asarray(shape["h"]) == np.asarray(shape["g"])
+            split = split & ~unsplit
+            # packing the group's queries is a transpose that is a copy in and out once there is more than
+            # one sequence and more than one key/value head
+            packed = ~unsplit & (np.asarray(shape["b"]) > 1) & (np.asarray(shape["g"]) > 1)
+            fixed = fixed + eff.group_copy_s * packed
+            if eff.unsplit_sm_bandwidth:
+                stream = np.ceil(count / sms) * nbytes / np.maximum(count, 1) / eff.unsplit_sm_bandwidth
+                memory = np.where(unsplit, np.maximum(memory, stream), memory)
+        units = eff.unit_sm_s * count / sms + eff.split_s * split
+    if cls == "prefill_attention" and "cache_write" in on and shape and "write_bytes" in shape:
+        # a second kernel of the same call: the prompt's keys and values are read and written into the cache
+        units = units + np.asarray(shape["write_bytes"], float) / (bandwidth * eff.cache_write_ceiling)
     body = np.maximum(compute, memory) if overlap == "max" else compute + memory
     return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units)
 
@@ -203,7 +236,7 @@ def class_peak(hw, cls: str, dtype: str) -> float:
 
 
 __all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "TILES", "DECODE_BLOCK", "PREFILL_BLOCK", "Times", "class_times",
-           "class_peak", "causal_pairs", "gemm_tiled_flops", "efficiency_class"]
+           "class_peak", "causal_pairs", "gemm_tiled_flops", "efficiency_class", "decode_shape"]
 
 
 #: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
@@ -212,8 +245,9 @@ GENERATIONS: tuple[str, ...] = ("volta", "turing", "ampere", "ada", "hopper", "b
 
 TRANSFER_RULE = (
     "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
-    "fixed costs per call are kept; the half-bandwidth bytes scale with the datasheet bandwidth (bytes in "
-    "flight = bandwidth x latency); the SM time of a decode work unit scales with the inverse clock, the "
+    "fixed costs per call are kept, and so is when the decode kernel splits a context; the half-bandwidth bytes "
+    "scale with the datasheet bandwidth (bytes in flight = bandwidth x latency); the SM time of a decode work "
+    "unit scales with the inverse clock and one SM's streaming rate with the clock, the "
     "device time of an attention score with the inverse of SMs x clock"
 )
 
@@ -245,7 +279,8 @@ def transfer(eff, src, dst):
     per_clock = clock(src) / clock(dst) if clock(src) and clock(dst) else 1.0
     sms = src.architecture.compute_units.value / dst.architecture.compute_units.value
     return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
-                                  "unit_sm_s": eff.unit_sm_s * per_clock, "score_s": eff.score_s * per_clock * sms,
+                                  "unit_sm_s": eff.unit_sm_s * per_clock,
+                                  "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock, "score_s": eff.score_s * per_clock * sms,
                                   "fitted": ()})
 
 
@@ -347,6 +382,11 @@ def time_model(hw, timing: str = "graph", without=()) -> TimeModel:
     return TimeModel(resolve(hw, timing), timing, on)
 
 
+def decode_shape(prefill: dict) -> dict:
+    """The decode kernel's shape for a one-query prefill (one new position attending to its ``m``)."""
+    return {"b": prefill["b"], "g": prefill["g"], "h": prefill["h"], "positions": prefill["m"]}
+
+
 def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None, name: str = "", width: int = 0) -> dict:
     """The shape a class's mechanisms need, from a workload's dimensions."""
     if name == "mask" and width:
@@ -357,7 +397,10 @@ def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None, name: str = "",
         return {**gemm, "width": width} if gemm and width else (gemm or {})
     if cls == "decode_attention":
         positions = dims["n"] if mode == "generate" else np.asarray(dims["m"]) + 1
-        return {"b": dims["b"], "g": dims["g"], "positions": positions}
+        return {"b": dims["b"], "g": dims["g"], "h": dims["h"], "positions": positions}
     if cls == "prefill_attention":
-        return {"b": dims["b"], "h": dims["h"], "n": dims["n"], "m": dims["m"]}
+        # the cache write reads the n new keys and values of every key/value head and writes them
+        kv = dims["g"] * (dims["k"] + dims.get("v", dims["k"]))
+        return {"b": dims["b"], "h": dims["h"], "g": dims["g"], "n": dims["n"], "m": dims["m"],
+                "write_bytes": 2 * np.asarray(dims["b"]) * dims["n"] * kv * width}
     return {}

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from typing import Literal
 
+
+import numpy as np
 from pydantic import BaseModel, ConfigDict, RootModel
 
 from costmodel import symbols as S
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
-from costmodel.mechanisms import (MECHANISMS, PROGRAM_CLASS, class_peak, class_times, efficiency_class,
-                                  op_shape, time_model)
+from costmodel.mechanisms import (MECHANISMS, PROGRAM_CLASS, class_peak, class_times, decode_shape,
+                                  efficiency_class, op_shape, time_model)
 from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, choice
 from costmodel.workload import Workload
 
@@ -122,12 +124,23 @@ def op_time(hw: HardwareProfile, op_class: str, dtype: str, flops, nbytes, overl
         cls = efficiency_class(op_class, name)
         eff = model.resolved.get(cls)
         if eff is not None:
-            t = class_times(cls, eff, peak=peak or class_peak(hw, cls, dtype), bandwidth=hw.bandwidth,
-                            sms=hw.architecture.compute_units.value, timing=model.timing, flops=flops,
-                            nbytes=nbytes, shape=shape or {}, on=model.on, overlap=overlap)
-            overhead = (t.fixed + t.units) * launches
-            body = maximum(t.compute, t.memory) if overlap == "max" else t.compute + t.memory
-            return t.compute, t.memory, overhead, body + overhead
+            def times(cls, eff, shape):
+                t = class_times(cls, eff, peak=peak or class_peak(hw, cls, dtype), bandwidth=hw.bandwidth,
+                                sms=hw.architecture.compute_units.value, timing=model.timing, flops=flops,
+                                nbytes=nbytes, shape=shape, on=model.on, overlap=overlap)
+                return t.compute, t.memory, (t.fixed + t.units) * launches
+
+            compute, memory, overhead = times(cls, eff, shape or {})
+            decode = model.resolved.get("decode_attention")
+            if cls == "prefill_attention" and shape and decode is not None and np.any(np.asarray(shape["n"]) == 1):
+                # a one-query prefill is one new position over its context: the engine runs the decode kernel
+                one = np.asarray(shape["n"]) == 1
+                alone = times("decode_attention", decode, decode_shape(shape))
+                compute, memory, overhead = (np.where(one, a, b) for a, b in zip(alone, (compute, memory, overhead)))
+                if maximum is max:
+                    compute, memory, overhead = (float(x) for x in (compute, memory, overhead))
+            body = maximum(compute, memory) if overlap == "max" else compute + memory
+            return compute, memory, overhead, body + overhead
     compute = flops / (peak or hw.peak_for(op_class, dtype))
     memory = nbytes / hw.bandwidth_for(op_class, dtype)
     launch = hw.overhead_for(op_class) * launches

@@ -24,6 +24,9 @@ BOUNDS = {
     "unit_sm_s": (1e-9, 1e-4, True),
     "split_s": (1e-8, 1e-4, True),
     "score_s": (1e-16, 1e-10, True),
+    "unsplit_sm_bandwidth": (1e8, 1e12, True),
+    "group_copy_s": (1e-8, 1e-4, True),
+    "cache_write_ceiling": (0.05, 1.0, False),
     "fixed": (1e-8, 1e-3, True),
 }
 FREE = {
@@ -34,7 +37,7 @@ FREE = {
     # the memory side of a prefill is mostly K and V re-read by every query tile (from L2), more than the
     # bytes counted once: its own curve, not decode attention's
     "prefill_attention": ("fixed", "compute_efficiency", "score_s", "bandwidth_ceiling", "bandwidth_half_bytes",
-                          "bandwidth_exponent"),
+                          "bandwidth_exponent", "cache_write_ceiling"),
     "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
 }
@@ -42,7 +45,7 @@ FREE = {
 
 def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> np.ndarray:
     """Predicted seconds of every row of a published table with a class's parameters."""
-    t = class_times(table.op_class, eff, peak=class_peak(hw, table.op_class, table.dtype), bandwidth=hw.bandwidth,
+    t = class_times(table.priced_class, eff, peak=class_peak(hw, table.priced_class, table.dtype), bandwidth=hw.bandwidth,
                     sms=hw.architecture.compute_units.value, timing=table.timing, flops=table.flops,
                     nbytes=table.nbytes, shape=table.shape, on=on).time
     t = np.broadcast_to(np.asarray(t, float), table.measured_s.shape)
@@ -104,8 +107,19 @@ def _lm(residual, z0, iterations=60):
 def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, starts=3,
               on=frozenset(MECHANISMS)) -> ClassEfficiency:
     """Fit a class's parameters (``names``, default :data:`FREE`) to tables of one timing, with the
-    mechanisms ``on``."""
-    cls, timing = tables[0].op_class, tables[0].timing
+    mechanisms ``on``. A decode-attention fit of the default parameters also chooses when the kernel
+    splits a context (``split_kv``): both ways are fitted and the one with the smaller error kept."""
+    if names is None and tables[0].priced_class == "decode_attention":
+        fits = [_fit(tables, hw, FREE["decode_attention"], ClassEfficiency(split_kv="always"), starts, on),
+                _fit(tables, hw, (*FREE["decode_attention"], "unsplit_sm_bandwidth", "group_copy_s"),
+                     ClassEfficiency(split_kv="grouped"), starts, on)]
+        eff = min(fits, key=lambda f: f[1])[0]
+        return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, "split_kv"}))})
+    return _fit(tables, hw, names, start, starts, on)[0]
+
+
+def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
+    cls, timing = tables[0].priced_class, tables[0].timing
     names = tuple(names or FREE[cls])
     start = start or ClassEfficiency()
     measured = np.concatenate([t.measured_s for t in tables])
@@ -123,6 +137,9 @@ def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, star
         "bandwidth_exponent": [0.7, 1.0, 0.4, 0.7, 1.0], "unit_sm_s": [2e-6, 5e-7, 5e-6, 2e-6, 2e-6],
         "split_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6], "score_s": [2e-13, 1e-14, 1e-12, 2e-13, 2e-13],
         "pack_passes": [1.0, 2.0, 0.5, 3.0, 1.0],
+        "unsplit_sm_bandwidth": [2e10, 5e10, 1e10, 2e10, 2e10],
+        "group_copy_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6],
+        "cache_write_ceiling": [0.5, 0.3, 0.8, 0.5, 0.5],
     }
     best = None
     for i in range(starts):
@@ -131,7 +148,7 @@ def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, star
         if best is None or cost < best[1]:
             best = (z, cost)
     eff = _with(start, names, best[0], timing)
-    return eff.model_copy(update={"fitted": tuple(sorted(set(eff.fitted) | set(names)))})
+    return eff.model_copy(update={"fitted": tuple(sorted(set(eff.fitted) | set(names)))}), best[1]
 
 
 def errors(pred, measured) -> dict:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.errors import CostModelError
+from costmodel.mechanisms import decode_shape
 
 AIC = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
                  r"(?P<table>generation_attention|context_attention|gemm)\.csv$")
@@ -59,6 +60,12 @@ class Table:
     nbytes: np.ndarray
     shape: dict = field(default_factory=dict)  # what the class's mechanisms need
     count: np.ndarray | None = None  # ops per measured time (LLMCompass's Q_K_V is three GEMMs)
+    kernel: str | None = None  # the class whose kernel runs these rows, where not op_class's own
+
+    @property
+    def priced_class(self) -> str:
+        """The efficiency class the rows are priced with: a one-query prefill runs the decode kernel."""
+        return self.kernel or self.op_class
 
     def __len__(self) -> int:
         return len(self.measured_s)
@@ -67,7 +74,7 @@ class Table:
         pick = lambda d: {k: (np.asarray(v)[keep] if np.ndim(v) else v) for k, v in d.items()}  # noqa: E731
         return Table(self.source, self.gpu, self.profile, self.op_class, self.timing, self.dtype, self.file,
                      pick(self.fields), self.measured_s[keep], self.flops[keep], self.nbytes[keep],
-                     pick(self.shape), None if self.count is None else self.count[keep])
+                     pick(self.shape), None if self.count is None else self.count[keep], self.kernel)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -125,7 +132,7 @@ def attention_command(profile: str, mode: str, b: int, s: int, h: int, g: int, k
             "--dtype", "bf16", "--timing", "graph"]
 
 
-def read_aiconfigurator(path: Path, m: re.Match) -> Table:
+def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
     rows = _rows(path)
     profile = profile_for_system(m["system"])
     base = dict(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype="bf16",
@@ -133,9 +140,9 @@ def read_aiconfigurator(path: Path, m: re.Match) -> Table:
     t = _column(rows, "latency", path) * 1e-3
     if m["table"] == "gemm":
         M, N, K = (_column(rows, c, path) for c in ("m", "n", "k"))
-        return Table(op_class="gemm", fields={"m": M, "n": N, "k": K}, measured_s=t, flops=2 * M * N * K,
-                     nbytes=2 * (M * K + K * N + M * N), shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
-                     **base)
+        return [Table(op_class="gemm", fields={"m": M, "n": N, "k": K}, measured_s=t, flops=2 * M * N * K,
+                      nbytes=2 * (M * K + K * N + M * N), shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
+                      **base)]
     b, h, g, k = (_column(rows, c, path) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
     if np.any(h % g):
         raise CostModelError(f"{path}: num_key_value_heads must divide num_heads")
@@ -143,12 +150,18 @@ def read_aiconfigurator(path: Path, m: re.Match) -> Table:
     if m["table"] == "generation_attention":
         S = _column(rows, "step", path)  # positions attended, the new one included
         flops, nbytes = attention_counts("incremental", b, np.ones_like(b), S - 1, h, g, k)
-        return Table(op_class="decode_attention", fields={**fields, "step": S}, measured_s=t, flops=flops,
-                     nbytes=nbytes, shape={"b": b, "g": g, "positions": S}, **base)
+        return [Table(op_class="decode_attention", fields={**fields, "step": S}, measured_s=t, flops=flops,
+                      nbytes=nbytes, shape={"b": b, "g": g, "h": h, "positions": S}, **base)]
     s = _column(rows, "isl", path)
     flops, nbytes = attention_counts("batched", b, s, s, h, g, k)
-    return Table(op_class="prefill_attention", fields={**fields, "isl": s}, measured_s=t, flops=flops,
-                 nbytes=nbytes, shape={"b": b, "h": h, "n": s, "m": s}, **base)
+    table = Table(op_class="prefill_attention", fields={**fields, "isl": s}, measured_s=t, flops=flops,
+                  nbytes=nbytes, shape={"b": b, "h": h, "g": g, "n": s, "m": s, "write_bytes": 2 * b * s * g * 2 * k * 2},
+                  **base)
+    # a one-token prompt is one query over one position: the engine runs the decode kernel for it
+    one = s == 1
+    decode = table.select(one)
+    decode.kernel, decode.shape = "decode_attention", decode_shape(decode.shape)
+    return [t for t in (table.select(~one), decode) if len(t)]
 
 
 #: Vidur's ops: efficiency class and (FLOPs, elements) from (tokens T, d, h, g, head dim, FFN f, TP t).
@@ -268,7 +281,7 @@ def read_folder(folder: str | Path) -> tuple[list[Table], list[str]]:
     tables, skipped = [], []
     for path in files:
         if m := AIC.match(path.name):
-            tables.append(read_aiconfigurator(path, m))
+            tables += read_aiconfigurator(path, m)
         elif m := VIDUR.match(path.name):
             tables += read_vidur(path, m)
         elif m := LLMCOMPASS.match(path.name):
@@ -308,7 +321,7 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
     from costmodel.mechanisms import causal_pairs, class_peak
 
     flops = table.flops
-    if table.op_class == "prefill_attention":
+    if table.op_class == "prefill_attention" and "n" in table.shape:  # (a one-query prefill has one pair)
         n, m = table.shape["n"], table.shape["m"]
         flops = flops * causal_pairs(n, m) / np.maximum(n * m, 1)
     return flops * (table.count if table.count is not None else 1) / class_peak(hw, table.op_class, table.dtype)
@@ -330,7 +343,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
             key = f"{table.source}/{table.gpu}/{table.op_class}"
             rejected[key] = rejected.get(key, 0) + int((~ok).sum())
             table = table.select(ok)
-        eff = model.resolved.get(table.op_class) if model.active else None
+        eff = model.resolved.get(table.priced_class) if model.active else None
         if eff is None:
             from costmodel.hardware import ClassEfficiency
             eff = ClassEfficiency(fixed_s={table.timing: hw.launch_overhead})
