@@ -67,7 +67,7 @@ class OpClass(_Strict):
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
 EfficiencyClassName = Literal["gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
-                              "elementwise", "copy"]
+                              "elementwise", "activation", "rotary", "copy"]
 
 
 class Architecture(_Strict):
@@ -130,7 +130,7 @@ class Efficiency(_Strict):
     @property
     def parameters(self) -> int:
         """The number of fitted numbers (each timing's fixed cost counts once)."""
-        return sum(len(c.fitted) + len(c.fixed_s) - ("fixed_s" in c.fitted) for c in self.classes.values())
+        return sum(len(c.fitted) + len(c.fixed_s) - ("fixed" in c.fitted) for c in self.classes.values())
 
 
 class Noise(_Strict):

@@ -19,8 +19,9 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     GEMMs compute whole output tiles in whole waves over the SMs: the library picks the tile of
     :data:`TILES` that finishes first, a smaller tile running at ``(area / largest area) **
     small_tile_exponent`` of the large tile's rate; when there are fewer tiles than SMs the reduction is
-    split over them (split-K, at least ``SPLIT_K_MIN`` deep), and every tile pays a prologue and epilogue worth
-    ``tile_k_overhead`` steps of its reduction. Prefill attention runs whole waves of
+    split over them (split-K, at least ``SPLIT_K_MIN`` deep; the partial sums are reduced by a second
+    kernel, ``split_s``), and every tile pays a prologue and epilogue worth ``tile_k_overhead`` steps of its
+    reduction. Prefill attention runs whole waves of
     ``PREFILL_BLOCK``-row query tiles.
 ``work_units``
     decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
@@ -57,7 +58,7 @@ import numpy as np
 from costmodel.vocab import MECHANISMS, TIMINGS
 
 CLASSES: tuple[str, ...] = ("gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
-                            "elementwise", "copy")
+                            "elementwise", "activation", "rotary", "copy")
 
 #: Output tiles (rows x columns) of the GEMM kernels cuBLAS/CUTLASS choose from on Ampere and later.
 TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
@@ -72,9 +73,11 @@ PREFILL_BLOCK = 128
 #: Op class of each kind of program op (:func:`costmodel.program.op_class`); softmax is a row reduction.
 PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
                  "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
-#: A class a device has no fit for takes another's: an unfused attention's einsums are batched GEMMs, and a
-#: cache write is an elementwise kernel.
-FALLBACK = {"attention_einsum": "gemm", "copy": "elementwise"}
+#: A class a device has no fit for takes another's: an unfused attention's einsums are batched GEMMs; a
+#: cache write, a gated activation and a rotary embedding are elementwise kernels.
+FALLBACK = {"attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise"}
+#: Classes that run on the vector units (no matrix peak).
+VECTOR_CLASSES = ("norm", "elementwise", "activation", "rotary", "copy")
 ROW_REDUCTIONS = ("softmax",)
 #: Classes priced as (batched) matrix products: projections, and an unfused attention's einsums over the cache.
 GEMMS = ("gemm", "attention_einsum")
@@ -82,9 +85,14 @@ GEMMS = ("gemm", "attention_einsum")
 
 def efficiency_class(kind: str, name: str) -> str:
     """The efficiency class of a program op from its op class and name (norms: ``norm_0``, ``final_norm``,
-    MLA's ``kv_norm``)."""
-    norm = name in ROW_REDUCTIONS or name.startswith("norm") or name.endswith("_norm")
-    return "norm" if norm else PROGRAM_CLASS[kind]
+    MLA's ``kv_norm``; the feed-forward activation ``*_act``, an engine's own kernel, as is ``rope``)."""
+    if name in ROW_REDUCTIONS or name.startswith("norm") or name.endswith("_norm"):
+        return "norm"
+    if kind == "elementwise" and name.endswith("_act"):
+        return "activation"
+    if kind == "elementwise" and name == "rope":
+        return "rotary"
+    return PROGRAM_CLASS[kind]
 
 
 @dataclass(frozen=True)
@@ -136,19 +144,25 @@ def windowed_pairs(n, m, window, blocked: bool):
     return (t * a + t * (t - 1) / 2 + (T - t) * np.minimum(cap, a + t)) * B * B
 
 
-def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0):
+def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,
+                     with_splits: bool = False):
     """FLOPs a GEMM costs in whole waves of whole tiles, as if done at the largest tile's rate: the
-    cheapest of :data:`TILES` (an optimising library picks it)."""
+    cheapest of :data:`TILES` (an optimising library picks it); with ``with_splits``, also the number of
+    split-K chunks of the chosen tile."""
     batch, M, K, N = (np.asarray(x, float) for x in (batch, M, K, N))
-    best = None
+    best, chosen = None, None
     for tm, tn in TILES:
         tiles = batch * np.ceil(M / tm) * np.ceil(N / tn)
         # split-K: too few tiles to fill the SMs share the reduction (chunks of at least SPLIT_K_MIN)
         splits = np.clip(np.floor(sms / np.maximum(tiles, 1)), 1, np.maximum(np.floor(K / SPLIT_K_MIN), 1))
         waves = np.ceil(tiles * splits / sms)
         cost = waves * sms * tm * tn * (K / splits + k_overhead) * 2 / (tm * tn / LARGEST_TILE) ** small_tile_exponent
-        best = cost if best is None else np.minimum(best, cost)
-    return best
+        if best is None:
+            best, chosen = cost, splits
+        else:
+            chosen = np.where(cost < best, splits, chosen)
+            best = np.minimum(best, cost)
+    return (best, chosen) if with_splits else best
 
 
 def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, timing: str, flops, nbytes,
@@ -160,6 +174,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     """
     flops = np.asarray(flops, float)
     nbytes = np.asarray(nbytes, float)
+    split_k = 0.0
     if "causal" in on and shape and "mask_bytes" in shape:
         nbytes = nbytes - shape["mask_bytes"] + shape["broadcast_bytes"]
     if eff.pack_passes and "bandwidth" in on and shape and "width" in shape:
@@ -170,8 +185,10 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     rate = peak * (eff.compute_efficiency if "compute" in on else 1.0)
     work = flops
     if cls in GEMMS and "tiles" in on and shape:
-        work = gemm_tiled_flops(shape["batch"], shape["M"], shape["K"], shape["N"], sms, eff.small_tile_exponent,
-                                eff.tile_k_overhead)
+        work, splits = gemm_tiled_flops(shape["batch"], shape["M"], shape["K"], shape["N"], sms,
+                                        eff.small_tile_exponent, eff.tile_k_overhead, with_splits=True)
+        # a split-K product reduces its partial sums in a second kernel
+        split_k = eff.split_s * (splits > 1)
     scores, longest = 0.0, 0.0
     if cls == "prefill_attention" and shape:
         n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
@@ -206,7 +223,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         memory = nbytes / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
     else:
         memory = nbytes / bandwidth
-    units = 0.0
+    units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:
         count = np.asarray(shape["b"], float) * shape["g"]
         split = np.asarray(shape["positions"]) > DECODE_BLOCK
@@ -232,7 +249,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
 def class_peak(hw, cls: str, dtype: str) -> float:
     """The dense peak a class computes at: the dtype's matrix peak, the vector peak for norms and
     elementwise ops."""
-    return hw.vector_peak(dtype) if cls in ("norm", "elementwise", "copy") else hw.peak(dtype)
+    return hw.vector_peak(dtype) if cls in VECTOR_CLASSES else hw.peak(dtype)
 
 
 __all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "TILES", "DECODE_BLOCK", "PREFILL_BLOCK", "Times", "class_times",

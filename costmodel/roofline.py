@@ -254,7 +254,8 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
     off = [m for m in MECHANISMS if m not in model.on]
     origins = sorted({f"{cls}: {o}" for cls, o in model.resolved.origin.items()})
     lines = [f"time = fixed cost per call ({model.timing} timing) + max(compute at the fitted efficiency with "
-             "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + decode work units; "
+             "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + second kernels (decode "
+             "work units and split-KV combine, split-K reduction, a prefill's cache write); "
              "mechanisms on: " + ", ".join(sorted(model.on)) + (f"; off: {', '.join(off)}" if off else "")]
     lines.append("efficiency parameters: " + "; ".join(origins))
     if any("transferred" in o for o in model.resolved.origin.values()):

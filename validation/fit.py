@@ -31,7 +31,7 @@ BOUNDS = {
 }
 FREE = {
     "gemm": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling", "bandwidth_half_bytes",
-             "bandwidth_exponent"),
+             "bandwidth_exponent", "split_s"),
     "decode_attention": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent", "unit_sm_s",
                          "split_s"),
     # the memory side of a prefill is mostly K and V re-read by every query tile (from L2), more than the
@@ -40,6 +40,8 @@ FREE = {
                           "bandwidth_exponent", "cache_write_ceiling"),
     "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
+    "activation": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
+    "rotary": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
 }
 
 

@@ -164,6 +164,10 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
     return [t for t in (table.select(~one), decode) if len(t)]
 
 
+#: Engine kernels priced with their own class and reported with the op class they belong to.
+REPORTED = {"activation": "elementwise", "rotary": "elementwise"}
+
+
 #: Vidur's ops: efficiency class and (FLOPs, elements) from (tokens T, d, h, g, head dim, FFN f, TP t).
 def _vidur_ops(T, d, h, g, hd, f, t):
     q, kv = h * hd / t, g * hd / t
@@ -174,14 +178,14 @@ def _vidur_ops(T, d, h, g, hd, f, t):
         "mlp_up_proj": gemm(d, 2 * f / t),
         "mlp_down_proj": gemm(f / t, d),
         # SiLU(gate) * up: reads T x 2f/t, writes T x f/t
-        "mlp_act": ("elementwise", 5 * T * f / t, 3 * T * f / t, {}),
+        "mlp_act": ("activation", 5 * T * f / t, 3 * T * f / t, {}),
         # RMSNorm: reads T x d and the d weights, writes T x d
         "input_layernorm": ("norm", 4 * T * d, 2 * T * d + d, {}),
         "post_attention_layernorm": ("norm", 4 * T * d, 2 * T * d + d, {}),
         # residual add of two T x d tensors
         "add": ("elementwise", T * d, 3 * T * d, {}),
         # rotary embedding of q and k in place, reading the cos/sin rows of every token
-        "attn_rope": ("elementwise", 3 * T * (q + kv), 2 * T * (q + kv) + T * hd, {}),
+        "attn_rope": ("rotary", 3 * T * (q + kv), 2 * T * (q + kv) + T * hd, {}),
     }
 
 
@@ -202,7 +206,8 @@ def read_vidur(path: Path, m: re.Match) -> list[Table]:
         fields = {"op": np.concatenate([np.full(T.shape, p[0], dtype=object) for p in parts]),
                   "num_tokens": cat(lambda p: T), "n_embd": cat(lambda p: d),
                   "num_tensor_parallel_workers": cat(lambda p: t)}
-        tables.append(Table(source="vidur", gpu=m["system"], profile=profile, op_class=cls, timing="kernels",
+        tables.append(Table(source="vidur", gpu=m["system"], profile=profile, op_class=REPORTED.get(cls, cls),
+                            kernel=cls if cls in REPORTED else None, timing="kernels",
                             dtype="fp16", file=path.name, fields=fields, measured_s=cat(lambda p: p[4]),
                             flops=cat(lambda p: p[1]), nbytes=2 * cat(lambda p: p[2]), shape=shape))
     return tables
