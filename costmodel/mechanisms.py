@@ -34,9 +34,9 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     transpose that packs the queries is copied in and out (``group_copy_s`` more fixed cost) when there is
     more than one sequence and more than one key/value head.
 ``cache_write``
-    a serving engine's prefill call also writes the prompt's keys and values into the (paged) cache: a
+    a serving engine's prefill call may also write the prompt's keys and values into the (paged) cache: a
     second kernel that reads and writes ``b n g (k + v)`` elements at ``cache_write_ceiling`` of the
-    datasheet bandwidth.
+    datasheet bandwidth (None where the engine writes the cache outside the attention call).
 ``causal``
     a fused causal prefill computes only the unmasked query-key pairs: ``n m - n (n - 1) / 2`` of the
     ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions), and an unfused
@@ -144,25 +144,24 @@ def windowed_pairs(n, m, window, blocked: bool):
     return (t * a + t * (t - 1) / 2 + (T - t) * np.minimum(cap, a + t)) * B * B
 
 
-def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,
-                     with_splits: bool = False):
-    """FLOPs a GEMM costs in whole waves of whole tiles, as if done at the largest tile's rate: the
-    cheapest of :data:`TILES` (an optimising library picks it); with ``with_splits``, also the number of
-    split-K chunks of the chosen tile."""
+def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0):
+    """(FLOPs, split-K chunks) of every configuration a library can run a GEMM in: each tile of
+    :data:`TILES`, in whole waves of whole tiles at the largest tile's rate, with the reduction split over the
+    SMs when there are too few tiles to fill them (chunks of at least ``SPLIT_K_MIN``) and without."""
     batch, M, K, N = (np.asarray(x, float) for x in (batch, M, K, N))
-    best, chosen = None, None
     for tm, tn in TILES:
         tiles = batch * np.ceil(M / tm) * np.ceil(N / tn)
-        # split-K: too few tiles to fill the SMs share the reduction (chunks of at least SPLIT_K_MIN)
-        splits = np.clip(np.floor(sms / np.maximum(tiles, 1)), 1, np.maximum(np.floor(K / SPLIT_K_MIN), 1))
-        waves = np.ceil(tiles * splits / sms)
-        cost = waves * sms * tm * tn * (K / splits + k_overhead) * 2 / (tm * tn / LARGEST_TILE) ** small_tile_exponent
-        if best is None:
-            best, chosen = cost, splits
-        else:
-            chosen = np.where(cost < best, splits, chosen)
-            best = np.minimum(best, cost)
-    return (best, chosen) if with_splits else best
+        split = np.clip(np.floor(sms / np.maximum(tiles, 1)), 1, np.maximum(np.floor(K / SPLIT_K_MIN), 1))
+        for splits in (split, np.ones_like(split)):
+            waves = np.ceil(tiles * splits / sms)
+            yield (waves * sms * tm * tn * (K / splits + k_overhead) * 2 / (tm * tn / LARGEST_TILE) ** small_tile_exponent,
+                   splits)
+
+
+def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0):
+    """FLOPs a GEMM costs in its cheapest configuration of :func:`gemm_candidates` (an optimising library
+    picks it), as if done at the largest tile's rate."""
+    return np.minimum.reduce([c for c, _ in gemm_candidates(batch, M, K, N, sms, small_tile_exponent, k_overhead)])
 
 
 def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, timing: str, flops, nbytes,
@@ -184,11 +183,6 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     fixed = eff.fixed_s.get(timing, 0.0) if "fixed" in on else 0.0
     rate = peak * (eff.compute_efficiency if "compute" in on else 1.0)
     work = flops
-    if cls in GEMMS and "tiles" in on and shape:
-        work, splits = gemm_tiled_flops(shape["batch"], shape["M"], shape["K"], shape["N"], sms,
-                                        eff.small_tile_exponent, eff.tile_k_overhead, with_splits=True)
-        # a split-K product reduces its partial sums in a second kernel
-        split_k = eff.split_s * (splits > 1)
     scores, longest = 0.0, 0.0
     if cls == "prefill_attention" and shape:
         n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
@@ -201,9 +195,22 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             pairs = blocked_causal_pairs(n, m) if "tiles" in on else causal_pairs(n, m)
         elif "tiles" in on:
             pairs = np.ceil(n / PREFILL_BLOCK) * np.ceil(m / PREFILL_BLOCK) * PREFILL_BLOCK ** 2
+        tiles = heads * np.ceil(n / PREFILL_BLOCK)
+        if "causal" in on and "tiles" in on:
+            # a block on the diagonal applies the causal mask to every score: it costs mask_overhead more
+            pairs = pairs + eff.mask_overhead * np.ceil(n / PREFILL_BLOCK) * PREFILL_BLOCK ** 2
+        if eff.pack_gqa and "tiles" in on and "causal" in on and shape.get("window") is None and "g" in shape:
+            # the query heads of a group share one tile (rows: positions x heads), B / r positions a tile;
+            # tile i of ceil(n r / B) reads ceil((i + 1) / r) key blocks (a prompt: queries from position 0)
+            r = np.asarray(shape["h"], float) / np.asarray(shape["g"], float)
+            T = np.ceil(n * r / PREFILL_BLOCK)
+            q, rest = np.floor(T / r), T - np.floor(T / r) * r
+            blocks = r * q * (q + 1) / 2 + rest * (q + 1)
+            packed = (r > 1) & (n == m)
+            pairs = np.where(packed, blocks * PREFILL_BLOCK ** 2 / r, pairs)
+            tiles = np.where(packed, np.asarray(shape["b"], float) * shape["g"] * T, tiles)
         work = work * pairs / np.maximum(n * m, 1)
         if "tiles" in on:
-            tiles = heads * np.ceil(n / PREFILL_BLOCK)
             waves = np.ceil(tiles / sms) * sms / np.maximum(tiles, 1)
             work = work * waves
             pairs = pairs * waves
@@ -223,6 +230,20 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         memory = nbytes / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
     else:
         memory = nbytes / bandwidth
+    if cls in GEMMS and "tiles" in on and shape:
+        # the library runs the configuration that finishes first; a split-K product reduces its partial
+        # sums in a second kernel (split_s)
+        best = None
+        for cost, splits in gemm_candidates(shape["batch"], shape["M"], shape["K"], shape["N"], sms,
+                                            eff.small_tile_exponent, eff.tile_k_overhead):
+            c, extra = cost / rate, eff.split_s * (splits > 1)
+            total = (np.maximum(c, memory) if overlap == "max" else c + memory) + extra
+            if best is None:
+                best, compute, split_k = total, c, extra
+            else:
+                faster = total < best
+                compute, split_k = np.where(faster, c, compute), np.where(faster, extra, split_k)
+                best = np.minimum(best, total)
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:
         count = np.asarray(shape["b"], float) * shape["g"]
@@ -239,7 +260,8 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
                 stream = np.ceil(count / sms) * nbytes / np.maximum(count, 1) / eff.unsplit_sm_bandwidth
                 memory = np.where(unsplit, np.maximum(memory, stream), memory)
         units = eff.unit_sm_s * count / sms + eff.split_s * split
-    if cls == "prefill_attention" and "cache_write" in on and shape and "write_bytes" in shape:
+    if (cls == "prefill_attention" and "cache_write" in on and shape and "write_bytes" in shape
+            and eff.cache_write_ceiling):
         # a second kernel of the same call: the prompt's keys and values are read and written into the cache
         units = units + np.asarray(shape["write_bytes"], float) / (bandwidth * eff.cache_write_ceiling)
     body = np.maximum(compute, memory) if overlap == "max" else compute + memory
@@ -253,7 +275,7 @@ def class_peak(hw, cls: str, dtype: str) -> float:
 
 
 __all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "TILES", "DECODE_BLOCK", "PREFILL_BLOCK", "Times", "class_times",
-           "class_peak", "causal_pairs", "gemm_tiled_flops", "efficiency_class", "decode_shape"]
+           "class_peak", "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "efficiency_class", "decode_shape"]
 
 
 #: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the

@@ -24,6 +24,7 @@ BOUNDS = {
     "unit_sm_s": (1e-9, 1e-4, True),
     "split_s": (1e-8, 1e-4, True),
     "score_s": (1e-16, 1e-10, True),
+    "mask_overhead": (0.0, 8.0, False),
     "unsplit_sm_bandwidth": (1e8, 1e12, True),
     "group_copy_s": (1e-8, 1e-4, True),
     "cache_write_ceiling": (0.05, 1.0, False),
@@ -36,8 +37,8 @@ FREE = {
                          "split_s"),
     # the memory side of a prefill is mostly K and V re-read by every query tile (from L2), more than the
     # bytes counted once: its own curve, not decode attention's
-    "prefill_attention": ("fixed", "compute_efficiency", "score_s", "bandwidth_ceiling", "bandwidth_half_bytes",
-                          "bandwidth_exponent", "cache_write_ceiling"),
+    "prefill_attention": ("fixed", "compute_efficiency", "score_s", "mask_overhead", "bandwidth_ceiling",
+                          "bandwidth_half_bytes", "bandwidth_exponent"),
     "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "activation": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
@@ -111,6 +112,14 @@ def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, star
     """Fit a class's parameters (``names``, default :data:`FREE`) to tables of one timing, with the
     mechanisms ``on``. A decode-attention fit of the default parameters also chooses when the kernel
     splits a context (``split_kv``): both ways are fitted and the one with the smaller error kept."""
+    if names is None and tables[0].priced_class == "prefill_attention":
+        # the engine writes the prompt's cache inside the attention call, or outside it
+        # and a tile holds one query head, or the query heads of a group
+        fits = [_fit(tables, hw, (*FREE["prefill_attention"], *(("cache_write_ceiling",) if write else ())),
+                     ClassEfficiency(cache_write_ceiling=0.5 if write else None, pack_gqa=pack), starts, on)
+                for write in (False, True) for pack in (False, True)]
+        eff = min(fits, key=lambda f: f[1])[0]
+        return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, "pack_gqa"}))})
     if names is None and tables[0].priced_class == "decode_attention":
         fits = [_fit(tables, hw, FREE["decode_attention"], ClassEfficiency(split_kv="always"), starts, on),
                 _fit(tables, hw, (*FREE["decode_attention"], "unsplit_sm_bandwidth", "group_copy_s"),
@@ -139,6 +148,7 @@ def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
         "bandwidth_exponent": [0.7, 1.0, 0.4, 0.7, 1.0], "unit_sm_s": [2e-6, 5e-7, 5e-6, 2e-6, 2e-6],
         "split_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6], "score_s": [2e-13, 1e-14, 1e-12, 2e-13, 2e-13],
         "pack_passes": [1.0, 2.0, 0.5, 3.0, 1.0],
+        "mask_overhead": [0.5, 1.0, 0.2, 0.5, 0.5],
         "unsplit_sm_bandwidth": [2e10, 5e10, 1e10, 2e10, 2e10],
         "group_copy_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6],
         "cache_write_ceiling": [0.5, 0.3, 0.8, 0.5, 0.5],
