@@ -33,8 +33,10 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
           "benchmarks/fit_published.py; shape parameters on the primary source of each class "
           "(aiconfigurator for GEMM and attention, Vidur for norms and elementwise ops), then each other "
           "timing convention's fixed cost alone; a class's parameters are fitted on the rows its kernel runs "
-          "(one-token prefills run the decode kernel and count with decode attention); decode attention is fitted "
-          "with split_kv always and grouped, and the one with the smaller error kept")
+          "(one-token prefills run the decode kernel and count with decode attention); a kernel's discrete behaviour "
+          "is chosen by fitting each way and keeping the smaller error: split_kv (always or grouped) for decode "
+          "attention, and for prefill attention whether the call writes the cache and whether a tile packs a "
+          "group's query heads")
 
 
 def fit_device(tables, hw):
