@@ -1,0 +1,185 @@
+"""The kernel behaviours found in the published tables, each against a hand-computed or brute-force case:
+unsplit decode contexts, packed-query copies, one-token prefills on the decode kernel, split-K reduction,
+packed prefill tiles, masked diagonal blocks, the prefill's cache write, the engines' own elementwise
+kernels."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from costmodel.cli import main
+from costmodel.hardware import ClassEfficiency, load_profile
+from costmodel.mechanisms import (PREFILL_BLOCK, class_times, efficiency_class, gemm_candidates, resolve,
+                                  time_model)
+
+KW = dict(peak=1e15, bandwidth=1e12, timing="graph", flops=0.0)
+
+
+def test_a_group_of_one_streams_its_context_on_one_sm():
+    # FlashAttention-2's varlen decode: h == g is not split; 8 units of 1 MB each on 4 SMs at 1 GB/s per SM
+    eff = ClassEfficiency(split_kv="grouped", unsplit_sm_bandwidth=1e9, split_s=3e-6)
+    mha = {"b": 8, "g": 1, "h": 1, "positions": 4096}
+    t = class_times("decode_attention", eff, sms=4, nbytes=8e6, shape=mha, **KW)
+    assert t.memory == pytest.approx(math.ceil(8 / 4) * 1e6 / 1e9)  # two waves of one unit's 1 MB at 1 GB/s
+    assert t.units == 0.0  # no split, so no combine kernel
+    # the same bytes with two query heads per KV head are split: datasheet bandwidth, and the combine kernel
+    gqa = class_times("decode_attention", eff, sms=4, nbytes=8e6, shape={**mha, "h": 2}, **KW)
+    assert gqa.memory == pytest.approx(8e6 / 1e12)
+    assert gqa.units == pytest.approx(3e-6)
+    # a kernel that always splits prices the group of one like any other
+    always = class_times("decode_attention", eff.model_copy(update={"split_kv": "always"}), sms=4, nbytes=8e6,
+                         shape=mha, **KW)
+    assert always.memory == pytest.approx(8e6 / 1e12)
+
+
+@pytest.mark.parametrize("b,h,g,copies", [(1, 8, 2, 0), (4, 8, 1, 0), (4, 8, 8, 0), (4, 8, 2, 1), (2, 64, 8, 1)])
+def test_packed_queries_are_copied_only_for_a_batch_of_grouped_kv_heads(b, h, g, copies):
+    # the group-packing transpose is a view for one sequence or one KV head, a copy otherwise (hand cases)
+    eff = ClassEfficiency(fixed_s={"graph": 1e-6}, split_kv="grouped", group_copy_s=5e-6)
+    t = class_times("decode_attention", eff, sms=100, nbytes=0.0, shape={"b": b, "g": g, "h": h, "positions": 1},
+                    **KW)
+    assert t.fixed == pytest.approx(1e-6 + copies * 5e-6)
+
+
+def test_a_one_token_prompt_is_priced_as_the_decode_kernel():
+    hw = load_profile("a100")
+    model = time_model(hw)
+    decode = model.resolved.get("decode_attention")
+    r = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--variant", "gqa", "--groups", "2", "--heads", "8",
+                                  "--d-model", "1024", "--head-dim", "128", "--value-dim", "128", "--batch", "16",
+                                  "--mode", "batched", "--seq", "1", "--context", "1", "--execution", "fused",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    op = next(o for o in json.loads(r.output)["ops"] if o["name"] == "attention")
+    # the decode class's own parameters on the decode kernel's shape: 16 sequences x 2 KV heads, 1 position
+    t = class_times("decode_attention", decode, peak=hw.peak("bf16"), bandwidth=hw.bandwidth,
+                    sms=hw.architecture.compute_units.value, timing="graph", flops=op["flops"], nbytes=op["bytes"],
+                    shape={"b": 16, "g": 2, "h": 8, "positions": 1})
+    assert op["time_s"] == pytest.approx(float(t.time), rel=1e-12)
+    assert decode.group_copy_s > 0 and op["time_s"] > decode.fixed_s["graph"] + decode.group_copy_s
+
+
+def test_published_one_token_prefills_are_reported_as_prefill_and_priced_as_decode(tmp_path):
+    from costmodel.validation.published import read_folder, validate_published
+
+    header = ("framework,version,device,op_name,kernel_source,batch_size,isl,num_heads,num_key_value_heads,"
+              "head_dim,beam_width,attn_dtype,kv_cache_dtype,step,latency\n")
+    rows = "".join(f"VLLM,0,x,context_attention,v,{b},{s},8,2,128,1,bfloat16,bfloat16,0,0.02\n"
+                   for b, s in ((4, 1), (16, 1), (4, 512)))
+    (tmp_path / "a100_sxm_vllm_0.0.1_context_attention.csv").write_text(header + rows)
+    tables, _ = read_folder(tmp_path)
+    assert sorted((t.op_class, t.priced_class, len(t)) for t in tables) == [
+        ("prefill_attention", "decode_attention", 2), ("prefill_attention", "prefill_attention", 1)]
+    report = validate_published(tables)
+    assert {r["op_class"] for r in report["rows"]} == {"prefill_attention"}
+    one = next(r for r in report["rows"] if r["isl"] == 1 and r["batch_size"] == 16)
+    r = CliRunner().invoke(main, [*one["command"], "--json"])
+    op = next(o for o in json.loads(r.output)["ops"] if o["name"] == "attention")
+    assert op["time_s"] == pytest.approx(one["predicted_s"], rel=1e-12)
+
+
+def test_gemm_configurations_include_split_k_and_not():
+    # M=1, N=64, K=1024 on 4 SMs: one 64x64 tile can be split into 4 chunks of 256 or run whole
+    got = {int(s): float(c) for c, s in gemm_candidates(1, 1, 1024, 64, sms=4, small_tile_exponent=0)
+           if c == min(c2 for c2, s2 in gemm_candidates(1, 1, 1024, 64, sms=4, small_tile_exponent=0)
+                       if int(s2) == int(s))}
+    assert got[4] == 4 * 64 * 64 * 256 * 2  # one wave of 4 SMs, each a quarter of the reduction
+    assert got[1] == 4 * 64 * 64 * 1024 * 2  # one wave of one tile (the other SMs idle)
+
+
+def test_split_k_pays_its_reduction_kernel_only_when_it_wins():
+    eff = ClassEfficiency(split_s=2e-6)
+    kw = dict(peak=1e12, bandwidth=1e15, sms=4, timing="graph", nbytes=0.0)
+    shape = {"batch": 1, "M": 1, "K": 1024, "N": 64}
+    t = class_times("gemm", eff, flops=2 * 1024 * 64, shape=shape, **kw)
+    # split: 4 x 64x64x256 x 2 FLOPs = 8.4 MFLOP at 1 TFLOP/s = 8.4 us + 2 us; whole: 33.6 us
+    assert t.compute == pytest.approx(4 * 64 * 64 * 256 * 2 / 1e12)
+    assert t.units == pytest.approx(2e-6)
+    # a reduction kernel dearer than what splitting saves: the library runs the tile whole
+    dear = class_times("gemm", eff.model_copy(update={"split_s": 1e-4}), flops=2 * 1024 * 64, shape=shape, **kw)
+    assert dear.compute == pytest.approx(4 * 64 * 64 * 1024 * 2 / 1e12)
+    assert dear.units == pytest.approx(0.0)
+
+
+def _packed_blocks_brute(n, r):
+    """Key blocks a causal prompt of n positions computes when a tile holds B/r positions of r heads:
+    rows are (position, head) in position order, B rows a tile; a tile reads up to its last position."""
+    rows = [p for p in range(n) for _ in range(r)]
+    tiles = [rows[i:i + PREFILL_BLOCK] for i in range(0, len(rows), PREFILL_BLOCK)]
+    return sum(max(t) // PREFILL_BLOCK + 1 for t in tiles)
+
+
+@pytest.mark.parametrize("n,h,g", [(128, 8, 1), (256, 8, 2), (1024, 32, 8), (64, 16, 2), (512, 4, 4)])
+def test_packed_prefill_tiles_equal_a_brute_force_count(n, h, g):
+    eff = ClassEfficiency(pack_gqa=True, compute_efficiency=1.0)
+    k = 128
+    per_pair = 4 * k  # QK and PV multiply-adds of one pair of one head
+    flops = per_pair * h * n * n
+    t = class_times("prefill_attention", eff, peak=1e15, bandwidth=1e15, sms=10 ** 6, timing="graph", flops=flops,
+                    nbytes=0.0, shape={"b": 1, "h": h, "g": g, "n": n, "m": n}, on={"tiles", "causal", "compute"})
+    r = h // g
+    if r > 1:
+        blocks = g * _packed_blocks_brute(n, r)  # tiles of one KV head's group, times its g groups
+    else:
+        T = math.ceil(n / PREFILL_BLOCK)
+        blocks = h * T * (T + 1) // 2
+    # a million SMs: one wave, each computed pair of each row at the peak
+    tiles = g * math.ceil(n * r / PREFILL_BLOCK) if r > 1 else h * math.ceil(n / PREFILL_BLOCK)
+    waves = math.ceil(tiles / 10 ** 6) * 10 ** 6 / tiles
+    assert t.compute == pytest.approx(max(blocks * PREFILL_BLOCK ** 2 * per_pair * waves / 1e15,
+                                          math.ceil(n / PREFILL_BLOCK) * PREFILL_BLOCK ** 2 * 10 ** 6 * per_pair / 1e15))
+
+
+def test_masked_diagonal_blocks_cost_extra():
+    base = ClassEfficiency(compute_efficiency=1.0)
+    shape = {"b": 1, "h": 1, "g": 1, "n": 512, "m": 512}
+    kw = dict(peak=1e15, bandwidth=1e15, sms=1, timing="graph", flops=4 * 128 * 512 * 512, nbytes=0.0, shape=shape,
+              on={"tiles", "causal", "compute"})
+    plain = class_times("prefill_attention", base, **kw).compute
+    masked = class_times("prefill_attention", base.model_copy(update={"mask_overhead": 1.0}), **kw).compute
+    # 4 query tiles: 1 + 2 + 3 + 4 = 10 blocks, 4 of them on the diagonal: one more block each
+    assert masked / plain == pytest.approx(14 / 10)
+
+
+def test_a_prefill_call_that_writes_the_cache_pays_for_it():
+    shape = {"b": 2, "h": 8, "g": 2, "n": 1000, "m": 1000, "write_bytes": 2 * 2 * 1000 * 2 * 256 * 2}
+    kw = dict(peak=1e15, bandwidth=1e12, sms=100, timing="graph", flops=0.0, nbytes=0.0, shape=shape)
+    outside = class_times("prefill_attention", ClassEfficiency(), **kw)
+    inside = class_times("prefill_attention", ClassEfficiency(cache_write_ceiling=0.5), **kw)
+    # read and write 2 sequences x 1000 tokens x 2 KV heads x (k + v = 256) x 2 bytes at half of 1 TB/s
+    assert inside.units - outside.units == pytest.approx(2 * 2 * 1000 * 2 * 256 * 2 / 0.5e12)
+    from costmodel.mechanisms import op_shape
+
+    got = op_shape("prefill_attention", {"b": 2, "n": 1000, "m": 1000, "h": 8, "g": 2, "k": 128, "v": 128},
+                   "batched", None, "attention", 2)
+    assert got["write_bytes"] == shape["write_bytes"]
+
+
+@pytest.mark.parametrize("kind,name,cls", [("elementwise", "ffn_act", "activation"),
+                                           ("elementwise", "experts_act", "activation"),
+                                           ("elementwise", "rope", "rotary"),
+                                           ("elementwise", "residuals", "elementwise"),
+                                           ("elementwise", "norm_0", "norm"),
+                                           ("copy", "kv_append", "copy")])
+def test_engine_kernels_have_their_own_classes(kind, name, cls):
+    assert efficiency_class(kind, name) == cls
+
+
+def test_a_device_without_activation_fits_uses_its_elementwise_ones():
+    # the calibrated CPU profile fits elementwise ops only: activation and rotary take that fit
+    from pathlib import Path
+
+    cpu = load_profile(str(Path(__file__).resolve().parents[1] / "validation/results/cpu/calibrated_profile.yaml"))
+    res = resolve(cpu, "eager")
+    assert res.get("activation") is res.get("elementwise") is res.get("rotary")
+    # on the H100 they are transferred from the A100's own fits, not its elementwise one
+    h100 = resolve(load_profile("h100"), "graph")
+    a100 = load_profile("a100").efficiency.classes
+    assert h100.get("activation").bandwidth_ceiling == pytest.approx(a100["activation"].bandwidth_ceiling)
+    assert a100["activation"].bandwidth_ceiling != pytest.approx(a100["elementwise"].bandwidth_ceiling, rel=0.05)
+    assert np.isfinite(h100.get("rotary").bandwidth_half_bytes)
