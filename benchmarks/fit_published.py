@@ -28,7 +28,7 @@ COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "micro
            "llmcompass": "PrincetonUniversity/LLMCompass@2e015fd"}
 #: The table each class's shape parameters are fitted on; the other timings fit only their fixed cost.
 PRIMARY = {"gemm": "aiconfigurator", "decode_attention": "aiconfigurator", "prefill_attention": "aiconfigurator",
-           "norm": "vidur", "elementwise": "vidur", "activation": "vidur", "rotary": "vidur"}
+           "norm": "vidur", "elementwise": "vidur", "activation": "vidur", "rotary": "vidur", "softmax": "llmcompass"}
 METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 starts, "
           "benchmarks/fit_published.py; shape parameters on the primary source of each class "
           "(aiconfigurator for GEMM and attention, Vidur for norms and elementwise ops), then each other "

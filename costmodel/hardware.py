@@ -67,7 +67,7 @@ class OpClass(_Strict):
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
 EfficiencyClassName = Literal["gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
-                              "elementwise", "activation", "rotary", "copy"]
+                              "softmax", "elementwise", "activation", "rotary", "copy"]
 
 
 class Architecture(_Strict):

@@ -58,7 +58,7 @@ import numpy as np
 from costmodel.vocab import MECHANISMS, TIMINGS
 
 CLASSES: tuple[str, ...] = ("gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
-                            "elementwise", "activation", "rotary", "copy")
+                            "softmax", "elementwise", "activation", "rotary", "copy")
 
 #: Output tiles (rows x columns) of the GEMM kernels cuBLAS/CUTLASS choose from on Ampere and later.
 TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
@@ -74,10 +74,12 @@ PREFILL_BLOCK = 128
 PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
                  "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
 #: A class a device has no fit for takes another's: an unfused attention's einsums are batched GEMMs; a
-#: cache write, a gated activation and a rotary embedding are elementwise kernels.
-FALLBACK = {"attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise"}
+#: cache write, a gated activation and a rotary embedding are elementwise kernels; a softmax is a row
+#: reduction like a norm.
+FALLBACK = {"attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise",
+            "softmax": "norm"}
 #: Classes that run on the vector units (no matrix peak).
-VECTOR_CLASSES = ("norm", "elementwise", "activation", "rotary", "copy")
+VECTOR_CLASSES = ("norm", "softmax", "elementwise", "activation", "rotary", "copy")
 ROW_REDUCTIONS = ("softmax",)
 #: Classes priced as (batched) matrix products: projections, and an unfused attention's einsums over the cache.
 GEMMS = ("gemm", "attention_einsum")
@@ -86,7 +88,9 @@ GEMMS = ("gemm", "attention_einsum")
 def efficiency_class(kind: str, name: str) -> str:
     """The efficiency class of a program op from its op class and name (norms: ``norm_0``, ``final_norm``,
     MLA's ``kv_norm``; the feed-forward activation ``*_act``, an engine's own kernel, as is ``rope``)."""
-    if name in ROW_REDUCTIONS or name.startswith("norm") or name.endswith("_norm"):
+    if name in ROW_REDUCTIONS:
+        return "softmax"
+    if name.startswith("norm") or name.endswith("_norm"):
         return "norm"
     if kind == "elementwise" and name.endswith("_act"):
         return "activation"
@@ -383,6 +387,10 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
             elif mine is not None and theirs is not None and timing in theirs.fixed_s:
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: theirs.fixed_s[timing]}})
                 where += f"; {timing} fixed cost from {ref().id}"
+            elif other in classes and timing in classes[other].fixed_s:
+                # a class fitted under another convention only: the launch of its parent class's kernels
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: classes[other].fixed_s[timing]}})
+                where += f" ({timing} fixed cost of its {other} class)"
             else:
                 where += f" (no {timing} fixed cost)"
         classes[cls], origin[cls] = eff, where

@@ -165,6 +165,7 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
                                            ("elementwise", "rope", "rotary"),
                                            ("elementwise", "residuals", "elementwise"),
                                            ("elementwise", "norm_0", "norm"),
+                                           ("elementwise", "softmax", "softmax"),
                                            ("copy", "kv_append", "copy")])
 def test_engine_kernels_have_their_own_classes(kind, name, cls):
     assert efficiency_class(kind, name) == cls
@@ -183,3 +184,14 @@ def test_a_device_without_activation_fits_uses_its_elementwise_ones():
     assert h100.get("activation").bandwidth_ceiling == pytest.approx(a100["activation"].bandwidth_ceiling)
     assert a100["activation"].bandwidth_ceiling != pytest.approx(a100["elementwise"].bandwidth_ceiling, rel=0.05)
     assert np.isfinite(h100.get("rotary").bandwidth_half_bytes)
+
+
+def test_a_class_fitted_under_one_timing_takes_its_parent_classes_launch_for_another():
+    # the A100's softmax is fitted on host-timed (eager) rows only; under graph timing it launches like a norm
+    a100 = load_profile("a100")
+    own = a100.efficiency.classes["softmax"]
+    assert set(own.fixed_s) == {"eager"}
+    graph = resolve(a100, "graph")
+    assert graph.get("softmax").fixed_s["graph"] == graph.get("norm").fixed_s["graph"]
+    assert "graph fixed cost of its norm class" in graph.origin["softmax"]
+    assert graph.get("softmax").bandwidth_ceiling == own.bandwidth_ceiling  # its own curve

@@ -165,7 +165,7 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
 
 
 #: Engine kernels priced with their own class and reported with the op class they belong to.
-REPORTED = {"activation": "elementwise", "rotary": "elementwise"}
+REPORTED = {"activation": "elementwise", "rotary": "elementwise", "softmax": "norm"}
 
 
 #: Vidur's ops: efficiency class and (FLOPs, elements) from (tokens T, d, h, g, head dim, FFN f, TP t).
@@ -233,7 +233,7 @@ def _gpt3_ops(prefill: bool):
         "Wo_proj": gemm(T, hh * k, d),
         "W1_proj": gemm(T, d, d),
         "W2_proj": gemm(T, d, d),
-        "Softmax": ("norm", 5 * b * hh * s * m, 2 * b * hh * s * m, {}, 1),
+        "Softmax": ("softmax", 5 * b * hh * s * m, 2 * b * hh * s * m, {}, 1),
         "LayerNorm_MHA": ("norm", 5 * T * d, 2 * T * d, {}, 1),
         "LayerNorm_FFN": ("norm", 5 * T * d, 2 * T * d, {}, 1),
         "GeLU": ("elementwise", 8 * T * d, 2 * T * d, {}, 1),
@@ -254,7 +254,8 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
     if table in ("softmax", "layernorm"):
         M, N = _column(rows, "M", path), _column(rows, "N", path)
         t = M * N / (_column(rows, "gelem_per_s", path) * 1e9)
-        return [Table(op_class="norm", fields={"op": np.full(M.shape, table, dtype=object), "M": M, "N": N},
+        return [Table(op_class="norm", kernel="softmax" if table == "softmax" else None,
+                      fields={"op": np.full(M.shape, table, dtype=object), "M": M, "N": N},
                       measured_s=t, flops=5 * M * N, nbytes=2 * 2 * M * N, **base)]
     if table == "gelu":
         E = _column(rows, "elements", path)
@@ -263,7 +264,7 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
                       measured_s=t, flops=8 * E, nbytes=2 * 2 * E, **base)]
     measured = {r["op"]: float(r["latency_s"]) for r in rows}
     tables = []
-    for cls in ("gemm", "norm", "elementwise"):
+    for cls in ("gemm", "norm", "softmax", "elementwise"):
         ops = {name: spec for name, spec in _gpt3_ops(table == "transformer_prefill").items()
                if spec[0] == cls and name in measured}
         if not ops:
@@ -271,7 +272,8 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
         names = list(ops)
         cat = lambda i: np.array([float(np.ravel(ops[n][i])[0]) for n in names])  # noqa: E731
         shape = {key: np.array([float(ops[n][3][key][0]) for n in names]) for key in ops[names[0]][3]}
-        tables.append(Table(op_class=cls, fields={"op": np.array([f"{table}:{n}" for n in names], dtype=object)},
+        tables.append(Table(op_class=REPORTED.get(cls, cls), kernel=cls if cls in REPORTED else None,
+                            fields={"op": np.array([f"{table}:{n}" for n in names], dtype=object)},
                             measured_s=np.array([measured[n] for n in names]), flops=cat(1), nbytes=2 * cat(2),
                             shape=shape, count=cat(4), **base))
     return tables
