@@ -193,6 +193,7 @@ CPU_FREE = {
     "gemm": (*_CURVE, "pack_passes"), "attention_einsum": (*_CURVE, "pack_passes"), "decode_attention": _CURVE,
     "prefill_attention": ("fixed", "compute_efficiency"),
     "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
+    "softmax": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     # a cache append writes a slice in place: no output to allocate, its own dispatch cost
     "copy": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
