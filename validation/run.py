@@ -39,13 +39,16 @@ class Grid:
     executions: tuple[str, ...] = ("unfused", "fused")
 
     def workloads(self) -> Iterator[Workload]:
+        # the executions and variants of one shape back to back: a drift of a shared machine's speed
+        # during the run then moves the cases that are compared with each other together
         for dtype in self.dtypes:
-            for execution in self.executions:
-                for b in self.batches:
-                    for m in self.contexts:
+            for b in self.batches:
+                for m in self.contexts:
+                    for execution in self.executions:
                         for v in SIDE_BY_SIDE:
                             yield self._make(v, "incremental", dtype, execution, batch=b, context=m)
-                for n in self.prefill:
+            for n in self.prefill:
+                for execution in self.executions:
                     for v in SIDE_BY_SIDE:
                         yield self._make(v, "batched", dtype, execution, batch=1, seq=n)
 
