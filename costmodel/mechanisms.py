@@ -220,10 +220,10 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             pairs = pairs * waves
             # one SM computes a query tile alone: the tile with the most key blocks (the last, under a
             # causal mask; at most the window's span) bounds the kernel however many SMs there are
-            blocks = np.ceil(m / PREFILL_BLOCK)
+            last = np.ceil(m / PREFILL_BLOCK)  # key blocks of the last query tile
             if "causal" in on and shape.get("window") is not None:
-                blocks = np.minimum(blocks, np.ceil((np.asarray(shape["window"], float) - 1) / PREFILL_BLOCK) + 1)
-            tile_pairs = blocks * PREFILL_BLOCK ** 2
+                last = np.minimum(last, np.ceil((np.asarray(shape["window"], float) - 1) / PREFILL_BLOCK) + 1)
+            tile_pairs = last * PREFILL_BLOCK ** 2
             longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0))
         if "compute" in on:
             scores = eff.score_s * heads * pairs
@@ -323,7 +323,8 @@ def transfer(eff, src, dst):
     sms = src.architecture.compute_units.value / dst.architecture.compute_units.value
     return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
                                   "unit_sm_s": eff.unit_sm_s * per_clock,
-                                  "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock, "score_s": eff.score_s * per_clock * sms,
+                                  "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock,
+                                  "score_s": eff.score_s * per_clock * sms,
                                   "fitted": ()})
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, RootModel
 

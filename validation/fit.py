@@ -47,6 +47,19 @@ FREE = {
 }
 
 
+#: A kernel's discrete behaviours, chosen by fitting each way and keeping the smaller error: per class, the
+#: fields chosen and the ways (the starting parameters, and the parameters only that way has).
+CHOICES = {
+    # a decode kernel splits every context, or only those whose query heads share a key/value head
+    "decode_attention": (("split_kv",), [({"split_kv": "always"}, ()),
+                                         ({"split_kv": "grouped"}, ("unsplit_sm_bandwidth", "group_copy_s"))]),
+    # a prefill call writes the prompt's cache or not; a tile holds one query head or a group's
+    "prefill_attention": (("pack_gqa",), [({"cache_write_ceiling": 0.5 if write else None, "pack_gqa": pack},
+                                           ("cache_write_ceiling",) if write else ())
+                                          for write in (False, True) for pack in (False, True)]),
+}
+
+
 def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> np.ndarray:
     """Predicted seconds of every row of a published table with a class's parameters."""
     t = class_times(table.priced_class, eff, peak=class_peak(hw, table.priced_class, table.dtype), bandwidth=hw.bandwidth,
@@ -111,22 +124,14 @@ def _lm(residual, z0, iterations=60):
 def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, starts=3,
               on=frozenset(MECHANISMS)) -> ClassEfficiency:
     """Fit a class's parameters (``names``, default :data:`FREE`) to tables of one timing, with the
-    mechanisms ``on``. A decode-attention fit of the default parameters also chooses when the kernel
-    splits a context (``split_kv``): both ways are fitted and the one with the smaller error kept."""
-    if names is None and tables[0].priced_class == "prefill_attention":
-        # the engine writes the prompt's cache inside the attention call, or outside it
-        # and a tile holds one query head, or the query heads of a group
-        fits = [_fit(tables, hw, (*FREE["prefill_attention"], *(("cache_write_ceiling",) if write else ())),
-                     ClassEfficiency(cache_write_ceiling=0.5 if write else None, pack_gqa=pack), starts, on)
-                for write in (False, True) for pack in (False, True)]
+    mechanisms ``on``. A fit of a class's default parameters also chooses its kernel's behaviours
+    (:data:`CHOICES`): each way is fitted and the one with the smaller error kept."""
+    cls = tables[0].priced_class
+    if names is None and cls in CHOICES:
+        chosen, ways = CHOICES[cls]
+        fits = [_fit(tables, hw, (*FREE[cls], *more), ClassEfficiency(**way), starts, on) for way, more in ways]
         eff = min(fits, key=lambda f: f[1])[0]
-        return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, "pack_gqa"}))})
-    if names is None and tables[0].priced_class == "decode_attention":
-        fits = [_fit(tables, hw, FREE["decode_attention"], ClassEfficiency(split_kv="always"), starts, on),
-                _fit(tables, hw, (*FREE["decode_attention"], "unsplit_sm_bandwidth", "group_copy_s"),
-                     ClassEfficiency(split_kv="grouped"), starts, on)]
-        eff = min(fits, key=lambda f: f[1])[0]
-        return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, "split_kv"}))})
+        return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, *chosen}))})
     return _fit(tables, hw, names, start, starts, on)[0]
 
 

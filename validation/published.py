@@ -168,6 +168,11 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
 REPORTED = {"activation": "elementwise", "rotary": "elementwise", "softmax": "norm"}
 
 
+def _classes(cls: str) -> dict:
+    """A table's reported op class and, where it differs, the class its kernel is priced with."""
+    return {"op_class": REPORTED.get(cls, cls), "kernel": cls if cls in REPORTED else None}
+
+
 #: Vidur's ops: efficiency class and (FLOPs, elements) from (tokens T, d, h, g, head dim, FFN f, TP t).
 def _vidur_ops(T, d, h, g, hd, f, t):
     q, kv = h * hd / t, g * hd / t
@@ -206,8 +211,7 @@ def read_vidur(path: Path, m: re.Match) -> list[Table]:
         fields = {"op": np.concatenate([np.full(T.shape, p[0], dtype=object) for p in parts]),
                   "num_tokens": cat(lambda p: T), "n_embd": cat(lambda p: d),
                   "num_tensor_parallel_workers": cat(lambda p: t)}
-        tables.append(Table(source="vidur", gpu=m["system"], profile=profile, op_class=REPORTED.get(cls, cls),
-                            kernel=cls if cls in REPORTED else None, timing="kernels",
+        tables.append(Table(source="vidur", gpu=m["system"], profile=profile, **_classes(cls), timing="kernels",
                             dtype="fp16", file=path.name, fields=fields, measured_s=cat(lambda p: p[4]),
                             flops=cat(lambda p: p[1]), nbytes=2 * cat(lambda p: p[2]), shape=shape))
     return tables
@@ -254,7 +258,7 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
     if table in ("softmax", "layernorm"):
         M, N = _column(rows, "M", path), _column(rows, "N", path)
         t = M * N / (_column(rows, "gelem_per_s", path) * 1e9)
-        return [Table(op_class="norm", kernel="softmax" if table == "softmax" else None,
+        return [Table(**_classes("softmax" if table == "softmax" else "norm"),
                       fields={"op": np.full(M.shape, table, dtype=object), "M": M, "N": N},
                       measured_s=t, flops=5 * M * N, nbytes=2 * 2 * M * N, **base)]
     if table == "gelu":
@@ -272,7 +276,7 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
         names = list(ops)
         cat = lambda i: np.array([float(np.ravel(ops[n][i])[0]) for n in names])  # noqa: E731
         shape = {key: np.array([float(ops[n][3][key][0]) for n in names]) for key in ops[names[0]][3]}
-        tables.append(Table(op_class=REPORTED.get(cls, cls), kernel=cls if cls in REPORTED else None,
+        tables.append(Table(**_classes(cls),
                             fields={"op": np.array([f"{table}:{n}" for n in names], dtype=object)},
                             measured_s=np.array([measured[n] for n in names]), flops=cat(1), nbytes=2 * cat(2),
                             shape=shape, count=cat(4), **base))
@@ -328,7 +332,7 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
     from costmodel.mechanisms import causal_pairs, class_peak
 
     flops = table.flops
-    if table.op_class == "prefill_attention" and "n" in table.shape:  # (a one-query prefill has one pair)
+    if table.priced_class == "prefill_attention":  # (a one-query prefill, priced as decode, has one pair)
         n, m = table.shape["n"], table.shape["m"]
         flops = flops * causal_pairs(n, m) / np.maximum(n * m, 1)
     return flops * (table.count if table.count is not None else 1) / class_peak(hw, table.op_class, table.dtype)
