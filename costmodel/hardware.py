@@ -92,7 +92,9 @@ class ClassEfficiency(_Strict):
     ``grouped``), ``unsplit_sm_bandwidth`` the bytes per second one SM streams when it walks an unsplit
     context alone and ``group_copy_s`` the copies of a grouped kernel's packed queries;
     ``cache_write_ceiling`` is the fraction of the datasheet bandwidth at which a prefill's call writes the
-    prompt's keys and values into the cache (None: the engine writes them outside the attention call)."""
+    prompt's keys and values into the cache (None: the engine writes them outside the attention call);
+    ``score_s`` is the device time of one attention score of a prefill (online softmax) and ``tile_s`` the
+    SM time of a prefill query tile's prologue and epilogue."""
 
     fixed_s: dict[Timing, float] = Field(default_factory=dict)
     compute_efficiency: float = Field(1.0, gt=0, le=1)
@@ -109,8 +111,8 @@ class ClassEfficiency(_Strict):
     group_copy_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     cache_write_ceiling: float | None = Field(None, gt=0, le=1)  # None: the prefill call writes no cache
     pack_gqa: bool = False  # a prefill tile holds the query heads of a group (FlashAttention-3)
-    mask_overhead: float = Field(0.0, ge=0, le=16)  # extra cost of a masked (diagonal) block, in blocks
     score_s: float = Field(0.0, ge=0, allow_inf_nan=False)  # device time per attention score (softmax)
+    tile_s: float = Field(0.0, ge=0, allow_inf_nan=False)  # SM time of a prefill query tile's prologue and epilogue
     fitted: tuple[str, ...] = ()  # the names of the parameters fitted to data (the rest are defaults)
 
 

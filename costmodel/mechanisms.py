@@ -43,7 +43,7 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     mask op reads one broadcast ``[n, m]`` causal mask, not the paper's ``[b, h, n, m]``; with ``tiles`` on,
     in whole ``PREFILL_BLOCK`` square blocks, the diagonal blocks computed whole. Each computed score also
     costs ``score_s`` of the device (the exponential and rescaling of online softmax, which does not
-    shrink with the head dimension).
+    shrink with the head dimension), and each query tile ``tile_s`` of its SM (its prologue and epilogue).
 
 An op's time is ``fixed + max(compute, memory) + work units`` (``overlap="sum"`` adds compute and memory).
 Everything works on numpy arrays, so a validation over 100,000 published timings is one call per class.
@@ -200,9 +200,6 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         elif "tiles" in on:
             pairs = np.ceil(n / PREFILL_BLOCK) * np.ceil(m / PREFILL_BLOCK) * PREFILL_BLOCK ** 2
         tiles = heads * np.ceil(n / PREFILL_BLOCK)
-        if "causal" in on and "tiles" in on:
-            # a block on the diagonal applies the causal mask to every score: it costs mask_overhead more
-            pairs = pairs + eff.mask_overhead * np.ceil(n / PREFILL_BLOCK) * PREFILL_BLOCK ** 2
         if eff.pack_gqa and "tiles" in on and "causal" in on and shape.get("window") is None and "g" in shape:
             # the query heads of a group share one tile (rows: positions x heads), B / r positions a tile;
             # tile i of ceil(n r / B) reads ceil((i + 1) / r) key blocks (a prompt: queries from position 0)
@@ -224,9 +221,12 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             if "causal" in on and shape.get("window") is not None:
                 last = np.minimum(last, np.ceil((np.asarray(shape["window"], float) - 1) / PREFILL_BLOCK) + 1)
             tile_pairs = last * PREFILL_BLOCK ** 2
-            longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0))
+            longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0)) + eff.tile_s
+            # every tile's prologue and epilogue (pipeline fill and drain, its queries loaded and its output
+            # stored) is SM time its blocks do not hide, in whole waves
+            scores = eff.tile_s * np.ceil(tiles / sms)
         if "compute" in on:
-            scores = eff.score_s * heads * pairs
+            scores = scores + eff.score_s * heads * pairs
     compute = np.maximum(work / rate + scores, longest)
     if "bandwidth" in on:
         with np.errstate(divide="ignore"):
@@ -290,8 +290,8 @@ TRANSFER_RULE = (
     "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
     "fixed costs per call are kept, and so is when the decode kernel splits a context; the half-bandwidth bytes "
     "scale with the datasheet bandwidth (bytes in flight = bandwidth x latency); the SM time of a decode work "
-    "unit scales with the inverse clock and one SM's streaming rate with the clock, the "
-    "device time of an attention score with the inverse of SMs x clock"
+    "unit and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming "
+    "rate with the clock, the device time of an attention score with the inverse of SMs x clock"
 )
 
 
@@ -325,6 +325,7 @@ def transfer(eff, src, dst):
                                   "unit_sm_s": eff.unit_sm_s * per_clock,
                                   "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock,
                                   "score_s": eff.score_s * per_clock * sms,
+                                  "tile_s": eff.tile_s * per_clock,
                                   "fitted": ()})
 
 

@@ -1,6 +1,6 @@
 """The kernel behaviours found in the published tables, each against a hand-computed or brute-force case:
 unsplit decode contexts, packed-query copies, one-token prefills on the decode kernel, split-K reduction,
-packed prefill tiles, masked diagonal blocks, the prefill's cache write, the engines' own elementwise
+packed prefill tiles, every query tile's prologue, the prefill's cache write, the engines' own elementwise
 kernels."""
 
 from __future__ import annotations
@@ -135,15 +135,26 @@ def test_packed_prefill_tiles_equal_a_brute_force_count(n, h, g):
                                           math.ceil(n / PREFILL_BLOCK) * PREFILL_BLOCK ** 2 * 10 ** 6 * per_pair / 1e15))
 
 
-def test_masked_diagonal_blocks_cost_extra():
+@pytest.mark.parametrize("h,sms,waves", [(1, 1, 4), (1, 4, 1), (3, 4, 3), (1, 3, 2)])
+def test_every_prefill_tile_pays_its_prologue_in_whole_waves(h, sms, waves):
+    # 512 positions: 4 query tiles per head, h * 4 tiles over `sms` SMs run in ceil(4 h / sms) waves
+    shape = {"b": 1, "h": h, "g": h, "n": 512, "m": 512}
+    kw = dict(peak=1e15, bandwidth=1e15, sms=sms, timing="graph", flops=h * 4 * 128 * 512 * 512, nbytes=0.0,
+              shape=shape, on={"tiles", "causal", "compute"})
     base = ClassEfficiency(compute_efficiency=1.0)
-    shape = {"b": 1, "h": 1, "g": 1, "n": 512, "m": 512}
-    kw = dict(peak=1e15, bandwidth=1e15, sms=1, timing="graph", flops=4 * 128 * 512 * 512, nbytes=0.0, shape=shape,
-              on={"tiles", "causal", "compute"})
     plain = class_times("prefill_attention", base, **kw).compute
-    masked = class_times("prefill_attention", base.model_copy(update={"mask_overhead": 1.0}), **kw).compute
-    # 4 query tiles: 1 + 2 + 3 + 4 = 10 blocks, 4 of them on the diagonal: one more block each
-    assert masked / plain == pytest.approx(14 / 10)
+    tiled = class_times("prefill_attention", base.model_copy(update={"tile_s": 1e-6}), **kw).compute
+    assert waves == math.ceil(4 * h / sms)
+    # far more SM time per tile than its blocks: the tiles' prologues, one per tile per wave, dominate
+    huge = class_times("prefill_attention", base.model_copy(update={"tile_s": 1.0}), **kw).compute
+    assert huge == pytest.approx(waves * 1.0, rel=1e-6)
+    # by hand: 1 + 2 + 3 + 4 = 10 blocks a head in whole waves, each tile's prologue once per wave; the last
+    # tile (4 blocks, one SM) and its prologue bound the kernel from below
+    pair_s = 4 * 128 / 1e15  # QK and PV multiply-adds of one pair at the peak
+    spread = h * 10 * 128 ** 2 * pair_s * (waves * sms / (4 * h)) + waves * 1e-6
+    longest = 4 * 128 ** 2 * pair_s * sms + 1e-6
+    assert tiled == pytest.approx(max(spread, longest))
+    assert plain == pytest.approx(max(spread - waves * 1e-6, longest - 1e-6))
 
 
 def test_a_prefill_call_that_writes_the_cache_pays_for_it():

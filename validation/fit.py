@@ -24,7 +24,7 @@ BOUNDS = {
     "unit_sm_s": (1e-9, 1e-4, True),
     "split_s": (1e-8, 1e-4, True),
     "score_s": (1e-16, 1e-10, True),
-    "mask_overhead": (0.0, 8.0, False),
+    "tile_s": (0.0, 2e-5, False),
     "unsplit_sm_bandwidth": (1e8, 1e12, True),
     "group_copy_s": (1e-8, 1e-4, True),
     "cache_write_ceiling": (0.05, 1.0, False),
@@ -37,7 +37,7 @@ FREE = {
                          "split_s"),
     # the memory side of a prefill is mostly K and V re-read by every query tile (from L2), more than the
     # bytes counted once: its own curve, not decode attention's
-    "prefill_attention": ("fixed", "compute_efficiency", "score_s", "mask_overhead", "bandwidth_ceiling",
+    "prefill_attention": ("fixed", "compute_efficiency", "score_s", "tile_s", "bandwidth_ceiling",
                           "bandwidth_half_bytes", "bandwidth_exponent"),
     "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
@@ -72,6 +72,8 @@ def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> 
 def _to_value(name, z):
     lo, hi, log = BOUNDS[name]
     u = 1 / (1 + np.exp(-np.clip(z, -50, 50)))
+    if not log and u < 1e-9:  # a linear parameter driven to its lower bound is the bound (0: the mechanism is absent)
+        return float(lo)
     return float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo)))) if log else float(lo + u * (hi - lo))
 
 
@@ -153,8 +155,8 @@ def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
         "bandwidth_ceiling": [0.8, 0.6, 0.95, 0.3, 0.1], "bandwidth_half_bytes": [1e7, 1e6, 1e8, 1e5, 1e6],
         "bandwidth_exponent": [0.7, 1.0, 0.4, 0.7, 1.0], "unit_sm_s": [2e-6, 5e-7, 5e-6, 2e-6, 2e-6],
         "split_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6], "score_s": [2e-13, 1e-14, 1e-12, 2e-13, 2e-13],
+        "tile_s": [1e-6, 3e-7, 3e-6, 1e-6, 1e-6],
         "pack_passes": [1.0, 2.0, 0.5, 3.0, 1.0],
-        "mask_overhead": [0.5, 1.0, 0.2, 0.5, 0.5],
         "unsplit_sm_bandwidth": [2e10, 5e10, 1e10, 2e10, 2e10],
         "group_copy_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6],
         "cache_write_ceiling": [0.5, 0.3, 0.8, 0.5, 0.5],
