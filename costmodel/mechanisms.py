@@ -187,7 +187,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     fixed = eff.fixed_s.get(timing, 0.0) if "fixed" in on else 0.0
     rate = peak * (eff.compute_efficiency if "compute" in on else 1.0)
     work = flops
-    scores, longest = 0.0, 0.0
+    beyond, longest = 0.0, 0.0  # SM time beyond the matrix products (tile prologues, softmax scores)
     if cls == "prefill_attention" and shape:
         n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
         heads = np.asarray(shape["b"], float) * shape["h"]
@@ -224,10 +224,10 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0)) + eff.tile_s
             # every tile's prologue and epilogue (pipeline fill and drain, its queries loaded and its output
             # stored) is SM time its blocks do not hide, in whole waves
-            scores = eff.tile_s * np.ceil(tiles / sms)
+            beyond = eff.tile_s * np.ceil(tiles / sms)
         if "compute" in on:
-            scores = scores + eff.score_s * heads * pairs
-    compute = np.maximum(work / rate + scores, longest)
+            beyond = beyond + eff.score_s * heads * pairs
+    compute = np.maximum(work / rate + beyond, longest)
     if "bandwidth" in on:
         with np.errstate(divide="ignore"):
             ramp = np.where(nbytes > 0, (eff.bandwidth_half_bytes / np.maximum(nbytes, 1.0)) ** eff.bandwidth_exponent, 0)
