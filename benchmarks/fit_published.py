@@ -3,6 +3,9 @@ fitted blocks into the profiles, and report how well a fit on one GPU predicts t
 
     python benchmarks/fit_published.py [MEASUREMENTS_DIR] [--write] [--holdout]
 
+It also prints the measured ratio of the A100 GEMM shapes that two sources both timed (Vidur over
+aiconfigurator), which shows how far the tables themselves disagree.
+
 MEASUREMENTS_DIR defaults to ../shared/measurements. Without --write the profiles are left alone and
 only the errors are printed. --holdout also fits on every other row of each table and reports the error
 on the rows that fit did not see. The fitted numbers depend only on the data (the search is deterministic).
@@ -28,10 +31,12 @@ COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "micro
            "llmcompass": "PrincetonUniversity/LLMCompass@2e015fd"}
 #: The table each class's shape parameters are fitted on; the other timings fit only their fixed cost.
 PRIMARY = {"gemm": "aiconfigurator", "decode_attention": "aiconfigurator", "prefill_attention": "aiconfigurator",
-           "norm": "vidur", "elementwise": "vidur", "activation": "vidur", "rotary": "vidur", "softmax": "llmcompass"}
+           "norm": "vidur", "elementwise": "vidur", "activation": "vidur", "rotary": "vidur", "softmax": "llmcompass",
+           "layernorm": "llmcompass"}
 METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 starts, "
           "benchmarks/fit_published.py; shape parameters on the primary source of each class "
-          "(aiconfigurator for GEMM and attention, Vidur for norms and elementwise ops), then each other "
+          "(aiconfigurator for GEMM and attention, Vidur for RMSNorm and elementwise ops, LLMCompass for "
+          "torch's softmax and LayerNorm), then each other "
           "timing convention's fixed cost alone; a class's parameters are fitted on the rows its kernel runs "
           "(one-token prefills run the decode kernel and count with decode attention); a kernel's discrete behaviour "
           "is chosen by fitting each way and keeping the smaller error: split_kv (always or grouped) for decode "
@@ -107,6 +112,28 @@ def cross(tables_by_gpu, fitted, hws):
     return lines
 
 
+def same_shapes(tables):
+    """Two sources' timings of the same GEMM shapes on the same GPU model (A100 80GB): the measured ratio
+    per FLOP bin, with no prediction in between."""
+    gemm = lambda source: [t for t in tables if t.source == source and t.priced_class == "gemm"  # noqa: E731
+                           and t.profile == "a100_80gb_sxm"]
+    aic = {(int(M), int(K), int(N)): s for t in gemm("aiconfigurator")
+           for M, K, N, s in zip(t.shape["M"], t.shape["K"], t.shape["N"], t.measured_s)}
+    pairs = [(2 * M * K * N, s / aic[(M, K, N)]) for t in gemm("vidur")
+             for M, K, N, s in zip(*(t.shape[k].astype(int) for k in "MKN"), t.measured_s) if (M, K, N) in aic]
+    if not pairs:
+        return []
+    flops, ratio = map(np.array, zip(*pairs))
+    lines = []
+    for lo, hi in ((0, 1e9), (1e9, 1e10), (1e10, 1e11), (1e11, np.inf)):
+        r = ratio[(flops >= lo) & (flops < hi)]
+        if r.size:
+            p10, p50, p90 = np.percentile(r, [10, 50, 90])
+            lines.append(f"{lo:8.0e} - {hi:8.0e} FLOPs: n {r.size:4d}  vidur / aiconfigurator median {p50:.2f} "
+                         f"(p10 {p10:.2f}, p90 {p90:.2f})")
+    return lines
+
+
 def main(argv):
     folder = next((a for a in argv if not a.startswith("--")), str(ROOT.parent / "shared" / "measurements"))
     tables, _ = read_folder(folder)
@@ -123,6 +150,9 @@ def main(argv):
             print(f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
     print("\ncross-GPU (transfer rule: costmodel.mechanisms.TRANSFER_RULE):")
     for line in cross(by_gpu, fitted, hws):
+        print("  " + line)
+    print("\nthe same A100 GEMM shapes timed by two sources (measured over measured, kernels vs graph timing):")
+    for line in same_shapes(tables):
         print("  " + line)
     if "--holdout" in argv:
         print("\nheld out (fit on even rows of every table, error on the odd rows it did not see):")

@@ -66,7 +66,7 @@ class OpClass(_Strict):
 
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
-EfficiencyClassName = Literal["gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
+EfficiencyClassName = Literal["gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm", "layernorm",
                               "softmax", "elementwise", "activation", "rotary", "copy"]
 
 

@@ -58,7 +58,7 @@ import numpy as np
 from costmodel.vocab import MECHANISMS, TIMINGS
 
 CLASSES: tuple[str, ...] = ("gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
-                            "softmax", "elementwise", "activation", "rotary", "copy")
+                            "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
 
 #: Output tiles (rows x columns) of the GEMM kernels cuBLAS/CUTLASS choose from on Ampere and later.
 TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
@@ -74,22 +74,26 @@ PREFILL_BLOCK = 128
 PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
                  "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
 #: A class a device has no fit for takes another's: an unfused attention's einsums are batched GEMMs; a
-#: cache write, a gated activation and a rotary embedding are elementwise kernels; a softmax is a row
-#: reduction like a norm.
+#: cache write, a gated activation and a rotary embedding are elementwise kernels; a LayerNorm and a softmax
+#: are row reductions like an RMSNorm. A parent class without a timing convention's fixed cost takes its first
+#: child's here that has one (the launch of a kernel of the same kind).
 FALLBACK = {"attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise",
-            "softmax": "norm"}
+            "layernorm": "norm", "softmax": "norm"}
 #: Classes that run on the vector units (no matrix peak).
-VECTOR_CLASSES = ("norm", "softmax", "elementwise", "activation", "rotary", "copy")
+VECTOR_CLASSES = ("norm", "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
 ROW_REDUCTIONS = ("softmax",)
 #: Classes priced as (batched) matrix products: projections, and an unfused attention's einsums over the cache.
 GEMMS = ("gemm", "attention_einsum")
 
 
 def efficiency_class(kind: str, name: str) -> str:
-    """The efficiency class of a program op from its op class and name (norms: ``norm_0``, ``final_norm``,
-    MLA's ``kv_norm``; the feed-forward activation ``*_act``, an engine's own kernel, as is ``rope``)."""
+    """The efficiency class of a program op from its op class and name (RMSNorms: ``norm_0``, ``final_norm``,
+    MLA's ``kv_norm``, an engine's own kernel; LayerNorms: ``layernorm_0``, ``final_layernorm``, torch's
+    kernel; the feed-forward activation ``*_act``, an engine's own kernel, as is ``rope``)."""
     if name in ROW_REDUCTIONS:
         return "softmax"
+    if name.startswith("layernorm") or name.endswith("_layernorm"):
+        return "layernorm"
     if name.startswith("norm") or name.endswith("_norm"):
         return "norm"
     if kind == "elementwise" and name.endswith("_act"):
@@ -393,6 +397,11 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
                 # a class fitted under another convention only: the launch of its parent class's kernels
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: classes[other].fixed_s[timing]}})
                 where += f" ({timing} fixed cost of its {other} class)"
+            elif child := next((c for c, parent in FALLBACK.items() if parent == cls and c in own
+                                and timing in own[c].fixed_s), None):
+                # or of its first child class fitted under that convention (an RMSNorm launched like a LayerNorm)
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: own[child].fixed_s[timing]}})
+                where += f" ({timing} fixed cost of its {child} class)"
             else:
                 where += f" (no {timing} fixed cost)"
         classes[cls], origin[cls] = eff, where

@@ -183,10 +183,16 @@ def _ffn_ops(d: int, f: int, tokens: int, gated: bool, prefix: str = "ffn") -> l
     return ops
 
 
+def _norm_name(m: ModelPreset) -> str:
+    """The name of a model's norm ops, which picks their kernel's class: an engine runs its own RMSNorm
+    kernel (``norm``) and torch's LayerNorm (``layernorm``)."""
+    return "layernorm" if m.norm == "layernorm" else "norm"
+
+
 def _norm_ops(m: ModelPreset, tokens: int, norms: int) -> list[Op]:
     x = {"t": tokens, "d": m.d_model}
-    return [_op(f"norm_{i}", "elementwise", [("x", x), ("W_norm", {"d": m.d_model})], ("y", x), NORM_FLOPS[m.norm])
-            for i in range(norms)]
+    return [_op(f"{_norm_name(m)}_{i}", "elementwise", [("x", x), ("W_norm", {"d": m.d_model})], ("y", x),
+                NORM_FLOPS[m.norm]) for i in range(norms)]
 
 
 def _layer_ops(m: ModelPreset, tokens: int, norms: int) -> list[Op]:
@@ -203,7 +209,7 @@ def _layer_rows(section: str, m: ModelPreset, tokens: int, count: int, width, no
     ffn_layers = count if ffn_layers is None else ffn_layers
     rows = []
     for op in _layer_ops(m, tokens, norms):
-        n = 2 * count if op.name == "residuals" else count if op.name.startswith("norm") else ffn_layers
+        n = 2 * count if op.name == "residuals" else count if op.name.startswith(_norm_name(m)) else ffn_layers
         if n:
             rows.append(_row(section, op, n, width))
     return rows
@@ -257,7 +263,7 @@ def _head_ops(m: ModelPreset, rows_out: int, tokens_in: int) -> list[Op]:
     x_in, x_out = {"t": tokens_in, "d": m.d_model}, {"t": rows_out, "d": m.d_model}
     return [
         _op("embed", "copy", [("E[tokens]", x_in)], ("x", x_in)),
-        _op("final_norm", "elementwise", [("x", x_out), ("W_norm", {"d": m.d_model})], ("y", x_out),
+        _op(f"final_{_norm_name(m)}", "elementwise", [("x", x_out), ("W_norm", {"d": m.d_model})], ("y", x_out),
             NORM_FLOPS[m.norm]),
         _op("lm_head", "einsum", [("x", x_out), ("W_out", {"d": m.d_model, "w": m.vocab})],
             ("logits", {"t": rows_out, "w": m.vocab})),

@@ -71,3 +71,33 @@ def test_hf_config_reads_rotary_embeddings(tmp_path):
     assert load_model(str(tmp_path / "config.json")).rope
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "rope_theta": None, "alibi": True}))
     assert not load_model(str(tmp_path / "config.json")).rope
+
+
+@pytest.mark.parametrize("model,name,cls", [("falcon-7b", "layernorm", "layernorm"), ("llama-3-8b", "norm", "norm")])
+def test_norms_are_named_and_priced_by_their_kind(model, name, cls):
+    # an engine runs torch's LayerNorm kernel for a LayerNorm model and its own RMSNorm kernel otherwise
+    from costmodel.mechanisms import class_times, resolve
+
+    m = load_model(model)
+    assert m.norm == ("layernorm" if cls == "layernorm" else "rmsnorm")
+    hw = load_profile("a100")
+    pred = predict_model(m, hw, batch=8, context=512)
+    ops = {op.name: op for op in pred.decode.ops}
+    norms = {f"{name}_{i}" for i in range(m.norms_per_layer)}  # Falcon's parallel block has one
+    assert norms | {f"final_{name}"} == {n for n in ops if n.startswith((f"{name}_", "final_"))}
+    assert ops[f"{name}_0"].count == m.layers and ops[f"final_{name}"].count == 1
+    # per kernel: d elements per token read and written and the d weights read once, in bf16
+    op = ops[f"{name}_0"]
+    per_kernel = op.bytes / op.count
+    assert per_kernel == 2 * (2 * 8 * m.d_model + m.d_model)
+    eff = resolve(hw, "graph").get(cls)
+    # a memory-bound op under graph timing: its class's launch plus bytes at its class's achieved bandwidth
+    t = class_times(cls, eff, peak=hw.vector_peak("bf16"), bandwidth=hw.bandwidth, sms=108, timing="graph",
+                    flops=op.flops / op.count, nbytes=per_kernel, shape={})
+    assert op.time_s == pytest.approx(op.count * float(t.time))
+    ramp = 1 + (eff.bandwidth_half_bytes / per_kernel) ** eff.bandwidth_exponent
+    hand = eff.fixed_s["graph"] + per_kernel / (hw.bandwidth * eff.bandwidth_ceiling) * ramp
+    assert op.time_s == pytest.approx(op.count * hand)
+    # the two kernels' curves differ: the same op priced with the other class takes another time
+    other = resolve(hw, "graph").get("norm" if cls == "layernorm" else "layernorm")
+    assert other.bandwidth_ceiling != pytest.approx(eff.bandwidth_ceiling, rel=0.05)

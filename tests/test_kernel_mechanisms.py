@@ -176,6 +176,10 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
                                            ("elementwise", "rope", "rotary"),
                                            ("elementwise", "residuals", "elementwise"),
                                            ("elementwise", "norm_0", "norm"),
+                                           ("elementwise", "final_norm", "norm"),
+                                           ("elementwise", "kv_norm", "norm"),
+                                           ("elementwise", "layernorm_1", "layernorm"),
+                                           ("elementwise", "final_layernorm", "layernorm"),
                                            ("elementwise", "softmax", "softmax"),
                                            ("copy", "kv_append", "copy")])
 def test_engine_kernels_have_their_own_classes(kind, name, cls):
@@ -206,3 +210,18 @@ def test_a_class_fitted_under_one_timing_takes_its_parent_classes_launch_for_ano
     assert graph.get("softmax").fixed_s["graph"] == graph.get("norm").fixed_s["graph"]
     assert "graph fixed cost of its norm class" in graph.origin["softmax"]
     assert graph.get("softmax").bandwidth_ceiling == own.bandwidth_ceiling  # its own curve
+
+
+def test_a_parent_class_without_a_timings_launch_takes_its_childs():
+    # the A100's RMSNorm (vLLM's kernel) is timed as kernels only, torch's LayerNorm on the host only: under
+    # eager timing the RMSNorm launches like the LayerNorm, its curve stays its own
+    a100 = load_profile("a100")
+    own = a100.efficiency.classes
+    assert set(own["norm"].fixed_s) == {"kernels"} and set(own["layernorm"].fixed_s) == {"eager"}
+    eager = resolve(a100, "eager")
+    assert eager.get("norm").fixed_s["eager"] == own["layernorm"].fixed_s["eager"]
+    assert "eager fixed cost of its layernorm class" in eager.origin["norm"]
+    assert eager.get("norm").bandwidth_ceiling == own["norm"].bandwidth_ceiling
+    graph = resolve(a100, "graph")
+    assert graph.get("layernorm").fixed_s["graph"] == own["norm"].fixed_s["kernels"]
+    assert graph.get("layernorm").bandwidth_ceiling == own["layernorm"].bandwidth_ceiling

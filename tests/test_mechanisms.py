@@ -252,3 +252,24 @@ def test_every_nvidia_gpu_prices_every_class_from_a_fit():
             for cls, eff in got.classes.items():
                 if timing == "graph" or "no " not in got.origin[cls]:
                     assert timing in eff.fixed_s or "no " in got.origin[cls], (p.id, timing, cls)
+
+
+def test_torch_layernorm_rows_are_priced_with_their_own_class_and_reported_as_norms():
+    from costmodel.mechanisms import resolve
+    from costmodel.validation.fit import predict_table
+    from costmodel.validation.published import read_folder, shipped_folder
+
+    tables, _ = read_folder(shipped_folder())
+    ln = [t for t in tables if t.source == "llmcompass" and t.kernel == "layernorm"]
+    # the M x N sweep and the GPT-3 layer's two LayerNorms (prefill and decode tables)
+    assert {t.file for t in ln} >= {"layernorm_A100.csv", "transformer_prefill_A100.csv"}
+    assert all(t.op_class == "norm" and t.priced_class == "layernorm" for t in ln)
+    sweep = next(t for t in ln if t.file == "layernorm_A100.csv")
+    hw = load_profile("a100")
+    eff = resolve(hw, "eager").get("layernorm")
+    M, N = sweep.fields["M"], sweep.fields["N"]
+    # host launch plus M x N halves read and written at the fitted fraction of 2,039 GB/s
+    hand = eff.fixed_s["eager"] + 4 * M * N / (2.039e12 * eff.bandwidth_ceiling)
+    assert predict_table(sweep, hw, eff) == pytest.approx(hand)
+    # the RMSNorm rows of vLLM's own kernel stay with the norm class
+    assert any(t.source == "vidur" and t.priced_class == "norm" for t in tables)

@@ -165,7 +165,7 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
 
 
 #: Engine kernels priced with their own class and reported with the op class they belong to.
-REPORTED = {"activation": "elementwise", "rotary": "elementwise", "softmax": "norm"}
+REPORTED = {"activation": "elementwise", "rotary": "elementwise", "softmax": "norm", "layernorm": "norm"}
 
 
 def _classes(cls: str) -> dict:
@@ -238,8 +238,8 @@ def _gpt3_ops(prefill: bool):
         "W1_proj": gemm(T, d, d),
         "W2_proj": gemm(T, d, d),
         "Softmax": ("softmax", 5 * b * hh * s * m, 2 * b * hh * s * m, {}, 1),
-        "LayerNorm_MHA": ("norm", 5 * T * d, 2 * T * d, {}, 1),
-        "LayerNorm_FFN": ("norm", 5 * T * d, 2 * T * d, {}, 1),
+        "LayerNorm_MHA": ("layernorm", 5 * T * d, 2 * T * d, {}, 1),
+        "LayerNorm_FFN": ("layernorm", 5 * T * d, 2 * T * d, {}, 1),
         "GeLU": ("elementwise", 8 * T * d, 2 * T * d, {}, 1),
     }
 
@@ -258,7 +258,8 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
     if table in ("softmax", "layernorm"):
         M, N = _column(rows, "M", path), _column(rows, "N", path)
         t = M * N / (_column(rows, "gelem_per_s", path) * 1e9)
-        return [Table(**_classes("softmax" if table == "softmax" else "norm"),
+        # torch's softmax and layer_norm kernels, each priced with its own class
+        return [Table(**_classes(table),
                       fields={"op": np.full(M.shape, table, dtype=object), "M": M, "N": N},
                       measured_s=t, flops=5 * M * N, nbytes=2 * 2 * M * N, **base)]
     if table == "gelu":
@@ -268,7 +269,7 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
                       measured_s=t, flops=8 * E, nbytes=2 * 2 * E, **base)]
     measured = {r["op"]: float(r["latency_s"]) for r in rows}
     tables = []
-    for cls in ("gemm", "norm", "softmax", "elementwise"):
+    for cls in ("gemm", "layernorm", "softmax", "elementwise"):
         ops = {name: spec for name, spec in _gpt3_ops(table == "transformer_prefill").items()
                if spec[0] == cls and name in measured}
         if not ops:
