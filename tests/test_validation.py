@@ -98,7 +98,7 @@ def test_kernels_count_the_symbolic_flops_and_copy_no_weights(variant, mode, exe
 
 
 def test_out_of_memory_case_is_skipped_and_the_run_goes_on(monkeypatch):
-    real = validation_run.run_case
+    real = validation_run.time_case
     calls = []
 
     def flaky(w, *args):
@@ -106,7 +106,7 @@ def test_out_of_memory_case_is_skipped_and_the_run_goes_on(monkeypatch):
         if len(calls) == 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(w, *args)
-    monkeypatch.setattr(validation_run, "run_case", flaky)
+    monkeypatch.setattr(validation_run, "time_case", flaky)
     monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(
         d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)))
     hw = load_profile("zen4-2vcpu")
@@ -118,12 +118,52 @@ def test_out_of_memory_case_is_skipped_and_the_run_goes_on(monkeypatch):
 def test_interrupt_leaves_no_file(tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(validation_run, "run_case", interrupted)
+    monkeypatch.setattr(validation_run, "time_case", interrupted)
     out = tmp_path / "report.json"
     result = CliRunner().invoke(main, ["validate", "--device", "cpu", "--quick", "--gpu", "zen4-2vcpu",
                                        "--profile", str(tmp_path / "missing.yaml"), "--json", str(out)])
     assert result.exit_code != 0 and not out.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_slow_spell_in_one_pass_is_outvoted():
+    from costmodel.validation.timing import Timing, merge
+
+    # three passes of one op: the second ran while the machine was 50% slower
+    passes = [Timing(1.00, 0.90, 1.20, 7, "m"), Timing(1.50, 1.40, 1.90, 5, "m"), Timing(1.04, 0.95, 1.10, 6, "m")]
+    t = merge(passes)
+    assert (t.median_s, t.p10_s, t.p90_s, t.reps) == (1.04, 0.95, 1.20, 18)
+    assert "median over 3 passes" in t.method
+    assert merge(passes[:1]) == passes[0]
+
+
+def test_passes_run_the_whole_grid_before_repeating_and_each_op_takes_the_median(monkeypatch):
+    from costmodel.validation.timing import Timing
+
+    seen = []
+    speed = iter([1.0] * 3 + [3.0] * 3 + [1.2] * 3)  # three cases; the second pass ran 3x slower
+
+    def fake(w, device, timer):
+        seen.append(w.variant)
+        s = next(speed)
+        ops = [validation_run.Op("only", "projection", 10)]
+        return ops, [10], [Timing(s, s, s, 3, "m")], Timing(2 * s, 2 * s, 2 * s, 3, "m")
+    monkeypatch.setattr(validation_run, "time_case", fake)
+    monkeypatch.setitem(validation_run.PASSES, True, 3)
+    monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(
+        d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)))
+    monkeypatch.setattr(validation_run, "case_rows", lambda w, profiles, ops, counted, timings, step: [
+        {"variant": w.variant, "op": ops[0].name, "group": "projections", "measured": timings[0].to_dict(),
+         "step": step.median_s, "flop_check": True, "measured_s": timings[0].median_s}])
+    monkeypatch.setattr(validation_run, "summarize", lambda rows, names: {})
+    monkeypatch.setattr(validation_run, "speedups", lambda rows, names: [])
+    hw = load_profile("zen4-2vcpu")
+    report = validation_run.validate("cpu", {"datasheet": hw}, quick=True)
+    cases = seen[:len(seen) // 3]
+    assert cases == ["mha", "gqa", "mqa"] and seen == cases * 3  # the whole grid, then again, then again
+    # each case's op: the median of its three passes' medians, the slow pass outvoted
+    assert [r["measured"]["median_s"] for r in report["rows"]] == [1.2] * 3
+    assert [r["step"] for r in report["rows"]] == [2.4] * 3
 
 
 def test_cuda_without_a_gpu():

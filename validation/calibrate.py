@@ -25,7 +25,7 @@ import torch
 from costmodel.files import write_text
 from costmodel.program import build_program
 from costmodel.validation.kernels import TORCH_DTYPES
-from costmodel.validation.timing import Timer, environment
+from costmodel.validation.timing import PASSES, Timer, environment, merge
 
 SIZES = {  # (matmul N, bandwidth buffer bytes) per device and mode
     ("cpu", True): (512, 64 << 20), ("cpu", False): (2048, 512 << 20),
@@ -230,20 +230,28 @@ def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[floa
     from costmodel.validation.published import Table
 
     hw = HardwareProfile.model_validate(profile)
-    timer = Timer(device, budget_s=0.05 if quick else 0.1, min_reps=5)
+    passes = PASSES[quick]
+    timer = Timer(device, budget_s=(0.05 if quick else 0.1) / passes, min_reps=5 if quick else 3,
+                  warmup=3 if quick else 2)
     on = frozenset(CPU_MECHANISMS)
+    workloads = list(_curve_workloads(quick))
+    # as the validation times its grid: every pass over all the workloads before the next, each op's time
+    # the median over its passes
+    taken: dict[int, list[list]] = {}
+    for _ in range(passes):
+        for j, w in enumerate(workloads):
+            taken.setdefault(j, []).append([timer.time(k.run) for k in build_kernels(w, device)])
     points: dict[str, list[tuple]] = {}
     spreads: list[float] = []
-    workloads = list(_curve_workloads(quick))
-    for w in workloads:
+    for j, w in enumerate(workloads):
         compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
         dims = w.dims()
         flops, elements, _, _ = compiled.at(dims)
         gemms = compiled.gemm_shapes(dims)
         width = S.dtype_bytes(w.dtype)
-        for i, kernel in enumerate(build_kernels(w, device)):
+        for i in range(len(compiled.names)):
             cls = efficiency_class(compiled.kinds[i], compiled.names[i])
-            tm = timer.time(kernel.run)
+            tm = merge([run[i] for run in taken[j]])
             spreads.append(tm.p90_s / tm.median_s)
             shape = op_shape(cls, dims, w.mode, gemms[i], compiled.names[i], width)
             points.setdefault(cls, []).append((float(flops[i]), float(elements[i]) * width, shape, tm.median_s))
@@ -265,7 +273,8 @@ def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[floa
                  f"MHA and MQA, fp32, unfused and fused; decode b {c['batches']} x m {c['contexts']}, prefill "
                  f"n {c['prefill']})"],
         "method": ("each op timed as the validation times it; per class, least squares on log(predicted/measured) "
-                   "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + "; " + timer.method),
+                   "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + "; " + timer.method
+                   + (f"; median over {passes} passes over all the workloads" if passes > 1 else "")),
         "error": report, "classes": classes, "mechanisms": list(CPU_MECHANISMS),
     }
     return block, spreads

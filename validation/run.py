@@ -21,7 +21,7 @@ from costmodel.roofline import predict
 from costmodel.vocab import SIDE_BY_SIDE
 from costmodel.workload import Workload
 from costmodel.validation.kernels import build_kernels, counted_flops, run_step
-from costmodel.validation.timing import Timer, environment
+from costmodel.validation.timing import PASSES, Timer, Timing, environment, merge
 
 PROJECTIONS = {"q_proj", "k_proj", "v_proj", "out_proj"}
 GROUPS = ("decode attention", "projections", "batched attention", "whole step")
@@ -79,25 +79,39 @@ def _error(predicted: float, measured: float) -> float:
     return 100.0 * (predicted - measured) / measured
 
 
-def run_case(w: Workload, device: str, timer: Timer, profiles: dict[str, HardwareProfile]) -> list[dict]:
-    """Rows for every op of one workload and for the whole step."""
+def time_case(w: Workload, device: str, timer: Timer) -> tuple[list, list[int], list[Timing], Timing]:
+    """One pass over a workload: its ops (name, kind, symbolic FLOPs), their counted FLOPs, each op's
+    timing and the whole step's. The kernels and their tensors are freed on return."""
     kernels = build_kernels(w, device)
+    ops = [Op(k.name, k.kind, k.expected_flops) for k in kernels]
+    counted = [counted_flops(k) for k in kernels]
+    return ops, counted, [timer.time(k.run) for k in kernels], timer.time(run_step(kernels))
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str
+    expected_flops: int
+
+
+def case_rows(w: Workload, profiles: dict[str, HardwareProfile], kernels: list[Op], counted: list[int],
+              timings: list[Timing], step: Timing) -> list[dict]:
+    """The report's rows of one workload from its timings: every op, then the whole step."""
     # what the timer sees is one eager call per op; the fused prefill kernels here are not causal
     predictions = {name: predict(w, hw, timing="eager", without=("causal",)) for name, hw in profiles.items()}
     case = {"variant": w.variant, "mode": w.mode, "b": w.b, "n": w.n, "m": w.m, "d": w.d, "h": w.h, "g": w.g,
             "k": w.k, "dtype": w.dtype, "execution": w.execution}
     rows = []
-    for i, kernel in enumerate(kernels):
-        counted = counted_flops(kernel)
-        timing = timer.time(kernel.run)
+    for i, (kernel, timing) in enumerate(zip(kernels, timings)):
         row = {**case, "op": kernel.name, "group": group_of(w.mode, kernel.name), "kind": kernel.kind,
-               "flops_symbolic": kernel.expected_flops, "flops_counted": counted,
-               "flop_check": counted == kernel.expected_flops, "measured": timing.to_dict()}
+               "flops_symbolic": kernel.expected_flops, "flops_counted": counted[i],
+               "flop_check": counted[i] == kernel.expected_flops, "measured": timing.to_dict()}
         for name, p in predictions.items():
             row[f"predicted_{name}_s"] = p.ops[i].time_s
             row[f"error_{name}_pct"] = _error(p.ops[i].time_s, timing.median_s)
         rows.append(row)
-    timing = timer.time(run_step(kernels))
+    timing = step
     row = {**case, "op": "step", "group": "whole step", "kind": "step",
            "flops_symbolic": sum(k.expected_flops for k in kernels),
            "flops_counted": sum(r["flops_counted"] for r in rows), "measured": timing.to_dict()}
@@ -201,22 +215,37 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     drift = speed_drift(device, profiles.get("calibrated"), quick)
     grid = GRIDS[(device, quick)]
-    timer = Timer(device, budget_s=0.05 if quick else 0.25, min_reps=5 if quick else 7, warmup=2 if quick else 3)
+    passes = PASSES[quick]
+    timer = Timer(device, budget_s=(0.05 if quick else 0.25) / passes, min_reps=5 if quick else 3,
+                  warmup=2 if quick else 2)
     dtypes, slow = native_dtypes(grid.dtypes, profiles.get("calibrated"))
     grid = dataclasses.replace(grid, dtypes=dtypes)
     cases = list(grid.workloads())
     rows, skipped = [], [{"dtype": dt, "reason": why} for dt, why in slow.items()]
-    for w in (progress(cases) if progress else cases):
+    # every pass runs the whole grid before the next begins, so one case's passes are minutes apart
+    order = [(p, i) for p in range(passes) for i in range(len(cases))]
+    taken: dict[int, list] = {}
+    failed: set[int] = set()
+    for _, i in (progress(order) if progress else order):
+        if i in failed:
+            continue
         try:
-            rows += run_case(w, device, timer, profiles)
-        except torch.OutOfMemoryError as err:  # a subclass of RuntimeError
-            skipped.append({**w.model_dump(), "reason": f"out of memory: {str(err).splitlines()[0]}"})
+            taken.setdefault(i, []).append(time_case(cases[i], device, timer))
+        except RuntimeError as err:  # torch.OutOfMemoryError is a subclass
+            if not isinstance(err, torch.OutOfMemoryError) and "out of memory" not in str(err).lower() \
+                    and "not enough memory" not in str(err).lower():
+                raise
+            skipped.append({**cases[i].model_dump(), "reason": f"out of memory: {str(err).splitlines()[0]}"})
+            failed.add(i)
+            taken.pop(i, None)
             if device == "cuda":
                 torch.cuda.empty_cache()
-        except RuntimeError as err:
-            if "out of memory" not in str(err).lower() and "not enough memory" not in str(err).lower():
-                raise
-            skipped.append({**w.model_dump(), "reason": f"out of memory: {str(err).splitlines()[0]}"})
+    for i, w in enumerate(cases):
+        if i in taken:
+            runs = taken[i]
+            ops, counted = runs[0][0], runs[0][1]
+            timings = [merge([r[2][j] for r in runs]) for j in range(len(ops))]
+            rows += case_rows(w, profiles, ops, counted, timings, merge([r[3] for r in runs]))
     names = list(profiles)
     return {
         "environment": environment(device, timer),

@@ -3,7 +3,9 @@
 CPU: a fixed thread count, ``time.perf_counter`` around each call. CUDA: CUDA events around each call,
 with the device synchronised. Between repetitions a buffer twice the size of the last-level cache is
 overwritten, so every repetition reads its operands from memory (the roofline's assumption), not from
-a cache the previous repetition left warm.
+a cache the previous repetition left warm. A full run makes :data:`PASSES` passes over its whole grid and
+takes each op's median over them (:func:`merge`): a shared machine's slow spells last a minute or two, so
+they land in one pass of a case and are outvoted by the others.
 """
 
 from __future__ import annotations
@@ -114,6 +116,22 @@ SPREAD_LIMIT = 1.25
 
 #: Read bandwidth now against the calibrated profile's beyond this factor either way: the machine changed.
 DRIFT_LIMIT = 1.25
+
+
+#: Passes over the whole grid (quick, full), in calibration and validation alike: each op's timing is the
+#: median over its passes.
+PASSES = {True: 1, False: 3}
+
+
+def merge(timings: list[Timing]) -> Timing:
+    """One timing from passes over the same kernel taken minutes apart: each statistic is the median over
+    the passes, so a slow spell of a shared machine that spans one pass of three is outvoted (a mean, or
+    the repetitions pooled, would carry it)."""
+    if len(timings) == 1:
+        return timings[0]
+    med = lambda key: statistics.median(getattr(t, key) for t in timings)  # noqa: E731
+    return Timing(med("median_s"), med("p10_s"), med("p90_s"), sum(t.reps for t in timings),
+                  f"{timings[0].method}; median over {len(timings)} passes interleaved over the whole grid")
 
 
 def noise_check(load_before: float | None, spreads: list[float], threads: int, drift: float | None = None) -> dict:
