@@ -149,6 +149,8 @@ def calibrate(device, out, quick, threads) -> None:
 @click.option("--quick", is_flag=True, help="a small grid, for a smoke test (CI)")
 @click.option("--json", "json_path", type=FilePath(), help="write the full report as JSON")
 @click.option("--plot", "plot_path", type=FilePath(), help="predicted-vs-measured figure")
+@click.option("--save-profile", "save_path", type=FilePath(),
+              help="write the profile calibrated in this run (without --profile) as YAML")
 @click.option("--published", "published", is_flag=False, flag_value="", default=None, metavar="[DIR]",
               help="compare with published GPU timings in DIR (default: the subset shipped in the package) "
                    "instead of running kernels here")
@@ -157,7 +159,8 @@ def calibrate(device, out, quick, threads) -> None:
 @click.option("--threads", type=click.IntRange(1, 4096), help="CPU threads torch uses (default: torch's choice)")
 @click.option("--format", "fmt", type=choices(("table", "csv", "markdown")), default="table", show_default=True,
               help="with --published: the summary as an aligned table, CSV or a markdown table")
-def validate(device, gpu, profile_path, quick, json_path, plot_path, published, without, threads, fmt) -> None:
+def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, published, without, threads,
+             fmt) -> None:
     """Measure every op and whole step as torch kernels and report the prediction error; or, with
     --published, hold the predictions against published GPU kernel timings (no torch needed).
 
@@ -171,8 +174,9 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, published, 
     if published is not None:
         from costmodel.validation import published_command
 
-        if profile_path or quick or gpu:
-            raise CostModelError("--profile, --quick and --gpu do not apply with --published (each table names its GPU)")
+        if profile_path or quick or gpu or save_path:
+            raise CostModelError("--profile, --quick, --gpu and --save-profile do not apply with --published (each "
+                                 "table names its GPU)")
         for line in published_command(published or None, json_path, plot_path, without, fmt.lower()):
             click.echo(line)
         return
@@ -180,6 +184,8 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, published, 
         raise CostModelError("--without applies with --published")
     if fmt.lower() != "table":
         raise CostModelError("--format applies with --published (a kernel run writes its report with --json)")
+    if save_path and profile_path:
+        raise CostModelError("--save-profile writes the profile this run calibrates; with --profile it calibrates none")
     from costmodel.validation import validate_command
 
     def progress(cases):
@@ -189,7 +195,7 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, published, 
                 bar.update(1)
 
     for line in validate_command(device, gpu, profile_path, quick, json_path, plot_path, progress,
-                                 lambda text: click.echo(text, err=True), threads):
+                                 lambda text: click.echo(text, err=True), threads, save_path):
         click.echo(line)
 
 

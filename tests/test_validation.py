@@ -166,6 +166,47 @@ def test_passes_run_the_whole_grid_before_repeating_and_each_op_takes_the_median
     assert [r["step"] for r in report["rows"]] == [2.4] * 3
 
 
+def test_a_calibration_in_the_same_run_times_its_curves_among_the_grids_cases(monkeypatch):
+    from costmodel.validation.timing import Timing
+
+    seen = []
+
+    def fake(w, device, timer):
+        seen.append(("case", w.variant))
+        return [validation_run.Op("only", "projection", 10)], [10], [Timing(1, 1, 1, 3, "m")], Timing(2, 2, 2, 3, "m")
+
+    class Curves:  # four calibration workloads
+        workloads = [0, 1, 2, 3]
+        alongside = ""
+
+        def time(self, j):
+            seen.append(("curve", j))
+    hw = load_profile("zen4-2vcpu")
+    finished = []
+
+    def finish():
+        finished.append(len(seen))
+        return hw
+    monkeypatch.setattr(validation_run, "time_case", fake)
+    monkeypatch.setitem(validation_run.PASSES, True, 2)
+    monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(
+        d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)))
+    monkeypatch.setattr(validation_run, "case_rows", lambda w, profiles, *rest: [
+        {"variant": w.variant, "group": "projections", "measured": {"median_s": 1, "p90_s": 1}, "flop_check": True,
+         "calibrated": profiles["calibrated"].id}])
+    monkeypatch.setattr(validation_run, "summarize", lambda rows, names: {})
+    monkeypatch.setattr(validation_run, "speedups", lambda rows, names: [])
+    curves = Curves()
+    report = validation_run.validate("cpu", {"datasheet": hw}, quick=True, calibration=(hw, curves, finish))
+    # cases at 1/6, 3/6, 5/6 of a pass, curves at 1/8, 3/8, 5/8, 7/8: evenly spread, the same in both passes
+    one = [("curve", 0), ("case", "mha"), ("curve", 1), ("case", "gqa"), ("curve", 2), ("case", "mqa"), ("curve", 3)]
+    assert seen == one * 2
+    assert finished == [len(seen)]  # the profile is fitted once every pass is done, and predicts every row
+    assert [r["calibrated"] for r in report["rows"]] == [hw.id] * 3
+    assert report["calibrated_profile"]["id"] == hw.id
+    assert curves.alongside == "the validation's grid (3 cases, 2 passes)"
+
+
 def test_cuda_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the error path cannot be taken")

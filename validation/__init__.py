@@ -74,36 +74,51 @@ def datasheet_profile(device: str, gpu: str | None):
 
 def validate_command(device: str, gpu: str | None, profile_path: str | None, quick: bool, json_path: str | None,
                      plot_path: str | None, progress: Callable[[list], Iterator], say: Callable[[str], None],
-                     threads: int | None = None) -> Iterator[str]:
-    """Run the validation grid; yields the lines to print (the summary, then what was written)."""
+                     threads: int | None = None, save_path: str | None = None) -> Iterator[str]:
+    """Run the validation grid; yields the lines to print (the summary, then what was written).
+    Without ``profile_path`` the calibrated profile is measured in the same run (``save_path``: written
+    there)."""
     device = device_for("validate", device)
     from costmodel.files import check_folder, write_text
     from costmodel.hardware import HardwareProfile, load_profile
 
-    if json_path is not None:
-        check_folder(json_path)
+    for path in (json_path, save_path):
+        if path is not None:
+            check_folder(path)
     if plot_path is not None:
         from costmodel.plots import check_output
 
         check_output(plot_path)  # suffix and folder
     profiles = {"datasheet": datasheet_profile(device, gpu)}
+    calibration = None
     if profile_path is not None:
         profiles["calibrated"] = load_profile(profile_path)
     else:
-        from costmodel.validation.calibrate import calibrate
+        # calibrate in the same run: the rates first, then the curves timed in the validation's own passes
+        from costmodel.validation.calibrate import CurveRun, finish, measure_profile
 
         say("calibrating ...")
-        profiles["calibrated"] = HardwareProfile.model_validate(calibrate(device, None, quick, threads))
+        measured = measure_profile(device, quick, threads)
+        curves = CurveRun(device, quick) if device == "cpu" else None
+        calibration = (HardwareProfile.model_validate(measured[0]), curves,
+                       lambda: HardwareProfile.model_validate(finish(device, quick, *measured, curves=curves)))
     from costmodel.text import validation_summary
     from costmodel.validation.run import validate
 
-    report = validate(device, profiles, quick, progress, threads)
+    report = validate(device, profiles, quick, progress, threads, calibration)
     yield validation_summary(report)
     if report["noise"]["warning"]:
         yield "Warning: " + report["noise"]["warning"]
     if json_path is not None:
         write_text(json_path, json.dumps(report, indent=1))
         yield f"wrote {json_path}"
+    if save_path is not None:
+        import yaml
+
+        from costmodel.validation.calibrate import HEADER
+
+        write_text(save_path, HEADER + yaml.safe_dump(report["calibrated_profile"], sort_keys=False, width=110))
+        yield f"wrote {save_path}"
     if plot_path is not None:
         from costmodel.plots import draw_predicted_vs_measured, save
 

@@ -215,10 +215,45 @@ def _curve_workloads(quick: bool):
                                       execution=execution)
 
 
+class CurveRun:
+    """The calibration's curves: every op of :data:`CURVES`' workloads, timed a workload at a time (:meth:`time`)
+    in passes, alone (:func:`fit_curves`) or interleaved with a validation's grid so that both see the same
+    minutes of a shared machine; :meth:`fit` fits the mechanisms to them."""
+
+    def __init__(self, device: str, quick: bool):
+        self.device, self.quick = device, quick
+        self.passes = PASSES[quick]
+        self.timer = Timer(device, budget_s=(0.05 if quick else 0.1) / self.passes, min_reps=5 if quick else 3,
+                           warmup=3 if quick else 2)
+        self.workloads = list(_curve_workloads(quick))
+        self.taken: dict[int, list[list]] = {}
+        self.alongside = ""  # what else was timed in the same passes
+
+    def time(self, j: int) -> None:
+        """One pass over workload ``j``: each op's timing."""
+        from costmodel.validation.kernels import build_kernels
+
+        self.taken.setdefault(j, []).append([self.timer.time(k.run) for k in build_kernels(self.workloads[j],
+                                                                                             self.device)])
+
+    def fit(self, profile: dict) -> tuple[dict, list[float]]:
+        """Group the points by efficiency class and fit the mechanisms of :mod:`costmodel.mechanisms` to
+        each class's curve (eager timing: what a host timer sees around one call), each op's time the
+        median over its passes; returns the efficiency block and each point's p90/median spread."""
+        return _fit_points(self, profile)
+
+
 def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[float]]:
-    """Time every op of :data:`CURVES`' workloads, group the points by efficiency class, and fit the
-    mechanisms of :mod:`costmodel.mechanisms` to each class's curve (eager timing: what a host timer sees
-    around one call); returns the efficiency block and each point's p90/median spread."""
+    """Time the calibration's curves alone, every pass over all the workloads before the next (as the
+    validation times its grid), and fit them (:meth:`CurveRun.fit`)."""
+    run = CurveRun(device, quick)
+    for _ in range(run.passes):
+        for j in range(len(run.workloads)):
+            run.time(j)
+    return run.fit(profile)
+
+
+def _fit_points(run: CurveRun, profile: dict) -> tuple[dict, list[float]]:
     import numpy as np
 
     from costmodel import symbols as S
@@ -226,21 +261,12 @@ def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[floa
     from costmodel.hardware import HardwareProfile
     from costmodel.mechanisms import efficiency_class, op_shape
     from costmodel.validation.fit import errors, fit_class, predict_table
-    from costmodel.validation.kernels import build_kernels
     from costmodel.validation.published import Table
 
+    device, quick, passes, timer, workloads, taken = (run.device, run.quick, run.passes, run.timer, run.workloads,
+                                                      run.taken)
     hw = HardwareProfile.model_validate(profile)
-    passes = PASSES[quick]
-    timer = Timer(device, budget_s=(0.05 if quick else 0.1) / passes, min_reps=5 if quick else 3,
-                  warmup=3 if quick else 2)
     on = frozenset(CPU_MECHANISMS)
-    workloads = list(_curve_workloads(quick))
-    # as the validation times its grid: every pass over all the workloads before the next, each op's time
-    # the median over its passes
-    taken: dict[int, list[list]] = {}
-    for _ in range(passes):
-        for j, w in enumerate(workloads):
-            taken.setdefault(j, []).append([timer.time(k.run) for k in build_kernels(w, device)])
     points: dict[str, list[tuple]] = {}
     spreads: list[float] = []
     for j, w in enumerate(workloads):
@@ -251,7 +277,7 @@ def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[floa
         width = S.dtype_bytes(w.dtype)
         for i in range(len(compiled.names)):
             cls = efficiency_class(compiled.kinds[i], compiled.names[i])
-            tm = merge([run[i] for run in taken[j]])
+            tm = merge([t[i] for t in taken[j]])
             spreads.append(tm.p90_s / tm.median_s)
             shape = op_shape(cls, dims, w.mode, gemms[i], compiled.names[i], width)
             points.setdefault(cls, []).append((float(flops[i]), float(elements[i]) * width, shape, tm.median_s))
@@ -274,7 +300,8 @@ def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[floa
                  f"n {c['prefill']})"],
         "method": ("each op timed as the validation times it; per class, least squares on log(predicted/measured) "
                    "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + "; " + timer.method
-                   + (f"; median over {passes} passes over all the workloads" if passes > 1 else "")),
+                   + (f"; median over {passes} passes over all the workloads" if passes > 1 else "")
+                   + (f"; timed interleaved with {run.alongside}" if run.alongside else "")),
         "error": report, "classes": classes, "mechanisms": list(CPU_MECHANISMS),
     }
     return block, spreads
@@ -340,14 +367,21 @@ def profile_from(m: dict, device: str) -> dict:
     }
 
 
-def calibrate(device: str, out: str | None = None, quick: bool = False, threads: int | None = None) -> dict:
+HEADER = "# A MEASURED profile written by `costmodel calibrate`; see `measured` for on what, when and how.\n"
+
+
+def calibrate(device: str, out: str | None = None, quick: bool = False, threads: int | None = None,
+              curves: CurveRun | None = None) -> dict:
     """Measure ``device`` and (optionally) write the profile to ``out`` atomically; returns the profile dict.
     On a CPU, ``threads`` sets torch's thread count first, and the op classes' mechanisms are fitted to
-    curves over sizes (:func:`fit_curves`); the profile's ``noise`` records how quiet the machine was."""
-    import yaml
+    curves over sizes (:func:`fit_curves`, or ``curves`` already timed alongside a validation); the
+    profile's ``noise`` records how quiet the machine was."""
+    return finish(device, quick, *measure_profile(device, quick, threads), curves=curves, out=out)
 
-    from costmodel.validation.timing import noise_check
 
+def measure_profile(device: str, quick: bool, threads: int | None = None) -> tuple[dict, float | None, float]:
+    """The profile's measured rates (matmul peaks, bandwidths, overheads, op classes), without the fitted
+    curves; the load average before and the start time."""
     if device == "cpu" and threads:
         torch.set_num_threads(threads)
     start = time.perf_counter()
@@ -361,12 +395,23 @@ def calibrate(device: str, out: str | None = None, quick: bool = False, threads:
                           if device == "cuda" else float(torch.get_num_threads()),
                           "source": "system", "confidence": "high"},
     }
+    return profile, load_before, start
+
+
+def finish(device: str, quick: bool, profile: dict, load_before: float | None, start: float,
+           curves: CurveRun | None = None, out: str | None = None) -> dict:
+    """A measured profile with its curves fitted (on a CPU) and its noise check, written to ``out``."""
+    import yaml
+
+    from costmodel.validation.timing import noise_check
+
     spreads: list[float] = []
     if device == "cpu":
-        profile["efficiency"], spreads = fit_curves(device, profile, quick)
+        profile["efficiency"], spreads = curves.fit(profile) if curves else fit_curves(device, profile, quick)
     profile["noise"] = noise_check(load_before, spreads, torch.get_num_threads())
-    profile["notes"] += f" Calibration took {time.perf_counter() - start:.1f} s."
+    took = time.perf_counter() - start
+    profile["notes"] += (f" Its curves were timed alongside {curves.alongside}; the whole run took {took:.1f} s."
+                         if curves is not None and curves.alongside else f" Calibration took {took:.1f} s.")
     if out:
-        header = ("# A MEASURED profile written by `costmodel calibrate`; see `measured` for on what, when and how.\n")
-        write_text(out, header + yaml.safe_dump(profile, sort_keys=False, width=110))
+        write_text(out, HEADER + yaml.safe_dump(profile, sort_keys=False, width=110))
     return profile

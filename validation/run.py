@@ -204,8 +204,13 @@ def native_dtypes(dtypes: tuple[str, ...], calibrated: HardwareProfile | None) -
 
 
 def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
-             progress: Callable[[list], Iterator] | None = None, threads: int | None = None) -> dict:
-    """Run the grid on ``device``; returns the whole report as a JSON-ready dict, with a noise check."""
+             progress: Callable[[list], Iterator] | None = None, threads: int | None = None,
+             calibration=None) -> dict:
+    """Run the grid on ``device``; returns the whole report as a JSON-ready dict, with a noise check.
+
+    ``calibration``: (measured profile without curves, :class:`CurveRun`, finish) to calibrate in the same
+    passes: the calibration's curve workloads are timed interleaved with the grid's cases, so that both
+    see the same minutes of a shared machine, and ``finish()`` then returns the calibrated profile."""
     import os
 
     from costmodel.validation.timing import noise_check
@@ -214,19 +219,29 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
         torch.set_num_threads(threads)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     drift = speed_drift(device, profiles.get("calibrated"), quick)
+    measured, curves, finish = calibration or (profiles.get("calibrated"), None, None)
     grid = GRIDS[(device, quick)]
     passes = PASSES[quick]
     timer = Timer(device, budget_s=(0.05 if quick else 0.25) / passes, min_reps=5 if quick else 3,
                   warmup=2 if quick else 2)
-    dtypes, slow = native_dtypes(grid.dtypes, profiles.get("calibrated"))
+    dtypes, slow = native_dtypes(grid.dtypes, measured)
     grid = dataclasses.replace(grid, dtypes=dtypes)
     cases = list(grid.workloads())
     rows, skipped = [], [{"dtype": dt, "reason": why} for dt, why in slow.items()]
-    # every pass runs the whole grid before the next begins, so one case's passes are minutes apart
-    order = [(p, i) for p in range(passes) for i in range(len(cases))]
+    # every pass runs the whole grid before the next begins, so one case's passes are minutes apart; the
+    # calibration's workloads, when timed here, are spread evenly among the cases
+    work = [("case", i, (i + 0.5) / len(cases)) for i in range(len(cases))]
+    if curves is not None:
+        curves.alongside = f"the validation's grid ({len(cases)} cases, {passes} pass{'es' if passes > 1 else ''})"
+        work += [("curve", j, (j + 0.5) / len(curves.workloads)) for j in range(len(curves.workloads))]
+    work.sort(key=lambda item: item[2])
+    order = [(kind, i) for _ in range(passes) for kind, i, _ in work]
     taken: dict[int, list] = {}
     failed: set[int] = set()
-    for _, i in (progress(order) if progress else order):
+    for kind, i in (progress(order) if progress else order):
+        if kind == "curve":
+            curves.time(i)
+            continue
         if i in failed:
             continue
         try:
@@ -240,6 +255,8 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
             taken.pop(i, None)
             if device == "cuda":
                 torch.cuda.empty_cache()
+    if finish is not None:
+        profiles = {**profiles, "calibrated": finish()}
     for i, w in enumerate(cases):
         if i in taken:
             runs = taken[i]
@@ -259,4 +276,7 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
         "speedups": speedups(rows, names),
         "noise": noise_check(load_before, [r["measured"]["p90_s"] / r["measured"]["median_s"] for r in rows],
                              torch.get_num_threads(), drift),
+        # a profile calibrated in this run, whole, so that the report alone reproduces its predictions
+        **({"calibrated_profile": profiles["calibrated"].model_dump(mode="json", exclude_none=True)}
+           if finish is not None else {}),
     }
