@@ -186,7 +186,7 @@ def test_a_calibration_in_the_same_run_times_its_curves_among_the_grids_cases(mo
 
     def finish():
         finished.append(len(seen))
-        return hw
+        return hw.model_dump(mode="json", exclude_none=True)
     monkeypatch.setattr(validation_run, "time_case", fake)
     monkeypatch.setitem(validation_run.PASSES, True, 2)
     monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(

@@ -101,7 +101,7 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         measured = measure_profile(device, quick, threads)
         curves = CurveRun(device, quick) if device == "cpu" else None
         calibration = (HardwareProfile.model_validate(measured[0]), curves,
-                       lambda: HardwareProfile.model_validate(finish(device, quick, *measured, curves=curves)))
+                       lambda: finish(device, quick, *measured, curves=curves))
     from costmodel.text import validation_summary
     from costmodel.validation.run import validate
 

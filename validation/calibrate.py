@@ -240,7 +240,57 @@ class CurveRun:
         """Group the points by efficiency class and fit the mechanisms of :mod:`costmodel.mechanisms` to
         each class's curve (eager timing: what a host timer sees around one call), each op's time the
         median over its passes; returns the efficiency block and each point's p90/median spread."""
-        return _fit_points(self, profile)
+        import numpy as np
+
+        from costmodel import symbols as S
+        from costmodel.compiled import compile_program
+        from costmodel.hardware import HardwareProfile
+        from costmodel.mechanisms import efficiency_class, op_shape
+        from costmodel.validation.fit import errors, fit_class, predict_table
+        from costmodel.validation.published import Table
+
+        device, quick, passes, timer, workloads, taken = (self.device, self.quick, self.passes, self.timer,
+                                                          self.workloads, self.taken)
+        hw = HardwareProfile.model_validate(profile)
+        on = frozenset(CPU_MECHANISMS)
+        points: dict[str, list[tuple]] = {}
+        spreads: list[float] = []
+        for j, w in enumerate(workloads):
+            compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
+            dims = w.dims()
+            flops, elements, _, _ = compiled.at(dims)
+            gemms = compiled.gemm_shapes(dims)
+            width = S.dtype_bytes(w.dtype)
+            for i in range(len(compiled.names)):
+                cls = efficiency_class(compiled.kinds[i], compiled.names[i])
+                tm = merge([t[i] for t in taken[j]])
+                spreads.append(tm.p90_s / tm.median_s)
+                shape = op_shape(cls, dims, w.mode, gemms[i], compiled.names[i], width)
+                points.setdefault(cls, []).append((float(flops[i]), float(elements[i]) * width, shape, tm.median_s))
+        classes, report = {}, {}
+        for cls, pts in points.items():
+            keys = sorted({k for p in pts for k in p[2]})
+            shape = {k: np.array([float(p[2].get(k, 0)) for p in pts]) for k in keys}
+            table = Table(source="calibrate", gpu=device, profile=hw.id, op_class=cls, timing="eager", dtype="fp32",
+                          file="", fields={}, measured_s=np.array([p[3] for p in pts]),
+                          flops=np.array([p[0] for p in pts]), nbytes=np.array([p[1] for p in pts]), shape=shape)
+            eff = fit_class([table], hw, names=CPU_FREE[cls], on=on, starts=5)
+            classes[cls] = eff.model_dump(mode="json")
+            report[f"{cls}/eager"] = errors(predict_table(table, hw, eff, on), table.measured_s)
+        env = environment(device)
+        c = CURVES[quick]
+        block = {
+            "data": [f"costmodel calibrate on {env['device_name']} ({env['backend']}), torch {env['torch_version']}, "
+                     f"{datetime.date.today().isoformat()}: every op of {len(workloads)} workloads (d 1024, 8 heads, "
+                     f"MHA and MQA, fp32, unfused and fused; decode b {c['batches']} x m {c['contexts']}, prefill "
+                     f"n {c['prefill']})"],
+            "method": ("each op timed as the validation times it; per class, least squares on log(predicted/measured) "
+                       "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + "; " + timer.method
+                       + (f"; median over {passes} passes over all the workloads" if passes > 1 else "")
+                       + (f"; timed interleaved with {self.alongside}" if self.alongside else "")),
+            "error": report, "classes": classes, "mechanisms": list(CPU_MECHANISMS),
+        }
+        return block, spreads
 
 
 def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[float]]:
@@ -251,60 +301,6 @@ def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[floa
         for j in range(len(run.workloads)):
             run.time(j)
     return run.fit(profile)
-
-
-def _fit_points(run: CurveRun, profile: dict) -> tuple[dict, list[float]]:
-    import numpy as np
-
-    from costmodel import symbols as S
-    from costmodel.compiled import compile_program
-    from costmodel.hardware import HardwareProfile
-    from costmodel.mechanisms import efficiency_class, op_shape
-    from costmodel.validation.fit import errors, fit_class, predict_table
-    from costmodel.validation.published import Table
-
-    device, quick, passes, timer, workloads, taken = (run.device, run.quick, run.passes, run.timer, run.workloads,
-                                                      run.taken)
-    hw = HardwareProfile.model_validate(profile)
-    on = frozenset(CPU_MECHANISMS)
-    points: dict[str, list[tuple]] = {}
-    spreads: list[float] = []
-    for j, w in enumerate(workloads):
-        compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
-        dims = w.dims()
-        flops, elements, _, _ = compiled.at(dims)
-        gemms = compiled.gemm_shapes(dims)
-        width = S.dtype_bytes(w.dtype)
-        for i in range(len(compiled.names)):
-            cls = efficiency_class(compiled.kinds[i], compiled.names[i])
-            tm = merge([t[i] for t in taken[j]])
-            spreads.append(tm.p90_s / tm.median_s)
-            shape = op_shape(cls, dims, w.mode, gemms[i], compiled.names[i], width)
-            points.setdefault(cls, []).append((float(flops[i]), float(elements[i]) * width, shape, tm.median_s))
-    classes, report = {}, {}
-    for cls, pts in points.items():
-        keys = sorted({k for p in pts for k in p[2]})
-        shape = {k: np.array([float(p[2].get(k, 0)) for p in pts]) for k in keys}
-        table = Table(source="calibrate", gpu=device, profile=hw.id, op_class=cls, timing="eager", dtype="fp32",
-                      file="", fields={}, measured_s=np.array([p[3] for p in pts]),
-                      flops=np.array([p[0] for p in pts]), nbytes=np.array([p[1] for p in pts]), shape=shape)
-        eff = fit_class([table], hw, names=CPU_FREE[cls], on=on, starts=5)
-        classes[cls] = eff.model_dump(mode="json")
-        report[f"{cls}/eager"] = errors(predict_table(table, hw, eff, on), table.measured_s)
-    env = environment(device)
-    c = CURVES[quick]
-    block = {
-        "data": [f"costmodel calibrate on {env['device_name']} ({env['backend']}), torch {env['torch_version']}, "
-                 f"{datetime.date.today().isoformat()}: every op of {len(workloads)} workloads (d 1024, 8 heads, "
-                 f"MHA and MQA, fp32, unfused and fused; decode b {c['batches']} x m {c['contexts']}, prefill "
-                 f"n {c['prefill']})"],
-        "method": ("each op timed as the validation times it; per class, least squares on log(predicted/measured) "
-                   "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + "; " + timer.method
-                   + (f"; median over {passes} passes over all the workloads" if passes > 1 else "")
-                   + (f"; timed interleaved with {run.alongside}" if run.alongside else "")),
-        "error": report, "classes": classes, "mechanisms": list(CPU_MECHANISMS),
-    }
-    return block, spreads
 
 
 def _capacity_and_cache(device: str) -> tuple[float, float, str]:

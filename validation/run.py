@@ -79,6 +79,15 @@ def _error(predicted: float, measured: float) -> float:
     return 100.0 * (predicted - measured) / measured
 
 
+@dataclass(frozen=True)
+class Op:
+    """What a row needs of a kernel once its tensors are freed."""
+
+    name: str
+    kind: str
+    expected_flops: int
+
+
 def time_case(w: Workload, device: str, timer: Timer) -> tuple[list, list[int], list[Timing], Timing]:
     """One pass over a workload: its ops (name, kind, symbolic FLOPs), their counted FLOPs, each op's
     timing and the whole step's. The kernels and their tensors are freed on return."""
@@ -86,13 +95,6 @@ def time_case(w: Workload, device: str, timer: Timer) -> tuple[list, list[int], 
     ops = [Op(k.name, k.kind, k.expected_flops) for k in kernels]
     counted = [counted_flops(k) for k in kernels]
     return ops, counted, [timer.time(k.run) for k in kernels], timer.time(run_step(kernels))
-
-
-@dataclass(frozen=True)
-class Op:
-    name: str
-    kind: str
-    expected_flops: int
 
 
 def case_rows(w: Workload, profiles: dict[str, HardwareProfile], kernels: list[Op], counted: list[int],
@@ -210,7 +212,8 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
 
     ``calibration``: (measured profile without curves, :class:`CurveRun`, finish) to calibrate in the same
     passes: the calibration's curve workloads are timed interleaved with the grid's cases, so that both
-    see the same minutes of a shared machine, and ``finish()`` then returns the calibrated profile."""
+    see the same minutes of a shared machine, and ``finish()`` then returns the calibrated profile (a dict,
+    as ``costmodel calibrate`` writes it; the report carries it whole)."""
     import os
 
     from costmodel.validation.timing import noise_check
@@ -223,7 +226,7 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
     grid = GRIDS[(device, quick)]
     passes = PASSES[quick]
     timer = Timer(device, budget_s=(0.05 if quick else 0.25) / passes, min_reps=5 if quick else 3,
-                  warmup=2 if quick else 2)
+                  warmup=2)
     dtypes, slow = native_dtypes(grid.dtypes, measured)
     grid = dataclasses.replace(grid, dtypes=dtypes)
     cases = list(grid.workloads())
@@ -255,8 +258,9 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
             taken.pop(i, None)
             if device == "cuda":
                 torch.cuda.empty_cache()
-    if finish is not None:
-        profiles = {**profiles, "calibrated": finish()}
+    calibrated = finish() if finish is not None else None
+    if calibrated is not None:
+        profiles = {**profiles, "calibrated": HardwareProfile.model_validate(calibrated)}
     for i, w in enumerate(cases):
         if i in taken:
             runs = taken[i]
@@ -277,6 +281,5 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
         "noise": noise_check(load_before, [r["measured"]["p90_s"] / r["measured"]["median_s"] for r in rows],
                              torch.get_num_threads(), drift),
         # a profile calibrated in this run, whole, so that the report alone reproduces its predictions
-        **({"calibrated_profile": profiles["calibrated"].model_dump(mode="json", exclude_none=True)}
-           if finish is not None else {}),
+        **({"calibrated_profile": calibrated} if calibrated is not None else {}),
     }
