@@ -97,6 +97,32 @@ def test_kernels_count_the_symbolic_flops_and_copy_no_weights(variant, mode, exe
             assert not weight_sizes & copied, (kernel.name, counter.copied_shapes)
 
 
+@pytest.mark.parametrize("h,g,n", [(4, 2, 1), (8, 1, 1), (6, 3, 5), (4, 4, 3)])
+def test_fused_attention_reads_each_kv_head_once_and_computes_grouped_attention(h, g, n):
+    import torch.nn.functional as F
+
+    from costmodel.validation.kernels import grouped_attention
+
+    torch.manual_seed(0)
+    q, keys, values = torch.randn(2, h, n, 8), torch.randn(2, g, 7, 8), torch.randn(2, g, 7, 8)
+    # oracle: every query head over its own copy of its group's K/V (torch's repeat_interleave assignment)
+    reference = F.scaled_dot_product_attention(q, keys.repeat_interleave(h // g, 1),
+                                               values.repeat_interleave(h // g, 1))
+    seen = []
+
+    class Watch(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append((func.overloadpacket.__name__, [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]))
+            return func(*args, **(kwargs or {}))
+    with Watch():
+        out = grouped_attention(q, keys, values)
+    torch.testing.assert_close(out, reference)
+    attention = [shapes for name, shapes in seen if "attention" in name]
+    # one flash-attention call whose work units are the g K/V heads, each with h/g x n query rows; no copy
+    assert attention == [[(2, g, h // g * n, 8), (2, g, 7, 8), (2, g, 7, 8)]]
+    assert not {name for name, _ in seen} & _CopyCounter.COPIES
+
+
 def test_out_of_memory_case_is_skipped_and_the_run_goes_on(monkeypatch):
     real = validation_run.time_case
     calls = []

@@ -112,7 +112,7 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float |
     """Per op class: {"bandwidth" | "flops": (callable, bytes or FLOPs it moves or does)}, at about ``nbytes``."""
     import torch.nn.functional as F
 
-    from costmodel.validation.kernels import copy_free_order
+    from costmodel.validation.kernels import copy_free_order, grouped_attention
 
     t = TORCH_DTYPES[dtype]
     width = torch.finfo(t).bits // 8
@@ -153,7 +153,7 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float |
         "copy": {"bandwidth": (append, 2 * width * step.numel())},
         "fused_decode": {
             "bandwidth": (lambda: F.scaled_dot_product_attention(qd, kv, kv), width * (2 * kv.numel() + 2 * qd.numel())),
-            "flops": (lambda: F.scaled_dot_product_attention(qd, one, one, enable_gqa=True), 4 * heads * mk * k),
+            "flops": (lambda: grouped_attention(qd, one, one), 4 * heads * mk * k),
         },
         "fused_prefill": {"flops": (lambda: F.scaled_dot_product_attention(qp, kp, kp), 4 * heads * n * n * k)},
     }
