@@ -94,7 +94,9 @@ class ClassEfficiency(_Strict):
     ``cache_write_ceiling`` is the fraction of the datasheet bandwidth at which a prefill's call writes the
     prompt's keys and values into the cache (None: the engine writes them outside the attention call);
     ``score_s`` is the device time of one attention score of a prefill (online softmax) and ``tile_s`` the
-    SM time of a prefill query tile's prologue and epilogue."""
+    SM time of a prefill query tile's prologue and epilogue; ``overlap`` says whether the kernel's compute
+    hides its memory traffic (``max``, a GPU's many warps in flight) or the two follow each other (``sum``: a
+    CPU core that streams a block and then computes on it)."""
 
     fixed_s: dict[Timing, float] = Field(default_factory=dict)
     compute_efficiency: float = Field(1.0, gt=0, le=1)
@@ -113,6 +115,7 @@ class ClassEfficiency(_Strict):
     pack_gqa: bool = False  # a prefill tile holds the query heads of a group (FlashAttention-3)
     score_s: float = Field(0.0, ge=0, allow_inf_nan=False)  # device time per attention score (softmax)
     tile_s: float = Field(0.0, ge=0, allow_inf_nan=False)  # SM time of a prefill query tile's prologue and epilogue
+    overlap: Literal["max", "sum"] = "max"  # compute and memory time overlap (max) or add up (sum)
     fitted: tuple[str, ...] = ()  # the names of the parameters fitted to data (the rest are defaults)
 
 

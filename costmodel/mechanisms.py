@@ -45,7 +45,9 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     costs ``score_s`` of the device (the exponential and rescaling of online softmax, which does not
     shrink with the head dimension), and each query tile ``tile_s`` of its SM (its prologue and epilogue).
 
-An op's time is ``fixed + max(compute, memory) + work units`` (``overlap="sum"`` adds compute and memory).
+An op's time is ``fixed + max(compute, memory) + work units``; compute and memory add up instead where the
+class's kernel does one after the other (its fitted ``overlap`` is ``sum``: on a CPU, the core that streams
+a block of K/V or a packed panel also computes on it) or where the caller asks for ``overlap="sum"``.
 Everything works on numpy arrays, so a validation over 100,000 published timings is one call per class.
 """
 
@@ -189,6 +191,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         nbytes = nbytes + eff.pack_passes * (np.asarray(shape["M"]) > 1) * (
             np.asarray(shape["batch"], float) * shape["K"] * shape["N"] * shape["width"])
     fixed = eff.fixed_s.get(timing, 0.0) if "fixed" in on else 0.0
+    overlap = "sum" if eff.overlap == "sum" else overlap
     rate = peak * (eff.compute_efficiency if "compute" in on else 1.0)
     work = flops
     beyond, longest = 0.0, 0.0  # SM time beyond the matrix products (tile prologues, softmax scores)

@@ -127,18 +127,22 @@ def op_time(hw: HardwareProfile, op_class: str, dtype: str, flops, nbytes, overl
                 t = class_times(cls, eff, peak=peak or class_peak(hw, cls, dtype), bandwidth=hw.bandwidth,
                                 sms=hw.architecture.compute_units.value, timing=model.timing, flops=flops,
                                 nbytes=nbytes, shape=shape, on=model.on, overlap=overlap)
-                return t.compute, t.memory, (t.fixed + t.units) * launches
+                # the body: compute and memory overlapping, or in turn where the class's kernel runs so
+                serial = overlap == "sum" or eff.overlap == "sum"
+                return t.compute, t.memory, (t.fixed + t.units) * launches, serial
 
-            compute, memory, overhead = times(cls, eff, shape or {})
+            compute, memory, overhead, serial = times(cls, eff, shape or {})
+            body = compute + memory if serial else maximum(compute, memory)
             decode = model.resolved.get("decode_attention")
             if cls == "prefill_attention" and shape and decode is not None and np.any(np.asarray(shape["n"]) == 1):
                 # a one-query prefill is one new position over its context: the engine runs the decode kernel
                 one = np.asarray(shape["n"]) == 1
-                alone = times("decode_attention", decode, decode_shape(shape))
-                compute, memory, overhead = (np.where(one, a, b) for a, b in zip(alone, (compute, memory, overhead)))
+                c, m, o, alone_serial = times("decode_attention", decode, decode_shape(shape))
+                alone = (c, m, o, c + m if alone_serial else np.maximum(c, m))
+                compute, memory, overhead, body = (np.where(one, a, b) for a, b in
+                                                   zip(alone, (compute, memory, overhead, body)))
                 if maximum is max:
-                    compute, memory, overhead = (float(x) for x in (compute, memory, overhead))
-            body = maximum(compute, memory) if overlap == "max" else compute + memory
+                    compute, memory, overhead, body = (float(x) for x in (compute, memory, overhead, body))
             return compute, memory, overhead, body + overhead
     compute = flops / (peak or hw.peak_for(op_class, dtype))
     memory = nbytes / hw.bandwidth_for(op_class, dtype)

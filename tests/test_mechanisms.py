@@ -214,6 +214,55 @@ def test_a_cpu_fit_uses_only_the_mechanisms_it_covers():
     assert q.time_s == pytest.approx(1e-5 + max(q.compute_s, q.bytes / (0.5 * hw.bandwidth)))
 
 
+def test_a_kernel_that_streams_then_computes_adds_its_compute_and_memory_time():
+    from costmodel import Workload, predict
+    from costmodel.hardware import HardwareProfile
+
+    data = load_profile("epyc_9004_2vcpu").model_dump(mode="json")
+    fused = {"fixed_s": {"eager": 2e-5}, "compute_efficiency": 0.5, "bandwidth_ceiling": 0.25}
+    w = Workload.create("mqa", batch=4, d_model=512, heads=8, context=4096, dtype="fp32", execution="fused")
+    times = {}
+    for way in ("max", "sum"):
+        data["efficiency"] = {"data": ["a calibration"], "method": "by hand",
+                              "mechanisms": ["fixed", "bandwidth", "compute"],
+                              "classes": {"decode_attention": {**fused, "overlap": way, "fitted": ["fixed"]}}}
+        hw = HardwareProfile.model_validate(data)
+        op = next(o for o in predict(w, hw, timing="eager").ops if o.name == "attention")
+        # by hand: per query head and position, 4 k FLOPs of the two products and 1 + 5 of scale and
+        # softmax (the program's stated counts); K and V of the one head, the query and the output
+        positions, k = 4097, 64
+        flops = 4 * 8 * positions * (4 * k + 6)
+        nbytes = 4 * (2 * 4 * positions * k + 2 * 4 * 8 * k)
+        assert (op.flops, op.bytes) == (flops, nbytes)
+        compute, memory = flops / (0.5 * hw.peak("fp32")), nbytes / (0.25 * hw.bandwidth)
+        times[way] = op.time_s
+        assert op.time_s == pytest.approx(2e-5 + (compute + memory if way == "sum" else max(compute, memory)))
+    assert times["sum"] > times["max"]
+
+
+@pytest.mark.parametrize("way", ["max", "sum"])
+def test_a_cpu_class_fit_tells_a_kernel_that_overlaps_from_one_that_does_not(way):
+    from costmodel.validation.fit import fit_overlap
+    from costmodel.validation.published import Table
+
+    hw = load_profile("epyc_9004_2vcpu")
+    peak, bandwidth = hw.peak("fp32"), hw.bandwidth
+    # a decode kernel's points: query rows per key/value head 1..64 over 1-64 MB of K/V, compute and memory
+    # time equal at 8 rows; times by hand
+    rows = np.array([1, 2, 4, 8, 16, 32, 64] * 3, float)
+    nbytes = np.repeat([1e6, 8e6, 64e6], 7)
+    flops = rows / 8 * nbytes * (0.4 * peak) / (0.5 * bandwidth)
+    compute, memory = flops / (0.4 * peak), nbytes / (0.5 * bandwidth)
+    measured = 3e-5 + (compute + memory if way == "sum" else np.maximum(compute, memory))
+    table = Table(source="by hand", gpu="cpu", profile=hw.id, op_class="decode_attention", timing="eager",
+                  dtype="fp32", file="", fields={}, measured_s=measured, flops=flops, nbytes=nbytes, shape={})
+    eff = fit_overlap([table], hw, ("fixed", "compute_efficiency", "bandwidth_ceiling"),
+                      on=frozenset({"fixed", "bandwidth", "compute"}), starts=5)
+    assert eff.overlap == way and "overlap" in eff.fitted
+    assert (eff.compute_efficiency, eff.bandwidth_ceiling, eff.fixed_s["eager"]) == pytest.approx((0.4, 0.5, 3e-5),
+                                                                                                    rel=1e-3)
+
+
 def test_an_unfused_causal_mask_is_read_broadcast():
     from costmodel import Workload, predict
 

@@ -246,7 +246,7 @@ class CurveRun:
         from costmodel.compiled import compile_program
         from costmodel.hardware import HardwareProfile
         from costmodel.mechanisms import efficiency_class, op_shape
-        from costmodel.validation.fit import errors, fit_class, predict_table
+        from costmodel.validation.fit import errors, fit_overlap, predict_table
         from costmodel.validation.published import Table
 
         device, quick, passes, timer, workloads, taken = (self.device, self.quick, self.passes, self.timer,
@@ -274,7 +274,7 @@ class CurveRun:
             table = Table(source="calibrate", gpu=device, profile=hw.id, op_class=cls, timing="eager", dtype="fp32",
                           file="", fields={}, measured_s=np.array([p[3] for p in pts]),
                           flops=np.array([p[0] for p in pts]), nbytes=np.array([p[1] for p in pts]), shape=shape)
-            eff = fit_class([table], hw, names=CPU_FREE[cls], on=on, starts=5)
+            eff = fit_overlap([table], hw, CPU_FREE[cls], on=on, starts=5)
             classes[cls] = eff.model_dump(mode="json")
             report[f"{cls}/eager"] = errors(predict_table(table, hw, eff, on), table.measured_s)
         env = environment(device)
@@ -285,7 +285,9 @@ class CurveRun:
                      f"MHA and MQA, fp32, unfused and fused; decode b {c['batches']} x m {c['contexts']}, prefill "
                      f"n {c['prefill']})"],
             "method": ("each op timed as the validation times it; per class, least squares on log(predicted/measured) "
-                       "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + "; " + timer.method
+                       "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + ", each class fitted "
+                       "with compute and memory time overlapping and adding up and the smaller error kept; "
+                       + timer.method
                        + (f"; median over {passes} passes over all the workloads" if passes > 1 else "")
                        + (f"; timed interleaved with {self.alongside}" if self.alongside else "")),
             "error": report, "classes": classes, "mechanisms": list(CPU_MECHANISMS),

@@ -140,6 +140,14 @@ def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, star
     return _fit(tables, hw, names, start, starts, on)[0]
 
 
+def fit_overlap(tables, hw, names, on=frozenset(MECHANISMS), starts=3) -> ClassEfficiency:
+    """Fit a class's ``names`` each way its kernel may run, compute hiding memory traffic (``max``) or the
+    two in turn (``sum``), and keep the way with the smaller error (a class without FLOPs: ``max``)."""
+    fits = [_fit(tables, hw, names, ClassEfficiency(overlap=way), starts, on) for way in ("max", "sum")]
+    eff = min(fits, key=lambda f: f[1])[0]
+    return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, "overlap"}))})
+
+
 def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
     cls, timing = tables[0].priced_class, tables[0].timing
     names = tuple(names or FREE[cls])
