@@ -260,6 +260,10 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
              "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + second kernels (decode "
              "work units and split-KV combine, split-K reduction, a prefill's cache write); "
              "mechanisms on: " + ", ".join(sorted(model.on)) + (f"; off: {', '.join(off)}" if off else "")]
+    serial = sorted(cls for cls, eff in model.resolved.classes.items() if eff.overlap == "sum")
+    if serial:
+        lines.append("compute + memory instead of max for the classes whose kernel does one after the other: "
+                     + ", ".join(serial))
     lines.append("efficiency parameters: " + "; ".join(origins))
     if any("transferred" in o for o in model.resolved.origin.values()):
         from costmodel.mechanisms import TRANSFER_RULE

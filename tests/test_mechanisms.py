@@ -227,7 +227,11 @@ def test_a_kernel_that_streams_then_computes_adds_its_compute_and_memory_time():
                               "mechanisms": ["fixed", "bandwidth", "compute"],
                               "classes": {"decode_attention": {**fused, "overlap": way, "fitted": ["fixed"]}}}
         hw = HardwareProfile.model_validate(data)
-        op = next(o for o in predict(w, hw, timing="eager").ops if o.name == "attention")
+        p = predict(w, hw, timing="eager")
+        op = next(o for o in p.ops if o.name == "attention")
+        # the assumptions say which classes add up their compute and memory
+        assert any("compute + memory instead of max" in a and "decode_attention" in a
+                   for a in p.assumptions) == (way == "sum")
         # by hand: per query head and position, 4 k FLOPs of the two products and 1 + 5 of scale and
         # softmax (the program's stated counts); K and V of the one head, the query and the output
         positions, k = 4097, 64

@@ -78,6 +78,21 @@ def test_calibrated_profile_is_marked_measured(quick_report):
                                        "fused_prefill"}
 
 
+def test_a_calibration_keeps_the_fastest_peak_and_bandwidth_it_measured(quick_report):
+    from costmodel.validation.calibrate import keep_fastest
+
+    profile = {"peak_flops_per_s": {"fp32": {"value": 100e9}, "bf16": {"value": 1e9}},
+               "memory_bandwidth_bytes_per_s": {"value": 20e9},
+               "measured": {"method": "m"}, "sources": {"measured": "s"}}
+    keep_fastest(profile, [(90e9, 25e9), (130e9, 18e9), (120e9, 22e9)])
+    assert profile["peak_flops_per_s"]["fp32"]["value"] == 130e9
+    assert profile["peak_flops_per_s"]["bf16"]["value"] == 1e9  # the curves are fp32: bf16 is measured once
+    assert profile["memory_bandwidth_bytes_per_s"]["value"] == 25e9
+    assert "fastest of 4 measurements" in profile["measured"]["method"] and "kept 130.0" in profile["sources"]["measured"]
+    # the quick calibration above re-measured at its one pass: two measurements, the fastest kept
+    assert "the fastest of 2 measurements" in load_profile(str(quick_report[3])).measured.method
+
+
 @pytest.mark.parametrize("variant", ["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("mode", ["incremental", "batched"])
 @pytest.mark.parametrize("execution", ["unfused", "fused"])
