@@ -261,8 +261,8 @@ class CurveRun:
         median over its passes; returns the efficiency block and each point's p90/median spread.
 
         A peak is the best a device does: ``profile``'s fp32 matmul peak and read bandwidth become the
-        fastest of its own measurement and those taken in the passes (the profile dict is updated), so that
-        a shared machine's slow minutes at the start do not leave the curves above 100% of their peak."""
+        fastest of its own measurement and those taken in the passes (the profile dict is updated), not one
+        taken in whatever minute of a shared machine the run began."""
         import numpy as np
 
         from costmodel import symbols as S
