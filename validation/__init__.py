@@ -113,11 +113,9 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         write_text(json_path, json.dumps(report, indent=1))
         yield f"wrote {json_path}"
     if save_path is not None:
-        import yaml
+        from costmodel.validation.calibrate import write_profile
 
-        from costmodel.validation.calibrate import HEADER
-
-        write_text(save_path, HEADER + yaml.safe_dump(report["calibrated_profile"], sort_keys=False, width=110))
+        write_profile(save_path, report["calibrated_profile"])
         yield f"wrote {save_path}"
     if plot_path is not None:
         from costmodel.plots import draw_predicted_vs_measured, save

@@ -239,6 +239,7 @@ class CurveRun:
         self.taken: dict[int, list[list]] = {}
         self.alongside = ""  # what else was timed in the same passes
         self.rates: list[tuple[float, float]] = []  # (fp32 matmul FLOP/s, read bytes/s), once per pass
+        self.matmul_n: int | None = None  # the fp32 matmul size of those measurements, found at the first
 
     def time(self, j: int) -> None:
         """One pass over workload ``j``: each op's timing. A pass's first workload also re-measures the fp32
@@ -249,8 +250,9 @@ class CurveRun:
         if j == 0:
             timer = rates_timer(self.device, self.quick)
             n, buffer_bytes = SIZES[(self.device, self.quick)]
-            size = _matmul_size(self.device, "fp32", n, MATMUL_SECONDS[self.quick])
-            self.rates.append((matmul_rate(self.device, "fp32", size, timer),
+            if self.matmul_n is None:
+                self.matmul_n = _matmul_size(self.device, "fp32", n, MATMUL_SECONDS[self.quick])
+            self.rates.append((matmul_rate(self.device, "fp32", self.matmul_n, timer),
                                read_bandwidth(self.device, buffer_bytes, timer)))
         self.taken.setdefault(j, []).append([self.timer.time(k.run) for k in build_kernels(self.workloads[j],
                                                                                              self.device)])
@@ -408,13 +410,18 @@ def profile_from(m: dict, device: str) -> dict:
 HEADER = "# A MEASURED profile written by `costmodel calibrate`; see `measured` for on what, when and how.\n"
 
 
-def calibrate(device: str, out: str | None = None, quick: bool = False, threads: int | None = None,
-              curves: CurveRun | None = None) -> dict:
+def write_profile(path: str, profile: dict) -> None:
+    """A measured profile dict as YAML with its header, written atomically."""
+    import yaml
+
+    write_text(path, HEADER + yaml.safe_dump(profile, sort_keys=False, width=110))
+
+
+def calibrate(device: str, out: str | None = None, quick: bool = False, threads: int | None = None) -> dict:
     """Measure ``device`` and (optionally) write the profile to ``out`` atomically; returns the profile dict.
     On a CPU, ``threads`` sets torch's thread count first, and the op classes' mechanisms are fitted to
-    curves over sizes (:func:`fit_curves`, or ``curves`` already timed alongside a validation); the
-    profile's ``noise`` records how quiet the machine was."""
-    return finish(device, quick, *measure_profile(device, quick, threads), curves=curves, out=out)
+    curves over sizes (:func:`fit_curves`); the profile's ``noise`` records how quiet the machine was."""
+    return finish(device, quick, *measure_profile(device, quick, threads), out=out)
 
 
 def measure_profile(device: str, quick: bool, threads: int | None = None) -> tuple[dict, float | None, float]:
@@ -438,9 +445,8 @@ def measure_profile(device: str, quick: bool, threads: int | None = None) -> tup
 
 def finish(device: str, quick: bool, profile: dict, load_before: float | None, start: float,
            curves: CurveRun | None = None, out: str | None = None) -> dict:
-    """A measured profile with its curves fitted (on a CPU) and its noise check, written to ``out``."""
-    import yaml
-
+    """A measured profile with its curves fitted (on a CPU: ``curves`` already timed alongside a validation,
+    else timed here) and its noise check, written to ``out``."""
     from costmodel.validation.timing import noise_check
 
     spreads: list[float] = []
@@ -451,5 +457,5 @@ def finish(device: str, quick: bool, profile: dict, load_before: float | None, s
     profile["notes"] += (f" Its curves were timed alongside {curves.alongside}; the whole run took {took:.1f} s."
                          if curves is not None and curves.alongside else f" Calibration took {took:.1f} s.")
     if out:
-        write_text(out, HEADER + yaml.safe_dump(profile, sort_keys=False, width=110))
+        write_profile(out, profile)
     return profile

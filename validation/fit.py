@@ -134,18 +134,24 @@ def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, star
     cls = tables[0].priced_class
     if names is None and cls in CHOICES:
         chosen, ways = CHOICES[cls]
-        fits = [_fit(tables, hw, (*FREE[cls], *more), ClassEfficiency(**way), starts, on) for way, more in ways]
-        eff = min(fits, key=lambda f: f[1])[0]
-        return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, *chosen}))})
+        return _best_way(tables, hw, [(ClassEfficiency(**way), (*FREE[cls], *more)) for way, more in ways], chosen,
+                         starts, on)
     return _fit(tables, hw, names, start, starts, on)[0]
 
 
 def fit_overlap(tables, hw, names, on=frozenset(MECHANISMS), starts=3) -> ClassEfficiency:
     """Fit a class's ``names`` each way its kernel may run, compute hiding memory traffic (``max``) or the
     two in turn (``sum``), and keep the way with the smaller error (a class without FLOPs: ``max``)."""
-    fits = [_fit(tables, hw, names, ClassEfficiency(overlap=way), starts, on) for way in ("max", "sum")]
+    return _best_way(tables, hw, [(ClassEfficiency(overlap=way), names) for way in ("max", "sum")], ("overlap",),
+                     starts, on)
+
+
+def _best_way(tables, hw, ways, chosen, starts, on) -> ClassEfficiency:
+    """Fit each way (its starting parameters and the names it fits), keep the one with the smaller error,
+    and mark the ``chosen`` fields fitted."""
+    fits = [_fit(tables, hw, names, start, starts, on) for start, names in ways]
     eff = min(fits, key=lambda f: f[1])[0]
-    return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, "overlap"}))})
+    return eff.model_copy(update={"fitted": tuple(sorted({*eff.fitted, *chosen}))})
 
 
 def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
