@@ -2,7 +2,7 @@
 
     python benchmarks/fuzz_cli.py [--examples 10000] [--seed 1]
 
-Prints the count of failures and the first few of each kind; the same cases and check as the test suite's
+Prints the count of failures and the first few of each kind, and the five slowest command lines; the same cases and check as the test suite's
 fuzz (tests/fuzzing.py), many more of them. Exits 1 when any failed.
 """
 
@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
-from tests.fuzzing import check, command_lines  # noqa: E402
+from tests.fuzzing import command_lines, timed_check  # noqa: E402
 
 
 def main() -> int:
@@ -28,6 +28,7 @@ def main() -> int:
     options = parser.parse_args()
     failures: dict[str, list] = collections.defaultdict(list)
     count = 0
+    slowest: list = []
     start = time.perf_counter()
 
     @seed(options.seed)
@@ -37,7 +38,10 @@ def main() -> int:
     def run(args):
         nonlocal count
         count += 1
-        problem = check(args)
+        problem, seconds = timed_check(args)
+        slowest.append((seconds, args))
+        slowest.sort(key=lambda x: -x[0])
+        del slowest[5:]
         if problem is not None:
             failures[problem.split(":")[0]].append((args, problem))
 
@@ -49,6 +53,7 @@ def main() -> int:
         print(f"  {len(cases)} x {kind}")
         for args, problem in cases[:3]:
             print(f"      {' '.join(args)[:200]}\n        -> {problem[:300]}")
+    print("slowest: " + "; ".join(f"{s:.1f} s {' '.join(a)[:120]}" for s, a in slowest))
     return 1 if total else 0
 
 

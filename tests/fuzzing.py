@@ -3,8 +3,8 @@
 Used by ``tests/test_fuzz.py`` (a few hundred examples on every test run) and by
 ``benchmarks/fuzz_cli.py`` (tens of thousands, counting failures instead of stopping at the first).
 A generated case passes when the command exits 0 (with finite JSON when JSON was asked for) or exits
-non-zero with exactly one ``Error:`` line and no traceback, within :data:`SECONDS` (``reproduce``: its own
-bound, :data:`SLOW_COMMANDS`).
+non-zero with exactly one ``Error:`` line and no traceback. How long a case took is the benchmark's to report
+(:func:`timed_check`), never a test's verdict: a hang is caught by the suite's timeout.
 """
 
 from __future__ import annotations
@@ -20,10 +20,6 @@ from hypothesis import strategies as st
 
 from costmodel.cli import main
 
-#: The longest one command may take; `reproduce` derives the paper's asymptotic forms with sympy, which
-#: takes about 5 s cold on a 2-core machine (up to 17 s seen inside a loaded test run), so it has its own.
-SECONDS = 5.0
-SLOW_COMMANDS = {"reproduce": 30.0}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILE = os.path.join(ROOT, "hardware_profiles", "a100_80gb_sxm.yaml")
 SCRATCH = tempfile.mkdtemp(prefix="costmodel-fuzz-")
@@ -168,18 +164,21 @@ def command_lines(draw) -> list[str]:
                                      [".txt", "", ".png/"])))]]))
 
 
+def timed_check(args: list[str]) -> tuple[str | None, float]:
+    """:func:`check` and the seconds the command took."""
+    start = time.perf_counter()
+    problem = check(args)
+    return problem, time.perf_counter() - start
+
+
 def check(args: list[str]) -> str | None:
     """Run one command line in-process; ``None`` when it passed, else what was wrong."""
-    start = time.perf_counter()
     result = CliRunner().invoke(main, args)
-    seconds = time.perf_counter() - start
     out = result.output
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         return f"uncaught {type(result.exception).__name__}: {result.exception}"
     if "Traceback" in out:
         return "traceback in the output"
-    if seconds > SLOW_COMMANDS.get(args[0] if args else "", SECONDS):
-        return f"took {seconds:.1f} s"
     if result.exit_code == 0:
         if "--json" in args and not any(a in args for a in ("--csv", "--out")):
             try:

@@ -9,7 +9,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -20,19 +19,16 @@ DATASHEET = os.path.join(os.path.dirname(__file__), "..", "hardware_profiles", "
 
 
 def run(*args):
-    start = time.perf_counter()
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    return result, time.perf_counter() - start
+    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def error_of(*args) -> str:
-    result, seconds = run(*args)
+    result = run(*args)
     assert result.exit_code != 0, result.output
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, result.output
-    assert seconds < 5, (args, seconds)
     return errors[0]
 
 
@@ -99,7 +95,7 @@ def test_overwrite_keeps_mode_follows_symlinks_and_refuses_read_only(tmp_path):
     target.chmod(0o600)
     link = tmp_path / "link.csv"
     link.symlink_to(target)
-    result, _ = run("predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv", link)
+    result = run("predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv", link)
     assert result.exit_code == 0, result.output
     assert link.is_symlink() and target.read_text().startswith("batch,")
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
@@ -126,7 +122,7 @@ def test_figures_are_deterministic(tmp_path, ext):
     outputs = []
     for name in ("a", "b"):
         path = tmp_path / f"{name}.{ext}"
-        assert run("roofline", "--gpu", "a100", "--out", path)[0].exit_code == 0
+        assert run("roofline", "--gpu", "a100", "--out", path).exit_code == 0
         outputs.append(path.read_bytes())
     assert outputs[0] == outputs[1]
 
@@ -205,7 +201,7 @@ def test_deeply_nested_json_config(tmp_path):
 
 def test_a_model_folder_reads_its_config(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
-    result, _ = run("predict", "--gpu", "a100", "--model", tmp_path, "--json")
+    result = run("predict", "--gpu", "a100", "--model", tmp_path, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["model"]["layers"] == 32
 
@@ -226,7 +222,7 @@ def test_silent_wrong_answers_are_errors(args, expected):
 
 
 def test_json_is_always_finite():
-    result, _ = run("predict", "--gpu", "a100", "--sweep", "context=1:1099511627776:x64", "--json")
+    result = run("predict", "--gpu", "a100", "--sweep", "context=1:1099511627776:x64", "--json")
     assert result.exit_code == 0, result.output
     json.loads(result.output, parse_constant=lambda c: pytest.fail(f"non-finite {c} in JSON"))
 
@@ -248,6 +244,6 @@ def test_found_by_the_long_fuzz(tmp_path):
     path = str(tmp_path / "a\0b.json")
     for args in (["validate", "--json", path], ["predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv", path]):
         assert error_of(*args).endswith(f"{path!r} contains a NUL byte")
-    result, _ = run("predict", "--gpu", "a100", "--mode", "batched", "--context", "0", "--json")
+    result = run("predict", "--gpu", "a100", "--mode", "batched", "--context", "0", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)[0]["memory"]["max_batch"] == 2**40  # no cache: memory does not limit it

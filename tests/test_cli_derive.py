@@ -17,13 +17,6 @@ def run(*args):
     return CliRunner().invoke(main, list(args))
 
 
-@pytest.mark.parametrize("args", [["--help"], ["-h"], ["derive", "--help"]])
-def test_help(args):
-    result = run(*args)
-    assert result.exit_code == 0
-    assert "Usage:" in result.output
-
-
 def test_json_round_trips_to_the_api():
     result = run("derive", "--variant", "gqa", "--mode", "generate", "--asymptotic", "--json")
     assert result.exit_code == 0, result.output

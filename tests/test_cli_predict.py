@@ -24,12 +24,6 @@ def error_line(result) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("args", [["predict", "--help"], ["hardware", "list", "--help"], ["hardware", "show", "--help"]])
-def test_help(args):
-    result = run(*args)
-    assert result.exit_code == 0 and "Usage:" in result.output and "Example:" in result.output
-
-
 def test_group_help():
     result = run("hardware", "--help")
     assert result.exit_code == 0 and "list" in result.output and "show" in result.output

@@ -1,6 +1,6 @@
 """A hypothesis fuzz of the whole CLI, in-process: 300 generated command lines per run (fixed seed),
 valid and invalid values and malformed files mixed; each must exit 0 (with finite JSON) or give one
-Error: line, without a traceback, within five seconds. ``benchmarks/fuzz_cli.py`` runs a longer one."""
+Error: line, without a traceback (how long each took is the benchmark's to print). ``benchmarks/fuzz_cli.py`` runs a longer one."""
 
 from __future__ import annotations
 

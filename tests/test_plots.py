@@ -138,9 +138,3 @@ def test_plot_errors(tmp_path, monkeypatch, args, expected):
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and expected in errors[0], result.output
     assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize("args", [["roofline", "--help"], ["sweep", "--help"]])
-def test_help(args):
-    result = CliRunner().invoke(main, args)
-    assert result.exit_code == 0 and "Example:" in result.output

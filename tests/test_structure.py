@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -169,3 +170,36 @@ def test_public_names_are_not_shadowed_by_submodules():
 
     clashes = [name for name in costmodel.__all__ if (ROOT / "costmodel" / f"{name}.py").exists()]
     assert clashes == []
+
+
+def _commands(group: click.Group, path=()):
+    """Every command and group of the CLI, as the argument path that reaches it."""
+    yield path
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name)
+
+
+COMMANDS = list(_commands(main))
+
+
+def test_the_command_walk_finds_every_command():
+    assert {("predict",), ("derive",), ("hardware", "list"), ("reproduce", "gqa2023"), ("validate",)} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "costmodel" for p in COMMANDS])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_has_help_with_an_example(path, flag):
+    """``-h`` and ``--help`` of every command print its usage; a command's (not a group's) help ends with an
+    example that names the command."""
+    result = CliRunner().invoke(main, [*path, flag])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"Usage: main {' '.join(path)}".rstrip() + " ")
+    command = main
+    for name in path:
+        command = command.commands[name]
+    if not isinstance(command, click.Group):
+        example = [line.strip() for line in result.output.splitlines() if line.strip().startswith("Example:")]
+        assert example and example[0].startswith(f"Example: costmodel {' '.join(path)}"), result.output

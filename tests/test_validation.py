@@ -265,9 +265,3 @@ def test_no_torch_says_how_to_install():
     assert result.stderr.strip() == (
         "Error: costmodel validate needs torch: pip install 'costmodel[validation]' "
         "(a CPU-only torch comes from torch's CPU package index)")
-
-
-@pytest.mark.parametrize("args", [["validate", "--help"], ["calibrate", "--help"]])
-def test_help(args):
-    result = CliRunner().invoke(main, args)
-    assert result.exit_code == 0 and "Example:" in result.output
