@@ -142,6 +142,14 @@ class Asymptotics:
 
 def analyze(report: CostReport) -> Asymptotics:
     """Reduce a report's totals to Θ forms and check the paper's claim for its variant and mode."""
+    from costmodel.checks import instance
+
+    instance("report", report, CostReport, "a CostReport (derive(...))")
+    if report.substitutions or report.mode not in ("batched", "incremental", "generate"):
+        from costmodel.errors import CostModelError
+
+        raise CostModelError("report must be symbolic (no dimensions given numbers) and of mode batched, incremental "
+                             f"or generate; got mode {report.mode} with {dict(report.substitutions) or 'no'} numbers")
     assumed = BASE_ASSUMPTIONS + (MLA_ASSUMPTIONS if report.variant == "mla" else ())
     base = _constraints(assumed, report.kv_heads)
     flops, memory = (sympy.expand(e.subs(PAPER_SUBS)) for e in (report.flops, report.memory_elements))

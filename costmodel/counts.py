@@ -14,10 +14,11 @@ from functools import cached_property
 
 import sympy
 
+from costmodel import checks
 from costmodel import symbols as S
 from costmodel.errors import CostModelError
 from costmodel.program import ELEMENTWISE_FLOPS, STEP, Program, build_program
-from costmodel.vocab import MAX_DIM, check_divisible
+from costmodel.vocab import MAX_DIM, MLA_FORMS, check_divisible, choice
 
 #: Dimensions that can be given numbers (``g`` comes from the variant and ``groups``).
 NUMERIC_DIMS: tuple[str, ...] = ("b", "n", "m", "d", "h", "k", "v")
@@ -136,8 +137,15 @@ def derive(
     >>> r.ops[0].einsum, r.ops[0].flops
     ('bd,hdk->bhk', 2*d*h*k)
     """
+    checks.text("variant", variant)
+    checks.text("dtype", dtype)
+    checks.flag("simplify", simplify)
+    checks.flag("q_lora", q_lora)
+    form = choice("mla form", form, MLA_FORMS)
+    if dims is not None and not isinstance(dims, Mapping):
+        raise CostModelError(f"dims must be a mapping of dimension names to integers, got {dims!r}"[:200])
     width = S.dtype_bytes(dtype)
-    if str(variant).lower() == "mla":
+    if variant.lower() == "mla":
         program = _mla_program(mode, form, q_lora, groups, cache_append, execution)
     else:
         program = build_program(variant, mode, groups=groups, cache_append=cache_append, execution=execution)

@@ -329,6 +329,9 @@ def _device_names() -> dict[str, str]:
 def profile_for_device(name: str) -> HardwareProfile:
     """The shipped profile whose ``device_names`` lists ``name`` (as ``torch.cuda.get_device_name()``
     reports it); an error listing the known device names otherwise, never the nearest profile."""
+    from costmodel.checks import text
+
+    text("device name", name)
     pid = _device_names().get(device_name_key(name))
     if pid is None:
         known = sorted({n for p in load_all() for n in p.device_names})
@@ -356,6 +359,9 @@ def load_all() -> list[HardwareProfile]:
 
 def load_profile(name: str) -> HardwareProfile:
     """A profile by id or alias (case-insensitive, ``-`` or ``_``), or from a path to a YAML file."""
+    from costmodel.checks import text
+
+    text("hardware name", name)
     try:
         path = Path(name).expanduser()
         is_file = path.is_file()

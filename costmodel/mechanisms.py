@@ -428,12 +428,11 @@ class TimeModel:
 def time_model(hw, timing: str = "graph", without=()) -> TimeModel:
     """The time model of ``hw`` for a timing convention, with the named mechanisms switched off
     (``without=("all",)`` is the bare datasheet roofline)."""
-    from costmodel.errors import CostModelError
+    from costmodel.checks import names
     from costmodel.vocab import choice
 
     timing = choice("timing", timing, TIMINGS)
-    if not isinstance(without, (tuple, list, set, frozenset)):
-        raise CostModelError("without must be a list of mechanism names")
+    without = names("without", without)
     off = set()
     for name in without:
         off |= set(MECHANISMS) if name == "all" else {choice("mechanism", name, (*MECHANISMS, "all"))}

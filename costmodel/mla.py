@@ -43,6 +43,9 @@ def build_mla_program(mode: str, form: str = "absorbed", *, q_lora: bool = False
     positions and attends to m + 1) or of batched attention (``batched``: X [b, n, d] over the latents of
     M [b, m, d], with the paper's [b, h, n, m] mask), in the ``naive`` or ``absorbed`` form; ``generate``
     is the decode step summed over i = 0 .. n-1 cached positions, as for grouped-query programs."""
+    from costmodel.checks import flag
+
+    flag("q_lora", q_lora)
     mode = choice("mode for mla", mode, ("batched", "incremental", "generate"))
     form = choice("mla form", form, FORMS)
     execution = choice("execution", execution, EXECUTIONS)

@@ -22,6 +22,7 @@ import numpy as np
 import sympy
 from pydantic import BaseModel, ConfigDict, Field
 
+from costmodel import checks
 from costmodel import symbols as S
 from costmodel.compiled import compile_program
 from costmodel.errors import CostModelError
@@ -32,7 +33,6 @@ from costmodel.mechanisms import efficiency_class, op_shape, time_model
 from costmodel.mla import mla_attention_dims
 from costmodel.roofline import mechanism_lines, op_time
 from costmodel.vocab import DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, WEIGHT_DTYPES, choice
-from costmodel.workload import check_count
 
 #: FLOPs per element of the ops around attention (conventions, like ELEMENTWISE_FLOPS).
 NORM_FLOPS = {"rmsnorm": 4, "layernorm": 5}  # rms: square, sum, scale, weight; layer norm adds the mean
@@ -649,7 +649,10 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
             overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"], without=(), engine: bool = True,
             weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None) -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
-    check_count("tp", tp)
+    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
+    checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    checks.count("tp", tp)
+    checks.flag("engine", engine)
     dtype, execution = choice("dtype", dtype, DTYPES), choice("execution", execution, EXECUTIONS)
     overlap = choice("overlap", overlap, OVERLAPS)
     if mla_form is not None:
@@ -731,8 +734,9 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
     ``dtype`` is the activations' (and the math's) dtype; ``weight_dtype`` the projection weights' storage
     (default: the model's quantization, else ``dtype``); ``kv_dtype`` the cache's (default ``dtype``).
     ``mla_form`` fixes an MLA model's form (default: absorbed for decode, naive for prefill)."""
-    for name, value in (("batch", batch), ("context", context), ("source", source)):
-        check_count(name, value)
+    checks.count("batch", batch)
+    checks.count("context", context)
+    checks.count("source", source, optional=True)
     pr = pricing(m, hw, dtype=dtype, execution=execution, tp=tp, overlap=overlap, timing=timing, without=without,
                  engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, mla_form=mla_form)
     fixed_source, source = source, source or context

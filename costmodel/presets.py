@@ -210,6 +210,9 @@ def _validated(data: dict, origin: str) -> ModelPreset:
 
 def load_model(name: str) -> ModelPreset:
     """A preset by id or alias (case-insensitive), or a Hugging Face ``config.json`` by path."""
+    from costmodel.checks import text
+
+    text("model name", name)
     try:
         is_path = Path(name).is_file() or Path(name).is_dir()
     except (OSError, ValueError):  # a name too long for the file system is no file

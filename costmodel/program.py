@@ -203,9 +203,12 @@ def build_program(
 
     ``execution="fused"`` replaces logits .. weighted sum by one flash-style kernel (:func:`fuse_attention`).
     """
+    from costmodel.checks import count
+
     variant = choice("variant", variant, VARIANTS)
     mode = choice("mode", mode, MODES)
     execution = choice("execution", execution, EXECUTIONS)
+    count("groups", groups, optional=True)
     cache_append = choice("cache append", cache_append, CACHE_APPENDS)
     G = kv_heads(variant, groups)
     if mode == "dot-product":

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, RootModel
 
+from costmodel import checks
 from costmodel import symbols as S
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
@@ -156,6 +157,8 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
     """Prediction of one workload on one device: the fitted mechanisms of :mod:`costmodel.mechanisms`
     for the ``timing`` convention (``without`` switches mechanisms off; ``("all",)`` is the bare
     datasheet roofline), or the datasheet roofline where the device has no fitted parameters."""
+    checks.instance("workload", workload, Workload, "a Workload (Workload.create(...))")
+    checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
     overlap = choice("overlap", overlap, OVERLAPS)
     model = time_model(hw, timing, without)
     w = workload
@@ -202,8 +205,8 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
 def compare(workloads: list[Workload], hw: HardwareProfile, overlap: str = DEFAULTS["overlap"],
             timing: str = "graph", without=()) -> Comparison:
     """Predictions of several workloads (variants of one) on one device, speed-ups over the first."""
-    if not workloads:
-        raise CostModelError("compare needs at least one workload")
+    if not isinstance(workloads, (list, tuple)) or not workloads:
+        raise CostModelError(f"workloads must be a non-empty list of Workload, got {workloads!r}"[:200])
     return Comparison([predict(w, hw, overlap, timing, without) for w in workloads])
 
 

@@ -19,13 +19,13 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from costmodel import checks
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.model_step import (ModelHardware, Pricing, decode_times, device_slice, kv_bytes,
                                   largest_batch_in_memory, model_hardware, phase_time, pricing, weight_bytes)
 from costmodel.presets import ModelPreset
 from costmodel.vocab import DEFAULTS, MAX_DIM, SIDE_BY_SIDE
-from costmodel.workload import check_count
 
 #: The most decode steps one request may ask for (a million steps evaluate in well under a second).
 MAX_OUTPUT = 1 << 24
@@ -64,13 +64,15 @@ class RequestPrediction(BaseModel):
 
 
 def _check(batch: int, input_len: int, output_len: int, m: ModelPreset | None = None) -> None:
+    if m is not None:
+        checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     if m is not None and m.architecture != "decoder":
         raise CostModelError(f"requests are modelled for decoder-only models; {m.id} is {m.architecture} "
                              "(its decode step and prefill are priced without a request: a context and a source "
                              "length)")
-    check_count("batch", batch)
-    check_count("input_len", input_len)
-    check_count("output_len", output_len)
+    checks.count("batch", batch)
+    checks.count("input_len", input_len)
+    checks.count("output_len", output_len)
     if output_len > MAX_OUTPUT:
         raise CostModelError(f"output_len must be at most {MAX_OUTPUT}, got {output_len}")
 
@@ -162,9 +164,11 @@ def largest_batch(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output
     """The largest batch meeting the mean-TPOT and TTFT targets within memory (bisection: both times grow
     with the batch), what binds at batch + 1, and the throughput and cost there."""
     _check(1, input_len, output_len, m)
-    for name, value in (("tpot target", tpot_s), ("ttft target", ttft_s), ("price per hour", price_per_hour)):
-        if value is not None and not (value > 0 and np.isfinite(value)):
-            raise CostModelError(f"{name} must be a positive number, got {value!r}")
+    # a latency target of more than a day, or a device-hour of more than a million, is a unit mistake
+    for name, value, most in (("tpot_s", tpot_s, 86400), ("ttft_s", ttft_s, 86400),
+                              ("price_per_hour", price_per_hour, 1e6)):
+        checks.number(name, value, most=most, optional=True)
+    checks.count("max_batch", max_batch)
     pr = pricing(m, hw, **conventions)
     limit = min(memory_batch(m, pr, input_len, output_len), max_batch)
 
@@ -213,6 +217,12 @@ def capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: int, 
              variants: bool = True, **conventions) -> CapacityReport:
     """:func:`largest_batch` on every device, for the model as published and (``variants``) its MHA, GQA
     and MQA versions (GQA with gcd(h, 8) key/value heads)."""
+    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
+    if not isinstance(devices, (list, tuple)) or not devices:
+        raise CostModelError(f"devices must be a non-empty list of HardwareProfile, got {devices!r}"[:200])
+    for hw in devices:
+        checks.instance("devices", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    checks.flag("variants", variants)
     layouts = with_variants(m) if variants else [m]
     points = [largest_batch(layout, hw, input_len=input_len, output_len=output_len, tpot_s=tpot_s, ttft_s=ttft_s,
                             price_per_hour=price_per_hour, **conventions)

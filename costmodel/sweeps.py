@@ -11,6 +11,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
+from costmodel import checks
 from costmodel import symbols as S
 from costmodel.compiled import ARGS, compile_program
 from costmodel.errors import CostModelError
@@ -160,8 +161,22 @@ def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: 
     context, seq, groups, ...); ``values`` is a list or a range (``"128:32768:x2"``)."""
     from costmodel.roofline import hardware_summary
 
-    workloads = [workloads] if isinstance(workloads, Workload) else list(workloads)
-    values = parse_range(values, max_points) if isinstance(values, str) else [int(x) for x in values]
+    workloads = [workloads] if isinstance(workloads, Workload) else workloads
+    if not isinstance(workloads, (list, tuple)) or not workloads:
+        raise CostModelError(f"workloads must be a Workload or a non-empty list of them, got {workloads!r}"[:200])
+    for w in workloads:
+        checks.instance("workloads", w, Workload, "a Workload (Workload.create(...))")
+    checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    parameter = checks.text("parameter", parameter)
+    max_points = checks.count("max_points", max_points)
+    if isinstance(values, str):
+        values = parse_range(values, max_points)
+    elif isinstance(values, (list, tuple)) or hasattr(values, "__array__"):
+        if len(values) > max_points:
+            raise _too_many(f"{len(values)} values", len(values), max_points)
+        values = [checks.count("values", x, least=0) for x in (values.tolist() if hasattr(values, "tolist") else values)]
+    else:
+        raise CostModelError(f"values must be a list of integers or a range such as '128:32768:x2', got {values!r}"[:200])
     if not values:
         raise CostModelError("a sweep needs at least one value")
     if len(values) > max_points:

@@ -69,7 +69,9 @@ MLA_FORMS: tuple[str, ...] = ("absorbed", "naive")
 
 def choice(kind: str, value: str, choices: tuple[str, ...] | dict) -> str:
     """``value`` lower-cased if it is one of ``choices``; an error naming the valid ones otherwise."""
-    key = value.lower() if isinstance(value, str) else value
+    if not isinstance(value, str):
+        raise CostModelError(f"{kind} must be a string, one of {', '.join(choices)}; got {value!r}"[:300])
+    key = value.lower()
     if key not in choices:
         raise CostModelError(f"unknown {kind} {value!r}; valid values are {', '.join(choices)}")
     return key

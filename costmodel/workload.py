@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from costmodel import checks
 
 from costmodel.errors import CostModelError
 from costmodel.vocab import (DEFAULTS, MAX_DIM, PREDICT_MODES, SIDE_BY_SIDE, CacheAppend, Dtype, Execution, PredictMode,
@@ -18,18 +20,24 @@ class Workload(BaseModel):
 
     variant: Variant
     mode: PredictMode
-    b: int = Field(ge=1, le=MAX_DIM)
-    n: int = Field(ge=1, le=MAX_DIM)
-    m: int = Field(ge=0, le=MAX_DIM)
-    d: int = Field(ge=1, le=MAX_DIM)
-    h: int = Field(ge=1, le=MAX_DIM)
-    g: int = Field(ge=1, le=MAX_DIM)
-    k: int = Field(ge=1, le=MAX_DIM)
-    v: int = Field(ge=1, le=MAX_DIM)
+    b: int = Field(strict=True, ge=1, le=MAX_DIM)
+    n: int = Field(strict=True, ge=1, le=MAX_DIM)
+    m: int = Field(strict=True, ge=0, le=MAX_DIM)
+    d: int = Field(strict=True, ge=1, le=MAX_DIM)
+    h: int = Field(strict=True, ge=1, le=MAX_DIM)
+    g: int = Field(strict=True, ge=1, le=MAX_DIM)
+    k: int = Field(strict=True, ge=1, le=MAX_DIM)
+    v: int = Field(strict=True, ge=1, le=MAX_DIM)
     dtype: Dtype = "bf16"
-    layers: int = Field(default=1, ge=1, le=MAX_DIM)
+    layers: int = Field(default=1, strict=True, ge=1, le=MAX_DIM)
     execution: Execution = "unfused"
     cache_append: CacheAppend = "inplace"
+
+    def __init__(self, **data):
+        try:
+            super().__init__(**data)
+        except ValidationError as err:  # built directly: the same one error type as create()
+            raise CostModelError(pydantic_message(err)) from None
 
     @model_validator(mode="after")
     def _heads(self) -> Workload:
@@ -63,10 +71,14 @@ class Workload(BaseModel):
         incremental mode and m = n in batched mode; GQA's g = gcd(h, 8).
         """
         mode = choice("mode", mode, PREDICT_MODES)
+        for name, value in (("variant", variant), ("dtype", dtype), ("execution", execution),
+                            ("cache_append", cache_append)):
+            checks.text(name, value)
         for name, value in (("batch", batch), ("seq", seq), ("context", context), ("d_model", d_model),
                             ("heads", heads), ("groups", groups), ("head_dim", head_dim), ("value_dim", value_dim),
                             ("layers", layers)):
-            check_count(name, value, least=0 if name == "context" else 1)
+            checks.count(name, value, least=0 if name == "context" else 1,
+                         optional=name in ("seq", "context", "groups", "head_dim", "value_dim"))
         g = kv_heads(variant, heads, groups)
         if mode == "generate" and context is not None:
             raise CostModelError("context does not apply in generate mode (it starts from an empty cache); use seq")
@@ -83,7 +95,7 @@ class Workload(BaseModel):
                 k=head_dim or d_model // heads, v=value_dim or head_dim or d_model // heads,
                 dtype=dtype.lower(), layers=layers, execution=execution.lower(), cache_append=cache_append.lower(),
             )
-        except ValueError as err:  # pydantic's ValidationError is a ValueError
+        except ValidationError as err:
             raise CostModelError(pydantic_message(err)) from None
 
     def dims(self) -> dict[str, int]:
@@ -92,8 +104,7 @@ class Workload(BaseModel):
 
 def check_count(name: str, value, least: int = 1) -> None:
     """``value`` (when given) must be an integer from ``least`` to MAX_DIM."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_DIM):
-        raise CostModelError(f"{name} must be an integer from {least} to {MAX_DIM}, got {value!r}")
+    checks.count(name, value, least, optional=True)
 
 
 def pydantic_message(err: ValueError, origin: str = "") -> str:
