@@ -73,12 +73,46 @@ def check_depth(text: str, origin: str) -> None:
         raise CostModelError(f"{origin}: nested more than {MAX_DEPTH} levels deep; profiles and configs are flat")
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
+def _loader():
+    """A safe YAML loader that refuses a key given twice in one mapping (the second would silently win) and
+    reads ``1e12`` as a number, as YAML 1.2 and JSON do (YAML 1.1 wants ``1.0e+12`` and reads ``1e12`` as text)."""
+    import re
+
+    import yaml
+
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise DuplicateKey(f"key {key!r} is given twice (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789."))
+    return Loader
+
+
+_LOADER = []
+
+
 def load_yaml(text: str, origin: str):
     import yaml
 
     check_depth(text, origin)
+    if not _LOADER:
+        _LOADER.append(_loader())
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(text, Loader=_LOADER[0])
+    except DuplicateKey as err:
+        raise CostModelError(f"{origin}: {err}") from None
     except yaml.YAMLError as err:
         raise CostModelError(f"{origin}: not valid YAML ({str(err).splitlines()[0]})") from None
     except RecursionError:
@@ -89,8 +123,16 @@ def load_json(text: str, origin: str):
     import json
 
     check_depth(text, origin)
+    def unique(pairs):
+        out = dict(pairs)
+        if len(out) < len(pairs):
+            seen = set()
+            twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise CostModelError(f"{origin}: key {twice!r} is given twice")
+        return out
+
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as err:
         raise CostModelError(f"{origin}: not valid JSON ({err.msg} at line {err.lineno})") from None
     except RecursionError:

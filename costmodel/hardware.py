@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from costmodel.errors import CostModelError
 from costmodel.files import load_yaml, read_text
@@ -29,24 +29,65 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Sourced(_Strict):
-    """A positive number with the key of its source and a confidence label."""
+def _number(low: float, high: float, *, low_open: bool = False, high_open: bool = False):
+    """A finite number (not a boolean, not a string) in a range; each range below says what it means."""
+    bounds = {"gt" if low_open else "ge": low, "lt" if high_open else "le": high}
+    return Annotated[float, Field(strict=True, allow_inf_nan=False, **bounds)]
 
-    value: float = Field(gt=0, allow_inf_nan=False)
+
+#: The ranges a profile's numbers must lie in: what is physically meaningful for one device, far wider than
+#: any device shipped (a megaflop to an exaflop per second, a megabyte to ten petabytes per second, a
+#: kilobyte to a petabyte), so that every accepted profile prices to finite, positive times.
+FlopRate = _number(1e6, 1e18)
+ByteRate = _number(1e6, 1e16)
+Bytes = _number(1e3, 1e15)
+Hertz = _number(1e6, 1e11)
+#: A cost per call or a latency: at least zero and below a second.
+Seconds = _number(0.0, 1.0, high_open=True)
+#: A fraction of a peak.
+Fraction = _number(0.0, 1.0, low_open=True)
+#: A count of units (SMs, cores, tile rows).
+Count = Annotated[int, Field(strict=True, ge=1, le=1 << 20)]
+
+
+class Sourced(_Strict):
+    """A positive number with the key of its source and a confidence label; the subclasses say its range."""
+
+    value: float = Field(gt=0, allow_inf_nan=False, strict=True)
     source: str
     confidence: Confidence
 
 
-class SourcedCost(Sourced):
-    """A sourced fixed cost in seconds, which may be zero (a device or timing with no per-call overhead)."""
+class SourcedFlops(Sourced):
+    value: FlopRate
 
-    value: float = Field(ge=0, allow_inf_nan=False)
+
+class SourcedBandwidth(Sourced):
+    value: ByteRate
+
+
+class SourcedBytes(Sourced):
+    value: Bytes
+
+
+class SourcedClock(Sourced):
+    value: Hertz
+
+
+class SourcedCount(Sourced):
+    value: Count
+
+
+class SourcedCost(Sourced):
+    """A sourced time in seconds, which may be zero (a device or timing with no per-call overhead)."""
+
+    value: Seconds
 
 
 class Tile(_Strict):
     """Shape of the matrix unit's native tile (e.g. TPU MXU 128 x 128, NVIDIA mma m16n8k16)."""
 
-    shape: tuple[int, ...] = Field(min_length=2, max_length=3)
+    shape: tuple[Count, ...] = Field(min_length=2, max_length=3)
     source: str
     confidence: Confidence
 
@@ -60,8 +101,8 @@ class OpClass(_Strict):
     bandwidth its kernel achieves per dtype, and its per-op overhead. Absent entries fall back to the
     profile-wide figures."""
 
-    flops_per_s: dict[Dtype, Sourced] = Field(default_factory=dict)
-    bandwidth_bytes_per_s: dict[Dtype, Sourced] = Field(default_factory=dict)
+    flops_per_s: dict[Dtype, SourcedFlops] = Field(default_factory=dict)
+    bandwidth_bytes_per_s: dict[Dtype, SourcedBandwidth] = Field(default_factory=dict)
     overhead_s: SourcedCost | None = None
 
 
@@ -75,8 +116,8 @@ class Architecture(_Strict):
     streaming multiprocessors (NVIDIA SMs, AMD CUs, TPU TensorCores) and the boost clock."""
 
     generation: str = Field(pattern=r"^[a-z0-9_]+$")
-    compute_units: Sourced
-    clock_hz: Sourced | None = None  # not published for every device
+    compute_units: SourcedCount
+    clock_hz: SourcedClock | None = None  # not published for every device
 
 
 class ClassEfficiency(_Strict):
@@ -98,31 +139,41 @@ class ClassEfficiency(_Strict):
     hides its memory traffic (``max``, a GPU's many warps in flight) or the two follow each other (``sum``: a
     CPU core that streams a block and then computes on it)."""
 
-    fixed_s: dict[Timing, float] = Field(default_factory=dict)
-    compute_efficiency: float = Field(1.0, gt=0, le=1)
-    small_tile_exponent: float = Field(0.0, ge=0, le=2)
-    tile_k_overhead: float = Field(0.0, ge=0, allow_inf_nan=False)
-    pack_passes: float = Field(0.0, ge=0, le=16)  # extra passes over a GEMM's K x N operand when M > 1
-    bandwidth_ceiling: float = Field(1.0, gt=0, le=1)
-    bandwidth_half_bytes: float = Field(0.0, ge=0, allow_inf_nan=False)
-    bandwidth_exponent: float = Field(1.0, gt=0, le=1)  # <= 1: time never falls as bytes grow
-    unit_sm_s: float = Field(0.0, ge=0, allow_inf_nan=False)
-    split_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    fixed_s: dict[Timing, Seconds] = Field(default_factory=dict)
+    compute_efficiency: Fraction = 1.0
+    small_tile_exponent: _number(0.0, 2.0) = 0.0
+    tile_k_overhead: _number(0.0, 1e6) = 0.0  # reduction steps
+    pack_passes: _number(0.0, 16.0) = 0.0  # extra passes over a GEMM's K x N operand when M > 1
+    bandwidth_ceiling: Fraction = 1.0
+    bandwidth_half_bytes: _number(0.0, 1e15) = 0.0
+    bandwidth_exponent: Fraction = 1.0  # <= 1: time never falls as bytes grow
+    unit_sm_s: Seconds = 0.0
+    split_s: Seconds = 0.0
     split_kv: Literal["always", "grouped"] = "always"
-    unsplit_sm_bandwidth: float = Field(0.0, ge=0, allow_inf_nan=False)  # 0: no unsplit contexts
-    group_copy_s: float = Field(0.0, ge=0, allow_inf_nan=False)
-    cache_write_ceiling: float | None = Field(None, gt=0, le=1)  # None: the prefill call writes no cache
-    pack_gqa: bool = False  # a prefill tile holds the query heads of a group (FlashAttention-3)
-    score_s: float = Field(0.0, ge=0, allow_inf_nan=False)  # device time per attention score (softmax)
-    tile_s: float = Field(0.0, ge=0, allow_inf_nan=False)  # SM time of a prefill query tile's prologue and epilogue
+    unsplit_sm_bandwidth: _number(0.0, 1e16) = 0.0  # 0: no unsplit contexts; else at least a megabyte/s
+    group_copy_s: Seconds = 0.0
+    cache_write_ceiling: Fraction | None = None  # None: the prefill call writes no cache
+    pack_gqa: bool = Field(False, strict=True)  # a prefill tile holds the query heads of a group (FlashAttention-3)
+    score_s: Seconds = 0.0  # device time per attention score (softmax)
+    tile_s: Seconds = 0.0  # SM time of a prefill query tile's prologue and epilogue
     overlap: Literal["max", "sum"] = "max"  # compute and memory time overlap (max) or add up (sum)
     fitted: tuple[str, ...] = ()  # the names of the parameters fitted to data (the rest are defaults)
 
+    @field_validator("unsplit_sm_bandwidth")
+    @classmethod
+    def _off_or_a_rate(cls, value: float) -> float:
+        if 0 < value < 1e6:
+            raise ValueError("must be 0 (no unsplit contexts) or a bandwidth of at least 1e6 bytes per second")
+        return value
+
+
+Percent = _number(0.0, 1e6)
+
 
 class FitError(_Strict):
-    n: int
-    median_abs_error_pct: float
-    p90_abs_error_pct: float
+    n: Annotated[int, Field(strict=True, ge=0)]
+    median_abs_error_pct: Percent
+    p90_abs_error_pct: Percent
 
 
 class Efficiency(_Strict):
@@ -143,11 +194,11 @@ class Efficiency(_Strict):
 class Noise(_Strict):
     """How quiet the machine was while a profile was measured."""
 
-    load_average: float | None
-    cores: int
-    threads: int
-    median_spread: float | None
-    speed_since_calibration: float | None = None  # read bandwidth now over the calibrated profile's
+    load_average: _number(0.0, 1e6) | None
+    cores: Count
+    threads: Count
+    median_spread: _number(0.0, 1e6) | None
+    speed_since_calibration: _number(0.0, 1e6, low_open=True) | None = None  # read bandwidth now over the calibrated profile's
     busy: bool
     warning: str | None = None
 
@@ -170,15 +221,15 @@ class HardwareProfile(_Strict):
     name: str
     vendor: str
     kind: Literal["gpu", "tpu", "cpu"]
-    peak_flops_per_s: dict[Dtype, Sourced] = Field(min_length=1)
-    memory_bandwidth_bytes_per_s: Sourced
-    memory_capacity_bytes: Sourced
-    on_chip_memory_bytes: Sourced
+    peak_flops_per_s: dict[Dtype, SourcedFlops] = Field(min_length=1)
+    memory_bandwidth_bytes_per_s: SourcedBandwidth
+    memory_capacity_bytes: SourcedBytes
+    on_chip_memory_bytes: SourcedBytes
     on_chip_memory_kind: str
     matrix_tile: Tile | None = None
     launch_overhead_s: SourcedCost
-    interconnect_bytes_per_s: Sourced | None = None  # total over both directions, as vendors quote it
-    interconnect_latency_s: Sourced | None = None
+    interconnect_bytes_per_s: SourcedBandwidth | None = None  # total over both directions, as vendors quote it
+    interconnect_latency_s: SourcedCost | None = None
     interconnect: str | None = None
     op_classes: dict[OpClassName, OpClass] = Field(default_factory=dict)
     measured: Measured | None = None

@@ -436,8 +436,8 @@ def measure_profile(device: str, quick: bool, threads: int | None = None) -> tup
     profile = profile_from(m, device)
     profile["architecture"] = {
         "generation": "measured",
-        "compute_units": {"value": float(torch.cuda.get_device_properties(0).multi_processor_count)
-                          if device == "cuda" else float(torch.get_num_threads()),
+        "compute_units": {"value": int(torch.cuda.get_device_properties(0).multi_processor_count)
+                          if device == "cuda" else int(torch.get_num_threads()),
                           "source": "system", "confidence": "high"},
     }
     return profile, load_before, start
