@@ -258,6 +258,21 @@ UNSUPPORTED_KEYS = {
     "linear_num_key_heads": "linear attention layers", "attention_hidden_size": "recurrent (RWKV) layers",
     "type_vocab_size": "an encoder-only (BERT-style) model", "cross_attention_layers": "cross-attention to images",
 }
+#: Model types and architecture names (lower case, a substring) the model cannot price, whatever keys a config
+#: gives: state-space, recurrent and hybrid families, and encoder-only models.
+UNSUPPORTED_TYPES = {
+    "mamba": "state-space (Mamba) layers", "jamba": "hybrid attention/state-space layers",
+    "zamba": "hybrid attention/state-space layers", "bamba": "hybrid attention/state-space layers",
+    "nemotron_h": "hybrid attention/state-space layers", "nemotronh": "hybrid attention/state-space layers",
+    "granitemoehybrid": "hybrid attention/state-space layers", "plamo2": "hybrid attention/state-space layers",
+    "falcon_h1": "hybrid attention/state-space layers", "falconh1": "hybrid attention/state-space layers",
+    "rwkv": "recurrent (RWKV) layers", "recurrent_gemma": "recurrent layers", "recurrentgemma": "recurrent layers",
+    "xlstm": "recurrent (xLSTM) layers", "retnet": "retention layers", "hyena": "long-convolution layers",
+    "lfm2": "hybrid convolution/attention layers", "minimax_m1": "hybrid linear/full attention layers",
+    "qwen3_next": "hybrid linear/full attention layers", "qwen3next": "hybrid linear/full attention layers",
+    "bert": "an encoder-only (BERT-style) model", "roberta": "an encoder-only (BERT-style) model",
+    "deberta": "an encoder-only (BERT-style) model", "electra": "an encoder-only (BERT-style) model",
+}
 #: The activations of gated (GLU) feed-forward blocks: SiLU is SwiGLU in every decoder that uses it.
 GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
 SUPPORTED = ("decoder-only transformers with dense or mixture-of-experts feed-forward blocks, grouped-query or "
@@ -280,7 +295,9 @@ def _gated(cfg: dict) -> bool:
 
 def _refuse_unsupported(cfg: dict, path: str) -> None:
     found = next((key for key in UNSUPPORTED_KEYS if cfg.get(key) not in (None, False)), None)
-    archs = [str(a) for a in cfg.get("architectures") or ()]
+    archs = cfg.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise CostModelError(f"{path}: architectures must be a list of names, got {archs!r}"[:200])
     what = UNSUPPORTED_KEYS[found] if found else None
     if what is None and archs and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"))
                                           for a in archs):
@@ -288,6 +305,12 @@ def _refuse_unsupported(cfg: dict, path: str) -> None:
     types = {str(t) for t in cfg.get("layer_types") or ()} - {"full_attention", "sliding_attention"}
     if what is None and types:
         what = f"layer types {', '.join(sorted(types))}"
+    names = [str(cfg.get("model_type") or "").lower(), *(a.lower() for a in archs)]
+    typed = next((t for t in UNSUPPORTED_TYPES for n in names if t in n.replace("-", "_")), None)
+    if what is None and typed is not None:
+        where = next(n for n in names if typed in n.replace("-", "_"))
+        raise CostModelError(f"{path}: cannot model {UNSUPPORTED_TYPES[typed]} (model type or architecture {where!r}); "
+                             f"supported: {SUPPORTED}")
     if what is not None:
         where = f" (key {found})" if found else ""
         raise CostModelError(f"{path}: cannot model {what}{where}; supported: {SUPPORTED}")
@@ -329,13 +352,17 @@ def _moe(cfg: dict, path: str, layers: int, count) -> dict | None:
         shared = count("n_shared_experts") * width
     # which layers are MoE: DeepSeek's first_k_dense_replace and moe_layer_freq; Qwen's decoder_sparse_step
     # and mlp_only_layers
-    dense_first = int(cfg.get("first_k_dense_replace") or 0)
-    every = int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1)
-    only_mlp = set(cfg.get("mlp_only_layers") or ())
+    dense_first = _count(cfg, path, ("first_k_dense_replace",), 0) if cfg.get("first_k_dense_replace") else 0
+    every = count("moe_layer_freq", "decoder_sparse_step", default=1)
+    only_mlp = cfg.get("mlp_only_layers") or []
+    if not isinstance(only_mlp, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only_mlp):
+        raise CostModelError(f"{path}: mlp_only_layers must be a list of layer indices, got {only_mlp!r}"[:200])
+    # counted in closed form (a config may declare 2^40 layers): layers i with (i + 1) % every == 0 (Qwen), or
+    # i >= dense_first with i % every == 0 (DeepSeek)
     if "decoder_sparse_step" in cfg:
-        moe_layers = sum(1 for i in range(layers) if i not in only_mlp and (i + 1) % every == 0)
+        moe_layers = layers // every - len({i for i in only_mlp if 0 <= i < layers and (i + 1) % every == 0})
     else:
-        moe_layers = sum(1 for i in range(dense_first, layers) if i % every == 0)
+        moe_layers = (layers - 1) // every - (dense_first + every - 1) // every + 1 if dense_first < layers else 0
     if moe_layers == 0:
         return None
     return {"experts": experts, "experts_per_token": top_k, "expert_d_ff": width, "shared_d_ff": shared,
@@ -343,17 +370,22 @@ def _moe(cfg: dict, path: str, layers: int, count) -> dict | None:
             "router_bias": str(cfg.get("topk_method", "")).lower() == "noaux_tc", "layers": moe_layers}
 
 
-def _windows(cfg: dict, layers: int) -> tuple[int | None, int]:
+def _windows(cfg: dict, layers: int, path: str) -> tuple[int | None, int]:
     """(window, local layers): ``layer_types`` when given; Gemma 2's hybrid cache (even layers local);
     every layer when a window is set and not switched off."""
     window = cfg.get("sliding_window")
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0 or cfg.get("use_sliding_window") is False:
+    if window is None or cfg.get("use_sliding_window") is False:
         return None, 0
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_DIM:
+        raise CostModelError(f"{path}: field sliding_window must be an integer from 1 to {MAX_DIM} (null for no "
+                             f"window), got {window!r}"[:200])
     types = cfg.get("layer_types")
     if types:
         local = sum(1 for t in types[:layers] if t == "sliding_attention")
     elif cfg.get("sliding_window_pattern"):
-        local = sum(1 for i in range(layers) if (i + 1) % int(cfg["sliding_window_pattern"]))
+        # every pattern-th layer is global, the rest local: counted in closed form
+        pattern = _count(cfg, path, ("sliding_window_pattern",))
+        local = layers - layers // pattern
     elif cfg.get("cache_implementation") == "hybrid":
         local = (layers + 1) // 2
     else:
@@ -411,13 +443,13 @@ def load_hf_config(path: str) -> ModelPreset:
     elif "pre_feedforward_layernorm" in cfg or cfg.get("query_pre_attn_scalar") is not None:
         norms = 4  # Gemma 2 and later: a norm before and after attention and the feed-forward block
     mla = None
-    if cfg.get("kv_lora_rank"):
+    if cfg.get("kv_lora_rank") is not None:  # a rank of 0 is an error (count), never "no latent"
         mla = {"kv_rank": count("kv_lora_rank"), "rope_dim": count("qk_rope_head_dim"),
                "nope_dim": count("qk_nope_head_dim"), "value_dim": count("v_head_dim"),
                "q_rank": count("q_lora_rank")}
         if None in (mla["rope_dim"], mla["nope_dim"], mla["value_dim"]):
             raise CostModelError(f"{path}: kv_lora_rank without qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
-    window, local = _windows(cfg, layers)
+    window, local = _windows(cfg, layers, path)
     head_dim = count("head_dim", "d_kv", default=d // heads if d % heads == 0 else None)
     if mla:
         head_dim = mla["nope_dim"] + mla["rope_dim"]

@@ -263,6 +263,14 @@ UNSUPPORTED = [
       "num_local_experts": 8}, "8 experts but no num_experts_per_tok"),
     ({"hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 2, "vocab_size": 100,
       "quantization_config": {"quant_method": "hqq", "nbits": 3}}, "cannot read quantization_config with quant_method 'hqq'"),
+    # refused by the type's name when no key gives it away
+    ({"model_type": "mamba", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 24,
+      "vocab_size": 50280}, "cannot model state-space (Mamba) layers (model type or architecture 'mamba')"),
+    ({"hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 24, "vocab_size": 50280,
+      "architectures": ["MambaForCausalLM"]}, "cannot model state-space (Mamba) layers (model type or architecture "
+                                               "'mambaforcausallm')"),
+    ({"model_type": "rwkv", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 24,
+      "vocab_size": 50280}, "cannot model recurrent (RWKV) layers"),
 ]
 
 
@@ -277,6 +285,62 @@ def test_unsupported_configs_are_refused(tmp_path, cfg, expected):
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert result.exit_code == 1 and len(errors) == 1 and expected in errors[0] and "Traceback" not in result.output
     assert "supported:" in errors[0] or "experts" in expected or "quantization" in expected
+
+
+DEEPSEEK_LIKE = {"hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 4, "vocab_size": 1000,
+                 "intermediate_size": 4096, "hidden_act": "silu", "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                 "v_head_dim": 128}
+
+
+@pytest.mark.parametrize("cfg,expected", [
+    ({**DEEPSEEK_LIKE, "kv_lora_rank": 0}, "field kv_lora_rank must be an integer from 1 to 1099511627776, got 0"),
+    ({**DEEPSEEK_LIKE, "kv_lora_rank": 512, "q_lora_rank": 0}, "field q_lora_rank must be an integer from 1"),
+    ({**DEEPSEEK_LIKE, "sliding_window": 0}, "field sliding_window must be an integer from 1 to 1099511627776 "
+                                             "(null for no window), got 0"),
+    ({**DEEPSEEK_LIKE, "sliding_window": -1}, "field sliding_window must be an integer from 1"),
+    ({**DEEPSEEK_LIKE, "sliding_window": "4096"}, "field sliding_window must be an integer from 1"),
+    ({**DEEPSEEK_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": 0},
+     "field moe_layer_freq must be an integer from 1"),
+    ({**DEEPSEEK_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+      "mlp_only_layers": "0"}, "mlp_only_layers must be a list of layer indices"),
+])
+def test_zero_ranks_and_windows_are_errors_not_defaults(tmp_path, cfg, expected):
+    """A zero latent rank is not MHA and a zero or negative window is not 'no window': each is refused."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(CostModelError) as err:
+        load_model(str(path))
+    assert expected in str(err.value)
+
+
+def test_a_disabled_window_may_be_anything(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**DEEPSEEK_LIKE, "sliding_window": 4096, "use_sliding_window": False}))
+    assert load_model(str(path)).sliding_window is None
+
+
+@pytest.mark.parametrize("layers", [7, 60, 61, 2**40])
+@pytest.mark.parametrize("style", ["deepseek", "qwen"])
+def test_moe_layer_count_in_closed_form(tmp_path, layers, style):
+    """The MoE layers of a config are counted without a loop over its layers (2^40 of them in microseconds),
+    equal to a brute-force count where one can run."""
+    cfg = {**DEEPSEEK_LIKE, "num_hidden_layers": layers, "n_routed_experts": 16, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 512}
+    if style == "deepseek":
+        cfg |= {"first_k_dense_replace": 3, "moe_layer_freq": 2}
+        brute = lambda: sum(1 for i in range(3, layers) if i % 2 == 0)  # noqa: E731
+    else:
+        cfg |= {"decoder_sparse_step": 3, "mlp_only_layers": [2, 5, 6, 10**6]}
+        brute = lambda: sum(1 for i in range(layers) if i not in (2, 5, 6, 10**6) and (i + 1) % 3 == 0)  # noqa: E731
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = load_model(str(path))
+    expected = brute() if layers < 10**6 else (
+        (layers - 1) // 2 - 2 + 1 if style == "deepseek" else layers // 3 - 2)  # by hand for 2^40 layers
+    assert (m.moe.layers if m.moe else 0) == expected
+    if layers == 2**40:  # and the whole model prices without a loop over its layers
+        p = predict_model(m, load_profile("h100"), batch=1, context=16)
+        assert p.total.tpot_s > 0
 
 
 def test_gating_follows_the_activation_not_the_model_type(tmp_path):
