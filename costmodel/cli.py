@@ -10,7 +10,8 @@ import click
 
 from costmodel import cli_figures
 from costmodel.cli_serving import capacity, model_options
-from costmodel.cli_options import (CONTEXT, ErrorLineGroup, FilePath, Positive, check_writable, choices, dim_options,
+from costmodel.files import wrote
+from costmodel.cli_options import (csv_to_stdout, echo_lines, CONTEXT, ErrorLineGroup, FilePath, Name, Positive, check_writable, choices, dim_options,
                                    dtype_option, emit_json, emit_records, format_option, given, groups_option,
                                    json_option, max_points_option, output_format, workload_options, write_csv)
 from costmodel.errors import CostModelError
@@ -153,7 +154,7 @@ def hardware_show(name, as_json) -> None:
 
 
 @main.command()
-@click.option("--gpu", "gpus", multiple=True, required=True,
+@click.option("--gpu", "gpus", multiple=True, required=True, type=Name(),
               help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path; repeat to compare devices")
 @click.option("--variant", type=choices(DERIVE_VARIANTS),
               help="one variant (default: MHA, GQA and MQA side by side); with --model: re-price the model with "
@@ -230,11 +231,14 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
                                  f"{', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}")
         if csv_path is not None:
             check_writable(csv_path)
+            fmt = csv_to_stdout(csv_path, fmt)
         results = [sweep(chosen, hw, name, text, overlap, max_points, timing, without) for hw in hws]
         records = results[0].records if len(hws) == 1 else [{"device": hw.id, **r} for hw, result in zip(hws, results)
                                                             for r in result.records]
         if csv_path is not None:
             write_csv(csv_path, records)
+        if fmt == "none":
+            return
         if fmt == "json":
             emit_json(records)
         elif fmt in ("csv", "markdown"):
@@ -245,8 +249,8 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
             from costmodel.text import sweeps_table
 
             click.echo(sweeps_table(results))
-        if csv_path is not None and fmt == "table":
-            click.echo(f"wrote {csv_path}")
+        if fmt == "table":
+            echo_lines(wrote(csv_path))
         return
     from costmodel.roofline import compare
 

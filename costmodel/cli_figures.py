@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from costmodel.cli_options import (FilePath, Positive, check_writable, choices, dim_options, dtype_option, emit_json,
+from costmodel.files import wrote
+from costmodel.cli_options import (echo_lines, ErrorLineGroup, FilePath, Name, OnceCommand, Positive, check_writable, choices, dim_options, dtype_option, emit_json,
                                    emit_records, format_option, given, groups_option, json_option, max_points_option,
                                    output_format, title_dims, workload_options, write_csv)
 from costmodel.cli_serving import model_options
@@ -14,8 +15,8 @@ from costmodel.errors import CostModelError
 from costmodel.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
 
 
-@click.command()
-@click.option("--gpu", "gpus", multiple=True, required=True, help="device id, alias or YAML path (repeatable)")
+@click.command(cls=OnceCommand)
+@click.option("--gpu", "gpus", multiple=True, required=True, type=Name(), help="device id, alias or YAML path (repeatable)")
 @groups_option
 @dim_options
 @dtype_option
@@ -43,11 +44,11 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
     title = (f"Roofline on {', '.join(h.name for h in hws)}\n"
              f"decode step b={w.b}, m={w.m}; prefill b={p.b}, n={p.n}, m={p.m}; {title_dims(w)}")
     save(draw_roofline(hws, decode + prefill, title), out)
-    click.echo(f"wrote {out}")
+    echo_lines(wrote(out))
 
 
-@click.command("sweep")
-@click.option("--gpu", "gpus", multiple=True, required=True,
+@click.command("sweep", cls=OnceCommand)
+@click.option("--gpu", "gpus", multiple=True, required=True, type=Name(),
               help="device id, alias or YAML path (repeatable with --model: one curve per device)")
 @click.option("--x", "x_name", type=choices(["context", "batch", "groups", "seq", "input-len", "output-len"]),
               required=True, help="the dimension on the x axis (with --model: batch, context, input-len, output-len)")
@@ -118,10 +119,10 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
                   [{"device": d.id, **r} for d, res, _ in runs for r in res.records])
     more = [(d, res.records, lim) for d, res, lim in runs[1:]]
     save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more), out)
-    click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
+    echo_lines(wrote(out, csv_path))
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @click.option("--device", type=choices(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--out", required=True, type=FilePath(), help="profile YAML to write")
 @click.option("--quick", is_flag=True, help="smaller sizes and shorter timing (seconds, not tens of seconds)")
@@ -141,7 +142,7 @@ def calibrate(device, out, quick, threads) -> None:
     click.echo(calibrate_command(device, out, quick, threads))
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @click.option("--device", type=choices(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--gpu", help="datasheet profile to compare (default: the profile whose device_names match the device)")
 @click.option("--profile", "profile_path", type=FilePath(),
@@ -199,7 +200,7 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
         click.echo(line)
 
 
-@click.group()
+@click.group(cls=ErrorLineGroup)
 def reproduce() -> None:
     """Reproduce the papers' results from the model, with every assumption shown."""
 
@@ -260,4 +261,4 @@ def reproduce_gqa(tp, plot_path, fmt, as_json) -> None:
 
         save(draw_groups(result), plot_path)
         if not as_json:
-            click.echo(f"wrote {plot_path}")
+            echo_lines(wrote(plot_path))

@@ -8,15 +8,61 @@ import sys
 import click
 
 from costmodel.errors import CostModelError
-from costmodel.vocab import (CACHE_APPENDS, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, MECHANISMS, OVERLAPS, PREDICT_MODES,
-                             TIMINGS)
+from costmodel.vocab import (DECIMAL, CACHE_APPENDS, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, MECHANISMS, OVERLAPS, PREDICT_MODES,
+                             TIMINGS, whole)
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def repeated_option(command: click.Command, args: list[str]) -> str | None:
+    """The first option of ``command`` that ``args`` give twice with different values (a single-valued option
+    keeps only its last value, so a conflict would pass silently), described for an error; else None."""
+    takes = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.multiple and not param.count:
+            for opt in (*param.opts, *param.secondary_opts):
+                takes[opt] = param
+    seen: dict[str, tuple[str, str]] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            break
+        opt, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = takes.get(opt)
+        if param is not None:
+            if param.is_flag:
+                value = opt
+            elif eq:
+                value = inline
+            else:
+                value = args[i + 1] if i + 1 < len(args) else ""
+                i += 1
+            before = seen.get(param.name)
+            if before is not None and before[1] != value:
+                return f"{before[0]} is given twice with different values ({before[1]!r} and {value!r}); give it once"
+            seen[param.name] = (opt, value)
+        i += 1
+    return None
+
+
+class OnceCommand(click.Command):
+    """A command whose single-valued options may not be given twice with different values."""
+
+    def parse_args(self, ctx, args):
+        problem = repeated_option(self, list(args))
+        if problem is not None:
+            raise click.UsageError(problem, ctx)
+        return super().parse_args(ctx, args)
+
+
 class ErrorLineGroup(click.Group):
     """Turns a :class:`CostModelError` into one ``Error:`` line and exit status 1; anything else that
-    escapes a command is a bug, reported in one line with the command that reproduces it (exit 3)."""
+    escapes a command is a bug, reported in one line with the command that reproduces it (exit 3). Its
+    commands are :class:`OnceCommand` and its groups of the same kind."""
+
+    command_class = OnceCommand
+    group_class = type
 
     def invoke(self, ctx: click.Context):
         try:
@@ -25,6 +71,14 @@ class ErrorLineGroup(click.Group):
             raise click.ClickException(str(err)) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # the reader of standard output went away (``| head``): nothing left to say
+            import os
+
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError, AttributeError):  # not a real file (a test's runner)
+                pass
+            raise SystemExit(1) from None
         except Exception as err:  # noqa: BLE001 - the one place that reports bugs without a traceback
             import shlex
 
@@ -33,6 +87,11 @@ class ErrorLineGroup(click.Group):
                                          f"`{command}`): {type(err).__name__}: {str(err)[:300]}")
             error.exit_code = 3
             raise error from None
+
+
+def echo_lines(lines) -> None:
+    for line in lines:
+        click.echo(line)
 
 
 def emit_json(data) -> None:
@@ -46,12 +105,40 @@ def emit_json(data) -> None:
     click.echo(text)
 
 
+class PositiveNumber(click.ParamType):
+    """A positive, finite decimal number in ASCII digits (``50``, ``2.5``, ``1e3``; no ``inf``, ``nan`` or
+    other scripts' digits)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            number = value
+        elif not isinstance(value, str) or not DECIMAL.fullmatch(value):
+            self.fail(f"{value!r} is not a positive decimal number (e.g. 50 or 2.5)", param, ctx)
+        else:
+            number = float(value)
+        if not 0 < number < float("inf"):
+            self.fail(f"{value!r} is not a positive, finite number", param, ctx)
+        return number
+
+
+class Name(click.ParamType):
+    """A name or path that is not empty (an unset shell variable gives an empty one)."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str) or not value.strip():
+            self.fail(f"{value!r} is empty; give a name or a path", param, ctx)
+        return value
+
+
 class Count(click.ParamType):
     """A whole number, optionally with a size suffix as serving engines write it (vLLM's convention): k, m,
     g are powers of 1000 and K, M, G powers of 1024, so ``--context 128k`` is 128000 and ``128K`` 131072."""
 
     name = "integer"
-    SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 
     def __init__(self, least: int = 1):
         self.least = least
@@ -60,13 +147,11 @@ class Count(click.ParamType):
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
-            text = str(value).strip()
-            scale = self.SUFFIXES.get(text[-1:], 1) if text else 1
-            digits = text[:-1] if scale != 1 else text
-            try:
-                number = int(digits) * scale
-            except ValueError:
-                self.fail(f"{value!r} is not a whole number (suffixes k, m, g = 1000^n; K, M, G = 1024^n)", param, ctx)
+            text = str(value)
+            number = whole(text)
+            if number is None:
+                self.fail(f"{value!r} is not a whole number: ASCII digits without a leading zero, optionally one "
+                          "suffix (k, m, g = 1000^n; K, M, G = 1024^n), e.g. 4096 or 128k", param, ctx)
         if not self.least <= number <= MAX_DIM:
             self.fail(f"{value} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
         return number
@@ -190,6 +275,16 @@ workload_options = _options(
     click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
                  help="switch a fitted mechanism off to see its share (repeatable; all: the datasheet roofline)"),
 )
+
+
+def csv_to_stdout(csv_path: str, fmt: str) -> str:
+    """The format left to print when ``--csv -`` already writes the rows to standard output: none (``"none"``);
+    another format asked for as well would interleave with it, an error."""
+    if csv_path != "-":
+        return fmt
+    if fmt != "table":
+        raise CostModelError(f"--csv - and --format {fmt} both write standard output; give one")
+    return "none"
 
 
 def check_writable(path: str) -> None:

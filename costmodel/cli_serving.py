@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli_options import (FORMATS, Positive, check_writable, choices, dtype_option, emit_json, emit_records,
+from costmodel.files import wrote
+from costmodel.cli_options import (csv_to_stdout, echo_lines, FORMATS, Name, OnceCommand, Positive, PositiveNumber, check_writable, choices, dtype_option, emit_json, emit_records,
                                    output_format, write_csv)
 from costmodel.errors import CostModelError
 from costmodel.vocab import DEFAULTS, DERIVE_VARIANTS, DTYPES, EXECUTIONS, MECHANISMS, MLA_FORMS, TIMINGS, WEIGHT_DTYPES
@@ -150,21 +151,22 @@ def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max
         raise CostModelError(f"--sweep {name.replace('_', '-')} values must be at least 1")
     if csv_path is not None:
         check_writable(csv_path)
+        fmt = csv_to_stdout(csv_path, fmt) if plot_path is None else fmt
     records = model_sweep(layouts, hws, name, values, batch=batch, context=context, input_len=input_len,
                           output_len=output_len, **pricing)
     if csv_path is not None:
         write_csv(csv_path, records)
-    if plot_path is None:
+    if plot_path is None and fmt != "none":
         _emit(fmt, records, records, lambda: model_sweep_table(records, name), single=False)
-        if csv_path is not None and fmt == "table":
-            click.echo(f"wrote {csv_path}")
+        if fmt == "table":
+            echo_lines(wrote(csv_path))
     return records
 
 
 def model_options(func):
     """The options of a whole-model prediction shared by predict, capacity and sweep."""
     options = [
-        click.option("--model", "model_name", help="preset id or alias (llama-3-8b, ...), a config.json or a folder"),
+        click.option("--model", "model_name", type=Name(), help="preset id or alias (llama-3-8b, ...), a config.json or a folder"),
         click.option("--tp", "--tensor-parallel-size", "-tp", "tp", type=Positive, default=DEFAULTS["tp"],
                      show_default=True, help="with --model: tensor-parallel devices"),
         click.option("--kv-heads", type=Positive, help="with --model: re-price it with this many key/value heads"),
@@ -183,14 +185,14 @@ def model_options(func):
     return func
 
 
-@click.command("capacity")
-@click.option("--gpu", "gpus", multiple=True, required=True, help="device id, alias or YAML path (repeatable)")
+@click.command("capacity", cls=OnceCommand)
+@click.option("--gpu", "gpus", multiple=True, required=True, type=Name(), help="device id, alias or YAML path (repeatable)")
 @model_options
 @click.option("--variant", type=choices(DERIVE_VARIANTS), help="re-price the model with this attention layout")
 @click.option("--groups", "-g", type=Positive, help="key/value heads of --variant gqa")
-@click.option("--tpot-ms", type=float, help="target mean time per output token, milliseconds")
-@click.option("--ttft-ms", type=float, help="target time to first token, milliseconds")
-@click.option("--price-per-hour", type=float, help="price of one device-hour: adds the cost per million output tokens")
+@click.option("--tpot-ms", type=PositiveNumber(), help="target mean time per output token, milliseconds")
+@click.option("--ttft-ms", type=PositiveNumber(), help="target time to first token, milliseconds")
+@click.option("--price-per-hour", type=PositiveNumber(), help="price of one device-hour: adds the cost per million output tokens")
 @click.option("--variants/--no-variants", default=True, show_default=True,
               help="also the model's MHA, GQA and MQA versions, side by side")
 @dtype_option
@@ -247,7 +249,7 @@ def plot_model_sweep(hws, layouts, spec, out, csv_path, max_points, batch, conte
                            context=context, input_len=input_len, output_len=output_len, pricing=pricing,
                            plot_path=out)
     save(draw_throughput_latency(records, spec.partition("=")[0].replace("-", "_")), out)
-    click.echo(f"wrote {out}" + (f" and {csv_path}" if csv_path else ""))
+    echo_lines(wrote(out, csv_path))
 
 
 __all__ = ["capacity", "conventions", "predict_models", "plot_model_sweep", "model_options", "load_layouts"]

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 
 from costmodel.errors import CostModelError
 
+#: An output path that means standard output, for every option that names a file to write.
+STDOUT = "-"
 #: The largest profile or model config read (the shipped ones are a few kB).
 MAX_INPUT_BYTES = 1 << 20
 #: The deepest nesting of mappings and lists accepted in a profile or config (the shipped ones use 4).
@@ -147,6 +149,8 @@ def check_folder(path: str) -> str:
     """
     if not path or not path.strip():
         raise CostModelError("an output path must not be empty")
+    if path == STDOUT:
+        return path
     if "\0" in path:
         raise CostModelError(f"cannot write {path!r}: the path contains a NUL byte")
     target = os.path.realpath(path)  # a symlink is written through to its target
@@ -198,7 +202,19 @@ def _cleanup_on_sigterm(tmp: str) -> Iterator[None]:
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` (or a symlink's target),
-    with the existing file's permissions or, for a new file, what ``open()`` would give."""
+    with the existing file's permissions or, for a new file, what ``open()`` would give. ``-``: the finished
+    file is copied to standard output."""
+    if path == STDOUT:
+        with tempfile.TemporaryDirectory(prefix="costmodel-") as folder:
+            tmp = os.path.join(folder, "out")
+            yield tmp
+            import sys
+
+            with open(tmp, "rb") as done:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(done.read())
+                sys.stdout.flush()
+        return
     target = check_folder(path)
     folder = os.path.dirname(target)
     try:
@@ -225,5 +241,18 @@ def atomic_path(path: str) -> Iterator[str]:
 
 
 def write_text(path: str, text: str) -> None:
+    """Write ``text`` whole to ``path`` (``-``: standard output)."""
+    if path == STDOUT:
+        import sys
+
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as out:
         out.write(text)
+
+
+def wrote(*paths) -> list[str]:
+    """The ``wrote ...`` line for the files written (none for standard output, which holds the data itself)."""
+    files = [str(p) for p in paths if p and p != STDOUT]
+    return [f"wrote {' and '.join(files)}"] if files else []

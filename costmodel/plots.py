@@ -62,6 +62,8 @@ def _pyplot():
 
 def check_output(path: str) -> str:
     check_folder(path)
+    if path == "-":
+        return ".png"  # a figure on standard output is a PNG
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in FORMATS:
         raise CostModelError(f"cannot save {path!r}: the suffix must be one of {', '.join(FORMATS)}")

@@ -18,7 +18,7 @@ from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.mechanisms import efficiency_class, op_shape, time_model
 from costmodel.roofline import op_time
-from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice
+from costmodel.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice, whole
 from costmodel.workload import Workload
 
 #: The most points one range may hold unless told otherwise; more is refused before any work.
@@ -26,43 +26,66 @@ MAX_POINTS: int = DEFAULTS["max_points"]
 
 
 def parse_range(text: str, limit: int = MAX_POINTS) -> list[int]:
-    """``128:32768:x2`` (geometric), ``1:64:+8`` or ``1:64:8`` (linear), or ``1,2,4``."""
+    """``128:32768:x2`` (geometric), ``1:64:+8`` or ``1:64:8`` (linear), or ``1,2,4``: whole numbers in ASCII
+    digits (with the size suffixes of :data:`costmodel.vocab.WHOLE`), a factor a decimal number."""
+    return range_array(text, limit).tolist()
+
+
+def range_array(text: str, limit: int = MAX_POINTS):
+    """:func:`parse_range` as a numpy array of int64 (8 bytes a point), its length known before it is built."""
+    import numpy as np
+
     bad = CostModelError(
         f"invalid range {text!r}; expected START:STOP:xFACTOR (e.g. 128:32768:x2), START:STOP:STEP or a comma list"
+        " of whole numbers"
     )
-    try:
-        if "," in text or ":" not in text:
-            values = [int(x) for x in text.split(",")]
-        else:
-            start, stop, step = text.split(":")
-            start, stop = int(start), int(stop)
-            if step.startswith("x"):
-                factor = float(step[1:])
-                if not factor > 1 or start < 1:
-                    raise CostModelError(f"invalid range {text!r}: a geometric range needs START >= 1 and FACTOR > 1")
-                count = math.floor(math.log(stop / start, factor) + 1e-9) + 1 if stop >= start else 0
-                if count > limit:
-                    raise _too_many(text, count, limit)
-                values = [int(round(start * factor**i)) for i in range(count)]
-            else:
-                stride = int(step.lstrip("+"))
-                if stride < 1:
-                    raise CostModelError(f"invalid range {text!r}: the STEP must be >= 1")
-                count = max(0, (stop - start) // stride + 1)
-                if count > limit:
-                    raise _too_many(text, count, limit)
-                values = list(range(start, stop + 1, stride))
-    except CostModelError:
-        raise
-    except (ValueError, OverflowError):
-        raise bad from None
-    if not values or min(values) < 0:
+    if not isinstance(text, str):
         raise bad
-    if len(values) > limit:
-        raise _too_many(text, len(values), limit)
-    if max(values) > MAX_DIM:
-        raise CostModelError(f"range {text!r} goes up to {max(values)}; values must be at most {MAX_DIM}")
-    return values
+    if "," in text or ":" not in text:
+        values = [whole(x) for x in text.split(",")]
+        if None in values:
+            raise bad
+        if len(values) > limit:
+            raise _too_many(text, len(values), limit)
+        out = values
+    else:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise bad
+        start, stop, step = whole(parts[0]), whole(parts[1]), parts[2]
+        if start is None or stop is None:
+            raise bad
+        if step.startswith("x"):
+            if not DECIMAL.fullmatch(step[1:]):
+                raise bad
+            factor = float(step[1:])
+            if not factor > 1 or start < 1:
+                raise CostModelError(f"invalid range {text!r}: a geometric range needs START >= 1 and FACTOR > 1")
+            count = math.floor(math.log(stop / start, factor) + 1e-9) + 1 if stop >= start else 0
+            if count > limit:
+                raise _too_many(text, count, limit)
+            if start * factor ** max(count - 1, 0) > MAX_DIM * 2:
+                raise CostModelError(f"range {text!r} goes up to {int(start * factor ** (count - 1))}; values must "
+                                     f"be at most {MAX_DIM}")
+            out = [int(round(start * factor**i)) for i in range(count)]
+        else:
+            stride = whole(step.removeprefix("+"))
+            if stride is None:
+                raise bad
+            if stride < 1:
+                raise CostModelError(f"invalid range {text!r}: the STEP must be >= 1")
+            count = max(0, (stop - start) // stride + 1)
+            if count > limit:
+                raise _too_many(text, count, limit)
+            if count and start + (count - 1) * stride > MAX_DIM:
+                raise CostModelError(f"range {text!r} goes up to {start + (count - 1) * stride}; values must be at "
+                                     f"most {MAX_DIM}")
+            return np.arange(start, stop + 1, stride, dtype=np.int64)
+    if not out:
+        raise bad
+    if max(out) > MAX_DIM:
+        raise CostModelError(f"range {text!r} goes up to {max(out)}; values must be at most {MAX_DIM}")
+    return np.asarray(out, dtype=np.int64)
 
 
 def _too_many(what: str, count: int, limit: int) -> CostModelError:

@@ -7,6 +7,7 @@ without loading the symbolic core.
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal, get_args
 
 from costmodel.errors import CostModelError
@@ -52,6 +53,21 @@ OVERLAPS: tuple[str, ...] = get_args(Overlap)
 PARAMETER_DIMS: dict[str, str] = {"batch": "b", "seq": "n", "context": "m", "d_model": "d", "heads": "h",
                                   "groups": "g", "head_dim": "k", "value_dim": "v"}
 SWEEP_DIMS = PARAMETER_DIMS
+
+#: A whole number as the command line and a sweep's range take it: ASCII digits (no sign, spaces, underscores,
+#: leading zeros or other scripts' digits) and at most one size suffix (k, m, g = 1000^n; K, M, G = 1024^n).
+WHOLE = re.compile(r"(?P<digits>0|[1-9][0-9]*)(?P<suffix>[kmgKMG]?)", re.ASCII)
+#: A decimal number: ASCII digits with at most one point and an optional exponent (no inf, no nan).
+DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|\.[0-9]+([eE][-+]?[0-9]+)?", re.ASCII)
+#: Size suffixes of whole numbers.
+SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def whole(text: str) -> int | None:
+    """``text`` as a whole number of :data:`WHOLE`, or None when it is not one."""
+    match = WHOLE.fullmatch(text) if isinstance(text, str) else None
+    return None if match is None else int(match["digits"]) * SUFFIXES.get(match["suffix"], 1)
+
 
 #: The largest dimension or count accepted anywhere (2^40): products of a few stay exact in floats.
 MAX_DIM = 1 << 40

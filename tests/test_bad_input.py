@@ -247,3 +247,54 @@ def test_found_by_the_long_fuzz(tmp_path):
     result = run("predict", "--gpu", "a100", "--mode", "batched", "--context", "0", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)[0]["memory"]["max_batch"] == 2**40  # no cache: memory does not limit it
+
+
+# --- silent nonsense that is now an error ---------------------------------------------------------
+
+@pytest.mark.parametrize("args,expected", [
+    (["predict", "--gpu", "a100", "--model", ""], "Error: Invalid value for '--model': '' is empty; give a name or a path"),
+    (["predict", "--gpu", "", "--variant", "mqa"], "Error: Invalid value for '--gpu': '' is empty"),
+    (["predict", "--gpu", "a100", "--sweep", "context=1:100:xinf"], "Error: invalid range '1:100:xinf'; expected"),
+    (["predict", "--gpu", "a100", "--sweep", "context=1:100:xnan"], "Error: invalid range '1:100:xnan'; expected"),
+    (["predict", "--gpu", "a100", "--sweep", "context=1_0:100:x2"], "Error: invalid range '1_0:100:x2'; expected"),
+    (["predict", "--gpu", "a100", "--context", "１２８"], "'１２８' is not a whole number"),  # full-width digits
+    (["predict", "--gpu", "a100", "--context", "١٢٨"], "'١٢٨' is not a whole number"),  # Arabic-Indic digits
+    (["predict", "--gpu", "a100", "--context", "1_000"], "'1_000' is not a whole number"),
+    (["predict", "--gpu", "a100", "--context", "0128"], "'0128' is not a whole number"),
+    (["predict", "--gpu", "a100", "--context", "128 k"], "'128 k' is not a whole number"),
+    (["predict", "--gpu", "a100", "--batch", "8", "--batch", "16"],
+     "Error: --batch is given twice with different values ('8' and '16'); give it once"),
+    (["predict", "--gpu", "a100", "--dtype=bf16", "--dtype", "fp16"],
+     "Error: --dtype is given twice with different values ('bf16' and 'fp16'); give it once"),
+    (["capacity", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "8", "--output-len", "8", "--tpot-ms",
+      "inf"], "Error: Invalid value for '--tpot-ms': 'inf' is not a positive decimal number"),
+    (["predict", "--gpu", "a100", "--sweep", "context=1,2", "--csv", "-", "--json"],
+     "Error: --csv - and --format json both write standard output; give one"),
+])
+def test_what_was_silently_taken_is_an_error(args, expected):
+    assert error_of(*args).startswith(expected) or expected in error_of(*args)
+
+
+def test_the_same_value_twice_is_fine_and_repeatable_options_repeat():
+    assert run("predict", "--gpu", "a100", "--batch", "8", "--batch", "8", "--variant", "mqa").exit_code == 0
+    result = run("predict", "--gpu", "a100", "--gpu", "h100", "--json")
+    assert result.exit_code == 0 and len(json.loads(result.output)) == 2
+
+
+@pytest.mark.parametrize("suffix,value", [("128", 128), ("128k", 128_000), ("128K", 131_072), ("0", 0)])
+def test_whole_numbers_with_suffixes(suffix, value):
+    result = run("predict", "--gpu", "a100", "--variant", "mqa", "--context", suffix, "--json")
+    assert result.exit_code == 0 and json.loads(result.output)["workload"]["m"] == value
+
+
+def test_dash_is_standard_output_for_every_output_option(tmp_path, monkeypatch):
+    """``--csv -`` prints the rows (and no file named ``-``); ``--out -`` prints a PNG; ``--json -`` the JSON."""
+    monkeypatch.chdir(tmp_path)
+    csv_out = run("predict", "--gpu", "a100", "--sweep", "context=1,2", "--csv", "-")
+    assert csv_out.exit_code == 0 and csv_out.output.splitlines()[0].startswith("context,variant,g,time_s")
+    assert len(csv_out.output.splitlines()) == 1 + 3 * 2
+    figure = CliRunner().invoke(main, ["roofline", "--gpu", "a100", "--out", "-"])
+    assert figure.exit_code == 0 and figure.stdout_bytes.startswith(b"\x89PNG")
+    published = run("validate", "--published", "--json", "-")
+    assert published.exit_code == 0 and set(json.loads(published.output)) == {"rows", "summary"}
+    assert list(tmp_path.iterdir()) == []

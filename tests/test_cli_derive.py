@@ -56,7 +56,7 @@ def test_numeric_dims_and_latex():
 @pytest.mark.parametrize("args,expected", [
     (["--variant", "gqa", "--groups", "3", "--heads", "8"], "groups 3 must divide heads 8"),
     (["--batch", "0"], "0 is not in the range 1<=x<=1099511627776"),
-    (["--heads", "-2"], "-2 is not in the range 1<=x<=1099511627776"),
+    (["--heads", "-2"], "'-2' is not a whole number: ASCII digits without a leading zero"),
     (["--variant", "xqa"], "'xqa' is not one of 'mha', 'mqa', 'gqa'"),
     (["--mode", "decode"], "'decode' is not one of"),
     (["--variant", "mha", "--groups", "2"], "groups 2 is only valid with variant gqa"),

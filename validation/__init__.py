@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Iterator
 
 from costmodel.errors import CostModelError
+from costmodel.files import wrote
 
 #: The datasheet profile a CPU run is compared with (a GPU's comes from its device name).
 DEFAULT_CPU_PROFILE = "epyc_9004_2vcpu"
@@ -46,7 +47,7 @@ def calibrate_command(device: str, out: str, quick: bool, threads: int | None = 
 
     profile = calibrate(device, out, quick, threads)
     peaks = ", ".join(f"{dt} {v['value'] / 1e9:.0f} GFLOP/s" for dt, v in profile["peak_flops_per_s"].items())
-    line = (f"wrote {out}: {profile['name']}: {peaks}; read bandwidth "
+    line = (f"{'wrote ' + out + ': ' if out != '-' else ''}{profile['name']}: {peaks}; read bandwidth "
             f"{profile['memory_bandwidth_bytes_per_s']['value'] / 1e9:.1f} GB/s; per-op overhead "
             f"{profile['launch_overhead_s']['value'] * 1e6:.1f} µs")
     fits = profile.get("efficiency", {}).get("error", {})
@@ -106,17 +107,21 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
     from costmodel.validation.run import validate
 
     report = validate(device, profiles, quick, progress, threads, calibration)
-    yield validation_summary(report)
+    if json_path == "-":  # standard output holds the JSON alone
+        write_text(json_path, json.dumps(report, indent=1))
+        json_path = None
+    else:
+        yield validation_summary(report)
     if report["noise"]["warning"]:
         yield "Warning: " + report["noise"]["warning"]
     if json_path is not None:
         write_text(json_path, json.dumps(report, indent=1))
-        yield f"wrote {json_path}"
+        yield from wrote(json_path)
     if save_path is not None:
         from costmodel.validation.calibrate import write_profile
 
         write_profile(save_path, report["calibrated_profile"])
-        yield f"wrote {save_path}"
+        yield from wrote(save_path)
     if plot_path is not None:
         from costmodel.plots import draw_predicted_vs_measured, save
 
@@ -126,7 +131,7 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         title = (f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}\n"
                  f"predicted (calibrated profile) against measured, per op and whole step")
         save(draw_predicted_vs_measured(rows, title), plot_path)
-        yield f"wrote {plot_path}"
+        yield from wrote(plot_path)
 
 
 def published_command(folder: str | None, json_path: str | None, plot_path: str | None, without=(),
@@ -142,9 +147,15 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
         from costmodel.plots import check_output
 
         check_output(plot_path)
+    if json_path == "-" and plot_path == "-":
+        raise CostModelError("--json - and --plot - would both write standard output; write one to a file")
     tables, skipped = read_folder(folder or shipped_folder())
     report = validate_published(tables, without)
-    if fmt in ("csv", "markdown"):
+    if json_path == "-":  # standard output holds the JSON alone
+        fmt = "none"
+    if fmt == "none":
+        pass
+    elif fmt in ("csv", "markdown"):
         from costmodel.text import records_csv, records_markdown
 
         yield (records_csv if fmt == "csv" else records_markdown)(report["summary"]).rstrip("\n")
@@ -157,11 +168,12 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
         yield f"skipped (not a published-table name): {', '.join(skipped)}"
     if json_path is not None:
         write_text(json_path, json.dumps({"rows": report["rows"], "summary": report["summary"]}, indent=None))
-        yield f"wrote {json_path}"
+        yield from wrote(json_path)
     if plot_path is not None:
         from costmodel.plots import draw_predicted_vs_measured, save
 
         rows = [{"measured_s": r["measured_s"], "predicted_s": r["predicted_s"],
                  "group": f"{r['gpu']} {r['op_class']}"} for r in report["rows"]]
         save(draw_predicted_vs_measured(rows, "predicted against published GPU timings"), plot_path)
-        yield f"wrote {plot_path}"
+        if fmt != "none":  # standard output holds the JSON alone
+            yield from wrote(plot_path)
