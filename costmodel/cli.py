@@ -232,6 +232,17 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         if csv_path is not None:
             check_writable(csv_path)
             fmt = csv_to_stdout(csv_path, fmt)
+        from costmodel.sweeps import plan_sweep
+
+        plans = [plan_sweep(chosen, hw, name, text, overlap, max_points, timing, without) for hw in hws]
+        points = len(plans[0].values) * len(chosen) * len(hws)
+        if fmt != "table" or (csv_path is not None and points > DEFAULTS["max_points"]):
+            # streamed, a chunk at a time: memory does not grow with the points (a table is aligned whole)
+            stream_sweep(hws, plans, fmt, csv_path)
+            if fmt == "table":
+                echo_lines([f"wrote {csv_path} ({points} rows; a table of more than {DEFAULTS['max_points']} rows is "
+                            "not printed)"])
+            return
         results = [sweep(chosen, hw, name, text, overlap, max_points, timing, without) for hw in hws]
         records = results[0].records if len(hws) == 1 else [{"device": hw.id, **r} for hw, result in zip(hws, results)
                                                             for r in result.records]
@@ -269,6 +280,51 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         from costmodel.text import attention_devices_table
 
         click.echo(attention_devices_table(hws, results))
+
+
+def stream_sweep(hws: list, plans: list, fmt: str, csv_path: str | None) -> None:
+    """A sweep's records to the CSV file and to standard output (csv, markdown or json), a chunk at a time."""
+    import contextlib
+    import csv
+    import json
+
+    from costmodel.files import atomic_path
+    from costmodel.text import records_csv, records_markdown
+
+    def chunks():
+        for hw, plan in zip(hws, plans):
+            for chunk in plan.chunks():
+                yield [{"device": hw.id, **r} for r in chunk] if len(hws) > 1 else chunk
+
+    with contextlib.ExitStack() as stack:
+        writer = None
+        if csv_path is not None and csv_path != "-":
+            out = stack.enter_context(open(stack.enter_context(atomic_path(csv_path)), "w", newline="",
+                                           encoding="utf-8"))
+        first = True
+        for chunk in chunks():
+            if csv_path is not None and csv_path != "-":
+                if writer is None:
+                    writer = csv.DictWriter(out, fieldnames=list(chunk[0]))
+                    writer.writeheader()
+                writer.writerows(chunk)
+            if fmt == "csv" or csv_path == "-":
+                text = records_csv(chunk)
+                click.echo(text if first else text.split("\n", 1)[1], nl=False)
+            elif fmt == "markdown":
+                text = records_markdown(chunk)
+                click.echo(text if first else text.split("\n", 2)[2])
+            elif fmt == "json":
+                try:
+                    body = ",\n".join("\n".join("  " + line for line in json.dumps(r, indent=2, allow_nan=False)
+                                                .splitlines()) for r in chunk)
+                except ValueError:
+                    raise CostModelError("a result is not finite (a count or time overflowed); use smaller "
+                                         "dimensions") from None
+                click.echo(("[\n" if first else ",\n") + body, nl=False)
+            first = False
+        if fmt == "json":
+            click.echo("\n]")
 
 
 @main.group()

@@ -148,11 +148,12 @@ def check_sweep(workloads: list[Workload], name: str, values: list[int]) -> tupl
     if dim == "g":
         if any(w.variant != "gqa" for w in workloads):
             raise CostModelError("sweeping groups needs variant gqa")
-        bad = [x for x in values if x < 1 or workloads[0].h % x]
+        bad = [int(x) for x in values if x < 1 or workloads[0].h % x]
         if bad:
             raise CostModelError(f"groups {bad[:10]} do not divide heads {workloads[0].h}")
-    if dim != "m" and min(values) < 1:
-        raise CostModelError(f"{name} values must be >= 1, got {min(values)}")
+    lowest = int(min(values)) if isinstance(values, list) else int(values.min())
+    if dim != "m" and lowest < 1:
+        raise CostModelError(f"{name} values must be >= 1, got {lowest}")
     linked = ("m",) if dim == "n" and mode == "batched" and all(w.m == w.n for w in workloads) else ()
     return dim, linked
 
@@ -177,12 +178,52 @@ class Sweep(BaseModel):
         return sweep_table(self)
 
 
-def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: str, values: list[int] | str,
-          overlap: str = DEFAULTS["overlap"], max_points: int = MAX_POINTS, timing: str = DEFAULTS["timing"],
-          without=()) -> Sweep:
-    """Predict ``workloads`` at every value of ``parameter`` (a name of :meth:`Workload.create`: batch,
-    context, seq, groups, ...); ``values`` is a list or a range (``"128:32768:x2"``)."""
-    from costmodel.roofline import hardware_summary
+#: Points evaluated (and written) at a time: a sweep's memory does not grow with its length.
+CHUNK = 1 << 15
+
+
+class SweepPlan(BaseModel):
+    """A checked sweep, before any point is evaluated: :meth:`chunks` yields its records a chunk at a time."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    hw: HardwareProfile
+    workloads: list[Workload]
+    parameter: str
+    dim: str
+    linked: tuple[str, ...]
+    values: object  # numpy int64 array
+    overlap: str
+    model: object  # costmodel.mechanisms.TimeModel
+
+    def chunks(self, size: int = CHUNK):
+        """Lists of records, in the order of :attr:`Sweep.records` (each workload's values in turn)."""
+        dim, parameter = self.dim, self.parameter
+        for w in self.workloads:
+            for start in range(0, len(self.values), size):
+                values = self.values[start:start + size]
+                r = sweep_arrays(w, self.hw, dim, values, self.overlap, self.linked, self.model)
+                out = []
+                for i, x in enumerate(values.tolist()):
+                    b = float(r["b"][i]) if dim == "b" else w.b
+                    n = float(r["n"][i]) if dim == "n" else w.n
+                    time = float(r["time_s"][i])
+                    per_token = {"incremental": time, "generate": time / n}.get(w.mode)
+                    tokens = b if w.mode == "incremental" else b * n
+                    out.append({
+                        parameter: x, "variant": w.variant, "g": int(r["g"][i]) if dim == "g" else w.g,
+                        "time_s": time, "per_token_s": per_token, "tokens_per_s": tokens / time,
+                        "flops": float(r["flops"][i]), "bytes": float(r["bytes"][i]),
+                        "kv_cache_bytes": float(r["kv_cache_bytes"][i]), "fits": bool(r["fits"][i]),
+                    })
+                yield out
+
+
+def plan_sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: str, values: list[int] | str,
+               overlap: str = DEFAULTS["overlap"], max_points: int = MAX_POINTS, timing: str = DEFAULTS["timing"],
+               without=()) -> SweepPlan:
+    """Every check of :func:`sweep`, and the values as an array; nothing evaluated yet."""
+    import numpy as np
 
     workloads = [workloads] if isinstance(workloads, Workload) else workloads
     if not isinstance(workloads, (list, tuple)) or not workloads:
@@ -193,37 +234,34 @@ def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: 
     parameter = checks.text("parameter", parameter)
     max_points = checks.count("max_points", max_points)
     if isinstance(values, str):
-        values = parse_range(values, max_points)
+        values = range_array(values, max_points)
     elif isinstance(values, (list, tuple)) or hasattr(values, "__array__"):
         if len(values) > max_points:
             raise _too_many(f"{len(values)} values", len(values), max_points)
-        values = [checks.count("values", x, least=0) for x in (values.tolist() if hasattr(values, "tolist") else values)]
+        values = np.asarray([checks.count("values", x, least=0)
+                             for x in (values.tolist() if hasattr(values, "tolist") else values)], dtype=np.int64)
     else:
         raise CostModelError(f"values must be a list of integers or a range such as '128:32768:x2', got {values!r}"[:200])
-    if not values:
+    if not len(values):
         raise CostModelError("a sweep needs at least one value")
-    if len(values) > max_points:
-        raise _too_many(f"{len(values)} values", len(values), max_points)
-    if max(values) > MAX_DIM:
-        raise CostModelError(f"sweep values must be at most {MAX_DIM}, got {max(values)}")
     overlap = choice("overlap", overlap, OVERLAPS)
     model = time_model(hw, timing, without)
     parameter = parameter.replace("-", "_")
     dim, linked = check_sweep(workloads, parameter, values)
-    records = []
-    for w in workloads:
-        r = sweep_arrays(w, hw, dim, values, overlap, linked, model)
-        for i, x in enumerate(values):
-            b = float(r["b"][i]) if dim == "b" else w.b
-            n = float(r["n"][i]) if dim == "n" else w.n
-            time = float(r["time_s"][i])
-            per_token = {"incremental": time, "generate": time / n}.get(w.mode)
-            tokens = b if w.mode == "incremental" else b * n
-            records.append({
-                parameter: x, "variant": w.variant, "g": int(r["g"][i]) if dim == "g" else w.g, "time_s": time,
-                "per_token_s": per_token, "tokens_per_s": tokens / time, "flops": float(r["flops"][i]),
-                "bytes": float(r["bytes"][i]), "kv_cache_bytes": float(r["kv_cache_bytes"][i]),
-                "fits": bool(r["fits"][i]),
-            })
-    return Sweep.model_construct(hardware=hardware_summary(hw, workloads[0].dtype, model), parameter=parameter, dim=dim,
-                                 linked=linked, values=values, workloads=workloads, records=records)
+    return SweepPlan(hw=hw, workloads=list(workloads), parameter=parameter, dim=dim, linked=linked, values=values,
+                     overlap=overlap, model=model)
+
+
+def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: str, values: list[int] | str,
+          overlap: str = DEFAULTS["overlap"], max_points: int = MAX_POINTS, timing: str = DEFAULTS["timing"],
+          without=()) -> Sweep:
+    """Predict ``workloads`` at every value of ``parameter`` (a name of :meth:`Workload.create`: batch,
+    context, seq, groups, ...); ``values`` is a list or a range (``"128:32768:x2"``). The records are held in
+    memory; :func:`plan_sweep` yields them a chunk at a time."""
+    from costmodel.roofline import hardware_summary
+
+    plan = plan_sweep(workloads, hw, parameter, values, overlap, max_points, timing, without)
+    records = [r for chunk in plan.chunks() for r in chunk]
+    return Sweep.model_construct(hardware=hardware_summary(hw, plan.workloads[0].dtype, plan.model),
+                                 parameter=plan.parameter, dim=plan.dim, linked=plan.linked,
+                                 values=plan.values.tolist(), workloads=plan.workloads, records=records)
