@@ -123,16 +123,18 @@ def hardware_list(fmt, as_json) -> None:
     Example: costmodel hardware list
     """
     from costmodel.hardware import load_all
+    from costmodel.mechanisms import efficiency_status
     from costmodel.text import hardware_records, hardware_table
 
     fmt = output_format(fmt, as_json)
     profiles = load_all()
+    status = {p.id: efficiency_status(p) for p in profiles}
     if fmt == "json":
         emit_json([p.model_dump(mode="json") for p in profiles])
     elif fmt in ("csv", "markdown"):
-        emit_records(hardware_records(profiles), fmt)
+        emit_records(hardware_records(profiles, status), fmt)
     else:
-        click.echo(hardware_table(profiles))
+        click.echo(hardware_table(profiles, status))
 
 
 @hardware.command("show")
@@ -150,7 +152,10 @@ def hardware_show(name, as_json) -> None:
     if as_json:
         emit_json(profile.model_dump(mode="json"))
     else:
-        click.echo(hardware_detail(profile))
+        from costmodel.mechanisms import reference_for
+
+        ref = reference_for(profile) if profile.efficiency is None and profile.kind == "gpu" else None
+        click.echo(hardware_detail(profile, ref.id if ref is not None else None))
 
 
 @main.command()
@@ -341,16 +346,18 @@ def models_list(fmt, as_json) -> None:
     Example: costmodel models list
     """
     from costmodel.presets import load_model, preset_ids
+    from costmodel.model_step import model_facts
     from costmodel.text import model_records, models_table
 
     fmt = output_format(fmt, as_json)
     presets = [load_model(pid) for pid in preset_ids()]
+    facts = {m.id: model_facts(m) for m in presets}
     if fmt == "json":
         emit_json([p.model_dump(mode="json") for p in presets])
     elif fmt in ("csv", "markdown"):
-        emit_records(model_records(presets), fmt)
+        emit_records(model_records(presets, facts), fmt)
     else:
-        click.echo(models_table(presets))
+        click.echo(models_table(presets, facts))
 
 
 @models.command("show")
@@ -370,7 +377,9 @@ def models_show(name, as_json) -> None:
 
         emit_json({**m.model_dump(mode="json"), "params": param_groups(m), "active_params": active_params(m)})
     else:
-        click.echo(model_detail(m))
+        from costmodel.model_step import model_facts
+
+        click.echo(model_detail(m, model_facts(m)))
 
 
 for command in (capacity, cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate, cli_figures.validate,

@@ -323,6 +323,14 @@ def reference_for(hw, exclude=()):
     return min(fitted, key=rank)
 
 
+def efficiency_status(p) -> str:
+    """Where a profile's efficiency parameters come from: fitted (with their count), transferred, or none."""
+    if p.efficiency is not None:
+        return f"fitted ({p.efficiency.parameters})"
+    ref = reference_for(p)
+    return f"from {ref.id}" if ref is not None else "datasheet only"
+
+
 def transfer(eff, src, dst):
     """``eff`` (a class's parameters fitted on ``src``) carried to ``dst`` by :data:`TRANSFER_RULE`."""
     clock = lambda p: p.architecture.clock_hz.value if p.architecture.clock_hz else None  # noqa: E731

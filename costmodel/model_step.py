@@ -430,6 +430,15 @@ def param_count(m: ModelPreset) -> int:
     return sum(param_groups(m).values())
 
 
+def model_facts(m: ModelPreset) -> dict:
+    """What the model lists print beside a preset's shape: parameters (total, by kind, active per token) and
+    KV-cache bytes per token in bf16, from the programs."""
+    groups = param_groups(m)
+    kv = (kv_cache_elements(m, 1, 1, 1) - kv_cache_elements(m, 1, 0, 1)) * 2
+    return {"params": sum(groups.values()), "groups": groups, "active_params": active_params(m),
+            "kv_bytes_per_token_bf16": kv}
+
+
 def active_params(m: ModelPreset) -> int:
     """Parameters one token's forward pass uses: all but the routed experts it does not pick."""
     if not m.moe:

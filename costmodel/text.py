@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING
-
 from costmodel.vocab import VARIANT_NAMES, variant_label
-
-if TYPE_CHECKING:
-    from costmodel.asymptotic import Asymptotics
-    from costmodel.counts import CostReport
 
 
 def _title(report: CostReport) -> str:
@@ -193,28 +187,20 @@ def prediction_table(preds: list) -> str:
     return "\n".join(lines)
 
 
-def efficiency_status(p) -> str:
-    """Where a profile's efficiency parameters come from: fitted (with their count), transferred, or none."""
-    from costmodel.mechanisms import reference_for
-
-    if p.efficiency is not None:
-        return f"fitted ({p.efficiency.parameters})"
-    ref = reference_for(p)
-    return f"from {ref.id}" if ref is not None else "datasheet only"
-
-
-def hardware_table(profiles) -> str:
+def hardware_table(profiles, status: dict[str, str]) -> str:
+    """The profiles, with where each one's efficiency parameters come from (``status``: id -> text)."""
     rows = [("id", "name", "bf16/fp16", "fp8", "memory BW", "capacity", "on-chip", "efficiency", "aliases")]
     for p in profiles:
         peak = p.peak_flops_per_s.get("bf16") or p.peak_flops_per_s.get("fp16")
         fp8 = p.peak_flops_per_s.get("fp8")
         rows.append((p.id, p.name, si(peak.value, "FLOP/s") if peak else "-", si(fp8.value, "FLOP/s") if fp8 else "-",
                      si(p.bandwidth, "B/s"), capacity_text(p.capacity), si(p.on_chip_memory_bytes.value, "B"),
-                     efficiency_status(p), ", ".join(p.aliases)))
+                     status[p.id], ", ".join(p.aliases)))
     return "\n".join(aligned(rows))
 
 
-def hardware_detail(p) -> str:
+def hardware_detail(p, reference: str | None = None) -> str:
+    """One profile with the source of every number; ``reference``: the id its efficiency is transferred from."""
     lines = [f"{p.name} [{p.id}]  {p.vendor} {p.kind}" + (f"  aliases: {', '.join(p.aliases)}" if p.aliases else "")]
     if p.measured:
         m = p.measured
@@ -231,11 +217,8 @@ def hardware_detail(p) -> str:
         lines += [f"  fit error {k:28s} n {v.n:6d}  median {v.median_abs_error_pct:5.1f}%  p90 {v.p90_abs_error_pct:5.1f}%"
                   for k, v in e.error.items()]
     elif p.kind == "gpu":
-        from costmodel.mechanisms import reference_for
-
-        ref = reference_for(p)
-        lines.append(f"efficiency: none fitted on this device; transferred from {ref.id} by the transfer rule"
-                     if ref is not None else "efficiency: none fitted and none transferable: datasheet roofline only")
+        lines.append(f"efficiency: none fitted on this device; transferred from {reference} by the transfer rule"
+                     if reference is not None else "efficiency: none fitted and none transferable: datasheet roofline only")
     lines.append("sources:")
     lines += [f"  {k}: {v}" for k, v in p.sources.items()]
     if p.notes:
@@ -406,37 +389,28 @@ def _model_features(m) -> list[str]:
     return out
 
 
-def models_table(presets) -> str:
-    """The model presets: parameters (total and active), layers, attention, what else they have."""
-    from costmodel.model_step import active_params, param_count
-
+def models_table(presets, facts: dict[str, dict]) -> str:
+    """The model presets: parameters (total and active), layers, attention, what else they have (``facts``:
+    id -> :func:`costmodel.model_step.model_facts`)."""
     rows = [("id", "name", "params", "active", "layers", "d_model", "attention", "KV/token (bf16)", "features")]
     for m in presets:
-        total, active = param_count(m), active_params(m)
+        total, active = facts[m.id]["params"], facts[m.id]["active_params"]
         rows.append((m.id, m.name, _params(total), _params(active) if active != total else "=", str(m.layers),
-                     str(m.d_model), m.attention_label, si(_kv_per_token(m), "B"), ", ".join(_model_features(m))))
+                     str(m.d_model), m.attention_label, si(facts[m.id]["kv_bytes_per_token_bf16"], "B"), ", ".join(_model_features(m))))
     return "\n".join(aligned(rows, right={2, 3, 4, 5, 7}))
 
 
-def _kv_per_token(m) -> float:
-    from costmodel.model_step import kv_cache_elements
-
-    return (kv_cache_elements(m, 1, 1, 1) - kv_cache_elements(m, 1, 0, 1)) * 2
-
-
-def model_detail(m) -> str:
-    """One model's shape, parameters by kind, and source."""
-    from costmodel.model_step import active_params, param_groups
-
-    groups = param_groups(m)
+def model_detail(m, facts: dict) -> str:
+    """One model's shape, parameters by kind, and source (``facts``: :func:`costmodel.model_step.model_facts`)."""
+    groups = facts["groups"]
     lines = [f"{m.name} [{m.id}]" + (f"  aliases: {', '.join(m.aliases)}" if m.aliases else ""),
              f"  parameters {_params(sum(groups.values()))}: projections {_params(groups['projections'])}, "
              f"embeddings {_params(groups['embeddings'])}, norms/biases/routers {_params(groups['other'])}"
-             + (f"; active per token {_params(active_params(m))}" if m.moe else ""),
+             + (f"; active per token {_params(facts['active_params'])}" if m.moe else ""),
              f"  {m.architecture}, {m.layers} layers, d_model {m.d_model}, {m.heads} heads, {m.attention_label}, "
              f"head dim {m.head_dim}, {'gated ' if m.ffn_gated else ''}FFN {m.d_ff}, vocab {m.vocab}, {m.norm}"
              + (", rotary" if m.rope else "") + (", tied embeddings" if m.tied_embeddings else ""),
-             f"  KV cache per token (bf16): {si(_kv_per_token(m), 'B')}"]
+             f"  KV cache per token (bf16): {si(facts['kv_bytes_per_token_bf16'], 'B')}"]
     if m.mla:
         a = m.mla
         lines.append(f"  MLA: latent {a.kv_rank}, rotary key {a.rope_dim}, key {a.nope_dim} + {a.rope_dim} and value "
@@ -608,7 +582,7 @@ def attention_devices_table(hws, comparisons) -> str:
     return "\n".join(lines)
 
 
-def hardware_records(profiles) -> list[dict]:
+def hardware_records(profiles, status: dict[str, str]) -> list[dict]:
     """The hardware list as rows (SI base units: FLOP/s, B/s, B)."""
     out = []
     for p in profiles:
@@ -617,18 +591,16 @@ def hardware_records(profiles) -> list[dict]:
         out.append({"id": p.id, "name": p.name, "kind": p.kind, "bf16_flops_per_s": peak.value if peak else None,
                     "fp8_flops_per_s": fp8.value if fp8 else None, "memory_bytes_per_s": p.bandwidth,
                     "capacity_bytes": p.capacity, "capacity": capacity_text(p.capacity),
-                    "on_chip_bytes": p.on_chip_memory_bytes.value, "efficiency": efficiency_status(p),
+                    "on_chip_bytes": p.on_chip_memory_bytes.value, "efficiency": status[p.id],
                     "aliases": ", ".join(p.aliases)})
     return out
 
 
-def model_records(presets) -> list[dict]:
+def model_records(presets, facts: dict[str, dict]) -> list[dict]:
     """The model list as rows."""
-    from costmodel.model_step import active_params, param_count
-
-    return [{"id": m.id, "name": m.name, "params": param_count(m), "active_params": active_params(m),
+    return [{"id": m.id, "name": m.name, "params": facts[m.id]["params"], "active_params": facts[m.id]["active_params"],
              "layers": m.layers, "d_model": m.d_model, "attention": m.attention_label,
-             "kv_bytes_per_token_bf16": _kv_per_token(m), "features": ", ".join(_model_features(m))}
+             "kv_bytes_per_token_bf16": facts[m.id]["kv_bytes_per_token_bf16"], "features": ", ".join(_model_features(m))}
             for m in presets]
 
 
