@@ -181,6 +181,9 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     ``shape`` holds what the class's mechanisms need: ``batch, M, K, N`` (gemm); ``b, g, positions``
     and ``h`` (decode attention: positions attended, including the new one; query heads); ``b, h, n, m`` (prefill attention).
     """
+    from costmodel.shapes import fields
+
+    shape = fields(shape)
     flops = np.asarray(flops, float)
     nbytes = np.asarray(nbytes, float)
     split_k = 0.0
@@ -349,11 +352,37 @@ NEAREST_TIMING = {"graph": "kernels", "kernels": "graph"}
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Where a class's parameters came from: ``fitted`` on ``device``, or ``transferred`` from it by
+    :data:`TRANSFER_RULE` (``via``: the reference's own origin, when not plainly fitted there); ``notes`` say
+    what was borrowed besides (another convention's fixed cost, a parent class). ``str()`` says it in words."""
+
+    kind: str  # "fitted" | "transferred"
+    device: str
+    via: Origin | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def plain(self) -> bool:
+        """Fitted on the device itself, nothing borrowed."""
+        return self.kind == "fitted" and not self.notes
+
+    def noted(self, note: str) -> Origin:
+        return Origin(self.kind, self.device, self.via, (*self.notes, note))
+
+    def __str__(self) -> str:
+        base = f"fitted on {self.device}" if self.kind == "fitted" else f"transferred from {self.device}"
+        if self.via is not None and not self.via.plain:
+            base += f" [{self.via}]"
+        return base + "".join(self.notes)
+
+
+@dataclass(frozen=True)
 class Resolved:
     """The parameters a device's predictions use, per class, and where each came from."""
 
     classes: dict
-    origin: dict  # class -> {timing: "fitted on this device" | "transferred from <id>"}
+    origin: dict  # class -> Origin
 
     def get(self, cls: str):
         return self.classes.get(cls)
@@ -384,37 +413,36 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
         near = NEAREST_TIMING.get(timing)
         other = FALLBACK.get(cls)
         if mine is None and other in own and other in classes:  # this device's own fit of the parent class
-            classes[cls], origin[cls] = classes[other], origin[other] + f" (its {other} class)"
+            classes[cls], origin[cls] = classes[other], origin[other].noted(f" (its {other} class)")
             continue
         covered = mine is not None and (timing in mine.fixed_s or near in mine.fixed_s)
         theirs = None if covered else theirs_for(cls)
         if mine is None and theirs is None:
             if other in classes:
-                classes[cls], origin[cls] = classes[other], origin[other] + f" (its {other} class)"
+                classes[cls], origin[cls] = classes[other], origin[other].noted(f" (its {other} class)")
             continue
         eff = mine if mine is not None else transfer(theirs, ref(), hw)
-        where = (f"fitted on {hw.id}" if mine is not None else
-                 f"transferred from {ref().id}" + ("" if found[1].origin[cls].startswith("fitted on") and
-                                                   "(" not in found[1].origin[cls] else f" [{found[1].origin[cls]}]"))
+        where = (Origin("fitted", hw.id) if mine is not None else
+                 Origin("transferred", ref().id, via=found[1].origin[cls]))
         if timing not in eff.fixed_s:
             if near in eff.fixed_s:
                 # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: eff.fixed_s[near]}})
-                where += f" ({near} fixed cost for {timing})"
+                where = where.noted(f" ({near} fixed cost for {timing})")
             elif mine is not None and theirs is not None and timing in theirs.fixed_s:
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: theirs.fixed_s[timing]}})
-                where += f"; {timing} fixed cost from {ref().id}"
+                where = where.noted(f"; {timing} fixed cost from {ref().id}")
             elif other in classes and timing in classes[other].fixed_s:
                 # a class fitted under another convention only: the launch of its parent class's kernels
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: classes[other].fixed_s[timing]}})
-                where += f" ({timing} fixed cost of its {other} class)"
+                where = where.noted(f" ({timing} fixed cost of its {other} class)")
             elif child := next((c for c, parent in FALLBACK.items() if parent == cls and c in own
                                 and timing in own[c].fixed_s), None):
                 # or of its first child class fitted under that convention (an RMSNorm launched like a LayerNorm)
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: own[child].fixed_s[timing]}})
-                where += f" ({timing} fixed cost of its {child} class)"
+                where = where.noted(f" ({timing} fixed cost of its {child} class)")
             else:
-                where += f" (no {timing} fixed cost)"
+                where = where.noted(f" (no {timing} fixed cost)")
         classes[cls], origin[cls] = eff, where
     return Resolved(classes, origin) if classes else None
 
@@ -450,25 +478,30 @@ def time_model(hw, timing: str = "graph", without=()) -> TimeModel:
     return TimeModel(resolve(hw, timing), timing, on)
 
 
-def decode_shape(prefill: dict) -> dict:
-    """The decode kernel's shape for a one-query prefill (one new position attending to its ``m``)."""
+def decode_shape(prefill):
+    """The decode kernel's shape for a one-query prefill (one new position attending to its ``m``): a typed
+    :class:`costmodel.shapes.DecodeShape`, or a dict of a published table's columns for a dict."""
+    if hasattr(prefill, "decode"):
+        return prefill.decode()
     return {"b": prefill["b"], "g": prefill["g"], "h": prefill["h"], "positions": prefill["m"]}
 
 
-def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None, name: str = "", width: int = 0) -> dict:
-    """The shape a class's mechanisms need, from a workload's dimensions."""
+def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None, name: str = "", width: int = 0):
+    """The typed shape a class's mechanisms need (:mod:`costmodel.shapes`), from a workload's dimensions."""
+    from costmodel.shapes import DecodeShape, GemmShape, MaskShape, PrefillShape
+
     if name == "mask" and width:
         # the paper's [b, h, n, m] mask; a real kernel broadcasts one [n, m] causal mask
         n, m = dims["n"], dims["m"]
-        return {"mask_bytes": dims["b"] * dims["h"] * n * m * width, "broadcast_bytes": n * m * width}
+        return MaskShape(dims["b"] * dims["h"] * n * m * width, n * m * width)
     if cls in GEMMS:
-        return {**gemm, "width": width} if gemm and width else (gemm or {})
+        return GemmShape(**gemm, width=width) if gemm else None
     if cls == "decode_attention":
         positions = dims["n"] if mode == "generate" else np.asarray(dims["m"]) + 1
-        return {"b": dims["b"], "g": dims["g"], "h": dims["h"], "positions": positions}
+        return DecodeShape(dims["b"], dims["g"], dims["h"], positions)
     if cls == "prefill_attention":
         # the cache write reads the n new keys and values of every key/value head and writes them
         kv = dims["g"] * (dims["k"] + dims.get("v", dims["k"]))
-        return {"b": dims["b"], "h": dims["h"], "g": dims["g"], "n": dims["n"], "m": dims["m"],
-                "write_bytes": 2 * np.asarray(dims["b"]) * dims["n"] * kv * width}
-    return {}
+        return PrefillShape(dims["b"], dims["h"], dims["g"], dims["n"], dims["m"],
+                            write_bytes=2 * np.asarray(dims["b"]) * dims["n"] * kv * width)
+    return None

@@ -14,6 +14,7 @@ vocabulary, and adds two all-reduces per layer priced from the profile's interco
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -29,9 +30,11 @@ from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
 from costmodel.program import Op, Tensor, bias_elements, gemm_dims, is_weight
+from costmodel.shapes import GemmShape
 from costmodel.mechanisms import efficiency_class, op_shape, time_model
 from costmodel.mla import mla_attention_dims
-from costmodel.roofline import mechanism_lines, op_time
+from costmodel.price import Conventions, KernelOp, price
+from costmodel.roofline import mechanism_lines
 from costmodel.vocab import DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, WEIGHT_DTYPES, choice
 
 #: FLOPs per element of the ops around attention (conventions, like ELEMENTWISE_FLOPS).
@@ -75,7 +78,7 @@ class Row:
     bytes: float
     count: int
     gemm: tuple[int, int, int, int] | None = None  # (batch, M, K, N) of an einsum
-    shape: dict | None = None  # what a fused attention kernel's mechanisms need (costmodel.mechanisms.op_shape)
+    shape: object = None  # a fused attention kernel's typed shape (costmodel.shapes; costmodel.mechanisms.op_shape)
     weighted: bool = False  # a GEMM over projection weights (runs at the weights' dtype where it has a peak)
 
 
@@ -155,7 +158,7 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
         if cls.startswith("fused") or name == "mask":
             shape = op_shape(efficiency_class(cls, name), kernel_dims, mode, None, name, storage.act)
             if window is not None and cls == "fused_prefill":
-                shape = {**shape, "window": window}
+                shape = dataclasses.replace(shape, window=window)
         rows.append(Row(section, name, eq, cls, _num(f), storage.bytes(e, w, c), count, gemm, shape,
                         weighted=bool(gemm) and bool(np.all(np.asarray(w) > 0))))
     return rows
@@ -573,24 +576,22 @@ class ModelPrediction(BaseModel):
         return model_table(self)
 
 
-def _row_time(r: Row, pr: Pricing, maximum=max):
-    """(compute, memory, overhead, time) of one kernel of a row under the pricing conventions (arrays where
-    the row's counts are arrays, with ``maximum=np.maximum``)."""
-    shape = r.shape or {}
+def _row_time(r: Row, pr: Pricing):
+    """The time of one kernel of a row under the pricing conventions (arrays where the row's counts are)."""
+    shape = r.shape
     if r.gemm is not None:
-        shape = {**dict(zip(("batch", "M", "K", "N"), r.gemm)), "width": S.dtype_bytes(pr.dtype)}
+        shape = GemmShape(*r.gemm, width=S.dtype_bytes(pr.dtype))
     compute_dtype = pr.gemm_dtype if (pr.gemm_dtype and r.weighted) else pr.dtype
-    return op_time(pr.hw, r.op_class, compute_dtype, r.flops, r.bytes, pr.overlap, maximum=maximum, name=r.name,
-                   shape=shape, model=pr.model)
+    return price(KernelOp(r.op_class, r.name, compute_dtype, r.flops, r.bytes), shape, pr.hw,
+                 Conventions(pr.model, pr.overlap))
 
 
 def _price(rows: list[Row], pr: Pricing) -> list[OpTime]:
     out = []
     for r in rows:
-        compute, memory, _, time = _row_time(r, pr)
+        t = _row_time(r, pr)
         out.append(OpTime(section=r.section, name=r.name, einsum=r.einsum, flops=r.flops * r.count,
-                          bytes=r.bytes * r.count, count=r.count, time_s=time * r.count,
-                          bound="compute" if compute > memory else "memory"))
+                          bytes=r.bytes * r.count, count=r.count, time_s=t.time * r.count, bound=t.bound))
     return out
 
 
@@ -726,7 +727,7 @@ def decode_times(m: ModelPreset, pr: Pricing, batch: int, contexts, source: int 
     rows = _phase_rows(m, pr, "decode", batch, contexts, source or 1)
     total = np.zeros(contexts.shape)
     for r in rows:
-        total = total + np.asarray(_row_time(r, pr, np.maximum)[3], float) * r.count
+        total = total + np.asarray(_row_time(r, pr).time, float) * r.count
     return total + _reduce_s(m, pr, "decode", batch, 0, source or 1)
 
 

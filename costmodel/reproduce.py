@@ -19,7 +19,7 @@ from costmodel.counts import derive
 from costmodel.hardware import HardwareProfile, load_profile
 from costmodel.model_step import Row, predict_model, step_rows
 from costmodel.presets import ModelPreset, load_model
-from costmodel.roofline import op_time
+from costmodel.price import Conventions, KernelOp, price
 
 # Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)
 PAPER_US_PER_TOKEN = {"mha": 46.0, "mqa": 3.8}
@@ -80,11 +80,10 @@ def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Me
     total, detail = 0.0, []
     for r in rows:
         flops = _padded(r.gemm, tile) if (mech.tile_padding and r.gemm) else r.flops
-        compute, memory, _, time = op_time(hw, r.op_class, dtype, flops, r.bytes, peak=peak)
-        time *= r.count
+        t = price(KernelOp(r.op_class, r.name, dtype, flops, r.bytes, peak=peak), None, hw, Conventions.datasheet())
+        time = t.time * r.count
         total += time
-        detail.append({"section": r.section, "op": r.name, "time_s": time,
-                       "bound": "compute" if compute > memory else "memory"})
+        detail.append({"section": r.section, "op": r.name, "time_s": time, "bound": t.bound})
     return total, detail
 
 

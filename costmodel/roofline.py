@@ -22,8 +22,8 @@ from costmodel import symbols as S
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
-from costmodel.mechanisms import (MECHANISMS, PROGRAM_CLASS, class_peak, class_times, decode_shape,
-                                  efficiency_class, op_shape, time_model)
+from costmodel.mechanisms import MECHANISMS, efficiency_class, op_shape, time_model
+from costmodel.price import Conventions, KernelOp, price
 from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, choice
 from costmodel.workload import Workload
 
@@ -110,48 +110,6 @@ class Comparison(RootModel[list[Prediction]]):
         return len(self.root)
 
 
-def op_time(hw: HardwareProfile, op_class: str, dtype: str, flops, nbytes, overlap: str = "max",
-            launches=1, maximum=max, peak: float | None = None, *, name: str = "", shape: dict | None = None,
-            model=None):
-    """One op's time: (compute_s, memory_s, overhead_s, time_s).
-
-    With a :class:`costmodel.mechanisms.TimeModel` that has parameters for the op's class, the fitted
-    mechanisms (overhead = fixed cost + decode work units); otherwise the datasheet roofline of the
-    class's rates plus the profile's launch overhead. Works on Python numbers, or on numpy arrays with
-    ``maximum=np.maximum``. ``peak`` overrides the class's FLOP rate (multi-pass f32 matmuls).
-    """
-    if model is not None and model.active and op_class in PROGRAM_CLASS:
-        cls = efficiency_class(op_class, name)
-        eff = model.resolved.get(cls)
-        if eff is not None:
-            def times(cls, eff, shape):
-                t = class_times(cls, eff, peak=peak or class_peak(hw, cls, dtype), bandwidth=hw.bandwidth,
-                                sms=hw.architecture.compute_units.value, timing=model.timing, flops=flops,
-                                nbytes=nbytes, shape=shape, on=model.on, overlap=overlap)
-                # the body: compute and memory overlapping, or in turn where the class's kernel runs so
-                serial = overlap == "sum" or eff.overlap == "sum"
-                return t.compute, t.memory, (t.fixed + t.units) * launches, serial
-
-            compute, memory, overhead, serial = times(cls, eff, shape or {})
-            body = compute + memory if serial else maximum(compute, memory)
-            decode = model.resolved.get("decode_attention")
-            if cls == "prefill_attention" and shape and decode is not None and np.any(np.asarray(shape["n"]) == 1):
-                # a one-query prefill is one new position over its context: the engine runs the decode kernel
-                one = np.asarray(shape["n"]) == 1
-                c, m, o, alone_serial = times("decode_attention", decode, decode_shape(shape))
-                alone = (c, m, o, c + m if alone_serial else np.maximum(c, m))
-                compute, memory, overhead, body = (np.where(one, a, b) for a, b in
-                                                   zip(alone, (compute, memory, overhead, body)))
-                if maximum is max:
-                    compute, memory, overhead, body = (float(x) for x in (compute, memory, overhead, body))
-            return compute, memory, overhead, body + overhead
-    compute = flops / (peak or hw.peak_for(op_class, dtype))
-    memory = nbytes / hw.bandwidth_for(op_class, dtype)
-    launch = hw.overhead_for(op_class) * launches
-    body = maximum(compute, memory) if overlap == "max" else compute + memory
-    return compute, memory, launch, body + launch
-
-
 def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["overlap"], timing: str = "graph",
             without=()) -> Prediction:
     """Prediction of one workload on one device: the fitted mechanisms of :mod:`costmodel.mechanisms`
@@ -172,17 +130,13 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
     for name, kind, einsum, f, e, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops_per_op,
                                               elements_per_op, gemms):
         flops, nbytes = float(f), float(e) * width
-        cls = efficiency_class(kind, name)
-        priced = model.active and model.resolved.get(cls) is not None
-        compute, memory, launch, time = op_time(hw, kind, w.dtype, flops, nbytes, overlap,
-                                                launches=w.n if w.mode == "generate" else 1, name=name,
-                                                shape=op_shape(cls, dims, w.mode, gemm, name, width), model=model)
-        compute, memory = float(compute), float(memory)
+        op = KernelOp(kind, name, w.dtype, flops, nbytes, launches=w.n if w.mode == "generate" else 1)
+        t = price(op, op_shape(efficiency_class(kind, name), dims, w.mode, gemm, name, width), hw,
+                  Conventions(model, overlap))
         rows.append(OpPrediction(
             name=name, einsum=einsum, flops=flops, bytes=nbytes,
-            intensity=flops / nbytes if nbytes else 0.0, compute_s=compute, memory_s=memory,
-            launch_s=float(launch), time_s=float(time), bound="compute" if compute > memory else "memory",
-            efficiency_class=cls if priced else None,
+            intensity=flops / nbytes if nbytes else 0.0, compute_s=t.compute, memory_s=t.memory,
+            launch_s=t.overhead, time_s=t.time, bound=t.bound, efficiency_class=t.cls,
         ))
     L = w.layers
     compute = L * sum(r.compute_s for r in rows)
@@ -215,9 +169,8 @@ def hardware_summary(hw: HardwareProfile, dtype: str, model=None) -> dict:
     roofline with the profile's launch overhead)."""
     efficiency = None
     if model is not None and model.active:
-        origins = set(model.resolved.origin.values())
-        where = ("fitted" if all(o.startswith("fitted") for o in origins) else
-                 "transferred" if all(o.startswith("transferred") for o in origins) else "fitted and transferred")
+        kinds = {o.kind for o in model.resolved.origin.values()}
+        where = "fitted and transferred" if len(kinds) > 1 else kinds.pop()
         efficiency = f"{where} efficiency, {model.timing} timing"
     return {
         "efficiency": efficiency,
@@ -268,7 +221,7 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
         lines.append("compute + memory instead of max for the classes whose kernel does one after the other: "
                      + ", ".join(serial))
     lines.append("efficiency parameters: " + "; ".join(origins))
-    if any("transferred" in o for o in model.resolved.origin.values()):
+    if any(o.kind == "transferred" for o in model.resolved.origin.values()):
         from costmodel.mechanisms import TRANSFER_RULE
         lines.append(f"transfer rule: {TRANSFER_RULE}")
     return lines

@@ -17,7 +17,7 @@ from costmodel.compiled import ARGS, compile_program
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.mechanisms import efficiency_class, op_shape, time_model
-from costmodel.roofline import op_time
+from costmodel.price import Conventions, KernelOp, price
 from costmodel.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice, whole
 from costmodel.workload import Workload
 
@@ -126,8 +126,7 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
         f = np.broadcast_to(f, x.shape).astype(np.float64)
         by = np.broadcast_to(e, x.shape) * float(width)
         shape = op_shape(efficiency_class(kind, name), dims, w.mode, gemm, name, width)
-        time += op_time(hw, kind, w.dtype, f, by, overlap, launches=launches, maximum=np.maximum, name=name,
-                        shape=shape, model=model)[3]
+        time += price(KernelOp(kind, name, w.dtype, f, by, launches), shape, hw, Conventions(model, overlap)).time
         flops += f
         nbytes += by
     lw = width * w.layers

@@ -168,7 +168,7 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
 
     got = op_shape("prefill_attention", {"b": 2, "n": 1000, "m": 1000, "h": 8, "g": 2, "k": 128, "v": 128},
                    "batched", None, "attention", 2)
-    assert got["write_bytes"] == shape["write_bytes"]
+    assert got.write_bytes == shape["write_bytes"]
 
 
 @pytest.mark.parametrize("kind,name,cls", [("elementwise", "ffn_act", "activation"),
@@ -208,7 +208,7 @@ def test_a_class_fitted_under_one_timing_takes_its_parent_classes_launch_for_ano
     assert set(own.fixed_s) == {"eager"}
     graph = resolve(a100, "graph")
     assert graph.get("softmax").fixed_s["graph"] == graph.get("norm").fixed_s["graph"]
-    assert "graph fixed cost of its norm class" in graph.origin["softmax"]
+    assert "graph fixed cost of its norm class" in str(graph.origin["softmax"])
     assert graph.get("softmax").bandwidth_ceiling == own.bandwidth_ceiling  # its own curve
 
 
@@ -220,7 +220,7 @@ def test_a_parent_class_without_a_timings_launch_takes_its_childs():
     assert set(own["norm"].fixed_s) == {"kernels"} and set(own["layernorm"].fixed_s) == {"eager"}
     eager = resolve(a100, "eager")
     assert eager.get("norm").fixed_s["eager"] == own["layernorm"].fixed_s["eager"]
-    assert "eager fixed cost of its layernorm class" in eager.origin["norm"]
+    assert "eager fixed cost of its layernorm class" in str(eager.origin["norm"])
     assert eager.get("norm").bandwidth_ceiling == own["norm"].bandwidth_ceiling
     graph = resolve(a100, "graph")
     assert graph.get("layernorm").fixed_s["graph"] == own["norm"].fixed_s["kernels"]

@@ -271,6 +271,7 @@ class CurveRun:
         from costmodel.compiled import compile_program
         from costmodel.hardware import HardwareProfile
         from costmodel.mechanisms import efficiency_class, op_shape
+        from costmodel.shapes import fields
         from costmodel.validation.fit import errors, fit_overlap, predict_table
         from costmodel.validation.published import Table
 
@@ -291,7 +292,7 @@ class CurveRun:
                 cls = efficiency_class(compiled.kinds[i], compiled.names[i])
                 tm = merge([t[i] for t in taken[j]])
                 spreads.append(tm.p90_s / tm.median_s)
-                shape = op_shape(cls, dims, w.mode, gemms[i], compiled.names[i], width)
+                shape = fields(op_shape(cls, dims, w.mode, gemms[i], compiled.names[i], width))
                 points.setdefault(cls, []).append((float(flops[i]), float(elements[i]) * width, shape, tm.median_s))
         classes, report = {}, {}
         for cls, pts in points.items():

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.hardware import ClassEfficiency
-from costmodel.mechanisms import MECHANISMS, class_peak, class_times
+from costmodel.mechanisms import MECHANISMS, TimeModel
+from costmodel.price import Conventions, KernelOp, price
 
 #: Parameters fitted per class on its primary table, with (lower, upper, log-scaled) bounds.
 BOUNDS = {
@@ -65,9 +66,8 @@ CHOICES = {
 
 def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> np.ndarray:
     """Predicted seconds of every row of a published table with a class's parameters."""
-    t = class_times(table.priced_class, eff, peak=class_peak(hw, table.priced_class, table.dtype), bandwidth=hw.bandwidth,
-                    sms=hw.architecture.compute_units.value, timing=table.timing, flops=table.flops,
-                    nbytes=table.nbytes, shape=table.shape, on=on).time
+    op = KernelOp(table.op_class, table.op_class, table.dtype, table.flops, table.nbytes, kernel=table.priced_class)
+    t = price(op, table.shape, hw, Conventions(TimeModel(None, table.timing, frozenset(on))), params=eff).time
     t = np.broadcast_to(np.asarray(t, float), table.measured_s.shape)
     return t * (table.count if table.count is not None else 1)
 

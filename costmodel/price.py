@@ -1,0 +1,137 @@
+"""The one place an op's time is computed: :func:`price` (op, shape, device, conventions) -> :class:`OpTime`.
+
+Every caller that needs a time calls it: a workload's prediction (:mod:`costmodel.roofline`), a sweep
+(:mod:`costmodel.sweeps`), a model step (:mod:`costmodel.model_step`), the papers' reproductions
+(:mod:`costmodel.reproduce`), and the fits and checks against published timings (``costmodel.validation``).
+
+With the device's fitted (or transferred) parameters for the op's kernel class, the time is the mechanisms of
+:func:`costmodel.mechanisms.class_times`: ``fixed + body + second kernels``, the body ``max(compute, memory)``
+or their sum where the class's kernel does one after the other. Without them it is the datasheet roofline of
+the class's rates and the profile's launch overhead. Numbers or numpy arrays, alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.mechanisms import (MECHANISMS, PROGRAM_CLASS, Resolved, TimeModel, class_peak, class_times,
+                                  efficiency_class, time_model)
+from costmodel.shapes import fields, one_query
+
+
+@dataclass(frozen=True)
+class KernelOp:
+    """What an op is to a device: the program's op kind (``projection``, ``attention``, ``elementwise``,
+    ``copy``, ``fused_decode``, ``fused_prefill``) and name, which pick its kernel class; the dtype it computes
+    in; its FLOPs and bytes per call; the calls it makes (``launches``: a generate program's n steps pay n
+    fixed costs); ``peak`` overrides the class's FLOP rate (a TPU's multi-pass f32 matmuls)."""
+
+    kind: str
+    name: str
+    dtype: str
+    flops: object
+    bytes: object
+    launches: object = 1
+    peak: float | None = None
+    kernel: str | None = None  # the efficiency class, where the caller knows it (a published table's rows)
+
+    @property
+    def cls(self) -> str | None:
+        """The efficiency class of the kernel (None: an op kind no fitted class covers)."""
+        if self.kernel is not None:
+            return self.kernel
+        return efficiency_class(self.kind, self.name) if self.kind in PROGRAM_CLASS else None
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """How ops are priced on a device: its time model (the parameters per class, the timing convention, the
+    mechanisms on) and the overlap rule asked for (``max``, or ``sum`` for every class)."""
+
+    model: TimeModel
+    overlap: str = "max"
+
+    @classmethod
+    def of(cls, hw, timing: str = "graph", without=(), overlap: str = "max") -> Conventions:
+        return cls(time_model(hw, timing, without), overlap)
+
+    @classmethod
+    def datasheet(cls, overlap: str = "max") -> Conventions:
+        """The datasheet roofline: no fitted parameters, whatever the device has."""
+        return cls(TimeModel(None, "graph", frozenset()), overlap)
+
+    @property
+    def timing(self) -> str:
+        return self.model.timing
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One op's time on a device: compute and memory sides, the overhead (fixed costs and second kernels, for
+    every launch), the total, and the kernel class whose fitted parameters priced it (None: the datasheet
+    roofline). Numbers, or arrays for arrays of ops."""
+
+    compute: object
+    memory: object
+    overhead: object
+    time: object
+    cls: str | None
+
+    @property
+    def bound(self) -> str:
+        """Which side is longer (for one op; arrays: ``np.where(t.compute > t.memory, ...)``)."""
+        return "compute" if self.compute > self.memory else "memory"
+
+
+def _fitted(op: KernelOp, cls: str, params, shape, hw, conv: Conventions):
+    t = class_times(cls, params, peak=op.peak or class_peak(hw, cls, op.dtype), bandwidth=hw.bandwidth,
+                    sms=hw.architecture.compute_units.value, timing=conv.timing, flops=op.flops, nbytes=op.bytes,
+                    shape=shape, on=conv.model.on, overlap=conv.overlap)
+    serial = conv.overlap == "sum" or params.overlap == "sum"
+    body = t.compute + t.memory if serial else np.maximum(t.compute, t.memory)
+    return t.compute, t.memory, (t.fixed + t.units) * op.launches, body
+
+
+def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
+    """The time of ``op`` (of typed ``shape``, :mod:`costmodel.shapes`) on ``hw`` under ``conv``.
+
+    ``params`` prices the op with given class parameters instead of the device's (a fit trying them). A
+    one-query prefill runs the decode kernel, as engines dispatch it (its decode parameters, its shape)."""
+    cls = op.cls
+    resolved: Resolved | None = conv.model.resolved if conv.model.active else None
+    if params is None and cls is not None and resolved is not None:
+        params = resolved.get(cls)
+    if params is not None and cls is not None:
+        compute, memory, overhead, body = _fitted(op, cls, params, shape, hw, conv)
+        decode = resolved.get("decode_attention") if resolved is not None else None
+        one = one_query(shape) if cls == "prefill_attention" else np.asarray(False)
+        if decode is not None and np.any(one):
+            alone = _fitted(op, "decode_attention", decode, shape.decode() if hasattr(shape, "decode") else
+                            _decode_fields(shape), hw, conv)
+            compute, memory, overhead, body = (np.where(one, a, b) for a, b in
+                                               zip(alone, (compute, memory, overhead, body)))
+        return _finish(compute, memory, overhead, body + overhead, cls)
+    # the datasheet roofline (measured per-class rates where a calibration gave them)
+    compute = op.flops / (op.peak or hw.peak_for(op.kind, op.dtype))
+    memory = op.bytes / hw.bandwidth_for(op.kind, op.dtype)
+    launch = hw.overhead_for(op.kind) * op.launches
+    body = compute + memory if conv.overlap == "sum" else np.maximum(compute, memory)
+    return _finish(compute, memory, launch, body + launch, None)
+
+
+def _decode_fields(shape) -> dict:
+    f = fields(shape)
+    return {"b": f["b"], "g": f["g"], "h": f["h"], "positions": f["m"]}
+
+
+def _finish(compute, memory, overhead, time, cls) -> OpTime:
+    """Plain floats for one op, float arrays for many."""
+    values = [np.asarray(x, float) for x in (compute, memory, overhead, time)]
+    if all(v.ndim == 0 for v in values):
+        values = [float(v) for v in values]
+    return OpTime(*values, cls)
+
+
+__all__ = ["KernelOp", "Conventions", "OpTime", "price", "MECHANISMS"]
