@@ -14,7 +14,7 @@ from functools import lru_cache
 import sympy
 
 from costmodel import symbols as S
-from costmodel.counts import derive
+from costmodel.counts import program_counts
 from costmodel.program import Program, build_program, gemm_dims, op_class
 
 #: The arguments of every compiled function, in order.
@@ -78,14 +78,13 @@ def compile_program(variant: str, mode: str, execution: str = "unfused", cache_a
                     form: str = "absorbed", q_lora: bool = False) -> Compiled:
     """The program's exact counts, compiled once into a single numpy function (``form`` and ``q_lora``
     choose the program of multi-head latent attention, :mod:`costmodel.mla`)."""
-    report = derive(variant, mode, execution=execution, cache_append=cache_append, simplify=False, form=form,
-                    q_lora=q_lora)
     if variant == "mla":
         from costmodel.mla import ARGS as args, build_mla_program
 
         program = build_mla_program(mode, form, q_lora=q_lora, execution=execution)
     else:
         args, program = ARGS, build_program(variant, mode, cache_append=cache_append, execution=execution)
+    report = program_counts(program, simplify=False)  # the program built once, its counts from it
     weights, cache = program.resident_elements()
     gemms = tuple(gemm_dims(o) if o.kind == "einsum" else None for o in program.ops)
     exprs = [o.flops for o in report.ops] + [o.memory_elements for o in report.ops] + [weights, cache,

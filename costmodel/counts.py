@@ -144,11 +144,19 @@ def derive(
     form = choice("mla form", form, MLA_FORMS)
     if dims is not None and not isinstance(dims, Mapping):
         raise CostModelError(f"dims must be a mapping of dimension names to integers, got {dims!r}"[:200])
-    width = S.dtype_bytes(dtype)
+    S.dtype_bytes(dtype)  # an unknown dtype is an error before the program is built
     if variant.lower() == "mla":
         program = _mla_program(mode, form, q_lora, groups, cache_append, execution)
     else:
         program = build_program(variant, mode, groups=groups, cache_append=cache_append, execution=execution)
+    return program_counts(program, dtype, dims, simplify)
+
+
+def program_counts(program: Program, dtype: str = "bf16", dims: Mapping[str, int] | None = None,
+                   simplify: bool = True) -> CostReport:
+    """The exact counts of a built program (:func:`derive` builds it from a variant and mode)."""
+    width = S.dtype_bytes(dtype)
+    mode = program.mode
     subs = _check_dims(program, dims or {})
     ops = []
     for op in program.ops:

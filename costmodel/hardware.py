@@ -352,15 +352,25 @@ def _parse(text: str, origin: str) -> HardwareProfile:
 
 @lru_cache(maxsize=1)
 def _index() -> dict[str, object]:
-    """Lookup key (id or alias, normalised) -> profile file."""
+    """Lookup key (id or alias, normalised) -> profile file, from each file's top-level ``id`` and ``aliases``
+    lines alone (one profile is parsed and validated when it is asked for, not all of them)."""
     import yaml
 
     index: dict[str, object] = {}
     for f in _profile_files():
-        head = yaml.load(f.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        lines = [line for line in f.read_text(encoding="utf-8").splitlines() if line.startswith(("id:", "aliases:"))]
+        head = yaml.load("\n".join(lines), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         for name in (head["id"], *head.get("aliases", ())):
             index[_key(name)] = f
     return index
+
+
+@lru_cache(maxsize=1)
+def fitted_profiles() -> tuple[HardwareProfile, ...]:
+    """The shipped profiles with fitted efficiency parameters (only their files are parsed)."""
+    files = [f for f in _profile_files() if "\nefficiency:" in f.read_text(encoding="utf-8")]
+    return tuple(p for p in (_parse(f.read_text(encoding="utf-8"), f.name) for f in files)
+                 if p.efficiency is not None and p.architecture is not None)
 
 
 def device_name_key(name: str) -> str:

@@ -306,9 +306,9 @@ TRANSFER_RULE = (
 
 
 def _fitted_profiles():
-    from costmodel.hardware import load_all
+    from costmodel.hardware import fitted_profiles
 
-    return [p for p in load_all() if p.efficiency is not None and p.architecture is not None]
+    return list(fitted_profiles())
 
 
 def reference_for(hw, exclude=()):

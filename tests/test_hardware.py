@@ -163,3 +163,14 @@ def test_fitted_efficiency_without_architecture_is_refused(tmp_path):
         load_profile(str(path))
     message = str(err.value)
     assert "fitted parameters need architecture.compute_units" in message and len(message) < 300
+
+
+def test_the_lookup_index_reads_every_id_and_alias():
+    """The index reads only each file's id and aliases lines; it must name exactly what the parsed profiles do."""
+    from costmodel.hardware import _index, _key, fitted_profiles, load_all
+
+    profiles = load_all()
+    assert set(_index()) == {_key(n) for p in profiles for n in (p.id, *p.aliases)}
+    for p in profiles:
+        assert _index()[_key(p.id)].name == f"{p.id}.yaml"
+    assert [p.id for p in fitted_profiles()] == [p.id for p in profiles if p.efficiency is not None]
