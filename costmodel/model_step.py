@@ -21,12 +21,13 @@ from typing import Literal
 
 import numpy as np
 import sympy
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from costmodel import checks
 from costmodel import symbols as S
 from costmodel.compiled import compile_program
 from costmodel.errors import CostModelError
+from costmodel.reports import Report
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
 from costmodel.program import Op, Tensor, bias_elements, gemm_dims, is_weight
@@ -467,7 +468,7 @@ def kv_cache_elements(m: ModelPreset, batch: int, context: int, source: int) -> 
 
 # --- the prediction ------------------------------------------------------------------------------------
 
-class OpTime(BaseModel):
+class OpTime(Report):
     section: str
     name: str
     einsum: str | None
@@ -478,7 +479,7 @@ class OpTime(BaseModel):
     bound: Literal["compute", "memory"]
 
 
-class PhaseTime(BaseModel):
+class PhaseTime(Report):
     time_s: float
     flops: float
     bytes: float
@@ -487,7 +488,7 @@ class PhaseTime(BaseModel):
     ops: list[OpTime]
 
 
-class ModelHardware(BaseModel):
+class ModelHardware(Report):
     id: str
     name: str
     dtype: str
@@ -502,12 +503,12 @@ def model_hardware(pr: Pricing) -> ModelHardware:
     from costmodel.roofline import hardware_summary
 
     hw = pr.hw
-    efficiency = hardware_summary(hw, pr.dtype, pr.model)["efficiency"] or "datasheet roofline"
+    efficiency = hardware_summary(hw, pr.dtype, pr.model).efficiency or "datasheet roofline"
     return ModelHardware(id=hw.id, name=hw.name, dtype=pr.dtype, devices=pr.tp, memory_capacity_bytes=hw.capacity,
                          measured=hw.measured is not None, efficiency=efficiency)
 
 
-class ModelShape(BaseModel):
+class ModelShape(Report):
     id: str
     name: str
     params: int
@@ -525,7 +526,7 @@ class ModelShape(BaseModel):
     local_layers: int = 0
 
 
-class ModelWorkload(BaseModel):
+class ModelWorkload(Report):
     batch: int
     context: int
     source: int | None
@@ -538,13 +539,13 @@ class ModelWorkload(BaseModel):
     overlap: str
 
 
-class ModelTotals(BaseModel):
+class ModelTotals(Report):
     tpot_s: float
     ttft_s: float
     tokens_per_s: float
 
 
-class ModelMemory(BaseModel):
+class ModelMemory(Report):
     kv_cache_bytes_per_token: int
     kv_cache_bytes: int
     kv_cache_bytes_per_device: int
@@ -555,11 +556,9 @@ class ModelMemory(BaseModel):
     max_context: int | None = Field(description="None: no limit (every layer caches at most its window)")
 
 
-class ModelPrediction(BaseModel):
+class ModelPrediction(Report):
     """A whole model on one device (or ``tp`` devices): decode step (TPOT), prefill (TTFT), memory.
     ``str()`` is the table, ``model_dump()`` the JSON."""
-
-    model_config = ConfigDict(frozen=True)
 
     hardware: ModelHardware
     model: ModelShape

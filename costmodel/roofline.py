@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, RootModel
+from pydantic import ConfigDict, RootModel
 
 from costmodel import checks
 from costmodel import symbols as S
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
+from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.mechanisms import MECHANISMS, efficiency_class, op_shape, time_model
 from costmodel.price import Conventions, KernelOp, price
@@ -32,7 +33,7 @@ Overlap = Literal["max", "sum"]
 CONTEXT_DIM = {"batched": "m", "incremental": "m", "generate": "n"}
 
 
-class OpPrediction(BaseModel):
+class OpPrediction(Report):
     name: str
     einsum: str | None
     flops: float
@@ -46,7 +47,7 @@ class OpPrediction(BaseModel):
     efficiency_class: str | None = None  # the fitted class that priced it (None: datasheet roofline)
 
 
-class Totals(BaseModel):
+class Totals(Report):
     flops: float
     bytes: float
     time_s: float
@@ -58,7 +59,7 @@ class Totals(BaseModel):
     tokens_per_s: float
 
 
-class MemoryFit(BaseModel):
+class MemoryFit(Report):
     kv_cache_bytes: float
     weight_bytes: float
     capacity_bytes: float
@@ -68,12 +69,10 @@ class MemoryFit(BaseModel):
     context_dim: str
 
 
-class Prediction(BaseModel):
+class Prediction(Report):
     """A frozen report: per-op rows (per layer) and totals (all layers); ``model_dump()`` is the JSON."""
 
-    model_config = ConfigDict(frozen=True)
-
-    hardware: dict
+    hardware: DeviceSummary
     workload: Workload
     overlap: Overlap
     timing: str = "graph"
@@ -92,8 +91,6 @@ class Prediction(BaseModel):
 class Comparison(RootModel[list[Prediction]]):
     """Predictions of several variants of one workload on one device; ``str()`` is the side-by-side
     table with speed-ups over the first, ``model_dump()`` the JSON array."""
-
-    model_config = ConfigDict(frozen=True)
 
     def __str__(self) -> str:
         from costmodel.text import prediction_table
@@ -164,7 +161,7 @@ def compare(workloads: list[Workload], hw: HardwareProfile, overlap: str = DEFAU
     return Comparison([predict(w, hw, overlap, timing, without) for w in workloads])
 
 
-def hardware_summary(hw: HardwareProfile, dtype: str, model=None) -> dict:
+def hardware_summary(hw: HardwareProfile, dtype: str, model=None) -> DeviceSummary:
     """The device as a report states it; ``efficiency`` says what the time model is (None: the datasheet
     roofline with the profile's launch overhead)."""
     efficiency = None
@@ -172,14 +169,13 @@ def hardware_summary(hw: HardwareProfile, dtype: str, model=None) -> dict:
         kinds = {o.kind for o in model.resolved.origin.values()}
         where = "fitted and transferred" if len(kinds) > 1 else kinds.pop()
         efficiency = f"{where} efficiency, {model.timing} timing"
-    return {
-        "efficiency": efficiency,
-        "id": hw.id, "name": hw.name, "kind": hw.kind, "dtype": dtype,
-        "peak_flops_per_s": hw.peak(dtype), "vector_peak_flops_per_s": hw.vector_peak(dtype),
-        "memory_bandwidth_bytes_per_s": hw.bandwidth, "memory_capacity_bytes": hw.capacity,
-        "launch_overhead_s": hw.launch_overhead, "ridge_point_flops_per_byte": hw.ridge_point(dtype),
-        "measured": hw.measured is not None,
-    }
+    return DeviceSummary(
+        efficiency=efficiency, id=hw.id, name=hw.name, kind=hw.kind, dtype=dtype,
+        peak_flops_per_s=hw.peak(dtype), vector_peak_flops_per_s=hw.vector_peak(dtype),
+        memory_bandwidth_bytes_per_s=hw.bandwidth, memory_capacity_bytes=hw.capacity,
+        launch_overhead_s=hw.launch_overhead, ridge_point_flops_per_byte=hw.ridge_point(dtype),
+        measured=hw.measured is not None,
+    )
 
 
 def memory_fit(compiled: Compiled, w: Workload, hw: HardwareProfile) -> MemoryFit:

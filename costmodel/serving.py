@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from costmodel import checks
 from costmodel.errors import CostModelError
+from costmodel.reports import Report
 from costmodel.hardware import HardwareProfile
 from costmodel.model_step import (ModelHardware, Pricing, decode_times, device_slice, kv_bytes,
                                   largest_batch_in_memory, model_hardware, phase_time, pricing, weight_bytes)
@@ -31,10 +31,8 @@ from costmodel.vocab import DEFAULTS, MAX_DIM, SIDE_BY_SIDE
 MAX_OUTPUT = 1 << 24
 
 
-class RequestPrediction(BaseModel):
+class RequestPrediction(Report):
     """One batch of requests on one device (or ``tp`` devices): latency, throughput, memory."""
-
-    model_config = ConfigDict(frozen=True)
 
     hardware: ModelHardware
     model: str
@@ -121,10 +119,8 @@ def request_assumptions() -> list[str]:
 Binding = Literal["tpot", "ttft", "memory", "batch limit"]
 
 
-class CapacityPoint(BaseModel):
+class CapacityPoint(Report):
     """The largest batch under the targets for one model layout on one device."""
-
-    model_config = ConfigDict(frozen=True)
 
     device: str
     model: str
@@ -136,9 +132,7 @@ class CapacityPoint(BaseModel):
     cost_per_million_tokens: float | None  # output tokens, at the price per device-hour
 
 
-class CapacityReport(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class CapacityReport(Report):
     input_len: int
     output_len: int
     tpot_target_s: float | None

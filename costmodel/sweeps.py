@@ -15,6 +15,7 @@ from costmodel import checks
 from costmodel import symbols as S
 from costmodel.compiled import ARGS, compile_program
 from costmodel.errors import CostModelError
+from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.mechanisms import efficiency_class, op_shape, time_model
 from costmodel.price import Conventions, KernelOp, price
@@ -157,13 +158,11 @@ def check_sweep(workloads: list[Workload], name: str, values: list[int]) -> tupl
     return dim, linked
 
 
-class Sweep(BaseModel):
+class Sweep(Report):
     """A sweep of one parameter for one or more workloads on one device; ``str()`` is the table (``*``
     where weights and KV cache do not fit), ``model_dump()`` the JSON, ``records`` one dict per point."""
 
-    model_config = ConfigDict(frozen=True)
-
-    hardware: dict
+    hardware: DeviceSummary
     parameter: str
     dim: str
     linked: tuple[str, ...]  # dimensions that take the swept values too (m with n in a batched prefill)

@@ -140,11 +140,11 @@ def workload_line(w) -> str:
 
 
 def hardware_line(hw: dict) -> str:
-    tag = " (measured)" if hw["measured"] else ""
-    return (f"{hw['name']} [{hw['id']}]{tag}: {hw['dtype']} peak {si(hw['peak_flops_per_s'], 'FLOP/s')}, "
-            f"memory {si(hw['memory_bandwidth_bytes_per_s'], 'B/s')}, ridge {hw['ridge_point_flops_per_byte']:.0f} "
-            f"FLOP/B, capacity {si(hw['memory_capacity_bytes'], 'B')}, "
-            + (hw["efficiency"] if hw.get("efficiency") else f"launch {hw['launch_overhead_s'] * 1e6:g} µs"))
+    tag = " (measured)" if hw.measured else ""
+    return (f"{hw.name} [{hw.id}]{tag}: {hw.dtype} peak {si(hw.peak_flops_per_s, 'FLOP/s')}, "
+            f"memory {si(hw.memory_bandwidth_bytes_per_s, 'B/s')}, ridge {hw.ridge_point_flops_per_byte:.0f} "
+            f"FLOP/B, capacity {si(hw.memory_capacity_bytes, 'B')}, "
+            + (hw.efficiency if hw.efficiency else f"launch {hw.launch_overhead_s * 1e6:g} µs"))
 
 
 def _variant_label(w) -> str:
@@ -229,8 +229,8 @@ def hardware_detail(p, reference: str | None = None) -> str:
 def sweep_table(sw) -> str:
     """Time per step (or call) of each variant at each swept value; ``*`` where memory does not fit."""
     hw, name, values = sw.hardware, sw.parameter, sw.values
-    lines = [f"{hw['name']} [{hw['id']}], sweep of {name} ({sw.dim}); time per step or call"
-             + (f" ({hw['efficiency']})" if hw.get("efficiency") else " (datasheet roofline)")
+    lines = [f"{hw.name} [{hw.id}], sweep of {name} ({sw.dim}); time per step or call"
+             + (f" ({hw.efficiency})" if hw.efficiency else " (datasheet roofline)")
              + "; * = does not fit in memory"]
     labels = [_variant_label(w) if name != "groups" else w.variant.upper() for w in sw.workloads]
     rows = [(name, *labels)]
@@ -622,14 +622,14 @@ def sweeps_table(sweeps) -> str:
     """One attention sweep on several devices: one row per value, one column per (device, variant)."""
     first = sweeps[0]
     name, values = first.parameter, first.values
-    lines = [f"sweep of {name} ({first.dim}) on {', '.join(sw.hardware['id'] for sw in sweeps)}; time per step or "
+    lines = [f"sweep of {name} ({first.dim}) on {', '.join(sw.hardware.id for sw in sweeps)}; time per step or "
              "call (each device's time model: " + "; ".join(
-                 f"{sw.hardware['id']} {sw.hardware.get('efficiency') or 'datasheet roofline'}" for sw in sweeps)
+                 f"{sw.hardware.id} {sw.hardware.efficiency or 'datasheet roofline'}" for sw in sweeps)
              + "); * = does not fit in memory"]
     head, columns = [name], []
     for sw in sweeps:
         for i, w in enumerate(sw.workloads):
-            head.append(f"{sw.hardware['id']} " + (_variant_label(w) if name != "groups" else w.variant.upper()))
+            head.append(f"{sw.hardware.id} " + (_variant_label(w) if name != "groups" else w.variant.upper()))
             columns.append(sw.records[i * len(values):(i + 1) * len(values)])
     rows = [tuple(head)]
     for j, x in enumerate(values):

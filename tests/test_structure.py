@@ -218,3 +218,38 @@ def test_every_command_has_help_with_an_example(path, flag):
     if not isinstance(command, click.Group):
         example = [line.strip() for line in result.output.splitlines() if line.strip().startswith("Example:")]
         assert example and example[0].startswith(f"Example: costmodel {' '.join(path)}"), result.output
+
+
+def _parts(report):
+    """Every pydantic model inside a report, the report included."""
+    from pydantic import BaseModel
+
+    yield report
+    for value in (report.root if hasattr(report, "root") else
+                  [getattr(report, name) for name in type(report).model_fields]):
+        for item in (value if isinstance(value, (list, tuple)) else [value]):
+            if isinstance(item, BaseModel):
+                yield from _parts(item)
+
+
+def test_reports_and_their_parts_are_frozen():
+    """``p.total.time_s = 0`` and the like are refused at every level of every report."""
+    import costmodel
+    from pydantic import ValidationError
+
+    h100, llama = costmodel.load_profile("h100"), costmodel.load_model("llama-3-8b")
+    w = costmodel.Workload.create("gqa", batch=2, context=64)
+    reports = [costmodel.predict(w, h100), costmodel.compare([w], h100), costmodel.sweep([w], h100, "context", [64]),
+               costmodel.predict_model(llama, h100, batch=2, context=64),
+               costmodel.request(llama, h100, input_len=16, output_len=4),
+               costmodel.capacity(llama, [h100], input_len=16, output_len=4, variants=False)]
+    seen = 0
+    for report in reports:
+        for part in _parts(report):
+            fields = list(type(part).model_fields)
+            if not fields or fields == ["root"]:
+                continue
+            with pytest.raises(ValidationError, match="frozen"):
+                setattr(part, fields[0], getattr(part, fields[0]))
+            seen += 1
+    assert seen > 20
