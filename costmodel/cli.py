@@ -346,7 +346,7 @@ def models_list(fmt, as_json) -> None:
     Example: costmodel models list
     """
     from costmodel.presets import load_model, preset_ids
-    from costmodel.model_step import model_facts
+    from costmodel.model_memory import model_facts
     from costmodel.text import model_records, models_table
 
     fmt = output_format(fmt, as_json)
@@ -373,11 +373,11 @@ def models_show(name, as_json) -> None:
 
     m = load_model(name)
     if as_json:
-        from costmodel.model_step import active_params, param_groups
+        from costmodel.model_memory import active_params, param_groups
 
         emit_json({**m.model_dump(mode="json"), "params": param_groups(m), "active_params": active_params(m)})
     else:
-        from costmodel.model_step import model_facts
+        from costmodel.model_memory import model_facts
 
         click.echo(model_detail(m, model_facts(m)))
 

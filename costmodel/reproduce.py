@@ -17,7 +17,8 @@ from costmodel import symbols as S
 from costmodel.asymptotic import analyze
 from costmodel.counts import derive
 from costmodel.hardware import HardwareProfile, load_profile
-from costmodel.model_step import Row, predict_model, step_rows
+from costmodel.model_ops import Row, step_rows
+from costmodel.model_step import predict_model
 from costmodel.presets import ModelPreset, load_model
 from costmodel.price import Conventions, KernelOp, price
 

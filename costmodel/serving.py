@@ -22,8 +22,9 @@ from costmodel import checks
 from costmodel.errors import CostModelError
 from costmodel.reports import Report
 from costmodel.hardware import HardwareProfile
-from costmodel.model_step import (ModelHardware, Pricing, decode_times, device_slice, kv_bytes,
-                                  largest_batch_in_memory, model_hardware, phase_time, pricing, weight_bytes)
+from costmodel.model_memory import kv_bytes, largest_batch_in_memory, weight_bytes
+from costmodel.model_ops import device_slice
+from costmodel.model_step import ModelHardware, Pricing, decode_times, model_hardware, phase_time, pricing
 from costmodel.presets import ModelPreset
 from costmodel.vocab import DEFAULTS, MAX_DIM, SIDE_BY_SIDE
 

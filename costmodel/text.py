@@ -6,7 +6,7 @@ import textwrap
 from costmodel.vocab import VARIANT_NAMES, variant_label
 
 
-def _title(report: CostReport) -> str:
+def _title(report) -> str:
     name = VARIANT_NAMES[report.variant]
     if report.variant == "gqa":
         name += f" (g = {report.kv_heads})" if report.kv_heads.is_Integer else " (g key/value heads)"
@@ -15,7 +15,7 @@ def _title(report: CostReport) -> str:
     return f"{name} attention{form}, {report.mode} mode, {report.dtype}" + (f"; {subs}" if subs else "")
 
 
-def table(report: CostReport, asym: Asymptotics | None = None) -> str:
+def table(report, asym=None) -> str:
     """Aligned per-op table with totals, assumptions and (optionally) the asymptotic block."""
     import sympy
 
@@ -42,7 +42,7 @@ def table(report: CostReport, asym: Asymptotics | None = None) -> str:
     return "\n".join(lines)
 
 
-def asymptotic_lines(asym: Asymptotics) -> list[str]:
+def asymptotic_lines(asym) -> list[str]:
     lines = [
         *textwrap.wrap("Asymptotic forms, under: " + "; ".join(asym.assumptions), 100, subsequent_indent="  "),
         f"  arithmetic         Θ({asym.flops})",
@@ -70,7 +70,7 @@ def asymptotic_lines(asym: Asymptotics) -> list[str]:
     return lines
 
 
-def latex(report: CostReport, asym: Asymptotics | None = None) -> str:
+def latex(report, asym=None) -> str:
     """A LaTeX tabular of the per-op counts, for papers."""
     import sympy
 
@@ -391,7 +391,7 @@ def _model_features(m) -> list[str]:
 
 def models_table(presets, facts: dict[str, dict]) -> str:
     """The model presets: parameters (total and active), layers, attention, what else they have (``facts``:
-    id -> :func:`costmodel.model_step.model_facts`)."""
+    id -> :func:`costmodel.model_memory.model_facts`)."""
     rows = [("id", "name", "params", "active", "layers", "d_model", "attention", "KV/token (bf16)", "features")]
     for m in presets:
         total, active = facts[m.id]["params"], facts[m.id]["active_params"]
@@ -401,7 +401,7 @@ def models_table(presets, facts: dict[str, dict]) -> str:
 
 
 def model_detail(m, facts: dict) -> str:
-    """One model's shape, parameters by kind, and source (``facts``: :func:`costmodel.model_step.model_facts`)."""
+    """One model's shape, parameters by kind, and source (``facts``: :func:`costmodel.model_memory.model_facts`)."""
     groups = facts["groups"]
     lines = [f"{m.name} [{m.id}]" + (f"  aliases: {', '.join(m.aliases)}" if m.aliases else ""),
              f"  parameters {_params(sum(groups.values()))}: projections {_params(groups['projections'])}, "

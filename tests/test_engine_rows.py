@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from costmodel.hardware import load_profile
-from costmodel.model_step import engine_rows, param_count, predict_model, step_rows
+from costmodel.model_memory import param_count
+from costmodel.model_ops import engine_rows, step_rows
+from costmodel.model_step import predict_model
 from costmodel.presets import load_model
 
 
@@ -37,7 +39,7 @@ def test_llama_3_8b_fusions_by_hand(phase):
 
 def test_the_fused_qkv_gemm_is_the_shape_vidur_timed():
     # Vidur's attn_pre_proj of Llama-2-7B at T tokens and TP t: [T x 4096] @ [4096 x (32 + 2*32) * 128 / t]
-    from costmodel.model_step import device_slice
+    from costmodel.model_ops import device_slice
 
     m = load_model("llama-2-7b")
     for t in (1, 2, 4):

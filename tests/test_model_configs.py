@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from costmodel.cli import main
 from costmodel.errors import CostModelError
 from costmodel.hardware import load_profile
-from costmodel.model_step import (active_params, device_slice, experts_touched, kv_cache_elements, param_count, param_groups,
-                                  predict_model, step_rows, weight_width)
+from costmodel.model_memory import active_params, kv_cache_elements, param_count, param_groups, weight_width
+from costmodel.model_ops import device_slice, experts_touched, step_rows
+from costmodel.model_step import predict_model
 from costmodel.presets import load_model
 
 # --- parameter counts: transformers' configuration classes, models instantiated on the meta device -----

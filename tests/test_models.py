@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from costmodel.cli import main
 from costmodel.errors import CostModelError
 from costmodel.hardware import load_profile
-from costmodel.model_step import all_reduce_s, param_count, predict_model
+from costmodel.model_memory import param_count
+from costmodel.model_step import all_reduce_s, predict_model
 from costmodel.presets import load_model, preset_ids
 
 REQUIRED = ["wmt_transformer_mha", "wmt_transformer_mqa", "t5_xxl", "t5_xxl_mqa", "t5_xxl_gqa8", "llama_2_7b",
