@@ -124,7 +124,7 @@ def hardware_list(fmt, as_json) -> None:
     """
     from costmodel.hardware import load_all
     from costmodel.mechanisms import efficiency_status
-    from costmodel.text import hardware_records, hardware_table
+    from costmodel.text_models import hardware_records, hardware_table
 
     fmt = output_format(fmt, as_json)
     profiles = load_all()
@@ -146,7 +146,7 @@ def hardware_show(name, as_json) -> None:
     Example: costmodel hardware show h100
     """
     from costmodel.hardware import load_profile
-    from costmodel.text import hardware_detail
+    from costmodel.text_models import hardware_detail
 
     profile = load_profile(name)
     if as_json:
@@ -347,7 +347,7 @@ def models_list(fmt, as_json) -> None:
     """
     from costmodel.presets import load_model, preset_ids
     from costmodel.model_memory import model_facts
-    from costmodel.text import model_records, models_table
+    from costmodel.text_models import model_records, models_table
 
     fmt = output_format(fmt, as_json)
     presets = [load_model(pid) for pid in preset_ids()]
@@ -369,7 +369,7 @@ def models_show(name, as_json) -> None:
     Example: costmodel models show deepseek-v2-lite
     """
     from costmodel.presets import load_model
-    from costmodel.text import model_detail
+    from costmodel.text_models import model_detail
 
     m = load_model(name)
     if as_json:

@@ -87,7 +87,7 @@ def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_
                    csv_path, max_points, source, pricing: dict) -> None:
     """``costmodel predict --model``: one model (or its layouts) on one or more devices; a request with
     --input-len/--output-len; a whole-model sweep with --sweep."""
-    from costmodel.text import devices_table, request_table
+    from costmodel.text_models import devices_table, request_table
 
     if (input_len is None) != (output_len is None):
         raise CostModelError("--input-len and --output-len go together (a request: prompt and generated tokens)")
@@ -135,7 +135,7 @@ def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max
     """A whole-model sweep over batch, context, input or output length: one row per (device, layout, value)."""
     from costmodel.serving import model_sweep
     from costmodel.sweeps import parse_range
-    from costmodel.text import model_sweep_table
+    from costmodel.text_models import model_sweep_table
 
     name, sep, text = spec.partition("=")
     name = name.replace("-", "_")
@@ -217,7 +217,7 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
     """
     from costmodel.hardware import load_profile
     from costmodel.serving import capacity as run_capacity
-    from costmodel.text import capacity_table
+    from costmodel.text_models import capacity_table
 
     fmt = output_format(fmt, as_json)
     if not model_name:

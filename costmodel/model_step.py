@@ -135,7 +135,7 @@ class ModelPrediction(Report):
     assumptions: list[str]
 
     def __str__(self) -> str:
-        from costmodel.text import model_table
+        from costmodel.text_models import model_table
 
         return model_table(self)
 

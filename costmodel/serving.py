@@ -57,7 +57,7 @@ class RequestPrediction(Report):
     assumptions: list[str]
 
     def __str__(self) -> str:
-        from costmodel.text import request_table
+        from costmodel.text_models import request_table
 
         return request_table([self])
 
@@ -143,7 +143,7 @@ class CapacityReport(Report):
     assumptions: list[str]
 
     def __str__(self) -> str:
-        from costmodel.text import capacity_table
+        from costmodel.text_models import capacity_table
 
         return capacity_table(self)
 

@@ -70,7 +70,7 @@ def test_no_import_cycle(imports=every_import):
 
 
 #: Renderers format typed reports; the modules that compute them are producers, which a renderer never imports.
-RENDERERS = ("costmodel.text",)
+RENDERERS = ("costmodel.text", "costmodel.text_models")
 PRODUCERS = ("costmodel.counts", "costmodel.asymptotic", "costmodel.compiled", "costmodel.mechanisms",
              "costmodel.roofline", "costmodel.sweeps", "costmodel.model_step", "costmodel.serving",
              "costmodel.reproduce")
