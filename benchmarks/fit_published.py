@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.hardware import ClassEfficiency, Efficiency, load_profile
-from costmodel.mechanisms import transfer
+from costmodel.origin import transfer
 from costmodel.validation.fit import errors, fit_class, predict_table
 from costmodel.validation.published import read_folder
 
@@ -148,7 +148,7 @@ def main(argv):
         print(f"{pid}: {blocks[pid].parameters} fitted parameters")
         for key, e in report.items():
             print(f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
-    print("\ncross-GPU (transfer rule: costmodel.mechanisms.TRANSFER_RULE):")
+    print("\ncross-GPU (transfer rule: costmodel.origin.TRANSFER_RULE):")
     for line in cross(by_gpu, fitted, hws):
         print("  " + line)
     print("\nthe same A100 GEMM shapes timed by two sources (measured over measured, kernels vs graph timing):")

@@ -123,7 +123,7 @@ def hardware_list(fmt, as_json) -> None:
     Example: costmodel hardware list
     """
     from costmodel.hardware import load_all
-    from costmodel.mechanisms import efficiency_status
+    from costmodel.origin import efficiency_status
     from costmodel.text_models import hardware_records, hardware_table
 
     fmt = output_format(fmt, as_json)
@@ -152,7 +152,7 @@ def hardware_show(name, as_json) -> None:
     if as_json:
         emit_json(profile.model_dump(mode="json"))
     else:
-        from costmodel.mechanisms import reference_for
+        from costmodel.origin import reference_for
 
         ref = reference_for(profile) if profile.efficiency is None and profile.kind == "gpu" else None
         click.echo(hardware_detail(profile, ref.id if ref is not None else None))

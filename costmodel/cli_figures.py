@@ -99,7 +99,7 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
         variant = "gqa"
     chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
                        cache_append=cache_append, **given(dims))
-    from costmodel.mechanisms import time_model
+    from costmodel.origin import time_model
 
     runs = []
     for device in hws:

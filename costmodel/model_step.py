@@ -22,7 +22,7 @@ from costmodel.reports import Report
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
 from costmodel.shapes import GemmShape
-from costmodel.mechanisms import time_model
+from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
 from costmodel.roofline import mechanism_lines
 from costmodel.vocab import DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, WEIGHT_DTYPES, choice
@@ -183,7 +183,7 @@ class Pricing:
     gemm_dtype: str | None
     execution: str
     overlap: str
-    model: object  # costmodel.mechanisms.TimeModel
+    model: object  # costmodel.origin.TimeModel
     engine: bool
     tp: int
     mla_form: str | None

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.mechanisms import (MECHANISMS, PROGRAM_CLASS, Resolved, TimeModel, class_peak, class_times,
-                                  efficiency_class, time_model)
+from costmodel.mechanisms import MECHANISMS, PROGRAM_CLASS, class_peak, class_times, efficiency_class
+from costmodel.origin import Resolved, TimeModel, time_model
 from costmodel.shapes import fields, one_query
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
 from pydantic import ConfigDict, RootModel
 
 from costmodel import checks
@@ -23,7 +22,8 @@ from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
-from costmodel.mechanisms import MECHANISMS, efficiency_class, op_shape, time_model
+from costmodel.mechanisms import MECHANISMS, efficiency_class, op_shape
+from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
 from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, choice
 from costmodel.workload import Workload
@@ -91,6 +91,8 @@ class Prediction(Report):
 class Comparison(RootModel[list[Prediction]]):
     """Predictions of several variants of one workload on one device; ``str()`` is the side-by-side
     table with speed-ups over the first, ``model_dump()`` the JSON array."""
+
+    model_config = ConfigDict(frozen=True)
 
     def __str__(self) -> str:
         from costmodel.text import prediction_table
@@ -218,7 +220,7 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
                      + ", ".join(serial))
     lines.append("efficiency parameters: " + "; ".join(origins))
     if any(o.kind == "transferred" for o in model.resolved.origin.values()):
-        from costmodel.mechanisms import TRANSFER_RULE
+        from costmodel.origin import TRANSFER_RULE
         lines.append(f"transfer rule: {TRANSFER_RULE}")
     return lines
 

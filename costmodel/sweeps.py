@@ -17,7 +17,8 @@ from costmodel.compiled import ARGS, compile_program
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
-from costmodel.mechanisms import efficiency_class, op_shape, time_model
+from costmodel.mechanisms import efficiency_class, op_shape
+from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
 from costmodel.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice, whole
 from costmodel.workload import Workload
@@ -192,7 +193,7 @@ class SweepPlan(BaseModel):
     linked: tuple[str, ...]
     values: object  # numpy int64 array
     overlap: str
-    model: object  # costmodel.mechanisms.TimeModel
+    model: object  # costmodel.origin.TimeModel
 
     def chunks(self, size: int = CHUNK):
         """Lists of records, in the order of :attr:`Sweep.records` (each workload's values in turn)."""

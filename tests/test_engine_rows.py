@@ -78,7 +78,8 @@ def test_hf_config_reads_rotary_embeddings(tmp_path):
 @pytest.mark.parametrize("model,name,cls", [("falcon-7b", "layernorm", "layernorm"), ("llama-3-8b", "norm", "norm")])
 def test_norms_are_named_and_priced_by_their_kind(model, name, cls):
     # an engine runs torch's LayerNorm kernel for a LayerNorm model and its own RMSNorm kernel otherwise
-    from costmodel.mechanisms import class_times, resolve
+    from costmodel.mechanisms import class_times
+    from costmodel.origin import resolve
 
     m = load_model(model)
     assert m.norm == ("layernorm" if cls == "layernorm" else "rmsnorm")

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from costmodel.cli import main
 from costmodel.hardware import ClassEfficiency, load_profile
-from costmodel.mechanisms import (PREFILL_BLOCK, class_times, efficiency_class, gemm_candidates, resolve,
-                                  time_model)
+from costmodel.mechanisms import PREFILL_BLOCK, class_times, efficiency_class, gemm_candidates
+from costmodel.origin import resolve, time_model
 
 KW = dict(peak=1e15, bandwidth=1e12, timing="graph", flops=0.0)
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from costmodel.cli import main
 from costmodel.hardware import ClassEfficiency, load_all, load_profile
-from costmodel.mechanisms import (DECODE_BLOCK, causal_pairs, class_times, gemm_tiled_flops, resolve,
-                                  reference_for, time_model)
+from costmodel.mechanisms import DECODE_BLOCK, causal_pairs, class_times, gemm_tiled_flops
+from costmodel.origin import resolve, reference_for, time_model
 
 
 def test_causal_pairs_equal_a_brute_force_count():
@@ -308,7 +308,7 @@ def test_every_nvidia_gpu_prices_every_class_from_a_fit():
 
 
 def test_torch_layernorm_rows_are_priced_with_their_own_class_and_reported_as_norms():
-    from costmodel.mechanisms import resolve
+    from costmodel.origin import resolve
     from costmodel.validation.fit import predict_table
     from costmodel.validation.published import read_folder, shipped_folder
 

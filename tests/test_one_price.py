@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.mechanisms import time_model
+from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
 from costmodel.shapes import DecodeShape, GemmShape, PrefillShape
 from costmodel.sweeps import sweep_arrays

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.hardware import ClassEfficiency
-from costmodel.mechanisms import MECHANISMS, TimeModel
+from costmodel.mechanisms import MECHANISMS
+from costmodel.origin import TimeModel
 from costmodel.price import Conventions, KernelOp, price
 
 #: Parameters fitted per class on its primary table, with (lower, upper, log-scaled) bounds.

@@ -342,7 +342,7 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
 def validate_published(tables: list[Table], without=()) -> dict:
     """Rows (one per published timing) and summary rows per source x GPU x op class x size bin."""
     from costmodel.hardware import load_profile
-    from costmodel.mechanisms import time_model
+    from costmodel.origin import time_model
     from costmodel.validation.fit import errors, predict_table
 
     rows, groups, rejected = [], {}, {}

@@ -1,0 +1,198 @@
+"""Where a device's time-model parameters come from, as a typed :class:`Origin`: fitted on the device itself,
+or transferred from a fitted device of the nearest generation by :data:`TRANSFER_RULE`; per timing convention
+(:func:`resolve`), with the mechanisms switched on (:func:`time_model`). A device with neither is priced by its
+datasheet roofline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.mechanisms import CLASSES, FALLBACK, MECHANISMS, TIMINGS
+
+
+#: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
+#: same generation, else the nearest older one, else the nearest newer one.
+GENERATIONS: tuple[str, ...] = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+
+TRANSFER_RULE = (
+    "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
+    "fixed costs per call are kept, and so is when the decode kernel splits a context; the half-bandwidth bytes "
+    "scale with the datasheet bandwidth (bytes in flight = bandwidth x latency); the SM time of a decode work "
+    "unit and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming "
+    "rate with the clock, the device time of an attention score with the inverse of SMs x clock"
+)
+
+
+def _fitted_profiles():
+    from costmodel.hardware import fitted_profiles
+
+    return list(fitted_profiles())
+
+
+def reference_for(hw, exclude=()):
+    """The fitted shipped profile whose parameters ``hw`` borrows (same generation first), or None."""
+    if hw.architecture is None or hw.architecture.generation not in GENERATIONS:
+        return None
+    gen = GENERATIONS.index(hw.architecture.generation)
+    fitted = [p for p in _fitted_profiles() if p.architecture.generation in GENERATIONS and p.id != hw.id
+              and p.id not in exclude]
+    if not fitted:
+        return None
+    def rank(p):
+        other = GENERATIONS.index(p.architecture.generation)
+        return (other != gen, other > gen, abs(other - gen), p.id)
+    return min(fitted, key=rank)
+
+
+def efficiency_status(p) -> str:
+    """Where a profile's efficiency parameters come from: fitted (with their count), transferred, or none."""
+    if p.efficiency is not None:
+        return f"fitted ({p.efficiency.parameters})"
+    ref = reference_for(p)
+    return f"from {ref.id}" if ref is not None else "datasheet only"
+
+
+def transfer(eff, src, dst):
+    """``eff`` (a class's parameters fitted on ``src``) carried to ``dst`` by :data:`TRANSFER_RULE`."""
+    clock = lambda p: p.architecture.clock_hz.value if p.architecture.clock_hz else None  # noqa: E731
+    per_clock = clock(src) / clock(dst) if clock(src) and clock(dst) else 1.0
+    sms = src.architecture.compute_units.value / dst.architecture.compute_units.value
+    return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
+                                  "unit_sm_s": eff.unit_sm_s * per_clock,
+                                  "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock,
+                                  "score_s": eff.score_s * per_clock * sms,
+                                  "tile_s": eff.tile_s * per_clock,
+                                  "fitted": ()})
+
+
+#: A class fitted without a timing convention's fixed cost takes the nearest convention's.
+NEAREST_TIMING = {"graph": "kernels", "kernels": "graph"}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a class's parameters came from: ``fitted`` on ``device``, or ``transferred`` from it by
+    :data:`TRANSFER_RULE` (``via``: the reference's own origin, when not plainly fitted there); ``notes`` say
+    what was borrowed besides (another convention's fixed cost, a parent class). ``str()`` says it in words."""
+
+    kind: str  # "fitted" | "transferred"
+    device: str
+    via: Origin | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def plain(self) -> bool:
+        """Fitted on the device itself, nothing borrowed."""
+        return self.kind == "fitted" and not self.notes
+
+    def noted(self, note: str) -> Origin:
+        return Origin(self.kind, self.device, self.via, (*self.notes, note))
+
+    def __str__(self) -> str:
+        base = f"fitted on {self.device}" if self.kind == "fitted" else f"transferred from {self.device}"
+        if self.via is not None and not self.via.plain:
+            base += f" [{self.via}]"
+        return base + "".join(self.notes)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The parameters a device's predictions use, per class, and where each came from."""
+
+    classes: dict
+    origin: dict  # class -> Origin
+
+    def get(self, cls: str):
+        return self.classes.get(cls)
+
+
+def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -> Resolved | None:
+    """Per class: the device's own fitted parameters where it has them for ``timing``; the rest transferred
+    from :func:`reference_for`'s device (or ``reference``, a profile, or None for no transfer). None when
+    neither exists (a datasheet-only device)."""
+    own = hw.efficiency.classes if hw.efficiency is not None else {}
+    found: list = []
+    seen = _seen | {hw.id}
+
+    def ref():  # loaded only when the device's own fit does not cover a class
+        if not found:
+            found.append(reference_for(hw, seen) if reference == "auto" else reference)
+            # what the reference itself predicts with: its own fit, and what it borrows (never from here)
+            found.append(resolve(found[0], timing, "auto" if reference == "auto" else None, seen)
+                         if found[0] is not None else None)
+        return found[0]
+
+    def theirs_for(cls):
+        return found[1].classes.get(cls) if ref() is not None and found[1] is not None else None
+
+    classes, origin = {}, {}
+    for cls in CLASSES:
+        mine = own.get(cls)
+        near = NEAREST_TIMING.get(timing)
+        other = FALLBACK.get(cls)
+        if mine is None and other in own and other in classes:  # this device's own fit of the parent class
+            classes[cls], origin[cls] = classes[other], origin[other].noted(f" (its {other} class)")
+            continue
+        covered = mine is not None and (timing in mine.fixed_s or near in mine.fixed_s)
+        theirs = None if covered else theirs_for(cls)
+        if mine is None and theirs is None:
+            if other in classes:
+                classes[cls], origin[cls] = classes[other], origin[other].noted(f" (its {other} class)")
+            continue
+        eff = mine if mine is not None else transfer(theirs, ref(), hw)
+        where = (Origin("fitted", hw.id) if mine is not None else
+                 Origin("transferred", ref().id, via=found[1].origin[cls]))
+        if timing not in eff.fixed_s:
+            if near in eff.fixed_s:
+                # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: eff.fixed_s[near]}})
+                where = where.noted(f" ({near} fixed cost for {timing})")
+            elif mine is not None and theirs is not None and timing in theirs.fixed_s:
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: theirs.fixed_s[timing]}})
+                where = where.noted(f"; {timing} fixed cost from {ref().id}")
+            elif other in classes and timing in classes[other].fixed_s:
+                # a class fitted under another convention only: the launch of its parent class's kernels
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: classes[other].fixed_s[timing]}})
+                where = where.noted(f" ({timing} fixed cost of its {other} class)")
+            elif child := next((c for c, parent in FALLBACK.items() if parent == cls and c in own
+                                and timing in own[c].fixed_s), None):
+                # or of its first child class fitted under that convention (an RMSNorm launched like a LayerNorm)
+                eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: own[child].fixed_s[timing]}})
+                where = where.noted(f" ({timing} fixed cost of its {child} class)")
+            else:
+                where = where.noted(f" (no {timing} fixed cost)")
+        classes[cls], origin[cls] = eff, where
+    return Resolved(classes, origin) if classes else None
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """What a prediction uses: the resolved parameters (None: datasheet roofline only), the timing
+    convention and the mechanisms switched on."""
+
+    resolved: Resolved | None
+    timing: str
+    on: frozenset
+
+    @property
+    def active(self) -> bool:
+        return self.resolved is not None and bool(self.on)
+
+
+def time_model(hw, timing: str = "graph", without=()) -> TimeModel:
+    """The time model of ``hw`` for a timing convention, with the named mechanisms switched off
+    (``without=("all",)`` is the bare datasheet roofline)."""
+    from costmodel.checks import names
+    from costmodel.vocab import choice
+
+    timing = choice("timing", timing, TIMINGS)
+    without = names("without", without)
+    off = set()
+    for name in without:
+        off |= set(MECHANISMS) if name == "all" else {choice("mechanism", name, (*MECHANISMS, "all"))}
+    on = frozenset(MECHANISMS) - off
+    if hw.efficiency is not None:  # a device whose fit covers only some mechanisms (a CPU has no tiles)
+        on &= frozenset(hw.efficiency.mechanisms)
+    return TimeModel(resolve(hw, timing), timing, on)
