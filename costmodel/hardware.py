@@ -111,13 +111,36 @@ EfficiencyClassName = Literal["gemm", "attention_einsum", "decode_attention", "p
                               "softmax", "elementwise", "activation", "rotary", "copy"]
 
 
+class KernelFacts(_Strict):
+    """Facts of the kernels a device's libraries run, which the mechanisms count in (:mod:`costmodel.mechanisms`):
+    the output tiles a GEMM library chooses from, the shortest reduction a split-K GEMM gives one tile, the
+    key/value positions per block of the split-KV decode kernel and the query rows per tile of the prefill
+    kernel. The defaults are those of the libraries vLLM runs on NVIDIA Ampere and later (``source``); a profile
+    whose libraries differ states its own."""
+
+    gemm_tiles: tuple[tuple[Count, Count], ...] = Field(
+        ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)), min_length=1)
+    split_k_min: Count = 256
+    decode_block: Count = 128
+    prefill_block: Count = 128
+    source: str = ("CUTLASS 3 / cuBLAS GEMM threadblock tiles for SM80 and later (64 to 256 rows and columns; "
+                   "split-K slices of at least 256); FlashAttention-2 split-KV decode blocks of 128 positions and "
+                   "forward tiles of 128 query rows (head dimension <= 128)")
+
+    @property
+    def largest_tile(self) -> int:
+        return max(a * b for a, b in self.gemm_tiles)
+
+
 class Architecture(_Strict):
     """Facts about the chip that the efficiency mechanisms scale with: its generation, the number of
-    streaming multiprocessors (NVIDIA SMs, AMD CUs, TPU TensorCores) and the boost clock."""
+    streaming multiprocessors (NVIDIA SMs, AMD CUs, TPU TensorCores) and the boost clock, and the facts of the
+    kernels its libraries run."""
 
     generation: str = Field(pattern=r"^[a-z0-9_]+$")
     compute_units: SourcedCount
     clock_hz: SourcedClock | None = None  # not published for every device
+    kernels: KernelFacts = KernelFacts()
 
 
 class ClassEfficiency(_Strict):
@@ -288,6 +311,11 @@ class HardwareProfile(_Strict):
     def vector_peak(self, dtype: str) -> float:
         """Peak for elementwise work: the non-tensor fp32 rate where known, else the dtype's peak."""
         return self.peak_flops_per_s["fp32"].value if "fp32" in self.peak_flops_per_s else self.peak(dtype)
+
+    @property
+    def kernels(self) -> KernelFacts:
+        """The kernel facts the mechanisms count in (the defaults where the profile states none)."""
+        return self.architecture.kernels if self.architecture is not None else KernelFacts()
 
     @property
     def bandwidth(self) -> float:

@@ -17,16 +17,16 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     a large kernel reaches a fraction of the dense peak (``compute_efficiency``).
 ``tiles``
     GEMMs compute whole output tiles in whole waves over the SMs: the library picks the tile of
-    :data:`TILES` that finishes first, a smaller tile running at ``(area / largest area) **
+    the device's GEMM tiles (:class:`costmodel.hardware.KernelFacts`) that finishes first, a smaller tile running at ``(area / largest area) **
     small_tile_exponent`` of the large tile's rate; when there are fewer tiles than SMs the reduction is
-    split over them (split-K, at least ``SPLIT_K_MIN`` deep; the partial sums are reduced by a second
+    split over them (split-K, at least ``split_k_min`` deep; the partial sums are reduced by a second
     kernel, ``split_s``), and every tile pays a prologue and epilogue worth ``tile_k_overhead`` steps of its
     reduction. Prefill attention runs whole waves of
-    ``PREFILL_BLOCK``-row query tiles.
+    ``prefill_block``-row query tiles.
 ``work_units``
     decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
     the SMs, plus ``split_s`` for the split-KV combine kernel once the context spans more than one block
-    of ``DECODE_BLOCK`` positions (split-KV keeps long contexts at full bandwidth with few work units).
+    of ``decode_block`` positions (split-KV keeps long contexts at full bandwidth with few work units).
     A kernel that splits contexts only when query heads share a key/value head (``split_kv="grouped"``:
     FlashAttention-2's variable-length decode packs a group's queries into one tile and splits only then)
     runs a group of one as one SM per work unit over the whole context, in waves over the SMs: its
@@ -41,7 +41,7 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     a fused causal prefill computes only the unmasked query-key pairs: ``n m - n (n - 1) / 2`` of the
     ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions), and an unfused
     mask op reads one broadcast ``[n, m]`` causal mask, not the paper's ``[b, h, n, m]``; with ``tiles`` on,
-    in whole ``PREFILL_BLOCK`` square blocks, the diagonal blocks computed whole. Each computed score also
+    in whole ``prefill_block`` square blocks, the diagonal blocks computed whole. Each computed score also
     costs ``score_s`` of the device (the exponential and rescaling of online softmax, which does not
     shrink with the head dimension), and each query tile ``tile_s`` of its SM (its prologue and epilogue).
 
@@ -57,20 +57,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.hardware import KernelFacts
 from costmodel.vocab import MECHANISMS, TIMINGS
 
 CLASSES: tuple[str, ...] = ("gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
                             "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
 
-#: Output tiles (rows x columns) of the GEMM kernels cuBLAS/CUTLASS choose from on Ampere and later.
-TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
-LARGEST_TILE = max(a * b for a, b in TILES)
-#: The shortest reduction a split-K GEMM gives one tile.
-SPLIT_K_MIN = 256
-#: Key/value positions per block of the split-KV decode kernel (FlashAttention-2, head dim <= 128).
-DECODE_BLOCK = 128
-#: Query rows per tile of the prefill kernel (FlashAttention-2 forward).
-PREFILL_BLOCK = 128
+#: The kernel facts a caller gives none of (a device states its own: costmodel.hardware.KernelFacts).
+DEFAULT_KERNELS = KernelFacts()
 
 #: Op class of each kind of program op (:func:`costmodel.program.op_class`); softmax is a row reduction.
 PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
@@ -122,12 +116,11 @@ def causal_pairs(n, m):
     return n * m - n * (n - 1) / 2
 
 
-def blocked_causal_pairs(n, m):
-    """Query-key pairs a causal kernel computes in whole ``PREFILL_BLOCK`` x ``PREFILL_BLOCK`` blocks: query
+def blocked_causal_pairs(n, m, B: int = DEFAULT_KERNELS.prefill_block):
+    """Query-key pairs a causal kernel computes in whole ``B`` x ``B`` blocks (``B``: the prefill block): query
     tile ``i`` of ``ceil(n / B)`` reads the key blocks up to its last query's position (queries are the last
     ``n`` of ``m`` positions), in closed form."""
     n, m = np.asarray(n, float), np.asarray(m, float)
-    B = PREFILL_BLOCK
     T = np.ceil(n / B)
     offset = np.ceil(np.maximum(m - n, 0) / B)
     # tile i reads offset + i + 1 key blocks; only the last can overrun the ceil(m / B) there are, by one
@@ -135,9 +128,9 @@ def blocked_causal_pairs(n, m):
     return blocks * B * B
 
 
-def windowed_pairs(n, m, window, blocked: bool):
+def windowed_pairs(n, m, window, blocked: bool, B: int = DEFAULT_KERNELS.prefill_block):
     """Query-key pairs of a causal kernel whose queries (the last ``n`` of ``m`` positions) attend to at
-    most ``window`` positions each: exact, or in whole ``PREFILL_BLOCK`` blocks (query tile ``i`` reads
+    most ``window`` positions each: exact, or in whole ``B`` blocks (query tile ``i`` reads
     at most ceil((window - 1) / B) + 1 key blocks: the window's span, rounded out to blocks). The block
     count is exact when the queries start on a block boundary, as a prefill's do (n = m)."""
     n, m, w = (np.asarray(x, float) for x in (n, m, window))
@@ -146,7 +139,6 @@ def windowed_pairs(n, m, window, blocked: bool):
         first = m - n + 1
         full = np.clip(w - first + 1, 0, n)  # queries that see their whole causal prefix (fewer than w keys)
         return full * first + full * (full - 1) / 2 + (n - full) * w
-    B = PREFILL_BLOCK
     T = np.ceil(n / B)
     a = np.ceil(np.maximum(m - n, 0) / B) + 1  # key blocks of the first query tile
     cap = np.ceil((w - 1) / B) + 1
@@ -154,28 +146,33 @@ def windowed_pairs(n, m, window, blocked: bool):
     return (t * a + t * (t - 1) / 2 + (T - t) * np.minimum(cap, a + t)) * B * B
 
 
-def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0):
+def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,
+                    kernels: KernelFacts = DEFAULT_KERNELS):
     """(FLOPs, split-K chunks) of every configuration a library can run a GEMM in: each tile of
-    :data:`TILES`, in whole waves of whole tiles at the largest tile's rate, with the reduction split over the
-    SMs when there are too few tiles to fill them (chunks of at least ``SPLIT_K_MIN``) and without."""
+    ``kernels.gemm_tiles``, in whole waves of whole tiles at the largest tile's rate, with the reduction split over the
+    SMs when there are too few tiles to fill them (chunks of at least ``kernels.split_k_min``) and without."""
     batch, M, K, N = (np.asarray(x, float) for x in (batch, M, K, N))
-    for tm, tn in TILES:
+    largest = kernels.largest_tile
+    for tm, tn in kernels.gemm_tiles:
         tiles = batch * np.ceil(M / tm) * np.ceil(N / tn)
-        split = np.clip(np.floor(sms / np.maximum(tiles, 1)), 1, np.maximum(np.floor(K / SPLIT_K_MIN), 1))
+        split = np.clip(np.floor(sms / np.maximum(tiles, 1)), 1, np.maximum(np.floor(K / kernels.split_k_min), 1))
         for splits in (split, np.ones_like(split)):
             waves = np.ceil(tiles * splits / sms)
-            yield (waves * sms * tm * tn * (K / splits + k_overhead) * 2 / (tm * tn / LARGEST_TILE) ** small_tile_exponent,
+            yield (waves * sms * tm * tn * (K / splits + k_overhead) * 2 / (tm * tn / largest) ** small_tile_exponent,
                    splits)
 
 
-def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0):
+def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,
+                     kernels: KernelFacts = DEFAULT_KERNELS):
     """FLOPs a GEMM costs in its cheapest configuration of :func:`gemm_candidates` (an optimising library
     picks it), as if done at the largest tile's rate."""
-    return np.minimum.reduce([c for c, _ in gemm_candidates(batch, M, K, N, sms, small_tile_exponent, k_overhead)])
+    return np.minimum.reduce([c for c, _ in gemm_candidates(batch, M, K, N, sms, small_tile_exponent, k_overhead,
+                                                            kernels)])
 
 
 def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, timing: str, flops, nbytes,
-                shape: dict, on: frozenset | set = frozenset(MECHANISMS), overlap: str = "max") -> Times:
+                shape: dict, on: frozenset | set = frozenset(MECHANISMS), overlap: str = "max",
+                kernels: KernelFacts = DEFAULT_KERNELS) -> Times:
     """Predicted time of ops of class ``cls`` (arrays broadcast): see the module docstring.
 
     ``shape`` holds what the class's mechanisms need: ``batch, M, K, N`` (gemm); ``b, g, positions``
@@ -184,6 +181,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     from costmodel.shapes import fields
 
     shape = fields(shape)
+    B = kernels.prefill_block
     flops = np.asarray(flops, float)
     nbytes = np.asarray(nbytes, float)
     split_k = 0.0
@@ -204,21 +202,21 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         per_pair = work / np.maximum(heads * n * m, 1)  # FLOPs of one query-key pair of one head
         pairs = n * m
         if "causal" in on and shape.get("window") is not None:
-            pairs = windowed_pairs(n, m, shape["window"], "tiles" in on)
+            pairs = windowed_pairs(n, m, shape["window"], "tiles" in on, B)
         elif "causal" in on:
-            pairs = blocked_causal_pairs(n, m) if "tiles" in on else causal_pairs(n, m)
+            pairs = blocked_causal_pairs(n, m, B) if "tiles" in on else causal_pairs(n, m)
         elif "tiles" in on:
-            pairs = np.ceil(n / PREFILL_BLOCK) * np.ceil(m / PREFILL_BLOCK) * PREFILL_BLOCK ** 2
-        tiles = heads * np.ceil(n / PREFILL_BLOCK)
+            pairs = np.ceil(n / B) * np.ceil(m / B) * B ** 2
+        tiles = heads * np.ceil(n / B)
         if eff.pack_gqa and "tiles" in on and "causal" in on and shape.get("window") is None and "g" in shape:
             # the query heads of a group share one tile (rows: positions x heads), B / r positions a tile;
             # tile i of ceil(n r / B) reads ceil((i + 1) / r) key blocks (a prompt: queries from position 0)
             r = np.asarray(shape["h"], float) / np.asarray(shape["g"], float)
-            T = np.ceil(n * r / PREFILL_BLOCK)
+            T = np.ceil(n * r / B)
             q, rest = np.floor(T / r), T - np.floor(T / r) * r
             blocks = r * q * (q + 1) / 2 + rest * (q + 1)
             packed = (r > 1) & (n == m)
-            pairs = np.where(packed, blocks * PREFILL_BLOCK ** 2 / r, pairs)
+            pairs = np.where(packed, blocks * B ** 2 / r, pairs)
             tiles = np.where(packed, np.asarray(shape["b"], float) * shape["g"] * T, tiles)
         work = work * pairs / np.maximum(n * m, 1)
         if "tiles" in on:
@@ -227,10 +225,10 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             pairs = pairs * waves
             # one SM computes a query tile alone: the tile with the most key blocks (the last, under a
             # causal mask; at most the window's span) bounds the kernel however many SMs there are
-            last = np.ceil(m / PREFILL_BLOCK)  # key blocks of the last query tile
+            last = np.ceil(m / B)  # key blocks of the last query tile
             if "causal" in on and shape.get("window") is not None:
-                last = np.minimum(last, np.ceil((np.asarray(shape["window"], float) - 1) / PREFILL_BLOCK) + 1)
-            tile_pairs = last * PREFILL_BLOCK ** 2
+                last = np.minimum(last, np.ceil((np.asarray(shape["window"], float) - 1) / B) + 1)
+            tile_pairs = last * B ** 2
             longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0)) + eff.tile_s
             # every tile's prologue and epilogue (pipeline fill and drain, its queries loaded and its output
             # stored) is SM time its blocks do not hide, in whole waves
@@ -249,7 +247,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         # sums in a second kernel (split_s)
         best = None
         for cost, splits in gemm_candidates(shape["batch"], shape["M"], shape["K"], shape["N"], sms,
-                                            eff.small_tile_exponent, eff.tile_k_overhead):
+                                            eff.small_tile_exponent, eff.tile_k_overhead, kernels):
             c, extra = cost / rate, eff.split_s * (splits > 1)
             total = (np.maximum(c, memory) if overlap == "max" else c + memory) + extra
             if best is None:
@@ -261,7 +259,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:
         count = np.asarray(shape["b"], float) * shape["g"]
-        split = np.asarray(shape["positions"]) > DECODE_BLOCK
+        split = np.asarray(shape["positions"]) > kernels.decode_block
         if eff.split_kv == "grouped" and "h" in shape:
             # a group of one query head is not split: one SM streams each work unit's whole context
             unsplit = np.asarray(shape["h"]) == np.asarray(shape["g"])
@@ -288,7 +286,7 @@ def class_peak(hw, cls: str, dtype: str) -> float:
     return hw.vector_peak(dtype) if cls in VECTOR_CLASSES else hw.peak(dtype)
 
 
-__all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "TILES", "DECODE_BLOCK", "PREFILL_BLOCK", "Times", "class_times",
+__all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "DEFAULT_KERNELS", "Times", "class_times",
            "class_peak", "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "efficiency_class", "decode_shape"]
 
 

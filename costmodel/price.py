@@ -88,7 +88,7 @@ class OpTime:
 def _fitted(op: KernelOp, cls: str, params, shape, hw, conv: Conventions):
     t = class_times(cls, params, peak=op.peak or class_peak(hw, cls, op.dtype), bandwidth=hw.bandwidth,
                     sms=hw.architecture.compute_units.value, timing=conv.timing, flops=op.flops, nbytes=op.bytes,
-                    shape=shape, on=conv.model.on, overlap=conv.overlap)
+                    shape=shape, on=conv.model.on, overlap=conv.overlap, kernels=hw.kernels)
     serial = conv.overlap == "sum" or params.overlap == "sum"
     body = t.compute + t.memory if serial else np.maximum(t.compute, t.memory)
     return t.compute, t.memory, (t.fixed + t.units) * op.launches, body

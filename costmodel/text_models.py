@@ -31,6 +31,12 @@ def hardware_detail(p, reference: str | None = None) -> str:
         lines.append(f"  {field:36s} {value:>14s}  [{item.source}, {item.confidence}]")
     lines.append(f"  ridge point (bf16/fp16 or first dtype): "
                  f"{p.ridge_point(next(iter(d for d in ('bf16', 'fp16') if d in p.peak_flops_per_s), next(iter(p.peak_flops_per_s)))):.1f} FLOP/B")
+    if p.architecture is not None:
+        k = p.kernels
+        tiles = ", ".join(f"{a}x{b}" for a, b in k.gemm_tiles)
+        lines.append(f"  kernels: GEMM tiles {tiles}; split-K slices >= {k.split_k_min}; decode blocks of "
+                     f"{k.decode_block} positions; prefill tiles of {k.prefill_block} rows")
+        lines += textwrap.wrap(f"[{k.source}]", 100, initial_indent="    ", subsequent_indent="    ")
     if p.efficiency is not None:
         e = p.efficiency
         lines.append(f"FITTED efficiency ({e.parameters} parameters; costmodel.mechanisms), {e.method}")

@@ -14,7 +14,9 @@ from click.testing import CliRunner
 
 from costmodel.cli import main
 from costmodel.hardware import ClassEfficiency, load_profile
-from costmodel.mechanisms import PREFILL_BLOCK, class_times, efficiency_class, gemm_candidates
+from costmodel.mechanisms import DEFAULT_KERNELS, class_times, efficiency_class, gemm_candidates
+
+PREFILL_BLOCK = DEFAULT_KERNELS.prefill_block
 from costmodel.origin import resolve, time_model
 
 KW = dict(peak=1e15, bandwidth=1e12, timing="graph", flops=0.0)
@@ -225,3 +227,28 @@ def test_a_parent_class_without_a_timings_launch_takes_its_childs():
     graph = resolve(a100, "graph")
     assert graph.get("layernorm").fixed_s["graph"] == own["norm"].fixed_s["kernels"]
     assert graph.get("layernorm").bandwidth_ceiling == own["layernorm"].bandwidth_ceiling
+
+
+def test_kernel_facts_are_the_devices_data():
+    """Tiles, split-K depth and attention blocks are a profile's data (with a source), not module constants: a
+    device whose GEMM library has one 128 x 128 tile and no split-K runs a 1 x 4096 x 4096 product as 32 tiles
+    in one wave of 108 SMs, each a full 4096-deep reduction, at the largest (only) tile's rate."""
+    import json
+
+    import costmodel
+    from costmodel.hardware import _parse
+    from costmodel.price import Conventions, KernelOp, price
+    from costmodel.shapes import GemmShape
+
+    a100 = costmodel.load_profile("a100")
+    assert a100.kernels.gemm_tiles[0] == (64, 64) and "CUTLASS" in a100.kernels.source
+    data = json.loads(a100.model_dump_json(exclude_none=True))
+    data["architecture"]["kernels"] = {"gemm_tiles": [[128, 128]], "split_k_min": 4096, "decode_block": 256,
+                                       "prefill_block": 64, "source": "a made-up library"}
+    one_tile = _parse(json.dumps(data), "one_tile.json")
+    eff = one_tile.efficiency.classes["gemm"]
+    op = KernelOp("projection", "q_proj", "bf16", 2.0 * 4096 * 4096, 2.0 * (4096 + 4096 * 4096 + 4096))
+    t = price(op, GemmShape(1, 1, 4096, 4096), one_tile, Conventions.of(one_tile))
+    rate = one_tile.peak("bf16") * eff.compute_efficiency
+    assert t.compute == pytest.approx(108 * 128 * 128 * (4096 + eff.tile_k_overhead) * 2 / rate)
+    assert t.compute != price(op, GemmShape(1, 1, 4096, 4096), a100, Conventions.of(a100)).compute

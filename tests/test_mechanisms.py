@@ -13,7 +13,9 @@ from click.testing import CliRunner
 
 from costmodel.cli import main
 from costmodel.hardware import ClassEfficiency, load_all, load_profile
-from costmodel.mechanisms import DECODE_BLOCK, causal_pairs, class_times, gemm_tiled_flops
+from costmodel.mechanisms import DEFAULT_KERNELS, causal_pairs, class_times, gemm_tiled_flops
+
+DECODE_BLOCK = DEFAULT_KERNELS.decode_block
 from costmodel.origin import resolve, reference_for, time_model
 
 
