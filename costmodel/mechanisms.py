@@ -280,6 +280,13 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units)
 
 
+def ring_all_reduce(nbytes, devices: int, one_way_bandwidth: float, latency: float) -> tuple:
+    """(transfer, latency) seconds of a ring all-reduce of ``nbytes`` over ``devices``: 2(t-1)/t of the data
+    each way at the link's one-way bandwidth, in 2(t-1) steps of one latency each."""
+    t = devices
+    return 2 * (t - 1) / t * nbytes / one_way_bandwidth, 2 * (t - 1) * latency
+
+
 def class_peak(hw, cls: str, dtype: str) -> float:
     """The dense peak a class computes at: the dtype's matrix peak, the vector peak for norms and
     elementwise ops."""

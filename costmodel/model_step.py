@@ -160,13 +160,9 @@ def _price(rows: list[Row], pr: Pricing) -> list[OpTime]:
 
 
 def all_reduce_s(hw: HardwareProfile, t: int, nbytes: float) -> float:
-    """Ring all-reduce of ``nbytes`` over ``t`` devices: 2(t-1)/t of the data each way, 2(t-1) steps."""
-    if t == 1:
-        return 0.0
-    if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
-        raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: tensor parallelism needs both")
-    one_way = hw.interconnect_bytes_per_s.value / 2
-    return 2 * (t - 1) / t * nbytes / one_way + 2 * (t - 1) * hw.interconnect_latency_s.value
+    """One ring all-reduce of ``nbytes`` over ``t`` devices, priced by :func:`costmodel.price.price`."""
+    return price(KernelOp("all_reduce", "all_reduce", "bf16", 0.0, nbytes, devices=t), None, hw,
+                 Conventions.datasheet()).time
 
 
 @dataclass(frozen=True)

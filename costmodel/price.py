@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.mechanisms import MECHANISMS, PROGRAM_CLASS, class_peak, class_times, efficiency_class
+from costmodel.mechanisms import (MECHANISMS, PROGRAM_CLASS, class_peak, class_times, efficiency_class,
+                                  ring_all_reduce)
 from costmodel.origin import Resolved, TimeModel, time_model
 from costmodel.shapes import fields, one_query
 
@@ -36,6 +37,7 @@ class KernelOp:
     launches: object = 1
     peak: float | None = None
     kernel: str | None = None  # the efficiency class, where the caller knows it (a published table's rows)
+    devices: int = 1  # a collective's group (kind ``all_reduce``)
 
     @property
     def cls(self) -> str | None:
@@ -99,6 +101,8 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
 
     ``params`` prices the op with given class parameters instead of the device's (a fit trying them). A
     one-query prefill runs the decode kernel, as engines dispatch it (its decode parameters, its shape)."""
+    if op.kind == "all_reduce":
+        return _all_reduce(op, hw)
     cls = op.cls
     resolved: Resolved | None = conv.model.resolved if conv.model.active else None
     if params is None and cls is not None and resolved is not None:
@@ -119,6 +123,20 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     launch = hw.overhead_for(op.kind) * op.launches
     body = compute + memory if conv.overlap == "sum" else np.maximum(compute, memory)
     return _finish(compute, memory, launch, body + launch, None)
+
+
+def _all_reduce(op: KernelOp, hw) -> OpTime:
+    """A tensor-parallel all-reduce over the profile's interconnect (:func:`costmodel.mechanisms.ring_all_reduce`);
+    none on one device."""
+    from costmodel.errors import CostModelError
+
+    if op.devices == 1:
+        return _finish(0.0, 0.0, 0.0, 0.0, None)
+    if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
+        raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: tensor parallelism needs both")
+    transfer, latency = ring_all_reduce(op.bytes, op.devices, hw.interconnect_bytes_per_s.value / 2,
+                                        hw.interconnect_latency_s.value)
+    return _finish(0.0, transfer, latency * op.launches, transfer + latency * op.launches, None)
 
 
 def _decode_fields(shape) -> dict:

@@ -100,3 +100,16 @@ def test_sweep_total_is_the_sum_of_priced_rows(variant, mode):
     assert {r.efficiency_class for r in p.ops} >= {"gemm", "attention_einsum", "elementwise"}
     swept = sweep_arrays(w, H100, "b", [4])
     assert float(swept["time_s"][0]) == pytest.approx(p.total.time_s, rel=1e-12)
+
+
+def test_a_tensor_parallel_all_reduce_is_priced_by_the_same_path():
+    """Ring all-reduce over 4 H100s (900 GB/s both ways, 2 us a step): 2(t-1)/t of the bytes each way and 2(t-1)
+    latencies, by hand; zero bytes cost the latencies alone; one device costs nothing."""
+    def reduce(nbytes, t):
+        return price(KernelOp("all_reduce", "all_reduce", "bf16", 0.0, nbytes, devices=t), None, H100,
+                     Conventions.datasheet())
+    assert reduce(8e6, 4).time == pytest.approx(2 * 3 / 4 * 8e6 / 450e9 + 6 * 2e-6)
+    assert reduce(0.0, 4).time == pytest.approx(6 * 2e-6)
+    assert reduce(8e6, 1).time == 0.0
+    p = costmodel.predict_model(costmodel.load_model("llama-3-8b"), H100, batch=B, context=CTX, tp=4)
+    assert p.decode.all_reduce_s == pytest.approx(2 * 32 * reduce(B * D * 2, 4).time)
