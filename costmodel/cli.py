@@ -11,9 +11,11 @@ import click
 from costmodel import cli_figures
 from costmodel.cli_serving import capacity, model_options
 from costmodel.files import wrote
-from costmodel.cli_options import (csv_to_stdout, echo_lines, CONTEXT, ErrorLineGroup, FilePath, Name, Positive, check_writable, choices, dim_options,
-                                   dtype_option, emit_json, emit_records, format_option, given, groups_option,
-                                   json_option, max_points_option, output_format, workload_options, write_csv)
+from costmodel.cli_options import (check_writable, choices, CONTEXT, csv_to_stdout, dim_options, dtype_option,
+                                   echo_lines, emit_json, emit_records, ErrorLineGroup, FilePath, format_option,
+                                   given, gpus_option, groups_option, json_option, max_points_option, output_format,
+                                   Positive, sweep_spec as parse_sweep_spec, variant_option, workload_options,
+                                   write_csv)
 from costmodel.errors import CostModelError
 from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, MLA_FORMS, MODES, SWEEP_DIMS
 
@@ -25,8 +27,8 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--variant", type=choices(DERIVE_VARIANTS), default="mha", show_default=True,
-              help="attention variant: multi-head, multi-query, grouped-query or multi-head latent (mla)")
+@variant_option(DERIVE_VARIANTS, "attention variant: multi-head, multi-query, grouped-query or multi-head latent (mla)",
+                default="mha", show_default=True)
 @groups_option
 @click.option("--mode", type=choices(MODES), default="incremental", show_default=True,
               help="batched attention, one decode step, n decode steps, or the paper's one-query forms")
@@ -159,11 +161,9 @@ def hardware_show(name, as_json) -> None:
 
 
 @main.command()
-@click.option("--gpu", "gpus", multiple=True, required=True, type=Name(),
-              help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path; repeat to compare devices")
-@click.option("--variant", type=choices(DERIVE_VARIANTS),
-              help="one variant (default: MHA, GQA and MQA side by side); with --model: re-price the model with "
-                   "this attention layout (mla: DeepSeek-V2's latent of 4 x head dim)")
+@gpus_option
+@variant_option(DERIVE_VARIANTS, "one variant (default: MHA, GQA and MQA side by side); with --model: re-price the "
+                "model with this attention layout (mla: DeepSeek-V2's latent of 4 x head dim)")
 @groups_option
 @workload_options
 @click.option("--sweep", "sweep_spec", metavar="DIM=RANGE",
@@ -230,10 +230,7 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
     if sweep_spec:
         from costmodel.sweeps import sweep
 
-        name, sep, text = sweep_spec.partition("=")
-        if not sep or name.replace("-", "_") not in SWEEP_DIMS:
-            raise CostModelError(f"invalid --sweep {sweep_spec!r}; expected DIM=RANGE with DIM one of "
-                                 f"{', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}")
+        name, text = parse_sweep_spec(sweep_spec, SWEEP_DIMS)
         if csv_path is not None:
             check_writable(csv_path)
             fmt = csv_to_stdout(csv_path, fmt)

@@ -7,16 +7,17 @@ import sys
 import click
 
 from costmodel.files import wrote
-from costmodel.cli_options import (echo_lines, ErrorLineGroup, FilePath, Name, OnceCommand, Positive, check_writable, choices, dim_options, dtype_option, emit_json,
-                                   emit_records, format_option, given, groups_option, json_option, max_points_option,
-                                   output_format, title_dims, workload_options, write_csv)
+from costmodel.cli_options import (check_writable, choices, dim_options, dtype_option, echo_lines, emit_json,
+                                   emit_records, ErrorLineGroup, FilePath, format_option, given, gpus_option,
+                                   groups_option, json_option, max_points_option, OnceCommand, output_format,
+                                   Positive, title_dims, variant_option, workload_options, write_csv)
 from costmodel.cli_serving import model_options
 from costmodel.errors import CostModelError
 from costmodel.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
 
 
 @click.command(cls=OnceCommand)
-@click.option("--gpu", "gpus", multiple=True, required=True, type=Name(), help="device id, alias or YAML path (repeatable)")
+@gpus_option
 @groups_option
 @dim_options
 @dtype_option
@@ -48,13 +49,12 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 
 
 @click.command("sweep", cls=OnceCommand)
-@click.option("--gpu", "gpus", multiple=True, required=True, type=Name(),
-              help="device id, alias or YAML path (repeatable with --model: one curve per device)")
+@gpus_option
 @click.option("--x", "x_name", type=choices(["context", "batch", "groups", "seq", "input-len", "output-len"]),
               required=True, help="the dimension on the x axis (with --model: batch, context, input-len, output-len)")
 @click.option("--range", "range_text", required=True, metavar="RANGE",
               help="START:STOP:xFACTOR, START:STOP:STEP or a comma list, e.g. 128:32768:x2")
-@click.option("--variant", type=choices(VARIANTS), help="one variant (default: all three; --x groups needs gqa)")
+@variant_option(VARIANTS, "one variant (default: all three; --x groups needs gqa)")
 @groups_option
 @workload_options
 @click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg or .pdf")

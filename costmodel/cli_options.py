@@ -8,8 +8,8 @@ import sys
 import click
 
 from costmodel.errors import CostModelError
-from costmodel.vocab import (DECIMAL, CACHE_APPENDS, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, MECHANISMS, OVERLAPS, PREDICT_MODES,
-                             TIMINGS, whole)
+from costmodel.vocab import (CACHE_APPENDS, DECIMAL, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, MECHANISMS, OVERLAPS,
+                             PREDICT_MODES, TIMINGS, whole)
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -251,10 +251,37 @@ def emit_records(records: list[dict], fmt: str) -> None:
 
     click.echo((records_csv if fmt == "csv" else records_markdown)(records), nl=fmt != "csv")
 groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
-json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON (--format json)")
+def variant_option(values, text: str, **kwargs):
+    """``--variant`` over ``values`` (the grouped-query family, or with MLA), its help saying what it does here."""
+    return click.option("--variant", type=choices(values), help=text, **kwargs)
+
+
+def sweep_spec(spec: str, dims) -> tuple[str, str]:
+    """``DIM=RANGE`` of a ``--sweep`` as (dimension name with underscores, range text); an error naming the
+    dimensions ``dims`` allows."""
+    name, sep, text = spec.partition("=")
+    name = name.replace("-", "_")
+    if not sep or name not in dims:
+        raise CostModelError(f"invalid --sweep {spec!r}; expected DIM=RANGE with DIM one of "
+                             f"{', '.join(d.replace('_', '-') for d in dims)}")
+    return name, text
 max_points_option = click.option("--max-points", type=click.IntRange(1, 10**7), default=DEFAULTS["max_points"],
                                  show_default=True,
                                  help="the most points a --sweep or --range may hold")
+
+#: Devices to price on, the same option for every command that prices.
+gpus_option = click.option("--gpu", "gpus", multiple=True, required=True, type=Name(),
+                           help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path; repeat to "
+                                "compare devices")
+#: The mechanism switches of the fitted time model.
+timing_option = click.option("--timing", type=choices(TIMINGS), default=DEFAULTS["timing"], show_default=True,
+                             help="the time predicted: a CUDA-graph replay (what serving engines run), kernel "
+                                  "durations only, or host wall time around eager ops")
+without_option = click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
+                              help="switch a fitted mechanism off to see its share (repeatable; all: the datasheet "
+                                   "roofline)")
+
 
 workload_options = _options(
     click.option("--mode", type=choices(PREDICT_MODES), default=DEFAULTS["mode"], show_default=True,
@@ -269,11 +296,8 @@ workload_options = _options(
                  help="op time = max(compute, memory) or their sum"),
     click.option("--cache-append", type=choices(CACHE_APPENDS), default=DEFAULTS["cache_append"], show_default=True,
                  help="KV-cache append in place, or a full copy"),
-    click.option("--timing", type=choices(TIMINGS), default=DEFAULTS["timing"], show_default=True,
-                 help="the time predicted: a CUDA-graph replay (what serving engines run), kernel durations "
-                      "only, or host wall time around eager ops"),
-    click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
-                 help="switch a fitted mechanism off to see its share (repeatable; all: the datasheet roofline)"),
+    timing_option,
+    without_option,
 )
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import click
 
 from costmodel.files import wrote
-from costmodel.cli_options import (csv_to_stdout, echo_lines, FORMATS, Name, OnceCommand, Positive, PositiveNumber, check_writable, choices, dtype_option, emit_json, emit_records,
-                                   output_format, write_csv)
+from costmodel.cli_options import (check_writable, choices, csv_to_stdout, dtype_option, echo_lines, emit_json,
+                                   emit_records, format_option, gpus_option, json_option, Name, OnceCommand,
+                                   output_format, Positive, PositiveNumber, sweep_spec, timing_option,
+                                   variant_option, without_option, write_csv)
 from costmodel.errors import CostModelError
-from costmodel.vocab import DEFAULTS, DERIVE_VARIANTS, DTYPES, EXECUTIONS, MECHANISMS, MLA_FORMS, TIMINGS, WEIGHT_DTYPES
+from costmodel.vocab import DEFAULTS, DERIVE_VARIANTS, DTYPES, EXECUTIONS, MLA_FORMS, WEIGHT_DTYPES
 
 #: What a whole-model sweep may vary.
 MODEL_SWEEP_DIMS = ("batch", "context", "input_len", "output_len")
@@ -137,11 +139,7 @@ def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max
     from costmodel.sweeps import parse_range
     from costmodel.text_models import model_sweep_table
 
-    name, sep, text = spec.partition("=")
-    name = name.replace("-", "_")
-    if not sep or name not in MODEL_SWEEP_DIMS:
-        raise CostModelError(f"invalid --sweep {spec!r}; with --model expected DIM=RANGE with DIM one of "
-                             f"{', '.join(d.replace('_', '-') for d in MODEL_SWEEP_DIMS)}")
+    name, text = sweep_spec(spec, MODEL_SWEEP_DIMS)
     if name in ("input_len", "output_len") and input_len is None:
         raise CostModelError(f"--sweep {name.replace('_', '-')} needs --input-len and --output-len")
     if name == "context" and input_len is not None:
@@ -186,9 +184,9 @@ def model_options(func):
 
 
 @click.command("capacity", cls=OnceCommand)
-@click.option("--gpu", "gpus", multiple=True, required=True, type=Name(), help="device id, alias or YAML path (repeatable)")
+@gpus_option
 @model_options
-@click.option("--variant", type=choices(DERIVE_VARIANTS), help="re-price the model with this attention layout")
+@variant_option(DERIVE_VARIANTS, "re-price the model with this attention layout")
 @click.option("--groups", "-g", type=Positive, help="key/value heads of --variant gqa")
 @click.option("--tpot-ms", type=PositiveNumber(), help="target mean time per output token, milliseconds")
 @click.option("--ttft-ms", type=PositiveNumber(), help="target time to first token, milliseconds")
@@ -198,13 +196,10 @@ def model_options(func):
 @dtype_option
 @click.option("--execution", type=choices(EXECUTIONS), default=DEFAULTS["model_execution"], show_default=True,
               help="unfused or flash-style fused attention")
-@click.option("--timing", type=choices(TIMINGS), default=DEFAULTS["timing"], show_default=True,
-              help="the time predicted: CUDA-graph replay, kernel durations, or eager host wall time")
-@click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
-              help="switch a fitted mechanism off (repeatable)")
-@click.option("--format", "fmt", type=choices(FORMATS), default="table", show_default=True,
-              help="how to print: an aligned table, JSON, CSV or a markdown table")
-@click.option("--json", "as_json", is_flag=True, help="print JSON (--format json)")
+@timing_option
+@without_option
+@format_option
+@json_option
 def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len, variant, groups,
              tpot_ms, ttft_ms, price_per_hour, variants, dtype, execution, timing, without, fmt, as_json) -> None:
     """The largest batch a model serves under latency targets and memory, per device and attention layout.
@@ -248,7 +243,7 @@ def plot_model_sweep(hws, layouts, spec, out, csv_path, max_points, batch, conte
     records = sweep_models(hws, layouts, "table", spec, csv_path=csv_path, max_points=max_points, batch=batch,
                            context=context, input_len=input_len, output_len=output_len, pricing=pricing,
                            plot_path=out)
-    save(draw_throughput_latency(records, spec.partition("=")[0].replace("-", "_")), out)
+    save(draw_throughput_latency(records, sweep_spec(spec, MODEL_SWEEP_DIMS)[0]), out)
     echo_lines(wrote(out, csv_path))
 
 

@@ -16,9 +16,9 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
 ``compute``
     a large kernel reaches a fraction of the dense peak (``compute_efficiency``).
 ``tiles``
-    GEMMs compute whole output tiles in whole waves over the SMs: the library picks the tile of
-    the device's GEMM tiles (:class:`costmodel.hardware.KernelFacts`) that finishes first, a smaller tile running at ``(area / largest area) **
-    small_tile_exponent`` of the large tile's rate; when there are fewer tiles than SMs the reduction is
+    GEMMs compute whole output tiles in whole waves over the SMs: the library picks the one of the device's
+    GEMM tiles (:class:`costmodel.hardware.KernelFacts`) that finishes first, a smaller tile running at
+    ``(area / largest area) ** small_tile_exponent`` of the large tile's rate; when there are fewer tiles than SMs the reduction is
     split over them (split-K, at least ``split_k_min`` deep; the partial sums are reduced by a second
     kernel, ``split_s``), and every tile pays a prologue and epilogue worth ``tile_k_overhead`` steps of its
     reduction. Prefill attention runs whole waves of
