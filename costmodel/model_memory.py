@@ -6,6 +6,7 @@ storage width of quantised weights; the largest batch and context that fit.
 from __future__ import annotations
 
 from costmodel.compiled import compile_program
+from costmodel.fits import largest_count
 from costmodel.presets import ModelPreset
 from costmodel.program import Op, bias_elements, is_weight
 from costmodel.vocab import choice
@@ -113,17 +114,6 @@ def weight_width(dtype: str, group_size: int = 0) -> float:
     extra = GROUP_BITS.get(dtype, 0) / group_size if group_size else 0
     return (WEIGHT_BITS[dtype] + extra) / 8
 
-def _max_context(fits, limit: int = 1 << 40) -> int:
-    """The largest context for which ``fits(context)`` holds (monotone), 0 if none: doubling, then bisection."""
-    if not fits(0):
-        return 0
-    lo, hi = 0, 1
-    while hi < limit and fits(hi):
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
 
 def weight_bytes(dev: ModelPreset, pr) -> int:
     """Bytes of the weights one device holds: projections in the weight storage, the rest in the activation dtype."""
@@ -137,8 +127,7 @@ def kv_bytes(dev: ModelPreset, pr, batch: int, context: int, source: int) -> int
 def largest_batch_in_memory(dev: ModelPreset, pr, context: int, source: int) -> int:
     """The largest batch whose weights and KV cache after a step at ``context`` fit one device (the cache is
     linear in the batch)."""
-    free = pr.hw.capacity - weight_bytes(dev, pr)
-    return max(int(free // kv_bytes(dev, pr, 1, context, source)), 0) if free > 0 else 0
+    return largest_count(pr.hw.capacity - weight_bytes(dev, pr), kv_bytes(dev, pr, 1, context, source))
 
 #: Group size assumed for int4 and int8 weights asked for on the command line (AWQ's and GPTQ's default).
 DEFAULT_GROUP = {"int4": 128, "int8": 128}

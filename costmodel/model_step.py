@@ -26,7 +26,8 @@ from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
 from costmodel.roofline import mechanism_lines
 from costmodel.vocab import DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, WEIGHT_DTYPES, choice
-from costmodel.model_memory import (DEFAULT_GROUP, _max_context, active_params, kv_bytes, largest_batch_in_memory,
+from costmodel.fits import largest_fitting
+from costmodel.model_memory import (DEFAULT_GROUP, active_params, kv_bytes, largest_batch_in_memory,
                                     param_count, weight_bytes, weight_width)
 from costmodel.model_ops import Row, Storage, device_slice, engine_rows, step_rows
 
@@ -288,7 +289,7 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
     free = hw.capacity - weights
     unlimited = m.local_layers == m.layers and m.architecture == "decoder"
     max_context = None if unlimited and free > kv_bytes(dev, pr, batch, m.sliding_window, 1) else \
-        _max_context(lambda c: weights + kv_bytes(dev, pr, batch, c, fixed_source or max(c, 1)) <= hw.capacity)
+        largest_fitting(lambda c: weights + kv_bytes(dev, pr, batch, c, fixed_source or max(c, 1)) <= hw.capacity)
     tpot = phases["decode"].time_s
     per_token = kv_bytes(m, pr, 1, 1, source) - kv_bytes(m, pr, 1, 0, source)
     return ModelPrediction(

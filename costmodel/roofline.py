@@ -21,11 +21,12 @@ from costmodel import symbols as S
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
+from costmodel.fits import largest_count, largest_fitting
 from costmodel.hardware import HardwareProfile
 from costmodel.mechanisms import MECHANISMS, efficiency_class, op_shape
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
-from costmodel.vocab import DEFAULTS, MAX_DIM, OVERLAPS, choice
+from costmodel.vocab import DEFAULTS, OVERLAPS, choice
 from costmodel.workload import Workload
 
 Overlap = Literal["max", "sum"]
@@ -187,14 +188,10 @@ def memory_fit(compiled: Compiled, w: Workload, hw: HardwareProfile) -> MemoryFi
     cache = lambda **kw: float(compiled.resident({**dims, **kw})[1]) * width  # noqa: E731
     weights = float(compiled.resident(dims)[0]) * width
     kv, free = cache(), hw.capacity - weights
-    per_sequence = cache(b=1)
     ctx = CONTEXT_DIM[w.mode]
-    # the cache is linear in the context dimension: intercept + slope * x
-    at0, at1 = cache(**{ctx: 0}), cache(**{ctx: 1})
     # no cache at all (a prefill over no memory positions): the batch and context are not limited by memory
-    max_batch = (min(int(free // per_sequence), MAX_DIM) if per_sequence else MAX_DIM) if free > 0 else 0
-    max_context = ((min(int((free - at0) // (at1 - at0)), MAX_DIM) if at1 > at0 else MAX_DIM)
-                   if free > at0 else 0)
+    max_batch = largest_count(free, cache(b=1))
+    max_context = largest_fitting(lambda c: weights + cache(**{ctx: c}) <= hw.capacity)
     return MemoryFit(
         kv_cache_bytes=kv, weight_bytes=weights, capacity_bytes=hw.capacity, fits=kv + weights <= hw.capacity,
         max_batch=max_batch, max_context=max_context, context_dim=ctx,
