@@ -1,0 +1,46 @@
+"""The fit errors a fitted profile states (``efficiency.error``: n, median and p90 |error| per class and timing)
+are re-derived from the published tables they were fitted on, with the profile's own parameters: a refit that
+forgot to rewrite them, or a change to the mechanisms that moved them, fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import costmodel
+from costmodel.hardware import load_all
+from costmodel.validation.fit import errors, predict_table
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"
+FITTED = [p for p in load_all() if p.efficiency is not None and p.efficiency.error and p.kind == "gpu"]
+CASES = [(p.id, key) for p in FITTED for key in p.efficiency.error]
+
+
+@pytest.fixture(scope="module")
+def tables():
+    if not SHARED.is_dir():
+        pytest.skip(f"the published tables are not beside this checkout ({SHARED})")
+    from costmodel.validation.published import read_folder
+
+    return read_folder(SHARED)[0]
+
+
+def test_every_fitted_gpu_states_its_errors():
+    assert {p.id for p in FITTED} >= {"a100_80gb_sxm", "h100_sxm"} and len(CASES) >= 15
+
+
+@pytest.mark.parametrize("pid,key", CASES, ids=[f"{p}:{k}" for p, k in CASES])
+def test_stated_fit_error_is_rederived(tables, pid, key):
+    hw = costmodel.load_profile(pid)
+    cls, timing = key.split("/")
+    chosen = [t for t in tables if t.profile == pid and t.priced_class == cls and t.timing == timing]
+    assert chosen, (pid, key)
+    eff = hw.efficiency.classes[cls]
+    predicted = np.concatenate([predict_table(t, hw, eff) for t in chosen])
+    got = errors(predicted, np.concatenate([t.measured_s for t in chosen]))
+    stated = hw.efficiency.error[key]
+    assert got["n"] == stated.n
+    assert got["median_abs_error_pct"] == pytest.approx(stated.median_abs_error_pct, abs=0.011)
+    assert got["p90_abs_error_pct"] == pytest.approx(stated.p90_abs_error_pct, abs=0.011)
