@@ -181,6 +181,8 @@ class ClassEfficiency(_Strict):
     tile_s: Seconds = 0.0  # SM time of a prefill query tile's prologue and epilogue
     overlap: Literal["max", "sum"] = "max"  # compute and memory time overlap (max) or add up (sum)
     fitted: tuple[str, ...] = ()  # the names of the parameters fitted to data (the rest are defaults)
+    #: why a fitted value sits at a bound of its search (costmodel.validation.fit.BOUNDS): a sign, explained
+    at_bound: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("unsplit_sm_bandwidth")
     @classmethod

@@ -44,3 +44,39 @@ def test_stated_fit_error_is_rederived(tables, pid, key):
     assert got["n"] == stated.n
     assert got["median_abs_error_pct"] == pytest.approx(stated.median_abs_error_pct, abs=0.011)
     assert got["p90_abs_error_pct"] == pytest.approx(stated.p90_abs_error_pct, abs=0.011)
+
+
+def _at_bound(eff) -> list[str]:
+    """The fitted continuous values of a class that sit at a bound of the fit's search."""
+    from costmodel.validation.fit import BOUNDS
+
+    out = []
+    for name in eff.fitted:
+        if name not in BOUNDS:
+            continue  # a discrete choice (split_kv, pack_gqa, overlap)
+        lo, hi, _ = BOUNDS[name]
+        values = list(eff.fixed_s.values()) if name == "fixed" else [getattr(eff, name)]
+        def pinned(v):
+            at_low = v <= 1e-15 if lo == 0 else abs(v / lo - 1) <= 1e-6
+            return at_low or abs(v / hi - 1) <= 1e-6
+        if any(v is not None and pinned(v) for v in values):
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("pid", [p.id for p in FITTED])
+def test_every_fitted_value_at_a_bound_is_explained(pid):
+    """A parameter pinned at a bound of its search is doing another's job or none: each is removed, or its
+    profile says why it sits there."""
+    hw = costmodel.load_profile(pid)
+    unexplained = {cls: [n for n in _at_bound(eff) if not eff.at_bound.get(n, "").strip()]
+                   for cls, eff in hw.efficiency.classes.items()}
+    assert {cls: names for cls, names in unexplained.items() if names} == {}
+
+
+def test_the_bound_check_finds_a_pinned_value():
+    from costmodel.hardware import ClassEfficiency
+
+    pinned = ClassEfficiency(bandwidth_exponent=1.0, fitted=("bandwidth_exponent",))
+    assert _at_bound(pinned) == ["bandwidth_exponent"]
+    assert _at_bound(pinned.model_copy(update={"bandwidth_exponent": 0.7})) == []
