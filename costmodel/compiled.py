@@ -8,17 +8,17 @@ expressions, on Python numbers or numpy arrays.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
-import sympy
-
-from costmodel import symbols as S
-from costmodel.counts import program_counts
-from costmodel.program import Program, build_program, gemm_dims, op_class
-
-#: The arguments of every compiled function, in order.
-ARGS = (S.b, S.n, S.m, S.d, S.h, S.g, S.k, S.v)
+#: The arguments of every compiled grouped-query function, in order (MLA's: costmodel.mla.ARGS).
+ARG_NAMES = ("b", "n", "m", "d", "h", "g", "k", "v")
+#: The modules whose code decides a program's counts: a compiled program cached on disk is keyed by their text.
+SYMBOLIC_MODULES = ("symbols.py", "program.py", "mla.py", "counts.py", "compiled.py")
 
 
 @dataclass(frozen=True)
@@ -29,14 +29,14 @@ class Compiled:
     names: tuple[str, ...]
     kinds: tuple[str, ...]  # the op class of each op (costmodel.program.op_class)
     einsums: tuple[str | None, ...]
-    gemms: tuple[tuple[sympy.Expr, ...] | None, ...]  # (batch, M, K, N) of each einsum, symbolic
+    gemms: tuple[bool, ...]  # which ops are einsums, with a (batch, M, K, N) in gemm_counts
     counts: object
     gemm_counts: object = None  # (batch, M, K, N) of every einsum, flattened, as one numeric function
-    args: tuple = ARGS  # the dimensions the functions take, in order
+    args: tuple[str, ...] = ARG_NAMES  # the dimensions the functions take, in order
     storage_counts: object = None  # weight elements of every op, then cache elements of every op
 
     def _args(self, dims: dict) -> list:
-        return [dims[s.name] for s in self.args]
+        return [dims[name] for name in self.args]
 
     def evaluate(self, args) -> tuple[list, list, object, object]:
         """(flops per op, elements per op, weight elements, cache elements) at ``args``."""
@@ -64,7 +64,6 @@ class Compiled:
         return [dict(zip(("batch", "M", "K", "N"), (next(values) for _ in range(4)))) if g else None
                 for g in self.gemms]
 
-
     def storage(self, dims: dict) -> tuple[list, list]:
         """(weight elements, KV-cache elements) each op reads or writes at ``dims``: the parts of its memory
         traffic stored in the weight and the cache dtypes (the rest is in the activation dtype)."""
@@ -77,55 +76,152 @@ class Compiled:
 def compile_program(variant: str, mode: str, execution: str = "unfused", cache_append: str = "inplace",
                     form: str = "absorbed", q_lora: bool = False) -> Compiled:
     """The program's exact counts, compiled once into a single numpy function (``form`` and ``q_lora``
-    choose the program of multi-head latent attention, :mod:`costmodel.mla`)."""
+    choose the program of multi-head latent attention, :mod:`costmodel.mla`).
+
+    The generated functions are kept on disk (:func:`cache_folder`), keyed by the text of the modules that
+    derive them, so a later process evaluates the same expressions without deriving them (or importing sympy)
+    again; a cache that cannot be read or written is passed over."""
+    key = _cache_key(variant, mode, execution, cache_append, form, q_lora)
+    cached = _load(key)
+    if cached is not None:
+        return cached
+    compiled, sources = _derive(variant, mode, execution, cache_append, form, q_lora)
+    if sources is not None:
+        _store(key, compiled, sources)
+    return compiled
+
+
+def cache_folder() -> Path | None:
+    """Where compiled programs are kept: ``$COSTMODEL_CACHE``, else ``$XDG_CACHE_HOME/costmodel``, else
+    ``~/.cache/costmodel``; an empty ``COSTMODEL_CACHE`` switches the cache off (None)."""
+    given = os.environ.get("COSTMODEL_CACHE")
+    if given is not None:
+        return Path(given) if given else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "costmodel"
+
+
+def _cache_key(*program) -> str:
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(repr((program, version("sympy"))).encode())
+    here = Path(__file__).parent
+    for name in SYMBOLIC_MODULES:
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()[:40]
+
+
+def _load(key: str) -> Compiled | None:
+    folder = cache_folder()
+    if folder is None:
+        return None
+    try:
+        data = json.loads((folder / f"program-{key}.json").read_text(encoding="utf-8"))
+        body = json.dumps(data["compiled"], sort_keys=True)
+        if hashlib.sha256(body.encode()).hexdigest() != data["sha256"]:
+            return None  # a damaged file: derive again
+        c = data["compiled"]
+        return Compiled(names=tuple(c["names"]), kinds=tuple(c["kinds"]), einsums=tuple(c["einsums"]),
+                        gemms=tuple(c["gemms"]), counts=_function(c["counts"]), gemm_counts=_function(c["gemm_counts"]),
+                        args=tuple(c["args"]), storage_counts=_function(c["storage_counts"]))
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError):
+        return None
+
+
+def _store(key: str, compiled: Compiled, sources: dict) -> None:
+    """Write the compiled program whole (a temporary file renamed over the target) or not at all."""
+    import tempfile
+
+    folder = cache_folder()
+    if folder is None:
+        return
+    body = {"names": list(compiled.names), "kinds": list(compiled.kinds), "einsums": list(compiled.einsums),
+            "gemms": list(compiled.gemms), "args": list(compiled.args), **sources}
+    text = json.dumps({"sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
+                       "compiled": body})
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".program-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, folder / f"program-{key}.json")
+    except OSError:
+        pass  # a read-only or full disk: the next process derives the program again
+
+
+def _function(source: str):
+    """A generated function from its source (``lambda b, n, ...: [...]``), arithmetic of our own expressions."""
+    if not source.startswith("lambda "):
+        raise ValueError("not a generated function")
+    return eval(source)  # noqa: S307 - expressions costmodel printed itself
+
+
+def _derive(variant, mode, execution, cache_append, form, q_lora) -> tuple[Compiled, dict | None]:
+    """The program derived with sympy and compiled; the sources of its functions where they are plain
+    arithmetic (None where one needed sympy's lambdify, which is not kept on disk)."""
+    import sympy
+
+    from costmodel import symbols as S
+    from costmodel.counts import _sum_steps, program_counts
+    from costmodel.program import build_program, gemm_dims, op_class
+
     if variant == "mla":
         from costmodel.mla import ARGS as args, build_mla_program
 
         program = build_mla_program(mode, form, q_lora=q_lora, execution=execution)
     else:
-        args, program = ARGS, build_program(variant, mode, cache_append=cache_append, execution=execution)
+        args = tuple(S.SYMBOLS[name] for name in ARG_NAMES)
+        program = build_program(variant, mode, cache_append=cache_append, execution=execution)
     report = program_counts(program, simplify=False)  # the program built once, its counts from it
     weights, cache = program.resident_elements()
     gemms = tuple(gemm_dims(o) if o.kind == "einsum" else None for o in program.ops)
     exprs = [o.flops for o in report.ops] + [o.memory_elements for o in report.ops] + [weights, cache,
                                                                                       program.bias_elements()]
     # projection weights are stored in the weight dtype; norm weights (W_*) stay in the activation dtype
-    stored = [_stored(o, program, lambda t: t.name.startswith("P_")) for o in program.ops]
-    stored += [_stored(o, program, lambda t: _is_cache(t, program)) for o in program.ops]
+    stored = [_stored(o, lambda t: t.name.startswith("P_")) for o in program.ops]
+    stored += [_stored(o, lambda t: _is_cache(t, program)) for o in program.ops]
     if program.summed_over_steps:
-        from costmodel.counts import _sum_steps
-
         stored = [_sum_steps(e) for e in stored]
-    return Compiled(
+    functions = {"counts": exprs, "gemm_counts": [x for g in gemms if g for x in g] or [sympy.Integer(0)],
+                 "storage_counts": stored}
+    made = {name: _numeric_function(e, args) for name, e in functions.items()}
+    compiled = Compiled(
         names=tuple(o.name for o in report.ops), kinds=tuple(op_class(o, mode) for o in program.ops),
-        einsums=tuple(o.einsum for o in report.ops),
-        gemms=gemms, counts=_numeric_function(exprs, args),
-        gemm_counts=_numeric_function([x for g in gemms if g for x in g] or [sympy.Integer(0)], args),
-        args=args, storage_counts=_numeric_function(stored, args),
+        einsums=tuple(o.einsum for o in report.ops), gemms=tuple(g is not None for g in gemms),
+        counts=made["counts"][0], gemm_counts=made["gemm_counts"][0], args=tuple(s.name for s in args),
+        storage_counts=made["storage_counts"][0],
     )
+    sources = {name: source for name, (_, source) in made.items()}
+    return compiled, (sources if all(sources.values()) else None)
 
 
-def _is_cache(tensor, program: Program) -> bool:
+def _is_cache(tensor, program) -> bool:
     """A KV-cache tensor (or a view or position of one, or the previous cache a concatenation copies)."""
     base = tensor.name.removeprefix("prev_").split(":")[0].split("[")[0]
     return base in program.cache_names
 
 
-def _stored(op, program: Program, kind) -> sympy.Expr:
+def _stored(op, kind):
     """Elements of an op's operands (a fused op's: its inputs and output) for which ``kind`` holds."""
+    import sympy
+
     return sympy.Add(*(t.elements for t in (*op.inputs, op.output) if kind(t)))
 
 
-def _numeric_function(exprs: list[sympy.Expr], args: tuple = ARGS):
-    """One Python function of ARGS returning every expression; works on ints, floats and numpy arrays.
+def _numeric_function(exprs: list, args: tuple):
+    """One Python function of ``args`` returning every expression, works on ints, floats and numpy arrays, and
+    its source (None where sympy's lambdify was needed).
 
     The counts are polynomials (with rational coefficients) in the dimensions, so their printed form is
     plain Python arithmetic; this is what ``sympy.lambdify`` would generate, without its start-up cost.
     """
+    import sympy
+
     for e in exprs:
         extra = e.free_symbols - set(args)
         if extra or any(not (a.is_Add or a.is_Mul or a.is_Pow or a.is_Symbol or a.is_Number)
                         for a in sympy.preorder_traversal(e)):
-            return sympy.lambdify(args, exprs, modules="numpy")
+            return sympy.lambdify(args, exprs, modules="numpy"), None
     body = ", ".join(f"({sympy.sstr(e)})" for e in exprs)
-    return eval(f"lambda {', '.join(s.name for s in args)}: [{body}]")  # noqa: S307 - our own expressions
+    source = f"lambda {', '.join(s.name for s in args)}: [{body}]"
+    return _function(source), source

@@ -18,7 +18,7 @@ from costmodel import checks
 from costmodel import symbols as S
 from costmodel.errors import CostModelError
 from costmodel.program import ELEMENTWISE_FLOPS, STEP, Program, build_program
-from costmodel.vocab import MAX_DIM, MLA_FORMS, check_divisible, choice
+from costmodel.vocab import MAX_DIM, MLA_FORMS, check_divisible, choice, dtype_bytes
 
 #: Dimensions that can be given numbers (``g`` comes from the variant and ``groups``).
 NUMERIC_DIMS: tuple[str, ...] = ("b", "n", "m", "d", "h", "k", "v")
@@ -144,7 +144,7 @@ def derive(
     form = choice("mla form", form, MLA_FORMS)
     if dims is not None and not isinstance(dims, Mapping):
         raise CostModelError(f"dims must be a mapping of dimension names to integers, got {dims!r}"[:200])
-    S.dtype_bytes(dtype)  # an unknown dtype is an error before the program is built
+    dtype_bytes(dtype)  # an unknown dtype is an error before the program is built
     if variant.lower() == "mla":
         program = _mla_program(mode, form, q_lora, groups, cache_append, execution)
     else:
@@ -155,7 +155,7 @@ def derive(
 def program_counts(program: Program, dtype: str = "bf16", dims: Mapping[str, int] | None = None,
                    simplify: bool = True) -> CostReport:
     """The exact counts of a built program (:func:`derive` builds it from a variant and mode)."""
-    width = S.dtype_bytes(dtype)
+    width = dtype_bytes(dtype)
     mode = program.mode
     subs = _check_dims(program, dims or {})
     ops = []

@@ -16,7 +16,6 @@ import numpy as np
 from pydantic import Field
 
 from costmodel import checks
-from costmodel import symbols as S
 from costmodel.errors import CostModelError
 from costmodel.reports import Report
 from costmodel.hardware import HardwareProfile
@@ -25,7 +24,8 @@ from costmodel.shapes import GemmShape
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
 from costmodel.roofline import mechanism_lines
-from costmodel.vocab import DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, WEIGHT_DTYPES, choice
+from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, WEIGHT_DTYPES, choice,
+                             dtype_bytes)
 from costmodel.fits import largest_fitting
 from costmodel.model_memory import (DEFAULT_GROUP, active_params, kv_bytes, largest_batch_in_memory,
                                     param_count, weight_bytes, weight_width)
@@ -145,7 +145,7 @@ def _row_time(r: Row, pr: Pricing):
     """The time of one kernel of a row under the pricing conventions (arrays where the row's counts are)."""
     shape = r.shape
     if r.gemm is not None:
-        shape = GemmShape(*r.gemm, width=S.dtype_bytes(pr.dtype))
+        shape = GemmShape(*r.gemm, width=dtype_bytes(pr.dtype))
     compute_dtype = pr.gemm_dtype if (pr.gemm_dtype and r.weighted) else pr.dtype
     return price(KernelOp(r.op_class, r.name, compute_dtype, r.flops, r.bytes), shape, pr.hw,
                  Conventions(pr.model, pr.overlap))
@@ -216,7 +216,7 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     # W8A8: 8-bit weights run their GEMMs at the 8-bit peak where the device has one; int4 (W4A16) and
     # wider weights are dequantized to the activation dtype in the kernel
     gemm_dtype = weight_dtype if weight_dtype in ("fp8", "int8") and weight_dtype in hw.peak_flops_per_s else None
-    storage = Storage(S.dtype_bytes(dtype), weight_width(weight_dtype, group), S.dtype_bytes(kv_dtype))
+    storage = Storage(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype))
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, storage, gemm_dtype, execution, overlap, model, engine,
                    tp, mla_form)
 

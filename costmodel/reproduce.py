@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from costmodel import symbols as S
+from costmodel.vocab import dtype_bytes
 from costmodel.asymptotic import analyze
 from costmodel.counts import derive
 from costmodel.hardware import HardwareProfile, load_profile
@@ -75,7 +75,7 @@ def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Me
     """One decoder step on one chip: every op's roofline time under the mechanisms, summed."""
     dtype = "fp32" if mech.f32_storage else "bf16"
     rows: list[Row] = step_rows(model, "decode", batch, TARGET_POSITIONS - 1, SOURCE_POSITIONS,
-                                S.dtype_bytes(dtype), "unfused", "concat" if mech.concat_cache else "inplace")
+                                dtype_bytes(dtype), "unfused", "concat" if mech.concat_cache else "inplace")
     tile = hw.matrix_tile.shape if hw.matrix_tile else (1, 1)
     peak = hw.peak("bf16") / (mech.f32_passes if mech.f32_storage else 1)
     total, detail = 0.0, []

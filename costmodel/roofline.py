@@ -17,7 +17,6 @@ from typing import Literal
 from pydantic import ConfigDict, RootModel
 
 from costmodel import checks
-from costmodel import symbols as S
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
@@ -26,7 +25,7 @@ from costmodel.hardware import HardwareProfile
 from costmodel.mechanisms import MECHANISMS, efficiency_class, op_shape
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
-from costmodel.vocab import DEFAULTS, OVERLAPS, choice
+from costmodel.vocab import DEFAULTS, OVERLAPS, choice, dtype_bytes
 from costmodel.workload import Workload
 
 Overlap = Literal["max", "sum"]
@@ -120,7 +119,7 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
     overlap = choice("overlap", overlap, OVERLAPS)
     model = time_model(hw, timing, without)
     w = workload
-    width = S.dtype_bytes(w.dtype)
+    width = dtype_bytes(w.dtype)
     hw.peak(w.dtype)  # a dtype the device lacks is an error before any arithmetic
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
     dims = w.dims()
@@ -183,7 +182,7 @@ def hardware_summary(hw: HardwareProfile, dtype: str, model=None) -> DeviceSumma
 
 def memory_fit(compiled: Compiled, w: Workload, hw: HardwareProfile) -> MemoryFit:
     """KV cache and weights against capacity; the largest batch and context that fit (others fixed)."""
-    width = S.dtype_bytes(w.dtype) * w.layers
+    width = dtype_bytes(w.dtype) * w.layers
     dims = w.dims()
     cache = lambda **kw: float(compiled.resident({**dims, **kw})[1]) * width  # noqa: E731
     weights = float(compiled.resident(dims)[0]) * width

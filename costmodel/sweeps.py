@@ -12,15 +12,14 @@ import math
 from pydantic import BaseModel, ConfigDict
 
 from costmodel import checks
-from costmodel import symbols as S
-from costmodel.compiled import ARGS, compile_program
+from costmodel.compiled import ARG_NAMES, compile_program
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.mechanisms import efficiency_class, op_shape
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, price
-from costmodel.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice, whole
+from costmodel.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice, dtype_bytes, whole
 from costmodel.workload import Workload
 
 #: The most points one range may hold unless told otherwise; more is refused before any work.
@@ -105,19 +104,19 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     """
     import numpy as np  # only sweeps need arrays; a single prediction runs on Python numbers
 
-    if dim not in {s.name for s in ARGS}:
-        raise CostModelError(f"cannot sweep {dim!r}; valid dimensions are {', '.join(s.name for s in ARGS)}")
+    if dim not in ARG_NAMES:
+        raise CostModelError(f"cannot sweep {dim!r}; valid dimensions are {', '.join(ARG_NAMES)}")
     w = workload
     hw.peak(w.dtype)
     x = np.asarray(values, dtype=np.float64)
-    dims = {s.name: np.float64(getattr(w, s.name)) for s in ARGS}
+    dims = {name: np.float64(getattr(w, name)) for name in ARG_NAMES}
     for name in (dim, *linked):
         dims[name] = x
     if dim == "h" and w.variant == "mha":
         dims["g"] = x  # MHA keeps g = h; other dimensions, k and v included, stay as given
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
     model = time_model(hw) if model is None else model  # the default prediction: fitted, graph timing
-    width = S.dtype_bytes(w.dtype)
+    width = dtype_bytes(w.dtype)
     time = np.zeros_like(x)
     flops = np.zeros_like(x)
     nbytes = np.zeros_like(x)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import sympy
 
-from costmodel.vocab import DTYPE_BYTES, choice
 
 b, n, m, d, h, g, k, v = sympy.symbols("b n m d h g k v", positive=True, integer=True)
 c, p, l = sympy.symbols("c p l", positive=True, integer=True)  # noqa: E741 - the dimension's name
@@ -48,9 +47,3 @@ DIM_DOC: dict[str, str] = {
     "p": "decoupled rotary key dimension (MLA)",
     "l": "query latent rank (MLA)",
 }
-
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Bytes per element of ``dtype``; raises :class:`CostModelError` for an unknown name."""
-    return DTYPE_BYTES[choice("dtype", dtype, DTYPE_BYTES)]

@@ -83,6 +83,11 @@ DERIVE_VARIANTS: tuple[str, ...] = (*VARIANTS, "mla")
 MLA_FORMS: tuple[str, ...] = ("absorbed", "naive")
 
 
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype``; raises :class:`CostModelError` for an unknown name."""
+    return DTYPE_BYTES[choice("dtype", dtype, DTYPE_BYTES)]
+
+
 def choice(kind: str, value: str, choices: tuple[str, ...] | dict) -> str:
     """``value`` lower-cased if it is one of ``choices``; an error naming the valid ones otherwise."""
     if not isinstance(value, str):

@@ -267,7 +267,7 @@ class CurveRun:
         taken in whatever minute of a shared machine the run began."""
         import numpy as np
 
-        from costmodel import symbols as S
+        from costmodel.vocab import dtype_bytes
         from costmodel.compiled import compile_program
         from costmodel.hardware import HardwareProfile
         from costmodel.mechanisms import efficiency_class, op_shape
@@ -287,7 +287,7 @@ class CurveRun:
             dims = w.dims()
             flops, elements, _, _ = compiled.at(dims)
             gemms = compiled.gemm_shapes(dims)
-            width = S.dtype_bytes(w.dtype)
+            width = dtype_bytes(w.dtype)
             for i in range(len(compiled.names)):
                 cls = efficiency_class(compiled.kinds[i], compiled.names[i])
                 tm = merge([t[i] for t in taken[j]])
