@@ -250,8 +250,12 @@ def emit_records(records: list[dict], fmt: str) -> None:
     from costmodel.text import records_csv, records_markdown
 
     click.echo((records_csv if fmt == "csv" else records_markdown)(records), nl=fmt != "csv")
+
+
 groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON (--format json)")
+
+
 def variant_option(values, text: str, **kwargs):
     """``--variant`` over ``values`` (the grouped-query family, or with MLA), its help saying what it does here."""
     return click.option("--variant", type=choices(values), help=text, **kwargs)
@@ -266,6 +270,8 @@ def sweep_spec(spec: str, dims) -> tuple[str, str]:
         raise CostModelError(f"invalid --sweep {spec!r}; expected DIM=RANGE with DIM one of "
                              f"{', '.join(d.replace('_', '-') for d in dims)}")
     return name, text
+
+
 max_points_option = click.option("--max-points", type=click.IntRange(1, 10**7), default=DEFAULTS["max_points"],
                                  show_default=True,
                                  help="the most points a --sweep or --range may hold")

@@ -22,6 +22,7 @@ def _attention_blocks(m: ModelPreset) -> list[tuple[int, int]]:
         blocks += [(m.layers, m.cross_kv), (m.encoder_layers, m.enc_kv)]
     return blocks
 
+
 def _op_params(ops: list[Op], m: ModelPreset) -> int:
     """Parameters the ops read: their ``W_*`` operands (norm weights times NORM_PARAMS), and biases."""
     total = 0
@@ -30,6 +31,7 @@ def _op_params(ops: list[Op], m: ModelPreset) -> int:
         total += weights * (NORM_PARAMS[m.norm] if op.kind == "elementwise" else 1)
         total += int(bias_elements(op)) if m.bias else 0
     return total
+
 
 def param_groups(m: ModelPreset) -> dict[str, int]:
     """The model's parameters by kind: ``projections`` (attention, feed-forward and expert weights of the
@@ -66,9 +68,11 @@ def param_groups(m: ModelPreset) -> dict[str, int]:
     embeddings = m.vocab * m.d_model * (1 if m.tied_embeddings else 2) + m.learned_positions * m.d_model
     return {"projections": int(proj), "embeddings": int(embeddings), "other": int(other)}
 
+
 def param_count(m: ModelPreset) -> int:
     """Every parameter of the model (:func:`param_groups` summed)."""
     return sum(param_groups(m).values())
+
 
 def model_facts(m: ModelPreset) -> dict:
     """What the model lists print beside a preset's shape: parameters (total, by kind, active per token) and
@@ -78,6 +82,7 @@ def model_facts(m: ModelPreset) -> dict:
     return {"params": sum(groups.values()), "groups": groups, "active_params": active_params(m),
             "kv_bytes_per_token_bf16": kv}
 
+
 def active_params(m: ModelPreset) -> int:
     """Parameters one token's forward pass uses: all but the routed experts it does not pick."""
     if not m.moe:
@@ -85,6 +90,7 @@ def active_params(m: ModelPreset) -> int:
     moe, up = m.moe, 2 if m.ffn_gated else 1
     unused = moe.layers * (moe.experts - moe.experts_per_token) * (up + 1) * m.d_model * moe.expert_d_ff
     return param_count(m) - unused
+
 
 def kv_cache_elements(m: ModelPreset, batch: int, context: int, source: int) -> int:
     """K and V of every sequence after a decode step at ``context`` (context + 1 positions; a local layer
@@ -100,11 +106,14 @@ def kv_cache_elements(m: ModelPreset, batch: int, context: int, source: int) -> 
     return int(total)
 
 #: Bits per stored element of each weight dtype (the elements; group scales are added by group size).
+
+
 WEIGHT_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 
 #: Bits a scale group stores besides its weights: a 16-bit scale and a zero point of the weights' width
 #: (AWQ's and GPTQ's layouts).
 GROUP_BITS = {"int4": 16 + 4, "int8": 16 + 8}
+
 
 def weight_width(dtype: str, group_size: int = 0) -> float:
     """Bytes per projection weight: the dtype's bits, plus a group's scale and zero point shared by
@@ -120,9 +129,11 @@ def weight_bytes(dev: ModelPreset, pr) -> int:
     groups = param_groups(dev)
     return int(groups["projections"] * pr.storage.weight + (groups["embeddings"] + groups["other"]) * pr.storage.act)
 
+
 def kv_bytes(dev: ModelPreset, pr, batch: int, context: int, source: int) -> int:
     """Bytes of the KV cache one device holds after a decode step at ``context``."""
     return int(kv_cache_elements(dev, batch, context, source) * pr.storage.kv)
+
 
 def largest_batch_in_memory(dev: ModelPreset, pr, context: int, source: int) -> int:
     """The largest batch whose weights and KV cache after a step at ``context`` fit one device (the cache is
@@ -130,4 +141,6 @@ def largest_batch_in_memory(dev: ModelPreset, pr, context: int, source: int) -> 
     return largest_count(pr.hw.capacity - weight_bytes(dev, pr), kv_bytes(dev, pr, 1, context, source))
 
 #: Group size assumed for int4 and int8 weights asked for on the command line (AWQ's and GPTQ's default).
+
+
 DEFAULT_GROUP = {"int4": 128, "int8": 128}

@@ -30,6 +30,7 @@ NORM_PARAMS = {"rmsnorm": 1, "layernorm": 2}
 
 ACT_FLOPS = {True: 5, False: 4}  # gated: silu(gate) * up; plain: gelu
 
+
 @dataclass(frozen=True)
 class Storage:
     """Bytes per element of each kind of tensor: activations, projection weights (group scales included)
@@ -46,9 +47,11 @@ class Storage:
     def bytes(self, elements, weights=0, cache=0):
         return _num((elements - weights - cache) * self.act + weights * self.weight + cache * self.kv)
 
+
 def _num(x):
     """A float, or a float array where a dimension (the context of a request's steps) is an array."""
     return np.asarray(x, float) if np.ndim(x) else float(x)
+
 
 @dataclass(frozen=True)
 class Row:
@@ -65,10 +68,12 @@ class Row:
     shape: object = None  # a fused attention kernel's typed shape (costmodel.shapes; costmodel.mechanisms.op_shape)
     weighted: bool = False  # a GEMM over projection weights (runs at the weights' dtype where it has a peak)
 
+
 def _op(name: str, kind: str, inputs: list[tuple[str, dict]], output: tuple[str, dict], fpe: int = 0) -> Op:
     """An op from named index->size maps: its einsum equation and costs follow from the shapes."""
     to = lambda n, sizes: Tensor(n, "".join(sizes), tuple(sympy.Integer(v) for v in sizes.values()))  # noqa: E731
     return Op(name, kind, tuple(to(n, s) for n, s in inputs), to(*output), fpe)
+
 
 def device_slice(m: ModelPreset, t: int) -> ModelPreset:
     """What one of ``t`` tensor-parallel devices holds: h/t query heads, max(g/t, 1) key/value heads
@@ -97,6 +102,7 @@ def device_slice(m: ModelPreset, t: int) -> ModelPreset:
                                                  "shared_d_ff": m.moe.shared_d_ff // t})
     return m.model_copy(update=update)
 
+
 def _dims(m: ModelPreset, g: int, b: int = 1, n: int = 1, ctx: int = 0) -> dict[str, int]:
     dims = {"b": b, "n": n, "m": ctx, "d": m.d_model, "h": m.heads, "g": g, "k": m.head_dim, "v": m.head_dim}
     if m.mla:
@@ -107,7 +113,10 @@ def _dims(m: ModelPreset, g: int, b: int = 1, n: int = 1, ctx: int = 0) -> dict[
 #: The MLA form engines run: attention in latent space for a decode step (a small cache read by every
 #: head), per-head keys and values for a prefill (long query blocks make the naive form cheaper), as
 #: vLLM's and SGLang's MLA backends do.
+
+
 ENGINE_MLA_FORMS = {"incremental": "absorbed", "batched": "naive"}
+
 
 def _compiled(m: ModelPreset, mode: str, execution: str, cache_append: str, mla_form: str | None):
     if m.mla is None:
@@ -116,6 +125,7 @@ def _compiled(m: ModelPreset, mode: str, execution: str, cache_append: str, mla_
         raise CostModelError("an MLA model appends its latent in place; cache append 'concat' does not apply")
     form = mla_form or ENGINE_MLA_FORMS[mode]
     return compile_program("mla", mode, execution, "inplace", form, m.mla.q_rank is not None), form
+
 
 def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: int, ctx: int, execution: str,
                     count: int, width, skip=(), cache_append: str = "inplace", window: int | None = None,
@@ -141,6 +151,7 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
                         weighted=bool(gemm) and bool(np.all(np.asarray(w) > 0))))
     return rows
 
+
 def _row(section: str, op: Op, count: int, width) -> Row:
     storage = Storage.of(width)
     cls = "projection" if op.kind == "einsum" else op.kind
@@ -148,6 +159,7 @@ def _row(section: str, op: Op, count: int, width) -> Row:
     weights = sum(int(t.elements) for t in op.inputs if is_weight(t)) if op.kind == "einsum" else 0
     return Row(section, op.name, op.einsum, cls, float(op.flops), storage.bytes(int(op.memory_elements), weights),
                count, gemm, weighted=weights > 0)
+
 
 def _ffn_ops(d: int, f: int, tokens: int, gated: bool, prefix: str = "ffn") -> list[Op]:
     """A feed-forward block of width ``f`` over ``tokens`` tokens: up (and gate), activation, down."""
@@ -161,21 +173,25 @@ def _ffn_ops(d: int, f: int, tokens: int, gated: bool, prefix: str = "ffn") -> l
     ops.append(_op(f"{prefix}_down", "einsum", [("a", hidden), ("W_down", {"f": f, "d": d})], ("y", x)))
     return ops
 
+
 def _norm_name(m: ModelPreset) -> str:
     """The name of a model's norm ops, which picks their kernel's class: an engine runs its own RMSNorm
     kernel (``norm``) and torch's LayerNorm (``layernorm``)."""
     return "layernorm" if m.norm == "layernorm" else "norm"
+
 
 def _norm_ops(m: ModelPreset, tokens: int, norms: int) -> list[Op]:
     x = {"t": tokens, "d": m.d_model}
     return [_op(f"{_norm_name(m)}_{i}", "elementwise", [("x", x), ("W_norm", {"d": m.d_model})], ("y", x),
                 NORM_FLOPS[m.norm]) for i in range(norms)]
 
+
 def _layer_ops(m: ModelPreset, tokens: int, norms: int) -> list[Op]:
     """Norms, residual adds and the dense feed-forward block of one layer over ``tokens`` tokens."""
     x = {"t": tokens, "d": m.d_model}
     return [*_norm_ops(m, tokens, norms), _op("residuals", "elementwise", [("x", x), ("a", x)], ("y", x), 1),
             *_ffn_ops(m.d_model, m.d_ff, tokens, m.ffn_gated)]
+
 
 def _layer_rows(section: str, m: ModelPreset, tokens: int, count: int, width, norms: int,
                 ffn_layers: int | None = None) -> list[Row]:
@@ -189,10 +205,12 @@ def _layer_rows(section: str, m: ModelPreset, tokens: int, count: int, width, no
             rows.append(_row(section, op, n, width))
     return rows
 
+
 def experts_touched(experts: int, top_k: int, tokens):
     """Expected distinct experts ``tokens`` tokens route to when each picks ``top_k`` of ``experts``
     uniformly at random: E (1 - (1 - k/E)^T). One token touches k; a large batch touches them all."""
     return experts * (1 - (1 - top_k / experts) ** tokens)
+
 
 def _moe_rows(m: ModelPreset, tokens: int, count: int, width) -> list[Row]:
     """The mixture-of-experts block of ``count`` layers over ``tokens`` tokens: the router (a GEMM and a
@@ -230,6 +248,7 @@ def _moe_rows(m: ModelPreset, tokens: int, count: int, width) -> list[Row]:
             rows.append(_row(sec, gate, count, width))
     return rows
 
+
 def _head_ops(m: ModelPreset, rows_out: int, tokens_in: int) -> list[Op]:
     """Embedding lookup of the new tokens, final norm and output projection of the last positions."""
     x_in, x_out = {"t": tokens_in, "d": m.d_model}, {"t": rows_out, "d": m.d_model}
@@ -241,11 +260,13 @@ def _head_ops(m: ModelPreset, rows_out: int, tokens_in: int) -> list[Op]:
             ("logits", {"t": rows_out, "w": m.vocab})),
     ]
 
+
 def local_context(m: ModelPreset, ctx):
     """Cached positions a local (sliding-window) layer attends to besides the new one: at most window - 1."""
     if not m.sliding_window:
         return ctx
     return np.minimum(ctx, m.sliding_window - 1) if np.ndim(ctx) else min(ctx, m.sliding_window - 1)
+
 
 def step_rows(m: ModelPreset, phase: str, b: int, ctx: int, source: int, width, execution: str,
               cache_append: str = "inplace", mla_form: str | None = None) -> list[Row]:
@@ -293,12 +314,15 @@ def step_rows(m: ModelPreset, phase: str, b: int, ctx: int, source: int, width, 
 #: Projections serving engines run as one GEMM over the concatenated weights (vLLM's QKVParallelLinear,
 #: MergedColumnParallelLinear, and MLA's fused q_a/kv_a projection), and the K and V cache writes they run
 #: as one kernel (reshape_and_cache).
+
+
 ENGINE_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "ffn_gate_up": ("ffn_gate", "ffn_up"),
                   "shared_gate_up": ("shared_gate", "shared_up"), "qkv_a_proj": ("q_down", "kv_down"),
                   "kv_append": ("k_append", "v_append")}
 
 #: FLOPs per rotated element of rotary embeddings: x * cos + rotate_half(x) * sin.
 ROPE_FLOPS = 3
+
 
 def engine_rows(rows: list[Row], m: ModelPreset, tokens: int, width) -> list[Row]:
     """A step's rows as serving engines run them: the :data:`ENGINE_FUSIONS` merged (one read of their
@@ -320,6 +344,7 @@ def engine_rows(rows: list[Row], m: ModelPreset, tokens: int, width) -> list[Row
             out.append(Row(row.section, "rope", None, "elementwise", float(ROPE_FLOPS * rotated),
                            float((2 * rotated + tokens * dim) * act), row.count))
     return out
+
 
 def _merge(name: str, group: list[Row], act: float) -> Row:
     first = group[0]
