@@ -12,14 +12,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import sympy
 
 from costmodel.compiled import compile_program
 from costmodel.errors import CostModelError
 from costmodel.mechanisms import efficiency_class, op_shape
 from costmodel.mla import mla_attention_dims
 from costmodel.presets import ModelPreset
-from costmodel.program import Op, Tensor, gemm_dims, is_weight
+from costmodel.program import ELEMENTWISE_FLOPS, Op, Tensor, gemm_dims, is_weight
 
 
 #: FLOPs per element of the ops around attention (conventions, like ELEMENTWISE_FLOPS).
@@ -29,6 +28,8 @@ NORM_FLOPS = {"rmsnorm": 4, "layernorm": 5}  # rms: square, sum, scale, weight; 
 NORM_PARAMS = {"rmsnorm": 1, "layernorm": 2}
 
 ACT_FLOPS = {True: 5, False: 4}  # gated: silu(gate) * up; plain: gelu
+#: A softmax over the router's scores: as the attention programs count one (costmodel.program.ELEMENTWISE_FLOPS).
+SOFTMAX_FLOPS = ELEMENTWISE_FLOPS["softmax"]
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,9 @@ class Row:
 
 
 def _op(name: str, kind: str, inputs: list[tuple[str, dict]], output: tuple[str, dict], fpe: int = 0) -> Op:
-    """An op from named index->size maps: its einsum equation and costs follow from the shapes."""
-    to = lambda n, sizes: Tensor(n, "".join(sizes), tuple(sympy.Integer(v) for v in sizes.values()))  # noqa: E731
+    """An op from named index->size maps: its einsum equation and costs follow from the shapes (numbers: the
+    counts are plain arithmetic, as :mod:`costmodel.program` counts numeric shapes)."""
+    to = lambda n, sizes: Tensor(n, "".join(sizes), tuple(sizes.values()))  # noqa: E731
     return Op(name, kind, tuple(to(n, s) for n, s in inputs), to(*output), fpe)
 
 
@@ -152,13 +154,17 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
     return rows
 
 
-def _row(section: str, op: Op, count: int, width) -> Row:
+def _row(section: str, op: Op, count: int, width, gemm: tuple | None = None, weighted: bool | None = None) -> Row:
+    """A step's row of ``count`` kernels of ``op``: FLOPs and bytes from its shapes (weights in their storage
+    width); a matrix product's (batch, M, K, N) from its einsum, or ``gemm`` for a grouped product."""
     storage = Storage.of(width)
-    cls = "projection" if op.kind == "einsum" else op.kind
-    gemm = tuple(int(x) for x in gemm_dims(op)) if op.kind == "einsum" else None
-    weights = sum(int(t.elements) for t in op.inputs if is_weight(t)) if op.kind == "einsum" else 0
-    return Row(section, op.name, op.einsum, cls, float(op.flops), storage.bytes(int(op.memory_elements), weights),
-               count, gemm, weighted=weights > 0)
+    products = op.kind in ("einsum", "grouped")
+    cls = "projection" if products else op.kind
+    if gemm is None and op.kind == "einsum":
+        gemm = tuple(int(x) for x in gemm_dims(op))
+    weights = sum(t.elements for t in op.inputs if is_weight(t)) if products else 0
+    return Row(section, op.name, op.einsum, cls, float(op.flops), storage.bytes(op.memory_elements, weights),
+               count, gemm, weighted=weights > 0 if weighted is None else weighted)
 
 
 def _ffn_ops(d: int, f: int, tokens: int, gated: bool, prefix: str = "ffn") -> list[Op]:
@@ -219,27 +225,18 @@ def _moe_rows(m: ModelPreset, tokens: int, count: int, width) -> list[Row]:
     experts as a dense FFN."""
     st = Storage.of(width)
     moe, d = m.moe, m.d_model
-    E, k, f = moe.experts, moe.experts_per_token, moe.expert_d_ff
+    k, f = moe.experts_per_token, moe.expert_d_ff
     routed = tokens * k
-    touched = experts_touched(E, k, tokens)
-    up_width = (2 if m.ffn_gated else 1) * f
-    per_expert = math.ceil(routed / max(touched, 1))
+    touched = experts_touched(moe.experts, k, tokens)
     sec = "experts"
-    router = _op("router", "einsum", [("x", {"t": tokens, "d": d}), ("W_router", {"d": d, "e": E})],
-                 ("s", {"t": tokens, "e": E}))
-    rows = [Row(sec, "router", router.einsum, "projection", float(router.flops),
-                float(router.memory_elements) * st.act, count, (1, tokens, d, E)),
-            Row(sec, "router_softmax", None, "elementwise", 5.0 * tokens * E, 2.0 * tokens * E * st.act, count),
-            Row(sec, "experts_gate_up", None, "projection", 2.0 * routed * d * up_width,
-                st.bytes(routed * d + touched * d * up_width + routed * up_width, touched * d * up_width), count,
-                (math.ceil(touched), per_expert, d, up_width), weighted=True),
-            Row(sec, "experts_act", None, "elementwise", float(ACT_FLOPS[m.ffn_gated] * routed * f),
-                float(routed * (up_width + f)) * st.act, count),
-            Row(sec, "experts_down", None, "projection", 2.0 * routed * f * d,
-                st.bytes(routed * f + touched * f * d + routed * d, touched * f * d), count,
-                (math.ceil(touched), per_expert, f, d), weighted=True),
-            Row(sec, "experts_combine", None, "elementwise", 2.0 * routed * d, float(routed * d + tokens * d) * st.act,
-                count)]
+    rows = []
+    for op in _moe_ops(m, tokens):
+        if op.kind == "grouped":  # the touched experts run as a batch of GEMMs, the routed rows shared out
+            K, N = (d, op.output.shape[1]) if op.name == "experts_gate_up" else (f, d)
+            gemm = (math.ceil(touched), math.ceil(routed / max(touched, 1)), K, N)
+            rows.append(_row(sec, op, count, width, gemm=gemm))
+        else:  # the router's weights stay in the activation dtype, and its GEMM runs there
+            rows.append(_row(sec, op, count, st.act, weighted=False))
     if moe.shared_d_ff:
         rows += [_row(sec, op, count, width) for op in _ffn_ops(d, moe.shared_d_ff, tokens, m.ffn_gated, "shared")]
         if moe.shared_gate:
@@ -247,6 +244,30 @@ def _moe_rows(m: ModelPreset, tokens: int, count: int, width) -> list[Row]:
                        ("s", {"t": tokens, "e": 1}))
             rows.append(_row(sec, gate, count, width))
     return rows
+
+
+def _moe_ops(m: ModelPreset, tokens: int) -> list[Op]:
+    """The routed part of a mixture-of-experts block over ``tokens`` tokens, each op from its shapes: the router
+    (a GEMM and a softmax over the E experts), the routed experts as grouped products over the ``u`` experts
+    the batch touches (every touched expert's weights read once, each of the ``r = tokens x k`` routed rows
+    through its expert), the activation, and the weighted combine of each token's k rows."""
+    moe, d = m.moe, m.d_model
+    E, k, f = moe.experts, moe.experts_per_token, moe.expert_d_ff
+    r, u = tokens * k, experts_touched(E, k, tokens)
+    up = (2 if m.ffn_gated else 1) * f
+    return [
+        _op("router", "einsum", [("x", {"t": tokens, "d": d}), ("W_router", {"d": d, "e": E})],
+            ("s", {"t": tokens, "e": E})),
+        _op("router_softmax", "elementwise", [("s", {"t": tokens, "e": E})], ("p", {"t": tokens, "e": E}),
+            SOFTMAX_FLOPS),
+        _op("experts_gate_up", "grouped", [("x", {"r": r, "d": d}), ("W_up", {"u": u, "d": d, "f": up})],
+            ("h", {"r": r, "f": up})),
+        _op("experts_act", "elementwise", [("h", {"r": r, "f": up})], ("a", {"r": r, "c": f}), ACT_FLOPS[m.ffn_gated]),
+        _op("experts_down", "grouped", [("a", {"r": r, "c": f}), ("W_down", {"u": u, "c": f, "d": d})],
+            ("y", {"r": r, "d": d})),
+        # a multiply and an add per element of each of a token's k rows
+        _op("experts_combine", "elementwise", [("y", {"r": r, "d": d})], ("z", {"t": tokens, "d": d}), 2 * k),
+    ]
 
 
 def _head_ops(m: ModelPreset, rows_out: int, tokens_in: int) -> list[Op]:
@@ -340,9 +361,11 @@ def engine_rows(rows: list[Row], m: ModelPreset, tokens: int, width) -> list[Row
             out.append(_merge(fused, group, act))
         if row.name == "q_proj" and m.rope and row.section in ("self-attention", "local attention"):
             heads, dim = (m.heads + 1, m.mla.rope_dim) if m.mla else (m.heads + m.kv_heads, m.head_dim)
-            rotated = tokens * heads * dim
-            out.append(Row(row.section, "rope", None, "elementwise", float(ROPE_FLOPS * rotated),
-                           float((2 * rotated + tokens * dim) * act), row.count))
+            # in place: q and k read and written, one cos/sin row per token read
+            rope = _op("rope", "elementwise", [("qk", {"t": tokens, "j": heads, "p": dim}),
+                                               ("cos_sin", {"t": tokens, "p": dim})],
+                       ("qk", {"t": tokens, "j": heads, "p": dim}), ROPE_FLOPS)
+            out.append(_row(row.section, rope, row.count, act))
     return out
 
 

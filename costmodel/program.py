@@ -20,6 +20,7 @@ An op's costs are derived from its operands' shapes, never typed per op:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,7 +30,7 @@ from costmodel import symbols as S
 from costmodel.vocab import (CACHE_APPENDS, EXECUTIONS, MODES, VARIANTS, CacheAppend, Execution, Mode, Variant,
                              check_groups, choice)
 
-OpKind = Literal["einsum", "elementwise", "copy", "fused"]
+OpKind = Literal["einsum", "elementwise", "copy", "fused", "grouped"]
 
 #: The ops a flash-style kernel runs on chip: logits and weights never reach memory.
 FUSED_ATTENTION_OPS = ("logits", "scale", "mask", "softmax", "weighted_sum")
@@ -51,12 +52,29 @@ class Tensor:
 
     @property
     def elements(self) -> sympy.Expr:
-        return sympy.Mul(*self.shape)
+        return _prod(self.shape)
+
+
+def _prod(values):
+    """A product of sizes: plain Python arithmetic where every size is a number (a model step's ops, priced at
+    one shape), exact sympy arithmetic where some are symbols (the attention programs)."""
+    values = tuple(values)
+    return math.prod(values) if all(isinstance(v, (int, float)) for v in values) else sympy.Mul(*values)
+
+
+def _sum(values):
+    """A sum of counts, as :func:`_prod` multiplies them."""
+    values = tuple(values)
+    return sum(values) if all(isinstance(v, (int, float)) for v in values) else sympy.Add(*values)
 
 
 @dataclass(frozen=True)
 class Op:
-    """One kernel of an attention program; its costs follow from the operand shapes alone."""
+    """One kernel of an attention program; its costs follow from the operand shapes alone.
+
+    ``grouped``: a grouped matrix product (a mixture of experts' routed GEMM): rows of the first operand, each
+    multiplied by one group's matrix of the second; the group axis (in the second operand only) is not summed
+    over, so the FLOPs are 2 x rows x K x N, while every touched group's matrix is read."""
 
     name: str
     kind: OpKind
@@ -84,16 +102,20 @@ class Op:
     @property
     def flops(self) -> sympy.Expr:
         if self.kind == "einsum":
-            return 2 * sympy.Mul(*self.index_sizes().values())
+            return 2 * _prod(self.index_sizes().values())
+        if self.kind == "grouped":
+            x, w = self.inputs
+            group = set(w.indices) - set(x.indices) - set(self.output.indices)
+            return 2 * _prod(size for letter, size in self.index_sizes().items() if letter not in group)
         if self.kind == "elementwise":
             return self.flops_per_element * self.output.elements
         if self.kind == "fused":
-            return sympy.Add(*(part.flops for part in self.parts))
+            return _sum(part.flops for part in self.parts)
         return sympy.Integer(0)
 
     @property
     def memory_elements(self) -> sympy.Expr:
-        return sympy.Add(*(t.elements for t in self.inputs)) + self.output.elements
+        return _sum(t.elements for t in self.inputs) + self.output.elements
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,57 @@
+"""A mixture-of-experts block is ops with shapes, counted like every other op: a grouped product's FLOPs and
+reads against a brute-force routing, and the block's rows against hand counts."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+import costmodel
+from costmodel.model_ops import _moe_ops, experts_touched
+from costmodel.program import Op, Tensor
+
+
+def _grouped(rows: int, groups: float, K: int, N: int) -> Op:
+    t = lambda name, idx, sizes: Tensor(name, idx, sizes)  # noqa: E731
+    return Op("g", "grouped", (t("x", "rk", (rows, K)), t("W_e", "ukn", (groups, K, N))), t("y", "rn", (rows, N)))
+
+
+@pytest.mark.parametrize("T,E,k,K,N", [(1, 4, 1, 3, 5), (3, 8, 2, 4, 2), (6, 4, 2, 2, 3)])
+def test_a_grouped_product_against_brute_force(T, E, k, K, N):
+    """Route T tokens to k of E experts at random; count every multiply-add row by row and every weight read."""
+    rng = random.Random(T * 100 + E)
+    routes = [rng.sample(range(E), k) for _ in range(T)]
+    multiply_adds = sum(K * N for route in routes for _ in route)  # each routed row through its expert
+    touched = len(set(itertools.chain(*routes)))
+    op = _grouped(T * k, touched, K, N)
+    assert op.flops == 2 * multiply_adds
+    assert op.memory_elements == T * k * K + touched * K * N + T * k * N
+    assert op.einsum is None
+
+
+def test_the_expected_touched_experts_by_brute_force():
+    """E (1 - (1 - k/E)^T): the mean number of distinct experts over every routing of T tokens to one of E."""
+    E, T = 4, 3
+    routings = list(itertools.product(range(E), repeat=T))
+    mean = sum(len(set(r)) for r in routings) / len(routings)
+    assert experts_touched(E, 1, T) == pytest.approx(mean)
+
+
+def test_the_moe_rows_are_the_ops_counts():
+    """Mixtral's block in a decode step of 16 tokens: the rows of the step are the ops' counts, by hand."""
+    m = costmodel.load_model("mixtral-8x7b")
+    T, d, f, E, k = 16, m.d_model, m.moe.expert_d_ff, m.moe.experts, m.moe.experts_per_token
+    ops = {op.name: op for op in _moe_ops(m, T)}
+    u = experts_touched(E, k, T)
+    assert ops["experts_gate_up"].flops == 2 * T * k * d * 2 * f
+    assert ops["experts_gate_up"].memory_elements == pytest.approx(T * k * d + u * d * 2 * f + T * k * 2 * f)
+    assert ops["experts_down"].flops == 2 * T * k * f * d
+    assert ops["router_softmax"].flops == 5 * T * E and ops["experts_combine"].flops == 2 * T * k * d
+    p = costmodel.predict_model(m, costmodel.load_profile("h100"), batch=T, context=512)
+    rows = {o.name: o for o in p.decode.ops}
+    assert rows["experts_gate_up"].flops == ops["experts_gate_up"].flops * m.moe.layers
+    weights = u * d * 2 * f * 2  # bf16
+    assert rows["experts_gate_up"].bytes == pytest.approx(
+        m.moe.layers * ((ops["experts_gate_up"].memory_elements - u * d * 2 * f) * 2 + weights))
