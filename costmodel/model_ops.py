@@ -68,6 +68,7 @@ class Row:
     gemm: tuple[int, int, int, int] | None = None  # (batch, M, K, N) of an einsum
     shape: object = None  # a fused attention kernel's typed shape (costmodel.shapes; costmodel.mechanisms.op_shape)
     weighted: bool = False  # a GEMM over projection weights (runs at the weights' dtype where it has a peak)
+    devices: int = 1  # a collective's group (op class ``all_reduce``)
 
 
 def _op(name: str, kind: str, inputs: list[tuple[str, dict]], output: tuple[str, dict], fpe: int = 0) -> Op:
@@ -366,6 +367,30 @@ def engine_rows(rows: list[Row], m: ModelPreset, tokens: int, width) -> list[Row
                                                ("cos_sin", {"t": tokens, "p": dim})],
                        ("qk", {"t": tokens, "j": heads, "p": dim}), ROPE_FLOPS)
             out.append(_row(row.section, rope, row.count, act))
+    return out
+
+
+#: The section of the collectives tensor parallelism inserts into a step.
+COLLECTIVES = "tensor parallel"
+
+
+def reduces_per_layer(m: ModelPreset) -> int:
+    """All-reduces per layer under tensor parallelism: a parallel block adds attention and FFN outputs before
+    one; a sequential layer needs two."""
+    return 1 if m.parallel_block else 2
+
+
+def tensor_parallel(rows: list[Row], m: ModelPreset, t: int, tokens: int, encoder_tokens: int, act: float) -> list[Row]:
+    """The rows of one of ``t`` devices (the ops of :func:`device_slice`'s model) with the collectives the
+    sharding needs inserted: an all-reduce of each layer's ``tokens x d`` output per sharded block
+    (:func:`reduces_per_layer`), and at a prefill two per encoder layer over its ``encoder_tokens``."""
+    if t == 1:
+        return rows
+    out = [*rows, Row(COLLECTIVES, "all_reduce", None, "all_reduce", 0.0, tokens * m.d_model * act,
+                      reduces_per_layer(m) * m.layers, devices=t)]
+    if encoder_tokens:
+        out.append(Row(COLLECTIVES, "encoder_all_reduce", None, "all_reduce", 0.0, encoder_tokens * m.d_model * act,
+                       2 * m.encoder_layers, devices=t))
     return out
 
 

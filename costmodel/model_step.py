@@ -29,7 +29,8 @@ from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, 
 from costmodel.fits import largest_fitting
 from costmodel.model_memory import (DEFAULT_GROUP, active_params, kv_bytes, largest_batch_in_memory,
                                     param_count, weight_bytes, weight_width)
-from costmodel.model_ops import Row, Storage, device_slice, engine_rows, step_rows
+from costmodel.model_ops import (COLLECTIVES, Row, Storage, device_slice, engine_rows, reduces_per_layer, step_rows,
+                                 tensor_parallel)
 
 
 # --- the prediction ------------------------------------------------------------------------------------
@@ -147,7 +148,7 @@ def _row_time(r: Row, pr: Pricing):
     if r.gemm is not None:
         shape = GemmShape(*r.gemm, width=dtype_bytes(pr.dtype))
     compute_dtype = pr.gemm_dtype if (pr.gemm_dtype and r.weighted) else pr.dtype
-    return price(KernelOp(r.op_class, r.name, compute_dtype, r.flops, r.bytes), shape, pr.hw,
+    return price(KernelOp(r.op_class, r.name, compute_dtype, r.flops, r.bytes, devices=r.devices), shape, pr.hw,
                  Conventions(pr.model, pr.overlap))
 
 
@@ -222,34 +223,25 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
 
 
 def _phase_rows(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[Row]:
+    """A phase's program on one device: the sliced model's ops, as engines run them, with the collectives of
+    tensor parallelism inserted."""
     dev = device_slice(m, pr.tp)
     rows = step_rows(dev, phase, batch, context, source, pr.storage, pr.execution, mla_form=pr.mla_form)
     tokens = batch if phase == "decode" else batch * context
-    return engine_rows(rows, dev, tokens, pr.storage) if pr.engine else rows
-
-
-def reduces_per_layer(m: ModelPreset) -> int:
-    """All-reduces per layer under tensor parallelism: a parallel block adds attention and FFN outputs before
-    one; a sequential layer needs two."""
-    return 1 if m.parallel_block else 2
-
-
-def _reduce_s(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> float:
-    act = pr.storage.act
-    tokens = batch if phase == "decode" else batch * context
-    reduce_s = reduces_per_layer(m) * m.layers * all_reduce_s(pr.hw, pr.tp, tokens * m.d_model * act)
-    if phase == "prefill" and m.architecture == "encoder-decoder":
-        reduce_s += 2 * m.encoder_layers * all_reduce_s(pr.hw, pr.tp, batch * source * m.d_model * act)
-    return reduce_s
+    rows = engine_rows(rows, dev, tokens, pr.storage) if pr.engine else rows
+    encoder = batch * source if phase == "prefill" and m.architecture == "encoder-decoder" else 0
+    return tensor_parallel(rows, m, pr.tp, tokens, encoder, pr.storage.act)
 
 
 def phase_time(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> PhaseTime:
     """One decode step after ``context`` cached positions, or the prefill of a ``context``-token prompt."""
-    ops = _price(_phase_rows(m, pr, phase, batch, context, source), pr)
-    reduce_s = _reduce_s(m, pr, phase, batch, context, source)
+    priced = _price(_phase_rows(m, pr, phase, batch, context, source), pr)
+    ops = [o for o in priced if o.section != COLLECTIVES]
+    collectives = [o for o in priced if o.section == COLLECTIVES]
+    reduce_s = sum(o.time_s for o in collectives)
     return PhaseTime(time_s=sum(o.time_s for o in ops) + reduce_s, flops=sum(o.flops for o in ops),
                      bytes=sum(o.bytes for o in ops), all_reduce_s=reduce_s,
-                     all_reduces=reduces_per_layer(m) * m.layers if pr.tp > 1 else 0, ops=ops)
+                     all_reduces=next((o.count for o in collectives if o.name == "all_reduce"), 0), ops=ops)
 
 
 def decode_times(m: ModelPreset, pr: Pricing, batch: int, contexts, source: int | None = None):
@@ -259,8 +251,9 @@ def decode_times(m: ModelPreset, pr: Pricing, batch: int, contexts, source: int 
     rows = _phase_rows(m, pr, "decode", batch, contexts, source or 1)
     total = np.zeros(contexts.shape)
     for r in rows:
-        total = total + np.asarray(_row_time(r, pr).time, float) * r.count
-    return total + _reduce_s(m, pr, "decode", batch, 0, source or 1)
+        if r.section != COLLECTIVES:
+            total = total + np.asarray(_row_time(r, pr).time, float) * r.count
+    return total + sum(_row_time(r, pr).time * r.count for r in rows if r.section == COLLECTIVES)
 
 
 def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS["batch"],
