@@ -32,6 +32,7 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
     Example: costmodel roofline --gpu a100 --gpu h100 --out roofline.png
     """
     from costmodel.hardware import load_profile
+    from costmodel.figures import roofline_points
     from costmodel.plots import check_output, draw_roofline, save
     from costmodel.workload import workloads
 
@@ -44,7 +45,7 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
     w, p = decode[0], prefill[0]
     title = (f"Roofline on {', '.join(h.name for h in hws)}\n"
              f"decode step b={w.b}, m={w.m}; prefill b={p.b}, n={p.n}, m={p.m}; {title_dims(w)}")
-    save(draw_roofline(hws, decode + prefill, title), out)
+    save(draw_roofline(hws, decode + prefill, title, roofline_points(hws[0], decode + prefill)), out)
     echo_lines(wrote(out))
 
 
@@ -73,7 +74,8 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
     Example: costmodel sweep --gpu h100 --x context --range 128:32768:x2 --out sweep.png
     """
     from costmodel.hardware import load_profile
-    from costmodel.plots import check_output, draw_sweep, memory_limits, save
+    from costmodel.figures import memory_limits
+    from costmodel.plots import check_output, draw_sweep, save
     from costmodel.sweeps import sweep
     from costmodel.workload import workloads
 

@@ -1,22 +1,18 @@
 """Figures for design docs: rooflines, latency sweeps, and predicted against measured time.
 
-The data each figure draws is computed by plain functions (:func:`roofline_points`,
-:func:`memory_limits`) that tests check against the model; matplotlib (Agg backend, headless) is
-imported only when a figure is drawn. Every drawn artist carries a ``gid`` naming what it shows.
+The data each figure draws is computed by the producers (:mod:`costmodel.figures`: roofline points,
+memory limits), which tests check against the model; these functions only draw it. matplotlib (Agg backend,
+headless) is imported only when a figure is drawn. Every drawn artist carries a ``gid`` naming what it shows.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 
 from costmodel.errors import CostModelError
 from costmodel.files import atomic_path, check_folder
-from costmodel.compiled import compile_program
 from costmodel.hardware import HardwareProfile
-from costmodel.roofline import memory_fit, predict
-from costmodel.sweeps import sweep_arrays
 from costmodel.text import si
 from costmodel.workload import Workload
 
@@ -24,30 +20,6 @@ FORMATS = (".png", ".svg", ".pdf")
 COLORS = {"mha": "#1f77b4", "gqa": "#ff7f0e", "mqa": "#2ca02c"}
 MARKERS = {"incremental": "o", "batched": "s", "generate": "D"}
 NAMES = {"mha": "MHA", "gqa": "GQA", "mqa": "MQA"}
-
-
-@dataclass(frozen=True)
-class RooflinePoint:
-    """One op of one variant and mode: where it sits under the first device's roofline."""
-
-    variant: str
-    g: int
-    mode: str
-    op: str
-    intensity: float       # FLOPs per byte
-    attainable: float      # min(peak, intensity x bandwidth), FLOP/s
-    bound: str
-
-
-def roofline_points(hw: HardwareProfile, workloads: list[Workload]) -> list[RooflinePoint]:
-    """Every op with FLOPs (the cache appends have none and no place on a log axis) of each workload."""
-    points = []
-    for w in workloads:
-        for op in predict(w, hw).ops:
-            if op.flops > 0:
-                attainable = min(hw.peak(w.dtype), op.intensity * hw.bandwidth)
-                points.append(RooflinePoint(w.variant, w.g, w.mode, op.name, op.intensity, attainable, op.bound))
-    return points
 
 
 def _pyplot():
@@ -81,13 +53,13 @@ def save(fig, path: str) -> None:
         fig.savefig(tmp, format=suffix[1:], bbox_inches="tight", metadata=metadata)
 
 
-def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: str):
-    """Log-log attainable FLOP/s against intensity: each device's roofs, every op as a marker."""
+def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: str, points: list):
+    """Log-log attainable FLOP/s against intensity: each device's roofs, every op of ``points``
+    (:func:`costmodel.figures.roofline_points` on the first device) as a marker."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
 
     dtype = workloads[0].dtype
-    points = roofline_points(hws[0], workloads)
     xs = [p.intensity for p in points] + [hw.ridge_point(dtype) for hw in hws]
     lo, hi = min(xs) / 4, max(xs) * 8
     fig, ax = plt.subplots(figsize=(10, 5.8), layout="constrained")
@@ -140,39 +112,8 @@ def _short(op: str) -> str:
     return op.replace("weighted_sum", "w_sum").replace("_proj", "")
 
 
-@dataclass(frozen=True)
-class MemoryLimit:
-    """The largest swept value at which weights + KV cache still fit, and the time there."""
-
-    variant: str
-    x: float | None     # None: fits over the whole range (or nowhere)
-    time_s: float | None
-    fits_everywhere: bool
-
-
-def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, values, linked=(), overlap: str = "max",
-                  model=None) -> list[MemoryLimit]:
-    """Where each variant runs out of memory along the sweep: exact for batch and context, from the
-    swept points for other dimensions."""
-    out = []
-    for w in workloads:
-        r = sweep_arrays(w, hw, dim, values, overlap, linked, model)
-        fits = list(r["fits"])
-        if all(fits) or not any(fits):
-            out.append(MemoryLimit(w.variant, None, None, all(fits)))
-            continue
-        if dim in ("b", "m") or (dim == "n" and w.mode == "generate"):
-            mem = memory_fit(compile_program(w.variant, w.mode, w.execution, w.cache_append), w, hw)
-            x = mem.max_batch if dim == "b" else mem.max_context
-        else:
-            x = max(v for v, f in zip(values, fits) if f)
-        t = float(sweep_arrays(w, hw, dim, [x], overlap, linked, model)["time_s"][0])
-        out.append(MemoryLimit(w.variant, float(x), t, False))
-    return out
-
-
 def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: str, values, records: list[dict],
-               limits: list[MemoryLimit], title: str, more=()):
+               limits: list, title: str, more=()):
     """Latency (and tokens/s when decoding) against the swept dimension, one curve per variant; ``more``:
     (device, records, limits) of further devices, drawn in the same colours with other line styles."""
     plt = _pyplot()

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from costmodel.cli import main
 from costmodel.hardware import load_profile
-from costmodel.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep, memory_limits
+from costmodel.figures import memory_limits, roofline_points
+from costmodel.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep
 from costmodel.roofline import predict
 from costmodel.sweeps import check_sweep, sweep
 from costmodel.workload import Workload
@@ -32,7 +33,7 @@ def artists(fig, prefix: str) -> dict:
 def test_roofline_markers_sit_at_the_model_numbers():
     a100, h100 = load_profile("a100"), load_profile("h100")
     workloads = [Workload.create(v, mode) for v in ("mha", "gqa", "mqa") for mode in ("incremental", "batched")]
-    fig = draw_roofline([a100, h100], workloads, "test")
+    fig = draw_roofline([a100, h100], workloads, "test", roofline_points(a100, workloads))
     markers = artists(fig, "op:")
     count = 0
     for w in workloads:
@@ -51,7 +52,7 @@ def test_roofline_markers_sit_at_the_model_numbers():
 
 def test_roofline_knees_are_the_ridge_points():
     hws = [load_profile("a100"), load_profile("h100")]
-    fig = draw_roofline(hws, [Workload.create("mha")], "test")
+    fig = draw_roofline(hws, [Workload.create("mha")], "test", roofline_points(hws[0], [Workload.create("mha")]))
     for hw in hws:
         ridge = artists(fig, f"ridge:{hw.id}")[f"ridge:{hw.id}"]
         assert ridge.get_xdata()[0] == pytest.approx(hw.peak("bf16") / hw.bandwidth)

@@ -110,6 +110,7 @@ def test_exponents_without_a_point_are_numbers():
 def test_figures_survive_the_edges_of_every_accepted_range(tmp_path, edge):
     """A profile at the ends of the accepted ranges still prices and draws its roofline."""
     from costmodel.hardware import Bytes, ByteRate, FlopRate
+    from costmodel.figures import roofline_points
     from costmodel.plots import draw_roofline, save
 
     def bound(kind, i):
@@ -125,6 +126,6 @@ def test_figures_survive_the_edges_of_every_accepted_range(tmp_path, edge):
     hw = _parse(yaml.safe_dump(data), f"{edge}.yaml")
     _times_are_finite_and_positive(hw)
     workloads = costmodel.workloads(batch=4, context=256)
-    save(draw_roofline([hw], workloads, edge), str(tmp_path / "r.png"))
+    save(draw_roofline([hw], workloads, edge, roofline_points(hw, workloads)), str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").stat().st_size > 0
     assert np.isfinite(hw.ridge_point("bf16"))

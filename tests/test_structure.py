@@ -70,10 +70,11 @@ def test_no_import_cycle(imports=every_import):
 
 
 #: Renderers format typed reports; the modules that compute them are producers, which a renderer never imports.
-RENDERERS = ("costmodel.text", "costmodel.text_models")
+RENDERERS = ("costmodel.text", "costmodel.text_models", "costmodel.plots")
 PRODUCERS = ("costmodel.counts", "costmodel.asymptotic", "costmodel.compiled", "costmodel.mechanisms",
              "costmodel.roofline", "costmodel.sweeps", "costmodel.model_step", "costmodel.serving",
-             "costmodel.reproduce")
+             "costmodel.reproduce", "costmodel.figures", "costmodel.price", "costmodel.model_step",
+             "costmodel.model_ops", "costmodel.model_memory", "costmodel.origin")
 
 
 def test_renderers_import_no_producer():
