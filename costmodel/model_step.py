@@ -17,7 +17,7 @@ from pydantic import Field
 
 from costmodel import checks
 from costmodel.errors import CostModelError
-from costmodel.reports import Report
+from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
 from costmodel.shapes import GemmShape
@@ -55,24 +55,11 @@ class PhaseTime(Report):
     ops: list[OpTime]
 
 
-class ModelHardware(Report):
-    id: str
-    name: str
-    dtype: str
-    devices: int
-    memory_capacity_bytes: float
-    measured: bool
-    efficiency: str = "datasheet roofline"  # or "fitted efficiency, graph timing", "transferred ..."
-
-
-def model_hardware(pr: Pricing) -> ModelHardware:
-    """The device as a model report states it, with what its time model is."""
+def model_hardware(pr: Pricing) -> DeviceSummary:
+    """The device as a model report states it: its rates, its time model, and the tensor-parallel devices."""
     from costmodel.roofline import hardware_summary
 
-    hw = pr.hw
-    efficiency = hardware_summary(hw, pr.dtype, pr.model).efficiency or "datasheet roofline"
-    return ModelHardware(id=hw.id, name=hw.name, dtype=pr.dtype, devices=pr.tp, memory_capacity_bytes=hw.capacity,
-                         measured=hw.measured is not None, efficiency=efficiency)
+    return hardware_summary(pr.hw, pr.dtype, pr.model, pr.tp)
 
 
 class ModelShape(Report):
@@ -127,7 +114,7 @@ class ModelPrediction(Report):
     """A whole model on one device (or ``tp`` devices): decode step (TPOT), prefill (TTFT), memory.
     ``str()`` is the table, ``model_dump()`` the JSON."""
 
-    hardware: ModelHardware
+    hardware: DeviceSummary
     model: ModelShape
     workload: ModelWorkload
     decode: PhaseTime

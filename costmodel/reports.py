@@ -13,9 +13,9 @@ class Report(BaseModel):
 
 
 class DeviceSummary(Report):
-    """The device as an attention report states it: its rates for the report's dtype, and what its time model
-    is (``efficiency``: fitted or transferred parameters and the timing convention; None: the datasheet
-    roofline with the profile's launch overhead)."""
+    """The device as every report states it: its rates for the report's dtype, what its time model is
+    (``efficiency``: fitted or transferred parameters and the timing convention; None: the datasheet roofline
+    with the profile's launch overhead), and how many of it run the model (``devices``: tensor parallel)."""
 
     efficiency: str | None
     id: str
@@ -29,6 +29,7 @@ class DeviceSummary(Report):
     launch_overhead_s: float
     ridge_point_flops_per_byte: float
     measured: bool
+    devices: int = 1
 
 
 __all__ = ["Report", "DeviceSummary"]

@@ -163,7 +163,7 @@ def compare(workloads: list[Workload], hw: HardwareProfile, overlap: str = DEFAU
     return Comparison([predict(w, hw, overlap, timing, without) for w in workloads])
 
 
-def hardware_summary(hw: HardwareProfile, dtype: str, model=None) -> DeviceSummary:
+def hardware_summary(hw: HardwareProfile, dtype: str, model=None, devices: int = 1) -> DeviceSummary:
     """The device as a report states it; ``efficiency`` says what the time model is (None: the datasheet
     roofline with the profile's launch overhead)."""
     efficiency = None
@@ -176,7 +176,7 @@ def hardware_summary(hw: HardwareProfile, dtype: str, model=None) -> DeviceSumma
         peak_flops_per_s=hw.peak(dtype), vector_peak_flops_per_s=hw.vector_peak(dtype),
         memory_bandwidth_bytes_per_s=hw.bandwidth, memory_capacity_bytes=hw.capacity,
         launch_overhead_s=hw.launch_overhead, ridge_point_flops_per_byte=hw.ridge_point(dtype),
-        measured=hw.measured is not None,
+        measured=hw.measured is not None, devices=devices,
     )
 
 

@@ -20,11 +20,11 @@ import numpy as np
 
 from costmodel import checks
 from costmodel.errors import CostModelError
-from costmodel.reports import Report
+from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.model_memory import kv_bytes, largest_batch_in_memory, weight_bytes
 from costmodel.model_ops import device_slice
-from costmodel.model_step import ModelHardware, Pricing, decode_times, model_hardware, phase_time, pricing
+from costmodel.model_step import Pricing, decode_times, model_hardware, phase_time, pricing
 from costmodel.presets import ModelPreset
 from costmodel.vocab import DEFAULTS, MAX_DIM, SIDE_BY_SIDE
 
@@ -35,7 +35,7 @@ MAX_OUTPUT = 1 << 24
 class RequestPrediction(Report):
     """One batch of requests on one device (or ``tp`` devices): latency, throughput, memory."""
 
-    hardware: ModelHardware
+    hardware: DeviceSummary
     model: str
     model_name: str
     attention: str

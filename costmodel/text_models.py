@@ -177,7 +177,7 @@ def request_table(requests) -> str:
         rows.append((r.hardware.id, r.attention, si(r.ttft_s, "s"), si(r.tpot_first_s, "s"), si(r.tpot_last_s, "s"),
                      si(r.tpot_mean_s, "s"), si(r.e2e_s, "s"), si(r.tokens_per_s_per_sequence),
                      si(r.tokens_per_s_per_device), f"{si(memory, 'B')} / {capacity_text(r.capacity_bytes)}",
-                     "yes" if r.fits else "NO", r.hardware.efficiency))
+                     "yes" if r.fits else "NO", r.hardware.efficiency or "datasheet roofline"))
     lines += aligned(rows, right=set(range(2, 10)))
     lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
     return "\n".join(lines)
@@ -220,7 +220,7 @@ def devices_table(predictions) -> str:
         rows.append((p.hardware.id, p.model.attention, si(p.total.tpot_s, "s"), si(p.total.tokens_per_s),
                      si(p.total.ttft_s, "s"), si(mem.kv_cache_bytes_per_device, "B"),
                      si(mem.weight_bytes_per_device, "B"), capacity_text(mem.capacity_bytes),
-                     "yes" if mem.fits else "NO", str(mem.max_batch), p.hardware.efficiency))
+                     "yes" if mem.fits else "NO", str(mem.max_batch), p.hardware.efficiency or "datasheet roofline"))
     lines += aligned(rows, right=set(range(2, 10)))
     lines += ["", "Assumptions (first row; every row states its own in --json):",
               *(f"  - {a}" for a in first.assumptions)]

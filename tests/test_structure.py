@@ -254,3 +254,19 @@ def test_reports_and_their_parts_are_frozen():
                 setattr(part, fields[0], getattr(part, fields[0]))
             seen += 1
     assert seen > 20
+
+
+def test_the_device_reaches_every_report_in_one_shape():
+    """Attention predictions, sweeps, whole models and requests all state their device as a DeviceSummary; a
+    datasheet-only device (TPU v5e) has no efficiency, and the tables say 'datasheet roofline'."""
+    import costmodel
+    from costmodel.reports import DeviceSummary
+
+    tpu, llama = costmodel.load_profile("tpu-v5e"), costmodel.load_model("llama-2-7b")
+    w = costmodel.Workload.create("gqa", batch=2, context=64)
+    reports = [costmodel.predict(w, tpu), costmodel.sweep([w], tpu, "context", [64]),
+               costmodel.predict_model(llama, tpu, batch=2, context=64, tp=4),
+               costmodel.request(llama, tpu, input_len=16, output_len=4)]
+    assert all(type(r.hardware) is DeviceSummary and r.hardware.efficiency is None for r in reports)
+    assert reports[2].hardware.devices == 4 and reports[0].hardware.devices == 1
+    assert "datasheet roofline" in str(reports[3])
