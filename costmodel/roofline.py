@@ -1,13 +1,11 @@
-"""Roofline latency of attention programs on a hardware profile.
-
-Per op: ``time = max(FLOPs / peak, bytes / bandwidth) + launch`` (``overlap="max"``, compute and memory
-traffic overlap perfectly) or ``FLOPs / peak + bytes / bandwidth + launch`` (``overlap="sum"``, no overlap).
-Einsums and fused attention run at the dtype's dense peak; elementwise ops at the vector (fp32,
-non-tensor) peak where the profile has one. Every op is one kernel launch per layer and per step.
+"""One attention workload on a device: :func:`predict` (and :func:`compare` for several variants) prices every
+op of the compiled program with :func:`costmodel.price.price` (the fitted mechanisms, or the datasheet roofline
+``max(FLOPs / peak, bytes / bandwidth) + launch`` where a device has none) and reports each op, the totals, what
+fits in memory and the assumptions, as a frozen :class:`Prediction`.
 
 The exact symbolic counts of :mod:`costmodel.counts` are compiled once per (variant, mode, execution,
-cache append) into numpy functions, so :func:`predict` and :func:`sweep` evaluate the same expressions,
-on scalars or on arrays of any size.
+cache append) into numpy functions, so :func:`predict` and :func:`costmodel.sweeps.sweep` evaluate the same
+expressions, on scalars or on arrays of any size.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Text and LaTeX renderings of symbolic reports (the CLI only prints these)."""
+"""Text and LaTeX renderings of the symbolic counts, attention predictions and sweeps, and the formatting helpers
+the other renderers share; they format typed reports and import no producer."""
 
 from __future__ import annotations
 
