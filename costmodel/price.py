@@ -139,6 +139,20 @@ def _all_reduce(op: KernelOp, hw) -> OpTime:
     return _finish(0.0, transfer, latency * op.launches, transfer + latency * op.launches, None)
 
 
+def program_ops(compiled, dims: dict, mode: str, dtype: str, width: int, launches=1) -> list[tuple]:
+    """Every op of a compiled attention program at ``dims`` (numbers, or arrays for a sweep) as (op, shape,
+    einsum): what a prediction and a sweep price, by the same loop."""
+    from costmodel.mechanisms import op_shape
+
+    flops, elements, _, _ = compiled.at(dims)
+    out = []
+    for name, kind, einsum, f, e, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements,
+                                              compiled.gemm_shapes(dims)):
+        op = KernelOp(kind, name, dtype, f, e * width, launches)
+        out.append((op, op_shape(efficiency_class(kind, name), dims, mode, gemm, name, width), einsum))
+    return out
+
+
 def _decode_fields(shape) -> dict:
     f = fields(shape)
     return {"b": f["b"], "g": f["g"], "h": f["h"], "positions": f["m"]}

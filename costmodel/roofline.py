@@ -10,6 +10,7 @@ expressions, on scalars or on arrays of any size.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 from pydantic import ConfigDict, RootModel
@@ -20,9 +21,9 @@ from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.fits import largest_count, largest_fitting
 from costmodel.hardware import HardwareProfile
-from costmodel.mechanisms import MECHANISMS, efficiency_class, op_shape
+from costmodel.mechanisms import MECHANISMS
 from costmodel.origin import time_model
-from costmodel.price import Conventions, KernelOp, price
+from costmodel.price import Conventions, price, program_ops
 from costmodel.vocab import DEFAULTS, OVERLAPS, choice, dtype_bytes
 from costmodel.workload import Workload
 
@@ -120,19 +121,14 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
     width = dtype_bytes(w.dtype)
     hw.peak(w.dtype)  # a dtype the device lacks is an error before any arithmetic
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
-    dims = w.dims()
-    flops_per_op, elements_per_op, _, _ = compiled.at(dims)
-    gemms = compiled.gemm_shapes(dims)
     rows = []
-    for name, kind, einsum, f, e, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops_per_op,
-                                              elements_per_op, gemms):
-        flops, nbytes = float(f), float(e) * width
-        op = KernelOp(kind, name, w.dtype, flops, nbytes, launches=w.n if w.mode == "generate" else 1)
-        t = price(op, op_shape(efficiency_class(kind, name), dims, w.mode, gemm, name, width), hw,
-                  Conventions(model, overlap))
+    for op, shape, einsum in program_ops(compiled, w.dims(), w.mode, w.dtype, width,
+                                         launches=w.n if w.mode == "generate" else 1):
+        op = dataclasses.replace(op, flops=float(op.flops), bytes=float(op.bytes))
+        t = price(op, shape, hw, Conventions(model, overlap))
         rows.append(OpPrediction(
-            name=name, einsum=einsum, flops=flops, bytes=nbytes,
-            intensity=flops / nbytes if nbytes else 0.0, compute_s=t.compute, memory_s=t.memory,
+            name=op.name, einsum=einsum, flops=op.flops, bytes=op.bytes,
+            intensity=op.flops / op.bytes if op.bytes else 0.0, compute_s=t.compute, memory_s=t.memory,
             launch_s=t.overhead, time_s=t.time, bound=t.bound, efficiency_class=t.cls,
         ))
     L = w.layers

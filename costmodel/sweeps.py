@@ -7,6 +7,7 @@ record per (variant, value) with time, tokens/s, FLOPs, bytes, KV cache and whet
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from pydantic import BaseModel, ConfigDict
@@ -16,9 +17,8 @@ from costmodel.compiled import ARG_NAMES, compile_program
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
-from costmodel.mechanisms import efficiency_class, op_shape
 from costmodel.origin import time_model
-from costmodel.price import Conventions, KernelOp, price
+from costmodel.price import Conventions, price, program_ops
 from costmodel.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice, dtype_bytes, whole
 from costmodel.workload import Workload
 
@@ -121,13 +121,11 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     flops = np.zeros_like(x)
     nbytes = np.zeros_like(x)
     launches = dims["n"] if w.mode == "generate" else 1.0
-    flops_per_op, elements_per_op, weight_elements, cache_elements = compiled.at(dims)
-    gemms = compiled.gemm_shapes(dims)
-    for name, kind, f, e, gemm in zip(compiled.names, compiled.kinds, flops_per_op, elements_per_op, gemms):
-        f = np.broadcast_to(f, x.shape).astype(np.float64)
-        by = np.broadcast_to(e, x.shape) * float(width)
-        shape = op_shape(efficiency_class(kind, name), dims, w.mode, gemm, name, width)
-        time += price(KernelOp(kind, name, w.dtype, f, by, launches), shape, hw, Conventions(model, overlap)).time
+    _, _, weight_elements, cache_elements = compiled.at(dims)
+    for op, shape, _ in program_ops(compiled, dims, w.mode, w.dtype, width, launches):
+        f = np.broadcast_to(op.flops, x.shape).astype(np.float64)
+        by = np.broadcast_to(op.bytes, x.shape) * 1.0
+        time += price(dataclasses.replace(op, flops=f, bytes=by), shape, hw, Conventions(model, overlap)).time
         flops += f
         nbytes += by
     lw = width * w.layers
