@@ -228,49 +228,19 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
     chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
                        cache_append=cache_append, **given(dims))
     if sweep_spec:
-        from costmodel.sweeps import sweep
+        attention_sweep(hws, chosen, sweep_spec, fmt, csv_path, overlap, max_points, timing, without)
+    else:
+        attention_predict(hws, chosen, bool(variant), fmt, overlap, timing, without)
 
-        name, text = parse_sweep_spec(sweep_spec, SWEEP_DIMS)
-        if csv_path is not None:
-            check_writable(csv_path)
-            fmt = csv_to_stdout(csv_path, fmt)
-        from costmodel.sweeps import plan_sweep
 
-        plans = [plan_sweep(chosen, hw, name, text, overlap, max_points, timing, without) for hw in hws]
-        points = len(plans[0].values) * len(chosen) * len(hws)
-        if fmt != "table" or (csv_path is not None and points > DEFAULTS["max_points"]):
-            # streamed, a chunk at a time: memory does not grow with the points (a table is aligned whole)
-            stream_sweep(hws, plans, fmt, csv_path)
-            if fmt == "table":
-                echo_lines([f"wrote {csv_path} ({points} rows; a table of more than {DEFAULTS['max_points']} rows is "
-                            "not printed)"])
-            return
-        results = [sweep(chosen, hw, name, text, overlap, max_points, timing, without) for hw in hws]
-        records = results[0].records if len(hws) == 1 else [{"device": hw.id, **r} for hw, result in zip(hws, results)
-                                                            for r in result.records]
-        if csv_path is not None:
-            write_csv(csv_path, records)
-        if fmt == "none":
-            return
-        if fmt == "json":
-            emit_json(records)
-        elif fmt in ("csv", "markdown"):
-            emit_records(records, fmt)
-        elif len(results) == 1:
-            click.echo(str(results[0]))
-        else:
-            from costmodel.text import sweeps_table
-
-            click.echo(sweeps_table(results))
-        if fmt == "table":
-            echo_lines(wrote(csv_path))
-        return
+def attention_predict(hws: list, chosen: list, one_variant: bool, fmt: str, overlap, timing, without) -> None:
+    """``costmodel predict`` of attention workloads: every op of each variant on each device."""
     from costmodel.roofline import compare
 
     results = [compare(chosen, hw, overlap, timing, without) for hw in hws]
     if fmt == "json":
         dumped = [r.model_dump(mode="json") for r in results]
-        dumped = [d[0] if variant else d for d in dumped]
+        dumped = [d[0] if one_variant else d for d in dumped]
         emit_json(dumped[0] if len(hws) == 1 else dumped)
     elif fmt in ("csv", "markdown"):
         from costmodel.text import attention_records
@@ -282,6 +252,40 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         from costmodel.text import attention_devices_table
 
         click.echo(attention_devices_table(hws, results))
+
+
+def attention_sweep(hws: list, chosen: list, spec: str, fmt: str, csv_path, overlap, max_points, timing,
+                    without) -> None:
+    """``costmodel predict --sweep DIM=RANGE`` of attention workloads: streamed in chunks to a file or standard
+    output, or held whole for an aligned table."""
+    from costmodel.sweeps import plan_sweep, swept
+
+    name, text = parse_sweep_spec(spec, SWEEP_DIMS)
+    if csv_path is not None:
+        check_writable(csv_path)
+        fmt = csv_to_stdout(csv_path, fmt)
+    plans = [plan_sweep(chosen, hw, name, text, overlap, max_points, timing, without) for hw in hws]
+    points = len(plans[0].values) * len(chosen) * len(hws)
+    if fmt != "table" or (csv_path is not None and points > DEFAULTS["max_points"]):
+        # streamed, a chunk at a time: memory does not grow with the points (a table is aligned whole)
+        stream_sweep(hws, plans, fmt, csv_path)
+        if fmt == "table":
+            echo_lines([f"wrote {csv_path} ({points} rows; a table of more than {DEFAULTS['max_points']} rows is "
+                        "not printed)"])
+        return
+    results = [swept(plan) for plan in plans]
+    records = results[0].records if len(hws) == 1 else [{"device": hw.id, **r} for hw, result in zip(hws, results)
+                                                        for r in result.records]
+    if csv_path is not None:
+        write_csv(csv_path, records)
+    if fmt == "table":
+        if len(results) == 1:
+            click.echo(str(results[0]))
+        else:
+            from costmodel.text import sweeps_table
+
+            click.echo(sweeps_table(results))
+        echo_lines(wrote(csv_path))
 
 
 def stream_sweep(hws: list, plans: list, fmt: str, csv_path: str | None) -> None:

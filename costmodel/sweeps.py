@@ -254,10 +254,14 @@ def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: 
     """Predict ``workloads`` at every value of ``parameter`` (a name of :meth:`Workload.create`: batch,
     context, seq, groups, ...); ``values`` is a list or a range (``"128:32768:x2"``). The records are held in
     memory; :func:`plan_sweep` yields them a chunk at a time."""
+    return swept(plan_sweep(workloads, hw, parameter, values, overlap, max_points, timing, without))
+
+
+def swept(plan: SweepPlan) -> Sweep:
+    """Every record of a planned sweep, held in memory, as a :class:`Sweep` report."""
     from costmodel.roofline import hardware_summary
 
-    plan = plan_sweep(workloads, hw, parameter, values, overlap, max_points, timing, without)
     records = [r for chunk in plan.chunks() for r in chunk]
-    return Sweep.model_construct(hardware=hardware_summary(hw, plan.workloads[0].dtype, plan.model),
+    return Sweep.model_construct(hardware=hardware_summary(plan.hw, plan.workloads[0].dtype, plan.model),
                                  parameter=plan.parameter, dim=plan.dim, linked=plan.linked,
                                  values=plan.values.tolist(), workloads=plan.workloads, records=records)
