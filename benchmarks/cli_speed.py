@@ -49,7 +49,7 @@ def main() -> None:
 
     import numpy as np
 
-    from costmodel.hardware import load_profile
+    from costmodel.catalog import load_profile
     from costmodel.sweeps import sweep_arrays as sweep
     from costmodel.workload import Workload
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.hardware import ClassEfficiency, Efficiency, load_profile
+from costmodel.hardware import ClassEfficiency, Efficiency
+from costmodel.catalog import load_profile
 from costmodel.origin import transfer
 from costmodel.validation.fit import errors, fit_class, predict_table
 from costmodel.validation.published import read_folder

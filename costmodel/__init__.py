@@ -28,8 +28,8 @@ _API = {
     "Comparison": "costmodel.roofline",
     "sweep": "costmodel.sweeps",                 # predictions over a range of one parameter
     "Sweep": "costmodel.sweeps",
-    "load_profile": "costmodel.hardware",       # a device by id, alias or YAML path
-    "profile_for_device": "costmodel.hardware",
+    "load_profile": "costmodel.catalog",        # a device by id, alias or YAML path
+    "profile_for_device": "costmodel.catalog",
     "HardwareProfile": "costmodel.hardware",
     "load_model": "costmodel.presets",          # a model by preset id or config.json path
     "ModelPreset": "costmodel.presets",

@@ -124,7 +124,7 @@ def hardware_list(fmt, as_json) -> None:
 
     Example: costmodel hardware list
     """
-    from costmodel.hardware import load_all
+    from costmodel.catalog import load_all
     from costmodel.origin import efficiency_status
     from costmodel.text_models import hardware_records, hardware_table
 
@@ -147,7 +147,7 @@ def hardware_show(name, as_json) -> None:
 
     Example: costmodel hardware show h100
     """
-    from costmodel.hardware import load_profile
+    from costmodel.catalog import load_profile
     from costmodel.text_models import hardware_detail
 
     profile = load_profile(name)
@@ -189,7 +189,7 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
 
     Example: costmodel predict --gpu a100
     """
-    from costmodel.hardware import load_profile
+    from costmodel.catalog import load_profile
 
     fmt = output_format(fmt, as_json)
     hws = [load_profile(g) for g in gpus]

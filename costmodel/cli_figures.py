@@ -31,7 +31,7 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 
     Example: costmodel roofline --gpu a100 --gpu h100 --out roofline.png
     """
-    from costmodel.hardware import load_profile
+    from costmodel.catalog import load_profile
     from costmodel.figures import roofline_points
     from costmodel.plots import check_output, draw_roofline, save
     from costmodel.workload import workloads
@@ -73,7 +73,7 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
 
     Example: costmodel sweep --gpu h100 --x context --range 128:32768:x2 --out sweep.png
     """
-    from costmodel.hardware import load_profile
+    from costmodel.catalog import load_profile
     from costmodel.figures import memory_limits
     from costmodel.plots import check_output, draw_sweep, save
     from costmodel.sweeps import sweep

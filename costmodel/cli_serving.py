@@ -210,7 +210,7 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
 
     Example: costmodel capacity --gpu h100 --model llama-3-8b --input-len 2048 --output-len 512 --tpot-ms 50
     """
-    from costmodel.hardware import load_profile
+    from costmodel.catalog import load_profile
     from costmodel.serving import capacity as run_capacity
     from costmodel.text_models import capacity_table
 

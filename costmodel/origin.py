@@ -26,7 +26,7 @@ TRANSFER_RULE = (
 
 
 def _fitted_profiles():
-    from costmodel.hardware import fitted_profiles
+    from costmodel.catalog import fitted_profiles
 
     return list(fitted_profiles())
 

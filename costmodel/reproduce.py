@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from costmodel.vocab import dtype_bytes
 from costmodel.asymptotic import analyze
 from costmodel.counts import derive
-from costmodel.hardware import HardwareProfile, load_profile
+from costmodel.hardware import HardwareProfile
+from costmodel.catalog import load_profile
 from costmodel.model_ops import Row, step_rows
 from costmodel.model_step import predict_model
 from costmodel.presets import ModelPreset, load_model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.hardware import load_profile
+from costmodel.catalog import load_profile
 from costmodel.model_memory import param_count
 from costmodel.model_ops import engine_rows, step_rows
 from costmodel.model_step import predict_model

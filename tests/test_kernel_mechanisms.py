@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from costmodel.cli import main
-from costmodel.hardware import ClassEfficiency, load_profile
+from costmodel.hardware import ClassEfficiency
+from costmodel.catalog import load_profile
 from costmodel.mechanisms import DEFAULT_KERNELS, class_times, efficiency_class, gemm_candidates
 
 PREFILL_BLOCK = DEFAULT_KERNELS.prefill_block
@@ -236,7 +237,7 @@ def test_kernel_facts_are_the_devices_data():
     import json
 
     import costmodel
-    from costmodel.hardware import _parse
+    from costmodel.catalog import _parse
     from costmodel.price import Conventions, KernelOp, price
     from costmodel.shapes import GemmShape
 

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from costmodel.cli import main
-from costmodel.hardware import ClassEfficiency, load_all, load_profile
+from costmodel.hardware import ClassEfficiency
+from costmodel.catalog import load_all, load_profile
 from costmodel.mechanisms import DEFAULT_KERNELS, causal_pairs, class_times, gemm_tiled_flops
 
 DECODE_BLOCK = DEFAULT_KERNELS.decode_block

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from costmodel.cli import main
 from costmodel.errors import CostModelError
-from costmodel.hardware import load_profile
+from costmodel.catalog import load_profile
 from costmodel.model_memory import active_params, kv_cache_elements, param_count, param_groups, weight_width
 from costmodel.model_ops import device_slice, experts_touched, step_rows
 from costmodel.model_step import predict_model

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from costmodel.cli import main
 from costmodel.errors import CostModelError
-from costmodel.hardware import load_profile
+from costmodel.catalog import load_profile
 from costmodel.model_memory import param_count
 from costmodel.model_step import all_reduce_s, predict_model
 from costmodel.presets import load_model, preset_ids

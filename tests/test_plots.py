@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from costmodel.cli import main
-from costmodel.hardware import load_profile
+from costmodel.catalog import load_profile
 from costmodel.figures import memory_limits, roofline_points
 from costmodel.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep
 from costmodel.roofline import predict

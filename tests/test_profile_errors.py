@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.hardware import load_all
+from costmodel.catalog import load_all
 from costmodel.validation.fit import errors, predict_table
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"

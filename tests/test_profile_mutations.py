@@ -14,7 +14,7 @@ import yaml
 
 import costmodel
 from costmodel import CostModelError
-from costmodel.hardware import _parse
+from costmodel.catalog import _parse
 
 SHIPPED = "a100_80gb_sxm"
 BASE = json.loads(costmodel.load_profile(SHIPPED).model_dump_json(exclude_none=True))

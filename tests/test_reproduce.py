@@ -82,7 +82,7 @@ def test_gqa2023_bad_plot_suffix_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_gqa2023_runs_fused_attention_and_prints_the_papers_table():
-    from costmodel.hardware import load_profile
+    from costmodel.catalog import load_profile
     from costmodel.model_step import predict_model
     from costmodel.presets import load_model
 

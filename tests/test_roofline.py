@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costmodel.errors import CostModelError
-from costmodel.hardware import load_all, load_profile
+from costmodel.catalog import load_all, load_profile
 from costmodel.roofline import predict
 from costmodel.sweeps import sweep_arrays as sweep
 from costmodel.workload import Workload

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from costmodel.cli import main
 from costmodel.errors import CostModelError
-from costmodel.hardware import load_profile
+from costmodel.catalog import load_profile
 from costmodel.model_step import predict_model
 from costmodel.presets import load_model
 from costmodel.serving import largest_batch, model_sweep, request

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 torch = pytest.importorskip("torch")
 
 from costmodel.cli import main  # noqa: E402
-from costmodel.hardware import load_profile  # noqa: E402
+from costmodel.catalog import load_profile
 from costmodel.workload import Workload  # noqa: E402
 from costmodel.validation import run as validation_run  # noqa: E402
 from costmodel.validation.kernels import _CopyCounter, build_kernels, counted_flops  # noqa: E402

@@ -62,7 +62,7 @@ def calibrate_command(device: str, out: str, quick: bool, threads: int | None = 
 def datasheet_profile(device: str, gpu: str | None):
     """The datasheet profile to compare with: ``gpu`` if given, else the one whose ``device_names``
     list this GPU's name (an error, never a neighbour, when none does), or the CPU default."""
-    from costmodel.hardware import load_profile, profile_for_device
+    from costmodel.catalog import load_profile, profile_for_device
 
     if gpu is not None:
         return load_profile(gpu)
@@ -81,7 +81,8 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
     there)."""
     device = device_for("validate", device)
     from costmodel.files import check_folder, write_text
-    from costmodel.hardware import HardwareProfile, load_profile
+    from costmodel.hardware import HardwareProfile
+    from costmodel.catalog import load_profile
 
     for path in (json_path, save_path):
         if path is not None:

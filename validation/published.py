@@ -95,7 +95,7 @@ def _column(rows: list[dict], key: str, path: Path, convert=float) -> np.ndarray
 def profile_for_system(system: str) -> str:
     """The profile id a table's system id names (``a100_sxm`` -> ``a100_80gb_sxm``); an error naming the
     known ids and aliases otherwise."""
-    from costmodel.hardware import _index, _key, load_profile
+    from costmodel.catalog import _index, _key, load_profile
 
     if _key(system) not in _index():
         known = sorted(_index())
@@ -341,7 +341,7 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
 
 def validate_published(tables: list[Table], without=()) -> dict:
     """Rows (one per published timing) and summary rows per source x GPU x op class x size bin."""
-    from costmodel.hardware import load_profile
+    from costmodel.catalog import load_profile
     from costmodel.origin import time_model
     from costmodel.validation.fit import errors, predict_table
 
