@@ -18,7 +18,7 @@ from pathlib import Path
 #: The arguments of every compiled grouped-query function, in order (MLA's: costmodel.mla.ARGS).
 ARG_NAMES = ("b", "n", "m", "d", "h", "g", "k", "v")
 #: The modules whose code decides a program's counts: a compiled program cached on disk is keyed by their text.
-SYMBOLIC_MODULES = ("symbols.py", "program.py", "mla.py", "counts.py", "compiled.py")
+SYMBOLIC_MODULES = ("symbols.py", "ops.py", "program.py", "mla.py", "counts.py", "compiled.py")
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,8 @@ def _derive(variant, mode, execution, cache_append, form, q_lora) -> tuple[Compi
 
     from costmodel import symbols as S
     from costmodel.counts import _sum_steps, program_counts
-    from costmodel.program import build_program, gemm_dims, op_class
+    from costmodel.ops import gemm_dims
+    from costmodel.program import build_program, op_class
 
     if variant == "mla":
         from costmodel.mla import ARGS as args, build_mla_program
@@ -217,6 +218,7 @@ def _numeric_function(exprs: list, args: tuple):
     """
     import sympy
 
+    exprs = [sympy.sympify(e) for e in exprs]  # a size product of no factors is the number 1
     for e in exprs:
         extra = e.free_symbols - set(args)
         if extra or any(not (a.is_Add or a.is_Mul or a.is_Pow or a.is_Symbol or a.is_Number)

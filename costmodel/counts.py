@@ -17,7 +17,8 @@ import sympy
 from costmodel import checks
 from costmodel import symbols as S
 from costmodel.errors import CostModelError
-from costmodel.program import ELEMENTWISE_FLOPS, STEP, Program, build_program
+from costmodel.ops import ELEMENTWISE_FLOPS
+from costmodel.program import STEP, Program, build_program
 from costmodel.vocab import MAX_DIM, MLA_FORMS, check_divisible, choice, dtype_bytes
 
 #: Dimensions that can be given numbers (``g`` comes from the variant and ``groups``).

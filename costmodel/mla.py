@@ -24,7 +24,8 @@ from __future__ import annotations
 import sympy
 
 from costmodel import symbols as S
-from costmodel.program import ELEMENTWISE_FLOPS, Op, Program, Tensor, fuse_attention
+from costmodel.ops import ELEMENTWISE_FLOPS, Op, Tensor
+from costmodel.program import Program, fuse_attention
 from costmodel.vocab import EXECUTIONS, MLA_FORMS as FORMS, choice
 
 #: FLOPs per element of an RMSNorm (square, sum, scale, weight), as :data:`costmodel.model_ops.NORM_FLOPS`.

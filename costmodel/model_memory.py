@@ -8,7 +8,7 @@ from __future__ import annotations
 from costmodel.compiled import compile_program
 from costmodel.fits import largest_count
 from costmodel.presets import ModelPreset
-from costmodel.program import Op, bias_elements, is_weight
+from costmodel.ops import Op, bias_elements, is_weight
 from costmodel.vocab import choice
 
 from costmodel.model_ops import NORM_PARAMS, _compiled, _dims, _head_ops, _layer_ops, local_context

@@ -16,9 +16,8 @@ import numpy as np
 from costmodel.compiled import compile_program
 from costmodel.errors import CostModelError
 from costmodel.mechanisms import efficiency_class, op_shape
-from costmodel.mla import mla_attention_dims
 from costmodel.presets import ModelPreset
-from costmodel.program import ELEMENTWISE_FLOPS, Op, Tensor, gemm_dims, is_weight
+from costmodel.ops import ELEMENTWISE_FLOPS, Op, Tensor, gemm_dims, is_weight
 
 
 #: FLOPs per element of the ops around attention (conventions, like ELEMENTWISE_FLOPS).
@@ -139,7 +138,11 @@ def _attention_rows(section: str, m: ModelPreset, g: int, mode: str, b: int, n: 
     flops, elements, _, _ = compiled.at(dims)
     weights, cache = compiled.storage(dims)
     gemms = [tuple(x if np.ndim(x) else int(x) for x in g.values()) if g else None for g in compiled.gemm_shapes(dims)]
-    kernel_dims = mla_attention_dims(dims, form) if form else dims
+    if form:  # the attention kernel an MLA form runs (costmodel.mla)
+        from costmodel.mla import mla_attention_dims
+
+        dims_kernel = mla_attention_dims(dims, form)
+    kernel_dims = dims_kernel if form else dims
     rows = []
     for name, cls, eq, f, e, w, c, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements,
                                                weights, cache, gemms):

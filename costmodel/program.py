@@ -20,102 +20,22 @@ An op's costs are derived from its operands' shapes, never typed per op:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Literal
 
 import sympy
 
 from costmodel import symbols as S
+from costmodel.ops import ELEMENTWISE_FLOPS, Op, Tensor, bias_elements, is_weight
 from costmodel.vocab import (CACHE_APPENDS, EXECUTIONS, MODES, VARIANTS, CacheAppend, Execution, Mode, Variant,
                              check_groups, choice)
 
-OpKind = Literal["einsum", "elementwise", "copy", "fused", "grouped"]
 
 #: The ops a flash-style kernel runs on chip: logits and weights never reach memory.
 FUSED_ATTENTION_OPS = ("logits", "scale", "mask", "softmax", "weighted_sum")
 
-#: FLOPs per output element of each elementwise op (the convention stated in the module docstring).
-ELEMENTWISE_FLOPS: dict[str, int] = {"scale": 1, "mask": 1, "softmax": 5}
 
 #: Summation index of ``generate`` mode: step ``i`` has ``i`` cached positions.
 STEP = sympy.Symbol("i", integer=True, nonnegative=True)
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """An operand: a name, one index letter per axis, and the symbolic size of each axis."""
-
-    name: str
-    indices: str
-    shape: tuple[sympy.Expr, ...]
-
-    @property
-    def elements(self) -> sympy.Expr:
-        return _prod(self.shape)
-
-
-def _prod(values):
-    """A product of sizes: plain Python arithmetic where every size is a number (a model step's ops, priced at
-    one shape), exact sympy arithmetic where some are symbols (the attention programs)."""
-    values = tuple(values)
-    return math.prod(values) if all(isinstance(v, (int, float)) for v in values) else sympy.Mul(*values)
-
-
-def _sum(values):
-    """A sum of counts, as :func:`_prod` multiplies them."""
-    values = tuple(values)
-    return sum(values) if all(isinstance(v, (int, float)) for v in values) else sympy.Add(*values)
-
-
-@dataclass(frozen=True)
-class Op:
-    """One kernel of an attention program; its costs follow from the operand shapes alone.
-
-    ``grouped``: a grouped matrix product (a mixture of experts' routed GEMM): rows of the first operand, each
-    multiplied by one group's matrix of the second; the group axis (in the second operand only) is not summed
-    over, so the FLOPs are 2 x rows x K x N, while every touched group's matrix is read."""
-
-    name: str
-    kind: OpKind
-    inputs: tuple[Tensor, ...]
-    output: Tensor
-    flops_per_element: int = 0
-    parts: tuple[Op, ...] = ()  # the ops a fused kernel runs on chip
-
-    @property
-    def einsum(self) -> str | None:
-        """The einsum equation of an einsum op (``None`` for other kinds)."""
-        if self.kind != "einsum":
-            return None
-        return ",".join(t.indices for t in self.inputs) + "->" + self.output.indices
-
-    def index_sizes(self) -> dict[str, sympy.Expr]:
-        """Size of every index letter; an index must have one size across all operands."""
-        sizes: dict[str, sympy.Expr] = {}
-        for tensor in (*self.inputs, self.output):
-            for letter, size in zip(tensor.indices, tensor.shape, strict=True):
-                if sizes.setdefault(letter, size) != size:
-                    raise ValueError(f"op {self.name}: index {letter} has sizes {sizes[letter]} and {size}")
-        return sizes
-
-    @property
-    def flops(self) -> sympy.Expr:
-        if self.kind == "einsum":
-            return 2 * _prod(self.index_sizes().values())
-        if self.kind == "grouped":
-            x, w = self.inputs
-            group = set(w.indices) - set(x.indices) - set(self.output.indices)
-            return 2 * _prod(size for letter, size in self.index_sizes().items() if letter not in group)
-        if self.kind == "elementwise":
-            return self.flops_per_element * self.output.elements
-        if self.kind == "fused":
-            return _sum(part.flops for part in self.parts)
-        return sympy.Integer(0)
-
-    @property
-    def memory_elements(self) -> sympy.Expr:
-        return _sum(t.elements for t in self.inputs) + self.output.elements
 
 
 @dataclass(frozen=True)
@@ -156,21 +76,6 @@ class Program:
         return sympy.Add(*(bias_elements(op) for op in self.ops))
 
 
-def is_weight(tensor: Tensor) -> bool:
-    """Parameters are named ``P_*`` (attention projections) or ``W_*`` (everything else)."""
-    return tensor.name.startswith(("P_", "W_"))
-
-
-def bias_elements(op: Op) -> sympy.Expr:
-    """Elements of the bias a projection would add: the weight's axes that survive into the output
-    (``h k`` of ``bd,hdk->bhk``; ``d`` of ``bhv,hdv->bd``); 0 for ops without a weight."""
-    total = sympy.Integer(0)
-    for t in op.inputs:
-        if op.kind == "einsum" and is_weight(t):
-            total += sympy.Mul(*(size for letter, size in zip(t.indices, t.shape) if letter in op.output.indices))
-    return total
-
-
 def _flatten(ops) -> list[Op]:
     return [p for op in ops for p in (op.parts or (op,))]
 
@@ -184,17 +89,6 @@ def op_class(op: Op, mode: str) -> str:
     if op.kind == "fused":
         return "fused_prefill" if mode == "batched" else "fused_decode"
     return op.kind
-
-
-def gemm_dims(op: Op) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
-    """An einsum as a batched matrix product: (batch, M, K, N) sizes from its shapes. Batch indices are
-    in both operands and the output, K is contracted, M belongs to the first operand, N to the second."""
-    if op.kind != "einsum":
-        raise ValueError(f"{op.name} is not an einsum")
-    sizes = op.index_sizes()
-    a, b, out = (set(t.indices) for t in (*op.inputs, op.output))
-    prod = lambda idx: sympy.Mul(*(sizes[i] for i in sorted(idx)))  # noqa: E731
-    return prod(a & b & out), prod((a - b) & out), prod((a & b) - out), prod((b - a) & out)
 
 
 def kv_heads(variant: str, groups: int | None = None) -> sympy.Expr:
@@ -343,8 +237,4 @@ def _dot_product_ops() -> list[Op]:
     ]
 
 
-__all__ = [
-    "Op", "Program", "Tensor", "Variant", "Mode",
-    "fuse_attention", "op_class", "gemm_dims", "is_weight", "bias_elements",
-    "ELEMENTWISE_FLOPS", "STEP", "build_program", "kv_heads",
-]
+__all__ = ["Program", "Variant", "Mode", "fuse_attention", "op_class", "STEP", "build_program", "kv_heads"]

@@ -10,7 +10,7 @@ import pytest
 
 import costmodel
 from costmodel.model_ops import _moe_ops, experts_touched
-from costmodel.program import Op, Tensor
+from costmodel.ops import Op, Tensor
 
 
 def _grouped(rows: int, groups: float, K: int, N: int) -> Op:

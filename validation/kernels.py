@@ -26,7 +26,8 @@ import torch.utils._python_dispatch
 from torch.utils import flop_counter
 
 from costmodel import symbols as S
-from costmodel.program import Op, build_program
+from costmodel.ops import Op
+from costmodel.program import build_program
 from costmodel.workload import Workload
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
