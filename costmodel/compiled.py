@@ -102,13 +102,19 @@ def cache_folder() -> Path | None:
 
 
 def _cache_key(*program) -> str:
+    return hashlib.sha256(_code_digest() + repr(program).encode()).hexdigest()[:40]
+
+
+@lru_cache(maxsize=1)
+def _code_digest() -> bytes:
+    """What decides every program's counts: the symbolic modules' text and the sympy version (read once)."""
     from importlib.metadata import version
 
-    digest = hashlib.sha256(repr((program, version("sympy"))).encode())
+    digest = hashlib.sha256(version("sympy").encode())
     here = Path(__file__).parent
     for name in SYMBOLIC_MODULES:
         digest.update((here / name).read_bytes())
-    return digest.hexdigest()[:40]
+    return digest.digest()
 
 
 def _load(key: str) -> Compiled | None:

@@ -11,6 +11,7 @@ leaves the old file as it was and no temporary file behind.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import stat
@@ -79,6 +80,7 @@ class DuplicateKey(ValueError):
     pass
 
 
+@functools.lru_cache(maxsize=1)
 def _loader():
     """A safe YAML loader that refuses a key given twice in one mapping (the second would silently win) and
     reads ``1e12`` as a number, as YAML 1.2 and JSON do (YAML 1.1 wants ``1.0e+12`` and reads ``1e12`` as text)."""
@@ -102,17 +104,12 @@ def _loader():
     return Loader
 
 
-_LOADER = []
-
-
 def load_yaml(text: str, origin: str):
     import yaml
 
     check_depth(text, origin)
-    if not _LOADER:
-        _LOADER.append(_loader())
     try:
-        return yaml.load(text, Loader=_LOADER[0])
+        return yaml.load(text, Loader=_loader())
     except DuplicateKey as err:
         raise CostModelError(f"{origin}: {err}") from None
     except yaml.YAMLError as err:

@@ -25,18 +25,14 @@ TRANSFER_RULE = (
 )
 
 
-def _fitted_profiles():
-    from costmodel.catalog import fitted_profiles
-
-    return list(fitted_profiles())
-
-
 def reference_for(hw, exclude=()):
     """The fitted shipped profile whose parameters ``hw`` borrows (same generation first), or None."""
     if hw.architecture is None or hw.architecture.generation not in GENERATIONS:
         return None
     gen = GENERATIONS.index(hw.architecture.generation)
-    fitted = [p for p in _fitted_profiles() if p.architecture.generation in GENERATIONS and p.id != hw.id
+    from costmodel.catalog import fitted_profiles
+
+    fitted = [p for p in fitted_profiles() if p.architecture.generation in GENERATIONS and p.id != hw.id
               and p.id not in exclude]
     if not fitted:
         return None

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.mechanisms import (MECHANISMS, PROGRAM_CLASS, class_peak, class_times, efficiency_class,
+from costmodel.mechanisms import (PROGRAM_CLASS, class_peak, class_times, decode_shape, efficiency_class,
                                   ring_all_reduce)
 from costmodel.origin import Resolved, TimeModel, time_model
-from costmodel.shapes import fields, one_query
+from costmodel.shapes import one_query
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,7 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
         decode = resolved.get("decode_attention") if resolved is not None else None
         one = one_query(shape) if cls == "prefill_attention" else np.asarray(False)
         if decode is not None and np.any(one):
-            alone = _fitted(op, "decode_attention", decode, shape.decode() if hasattr(shape, "decode") else
-                            _decode_fields(shape), hw, conv)
+            alone = _fitted(op, "decode_attention", decode, decode_shape(shape), hw, conv)
             compute, memory, overhead, body = (np.where(one, a, b) for a, b in
                                                zip(alone, (compute, memory, overhead, body)))
         return _finish(compute, memory, overhead, body + overhead, cls)
@@ -153,11 +152,6 @@ def program_ops(compiled, dims: dict, mode: str, dtype: str, width: int, launche
     return out
 
 
-def _decode_fields(shape) -> dict:
-    f = fields(shape)
-    return {"b": f["b"], "g": f["g"], "h": f["h"], "positions": f["m"]}
-
-
 def _finish(compute, memory, overhead, time, cls) -> OpTime:
     """Plain floats for one op, float arrays for many."""
     values = [np.asarray(x, float) for x in (compute, memory, overhead, time)]
@@ -166,4 +160,4 @@ def _finish(compute, memory, overhead, time, cls) -> OpTime:
     return OpTime(*values, cls)
 
 
-__all__ = ["KernelOp", "Conventions", "OpTime", "price", "MECHANISMS"]
+__all__ = ["KernelOp", "Conventions", "OpTime", "price", "program_ops"]

@@ -102,11 +102,6 @@ class Workload(BaseModel):
         return {name: getattr(self, name) for name in DIMS}
 
 
-def check_count(name: str, value, least: int = 1) -> None:
-    """``value`` (when given) must be an integer from ``least`` to MAX_DIM."""
-    checks.count(name, value, least, optional=True)
-
-
 def pydantic_message(err: ValueError, origin: str = "") -> str:
     """The first error of a pydantic ``ValidationError`` as one line: ``field: message (got value)``."""
     errors = getattr(err, "errors", None)
