@@ -42,6 +42,8 @@ _API = {
     "largest_batch": "costmodel.serving",       # the largest batch under latency targets and memory
     "capacity": "costmodel.serving",
     "CapacityReport": "costmodel.serving",
+    "serve": "costmodel.served",                # a served model under load: continuous batching in an engine
+    "LoadPrediction": "costmodel.load_reports",
 }
 
 __all__ = ["CostModelError", *_API]

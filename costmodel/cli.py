@@ -10,6 +10,7 @@ import click
 
 from costmodel import cli_figures
 from costmodel.cli_serving import capacity, model_options
+from costmodel.cli_load import LOAD_KEYS, engine_options, predict_load, wants_load
 from costmodel.files import wrote
 from costmodel.cli_options import (check_writable, choices, CONTEXT, csv_to_stdout, dim_options, dtype_option,
                                    echo_lines, emit_json, emit_records, ErrorLineGroup, FilePath, format_option,
@@ -175,6 +176,7 @@ def hardware_show(name, as_json) -> None:
 @click.option("--model-config", type=FilePath(), help="a Hugging Face config.json to read the model from")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
 @click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA and MQA versions, side by side")
+@engine_options
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")
 def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
@@ -185,12 +187,17 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
     context 4096, batch 16, bf16), MHA, GQA (8 kv heads) and MQA side by side. With --model: the
     model's decode step (TPOT), prefill (TTFT), KV cache and what fits, optionally over --tp devices;
-    with --input-len and --output-len: a request's TTFT, TPOT and end-to-end latency.
+    with --input-len and --output-len: a request's TTFT, TPOT and end-to-end latency; with --engine and
+    --concurrency (or --request-rate): the model served under load, as a benchmark client measures it.
 
     Example: costmodel predict --gpu a100
+
+    Example: costmodel predict --gpu h100 --model Qwen/Qwen3-32B --tp 2 --engine vllm --concurrency 32
+    --input-len 1024 --output-len 512
     """
     from costmodel.catalog import load_profile
 
+    load = {k: dims.pop(k) for k in LOAD_KEYS}
     fmt = output_format(fmt, as_json)
     hws = [load_profile(g) for g in gpus]
     if model_name and model_config:
@@ -206,11 +213,21 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         from costmodel.cli_serving import conventions, load_layouts, predict_models
 
         layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants)
+        if wants_load(load):
+            if sweep_spec or dims["batch"] is not None or dims["context"] is not None:
+                raise CostModelError("--sweep, --batch and --context do not apply to a served model (the engine "
+                                     "forms its own batches; --max-num-seqs limits them)")
+            predict_load(hws, layouts, fmt, load, input_len=input_len, output_len=output_len,
+                         pricing=conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype,
+                                             mla_form))
+            return
         predict_models(hws, layouts, fmt, batch=dims["batch"], context=dims["context"], input_len=input_len,
                        output_len=output_len, sweep_spec=sweep_spec, csv_path=csv_path, max_points=max_points,
                        source=source, pricing=conventions(dtype, execution, tp, overlap, timing, without,
                                                           weight_dtype, kv_dtype, mla_form))
         return
+    if wants_load(load):
+        raise CostModelError("--engine, --concurrency and --request-rate apply with --model")
     model_only = [flag for flag, value in (("--tp", tp != 1 or None), ("--source", source), ("--kv-heads", kv_heads),
                                            ("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype),
                                            ("--mla-form", mla_form), ("--input-len", input_len),

@@ -157,12 +157,15 @@ def calibrate(device, out, quick, threads) -> None:
 @click.option("--published", "published", is_flag=False, flag_value="", default=None, metavar="[DIR]",
               help="compare with published GPU timings in DIR (default: the subset shipped in the package) "
                    "instead of running kernels here")
+@click.option("--serving", "serving", type=FilePath(), metavar="FILE",
+              help="predict every deployment of a file in the layout of aiconfigurator's silicon_sample.csv "
+                   "(served models at a concurrency: TTFT and TPOT) and report the errors")
 @click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
               help="with --published: switch a fitted mechanism off to see its share (repeatable)")
 @click.option("--threads", type=click.IntRange(1, 4096), help="CPU threads torch uses (default: torch's choice)")
 @click.option("--format", "fmt", type=choices(("table", "csv", "markdown")), default="table", show_default=True,
               help="with --published: the summary as an aligned table, CSV or a markdown table")
-def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, published, without, threads,
+def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, published, serving, without, threads,
              fmt) -> None:
     """Measure every op and whole step as torch kernels and report the prediction error; or, with
     --published, hold the predictions against published GPU kernel timings (no torch needed).
@@ -173,7 +176,17 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
     Example: costmodel validate --device cpu --quick --json report.json
 
     Example: costmodel validate --published ../shared/measurements --json published.json
+
+    Example: costmodel validate --serving ../shared/measurements/serving/silicon_sample_h100_sxm.csv
     """
+    if serving is not None:
+        from costmodel.validation.serving import serving_command
+
+        if published is not None or profile_path or quick or gpu or save_path or without or threads:
+            raise CostModelError("--serving takes --json, --plot and --format only (each row names its system)")
+        for line in serving_command(serving, json_path, plot_path, fmt.lower()):
+            click.echo(line)
+        return
     if published is not None:
         from costmodel.validation import published_command
 

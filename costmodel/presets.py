@@ -8,6 +8,7 @@ the attention program and the ops around it (:mod:`costmodel.model_step`).
 from __future__ import annotations
 
 import difflib
+import functools
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -183,7 +184,9 @@ MLA_WHAT_IF = {"kv_rank": 4, "rope_dim": 0.5}
 
 # --- loading -----------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
 def _files() -> dict[str, object]:
+    """Every preset's id and aliases (lower case, ``_`` as ``-``) and its file, read once per process."""
     import yaml
 
     index = {}

@@ -25,3 +25,16 @@ def small_dims(rng: random.Random, variant: str, groups: int | None = None, low:
 @pytest.fixture
 def rng() -> random.Random:
     return random.Random(20191106)
+
+
+@pytest.fixture
+def run_cli():
+    """Invoke the CLI in-process: its result (``exit_code``, ``output``: stdout and stderr together)."""
+    from click.testing import CliRunner
+
+    from costmodel.cli import main
+
+    def run(*args):
+        return CliRunner().invoke(main, [str(a) for a in args])
+
+    return run

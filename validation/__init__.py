@@ -135,12 +135,10 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         yield from wrote(plot_path)
 
 
-def published_command(folder: str | None, json_path: str | None, plot_path: str | None, without=(),
-                      fmt: str = "table") -> Iterator[str]:
-    """Compare predictions with published GPU timings (``folder``, or the subset shipped in the package);
-    the summary as a table, or (``fmt``) as CSV or markdown rows."""
-    from costmodel.files import check_folder, write_text
-    from costmodel.validation.published import read_folder, shipped_folder, summary_table, validate_published
+def check_outputs(json_path: str | None, plot_path: str | None) -> None:
+    """Refuse a report's outputs before any work: a folder that cannot be written, a figure format matplotlib
+    lacks, or both to standard output."""
+    from costmodel.files import check_folder
 
     if json_path is not None:
         check_folder(json_path)
@@ -150,6 +148,16 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
         check_output(plot_path)
     if json_path == "-" and plot_path == "-":
         raise CostModelError("--json - and --plot - would both write standard output; write one to a file")
+
+
+def published_command(folder: str | None, json_path: str | None, plot_path: str | None, without=(),
+                      fmt: str = "table") -> Iterator[str]:
+    """Compare predictions with published GPU timings (``folder``, or the subset shipped in the package);
+    the summary as a table, or (``fmt``) as CSV or markdown rows."""
+    from costmodel.files import write_text
+    from costmodel.validation.published import read_folder, shipped_folder, summary_table, validate_published
+
+    check_outputs(json_path, plot_path)
     tables, skipped = read_folder(folder or shipped_folder())
     report = validate_published(tables, without)
     if json_path == "-":  # standard output holds the JSON alone

@@ -1,0 +1,99 @@
+"""``costmodel predict --model M --engine E --concurrency C`` (or ``--request-rate R``): a served model under
+load, parsed, checked and handed to :func:`costmodel.served.serve`."""
+
+from __future__ import annotations
+
+import click
+
+from costmodel.cli_options import PositiveNumber, Positive, choices, emit_json, emit_records
+from costmodel.engines import ENGINE_NAMES
+from costmodel.errors import CostModelError
+
+#: The keys engine_options adds to a command's parameters.
+LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "max_num_batched_tokens", "max_num_seqs",
+             "memory_fraction", "page_size", "chunked_prefill", "length_dist", "spread", "evaluator")
+
+
+class Fraction(click.ParamType):
+    name = "FRACTION"
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number in (0, 1]", param, ctx)
+        if not 0 < x <= 1:
+            self.fail(f"{value!r} is not in (0, 1]", param, ctx)
+        return x
+
+
+def engine_options(func):
+    """The options of a served model under load."""
+    options = [
+        click.option("--engine", "engine_name", type=choices(ENGINE_NAMES),
+                     help="with --model: serve it with this engine's continuous batching under load "
+                          "(--concurrency or --request-rate) [default with either: vllm]"),
+        click.option("--concurrency", "--max-concurrency", "concurrency", type=Positive,
+                     help="closed loop: clients, each sending its next request when its last one finishes"),
+        click.option("--request-rate", type=PositiveNumber(), help="open loop: Poisson arrivals, requests per second"),
+        click.option("--num-requests", "--num-prompts", "num_requests", type=Positive,
+                     help="requests in the run [default: 10 per client; 1,000 at a request rate]"),
+        click.option("--max-num-batched-tokens", "--max-num-tokens", "--chunked-prefill-size",
+                     "max_num_batched_tokens", type=Positive, help="the engine's token budget per iteration"),
+        click.option("--max-num-seqs", "--max-batch-size", "--max-running-requests", "max_num_seqs", type=Positive,
+                     help="the engine's limit of running sequences"),
+        click.option("--gpu-memory-utilization", "--mem-fraction-static", "--free-gpu-memory-fraction",
+                     "memory_fraction", type=Fraction(), help="the engine's memory fraction for weights and cache "
+                     "(vLLM, SGLang) or of free memory for the cache (TensorRT-LLM)"),
+        click.option("--block-size", "--page-size", "--tokens-per-block", "page_size", type=Positive,
+                     help="tokens per KV page"),
+        click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", "chunked_prefill", default=None,
+                     help="split prompts over iterations [default: the engine's]"),
+        click.option("--length-dist", type=choices(("fixed", "uniform", "normal")), default="fixed",
+                     show_default=True, help="request lengths around --input-len and --output-len"),
+        click.option("--spread", type=click.FloatRange(0, 0.99), default=0.0, show_default=True,
+                     help="with --length-dist uniform: half-width; normal: standard deviation (a share of the mean)"),
+        click.option("--evaluator", type=choices(("simulation", "steady-state")), default="simulation",
+                     show_default=True, help="iteration-level simulation, or the steady-state closed form"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def wants_load(load: dict) -> bool:
+    return any(load[k] is not None for k in ("engine_name", "concurrency", "request_rate"))
+
+
+def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, output_len, pricing: dict) -> None:
+    """Every model layout on every device under the load."""
+    from costmodel.served import serve
+    from costmodel.text_serving import load_records, load_table
+
+    if input_len is None or output_len is None:
+        raise CostModelError("a served model needs --input-len and --output-len (the requests' lengths)")
+    if load["concurrency"] is None and load["request_rate"] is None:
+        raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
+    if load["concurrency"] is not None and load["request_rate"] is not None:
+        raise CostModelError("give --concurrency or --request-rate, not both")
+    extra = [k for k in ("execution", "overlap", "mla_form") if pricing.get(k) not in (None, "fused", "max")]
+    if pricing.get("dtype") not in (None, "bf16", "fp16"):
+        raise CostModelError(f"--dtype {pricing['dtype']} does not apply to a served model (activations in bf16; "
+                             "--weight-dtype and --kv-dtype set the quantisation)")
+    del extra
+    kw = dict(input_len=input_len, output_len=output_len, engine_name=load["engine_name"] or "vllm",
+              concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
+              tp=pricing["tp"], weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
+              timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
+              max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
+              page_size=load["page_size"], chunked_prefill=load["chunked_prefill"],
+              input_dist=load["length_dist"], output_dist=load["length_dist"], spread=load["spread"],
+              evaluator=load["evaluator"])
+    results = [serve(m, hw, **kw) for hw in hws for m in layouts]
+    if fmt == "json":
+        dumped = [r.model_dump(mode="json") for r in results]
+        emit_json(dumped[0] if len(dumped) == 1 else dumped)
+    elif fmt in ("csv", "markdown"):
+        emit_records([rec for r in results for rec in load_records(r)], fmt)
+    else:
+        click.echo(load_table(results))

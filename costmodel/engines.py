@@ -1,0 +1,126 @@
+"""Serving engines as their schedulers see a device: the per-iteration token budget and sequence limit,
+whether a prompt may be split into chunks, the KV cache's share of device memory and its page size, and
+whether the scheduler preempts or reserves. Each default is the engine's own at the stated version, under
+the engine's own flag name; every one can be set (:meth:`EngineConfig.with_flags`).
+
+KV capacity (:func:`kv_capacity_tokens`) follows each engine's own arithmetic: vLLM takes
+``gpu_memory_utilization`` of the device for weights, the activations of a ``max_num_batched_tokens`` profile
+run and the cache; SGLang's ``mem_fraction_static`` covers weights and the cache; TensorRT-LLM gives
+``free_gpu_memory_fraction`` of what is free after weights and activations to the cache. The cache is then
+counted in whole pages per sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from costmodel.errors import CostModelError
+
+#: The engines modelled, as ``--engine`` spells them.
+ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+
+GIB = 1 << 30
+
+_VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OpenAI API server on a device "
+         "of at least 70 GiB that is not an A100: max_num_batched_tokens 8192, max_num_seqs 1024; otherwise 2048 "
+         "and 256), vllm/config/cache.py (block_size 16, gpu_memory_utilization 0.9), V1 engine: chunked prefill "
+         "always on, a running request preempted (recomputed) when no block is free")
+_SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py: chunked_prefill_size 8192 on a GPU of 80 GB class "
+           "(2048 under 35 GB, 4096 under 60 GB), mem_fraction_static 0.88 at tp 1, 0.87 at tp 2, 0.85 at tp 4, "
+           "0.81 at tp 8, page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
+           "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False)")
+_TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
+           "8192, max_batch_size 2048, KvCacheConfig free_gpu_memory_fraction 0.9 and tokens_per_block 32, "
+           "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
+           "pages for its prompt and all its output can be reserved)")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What an engine's scheduler does each iteration and how much cache it has."""
+
+    name: str
+    version: str
+    max_num_batched_tokens: int  # tokens (prefill and decode) one iteration may carry
+    max_num_seqs: int  # sequences running at once
+    memory_fraction: float  # gpu_memory_utilization | mem_fraction_static | free_gpu_memory_fraction
+    page_size: int  # tokens per KV page (block)
+    chunked_prefill: bool  # a prompt may be split over iterations
+    reserve_output: bool  # admit a request only with pages for its whole output (no preemption)
+    mixes: bool  # prefill chunks ride in decode iterations (SGLang by default runs prompts in their own)
+    source: str
+
+    #: the engine's own flag for each setting
+    FLAGS = {"max_num_batched_tokens": {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size",
+                                        "trtllm": "--max_num_tokens"},
+             "max_num_seqs": {"vllm": "--max-num-seqs", "sglang": "--max-running-requests",
+                              "trtllm": "--max_batch_size"},
+             "memory_fraction": {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static",
+                                 "trtllm": "free_gpu_memory_fraction"},
+             "page_size": {"vllm": "--block-size", "sglang": "--page-size", "trtllm": "tokens_per_block"},
+             "chunked_prefill": {"vllm": "--enable-chunked-prefill", "sglang": "--chunked-prefill-size -1 (off)",
+                                 "trtllm": "enable_chunked_prefill"}}
+
+    def with_flags(self, **settings) -> EngineConfig:
+        """This engine with some settings changed (None: keep the default), each checked."""
+        update = {k: v for k, v in settings.items() if v is not None}
+        for key, value in update.items():
+            if key not in self.FLAGS:
+                raise CostModelError(f"unknown engine setting {key!r}; settable: {', '.join(self.FLAGS)}")
+            if key == "memory_fraction":
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
+                    raise CostModelError(f"{self.FLAGS[key][self.name]} must be in (0, 1], got {value!r}")
+            elif key == "chunked_prefill":
+                if not isinstance(value, bool):
+                    raise CostModelError(f"chunked prefill is on or off, got {value!r}")
+            elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise CostModelError(f"{self.FLAGS[key][self.name]} must be a whole number >= 1, got {value!r}")
+        return replace(self, **update)
+
+    def describe(self) -> str:
+        return (f"{self.name} {self.version}: up to {self.max_num_batched_tokens} tokens and {self.max_num_seqs} "
+                f"sequences per iteration, prefill {'in chunks' if self.chunked_prefill else 'whole'}, KV pages of "
+                f"{self.page_size} tokens, memory fraction {self.memory_fraction:g}, "
+                + ("requests admitted with their whole output reserved" if self.reserve_output else
+                   "a request preempted and recomputed when the cache runs out"))
+
+
+def _sglang_fraction(tp: int) -> float:
+    return 0.88 if tp < 2 else 0.87 if tp < 4 else 0.85 if tp < 8 else 0.81
+
+
+def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int = 1) -> EngineConfig:
+    """An engine's defaults on a device of ``capacity_bytes`` (some defaults depend on it, and on tp)."""
+    if name not in ENGINE_NAMES:
+        raise CostModelError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
+    big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()  # an "80 GB" part is 74.5 GiB
+    if name == "vllm":
+        return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True, _VLLM)
+    if name == "sglang":
+        chunk = 2048 if capacity_bytes < 35e9 else 4096 if capacity_bytes < 60e9 else 8192
+        return EngineConfig("sglang", "0.5", chunk, 4096, _sglang_fraction(tp), 1, True, False, False, _SGLANG)
+    return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM)
+
+
+def activation_bytes(tokens: int, d_model: int, d_ff_per_device: int, act_bytes: float) -> float:
+    """Peak activations of a forward pass over ``tokens`` tokens, as an engine's profile run leaves them: the
+    gate and up projections' output and a few residual-width buffers per token (an estimate, stated)."""
+    return tokens * (2 * d_ff_per_device + 4 * d_model) * act_bytes
+
+
+def kv_budget_bytes(eng: EngineConfig, capacity: float, weights: float, activations: float) -> float:
+    """Bytes of one device the engine gives its KV cache."""
+    if eng.name == "vllm":
+        return eng.memory_fraction * capacity - weights - activations
+    if eng.name == "sglang":
+        return eng.memory_fraction * capacity - weights
+    return eng.memory_fraction * (capacity - weights - activations)
+
+
+def kv_capacity_tokens(eng: EngineConfig, budget_bytes: float, bytes_per_token: float) -> int:
+    """Cached tokens that fit the budget, in whole pages."""
+    if budget_bytes <= 0 or bytes_per_token <= 0:
+        return 0
+    pages = math.floor(budget_bytes / (bytes_per_token * eng.page_size))
+    return pages * eng.page_size

@@ -1,0 +1,167 @@
+"""One engine iteration priced: a mixed batch of decode tokens (one per running sequence, each after its own
+cached positions) and prefill chunks (a slice of a prompt, after the prompt's earlier chunks), through the
+same ops and the same pricing path as a model step (:mod:`costmodel.model_step`, :func:`costmodel.price.price`).
+
+An iteration's ops split three ways:
+
+- **per token**: every op whose cost follows the tokens in the batch (projections, feed-forward and expert
+  blocks, norms, rotary embeddings, the cache write, the tensor-parallel all-reduces): the decode step's ops
+  over ``T`` tokens;
+- **attention over the cache**: the decode attention kernel of ``D`` sequences at their mean context, and for
+  each prefill chunk ``[s, s + c)`` of a prompt the causal prefill attention ``A(s + c) - A(s)`` (``A(n)``: the
+  attention of an ``n``-token prompt, so the chunks of one prompt add up to the whole prompt's attention);
+- **the head**: final norm and output projection of the rows that produce a token (decode sequences and prompts
+  whose last chunk ran).
+
+Each part is priced at grid points of its sizes when the table is built, and interpolated linearly in between
+(:data:`GRID_POINTS` per doubling); ``exact`` prices a given iteration without the grid, for checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.model_ops import COLLECTIVES
+from costmodel.model_step import Pricing, _phase_rows, _row_time
+from costmodel.presets import ModelPreset
+
+#: Sections whose non-weight ops are attention over the cache.
+ATTENTION = ("self-attention", "local attention")
+
+#: Grid points per doubling of each size (and every size up to 16 exactly).
+GRID_POINTS = 6
+
+
+def _grid(top: int) -> np.ndarray:
+    """1..16 then GRID_POINTS points per doubling up to ``top`` (included)."""
+    top = max(int(top), 1)
+    small = np.arange(1, min(top, 16) + 1)
+    if top <= 16:
+        return small.astype(float)
+    steps = int(np.ceil(np.log2(top / 16) * GRID_POINTS))
+    big = np.unique(np.round(16 * 2 ** (np.arange(1, steps + 1) / GRID_POINTS)))
+    return np.unique(np.concatenate([small, big[big < top], [top]])).astype(float)
+
+
+def _kind(r) -> str:
+    if r.section == COLLECTIVES:
+        return "comm"
+    if r.section == "head" and r.name != "embed":
+        return "head"
+    if r.section in ATTENTION and not r.weighted:
+        return "attention"
+    return "token"
+
+
+def _parts(m: ModelPreset, pr: Pricing, phase: str, batch: int, context) -> dict[str, np.ndarray | float]:
+    """A phase's time split by :func:`_kind` (arrays where ``context`` is)."""
+    out: dict = {"token": 0.0, "attention": 0.0, "head": 0.0, "comm": 0.0}
+    for r in _phase_rows(m, pr, phase, batch, context, 1):
+        out[_kind(r)] = out[_kind(r)] + np.asarray(_row_time(r, pr).time, float) * r.count
+    return out
+
+
+@dataclass(frozen=True)
+class IterationTime:
+    """One iteration's time, split: prefill (its tokens' share of the per-token ops, and the chunks'
+    attention), decode (its tokens' share, the decode attention, the head) and communication."""
+
+    prefill_s: float
+    decode_s: float
+    comm_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + self.decode_s + self.comm_s
+
+
+class IterationTable:
+    """Every part of an iteration priced on grids up to ``max_tokens`` tokens, ``max_seqs`` sequences and
+    ``max_context`` cached positions; :meth:`time` interpolates."""
+
+    def __init__(self, m: ModelPreset, pr: Pricing, *, max_tokens: int, max_seqs: int, max_context: int):
+        self.m, self.pr = m, pr
+        self.t_grid = _grid(max_tokens)
+        self.d_grid = _grid(max_seqs)
+        self.c_grid = np.concatenate([[0.0], _grid(max_context)])
+        token, comm, head = [], [], []
+        for t in self.t_grid:
+            p = _parts(m, pr, "decode", int(t), 1)
+            token.append(float(p["token"]))
+            comm.append(float(p["comm"]))
+        for d in self.d_grid:
+            head.append(float(_parts(m, pr, "decode", int(d), 1)["head"]))
+        self.token, self.comm, self.head = np.array(token), np.array(comm), np.array(head)
+        ctx = np.maximum(self.c_grid, 1).astype(np.int64)
+        self.decode_attention = np.array([np.broadcast_to(_parts(m, pr, "decode", int(d), ctx)["attention"], ctx.shape)
+                                          for d in self.d_grid])
+        prompt = [0.0] + [float(_parts(m, pr, "prefill", 1, int(n))["attention"]) for n in self.c_grid[1:]]
+        self.prompt_attention = np.array(prompt)
+
+    # -- the parts, interpolated ------------------------------------------------------------------------
+    def _on(self, grid: np.ndarray, values: np.ndarray, x):
+        """Linear interpolation, 0 at 0, extrapolated linearly past the last point."""
+        x = np.asarray(x, float)
+        y = np.interp(x, grid, values)
+        if grid[-1] > grid[0]:
+            slope = (values[-1] - values[-2]) / (grid[-1] - grid[-2]) if len(grid) > 1 else 0.0
+            y = np.where(x > grid[-1], values[-1] + slope * (x - grid[-1]), y)
+        return np.where(x <= 0, 0.0, y)
+
+    def per_token(self, tokens):
+        return self._on(self.t_grid, self.token, tokens), self._on(self.t_grid, self.comm, tokens)
+
+    def head_time(self, rows):
+        return self._on(self.d_grid, self.head, rows)
+
+    def decode_attention_time(self, seqs: float, mean_context):
+        """Decode attention of ``seqs`` sequences at ``mean_context`` cached positions (an array of contexts
+        gives an array of times)."""
+        if seqs <= 0:
+            return np.zeros(np.shape(mean_context))
+        by_seq = np.array([np.interp(mean_context, self.c_grid, row) for row in self.decode_attention])
+        if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
+            return by_seq[0] * (seqs / self.d_grid[0])
+        i = int(np.clip(np.searchsorted(self.d_grid, seqs) - 1, 0, len(self.d_grid) - 2))
+        lo, hi = self.d_grid[i], self.d_grid[i + 1]
+        w = (seqs - lo) / (hi - lo)
+        return by_seq[i] * (1 - w) + by_seq[i + 1] * w
+
+    def prompt_attention_time(self, n):
+        """Attention of the first ``n`` positions of a prompt (causal): a chunk [s, s+c) costs A(s+c) - A(s)."""
+        return self._on(self.c_grid, self.prompt_attention, n)
+
+    def time(self, *, decode_seqs: int, decode_context_sum: float, chunks: list[tuple[int, int]],
+             outputs: int) -> IterationTime:
+        """An iteration of ``decode_seqs`` decode tokens after ``decode_context_sum`` cached positions in all,
+        prefill ``chunks`` (start, length), and ``outputs`` rows through the head."""
+        prefill_tokens = sum(c for _, c in chunks)
+        tokens = decode_seqs + prefill_tokens
+        if tokens == 0:
+            return IterationTime(0.0, 0.0, 0.0)
+        tok, comm = (float(x) for x in self.per_token(tokens))
+        share = prefill_tokens / tokens
+        chunk_attention = sum(float(self.prompt_attention_time(s + c) - self.prompt_attention_time(s))
+                              for s, c in chunks)
+        dec_attention = (float(self.decode_attention_time(decode_seqs, decode_context_sum / decode_seqs))
+                         if decode_seqs else 0.0)
+        return IterationTime(prefill_s=tok * share + chunk_attention,
+                             decode_s=tok * (1 - share) + dec_attention + float(self.head_time(outputs)),
+                             comm_s=comm)
+
+    def decode_run(self, seqs: int, context_sum: float, steps: int) -> np.ndarray:
+        """The times of ``steps`` decode-only iterations of ``seqs`` sequences, the first after
+        ``context_sum`` cached positions in all (each step adds one per sequence)."""
+        tok, comm = (float(x) for x in self.per_token(seqs))
+        mean = (context_sum + seqs * np.arange(steps)) / seqs
+        return tok + comm + self.decode_attention_time(seqs, mean) + float(self.head_time(seqs))
+
+
+def exact_time(m: ModelPreset, pr: Pricing, *, decode_seqs: int, decode_context: int, prompt: int) -> float:
+    """A pure decode step (``prompt`` 0) or a lone whole prompt (``decode_seqs`` 0) priced without a grid."""
+    if prompt:
+        return float(sum(_parts(m, pr, "prefill", 1, prompt).values()))
+    p = _parts(m, pr, "decode", decode_seqs, decode_context)
+    return float(sum(p.values()))

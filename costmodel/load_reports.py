@@ -1,0 +1,138 @@
+"""What a served model under load reports (:class:`LoadPrediction`), built from a setup's engine and pricing by
+the simulation (:mod:`costmodel.simulate`) and the closed form (:mod:`costmodel.steady`) alike."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from costmodel.model_step import model_hardware
+from costmodel.reports import DeviceSummary, Report
+
+
+class Stats(Report):
+    mean: float
+    median: float
+    p90: float
+    p99: float
+
+    @classmethod
+    def of(cls, x, weights=None) -> Stats:
+        x = np.asarray(x, float)
+        if x.size == 0:
+            return cls(mean=0.0, median=0.0, p90=0.0, p99=0.0)
+        if weights is None:
+            q = np.percentile(x, [50, 90, 99])
+            return cls(mean=float(x.mean()), median=float(q[0]), p90=float(q[1]), p99=float(q[2]))
+        w = np.asarray(weights, float)
+        order = np.argsort(x)
+        cum = np.cumsum(w[order]) / w.sum()
+        q = [float(x[order][np.searchsorted(cum, p)]) for p in (0.5, 0.9, 0.99)]
+        return cls(mean=float((x * w).sum() / w.sum()), median=q[0], p90=q[1], p99=q[2])
+
+
+class EngineSummary(Report):
+    name: str
+    version: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    memory_fraction: float
+    page_size: int
+    chunked_prefill: bool
+    mixes_prefill_and_decode: bool
+    reserves_output: bool
+    iteration_overhead_s: float
+    request_overhead_s: float
+    kv_cache_tokens: int
+    kv_cache_bytes_per_token: float
+    source: str
+
+
+class TimeSplit(Report):
+    prefill_s: float
+    decode_s: float
+    comm_s: float
+    overhead_s: float
+
+
+class LoadPrediction(Report):
+    """A served model under load. ``ttft_s`` and ``tpot_s`` are the means a benchmark client reports."""
+
+    hardware: DeviceSummary
+    model: str
+    model_name: str
+    engine: EngineSummary
+    evaluator: Literal["simulation", "steady-state"]
+    concurrency: int | None
+    request_rate: float | None
+    num_requests: int
+    input_len: float
+    output_len: float
+    tp: int
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    ttft: Stats
+    tpot: Stats
+    itl: Stats
+    e2e: Stats
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_device: float
+    output_tokens_per_s_per_user: float
+    mean_batch: float
+    max_batch: int
+    kv_use_max: float
+    preemptions: int
+    prefill_iteration_share: float
+    iterations: int
+    time_split: TimeSplit
+    assumptions: list[str]
+
+    def __str__(self) -> str:
+        from costmodel.text_serving import load_table
+
+        return load_table([self])
+
+
+def load_report(setup, evaluator, concurrency, request_rate, n, isl, osl, ttft, tpot, itl, e2e, rps, tps,
+            per_user, mean_batch, max_batch, kv_use, preemptions, prefill_share, iterations, split) -> LoadPrediction:
+    m, pr, eng = setup.m, setup.pr, setup.eng
+    return LoadPrediction(
+        hardware=model_hardware(pr), model=m.id, model_name=m.name,
+        engine=EngineSummary(name=eng.name, version=eng.version, max_num_batched_tokens=eng.max_num_batched_tokens,
+                             max_num_seqs=eng.max_num_seqs, memory_fraction=eng.memory_fraction,
+                             page_size=eng.page_size, chunked_prefill=eng.chunked_prefill,
+                             mixes_prefill_and_decode=eng.mixes, reserves_output=eng.reserve_output,
+                             iteration_overhead_s=setup.iteration_s, request_overhead_s=setup.request_s,
+                             kv_cache_tokens=setup.kv_tokens, kv_cache_bytes_per_token=setup.kv_per_token,
+                             source=eng.source),
+        evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, num_requests=n, input_len=isl,
+        output_len=osl, tp=pr.tp, ttft_s=ttft.mean, tpot_s=tpot.mean, e2e_s=e2e.mean, ttft=ttft, tpot=tpot, itl=itl,
+        e2e=e2e, requests_per_s=rps, output_tokens_per_s=tps, output_tokens_per_s_per_device=tps / pr.tp,
+        output_tokens_per_s_per_user=per_user, mean_batch=mean_batch, max_batch=max_batch, kv_use_max=kv_use,
+        preemptions=preemptions, prefill_iteration_share=prefill_share, iterations=iterations, time_split=split,
+        assumptions=assumptions(setup, evaluator, concurrency, request_rate))
+
+
+def assumptions(setup, evaluator: str, concurrency, request_rate) -> list[str]:
+    eng = setup.eng
+    load = (f"closed loop: {concurrency} clients start at time 0, each sends its next request when the last one "
+            "finishes" if concurrency is not None else f"open loop: Poisson arrivals at {request_rate:g} requests/s")
+    return [
+        f"engine {eng.describe()}",
+        f"KV cache: {setup.kv_tokens} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "
+        f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device",
+        load,
+        "continuous batching: each iteration runs the running sequences' decode tokens and prefill chunks of "
+        "waiting requests within the token budget; its time is the model step priced for that mix (prefill "
+        "tokens at their positions, decode tokens at theirs) plus the engine's fixed cost per iteration "
+        f"({setup.iteration_s * 1e3:.2f} ms); the front end's latency ({setup.request_s * 1e3:.2f} ms: HTTP, tokenization, "
+        "the first token streamed back) is added to each TTFT and end-to-end time; it does not hold the engine (a "
+        "client's next request reaches the engine when its last one finishes there)",
+        "TPOT per request: (end - first token) / (output tokens - 1), as benchmark clients report it; means over "
+        "all requests, the first wave included",
+        "iteration-level simulation" if evaluator == "simulation" else
+        "steady-state closed form (means only: every running sequence at the mean context, prefill spread evenly)",
+    ]

@@ -1,0 +1,177 @@
+"""A model served by an engine under load: what a benchmark client measures (TTFT, TPOT, inter-token latency,
+end-to-end; mean, median, p90, p99), the throughput, the batch the engine reached, its KV use and where the
+time went. :func:`serve` sets the engine up on the device (KV capacity in pages, as the engine computes it)
+and runs the iteration-level simulation (:mod:`costmodel.simulate`) or the steady-state closed form
+(:mod:`costmodel.steady`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel import checks
+from costmodel.engines import (ENGINE_NAMES, EngineConfig, activation_bytes, engine, kv_budget_bytes,
+                               kv_capacity_tokens)
+from costmodel.errors import CostModelError
+from costmodel.hardware import HardwareProfile
+from costmodel.iteration import IterationTable
+from costmodel.model_memory import kv_bytes, weight_bytes
+from costmodel.model_ops import device_slice
+from costmodel.model_step import Pricing, pricing
+from costmodel.presets import ModelPreset
+from costmodel.load_reports import LoadPrediction, Stats, TimeSplit, load_report
+
+#: Requests a benchmark sends per client when none is given: NVIDIA's genai-perf examples use a request
+#: count of ten times the concurrency.
+REQUESTS_PER_CLIENT = 10
+MAX_REQUESTS = 1_000_000
+
+
+# --- fitted engine overheads -------------------------------------------------------------------------
+#: A serving engine's fixed costs on top of the GPU's work, fitted by benchmarks/fit_serving.py on the 582
+#: expressible H100 rows of aiconfigurator's silicon sample (ai-dynamo/aiconfigurator@095f58a): per iteration
+#: (scheduling, sampling, input preparation), and per request the front end's delay between a client sending it
+#: and the engine scheduling it (HTTP, tokenization, the first token streamed back), added to TTFT (it does not
+#: hold the engine: the fit treats it as additive, and so does the prediction).
+#: The per-iteration cost comes out at 0, the bound of its search, for all three engines: the measured TPOTs
+#: leave no room for CPU time beside the GPU's (the engines overlap scheduling with the step and replay decode
+#: steps as CUDA graphs), so it is 0 here, not a result. vLLM's front-end delay is at its bound of 0 too.
+#: SGLang 165 ms (84 Qwen3-32B rows), TensorRT-LLM 145 ms (360 rows; fitted on the Qwen3 rows only it is 132 ms,
+#: on the Llama rows only 149 ms); see docs/serving.md for what each fit saw and its error on the rest.
+OVERHEADS = {
+    "vllm": {"iteration_s": 0.0, "request_s": 0.0},
+    "sglang": {"iteration_s": 0.0, "request_s": 0.1655},
+    "trtllm": {"iteration_s": 0.0, "request_s": 0.145},
+}
+
+
+def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0, values=None) -> np.ndarray:
+    """``n`` request lengths: ``fixed`` at ``mean``; ``uniform`` over mean(1 ± spread); ``normal`` with sd
+    spread x mean (at least 1); ``file``: ``values`` drawn in order, cycled."""
+    rng = np.random.default_rng(seed)
+    if kind == "fixed":
+        return np.full(n, mean, dtype=np.int64)
+    if kind == "uniform":
+        lo, hi = max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
+        return rng.integers(lo, hi + 1, n)
+    if kind == "normal":
+        return np.maximum(1, np.round(rng.normal(mean, spread * mean, n))).astype(np.int64)
+    if kind == "file":
+        v = np.asarray(values, dtype=np.int64)
+        if v.size == 0 or (v < 1).any():
+            raise CostModelError("a lengths file needs whole numbers >= 1")
+        return np.resize(v, n)
+    raise CostModelError(f"unknown length distribution {kind!r}; known: fixed, uniform, normal, file")
+
+
+_TABLES: dict = {}
+
+
+def iteration_table(m: ModelPreset, pr: Pricing, max_tokens: int, max_seqs: int, max_context: int) -> IterationTable:
+    """The iteration table of a model on a device, kept for the process: its grids reach the next power of two
+    of the sequences and the context, so runs that differ only in load share one."""
+    seqs, ctx = 1 << (max_seqs - 1).bit_length(), 1 << (max_context - 1).bit_length()
+    key = (m.model_dump_json(), pr.hw.model_dump_json(), pr.dtype, pr.weight_dtype, pr.group, pr.kv_dtype, pr.execution,
+           pr.overlap, pr.tp, pr.mla_form, pr.engine, pr.model.timing, tuple(sorted(pr.model.on)), max_tokens)
+    have = _TABLES.get(key)
+    if have is None or have[1].d_grid[-1] < seqs or have[1].c_grid[-1] < ctx:
+        if len(_TABLES) > 64:
+            _TABLES.clear()
+        _TABLES[key] = (None, IterationTable(m, pr, max_tokens=max_tokens, max_seqs=seqs, max_context=ctx))
+    return _TABLES[key][1]
+
+
+class Setup:
+    """A model, a device (or tp devices) and an engine, made ready to run load: the pricing, the engine's KV
+    capacity and the iteration table."""
+
+    def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int, max_seqs: int,
+                 overheads: dict | None = None):
+        self.m, self.pr, self.eng = m, pr, eng
+        dev = device_slice(m, pr.tp)
+        self.weights = weight_bytes(dev, pr)
+        big = 1 << 16
+        self.kv_per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big
+        act = activation_bytes(eng.max_num_batched_tokens, m.d_model, dev.d_ff, pr.storage.act)
+        self.kv_budget = kv_budget_bytes(eng, pr.hw.capacity, self.weights, act)
+        self.kv_tokens = kv_capacity_tokens(eng, self.kv_budget, self.kv_per_token)
+        if self.kv_tokens < max_context:
+            raise CostModelError(
+                f"{m.id} on {pr.tp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
+                f"leave a KV cache of {max(self.kv_tokens, 0)} tokens, less than one request's {max_context}; "
+                "raise tp or the memory fraction")
+        seqs = max(1, min(max_seqs, eng.max_num_seqs, self.kv_tokens))
+        self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
+        o = overheads if overheads is not None else OVERHEADS[eng.name]
+        self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
+
+
+def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
+          concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
+          tp: int = 1, weight_dtype: str | None = None, kv_dtype: str | None = None, timing: str = "graph",
+          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+          memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
+          input_dist: str = "fixed", output_dist: str = "fixed", spread: float = 0.0, input_values=None,
+          output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
+          seed: int = 0) -> LoadPrediction:
+    """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
+    from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
+    ``concurrency`` clients or Poisson arrivals at ``request_rate`` per second."""
+    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
+    checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    checks.count("input_len", input_len)
+    checks.count("output_len", output_len)
+    if engine_name not in ENGINE_NAMES:
+        raise CostModelError(f"unknown engine {engine_name!r}; known: {', '.join(ENGINE_NAMES)}")
+    if (concurrency is None) == (request_rate is None):
+        raise CostModelError("give one of concurrency (closed loop) and request_rate (Poisson arrivals)")
+    if concurrency is not None:
+        checks.count("concurrency", concurrency)
+    if request_rate is not None and (isinstance(request_rate, bool) or not isinstance(request_rate, (int, float))
+                                     or not 0 < request_rate < 1e9):
+        raise CostModelError(f"request rate must be a positive number of requests per second, got {request_rate!r}")
+    if m.architecture != "decoder":
+        raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
+    if evaluator not in ("simulation", "steady-state"):
+        raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
+    n = num_requests if num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
+    checks.count("num_requests", n)
+    if n > MAX_REQUESTS:
+        raise CostModelError(f"num_requests must be at most {MAX_REQUESTS}, got {n}")
+    pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
+        page_size=page_size, chunked_prefill=chunked_prefill)
+    prompts = lengths(input_dist, input_len, n, spread=spread, seed=seed, values=input_values)
+    outputs = lengths(output_dist, output_len, n, spread=spread, seed=seed + 1, values=output_values)
+    max_ctx = int(prompts.max() + outputs.max())
+    setup = Setup(m, pr, eng, max_context=max_ctx, max_seqs=concurrency or eng.max_num_seqs, overheads=overheads)
+    if evaluator == "steady-state":
+        from costmodel.steady import steady_state
+
+        return steady_state(setup, concurrency=concurrency, request_rate=request_rate, input_len=input_len,
+                            output_len=output_len, num_requests=n)
+    from costmodel.simulate import simulate
+
+    res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,
+                   concurrency=concurrency, request_rate=request_rate, overhead_s=setup.iteration_s, seed=seed)
+    return report_of(setup, res, concurrency, request_rate, prompts, outputs)
+
+
+def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs) -> LoadPrediction:
+    ttft, tpot, e2e = res.ttft + setup.request_s, res.tpot, res.e2e + setup.request_s
+    span = float(res.finish.max() - res.arrival.min())
+    itl_x = np.concatenate([t for t, _ in res.iteration_s]) if res.iteration_s else np.zeros(0)
+    itl_w = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s]) if res.iteration_s else None
+    keep = itl_w > 0 if itl_w is not None else None
+    out_tokens = float(np.sum(outputs))
+    n = len(prompts)
+    return load_report(setup, "simulation", concurrency, request_rate, n, float(np.mean(prompts)), float(np.mean(outputs)),
+                   Stats.of(ttft), Stats.of(tpot), Stats.of(itl_x[keep], itl_w[keep]) if keep is not None else Stats.of([]),
+                   Stats.of(e2e), n / span, out_tokens / span, float(np.mean(outputs / np.maximum(e2e, 1e-12))),
+                   res.seq_iterations / max(res.iterations, 1), res.seqs_max, res.kv_pages_max / max(res.kv_pages, 1),
+                   res.preemptions, res.prefill_iterations / max(res.iterations, 1), res.iterations,
+                   TimeSplit(prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s,
+                             overhead_s=res.overhead_s))
+
+

@@ -1,0 +1,320 @@
+"""An engine under load, iteration by iteration (continuous batching).
+
+Each iteration the scheduler runs, in this order: one decode token for every running sequence whose prompt is
+done; the next chunk of every running prompt not yet done; then waiting requests, oldest first, while the
+sequence limit, the token budget and the KV pages allow. A prompt longer than what is left of the budget is
+split when the engine chunks prefills, and waits otherwise. An engine that does not mix (SGLang's default)
+runs an iteration of prompts alone whenever a prompt is waiting and can be admitted, and decode iterations
+otherwise.
+
+KV pages are taken as tokens are cached. An engine that reserves (TensorRT-LLM's no-evict scheduler) admits a
+request only with pages for its prompt and whole output; the others take pages as they go and, when a decode
+token finds no free page, preempt the most recently admitted running request: its pages are freed and it is
+recomputed later (its prompt and the tokens it has produced prefilled again), as vLLM does.
+
+The iteration's time is :class:`costmodel.iteration.IterationTable`'s for its mix, plus the engine's fixed cost
+per iteration. A prompt's last chunk produces the request's first token at the end of that iteration (TTFT
+counts from the request's arrival), every decode iteration one token per sequence. Load is a closed loop
+(``concurrency`` clients each sending a new request when their last one finishes; all start at time 0, as
+benchmark clients do) or an open one (Poisson arrivals at ``request_rate``).
+
+Stretches of decode-only iterations with nothing to admit are advanced at once (their step times evaluated as an
+array), which keeps 1,000 requests well under a second.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costmodel.engines import EngineConfig
+from costmodel.errors import CostModelError
+from costmodel.iteration import IterationTable
+
+
+@dataclass
+class _Request:
+    i: int
+    arrival: float
+    prompt: int
+    output: int
+    target: int = 0  # tokens to prefill: the prompt, or prompt + produced tokens after a preemption
+    done: int = 0  # of target prefilled
+    produced: int = 0
+    first: float = -1.0
+    finish: float = -1.0
+    pages: int = 0
+    admitted_at: int = -1
+
+
+@dataclass
+class SimResult:
+    """Per-request times and per-iteration facts of one simulated run."""
+
+    arrival: np.ndarray
+    first: np.ndarray
+    finish: np.ndarray
+    output: np.ndarray
+    iterations: int
+    prefill_iterations: int
+    iteration_s: list = field(default_factory=list)  # (duration, decode tokens) of each stretch
+    batch_tokens_max: int = 0
+    seqs_max: int = 0
+    kv_pages_max: int = 0
+    kv_pages: int = 0
+    preemptions: int = 0
+    busy_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    comm_s: float = 0.0
+    overhead_s: float = 0.0
+    seq_iterations: float = 0.0  # sum over iterations of running sequences (mean batch = this / iterations)
+    violations: list = field(default_factory=list)
+
+    @property
+    def ttft(self) -> np.ndarray:
+        return self.first - self.arrival
+
+    @property
+    def tpot(self) -> np.ndarray:
+        more = self.output > 1
+        return (self.finish[more] - self.first[more]) / (self.output[more] - 1)
+
+    @property
+    def e2e(self) -> np.ndarray:
+        return self.finish - self.arrival
+
+
+def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompts: np.ndarray,
+             outputs: np.ndarray, concurrency: int | None = None, request_rate: float | None = None,
+             overhead_s: float = 0.0, delays=None, seed: int = 0, check: bool = False) -> SimResult:
+    """Run ``len(prompts)`` requests through the engine. ``delays``: per request, the time from the client's
+    send to the engine seeing it (counted in TTFT). ``check``: record every violated invariant (token budget,
+    sequence limit, KV pages) instead of trusting them."""
+    n = len(prompts)
+    if (concurrency is None) == (request_rate is None):
+        raise CostModelError("give a concurrency or a request rate, not both")
+    pages_total = kv_tokens // eng.page_size
+    page = eng.page_size
+    budget, seq_limit = eng.max_num_batched_tokens, eng.max_num_seqs
+    need_whole = int(max(prompts)) + (int(max(outputs)) if eng.reserve_output else 1)
+    if -(-need_whole // page) > pages_total:
+        raise CostModelError(f"one request of {need_whole} tokens needs {-(-need_whole // page)} KV pages; the "
+                             f"engine has {pages_total} ({kv_tokens} tokens) on this device")
+    if not eng.chunked_prefill and int(max(prompts)) > budget:
+        raise CostModelError(f"a prompt of {int(max(prompts))} tokens exceeds the token budget {budget} and "
+                             "chunked prefill is off")
+    reqs = [_Request(i, 0.0, int(p), int(o)) for i, (p, o) in enumerate(zip(prompts, outputs))]
+    for r in reqs:
+        r.target = r.prompt
+    delay = np.zeros(n) if delays is None else np.asarray(delays, float)
+    pending: list[tuple[float, int]] = []  # (time the engine sees it, request)
+    if request_rate is not None:
+        gaps = np.random.default_rng(seed).exponential(1.0 / request_rate, n)
+        arrivals = np.cumsum(gaps) - gaps[0]
+        for r, a in zip(reqs, arrivals):
+            r.arrival = float(a)
+            pending.append((r.arrival + delay[r.i], r.i))
+        heapq.heapify(pending)
+    issued = min(concurrency, n) if concurrency is not None else n
+    if concurrency is not None:
+        for r in reqs[:issued]:
+            heapq.heappush(pending, (delay[r.i], r.i))
+    waiting: deque[_Request] = deque()
+    running: list[_Request] = []
+    free = pages_total
+    clock = 0.0
+    finished = 0
+    res = SimResult(np.zeros(n), np.zeros(n), np.zeros(n), np.array(outputs, float), 0, 0, kv_pages=pages_total)
+    admitted = 0
+
+    def pages_for(tokens: int) -> int:
+        return -(-tokens // page)
+
+    def finish(r: _Request) -> None:
+        nonlocal free, finished, issued
+        r.finish = clock
+        free += r.pages
+        r.pages = 0
+        finished += 1
+        if concurrency is not None and issued < n:
+            nxt = reqs[issued]
+            nxt.arrival = clock
+            heapq.heappush(pending, (clock + delay[nxt.i], nxt.i))
+            issued += 1
+
+    while finished < n:
+        while pending and pending[0][0] <= clock:
+            waiting.append(reqs[heapq.heappop(pending)[1]])
+        if not running and not waiting:
+            clock = pending[0][0]
+            continue
+        decoding = [r for r in running if r.done == r.target]
+        prefilling = [r for r in running if r.done < r.target]
+        # a decode token that opens a new page takes one; preempt the newest running request when none is free
+        if not eng.reserve_output:
+            while True:
+                need = sum(1 for r in decoding if r.prompt + r.produced >= r.pages * page)
+                if need <= free or not running:
+                    break
+                victim = max(running, key=lambda r: r.admitted_at)
+                running.remove(victim)
+                free += victim.pages
+                victim.pages, victim.done = 0, 0
+                victim.target = victim.prompt + victim.produced
+                waiting.appendleft(victim)
+                res.preemptions += 1
+                decoding = [r for r in running if r.done == r.target]
+                prefilling = [r for r in running if r.done < r.target]
+        # decode-only stretch: nothing to prefill, and nothing can be admitted before a request finishes
+        can_admit = bool(waiting) and len(running) < seq_limit and _fits(waiting[0], eng, free, page, budget,
+                                                                          len(decoding))
+        if decoding and not prefilling and not can_admit:
+            steps = min(r.output - r.produced for r in decoding)
+            if not eng.reserve_output:
+                steps = _page_steps(decoding, free, page, steps)
+            if steps >= 1:
+                d = len(decoding)
+                ctx = sum(r.prompt + r.produced for r in decoding)
+                times = table.decode_run(d, ctx, steps) + overhead_s
+                if pending:  # stop at the next arrival
+                    ends = clock + np.cumsum(times)
+                    steps = min(steps, int(np.searchsorted(ends, pending[0][0])) + 1)
+                    times = times[:steps]
+                for r in decoding:
+                    grown = pages_for(r.prompt + r.produced + steps)
+                    if not eng.reserve_output:
+                        free -= grown - r.pages
+                        r.pages = grown
+                    r.produced += steps
+                clock += float(times.sum())
+                res.busy_s += float(times.sum())
+                res.decode_s += float(times.sum()) - steps * overhead_s
+                res.overhead_s += steps * overhead_s
+                res.iterations += steps
+                res.seq_iterations += steps * d
+                res.iteration_s.append((times, d))
+                res.batch_tokens_max = max(res.batch_tokens_max, d)
+                res.seqs_max = max(res.seqs_max, d)
+                res.kv_pages_max = max(res.kv_pages_max, pages_total - free)
+                for r in [r for r in decoding if r.produced >= r.output]:
+                    running.remove(r)
+                    finish(r)
+                continue
+        # one iteration
+        prefill_only = not eng.mixes and (can_admit or bool(prefilling))
+        decode_now = [] if prefill_only else decoding
+        room = budget - len(decode_now)
+        chunks: list[tuple[int, int]] = []
+        starting: list[tuple[_Request, int]] = []
+        for r in decode_now:
+            if not eng.reserve_output and r.prompt + r.produced >= r.pages * page:
+                r.pages += 1
+                free -= 1
+        for r in prefilling:
+            c = min(r.target - r.done, room)
+            if not eng.reserve_output:  # no more than the free pages hold
+                c = min(c, (r.pages + free) * page - r.done)
+            if c <= 0 or (not eng.chunked_prefill and c < r.target - r.done):
+                break
+            extra = max(pages_for(r.done + c) - r.pages, 0)
+            r.pages += extra
+            free -= extra
+            chunks.append((r.done, c))
+            starting.append((r, c))
+            room -= c
+        while waiting and len(running) < seq_limit and room > 0:
+            r = waiting[0]
+            c = min(r.target - r.done, room)
+            if not eng.chunked_prefill and c < r.target:
+                break
+            want = pages_for(r.prompt + r.output) if eng.reserve_output else pages_for(r.done + c)
+            if want > free:
+                break
+            waiting.popleft()
+            r.pages += want
+            free -= want
+            r.admitted_at = admitted
+            admitted += 1
+            running.append(r)
+            chunks.append((r.done, c))
+            starting.append((r, c))
+            room -= c
+        outputs_rows = sum(1 for r, c in starting if r.done + c == r.target)
+        if not decode_now and not chunks:
+            raise CostModelError("the engine cannot schedule any request: raise the token budget, the sequence "
+                                 "limit or the KV cache")
+        it = table.time(decode_seqs=len(decode_now), decode_context_sum=sum(r.prompt + r.produced for r in decode_now),
+                        chunks=chunks, outputs=len(decode_now) + outputs_rows)
+        dt = it.total_s + overhead_s
+        if check:
+            tokens = len(decode_now) + sum(c for _, c in chunks)
+            if tokens > budget:
+                res.violations.append(f"iteration {res.iterations}: {tokens} tokens > budget {budget}")
+            if len(running) > seq_limit:
+                res.violations.append(f"iteration {res.iterations}: {len(running)} sequences > {seq_limit}")
+            if free < 0:
+                res.violations.append(f"iteration {res.iterations}: KV pages overdrawn by {-free}")
+        clock += dt
+        res.busy_s += dt
+        res.prefill_s += it.prefill_s
+        res.decode_s += it.decode_s
+        res.comm_s += it.comm_s
+        res.overhead_s += overhead_s
+        res.iterations += 1
+        res.prefill_iterations += 1 if chunks else 0
+        res.seq_iterations += len(running)
+        res.iteration_s.append((np.array([dt]), len(decode_now)))
+        res.batch_tokens_max = max(res.batch_tokens_max, len(decode_now) + sum(c for _, c in chunks))
+        res.seqs_max = max(res.seqs_max, len(running))
+        res.kv_pages_max = max(res.kv_pages_max, pages_total - free)
+        done_now = []
+        for r in decode_now:
+            r.produced += 1
+            if r.produced >= r.output:
+                done_now.append(r)
+        for r, c in starting:
+            r.done += c
+            if r.done == r.target:
+                if r.first < 0:
+                    r.first = clock
+                r.produced += 1
+                if r.produced >= r.output:
+                    done_now.append(r)
+        for r in done_now:
+            running.remove(r)
+            finish(r)
+    for r in reqs:
+        res.arrival[r.i], res.first[r.i], res.finish[r.i] = r.arrival, r.first, r.finish
+    return res
+
+
+def _fits(r: _Request, eng: EngineConfig, free: int, page: int, budget: int, decoding: int) -> bool:
+    """Whether the next waiting request could start now."""
+    room = budget - (decoding if eng.mixes else 0)
+    if room <= 0:
+        return False
+    c = min(r.target - r.done, room)
+    if not eng.chunked_prefill and c < r.target:
+        return False
+    want = -(-(r.prompt + r.output) // page) if eng.reserve_output else -(-(r.done + c) // page)
+    return want <= free
+
+
+def _page_steps(decoding: list[_Request], free: int, page: int, steps: int) -> int:
+    """The most decode steps (at most ``steps``) whose new pages fit in ``free``."""
+    def need(k: int) -> int:
+        return sum(-(-(r.prompt + r.produced + k) // page) - r.pages for r in decoding)
+    if need(steps) <= free:
+        return steps
+    lo, hi = 0, steps
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(mid) <= free:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,101 @@
+"""The steady state of an engine under load, in closed form: means only, for sweeps and capacity searches.
+
+In steady state ``B`` sequences run (the clients, capped by the sequence limit and by the KV cache at each
+sequence's peak of prompt + output tokens). A request spends ``k = ceil(isl / (budget - B))`` iterations
+prefilling (its prompt in chunks beside the other sequences' decode tokens; one iteration of its own when the
+engine does not mix) and ``osl - 1`` decoding, so ``B / (osl - 1 + k)`` requests start per iteration and a
+share ``f = min(1, k B / (osl - 1 + k))`` of iterations carries a prompt. With ``t_mix`` the time of an
+iteration carrying a chunk beside the other decode tokens and ``t_dec`` that of a decode-only iteration, both
+at the mean context ``isl + osl / 2``:
+
+    TPOT = f t_mix + (1 - f) t_dec          (a decode token's mean iteration)
+    TTFT = front-end delay + k t_mix + queueing
+
+An engine that does not mix (SGLang) runs each prompt's ``k`` iterations alone (``t_mix`` is then the prompt's
+chunk by itself) and every decoding sequence waits through the ``B`` prompts that start in its lifetime:
+``TPOT = t_dec + B k t_mix / (osl - 1)``.
+
+Queueing, when the clients outnumber the sequences the engine runs: each of ``C`` clients cycles through a
+request of ``R = TTFT + (osl - 1) TPOT``, so the throughput is ``X = B / R_run`` requests per unit time and by
+Little's law a client's request waits ``C / X - R_run`` before it starts.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+from costmodel.load_reports import LoadPrediction, Stats, TimeSplit, load_report
+
+
+def steady_state(setup, *, concurrency: int | None, request_rate: float | None, input_len: int,
+                 output_len: int, num_requests: int) -> LoadPrediction:
+    eng, table = setup.eng, setup.table
+    isl, osl = input_len, output_len
+    peak = isl + osl
+    kv_seqs = max(1, setup.kv_tokens // (eng.page_size * math.ceil(peak / eng.page_size)))
+    cap = min(eng.max_num_seqs, kv_seqs)
+    ctx = isl + osl / 2
+    over = setup.iteration_s
+
+    def iteration(decode: float, prompt_tokens: float, outputs: float) -> float:
+        d = int(round(decode)) if eng.mixes else 0
+        chunks, left = [], int(round(prompt_tokens))
+        while left > 0:  # whole prompts first, then a part
+            c = min(isl, left)
+            chunks.append((0, c))
+            left -= c
+        return table.time(decode_seqs=d, decode_context_sum=d * ctx, chunks=chunks,
+                          outputs=d + int(round(outputs))).total_s + over
+
+    def times(b: float):
+        b_dec = max(b - 1, 0)
+        room = eng.max_num_batched_tokens - (b_dec if eng.mixes else 0)
+        k = math.ceil(isl / max(room, 1))
+        starts = b / (osl - 1 + k) if osl > 1 else b / k  # requests starting per iteration
+        dec = float(table.decode_run(max(int(round(b)), 1), max(int(round(b)), 1) * ctx, 1)[0]) + over
+        if k > 1:  # a prompt longer than the room: its chunks fill k iterations
+            mix = iteration(b_dec, room, 0)
+            tagged = (k - 1) * mix + iteration(b_dec, isl - (k - 1) * room, 1)
+            f = min(1.0, k * starts) if eng.mixes else k * b / (osl - 1 + k * b)
+            avg = mix
+        else:
+            f = min(1.0, starts) if eng.mixes else starts / (1 + starts)
+            # a prompt shares its iteration with the others starting then (size-biased: its own plus the mean)
+            tagged = iteration(b_dec, min(isl * (1 + starts), room), 1 + starts)
+            avg = iteration(b_dec, min(isl * max(starts, 1.0), room), max(starts, 1.0))
+        if eng.mixes:
+            tpot = f * avg + (1 - f) * dec
+        else:  # every prompt's own iterations stall the decoding sequences: about b prompts per lifetime
+            tpot = dec + b * k * iteration(0, isl, 1) / max(osl - 1, 1)
+        return tagged, tpot, f, avg, dec
+
+    if concurrency is not None:
+        b = min(concurrency, cap)
+        ttft, tpot, f, mix, dec = times(b)
+        run = ttft + (osl - 1) * tpot
+        rate = b / run
+        wait = max(concurrency / rate - run, 0.0) if concurrency > b else 0.0
+        ttft += wait + setup.request_s
+        rps = concurrency / (ttft + (osl - 1) * tpot)
+    else:
+        # open loop: the running count follows Little's law, B = rate x time in the engine
+        b = 1.0
+        for _ in range(50):
+            ttft, tpot, f, mix, dec = times(min(b, cap))
+            b_new = request_rate * (ttft + (osl - 1) * tpot)
+            if abs(b_new - b) < 1e-3 * max(b, 1):
+                b = b_new
+                break
+            b = 0.5 * b + 0.5 * b_new
+        b = min(b, cap)
+        ttft += setup.request_s
+        rps = request_rate
+    e2e = ttft + (osl - 1) * tpot
+    out_tps = rps * osl
+    one = lambda x: Stats(mean=x, median=x, p90=x, p99=x)  # noqa: E731 - a closed form has means only
+    iterations = int(num_requests * (osl - 1 + 1) / max(b, 1))
+    split = TimeSplit(prefill_s=0.0, decode_s=0.0, comm_s=0.0, overhead_s=0.0)
+    return load_report(setup, "steady-state", concurrency, request_rate, num_requests, float(isl), float(osl), one(ttft),
+                   one(tpot), one(tpot), one(e2e), rps, out_tps, osl / e2e, float(b), int(math.ceil(b)),
+                   b * peak / max(setup.kv_tokens, 1), 0, f, iterations, split)

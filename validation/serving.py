@@ -1,0 +1,258 @@
+"""Measured deployments against predictions: every row of a file in the layout of NVIDIA aiconfigurator's silicon
+sample (``silicon_sample.csv``: one served model at a fixed concurrency, with mean TTFT and TPOT measured by
+the benchmark client) that costmodel can express is predicted with :func:`costmodel.served.serve`; every other
+row is counted under the reason it cannot be.
+
+A row's prediction is the closed loop of ``silicon_concurrency`` clients (the ``batch_size`` where the source
+names none) on ``tp_size`` devices of the row's system under its engine (``backend``), with max_num_seqs set
+to ``batch_size``, the weights and GEMMs in the row's precision, and the KV cache in the engine's default for
+the checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.errors import CostModelError
+
+#: Columns a deployments file must have.
+COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "system", "precision", "mode", "isl", "osl",
+           "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
+           "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+
+#: The source's system names and the profiles they are.
+SYSTEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "a100_sxm": "a100_80gb_sxm",
+           "l40s": "l40s"}
+
+#: Weight dtype for each precision the rows name ("" is the checkpoint's own).
+PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8"}
+
+
+def kv_dtype_for(backend: str, weight_dtype: str | None) -> str | None:
+    """The KV-cache dtype an engine uses for a checkpoint when none is asked for: TensorRT-LLM's FP8
+    checkpoints (quantized with ModelOpt) carry an FP8 KV cache; vLLM and SGLang keep the model's dtype
+    (``--kv-cache-dtype auto``)."""
+    return "fp8" if backend == "trtllm" and weight_dtype == "fp8" else None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    id: str
+    system: str
+    backend: str
+    model_path: str
+    mode: str
+    isl: int
+    osl: int
+    concurrency: int
+    batch: int
+    tp: int
+    weight_dtype: str | None
+    kv_dtype: str | None
+    ttft_s: float
+    tpot_s: float
+
+    def command(self) -> list[str]:
+        cmd = ["predict", "--gpu", SYSTEMS[self.system], "--model", self.model_path, "--engine", self.backend,
+               "--concurrency", str(self.concurrency), "--input-len", str(self.isl), "--output-len", str(self.osl),
+               "--tp", str(self.tp), "--max-num-seqs", str(self.batch)]
+        if self.weight_dtype:
+            cmd += ["--weight-dtype", self.weight_dtype]
+        if self.kv_dtype:
+            cmd += ["--kv-dtype", self.kv_dtype]
+        return cmd
+
+
+def _num(row: dict, key: str) -> float | None:
+    v = (row.get(key) or "").strip()
+    if not v:
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError(f"{key} {v!r} is not a number") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{key} {v!r} is not finite")
+    return x
+
+
+def _whole(row: dict, key: str, default: int | None = None) -> int | None:
+    x = _num(row, key)
+    if x is None:
+        return default
+    if x != int(x) or x < 0:
+        raise ValueError(f"{key} {row[key]!r} is not a whole number")
+    return int(x)
+
+
+def parse(row: dict) -> Deployment | str:
+    """A row as a deployment, or the reason it cannot be predicted."""
+    from costmodel.presets import load_model
+
+    try:
+        if row["mode"] != "agg":
+            return "disaggregated prefill/decode"
+        if row["system"] not in SYSTEMS:
+            return f"unknown system {row['system']}"
+        precision = (row["precision"] or "").strip()
+        quant = {(row["gemm_quant_mode"] or "").strip(), (row["moe_quant_mode"] or "").strip()} - {""}
+        if precision in ("fp4", "nvfp4", "mxfp4") or quant & {"nvfp4", "mxfp4", "fp4"}:
+            return "fp4 weights"
+        if precision not in PRECISIONS or quant - set(PRECISIONS):
+            return f"precision {precision or '/'.join(sorted(quant))}"
+        if (_whole(row, "pp_size", 1) or 1) > 1:
+            return "pipeline parallel"
+        if (_whole(row, "attention_dp_size", 1) or 1) > 1:
+            return "attention data parallel"
+        tp = _whole(row, "tp_size", 1) or 1
+        ep = _whole(row, "moe_ep_size", 1) or 1
+        if ep > 1:
+            return "expert parallel"
+        batch = _whole(row, "batch_size")
+        isl, osl = _whole(row, "isl"), _whole(row, "osl")
+        ttft, tpot = _num(row, "silicon_ttft_ms"), _num(row, "silicon_tpot_ms")
+        if None in (isl, osl, ttft, tpot) or not isl or not osl or ttft <= 0 or tpot <= 0:
+            return "bad numbers"
+        m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source") or "")
+        conc = int(m.group(1)) if m else batch
+        if not conc or not batch:
+            return "no concurrency"
+        try:
+            load_model(row["model_path"])
+        except CostModelError:
+            return "unknown model"
+    except ValueError:
+        return "bad numbers"
+    weight = PRECISIONS[precision] or next((PRECISIONS[q] for q in quant if PRECISIONS[q]), None)
+    return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
+                      batch, tp, weight, kv_dtype_for(row["backend"], weight), ttft / 1e3, tpot / 1e3)
+
+
+def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
+    """The file's deployments and its skipped rows (``id``, ``reason``)."""
+    try:
+        f = open(path, newline="", encoding="utf-8")
+    except OSError as err:
+        raise CostModelError(f"cannot read deployments file {str(path)!r}: {err.strerror}") from None
+    with f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise CostModelError(f"deployments file {str(path)!r} lacks the column(s) {', '.join(missing)} "
+                                 "(the layout of aiconfigurator's silicon_sample.csv)")
+        rows, skipped = [], []
+        for i, row in enumerate(reader):
+            got = parse(row)
+            if isinstance(got, str):
+                skipped.append({"id": row.get("id") or f"row {i + 2}", "reason": got})
+            else:
+                rows.append(got)
+    return rows, skipped
+
+
+def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simulation"):
+    from costmodel.catalog import load_profile
+    from costmodel.presets import load_model
+    from costmodel.served import serve
+
+    return serve(load_model(d.model_path), load_profile(SYSTEMS[d.system]), input_len=d.isl, output_len=d.osl,
+                 engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
+                 kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator)
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per system x engine x model: n, median and p90 |error| of TTFT and TPOT, median measured/predicted."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["system"], r["backend"], r["model_path"])].append(r)
+    groups[("all", "all", "all")] = rows
+    out = []
+    for (system, backend, model), rs in groups.items():
+        if not rs:
+            continue
+        ttft = np.array([abs(r["predicted_ttft_s"] / r["measured_ttft_s"] - 1) for r in rs])
+        tpot = np.array([abs(r["predicted_tpot_s"] / r["measured_tpot_s"] - 1) for r in rs])
+        out.append({"system": system, "backend": backend, "model_path": model, "n": len(rs),
+                    "ttft_median_error": float(np.median(ttft)), "ttft_p90_error": float(np.percentile(ttft, 90)),
+                    "tpot_median_error": float(np.median(tpot)), "tpot_p90_error": float(np.percentile(tpot, 90)),
+                    "ttft_measured_over_predicted": float(np.median([r["measured_ttft_s"] / r["predicted_ttft_s"]
+                                                                     for r in rs])),
+                    "tpot_measured_over_predicted": float(np.median([r["measured_tpot_s"] / r["predicted_tpot_s"]
+                                                                     for r in rs]))})
+    return out
+
+
+def validate_serving(path: str | Path, *, overheads: dict | None = None, progress=None) -> dict:
+    """``{"rows", "skipped", "summary"}`` for a deployments file."""
+    deployments, skipped = read(path)
+    rows = []
+    for i, d in enumerate(deployments):
+        try:
+            p = predict(d, overheads)
+        except CostModelError as err:
+            skipped.append({"id": d.id, "reason": f"cannot be priced: {err}"})
+            continue
+        rows.append({"id": d.id, "system": d.system, "backend": d.backend, "model_path": d.model_path, "mode": d.mode,
+                     "measured_ttft_s": d.ttft_s, "predicted_ttft_s": p.ttft_s, "measured_tpot_s": d.tpot_s,
+                     "predicted_tpot_s": p.tpot_s, "command": d.command()})
+        if progress:
+            progress(i + 1, len(deployments))
+    return {"rows": rows, "skipped": skipped, "summary": summary(rows),
+            "reasons": dict(Counter(s["reason"].split(":")[0] for s in skipped))}
+
+
+def summary_table(report: dict) -> str:
+    from costmodel.text import aligned
+
+    rows = [("system", "engine", "model", "n", "TTFT |err| median", "p90", "measured/predicted", "TPOT |err| median",
+             "p90", "measured/predicted")]
+    for s in sorted(report["summary"], key=lambda s: (s["system"] == "all", s["system"], s["backend"],
+                                                      s["model_path"])):
+        rows.append((s["system"], s["backend"], s["model_path"], str(s["n"]), f"{s['ttft_median_error']:.1%}",
+                     f"{s['ttft_p90_error']:.1%}", f"{s['ttft_measured_over_predicted']:.2f}",
+                     f"{s['tpot_median_error']:.1%}", f"{s['tpot_p90_error']:.1%}",
+                     f"{s['tpot_measured_over_predicted']:.2f}"))
+    lines = aligned(rows, right=set(range(3, 10)), rules=(1, -1))
+    total = len(report["rows"]) + len(report["skipped"])
+    lines += ["", f"{len(report['rows'])} of {total} deployments predicted; not expressible:"]
+    lines += [f"  {n:4d}  {reason}" for reason, n in sorted(report["reasons"].items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines)
+
+
+def serving_command(path: str, json_path: str | None, plot_path: str | None, fmt: str = "table"):
+    """``costmodel validate --serving FILE``: the summary; ``--json`` the rows, skipped rows and summary;
+    ``--plot`` predicted against measured TTFT and TPOT (log-log)."""
+    import json
+
+    from costmodel.files import write_text, wrote
+    from costmodel.validation import check_outputs
+
+    check_outputs(json_path, plot_path)
+    report = validate_serving(path)
+    quiet = json_path == "-"
+    if not quiet:
+        if fmt in ("csv", "markdown"):
+            from costmodel.text import records_csv, records_markdown
+
+            yield (records_csv if fmt == "csv" else records_markdown)(report["summary"]).rstrip("\n")
+        else:
+            yield summary_table(report)
+    if json_path is not None:
+        write_text(json_path, json.dumps({k: report[k] for k in ("rows", "skipped", "summary")}))
+        if not quiet:
+            yield from wrote(json_path)
+    if plot_path is not None:
+        from costmodel.plots import draw_predicted_vs_measured, save
+
+        rows = [{"measured_s": r[f"measured_{k}_s"], "predicted_s": r[f"predicted_{k}_s"],
+                 "group": f"{k.upper()} {r['backend']}"} for r in report["rows"] for k in ("ttft", "tpot")]
+        save(draw_predicted_vs_measured(rows, "served deployments: predicted against measured"), plot_path)
+        if not quiet:
+            yield from wrote(plot_path)
