@@ -49,6 +49,8 @@ CALLS = {
     "largest_batch": (costmodel.largest_batch, dict(m=LLAMA, hw=H100, input_len=16, output_len=4, tpot_s=0.05,
                                                     ttft_s=1.0, price_per_hour=2.0, max_batch=64),
                       {"tpot_s", "ttft_s", "price_per_hour"}),
+    "serve": (costmodel.serve, dict(m=LLAMA, hw=H100, input_len=16, output_len=4, concurrency=2, num_requests=4, tp=1,
+                                    engine_name="vllm"), {"num_requests"}),
     "capacity": (costmodel.capacity, dict(m=LLAMA, devices=[H100], input_len=16, output_len=4, tpot_s=0.05, ttft_s=None,
                                           price_per_hour=None, variants=False),
                  {"tpot_s", "ttft_s", "price_per_hour"}),
@@ -56,7 +58,7 @@ CALLS = {
 #: Where a message names an argument in other words than its Python name.
 SAID = {"dims": "dimension", "m": "model", "name": "name", "cache_append": "cache append", "form": "form",
         "weight_dtype": "weight dtype", "kv_dtype": "kv dtype", "mla_form": "mla form", "hw": "hw",
-        "workload": "workload", "mode": "mode"}
+        "workload": "workload", "mode": "mode", "engine_name": "engine"}
 BAD = {"None": None, "wrong type": object(), "negative": -1, "NaN": math.nan, "inf": math.inf, "huge": 2**80}
 
 

@@ -1,0 +1,47 @@
+"""How long a served-model prediction takes: 1,000 requests simulated (the iteration table built once, then
+reused), the closed form, and a whole ``costmodel predict --engine`` run. Prints medians of 5 runs.
+
+    python benchmarks/serving_speed.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+import costmodel
+from costmodel.served import serve
+
+
+def median_time(fn, runs: int = 5) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    hw = costmodel.load_profile("h100")
+    m = costmodel.load_model("Qwen/Qwen3-32B")
+    kw = dict(input_len=1024, output_len=512, engine_name="vllm", concurrency=64, tp=2, num_requests=1000)
+    t0 = time.perf_counter()
+    serve(m, hw, **kw)
+    first = time.perf_counter() - t0
+    sim = median_time(lambda: serve(m, hw, **kw))
+    cf = median_time(lambda: serve(m, hw, **kw, evaluator="steady-state"))
+    cmd = ["costmodel", "predict", "--gpu", "h100", "--model", "Qwen/Qwen3-32B", "--tp", "2", "--engine", "vllm",
+           "--concurrency", "64", "--input-len", "1024", "--output-len", "512", "--num-requests", "1000"]
+    cli = median_time(lambda: subprocess.run(cmd, check=True, capture_output=True), runs=3)
+    print(f"1,000 requests, Qwen3-32B on 2 x H100 under vLLM at concurrency 64 (1024 + 512 tokens):")
+    print(f"  simulation, first call (iteration table built): {first:.2f} s")
+    print(f"  simulation, table reused (median of 5):          {sim:.2f} s")
+    print(f"  steady-state closed form (median of 5):          {cf * 1e3:.1f} ms")
+    print(f"  costmodel predict, whole process (median of 3):  {cli:.2f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
