@@ -1,7 +1,7 @@
 """Serving engines as their schedulers see a device: the per-iteration token budget and sequence limit,
 whether a prompt may be split into chunks, the KV cache's share of device memory and its page size, and
 whether the scheduler preempts or reserves. Each default is the engine's own at the stated version, under
-the engine's own flag name; every one can be set (:meth:`EngineConfig.with_flags`).
+the engine's own setting name; every one can be set (:meth:`EngineConfig.with_flags`).
 
 KV capacity (:func:`kv_capacity_tokens`) follows each engine's own arithmetic: vLLM takes
 ``gpu_memory_utilization`` of the device for weights, the activations of a ``max_num_batched_tokens`` profile
@@ -51,15 +51,14 @@ class EngineConfig:
     mixes: bool  # prefill chunks ride in decode iterations (SGLang by default runs prompts in their own)
     source: str
 
-    #: the engine's own flag for each setting
-    FLAGS = {"max_num_batched_tokens": {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size",
-                                        "trtllm": "--max_num_tokens"},
-             "max_num_seqs": {"vllm": "--max-num-seqs", "sglang": "--max-running-requests",
-                              "trtllm": "--max_batch_size"},
-             "memory_fraction": {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static",
+    #: the engine's own name for each setting (its server argument or config key)
+    FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
+                                        "trtllm": "max_num_tokens"},
+             "max_num_seqs": {"vllm": "max_num_seqs", "sglang": "max_running_requests", "trtllm": "max_batch_size"},
+             "memory_fraction": {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static",
                                  "trtllm": "free_gpu_memory_fraction"},
-             "page_size": {"vllm": "--block-size", "sglang": "--page-size", "trtllm": "tokens_per_block"},
-             "chunked_prefill": {"vllm": "--enable-chunked-prefill", "sglang": "--chunked-prefill-size -1 (off)",
+             "page_size": {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
+             "chunked_prefill": {"vllm": "enable_chunked_prefill", "sglang": "chunked_prefill_size",
                                  "trtllm": "enable_chunked_prefill"}}
 
     def with_flags(self, **settings) -> EngineConfig:

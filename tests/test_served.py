@@ -159,7 +159,7 @@ def test_bad_load_is_refused(llama, h100):
         serve(llama, h100, input_len=10, output_len=10, concurrency=1, engine_name="tgi")
     with pytest.raises(CostModelError, match="KV cache"):
         serve(costmodel.load_model("llama-3.1-70b"), h100, input_len=10, output_len=10, concurrency=1)
-    with pytest.raises(CostModelError, match="max-num-seqs"):
+    with pytest.raises(CostModelError, match="max_num_seqs"):
         serve(llama, h100, input_len=10, output_len=10, concurrency=1, max_num_seqs=0)
 
 
