@@ -13,7 +13,6 @@ on the rows that fit did not see. The fitted numbers depend only on the data (th
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -31,7 +30,8 @@ GPUS = {"a100_80gb_sxm": ("a100_sxm", "a100", "A100"), "h100_sxm": ("h100_sxm",)
 COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "microsoft/vidur@7d47513",
            "llmcompass": "PrincetonUniversity/LLMCompass@2e015fd"}
 #: The table each class's shape parameters are fitted on; the other timings fit only their fixed cost.
-PRIMARY = {"gemm": "aiconfigurator", "decode_attention": "aiconfigurator", "prefill_attention": "aiconfigurator",
+PRIMARY = {"gemm": "aiconfigurator", "gemm_fp8": "aiconfigurator", "gemm_fp8_block": "aiconfigurator",
+           "decode_attention": "aiconfigurator", "prefill_attention": "aiconfigurator",
            "norm": "vidur", "elementwise": "vidur", "activation": "vidur", "rotary": "vidur", "softmax": "llmcompass",
            "layernorm": "llmcompass"}
 METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 starts, "
@@ -92,8 +92,18 @@ def to_yaml(eff: Efficiency) -> str:
 def write(profile_id: str, eff: Efficiency) -> None:
     path = ROOT / "hardware_profiles" / f"{profile_id}.yaml"
     text = path.read_text(encoding="utf-8")
-    text = re.sub(r"\n# Fitted, not datasheet:.*", "\n", text, flags=re.S).rstrip("\n") + "\n"
-    path.write_text(text + to_yaml(eff), encoding="utf-8")
+    # the efficiency block runs from its comment to the next fitted block (the collectives) or the end
+    start = text.find(EFFICIENCY_MARK)
+    if start >= 0:
+        end = text.find("\n# Fitted, not datasheet:", start + 1)
+        rest = text[end + 1:] if end >= 0 else ""
+        text = text[:start].rstrip("\n") + "\n" + to_yaml(eff) + rest
+    else:
+        text = text.rstrip("\n") + "\n" + to_yaml(eff)
+    path.write_text(text, encoding="utf-8")
+
+
+EFFICIENCY_MARK = "# Fitted, not datasheet: the parameters of costmodel.mechanisms"
 
 
 def cross(tables_by_gpu, fitted, hws):
@@ -144,6 +154,11 @@ def main(argv):
     fitted, blocks = {}, {}
     for pid in GPUS:
         classes, report = fit_device(by_gpu[pid], hws[pid])
+        # the profile's explanations of values at a search bound are kept (they are prose, not fitted)
+        old = load_profile(pid).efficiency
+        classes = {c: e.model_copy(update={"at_bound": old.classes[c].at_bound})
+                   if old is not None and c in old.classes and old.classes[c].at_bound else e
+                   for c, e in classes.items()}
         fitted[pid] = classes
         blocks[pid] = block(classes, report, by_gpu[pid])
         print(f"{pid}: {blocks[pid].parameters} fitted parameters")

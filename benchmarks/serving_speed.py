@@ -36,7 +36,7 @@ def main() -> None:
     cmd = ["costmodel", "predict", "--gpu", "h100", "--model", "Qwen/Qwen3-32B", "--tp", "2", "--engine", "vllm",
            "--concurrency", "64", "--input-len", "1024", "--output-len", "512", "--num-requests", "1000"]
     cli = median_time(lambda: subprocess.run(cmd, check=True, capture_output=True), runs=3)
-    print(f"1,000 requests, Qwen3-32B on 2 x H100 under vLLM at concurrency 64 (1024 + 512 tokens):")
+    print("1,000 requests, Qwen3-32B on 2 x H100 under vLLM at concurrency 64 (1024 + 512 tokens):")
     print(f"  simulation, first call (iteration table built): {first:.2f} s")
     print(f"  simulation, table reused (median of 5):          {sim:.2f} s")
     print(f"  steady-state closed form (median of 5):          {cf * 1e3:.1f} ms")

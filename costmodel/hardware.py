@@ -100,7 +100,7 @@ class OpClass(_Strict):
 
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
-EfficiencyClassName = Literal["gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm", "layernorm",
+EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "attention_einsum", "decode_attention", "prefill_attention", "norm", "layernorm",
                               "softmax", "elementwise", "activation", "rotary", "copy"]
 
 
@@ -209,6 +209,23 @@ class Efficiency(_Strict):
         return sum(len(c.fitted) + len(c.fixed_s) - ("fixed" in c.fitted) for c in self.classes.values())
 
 
+class CollectiveCurve(_Strict):
+    """``t(S) = latency_s + 2 (n - 1) / n * S / bus_bytes_per_s`` for an all-reduce of S bytes over n GPUs."""
+
+    latency_s: _number(0.0, 1.0)
+    bus_bytes_per_s: _number(1e6, 1e16)
+
+
+class Collectives(_Strict):
+    """All-reduce curves fitted on published timings, per implementation (``nccl``, ``custom_graph``,
+    ``custom_eager``: vLLM's custom all-reduce in and out of a CUDA graph) and GPU count."""
+
+    data: tuple[str, ...] = Field(min_length=1)
+    method: str
+    curves: dict[Literal["nccl", "custom_graph", "custom_eager"], dict[int, CollectiveCurve]] = Field(min_length=1)
+    error: dict[str, FitError] = Field(default_factory=dict)  # per "implementation/GPUs", on the fitted data
+
+
 class Noise(_Strict):
     """How quiet the machine was while a profile was measured."""
 
@@ -253,6 +270,7 @@ class HardwareProfile(_Strict):
     measured: Measured | None = None
     architecture: Architecture | None = None
     efficiency: Efficiency | None = None
+    collectives: Collectives | None = None
     noise: Noise | None = None  # measured profiles: how quiet the machine was
     sources: dict[str, str] = Field(min_length=1)
     notes: str = ""

@@ -60,8 +60,9 @@ import numpy as np
 from costmodel.hardware import KernelFacts
 from costmodel.vocab import MECHANISMS, TIMINGS
 
-CLASSES: tuple[str, ...] = ("gemm", "attention_einsum", "decode_attention", "prefill_attention", "norm",
-                            "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
+CLASSES: tuple[str, ...] = ("gemm", "gemm_fp8", "gemm_fp8_block", "attention_einsum", "decode_attention",
+                            "prefill_attention", "norm", "layernorm", "softmax", "elementwise", "activation", "rotary",
+                            "copy")
 
 #: The kernel facts a caller gives none of (a device states its own: costmodel.hardware.KernelFacts).
 DEFAULT_KERNELS = KernelFacts()
@@ -69,17 +70,18 @@ DEFAULT_KERNELS = KernelFacts()
 #: Op class of each kind of program op (:func:`costmodel.program.op_class`); softmax is a row reduction.
 PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
                  "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
-#: A class a device has no fit for takes another's: an unfused attention's einsums are batched GEMMs; a
+#: A class a device has no fit for takes another's: an fp8 GEMM (one scale per tensor) the bf16 GEMM's, a
+#: block-scaled fp8 GEMM the per-tensor one's; an unfused attention's einsums are batched GEMMs; a
 #: cache write, a gated activation and a rotary embedding are elementwise kernels; a LayerNorm and a softmax
 #: are row reductions like an RMSNorm. A parent class without a timing convention's fixed cost takes its first
 #: child's here that has one (the launch of a kernel of the same kind).
-FALLBACK = {"attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise",
+FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise",
             "layernorm": "norm", "softmax": "norm"}
 #: Classes that run on the vector units (no matrix peak).
 VECTOR_CLASSES = ("norm", "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
 ROW_REDUCTIONS = ("softmax",)
 #: Classes priced as (batched) matrix products: projections, and an unfused attention's einsums over the cache.
-GEMMS = ("gemm", "attention_einsum")
+GEMMS = ("gemm", "gemm_fp8", "gemm_fp8_block", "attention_einsum")
 
 
 def efficiency_class(kind: str, name: str) -> str:

@@ -108,7 +108,7 @@ def kv_cache_elements(m: ModelPreset, batch: int, context: int, source: int) -> 
 #: Bits per stored element of each weight dtype (the elements; group scales are added by group size).
 
 
-WEIGHT_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+WEIGHT_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp8_block": 8, "int8": 8, "int4": 4}
 
 #: Bits a scale group stores besides its weights: a 16-bit scale and a zero point of the weights' width
 #: (AWQ's and GPTQ's layouts).

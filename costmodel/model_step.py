@@ -135,8 +135,14 @@ def _row_time(r: Row, pr: Pricing):
     if r.gemm is not None:
         shape = GemmShape(*r.gemm, width=dtype_bytes(pr.dtype))
     compute_dtype = pr.gemm_dtype if (pr.gemm_dtype and r.weighted) else pr.dtype
-    return price(KernelOp(r.op_class, r.name, compute_dtype, r.flops, r.bytes, devices=r.devices), shape, pr.hw,
-                 Conventions(pr.model, pr.overlap))
+    # an fp8 GEMM runs its own kernel (one scale per tensor, or per 128 x 128 block): its own class
+    kernel = FP8_GEMM_CLASS.get(pr.weight_dtype) if compute_dtype == "fp8" and r.gemm is not None else None
+    return price(KernelOp(r.op_class, r.name, compute_dtype, r.flops, r.bytes, devices=r.devices, kernel=kernel),
+                 shape, pr.hw, Conventions(pr.model, pr.overlap))
+
+
+#: The efficiency class of a GEMM over fp8 weights, by how the weights are scaled.
+FP8_GEMM_CLASS = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block"}
 
 
 def _price(rows: list[Row], pr: Pricing) -> list[OpTime]:
@@ -203,7 +209,8 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     device_slice(m, tp)  # a tp the model cannot be sharded over is an error before any arithmetic
     # W8A8: 8-bit weights run their GEMMs at the 8-bit peak where the device has one; int4 (W4A16) and
     # wider weights are dequantized to the activation dtype in the kernel
-    gemm_dtype = weight_dtype if weight_dtype in ("fp8", "int8") and weight_dtype in hw.peak_flops_per_s else None
+    math = "fp8" if weight_dtype == "fp8_block" else weight_dtype
+    gemm_dtype = math if math in ("fp8", "int8") and math in hw.peak_flops_per_s else None
     storage = Storage(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype))
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, storage, gemm_dtype, execution, overlap, model, engine,
                    tp, mla_form)
@@ -328,8 +335,15 @@ def _assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     out.append(f"storage: {stored}; embeddings, norms and routers in {dtype}; KV cache in {pr.kv_dtype}; "
                f"activations in {dtype}; {math_dtype}; no framework memory")
     if pr.tp > 1:
-        reduces = ("one ring all-reduce per layer (parallel block)" if reduces_per_layer(m) == 1 else
-                   "two ring all-reduces per layer")
+        from costmodel.price import collective_curves
+
+        found = collective_curves(pr.hw) if pr.model.active else None
+        how = (f"priced by the all-reduce curves fitted on {found[2]}'s published timings"
+               + (f" (bus bandwidth x {found[1]:.2f}, the interconnect ratio)" if found[1] != 1 else "")
+               + ": vLLM's custom all-reduce up to 8 MiB, NCCL above" if found else
+               "each a ring over the datasheet interconnect")
+        reduces = ("one all-reduce per layer (parallel block)" if reduces_per_layer(m) == 1 else
+                   "two all-reduces per layer") + f", {how}"
         out.append(f"tensor parallel over {pr.tp} device(s): query heads, FFN and vocabulary sharded; key/value heads "
                    "sharded when t <= g, replicated when g < t" + ("; the MLA latent replicated" if m.mla else "")
                    + ("; each expert's width sharded" if m.moe else "") + f"; {reduces}")

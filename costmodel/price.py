@@ -102,7 +102,7 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     ``params`` prices the op with given class parameters instead of the device's (a fit trying them). A
     one-query prefill runs the decode kernel, as engines dispatch it (its decode parameters, its shape)."""
     if op.kind == "all_reduce":
-        return _all_reduce(op, hw)
+        return _all_reduce(op, hw, conv)
     cls = op.cls
     resolved: Resolved | None = conv.model.resolved if conv.model.active else None
     if params is None and cls is not None and resolved is not None:
@@ -124,13 +124,51 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     return _finish(compute, memory, launch, body + launch, None)
 
 
-def _all_reduce(op: KernelOp, hw) -> OpTime:
-    """A tensor-parallel all-reduce over the profile's interconnect (:func:`costmodel.mechanisms.ring_all_reduce`);
-    none on one device."""
+#: The largest message vLLM's custom all-reduce takes (vllm/distributed/device_communicators/custom_all_reduce.py,
+#: max_size 8 MiB); larger ones go to NCCL. SGLang runs the same kernel.
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8 << 20
+
+
+def collective_curves(hw):
+    """(curves, bandwidth scale, where from) of ``hw``'s all-reduce: its own fitted curves, else those of the
+    device it borrows parameters from with the bus bandwidths scaled by the datasheet interconnect ratio;
+    None where neither exists."""
+    if hw.collectives is not None:
+        return hw.collectives.curves, 1.0, hw.id
+    from costmodel.origin import reference_for
+
+    ref = reference_for(hw)
+    if ref is None or ref.collectives is None or hw.interconnect_bytes_per_s is None or \
+            ref.interconnect_bytes_per_s is None:
+        return None
+    return ref.collectives.curves, hw.interconnect_bytes_per_s.value / ref.interconnect_bytes_per_s.value, ref.id
+
+
+def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
+    """A tensor-parallel all-reduce: the fitted curve of the implementation an engine picks (vLLM's custom
+    all-reduce up to :data:`CUSTOM_ALL_REDUCE_MAX_BYTES`, in a CUDA graph under graph timing; NCCL above) where
+    the time model is fitted; else a ring over the profile's interconnect
+    (:func:`costmodel.mechanisms.ring_all_reduce`). None on one device."""
     from costmodel.errors import CostModelError
 
     if op.devices == 1:
         return _finish(0.0, 0.0, 0.0, 0.0, None)
+    found = collective_curves(hw) if conv.model.active else None
+    if found is not None:
+        curves, scale, _ = found
+        small = np.asarray(op.bytes, float) <= CUSTOM_ALL_REDUCE_MAX_BYTES
+        custom = "custom_graph" if conv.timing == "graph" else "custom_eager"
+        t = op.devices
+        parts = []
+        for impl in (custom, "nccl"):
+            by_n = curves.get(impl) or curves["nccl"]
+            n = min((k for k in by_n if k >= t), default=max(by_n))
+            c = by_n[n]
+            volume = 2 * (t - 1) / t * np.asarray(op.bytes, float)
+            parts.append((volume / (c.bus_bytes_per_s * scale), c.latency_s))
+        transfer = np.where(small, parts[0][0], parts[1][0])
+        latency = np.where(small, parts[0][1], parts[1][1]) * op.launches
+        return _finish(0.0, transfer, latency, transfer + latency, None)
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: tensor parallelism needs both")
     transfer, latency = ring_all_reduce(op.bytes, op.devices, hw.interconnect_bytes_per_s.value / 2,

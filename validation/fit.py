@@ -37,6 +37,12 @@ FREE = {
              "bandwidth_exponent", "split_s"),
     "decode_attention": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent", "unit_sm_s",
                          "split_s"),
+    # fp8 GEMMs (one scale per tensor, or per 128 x 128 block) are GEMM kernels of their own: the same mechanisms
+    # (per-tensor fp8: a tile's prologue sat at 0, the bound, with no change of error; it is not fitted)
+    "gemm_fp8": ("fixed", "compute_efficiency", "small_tile_exponent", "bandwidth_ceiling", "bandwidth_half_bytes",
+                 "bandwidth_exponent", "split_s"),
+    "gemm_fp8_block": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling",
+                       "bandwidth_half_bytes", "bandwidth_exponent", "split_s"),
     # the memory side of a prefill is mostly K and V re-read by every query tile (from L2), more than the
     # bytes counted once: its own curve, not decode attention's
     "prefill_attention": ("fixed", "compute_efficiency", "score_s", "tile_s", "bandwidth_ceiling",

@@ -33,6 +33,11 @@ from costmodel.mechanisms import decode_shape
 
 AIC = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
                  r"(?P<table>generation_attention|context_attention|gemm)\.csv$")
+#: The lower-precision GEMM tables (aiconfigurator's all_dtypes/): fp8 with one scale per tensor, and fp8 with a
+#: scale per 128 x 128 block.
+AIC_DTYPES = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
+                        r"(?P<table>gemm)_perf\.csv$")
+FP8_GEMMS = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block"}
 VIDUR = re.compile(r"^(?P<system>[A-Za-z0-9]+)_mlp_ops\.csv$")
 LLMCOMPASS = re.compile(r"^(?P<table>matmul|softmax|layernorm|gelu|transformer_prefill|transformer_decode)_"
                         r"(?P<system>[A-Za-z0-9]+)\.csv$")
@@ -130,6 +135,27 @@ def attention_command(profile: str, mode: str, b: int, s: int, h: int, g: int, k
     return ["predict", "--gpu", profile, *_variant_args(h, g), "--heads", str(h), "--d-model", str(h * k),
             "--head-dim", str(k), "--value-dim", str(k), "--batch", str(b), *dims, "--execution", "fused",
             "--dtype", "bf16", "--timing", "graph"]
+
+
+def read_fp8_gemms(path: Path, m: re.Match) -> list[Table]:
+    """The fp8 GEMM rows of an all_dtypes table, one table per scaling: inputs and weights one byte per element,
+    the output in bf16."""
+    rows = _rows(path)
+    profile = profile_for_system(m["system"])
+    t = _column(rows, "latency", path) * 1e-3
+    M, N, K = (_column(rows, c, path) for c in ("m", "n", "k"))
+    kind = np.array([r["gemm_dtype"] for r in rows])
+    out = []
+    for dtype, cls in FP8_GEMMS.items():
+        sel = kind == dtype
+        if not sel.any():
+            continue
+        out.append(Table(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype="fp8",
+                         file=path.name, op_class=cls,
+                         fields={"m": M[sel], "n": N[sel], "k": K[sel]}, measured_s=t[sel],
+                         flops=2 * M[sel] * N[sel] * K[sel], nbytes=M[sel] * K[sel] + K[sel] * N[sel] + 2 * M[sel] * N[sel],
+                         shape={"batch": np.ones_like(M[sel]), "M": M[sel], "K": K[sel], "N": N[sel]}))
+    return out
 
 
 def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
@@ -285,15 +311,17 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
 
 
 def read_folder(folder: str | Path) -> tuple[list[Table], list[str]]:
-    """Every recognised table under ``folder`` (searched two levels deep), and the files skipped."""
+    """Every recognised table under ``folder`` (searched three levels deep), and the files skipped."""
     root = Path(folder)
     if not root.is_dir():
         raise CostModelError(f"published-measurements folder {folder} does not exist or is not a folder")
-    files = sorted(p for p in [*root.glob("*.csv"), *root.glob("*/*.csv")] if p.is_file())
+    files = sorted(p for p in [*root.glob("*.csv"), *root.glob("*/*.csv"), *root.glob("*/*/*.csv")] if p.is_file())
     tables, skipped = [], []
     for path in files:
         if m := AIC.match(path.name):
             tables += read_aiconfigurator(path, m)
+        elif m := AIC_DTYPES.match(path.name):
+            tables += read_fp8_gemms(path, m)
         elif m := VIDUR.match(path.name):
             tables += read_vidur(path, m)
         elif m := LLMCOMPASS.match(path.name):
@@ -320,7 +348,7 @@ __all__ = ["Table", "read_folder", "shipped_folder", "attention_command", "atten
 
 def size_bin(table: Table) -> np.ndarray:
     """The size bin of every row: GEMMs by M (decode-sized M <= 64 or not), the rest by bytes moved."""
-    if table.op_class == "gemm" and "M" in table.shape:
+    if table.op_class.startswith("gemm") and "M" in table.shape:
         return np.where(np.asarray(table.shape["M"]) <= 64, "M<=64", "M>64")
     b = table.nbytes
     return np.where(b < 1e6, "<1MB", np.where(b < 1e8, "1-100MB", ">=100MB"))

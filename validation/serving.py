@@ -32,14 +32,14 @@ SYSTEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "
            "l40s": "l40s"}
 
 #: Weight dtype for each precision the rows name ("" is the checkpoint's own).
-PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8"}
+PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block"}
 
 
 def kv_dtype_for(backend: str, weight_dtype: str | None) -> str | None:
     """The KV-cache dtype an engine uses for a checkpoint when none is asked for: TensorRT-LLM's FP8
     checkpoints (quantized with ModelOpt) carry an FP8 KV cache; vLLM and SGLang keep the model's dtype
     (``--kv-cache-dtype auto``)."""
-    return "fp8" if backend == "trtllm" and weight_dtype == "fp8" else None
+    return "fp8" if backend == "trtllm" and weight_dtype in ("fp8", "fp8_block") else None
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,8 @@ def parse(row: dict) -> Deployment | str:
             return "unknown model"
     except ValueError:
         return "bad numbers"
-    weight = PRECISIONS[precision] or next((PRECISIONS[q] for q in quant if PRECISIONS[q]), None)
+    gemm = (row["gemm_quant_mode"] or "").strip()
+    weight = PRECISIONS[gemm] if gemm else PRECISIONS[precision]
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                       batch, tp, weight, kv_dtype_for(row["backend"], weight), ttft / 1e3, tpot / 1e3)
 

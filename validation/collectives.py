@@ -1,0 +1,82 @@
+"""All-reduce curves fitted on published timings (aiconfigurator's ``comm/`` tables: NCCL, and vLLM's custom
+all-reduce inside and outside a CUDA graph), and their errors on the tables they saw and on other devices'.
+
+The curve of one implementation over ``n`` GPUs is ``t(S) = latency + 2 (n - 1) / n * S / bus_bandwidth`` for a
+message of ``S`` bytes: a fixed cost per call (synchronisation and the kernel's start) and the ring's data
+volume at an effective bus bandwidth (NCCL's "busbw"). Two numbers per implementation and GPU count, fitted by
+least squares on log time. A device without tables takes a measured device's latencies and scales its bus
+bandwidths by the ratio of the datasheet interconnect bandwidths (the transfer rule).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+#: The tables and the implementation each row's kernel_source/backend names.
+TABLES = {"a100_80gb_sxm": ("a100_sxm_nccl_2.27.3_nccl_perf.csv", "a100_sxm_vllm_0.14.0_custom_allreduce_perf.csv"),
+          "h100_sxm": ("h100_sxm_nccl_2.27.3_nccl_perf.csv", "h100_sxm_vllm_0.19.0_custom_allreduce_perf.csv"),
+          "b200": ("b200_sxm_nccl_2.29.2_nccl_perf.csv", "b200_sxm_vllm_0.19.0_custom_allreduce_perf.csv")}
+IMPLEMENTATIONS = ("nccl", "custom_graph", "custom_eager")
+_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "int8": 1, "float": 4, "float32": 4}
+
+
+def read_tables(folder: str | Path, profile: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+    """(implementation, GPUs) -> (message bytes, seconds) of the all-reduce rows (NCCL: 16-bit rows only)."""
+    folder = Path(folder)
+    out: dict = {}
+    nccl, custom = TABLES[profile]
+    for name in (nccl, custom):
+        with open(folder / name, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                if row["op_name"] != "all_reduce":
+                    continue
+                if "backend" in row and row.get("backend"):
+                    impl = {"vllm_graph": "custom_graph", "vllm_eager": "custom_eager"}[row["backend"]]
+                    dtype = row["allreduce_dtype"]
+                else:
+                    impl, dtype = "nccl", row["nccl_dtype"]
+                    if dtype != "half":
+                        continue
+                key = (impl, int(row["num_gpus"]))
+                size = int(row["message_size"]) * _BYTES[dtype]
+                out.setdefault(key, ([], []))
+                out[key][0].append(size)
+                out[key][1].append(float(row["latency"]) / 1e3)
+    return {k: (np.array(v[0], float), np.array(v[1], float)) for k, v in out.items()}
+
+
+def curve(size, n: int, latency: float, bus: float):
+    return latency + 2 * (n - 1) / n * np.asarray(size, float) / bus
+
+
+def fit_curve(size: np.ndarray, seconds: np.ndarray, n: int) -> tuple[float, float]:
+    """(latency_s, bus_bytes_per_s) minimising squared log error (a grid over the latency, the bandwidth
+    solved by a 1-D search for each)."""
+    volume = 2 * (n - 1) / n * size
+    best = None
+    for lat in np.geomspace(seconds.min() * 0.05, seconds.min() * 1.2, 120):
+        for bus in np.geomspace(1e9, 2e13, 400):
+            err = np.sum(np.log((lat + volume / bus) / seconds) ** 2)
+            if best is None or err < best[0]:
+                best = (err, lat, bus)
+    return float(best[1]), float(best[2])
+
+
+def errors(size, seconds, n, latency, bus) -> tuple[int, float, float]:
+    e = np.abs(curve(size, n, latency, bus) / seconds - 1) * 100
+    return len(e), float(np.median(e)), float(np.percentile(e, 90))
+
+
+def fit_device(folder, profile: str) -> dict:
+    """Every curve of a device's tables and its error on them."""
+    tables = read_tables(folder, profile)
+    curves, errs = {}, {}
+    for (impl, n), (size, sec) in sorted(tables.items()):
+        lat, bus = (float(f"{x:.4g}") for x in fit_curve(size, sec, n))  # as the profile stores them
+        curves.setdefault(impl, {})[n] = {"latency_s": lat, "bus_bytes_per_s": bus}
+        k, med, p90 = errors(size, sec, n, lat, bus)
+        errs[f"{impl}/{n}"] = {"n": k, "median_abs_error_pct": med, "p90_abs_error_pct": p90}
+    return {"curves": curves, "error": errs}
