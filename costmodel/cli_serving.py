@@ -12,6 +12,7 @@ from costmodel.cli_options import (check_writable, choices, csv_to_stdout, dtype
                                    output_format, Positive, PositiveNumber, sweep_spec, timing_option,
                                    variant_option, without_option, write_csv)
 from costmodel.errors import CostModelError
+from costmodel.engines import ENGINE_NAMES
 from costmodel.vocab import DEFAULTS, DERIVE_VARIANTS, DTYPES, EXECUTIONS, MLA_FORMS, WEIGHT_DTYPES
 
 #: What a whole-model sweep may vary.
@@ -198,15 +199,28 @@ def model_options(func):
               help="unfused or flash-style fused attention")
 @timing_option
 @without_option
+@click.option("--batching", type=choices(("continuous", "static")), default="continuous", show_default=True,
+              help="continuous: the most clients an engine serves under load; static: the largest batch of "
+                   "requests prefilled together, then decoded")
+@click.option("--engine", "engine_name", type=choices(ENGINE_NAMES), default="vllm", show_default=True,
+              help="with --batching continuous: the serving engine")
+@click.option("--statistic", type=choices(("mean", "p90")), default="mean", show_default=True,
+              help="with --batching continuous: hold the mean or the p90 of TTFT and TPOT to the targets")
+@click.option("--evaluator", type=choices(("simulation", "steady-state")),
+              help="with --batching continuous: how each concurrency is priced [default: the closed form for "
+                   "means, the simulation for p90]")
 @format_option
 @json_option
 def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len, variant, groups,
-             tpot_ms, ttft_ms, price_per_hour, variants, dtype, execution, timing, without, fmt, as_json) -> None:
-    """The largest batch a model serves under latency targets and memory, per device and attention layout.
+             tpot_ms, ttft_ms, price_per_hour, variants, dtype, execution, timing, without, batching, engine_name,
+             statistic, evaluator, fmt, as_json) -> None:
+    """The most a model serves under latency targets, per device and attention layout.
 
-    For requests of --input-len prompt and --output-len generated tokens: the largest batch whose mean TPOT
-    (and TTFT) stay under --tpot-ms (--ttft-ms) and whose weights and KV cache fit, which limit binds, the
-    throughput there, and with --price-per-hour the cost per million output tokens.
+    For requests of --input-len prompt and --output-len generated tokens: with continuous batching (the
+    default) the most clients an engine serves while TTFT and TPOT (mean or p90) stay under --ttft-ms and
+    --tpot-ms; with --batching static the largest batch whose mean TPOT and TTFT stay under the targets and
+    whose weights and KV cache fit. Which limit binds, the throughput there, and with --price-per-hour the
+    cost per million output tokens.
 
     Example: costmodel capacity --gpu h100 --model llama-3-8b --input-len 2048 --output-len 512 --tpot-ms 50
     """
@@ -221,6 +235,13 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
         raise CostModelError("capacity needs --input-len and --output-len (the requests it serves)")
     hws = [load_profile(g) for g in gpus]
     layouts = load_layouts(model_name, variant, groups, kv_heads)
+    if batching == "continuous":
+        return _load_capacity(hws, layouts[0], fmt, input_len=input_len, output_len=output_len, tpot_ms=tpot_ms,
+                              ttft_ms=ttft_ms, price_per_hour=price_per_hour, variants=variants,
+                              engine_name=engine_name, statistic=statistic, evaluator=evaluator, tp=tp,
+                              weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing)
+    if statistic != "mean" or evaluator is not None:
+        raise CostModelError("--statistic and --evaluator apply with --batching continuous")
     report = run_capacity(layouts[0], hws, input_len=input_len, output_len=output_len,
                           tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
                           ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None, price_per_hour=price_per_hour,
@@ -232,6 +253,25 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
                 "tokens_per_s_per_device": p.request.tokens_per_s_per_device if p.request else None,
                 "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
     _emit(fmt, [report.model_dump(mode="json")], records, lambda: capacity_table(report), single=True)
+
+
+def _load_capacity(hws, m, fmt, *, input_len, output_len, tpot_ms, ttft_ms, price_per_hour, variants, engine_name,
+                   statistic, evaluator, tp, weight_dtype, kv_dtype, timing) -> None:
+    from costmodel.served_capacity import load_capacity
+    from costmodel.text_serving import load_capacity_table
+
+    if tpot_ms is None and ttft_ms is None:
+        raise CostModelError("capacity under load needs a target: --tpot-ms, --ttft-ms or both")
+    report = load_capacity(m, hws, input_len=input_len, output_len=output_len, engine_name=engine_name,
+                           tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
+                           ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None, statistic=statistic,
+                           evaluator=evaluator, price_per_hour=price_per_hour, variants=variants, tp=tp,
+                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing)
+    records = [{"device": p.device, "model": p.model, "attention": p.attention, "concurrency": p.concurrency,
+                "binds": p.binds, "ttft_s": p.at.ttft_s if p.at else None, "tpot_s": p.at.tpot_s if p.at else None,
+                "output_tokens_per_s_per_device": p.at.output_tokens_per_s_per_device if p.at else None,
+                "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
+    _emit(fmt, [report.model_dump(mode="json")], records, lambda: load_capacity_table(report), single=True)
 
 
 def plot_model_sweep(hws, layouts, spec, out, csv_path, max_points, batch, context, input_len, output_len,

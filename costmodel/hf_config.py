@@ -102,13 +102,17 @@ def _refuse_unsupported(cfg: dict, path: str) -> None:
 
 
 def _quantization(q, path: str) -> dict | None:
-    """The weight storage of a ``quantization_config``: int4/int8 with group scales, or fp8."""
+    """The weight storage of a ``quantization_config``: int4/int8 with group scales, or fp8 (per tensor, or
+    block-scaled where it names a ``weight_block_size``)."""
     if not q:
         return None
     if not isinstance(q, dict):
         raise CostModelError(f"{path}: quantization_config must be an object")
     method = str(q.get("quant_method", "")).lower()
     if method == "fp8" or str(q.get("fmt", "")).lower().startswith("e4m3"):
+        if q.get("weight_block_size"):  # a scale per block (DeepSeek-V3, Qwen3 FP8): the block-scaled kernels
+            block = " x ".join(str(b) for b in q["weight_block_size"])
+            return {"weight_dtype": "fp8_block", "group_size": 0, "method": f"fp8, one scale per {block} block"}
         return {"weight_dtype": "fp8", "group_size": 0, "method": method or "fp8"}
     if method == "bitsandbytes":
         if q.get("load_in_4bit"):

@@ -104,6 +104,10 @@ class Resolved:
         return self.classes.get(cls)
 
 
+#: Classes of fp8 GEMM kernels: only a device with an fp8 peak has them.
+FP8_CLASSES = ("gemm_fp8", "gemm_fp8_block")
+
+
 def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -> Resolved | None:
     """Per class: the device's own fitted parameters where it has them for ``timing``; the rest transferred
     from :func:`reference_for`'s device (or ``reference``, a profile, or None for no transfer). None when
@@ -125,10 +129,13 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
 
     classes, origin = {}, {}
     for cls in CLASSES:
+        if cls in FP8_CLASSES and "fp8" not in hw.peak_flops_per_s:
+            continue  # a device without fp8 math runs no fp8 GEMM
         mine = own.get(cls)
         near = NEAREST_TIMING.get(timing)
         other = FALLBACK.get(cls)
-        if mine is None and other in own and other in classes:  # this device's own fit of the parent class
+        if mine is None and other in classes and origin[other].kind == "fitted" and origin[other].device == hw.id:
+            # this device's own fit of the parent class (or of the parent's parent)
             classes[cls], origin[cls] = classes[other], origin[other].noted(f" (its {other} class)")
             continue
         covered = mine is not None and (timing in mine.fixed_s or near in mine.fixed_s)

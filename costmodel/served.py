@@ -30,18 +30,16 @@ MAX_REQUESTS = 1_000_000
 # --- fitted engine overheads -------------------------------------------------------------------------
 #: A serving engine's fixed costs on top of the GPU's work, fitted by benchmarks/fit_serving.py on the 582
 #: expressible H100 rows of aiconfigurator's silicon sample (ai-dynamo/aiconfigurator@095f58a): per iteration
-#: (scheduling, sampling, input preparation), and per request the front end's delay between a client sending it
-#: and the engine scheduling it (HTTP, tokenization, the first token streamed back), added to TTFT (it does not
-#: hold the engine: the fit treats it as additive, and so does the prediction).
-#: The per-iteration cost comes out at 0, the bound of its search, for all three engines: the measured TPOTs
-#: leave no room for CPU time beside the GPU's (the engines overlap scheduling with the step and replay decode
-#: steps as CUDA graphs), so it is 0 here, not a result. vLLM's front-end delay is at its bound of 0 too.
-#: SGLang 165 ms (84 Qwen3-32B rows), TensorRT-LLM 145 ms (360 rows; fitted on the Qwen3 rows only it is 132 ms,
-#: on the Llama rows only 149 ms); see docs/serving.md for what each fit saw and its error on the rest.
+#: (scheduling, sampling, input preparation), and per request the front end's latency (HTTP, tokenization, the
+#: first token streamed back), added to TTFT (it does not hold the engine: the fit treats it as additive, and so
+#: does the prediction). Per iteration 1 ms for each engine (a grid of 0, 1, 2, 3 and 5 ms); the front end
+#: 120 ms for SGLang (84 Qwen3-32B rows) and TensorRT-LLM (360 rows; 66 ms fitted on its Qwen3 rows alone,
+#: 141 ms on its Llama rows alone), and 0 for vLLM, the bound of its search: vLLM's measured TTFTs leave no room
+#: for one. docs/serving.md gives each fit's error on the rows it did not see.
 OVERHEADS = {
-    "vllm": {"iteration_s": 0.0, "request_s": 0.0},
-    "sglang": {"iteration_s": 0.0, "request_s": 0.1655},
-    "trtllm": {"iteration_s": 0.0, "request_s": 0.145},
+    "vllm": {"iteration_s": 0.001, "request_s": 0.0},
+    "sglang": {"iteration_s": 0.001, "request_s": 0.1205},
+    "trtllm": {"iteration_s": 0.001, "request_s": 0.12},
 }
 
 
@@ -100,7 +98,10 @@ class Setup:
                 f"{m.id} on {pr.tp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
                 f"leave a KV cache of {max(self.kv_tokens, 0)} tokens, less than one request's {max_context}; "
                 "raise tp or the memory fraction")
-        seqs = max(1, min(max_seqs, eng.max_num_seqs, self.kv_tokens))
+        # the table reaches as many sequences as the engine can run, whatever this load asks, so that loads on
+        # the same setup share it
+        seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))
+        del max_seqs
         self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])

@@ -44,3 +44,27 @@ def load_table(results: list) -> str:
                      f"{p.preemptions} preemptions")
     lines += ["", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
     return "\n".join(lines)
+
+
+def load_capacity_table(report) -> str:
+    """One line per device and layout: the most clients, what binds, latency and throughput there."""
+    targets = ", ".join(t for t in (
+        f"TPOT <= {_ms(report.tpot_target_s)}" if report.tpot_target_s is not None else "",
+        f"TTFT <= {_ms(report.ttft_target_s)}" if report.ttft_target_s is not None else "") if t)
+    lines = [f"served by {report.engine}: requests of {report.input_len} + {report.output_len} tokens, "
+             f"{report.statistic} {targets}", ""]
+    rows = [("device", "model", "attention", "clients", "binds", "TTFT", "TPOT", "batch", "tok/s/device",
+             "tok/s/user") + (("$/M tokens",) if report.price_per_hour is not None else ())]
+    for pt in report.points:
+        p = pt.at
+        stat = (lambda s: s.p90) if report.statistic == "p90" else (lambda s: s.mean)
+        cells = (pt.device, pt.model, pt.attention, str(pt.concurrency), pt.binds or "-",
+                 _ms(stat(p.ttft)) if p else "-", _ms(stat(p.tpot)) if p else "-",
+                 f"{p.mean_batch:.1f}" if p else "-", f"{p.output_tokens_per_s_per_device:,.0f}" if p else "-",
+                 f"{p.output_tokens_per_s_per_user:.1f}" if p else "-")
+        if report.price_per_hour is not None:
+            cells += (f"{pt.cost_per_million_tokens:.3g}" if pt.cost_per_million_tokens is not None else "-",)
+        rows.append(cells)
+    lines += aligned(rows, right=set(range(3, len(rows[0]))) - {4})
+    lines += ["", "Assumptions:", *[f"  - {a}" for a in report.assumptions]]
+    return "\n".join(lines)

@@ -83,7 +83,7 @@ def test_a_cached_whole_model_does_not_import_sympy(tmp_path):
     """A model step's ops are counted in plain arithmetic (costmodel.ops) and its attention comes from the cache:
     `costmodel capacity` on a rerun needs no symbolic algebra either."""
     env = {"COSTMODEL_CACHE": str(tmp_path), "PATH": ""}
-    args = "['capacity', '--gpu', 'h100', '--model', 'mixtral-8x7b', '--input-len', '256', '--output-len', '16']"
+    args = "['capacity', '--gpu', 'h100', '--model', 'mixtral-8x7b', '--input-len', '256', '--output-len', '16', '--batching', 'static']"
     run = [sys.executable, "-c", "import sys; from costmodel.cli import main\n"
                                  f"try:\n    main({args})\nexcept SystemExit:\n    pass\n"
                                  "print('sympy' in sys.modules)"]

@@ -214,7 +214,7 @@ def test_fp8_kv_cache_halves_the_cache_and_the_decode_attention_bytes():
 def test_weight_dtype_overrides_the_config_and_the_compute_dtype_stays():
     m, hw = load_model("deepseek_v3"), load_profile("h100")
     fp8 = predict_model(m, hw, batch=1, context=1024, tp=8)
-    assert fp8.workload.weight_dtype == "fp8" and fp8.workload.dtype == "bf16"
+    assert fp8.workload.weight_dtype == "fp8_block" and fp8.workload.dtype == "bf16"
     bf16 = predict_model(m, hw, batch=1, context=1024, tp=8, weight_dtype="bf16")
     # one byte less per projection weight a device holds (the latent down-projections are replicated)
     per_device = param_groups(device_slice(m, 8))["projections"]

@@ -112,7 +112,9 @@ def test_a_tensor_parallel_all_reduce_is_priced_by_the_same_path():
     assert reduce(0.0, 4).time == pytest.approx(6 * 2e-6)
     assert reduce(8e6, 1).time == 0.0
     p = costmodel.predict_model(costmodel.load_model("llama-3-8b"), H100, batch=B, context=CTX, tp=4)
-    assert p.decode.all_reduce_s == pytest.approx(2 * 32 * reduce(B * D * 2, 4).time)
+    fitted = price(KernelOp("all_reduce", "all_reduce", "bf16", 0.0, B * D * 2, devices=4), None, H100,
+                   Conventions.of(H100, "graph")).time
+    assert p.decode.all_reduce_s == pytest.approx(2 * 32 * fitted)
 
 
 def test_tensor_parallelism_is_a_transformation_of_the_program():

@@ -220,3 +220,35 @@ def test_validate_serving_bad_file(tmp_path, run_cli):
     assert not out.exists()
     r = run_cli("validate", "--serving", str(tmp_path / "missing.csv"))
     assert r.exit_code != 0 and "Error:" in r.output and "Traceback" not in r.output
+
+
+# --- capacity under load -----------------------------------------------------------------------------
+
+def test_capacity_is_the_edge_of_the_targets(llama, h100):
+    """At the reported concurrency every target holds and the engine holds every client; one more client
+    breaks what ``binds`` names (checked by pricing both points directly)."""
+    from costmodel.served_capacity import largest_concurrency
+
+    for kw in ({"tpot_s": 0.02}, {"ttft_s": 0.08}, {"tpot_s": 0.05}):
+        pt = largest_concurrency(llama, h100, input_len=2048, output_len=512, **kw)
+        c = pt.concurrency
+        here = serve(llama, h100, input_len=2048, output_len=512, concurrency=c, evaluator="steady-state")
+        more = serve(llama, h100, input_len=2048, output_len=512, concurrency=c + 1, evaluator="steady-state")
+        assert here.tpot_s <= kw.get("tpot_s", 1e9) and here.ttft_s <= kw.get("ttft_s", 1e9)
+        assert here.max_batch >= c
+        broken = {"tpot": more.tpot_s > kw.get("tpot_s", 1e9), "ttft": more.ttft_s > kw.get("ttft_s", 1e9),
+                  "kv cache": more.max_batch < c + 1}
+        assert broken[pt.binds], (kw, pt.binds, c)
+
+
+def test_static_batching_keeps_its_answer(run_cli):
+    """`--batching static` is the largest static batch, as costmodel.serving.capacity computes it."""
+    from costmodel.serving import capacity
+
+    r = run_cli("capacity", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "64",
+                "--tpot-ms", "30", "--batching", "static", "--no-variants", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)["points"][0]["batch"]
+    want = capacity(costmodel.load_model("llama-3-8b"), [costmodel.load_profile("h100")], input_len=512,
+                    output_len=64, tpot_s=0.03, variants=False).points[0].batch
+    assert got == want > 0

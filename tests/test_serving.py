@@ -78,7 +78,7 @@ def test_capacity_holds_at_the_batch_and_not_one_beyond(pid, gpu):
 def test_capacity_with_ttft_target_price_and_variants():
     out = json.loads(_run("capacity", "--gpu", "h100", "--gpu", "a100", "--model", "llama-3-8b", "--input-len",
                           "2048", "--output-len", "256", "--tpot-ms", "40", "--ttft-ms", "3000",
-                          "--price-per-hour", "2", "--json"))
+                          "--price-per-hour", "2", "--batching", "static", "--json"))
     points = out["points"]
     assert [(p["device"], p["attention"]) for p in points] == [
         (d, a) for d in ("h100_sxm", "a100_80gb_sxm") for a in ("GQA (g=8)", "MHA (g=32)", "MQA (g=1)")]

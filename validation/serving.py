@@ -4,7 +4,7 @@ the benchmark client) that costmodel can express is predicted with :func:`costmo
 row is counted under the reason it cannot be.
 
 A row's prediction is the closed loop of ``silicon_concurrency`` clients (the ``batch_size`` where the source
-names none) on ``tp_size`` devices of the row's system under its engine (``backend``), with max_num_seqs set
+names none; a concurrency above the batch means several replicas, which are not modelled yet) on ``tp_size`` devices of the row's system under its engine (``backend``), with max_num_seqs set
 to ``batch_size``, the weights and GEMMs in the row's precision, and the KV cache in the engine's default for
 the checkpoint.
 """
@@ -124,6 +124,8 @@ def parse(row: dict) -> Deployment | str:
         conc = int(m.group(1)) if m else batch
         if not conc or not batch:
             return "no concurrency"
+        if conc > batch:  # more clients than one engine's batch: the source's replicas share the load
+            return "several replicas (data parallel)"
         try:
             load_model(row["model_path"])
         except CostModelError:
