@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli_options import PositiveNumber, Positive, choices, emit_json, emit_records
+from costmodel.cli_options import FilePath, PositiveNumber, Positive, choices, emit_json, emit_records
 from costmodel.engines import ENGINE_NAMES
 from costmodel.errors import CostModelError
 
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "max_num_batched_tokens", "max_num_seqs",
-             "memory_fraction", "page_size", "chunked_prefill", "length_dist", "spread", "evaluator")
+             "memory_fraction", "page_size", "chunked_prefill", "length_dist", "spread", "lengths_file", "evaluator")
 
 
 class Fraction(click.ParamType):
@@ -53,6 +53,9 @@ def engine_options(func):
                      show_default=True, help="request lengths around --input-len and --output-len"),
         click.option("--spread", type=click.FloatRange(0, 0.99), default=0.0, show_default=True,
                      help="with --length-dist uniform: half-width; normal: standard deviation (a share of the mean)"),
+        click.option("--lengths-file", type=FilePath(), metavar="FILE",
+                     help="request lengths, one request per line: prompt and output tokens (CSV or spaces); the "
+                          "requests take them in order, cycled"),
         click.option("--evaluator", type=choices(("simulation", "steady-state")), default="simulation",
                      show_default=True, help="iteration-level simulation, or the steady-state closed form"),
     ]
@@ -70,8 +73,16 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     from costmodel.served import serve
     from costmodel.text_serving import load_records, load_table
 
+    values = {}
+    if load["lengths_file"] is not None:
+        if load["length_dist"] != "fixed":
+            raise CostModelError("--lengths-file gives the lengths; --length-dist does not apply with it")
+        prompts, outputs = read_lengths(load["lengths_file"])
+        values = dict(input_dist="file", output_dist="file", input_values=prompts, output_values=outputs)
+        input_len, output_len = round(sum(prompts) / len(prompts)), round(sum(outputs) / len(outputs))
     if input_len is None or output_len is None:
-        raise CostModelError("a served model needs --input-len and --output-len (the requests' lengths)")
+        raise CostModelError("a served model needs --input-len and --output-len (the requests' lengths), or "
+                             "--lengths-file")
     if load["concurrency"] is None and load["request_rate"] is None:
         raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
     if load["concurrency"] is not None and load["request_rate"] is not None:
@@ -88,7 +99,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
               page_size=load["page_size"], chunked_prefill=load["chunked_prefill"],
               input_dist=load["length_dist"], output_dist=load["length_dist"], spread=load["spread"],
-              evaluator=load["evaluator"])
+              evaluator=load["evaluator"]) | values
     results = [serve(m, hw, **kw) for hw in hws for m in layouts]
     if fmt == "json":
         dumped = [r.model_dump(mode="json") for r in results]
@@ -97,3 +108,28 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         emit_records([rec for r in results for rec in load_records(r)], fmt)
     else:
         click.echo(load_table(results))
+
+
+def read_lengths(path: str) -> tuple[list[int], list[int]]:
+    """(prompt lengths, output lengths) of a lengths file: two whole numbers per line, a header line allowed."""
+    import re
+
+    from costmodel.files import read_text
+    from costmodel.vocab import whole
+
+    prompts, outputs = [], []
+    for i, line in enumerate(read_text(path, "lengths file").splitlines(), 1):
+        cells = [c for c in re.split(r"[,\s]+", line.strip()) if c]
+        if not cells or cells[0].startswith("#"):
+            continue
+        numbers = [whole(c) for c in cells]
+        if len(cells) != 2 or None in numbers or min(numbers) < 1:
+            if i == 1 and all(n is None for n in numbers):
+                continue  # a header
+            raise CostModelError(f"{path}: line {i}: expected two whole numbers >= 1 (prompt and output tokens), "
+                                 f"got {line.strip()[:80]!r}")
+        prompts.append(numbers[0])
+        outputs.append(numbers[1])
+    if not prompts:
+        raise CostModelError(f"{path}: no request lengths (two whole numbers per line)")
+    return prompts, outputs

@@ -102,6 +102,13 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
     return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM)
 
 
+def default_kv_dtype(name: str, weight_dtype: str | None) -> str | None:
+    """The KV-cache dtype an engine keeps for a checkpoint when none is asked for: TensorRT-LLM's FP8
+    checkpoints (quantized with ModelOpt, kv_cache_quant_algo FP8) carry an FP8 cache; vLLM and SGLang keep the
+    model's dtype (``--kv-cache-dtype auto``). None: the model's dtype."""
+    return "fp8" if name == "trtllm" and weight_dtype in ("fp8", "fp8_block") else None
+
+
 def activation_bytes(tokens: int, d_model: int, d_ff_per_device: int, act_bytes: float) -> float:
     """Peak activations of a forward pass over ``tokens`` tokens, as an engine's profile run leaves them: the
     gate and up projections' output and a few residual-width buffers per token (an estimate, stated)."""

@@ -123,8 +123,11 @@ def assumptions(setup, evaluator: str, concurrency, request_rate) -> list[str]:
     return [
         f"engine {eng.describe()}",
         f"KV cache: {setup.kv_tokens} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "
-        f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device",
+        f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device, in "
+        f"{setup.pr.kv_dtype}; weights in {setup.pr.weight_dtype}"
+        + (f", GEMMs at the {setup.pr.gemm_dtype} peak in their own fitted kernel class" if setup.pr.gemm_dtype else ""),
         load,
+        *setup.pr_lines,
         "continuous batching: each iteration runs the running sequences' decode tokens and prefill chunks of "
         "waiting requests within the token budget; its time is the model step priced for that mix (prefill "
         "tokens at their positions, decode tokens at theirs) plus the engine's fixed cost per iteration "

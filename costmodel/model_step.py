@@ -297,11 +297,11 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
             weight_bytes_per_device=weights, capacity_bytes=hw.capacity, fits=kv + weights <= hw.capacity,
             max_batch=largest_batch_in_memory(dev, pr, context, source), max_context=max_context,
         ),
-        assumptions=_assumptions(m, pr),
+        assumptions=step_assumptions(m, pr),
     )
 
 
-def _assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
+def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     dtype, weight_dtype, group, gemm_dtype, mla_form = pr.dtype, pr.weight_dtype, pr.group, pr.gemm_dtype, pr.mla_form
     out = ["decode step: one token per sequence after `context` cached positions; prefill: a `context`-token prompt",
            *mechanism_lines(pr.hw, pr.model),

@@ -10,14 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel import checks
-from costmodel.engines import (ENGINE_NAMES, EngineConfig, activation_bytes, engine, kv_budget_bytes,
-                               kv_capacity_tokens)
+from costmodel.engines import (ENGINE_NAMES, EngineConfig, activation_bytes, default_kv_dtype, engine,
+                               kv_budget_bytes, kv_capacity_tokens)
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.iteration import IterationTable
 from costmodel.model_memory import kv_bytes, weight_bytes
 from costmodel.model_ops import device_slice
 from costmodel.model_step import Pricing, pricing
+from costmodel.model_step import step_assumptions as model_assumptions
 from costmodel.presets import ModelPreset
 from costmodel.load_reports import LoadPrediction, Stats, TimeSplit, load_report
 
@@ -103,6 +104,8 @@ class Setup:
         seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))
         del max_seqs
         self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
+        # the time model and tensor parallelism, as a model prediction states them
+        self.pr_lines = [line for line in model_assumptions(m, pr) if line.startswith(("time = ", "tensor parallel"))]
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
 
@@ -139,6 +142,9 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     checks.count("num_requests", n)
     if n > MAX_REQUESTS:
         raise CostModelError(f"num_requests must be at most {MAX_REQUESTS}, got {n}")
+    if kv_dtype is None:  # the engine's own choice for the checkpoint
+        quant = m.quantization.weight_dtype if m.quantization is not None else None
+        kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
     eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,

@@ -252,3 +252,22 @@ def test_static_batching_keeps_its_answer(run_cli):
     want = capacity(costmodel.load_model("llama-3-8b"), [costmodel.load_profile("h100")], input_len=512,
                     output_len=64, tpot_s=0.03, variants=False).points[0].batch
     assert got == want > 0
+
+
+def test_lengths_file(tmp_path, run_cli):
+    """A file of lengths is taken in order: one client sends them one after the other, so the run's tokens
+    out are the file's output tokens; bad lines are refused by number."""
+    good = tmp_path / "lengths.csv"
+    good.write_text("input,output\n100,20\n300,50\n")
+    r = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "1",
+                "--num-requests", "4", "--lengths-file", good, "--json")
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)
+    assert p["num_requests"] == 4 and p["input_len"] == 200 and p["output_len"] == 35
+    # Little's law on one client: requests/s x mean end-to-end = 1
+    assert p["requests_per_s"] * p["e2e_s"] == pytest.approx(1.0, rel=1e-9)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("100,20\n7\n")
+    r = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "1",
+                "--lengths-file", bad)
+    assert r.exit_code != 0 and r.output.startswith("Error:") and "line 2" in r.output

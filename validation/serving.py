@@ -36,10 +36,10 @@ PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "
 
 
 def kv_dtype_for(backend: str, weight_dtype: str | None) -> str | None:
-    """The KV-cache dtype an engine uses for a checkpoint when none is asked for: TensorRT-LLM's FP8
-    checkpoints (quantized with ModelOpt) carry an FP8 KV cache; vLLM and SGLang keep the model's dtype
-    (``--kv-cache-dtype auto``)."""
-    return "fp8" if backend == "trtllm" and weight_dtype in ("fp8", "fp8_block") else None
+    """The KV-cache dtype the row's engine keeps for its checkpoint (:func:`costmodel.engines.default_kv_dtype`)."""
+    from costmodel.engines import default_kv_dtype
+
+    return default_kv_dtype(backend, weight_dtype)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,82 @@
+"""fp8 as engines run it: GEMMs over fp8 weights priced by their own fitted kernel classes (per tensor and
+block-scaled), which beat the bf16 GEMM at the fp8 peak on the tables they were fitted on and carry to a GPU
+they did not see; an fp8 KV cache read by the bf16-fitted decode kernel at one byte per element, scored on the
+H100's fp8-KV decode table, which no fit saw."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import costmodel
+from costmodel.validation.fit import predict_table
+from costmodel.validation.published import Table, attention_counts, read_folder
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"
+
+
+@pytest.fixture(scope="module")
+def tables():
+    if not SHARED.is_dir():
+        pytest.skip(f"the published tables are not beside this checkout ({SHARED})")
+    return read_folder(SHARED)[0]
+
+
+def _median_error(tables, hw, eff) -> float:
+    pred = np.concatenate([predict_table(t, hw, eff) for t in tables])
+    meas = np.concatenate([t.measured_s for t in tables])
+    return float(np.median(np.abs(pred / meas - 1)))
+
+
+@pytest.mark.parametrize("cls", ["gemm_fp8", "gemm_fp8_block"])
+def test_fp8_classes_beat_the_bf16_gemm_at_the_fp8_peak(tables, cls):
+    hw = costmodel.load_profile("h100")
+    ts = [t for t in tables if t.profile == "h100_sxm" and t.priced_class == cls]
+    assert ts and sum(len(t) for t in ts) > 10_000
+    own = _median_error(ts, hw, hw.efficiency.classes[cls])
+    bf16 = _median_error(ts, hw, hw.efficiency.classes["gemm"])
+    assert own < 0.5 * bf16
+
+
+@pytest.mark.parametrize("cls", ["gemm_fp8", "gemm_fp8_block"])
+def test_fp8_classes_carry_to_the_b200(tables, cls):
+    """The B200's fp8 GEMM tables, priced with the H100's fp8 classes through the transfer rule: within 25%
+    median (docs/validation.md states each)."""
+    from costmodel.origin import resolve
+
+    hw = costmodel.load_profile("b200")
+    ts = [t for t in tables if t.profile == "b200" and t.priced_class == cls]
+    assert ts
+    eff = resolve(hw, "graph").classes[cls]
+    assert _median_error(ts, hw, eff) < 0.25
+
+
+def test_fp8_kv_decode_attention_is_the_bf16_kernel_reading_one_byte(tables):
+    path = SHARED / "aiconfigurator" / "all_dtypes" / "h100_sxm_vllm_0.19.0_generation_attention_perf.csv"
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["kv_cache_dtype"] == "fp8" and r["window_size"] == "0"]
+    b, h, g, k, s = (np.array([float(r[c]) for r in rows]) for c in
+                     ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step"))
+    t = np.array([float(r["latency"]) for r in rows]) * 1e-3
+    flops, nbytes = attention_counts("incremental", b, np.ones_like(b), s - 1, h, g, k)
+    nbytes = nbytes - b * s * g * k * 2  # the K and V read at one byte each, not two
+    table = Table(source="aiconfigurator", gpu="h100_sxm", profile="h100_sxm", op_class="decode_attention",
+                  timing="graph", dtype="bf16", file=path.name, fields={}, measured_s=t, flops=flops, nbytes=nbytes,
+                  shape={"b": b, "g": g, "h": h, "positions": s})
+    hw = costmodel.load_profile("h100")
+    err = np.abs(predict_table(table, hw, hw.efficiency.classes["decode_attention"]) / t - 1)
+    assert len(t) > 10_000 and np.median(err) < 0.15
+
+
+def test_a_block_scaled_checkpoint_runs_the_block_scaled_class():
+    from costmodel.model_step import _phase_rows, _row_time, pricing
+
+    m = costmodel.load_model("Qwen/Qwen3-32B-FP8")
+    pr = pricing(m, costmodel.load_profile("h100"))
+    rows = _phase_rows(m, pr, "decode", 8, 1024, 1)
+    qkv = next(r for r in rows if r.name == "qkv_proj")
+    assert pr.weight_dtype == "fp8_block" and pr.gemm_dtype == "fp8"
+    assert _row_time(qkv, pr).cls == "gemm_fp8_block"
