@@ -73,18 +73,18 @@ def iteration_table(m: ModelPreset, pr: Pricing, max_tokens: int, max_seqs: int,
     key = (m.model_dump_json(), pr.hw.model_dump_json(), pr.dtype, pr.weight_dtype, pr.group, pr.kv_dtype, pr.execution,
            pr.overlap, pr.tp, pr.mla_form, pr.engine, pr.model.timing, tuple(sorted(pr.model.on)), max_tokens)
     have = _TABLES.get(key)
-    if have is None or have[1].d_grid[-1] < seqs or have[1].c_grid[-1] < ctx:
+    if have is None or have.d_grid[-1] < seqs or have.c_grid[-1] < ctx:
         if len(_TABLES) > 64:
             _TABLES.clear()
-        _TABLES[key] = (None, IterationTable(m, pr, max_tokens=max_tokens, max_seqs=seqs, max_context=ctx))
-    return _TABLES[key][1]
+        _TABLES[key] = IterationTable(m, pr, max_tokens=max_tokens, max_seqs=seqs, max_context=ctx)
+    return _TABLES[key]
 
 
 class Setup:
     """A model, a device (or tp devices) and an engine, made ready to run load: the pricing, the engine's KV
     capacity and the iteration table."""
 
-    def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int, max_seqs: int,
+    def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int,
                  overheads: dict | None = None):
         self.m, self.pr, self.eng = m, pr, eng
         dev = device_slice(m, pr.tp)
@@ -102,7 +102,6 @@ class Setup:
         # the table reaches as many sequences as the engine can run, whatever this load asks, so that loads on
         # the same setup share it
         seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))
-        del max_seqs
         self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
         # the time model and tensor parallelism, as a model prediction states them
         self.pr_lines = [line for line in model_assumptions(m, pr) if line.startswith(("time = ", "tensor parallel"))]
@@ -152,7 +151,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     prompts = lengths(input_dist, input_len, n, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, n, spread=spread, seed=seed + 1, values=output_values)
     max_ctx = int(prompts.max() + outputs.max())
-    setup = Setup(m, pr, eng, max_context=max_ctx, max_seqs=concurrency or eng.max_num_seqs, overheads=overheads)
+    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads)
     if evaluator == "steady-state":
         from costmodel.steady import steady_state
 

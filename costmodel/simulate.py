@@ -190,9 +190,11 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                         free -= grown - r.pages
                         r.pages = grown
                     r.produced += steps
+                comm = float(table.per_token(d)[1]) * steps  # the all-reduces of these steps
                 clock += float(times.sum())
                 res.busy_s += float(times.sum())
-                res.decode_s += float(times.sum()) - steps * overhead_s
+                res.decode_s += float(times.sum()) - steps * overhead_s - comm
+                res.comm_s += comm
                 res.overhead_s += steps * overhead_s
                 res.iterations += steps
                 res.seq_iterations += steps * d

@@ -54,7 +54,7 @@ def test_littles_law_and_tokens(llama, h100, engine_name):
 
 def _setup(llama, h100, eng, max_context):
     pr = pricing(llama, h100)
-    return Setup(llama, pr, eng, max_context=max_context, max_seqs=eng.max_num_seqs, overheads=OFF)
+    return Setup(llama, pr, eng, max_context=max_context, overheads=OFF)
 
 
 @pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
@@ -116,7 +116,7 @@ def test_closed_form_agrees_with_simulation(h100, engine_name, model, tp, c, isl
     eng = engine(engine_name, capacity_bytes=h100.capacity, device_name=h100.name, tp=tp)
     n = 30 * c
     prompts, outputs = lengths("uniform", isl, n, spread=0.25), lengths("uniform", osl, n, spread=0.25, seed=1)
-    st = Setup(m, pr, eng, max_context=int(prompts.max() + outputs.max()), max_seqs=c, overheads=over)
+    st = Setup(m, pr, eng, max_context=int(prompts.max() + outputs.max()), overheads=over)
     res = simulate(st.table, eng, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=c,
                    overhead_s=0.002)
     steady = slice(c, n - c)
