@@ -20,7 +20,7 @@ import numpy as np
 
 from costmodel.validation.serving import predict, read
 
-GRID_MS = [0.0, 1.0, 2.0, 3.0, 5.0]
+GRID_MS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0]
 
 
 def simulate_grid(deployments):
