@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli_options import FilePath, PositiveNumber, Positive, choices, emit_json, emit_records
+from costmodel.cli_options import FilePath, NonNegative, PositiveNumber, Positive, choices, emit_json, emit_records
 from costmodel.engines import ENGINE_NAMES
 from costmodel.errors import CostModelError
 
 #: The keys engine_options adds to a command's parameters.
-LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "max_num_batched_tokens", "max_num_seqs",
+LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests", "max_num_batched_tokens", "max_num_seqs",
              "memory_fraction", "page_size", "chunked_prefill", "length_dist", "spread", "lengths_file", "evaluator")
 
 
@@ -38,6 +38,8 @@ def engine_options(func):
         click.option("--request-rate", type=PositiveNumber(), help="open loop: Poisson arrivals, requests per second"),
         click.option("--num-requests", "--num-prompts", "num_requests", type=Positive,
                      help="requests in the run [default: 10 per client; 1,000 at a request rate]"),
+        click.option("--warmup-requests", "--warmup-request-count", "warmup_requests", type=NonNegative, default=0,
+                     show_default=True, help="requests run first and left out of the statistics"),
         click.option("--max-num-batched-tokens", "--max-num-tokens", "--chunked-prefill-size",
                      "max_num_batched_tokens", type=Positive, help="the engine's token budget per iteration"),
         click.option("--max-num-seqs", "--max-batch-size", "--max-running-requests", "max_num_seqs", type=Positive,
@@ -64,8 +66,20 @@ def engine_options(func):
     return func
 
 
+#: The load options' values when not given.
+LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation", "warmup_requests": 0}
+
+
 def wants_load(load: dict) -> bool:
-    return any(load[k] is not None for k in ("engine_name", "concurrency", "request_rate"))
+    """Whether the options ask for a served model; an engine option without one is an error."""
+    served = any(load[k] is not None for k in ("engine_name", "concurrency", "request_rate"))
+    if not served:
+        given = [k for k, v in load.items() if v != LOAD_DEFAULTS.get(k)]
+        if given:
+            flag = "--" + given[0].replace("_", "-").replace("memory-fraction", "gpu-memory-utilization").replace(
+                "page-size", "block-size").replace("chunked-prefill", "enable-chunked-prefill")
+            raise CostModelError(f"{flag} applies to a served model (--engine with --concurrency or --request-rate)")
+    return served
 
 
 def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, output_len, pricing: dict) -> None:
@@ -94,6 +108,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     del extra
     kw = dict(input_len=input_len, output_len=output_len, engine_name=load["engine_name"] or "vllm",
               concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
+              warmup_requests=load["warmup_requests"],
               tp=pricing["tp"], weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
               timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],

@@ -111,6 +111,7 @@ class Setup:
 
 def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
+          warmup_requests: int = 0,
           tp: int = 1, weight_dtype: str | None = None, kv_dtype: str | None = None, timing: str = "graph",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
           memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
@@ -119,7 +120,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           seed: int = 0) -> LoadPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
-    ``concurrency`` clients or Poisson arrivals at ``request_rate`` per second."""
+    ``concurrency`` clients or Poisson arrivals at ``request_rate`` per second. ``warmup_requests`` more run
+    first and are left out of the statistics (aiperf's ``--warmup-request-count``)."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
     checks.count("input_len", input_len)
@@ -139,6 +141,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = num_requests if num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
     checks.count("num_requests", n)
+    checks.count("warmup_requests", warmup_requests, least=0)
     if n > MAX_REQUESTS:
         raise CostModelError(f"num_requests must be at most {MAX_REQUESTS}, got {n}")
     if kv_dtype is None:  # the engine's own choice for the checkpoint
@@ -148,8 +151,11 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
         page_size=page_size, chunked_prefill=chunked_prefill)
-    prompts = lengths(input_dist, input_len, n, spread=spread, seed=seed, values=input_values)
-    outputs = lengths(output_dist, output_len, n, spread=spread, seed=seed + 1, values=output_values)
+    total = n + warmup_requests
+    if total > MAX_REQUESTS:
+        raise CostModelError(f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got {total}")
+    prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
+    outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
     max_ctx = int(prompts.max() + outputs.max())
     setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads)
     if evaluator == "steady-state":
@@ -161,12 +167,18 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
 
     res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,
                    concurrency=concurrency, request_rate=request_rate, overhead_s=setup.iteration_s, seed=seed)
-    return report_of(setup, res, concurrency, request_rate, prompts, outputs)
+    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests)
 
 
-def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs) -> LoadPrediction:
-    ttft, tpot, e2e = res.ttft + setup.request_s, res.tpot, res.e2e + setup.request_s
-    span = float(res.finish.max() - res.arrival.min())
+def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0) -> LoadPrediction:
+    """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics."""
+    kept = slice(warmup, None)
+    prompts, outputs = prompts[kept], outputs[kept]
+    arrival, first, finish = res.arrival[kept], res.first[kept], res.finish[kept]
+    more = outputs > 1
+    ttft, e2e = first - arrival + setup.request_s, finish - arrival + setup.request_s
+    tpot = (finish[more] - first[more]) / (outputs[more] - 1)
+    span = float(finish.max() - arrival.min())
     itl_x = np.concatenate([t for t, _ in res.iteration_s]) if res.iteration_s else np.zeros(0)
     itl_w = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s]) if res.iteration_s else None
     keep = itl_w > 0 if itl_w is not None else None

@@ -271,3 +271,19 @@ def test_lengths_file(tmp_path, run_cli):
     r = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "1",
                 "--lengths-file", bad)
     assert r.exit_code != 0 and r.output.startswith("Error:") and "line 2" in r.output
+
+
+def test_warmup_requests_leave_the_first_wave_out(llama, h100):
+    """All clients start at once, so the first wave queues for prefill: leaving it out (as aiperf's warm-up
+    count does) lowers the mean TTFT to the steady one, and the statistics count only the measured requests."""
+    kw = dict(input_len=2000, output_len=64, concurrency=16, num_requests=160, overheads=OFF)
+    cold = serve(llama, h100, **kw)
+    warm = serve(llama, h100, **kw, warmup_requests=16)
+    assert warm.num_requests == cold.num_requests == 160
+    assert warm.ttft_s < cold.ttft_s
+    assert warm.requests_per_s * warm.e2e_s == pytest.approx(16, rel=0.05)  # Little's law in the measured window
+
+
+def test_engine_options_need_a_served_model(run_cli):
+    r = run_cli("predict", "--gpu", "h100", "--model", "llama-3-8b", "--max-num-seqs", "8")
+    assert r.exit_code != 0 and "--max-num-seqs applies to a served model" in r.output
