@@ -7,7 +7,9 @@ Every expressible row is simulated at each per-iteration cost of a grid; the fro
 row's TTFT additively, so for each grid value it has a closed-form best value (the mean of log residuals is
 solved by a 1-D search). The objective is the sum of squared log errors of TTFT and TPOT. Three fits are
 printed: on all rows (what ships in costmodel.served.OVERHEADS), on the Qwen3 rows only (scored on the
-Llama rows), and on the Llama rows only (scored on the Qwen3 rows).
+Llama rows), and on the Llama rows only (scored on the Qwen3 rows). ``--aiperf`` predicts each row as
+aiconfigurator's benchmark template runs it (2 warm-up and 50 measured requests per client) instead of the
+plain closed loop of 10 requests per client.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from costmodel.validation.serving import predict, read
 GRID_MS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0]
 
 
+PROTOCOL = "aiperf" if "--aiperf" in sys.argv else "plain"
+
+
 def simulate_grid(deployments):
     """Predicted (TTFT, TPOT) of each deployment at each per-iteration cost (no front-end delay)."""
     out = {}
@@ -30,7 +35,7 @@ def simulate_grid(deployments):
         row = []
         for ms in GRID_MS:
             try:
-                p = predict(d, {"iteration_s": ms / 1e3, "request_s": 0.0})
+                p = predict(d, {"iteration_s": ms / 1e3, "request_s": 0.0}, protocol=PROTOCOL)
                 row.append((p.ttft_s, p.tpot_s))
             except Exception:  # noqa: BLE001 - a row that cannot be priced is left out
                 row = None
@@ -97,4 +102,5 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "../shared/measurements/serving/silicon_sample_h100_sxm.csv")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(args[0] if args else "../shared/measurements/serving/silicon_sample_h100_sxm.csv")

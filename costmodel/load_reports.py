@@ -97,7 +97,8 @@ class LoadPrediction(Report):
 
 
 def load_report(setup, evaluator, concurrency, request_rate, n, isl, osl, ttft, tpot, itl, e2e, rps, tps,
-            per_user, mean_batch, max_batch, kv_use, preemptions, prefill_share, iterations, split) -> LoadPrediction:
+            per_user, mean_batch, max_batch, kv_use, preemptions, prefill_share, iterations, split,
+                warmup: int = 0) -> LoadPrediction:
     m, pr, eng = setup.m, setup.pr, setup.eng
     return LoadPrediction(
         hardware=model_hardware(pr), model=m.id, model_name=m.name,
@@ -113,10 +114,10 @@ def load_report(setup, evaluator, concurrency, request_rate, n, isl, osl, ttft, 
         e2e=e2e, requests_per_s=rps, output_tokens_per_s=tps, output_tokens_per_s_per_device=tps / pr.tp,
         output_tokens_per_s_per_user=per_user, mean_batch=mean_batch, max_batch=max_batch, kv_use_max=kv_use,
         preemptions=preemptions, prefill_iteration_share=prefill_share, iterations=iterations, time_split=split,
-        assumptions=assumptions(setup, evaluator, concurrency, request_rate))
+        assumptions=assumptions(setup, evaluator, concurrency, request_rate, warmup))
 
 
-def assumptions(setup, evaluator: str, concurrency, request_rate) -> list[str]:
+def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 0) -> list[str]:
     eng = setup.eng
     load = (f"closed loop: {concurrency} clients start at time 0, each sends its next request when the last one "
             "finishes" if concurrency is not None else f"open loop: Poisson arrivals at {request_rate:g} requests/s")
@@ -135,7 +136,7 @@ def assumptions(setup, evaluator: str, concurrency, request_rate) -> list[str]:
         "the first token streamed back) is added to each TTFT and end-to-end time; it does not hold the engine (a "
         "client's next request reaches the engine when its last one finishes there)",
         "TPOT per request: (end - first token) / (output tokens - 1), as benchmark clients report it; means over "
-        "all requests, the first wave included",
+        + (f"the requests after {warmup} warm-up requests" if warmup else "all requests, the first wave included"),
         "iteration-level simulation" if evaluator == "simulation" else
         "steady-state closed form (means only: every running sequence at the mean context, prefill spread evenly)",
     ]

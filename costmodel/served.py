@@ -190,6 +190,6 @@ def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, wa
                    res.seq_iterations / max(res.iterations, 1), res.seqs_max, res.kv_pages_max / max(res.kv_pages, 1),
                    res.preemptions, res.prefill_iterations / max(res.iterations, 1), res.iterations,
                    TimeSplit(prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s,
-                             overhead_s=res.overhead_s))
+                             overhead_s=res.overhead_s), warmup=warmup)
 
 

@@ -160,14 +160,21 @@ def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
     return rows, skipped
 
 
-def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simulation"):
+#: How a row's benchmark is run: aiconfigurator's benchmark template (generator/config/backend_templates/
+#: benchmark/bench_run.sh.j2) runs aiperf with 2 warm-up requests and 50 measured ones per client.
+AIPERF_ROUNDS = {"warmup": 2, "measured": 50}
+
+
+def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simulation", protocol: str = "plain"):
     from costmodel.catalog import load_profile
     from costmodel.presets import load_model
     from costmodel.served import serve
 
+    rounds = ({"warmup_requests": AIPERF_ROUNDS["warmup"] * d.concurrency,
+               "num_requests": AIPERF_ROUNDS["measured"] * d.concurrency} if protocol == "aiperf" else {})
     return serve(load_model(d.model_path), load_profile(SYSTEMS[d.system]), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
-                 kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator)
+                 kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator, **rounds)
 
 
 def summary(rows: list[dict]) -> list[dict]:
