@@ -90,10 +90,9 @@ class SimResult:
 
 def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompts: np.ndarray,
              outputs: np.ndarray, concurrency: int | None = None, request_rate: float | None = None,
-             overhead_s: float = 0.0, delays=None, seed: int = 0, check: bool = False) -> SimResult:
-    """Run ``len(prompts)`` requests through the engine. ``delays``: per request, the time from the client's
-    send to the engine seeing it (counted in TTFT). ``check``: record every violated invariant (token budget,
-    sequence limit, KV pages) instead of trusting them."""
+             overhead_s: float = 0.0, seed: int = 0, check: bool = False) -> SimResult:
+    """Run ``len(prompts)`` requests through the engine. ``check``: record every violated invariant (token
+    budget, sequence limit, KV pages) instead of trusting them."""
     n = len(prompts)
     if (concurrency is None) == (request_rate is None):
         raise CostModelError("give a concurrency or a request rate, not both")
@@ -110,19 +109,18 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
     reqs = [_Request(i, 0.0, int(p), int(o)) for i, (p, o) in enumerate(zip(prompts, outputs))]
     for r in reqs:
         r.target = r.prompt
-    delay = np.zeros(n) if delays is None else np.asarray(delays, float)
-    pending: list[tuple[float, int]] = []  # (time the engine sees it, request)
+    pending: list[tuple[float, int]] = []  # (arrival, request) of requests not yet in the queue
     if request_rate is not None:
         gaps = np.random.default_rng(seed).exponential(1.0 / request_rate, n)
         arrivals = np.cumsum(gaps) - gaps[0]
         for r, a in zip(reqs, arrivals):
             r.arrival = float(a)
-            pending.append((r.arrival + delay[r.i], r.i))
+            pending.append((r.arrival, r.i))
         heapq.heapify(pending)
     issued = min(concurrency, n) if concurrency is not None else n
     if concurrency is not None:
         for r in reqs[:issued]:
-            heapq.heappush(pending, (delay[r.i], r.i))
+            heapq.heappush(pending, (0.0, r.i))
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
     free = pages_total
@@ -143,7 +141,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
         if concurrency is not None and issued < n:
             nxt = reqs[issued]
             nxt.arrival = clock
-            heapq.heappush(pending, (clock + delay[nxt.i], nxt.i))
+            heapq.heappush(pending, (clock, nxt.i))
             issued += 1
 
     while finished < n:
