@@ -287,3 +287,18 @@ def test_warmup_requests_leave_the_first_wave_out(llama, h100):
 def test_engine_options_need_a_served_model(run_cli):
     r = run_cli("predict", "--gpu", "h100", "--model", "llama-3-8b", "--max-num-seqs", "8")
     assert r.exit_code != 0 and "--max-num-seqs applies to a served model" in r.output
+
+
+def test_the_iteration_grid_is_the_step_it_interpolates(llama, h100):
+    """Off the grid points, a pure decode iteration and a lone whole prompt interpolated from the table are within
+    2% of the same iteration priced directly by the model step's ops."""
+    from costmodel.served import iteration_table
+
+    pr = pricing(llama, h100)
+    table = iteration_table(llama, pr, 8192, 512, 8192)
+    for d, ctx in ((7, 1000), (50, 3000), (333, 777)):
+        grid = table.time(decode_seqs=d, decode_context_sum=d * ctx, chunks=[], outputs=d).total_s
+        assert grid == pytest.approx(exact_time(llama, pr, decode_seqs=d, decode_context=ctx, prompt=0), rel=0.02)
+    for n in (17, 1000, 3000, 5000):
+        grid = table.time(decode_seqs=0, decode_context_sum=0, chunks=[(0, n)], outputs=1).total_s
+        assert grid == pytest.approx(exact_time(llama, pr, decode_seqs=0, decode_context=0, prompt=n), rel=0.02)
