@@ -11,7 +11,8 @@ from costmodel.errors import CostModelError
 
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests", "max_num_batched_tokens", "max_num_seqs",
-             "memory_fraction", "page_size", "chunked_prefill", "length_dist", "spread", "lengths_file", "evaluator")
+             "memory_fraction", "page_size", "chunked_prefill", "length_dist", "spread", "lengths_file", "evaluator",
+             "expert_parallel")
 
 
 class Fraction(click.ParamType):
@@ -58,6 +59,10 @@ def engine_options(func):
         click.option("--lengths-file", type=FilePath(), metavar="FILE",
                      help="request lengths, one request per line: prompt and output tokens (CSV or spaces); the "
                           "requests take them in order, cycled"),
+        click.option("--expert-parallel/--no-expert-parallel", "--enable-expert-parallel", "expert_parallel",
+                     default=False, show_default=True,
+                     help="a mixture of experts' routed experts spread over the --tp devices (expert parallel, "
+                          "attention still tensor parallel) instead of every expert sharded"),
         click.option("--evaluator", type=choices(("simulation", "steady-state")), default="simulation",
                      show_default=True, help="iteration-level simulation, or the steady-state closed form"),
     ]
@@ -67,7 +72,8 @@ def engine_options(func):
 
 
 #: The load options' values when not given.
-LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation", "warmup_requests": 0}
+LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation", "warmup_requests": 0,
+                 "expert_parallel": False}
 
 
 def wants_load(load: dict) -> bool:
@@ -109,7 +115,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     kw = dict(input_len=input_len, output_len=output_len, engine_name=load["engine_name"] or "vllm",
               concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
               warmup_requests=load["warmup_requests"],
-              tp=pricing["tp"], weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
+              tp=pricing["tp"], expert_parallel=load["expert_parallel"], weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
               timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
               page_size=load["page_size"], chunked_prefill=load["chunked_prefill"],

@@ -58,7 +58,7 @@ def param_groups(m: ModelPreset) -> dict[str, int]:
     if m.moe:
         moe, d, up = m.moe, m.d_model, 2 if m.ffn_gated else 1
         proj += moe.layers * (moe.experts * (up + 1) * d * moe.expert_d_ff + (up + 1) * d * moe.shared_d_ff)
-        other += moe.layers * (d * moe.experts + d * moe.shared_gate + moe.experts * moe.router_bias)
+        other += moe.layers * (d * moe.routed_experts + d * moe.shared_gate + moe.routed_experts * moe.router_bias)
     if m.architecture == "encoder-decoder":
         enc = _op_params(_layer_ops(m, 1, 2), m)
         proj += m.encoder_layers * enc

@@ -77,10 +77,13 @@ def _op(name: str, kind: str, inputs: list[tuple[str, dict]], output: tuple[str,
     return Op(name, kind, tuple(to(n, s) for n, s in inputs), to(*output), fpe)
 
 
-def device_slice(m: ModelPreset, t: int) -> ModelPreset:
+def device_slice(m: ModelPreset, t: int, ep: bool = False) -> ModelPreset:
     """What one of ``t`` tensor-parallel devices holds: h/t query heads, max(g/t, 1) key/value heads
     (replicated when g < t; an MLA latent is replicated on every device), d_ff/t (each expert's too) and
-    vocab/t."""
+    vocab/t. With ``ep`` (expert parallel over the same ``t`` devices, as TensorRT-LLM's moe_ep_size = tp)
+    each device holds E/t whole routed experts instead of every expert's 1/t."""
+    if ep and not m.moe:
+        raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
     if t == 1:
         return m
     if m.heads % t:
@@ -90,7 +93,9 @@ def device_slice(m: ModelPreset, t: int) -> ModelPreset:
             raise CostModelError(f"tp {t} and the {g} {name} of {m.id}: one must divide the other")
     widths = [("d_ff", m.d_ff)]
     if m.moe:
-        widths += [("expert d_ff", m.moe.expert_d_ff), ("shared expert d_ff", m.moe.shared_d_ff)]
+        widths += [("shared expert d_ff", m.moe.shared_d_ff)] + ([] if ep else [("expert d_ff", m.moe.expert_d_ff)])
+        if ep and m.moe.experts % t:
+            raise CostModelError(f"expert parallel over {t} devices must divide the {m.moe.experts} experts of {m.id}")
     for name, width in widths:
         if width % t:
             raise CostModelError(f"tp {t} must divide {name} {width} of {m.id}")
@@ -99,7 +104,10 @@ def device_slice(m: ModelPreset, t: int) -> ModelPreset:
               "vocab": math.ceil(m.vocab / t), "encoder_kv_heads": share(m.enc_kv), "cross_kv_heads": share(m.cross_kv)}
     if m.mla:
         update["kv_heads"] = m.heads // t
-    if m.moe:
+    if m.moe and ep:
+        update["moe"] = m.moe.model_copy(update={"experts": m.moe.experts // t, "expert_ranks": t,
+                                                 "shared_d_ff": m.moe.shared_d_ff // t})
+    elif m.moe:
         update["moe"] = m.moe.model_copy(update={"expert_d_ff": m.moe.expert_d_ff // t,
                                                  "shared_d_ff": m.moe.shared_d_ff // t})
     return m.model_copy(update=update)
@@ -222,6 +230,12 @@ def experts_touched(experts: int, top_k: int, tokens):
     return experts * (1 - (1 - top_k / experts) ** tokens)
 
 
+def local_experts_touched(moe, tokens):
+    """Distinct experts of one device that ``tokens`` tokens route to: each of its experts is touched with the
+    probability 1 - (1 - k/E)^T of the whole model's E experts."""
+    return moe.experts * (1 - (1 - moe.experts_per_token / moe.routed_experts) ** tokens)
+
+
 def _moe_rows(m: ModelPreset, tokens: int, count: int, width) -> list[Row]:
     """The mixture-of-experts block of ``count`` layers over ``tokens`` tokens: the router (a GEMM and a
     softmax over the experts), the routed experts as one grouped GEMM each way (every touched expert's
@@ -230,8 +244,8 @@ def _moe_rows(m: ModelPreset, tokens: int, count: int, width) -> list[Row]:
     st = Storage.of(width)
     moe, d = m.moe, m.d_model
     k, f = moe.experts_per_token, moe.expert_d_ff
-    routed = tokens * k
-    touched = experts_touched(moe.experts, k, tokens)
+    routed = tokens * k / moe.expert_ranks  # expected rows routed to this device's experts
+    touched = local_experts_touched(moe, tokens)
     sec = "experts"
     rows = []
     for op in _moe_ops(m, tokens):
@@ -256,8 +270,8 @@ def _moe_ops(m: ModelPreset, tokens: int) -> list[Op]:
     the batch touches (every touched expert's weights read once, each of the ``r = tokens x k`` routed rows
     through its expert), the activation, and the weighted combine of each token's k rows."""
     moe, d = m.moe, m.d_model
-    E, k, f = moe.experts, moe.experts_per_token, moe.expert_d_ff
-    r, u = tokens * k, experts_touched(E, k, tokens)
+    E, k, f = moe.routed_experts, moe.experts_per_token, moe.expert_d_ff
+    r, u = tokens * k / moe.expert_ranks, local_experts_touched(moe, tokens)
     up = (2 if m.ffn_gated else 1) * f
     return [
         _op("router", "einsum", [("x", {"t": tokens, "d": d}), ("W_router", {"d": d, "e": E})],

@@ -178,12 +178,18 @@ class Pricing:
     engine: bool
     tp: int
     mla_form: str | None
+    ep: bool = False  # the routed experts spread over the tp devices (expert parallel) instead of sharded
+
+    def slice(self, m: ModelPreset) -> ModelPreset:
+        """What one of the tp devices holds of ``m`` under these conventions."""
+        return device_slice(m, self.tp, self.ep)
 
 
 def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype"],
             execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
             overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"], without=(), engine: bool = True,
-            weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None) -> Pricing:
+            weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None,
+            expert_parallel: bool = False) -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -206,20 +212,21 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     kv_dtype = choice("kv dtype", kv_dtype, DTYPES) if kv_dtype else dtype
     model = time_model(hw, timing, without)
     hw.peak(dtype)
-    device_slice(m, tp)  # a tp the model cannot be sharded over is an error before any arithmetic
+    checks.flag("expert_parallel", expert_parallel)
+    device_slice(m, tp, expert_parallel)  # a tp the model cannot be sharded over is an error before any arithmetic
     # W8A8: 8-bit weights run their GEMMs at the 8-bit peak where the device has one; int4 (W4A16) and
     # wider weights are dequantized to the activation dtype in the kernel
     math = "fp8" if weight_dtype == "fp8_block" else weight_dtype
     gemm_dtype = math if math in ("fp8", "int8") and math in hw.peak_flops_per_s else None
     storage = Storage(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype))
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, storage, gemm_dtype, execution, overlap, model, engine,
-                   tp, mla_form)
+                   tp, mla_form, expert_parallel)
 
 
 def _phase_rows(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[Row]:
     """A phase's program on one device: the sliced model's ops, as engines run them, with the collectives of
     tensor parallelism inserted."""
-    dev = device_slice(m, pr.tp)
+    dev = pr.slice(m)
     rows = step_rows(dev, phase, batch, context, source, pr.storage, pr.execution, mla_form=pr.mla_form)
     tokens = batch if phase == "decode" else batch * context
     rows = engine_rows(rows, dev, tokens, pr.storage) if pr.engine else rows
@@ -255,21 +262,23 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
                   execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
                   overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"],
                   without=(), engine: bool = True, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                  mla_form: str | None = None) -> ModelPrediction:
+                  mla_form: str | None = None, expert_parallel: bool = False) -> ModelPrediction:
     """Decode step after ``context`` cached positions (TPOT), prefill of a ``context``-token prompt
     (TTFT), KV cache and weights per device, and the largest batch and context that fit. ``engine``:
     the step as serving engines run it (:func:`engine_rows`); False: every op of the programs alone.
 
     ``dtype`` is the activations' (and the math's) dtype; ``weight_dtype`` the projection weights' storage
     (default: the model's quantization, else ``dtype``); ``kv_dtype`` the cache's (default ``dtype``).
-    ``mla_form`` fixes an MLA model's form (default: absorbed for decode, naive for prefill)."""
+    ``mla_form`` fixes an MLA model's form (default: absorbed for decode, naive for prefill);
+    ``expert_parallel`` spreads a mixture of experts' routed experts over the ``tp`` devices."""
     checks.count("batch", batch)
     checks.count("context", context)
     checks.count("source", source, optional=True)
     pr = pricing(m, hw, dtype=dtype, execution=execution, tp=tp, overlap=overlap, timing=timing, without=without,
-                 engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, mla_form=mla_form)
+                 engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, mla_form=mla_form,
+                 expert_parallel=expert_parallel)
     fixed_source, source = source, source or context
-    dev = device_slice(m, tp)
+    dev = pr.slice(m)
     phases = {phase: phase_time(m, pr, phase, batch, context, source) for phase in ("decode", "prefill")}
     weights = weight_bytes(dev, pr)
     kv = kv_bytes(dev, pr, batch, context, source)
@@ -346,7 +355,9 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    "two all-reduces per layer") + f", {how}"
         out.append(f"tensor parallel over {pr.tp} device(s): query heads, FFN and vocabulary sharded; key/value heads "
                    "sharded when t <= g, replicated when g < t" + ("; the MLA latent replicated" if m.mla else "")
-                   + ("; each expert's width sharded" if m.moe else "") + f"; {reduces}")
+                   + ((f"; the routed experts spread over the devices (expert parallel: {m.moe.experts // pr.tp} "
+                       "whole experts each, a token's rows to the devices holding its experts)" if pr.ep else
+                       "; each expert's width sharded") if m.moe else "") + f"; {reduces}")
     else:
         out.append("one device")
     return out

@@ -47,10 +47,18 @@ class MoEShape(BaseModel):
     shared_gate: bool = False  # a sigmoid gate of width 1 on the shared expert (Qwen2-MoE)
     router_bias: bool = False  # a per-expert score bias (DeepSeek-V3's auxiliary-loss-free balancing)
     layers: int = Field(ge=1, le=MAX_DIM, description="layers with this block; the others have the dense FFN")
+    expert_ranks: int = Field(default=1, ge=1, le=MAX_DIM,
+                              description="devices the routed experts are spread over (expert parallel): a device "
+                                          "slice holds experts / expert_ranks of them; 1 in a preset")
+
+    @property
+    def routed_experts(self) -> int:
+        """Routed experts of the whole model (the router scores them all)."""
+        return self.experts * self.expert_ranks
 
     @model_validator(mode="after")
     def _top_k(self) -> MoEShape:
-        if self.experts_per_token > self.experts:
+        if self.experts_per_token > self.routed_experts:
             raise ValueError(f"experts_per_token {self.experts_per_token} exceeds experts {self.experts}")
         return self
 

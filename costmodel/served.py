@@ -16,7 +16,6 @@ from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.iteration import IterationTable
 from costmodel.model_memory import kv_bytes, weight_bytes
-from costmodel.model_ops import device_slice
 from costmodel.model_step import Pricing, pricing
 from costmodel.model_step import step_assumptions as model_assumptions
 from costmodel.presets import ModelPreset
@@ -87,7 +86,7 @@ class Setup:
     def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int,
                  overheads: dict | None = None):
         self.m, self.pr, self.eng = m, pr, eng
-        dev = device_slice(m, pr.tp)
+        dev = pr.slice(m)
         self.weights = weight_bytes(dev, pr)
         big = 1 << 16
         self.kv_per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big
@@ -112,7 +111,8 @@ class Setup:
 def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
           warmup_requests: int = 0,
-          tp: int = 1, weight_dtype: str | None = None, kv_dtype: str | None = None, timing: str = "graph",
+          tp: int = 1, expert_parallel: bool = False, weight_dtype: str | None = None, kv_dtype: str | None = None,
+          timing: str = "graph",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
           memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
           input_dist: str = "fixed", output_dist: str = "fixed", spread: float = 0.0, input_values=None,
@@ -147,7 +147,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     if kv_dtype is None:  # the engine's own choice for the checkpoint
         quant = m.quantization.weight_dtype if m.quantization is not None else None
         kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
-    pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                 expert_parallel=expert_parallel)
     eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
         page_size=page_size, chunked_prefill=chunked_prefill)

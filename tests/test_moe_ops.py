@@ -9,6 +9,7 @@ import random
 import pytest
 
 import costmodel
+from costmodel.errors import CostModelError
 from costmodel.model_ops import _moe_ops, experts_touched
 from costmodel.ops import Op, Tensor
 
@@ -55,3 +56,24 @@ def test_the_moe_rows_are_the_ops_counts():
     weights = u * d * 2 * f * 2  # bf16
     assert rows["experts_gate_up"].bytes == pytest.approx(
         m.moe.layers * ((ops["experts_gate_up"].memory_elements - u * d * 2 * f) * 2 + weights))
+
+
+def test_expert_parallel_holds_whole_experts_and_conserves_the_work():
+    """Expert parallel over the tp devices: each holds E/t whole experts instead of every expert's 1/t. In
+    expectation the two hold the same expert weights and do the same expert FLOPs per device: T k / t routed rows
+    through full-width experts, against T k rows through 1/t-width ones."""
+    from costmodel.model_memory import param_groups
+    from costmodel.model_ops import _moe_rows, device_slice
+
+    m = costmodel.load_model("qwen3-235b-a22b")
+    tp, ep = device_slice(m, 4), device_slice(m, 4, ep=True)
+    assert ep.moe.experts == 32 and ep.moe.expert_d_ff == 1536 and ep.moe.routed_experts == 128
+    assert tp.moe.experts == 128 and tp.moe.expert_d_ff == 384
+    assert param_groups(ep)["projections"] == param_groups(tp)["projections"]
+    for tokens in (1, 64, 4096):
+        flops = lambda dev: sum(r.flops for r in _moe_rows(dev, tokens, 1, 2) if r.name.startswith("experts_"))  # noqa: E731
+        assert flops(ep) == pytest.approx(flops(tp), rel=1e-9)
+    with pytest.raises(CostModelError, match="must divide the 8 experts"):
+        device_slice(costmodel.load_model("mixtral-8x7b"), 16, ep=True)
+    with pytest.raises(CostModelError, match="mixture-of-experts"):
+        device_slice(costmodel.load_model("llama-3-8b"), 2, ep=True)

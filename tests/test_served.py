@@ -196,19 +196,23 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
     path = tmp_path / "d.csv"
     _write(path, [_row(id="ok"), _row(id="unknown", model_path="acme/Nope-7B"), _row(id="bad", isl="x"),
                   _row(id="ep", moe_ep_size="8"), _row(id="dis", mode="disagg"), _row(id="fp4", precision="fp4"),
-                  _row(id="neg", silicon_ttft_ms="-3")])
+                  _row(id="neg", silicon_ttft_ms="-3"),
+                  _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
+                       precision="fp8", gemm_quant_mode="fp8_block")])
     out = tmp_path / "out.json"
     r = run_cli("validate", "--serving", str(path), "--json", str(out))
     assert r.exit_code == 0, r.output
     report = json.loads(out.read_text())
     assert set(report) == {"rows", "skipped", "summary"}
     reasons = {s["id"]: s["reason"] for s in report["skipped"]}
-    assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel",
+    assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel across other groups",
                        "dis": "disaggregated prefill/decode", "fp4": "fp4 weights", "neg": "bad numbers"}
-    [row] = report["rows"]
-    again = run_cli(*row["command"], "--json")
-    got = json.loads(again.output)
-    assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
+    assert [r["id"] for r in report["rows"]] == ["ok", "moe"]  # expert parallel over the tp group is modelled
+    for row in report["rows"]:
+        again = run_cli(*row["command"], "--json")
+        got = json.loads(again.output)
+        assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
+    assert "--expert-parallel" in report["rows"][1]["command"]
 
 
 def test_validate_serving_bad_file(tmp_path, run_cli):

@@ -58,6 +58,7 @@ class Deployment:
     kv_dtype: str | None
     ttft_s: float
     tpot_s: float
+    expert_parallel: bool = False
 
     def command(self) -> list[str]:
         cmd = ["predict", "--gpu", SYSTEMS[self.system], "--model", self.model_path, "--engine", self.backend,
@@ -67,6 +68,8 @@ class Deployment:
             cmd += ["--weight-dtype", self.weight_dtype]
         if self.kv_dtype:
             cmd += ["--kv-dtype", self.kv_dtype]
+        if self.expert_parallel:
+            cmd += ["--expert-parallel"]
         return cmd
 
 
@@ -113,8 +116,9 @@ def parse(row: dict) -> Deployment | str:
             return "attention data parallel"
         tp = _whole(row, "tp_size", 1) or 1
         ep = _whole(row, "moe_ep_size", 1) or 1
-        if ep > 1:
-            return "expert parallel"
+        moe_tp = _whole(row, "moe_tp_size", 1) or 1
+        if ep > 1 and not (ep == tp and moe_tp == 1):  # expert parallel over the tensor-parallel group is modelled
+            return "expert parallel across other groups"
         batch = _whole(row, "batch_size")
         isl, osl = _whole(row, "isl"), _whole(row, "osl")
         ttft, tpot = _num(row, "silicon_ttft_ms"), _num(row, "silicon_tpot_ms")
@@ -135,7 +139,7 @@ def parse(row: dict) -> Deployment | str:
     gemm = (row["gemm_quant_mode"] or "").strip()
     weight = PRECISIONS[gemm] if gemm else PRECISIONS[precision]
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
-                      batch, tp, weight, kv_dtype_for(row["backend"], weight), ttft / 1e3, tpot / 1e3)
+                      batch, tp, weight, kv_dtype_for(row["backend"], weight), ttft / 1e3, tpot / 1e3, ep > 1)
 
 
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
@@ -174,7 +178,8 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
                "num_requests": AIPERF_ROUNDS["measured"] * d.concurrency} if protocol == "aiperf" else {})
     return serve(load_model(d.model_path), load_profile(SYSTEMS[d.system]), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
-                 kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator, **rounds)
+                 kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator,
+                 expert_parallel=d.expert_parallel, **rounds)
 
 
 def summary(rows: list[dict]) -> list[dict]:
