@@ -108,11 +108,11 @@ def kv_cache_elements(m: ModelPreset, batch: int, context: int, source: int) -> 
 #: Bits per stored element of each weight dtype (the elements; group scales are added by group size).
 
 
-WEIGHT_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp8_block": 8, "int8": 8, "int4": 4}
+WEIGHT_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp8_block": 8, "int8": 8, "int4": 4, "mxfp4": 4}
 
 #: Bits a scale group stores besides its weights: a 16-bit scale and a zero point of the weights' width
 #: (AWQ's and GPTQ's layouts).
-GROUP_BITS = {"int4": 16 + 4, "int8": 16 + 8}
+GROUP_BITS = {"int4": 16 + 4, "int8": 16 + 8, "mxfp4": 8}  # MXFP4: one 8-bit power-of-two scale per group
 
 
 def weight_width(dtype: str, group_size: int = 0) -> float:
@@ -143,4 +143,4 @@ def largest_batch_in_memory(dev: ModelPreset, pr, context: int, source: int) -> 
 #: Group size assumed for int4 and int8 weights asked for on the command line (AWQ's and GPTQ's default).
 
 
-DEFAULT_GROUP = {"int4": 128, "int8": 128}
+DEFAULT_GROUP = {"int4": 128, "int8": 128, "mxfp4": 32}  # MXFP4 (OCP microscaling): blocks of 32

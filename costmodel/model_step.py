@@ -337,8 +337,9 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    "positions and cache only those (decode reads at most the window; the prefill kernel skips "
                    "key blocks outside it)")
     width = weight_width(weight_dtype, group)
+    scale = ("an 8-bit power-of-two scale" if weight_dtype == "mxfp4" else "a 16-bit scale and a zero point")
     stored = f"projection weights in {weight_dtype}" + (
-        f" with a 16-bit scale and a zero point per group of {group} ({width:.3f} bytes each)" if group else "")
+        f" with {scale} per group of {group} ({width:.3f} bytes each)" if group else "")
     math_dtype = (f"GEMMs over {weight_dtype} weights at the {gemm_dtype} peak (W8A8)" if gemm_dtype else
                   f"math in {dtype}" + (" (weights dequantized in the kernel)" if weight_dtype != dtype else ""))
     out.append(f"storage: {stored}; embeddings, norms and routers in {dtype}; KV cache in {pr.kv_dtype}; "

@@ -45,7 +45,7 @@ DTYPES: tuple[str, ...] = get_args(Dtype)
 DTYPE_BYTES: dict[str, int] = dict(zip(DTYPES, (4, 4, 2, 2, 1, 1)))
 EXECUTIONS: tuple[str, ...] = get_args(Execution)
 #: Storage dtypes of projection weights: the dtypes above and 4-bit integers (with group scales).
-WEIGHT_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "fp8_block", "int8", "int4")
+WEIGHT_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "fp8_block", "int8", "int4", "mxfp4")
 CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
 OVERLAPS: tuple[str, ...] = get_args(Overlap)
 

@@ -306,3 +306,19 @@ def test_the_iteration_grid_is_the_step_it_interpolates(llama, h100):
     for n in (17, 1000, 3000, 5000):
         grid = table.time(decode_seqs=0, decode_context_sum=0, chunks=[(0, n)], outputs=1).total_s
         assert grid == pytest.approx(exact_time(llama, pr, decode_seqs=0, decode_context=0, prompt=n), rel=0.02)
+
+
+def test_mxfp4_weights_as_hopper_runs_them():
+    """An MXFP4 checkpoint on an H100 (no FP4 math): 4-bit weights and one 8-bit scale per 32 (4.25 bits), read
+    and multiplied in bf16; the served rows of gpt-oss-120b on H100 are predicted, FP4 elsewhere refused."""
+    from costmodel.model_memory import weight_width
+    from costmodel.validation.serving import parse
+
+    assert weight_width("mxfp4", 32) == (4 + 8 / 32) / 8
+    pr = pricing(costmodel.load_model("gpt-oss-120b"), costmodel.load_profile("h100"), weight_dtype="mxfp4", tp=2)
+    assert pr.gemm_dtype is None and pr.group == 32  # dequantized in the kernel
+    row = _row(model_path="openai/gpt-oss-120b", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
+               tp_size="2.0", moe_tp_size="2.0")
+    assert parse(row).weight_dtype == "mxfp4"
+    assert parse({**row, "model_path": "Qwen/Qwen3-32B"}) == "fp4 weights"
+    assert parse({**row, "system": "b200_sxm"}) == "fp4 weights"

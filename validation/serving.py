@@ -32,7 +32,14 @@ SYSTEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "
            "l40s": "l40s"}
 
 #: Weight dtype for each precision the rows name ("" is the checkpoint's own).
-PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block"}
+PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "mxfp4",
+              "nvfp4": "mxfp4", "mxfp4": "mxfp4"}
+#: Devices without FP4 math, where an MXFP4 checkpoint's weights are dequantized to bf16 in the kernel (vLLM's
+#: Marlin and Triton MXFP4 paths on Hopper): 4-bit weights read, bf16 math.
+FP4_AS_W4A16 = ("h100_sxm", "h200_sxm", "a100_sxm")
+#: Checkpoints published in MXFP4 (gpt-oss: its experts; openai/gpt-oss-120b config.json quantization_config
+#: quant_method mxfp4).
+MXFP4_CHECKPOINTS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
 
 
 def kv_dtype_for(backend: str, weight_dtype: str | None) -> str | None:
@@ -106,9 +113,10 @@ def parse(row: dict) -> Deployment | str:
             return f"unknown system {row['system']}"
         precision = (row["precision"] or "").strip()
         quant = {(row["gemm_quant_mode"] or "").strip(), (row["moe_quant_mode"] or "").strip()} - {""}
-        if precision in ("fp4", "nvfp4", "mxfp4") or quant & {"nvfp4", "mxfp4", "fp4"}:
+        fp4 = precision in ("fp4", "nvfp4", "mxfp4") or bool(quant & {"nvfp4", "mxfp4", "fp4"})
+        if fp4 and (row["system"] not in FP4_AS_W4A16 or row["model_path"] not in MXFP4_CHECKPOINTS):
             return "fp4 weights"
-        if precision not in PRECISIONS or quant - set(PRECISIONS):
+        if precision not in PRECISIONS or quant - set(PRECISIONS):  # noqa: SIM102
             return f"precision {precision or '/'.join(sorted(quant))}"
         if (_whole(row, "pp_size", 1) or 1) > 1:
             return "pipeline parallel"
