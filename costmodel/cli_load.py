@@ -74,6 +74,9 @@ def engine_options(func):
 #: The load options' values when not given.
 LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation", "warmup_requests": 0,
                  "expert_parallel": False}
+#: The flag of each load option whose name is not its key's.
+LOAD_FLAGS = {"engine_name": "--engine", "memory_fraction": "--gpu-memory-utilization", "page_size": "--block-size",
+              "chunked_prefill": "--enable-chunked-prefill"}
 
 
 def wants_load(load: dict) -> bool:
@@ -82,8 +85,7 @@ def wants_load(load: dict) -> bool:
     if not served:
         given = [k for k, v in load.items() if v != LOAD_DEFAULTS.get(k)]
         if given:
-            flag = "--" + given[0].replace("_", "-").replace("memory-fraction", "gpu-memory-utilization").replace(
-                "page-size", "block-size").replace("chunked-prefill", "enable-chunked-prefill")
+            flag = LOAD_FLAGS.get(given[0], "--" + given[0].replace("_", "-"))
             raise CostModelError(f"{flag} applies to a served model (--engine with --concurrency or --request-rate)")
     return served
 
@@ -107,11 +109,16 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
     if load["concurrency"] is not None and load["request_rate"] is not None:
         raise CostModelError("give --concurrency or --request-rate, not both")
-    extra = [k for k in ("execution", "overlap", "mla_form") if pricing.get(k) not in (None, "fused", "max")]
     if pricing.get("dtype") not in (None, "bf16", "fp16"):
         raise CostModelError(f"--dtype {pricing['dtype']} does not apply to a served model (activations in bf16; "
                              "--weight-dtype and --kv-dtype set the quantisation)")
-    del extra
+    # an engine runs fused attention, the overlap rule and every mechanism of the device's time model
+    ignored = [flag for flag, given in (("--execution", pricing.get("execution") not in (None, "fused")),
+                                        ("--overlap", pricing.get("overlap") not in (None, "max")),
+                                        ("--without", bool(pricing.get("without"))),
+                                        ("--mla-form", pricing.get("mla_form") is not None)) if given]
+    if ignored:
+        raise CostModelError(f"{ignored[0]} does not apply to a served model (the engine runs its own kernels)")
     kw = dict(input_len=input_len, output_len=output_len, engine_name=load["engine_name"] or "vllm",
               concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
               warmup_requests=load["warmup_requests"],

@@ -82,21 +82,17 @@ class IterationTable:
     ``max_context`` cached positions; :meth:`time` interpolates."""
 
     def __init__(self, m: ModelPreset, pr: Pricing, *, max_tokens: int, max_seqs: int, max_context: int):
-        self.m, self.pr = m, pr
         self.t_grid = _grid(max_tokens)
         self.d_grid = _grid(max_seqs)
         self.c_grid = np.concatenate([[0.0], _grid(max_context)])
-        token, comm, head = [], [], []
-        for t in self.t_grid:
-            p = _parts(m, pr, "decode", int(t), 1)
-            token.append(float(p["token"]))
-            comm.append(float(p["comm"]))
-        for d in self.d_grid:
-            head.append(float(_parts(m, pr, "decode", int(d), 1)["head"]))
-        self.token, self.comm, self.head = np.array(token), np.array(comm), np.array(head)
+        by_tokens = [_parts(m, pr, "decode", int(t), 1) for t in self.t_grid]
+        self.token = np.array([float(p["token"]) for p in by_tokens])
+        self.comm = np.array([float(p["comm"]) for p in by_tokens])
+        # one decode step per sequence count, over every context at once: its head and its attention
         ctx = np.maximum(self.c_grid, 1).astype(np.int64)
-        self.decode_attention = np.array([np.broadcast_to(_parts(m, pr, "decode", int(d), ctx)["attention"], ctx.shape)
-                                          for d in self.d_grid])
+        by_seqs = [_parts(m, pr, "decode", int(d), ctx) for d in self.d_grid]
+        self.head = np.array([float(np.ravel(p["head"])[0]) for p in by_seqs])
+        self.decode_attention = np.array([np.broadcast_to(p["attention"], ctx.shape) for p in by_seqs])
         prompt = [0.0] + [float(_parts(m, pr, "prefill", 1, int(n))["attention"]) for n in self.c_grid[1:]]
         self.prompt_attention = np.array(prompt)
 
@@ -105,8 +101,8 @@ class IterationTable:
         """Linear interpolation, 0 at 0, extrapolated linearly past the last point."""
         x = np.asarray(x, float)
         y = np.interp(x, grid, values)
-        if grid[-1] > grid[0]:
-            slope = (values[-1] - values[-2]) / (grid[-1] - grid[-2]) if len(grid) > 1 else 0.0
+        if len(grid) > 1:
+            slope = (values[-1] - values[-2]) / (grid[-1] - grid[-2])
             y = np.where(x > grid[-1], values[-1] + slope * (x - grid[-1]), y)
         return np.where(x <= 0, 0.0, y)
 

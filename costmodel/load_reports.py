@@ -96,9 +96,10 @@ class LoadPrediction(Report):
         return load_table([self])
 
 
-def load_report(setup, evaluator, concurrency, request_rate, n, isl, osl, ttft, tpot, itl, e2e, rps, tps,
-            per_user, mean_batch, max_batch, kv_use, preemptions, prefill_share, iterations, split,
-                warmup: int = 0) -> LoadPrediction:
+def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int = 0, **measured) -> LoadPrediction:
+    """A report of what an evaluator ``measured`` (the load's own fields of :class:`LoadPrediction`: the
+    latency statistics, throughput, batch, KV use and time split), with the setup's device, engine and
+    assumptions; the means at the top are the statistics' means."""
     m, pr, eng = setup.m, setup.pr, setup.eng
     return LoadPrediction(
         hardware=model_hardware(pr), model=m.id, model_name=m.name,
@@ -109,11 +110,9 @@ def load_report(setup, evaluator, concurrency, request_rate, n, isl, osl, ttft, 
                              iteration_overhead_s=setup.iteration_s, request_overhead_s=setup.request_s,
                              kv_cache_tokens=setup.kv_tokens, kv_cache_bytes_per_token=setup.kv_per_token,
                              source=eng.source),
-        evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, num_requests=n, input_len=isl,
-        output_len=osl, tp=pr.tp, ttft_s=ttft.mean, tpot_s=tpot.mean, e2e_s=e2e.mean, ttft=ttft, tpot=tpot, itl=itl,
-        e2e=e2e, requests_per_s=rps, output_tokens_per_s=tps, output_tokens_per_s_per_device=tps / pr.tp,
-        output_tokens_per_s_per_user=per_user, mean_batch=mean_batch, max_batch=max_batch, kv_use_max=kv_use,
-        preemptions=preemptions, prefill_iteration_share=prefill_share, iterations=iterations, time_split=split,
+        evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp,
+        ttft_s=measured["ttft"].mean, tpot_s=measured["tpot"].mean, e2e_s=measured["e2e"].mean,
+        output_tokens_per_s_per_device=measured["output_tokens_per_s"] / pr.tp, **measured,
         assumptions=assumptions(setup, evaluator, concurrency, request_rate, warmup))
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel import checks
-from costmodel.engines import (ENGINE_NAMES, EngineConfig, activation_bytes, default_kv_dtype, engine,
-                               kv_budget_bytes, kv_capacity_tokens)
+from costmodel.engines import (EngineConfig, activation_bytes, default_kv_dtype, engine, kv_budget_bytes,
+                               kv_capacity_tokens)
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.iteration import IterationTable
@@ -126,8 +126,6 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
     checks.count("input_len", input_len)
     checks.count("output_len", output_len)
-    if engine_name not in ENGINE_NAMES:
-        raise CostModelError(f"unknown engine {engine_name!r}; known: {', '.join(ENGINE_NAMES)}")
     if (concurrency is None) == (request_rate is None):
         raise CostModelError("give one of concurrency (closed loop) and request_rate (Poisson arrivals)")
     if concurrency is not None:
@@ -142,19 +140,18 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     n = num_requests if num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
     checks.count("num_requests", n)
     checks.count("warmup_requests", warmup_requests, least=0)
-    if n > MAX_REQUESTS:
-        raise CostModelError(f"num_requests must be at most {MAX_REQUESTS}, got {n}")
+    if n + warmup_requests > MAX_REQUESTS:
+        raise CostModelError(f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got "
+                             f"{n + warmup_requests}")
+    eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
+        page_size=page_size, chunked_prefill=chunked_prefill)
     if kv_dtype is None:  # the engine's own choice for the checkpoint
         quant = m.quantization.weight_dtype if m.quantization is not None else None
         kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                  expert_parallel=expert_parallel)
-    eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
-        page_size=page_size, chunked_prefill=chunked_prefill)
     total = n + warmup_requests
-    if total > MAX_REQUESTS:
-        raise CostModelError(f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got {total}")
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
     max_ctx = int(prompts.max() + outputs.max())
@@ -173,24 +170,22 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
 
 def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0) -> LoadPrediction:
     """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics."""
-    kept = slice(warmup, None)
-    prompts, outputs = prompts[kept], outputs[kept]
-    arrival, first, finish = res.arrival[kept], res.first[kept], res.finish[kept]
-    more = outputs > 1
-    ttft, e2e = first - arrival + setup.request_s, finish - arrival + setup.request_s
-    tpot = (finish[more] - first[more]) / (outputs[more] - 1)
-    span = float(finish.max() - arrival.min())
-    itl_x = np.concatenate([t for t, _ in res.iteration_s]) if res.iteration_s else np.zeros(0)
-    itl_w = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s]) if res.iteration_s else None
-    keep = itl_w > 0 if itl_w is not None else None
-    out_tokens = float(np.sum(outputs))
-    n = len(prompts)
-    return load_report(setup, "simulation", concurrency, request_rate, n, float(np.mean(prompts)), float(np.mean(outputs)),
-                   Stats.of(ttft), Stats.of(tpot), Stats.of(itl_x[keep], itl_w[keep]) if keep is not None else Stats.of([]),
-                   Stats.of(e2e), n / span, out_tokens / span, float(np.mean(outputs / np.maximum(e2e, 1e-12))),
-                   res.seq_iterations / max(res.iterations, 1), res.seqs_max, res.kv_pages_max / max(res.kv_pages, 1),
-                   res.preemptions, res.prefill_iterations / max(res.iterations, 1), res.iterations,
-                   TimeSplit(prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s,
-                             overhead_s=res.overhead_s), warmup=warmup)
-
-
+    kept = res.after(warmup)
+    prompts, outputs = prompts[warmup:], outputs[warmup:]
+    e2e = kept.e2e + setup.request_s
+    span = float(kept.finish.max() - kept.arrival.min())
+    times = np.concatenate([t for t, _ in res.iteration_s])
+    decode_tokens = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s])
+    stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
+    return load_report(
+        setup, "simulation", concurrency, request_rate, warmup=warmup, num_requests=len(prompts),
+        input_len=float(np.mean(prompts)), output_len=float(np.mean(outputs)),
+        ttft=Stats.of(kept.ttft + setup.request_s), tpot=Stats.of(kept.tpot),
+        itl=Stats.of(times[stepped], decode_tokens[stepped]), e2e=Stats.of(e2e), requests_per_s=len(prompts) / span,
+        output_tokens_per_s=float(np.sum(outputs)) / span,
+        output_tokens_per_s_per_user=float(np.mean(outputs / np.maximum(e2e, 1e-12))),
+        mean_batch=res.seq_iterations / max(res.iterations, 1), max_batch=res.seqs_max,
+        kv_use_max=res.kv_pages_max / max(res.kv_pages, 1), preemptions=res.preemptions,
+        prefill_iteration_share=res.prefill_iterations / max(res.iterations, 1), iterations=res.iterations,
+        time_split=TimeSplit(prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s,
+                             overhead_s=res.overhead_s))

@@ -24,6 +24,7 @@ array), which keeps 1,000 requests well under a second.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
@@ -66,13 +67,28 @@ class SimResult:
     kv_pages_max: int = 0
     kv_pages: int = 0
     preemptions: int = 0
-    busy_s: float = 0.0
     prefill_s: float = 0.0
     decode_s: float = 0.0
     comm_s: float = 0.0
     overhead_s: float = 0.0
     seq_iterations: float = 0.0  # sum over iterations of running sequences (mean batch = this / iterations)
     violations: list = field(default_factory=list)
+
+    def after(self, warmup: int) -> SimResult:
+        """The same run with its first ``warmup`` requests left out of the per-request times."""
+        kept = slice(warmup, None)
+        return dataclasses.replace(self, arrival=self.arrival[kept], first=self.first[kept],
+                                   finish=self.finish[kept], output=self.output[kept])
+
+    def record(self, times: np.ndarray, decode: int, running: int, tokens: int, kv_used: int) -> None:
+        """Iterations of ``times`` seconds, each with ``decode`` decode tokens, ``running`` sequences and
+        ``tokens`` tokens in all, ``kv_used`` pages taken after them."""
+        self.iterations += len(times)
+        self.seq_iterations += len(times) * running
+        self.iteration_s.append((times, decode))
+        self.batch_tokens_max = max(self.batch_tokens_max, tokens)
+        self.seqs_max = max(self.seqs_max, running)
+        self.kv_pages_max = max(self.kv_pages_max, kv_used)
 
     @property
     def ttft(self) -> np.ndarray:
@@ -100,8 +116,8 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
     page = eng.page_size
     budget, seq_limit = eng.max_num_batched_tokens, eng.max_num_seqs
     need_whole = int(max(prompts)) + (int(max(outputs)) if eng.reserve_output else 1)
-    if -(-need_whole // page) > pages_total:
-        raise CostModelError(f"one request of {need_whole} tokens needs {-(-need_whole // page)} KV pages; the "
+    if _pages(need_whole, page) > pages_total:
+        raise CostModelError(f"one request of {need_whole} tokens needs {_pages(need_whole, page)} KV pages; the "
                              f"engine has {pages_total} ({kv_tokens} tokens) on this device")
     if not eng.chunked_prefill and int(max(prompts)) > budget:
         raise CostModelError(f"a prompt of {int(max(prompts))} tokens exceeds the token budget {budget} and "
@@ -128,9 +144,6 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
     finished = 0
     res = SimResult(np.zeros(n), np.zeros(n), np.zeros(n), np.array(outputs, float), 0, 0, kv_pages=pages_total)
     admitted = 0
-
-    def pages_for(tokens: int) -> int:
-        return -(-tokens // page)
 
     def finish(r: _Request) -> None:
         nonlocal free, finished, issued
@@ -168,8 +181,8 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                 decoding = [r for r in running if r.done == r.target]
                 prefilling = [r for r in running if r.done < r.target]
         # decode-only stretch: nothing to prefill, and nothing can be admitted before a request finishes
-        can_admit = bool(waiting) and len(running) < seq_limit and _fits(waiting[0], eng, free, page, budget,
-                                                                          len(decoding))
+        can_admit = (bool(waiting) and len(running) < seq_limit and
+                     _admission(waiting[0], eng, free, page, budget - (len(decoding) if eng.mixes else 0)) is not None)
         if decoding and not prefilling and not can_admit:
             steps = min(r.output - r.produced for r in decoding)
             if not eng.reserve_output:
@@ -183,23 +196,17 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                     steps = min(steps, int(np.searchsorted(ends, pending[0][0])) + 1)
                     times = times[:steps]
                 for r in decoding:
-                    grown = pages_for(r.prompt + r.produced + steps)
+                    grown = _pages(r.prompt + r.produced + steps, page)
                     if not eng.reserve_output:
                         free -= grown - r.pages
                         r.pages = grown
                     r.produced += steps
                 comm = float(table.per_token(d)[1]) * steps  # the all-reduces of these steps
                 clock += float(times.sum())
-                res.busy_s += float(times.sum())
                 res.decode_s += float(times.sum()) - steps * overhead_s - comm
                 res.comm_s += comm
                 res.overhead_s += steps * overhead_s
-                res.iterations += steps
-                res.seq_iterations += steps * d
-                res.iteration_s.append((times, d))
-                res.batch_tokens_max = max(res.batch_tokens_max, d)
-                res.seqs_max = max(res.seqs_max, d)
-                res.kv_pages_max = max(res.kv_pages_max, pages_total - free)
+                res.record(times, d, d, d, pages_total - free)
                 for r in [r for r in decoding if r.produced >= r.output]:
                     running.remove(r)
                     finish(r)
@@ -220,20 +227,18 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                 c = min(c, (r.pages + free) * page - r.done)
             if c <= 0 or (not eng.chunked_prefill and c < r.target - r.done):
                 break
-            extra = max(pages_for(r.done + c) - r.pages, 0)
+            extra = max(_pages(r.done + c, page) - r.pages, 0)
             r.pages += extra
             free -= extra
             chunks.append((r.done, c))
             starting.append((r, c))
             room -= c
-        while waiting and len(running) < seq_limit and room > 0:
+        while waiting and len(running) < seq_limit:
             r = waiting[0]
-            c = min(r.target - r.done, room)
-            if not eng.chunked_prefill and c < r.target:
+            admit = _admission(r, eng, free, page, room)
+            if admit is None:
                 break
-            want = pages_for(r.prompt + r.output) if eng.reserve_output else pages_for(r.done + c)
-            if want > free:
-                break
+            c, want = admit
             waiting.popleft()
             r.pages += want
             free -= want
@@ -250,8 +255,8 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
         it = table.time(decode_seqs=len(decode_now), decode_context_sum=sum(r.prompt + r.produced for r in decode_now),
                         chunks=chunks, outputs=len(decode_now) + outputs_rows)
         dt = it.total_s + overhead_s
+        tokens = len(decode_now) + sum(c for _, c in chunks)
         if check:
-            tokens = len(decode_now) + sum(c for _, c in chunks)
             if tokens > budget:
                 res.violations.append(f"iteration {res.iterations}: {tokens} tokens > budget {budget}")
             if len(running) > seq_limit:
@@ -259,18 +264,12 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
             if free < 0:
                 res.violations.append(f"iteration {res.iterations}: KV pages overdrawn by {-free}")
         clock += dt
-        res.busy_s += dt
         res.prefill_s += it.prefill_s
         res.decode_s += it.decode_s
         res.comm_s += it.comm_s
         res.overhead_s += overhead_s
-        res.iterations += 1
         res.prefill_iterations += 1 if chunks else 0
-        res.seq_iterations += len(running)
-        res.iteration_s.append((np.array([dt]), len(decode_now)))
-        res.batch_tokens_max = max(res.batch_tokens_max, len(decode_now) + sum(c for _, c in chunks))
-        res.seqs_max = max(res.seqs_max, len(running))
-        res.kv_pages_max = max(res.kv_pages_max, pages_total - free)
+        res.record(np.array([dt]), len(decode_now), len(running), tokens, pages_total - free)
         done_now = []
         for r in decode_now:
             r.produced += 1
@@ -292,22 +291,27 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
     return res
 
 
-def _fits(r: _Request, eng: EngineConfig, free: int, page: int, budget: int, decoding: int) -> bool:
-    """Whether the next waiting request could start now."""
-    room = budget - (decoding if eng.mixes else 0)
+def _pages(tokens: int, page: int) -> int:
+    """KV pages that hold ``tokens`` tokens."""
+    return -(-tokens // page)
+
+
+def _admission(r: _Request, eng: EngineConfig, free: int, page: int, room: int) -> tuple[int, int] | None:
+    """(first chunk, pages to take) of a waiting request starting with ``room`` tokens of the budget left and
+    ``free`` pages; None when it cannot start now."""
     if room <= 0:
-        return False
+        return None
     c = min(r.target - r.done, room)
     if not eng.chunked_prefill and c < r.target:
-        return False
-    want = -(-(r.prompt + r.output) // page) if eng.reserve_output else -(-(r.done + c) // page)
-    return want <= free
+        return None
+    want = _pages(r.prompt + r.output, page) if eng.reserve_output else _pages(r.done + c, page)
+    return (c, want) if want <= free else None
 
 
 def _page_steps(decoding: list[_Request], free: int, page: int, steps: int) -> int:
     """The most decode steps (at most ``steps``) whose new pages fit in ``free``."""
     def need(k: int) -> int:
-        return sum(-(-(r.prompt + r.produced + k) // page) - r.pages for r in decoding)
+        return sum(_pages(r.prompt + r.produced + k, page) - r.pages for r in decoding)
     if need(steps) <= free:
         return steps
     lo, hi = 0, steps

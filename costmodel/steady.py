@@ -71,11 +71,11 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             tpot = f * avg + (1 - f) * dec
         else:  # every prompt's own iterations stall the decoding sequences: about b prompts per lifetime
             tpot = dec + b * k * iteration(0, isl, 1) / max(osl - 1, 1)
-        return tagged, tpot, f, avg, dec
+        return tagged, tpot, f
 
     if concurrency is not None:
         b = min(concurrency, cap)
-        ttft, tpot, f, mix, dec = times(b)
+        ttft, tpot, f = times(b)
         run = ttft + (osl - 1) * tpot
         rate = b / run
         wait = max(concurrency / rate - run, 0.0) if concurrency > b else 0.0
@@ -85,7 +85,7 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         # open loop: the running count follows Little's law, B = rate x time in the engine
         b = 1.0
         for _ in range(50):
-            ttft, tpot, f, mix, dec = times(min(b, cap))
+            ttft, tpot, f = times(min(b, cap))
             b_new = request_rate * (ttft + (osl - 1) * tpot)
             if abs(b_new - b) < 1e-3 * max(b, 1):
                 b = b_new
@@ -97,8 +97,10 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     e2e = ttft + (osl - 1) * tpot
     out_tps = rps * osl
     one = lambda x: Stats(mean=x, median=x, p90=x, p99=x)  # noqa: E731 - a closed form has means only
-    iterations = int(num_requests * (osl - 1 + 1) / max(b, 1))
-    split = TimeSplit(prefill_s=0.0, decode_s=0.0, comm_s=0.0, overhead_s=0.0)
-    return load_report(setup, "steady-state", concurrency, request_rate, num_requests, float(isl), float(osl), one(ttft),
-                   one(tpot), one(tpot), one(e2e), rps, out_tps, osl / e2e, float(b), int(math.ceil(b)),
-                   b * peak / max(setup.kv_tokens, 1), 0, f, iterations, split)
+    return load_report(
+        setup, "steady-state", concurrency, request_rate, num_requests=num_requests, input_len=float(isl),
+        output_len=float(osl), ttft=one(ttft), tpot=one(tpot), itl=one(tpot), e2e=one(e2e), requests_per_s=rps,
+        output_tokens_per_s=out_tps, output_tokens_per_s_per_user=osl / e2e, mean_batch=float(b),
+        max_batch=int(math.ceil(b)), kv_use_max=b * peak / max(setup.kv_tokens, 1), preemptions=0,
+        prefill_iteration_share=f, iterations=int(num_requests * osl / max(b, 1)),
+        time_split=TimeSplit(prefill_s=0.0, decode_s=0.0, comm_s=0.0, overhead_s=0.0))

@@ -322,3 +322,11 @@ def test_mxfp4_weights_as_hopper_runs_them():
     assert parse(row).weight_dtype == "mxfp4"
     assert parse({**row, "model_path": "Qwen/Qwen3-32B"}) == "fp4 weights"
     assert parse({**row, "system": "b200_sxm"}) == "fp4 weights"
+
+
+def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):
+    base = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "2",
+            "--input-len", "100", "--output-len", "10"]
+    for extra in (["--without", "tiles"], ["--overlap", "sum"], ["--execution", "unfused"]):
+        r = run_cli(*base, *extra)
+        assert r.exit_code != 0 and f"{extra[0]} does not apply to a served model" in r.output

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.engines import default_kv_dtype
 from costmodel.errors import CostModelError
 
 #: Columns a deployments file must have.
@@ -40,13 +41,6 @@ FP4_AS_W4A16 = ("h100_sxm", "h200_sxm", "a100_sxm")
 #: Checkpoints published in MXFP4 (gpt-oss: its experts; openai/gpt-oss-120b config.json quantization_config
 #: quant_method mxfp4).
 MXFP4_CHECKPOINTS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
-
-
-def kv_dtype_for(backend: str, weight_dtype: str | None) -> str | None:
-    """The KV-cache dtype the row's engine keeps for its checkpoint (:func:`costmodel.engines.default_kv_dtype`)."""
-    from costmodel.engines import default_kv_dtype
-
-    return default_kv_dtype(backend, weight_dtype)
 
 
 @dataclass(frozen=True)
@@ -147,7 +141,7 @@ def parse(row: dict) -> Deployment | str:
     gemm = (row["gemm_quant_mode"] or "").strip()
     weight = PRECISIONS[gemm] if gemm else PRECISIONS[precision]
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
-                      batch, tp, weight, kv_dtype_for(row["backend"], weight), ttft / 1e3, tpot / 1e3, ep > 1)
+                      batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3, ep > 1)
 
 
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
