@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from costmodel import checks
 from costmodel.errors import CostModelError
 
 #: The engines modelled, as ``--engine`` spells them.
@@ -67,14 +68,13 @@ class EngineConfig:
         for key, value in update.items():
             if key not in self.FLAGS:
                 raise CostModelError(f"unknown engine setting {key!r}; settable: {', '.join(self.FLAGS)}")
+            name = self.FLAGS[key][self.name]
             if key == "memory_fraction":
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-                    raise CostModelError(f"{self.FLAGS[key][self.name]} must be in (0, 1], got {value!r}")
+                update[key] = checks.number(name, value, most=1.0)
             elif key == "chunked_prefill":
-                if not isinstance(value, bool):
-                    raise CostModelError(f"chunked prefill is on or off, got {value!r}")
-            elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise CostModelError(f"{self.FLAGS[key][self.name]} must be a whole number >= 1, got {value!r}")
+                checks.flag(name, value)
+            else:
+                update[key] = checks.count(name, value)
         return replace(self, **update)
 
     def describe(self) -> str:

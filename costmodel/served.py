@@ -62,6 +62,10 @@ def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0,
     raise CostModelError(f"unknown length distribution {kind!r}; known: fixed, uniform, normal, file")
 
 
+class NoRoomForOneRequest(CostModelError):
+    """The weights leave the engine a KV cache smaller than one request."""
+
+
 _TABLES: dict = {}
 
 
@@ -94,7 +98,7 @@ class Setup:
         self.kv_budget = kv_budget_bytes(eng, pr.hw.capacity, self.weights, act)
         self.kv_tokens = kv_capacity_tokens(eng, self.kv_budget, self.kv_per_token)
         if self.kv_tokens < max_context:
-            raise CostModelError(
+            raise NoRoomForOneRequest(
                 f"{m.id} on {pr.tp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
                 f"leave a KV cache of {max(self.kv_tokens, 0)} tokens, less than one request's {max_context}; "
                 "raise tp or the memory fraction")

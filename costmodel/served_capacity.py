@@ -124,6 +124,7 @@ def load_capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: 
                   variants: bool = True, **serving) -> LoadCapacityReport:
     """:func:`largest_concurrency` on every device, for the model and (``variants``) its MHA, GQA and MQA
     versions."""
+    from costmodel.served import NoRoomForOneRequest
     from costmodel.serving import with_variants
 
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
@@ -138,9 +139,7 @@ def load_capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: 
                                                   engine_name=engine_name, tpot_s=tpot_s, ttft_s=ttft_s,
                                                   statistic=statistic, evaluator=evaluator,
                                                   price_per_hour=price_per_hour, **serving))
-            except CostModelError as err:
-                if "KV cache" not in str(err):
-                    raise
+            except NoRoomForOneRequest:
                 points.append(LoadCapacityPoint(device=hw.id, model=layout.id, attention=layout.attention_label,
                                                 concurrency=0, binds="kv cache", at=None,
                                                 cost_per_million_tokens=None))

@@ -330,3 +330,13 @@ def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):
     for extra in (["--without", "tiles"], ["--overlap", "sum"], ["--execution", "unfused"]):
         r = run_cli(*base, *extra)
         assert r.exit_code != 0 and f"{extra[0]} does not apply to a served model" in r.output
+
+
+def test_capacity_where_the_weights_leave_no_cache():
+    """Llama 3 70B in bf16 on one 24 GB L4: no client fits, and the cache is what binds."""
+    from costmodel.served_capacity import load_capacity
+
+    report = load_capacity(costmodel.load_model("llama-3-70b"), [costmodel.load_profile("l4")], input_len=512,
+                           output_len=64, tpot_s=0.1, variants=False)
+    [point] = report.points
+    assert point.concurrency == 0 and point.binds == "kv cache" and point.at is None
