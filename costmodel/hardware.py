@@ -85,20 +85,6 @@ class Tile(_Strict):
     confidence: Confidence
 
 
-#: Classes of ops that run different kernels (see :func:`costmodel.program.op_class`).
-OpClassName = Literal["projection", "attention", "elementwise", "copy", "fused_decode", "fused_prefill"]
-
-
-class OpClass(_Strict):
-    """Measured behaviour of one class of op (see ``costmodel calibrate``): the FLOP rate and memory
-    bandwidth its kernel achieves per dtype, and its per-op overhead. Absent entries fall back to the
-    profile-wide figures."""
-
-    flops_per_s: dict[Dtype, SourcedFlops] = Field(default_factory=dict)
-    bandwidth_bytes_per_s: dict[Dtype, SourcedBandwidth] = Field(default_factory=dict)
-    overhead_s: SourcedCost | None = None
-
-
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
 EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "attention_einsum", "decode_attention", "prefill_attention", "norm", "layernorm",
                               "softmax", "elementwise", "activation", "rotary", "copy"]
@@ -266,7 +252,6 @@ class HardwareProfile(_Strict):
     interconnect_bytes_per_s: SourcedBandwidth | None = None  # total over both directions, as vendors quote it
     interconnect_latency_s: SourcedCost | None = None
     interconnect: str | None = None
-    op_classes: dict[OpClassName, OpClass] = Field(default_factory=dict)
     measured: Measured | None = None
     architecture: Architecture | None = None
     efficiency: Efficiency | None = None
@@ -304,13 +289,6 @@ class HardwareProfile(_Strict):
             item = getattr(self, name)
             if item is not None:
                 yield name, item
-        for kind, op_class in self.op_classes.items():
-            for dtype, item in op_class.flops_per_s.items():
-                yield f"op_classes.{kind}.flops_per_s.{dtype}", item
-            for dtype, item in op_class.bandwidth_bytes_per_s.items():
-                yield f"op_classes.{kind}.bandwidth_bytes_per_s.{dtype}", item
-            if op_class.overhead_s is not None:
-                yield f"op_classes.{kind}.overhead_s", op_class.overhead_s
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; an error naming the dtypes this device has otherwise."""
@@ -341,24 +319,6 @@ class HardwareProfile(_Strict):
     @property
     def launch_overhead(self) -> float:
         return self.launch_overhead_s.value
-
-    def peak_for(self, kind: str, dtype: str) -> float:
-        """FLOP rate of an op class: its measured figure, else the vector peak for elementwise ops and
-        the dtype's peak for the rest."""
-        item = self.op_classes.get(kind, OpClass()).flops_per_s.get(dtype)
-        if item is not None:
-            return item.value
-        return self.vector_peak(dtype) if kind == "elementwise" else self.peak(dtype)
-
-    def bandwidth_for(self, kind: str, dtype: str) -> float:
-        """Memory bandwidth an op class achieves: its measured class figure, else the profile's."""
-        item = self.op_classes.get(kind, OpClass()).bandwidth_bytes_per_s.get(dtype)
-        return item.value if item is not None else self.bandwidth
-
-    def overhead_for(self, kind: str) -> float:
-        """Per-op overhead of an op class: its measured figure, else the profile's launch overhead."""
-        item = self.op_classes.get(kind, OpClass()).overhead_s
-        return item.value if item is not None else self.launch_overhead
 
     def ridge_point(self, dtype: str) -> float:
         """Arithmetic intensity (FLOPs/byte) where the compute and memory roofs meet."""

@@ -116,10 +116,11 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
             compute, memory, overhead, body = (np.where(one, a, b) for a, b in
                                                zip(alone, (compute, memory, overhead, body)))
         return _finish(compute, memory, overhead, body + overhead, cls)
-    # the datasheet roofline (measured per-class rates where a calibration gave them)
-    compute = op.flops / (op.peak or hw.peak_for(op.kind, op.dtype))
-    memory = op.bytes / hw.bandwidth_for(op.kind, op.dtype)
-    launch = hw.overhead_for(op.kind) * op.launches
+    # the datasheet roofline: the dtype's peak (the vector peak for elementwise ops), the profile's bandwidth
+    peak = op.peak or (hw.vector_peak(op.dtype) if op.kind == "elementwise" else hw.peak(op.dtype))
+    compute = op.flops / peak
+    memory = op.bytes / hw.bandwidth
+    launch = hw.launch_overhead * op.launches
     body = compute + memory if conv.overlap == "sum" else np.maximum(compute, memory)
     return _finish(compute, memory, launch, body + launch, None)
 

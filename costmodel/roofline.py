@@ -218,13 +218,12 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
 def assumptions(w: Workload, hw: HardwareProfile, overlap: str, model=None) -> list[str]:
     how = "max(compute, memory)" if overlap == "max" else "compute + memory"
     peaks = "measured" if hw.measured else "datasheet dense"
-    launch = ("measured overhead per op class" if hw.op_classes else f"{hw.launch_overhead * 1e6:g} µs launch")
+    launch = f"{hw.launch_overhead * 1e6:g} µs launch"
     if model is not None and model.active:
         out = mechanism_lines(hw, model)
     else:
         out = [f"roofline per op: time = {how} + {launch} per kernel; {peaks} peaks "
-               f"({w.dtype} for einsums, vector peak for elementwise ops)"
-               + ("; measured FLOP rate and bandwidth per op class where calibrated" if hw.op_classes else "")]
+               f"({w.dtype} for einsums, vector peak for elementwise ops)"]
         out += mechanism_lines(hw, model) if model is not None else []
     out += [
         "every op is its own kernel; intermediates go through memory" if w.execution == "unfused" else

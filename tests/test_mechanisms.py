@@ -98,7 +98,7 @@ def test_without_all_is_the_datasheet_roofline():
     p = predict(w, hw, without=("all",))
     assert p.mechanisms == []
     for op in p.ops:
-        assert op.time_s == pytest.approx(max(op.flops / hw.peak_for("x", "bf16") if op.einsum or op.name == "attention"
+        assert op.time_s == pytest.approx(max(op.flops / hw.peak("bf16") if op.einsum or op.name == "attention"
                                               else op.flops / hw.vector_peak("bf16"), op.bytes / hw.bandwidth)
                                           + hw.launch_overhead)
     fitted = predict(w, hw)

@@ -17,6 +17,7 @@ from costmodel.cli import main  # noqa: E402
 from costmodel.catalog import load_profile
 from costmodel.workload import Workload  # noqa: E402
 from costmodel.validation import run as validation_run  # noqa: E402
+from costmodel.validation.calibrate import CPU_FREE  # noqa: E402
 from costmodel.validation.kernels import _CopyCounter, build_kernels, counted_flops  # noqa: E402
 
 
@@ -73,9 +74,50 @@ def test_calibrated_profile_is_marked_measured(quick_report):
     profile = load_profile(str(quick_report[3]))
     assert profile.measured is not None and profile.measured.torch_version == str(torch.__version__)
     assert {"fp32", "bf16"} <= set(profile.peak_flops_per_s)
-    assert all(item.confidence == "measured" for f, item in profile.sourced_items() if "op_classes" in f or "peak" in f)
-    assert set(profile.op_classes) == {"projection", "attention", "elementwise", "copy", "fused_decode",
-                                       "fused_prefill"}
+    assert all(item.confidence == "measured" for f, item in profile.sourced_items() if "peak" in f)
+    # one per-class block: a CPU's classes are the mechanisms fitted to its curves (those its workloads run)
+    assert set(profile.efficiency.classes) <= set(CPU_FREE) and set(profile.efficiency.error)
+    assert "op_classes" not in profile.model_dump()
+
+
+def test_a_gpu_calibration_prices_each_class_at_its_measured_kernel():
+    """What `calibrate --device cuda` writes, run on the CPU: one kernel per op class measured, written as that
+    class's efficiency; every op of a decode and a prefill program then costs, by hand, its class's measured
+    overhead + max(FLOPs at the measured rate, bytes at the measured bandwidth)."""
+    import statistics
+
+    from costmodel.compiled import compile_program
+    from costmodel.hardware import HardwareProfile
+    from costmodel.mechanisms import efficiency_class
+    from costmodel.price import Conventions, price, program_ops
+    from costmodel.validation.class_kernels import MEASURED_CLASSES, measure_op_classes, measured_efficiency
+
+    peak, read = 50e9, 10e9  # deliberately not this machine's: the fractions are of the stated ceilings
+    measured = measure_op_classes("cpu", {"fp32": peak}, quick=True)
+    src = {"value": 1.0, "source": "m", "confidence": "measured"}
+    hw = HardwareProfile.model_validate({
+        "id": "measured_test", "name": "t", "vendor": "measured", "kind": "gpu",
+        "peak_flops_per_s": {"fp32": {**src, "value": peak}}, "memory_bandwidth_bytes_per_s": {**src, "value": read},
+        "memory_capacity_bytes": {**src, "value": 1e10}, "on_chip_memory_bytes": {**src, "value": 1e6},
+        "on_chip_memory_kind": "L2", "launch_overhead_s": {**src, "value": 1e-6}, "sources": {"m": "measured"},
+        "architecture": {"generation": "measured", "compute_units": {**src, "value": 8}},
+        "efficiency": measured_efficiency(measured, {"fp32": peak}, read, "cpu")})
+    conv = Conventions.of(hw, "eager")
+    assert conv.model.active and all(o.kind == "fitted" for o in conv.model.resolved.origin.values())
+    seen = set()
+    for mode, dims in (("incremental", {"b": 4, "n": 1, "m": 512}), ("batched", {"b": 2, "n": 64, "m": 64})):
+        for execution in ("unfused", "fused"):
+            dims = {**dims, "d": 256, "h": 4, "g": 2, "k": 64, "v": 64}
+            for op, shape, _ in program_ops(compile_program("gqa", mode, execution), dims, mode, "fp32", 4):
+                kind = next(k for k, classes in MEASURED_CLASSES.items() if efficiency_class(op.kind, op.name) in classes)
+                c = measured["classes"][kind]
+                flops_rate = min(peak, statistics.median(c["flops_per_s"].values())) if c["flops_per_s"] else peak
+                bw = min(read, statistics.median(c["bandwidth_bytes_per_s"].values())) if c["bandwidth_bytes_per_s"] \
+                    else read
+                expected = c["overhead_s"] + max(op.flops / flops_rate, op.bytes / bw)
+                assert price(op, shape, hw, conv).time == pytest.approx(expected, rel=1e-9), (mode, op.name)
+                seen.add(kind)
+    assert seen == set(MEASURED_CLASSES)
 
 
 def test_a_calibration_keeps_the_fastest_peak_and_bandwidth_it_measured(quick_report):

@@ -7,11 +7,13 @@ What is measured, each a physical quantity with a name (nothing is fitted to val
   profile's bandwidth is the read figure, since attention's traffic is mostly reads (K, V, weights);
 * per-op overhead: back-to-back launches of a one-element add, which on a CPU is torch's eager
   dispatch and on a GPU the launch cost;
-* per op class (einsum, elementwise, copy, fused attention) and dtype: the bandwidth a
+* on a GPU, per op class (einsum, elementwise, copy, fused attention) and dtype: the bandwidth a
   representative kernel of that class reaches on a large operand (a projection-shaped einsum with 8
   rows, a scale, a cache-slice write, a decode-step SDPA), and the same kernel's time at a tiny size
-  (its overhead). These use the validation's own timer, cache flush included, at fixed sizes that do
-  not depend on any validation case.
+  (its overhead), written as the profile's per-class ``efficiency`` (:func:`measured_efficiency`). These
+  use the validation's own timer, cache flush included, at fixed sizes that do not depend on any
+  validation case;
+* on a CPU, the same classes' mechanisms fitted to curves over sizes (:func:`fit_curves`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 import torch
 
 from costmodel.files import write_text
-from costmodel.program import build_program
+from costmodel.validation.class_kernels import measure_op_classes, measured_efficiency
 from costmodel.validation.kernels import TORCH_DTYPES
 from costmodel.validation.timing import PASSES, Timer, environment, merge
 
@@ -109,82 +111,6 @@ def measure(device: str, quick: bool = False) -> dict:
         "peak_flops_per_s": peaks, "read_bytes_per_s": read, "copy_bytes_per_s": copy, "launch_overhead_s": overhead,
         "matmul_n": sizes, "buffer_bytes": buffer_bytes, "timing_method": timer.method,
     }
-
-
-def _decode_einsums() -> tuple[str, str]:
-    """The equations of a decode step's query projection and logits, from the program itself."""
-    ops = {op.name: op for op in build_program("gqa", "incremental").ops}
-    return ops["q_proj"].einsum, ops["logits"].einsum
-
-
-def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float | None = None
-                      ) -> dict[str, dict[str, tuple]]:
-    """Per op class: {"bandwidth" | "flops": (callable, bytes or FLOPs it moves or does)}, at about ``nbytes``."""
-    import torch.nn.functional as F
-
-    from costmodel.validation.kernels import copy_free_order, grouped_attention
-
-    t = TORCH_DTYPES[dtype]
-    width = torch.finfo(t).bits // 8
-    new = lambda *shape: torch.randn(shape, device=device, dtype=t)  # noqa: E731
-    heads, k = 16, 128
-    # projection: x [8, d] through a weight [h, d, k] stored GEMM-ready (a decode step's projection)
-    d = max(128, int((nbytes / width) ** 0.5) // 128 * 128)
-    h = d // k
-    project, logits = _decode_einsums()
-    order = copy_free_order(project, ((8, d), (h, d, k)), 1)
-    weight = new(*((h, d, k)[j] for j in order)).permute(*sorted(range(3), key=order.__getitem__))
-    x = new(8, d)
-    # attention: a decode step's logits over a cache of m positions, (b, g, m, k) with g = 16 heads
-    m = max(2, nbytes // width // (heads * k))
-    q1, cache = new(1, heads, 1, k), new(1, heads, m, k)
-    # elementwise: scale; copy: write one position of a (b, g, 2, k) cache in place
-    y = new(max(8, nbytes // width // 2))
-    rows = max(1, nbytes // width // (2 * 8 * k))
-    slots, step = new(rows, 8, 2, k), new(rows, 8, k)
-
-    def append():
-        slots[:, :, 1] = step
-    # fused decode: SDPA of one query position; MHA-shaped for bandwidth, MQA-shaped for its FLOP rate
-    mk = max(2, nbytes // width // (2 * heads * k))
-    qd, kv = new(1, heads, 1, k), new(1, heads, mk, k)
-    one = new(1, 1, mk, k)
-    # fused prefill: SDPA of n = m positions, compute-bound
-    n = 2 if nbytes < (1 << 20) else 512
-    while flops_per_s and n > 64 and 4 * heads * n * n * k / flops_per_s > 0.05:
-        n //= 2  # keep one prefill call under about 50 ms where this dtype's matmuls are slow
-    qp, kp = new(1, heads, n, k), new(1, heads, n, k)
-    return {
-        "projection": {"bandwidth": (lambda: torch.einsum(project, x, weight),
-                                     width * (8 * d + d * h * k + 8 * h * k))},
-        "attention": {"bandwidth": (lambda: torch.einsum(logits, q1, cache),
-                                    width * (2 * heads * k + heads * m * k + heads * m))},
-        "elementwise": {"bandwidth": (lambda: y * 0.5, 2 * width * y.numel())},
-        "copy": {"bandwidth": (append, 2 * width * step.numel())},
-        "fused_decode": {
-            "bandwidth": (lambda: F.scaled_dot_product_attention(qd, kv, kv), width * (2 * kv.numel() + 2 * qd.numel())),
-            "flops": (lambda: grouped_attention(qd, one, one), 4 * heads * mk * k),
-        },
-        "fused_prefill": {"flops": (lambda: F.scaled_dot_product_attention(qp, kp, kp), 4 * heads * n * n * k)},
-    }
-
-
-def measure_op_classes(device: str, peaks: dict[str, float], quick: bool) -> dict:
-    """Bandwidth (and, for fused attention, FLOP rate) per op class and dtype, and overhead on tiny sizes."""
-    large = 16 << 20  # the order of a decode step's tensors; far larger outputs measure page faults, not bandwidth
-    timer = Timer(device, budget_s=0.1 if quick else 0.3)
-    classes: dict[str, dict] = {}
-    dtypes = list(peaks)
-    for dtype in dtypes:
-        for kind, benches in _class_benchmarks(device, dtype, large, peaks[dtype]).items():
-            entry = classes.setdefault(kind, {"flops_per_s": {}, "bandwidth_bytes_per_s": {}})
-            for quantity, (fn, amount) in benches.items():
-                key = "flops_per_s" if quantity == "flops" else "bandwidth_bytes_per_s"
-                entry[key][dtype] = amount / timer.time(fn).median_s
-    for kind, benches in _class_benchmarks(device, dtypes[0], 1024).items():
-        fn = next(iter(benches.values()))[0]
-        classes[kind]["overhead_s"] = timer.time(fn).median_s
-    return {"classes": classes, "large_bytes": large, "timing_method": timer.method}
 
 
 #: The workloads whose ops make the CPU curves (quick, full): the validation's own kernels at shapes of
@@ -373,12 +299,6 @@ def profile_from(m: dict, device: str) -> dict:
     method = (f"costmodel calibrate: N^3 matmul per dtype (N: {sizes}); read (sum) and copy of a "
               f"{m['buffer_bytes'] >> 20} MiB buffer, bandwidth = read; per-op overhead from 200 back-to-back "
               f"one-element adds; {m['timing_method']}")
-    classes = m.get("op_classes")
-    if classes:
-        method += (f". Op classes, on about {classes['large_bytes'] >> 20} MiB: bandwidth of a projection einsum "
-                   f"with 8 rows, a decode logits einsum, a scale, a cache-slice write and a decode-step SDPA "
-                   f"(16 heads); FLOP rate of a decode SDPA with one key/value head and of a prefill SDPA of up to 512 "
-                   f"positions; overheads of the same kernels on about 1 KiB; {classes['timing_method']}")
 
     def measured(value: float) -> dict:
         return {"value": float(value), "source": "measured", "confidence": "measured"}
@@ -391,12 +311,6 @@ def profile_from(m: dict, device: str) -> dict:
         "on_chip_memory_bytes": {"value": cache, "source": "system", "confidence": "high"},
         "on_chip_memory_kind": cache_kind,
         "launch_overhead_s": measured(m["launch_overhead_s"]),
-        "op_classes": {
-            kind: {"flops_per_s": {dt: measured(v) for dt, v in c["flops_per_s"].items()},
-                   "bandwidth_bytes_per_s": {dt: measured(v) for dt, v in c["bandwidth_bytes_per_s"].items()},
-                   "overhead_s": measured(c["overhead_s"])}
-            for kind, c in (classes or {}).get("classes", {}).items()
-        },
         "measured": {"device": f"{env['device_name']} ({env['backend']})", "date": today,
                      "torch_version": env["torch_version"], "method": method},
         "sources": {
@@ -426,14 +340,13 @@ def calibrate(device: str, out: str | None = None, quick: bool = False, threads:
 
 
 def measure_profile(device: str, quick: bool, threads: int | None = None) -> tuple[dict, float | None, float]:
-    """The profile's measured rates (matmul peaks, bandwidths, overheads, op classes), without the fitted
-    curves; the load average before and the start time."""
+    """The profile's measured rates (matmul peaks, bandwidths, overheads; on a GPU each op class's measured
+    kernel as its efficiency), without a CPU's fitted curves; the load average before and the start time."""
     if device == "cpu" and threads:
         torch.set_num_threads(threads)
     start = time.perf_counter()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     m = measure(device, quick)
-    m["op_classes"] = measure_op_classes(device, m["peak_flops_per_s"], quick)
     profile = profile_from(m, device)
     profile["architecture"] = {
         "generation": "measured",
@@ -441,6 +354,10 @@ def measure_profile(device: str, quick: bool, threads: int | None = None) -> tup
                           if device == "cuda" else int(torch.get_num_threads()),
                           "source": "system", "confidence": "high"},
     }
+    if device == "cuda":  # a CPU's classes are fitted to curves over sizes instead (finish)
+        profile["efficiency"] = measured_efficiency(measure_op_classes(device, m["peak_flops_per_s"], quick),
+                                                    m["peak_flops_per_s"], m["read_bytes_per_s"],
+                                                    profile["measured"]["device"])
     return profile, load_before, start
 
 
