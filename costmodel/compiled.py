@@ -3,7 +3,8 @@
 :func:`compile_program` derives the per-op counts of :mod:`costmodel.counts` and the resident weights and
 KV cache of :meth:`costmodel.program.Program.resident_elements`, and prints them as plain Python
 arithmetic, so a prediction, a sweep over a million points and a whole model all evaluate the same
-expressions, on Python numbers or numpy arrays.
+expressions, on Python numbers or numpy arrays. :func:`compile_block` does the same for the ops of a model
+step around attention (:mod:`costmodel.step_program`).
 """
 
 from __future__ import annotations
@@ -15,25 +16,29 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 #: The arguments of every compiled grouped-query function, in order (MLA's: costmodel.mla.ARGS).
 ARG_NAMES = ("b", "n", "m", "d", "h", "g", "k", "v")
 #: The modules whose code decides a program's counts: a compiled program cached on disk is keyed by their text.
-SYMBOLIC_MODULES = ("symbols.py", "ops.py", "program.py", "mla.py", "counts.py", "compiled.py")
+SYMBOLIC_MODULES = ("symbols.py", "ops.py", "program.py", "mla.py", "counts.py", "compiled.py", "step_program.py")
 
 
 @dataclass(frozen=True)
 class Compiled:
-    """A program's ops and one function of (b, n, m, d, h, g, k, v) that returns, in order, every op's
-    FLOPs, every op's memory elements, the weight elements and the KV-cache elements."""
+    """A program's ops and one function of its dimensions (an attention program's: b, n, m, d, h, g, k, v)
+    that returns, in order, every op's FLOPs, every op's memory elements, the weight elements, the KV-cache
+    elements and the bias elements."""
 
     names: tuple[str, ...]
     kinds: tuple[str, ...]  # the op class of each op (costmodel.program.op_class)
     einsums: tuple[str | None, ...]
-    gemms: tuple[bool, ...]  # which ops are einsums, with a (batch, M, K, N) in gemm_counts
+    gemms: tuple[bool, ...]  # which ops are matrix products, with a (batch, M, K, N) in gemm_counts
     counts: object
-    gemm_counts: object = None  # (batch, M, K, N) of every einsum, flattened, as one numeric function
+    gemm_counts: object = None  # (batch, M, K, N) of every matrix product, flattened, as one numeric function
     args: tuple[str, ...] = ARG_NAMES  # the dimensions the functions take, in order
-    storage_counts: object = None  # weight elements of every op, then cache elements of every op
+    storage_counts: object = None  # per op: elements in the weight dtype, in the cache dtype, and parameters
+    grouped: tuple[bool, ...] = ()  # which products are grouped (their batch: the groups; M: all their rows)
 
     def _args(self, dims: dict) -> list:
         return [dims[name] for name in self.args]
@@ -58,18 +63,29 @@ class Compiled:
         return self.counts(*self._args(dims))[-1]
 
     def gemm_shapes(self, dims: dict) -> list[dict | None]:
-        """``{"batch", "M", "K", "N"}`` of every einsum op at ``dims`` (numbers or numpy arrays; ``None``
-        for the other ops), the shapes the GEMM tile mechanism needs."""
+        """``{"batch", "M", "K", "N"}`` of every matrix product at ``dims`` (numbers or numpy arrays; ``None``
+        for the other ops), the shapes the GEMM tile mechanism needs. A grouped product over a fractional
+        expected number of groups runs ``ceil(groups)`` GEMMs of ``ceil(rows / groups)`` rows."""
         values = iter(self.gemm_counts(*self._args(dims)))
-        return [dict(zip(("batch", "M", "K", "N"), (next(values) for _ in range(4)))) if g else None
-                for g in self.gemms]
+        out = []
+        for g, grouped in zip(self.gemms, self.grouped or (False,) * len(self.gemms)):
+            shape = dict(zip(("batch", "M", "K", "N"), (next(values) for _ in range(4)))) if g else None
+            if grouped:
+                groups = shape["batch"]
+                shape |= {"batch": np.ceil(groups), "M": np.ceil(shape["M"] / np.maximum(groups, 1))}
+            out.append(shape)
+        return out
 
     def storage(self, dims: dict) -> tuple[list, list]:
         """(weight elements, KV-cache elements) each op reads or writes at ``dims``: the parts of its memory
         traffic stored in the weight and the cache dtypes (the rest is in the activation dtype)."""
         values = self.storage_counts(*self._args(dims))
         n = len(self.names)
-        return values[:n], values[n:]
+        return values[:n], values[n:2 * n]
+
+    def params(self, dims: dict) -> list:
+        """The parameters each op reads at ``dims`` (its ``P_*`` and ``W_*`` operands)."""
+        return self.storage_counts(*self._args(dims))[2 * len(self.names):]
 
 
 @lru_cache(maxsize=64)
@@ -129,7 +145,8 @@ def _load(key: str) -> Compiled | None:
         c = data["compiled"]
         return Compiled(names=tuple(c["names"]), kinds=tuple(c["kinds"]), einsums=tuple(c["einsums"]),
                         gemms=tuple(c["gemms"]), counts=_function(c["counts"]), gemm_counts=_function(c["gemm_counts"]),
-                        args=tuple(c["args"]), storage_counts=_function(c["storage_counts"]))
+                        args=tuple(c["args"]), storage_counts=_function(c["storage_counts"]),
+                        grouped=tuple(c["grouped"]))
     except (OSError, ValueError, KeyError, TypeError, SyntaxError):
         return None
 
@@ -142,7 +159,7 @@ def _store(key: str, compiled: Compiled, sources: dict) -> None:
     if folder is None:
         return
     body = {"names": list(compiled.names), "kinds": list(compiled.kinds), "einsums": list(compiled.einsums),
-            "gemms": list(compiled.gemms), "args": list(compiled.args), **sources}
+            "gemms": list(compiled.gemms), "args": list(compiled.args), "grouped": list(compiled.grouped), **sources}
     text = json.dumps({"sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
                        "compiled": body})
     try:
@@ -165,8 +182,6 @@ def _function(source: str):
 def _derive(variant, mode, execution, cache_append, form, q_lora) -> tuple[Compiled, dict | None]:
     """The program derived with sympy and compiled; the sources of its functions where they are plain
     arithmetic (None where one needed sympy's lambdify, which is not kept on disk)."""
-    import sympy
-
     from costmodel import symbols as S
     from costmodel.counts import _sum_steps, program_counts
     from costmodel.ops import gemm_dims
@@ -187,19 +202,66 @@ def _derive(variant, mode, execution, cache_append, form, q_lora) -> tuple[Compi
     # projection weights are stored in the weight dtype; norm weights (W_*) stay in the activation dtype
     stored = [_stored(o, lambda t: t.name.startswith("P_")) for o in program.ops]
     stored += [_stored(o, lambda t: _is_cache(t, program)) for o in program.ops]
+    stored += [_params(o) for o in program.ops]
     if program.summed_over_steps:
         stored = [_sum_steps(e) for e in stored]
+    return _assemble([o.name for o in report.ops], [op_class(o, mode) for o in program.ops],
+                     [o.einsum for o in report.ops], gemms, exprs, stored, args)
+
+
+@lru_cache(maxsize=64)
+def compile_block(block: str, *params) -> Compiled:
+    """A block of a model step's ops around attention (:data:`costmodel.step_program.BLOCKS`, built with
+    ``params``) compiled into one numpy function of the block's dimensions, kept on disk as programs are.
+    Its matrix products (einsums and grouped products) are projections; the other ops keep their kind."""
+    key = _cache_key("block", block, *params)
+    cached = _load(key)
+    if cached is not None:
+        return cached
+    import sympy
+
+    from costmodel.ops import bias_elements, gemm_dims, grouped_dims
+    from costmodel.step_program import BLOCKS
+
+    build, args = BLOCKS[block]
+    ops = build(*params)
+    gemms = [gemm_dims(o) if o.kind == "einsum" else grouped_dims(o) if o.kind == "grouped" else None for o in ops]
+    exprs = [o.flops for o in ops] + [o.memory_elements for o in ops]
+    exprs += [sympy.Add(*(_params(o) for o in ops)), sympy.Integer(0), sympy.Add(*(bias_elements(o) for o in ops))]
+    stored = ([_stored(o, lambda t: t.name.startswith("P_")) for o in ops] + [sympy.Integer(0) for _ in ops]
+              + [_params(o) for o in ops])
+    compiled, sources = _assemble([o.name for o in ops], ["projection" if g else o.kind for o, g in zip(ops, gemms)],
+                                  [o.einsum for o in ops], gemms, exprs, stored, args,
+                                  grouped=[o.kind == "grouped" for o in ops])
+    if sources is not None:
+        _store(key, compiled, sources)
+    return compiled
+
+
+def _assemble(names, kinds, einsums, gemms, exprs, stored, args, grouped=None) -> tuple[Compiled, dict | None]:
+    """A :class:`Compiled` from its ops' derived expressions; the sources of its functions where they are plain
+    arithmetic (None where one needed sympy's lambdify, which is not kept on disk)."""
+    import sympy
+
     functions = {"counts": exprs, "gemm_counts": [x for g in gemms if g for x in g] or [sympy.Integer(0)],
                  "storage_counts": stored}
     made = {name: _numeric_function(e, args) for name, e in functions.items()}
     compiled = Compiled(
-        names=tuple(o.name for o in report.ops), kinds=tuple(op_class(o, mode) for o in program.ops),
-        einsums=tuple(o.einsum for o in report.ops), gemms=tuple(g is not None for g in gemms),
+        names=tuple(names), kinds=tuple(kinds), einsums=tuple(einsums), gemms=tuple(g is not None for g in gemms),
         counts=made["counts"][0], gemm_counts=made["gemm_counts"][0], args=tuple(s.name for s in args),
-        storage_counts=made["storage_counts"][0],
+        storage_counts=made["storage_counts"][0], grouped=tuple(grouped or (False,) * len(names)),
     )
     sources = {name: source for name, (_, source) in made.items()}
     return compiled, (sources if all(sources.values()) else None)
+
+
+def _params(op):
+    """The parameters an op reads: its ``P_*`` and ``W_*`` operands' elements."""
+    import sympy
+
+    from costmodel.ops import is_weight
+
+    return sympy.Add(*(t.elements for t in op.inputs if is_weight(t)))
 
 
 def _is_cache(tensor, program) -> bool:

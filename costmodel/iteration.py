@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.model_ops import COLLECTIVES
-from costmodel.model_step import Pricing, _phase_rows, _row_time
+from costmodel.model_step import Pricing, op_time, phase_ops
 from costmodel.presets import ModelPreset
 
 #: Sections whose non-weight ops are attention over the cache.
@@ -58,8 +58,8 @@ def _kind(r) -> str:
 def _parts(m: ModelPreset, pr: Pricing, phase: str, batch: int, context) -> dict[str, np.ndarray | float]:
     """A phase's time split by :func:`_kind` (arrays where ``context`` is)."""
     out: dict = {"token": 0.0, "attention": 0.0, "head": 0.0, "comm": 0.0}
-    for r in _phase_rows(m, pr, phase, batch, context, 1):
-        out[_kind(r)] = out[_kind(r)] + np.asarray(_row_time(r, pr).time, float) * r.count
+    for s in phase_ops(m, pr, phase, batch, context, 1):
+        out[_kind(s)] = out[_kind(s)] + np.asarray(op_time(s, pr).time, float) * s.count
     return out
 
 

@@ -16,7 +16,7 @@ Index letters: ``e = k + p`` (query and key dimension per head), ``f = c + p`` (
 ``j = k + v`` (a head's up-projected key and value). A name ``T:part`` is a view of a part of ``T``
 (``KV:c`` is the latent part of the cache rows; ``P_kvb:k`` the key half of the up-projection).
 Norms are RMSNorms (4 FLOPs per element, as the model ops count them); rotary embeddings of ``q`` and the
-new rotary key are the engine's op (:func:`costmodel.model_ops.engine_rows`), as for grouped-query models.
+new rotary key are the engine's op (:func:`costmodel.model_ops.engine_ops`), as for grouped-query models.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from costmodel.ops import ELEMENTWISE_FLOPS, Op, Tensor
 from costmodel.program import Program, fuse_attention
 from costmodel.vocab import EXECUTIONS, MLA_FORMS as FORMS, choice
 
-#: FLOPs per element of an RMSNorm (square, sum, scale, weight), as :data:`costmodel.model_ops.NORM_FLOPS`.
+#: FLOPs per element of an RMSNorm (square, sum, scale, weight), as :data:`costmodel.step_program.NORM_FLOPS`.
 RMS_FLOPS = 4
 #: The arguments of an MLA program's compiled function.
 ARGS = (S.b, S.n, S.m, S.d, S.h, S.k, S.v, S.c, S.p, S.l)

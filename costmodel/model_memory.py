@@ -5,13 +5,12 @@ storage width of quantised weights; the largest batch and context that fit.
 
 from __future__ import annotations
 
-from costmodel.compiled import compile_program
+from costmodel.compiled import compile_block, compile_program
 from costmodel.fits import largest_count
 from costmodel.presets import ModelPreset
-from costmodel.ops import Op, bias_elements, is_weight
 from costmodel.vocab import choice
 
-from costmodel.model_ops import NORM_PARAMS, _compiled, _dims, _head_ops, _layer_ops, local_context
+from costmodel.model_ops import NORM_PARAMS, _compiled, _dims, local_context, moe_dims
 
 
 def _attention_blocks(m: ModelPreset) -> list[tuple[int, int]]:
@@ -23,21 +22,24 @@ def _attention_blocks(m: ModelPreset) -> list[tuple[int, int]]:
     return blocks
 
 
-def _op_params(ops: list[Op], m: ModelPreset) -> int:
-    """Parameters the ops read: their ``W_*`` operands (norm weights times NORM_PARAMS), and biases."""
-    total = 0
-    for op in ops:
-        weights = sum(int(t.elements) for t in op.inputs if is_weight(t))
-        total += weights * (NORM_PARAMS[m.norm] if op.kind == "elementwise" else 1)
-        total += int(bias_elements(op)) if m.bias else 0
-    return total
+def _weights(m: ModelPreset, block, dims: dict) -> list[tuple[str, float, float]]:
+    """Per op of a compiled block at ``dims``: its kind, its ``P_*`` (projection) parameters, and its other
+    parameters: ``W_*`` weights (a norm's times NORM_PARAMS: LayerNorm has a shift) and, where the model has
+    biases, a projection's."""
+    out = []
+    stored, params = block.storage(dims)[0], block.params(dims)
+    for kind, p_, all_ in zip(block.kinds, stored, params):
+        other = (all_ - p_) * (NORM_PARAMS[m.norm] if kind == "elementwise" else 1)
+        out.append((kind, p_, other))
+    return out
 
 
 def param_groups(m: ModelPreset) -> dict[str, int]:
     """The model's parameters by kind: ``projections`` (attention, feed-forward and expert weights of the
     layers, what a quantized checkpoint stores in few bits), ``embeddings`` (input table and untied output
-    projection), and ``other`` (norms, biases, routers). Attention weights are the program's resident
-    tensors, the rest the weights of the same ops the step prices."""
+    projection), and ``other`` (norms, biases, routers). Each is a resident weight of the programs the step
+    prices: the attention program's, and those of the blocks around it (:mod:`costmodel.step_program`) at
+    one token, every expert resident."""
     attention, _ = _compiled(m, "incremental", "unfused", "inplace", None)
     proj = other = 0
     for layers, g in _attention_blocks(m):
@@ -46,25 +48,30 @@ def param_groups(m: ModelPreset) -> dict[str, int]:
         norms = (m.mla.kv_rank + (m.mla.q_rank or 0)) if m.mla else 0  # the latents' RMSNorm weights
         proj += layers * (w - norms)
         other += layers * (norms + (attention.bias_elements(dims) if m.bias else 0))
-    moe_layers = m.moe.layers if m.moe else 0
-    for op in _layer_ops(m, 1, m.norms_per_layer):
-        n = _op_params([op], m) * (m.layers - moe_layers if op.kind == "einsum" else m.layers)
-        if op.kind == "einsum":
-            bias = int(bias_elements(op)) if m.bias else 0
-            proj += n - bias * (m.layers - moe_layers)
-            other += bias * (m.layers - moe_layers)
-        else:
-            other += n
-    if m.moe:
-        moe, d, up = m.moe, m.d_model, 2 if m.ffn_gated else 1
-        proj += moe.layers * (moe.experts * (up + 1) * d * moe.expert_d_ff + (up + 1) * d * moe.shared_d_ff)
-        other += moe.layers * (d * moe.routed_experts + d * moe.shared_gate + moe.routed_experts * moe.router_bias)
-    if m.architecture == "encoder-decoder":
-        enc = _op_params(_layer_ops(m, 1, 2), m)
-        proj += m.encoder_layers * enc
+    dense = m.layers - (m.moe.layers if m.moe else 0)
+    dims = {"t": 1, "d": m.d_model, "f": m.d_ff}
+    layer = compile_block("layer", m.norm, m.norms_per_layer, m.ffn_gated)
+    for kind, p_, w in _weights(m, layer, dims):
+        # the norms of every layer; the feed-forward projections (and their biases) of the dense layers
+        proj, other = (proj + dense * p_, other) if kind == "projection" else (proj, other + m.layers * w)
+    if m.bias:
+        other += dense * layer.bias_elements(dims)
+    if m.moe:  # the router's and the shared experts' gate's weights are other parameters
+        moe, every = m.moe, {**moe_dims(m, 1), "u": m.moe.experts}
+        for block, at in ((compile_block("moe", m.ffn_gated), every),
+                          (compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate)),
+                           {"t": 1, "d": m.d_model, "f": moe.shared_d_ff})):
+            for _, p_, w in _weights(m, block, at):
+                proj, other = proj + moe.layers * p_, other + moe.layers * w
+        other += moe.layers * moe.routed_experts * moe.router_bias
+    if m.architecture == "encoder-decoder":  # its layers' weights, norms and biases; its final norm
+        enc = compile_block("layer", m.norm, 2, m.ffn_gated)
+        proj += m.encoder_layers * (sum(p_ + w for _, p_, w in _weights(m, enc, dims))
+                                    + (enc.bias_elements(dims) if m.bias else 0))
         other += m.d_model * NORM_PARAMS[m.norm]
-    head = _head_ops(m, 1, 1)
-    other += _op_params(head[:2], m)
+    head = compile_block("head", m.norm)
+    # the final norm's weights (the output projection is an embedding, counted below)
+    other += sum(w for kind, _, w in _weights(m, head, {"t": 1, "o": 1, "d": m.d_model, "w": 0}))
     embeddings = m.vocab * m.d_model * (1 if m.tied_embeddings else 2) + m.learned_positions * m.d_model
     return {"projections": int(proj), "embeddings": int(embeddings), "other": int(other)}
 
@@ -127,12 +134,12 @@ def weight_width(dtype: str, group_size: int = 0) -> float:
 def weight_bytes(dev: ModelPreset, pr) -> int:
     """Bytes of the weights one device holds: projections in the weight storage, the rest in the activation dtype."""
     groups = param_groups(dev)
-    return int(groups["projections"] * pr.storage.weight + (groups["embeddings"] + groups["other"]) * pr.storage.act)
+    return int(groups["projections"] * pr.precision.weight + (groups["embeddings"] + groups["other"]) * pr.precision.act)
 
 
 def kv_bytes(dev: ModelPreset, pr, batch: int, context: int, source: int) -> int:
     """Bytes of the KV cache one device holds after a decode step at ``context``."""
-    return int(kv_cache_elements(dev, batch, context, source) * pr.storage.kv)
+    return int(kv_cache_elements(dev, batch, context, source) * pr.precision.kv)
 
 
 def largest_batch_in_memory(dev: ModelPreset, pr, context: int, source: int) -> int:

@@ -20,16 +20,15 @@ from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
-from costmodel.shapes import GemmShape
 from costmodel.origin import time_model
-from costmodel.price import Conventions, KernelOp, price
+from costmodel.price import Conventions, KernelOp, Precision, price
 from costmodel.roofline import mechanism_lines
 from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, WEIGHT_DTYPES, choice,
                              dtype_bytes)
 from costmodel.fits import largest_fitting
 from costmodel.model_memory import (DEFAULT_GROUP, active_params, kv_bytes, largest_batch_in_memory,
                                     param_count, weight_bytes, weight_width)
-from costmodel.model_ops import (COLLECTIVES, Row, Storage, device_slice, engine_rows, reduces_per_layer, step_rows,
+from costmodel.model_ops import (COLLECTIVES, StepOp, device_slice, engine_ops, reduces_per_layer, step_ops,
                                  tensor_parallel)
 
 
@@ -129,28 +128,21 @@ class ModelPrediction(Report):
         return model_table(self)
 
 
-def _row_time(r: Row, pr: Pricing):
-    """The time of one kernel of a row under the pricing conventions (arrays where the row's counts are)."""
-    shape = r.shape
-    if r.gemm is not None:
-        shape = GemmShape(*r.gemm, width=dtype_bytes(pr.dtype))
-    compute_dtype = pr.gemm_dtype if (pr.gemm_dtype and r.weighted) else pr.dtype
-    # an fp8 GEMM runs its own kernel (one scale per tensor, or per 128 x 128 block): its own class
-    kernel = FP8_GEMM_CLASS.get(pr.weight_dtype) if compute_dtype == "fp8" and r.gemm is not None else None
-    return price(KernelOp(r.op_class, r.name, compute_dtype, r.flops, r.bytes, devices=r.devices, kernel=kernel),
-                 shape, pr.hw, Conventions(pr.model, pr.overlap))
+def op_time(s: StepOp, pr: Pricing):
+    """The time of one kernel of a step's op under the pricing conventions (arrays where its counts are)."""
+    return price(s.op, s.shape, pr.hw, Conventions(pr.model, pr.overlap))
 
 
 #: The efficiency class of a GEMM over fp8 weights, by how the weights are scaled.
 FP8_GEMM_CLASS = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block"}
 
 
-def _price(rows: list[Row], pr: Pricing) -> list[OpTime]:
+def _price(ops: list[StepOp], pr: Pricing) -> list[OpTime]:
     out = []
-    for r in rows:
-        t = _row_time(r, pr)
-        out.append(OpTime(section=r.section, name=r.name, einsum=r.einsum, flops=r.flops * r.count,
-                          bytes=r.bytes * r.count, count=r.count, time_s=t.time * r.count, bound=t.bound))
+    for s in ops:
+        t = op_time(s, pr)
+        out.append(OpTime(section=s.section, name=s.name, einsum=s.einsum, flops=s.op.flops * s.count,
+                          bytes=s.op.bytes * s.count, count=s.count, time_s=t.time * s.count, bound=t.bound))
     return out
 
 
@@ -170,8 +162,7 @@ class Pricing:
     weight_dtype: str
     group: int
     kv_dtype: str
-    storage: Storage
-    gemm_dtype: str | None
+    precision: Precision
     execution: str
     overlap: str
     model: object  # costmodel.origin.TimeModel
@@ -179,6 +170,11 @@ class Pricing:
     tp: int
     mla_form: str | None
     ep: bool = False  # the routed experts spread over the tp devices (expert parallel) instead of sharded
+
+    @property
+    def gemm_dtype(self) -> str | None:
+        """The dtype GEMMs over stored weights run at where it is the weights' (W8A8), else None."""
+        return self.precision.gemm_dtype
 
     def slice(self, m: ModelPreset) -> ModelPreset:
         """What one of the tp devices holds of ``m`` under these conventions."""
@@ -218,25 +214,26 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     # wider weights are dequantized to the activation dtype in the kernel
     math = "fp8" if weight_dtype == "fp8_block" else weight_dtype
     gemm_dtype = math if math in ("fp8", "int8") and math in hw.peak_flops_per_s else None
-    storage = Storage(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype))
-    return Pricing(hw, dtype, weight_dtype, group, kv_dtype, storage, gemm_dtype, execution, overlap, model, engine,
+    precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
+                          gemm_dtype, FP8_GEMM_CLASS.get(weight_dtype) if gemm_dtype == "fp8" else None)
+    return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
                    tp, mla_form, expert_parallel)
 
 
-def _phase_rows(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[Row]:
+def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[StepOp]:
     """A phase's program on one device: the sliced model's ops, as engines run them, with the collectives of
     tensor parallelism inserted."""
     dev = pr.slice(m)
-    rows = step_rows(dev, phase, batch, context, source, pr.storage, pr.execution, mla_form=pr.mla_form)
+    ops = step_ops(dev, phase, batch, context, source, pr.precision, pr.execution, mla_form=pr.mla_form)
     tokens = batch if phase == "decode" else batch * context
-    rows = engine_rows(rows, dev, tokens, pr.storage) if pr.engine else rows
+    ops = engine_ops(ops, dev, tokens, pr.precision) if pr.engine else ops
     encoder = batch * source if phase == "prefill" and m.architecture == "encoder-decoder" else 0
-    return tensor_parallel(rows, m, pr.tp, tokens, encoder, pr.storage.act)
+    return tensor_parallel(ops, m, pr.tp, tokens, encoder, pr.precision.act)
 
 
 def phase_time(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> PhaseTime:
     """One decode step after ``context`` cached positions, or the prefill of a ``context``-token prompt."""
-    priced = _price(_phase_rows(m, pr, phase, batch, context, source), pr)
+    priced = _price(phase_ops(m, pr, phase, batch, context, source), pr)
     ops = [o for o in priced if o.section != COLLECTIVES]
     collectives = [o for o in priced if o.section == COLLECTIVES]
     reduce_s = sum(o.time_s for o in collectives)
@@ -249,12 +246,12 @@ def decode_times(m: ModelPreset, pr: Pricing, batch: int, contexts, source: int 
     """Decode-step times (seconds) after each of ``contexts`` cached positions, all at once: the step's
     ops evaluated on an array of contexts (the same expressions and mechanisms as :func:`phase_time`)."""
     contexts = np.asarray(contexts, dtype=np.int64)
-    rows = _phase_rows(m, pr, "decode", batch, contexts, source or 1)
+    ops = phase_ops(m, pr, "decode", batch, contexts, source or 1)
     total = np.zeros(contexts.shape)
-    for r in rows:
-        if r.section != COLLECTIVES:
-            total = total + np.asarray(_row_time(r, pr).time, float) * r.count
-    return total + sum(_row_time(r, pr).time * r.count for r in rows if r.section == COLLECTIVES)
+    for s in ops:
+        if s.section != COLLECTIVES:
+            total = total + np.asarray(op_time(s, pr).time, float) * s.count
+    return total + sum(op_time(s, pr).time * s.count for s in ops if s.section == COLLECTIVES)
 
 
 def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS["batch"],
@@ -265,7 +262,7 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
                   mla_form: str | None = None, expert_parallel: bool = False) -> ModelPrediction:
     """Decode step after ``context`` cached positions (TPOT), prefill of a ``context``-token prompt
     (TTFT), KV cache and weights per device, and the largest batch and context that fit. ``engine``:
-    the step as serving engines run it (:func:`engine_rows`); False: every op of the programs alone.
+    the step as serving engines run it (:func:`engine_ops`); False: every op of the programs alone.
 
     ``dtype`` is the activations' (and the math's) dtype; ``weight_dtype`` the projection weights' storage
     (default: the model's quantization, else ``dtype``); ``kv_dtype`` the cache's (default ``dtype``).

@@ -132,3 +132,20 @@ def gemm_dims(op: Op) -> tuple[object, object, object, object]:
     a, b, out = (set(t.indices) for t in (*op.inputs, op.output))
     prod = lambda idx: _prod(sizes[i] for i in sorted(idx))  # noqa: E731
     return prod(a & b & out), prod((a - b) & out), prod((a & b) - out), prod((b - a) & out)
+
+
+def grouped_dims(op: Op) -> tuple[object, object, object, object]:
+    """A grouped product as (groups, rows, K, N): the group axis of the second operand (the touched experts),
+    the first operand's rows, the contracted axis and the output's columns."""
+    if op.kind != "grouped":
+        raise ValueError(f"{op.name} is not a grouped product")
+    sizes = op.index_sizes()
+    a, b, out = (set(t.indices) for t in (*op.inputs, op.output))
+    prod = lambda idx: _prod(sizes[i] for i in sorted(idx))  # noqa: E731
+    return prod(b - a - out), prod((a - b) & out), prod((a & b) - out), prod((b - a) & out)
+
+
+def norm_name(norm: str) -> str:
+    """The name of a model's norm ops, which picks their kernel's class: an engine runs its own RMSNorm
+    kernel (``norm``) and torch's LayerNorm (``layernorm``)."""
+    return "layernorm" if norm == "layernorm" else "norm"

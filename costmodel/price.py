@@ -12,7 +12,9 @@ the class's rates and the profile's launch overhead. Numbers or numpy arrays, al
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -177,17 +179,67 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
     return _finish(0.0, transfer, latency * op.launches, transfer + latency * op.launches, None)
 
 
-def program_ops(compiled, dims: dict, mode: str, dtype: str, width: int, launches=1) -> list[tuple]:
-    """Every op of a compiled attention program at ``dims`` (numbers, or arrays for a sweep) as (op, shape,
-    einsum): what a prediction and a sweep price, by the same loop."""
+@dataclass(frozen=True)
+class Precision:
+    """How a program's tensors are stored and its math done: bytes per element of the activations, of the
+    projection weights a checkpoint stores (``P_*``; group scales included) and of the KV cache; the math's
+    dtype; and, where GEMMs over stored weights run at the weights' precision (W8A8), their dtype and kernel
+    class (an fp8 GEMM with one scale per tensor or per 128 x 128 block)."""
+
+    act: float
+    weight: float
+    kv: float
+    dtype: str = "bf16"
+    gemm_dtype: str | None = None
+    gemm_kernel: str | None = None
+
+    @classmethod
+    def of(cls, width, dtype: str = "bf16") -> Precision:
+        """Every tensor ``width`` bytes per element (or ``width`` itself where it is a Precision)."""
+        return width if isinstance(width, Precision) else cls(width, width, width, dtype)
+
+    def bytes(self, elements, weights=0, cache=0):
+        """Bytes of ``elements``, of which ``weights`` are stored projection weights and ``cache`` KV cache."""
+        if self.act == self.weight == self.kv:
+            return elements * self.act
+        return (elements - weights - cache) * self.act + weights * self.weight + cache * self.kv
+
+
+class ProgramOp(NamedTuple):
+    """One op of a compiled program as a device prices it: the op, its typed shape, its einsum, and whether
+    it is a GEMM over stored projection weights."""
+
+    op: KernelOp
+    shape: object
+    einsum: str | None
+    weighted: bool
+
+
+def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=1, *, kernel_dims=None,
+                window=None) -> list[ProgramOp]:
+    """Every op of a compiled program (attention, or a block of a model step) at ``dims`` (numbers, or arrays
+    for a sweep): what a prediction, a sweep and a model step price, by the same loop. ``kernel_dims`` are
+    the dimensions of the attention kernel where they differ from the program's (multi-head latent
+    attention), ``window`` a local layer's sliding window."""
     from costmodel.mechanisms import op_shape
 
     flops, elements, _, _ = compiled.at(dims)
+    weights, cache = compiled.storage(dims)
     out = []
-    for name, kind, einsum, f, e, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements,
-                                              compiled.gemm_shapes(dims)):
-        op = KernelOp(kind, name, dtype, f, e * width, launches)
-        out.append((op, op_shape(efficiency_class(kind, name), dims, mode, gemm, name, width), einsum))
+    for name, kind, einsum, f, e, w, c, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements,
+                                                    weights, cache, compiled.gemm_shapes(dims)):
+        weighted = gemm is not None and bool(np.all(np.asarray(w) > 0))
+        fast = weighted and precision.gemm_dtype is not None
+        op = KernelOp(kind, name, precision.gemm_dtype if fast else precision.dtype, f,
+                      precision.bytes(e, w, c), launches, kernel=precision.gemm_kernel if fast else None)
+        if gemm is not None:
+            gemm = {key: x if np.ndim(x) else int(x) for key, x in gemm.items()}
+        cls = efficiency_class(kind, name)
+        shape = op_shape(cls, dims if kernel_dims is None or gemm is not None else kernel_dims, mode, gemm, name,
+                         precision.act)
+        if window is not None and cls == "prefill_attention":
+            shape = dataclasses.replace(shape, window=window)
+        out.append(ProgramOp(op, shape, einsum, weighted))
     return out
 
 
@@ -199,4 +251,4 @@ def _finish(compute, memory, overhead, time, cls) -> OpTime:
     return OpTime(*values, cls)
 
 
-__all__ = ["KernelOp", "Conventions", "OpTime", "price", "program_ops"]
+__all__ = ["KernelOp", "Conventions", "OpTime", "Precision", "ProgramOp", "price", "program_ops"]

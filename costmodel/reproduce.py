@@ -18,10 +18,11 @@ from costmodel.asymptotic import analyze
 from costmodel.counts import derive
 from costmodel.hardware import HardwareProfile
 from costmodel.catalog import load_profile
-from costmodel.model_ops import Row, step_rows
+from costmodel.model_ops import StepOp, step_ops
 from costmodel.model_step import predict_model
 from costmodel.presets import ModelPreset, load_model
 from costmodel.price import Conventions, KernelOp, price
+from costmodel.shapes import GemmShape
 
 # Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)
 PAPER_US_PER_TOKEN = {"mha": 46.0, "mqa": 3.8}
@@ -75,17 +76,18 @@ def _padded(gemm: tuple[int, int, int, int], tile: tuple[int, ...]) -> float:
 def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Mechanisms) -> tuple[float, list]:
     """One decoder step on one chip: every op's roofline time under the mechanisms, summed."""
     dtype = "fp32" if mech.f32_storage else "bf16"
-    rows: list[Row] = step_rows(model, "decode", batch, TARGET_POSITIONS - 1, SOURCE_POSITIONS,
-                                dtype_bytes(dtype), "unfused", "concat" if mech.concat_cache else "inplace")
+    ops: list[StepOp] = step_ops(model, "decode", batch, TARGET_POSITIONS - 1, SOURCE_POSITIONS,
+                                 dtype_bytes(dtype), "unfused", "concat" if mech.concat_cache else "inplace")
     tile = hw.matrix_tile.shape if hw.matrix_tile else (1, 1)
     peak = hw.peak("bf16") / (mech.f32_passes if mech.f32_storage else 1)
     total, detail = 0.0, []
-    for r in rows:
-        flops = _padded(r.gemm, tile) if (mech.tile_padding and r.gemm) else r.flops
-        t = price(KernelOp(r.op_class, r.name, dtype, flops, r.bytes, peak=peak), None, hw, Conventions.datasheet())
-        time = t.time * r.count
+    for s in ops:
+        gemm = (s.shape.batch, s.shape.M, s.shape.K, s.shape.N) if isinstance(s.shape, GemmShape) else None
+        flops = _padded(gemm, tile) if (mech.tile_padding and gemm) else s.op.flops
+        t = price(KernelOp(s.op.kind, s.name, dtype, flops, s.op.bytes, peak=peak), None, hw, Conventions.datasheet())
+        time = t.time * s.count
         total += time
-        detail.append({"section": r.section, "op": r.name, "time_s": time, "bound": t.bound})
+        detail.append({"section": s.section, "op": s.name, "time_s": time, "bound": t.bound})
     return total, detail
 
 

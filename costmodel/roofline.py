@@ -23,7 +23,7 @@ from costmodel.fits import largest_count, largest_fitting
 from costmodel.hardware import HardwareProfile
 from costmodel.mechanisms import MECHANISMS
 from costmodel.origin import time_model
-from costmodel.price import Conventions, price, program_ops
+from costmodel.price import Conventions, Precision, price, program_ops
 from costmodel.vocab import DEFAULTS, OVERLAPS, choice, dtype_bytes
 from costmodel.workload import Workload
 
@@ -122,8 +122,8 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
     hw.peak(w.dtype)  # a dtype the device lacks is an error before any arithmetic
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
     rows = []
-    for op, shape, einsum in program_ops(compiled, w.dims(), w.mode, w.dtype, width,
-                                         launches=w.n if w.mode == "generate" else 1):
+    for op, shape, einsum, _ in program_ops(compiled, w.dims(), w.mode, Precision.of(width, w.dtype),
+                                            launches=w.n if w.mode == "generate" else 1):
         op = dataclasses.replace(op, flops=float(op.flops), bytes=float(op.bytes))
         t = price(op, shape, hw, Conventions(model, overlap))
         rows.append(OpPrediction(

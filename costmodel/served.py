@@ -94,7 +94,7 @@ class Setup:
         self.weights = weight_bytes(dev, pr)
         big = 1 << 16
         self.kv_per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big
-        act = activation_bytes(eng.max_num_batched_tokens, m.d_model, dev.d_ff, pr.storage.act)
+        act = activation_bytes(eng.max_num_batched_tokens, m.d_model, dev.d_ff, pr.precision.act)
         self.kv_budget = kv_budget_bytes(eng, pr.hw.capacity, self.weights, act)
         self.kv_tokens = kv_capacity_tokens(eng, self.kv_budget, self.kv_per_token)
         if self.kv_tokens < max_context:

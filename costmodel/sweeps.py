@@ -18,7 +18,7 @@ from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.origin import time_model
-from costmodel.price import Conventions, price, program_ops
+from costmodel.price import Conventions, Precision, price, program_ops
 from costmodel.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice, dtype_bytes, whole
 from costmodel.workload import Workload
 
@@ -122,7 +122,7 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     nbytes = np.zeros_like(x)
     launches = dims["n"] if w.mode == "generate" else 1.0
     _, _, weight_elements, cache_elements = compiled.at(dims)
-    for op, shape, _ in program_ops(compiled, dims, w.mode, w.dtype, width, launches):
+    for op, shape, _, _ in program_ops(compiled, dims, w.mode, Precision.of(width, w.dtype), launches):
         f = np.broadcast_to(op.flops, x.shape).astype(np.float64)
         by = np.broadcast_to(op.bytes, x.shape) * 1.0
         time += price(dataclasses.replace(op, flops=f, bytes=by), shape, hw, Conventions(model, overlap)).time

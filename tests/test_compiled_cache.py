@@ -80,8 +80,8 @@ def test_a_cached_predict_does_not_import_sympy(tmp_path):
 
 
 def test_a_cached_whole_model_does_not_import_sympy(tmp_path):
-    """A model step's ops are counted in plain arithmetic (costmodel.ops) and its attention comes from the cache:
-    `costmodel capacity` on a rerun needs no symbolic algebra either."""
+    """A model step's blocks (costmodel.step_program) and its attention come from the cache: `costmodel capacity`
+    on a rerun needs no symbolic algebra either."""
     env = {"COSTMODEL_CACHE": str(tmp_path), "PATH": ""}
     args = "['capacity', '--gpu', 'h100', '--model', 'mixtral-8x7b', '--input-len', '256', '--output-len', '16', '--batching', 'static']"
     run = [sys.executable, "-c", "import sys; from costmodel.cli import main\n"
@@ -91,3 +91,23 @@ def test_a_cached_whole_model_does_not_import_sympy(tmp_path):
     second = subprocess.run(run, capture_output=True, text=True, env=env)
     assert first.stdout.strip().endswith("True") and second.stdout.strip().endswith("False"), (first, second)
     assert first.stdout.splitlines()[:-1] == second.stdout.splitlines()[:-1]
+
+
+@pytest.mark.parametrize("block", [("moe", True), ("layer", "layernorm", 2, False), ("head", "rmsnorm")],
+                         ids=lambda b: b[0])
+def test_a_cached_step_block_evaluates_as_the_derived_one(tmp_path, monkeypatch, block):
+    """A model step's block (its grouped products included) read back from disk gives what its derivation gave."""
+    monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path))
+    C.compile_block.cache_clear()
+    derived = C.compile_block(*block)
+    files = list(tmp_path.glob("program-*.json"))
+    assert len(files) == 1
+    C.compile_block.cache_clear()
+    loaded = C._load(files[0].name.removeprefix("program-").removesuffix(".json"))
+    assert (loaded.names, loaded.kinds, loaded.gemms, loaded.grouped, loaded.args) == \
+        (derived.names, derived.kinds, derived.gemms, derived.grouped, derived.args)
+    dims = dict(zip(derived.args, (48, 64, 16, 96.0, 11.5, 32, 2)))  # the moe block: 11.5 of 16 experts touched
+    assert loaded.at(dims) == derived.at(dims) and loaded.params(dims) == derived.params(dims)
+    assert loaded.gemm_shapes(dims) == derived.gemm_shapes(dims) and loaded.storage(dims) == derived.storage(dims)
+    if block[0] == "moe":  # 12 GEMMs of ceil(96 / 11.5) = 9 rows
+        assert [(s["batch"], s["M"]) for s in derived.gemm_shapes(dims) if s][1:] == [(12, 9), (12, 9)]

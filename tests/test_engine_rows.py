@@ -6,9 +6,15 @@ import pytest
 
 from costmodel.catalog import load_profile
 from costmodel.model_memory import param_count
-from costmodel.model_ops import engine_rows, step_rows
+from costmodel.model_ops import engine_ops, step_ops
 from costmodel.model_step import predict_model
 from costmodel.presets import load_model
+from costmodel.price import Precision
+
+
+def gemm(op):
+    """(batch, M, K, N) of a step's matrix product."""
+    return (op.shape.batch, op.shape.M, op.shape.K, op.shape.N)
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
@@ -16,25 +22,25 @@ def test_llama_3_8b_fusions_by_hand(phase):
     m = load_model("llama-3-8b")  # d 4096, 32 heads, 8 kv heads of 128, d_ff 14336, rotary
     b, ctx, width = 4, 256, 2
     tokens = b if phase == "decode" else b * ctx
-    plain = {r.name: r for r in step_rows(m, phase, b, ctx, ctx, width, "fused")}
-    fused = {r.name: r for r in engine_rows(list(plain.values()), m, tokens, width)}
+    plain = {r.name: r for r in step_ops(m, phase, b, ctx, ctx, width, "fused")}
+    fused = {r.name: r for r in engine_ops(list(plain.values()), m, tokens, Precision.of(width))}
     assert {"q_proj", "k_proj", "v_proj", "ffn_gate", "ffn_up", "k_append", "v_append"}.isdisjoint(fused)
     qkv = fused["qkv_proj"]
     # one GEMM [tokens x 4096] @ [4096 x (32 + 2 * 8) * 128]: the input read once, three weights, three outputs
     N = (32 + 2 * 8) * 128
-    assert qkv.gemm == (1, tokens, 4096, N)
-    assert qkv.flops == 2 * tokens * 4096 * N
-    assert qkv.bytes == width * (tokens * 4096 + 4096 * N + tokens * N)
+    assert gemm(qkv) == (1, tokens, 4096, N)
+    assert qkv.op.flops == 2 * tokens * 4096 * N
+    assert qkv.op.bytes == width * (tokens * 4096 + 4096 * N + tokens * N)
     up = fused["ffn_gate_up"]
-    assert up.gemm == (1, tokens, 4096, 2 * 14336)
-    assert up.bytes == width * (tokens * 4096 + 4096 * 2 * 14336 + tokens * 2 * 14336)
+    assert gemm(up) == (1, tokens, 4096, 2 * 14336)
+    assert up.op.bytes == width * (tokens * 4096 + 4096 * 2 * 14336 + tokens * 2 * 14336)
     if phase == "decode":  # a prefill's K and V are the projections' outputs; a decode step appends them
-        assert fused["kv_append"].bytes == plain["k_append"].bytes + plain["v_append"].bytes
+        assert fused["kv_append"].op.bytes == plain["k_append"].op.bytes + plain["v_append"].op.bytes
     rope = fused["rope"]  # q and k of every new token rotated in place, one cos/sin row per token read
-    assert rope.flops == 3 * tokens * (32 + 8) * 128
-    assert rope.bytes == width * (2 * tokens * (32 + 8) * 128 + tokens * 128)
-    assert sum(r.flops * r.count for r in fused.values()) == pytest.approx(
-        sum(r.flops * r.count for r in plain.values()) + rope.flops * rope.count)
+    assert rope.op.flops == 3 * tokens * (32 + 8) * 128
+    assert rope.op.bytes == width * (2 * tokens * (32 + 8) * 128 + tokens * 128)
+    assert sum(r.op.flops * r.count for r in fused.values()) == pytest.approx(
+        sum(r.op.flops * r.count for r in plain.values()) + rope.op.flops * rope.count)
 
 
 def test_the_fused_qkv_gemm_is_the_shape_vidur_timed():
@@ -44,15 +50,15 @@ def test_the_fused_qkv_gemm_is_the_shape_vidur_timed():
     m = load_model("llama-2-7b")
     for t in (1, 2, 4):
         dev = device_slice(m, t)
-        rows = engine_rows(step_rows(dev, "decode", 64, 128, 128, 2, "fused"), dev, 64, 2)
-        assert next(r for r in rows if r.name == "qkv_proj").gemm == (1, 64, 4096, 96 * 128 // t)
+        rows = engine_ops(step_ops(dev, "decode", 64, 128, 128, 2, "fused"), dev, 64, Precision.of(2))
+        assert gemm(next(r for r in rows if r.name == "qkv_proj")) == (1, 64, 4096, 96 * 128 // t)
 
 
 def test_models_without_rotary_embeddings_get_none():
     for name in ("starcoder", "t5-xxl"):
         m = load_model(name)
         assert not m.rope
-        rows = engine_rows(step_rows(m, "decode", 2, 64, 64, 2, "fused"), m, 2, 2)
+        rows = engine_ops(step_ops(m, "decode", 2, 64, 64, 2, "fused"), m, 2, Precision.of(2))
         assert all(r.name != "rope" for r in rows)
 
 

@@ -72,11 +72,11 @@ def test_fp8_kv_decode_attention_is_the_bf16_kernel_reading_one_byte(tables):
 
 
 def test_a_block_scaled_checkpoint_runs_the_block_scaled_class():
-    from costmodel.model_step import _phase_rows, _row_time, pricing
+    from costmodel.model_step import op_time, phase_ops, pricing
 
     m = costmodel.load_model("Qwen/Qwen3-32B-FP8")
     pr = pricing(m, costmodel.load_profile("h100"))
-    rows = _phase_rows(m, pr, "decode", 8, 1024, 1)
+    rows = phase_ops(m, pr, "decode", 8, 1024, 1)
     qkv = next(r for r in rows if r.name == "qkv_proj")
     assert pr.weight_dtype == "fp8_block" and pr.gemm_dtype == "fp8"
-    assert _row_time(qkv, pr).cls == "gemm_fp8_block"
+    assert op_time(qkv, pr).cls == "gemm_fp8_block"

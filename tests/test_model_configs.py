@@ -14,7 +14,7 @@ from costmodel.cli import main
 from costmodel.errors import CostModelError
 from costmodel.catalog import load_profile
 from costmodel.model_memory import active_params, kv_cache_elements, param_count, param_groups, weight_width
-from costmodel.model_ops import device_slice, experts_touched, step_rows
+from costmodel.model_ops import device_slice, experts_touched, step_ops
 from costmodel.model_step import predict_model
 from costmodel.presets import load_model
 
@@ -138,12 +138,12 @@ def test_mistral_at_32k_holds_a_windowed_cache():
 
 def test_decode_attention_reads_at_most_the_window():
     m = load_model("gemma_2_9b")
-    rows = step_rows(m, "decode", 2, 20000, 1, 2, "fused")
+    rows = step_ops(m, "decode", 2, 20000, 1, 2, "fused")
     attn = {r.section: r for r in rows if r.name == "attention"}
     cache = lambda positions: 2 * 2 * m.kv_heads * m.head_dim * positions * 2  # noqa: E731 - b 2, K and V, bf16
     q_and_o = 2 * 2 * m.heads * m.head_dim * 2
-    assert attn["local attention"].bytes == cache(m.sliding_window) + q_and_o
-    assert attn["self-attention"].bytes == cache(20001) + q_and_o
+    assert attn["local attention"].op.bytes == cache(m.sliding_window) + q_and_o
+    assert attn["self-attention"].op.bytes == cache(20001) + q_and_o
     assert attn["local attention"].count == attn["self-attention"].count == 21
 
 
@@ -162,17 +162,17 @@ def test_moe_decode_reads_top_k_experts_at_batch_one_and_all_at_large_batch():
     expert = 3 * m.d_model * m.moe.expert_d_ff * 2  # gate, up and down of one expert, bf16
 
     def expert_bytes(batch):  # one layer's expert kernels
-        rows = {r.name: r for r in step_rows(m, "decode", batch, 100, 1, 2, "fused")}
-        return rows["experts_gate_up"].bytes + rows["experts_down"].bytes
+        rows = {r.name: r for r in step_ops(m, "decode", batch, 100, 1, 2, "fused")}
+        return rows["experts_gate_up"].op.bytes + rows["experts_down"].op.bytes
 
     d, f = m.d_model, m.moe.expert_d_ff
     activations = lambda tokens: 2 * tokens * 2 * (d + 2 * f + f + d)  # noqa: E731 - k = 2 rows per token, in and out
     assert expert_bytes(1) == 2 * expert + activations(1)  # exactly the two chosen experts' weights
     # 4096 tokens touch all eight experts but for 8 x 0.75^4096 of one
     assert expert_bytes(4096) == pytest.approx(8 * expert + activations(4096), rel=1e-12)
-    rows = {r.name: r for r in step_rows(m, "decode", 16, 100, 1, 2, "fused")}
-    assert rows["experts_gate_up"].flops == 2 * 16 * 2 * m.d_model * 2 * m.moe.expert_d_ff  # T k d 2f, x2
-    assert rows["router"].flops == 2 * 16 * m.d_model * 8
+    rows = {r.name: r for r in step_ops(m, "decode", 16, 100, 1, 2, "fused")}
+    assert rows["experts_gate_up"].op.flops == 2 * 16 * 2 * m.d_model * 2 * m.moe.expert_d_ff  # T k d 2f, x2
+    assert rows["router"].op.flops == 2 * 16 * m.d_model * 8
 
 
 def test_mixtral_does_not_fit_one_80_gb_device():

@@ -12,6 +12,7 @@ import pytest
 import costmodel
 from costmodel.errors import CostModelError
 from costmodel.model_ops import _moe_ops, experts_touched
+from costmodel.price import Precision
 from costmodel.ops import Op, Tensor
 
 
@@ -45,10 +46,10 @@ def test_the_moe_rows_are_the_ops_counts():
     """Mixtral's block in a decode step of 16 tokens: the rows of the step are the ops' counts, by hand."""
     m = costmodel.load_model("mixtral-8x7b")
     T, d, f, E, k = 16, m.d_model, m.moe.expert_d_ff, m.moe.experts, m.moe.experts_per_token
-    ops = {op.name: op for op in _moe_ops(m, T)}
+    ops = {s.name: s.op for s in _moe_ops(m, T, 1, Precision.of(1))}  # one byte an element: bytes are elements
     u = experts_touched(E, k, T)
     assert ops["experts_gate_up"].flops == 2 * T * k * d * 2 * f
-    assert ops["experts_gate_up"].memory_elements == pytest.approx(T * k * d + u * d * 2 * f + T * k * 2 * f)
+    assert ops["experts_gate_up"].bytes == pytest.approx(T * k * d + u * d * 2 * f + T * k * 2 * f)
     assert ops["experts_down"].flops == 2 * T * k * f * d
     assert ops["router_softmax"].flops == 5 * T * E and ops["experts_combine"].flops == 2 * T * k * d
     p = costmodel.predict_model(m, costmodel.load_profile("h100"), batch=T, context=512)
@@ -56,7 +57,7 @@ def test_the_moe_rows_are_the_ops_counts():
     assert rows["experts_gate_up"].flops == ops["experts_gate_up"].flops * m.moe.layers
     weights = u * d * 2 * f * 2  # bf16
     assert rows["experts_gate_up"].bytes == pytest.approx(
-        m.moe.layers * ((ops["experts_gate_up"].memory_elements - u * d * 2 * f) * 2 + weights))
+        m.moe.layers * ((ops["experts_gate_up"].bytes - u * d * 2 * f) * 2 + weights))
 
 
 def test_expert_parallel_holds_whole_experts_and_conserves_the_work():
@@ -64,7 +65,7 @@ def test_expert_parallel_holds_whole_experts_and_conserves_the_work():
     expectation the two hold the same expert weights and do the same expert FLOPs per device: T k / t routed rows
     through full-width experts, against T k rows through 1/t-width ones."""
     from costmodel.model_memory import param_groups
-    from costmodel.model_ops import _moe_rows, device_slice
+    from costmodel.model_ops import device_slice
 
     m = costmodel.load_model("qwen3-235b-a22b")
     tp, ep = device_slice(m, 4), device_slice(m, 4, ep=True)
@@ -72,7 +73,8 @@ def test_expert_parallel_holds_whole_experts_and_conserves_the_work():
     assert tp.moe.experts == 128 and tp.moe.expert_d_ff == 384
     assert param_groups(ep)["projections"] == param_groups(tp)["projections"]
     for tokens in (1, 64, 4096):
-        flops = lambda dev: sum(r.flops for r in _moe_rows(dev, tokens, 1, 2) if r.name.startswith("experts_"))  # noqa: E731
+        flops = lambda dev: sum(s.op.flops for s in _moe_ops(dev, tokens, 1, Precision.of(2))  # noqa: E731
+                                if s.name.startswith("experts_"))
         assert flops(ep) == pytest.approx(flops(tp), rel=1e-9)
     with pytest.raises(CostModelError, match="must divide the 8 experts"):
         device_slice(costmodel.load_model("mixtral-8x7b"), 16, ep=True)
@@ -94,8 +96,7 @@ def test_the_moe_block_against_measured_fused_moe_layers(dtype, weights, tp, ep)
 
     import numpy as np
 
-    from costmodel.model_ops import _moe_rows
-    from costmodel.model_step import _row_time, pricing
+    from costmodel.model_step import op_time, pricing
 
     if not MOE_TABLE.is_file():
         pytest.skip(f"the published tables are not beside this checkout ({MOE_TABLE})")
@@ -109,7 +110,7 @@ def test_the_moe_block_against_measured_fused_moe_layers(dtype, weights, tp, ep)
     dev = pr.slice(m)
     err = []
     for r in rows:
-        priced = sum(float(_row_time(row, pr).time) for row in _moe_rows(dev, int(r["num_tokens"]), 1, pr.storage)
-                     if row.name.startswith(("experts", "router")))
+        priced = sum(float(op_time(s, pr).time) for s in _moe_ops(dev, int(r["num_tokens"]), 1, pr.precision)
+                     if s.name.startswith(("experts", "router")))
         err.append(abs(priced / (float(r["latency"]) * 1e-3) - 1))
     assert np.median(err) < 0.20

@@ -121,11 +121,11 @@ def test_tensor_parallelism_is_a_transformation_of_the_program():
     """A TP-4 step is the one-device program of the sliced model with the all-reduces inserted: one row of 2 x 32
     all-reduces of b x d activations, priced like any op; a TP-1 step has none."""
     from costmodel.model_ops import COLLECTIVES
-    from costmodel.model_step import _phase_rows, pricing
+    from costmodel.model_step import phase_ops, pricing
 
     m = costmodel.load_model("llama-3-8b")
-    rows = _phase_rows(m, pricing(m, H100, tp=4), "decode", B, CTX, 1)
+    rows = phase_ops(m, pricing(m, H100, tp=4), "decode", B, CTX, 1)
     inserted = [r for r in rows if r.section == COLLECTIVES]
-    assert [(r.name, r.op_class, r.count, r.bytes, r.devices) for r in inserted] == \
+    assert [(r.name, r.op.kind, r.count, r.op.bytes, r.op.devices) for r in inserted] == \
         [("all_reduce", "all_reduce", 64, B * D * 2, 4)]
-    assert not [r for r in _phase_rows(m, pricing(m, H100), "decode", B, CTX, 1) if r.section == COLLECTIVES]
+    assert not [r for r in phase_ops(m, pricing(m, H100), "decode", B, CTX, 1) if r.section == COLLECTIVES]

@@ -89,7 +89,7 @@ def test_a_gpu_calibration_prices_each_class_at_its_measured_kernel():
     from costmodel.compiled import compile_program
     from costmodel.hardware import HardwareProfile
     from costmodel.mechanisms import efficiency_class
-    from costmodel.price import Conventions, price, program_ops
+    from costmodel.price import Conventions, Precision, price, program_ops
     from costmodel.validation.class_kernels import MEASURED_CLASSES, measure_op_classes, measured_efficiency
 
     peak, read = 50e9, 10e9  # deliberately not this machine's: the fractions are of the stated ceilings
@@ -108,7 +108,8 @@ def test_a_gpu_calibration_prices_each_class_at_its_measured_kernel():
     for mode, dims in (("incremental", {"b": 4, "n": 1, "m": 512}), ("batched", {"b": 2, "n": 64, "m": 64})):
         for execution in ("unfused", "fused"):
             dims = {**dims, "d": 256, "h": 4, "g": 2, "k": 64, "v": 64}
-            for op, shape, _ in program_ops(compile_program("gqa", mode, execution), dims, mode, "fp32", 4):
+            for op, shape, _, _ in program_ops(compile_program("gqa", mode, execution), dims, mode,
+                                               Precision.of(4, "fp32")):
                 kind = next(k for k, classes in MEASURED_CLASSES.items() if efficiency_class(op.kind, op.name) in classes)
                 c = measured["classes"][kind]
                 flops_rate = min(peak, statistics.median(c["flops_per_s"].values())) if c["flops_per_s"] else peak
