@@ -3,8 +3,8 @@ deployments, and report the fit's error on the models it did not see.
 
     python benchmarks/fit_serving.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv
 
-Every expressible row is simulated at each per-iteration cost of a grid; the front-end delay enters a
-row's TTFT additively, so for each grid value it has a closed-form best value (the mean of log residuals is
+Every expressible row of a dense model is simulated (the mixture-of-experts rows are held out) at each
+per-iteration cost of a grid; the front-end delay enters a row's TTFT additively, so for each grid value it has a closed-form best value (the mean of log residuals is
 solved by a 1-D search). The objective is the sum of squared log errors of TTFT and TPOT. Three fits are
 printed: on all rows (what ships in costmodel.served.OVERHEADS), on the Qwen3 rows only (scored on the
 Llama rows), and on the Llama rows only (scored on the Qwen3 rows). ``--aiperf`` predicts each row as
@@ -76,7 +76,11 @@ def score(rows, preds, j, delay):
 
 
 def main(path: str) -> None:
+    from costmodel.presets import load_model
+
     deployments, _ = read(path)
+    # dense models only: the mixture-of-experts rows are held out of the fit (validate --serving scores them)
+    deployments = [d for d in deployments if load_model(d.model_path).moe is None]
     preds = simulate_grid(deployments)
     deployments = [d for d in deployments if d.id in preds]
     by_engine = defaultdict(list)
