@@ -85,16 +85,18 @@ class IterationTable:
         self.t_grid = _grid(max_tokens)
         self.d_grid = _grid(max_seqs)
         self.c_grid = np.concatenate([[0.0], _grid(max_context)])
-        by_tokens = [_parts(m, pr, "decode", int(t), 1) for t in self.t_grid]
-        self.token = np.array([float(p["token"]) for p in by_tokens])
-        self.comm = np.array([float(p["comm"]) for p in by_tokens])
-        # one decode step per sequence count, over every context at once: its head and its attention
+        # each part over its whole grid at once: the step's compiled programs evaluate arrays of sizes
+        by_tokens = _parts(m, pr, "decode", self.t_grid.astype(np.int64), 1)
+        self.token = np.broadcast_to(by_tokens["token"], self.t_grid.shape).astype(float)
+        self.comm = np.broadcast_to(by_tokens["comm"], self.t_grid.shape).astype(float)
+        # one decode step per sequence count and context: its head and its attention
         ctx = np.maximum(self.c_grid, 1).astype(np.int64)
-        by_seqs = [_parts(m, pr, "decode", int(d), ctx) for d in self.d_grid]
-        self.head = np.array([float(np.ravel(p["head"])[0]) for p in by_seqs])
-        self.decode_attention = np.array([np.broadcast_to(p["attention"], ctx.shape) for p in by_seqs])
-        prompt = [0.0] + [float(_parts(m, pr, "prefill", 1, int(n))["attention"]) for n in self.c_grid[1:]]
-        self.prompt_attention = np.array(prompt)
+        by_seqs = _parts(m, pr, "decode", self.d_grid.astype(np.int64)[:, None], ctx[None, :])
+        shape = (len(self.d_grid), len(ctx))
+        self.head = np.broadcast_to(by_seqs["head"], shape)[:, 0].astype(float)
+        self.decode_attention = np.broadcast_to(by_seqs["attention"], shape).astype(float)
+        prompts = _parts(m, pr, "prefill", 1, self.c_grid[1:].astype(np.int64))["attention"]
+        self.prompt_attention = np.concatenate([[0.0], np.broadcast_to(prompts, self.c_grid[1:].shape)])
 
     # -- the parts, interpolated ------------------------------------------------------------------------
     def _on(self, grid: np.ndarray, values: np.ndarray, x):

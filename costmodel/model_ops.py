@@ -287,7 +287,7 @@ def _merge(name: str, group: list[StepOp]) -> StepOp:
         return StepOp(first.section, first.count, dataclasses.replace(
             first.op, name=name, flops=flops, bytes=sum(s.op.bytes for s in group)))
     g = first.shape
-    if any((s.shape.batch, s.shape.M, s.shape.K) != (g.batch, g.M, g.K) for s in group):
+    if not all(np.array_equal(getattr(s.shape, x), getattr(g, x)) for s in group for x in ("batch", "M", "K")):
         raise CostModelError(f"cannot fuse {', '.join(s.name for s in group)}: their inputs differ")
     shared_input = g.batch * g.M * g.K * g.width
     op = dataclasses.replace(first.op, name=name, flops=flops,
