@@ -308,6 +308,30 @@ def test_the_iteration_grid_is_the_step_it_interpolates(llama, h100):
         assert grid == pytest.approx(exact_time(llama, pr, decode_seqs=0, decode_context=0, prompt=n), rel=0.02)
 
 
+@pytest.mark.parametrize("model,tp,ep", [("llama-3-8b", 1, False), ("qwen3-235b-a22b-fp8", 4, True),
+                                         ("deepseek-v3", 8, False), ("gemma-2-9b", 1, False)])
+def test_the_iteration_grid_priced_at_once_is_each_point_priced_alone(h100, model, tp, ep):
+    """The table evaluates the step's compiled programs on arrays of sizes; at every grid point that is the
+    model step priced at that one size (dense, expert parallel, latent attention, sliding windows)."""
+    from costmodel.iteration import IterationTable, _parts
+
+    m = costmodel.load_model(model)
+    pr = pricing(m, h100, tp=tp, expert_parallel=ep)
+    table = IterationTable(m, pr, max_tokens=2048, max_seqs=64, max_context=4096)
+    one = lambda phase, b, ctx: _parts(m, pr, phase, b, ctx)  # noqa: E731
+    for i, t in enumerate(table.t_grid):
+        alone = one("decode", int(t), 1)
+        assert table.token[i] == pytest.approx(float(alone["token"]), rel=1e-12)
+        assert table.comm[i] == pytest.approx(float(alone["comm"]), rel=1e-12, abs=1e-15)
+    for i, d in enumerate(table.d_grid[::7]):
+        for j, c in enumerate(table.c_grid[::9]):
+            alone = one("decode", int(d), max(int(c), 1))
+            assert table.decode_attention[7 * i, 9 * j] == pytest.approx(float(alone["attention"]), rel=1e-12)
+        assert table.head[7 * i] == pytest.approx(float(alone["head"]), rel=1e-12)
+    for n, a in zip(table.c_grid[1::5], table.prompt_attention[1::5]):
+        assert a == pytest.approx(float(one("prefill", 1, int(n))["attention"]), rel=1e-12)
+
+
 def test_mxfp4_weights_as_hopper_runs_them():
     """An MXFP4 checkpoint on an H100 (no FP4 math): 4-bit weights and one 8-bit scale per 32 (4.25 bits), read
     and multiplied in bf16; the served rows of gpt-oss-120b on H100 are predicted, FP4 elsewhere refused."""
