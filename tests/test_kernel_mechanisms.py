@@ -68,7 +68,8 @@ def test_a_one_token_prompt_is_priced_as_the_decode_kernel():
 
 
 def test_published_one_token_prefills_are_reported_as_prefill_and_priced_as_decode(tmp_path):
-    from costmodel.validation.published import read_folder, validate_published
+    from costmodel.validation.published import read_folder
+    from costmodel.validation.published_report import validate_published
 
     header = ("framework,version,device,op_name,kernel_source,batch_size,isl,num_heads,num_key_value_heads,"
               "head_dim,beam_width,attn_dtype,kv_cache_dtype,step,latency\n")

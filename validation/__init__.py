@@ -155,7 +155,8 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
     """Compare predictions with published GPU timings (``folder``, or the subset shipped in the package);
     the summary as a table, or (``fmt``) as CSV or markdown rows."""
     from costmodel.files import write_text
-    from costmodel.validation.published import read_folder, shipped_folder, summary_table, validate_published
+    from costmodel.validation.published import read_folder, shipped_folder
+    from costmodel.validation.published_report import summary_table, validate_published
 
     check_outputs(json_path, plot_path)
     tables, skipped = read_folder(folder or shipped_folder())
