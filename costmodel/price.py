@@ -7,7 +7,8 @@ Every caller that needs a time calls it: a workload's prediction (:mod:`costmode
 With the device's fitted (or transferred) parameters for the op's kernel class, the time is the mechanisms of
 :func:`costmodel.mechanisms.class_times`: ``fixed + body + second kernels``, the body ``max(compute, memory)``
 or their sum where the class's kernel does one after the other. Without them it is the datasheet roofline of
-the class's rates and the profile's launch overhead. Numbers or numpy arrays, alike.
+the peak and bandwidth and the profile's launch overhead per kernel; with every mechanism off
+(``without=("all",)``), the bare roofline, no launch cost. Numbers or numpy arrays, alike.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class Conventions:
 
     @classmethod
     def datasheet(cls, overlap: str = "max") -> Conventions:
-        """The datasheet roofline: no fitted parameters, whatever the device has."""
-        return cls(TimeModel(None, "graph", frozenset()), overlap)
+        """The datasheet roofline with the profile's launch cost per kernel: no fitted parameters, whatever the
+        device has."""
+        return cls(TimeModel(None, "graph", frozenset({"fixed"})), overlap)
 
     @property
     def timing(self) -> str:
@@ -118,11 +120,12 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
             compute, memory, overhead, body = (np.where(one, a, b) for a, b in
                                                zip(alone, (compute, memory, overhead, body)))
         return _finish(compute, memory, overhead, body + overhead, cls)
-    # the datasheet roofline: the dtype's peak (the vector peak for elementwise ops), the profile's bandwidth
+    # the datasheet roofline: the dtype's peak (the vector peak for elementwise ops), the profile's bandwidth, and
+    # the profile's launch cost per kernel unless the fixed-cost mechanism is off (--without all: the bare roofline)
     peak = op.peak or (hw.vector_peak(op.dtype) if op.kind == "elementwise" else hw.peak(op.dtype))
     compute = op.flops / peak
     memory = op.bytes / hw.bandwidth
-    launch = hw.launch_overhead * op.launches
+    launch = hw.launch_overhead * op.launches if "fixed" in conv.model.on else 0.0
     body = compute + memory if conv.overlap == "sum" else np.maximum(compute, memory)
     return _finish(compute, memory, launch, body + launch, None)
 

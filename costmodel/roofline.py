@@ -197,7 +197,8 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
         if model.resolved is None:
             return [f"no fitted efficiency for {hw.id} (none fitted, none transferable): the datasheet roofline, "
                     "a lower bound on time"]
-        return ["every mechanism switched off: the datasheet roofline, a lower bound on time"]
+        return ["every mechanism switched off: the bare datasheet roofline, max(FLOPs / peak, bytes / bandwidth) "
+                "with no launch cost, a lower bound on time"]
     off = [m for m in MECHANISMS if m not in model.on]
     origins = sorted({f"{cls}: {o}" for cls, o in model.resolved.origin.items()})
     lines = [f"time = fixed cost per call ({model.timing} timing) + max(compute at the fitted efficiency with "
@@ -218,11 +219,12 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
 def assumptions(w: Workload, hw: HardwareProfile, overlap: str, model=None) -> list[str]:
     how = "max(compute, memory)" if overlap == "max" else "compute + memory"
     peaks = "measured" if hw.measured else "datasheet dense"
-    launch = f"{hw.launch_overhead * 1e6:g} µs launch"
+    launch = (f" + {hw.launch_overhead * 1e6:g} µs launch per kernel" if model is None or "fixed" in model.on else
+              ", no launch cost")
     if model is not None and model.active:
         out = mechanism_lines(hw, model)
     else:
-        out = [f"roofline per op: time = {how} + {launch} per kernel; {peaks} peaks "
+        out = [f"roofline per op: time = {how}{launch}; {peaks} peaks "
                f"({w.dtype} for einsums, vector peak for elementwise ops)"]
         out += mechanism_lines(hw, model) if model is not None else []
     out += [

@@ -56,13 +56,20 @@ def test_hand_computed_batched_ops(round_hw):
 
 
 def test_hand_computed_a100_decode_projection():
-    # default layer on the A100 80GB SXM datasheet roofline: 312e12 bf16 FLOP/s, 2.039e12 B/s, 4 us launch
+    # default layer on the A100 80GB SXM's bare datasheet roofline: 312e12 bf16 FLOP/s, 2.039e12 B/s, no launch
     p = predict(Workload.create("mha"), load_profile("a100"), without=("all",))
     q = {o.name: o for o in p.ops}["q_proj"]
     flops = 2 * 16 * 4096 * 32 * 128                  # 2*b*d*h*k
     nbytes = 2 * (16 * 4096 + 4096 * 32 * 128 + 16 * 32 * 128)  # x, P_q, q in bf16
     assert (q.flops, q.bytes) == (flops, nbytes)
-    assert q.time_s == pytest.approx(max(flops / 312e12, nbytes / 2.039e12) + 4e-6)
+    assert q.time_s == pytest.approx(max(flops / 312e12, nbytes / 2.039e12)) and q.launch_s == 0
+    # a device with nothing fitted or transferable keeps its datasheet launch cost (TPU v5e: 1 us) until the
+    # fixed-cost mechanism is switched off too
+    tpu = load_profile("tpu_v5e")
+    kept = {o.name: o for o in predict(Workload.create("mha"), tpu).ops}["q_proj"]
+    bare = {o.name: o for o in predict(Workload.create("mha"), tpu, without=("fixed",)).ops}["q_proj"]
+    assert kept.launch_s == tpu.launch_overhead == pytest.approx(1e-6) and bare.launch_s == 0
+    assert kept.time_s == pytest.approx(bare.time_s + 1e-6)
 
 
 def test_kv_cache_and_fit_by_hand():
