@@ -1,12 +1,13 @@
-"""Fit the efficiency mechanisms of the A100 and H100 profiles to the published timings, write the
-fitted blocks into the profiles, and report how well a fit on one GPU predicts the other.
+"""Fit the efficiency mechanisms of the A100 and H100 profiles (and the B200's NVFP4 GEMM) to the published
+timings, write the fitted blocks into the profiles, and report how well a fit on one GPU predicts the other.
 
-    python benchmarks/fit_published.py [MEASUREMENTS_DIR] [--write] [--holdout]
+    python benchmarks/fit_published.py [MEASUREMENTS_DIR] [--gpus=a100_80gb_sxm,h100_sxm,b200] [--write] [--holdout]
 
 It also prints the measured ratio of the A100 GEMM shapes that two sources both timed (Vidur over
 aiconfigurator), which shows how far the tables themselves disagree.
 
-MEASUREMENTS_DIR defaults to ../shared/measurements. Without --write the profiles are left alone and
+MEASUREMENTS_DIR defaults to ../shared/measurements; --gpus fits (and writes) those profiles only. Without
+--write the profiles are left alone and
 only the errors are printed. --holdout also fits on every other row of each table and reports the error
 on the rows that fit did not see. The fitted numbers depend only on the data (the search is deterministic).
 """
@@ -26,11 +27,15 @@ from costmodel.validation.published import read_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (table system id, profile) of every GPU with published tables, and the source commits.
-GPUS = {"a100_80gb_sxm": ("a100_sxm", "a100", "A100"), "h100_sxm": ("h100_sxm",)}
+GPUS = {"a100_80gb_sxm": ("a100_sxm", "a100", "A100"), "h100_sxm": ("h100_sxm",), "b200": ("b200_sxm",)}
+#: Devices fitted on some classes only: the B200's NVFP4 GEMM, which no other device runs (its other classes are
+#: transferred from the H100 and its bf16 tables are the transfer rule's held-out check).
+ONLY = {"b200": ("gemm_nvfp4",)}
 COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "microsoft/vidur@7d47513",
            "llmcompass": "PrincetonUniversity/LLMCompass@2e015fd"}
 #: The table each class's shape parameters are fitted on; the other timings fit only their fixed cost.
 PRIMARY = {"gemm": "aiconfigurator", "gemm_fp8": "aiconfigurator", "gemm_fp8_block": "aiconfigurator",
+           "gemm_nvfp4": "aiconfigurator",
            "decode_attention": "aiconfigurator", "prefill_attention": "aiconfigurator",
            "norm": "vidur", "elementwise": "vidur", "activation": "vidur", "rotary": "vidur", "softmax": "llmcompass",
            "layernorm": "llmcompass"}
@@ -48,6 +53,8 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
 def fit_device(tables, hw):
     classes, report = {}, {}
     for cls, source in PRIMARY.items():
+        if hw.id in ONLY and cls not in ONLY[hw.id]:
+            continue
         primary = [t for t in tables if t.priced_class == cls and t.source == source]
         if not primary:
             continue
@@ -148,11 +155,12 @@ def same_shapes(tables):
 def main(argv):
     folder = next((a for a in argv if not a.startswith("--")), str(ROOT.parent / "shared" / "measurements"))
     tables, _ = read_folder(folder)
-    by_gpu = {pid: [t for t in tables if t.profile == pid] for pid in GPUS}
+    chosen = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--gpus=")), list(GPUS))
+    by_gpu = {pid: [t for t in tables if t.profile == pid] for pid in GPUS if pid in chosen}
     # datasheet profiles without any fitted block: the fit must not depend on what was fitted before
-    hws = {pid: load_profile(pid).model_copy(update={"efficiency": None}) for pid in GPUS}
+    hws = {pid: load_profile(pid).model_copy(update={"efficiency": None}) for pid in by_gpu}
     fitted, blocks = {}, {}
-    for pid in GPUS:
+    for pid in by_gpu:
         classes, report = fit_device(by_gpu[pid], hws[pid])
         # the profile's explanations of values at a search bound are kept (they are prose, not fitted)
         old = load_profile(pid).efficiency
@@ -165,14 +173,14 @@ def main(argv):
         for key, e in report.items():
             print(f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
     print("\ncross-GPU (transfer rule: costmodel.origin.TRANSFER_RULE):")
-    for line in cross(by_gpu, fitted, hws):
+    for line in cross(by_gpu, fitted, hws) if {"a100_80gb_sxm", "h100_sxm"} <= set(by_gpu) else []:
         print("  " + line)
     print("\nthe same A100 GEMM shapes timed by two sources (measured over measured, kernels vs graph timing):")
     for line in same_shapes(tables):
         print("  " + line)
     if "--holdout" in argv:
         print("\nheld out (fit on even rows of every table, error on the odd rows it did not see):")
-        for pid in GPUS:
+        for pid in by_gpu:
             half = lambda t, r: t.select(np.arange(len(t)) % 2 == r)  # noqa: E731
             classes, _ = fit_device([half(t, 0) for t in by_gpu[pid]], hws[pid])
             for cls, eff in classes.items():

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from costmodel.errors import CostModelError
-from costmodel.vocab import Dtype, Mechanism, Timing
+from costmodel.vocab import Mechanism, PeakDtype, Timing
 
 Confidence = Literal["high", "medium", "low", "measured"]
 
@@ -86,7 +86,7 @@ class Tile(_Strict):
 
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
-EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "attention_einsum", "decode_attention", "prefill_attention", "norm", "layernorm",
+EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum", "decode_attention", "prefill_attention", "norm", "layernorm",
                               "softmax", "elementwise", "activation", "rotary", "copy"]
 
 
@@ -242,7 +242,7 @@ class HardwareProfile(_Strict):
     name: str
     vendor: str
     kind: Literal["gpu", "tpu", "cpu"]
-    peak_flops_per_s: dict[Dtype, SourcedFlops] = Field(min_length=1)
+    peak_flops_per_s: dict[PeakDtype, SourcedFlops] = Field(min_length=1)
     memory_bandwidth_bytes_per_s: SourcedBandwidth
     memory_capacity_bytes: SourcedBytes
     on_chip_memory_bytes: SourcedBytes

@@ -102,8 +102,9 @@ def _refuse_unsupported(cfg: dict, path: str) -> None:
 
 
 def _quantization(q, path: str) -> dict | None:
-    """The weight storage of a ``quantization_config``: int4/int8 with group scales, or fp8 (per tensor, or
-    block-scaled where it names a ``weight_block_size``)."""
+    """The weight storage of a ``quantization_config``: int4/int8 with group scales, fp8 (per tensor, or
+    block-scaled where it names a ``weight_block_size``), or NVIDIA ModelOpt's NVFP4 (4-bit floats, an FP8 scale
+    per 16 weights)."""
     if not q:
         return None
     if not isinstance(q, dict):
@@ -114,6 +115,11 @@ def _quantization(q, path: str) -> dict | None:
             block = " x ".join(str(b) for b in q["weight_block_size"])
             return {"weight_dtype": "fp8_block", "group_size": 0, "method": f"fp8, one scale per {block} block"}
         return {"weight_dtype": "fp8", "group_size": 0, "method": method or "fp8"}
+    if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
+        group = int(q.get("group_size", 16) or 16)
+        return {"weight_dtype": "nvfp4", "group_size": group,
+                "method": f"modelopt NVFP4 (an FP8 scale per {group}); every projection read as NVFP4, the "
+                          "checkpoint's excluded modules included"}
     if method == "bitsandbytes":
         if q.get("load_in_4bit"):
             return {"weight_dtype": "int4", "group_size": 64, "method": "bitsandbytes 4-bit (blocks of 64)"}
@@ -124,7 +130,8 @@ def _quantization(q, path: str) -> dict | None:
         group = q.get("group_size", q.get("q_group_size", 128))
         return {"weight_dtype": f"int{bits}", "group_size": max(int(group), 0), "method": method}
     raise CostModelError(f"{path}: cannot read quantization_config with quant_method {method or '(none)'!r} "
-                         f"and bits {bits!r}; supported: awq and gptq with 4 or 8 bits, fp8, bitsandbytes")
+                         f"and bits {bits!r}; supported: awq and gptq with 4 or 8 bits, fp8, bitsandbytes, "
+                         "modelopt NVFP4")
 
 
 def _moe(cfg: dict, path: str, layers: int, count) -> dict | None:

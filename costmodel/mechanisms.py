@@ -60,7 +60,7 @@ import numpy as np
 from costmodel.hardware import KernelFacts
 from costmodel.vocab import MECHANISMS, TIMINGS
 
-CLASSES: tuple[str, ...] = ("gemm", "gemm_fp8", "gemm_fp8_block", "attention_einsum", "decode_attention",
+CLASSES: tuple[str, ...] = ("gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum", "decode_attention",
                             "prefill_attention", "norm", "layernorm", "softmax", "elementwise", "activation", "rotary",
                             "copy")
 
@@ -75,13 +75,13 @@ PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_d
 #: cache write, a gated activation and a rotary embedding are elementwise kernels; a LayerNorm and a softmax
 #: are row reductions like an RMSNorm. A parent class without a timing convention's fixed cost takes its first
 #: child's here that has one (the launch of a kernel of the same kind).
-FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise",
+FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "gemm_nvfp4": "gemm_fp8_block", "attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise",
             "layernorm": "norm", "softmax": "norm"}
 #: Classes that run on the vector units (no matrix peak).
 VECTOR_CLASSES = ("norm", "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
 ROW_REDUCTIONS = ("softmax",)
 #: Classes priced as (batched) matrix products: projections, and an unfused attention's einsums over the cache.
-GEMMS = ("gemm", "gemm_fp8", "gemm_fp8_block", "attention_einsum")
+GEMMS = ("gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum")
 
 
 def efficiency_class(kind: str, name: str) -> str:

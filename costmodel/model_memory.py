@@ -115,11 +115,14 @@ def kv_cache_elements(m: ModelPreset, batch: int, context: int, source: int) -> 
 #: Bits per stored element of each weight dtype (the elements; group scales are added by group size).
 
 
-WEIGHT_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp8_block": 8, "int8": 8, "int4": 4, "mxfp4": 4}
+WEIGHT_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp8_block": 8, "int8": 8, "int4": 4, "mxfp4": 4,
+               "nvfp4": 4}
 
 #: Bits a scale group stores besides its weights: a 16-bit scale and a zero point of the weights' width
 #: (AWQ's and GPTQ's layouts).
-GROUP_BITS = {"int4": 16 + 4, "int8": 16 + 8, "mxfp4": 8}  # MXFP4: one 8-bit power-of-two scale per group
+#: MXFP4 (OCP microscaling): one 8-bit power-of-two scale per group; NVFP4: one FP8 (E4M3) scale per group (its
+#: one FP32 scale per tensor is left out, as per-tensor scales are).
+GROUP_BITS = {"int4": 16 + 4, "int8": 16 + 8, "mxfp4": 8, "nvfp4": 8}
 
 
 def weight_width(dtype: str, group_size: int = 0) -> float:
@@ -150,4 +153,4 @@ def largest_batch_in_memory(dev: ModelPreset, pr, context: int, source: int) -> 
 #: Group size assumed for int4 and int8 weights asked for on the command line (AWQ's and GPTQ's default).
 
 
-DEFAULT_GROUP = {"int4": 128, "int8": 128, "mxfp4": 32}  # MXFP4 (OCP microscaling): blocks of 32
+DEFAULT_GROUP = {"int4": 128, "int8": 128, "mxfp4": 32, "nvfp4": 16}  # MXFP4: blocks of 32; NVFP4: blocks of 16

@@ -133,8 +133,11 @@ def op_time(s: StepOp, pr: Pricing):
     return price(s.op, s.shape, pr.hw, Conventions(pr.model, pr.overlap))
 
 
-#: The efficiency class of a GEMM over fp8 weights, by how the weights are scaled.
-FP8_GEMM_CLASS = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block"}
+#: The efficiency class of a GEMM whose weights and activations are both low precision, by the weights' format:
+#: fp8 with one scale per tensor or per 128 x 128 block, NVFP4 (fp4 with an FP8 scale per 16).
+LOW_PRECISION_GEMM = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "nvfp4": "gemm_nvfp4"}
+#: The math a weight format's GEMMs run at where the device has that peak (otherwise the weights are dequantized).
+WEIGHT_MATH = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
 
 
 def _price(ops: list[StepOp], pr: Pricing) -> list[OpTime]:
@@ -210,12 +213,13 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     hw.peak(dtype)
     checks.flag("expert_parallel", expert_parallel)
     device_slice(m, tp, expert_parallel)  # a tp the model cannot be sharded over is an error before any arithmetic
-    # W8A8: 8-bit weights run their GEMMs at the 8-bit peak where the device has one; int4 (W4A16) and
-    # wider weights are dequantized to the activation dtype in the kernel
-    math = "fp8" if weight_dtype == "fp8_block" else weight_dtype
-    gemm_dtype = math if math in ("fp8", "int8") and math in hw.peak_flops_per_s else None
+    # W8A8 (W4A4): 8-bit weights run their GEMMs at the 8-bit peak where the device has one, NVFP4 weights at the
+    # fp4 peak (Blackwell); int4, MXFP4 (W4A16) and wider weights, and NVFP4 on a device without fp4 math, are
+    # dequantized to the activation dtype in the kernel
+    math = WEIGHT_MATH.get(weight_dtype)
+    gemm_dtype = math if math in hw.peak_flops_per_s else None
     precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
-                          gemm_dtype, FP8_GEMM_CLASS.get(weight_dtype) if gemm_dtype == "fp8" else None)
+                          gemm_dtype, LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype in ("fp8", "fp4") else None)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
                    tp, mla_form, expert_parallel)
 
@@ -334,10 +338,12 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    "positions and cache only those (decode reads at most the window; the prefill kernel skips "
                    "key blocks outside it)")
     width = weight_width(weight_dtype, group)
-    scale = ("an 8-bit power-of-two scale" if weight_dtype == "mxfp4" else "a 16-bit scale and a zero point")
+    scale = {"mxfp4": "an 8-bit power-of-two scale", "nvfp4": "an 8-bit (FP8) scale"}.get(
+        weight_dtype, "a 16-bit scale and a zero point")
     stored = f"projection weights in {weight_dtype}" + (
         f" with {scale} per group of {group} ({width:.3f} bytes each)" if group else "")
-    math_dtype = (f"GEMMs over {weight_dtype} weights at the {gemm_dtype} peak (W8A8)" if gemm_dtype else
+    math_dtype = (f"GEMMs over {weight_dtype} weights at the {gemm_dtype} peak "
+                  f"({'W4A4' if gemm_dtype == 'fp4' else 'W8A8'})" if gemm_dtype else
                   f"math in {dtype}" + (" (weights dequantized in the kernel)" if weight_dtype != dtype else ""))
     out.append(f"storage: {stored}; embeddings, norms and routers in {dtype}; KV cache in {pr.kv_dtype}; "
                f"activations in {dtype}; {math_dtype}; no framework memory")

@@ -43,10 +43,13 @@ def reference_for(hw, exclude=()):
 
 
 def efficiency_status(p) -> str:
-    """Where a profile's efficiency parameters come from: fitted (with their count), transferred, or none."""
-    if p.efficiency is not None:
-        return f"fitted ({p.efficiency.parameters})"
+    """Where a profile's efficiency parameters come from: fitted (with their count), transferred, both (a device
+    fitted on some classes only, the rest transferred), or none."""
     ref = reference_for(p)
+    if p.efficiency is not None:
+        own = f"fitted ({p.efficiency.parameters})"
+        partial = ref is not None and not {"gemm", "decode_attention", "prefill_attention"} <= set(p.efficiency.classes)
+        return f"{own} + from {ref.id}" if partial else own
     return f"from {ref.id}" if ref is not None else "datasheet only"
 
 
@@ -104,8 +107,8 @@ class Resolved:
         return self.classes.get(cls)
 
 
-#: Classes of fp8 GEMM kernels: only a device with an fp8 peak has them.
-FP8_CLASSES = ("gemm_fp8", "gemm_fp8_block")
+#: Classes of low-precision GEMM kernels and the math they need: only a device with that peak has them.
+LOW_PRECISION_CLASSES = {"gemm_fp8": "fp8", "gemm_fp8_block": "fp8", "gemm_nvfp4": "fp4"}
 
 
 def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -> Resolved | None:
@@ -129,8 +132,8 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
 
     classes, origin = {}, {}
     for cls in CLASSES:
-        if cls in FP8_CLASSES and "fp8" not in hw.peak_flops_per_s:
-            continue  # a device without fp8 math runs no fp8 GEMM
+        if cls in LOW_PRECISION_CLASSES and LOW_PRECISION_CLASSES[cls] not in hw.peak_flops_per_s:
+            continue  # a device without fp8 (fp4) math runs no fp8 (fp4) GEMM
         mine = own.get(cls)
         near = NEAREST_TIMING.get(timing)
         other = FALLBACK.get(cls)

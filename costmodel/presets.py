@@ -68,7 +68,7 @@ class Quantization(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    weight_dtype: Literal["int4", "int8", "fp8", "fp8_block"]
+    weight_dtype: Literal["int4", "int8", "fp8", "fp8_block", "mxfp4", "nvfp4"]
     group_size: int = Field(default=0, ge=0, le=MAX_DIM, description="weights per scale group (0: per channel)")
     method: str = ""
 

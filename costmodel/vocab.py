@@ -20,6 +20,9 @@ Mode = Literal["batched", "incremental", "generate", "single-query", "dot-produc
 PredictMode = Literal["batched", "incremental", "generate"]
 #: Storage dtypes; tf32 is stored as fp32.
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+#: Math dtypes a device may have a peak for: the storage dtypes, and fp4 (4-bit weights times 4-bit activations,
+#: Blackwell's NVFP4 GEMMs), which no tensor is stored in but a GEMM's operands.
+PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"]
 #: Unfused: every op its own kernel. Fused: flash-style attention (logits and weights stay on chip).
 Execution = Literal["unfused", "fused"]
 #: KV-cache append: write the new position in place, or copy the whole cache (the paper's tf.concat).
@@ -44,8 +47,9 @@ DTYPES: tuple[str, ...] = get_args(Dtype)
 #: Bytes per element of each storage dtype.
 DTYPE_BYTES: dict[str, int] = dict(zip(DTYPES, (4, 4, 2, 2, 1, 1)))
 EXECUTIONS: tuple[str, ...] = get_args(Execution)
-#: Storage dtypes of projection weights: the dtypes above and 4-bit integers (with group scales).
-WEIGHT_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "fp8_block", "int8", "int4", "mxfp4")
+#: Storage dtypes of projection weights: the dtypes above, block-scaled fp8, 4-bit integers (with group scales)
+#: and 4-bit floats (MXFP4: an 8-bit power-of-two scale per 32; NVFP4: an FP8 scale per 16).
+WEIGHT_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "fp8_block", "int8", "int4", "mxfp4", "nvfp4")
 CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
 OVERLAPS: tuple[str, ...] = get_args(Overlap)
 

@@ -54,6 +54,24 @@ def test_fp8_classes_carry_to_the_b200(tables, cls):
     assert _median_error(ts, hw, eff) < 0.25
 
 
+def test_the_nvfp4_table_and_its_fitted_class(tables):
+    """The B200's NVFP4 linear layers: FLOPs 2MNK at the fp4 peak, bytes counted as a model step counts them (input
+    and output in bf16, weights 4 bits and an FP8 scale per 16; by hand on a row), fitted as their own class; the
+    block-scaled fp8 class it would fall back to (transferred from the H100) is more than 5x as far off."""
+    from costmodel.origin import resolve
+
+    hw = costmodel.load_profile("b200")
+    ts = [t for t in tables if t.profile == "b200" and t.priced_class == "gemm_nvfp4"]
+    assert ts and sum(len(t) for t in ts) > 20_000 and {t.dtype for t in ts} == {"fp4"}
+    t = ts[0]
+    M, K, N = (float(t.shape[k][0]) for k in ("M", "K", "N"))
+    assert t.flops[0] == 2 * M * K * N and t.nbytes[0] == 2 * M * K + 0.5625 * K * N + 2 * M * N
+    own = _median_error(ts, hw, resolve(hw, "graph").classes["gemm_nvfp4"])
+    fallback = _median_error(ts, hw, resolve(hw, "graph").classes["gemm_fp8_block"])
+    assert own < 0.2 * fallback
+    assert resolve(costmodel.load_profile("h100"), "graph").get("gemm_nvfp4") is None  # no fp4 math, no class
+
+
 def test_fp8_kv_decode_attention_is_the_bf16_kernel_reading_one_byte(tables):
     path = SHARED / "aiconfigurator" / "all_dtypes" / "h100_sxm_vllm_0.19.0_generation_attention_perf.csv"
     with open(path, newline="") as f:

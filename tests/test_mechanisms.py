@@ -297,13 +297,14 @@ def test_noise_check_flags_a_machine_whose_speed_moved_since_calibration():
 def test_every_nvidia_gpu_prices_every_class_from_a_fit():
     # no op of an NVIDIA GPU silently falls back to the datasheet roofline, under any timing convention
     from costmodel.mechanisms import CLASSES, TIMINGS
-    from costmodel.origin import FP8_CLASSES
+    from costmodel.origin import LOW_PRECISION_CLASSES
 
     for p in load_all():
         if p.vendor != "NVIDIA":
             continue
-        # the fp8 GEMM classes where the device has fp8 math (Ada, Hopper, Blackwell), none where not
-        want = set(CLASSES) - (set() if "fp8" in p.peak_flops_per_s else set(FP8_CLASSES))
+        # the fp8 GEMM classes where the device has fp8 math (Ada, Hopper, Blackwell), the fp4 one where it has fp4
+        # math (Blackwell), none where not
+        want = set(CLASSES) - {c for c, math in LOW_PRECISION_CLASSES.items() if math not in p.peak_flops_per_s}
         for timing in TIMINGS:
             got = resolve(p, timing)
             assert set(got.classes) == want, (p.id, timing)

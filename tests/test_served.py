@@ -195,7 +195,8 @@ def _write(path, rows, columns=COLUMNS):
 def test_validate_serving_counts_reasons(tmp_path, run_cli):
     path = tmp_path / "d.csv"
     _write(path, [_row(id="ok"), _row(id="unknown", model_path="acme/Nope-7B"), _row(id="bad", isl="x"),
-                  _row(id="ep", moe_ep_size="8"), _row(id="dis", mode="disagg"), _row(id="fp4", precision="fp4"),
+                  _row(id="ep", moe_ep_size="8"), _row(id="dis", mode="disagg"),
+                  _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm"),
                   _row(id="neg", silicon_ttft_ms="-3"),
                   _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
                        precision="fp8", gemm_quant_mode="fp8_block")])
@@ -206,7 +207,8 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
     assert set(report) == {"rows", "skipped", "summary"}
     reasons = {s["id"]: s["reason"] for s in report["skipped"]}
     assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel across other groups",
-                       "dis": "disaggregated prefill/decode", "fp4": "fp4 weights", "neg": "bad numbers"}
+                       "dis": "disaggregated prefill/decode", "fp4": "MXFP4 on a GPU with fp4 math",
+                       "neg": "bad numbers"}
     assert [r["id"] for r in report["rows"]] == ["ok", "moe"]  # expert parallel over the tp group is modelled
     for row in report["rows"]:
         again = run_cli(*row["command"], "--json")
@@ -334,7 +336,8 @@ def test_the_iteration_grid_priced_at_once_is_each_point_priced_alone(h100, mode
 
 def test_mxfp4_weights_as_hopper_runs_them():
     """An MXFP4 checkpoint on an H100 (no FP4 math): 4-bit weights and one 8-bit scale per 32 (4.25 bits), read
-    and multiplied in bf16; the served rows of gpt-oss-120b on H100 are predicted, FP4 elsewhere refused."""
+    and multiplied in bf16; the served rows of gpt-oss-120b on H100 are predicted, on a GPU with FP4 math refused.
+    FP4 rows of other models are NVFP4."""
     from costmodel.model_memory import weight_width
     from costmodel.validation.serving import parse
 
@@ -344,8 +347,46 @@ def test_mxfp4_weights_as_hopper_runs_them():
     row = _row(model_path="openai/gpt-oss-120b", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
                tp_size="2.0", moe_tp_size="2.0")
     assert parse(row).weight_dtype == "mxfp4"
-    assert parse({**row, "model_path": "Qwen/Qwen3-32B"}) == "fp4 weights"
-    assert parse({**row, "system": "b200_sxm"}) == "fp4 weights"
+    assert parse({**row, "model_path": "Qwen/Qwen3-32B"}).weight_dtype == "nvfp4"
+    assert parse({**row, "model_path": "Qwen/Qwen3-32B", "system": "b200_sxm"}).weight_dtype == "nvfp4"
+    assert parse({**row, "system": "b200_sxm"}) == "MXFP4 on a GPU with fp4 math"
+
+
+def test_nvfp4_weights_at_the_fp4_peak_where_a_gpu_has_one():
+    """NVFP4: 4-bit weights and an FP8 scale per 16 (4.5 bits, by hand). On a B200 (fp4 math) a projection runs at
+    the fp4 peak in the NVFP4 GEMM class fitted on the B200's table; on an H100 (none) the same weights are read at
+    4.5 bits and multiplied in bf16. The parameters do not depend on the precision."""
+    from costmodel.model_memory import param_count, weight_bytes, weight_width
+    from costmodel.model_step import op_time, phase_ops
+
+    assert weight_width("nvfp4", 16) == (4 + 8 / 16) / 8 == 0.5625
+    m = costmodel.load_model("llama-3.1-8b")
+    b200, h100 = costmodel.load_profile("b200"), costmodel.load_profile("h100")
+    fast, slow = pricing(m, b200, weight_dtype="nvfp4"), pricing(m, h100, weight_dtype="nvfp4")
+    assert (fast.gemm_dtype, fast.group, slow.gemm_dtype) == ("fp4", 16, None)
+    up = {s.name: s for s in phase_ops(m, fast, "decode", 8, 1024, 1)}["ffn_gate_up"]
+    assert (up.op.dtype, op_time(up, fast).cls) == ("fp4", "gemm_nvfp4")
+    weights = m.d_model * 2 * m.d_ff  # gate and up, one layer
+    assert up.op.bytes == 2 * (8 * m.d_model + 8 * 2 * m.d_ff) + 0.5625 * weights  # x, out in bf16; the weights
+    same = {s.name: s for s in phase_ops(m, slow, "decode", 8, 1024, 1)}["ffn_gate_up"]
+    assert (same.op.dtype, op_time(same, slow).cls, same.op.bytes) == ("bf16", "gemm", up.op.bytes)
+    lm_head = {s.name: s for s in phase_ops(m, fast, "decode", 8, 1024, 1)}["lm_head"]
+    assert lm_head.op.dtype == "bf16"  # the output projection stays in the activation dtype
+    d, f, kv, L = m.d_model, m.d_ff, m.kv_heads * m.head_dim, m.layers  # by hand: the layers' projections at 4.5
+    projections = L * (2 * d * d + 2 * d * kv + 3 * d * f)  # bits, embeddings (untied) and norms in bf16
+    assert weight_bytes(m, fast) == 0.5625 * projections + 2 * (2 * m.vocab * d + (2 * L + 1) * d)
+    assert param_count(m) == costmodel.predict_model(m, b200, weight_dtype="nvfp4").model.params
+
+
+def test_an_nvfp4_checkpoint_reads_as_nvfp4(tmp_path):
+    import json as _json
+
+    cfg = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+           "intermediate_size": 128, "hidden_act": "silu", "model_type": "llama",
+           "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}}
+    (tmp_path / "config.json").write_text(_json.dumps(cfg))
+    q = costmodel.load_model(str(tmp_path / "config.json")).quantization
+    assert (q.weight_dtype, q.group_size) == ("nvfp4", 16)
 
 
 def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):

@@ -43,6 +43,9 @@ FREE = {
                  "bandwidth_exponent", "split_s"),
     "gemm_fp8_block": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling",
                        "bandwidth_half_bytes", "bandwidth_exponent", "split_s"),
+    # NVFP4 (Blackwell's W4A4 linear layer, its input quantization included): a block-scaled GEMM like fp8's
+    "gemm_nvfp4": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling",
+                   "bandwidth_half_bytes", "bandwidth_exponent", "split_s"),
     # the memory side of a prefill is mostly K and V re-read by every query tile (from L2), more than the
     # bytes counted once: its own curve, not decode attention's
     "prefill_attention": ("fixed", "compute_efficiency", "score_s", "tile_s", "bandwidth_ceiling",

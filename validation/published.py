@@ -33,11 +33,11 @@ from costmodel.mechanisms import decode_shape
 
 AIC = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
                  r"(?P<table>generation_attention|context_attention|gemm)\.csv$")
-#: The lower-precision GEMM tables (aiconfigurator's all_dtypes/): fp8 with one scale per tensor, and fp8 with a
-#: scale per 128 x 128 block.
+#: The lower-precision GEMM tables (aiconfigurator's all_dtypes/): fp8 with one scale per tensor, fp8 with a
+#: scale per 128 x 128 block, and NVFP4 (fp4 weights and activations, an FP8 scale per 16; Blackwell).
 AIC_DTYPES = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
                         r"(?P<table>gemm)_perf\.csv$")
-FP8_GEMMS = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block"}
+LOW_PRECISION_GEMMS = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "nvfp4": "gemm_nvfp4"}
 VIDUR = re.compile(r"^(?P<system>[A-Za-z0-9]+)_mlp_ops\.csv$")
 LLMCOMPASS = re.compile(r"^(?P<table>matmul|softmax|layernorm|gelu|transformer_prefill|transformer_decode)_"
                         r"(?P<system>[A-Za-z0-9]+)\.csv$")
@@ -137,24 +137,32 @@ def attention_command(profile: str, mode: str, b: int, s: int, h: int, g: int, k
             "--dtype", "bf16", "--timing", "graph"]
 
 
-def read_fp8_gemms(path: Path, m: re.Match) -> list[Table]:
-    """The fp8 GEMM rows of an all_dtypes table, one table per scaling: inputs and weights one byte per element,
-    the output in bf16."""
+def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
+    """The low-precision GEMM rows of an all_dtypes table, one table per format. fp8: inputs and weights one byte
+    per element, the output in bf16. NVFP4 (vLLM's W4A4 linear layer, timed whole: it quantizes its bf16 input
+    itself): bytes as a model step counts them, the input and output in bf16, the weights 4 bits with an 8-bit
+    scale per 16."""
+    from costmodel.model_memory import weight_width
+
     rows = _rows(path)
     profile = profile_for_system(m["system"])
     t = _column(rows, "latency", path) * 1e-3
     M, N, K = (_column(rows, c, path) for c in ("m", "n", "k"))
     kind = np.array([r["gemm_dtype"] for r in rows])
     out = []
-    for dtype, cls in FP8_GEMMS.items():
+    for dtype, cls in LOW_PRECISION_GEMMS.items():
         sel = kind == dtype
         if not sel.any():
             continue
-        out.append(Table(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype="fp8",
-                         file=path.name, op_class=cls,
-                         fields={"m": M[sel], "n": N[sel], "k": K[sel]}, measured_s=t[sel],
-                         flops=2 * M[sel] * N[sel] * K[sel], nbytes=M[sel] * K[sel] + K[sel] * N[sel] + 2 * M[sel] * N[sel],
-                         shape={"batch": np.ones_like(M[sel]), "M": M[sel], "K": K[sel], "N": N[sel]}))
+        Ms, Ns, Ks = M[sel], N[sel], K[sel]
+        if dtype == "nvfp4":
+            math, nbytes = "fp4", 2 * Ms * Ks + weight_width("nvfp4", 16) * Ks * Ns + 2 * Ms * Ns
+        else:
+            math, nbytes = "fp8", Ms * Ks + Ks * Ns + 2 * Ms * Ns
+        out.append(Table(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype=math,
+                         file=path.name, op_class=cls, fields={"m": Ms, "n": Ns, "k": Ks}, measured_s=t[sel],
+                         flops=2 * Ms * Ns * Ks, nbytes=nbytes,
+                         shape={"batch": np.ones_like(Ms), "M": Ms, "K": Ks, "N": Ns}))
     return out
 
 
@@ -321,7 +329,7 @@ def read_folder(folder: str | Path) -> tuple[list[Table], list[str]]:
         if m := AIC.match(path.name):
             tables += read_aiconfigurator(path, m)
         elif m := AIC_DTYPES.match(path.name):
-            tables += read_fp8_gemms(path, m)
+            tables += read_low_precision_gemms(path, m)
         elif m := VIDUR.match(path.name):
             tables += read_vidur(path, m)
         elif m := LLMCOMPASS.match(path.name):

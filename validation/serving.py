@@ -32,14 +32,16 @@ COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "system", "prec
 SYSTEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "a100_sxm": "a100_80gb_sxm",
            "l40s": "l40s"}
 
-#: Weight dtype for each precision the rows name ("" is the checkpoint's own).
-PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "mxfp4",
-              "nvfp4": "mxfp4", "mxfp4": "mxfp4"}
+#: Weight dtype for each precision the rows name ("" is the checkpoint's own; fp4: see :data:`MXFP4_CHECKPOINTS`).
+PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4",
+              "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
 #: Devices without FP4 math, where an MXFP4 checkpoint's weights are dequantized to bf16 in the kernel (vLLM's
-#: Marlin and Triton MXFP4 paths on Hopper): 4-bit weights read, bf16 math.
+#: Marlin and Triton MXFP4 paths on Hopper): 4-bit weights read, bf16 math. On a device with FP4 math the engines
+#: run MXFP4 experts in kernels of their own, which are not modelled.
 FP4_AS_W4A16 = ("h100_sxm", "h200_sxm", "a100_sxm")
 #: Checkpoints published in MXFP4 (gpt-oss: its experts; openai/gpt-oss-120b config.json quantization_config
-#: quant_method mxfp4).
+#: quant_method mxfp4); FP4 rows of any other model are NVFP4 (an FP8 scale per 16 weights: NVIDIA's FP4
+#: checkpoints), at the fp4 peak where the device has one and dequantized where not.
 MXFP4_CHECKPOINTS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
 
 
@@ -108,8 +110,9 @@ def parse(row: dict) -> Deployment | str:
         precision = (row["precision"] or "").strip()
         quant = {(row["gemm_quant_mode"] or "").strip(), (row["moe_quant_mode"] or "").strip()} - {""}
         fp4 = precision in ("fp4", "nvfp4", "mxfp4") or bool(quant & {"nvfp4", "mxfp4", "fp4"})
-        if fp4 and (row["system"] not in FP4_AS_W4A16 or row["model_path"] not in MXFP4_CHECKPOINTS):
-            return "fp4 weights"
+        mxfp4 = fp4 and row["model_path"] in MXFP4_CHECKPOINTS
+        if mxfp4 and row["system"] not in FP4_AS_W4A16:
+            return "MXFP4 on a GPU with fp4 math"
         if precision not in PRECISIONS or quant - set(PRECISIONS):  # noqa: SIM102
             return f"precision {precision or '/'.join(sorted(quant))}"
         if (_whole(row, "pp_size", 1) or 1) > 1:
@@ -139,7 +142,7 @@ def parse(row: dict) -> Deployment | str:
     except ValueError:
         return "bad numbers"
     gemm = (row["gemm_quant_mode"] or "").strip()
-    weight = PRECISIONS[gemm] if gemm else PRECISIONS[precision]
+    weight = "mxfp4" if mxfp4 else PRECISIONS[gemm] if gemm else PRECISIONS[precision]
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                       batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3, ep > 1)
 
