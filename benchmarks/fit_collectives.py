@@ -1,6 +1,6 @@
-"""Fit the all-reduce curves of every GPU with published collective tables and write them into its profile;
-print each curve's error on its own table and, carried by the transfer rule from the H100's curves, on the
-other GPUs' tables.
+"""Fit the collective curves (all-reduce per implementation; NCCL's all-gather, reduce-scatter and all-to-all)
+of every GPU with published collective tables and write them into its profile; print each curve's error on its
+own table and, carried by the transfer rule from the H100's curves, on the other GPUs' tables.
 
     python benchmarks/fit_collectives.py ../shared/measurements/aiconfigurator/comm [--write]
 """
@@ -12,24 +12,28 @@ from pathlib import Path
 
 
 import costmodel
-from costmodel.validation.collectives import TABLES, errors, fit_device, read_tables
+from costmodel.validation.collectives import TABLES, VOLUME, errors, fit_device, read_nccl_ops, read_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "aiconfigurator (ai-dynamo/aiconfigurator@095f58a) comm/"
-METHOD = ("t(S) = latency + 2 (n - 1) / n * S / bus bandwidth per implementation and GPU count, least squares on "
-          "log time over a grid of latencies and bandwidths (benchmarks/fit_collectives.py); the 16-bit NCCL rows, "
-          "the bf16 rows of the custom all-reduce of vLLM")
+METHOD = ("t(S) = latency + v (n - 1) / n * S / bus bandwidth per collective, implementation and GPU count (v = 2 "
+          "for an all-reduce, 1 for an all-gather, a reduce-scatter and an all-to-all; S the buffer NCCL names), least "
+          "squares on log time over a grid of latencies and bandwidths (benchmarks/fit_collectives.py); the 16-bit "
+          "NCCL rows, the bf16 rows of the custom all-reduce of vLLM")
 
 
 def yaml_block(profile: str, fit: dict) -> str:
     nccl, custom = TABLES[profile]
-    lines = ["# Fitted, not datasheet: all-reduce curves (costmodel.price), fitted on the tables in `data`; `error` is",
+    lines = ["# Fitted, not datasheet: collective curves (costmodel.price), fitted on the tables in `data`; `error` is",
              "# the fit's error on them.", "collectives:", "  data:",
              f"  - {SOURCE}{nccl}", f"  - {SOURCE}{custom}", f"  method: '{METHOD}'", "  curves:"]
-    for impl, by_n in fit["curves"].items():
-        lines.append(f"    {impl}:")
-        for n, c in sorted(by_n.items()):
-            lines.append(f"      {n}: {{latency_s: {c['latency_s']:.4g}, bus_bytes_per_s: {c['bus_bytes_per_s']:.4g}}}")
+    for part in ("curves", "ops"):
+        if part == "ops":
+            lines.append("  ops:")
+        for impl, by_n in fit[part].items():
+            lines.append(f"    {impl}:")
+            for n, c in sorted(by_n.items()):
+                lines.append(f"      {n}: {{latency_s: {c['latency_s']:.4g}, bus_bytes_per_s: {c['bus_bytes_per_s']:.4g}}}")
     lines.append("  error:")
     for key, e in fit["error"].items():
         lines.append(f"    {key}: {{n: {e['n']}, median_abs_error_pct: {e['median_abs_error_pct']:.2f}, "
@@ -47,9 +51,9 @@ def main(folder: str, write: bool) -> None:
     for p in ("a100_80gb_sxm", "b200"):
         hw = costmodel.load_profile(p)
         scale = hw.interconnect_bytes_per_s.value / ref.interconnect_bytes_per_s.value
-        for (impl, n), (size, sec) in sorted(read_tables(folder, p).items()):
-            c = fits["h100_sxm"]["curves"][impl][n]
-            k, med, p90 = errors(size, sec, n, c["latency_s"], c["bus_bytes_per_s"] * scale)
+        for (impl, n), (size, sec) in sorted({**read_tables(folder, p), **read_nccl_ops(folder, p)}.items()):
+            c = {**fits["h100_sxm"]["curves"], **fits["h100_sxm"]["ops"]}[impl][n]
+            k, med, p90 = errors(size, sec, n, c["latency_s"], c["bus_bytes_per_s"] * scale, VOLUME.get(impl, 2))
             print(f"{p:14s} {impl}/{n:<5d} transferred from h100_sxm (bandwidth x {scale:.2f}): median {med:5.1f}%, "
                   f"p90 {p90:5.1f}%")
     if write:
@@ -57,7 +61,10 @@ def main(folder: str, write: bool) -> None:
             path = ROOT / "hardware_profiles" / f"{costmodel.load_profile(p).id}.yaml"
             text = path.read_text(encoding="utf-8")
             if "\ncollectives:" in text:
-                text = text[:text.index("# Fitted, not datasheet: all-reduce curves")]
+                start = text.index("# Fitted, not datasheet: all-reduce curves" if "all-reduce curves" in text else
+                                   "# Fitted, not datasheet: collective curves")
+                end = text.find("\n# Fitted, not datasheet:", start + 1)  # a block after it (efficiency) stays
+                text = text[:start] + (text[end + 1:] if end >= 0 else "")
             path.write_text(text.rstrip("\n") + "\n" + yaml_block(p, fit), encoding="utf-8")
             print(f"wrote {path}")
 

@@ -203,13 +203,17 @@ class CollectiveCurve(_Strict):
 
 
 class Collectives(_Strict):
-    """All-reduce curves fitted on published timings, per implementation (``nccl``, ``custom_graph``,
-    ``custom_eager``: vLLM's custom all-reduce in and out of a CUDA graph) and GPU count."""
+    """Collective curves fitted on published timings: the all-reduce per implementation (``nccl``,
+    ``custom_graph``, ``custom_eager``: vLLM's custom all-reduce in and out of a CUDA graph) and GPU count, and
+    NCCL's all-gather, reduce-scatter and all-to-all per GPU count (``ops``; the curve's volume is (n - 1) / n of
+    the buffer, not the all-reduce's 2 (n - 1) / n)."""
 
     data: tuple[str, ...] = Field(min_length=1)
     method: str
     curves: dict[Literal["nccl", "custom_graph", "custom_eager"], dict[int, CollectiveCurve]] = Field(min_length=1)
-    error: dict[str, FitError] = Field(default_factory=dict)  # per "implementation/GPUs", on the fitted data
+    ops: dict[Literal["all_gather", "reduce_scatter", "all_to_all"], dict[int, CollectiveCurve]] = Field(
+        default_factory=dict)
+    error: dict[str, FitError] = Field(default_factory=dict)  # per "implementation/GPUs" and "collective/GPUs"
 
 
 class Noise(_Strict):

@@ -107,6 +107,8 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     one-query prefill runs the decode kernel, as engines dispatch it (its decode parameters, its shape)."""
     if op.kind == "all_reduce":
         return _all_reduce(op, hw, conv)
+    if op.kind in NCCL_COLLECTIVES:
+        return _nccl_collective(op, hw, conv)
     cls = op.cls
     resolved: Resolved | None = conv.model.resolved if conv.model.active else None
     if params is None and cls is not None and resolved is not None:
@@ -135,19 +137,30 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
 CUSTOM_ALL_REDUCE_MAX_BYTES = 8 << 20
 
 
-def collective_curves(hw):
-    """(curves, bandwidth scale, where from) of ``hw``'s all-reduce: its own fitted curves, else those of the
-    device it borrows parameters from with the bus bandwidths scaled by the datasheet interconnect ratio;
-    None where neither exists."""
+#: NCCL's collectives besides the all-reduce (KernelOp kinds; ``bytes``: the buffer NCCL names, ``devices``: the
+#: group): each GPU moves (n - 1) / n of it.
+NCCL_COLLECTIVES = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def measured_collectives(hw):
+    """(collectives, bandwidth scale, where from) of ``hw``: its own fitted curves, else those of the device it
+    borrows parameters from with the bus bandwidths scaled by the datasheet interconnect ratio; None where
+    neither exists."""
     if hw.collectives is not None:
-        return hw.collectives.curves, 1.0, hw.id
+        return hw.collectives, 1.0, hw.id
     from costmodel.origin import reference_for
 
     ref = reference_for(hw)
     if ref is None or ref.collectives is None or hw.interconnect_bytes_per_s is None or \
             ref.interconnect_bytes_per_s is None:
         return None
-    return ref.collectives.curves, hw.interconnect_bytes_per_s.value / ref.interconnect_bytes_per_s.value, ref.id
+    return ref.collectives, hw.interconnect_bytes_per_s.value / ref.interconnect_bytes_per_s.value, ref.id
+
+
+def collective_curves(hw):
+    """(all-reduce curves, bandwidth scale, where from) of ``hw`` (:func:`measured_collectives`), or None."""
+    found = measured_collectives(hw)
+    return (found[0].curves, found[1], found[2]) if found is not None else None
 
 
 def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
@@ -218,6 +231,29 @@ class ProgramOp(NamedTuple):
     weighted: bool
 
 
+def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
+    """An all-gather, reduce-scatter or all-to-all over ``op.devices`` GPUs: its fitted NCCL curve (the device's, or
+    a measured device's with the bus bandwidth scaled by the interconnect ratio) where the time model is fitted;
+    else a ring over the datasheet interconnect, (n - 1) / n of the buffer each way in n - 1 steps."""
+    from costmodel.errors import CostModelError
+
+    if op.devices == 1:
+        return _finish(0.0, 0.0, 0.0, 0.0, None)
+    t = op.devices
+    volume = (t - 1) / t * np.asarray(op.bytes, float)
+    found = measured_collectives(hw) if conv.model.active else None
+    if found is not None and found[0].ops.get(op.kind):
+        by_n, scale = found[0].ops[op.kind], found[1]
+        c = by_n[min((k for k in by_n if k >= t), default=max(by_n))]
+        transfer, latency = volume / (c.bus_bytes_per_s * scale), c.latency_s * op.launches
+        return _finish(0.0, transfer, latency, transfer + latency, None)
+    if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
+        raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: a {op.kind} needs both")
+    transfer = volume / (hw.interconnect_bytes_per_s.value / 2)
+    latency = (t - 1) * hw.interconnect_latency_s.value * op.launches
+    return _finish(0.0, transfer, latency, transfer + latency, None)
+
+
 def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=1, *, kernel_dims=None,
                 window=None) -> list[ProgramOp]:
     """Every op of a compiled program (attention, or a block of a model step) at ``dims`` (numbers, or arrays
@@ -254,4 +290,4 @@ def _finish(compute, memory, overhead, time, cls) -> OpTime:
     return OpTime(*values, cls)
 
 
-__all__ = ["KernelOp", "Conventions", "OpTime", "Precision", "ProgramOp", "price", "program_ops"]
+__all__ = ["KernelOp", "Conventions", "OpTime", "Precision", "ProgramOp", "NCCL_COLLECTIVES", "price", "program_ops"]

@@ -27,7 +27,10 @@ def comm():
 def test_stated_errors_are_rederived(comm, pid):
     hw = costmodel.load_profile(pid)
     tables = read_tables(comm, pid)
-    assert set(hw.collectives.error) == {f"{impl}/{n}" for impl, n in tables}
+    from costmodel.validation.collectives import read_nccl_ops
+
+    others = {f"{op}/{n}" for op, n in read_nccl_ops(comm, pid)}  # NCCL's other collectives: the test below
+    assert set(hw.collectives.error) == {f"{impl}/{n}" for impl, n in tables} | others
     for (impl, n), (size, sec) in tables.items():
         c = hw.collectives.curves[impl][n]
         k, med, p90 = errors(size, sec, n, c.latency_s, c.bus_bytes_per_s)
@@ -71,3 +74,40 @@ def test_a_device_without_tables_borrows_by_the_interconnect_ratio():
     ref = costmodel.load_profile(source)
     assert curves == ref.collectives.curves
     assert scale == pytest.approx(hw.interconnect_bytes_per_s.value / ref.interconnect_bytes_per_s.value)
+
+
+@pytest.mark.parametrize("pid", sorted(TABLES))
+def test_stated_errors_of_the_other_collectives_are_rederived(comm, pid):
+    """NCCL's all-gather, reduce-scatter and all-to-all: each curve's stated error, from the table it was fitted on
+    with the volume (n - 1) / n of the buffer."""
+    from costmodel.validation.collectives import VOLUME, read_nccl_ops
+
+    hw = costmodel.load_profile(pid)
+    tables = read_nccl_ops(comm, pid)
+    assert {op for op, _ in tables} == {"all_gather", "reduce_scatter", "all_to_all"} == set(hw.collectives.ops)
+    for (op, n), (size, sec) in tables.items():
+        c = hw.collectives.ops[op][n]
+        k, med, p90 = errors(size, sec, n, c.latency_s, c.bus_bytes_per_s, VOLUME[op])
+        stated = hw.collectives.error[f"{op}/{n}"]
+        assert (k, round(med, 2), round(p90, 2)) == (stated.n, stated.median_abs_error_pct, stated.p90_abs_error_pct)
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter", "all_to_all"])
+def test_an_empty_collective_costs_its_latency_and_a_full_one_its_curve(kind):
+    """By hand: an all-to-all (all-gather, reduce-scatter) of 0 bytes over 8 H100s costs the curve's latency
+    alone; of S bytes, the latency and (n - 1) / n of S at the bus bandwidth; an H200 (no tables) takes the H100's
+    curve with the bus bandwidth scaled by the interconnect ratio; without a fit, a ring over the datasheet link."""
+    hw, conv = costmodel.load_profile("h100"), Conventions.of(costmodel.load_profile("h100"), "graph")
+    c = hw.collectives.ops[kind][8]
+    op = lambda nbytes, devices=8: KernelOp(kind, kind, "bf16", 0.0, nbytes, devices=devices)  # noqa: E731
+    empty = price(op(0.0), None, hw, conv)
+    assert (empty.time, empty.overhead, empty.memory) == (c.latency_s, c.latency_s, 0.0)
+    assert price(op(64e6), None, hw, conv).time == pytest.approx(c.latency_s + 7 / 8 * 64e6 / c.bus_bytes_per_s)
+    assert price(op(64e6, devices=1), None, hw, conv).time == 0
+    h200 = costmodel.load_profile("h200")
+    scale = h200.interconnect_bytes_per_s.value / hw.interconnect_bytes_per_s.value
+    assert price(op(64e6), None, h200, Conventions.of(h200, "graph")).time == pytest.approx(
+        c.latency_s + 7 / 8 * 64e6 / (c.bus_bytes_per_s * scale))
+    bare = price(op(64e6), None, hw, Conventions.datasheet()).time
+    assert bare == pytest.approx(7 / 8 * 64e6 / (hw.interconnect_bytes_per_s.value / 2)
+                                 + 7 * hw.interconnect_latency_s.value)

@@ -1,9 +1,12 @@
-"""All-reduce curves fitted on published timings (aiconfigurator's ``comm/`` tables: NCCL, and vLLM's custom
-all-reduce inside and outside a CUDA graph), and their errors on the tables they saw and on other devices'.
+"""Collective curves fitted on published timings (aiconfigurator's ``comm/`` tables: NCCL's all-reduce,
+all-gather, reduce-scatter and all-to-all, and vLLM's custom all-reduce inside and outside a CUDA graph), and
+their errors on the tables they saw and on other devices'.
 
-The curve of one implementation over ``n`` GPUs is ``t(S) = latency + 2 (n - 1) / n * S / bus_bandwidth`` for a
-message of ``S`` bytes: a fixed cost per call (synchronisation and the kernel's start) and the ring's data
-volume at an effective bus bandwidth (NCCL's "busbw"). Two numbers per implementation and GPU count, fitted by
+The curve of one collective over ``n`` GPUs is ``t(S) = latency + v (n - 1) / n * S / bus_bandwidth`` for a
+buffer of ``S`` bytes (NCCL's size: the all-reduce's buffer, the all-gather's output, the reduce-scatter's
+input, the all-to-all's send buffer): a fixed cost per call (synchronisation and the kernel's start) and the
+data each GPU moves at an effective bus bandwidth (NCCL's "busbw"), ``v`` = 2 for an all-reduce (a
+reduce-scatter and an all-gather) and 1 for the others. Two numbers per collective and GPU count, fitted by
 least squares on log time. A device without tables takes a measured device's latencies and scales its bus
 bandwidths by the ratio of the datasheet interconnect bandwidths (the transfer rule).
 """
@@ -20,6 +23,10 @@ TABLES = {"a100_80gb_sxm": ("a100_sxm_nccl_2.27.3_nccl_perf.csv", "a100_sxm_vllm
           "h100_sxm": ("h100_sxm_nccl_2.27.3_nccl_perf.csv", "h100_sxm_vllm_0.19.0_custom_allreduce_perf.csv"),
           "b200": ("b200_sxm_nccl_2.29.2_nccl_perf.csv", "b200_sxm_vllm_0.19.0_custom_allreduce_perf.csv")}
 IMPLEMENTATIONS = ("nccl", "custom_graph", "custom_eager")
+#: NCCL's other collectives (the tables' op_name -> costmodel's) and the share of the buffer each GPU moves
+#: per (n - 1) / n.
+NCCL_OPS = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all"}
+VOLUME = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1}
 _BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "int8": 1, "float": 4, "float32": 4}
 
 
@@ -48,14 +55,29 @@ def read_tables(folder: str | Path, profile: str) -> dict[tuple[str, int], tuple
     return {k: (np.array(v[0], float), np.array(v[1], float)) for k, v in out.items()}
 
 
-def curve(size, n: int, latency: float, bus: float):
-    return latency + 2 * (n - 1) / n * np.asarray(size, float) / bus
+def read_nccl_ops(folder: str | Path, profile: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+    """(collective, GPUs) -> (buffer bytes, seconds) of NCCL's all-gather, reduce-scatter and all-to-all rows
+    (16-bit rows)."""
+    out: dict = {}
+    with open(Path(folder) / TABLES[profile][0], newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["op_name"] not in NCCL_OPS or row["nccl_dtype"] != "half":
+                continue
+            key = (NCCL_OPS[row["op_name"]], int(row["num_gpus"]))
+            out.setdefault(key, ([], []))
+            out[key][0].append(int(row["message_size"]) * _BYTES["half"])
+            out[key][1].append(float(row["latency"]) / 1e3)
+    return {k: (np.array(v[0], float), np.array(v[1], float)) for k, v in out.items()}
 
 
-def fit_curve(size: np.ndarray, seconds: np.ndarray, n: int) -> tuple[float, float]:
+def curve(size, n: int, latency: float, bus: float, volume: int = 2):
+    return latency + volume * (n - 1) / n * np.asarray(size, float) / bus
+
+
+def fit_curve(size: np.ndarray, seconds: np.ndarray, n: int, volume: int = 2) -> tuple[float, float]:
     """(latency_s, bus_bytes_per_s) minimising squared log error (a grid over the latency, the bandwidth
     solved by a 1-D search for each)."""
-    volume = 2 * (n - 1) / n * size
+    volume = volume * (n - 1) / n * size
     best = None
     for lat in np.geomspace(seconds.min() * 0.05, seconds.min() * 1.2, 120):
         for bus in np.geomspace(1e9, 2e13, 400):
@@ -65,18 +87,20 @@ def fit_curve(size: np.ndarray, seconds: np.ndarray, n: int) -> tuple[float, flo
     return float(best[1]), float(best[2])
 
 
-def errors(size, seconds, n, latency, bus) -> tuple[int, float, float]:
-    e = np.abs(curve(size, n, latency, bus) / seconds - 1) * 100
+def errors(size, seconds, n, latency, bus, volume: int = 2) -> tuple[int, float, float]:
+    e = np.abs(curve(size, n, latency, bus, volume) / seconds - 1) * 100
     return len(e), float(np.median(e)), float(np.percentile(e, 90))
 
 
 def fit_device(folder, profile: str) -> dict:
-    """Every curve of a device's tables and its error on them."""
-    tables = read_tables(folder, profile)
-    curves, errs = {}, {}
-    for (impl, n), (size, sec) in sorted(tables.items()):
-        lat, bus = (float(f"{x:.4g}") for x in fit_curve(size, sec, n))  # as the profile stores them
-        curves.setdefault(impl, {})[n] = {"latency_s": lat, "bus_bytes_per_s": bus}
-        k, med, p90 = errors(size, sec, n, lat, bus)
-        errs[f"{impl}/{n}"] = {"n": k, "median_abs_error_pct": med, "p90_abs_error_pct": p90}
-    return {"curves": curves, "error": errs}
+    """Every curve of a device's tables and its error on them: the all-reduce implementations (``curves``) and
+    NCCL's other collectives (``ops``)."""
+    out = {"curves": {}, "ops": {}, "error": {}}
+    for part, tables in (("curves", read_tables(folder, profile)), ("ops", read_nccl_ops(folder, profile))):
+        for (name, n), (size, sec) in sorted(tables.items()):
+            volume = VOLUME.get(name, 2)
+            lat, bus = (float(f"{x:.4g}") for x in fit_curve(size, sec, n, volume))  # as the profile stores them
+            out[part].setdefault(name, {})[n] = {"latency_s": lat, "bus_bytes_per_s": bus}
+            k, med, p90 = errors(size, sec, n, lat, bus, volume)
+            out["error"][f"{name}/{n}"] = {"n": k, "median_abs_error_pct": med, "p90_abs_error_pct": p90}
+    return out
