@@ -45,6 +45,20 @@ FP4_AS_W4A16 = ("h100_sxm", "h200_sxm", "a100_sxm")
 MXFP4_CHECKPOINTS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
 
 
+#: The token budget of a vLLM engine that Dynamo's worker starts: vLLM's scheduler default, not the OpenAI
+#: server's (8192 on a GPU of 70 GB or more). ai-dynamo/aiconfigurator fpm_golden_runs/*/vllm_metadata.json: no
+#: max_num_batched_tokens requested, 2048 in the effective config (vLLM 0.20.1 under Dynamo).
+DYNAMO_VLLM_TOKENS = 2048
+
+
+def launched_by_dynamo(row: dict) -> bool:
+    """Whether a row's engine ran under Dynamo's worker: its container image is a Dynamo runtime, or no image is
+    recorded (the rows of aiconfigurator's own collection, which deploys through Dynamo: tools/automation/); an
+    engine's own image (vllm/vllm-openai, lmsysorg/sglang) is its own server."""
+    image = re.search(r"image=([^;]+)", row.get("silicon_data_source") or "")
+    return image is None or "ai-dynamo" in image.group(1)
+
+
 @dataclass(frozen=True)
 class Deployment:
     id: str
@@ -62,6 +76,7 @@ class Deployment:
     ttft_s: float
     tpot_s: float
     expert_parallel: bool = False
+    max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM under Dynamo)
 
     def command(self) -> list[str]:
         cmd = ["predict", "--gpu", SYSTEMS[self.system], "--model", self.model_path, "--engine", self.backend,
@@ -73,6 +88,8 @@ class Deployment:
             cmd += ["--kv-dtype", self.kv_dtype]
         if self.expert_parallel:
             cmd += ["--expert-parallel"]
+        if self.max_num_batched_tokens:
+            cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         return cmd
 
 
@@ -143,8 +160,10 @@ def parse(row: dict) -> Deployment | str:
         return "bad numbers"
     gemm = (row["gemm_quant_mode"] or "").strip()
     weight = "mxfp4" if mxfp4 else PRECISIONS[gemm] if gemm else PRECISIONS[precision]
+    tokens = DYNAMO_VLLM_TOKENS if row["backend"] == "vllm" and launched_by_dynamo(row) else None
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
-                      batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3, ep > 1)
+                      batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3, ep > 1,
+                      tokens)
 
 
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
@@ -184,6 +203,7 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
     return serve(load_model(d.model_path), load_profile(SYSTEMS[d.system]), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator,
+                 **({"max_num_batched_tokens": d.max_num_batched_tokens} if d.max_num_batched_tokens else {}),
                  expert_parallel=d.expert_parallel, **rounds)
 
 
