@@ -23,9 +23,8 @@ def _attention_blocks(m: ModelPreset) -> list[tuple[int, int]]:
 
 
 def _weights(m: ModelPreset, block, dims: dict) -> list[tuple[str, float, float]]:
-    """Per op of a compiled block at ``dims``: its kind, its ``P_*`` (projection) parameters, and its other
-    parameters: ``W_*`` weights (a norm's times NORM_PARAMS: LayerNorm has a shift) and, where the model has
-    biases, a projection's."""
+    """Per op of a compiled block at ``dims``: its kind, its ``P_*`` (projection) parameters, and its ``W_*``
+    parameters (a norm's times NORM_PARAMS: LayerNorm has a shift). Biases are the block's, apart."""
     out = []
     stored, params = block.storage(dims)[0], block.params(dims)
     for kind, p_, all_ in zip(block.kinds, stored, params):
@@ -71,7 +70,7 @@ def param_groups(m: ModelPreset) -> dict[str, int]:
         other += m.d_model * NORM_PARAMS[m.norm]
     head = compile_block("head", m.norm)
     # the final norm's weights (the output projection is an embedding, counted below)
-    other += sum(w for kind, _, w in _weights(m, head, {"t": 1, "o": 1, "d": m.d_model, "w": 0}))
+    other += sum(w for _, _, w in _weights(m, head, {"t": 1, "o": 1, "d": m.d_model, "w": 0}))
     embeddings = m.vocab * m.d_model * (1 if m.tied_embeddings else 2) + m.learned_positions * m.d_model
     return {"projections": int(proj), "embeddings": int(embeddings), "other": int(other)}
 
