@@ -61,8 +61,7 @@ def main(folder: str, write: bool) -> None:
             path = ROOT / "hardware_profiles" / f"{costmodel.load_profile(p).id}.yaml"
             text = path.read_text(encoding="utf-8")
             if "\ncollectives:" in text:
-                start = text.index("# Fitted, not datasheet: all-reduce curves" if "all-reduce curves" in text else
-                                   "# Fitted, not datasheet: collective curves")
+                start = text.index("# Fitted, not datasheet: collective curves")
                 end = text.find("\n# Fitted, not datasheet:", start + 1)  # a block after it (efficiency) stays
                 text = text[:start] + (text[end + 1:] if end >= 0 else "")
             path.write_text(text.rstrip("\n") + "\n" + yaml_block(p, fit), encoding="utf-8")

@@ -34,11 +34,11 @@ class Compiled:
     kinds: tuple[str, ...]  # the op class of each op (costmodel.program.op_class)
     einsums: tuple[str | None, ...]
     gemms: tuple[bool, ...]  # which ops are matrix products, with a (batch, M, K, N) in gemm_counts
+    grouped: tuple[bool, ...]  # which products are grouped (their batch: the groups; M: all their rows)
     counts: object
     gemm_counts: object = None  # (batch, M, K, N) of every matrix product, flattened, as one numeric function
     args: tuple[str, ...] = ARG_NAMES  # the dimensions the functions take, in order
     storage_counts: object = None  # per op: elements in the weight dtype, in the cache dtype, and parameters
-    grouped: tuple[bool, ...] = ()  # which products are grouped (their batch: the groups; M: all their rows)
 
     def _args(self, dims: dict) -> list:
         return [dims[name] for name in self.args]
@@ -68,7 +68,7 @@ class Compiled:
         expected number of groups runs ``ceil(groups)`` GEMMs of ``ceil(rows / groups)`` rows."""
         values = iter(self.gemm_counts(*self._args(dims)))
         out = []
-        for g, grouped in zip(self.gemms, self.grouped or (False,) * len(self.gemms)):
+        for g, grouped in zip(self.gemms, self.grouped):
             shape = dict(zip(("batch", "M", "K", "N"), (next(values) for _ in range(4)))) if g else None
             if grouped:
                 groups = shape["batch"]

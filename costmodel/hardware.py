@@ -86,8 +86,10 @@ class Tile(_Strict):
 
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
-EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum", "decode_attention", "prefill_attention", "norm", "layernorm",
-                              "softmax", "elementwise", "activation", "rotary", "copy"]
+#: In this order, a parent class before the classes that fall back to it (costmodel.mechanisms.FALLBACK).
+EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum",
+                              "decode_attention", "prefill_attention", "norm", "layernorm", "softmax", "elementwise",
+                              "activation", "rotary", "copy"]
 
 
 class KernelFacts(_Strict):

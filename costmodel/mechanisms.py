@@ -57,12 +57,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.hardware import KernelFacts
+from typing import get_args
+
+from costmodel.hardware import EfficiencyClassName, KernelFacts
 from costmodel.vocab import MECHANISMS, TIMINGS
 
-CLASSES: tuple[str, ...] = ("gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum", "decode_attention",
-                            "prefill_attention", "norm", "layernorm", "softmax", "elementwise", "activation", "rotary",
-                            "copy")
+CLASSES: tuple[str, ...] = get_args(EfficiencyClassName)
 
 #: The kernel facts a caller gives none of (a device states its own: costmodel.hardware.KernelFacts).
 DEFAULT_KERNELS = KernelFacts()
@@ -75,8 +75,15 @@ PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_d
 #: cache write, a gated activation and a rotary embedding are elementwise kernels; a LayerNorm and a softmax
 #: are row reductions like an RMSNorm. A parent class without a timing convention's fixed cost takes its first
 #: child's here that has one (the launch of a kernel of the same kind).
-FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "gemm_nvfp4": "gemm_fp8_block", "attention_einsum": "gemm", "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise",
-            "layernorm": "norm", "softmax": "norm"}
+FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "gemm_nvfp4": "gemm_fp8_block", "attention_einsum": "gemm",
+            "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise", "layernorm": "norm",
+            "softmax": "norm"}
+#: The kernel class of a GEMM whose weights and activations are both low precision, by the weights' format (a
+#: checkpoint's, or a published table's ``gemm_dtype``): fp8 with one scale per tensor or per 128 x 128 block,
+#: NVFP4 (fp4 with an FP8 scale per 16).
+LOW_PRECISION_GEMM = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "nvfp4": "gemm_nvfp4"}
+#: The math a weight format's GEMMs run at where the device has that peak (otherwise the weights are dequantized).
+WEIGHT_MATH = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
 #: Classes that run on the vector units (no matrix peak).
 VECTOR_CLASSES = ("norm", "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
 ROW_REDUCTIONS = ("softmax",)

@@ -20,6 +20,7 @@ from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
+from costmodel.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, Precision, price
 from costmodel.roofline import mechanism_lines
@@ -133,13 +134,6 @@ def op_time(s: StepOp, pr: Pricing):
     return price(s.op, s.shape, pr.hw, Conventions(pr.model, pr.overlap))
 
 
-#: The efficiency class of a GEMM whose weights and activations are both low precision, by the weights' format:
-#: fp8 with one scale per tensor or per 128 x 128 block, NVFP4 (fp4 with an FP8 scale per 16).
-LOW_PRECISION_GEMM = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "nvfp4": "gemm_nvfp4"}
-#: The math a weight format's GEMMs run at where the device has that peak (otherwise the weights are dequantized).
-WEIGHT_MATH = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
-
-
 def _price(ops: list[StepOp], pr: Pricing) -> list[OpTime]:
     out = []
     for s in ops:
@@ -219,7 +213,7 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     math = WEIGHT_MATH.get(weight_dtype)
     gemm_dtype = math if math in hw.peak_flops_per_s else None
     precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
-                          gemm_dtype, LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype in ("fp8", "fp4") else None)
+                          gemm_dtype, LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
                    tp, mla_form, expert_parallel)
 

@@ -163,6 +163,11 @@ def collective_curves(hw):
     return (found[0].curves, found[1], found[2]) if found is not None else None
 
 
+def _curve(by_n: dict, devices: int):
+    """The curve fitted on the fewest GPUs that are at least ``devices`` (the most GPUs measured, past them)."""
+    return by_n[min((n for n in by_n if n >= devices), default=max(by_n))]
+
+
 def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
     """A tensor-parallel all-reduce: the fitted curve of the implementation an engine picks (vLLM's custom
     all-reduce up to :data:`CUSTOM_ALL_REDUCE_MAX_BYTES`, in a CUDA graph under graph timing; NCCL above) where
@@ -178,12 +183,10 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
         small = np.asarray(op.bytes, float) <= CUSTOM_ALL_REDUCE_MAX_BYTES
         custom = "custom_graph" if conv.timing == "graph" else "custom_eager"
         t = op.devices
+        volume = 2 * (t - 1) / t * np.asarray(op.bytes, float)
         parts = []
         for impl in (custom, "nccl"):
-            by_n = curves.get(impl) or curves["nccl"]
-            n = min((k for k in by_n if k >= t), default=max(by_n))
-            c = by_n[n]
-            volume = 2 * (t - 1) / t * np.asarray(op.bytes, float)
+            c = _curve(curves.get(impl) or curves["nccl"], t)
             parts.append((volume / (c.bus_bytes_per_s * scale), c.latency_s))
         transfer = np.where(small, parts[0][0], parts[1][0])
         latency = np.where(small, parts[0][1], parts[1][1]) * op.launches
@@ -243,8 +246,7 @@ def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
     volume = (t - 1) / t * np.asarray(op.bytes, float)
     found = measured_collectives(hw) if conv.model.active else None
     if found is not None and found[0].ops.get(op.kind):
-        by_n, scale = found[0].ops[op.kind], found[1]
-        c = by_n[min((k for k in by_n if k >= t), default=max(by_n))]
+        c, scale = _curve(found[0].ops[op.kind], t), found[1]
         transfer, latency = volume / (c.bus_bytes_per_s * scale), c.latency_s * op.launches
         return _finish(0.0, transfer, latency, transfer + latency, None)
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:

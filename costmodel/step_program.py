@@ -30,14 +30,11 @@ SOFTMAX_FLOPS = ELEMENTWISE_FLOPS["softmax"]
 #: FLOPs per rotated element of rotary embeddings: x * cos + rotate_half(x) * sin.
 ROPE_FLOPS = 3
 
+#: The dimensions of the blocks: tokens (t), rows that produce a token (o), model width (d), feed-forward width
+#: (f), vocabulary (w), routed experts (e), rows routed to this device's experts (r), experts the batch touches
+#: (u), an expert's feed-forward width (c), experts per token (top), rotated heads (j), rotary dimensions (p),
+#: key/value heads (g) and head dimension (k).
 t, o, d, f, w, e, r, u, c, top, j, p, g, k = sympy.symbols("t o d f w e r u c top j p g k", positive=True)
-#: The dimensions of the blocks: tokens, output rows, model width, feed-forward width, vocabulary, routed
-#: experts, routed rows, touched experts, expert width, experts per token, rotated heads, rotary dimension,
-#: key/value heads and head dimension.
-DIM_DOC = {"t": "tokens", "o": "rows that produce a token", "d": "model dimension", "f": "feed-forward width",
-           "w": "vocabulary", "e": "routed experts", "r": "rows routed to this device's experts",
-           "u": "experts the batch touches", "c": "an expert's feed-forward width", "top": "experts per token",
-           "j": "rotated heads", "p": "rotary dimensions", "g": "key/value heads", "k": "head dimension"}
 
 
 def _op(name: str, kind: str, inputs: list[tuple[str, dict]], output: tuple[str, dict], fpe=0) -> Op:

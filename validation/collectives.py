@@ -30,44 +30,41 @@ VOLUME = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1
 _BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "int8": 1, "float": 4, "float32": 4}
 
 
+def _collect(folder: str | Path, names, key_of) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+    """(key, GPUs) -> (message bytes, seconds) of the rows of the tables ``names`` that ``key_of`` keeps: it gives
+    a row's (key, dtype), or None to leave the row out."""
+    out: dict = {}
+    for name in names:
+        with open(Path(folder) / name, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                found = key_of(row)
+                if found is None:
+                    continue
+                sizes, seconds = out.setdefault((found[0], int(row["num_gpus"])), ([], []))
+                sizes.append(int(row["message_size"]) * _BYTES[found[1]])
+                seconds.append(float(row["latency"]) / 1e3)
+    return {k: (np.array(v[0], float), np.array(v[1], float)) for k, v in out.items()}
+
+
+def _all_reduce_row(row: dict) -> tuple[str, str] | None:
+    """An all-reduce row's implementation and dtype (NCCL: its 16-bit rows only)."""
+    if row["op_name"] != "all_reduce":
+        return None
+    if row.get("backend"):
+        return {"vllm_graph": "custom_graph", "vllm_eager": "custom_eager"}[row["backend"]], row["allreduce_dtype"]
+    return ("nccl", "half") if row["nccl_dtype"] == "half" else None
+
+
 def read_tables(folder: str | Path, profile: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
     """(implementation, GPUs) -> (message bytes, seconds) of the all-reduce rows (NCCL: 16-bit rows only)."""
-    folder = Path(folder)
-    out: dict = {}
-    nccl, custom = TABLES[profile]
-    for name in (nccl, custom):
-        with open(folder / name, newline="", encoding="utf-8") as f:
-            for row in csv.DictReader(f):
-                if row["op_name"] != "all_reduce":
-                    continue
-                if "backend" in row and row.get("backend"):
-                    impl = {"vllm_graph": "custom_graph", "vllm_eager": "custom_eager"}[row["backend"]]
-                    dtype = row["allreduce_dtype"]
-                else:
-                    impl, dtype = "nccl", row["nccl_dtype"]
-                    if dtype != "half":
-                        continue
-                key = (impl, int(row["num_gpus"]))
-                size = int(row["message_size"]) * _BYTES[dtype]
-                out.setdefault(key, ([], []))
-                out[key][0].append(size)
-                out[key][1].append(float(row["latency"]) / 1e3)
-    return {k: (np.array(v[0], float), np.array(v[1], float)) for k, v in out.items()}
+    return _collect(folder, TABLES[profile], _all_reduce_row)
 
 
 def read_nccl_ops(folder: str | Path, profile: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
     """(collective, GPUs) -> (buffer bytes, seconds) of NCCL's all-gather, reduce-scatter and all-to-all rows
     (16-bit rows)."""
-    out: dict = {}
-    with open(Path(folder) / TABLES[profile][0], newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            if row["op_name"] not in NCCL_OPS or row["nccl_dtype"] != "half":
-                continue
-            key = (NCCL_OPS[row["op_name"]], int(row["num_gpus"]))
-            out.setdefault(key, ([], []))
-            out[key][0].append(int(row["message_size"]) * _BYTES["half"])
-            out[key][1].append(float(row["latency"]) / 1e3)
-    return {k: (np.array(v[0], float), np.array(v[1], float)) for k, v in out.items()}
+    return _collect(folder, TABLES[profile][:1], lambda row: (NCCL_OPS[row["op_name"]], "half")
+                    if row["op_name"] in NCCL_OPS and row["nccl_dtype"] == "half" else None)
 
 
 def curve(size, n: int, latency: float, bus: float, volume: int = 2):

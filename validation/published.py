@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.errors import CostModelError
-from costmodel.mechanisms import decode_shape
+from costmodel.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH, decode_shape
 
 AIC = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
                  r"(?P<table>generation_attention|context_attention|gemm)\.csv$")
@@ -37,7 +37,6 @@ AIC = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.
 #: scale per 128 x 128 block, and NVFP4 (fp4 weights and activations, an FP8 scale per 16; Blackwell).
 AIC_DTYPES = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
                         r"(?P<table>gemm)_perf\.csv$")
-LOW_PRECISION_GEMMS = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "nvfp4": "gemm_nvfp4"}
 VIDUR = re.compile(r"^(?P<system>[A-Za-z0-9]+)_mlp_ops\.csv$")
 LLMCOMPASS = re.compile(r"^(?P<table>matmul|softmax|layernorm|gelu|transformer_prefill|transformer_decode)_"
                         r"(?P<system>[A-Za-z0-9]+)\.csv$")
@@ -150,17 +149,18 @@ def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
     M, N, K = (_column(rows, c, path) for c in ("m", "n", "k"))
     kind = np.array([r["gemm_dtype"] for r in rows])
     out = []
-    for dtype, cls in LOW_PRECISION_GEMMS.items():
+    for dtype, cls in LOW_PRECISION_GEMM.items():
         sel = kind == dtype
         if not sel.any():
             continue
         Ms, Ns, Ks = M[sel], N[sel], K[sel]
         if dtype == "nvfp4":
-            math, nbytes = "fp4", 2 * Ms * Ks + weight_width("nvfp4", 16) * Ks * Ns + 2 * Ms * Ns
+            nbytes = 2 * Ms * Ks + weight_width("nvfp4", 16) * Ks * Ns + 2 * Ms * Ns
         else:
-            math, nbytes = "fp8", Ms * Ks + Ks * Ns + 2 * Ms * Ns
-        out.append(Table(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype=math,
-                         file=path.name, op_class=cls, fields={"m": Ms, "n": Ns, "k": Ks}, measured_s=t[sel],
+            nbytes = Ms * Ks + Ks * Ns + 2 * Ms * Ns
+        out.append(Table(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph",
+                         dtype=WEIGHT_MATH[dtype], file=path.name, op_class=cls, fields={"m": Ms, "n": Ns, "k": Ks},
+                         measured_s=t[sel],
                          flops=2 * Ms * Ns * Ks, nbytes=nbytes,
                          shape={"batch": np.ones_like(Ms), "M": Ms, "K": Ks, "N": Ns}))
     return out
