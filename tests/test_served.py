@@ -393,6 +393,25 @@ def test_an_nvfp4_checkpoint_reads_as_nvfp4(tmp_path):
     assert (q.weight_dtype, q.group_size) == ("nvfp4", 16)
 
 
+def test_each_launcher_gives_the_engine_its_token_budget():
+    """A row's token budget is its launcher's: aiconfigurator's generator (no image recorded, or a Dynamo image)
+    gives TensorRT-LLM batch + isl + 1500 tokens in whole 32-token blocks (8 + 1024 + 1500 = 2532 -> 80 blocks =
+    2560, by hand) and vLLM none of its own (vLLM's scheduler default, 2048); an engine's own server image keeps
+    the engine's default; the command carries the budget."""
+    from costmodel.validation.serving import parse
+
+    trt = _row(backend="trtllm", batch_size="8.0", isl="1024", silicon_data_source="silicon_concurrency=8")
+    assert parse(trt).max_num_batched_tokens == 2560
+    assert parse({**trt, "isl": "1020"}).max_num_batched_tokens == 2528  # 2528 = 79 blocks exactly
+    dynamo = "silicon_concurrency=8; image=nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.0"
+    assert parse({**trt, "silicon_data_source": dynamo}).max_num_batched_tokens == 2560
+    assert parse(_row()).max_num_batched_tokens == 2048
+    own = parse(_row(silicon_data_source="silicon_concurrency=4; image=vllm/vllm-openai:v0.18.0"))
+    assert own.max_num_batched_tokens is None and "--max-num-batched-tokens" not in own.command()
+    cmd = parse(trt).command()
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "2560"
+
+
 def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):
     base = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "2",
             "--input-len", "100", "--output-len", "10"]

@@ -4,9 +4,11 @@ the benchmark client) that costmodel can express is predicted with :func:`costmo
 row is counted under the reason it cannot be.
 
 A row's prediction is the closed loop of ``silicon_concurrency`` clients (the ``batch_size`` where the source
-names none; a concurrency above the batch means several replicas, which are not modelled yet) on ``tp_size`` devices of the row's system under its engine (``backend``), with max_num_seqs set
-to ``batch_size``, the weights and GEMMs in the row's precision, and the KV cache in the engine's default for
-the checkpoint.
+names none; a concurrency above the batch means several replicas, which are not modelled yet) on ``tp_size``
+devices of the row's system under its engine (``backend``), with max_num_seqs set to ``batch_size``, the token
+budget per iteration that the row's launcher gives the engine (:func:`dynamo_budget` for engines that
+aiconfigurator's generator starts under Dynamo, the engine's own default otherwise), the weights and GEMMs in the
+row's precision, and the KV cache in the engine's default for the checkpoint.
 """
 
 from __future__ import annotations
@@ -50,6 +52,25 @@ MXFP4_CHECKPOINTS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
 #: max_num_batched_tokens requested, 2048 in the effective config (vLLM 0.20.1 under Dynamo).
 DYNAMO_VLLM_TOKENS = 2048
 
+#: The token budget aiconfigurator's generator gives a TensorRT-LLM engine it deploys in one pool (agg):
+#: ``max_num_tokens = max_batch_size + isl + 1500``, rounded up to whole KV blocks of ``tokens_per_block`` (32);
+#: room for one prompt of the benchmark's length beside the whole batch's decode tokens (ai-dynamo/aiconfigurator
+#: generator/rule_plugin/trtllm.rule and rule_plugin/benchmark/trtllm.rule, written into the engine's
+#: extra_engine_args by backend_templates/trtllm/extra_engine_args.*.yaml.j2). Its vLLM template passes no
+#: budget (DYNAMO_VLLM_TOKENS above).
+DYNAMO_TRTLLM_SLACK_TOKENS = 1500
+TRTLLM_BLOCK_TOKENS = 32
+
+
+def dynamo_budget(backend: str, batch: int, isl: int) -> int | None:
+    """The tokens per iteration of an engine that aiconfigurator's generator starts under Dynamo (None: the
+    engine's own default)."""
+    if backend == "vllm":
+        return DYNAMO_VLLM_TOKENS
+    if backend == "trtllm":
+        return -(-(batch + isl + DYNAMO_TRTLLM_SLACK_TOKENS) // TRTLLM_BLOCK_TOKENS) * TRTLLM_BLOCK_TOKENS
+    return None
+
 
 def launched_by_dynamo(row: dict) -> bool:
     """Whether a row's engine ran under Dynamo's worker: its container image is a Dynamo runtime, or no image is
@@ -76,7 +97,7 @@ class Deployment:
     ttft_s: float
     tpot_s: float
     expert_parallel: bool = False
-    max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM under Dynamo)
+    max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
 
     def command(self) -> list[str]:
         cmd = ["predict", "--gpu", SYSTEMS[self.system], "--model", self.model_path, "--engine", self.backend,
@@ -160,7 +181,7 @@ def parse(row: dict) -> Deployment | str:
         return "bad numbers"
     gemm = (row["gemm_quant_mode"] or "").strip()
     weight = "mxfp4" if mxfp4 else PRECISIONS[gemm] if gemm else PRECISIONS[precision]
-    tokens = DYNAMO_VLLM_TOKENS if row["backend"] == "vllm" and launched_by_dynamo(row) else None
+    tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                       batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3, ep > 1,
                       tokens)
