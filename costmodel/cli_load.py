@@ -11,7 +11,7 @@ from costmodel.errors import CostModelError
 
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests", "max_num_batched_tokens", "max_num_seqs",
-             "memory_fraction", "page_size", "chunked_prefill", "length_dist", "spread", "lengths_file", "evaluator",
+             "memory_fraction", "page_size", "chunked_prefill", "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator",
              "expert_parallel")
 
 
@@ -52,6 +52,9 @@ def engine_options(func):
                      help="tokens per KV page"),
         click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", "chunked_prefill", default=None,
                      help="split prompts over iterations [default: the engine's]"),
+        click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
+                     help="a preempted request's KV stays cached for its return instead of being recomputed "
+                          "[default: on for vLLM, off for SGLang and TensorRT-LLM]"),
         click.option("--length-dist", type=choices(("fixed", "uniform", "normal")), default="fixed",
                      show_default=True, help="request lengths around --input-len and --output-len"),
         click.option("--spread", type=click.FloatRange(0, 0.99), default=0.0, show_default=True,
@@ -76,7 +79,7 @@ LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation
                  "expert_parallel": False}
 #: The flag of each load option whose name is not its key's.
 LOAD_FLAGS = {"engine_name": "--engine", "memory_fraction": "--gpu-memory-utilization", "page_size": "--block-size",
-              "chunked_prefill": "--enable-chunked-prefill"}
+              "chunked_prefill": "--enable-chunked-prefill", "prefix_caching": "--enable-prefix-caching"}
 
 
 def wants_load(load: dict) -> bool:
@@ -126,6 +129,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
               page_size=load["page_size"], chunked_prefill=load["chunked_prefill"],
+              prefix_caching=load["prefix_caching"],
               input_dist=load["length_dist"], output_dist=load["length_dist"], spread=load["spread"],
               evaluator=load["evaluator"]) | values
     results = [serve(m, hw, **kw) for hw in hws for m in layouts]

@@ -26,7 +26,9 @@ GIB = 1 << 30
 _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OpenAI API server on a device "
          "of at least 70 GiB that is not an A100: max_num_batched_tokens 8192, max_num_seqs 1024; otherwise 2048 "
          "and 256), vllm/config/cache.py (block_size 16, gpu_memory_utilization 0.9), V1 engine: chunked prefill "
-         "always on, a running request preempted (recomputed) when no block is free")
+         "always on, a running request preempted when no block is free (enable_prefix_caching on by default in the V1 "
+         "engine: the preempted request's blocks stay cached and are found again when it is rescheduled; "
+         "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted)")
 _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py: chunked_prefill_size 8192 on a GPU of 80 GB class "
            "(2048 under 35 GB, 4096 under 60 GB), mem_fraction_static 0.88 at tp 1, 0.87 at tp 2, 0.85 at tp 4, "
            "0.81 at tp 8, page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
@@ -51,6 +53,9 @@ class EngineConfig:
     reserve_output: bool  # admit a request only with pages for its whole output (no preemption)
     mixes: bool  # prefill chunks ride in decode iterations (SGLang by default runs prompts in their own)
     source: str
+    # a preempted request's KV stays in the prefix cache, in the pages it freed, and is found again when it
+    # returns: only its last token is computed again (vLLM V1's default); else it is recomputed whole
+    prefix_caching: bool = False
 
     #: the engine's own name for each setting (its server argument or config key)
     FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
@@ -60,7 +65,9 @@ class EngineConfig:
                                  "trtllm": "free_gpu_memory_fraction"},
              "page_size": {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
              "chunked_prefill": {"vllm": "enable_chunked_prefill", "sglang": "chunked_prefill_size",
-                                 "trtllm": "enable_chunked_prefill"}}
+                                 "trtllm": "enable_chunked_prefill"},
+             "prefix_caching": {"vllm": "enable_prefix_caching", "sglang": "disable_radix_cache (inverted)",
+                                "trtllm": "enable_block_reuse"}}
 
     def with_flags(self, **settings) -> EngineConfig:
         """This engine with some settings changed (None: keep the default), each checked."""
@@ -71,7 +78,7 @@ class EngineConfig:
             name = self.FLAGS[key][self.name]
             if key == "memory_fraction":
                 update[key] = checks.number(name, value, most=1.0)
-            elif key == "chunked_prefill":
+            elif key in ("chunked_prefill", "prefix_caching"):
                 checks.flag(name, value)
             else:
                 update[key] = checks.count(name, value)
@@ -82,7 +89,9 @@ class EngineConfig:
                 f"sequences per iteration, prefill {'in chunks' if self.chunked_prefill else 'whole'}, KV pages of "
                 f"{self.page_size} tokens, memory fraction {self.memory_fraction:g}, "
                 + ("requests admitted with their whole output reserved" if self.reserve_output else
-                   "a request preempted and recomputed when the cache runs out"))
+                   "a request preempted when the cache runs out, "
+                   + ("its KV kept in the prefix cache for its return" if self.prefix_caching else
+                      "and recomputed")))
 
 
 def _sglang_fraction(tp: int) -> float:
@@ -95,7 +104,8 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
         raise CostModelError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
     big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()  # an "80 GB" part is 74.5 GiB
     if name == "vllm":
-        return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True, _VLLM)
+        return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True, _VLLM,
+                            prefix_caching=True)
     if name == "sglang":
         chunk = 2048 if capacity_bytes < 35e9 else 4096 if capacity_bytes < 60e9 else 8192
         return EngineConfig("sglang", "0.5", chunk, 4096, _sglang_fraction(tp), 1, True, False, False, _SGLANG)

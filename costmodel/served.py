@@ -32,15 +32,15 @@ MAX_REQUESTS = 1_000_000
 #: expressible dense-model H100 rows of aiconfigurator's silicon sample (ai-dynamo/aiconfigurator@095f58a): per
 #: iteration (scheduling, sampling, input preparation), and per request the front end's latency (HTTP,
 #: tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the fit treats it as
-#: additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and 3 ms: 1 ms for vLLM
-#: and SGLang, 0.5 ms for TensorRT-LLM. The front end: 120 ms for SGLang (84 Qwen3-32B rows); 166 ms for
+#: additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and 3 ms: 1 ms for vLLM,
+#: 1.5 ms for SGLang, 0.5 ms for TensorRT-LLM. The front end: 123 ms for SGLang (84 Qwen3-32B rows); 166 ms for
 #: TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
 #: validation.serving.dynamo_budget; 146 ms on its Qwen3 rows alone, 176 ms on its Llama rows alone); 21 ms for
 #: vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo starts; 50 ms on its Qwen3 rows alone, 0
 #: on its Llama rows alone). docs/serving.md gives each fit's error on the rows it did not see.
 OVERHEADS = {
     "vllm": {"iteration_s": 0.001, "request_s": 0.021},
-    "sglang": {"iteration_s": 0.001, "request_s": 0.1205},
+    "sglang": {"iteration_s": 0.0015, "request_s": 0.123},
     "trtllm": {"iteration_s": 0.0005, "request_s": 0.1665},
 }
 
@@ -121,6 +121,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           timing: str = "graph",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
           memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
+          prefix_caching: bool | None = None,
           input_dist: str = "fixed", output_dist: str = "fixed", spread: float = 0.0, input_values=None,
           output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
           seed: int = 0) -> LoadPrediction:
@@ -151,7 +152,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
                              f"{n + warmup_requests}")
     eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
-        page_size=page_size, chunked_prefill=chunked_prefill)
+        page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching)
     if kv_dtype is None:  # the engine's own choice for the checkpoint
         quant = m.quantization.weight_dtype if m.quantization is not None else None
         kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)

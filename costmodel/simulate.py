@@ -9,8 +9,10 @@ otherwise.
 
 KV pages are taken as tokens are cached. An engine that reserves (TensorRT-LLM's no-evict scheduler) admits a
 request only with pages for its prompt and whole output; the others take pages as they go and, when a decode
-token finds no free page, preempt the most recently admitted running request: its pages are freed and it is
-recomputed later (its prompt and the tokens it has produced prefilled again), as vLLM does.
+token finds no free page, preempt the most recently admitted running request: its pages are freed and it goes
+back to the head of the queue; an iteration that preempted admits nothing new. Without prefix caching a
+preempted request is recomputed when it returns (its prompt and the tokens it has produced prefilled again);
+with it (vLLM's default) its KV is still in the pages it freed and only its last token is computed again.
 
 The iteration's time is :class:`costmodel.iteration.IterationTable`'s for its mix, plus the engine's fixed cost
 per iteration. A prompt's last chunk produces the request's first token at the end of that iteration (TTFT
@@ -67,6 +69,9 @@ class SimResult:
     kv_pages_max: int = 0
     kv_pages: int = 0
     preemptions: int = 0
+    prefill_tokens: int = 0  # tokens prefilled, prompts and returns of preempted requests alike
+    recomputed_tokens: int = 0  # of those, tokens whose KV a preemption lost and that were computed again
+    resumed: int = 0  # preempted requests that had their first token (each returns with one token to compute)
     prefill_s: float = 0.0
     decode_s: float = 0.0
     comm_s: float = 0.0
@@ -166,6 +171,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
         decoding = [r for r in running if r.done == r.target]
         prefilling = [r for r in running if r.done < r.target]
         # a decode token that opens a new page takes one; preempt the newest running request when none is free
+        preempted = False
         if not eng.reserve_output:
             while True:
                 need = sum(1 for r in decoding if r.prompt + r.produced >= r.pages * page)
@@ -174,16 +180,29 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                 victim = max(running, key=lambda r: r.admitted_at)
                 running.remove(victim)
                 free += victim.pages
-                victim.pages, victim.done = 0, 0
-                victim.target = victim.prompt + victim.produced
+                victim.pages = 0
+                # a decoding request returns to compute its last token and carry on; under prefix caching its KV
+                # is found in the pages it freed, otherwise everything it had cached is computed again
+                if victim.done == victim.target:
+                    res.resumed += 1
+                    victim.target = victim.prompt + victim.produced
+                    victim.done = victim.target - 1
+                if not eng.prefix_caching:
+                    res.recomputed_tokens += victim.done
+                    victim.done = 0
                 waiting.appendleft(victim)
                 res.preemptions += 1
+                preempted = True
                 decoding = [r for r in running if r.done == r.target]
                 prefilling = [r for r in running if r.done < r.target]
+        # an iteration that preempted admits nothing new (vLLM v1/core/sched/scheduler.py: waiting requests are
+        # scheduled only when no running one was preempted), so the freed pages first serve the running requests;
+        # with nothing left running, the queue's head may start
+        preempted = preempted and bool(running)
         # decode-only stretch: nothing to prefill, and nothing can be admitted before a request finishes
-        can_admit = (bool(waiting) and len(running) < seq_limit and
+        can_admit = (not preempted and bool(waiting) and len(running) < seq_limit and
                      _admission(waiting[0], eng, free, page, budget - (len(decoding) if eng.mixes else 0)) is not None)
-        if decoding and not prefilling and not can_admit:
+        if decoding and not prefilling and not can_admit and not preempted:
             steps = min(r.output - r.produced for r in decoding)
             if not eng.reserve_output:
                 steps = _page_steps(decoding, free, page, steps)
@@ -233,7 +252,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
             chunks.append((r.done, c))
             starting.append((r, c))
             room -= c
-        while waiting and len(running) < seq_limit:
+        while waiting and len(running) < seq_limit and not preempted:
             r = waiting[0]
             admit = _admission(r, eng, free, page, room)
             if admit is None:
@@ -256,6 +275,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                         chunks=chunks, outputs=len(decode_now) + outputs_rows)
         dt = it.total_s + overhead_s
         tokens = len(decode_now) + sum(c for _, c in chunks)
+        res.prefill_tokens += tokens - len(decode_now)
         if check:
             if tokens > budget:
                 res.violations.append(f"iteration {res.iterations}: {tokens} tokens > budget {budget}")

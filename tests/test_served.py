@@ -73,16 +73,26 @@ def test_scheduler_invariants(llama, h100, engine_name):
 
 
 def test_preempted_requests_are_recomputed(llama, h100):
-    """vLLM takes pages as it goes: a cache too small for every running sequence preempts, and a preempted
-    request still finishes with all its tokens (its prompt and produced tokens prefilled again)."""
-    eng = engine("vllm", capacity_bytes=h100.capacity, device_name=h100.name).with_flags(max_num_seqs=16)
-    st = _setup(llama, h100, eng, 2048)
+    """vLLM takes pages as it goes: a cache too small for every running sequence preempts. Tokens are conserved:
+    the tokens prefilled are the prompts, plus one for each preempted request that had started decoding (it
+    returns to compute its last token), plus what a preemption lost. Without prefix caching that is everything
+    the preempted requests had cached; with it (vLLM's default) nothing, as their KV is found again."""
+    base = engine("vllm", capacity_bytes=h100.capacity, device_name=h100.name).with_flags(max_num_seqs=16)
+    st = _setup(llama, h100, base, 2048)
     n = 64
-    res = simulate(st.table, eng, kv_tokens=4096, prompts=np.full(n, 200), outputs=np.full(n, 400), concurrency=16,
-                   check=True)
-    assert res.preemptions > 0
-    assert res.violations == []
-    assert np.all(res.finish > 0)
+    prompts, outputs = np.full(n, 200), np.full(n, 400)
+    runs = {}
+    for caching in (False, True):
+        eng = base.with_flags(prefix_caching=caching)
+        res = simulate(st.table, eng, kv_tokens=4096, prompts=prompts, outputs=outputs, concurrency=16, check=True)
+        assert res.preemptions > 0 and res.violations == []
+        assert np.all(res.finish > 0) and np.all(res.first > 0)
+        assert res.prefill_tokens == prompts.sum() + res.resumed + res.recomputed_tokens
+        assert 0 < res.resumed <= res.preemptions
+        runs[caching] = res
+    assert runs[False].recomputed_tokens >= runs[False].resumed * prompts[0]  # each had its prompt cached at least
+    assert runs[True].recomputed_tokens == 0
+    assert base.prefix_caching  # vLLM's default
     # the no-evict engine never preempts under the same pressure
     eng2 = engine("trtllm", capacity_bytes=h100.capacity, device_name=h100.name).with_flags(max_num_seqs=16)
     res2 = simulate(st.table, eng2, kv_tokens=4096, prompts=np.full(n, 200), outputs=np.full(n, 400),
@@ -297,6 +307,21 @@ def test_warmup_requests_leave_the_first_wave_out(llama, h100):
 def test_engine_options_need_a_served_model(run_cli):
     r = run_cli("predict", "--gpu", "h100", "--model", "llama-3-8b", "--max-num-seqs", "8")
     assert r.exit_code != 0 and "--max-num-seqs applies to a served model" in r.output
+    r = run_cli("predict", "--gpu", "h100", "--model", "llama-3-8b", "--no-enable-prefix-caching")
+    assert r.exit_code != 0 and "--enable-prefix-caching applies to a served model" in r.output
+
+
+def test_prefix_caching_is_the_engines_and_settable(run_cli):
+    base = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--concurrency", "2", "--input-len", "128",
+            "--output-len", "8", "--json"]
+    got = {}
+    for engine_name in ("vllm", "sglang"):
+        for flag in ((), ("--no-enable-prefix-caching",), ("--enable-prefix-caching",)):
+            r = run_cli(*base, "--engine", engine_name, *flag)
+            assert r.exit_code == 0, r.output
+            got[engine_name, flag] = json.loads(r.output)["engine"]["prefix_caching"]
+    assert got["vllm", ()] is True and got["sglang", ()] is False
+    assert not got["vllm", ("--no-enable-prefix-caching",)] and got["sglang", ("--enable-prefix-caching",)]
 
 
 def test_the_iteration_grid_is_the_step_it_interpolates(llama, h100):
