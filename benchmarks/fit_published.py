@@ -22,7 +22,7 @@ import numpy as np
 from costmodel.hardware import ClassEfficiency, Efficiency
 from costmodel.catalog import load_profile
 from costmodel.origin import transfer
-from costmodel.validation.fit import errors, fit_class, predict_table
+from costmodel.validation.fit import SHARED, errors, fit_class, predict_table
 from costmodel.validation.published import read_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,8 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
           "(one-token prefills run the decode kernel and count with decode attention); a kernel's discrete behaviour "
           "is chosen by fitting each way and keeping the smaller error: split_kv (always or grouped) for decode "
           "attention, and for prefill attention whether the call writes the cache and whether a tile packs a "
-          "group's query heads")
+          "group's query heads; per-tensor fp8 GEMMs take the bf16 GEMM's memory curve (validation.fit.SHARED) and "
+          "run the tile the device's kernel facts dispatch")
 
 
 def fit_device(tables, hw):
@@ -58,7 +59,11 @@ def fit_device(tables, hw):
         primary = [t for t in tables if t.priced_class == cls and t.source == source]
         if not primary:
             continue
-        eff = fit_class(primary, hw)
+        start = None
+        if cls in SHARED and SHARED[cls][0] in classes:
+            parent, names = SHARED[cls]
+            start = ClassEfficiency(**{n: getattr(classes[parent], n) for n in names})
+        eff = fit_class(primary, hw, start=start)
         report[f"{cls}/{primary[0].timing}"] = _err(primary, hw, eff)
         for other in sorted({t.source for t in tables if t.priced_class == cls} - {source}):
             ts = [t for t in tables if t.priced_class == cls and t.source == other]

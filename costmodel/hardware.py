@@ -92,6 +92,32 @@ EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4"
                               "activation", "rotary", "copy"]
 
 
+class TileRule(_Strict):
+    """One branch of a library's fixed GEMM dispatch: the tile (rows of M, columns of N) it runs for problems
+    with M in [m_min, m_max], N <= n_max and K <= k_max (a bound left out does not apply)."""
+
+    tile: tuple[Count, Count]
+    m_min: Count | None = None
+    m_max: Count | None = None
+    n_max: Count | None = None
+    k_max: Count | None = None
+
+
+class GemmDispatch(_Strict):
+    """A GEMM kernel whose tile is fixed by the problem's shape (the first rule that matches), run in waves of
+    persistent tiles without split-K, instead of the cheapest of a library's tiles."""
+
+    rules: tuple[TileRule, ...] = Field(min_length=1)
+    source: str
+
+    @model_validator(mode="after")
+    def _last_rule_takes_the_rest(self):
+        last = self.rules[-1]
+        if any(v is not None for v in (last.m_min, last.m_max, last.n_max, last.k_max)):
+            raise ValueError("the last rule of a GEMM dispatch must have no bounds (it takes every other shape)")
+        return self
+
+
 class KernelFacts(_Strict):
     """Facts of the kernels a device's libraries run, which the mechanisms count in (:mod:`costmodel.mechanisms`):
     the output tiles a GEMM library chooses from, the shortest reduction a split-K GEMM gives one tile, the
@@ -102,6 +128,8 @@ class KernelFacts(_Strict):
     gemm_tiles: tuple[tuple[Count, Count], ...] = Field(
         ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)), min_length=1)
     split_k_min: Count = 256
+    #: efficiency classes whose kernel dispatches its tile by shape (e.g. vLLM's CUTLASS fp8 GEMM)
+    gemm_dispatch: dict[EfficiencyClassName, GemmDispatch] = Field(default_factory=dict)
     decode_block: Count = 128
     prefill_block: Count = 128
     source: str = ("CUTLASS 3 / cuBLAS GEMM threadblock tiles for SM80 and later (64 to 256 rows and columns; "

@@ -171,6 +171,37 @@ def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_ov
                    splits)
 
 
+def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, np.ndarray]:
+    """(tile rows, tile columns) a fixed dispatch (:class:`costmodel.hardware.GemmDispatch` rules, the first that
+    matches) runs for each problem."""
+    M, K, N = (np.asarray(x, float) for x in (M, K, N))
+    tm, tn = np.zeros(np.broadcast(M, K, N).shape), np.zeros(np.broadcast(M, K, N).shape)
+    left = np.ones(tm.shape, bool)
+    for rule in rules:
+        hit = left.copy()
+        if rule.m_min is not None:
+            hit &= M >= rule.m_min
+        if rule.m_max is not None:
+            hit &= M <= rule.m_max
+        if rule.n_max is not None:
+            hit &= N <= rule.n_max
+        if rule.k_max is not None:
+            hit &= K <= rule.k_max
+        tm, tn = np.where(hit, rule.tile[0], tm), np.where(hit, rule.tile[1], tn)
+        left &= ~hit
+    return tm, tn
+
+
+def dispatched_flops(rules, batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float,
+                     largest: float) -> np.ndarray:
+    """FLOPs (at the largest tile's rate) of a GEMM whose tile a fixed dispatch chooses: whole waves of its tiles
+    over the SMs, the whole reduction in each."""
+    tm, tn = dispatched_tiles(rules, M, K, N)
+    tiles = np.asarray(batch, float) * np.ceil(np.asarray(M, float) / tm) * np.ceil(np.asarray(N, float) / tn)
+    waves = np.ceil(tiles / sms)
+    return waves * sms * tm * tn * (np.asarray(K, float) + k_overhead) * 2 / (tm * tn / largest) ** small_tile_exponent
+
+
 def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,
                      kernels: KernelFacts = DEFAULT_KERNELS):
     """FLOPs a GEMM costs in its cheapest configuration of :func:`gemm_candidates` (an optimising library
@@ -265,6 +296,14 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
                 faster = total < best
                 compute, split_k = np.where(faster, c, compute), np.where(faster, extra, split_k)
                 best = np.minimum(best, total)
+        if cls in kernels.gemm_dispatch:
+            # a single product runs the kernel whose dispatch fixes its tile, unsplit; a batched or grouped one
+            # (a mixture of experts' experts, in the engine's own grouped kernel) keeps the library's choice
+            c = dispatched_flops(kernels.gemm_dispatch[cls].rules, shape["batch"], shape["M"], shape["K"],
+                                 shape["N"], sms, eff.small_tile_exponent, eff.tile_k_overhead,
+                                 kernels.largest_tile) / rate
+            single = np.asarray(shape["batch"]) == 1
+            compute, split_k = np.where(single, c, compute), np.where(single, 0.0, split_k)
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:
         count = np.asarray(shape["b"], float) * shape["g"]
@@ -303,7 +342,7 @@ def class_peak(hw, cls: str, dtype: str) -> float:
 
 
 __all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "DEFAULT_KERNELS", "Times", "class_times",
-           "class_peak", "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "efficiency_class", "decode_shape"]
+           "class_peak", "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "dispatched_tiles", "efficiency_class", "decode_shape"]
 
 
 def decode_shape(prefill):

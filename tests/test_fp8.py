@@ -98,3 +98,34 @@ def test_a_block_scaled_checkpoint_runs_the_block_scaled_class():
     qkv = next(r for r in rows if r.name == "qkv_proj")
     assert pr.weight_dtype == "fp8_block" and pr.gemm_dtype == "fp8"
     assert op_time(qkv, pr).cls == "gemm_fp8_block"
+
+
+def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
+    """The per-tensor fp8 GEMM's tile is vLLM's fixed dispatch (by hand from scaled_mm_sm90/sm100_fp8_dispatch.cuh),
+    in whole waves and never split over K; its time counts those tiles."""
+    from costmodel.hardware import GemmDispatch, TileRule
+    from costmodel.mechanisms import class_times, dispatched_tiles
+    from costmodel.origin import resolve
+
+    h100, b200 = costmodel.load_profile("h100"), costmodel.load_profile("b200")
+    rules = h100.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
+    M, N = np.array([1, 16, 17, 17, 64, 65, 128, 129, 8192]), np.array([4096, 4096, 1024, 4096, 1280, 4096, 4096, 4096, 4096])
+    tm, tn = dispatched_tiles(rules, M, np.full(M.shape, 8192), N)
+    assert list(zip(tm, tn)) == [(16, 64), (16, 64), (16, 64), (64, 64), (16, 64), (64, 128), (64, 128), (128, 128),
+                                 (128, 128)]
+    rules = b200.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
+    tm, tn = dispatched_tiles(rules, np.array([16, 64, 64, 200, 300]), np.array([8192, 2048, 4096, 8192, 8192]),
+                              np.full(5, 4096))
+    assert list(zip(tm, tn)) == [(32, 128), (64, 64), (64, 128), (128, 128), (256, 128)]
+    with pytest.raises(ValueError):
+        GemmDispatch(source="x", rules=(TileRule(m_max=16, tile=(16, 64)),))  # no rule for the other shapes
+    # a decode-sized product on the H100: 8 rows, 8192 x 8192 -> 1 x 128 tiles of 16 x 64, one wave of 132 SMs
+    eff = resolve(h100, "graph").classes["gemm_fp8"]
+    peak = h100.peak("fp8") * eff.compute_efficiency
+    largest = h100.architecture.kernels.largest_tile
+    flops = 132 * 16 * 64 * (8192 + eff.tile_k_overhead) * 2 / (16 * 64 / largest) ** eff.small_tile_exponent
+    t = class_times("gemm_fp8", eff, peak=h100.peak("fp8"), bandwidth=h100.bandwidth, sms=132, timing="graph",
+                    flops=2 * 8 * 8192 * 8192, nbytes=8192 * 8192 + 2 * 8 * 8192 * 2,
+                    shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1}, kernels=h100.architecture.kernels)
+    assert float(t.compute) == pytest.approx(flops / peak, rel=1e-12)
+    assert float(t.units) == 0.0  # no split-K combine

@@ -37,10 +37,10 @@ FREE = {
              "bandwidth_exponent", "split_s"),
     "decode_attention": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent", "unit_sm_s",
                          "split_s"),
-    # fp8 GEMMs (one scale per tensor, or per 128 x 128 block) are GEMM kernels of their own: the same mechanisms
-    # (per-tensor fp8: a tile's prologue sat at 0, the bound, with no change of error; it is not fitted)
-    "gemm_fp8": ("fixed", "compute_efficiency", "small_tile_exponent", "bandwidth_ceiling", "bandwidth_half_bytes",
-                 "bandwidth_exponent", "split_s"),
+    # fp8 GEMMs (one scale per tensor, or per 128 x 128 block) are GEMM kernels of their own: the same mechanisms.
+    # Per-tensor fp8 runs vLLM's CUTLASS kernel, whose tile a fixed dispatch picks, never split (no split_s), and
+    # streams its weights through the memory the bf16 GEMM's curve describes (SHARED)
+    "gemm_fp8": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead"),
     "gemm_fp8_block": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling",
                        "bandwidth_half_bytes", "bandwidth_exponent", "split_s"),
     # NVFP4 (Blackwell's W4A4 linear layer, its input quantization included): a block-scaled GEMM like fp8's
@@ -63,6 +63,11 @@ FREE = {
 
 #: A kernel's discrete behaviours, chosen by fitting each way and keeping the smaller error: per class, the
 #: fields chosen and the ways (the starting parameters, and the parameters only that way has).
+#: Parameters a class takes from another class of the same device instead of fitting them: per-tensor fp8
+#: GEMMs read their operands through the same memory system as bf16 GEMMs, so they share the bf16 class's
+#: achieved-bandwidth curve (fitted freely on the fp8 table alone, its ceiling went to 1.0, the bound).
+SHARED = {"gemm_fp8": ("gemm", ("bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"))}
+
 CHOICES = {
     # a decode kernel splits every context, or only those whose query heads share a key/value head
     "decode_attention": (("split_kv",), [({"split_kv": "always"}, ()),
