@@ -29,20 +29,20 @@ MAX_REQUESTS = 1_000_000
 
 # --- fitted engine overheads -------------------------------------------------------------------------
 #: A serving engine's fixed costs on top of the GPU's work, fitted by benchmarks/fit_serving.py on the 579
-#: expressible dense-model H100 rows of aiconfigurator's silicon sample (ai-dynamo/aiconfigurator@095f58a): per
-#: iteration (scheduling, sampling, input preparation), and per request the front end's latency (HTTP,
-#: tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the fit treats it as
-#: additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and 3 ms: 1.5 ms for vLLM
-#: and SGLang, 0.5 ms for TensorRT-LLM. The front end: 123 ms for SGLang (84 Qwen3-32B rows); 168.5 ms for
-#: TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
-#: validation.serving.dynamo_budget; 151.5 ms on its Qwen3 rows alone, 176 ms on its Llama rows alone); 20.5 ms
-#: for vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo starts; 49.5 ms on its Qwen3 rows
-#: alone, 0, the search's bound, on its Llama rows alone). docs/serving.md gives each fit's error on the rows it
-#: did not see.
+#: expressible dense-model H100 rows of aiconfigurator's silicon sample (ai-dynamo/aiconfigurator@095f58a), by least
+#: absolute log error: per iteration (scheduling, sampling, input preparation), and per request the front end's
+#: latency (HTTP, tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the
+#: fit treats it as additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and
+#: 3 ms: 1.5 ms for vLLM, 1 ms for SGLang, 0.5 ms for TensorRT-LLM. The front end: 77 ms for SGLang (84 Qwen3-32B
+#: rows); 140.5 ms for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
+#: validation.serving.dynamo_budget; 147 ms on its Qwen3 rows alone, 139 ms on its Llama rows alone); 32.5 ms for
+#: vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo starts; 39.5 ms on its Qwen3 rows alone,
+#: 0, the search's bound, on its Llama rows alone). docs/serving.md gives each fit's error on the rows it did not
+#: see.
 OVERHEADS = {
-    "vllm": {"iteration_s": 0.0015, "request_s": 0.0205},
-    "sglang": {"iteration_s": 0.0015, "request_s": 0.123},
-    "trtllm": {"iteration_s": 0.0005, "request_s": 0.1685},
+    "vllm": {"iteration_s": 0.0015, "request_s": 0.0325},
+    "sglang": {"iteration_s": 0.001, "request_s": 0.077},
+    "trtllm": {"iteration_s": 0.0005, "request_s": 0.1405},
 }
 
 
