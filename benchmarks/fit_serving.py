@@ -5,12 +5,12 @@ deployments, and report the fit's error on the models it did not see.
 
 Every expressible row of a dense model is simulated (the mixture-of-experts rows are held out) at each
 per-iteration cost of a grid; the front-end delay enters a row's TTFT additively, so for each grid value its
-best value is found by a 1-D search, without simulating again. The objective is the sum of absolute log errors of TTFT and TPOT: a robust loss, whose
-optimum follows the typical row as the median the targets name does, where squared log errors let the few rows
-no engine mechanism explains (TensorRT-LLM's small model at 128 clients, 3-10x the predicted TTFT) set the
-front end. Three fits are
-printed: on all rows (what ships in costmodel.served.OVERHEADS), on the Qwen3 rows only (scored on the
-Llama rows), and on the Llama rows only (scored on the Qwen3 rows). ``--aiperf`` predicts each row as
+best value is found by a 1-D search, without simulating again. The objective is the sum of absolute log errors
+of TTFT and TPOT: a robust loss, whose optimum follows the typical row as the median the targets name does,
+where squared log errors let the few rows no engine mechanism explains (TensorRT-LLM's small model at 128
+clients, 3-10x the predicted TTFT) set the front end. Three fits are printed: on all rows (what ships in
+costmodel.served.OVERHEADS), on the Qwen3 rows only (scored on the Llama rows), and on the Llama rows only
+(scored on the Qwen3 rows). ``--aiperf`` predicts each row as
 aiconfigurator's benchmark template runs it (2 warm-up and 50 measured requests per client) instead of the
 plain closed loop of 10 requests per client.
 """

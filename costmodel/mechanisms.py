@@ -21,7 +21,8 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     ``(area / largest area) ** small_tile_exponent`` of the large tile's rate; when there are fewer tiles than SMs the reduction is
     split over them (split-K, at least ``split_k_min`` deep; the partial sums are reduced by a second
     kernel, ``split_s``), and every tile pays a prologue and epilogue worth ``tile_k_overhead`` steps of its
-    reduction. Prefill attention runs whole waves of
+    reduction. A class whose kernel fixes its tile by shape (``KernelFacts.gemm_dispatch``: vLLM's CUTLASS fp8
+    GEMM) runs that tile for a single product, unsplit. Prefill attention runs whole waves of
     ``prefill_block``-row query tiles.
 ``work_units``
     decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
@@ -341,8 +342,9 @@ def class_peak(hw, cls: str, dtype: str) -> float:
     return hw.vector_peak(dtype) if cls in VECTOR_CLASSES else hw.peak(dtype)
 
 
-__all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "DEFAULT_KERNELS", "Times", "class_times",
-           "class_peak", "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "dispatched_tiles", "efficiency_class", "decode_shape"]
+__all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "DEFAULT_KERNELS", "Times", "class_times", "class_peak",
+           "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "dispatched_tiles", "efficiency_class",
+           "decode_shape"]
 
 
 def decode_shape(prefill):
