@@ -90,6 +90,8 @@ class Tile(_Strict):
 EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum",
                               "decode_attention", "prefill_attention", "norm", "layernorm", "softmax", "elementwise",
                               "activation", "rotary", "copy"]
+#: The classes priced as matrix products (tiles, waves, split-K): the only ones a GEMM dispatch can name.
+GemmClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum"]
 
 
 class TileRule(_Strict):
@@ -129,7 +131,7 @@ class KernelFacts(_Strict):
         ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)), min_length=1)
     split_k_min: Count = 256
     #: efficiency classes whose kernel dispatches its tile by shape (e.g. vLLM's CUTLASS fp8 GEMM)
-    gemm_dispatch: dict[EfficiencyClassName, GemmDispatch] = Field(default_factory=dict)
+    gemm_dispatch: dict[GemmClassName, GemmDispatch] = Field(default_factory=dict)
     decode_block: Count = 128
     prefill_block: Count = 128
     source: str = ("CUTLASS 3 / cuBLAS GEMM threadblock tiles for SM80 and later (64 to 256 rows and columns; "

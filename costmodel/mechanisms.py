@@ -60,7 +60,7 @@ import numpy as np
 
 from typing import get_args
 
-from costmodel.hardware import EfficiencyClassName, KernelFacts
+from costmodel.hardware import EfficiencyClassName, GemmClassName, KernelFacts
 from costmodel.vocab import MECHANISMS, TIMINGS
 
 CLASSES: tuple[str, ...] = get_args(EfficiencyClassName)
@@ -89,7 +89,7 @@ WEIGHT_MATH = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
 VECTOR_CLASSES = ("norm", "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
 ROW_REDUCTIONS = ("softmax",)
 #: Classes priced as (batched) matrix products: projections, and an unfused attention's einsums over the cache.
-GEMMS = ("gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum")
+GEMMS = get_args(GemmClassName)
 
 
 def efficiency_class(kind: str, name: str) -> str:

@@ -88,6 +88,16 @@ def test_user_profile_file(tmp_path):
      "memory_bandwidth_bytes_per_s.value"),
     ({"clock_ghz": 1.4}, "clock_ghz"),
     ({"launch_overhead_s": {"value": 1e-6, "source": "nowhere", "confidence": "low"}}, "launch_overhead_s"),
+    # a GEMM dispatch names a matrix-product class and ends with a rule for every other shape
+    ({"architecture": {"generation": "ampere", "compute_units": {"value": 108, "source": "datasheet",
+                                                                 "confidence": "high"},
+                       "kernels": {"gemm_dispatch": {"norm": {"source": "x", "rules": [{"tile": [64, 64]}]}}}}},
+     "architecture.kernels.gemm_dispatch.norm"),
+    ({"architecture": {"generation": "ampere", "compute_units": {"value": 108, "source": "datasheet",
+                                                                 "confidence": "high"},
+                       "kernels": {"gemm_dispatch": {"gemm": {"source": "x", "rules": [
+                           {"m_max": 64, "tile": [64, 64]}]}}}}},
+     "architecture.kernels.gemm_dispatch.gemm"),
 ])
 def test_malformed_profile_names_file_and_field(tmp_path, changes, field):
     path = _user_profile(tmp_path, **changes)
