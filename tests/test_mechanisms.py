@@ -146,10 +146,10 @@ def test_a_table_of_an_unknown_gpu_is_refused_naming_the_known(tmp_path):
     from costmodel.validation.published import shipped_folder
 
     src = shipped_folder() / "aiconfigurator" / "h100_sxm_vllm_0.19.0_gemm.csv"
-    shutil.copy(src, tmp_path / "gb300_vllm_0.20.0_gemm.csv")
+    shutil.copy(src, tmp_path / "vr200_vllm_0.20.0_gemm.csv")
     r = CliRunner().invoke(main, ["validate", "--published", str(tmp_path)])
     assert r.exit_code != 0
-    assert "Error: no hardware profile for system 'gb300'" in r.output and "h100-sxm5" in r.output
+    assert "Error: no hardware profile for system 'vr200'" in r.output and "h100-sxm5" in r.output
     assert "Traceback" not in r.output
 
 

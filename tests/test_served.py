@@ -437,6 +437,19 @@ def test_each_launcher_gives_the_engine_its_token_budget():
     assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "2560"
 
 
+def test_the_published_systems_are_profiles():
+    """Every system id the deployments file may name maps to a shipped profile (the Blackwell Ultra and NVL72 parts
+    included), and a row on one of them is predicted with that profile."""
+    from costmodel.validation.serving import SYSTEMS, parse
+
+    for system, profile in SYSTEMS.items():
+        assert costmodel.load_profile(profile).id == profile, system
+    for system in ("b300_sxm", "gb200", "gb300"):
+        d = parse(_row(system=system))
+        assert d.command()[d.command().index("--gpu") + 1] == SYSTEMS[system]
+    assert parse(_row(system="mi999")) == "unknown system mi999"
+
+
 def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):
     base = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "2",
             "--input-len", "100", "--output-len", "10"]
