@@ -32,7 +32,8 @@ COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "system", "prec
 
 #: The source's system names and the profiles they are.
 SYSTEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "a100_sxm": "a100_80gb_sxm",
-           "l40s": "l40s", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300"}
+           "l40s": "l40s", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
+           "rtx_pro_6000_server": "rtx_pro_6000_server"}
 
 #: Weight dtype for each precision the rows name ("" is the checkpoint's own; fp4: see :data:`MXFP4_CHECKPOINTS`).
 PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4",
