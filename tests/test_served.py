@@ -447,7 +447,13 @@ def test_the_published_systems_are_profiles():
     for system in ("b300_sxm", "gb200", "gb300"):
         d = parse(_row(system=system))
         assert d.command()[d.command().index("--gpu") + 1] == SYSTEMS[system]
+    d = parse(_row(system="h800_sxm"))  # not in the table: found by the profile's own id
+    assert d.command()[d.command().index("--gpu") + 1] == "h800_sxm"
     assert parse(_row(system="mi999")) == "unknown system mi999"
+    # MXFP4 is refused where the device has FP4 math, by its profile's peaks, and dequantized where it has none
+    oss = _row(model_path="openai/gpt-oss-120b", precision="fp4", tp_size="2.0", moe_tp_size="2.0")
+    assert parse({**oss, "system": "gb300"}) == "MXFP4 on a GPU with fp4 math"
+    assert parse({**oss, "system": "h20"}).weight_dtype == "mxfp4"
 
 
 def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):

@@ -30,18 +30,38 @@ COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "system", "prec
            "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
            "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
 
-#: The source's system names and the profiles they are.
+#: The source's system names and the profiles they are; any other system id is looked up among the profiles' ids
+#: and aliases (:func:`profile_of`).
 SYSTEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "a100_sxm": "a100_80gb_sxm",
            "l40s": "l40s", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
            "rtx_pro_6000_server": "rtx_pro_6000_server"}
 
+
+def profile_of(system: str) -> str | None:
+    """The profile id of a row's system: :data:`SYSTEMS`, else a profile whose id or alias it is; None if none."""
+    if system in SYSTEMS:
+        return SYSTEMS[system]
+    from costmodel.validation.published import profile_for_system
+
+    try:
+        return profile_for_system(system)
+    except CostModelError:
+        return None
+
+
+def _has_fp4_math(system: str) -> bool:
+    """Whether a row's device has FP4 math (an fp4 peak in its profile). Without it (Hopper, Ampere) an MXFP4
+    checkpoint's weights are dequantized to bf16 in the kernel (vLLM's Marlin and Triton MXFP4 paths on Hopper):
+    4-bit weights read, bf16 math. With it the engines run MXFP4 experts in kernels of their own, which are not
+    modelled."""
+    from costmodel.catalog import load_profile
+
+    return "fp4" in load_profile(profile_of(system)).peak_flops_per_s
+
+
 #: Weight dtype for each precision the rows name ("" is the checkpoint's own; fp4: see :data:`MXFP4_CHECKPOINTS`).
 PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4",
               "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
-#: Devices without FP4 math, where an MXFP4 checkpoint's weights are dequantized to bf16 in the kernel (vLLM's
-#: Marlin and Triton MXFP4 paths on Hopper): 4-bit weights read, bf16 math. On a device with FP4 math the engines
-#: run MXFP4 experts in kernels of their own, which are not modelled.
-FP4_AS_W4A16 = ("h100_sxm", "h200_sxm", "a100_sxm")
 #: Checkpoints published in MXFP4 (gpt-oss: its experts; openai/gpt-oss-120b config.json quantization_config
 #: quant_method mxfp4); FP4 rows of any other model are NVFP4 (an FP8 scale per 16 weights: NVIDIA's FP4
 #: checkpoints), at the fp4 peak where the device has one and dequantized where not.
@@ -101,7 +121,7 @@ class Deployment:
     max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
 
     def command(self) -> list[str]:
-        cmd = ["predict", "--gpu", SYSTEMS[self.system], "--model", self.model_path, "--engine", self.backend,
+        cmd = ["predict", "--gpu", profile_of(self.system), "--model", self.model_path, "--engine", self.backend,
                "--concurrency", str(self.concurrency), "--input-len", str(self.isl), "--output-len", str(self.osl),
                "--tp", str(self.tp), "--max-num-seqs", str(self.batch)]
         if self.weight_dtype:
@@ -144,13 +164,13 @@ def parse(row: dict) -> Deployment | str:
     try:
         if row["mode"] != "agg":
             return "disaggregated prefill/decode"
-        if row["system"] not in SYSTEMS:
+        if profile_of(row["system"]) is None:
             return f"unknown system {row['system']}"
         precision = (row["precision"] or "").strip()
         quant = {(row["gemm_quant_mode"] or "").strip(), (row["moe_quant_mode"] or "").strip()} - {""}
         fp4 = precision in ("fp4", "nvfp4", "mxfp4") or bool(quant & {"nvfp4", "mxfp4", "fp4"})
         mxfp4 = fp4 and row["model_path"] in MXFP4_CHECKPOINTS
-        if mxfp4 and row["system"] not in FP4_AS_W4A16:
+        if mxfp4 and _has_fp4_math(row["system"]):
             return "MXFP4 on a GPU with fp4 math"
         if precision not in PRECISIONS or quant - set(PRECISIONS):  # noqa: SIM102
             return f"precision {precision or '/'.join(sorted(quant))}"
@@ -222,7 +242,7 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
 
     rounds = ({"warmup_requests": AIPERF_ROUNDS["warmup"] * d.concurrency,
                "num_requests": AIPERF_ROUNDS["measured"] * d.concurrency} if protocol == "aiperf" else {})
-    return serve(load_model(d.model_path), load_profile(SYSTEMS[d.system]), input_len=d.isl, output_len=d.osl,
+    return serve(load_model(d.model_path), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator,
                  **({"max_num_batched_tokens": d.max_num_batched_tokens} if d.max_num_batched_tokens else {}),
