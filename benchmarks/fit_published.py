@@ -1,5 +1,6 @@
-"""Fit the efficiency mechanisms of the A100 and H100 profiles (and the B200's NVFP4 GEMM) to the published
-timings, write the fitted blocks into the profiles, and report how well a fit on one GPU predicts the other.
+"""Fit the efficiency mechanisms of the A100, H100 and B200 profiles to the published timings, write the fitted
+blocks into the profiles, and report how well a fit on one GPU predicts another through the transfer rule (A100 and
+H100 both ways, H100 and B200 both ways: each scored on a GPU that fit did not see).
 
     python benchmarks/fit_published.py [MEASUREMENTS_DIR] [--gpus=a100_80gb_sxm,h100_sxm,b200] [--write] [--holdout]
 
@@ -28,9 +29,6 @@ from costmodel.validation.published import read_folder
 ROOT = Path(__file__).resolve().parent.parent
 #: (table system id, profile) of every GPU with published tables, and the source commits.
 GPUS = {"a100_80gb_sxm": ("a100_sxm", "a100", "A100"), "h100_sxm": ("h100_sxm",), "b200": ("b200_sxm",)}
-#: Devices fitted on some classes only: the B200's NVFP4 GEMM, which no other device runs (its other classes are
-#: transferred from the H100 and its bf16 tables are the transfer rule's held-out check).
-ONLY = {"b200": ("gemm_nvfp4",)}
 COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "microsoft/vidur@7d47513",
            "llmcompass": "PrincetonUniversity/LLMCompass@2e015fd"}
 #: The table each class's shape parameters are fitted on; the other timings fit only their fixed cost.
@@ -54,8 +52,6 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
 def fit_device(tables, hw):
     classes, report = {}, {}
     for cls, source in PRIMARY.items():
-        if hw.id in ONLY and cls not in ONLY[hw.id]:
-            continue
         primary = [t for t in tables if t.priced_class == cls and t.source == source]
         if not primary:
             continue
@@ -121,9 +117,11 @@ EFFICIENCY_MARK = "# Fitted, not datasheet: the parameters of costmodel.mechanis
 def cross(tables_by_gpu, fitted, hws):
     """Fit on one GPU, predict the other through the transfer rule."""
     lines = []
-    for src, dst in (("a100_80gb_sxm", "h100_sxm"), ("h100_sxm", "a100_80gb_sxm")):
-        for cls in ("decode_attention", "gemm", "prefill_attention"):
-            if cls not in fitted[src]:
+    pairs = [(a, b) for a, b in (("a100_80gb_sxm", "h100_sxm"), ("h100_sxm", "a100_80gb_sxm"), ("h100_sxm", "b200"),
+                                 ("b200", "h100_sxm")) if a in fitted and b in fitted]
+    for src, dst in pairs:
+        for cls in ("decode_attention", "gemm", "gemm_fp8", "gemm_fp8_block", "prefill_attention"):
+            if cls not in fitted[src] or cls not in fitted[dst]:
                 continue
             eff = transfer(fitted[src][cls], hws[src], hws[dst])
             ts = [t for t in tables_by_gpu[dst] if t.priced_class == cls and t.source == "aiconfigurator"]
@@ -178,7 +176,7 @@ def main(argv):
         for key, e in report.items():
             print(f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
     print("\ncross-GPU (transfer rule: costmodel.origin.TRANSFER_RULE):")
-    for line in cross(by_gpu, fitted, hws) if {"a100_80gb_sxm", "h100_sxm"} <= set(by_gpu) else []:
+    for line in cross(by_gpu, fitted, hws):
         print("  " + line)
     print("\nthe same A100 GEMM shapes timed by two sources (measured over measured, kernels vs graph timing):")
     for line in same_shapes(tables):
