@@ -10,9 +10,9 @@ from costmodel.engines import ENGINE_NAMES
 from costmodel.errors import CostModelError
 
 #: The keys engine_options adds to a command's parameters.
-LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests", "max_num_batched_tokens",
-             "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill", "prefix_caching", "length_dist", "spread",
-             "lengths_file", "evaluator", "expert_parallel")
+LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
+             "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
+             "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel")
 
 
 class Fraction(click.ParamType):

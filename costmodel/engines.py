@@ -104,8 +104,8 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
         raise CostModelError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
     big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()  # an "80 GB" part is 74.5 GiB
     if name == "vllm":
-        return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True, _VLLM,
-                            prefix_caching=True)
+        return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True,
+                            _VLLM, prefix_caching=True)
     if name == "sglang":
         chunk = 2048 if capacity_bytes < 35e9 else 4096 if capacity_bytes < 60e9 else 8192
         return EngineConfig("sglang", "0.5", chunk, 4096, _sglang_fraction(tp), 1, True, False, False, _SGLANG)

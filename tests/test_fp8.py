@@ -112,7 +112,8 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
 
     h100, b200 = costmodel.load_profile("h100"), costmodel.load_profile("b200")
     rules = h100.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
-    M, N = np.array([1, 16, 17, 17, 64, 65, 128, 129, 8192]), np.array([4096, 4096, 1024, 4096, 1280, 4096, 4096, 4096, 4096])
+    M = np.array([1, 16, 17, 17, 64, 65, 128, 129, 8192])
+    N = np.array([4096, 4096, 1024, 4096, 1280, 4096, 4096, 4096, 4096])
     tm, tn = dispatched_tiles(rules, M, np.full(M.shape, 8192), N)
     assert list(zip(tm, tn)) == [(16, 64), (16, 64), (16, 64), (64, 64), (16, 64), (64, 128), (64, 128), (128, 128),
                                  (128, 128)]
