@@ -438,17 +438,18 @@ def test_each_launcher_gives_the_engine_its_token_budget():
 
 
 def test_the_published_systems_are_profiles():
-    """Every system id the deployments file may name maps to a shipped profile (the Blackwell Ultra and NVL72 parts
-    included), and a row on one of them is predicted with that profile."""
-    from costmodel.validation.serving import SYSTEMS, parse
+    """Every system id the deployments files name maps to a shipped profile (the Blackwell Ultra and NVL72 parts
+    included), through the profiles' ids and aliases, and a row on one of them is predicted with that profile."""
+    from costmodel.validation.serving import parse, profile_of
 
-    for system, profile in SYSTEMS.items():
-        assert costmodel.load_profile(profile).id == profile, system
-    for system in ("b300_sxm", "gb200", "gb300"):
+    systems = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "a100_sxm": "a100_80gb_sxm",
+               "l40s": "l40s", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
+               "rtx_pro_6000_server": "rtx_pro_6000_server", "h800_sxm": "h800_sxm"}
+    for system, profile in systems.items():
+        assert profile_of(system) == profile == costmodel.load_profile(profile).id, system
+    for system in ("b300_sxm", "gb200", "gb300", "h800_sxm"):
         d = parse(_row(system=system))
-        assert d.command()[d.command().index("--gpu") + 1] == SYSTEMS[system]
-    d = parse(_row(system="h800_sxm"))  # not in the table: found by the profile's own id
-    assert d.command()[d.command().index("--gpu") + 1] == "h800_sxm"
+        assert d.command()[d.command().index("--gpu") + 1] == systems[system]
     assert parse(_row(system="mi999")) == "unknown system mi999"
     # MXFP4 is refused where the device has FP4 math, by its profile's peaks, and dequantized where it has none
     oss = _row(model_path="openai/gpt-oss-120b", precision="fp4", tp_size="2.0", moe_tp_size="2.0")

@@ -30,17 +30,9 @@ COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "system", "prec
            "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
            "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
 
-#: The source's system names and the profiles they are; any other system id is looked up among the profiles' ids
-#: and aliases (:func:`profile_of`).
-SYSTEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "a100_sxm": "a100_80gb_sxm",
-           "l40s": "l40s", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
-           "rtx_pro_6000_server": "rtx_pro_6000_server"}
-
-
 def profile_of(system: str) -> str | None:
-    """The profile id of a row's system: :data:`SYSTEMS`, else a profile whose id or alias it is; None if none."""
-    if system in SYSTEMS:
-        return SYSTEMS[system]
+    """The profile id of a row's system id, found among the profiles' ids and aliases as a published table's is
+    (``b200_sxm`` -> ``b200``, ``a100_sxm`` -> ``a100_80gb_sxm``); None if no profile names it."""
     from costmodel.validation.published import profile_for_system
 
     try:
