@@ -120,6 +120,31 @@ class GemmDispatch(_Strict):
         return self
 
 
+def _rules(*rules) -> tuple[TileRule, ...]:
+    return tuple(TileRule(**r) for r in rules)
+
+
+#: GEMM dispatches engines' kernels are known to follow, by the name a profile gives them
+#: (``kernels.gemm_dispatch: {gemm_fp8: vllm_sm90_fp8}``); a profile may give rules of its own instead.
+GEMM_DISPATCHES = {
+    "vllm_sm90_fp8": GemmDispatch(
+        rules=_rules({"m_max": 16, "tile": (16, 64)}, {"m_max": 64, "n_max": 1280, "tile": (16, 64)},
+                     {"m_max": 64, "tile": (64, 64)}, {"m_max": 128, "tile": (64, 128)}, {"tile": (128, 128)}),
+        source="vLLM cutlass_scaled_mm on SM90 (vllm-project/vllm csrc/quantization/w8a8/cutlass/c3x/"
+               "scaled_mm_sm90_fp8_dispatch.cuh @68f442e): M <= 16 a 64 x 16 tile with A and B swapped (16 rows of "
+               "M, 64 columns of N); M <= 64 the same for N <= 1280, else 64 x 64 swapped; M <= 128 64 x 128; "
+               "larger M 128 x 128; persistent, no split-K"),
+    "vllm_sm100_fp8": GemmDispatch(
+        rules=_rules({"m_max": 16, "tile": (32, 128)}, {"m_min": 64, "m_max": 64, "k_max": 4095, "tile": (64, 64)},
+                     {"m_max": 64, "tile": (64, 128)}, {"m_max": 256, "tile": (128, 128)}, {"tile": (256, 128)}),
+        source="vLLM cutlass_scaled_mm on the SM100 family, SM 10.x (vllm-project/vllm csrc/quantization/w8a8/"
+               "cutlass/c3x/scaled_mm_sm100_fp8_dispatch.cuh @487e7b0): M <= 16 a 128 x 32 tile with A and B "
+               "swapped (32 rows of M, 128 columns of N); M <= 64 128 x 64 swapped (64 rows, 128 columns), except "
+               "M = 64 with K < 4096, 64 x 64 unswapped; M <= 256 128 x 128; larger M 256 x 128; persistent, no "
+               "split-K"),
+}
+
+
 class KernelFacts(_Strict):
     """Facts of the kernels a device's libraries run, which the mechanisms count in (:mod:`costmodel.mechanisms`):
     the output tiles a GEMM library chooses from, the shortest reduction a split-K GEMM gives one tile, the
@@ -130,13 +155,25 @@ class KernelFacts(_Strict):
     gemm_tiles: tuple[tuple[Count, Count], ...] = Field(
         ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)), min_length=1)
     split_k_min: Count = 256
-    #: efficiency classes whose kernel dispatches its tile by shape (e.g. vLLM's CUTLASS fp8 GEMM)
+    #: efficiency classes whose kernel dispatches its tile by shape (e.g. vLLM's CUTLASS fp8 GEMM): rules, or the
+    #: name of one of :data:`GEMM_DISPATCHES`
     gemm_dispatch: dict[GemmClassName, GemmDispatch] = Field(default_factory=dict)
     decode_block: Count = 128
     prefill_block: Count = 128
     source: str = ("CUTLASS 3 / cuBLAS GEMM threadblock tiles for SM80 and later (64 to 256 rows and columns; "
                    "split-K slices of at least 256); FlashAttention-2 split-KV decode blocks of 128 positions and "
                    "forward tiles of 128 query rows (head dimension <= 128)")
+
+    @field_validator("gemm_dispatch", mode="before")
+    @classmethod
+    def _named_dispatches(cls, value):
+        if not isinstance(value, dict):
+            return value
+        named = {k: v for k, v in value.items() if isinstance(v, str)}
+        unknown = sorted(set(named.values()) - set(GEMM_DISPATCHES))
+        if unknown:
+            raise ValueError(f"unknown GEMM dispatch {unknown[0]!r}; known: {', '.join(GEMM_DISPATCHES)}")
+        return value | {k: GEMM_DISPATCHES[v] for k, v in named.items()}
 
     @property
     def largest_tile(self) -> int:

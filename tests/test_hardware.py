@@ -98,6 +98,11 @@ def test_user_profile_file(tmp_path):
                        "kernels": {"gemm_dispatch": {"gemm": {"source": "x", "rules": [
                            {"m_max": 64, "tile": [64, 64]}]}}}}},
      "architecture.kernels.gemm_dispatch.gemm"),
+    # or names one of the known dispatches
+    ({"architecture": {"generation": "ampere", "compute_units": {"value": 108, "source": "datasheet",
+                                                                 "confidence": "high"},
+                       "kernels": {"gemm_dispatch": {"gemm_fp8": "vllm_sm42_fp8"}}}},
+     "architecture.kernels.gemm_dispatch"),
 ])
 def test_malformed_profile_names_file_and_field(tmp_path, changes, field):
     path = _user_profile(tmp_path, **changes)
