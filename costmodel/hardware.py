@@ -325,6 +325,9 @@ class HardwareProfile(_Strict):
     interconnect_bytes_per_s: SourcedBandwidth | None = None  # total over both directions, as vendors quote it
     interconnect_latency_s: SourcedCost | None = None
     interconnect: str | None = None
+    scale_up_devices: SourcedCount | None = None  # devices one interconnect domain joins (a node, an NVL72 rack)
+    scale_out_bytes_per_s: SourcedBandwidth | None = None  # one device's network link out of its domain, one way
+    scale_out_latency_s: SourcedCost | None = None  # one step of a collective over the network
     measured: Measured | None = None
     architecture: Architecture | None = None
     efficiency: Efficiency | None = None
@@ -358,7 +361,8 @@ class HardwareProfile(_Strict):
             if self.architecture.clock_hz is not None:
                 yield "architecture.clock_hz", self.architecture.clock_hz
         for name in ("memory_bandwidth_bytes_per_s", "memory_capacity_bytes", "on_chip_memory_bytes",
-                     "launch_overhead_s", "interconnect_bytes_per_s", "interconnect_latency_s", "matrix_tile"):
+                     "launch_overhead_s", "interconnect_bytes_per_s", "interconnect_latency_s", "scale_up_devices",
+                     "scale_out_bytes_per_s", "scale_out_latency_s", "matrix_tile"):
             item = getattr(self, name)
             if item is not None:
                 yield name, item

@@ -169,7 +169,31 @@ def _curve(by_n: dict, devices: int):
 
 
 def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
-    """A tensor-parallel all-reduce: the fitted curve of the implementation an engine picks (vLLM's custom
+    """A tensor-parallel all-reduce; over more devices than one scale-up domain joins (``scale_up_devices``:
+    a node), hierarchical as NCCL runs it across nodes: the whole buffer all-reduced inside each domain (NCCL:
+    engines turn their custom all-reduce off when a group spans nodes), and each device's share of it (1 /
+    domain) all-reduced with its peers in the other domains, a ring over each device's own network port
+    (``scale_out_bytes_per_s``, ``scale_out_latency_s`` per step)."""
+    from costmodel.errors import CostModelError
+
+    domain = hw.scale_up_devices.value if hw.scale_up_devices is not None else None
+    if domain is None or op.devices <= domain:
+        return _all_reduce_in_domain(op, hw, conv)
+    if op.devices % domain or hw.scale_out_bytes_per_s is None or hw.scale_out_latency_s is None:
+        why = (f"is not a whole number of {domain}-device domains" if op.devices % domain else
+               "needs the network bandwidth and latency per device (scale_out_bytes_per_s, scale_out_latency_s), "
+               f"which {hw.id} does not state")
+        raise CostModelError(f"tensor parallel over {op.devices} x {hw.id} crosses its {domain}-device scale-up "
+                             f"domain and {why}")
+    inner = _all_reduce_in_domain(dataclasses.replace(op, devices=domain), hw, conv, cross_node=True)
+    transfer, latency = ring_all_reduce(np.asarray(op.bytes, float) / domain, op.devices // domain,
+                                        hw.scale_out_bytes_per_s.value, hw.scale_out_latency_s.value)
+    latency = latency * op.launches
+    return _finish(0.0, inner.memory + transfer, inner.overhead + latency, inner.time + transfer + latency, None)
+
+
+def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool = False) -> OpTime:
+    """A tensor-parallel all-reduce inside one scale-up domain: the fitted curve of the implementation an engine picks (vLLM's custom
     all-reduce up to :data:`CUSTOM_ALL_REDUCE_MAX_BYTES`, in a CUDA graph under graph timing; NCCL above) where
     the time model is fitted; else a ring over the profile's interconnect
     (:func:`costmodel.mechanisms.ring_all_reduce`). None on one device."""
@@ -181,7 +205,7 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
     if found is not None:
         curves, scale, _ = found
         small = np.asarray(op.bytes, float) <= CUSTOM_ALL_REDUCE_MAX_BYTES
-        custom = "custom_graph" if conv.timing == "graph" else "custom_eager"
+        custom = "nccl" if cross_node else "custom_graph" if conv.timing == "graph" else "custom_eager"
         t = op.devices
         volume = 2 * (t - 1) / t * np.asarray(op.bytes, float)
         parts = []
