@@ -12,7 +12,11 @@ from costmodel.errors import CostModelError
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
-             "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel")
+             "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel", "disaggregated",
+             "prefill_tp", "prefill_workers", "prefill_max_num_seqs", "prefill_expert_parallel", "decode_tp",
+             "decode_workers", "decode_max_num_seqs", "decode_expert_parallel", "decode_gpu", "kv_link_bandwidth")
+#: The options of a disaggregated deployment's pools.
+POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel")
 
 
 class Fraction(click.ParamType):
@@ -68,6 +72,23 @@ def engine_options(func):
                           "attention still tensor parallel) instead of every expert sharded"),
         click.option("--evaluator", type=choices(("simulation", "steady-state")), default="simulation",
                      show_default=True, help="iteration-level simulation, or the steady-state closed form"),
+        click.option("--disaggregated", is_flag=True, default=False,
+                     help="prefill and decode on separate pools of workers, the KV cache moving between them "
+                          "(--prefill-* and --decode-* set each pool)"),
+        *[opt for role in ("prefill", "decode") for opt in (
+            click.option(f"--{role}-tp", type=Positive, help=f"with --disaggregated: devices of a {role} worker "
+                         "[default: --tp]"),
+            click.option(f"--{role}-workers", type=Positive, help=f"with --disaggregated: {role} workers "
+                         "[default: 1]"),
+            click.option(f"--{role}-max-num-seqs", type=Positive, help=f"with --disaggregated: a {role} worker's "
+                         "limit of sequences [default: the engine's]"),
+            click.option(f"--{role}-expert-parallel", is_flag=True, default=False,
+                         help=f"with --disaggregated: a {role} worker spreads the routed experts over its devices"))],
+        click.option("--decode-gpu", metavar="GPU", help="with --disaggregated: the decode pool's device "
+                     "[default: --gpu]"),
+        click.option("--kv-link-bandwidth", type=PositiveNumber(), metavar="BYTES_PER_S",
+                     help="with --disaggregated: bytes per second one way per device of the link the KV cache "
+                          "crosses [default: the profiles' interconnect or network port]"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -76,7 +97,8 @@ def engine_options(func):
 
 #: The load options' values when not given.
 LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation", "warmup_requests": 0,
-                 "expert_parallel": False}
+                 "expert_parallel": False, "disaggregated": False, "prefill_expert_parallel": False,
+                 "decode_expert_parallel": False}
 #: The flag of each load option whose name is not its key's.
 LOAD_FLAGS = {"engine_name": "--engine", "memory_fraction": "--gpu-memory-utilization", "page_size": "--block-size",
               "chunked_prefill": "--enable-chunked-prefill", "prefix_caching": "--enable-prefix-caching"}
@@ -132,6 +154,13 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               prefix_caching=load["prefix_caching"],
               input_dist=load["length_dist"], output_dist=load["length_dist"], spread=load["spread"],
               evaluator=load["evaluator"]) | values
+    if load["disaggregated"]:
+        predict_disaggregated(hws, layouts, fmt, load, kw)
+        return
+    pooled = [f"{r}_{k}" for r in ("prefill", "decode") for k in POOL_KEYS if load[f"{r}_{k}"] not in (None, False)]
+    pooled += [k for k in ("decode_gpu", "kv_link_bandwidth") if load[k] is not None]
+    if pooled:
+        raise CostModelError(f"--{pooled[0].replace('_', '-')} applies with --disaggregated")
     results = [serve(m, hw, **kw) for hw in hws for m in layouts]
     if fmt == "json":
         dumped = [r.model_dump(mode="json") for r in results]
@@ -140,6 +169,45 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         emit_records([rec for r in results for rec in load_records(r)], fmt)
     else:
         click.echo(load_table(results))
+
+
+def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: dict) -> None:
+    """Every model layout with its prefill pool on every device, decode on --decode-gpu or the same device."""
+    from costmodel.catalog import load_profile
+    from costmodel.disagg import Pool, serve_disaggregated
+
+    unsupported = [(flag, kw[key]) for flag, key, default in (
+        ("--max-num-seqs", "max_num_seqs", None), ("--gpu-memory-utilization", "memory_fraction", None),
+        ("--block-size", "page_size", None), ("--enable-chunked-prefill", "chunked_prefill", None),
+        ("--enable-prefix-caching", "prefix_caching", None), ("--expert-parallel", "expert_parallel", False),
+        ("--evaluator steady-state", "evaluator", "simulation"), ("--length-dist or --lengths-file", "input_dist", "fixed"))
+        if kw[key] != default]
+    if unsupported:
+        hint = {"--max-num-seqs": "; give --prefill-max-num-seqs and --decode-max-num-seqs",
+                "--expert-parallel": "; give --prefill-expert-parallel and --decode-expert-parallel"}
+        flag = unsupported[0][0]
+        raise CostModelError(f"{flag} does not apply with --disaggregated (each pool takes the engine's defaults "
+                             f"for it; requests of fixed lengths, simulated){hint.get(flag, '')}")
+    decode_hw = load_profile(load["decode_gpu"]) if load["decode_gpu"] else None
+
+    def pool(role: str, gpu=None) -> Pool:
+        return Pool(tp=load[f"{role}_tp"] or kw["tp"], workers=load[f"{role}_workers"] or 1,
+                    max_num_seqs=load[f"{role}_max_num_seqs"], max_num_batched_tokens=kw["max_num_batched_tokens"],
+                    expert_parallel=load[f"{role}_expert_parallel"], gpu=gpu)
+
+    results = [serve_disaggregated(
+        m, hw, input_len=kw["input_len"], output_len=kw["output_len"], prefill=pool("prefill"),
+        decode=pool("decode", decode_hw), engine_name=kw["engine_name"], concurrency=kw["concurrency"],
+        request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup_requests=kw["warmup_requests"],
+        weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], timing=kw["timing"],
+        kv_link_bytes_per_s=load["kv_link_bandwidth"]) for hw in hws for m in layouts]
+    if fmt == "json":
+        dumped = [r.model_dump(mode="json") for r in results]
+        emit_json(dumped[0] if len(dumped) == 1 else dumped)
+    elif fmt in ("csv", "markdown"):
+        emit_records([r.record() for r in results], fmt)
+    else:
+        click.echo("\n\n".join(str(r) for r in results))
 
 
 def read_lengths(path: str) -> tuple[list[int], list[int]]:

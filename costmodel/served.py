@@ -115,6 +115,31 @@ class Setup:
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
 
 
+def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, concurrency, request_rate,
+                 num_requests, warmup_requests) -> int:
+    """Every check of a load's arguments; the number of measured requests (ten per client by default)."""
+    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
+    checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    checks.count("input_len", input_len)
+    checks.count("output_len", output_len)
+    if (concurrency is None) == (request_rate is None):
+        raise CostModelError("give one of concurrency (closed loop) and request_rate (Poisson arrivals)")
+    if concurrency is not None:
+        checks.count("concurrency", concurrency)
+    if request_rate is not None and (isinstance(request_rate, bool) or not isinstance(request_rate, (int, float))
+                                     or not 0 < request_rate < 1e9):
+        raise CostModelError(f"request rate must be a positive number of requests per second, got {request_rate!r}")
+    if m.architecture != "decoder":
+        raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
+    n = num_requests if num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
+    checks.count("num_requests", n)
+    checks.count("warmup_requests", warmup_requests, least=0)
+    if n + warmup_requests > MAX_REQUESTS:
+        raise CostModelError(f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got "
+                             f"{n + warmup_requests}")
+    return n
+
+
 def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
           warmup_requests: int = 0,
@@ -130,27 +155,10 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
     ``concurrency`` clients or Poisson arrivals at ``request_rate`` per second. ``warmup_requests`` more run
     first and are left out of the statistics (aiperf's ``--warmup-request-count``)."""
-    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
-    checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
-    checks.count("input_len", input_len)
-    checks.count("output_len", output_len)
-    if (concurrency is None) == (request_rate is None):
-        raise CostModelError("give one of concurrency (closed loop) and request_rate (Poisson arrivals)")
-    if concurrency is not None:
-        checks.count("concurrency", concurrency)
-    if request_rate is not None and (isinstance(request_rate, bool) or not isinstance(request_rate, (int, float))
-                                     or not 0 < request_rate < 1e9):
-        raise CostModelError(f"request rate must be a positive number of requests per second, got {request_rate!r}")
-    if m.architecture != "decoder":
-        raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
-    n = num_requests if num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
-    checks.count("num_requests", n)
-    checks.count("warmup_requests", warmup_requests, least=0)
-    if n + warmup_requests > MAX_REQUESTS:
-        raise CostModelError(f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got "
-                             f"{n + warmup_requests}")
+    n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
     eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
         page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching)

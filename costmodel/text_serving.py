@@ -68,3 +68,24 @@ def load_capacity_table(report) -> str:
     lines += aligned(rows, right=set(range(3, len(rows[0]))) - {4})
     lines += ["", "Assumptions:", *[f"  - {a}" for a in report.assumptions]]
     return "\n".join(lines)
+
+
+def disagg_table(p) -> str:
+    """A disaggregated deployment: its pools, the client's latencies and where TTFT went."""
+    load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
+    title = (f"{p.model_name} [{p.model}] served disaggregated by {p.engine} {p.engine_version}: {p.num_requests} "
+             f"requests of {p.input_len:g} + {p.output_len:g} tokens, {load}, {p.devices} devices")
+    rows = [("pool", "workers", "devices each", "batch limit", "token budget", "KV tokens", "mean batch", "busy")]
+    for s in (p.prefill, p.decode):
+        rows.append((s.role, str(s.workers), f"{s.tp} x {s.hardware.id}", str(s.max_num_seqs),
+                     str(s.max_num_batched_tokens), f"{s.kv_cache_tokens:,}", f"{s.mean_batch:.1f}",
+                     f"{s.busy_share:.0%}"))
+    lat = [("TTFT", "TTFT p90", "TPOT", "TPOT p90", "e2e", "req/s", "tok/s/device", "tok/s/user"),
+           (_ms(p.ttft_s), _ms(p.ttft.p90), _ms(p.tpot_s), _ms(p.tpot.p90), _ms(p.e2e_s), f"{p.requests_per_s:.3g}",
+            f"{p.output_tokens_per_s_per_device:,.0f}", f"{p.output_tokens_per_s_per_user:.1f}")]
+    s = p.ttft_split
+    lines = [title, "", *aligned(rows, right=set(range(1, 8))), "", *aligned(lat, right=set(range(8))), "",
+             f"TTFT = queueing {_ms(s.queue_s)} + prefill {_ms(s.prefill_s)} + KV transfer {_ms(s.transfer_s)} + "
+             f"front end {_ms(s.front_end_s)}; {p.decode_waits} requests waited for a decode slot or pages",
+             "", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
+    return "\n".join(lines)

@@ -184,7 +184,9 @@ def test_open_loop_runs(llama, h100):
 
 COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
            "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
-           "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms"]
+           "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms"] + [
+           f"{role}_{k}" for role in ("prefill", "decode") for k in ("batch_size", "num_workers", "tp_size", "pp_size",
+                                                                      "attention_dp_size", "moe_tp_size", "moe_ep_size")]
 
 
 def _row(**kw):
@@ -205,7 +207,12 @@ def _write(path, rows, columns=COLUMNS):
 def test_validate_serving_counts_reasons(tmp_path, run_cli):
     path = tmp_path / "d.csv"
     _write(path, [_row(id="ok"), _row(id="unknown", model_path="acme/Nope-7B"), _row(id="bad", isl="x"),
-                  _row(id="ep", moe_ep_size="8"), _row(id="dis", mode="disagg"),
+                  _row(id="ep", moe_ep_size="8"),
+                  _row(id="dis", mode="disagg", batch_size="", tp_size="", prefill_num_workers="2.0",
+                       prefill_tp_size="1.0", prefill_batch_size="1.0", decode_num_workers="1.0", decode_tp_size="2.0",
+                       decode_batch_size="8.0"),
+                  _row(id="dis-adp", mode="disagg", batch_size="", prefill_attention_dp_size="4.0"),
+                  _row(id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0"),
                   _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm"),
                   _row(id="neg", silicon_ttft_ms="-3"),
                   _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
@@ -217,14 +224,17 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
     assert set(report) == {"rows", "skipped", "summary"}
     reasons = {s["id"]: s["reason"] for s in report["skipped"]}
     assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel across other groups",
-                       "dis": "disaggregated prefill/decode", "fp4": "MXFP4 on a GPU with fp4 math",
-                       "neg": "bad numbers"}
-    assert [r["id"] for r in report["rows"]] == ["ok", "moe"]  # expert parallel over the tp group is modelled
+                       "dis-adp": "attention data parallel", "dis-c": "no concurrency",
+                       "fp4": "MXFP4 on a GPU with fp4 math", "neg": "bad numbers"}
+    # expert parallel over the tp group is modelled, and disaggregated pools
+    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "moe"]
     for row in report["rows"]:
         again = run_cli(*row["command"], "--json")
         got = json.loads(again.output)
         assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
-    assert "--expert-parallel" in report["rows"][1]["command"]
+    assert "--expert-parallel" in report["rows"][2]["command"]
+    dis = report["rows"][1]["command"]
+    assert dis[dis.index("--prefill-workers") + 1] == "2" and dis[dis.index("--decode-tp") + 1] == "2"
 
 
 def test_validate_serving_bad_file(tmp_path, run_cli):

@@ -94,6 +94,28 @@ def launched_by_dynamo(row: dict) -> bool:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One pool of a disaggregated row: its workers, their tensor-parallel size and batch (None: the engine's
+    default), experts spread over the tp devices or sharded."""
+
+    tp: int
+    workers: int
+    batch: int | None
+    expert_parallel: bool
+
+    def flags(self, role: str) -> list[str]:
+        out = [f"--{role}-tp", str(self.tp), f"--{role}-workers", str(self.workers)]
+        if self.batch is not None:
+            out += [f"--{role}-max-num-seqs", str(self.batch)]
+        return out + ([f"--{role}-expert-parallel"] if self.expert_parallel else [])
+
+    def pool(self):
+        from costmodel.disagg import Pool
+
+        return Pool(tp=self.tp, workers=self.workers, max_num_seqs=self.batch, expert_parallel=self.expert_parallel)
+
+
+@dataclass(frozen=True)
 class Deployment:
     id: str
     system: str
@@ -111,11 +133,16 @@ class Deployment:
     tpot_s: float
     expert_parallel: bool = False
     max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
+    prefill: Stage | None = None  # disaggregated: the two pools (tp and batch above are the decode pool's)
+    decode: Stage | None = None
 
     def command(self) -> list[str]:
         cmd = ["predict", "--gpu", profile_of(self.system), "--model", self.model_path, "--engine", self.backend,
-               "--concurrency", str(self.concurrency), "--input-len", str(self.isl), "--output-len", str(self.osl),
-               "--tp", str(self.tp), "--max-num-seqs", str(self.batch)]
+               "--concurrency", str(self.concurrency), "--input-len", str(self.isl), "--output-len", str(self.osl)]
+        if self.prefill is not None:
+            cmd += ["--disaggregated", *self.prefill.flags("prefill"), *self.decode.flags("decode")]
+        else:
+            cmd += ["--tp", str(self.tp), "--max-num-seqs", str(self.batch)]
         if self.weight_dtype:
             cmd += ["--weight-dtype", self.weight_dtype]
         if self.kv_dtype:
@@ -154,8 +181,8 @@ def parse(row: dict) -> Deployment | str:
     from costmodel.presets import load_model
 
     try:
-        if row["mode"] != "agg":
-            return "disaggregated prefill/decode"
+        if row["mode"] not in ("agg", "disagg"):
+            return f"mode {row['mode']!r}"
         if profile_of(row["system"]) is None:
             return f"unknown system {row['system']}"
         precision = (row["precision"] or "").strip()
@@ -166,26 +193,29 @@ def parse(row: dict) -> Deployment | str:
             return "MXFP4 on a GPU with fp4 math"
         if precision not in PRECISIONS or quant - set(PRECISIONS):  # noqa: SIM102
             return f"precision {precision or '/'.join(sorted(quant))}"
-        if (_whole(row, "pp_size", 1) or 1) > 1:
-            return "pipeline parallel"
-        if (_whole(row, "attention_dp_size", 1) or 1) > 1:
-            return "attention data parallel"
-        tp = _whole(row, "tp_size", 1) or 1
-        ep = _whole(row, "moe_ep_size", 1) or 1
-        moe_tp = _whole(row, "moe_tp_size", 1) or 1
-        if ep > 1 and not (ep == tp and moe_tp == 1):  # expert parallel over the tensor-parallel group is modelled
-            return "expert parallel across other groups"
-        batch = _whole(row, "batch_size")
+        stages = {}
+        for role in (("prefill", "decode") if row["mode"] == "disagg" else ("",)):
+            stage = _stage(row, role + "_" if role else "")
+            if isinstance(stage, str):
+                return stage
+            stages[role] = stage
         isl, osl = _whole(row, "isl"), _whole(row, "osl")
         ttft, tpot = _num(row, "silicon_ttft_ms"), _num(row, "silicon_tpot_ms")
         if None in (isl, osl, ttft, tpot) or not isl or not osl or ttft <= 0 or tpot <= 0:
             return "bad numbers"
         m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source") or "")
-        conc = int(m.group(1)) if m else batch
-        if not conc or not batch:
-            return "no concurrency"
-        if conc > batch:  # more clients than one engine's batch: the source's replicas share the load
-            return "several replicas (data parallel)"
+        if "" in stages:
+            tp, batch = stages[""].tp, stages[""].batch
+            conc = int(m.group(1)) if m else batch
+            if not conc or not batch:
+                return "no concurrency"
+            if conc > batch:  # more clients than one engine's batch: the source's replicas share the load
+                return "several replicas (data parallel)"
+        else:  # disaggregated: the clients are the load; each pool's batch limit is its workers'
+            if not m:
+                return "no concurrency"
+            conc = int(m.group(1))
+            tp, batch = stages["decode"].tp, stages["decode"].batch
         try:
             load_model(row["model_path"])
         except CostModelError:
@@ -194,10 +224,30 @@ def parse(row: dict) -> Deployment | str:
         return "bad numbers"
     gemm = (row["gemm_quant_mode"] or "").strip()
     weight = "mxfp4" if mxfp4 else PRECISIONS[gemm] if gemm else PRECISIONS[precision]
-    tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
+    if "" in stages:
+        tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
+        return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
+                          batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
+                          stages[""].expert_parallel, tokens)
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
-                      batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3, ep > 1,
-                      tokens)
+                      batch or 0, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
+                      prefill=stages["prefill"], decode=stages["decode"])
+
+
+def _stage(row: dict, prefix: str) -> Stage | str:
+    """A row's layout of one pool (``prefix`` "" for an aggregated row, "prefill_" or "decode_"), or the reason
+    it cannot be expressed. A disaggregated pool with no worker count recorded is one worker."""
+    if (_whole(row, prefix + "pp_size", 1) or 1) > 1:
+        return "pipeline parallel"
+    if (_whole(row, prefix + "attention_dp_size", 1) or 1) > 1:
+        return "attention data parallel"
+    tp = _whole(row, prefix + "tp_size", 1) or 1
+    ep = _whole(row, prefix + "moe_ep_size", 1) or 1
+    moe_tp = _whole(row, prefix + "moe_tp_size", 1) or 1
+    if ep > 1 and not (ep == tp and moe_tp == 1):  # expert parallel over the tensor-parallel group is modelled
+        return "expert parallel across other groups"
+    workers = _whole(row, prefix + "num_workers", 1) if prefix else 1
+    return Stage(tp, workers or 1, _whole(row, prefix + "batch_size"), ep > 1)
 
 
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
@@ -234,6 +284,13 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
 
     rounds = ({"warmup_requests": AIPERF_ROUNDS["warmup"] * d.concurrency,
                "num_requests": AIPERF_ROUNDS["measured"] * d.concurrency} if protocol == "aiperf" else {})
+    if d.prefill is not None:
+        from costmodel.disagg import serve_disaggregated
+
+        return serve_disaggregated(load_model(d.model_path), load_profile(profile_of(d.system)), input_len=d.isl,
+                                   output_len=d.osl, prefill=d.prefill.pool(), decode=d.decode.pool(),
+                                   engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
+                                   kv_dtype=d.kv_dtype, overheads=overheads, **rounds)
     return serve(load_model(d.model_path), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator,

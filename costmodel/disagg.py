@@ -1,0 +1,440 @@
+"""Disaggregated serving: prefill and decode on separate pools of engine workers, the KV cache of each prompt
+moving from one to the other.
+
+A request goes to the prefill worker with the fewest prompt tokens still to prefill. A prefill worker runs
+iterations of prompts alone (up to its sequence limit and token budget, a prompt longer than the budget in
+chunks), each priced as the model step for that batch of prompts plus the engine's fixed cost per iteration.
+When a prompt's last chunk is done the request has its first token and its KV cache is sent to the decode
+pool: the prompt's cache as the decode workers store it, over the link between the pools (the devices'
+interconnect when both pools sit in one scale-up domain, each device's network port otherwise), every device
+sending and receiving its own shard at once. TTFT = queueing + prefill + transfer (+ the front end's latency).
+
+A decode worker takes the arriving request (the one with the fewest requests) at its next iteration when it
+has a free sequence slot and KV pages for the request's whole context, and runs decode-only iterations: one
+token per running sequence, priced as the model step for that batch at its contexts plus the engine's fixed
+cost. Load is a closed loop of ``concurrency`` clients or Poisson arrivals, as for one pool
+(:mod:`costmodel.simulate`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel import checks
+from costmodel.engines import default_kv_dtype, engine
+from costmodel.errors import CostModelError
+from costmodel.hardware import HardwareProfile
+from costmodel.load_reports import Stats, assumptions as pool_assumptions
+from costmodel.model_step import model_hardware, pricing
+from costmodel.presets import ModelPreset
+from costmodel.reports import DeviceSummary, Report
+from costmodel.served import Setup, checked_load, lengths
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One side of a disaggregated deployment: ``workers`` engines of ``tp`` devices each (of ``gpu``, the
+    deployment's device when None), with the engine's limits where given."""
+
+    tp: int = 1
+    workers: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    expert_parallel: bool = False
+    gpu: HardwareProfile | None = None
+
+    def devices(self) -> int:
+        return self.tp * self.workers
+
+
+class PoolSummary(Report):
+    role: str
+    hardware: DeviceSummary
+    tp: int
+    workers: int
+    devices: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_tokens: int
+    kv_cache_bytes_per_token: float
+    mean_batch: float
+    busy_share: float  # of the run, the mean share of time a worker of the pool was running an iteration
+    iterations: int
+
+
+class KvTransfer(Report):
+    bytes_per_request: float  # the prompt's KV cache as the decode pool stores it (all its devices)
+    bytes_per_device: float  # the most one device sends or receives
+    link: str
+    link_bytes_per_s: float
+    latency_s: float
+    time_s: float
+
+
+class TtftSplit(Report):
+    """Means over the requests; they add up to the mean TTFT."""
+
+    queue_s: float
+    prefill_s: float
+    transfer_s: float
+    front_end_s: float
+
+
+class DisaggPrediction(Report):
+    """A disaggregated deployment under load; ``ttft_s`` and ``tpot_s`` are a benchmark client's means."""
+
+    model: str
+    model_name: str
+    engine: str
+    engine_version: str
+    prefill: PoolSummary
+    decode: PoolSummary
+    devices: int
+    concurrency: int | None
+    request_rate: float | None
+    num_requests: int
+    input_len: float
+    output_len: float
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    ttft: Stats
+    tpot: Stats
+    e2e: Stats
+    ttft_split: TtftSplit
+    kv_transfer: KvTransfer
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_device: float
+    output_tokens_per_s_per_user: float
+    decode_waits: int  # requests that reached the decode pool and waited for a slot or KV pages
+    assumptions: list[str]
+
+    def record(self) -> dict:
+        """One flat row: the layout, the client's latencies and the throughput."""
+        return {"model": self.model, "engine": self.engine, "prefill": f"{self.prefill.workers} x {self.prefill.tp} "
+                f"{self.prefill.hardware.id}", "decode": f"{self.decode.workers} x {self.decode.tp} "
+                f"{self.decode.hardware.id}", "concurrency": self.concurrency, "request_rate": self.request_rate,
+                "ttft_s": self.ttft_s, "ttft_p90_s": self.ttft.p90, "tpot_s": self.tpot_s,
+                "tpot_p90_s": self.tpot.p90, "e2e_s": self.e2e_s, "requests_per_s": self.requests_per_s,
+                "output_tokens_per_s_per_device": self.output_tokens_per_s_per_device,
+                "output_tokens_per_s_per_user": self.output_tokens_per_s_per_user,
+                "kv_transfer_s": self.kv_transfer.time_s}
+
+    def __str__(self) -> str:
+        from costmodel.text_serving import disagg_table
+
+        return disagg_table(self)
+
+
+def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple[str, float, float]:
+    """(what, bytes/s one way per device, latency) of the link a prompt's cache crosses: the interconnect when
+    both pools are one device kind within one scale-up domain, each device's network port otherwise."""
+    same = hw_p.id == hw_d.id
+    domain = hw_p.scale_up_devices.value if hw_p.scale_up_devices is not None else None
+    if same and hw_p.interconnect_bytes_per_s is not None and domain is not None and devices <= domain:
+        lat = hw_p.interconnect_latency_s.value if hw_p.interconnect_latency_s is not None else 0.0
+        return (f"{hw_p.interconnect or 'interconnect'} inside one {domain}-device domain",
+                hw_p.interconnect_bytes_per_s.value / 2, lat)
+    missing = [h.id for h in {hw_p.id: hw_p, hw_d.id: hw_d}.values() if h.scale_out_bytes_per_s is None]
+    if missing:
+        why = ("the pools are different devices" if not same else
+               f"{devices} devices do not fit one scale-up domain" if domain is not None else
+               f"{hw_p.id} states no scale-up domain (scale_up_devices)")
+        raise CostModelError(f"the KV cache crosses the network ({why}), and {', '.join(missing)} states no "
+                             "network bandwidth per device (scale_out_bytes_per_s); give --kv-link-bandwidth")
+    bw = min(hw_p.scale_out_bytes_per_s.value, hw_d.scale_out_bytes_per_s.value)
+    return "each device's network port", bw, 0.0
+
+
+class _Req:
+    __slots__ = ("i", "arrival", "prompt", "output", "done", "prefilled", "first", "finish", "worker", "ready")
+
+    def __init__(self, i, arrival, prompt, output):
+        self.i, self.arrival, self.prompt, self.output = i, arrival, prompt, output
+        self.done = 0
+        self.prefilled = self.first = self.finish = self.ready = -1.0
+        self.worker = -1
+
+
+def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, concurrency, request_rate,
+              transfer_s, seed: int, check: bool = False) -> dict:
+    n = len(prompts)
+    reqs: list[_Req] = []
+    events: list = []  # (time, order, kind, payload)
+    order = 0
+
+    def push(t, kind, x):
+        nonlocal order
+        heapq.heappush(events, (t, order, kind, x))
+        order += 1
+
+    def new_request(t):
+        r = _Req(len(reqs), t, int(prompts[len(reqs)]), int(outputs[len(reqs)]))
+        reqs.append(r)
+        push(t, "arrive", r)
+
+    rng = np.random.default_rng(seed)
+    if concurrency is not None:
+        for _ in range(min(concurrency, n)):
+            new_request(0.0)
+    else:
+        t = 0.0
+        for _ in range(n):
+            t += rng.exponential(1 / request_rate)
+            new_request(t)
+
+    # prefill workers
+    p_queue = [deque() for _ in range(p.workers)]
+    p_left = [0] * p.workers  # prompt tokens waiting or in flight
+    p_busy = [False] * p.workers
+    p_time = np.zeros(p.workers)
+    p_iters = p_seqs = 0
+    budget_p, seqs_p = pre.eng.max_num_batched_tokens, pre.eng.max_num_seqs
+    # decode workers
+    d_run: list[list[_Req]] = [[] for _ in range(d.workers)]
+    d_wait = [deque() for _ in range(d.workers)]
+    d_busy = [False] * d.workers
+    d_ctx = [0] * d.workers  # cached positions of the running sequences, all together
+    d_pages = [0] * d.workers
+    d_time = np.zeros(d.workers)
+    d_iters = d_seqs = 0
+    waits = 0  # requests that reached a decode worker with no slot or pages for them
+    page = dec.eng.page_size
+    pages_total = dec.kv_tokens // page
+    seqs_d = dec.eng.max_num_seqs
+    violations = []
+
+    def pages_of(r):
+        return -(-(r.prompt + r.output) // page)
+
+    def finish(r, t):
+        r.finish = t
+        if concurrency is not None and len(reqs) < n:
+            new_request(t)
+
+    def start_prefill(w, t):
+        q = p_queue[w]
+        if not q:
+            p_busy[w] = False
+            return
+        chunks, batch, room = [], [], budget_p
+        for r in q:
+            if len(batch) == seqs_p or room == 0:
+                break
+            c = min(r.prompt - r.done, room)
+            chunks.append((r.done, c))
+            batch.append((r, c))
+            room -= c
+        it = pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=chunks,
+                            outputs=sum(1 for r, c in batch if r.done + c == r.prompt))
+        dt = it.total_s + pre.iteration_s
+        p_busy[w] = True
+        push(t + dt, "prefilled", (w, batch, dt))
+
+    def start_decode(w, t):
+        run, q = d_run[w], d_wait[w]
+        while q and len(run) < seqs_d and d_pages[w] + pages_of(q[0]) <= pages_total:
+            r = q.popleft()
+            run.append(r)
+            d_ctx[w] += r.prompt + 1
+            d_pages[w] += pages_of(r)
+        if not run:
+            d_busy[w] = False
+            return
+        d_busy[w] = True
+        # decode-only iterations until the first running request finishes or another event is due
+        k = min(r.output - 1 - r.done for r in run)
+        times = dec.table.decode_run(len(run), d_ctx[w], k) + dec.iteration_s
+        ends = t + np.cumsum(times)
+        horizon = events[0][0] if events else np.inf
+        steps = max(1, int(np.searchsorted(ends, horizon, side="right")))
+        push(float(ends[steps - 1]), "decoded", (w, steps, float(ends[steps - 1] - t)))
+
+    while events:
+        t, _, kind, x = heapq.heappop(events)
+        if kind == "arrive":
+            w = min(range(p.workers), key=lambda j: (p_left[j], j))
+            p_queue[w].append(x)
+            p_left[w] += x.prompt
+            if not p_busy[w]:
+                start_prefill(w, t)
+        elif kind == "prefilled":
+            w, batch, dt = x
+            p_iters += 1
+            p_seqs += len(batch)
+            p_time[w] += dt
+            if check and (sum(c for _, c in batch) > budget_p or len(batch) > seqs_p):
+                violations.append(("prefill budget", t))
+            for r, c in batch:
+                r.done += c
+                p_left[w] -= c
+                if r.done == r.prompt:
+                    p_queue[w].remove(r)
+                    r.prefilled = t
+                    r.first = t + transfer_s
+                    r.done = 0  # now: decode tokens produced after the first
+                    push(r.first, "transferred", r)
+            start_prefill(w, t)
+        elif kind == "transferred":
+            r = x
+            if r.output == 1:
+                finish(r, t)
+                continue
+            w = min(range(d.workers), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
+            r.worker, r.ready = w, t
+            held = len(d_run[w]) + len(d_wait[w])
+            pages = d_pages[w] + sum(pages_of(q) for q in d_wait[w]) + pages_of(r)
+            waits += held >= seqs_d or pages > pages_total
+            d_wait[w].append(r)
+            if not d_busy[w]:
+                start_decode(w, t)
+        else:  # decoded
+            w, steps, dt = x
+            run = d_run[w]
+            d_iters += steps
+            d_seqs += steps * len(run)
+            d_time[w] += dt
+            if check and (len(run) > seqs_d or d_pages[w] > pages_total):
+                violations.append(("decode limits", t))
+            d_ctx[w] += steps * len(run)
+            still = []
+            for r in run:
+                r.done += steps
+                if r.done == r.output - 1:
+                    d_ctx[w] -= r.prompt + r.done
+                    d_pages[w] -= pages_of(r)
+                    finish(r, t)
+                else:
+                    still.append(r)
+            d_run[w] = still
+            start_decode(w, t)
+    return {"reqs": reqs, "p_iters": p_iters, "p_seqs": p_seqs, "p_time": p_time, "d_iters": d_iters,
+            "d_seqs": d_seqs, "d_time": d_time, "waits": waits, "violations": violations}
+
+
+def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int,
+                        prefill: Pool, decode: Pool, engine_name: str = "vllm", concurrency: int | None = None,
+                        request_rate: float | None = None, num_requests: int | None = None,
+                        warmup_requests: int = 0, weight_dtype: str | None = None, kv_dtype: str | None = None,
+                        timing: str = "graph", kv_link_bytes_per_s: float | None = None,
+                        overheads: dict | None = None, seed: int = 0, check: bool = False) -> DisaggPrediction:
+    """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
+    ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
+    its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or Poisson arrivals at
+    ``request_rate``. ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device)."""
+    n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
+    for name, pool in (("prefill", prefill), ("decode", decode)):
+        if not isinstance(pool, Pool):
+            raise CostModelError(f"{name} must be a Pool(tp=..., workers=...), got {type(pool).__name__}")
+        checks.count(f"{name} tp", pool.tp)
+        checks.count(f"{name} workers", pool.workers)
+        if pool.gpu is not None:
+            checks.instance(f"{name} gpu", pool.gpu, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    if kv_link_bytes_per_s is not None and (isinstance(kv_link_bytes_per_s, bool)
+                                            or not isinstance(kv_link_bytes_per_s, (int, float))
+                                            or not 1e6 <= kv_link_bytes_per_s < 1e16):
+        raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
+    if kv_dtype is None:
+        quant = m.quantization.weight_dtype if m.quantization is not None else None
+        kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
+    setups = []
+    for pool, max_context in ((prefill, input_len), (decode, input_len + output_len)):
+        dev = pool.gpu or hw
+        eng = engine(engine_name, capacity_bytes=dev.capacity, device_name=dev.name, tp=pool.tp).with_flags(
+            max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs)
+        pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     expert_parallel=pool.expert_parallel)
+        setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads))
+    pre, dec = setups
+    hw_p, hw_d = prefill.gpu or hw, decode.gpu or hw
+    devices = prefill.devices() + decode.devices()
+    if kv_link_bytes_per_s is not None:
+        link, bw, lat = "as given", float(kv_link_bytes_per_s), 0.0
+    else:
+        link, bw, lat = kv_link(hw_p, hw_d, devices)
+    per_device = max(pre.kv_per_token, dec.kv_per_token) * input_len
+    transfer = KvTransfer(bytes_per_request=dec.kv_per_token * decode.tp * input_len, bytes_per_device=per_device,
+                          link=link, link_bytes_per_s=bw, latency_s=lat, time_s=lat + per_device / bw)
+
+    total = n + warmup_requests
+    prompts = lengths("fixed", input_len, total)
+    outputs = lengths("fixed", output_len, total)
+    sim = _simulate(pre, dec, prefill, decode, prompts=prompts, outputs=outputs, concurrency=concurrency,
+                    request_rate=request_rate, transfer_s=transfer.time_s, seed=seed, check=check)
+    if check and sim["violations"]:
+        raise AssertionError(f"limits broken: {sim['violations'][:3]}")
+    kept = sim["reqs"][warmup_requests:]
+    arrival = np.array([r.arrival for r in kept])
+    prefilled = np.array([r.prefilled for r in kept])
+    first = np.array([r.first for r in kept])
+    finish = np.array([r.finish for r in kept])
+    out = np.array([r.output for r in kept])
+    front = pre.request_s
+    ttft = first - arrival + front
+    more = out > 1
+    tpot = (finish[more] - first[more]) / (out[more] - 1)
+    e2e = finish - arrival + front
+    span = float(finish.max() - arrival.min())
+    prefill_alone = _prefill_time(pre, input_len)
+    queue = prefilled - arrival - prefill_alone
+    summaries = []
+    for role, pool, s, iters, seqs, busy in (("prefill", prefill, pre, sim["p_iters"], sim["p_seqs"], sim["p_time"]),
+                                            ("decode", decode, dec, sim["d_iters"], sim["d_seqs"], sim["d_time"])):
+        summaries.append(PoolSummary(
+            role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, devices=pool.devices(),
+            max_num_seqs=s.eng.max_num_seqs, max_num_batched_tokens=s.eng.max_num_batched_tokens,
+            kv_cache_tokens=s.kv_tokens, kv_cache_bytes_per_token=s.kv_per_token,
+            mean_batch=seqs / max(iters, 1), busy_share=float(np.mean(busy)) / max(span, 1e-12), iterations=iters))
+    ttft_s = Stats.of(ttft)
+    return DisaggPrediction(
+        model=m.id, model_name=m.name, engine=pre.eng.name, engine_version=pre.eng.version,
+        prefill=summaries[0], decode=summaries[1], devices=devices, concurrency=concurrency,
+        request_rate=request_rate, num_requests=len(kept), input_len=float(input_len), output_len=float(output_len),
+        ttft_s=ttft_s.mean, tpot_s=float(np.mean(tpot)) if tpot.size else 0.0, e2e_s=float(np.mean(e2e)),
+        ttft=ttft_s, tpot=Stats.of(tpot), e2e=Stats.of(e2e),
+        ttft_split=TtftSplit(queue_s=float(np.mean(queue)), prefill_s=prefill_alone, transfer_s=transfer.time_s,
+                             front_end_s=front),
+        kv_transfer=transfer, requests_per_s=len(kept) / span, output_tokens_per_s=float(out.sum()) / span,
+        output_tokens_per_s_per_device=float(out.sum()) / span / devices,
+        output_tokens_per_s_per_user=float(np.mean(out / np.maximum(e2e, 1e-12))), decode_waits=int(sim["waits"]),
+        assumptions=_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests))
+
+
+def _prefill_time(pre: Setup, prompt: int) -> float:
+    """One prompt alone through a prefill worker: its chunks, iteration by iteration."""
+    t, done, budget = 0.0, 0, pre.eng.max_num_batched_tokens
+    while done < prompt:
+        c = min(budget, prompt - done)
+        t += pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(done, c)],
+                            outputs=int(done + c == prompt)).total_s + pre.iteration_s
+        done += c
+    return t
+
+
+def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup) -> list[str]:
+    load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup)[2]
+    return [
+        f"disaggregated: {p.workers} prefill worker(s) of {p.tp} x {pre.pr.hw.id} and {d.workers} decode worker(s) "
+        f"of {d.tp} x {dec.pr.hw.id}, {pre.eng.describe()}",
+        f"prefill workers run prompts alone (up to {pre.eng.max_num_seqs} sequences and "
+        f"{pre.eng.max_num_batched_tokens} tokens an iteration, a longer prompt in chunks); a request goes to the "
+        "prefill worker with the fewest prompt tokens to do",
+        f"KV cache of a prompt: {transfer.bytes_per_request / 1e6:.1f} MB as the decode pool stores it, "
+        f"{transfer.bytes_per_device / 1e6:.1f} MB the most one device sends or receives, over {transfer.link} at "
+        f"{transfer.link_bytes_per_s / 1e9:.0f} GB/s one way: {transfer.time_s * 1e3:.2f} ms; every device moves "
+        "its own shard at once, and the transfer holds neither pool",
+        f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
+        f"{dec.eng.max_num_seqs}) and pages for its whole context; the request goes to the decode worker with the "
+        "fewest requests; its first token came from the prefill worker",
+        load,
+        *[line for line in dec.pr_lines],
+        f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms); per request: the front end's "
+        f"latency ({pre.request_s * 1e3:.2f} ms) added to TTFT",
+        "TTFT = queueing + prefill + KV transfer + front end; TPOT = (end - first token) / (output tokens - 1)",
+    ]

@@ -1,0 +1,141 @@
+"""Disaggregated serving against hand computations: TTFT = queueing + prefill + transfer, the bytes moved equal the
+prompt's KV cache counted by hand, Little's law and token conservation over both pools, the pools' limits, the
+link a cache crosses, and a tensor-parallel all-reduce across nodes priced by hand."""
+
+import json
+
+import numpy as np
+import pytest
+
+import costmodel
+from costmodel.disagg import Pool, kv_link, serve_disaggregated
+from costmodel.errors import CostModelError
+from costmodel.iteration import exact_time
+from costmodel.mechanisms import ring_all_reduce
+from costmodel.model_step import all_reduce_s, pricing
+
+OFF = {"iteration_s": 0.0, "request_s": 0.0}
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return costmodel.load_profile("h100")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return costmodel.load_model("llama-3.1-8b")
+
+
+def _kv_by_hand(m, tokens: int, kv_bytes: float = 2.0) -> float:
+    """Keys and values of every layer of Llama 3.1 8B (config.json: 32 layers, 8 key/value heads of 128):
+    layers x kv heads x head dim x 2 x bytes, per token."""
+    assert m.id == "llama_3_1_8b"
+    return 32 * 8 * 128 * 2 * kv_bytes * tokens
+
+
+def test_one_client_ttft_is_prefill_plus_transfer(llama, h100):
+    """One client, overheads off: TTFT is the prompt's prefill priced without the table's grid plus the cache's
+    transfer at the NVLink one-way rate, with no queueing; every TPOT a lone decode step."""
+    isl, osl = 2000, 40
+    p = serve_disaggregated(llama, h100, input_len=isl, output_len=osl, prefill=Pool(), decode=Pool(),
+                            concurrency=1, num_requests=3, overheads=OFF)
+    pr = pricing(llama, h100)
+    prefill = exact_time(llama, pr, decode_seqs=0, decode_context=0, prompt=isl)
+    kv = _kv_by_hand(llama, isl)
+    transfer = kv / (900e9 / 2) + 2e-6
+    assert p.kv_transfer.bytes_per_request == pytest.approx(kv, rel=1e-9)
+    assert p.kv_transfer.time_s == pytest.approx(transfer, rel=1e-9)
+    assert p.ttft_s == pytest.approx(prefill + transfer, rel=0.02)
+    s = p.ttft_split
+    assert s.queue_s == pytest.approx(0.0, abs=1e-9)
+    assert s.queue_s + s.prefill_s + s.transfer_s + s.front_end_s == pytest.approx(p.ttft_s, rel=1e-9)
+    steps = [exact_time(llama, pr, decode_seqs=1, decode_context=isl + i, prompt=0) for i in range(1, osl)]
+    assert p.tpot_s == pytest.approx(np.mean(steps), rel=0.01)
+
+
+def test_transferred_bytes_follow_the_shards(llama, h100):
+    """Over tp decode devices the cache is stored in tp shards (8 kv heads over 2 devices): the request's bytes
+    are the whole prompt's, each device's half; in fp8 half again."""
+    p = serve_disaggregated(llama, h100, input_len=1024, output_len=8, prefill=Pool(tp=1), decode=Pool(tp=2),
+                            concurrency=1, num_requests=2, overheads=OFF)
+    assert p.kv_transfer.bytes_per_request == pytest.approx(_kv_by_hand(llama, 1024), rel=1e-9)
+    # the prefill device holds the whole cache and sends all of it
+    assert p.kv_transfer.bytes_per_device == pytest.approx(_kv_by_hand(llama, 1024), rel=1e-9)
+    f8 = serve_disaggregated(llama, h100, input_len=1024, output_len=8, prefill=Pool(tp=2), decode=Pool(tp=2),
+                             concurrency=1, num_requests=2, overheads=OFF, kv_dtype="fp8")
+    assert f8.kv_transfer.bytes_per_device == pytest.approx(_kv_by_hand(llama, 1024, 1.0) / 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+def test_littles_law_and_tokens(llama, h100, engine_name):
+    """Closed loop over both pools: throughput x mean time in the system = clients; every decode token of every
+    request is produced exactly once (the decode pool's iterations carry n x (output - 1) tokens); the pools'
+    limits hold (checked iteration by iteration)."""
+    c, n, osl = 24, 480, 48
+    p = serve_disaggregated(llama, h100, input_len=700, output_len=osl, engine_name=engine_name,
+                            prefill=Pool(workers=2, max_num_seqs=2, max_num_batched_tokens=1024),
+                            decode=Pool(workers=3, max_num_seqs=6), concurrency=c, num_requests=n,
+                            overheads=OFF, check=True)
+    assert p.requests_per_s * p.e2e_s == pytest.approx(c, rel=0.05)
+    assert p.decode.mean_batch * p.decode.iterations == pytest.approx(n * (osl - 1), rel=1e-9)
+    assert p.decode.mean_batch <= 6 and p.prefill.mean_batch <= 2
+    assert p.decode_waits > 0  # 24 clients over 18 decode slots: some wait
+    assert p.devices == 5
+
+
+def test_queueing_grows_with_load(llama, h100):
+    """One prefill worker: more clients queue longer for it, and TTFT's parts still add up."""
+    ttft = []
+    for c in (1, 8, 32):
+        p = serve_disaggregated(llama, h100, input_len=4000, output_len=64, prefill=Pool(max_num_seqs=1),
+                                decode=Pool(), concurrency=c, overheads=OFF)
+        s = p.ttft_split
+        assert s.queue_s + s.prefill_s + s.transfer_s + s.front_end_s == pytest.approx(p.ttft_s, rel=1e-9)
+        ttft.append(s.queue_s)
+    assert ttft[0] < ttft[1] < ttft[2]
+
+
+def test_the_link_a_cache_crosses(h100):
+    b200 = costmodel.load_profile("b200")
+    what, bw, _ = kv_link(h100, h100, 8)
+    assert bw == 450e9 and "NVLink" in what
+    what, bw, _ = kv_link(h100, h100, 16)  # two nodes: each device's 400 Gb/s port
+    assert bw == 50e9
+    assert kv_link(h100, b200, 2)[1] == 50e9  # two device kinds: the network
+    with pytest.raises(CostModelError, match="kv-link-bandwidth"):
+        kv_link(costmodel.load_profile("a100"), h100, 2)
+
+
+def test_all_reduce_across_nodes_by_hand(h100):
+    """16 devices of an 8-device node: the buffer all-reduced in each node (a ring over NVLink here, the
+    datasheet conventions), then each device's eighth over its network port with its peer in the other node."""
+    for nbytes in (1e4, 1e6, 1e8):
+        inner = sum(ring_all_reduce(nbytes, 8, 450e9, 2e-6))
+        outer = sum(ring_all_reduce(nbytes / 8, 2, 50e9, 5e-6))
+        assert all_reduce_s(h100, 16, nbytes) == pytest.approx(inner + outer, rel=1e-12)
+        assert all_reduce_s(h100, 8, nbytes) == pytest.approx(inner, rel=1e-12)
+    with pytest.raises(CostModelError, match="whole number of 8-device domains"):
+        all_reduce_s(h100, 12, 1e6)
+    with pytest.raises(CostModelError, match="scale_out_bytes_per_s"):
+        all_reduce_s(h100.model_copy(update={"scale_out_bytes_per_s": None}), 16, 1e6)
+
+
+def test_cli_disaggregated(run_cli):
+    args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "4",
+            "--input-len", "1024", "--output-len", "32", "--num-requests", "8"]
+    r = run_cli(*args, "--disaggregated", "--prefill-workers", "2", "--decode-tp", "2", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["prefill"]["workers"] == 2 and got["decode"]["tp"] == 2 and got["devices"] == 4
+    assert got["ttft_s"] > got["ttft_split"]["prefill_s"] > 0 and got["tpot_s"] > 0
+    r = run_cli(*args, "--disaggregated")
+    assert r.exit_code == 0 and "TTFT = queueing" in r.output
+    for bad, says in ((["--decode-tp", "2"], "--decode-tp applies with --disaggregated"),
+                      (["--disaggregated", "--max-num-seqs", "4"], "--prefill-max-num-seqs"),
+                      (["--disaggregated", "--decode-gpu", "nope"], "nope"),
+                      (["--disaggregated", "--decode-gpu", "a100"], "--kv-link-bandwidth")):
+        r = run_cli(*args, *bad)
+        assert r.exit_code != 0 and r.output.startswith("Error:") and says in r.output, (bad, r.output)
+    r = run_cli(*args, "--disaggregated", "--decode-gpu", "a100", "--kv-link-bandwidth", "25e9", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["kv_transfer"]["link_bytes_per_s"] == 25e9
