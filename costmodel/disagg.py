@@ -201,6 +201,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     d_busy = [False] * d.workers
     d_ctx = [0] * d.workers  # cached positions of the running sequences, all together
     d_pages = [0] * d.workers
+    d_wait_pages = [0] * d.workers  # pages the waiting requests will take
     d_time = np.zeros(d.workers)
     d_iters = d_seqs = 0
     waits = 0  # requests that reached a decode worker with no slot or pages for them
@@ -240,6 +241,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         run, q = d_run[w], d_wait[w]
         while q and len(run) < seqs_d and d_pages[w] + pages_of(q[0]) <= pages_total:
             r = q.popleft()
+            d_wait_pages[w] -= pages_of(r)
             run.append(r)
             d_ctx[w] += r.prompt + 1
             d_pages[w] += pages_of(r)
@@ -288,8 +290,8 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             w = min(range(d.workers), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
             r.worker, r.ready = w, t
             held = len(d_run[w]) + len(d_wait[w])
-            pages = d_pages[w] + sum(pages_of(q) for q in d_wait[w]) + pages_of(r)
-            waits += held >= seqs_d or pages > pages_total
+            d_wait_pages[w] += pages_of(r)
+            waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
             d_wait[w].append(r)
             if not d_busy[w]:
                 start_decode(w, t)

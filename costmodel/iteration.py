@@ -119,13 +119,15 @@ class IterationTable:
         gives an array of times)."""
         if seqs <= 0:
             return np.zeros(np.shape(mean_context))
-        by_seq = np.array([np.interp(mean_context, self.c_grid, row) for row in self.decode_attention])
+        def row(i):
+            return np.interp(mean_context, self.c_grid, self.decode_attention[i])
+
         if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
-            return by_seq[0] * (seqs / self.d_grid[0])
+            return row(0) * (seqs / self.d_grid[0])
         i = int(np.clip(np.searchsorted(self.d_grid, seqs) - 1, 0, len(self.d_grid) - 2))
         lo, hi = self.d_grid[i], self.d_grid[i + 1]
         w = (seqs - lo) / (hi - lo)
-        return by_seq[i] * (1 - w) + by_seq[i + 1] * w
+        return row(i) * (1 - w) + row(i + 1) * w
 
     def prompt_attention_time(self, n):
         """Attention of the first ``n`` positions of a prompt (causal): a chunk [s, s+c) costs A(s+c) - A(s)."""
