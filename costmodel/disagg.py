@@ -223,10 +223,11 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         if not q:
             p_busy[w] = False
             return
-        chunks, batch, room = [], [], budget_p
+        chunks, batch, room, held = [], [], budget_p, 0
         for r in q:
-            if len(batch) == seqs_p or room == 0:
+            if len(batch) == seqs_p or room == 0 or held + r.prompt > pre.kv_tokens:
                 break
+            held += r.prompt  # a prompt's whole cache stays on the worker until it is sent
             c = min(r.prompt - r.done, room)
             chunks.append((r.done, c))
             batch.append((r, c))
@@ -270,7 +271,8 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             p_iters += 1
             p_seqs += len(batch)
             p_time[w] += dt
-            if check and (sum(c for _, c in batch) > budget_p or len(batch) > seqs_p):
+            if check and (sum(c for _, c in batch) > budget_p or len(batch) > seqs_p
+                          or sum(r.prompt for r, _ in batch) > pre.kv_tokens):
                 violations.append(("prefill budget", t))
             for r, c in batch:
                 r.done += c
@@ -423,17 +425,17 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
     load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup)[2]
     return [
         f"disaggregated: {p.workers} prefill worker(s) of {p.tp} x {pre.pr.hw.id} and {d.workers} decode worker(s) "
-        f"of {d.tp} x {dec.pr.hw.id}, {pre.eng.describe()}",
-        f"prefill workers run prompts alone (up to {pre.eng.max_num_seqs} sequences and "
-        f"{pre.eng.max_num_batched_tokens} tokens an iteration, a longer prompt in chunks); a request goes to the "
-        "prefill worker with the fewest prompt tokens to do",
+        f"of {d.tp} x {dec.pr.hw.id}, each an engine {pre.eng.name} {pre.eng.version} with its defaults for the device where not set",
+        f"prefill workers run prompts alone (up to {pre.eng.max_num_seqs} sequences, "
+        f"{pre.eng.max_num_batched_tokens} tokens an iteration and the {pre.kv_tokens} tokens of their KV cache, "
+        "a longer prompt in chunks); a request goes to the prefill worker with the fewest prompt tokens to do",
         f"KV cache of a prompt: {transfer.bytes_per_request / 1e6:.1f} MB as the decode pool stores it, "
         f"{transfer.bytes_per_device / 1e6:.1f} MB the most one device sends or receives, over {transfer.link} at "
         f"{transfer.link_bytes_per_s / 1e9:.0f} GB/s one way: {transfer.time_s * 1e3:.2f} ms; every device moves "
         "its own shard at once, and the transfer holds neither pool",
         f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
-        f"{dec.eng.max_num_seqs}) and pages for its whole context; the request goes to the decode worker with the "
-        "fewest requests; its first token came from the prefill worker",
+        f"{dec.eng.max_num_seqs}) and pages for its whole context (reserved: no preemption); the request goes to "
+        "the decode worker with the fewest requests; its first token came from the prefill worker",
         load,
         *[line for line in dec.pr_lines],
         f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms); per request: the front end's "

@@ -212,7 +212,9 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        prefill_tp_size="1.0", prefill_batch_size="1.0", decode_num_workers="1.0", decode_tp_size="2.0",
                        decode_batch_size="8.0"),
                   _row(id="dis-adp", mode="disagg", batch_size="", prefill_attention_dp_size="4.0"),
-                  _row(id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0"),
+                  _row(id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0",
+                       decode_num_workers="1.0"),
+                  _row(id="dis-w", mode="disagg", prefill_num_workers="1.0"),
                   _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm"),
                   _row(id="neg", silicon_ttft_ms="-3"),
                   _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
@@ -225,6 +227,7 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
     reasons = {s["id"]: s["reason"] for s in report["skipped"]}
     assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel across other groups",
                        "dis-adp": "attention data parallel", "dis-c": "no concurrency",
+                       "dis-w": "disaggregated without worker counts",
                        "fp4": "MXFP4 on a GPU with fp4 math", "neg": "bad numbers"}
     # expert parallel over the tp group is modelled, and disaggregated pools
     assert [r["id"] for r in report["rows"]] == ["ok", "dis", "moe"]

@@ -236,7 +236,10 @@ def parse(row: dict) -> Deployment | str:
 
 def _stage(row: dict, prefix: str) -> Stage | str:
     """A row's layout of one pool (``prefix`` "" for an aggregated row, "prefill_" or "decode_"), or the reason
-    it cannot be expressed. A disaggregated pool with no worker count recorded is one worker."""
+    it cannot be expressed. A disaggregated row must record its pools' worker counts: the file's rows that do
+    not (DeepSeek-R1 on SGLang and TensorRT-LLM) cannot be sized, and the TensorRT-LLM ones repeat measurements
+    that the file also records, with their layout, as DeepSeek-V3 rows (a prefill pool of attention data
+    parallel 16, three decode workers)."""
     if (_whole(row, prefix + "pp_size", 1) or 1) > 1:
         return "pipeline parallel"
     if (_whole(row, prefix + "attention_dp_size", 1) or 1) > 1:
@@ -246,8 +249,10 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     moe_tp = _whole(row, prefix + "moe_tp_size", 1) or 1
     if ep > 1 and not (ep == tp and moe_tp == 1):  # expert parallel over the tensor-parallel group is modelled
         return "expert parallel across other groups"
-    workers = _whole(row, prefix + "num_workers", 1) if prefix else 1
-    return Stage(tp, workers or 1, _whole(row, prefix + "batch_size"), ep > 1)
+    workers = _whole(row, prefix + "num_workers") if prefix else 1
+    if not workers:
+        return "disaggregated without worker counts"
+    return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1)
 
 
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
@@ -299,18 +304,23 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Per system x engine x model: n, median and p90 |error| of TTFT and TPOT, median measured/predicted."""
+    """Per system x engine x model x mode, per mode and over all rows: n, median and p90 |error| of TTFT and
+    TPOT, median measured/predicted."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        groups[(r["system"], r["backend"], r["model_path"])].append(r)
-    groups[("all", "all", "all")] = rows
+        groups[(r["system"], r["backend"], r["model_path"], r["mode"])].append(r)
+    modes = sorted({r["mode"] for r in rows})
+    if len(modes) > 1:
+        for mode in modes:
+            groups[("all", "all", "all", mode)] = [r for r in rows if r["mode"] == mode]
+    groups[("all", "all", "all", "all")] = rows
     out = []
-    for (system, backend, model), rs in groups.items():
+    for (system, backend, model, mode), rs in groups.items():
         if not rs:
             continue
         ttft = np.array([abs(r["predicted_ttft_s"] / r["measured_ttft_s"] - 1) for r in rs])
         tpot = np.array([abs(r["predicted_tpot_s"] / r["measured_tpot_s"] - 1) for r in rs])
-        out.append({"system": system, "backend": backend, "model_path": model, "n": len(rs),
+        out.append({"system": system, "backend": backend, "model_path": model, "mode": mode, "n": len(rs),
                     "ttft_median_error": float(np.median(ttft)), "ttft_p90_error": float(np.percentile(ttft, 90)),
                     "tpot_median_error": float(np.median(tpot)), "tpot_p90_error": float(np.percentile(tpot, 90)),
                     "ttft_measured_over_predicted": float(np.median([r["measured_ttft_s"] / r["predicted_ttft_s"]
@@ -342,15 +352,17 @@ def validate_serving(path: str | Path, *, overheads: dict | None = None, progres
 def summary_table(report: dict) -> str:
     from costmodel.text import aligned
 
-    rows = [("system", "engine", "model", "n", "TTFT |err| median", "p90", "measured/predicted", "TPOT |err| median",
-             "p90", "measured/predicted")]
-    for s in sorted(report["summary"], key=lambda s: (s["system"] == "all", s["system"], s["backend"],
-                                                      s["model_path"])):
-        rows.append((s["system"], s["backend"], s["model_path"], str(s["n"]), f"{s['ttft_median_error']:.1%}",
+    rows = [("system", "engine", "model", "mode", "n", "TTFT |err| median", "p90", "measured/predicted",
+             "TPOT |err| median", "p90", "measured/predicted")]
+    for s in sorted(report["summary"], key=lambda s: (s["system"] == "all", s["mode"] == "all", s["system"],
+                                                      s["backend"], s["model_path"], s["mode"])):
+        rows.append((s["system"], s["backend"], s["model_path"], s["mode"], str(s["n"]),
+                     f"{s['ttft_median_error']:.1%}",
                      f"{s['ttft_p90_error']:.1%}", f"{s['ttft_measured_over_predicted']:.2f}",
                      f"{s['tpot_median_error']:.1%}", f"{s['tpot_p90_error']:.1%}",
                      f"{s['tpot_measured_over_predicted']:.2f}"))
-    lines = aligned(rows, right=set(range(3, 10)), rules=(1, -1))
+    totals = sum(s["system"] == "all" for s in report["summary"])
+    lines = aligned(rows, right=set(range(4, 11)), rules=(1, len(rows) - totals))
     total = len(report["rows"]) + len(report["skipped"])
     lines += ["", f"{len(report['rows'])} of {total} deployments predicted; not expressible:"]
     lines += [f"  {n:4d}  {reason}" for reason, n in sorted(report["reasons"].items(), key=lambda kv: -kv[1])]
