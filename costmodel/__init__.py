@@ -44,6 +44,11 @@ _API = {
     "CapacityReport": "costmodel.serving",
     "serve": "costmodel.served",                # a served model under load: continuous batching in an engine
     "LoadPrediction": "costmodel.load_reports",
+    "serve_disaggregated": "costmodel.disagg",  # prefill and decode pools, the KV cache moving between them
+    "Pool": "costmodel.disagg",
+    "DisaggPrediction": "costmodel.disagg",
+    "plan": "costmodel.planner",                # every layout on N devices, the front and the best
+    "Plan": "costmodel.planner",
 }
 
 __all__ = ["CostModelError", *_API]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from costmodel import cli_figures
+from costmodel.cli_plan import plan as plan_command
 from costmodel.cli_serving import capacity, model_options
 from costmodel.cli_load import LOAD_KEYS, engine_options, predict_load, wants_load
 from costmodel.files import wrote
@@ -400,7 +401,7 @@ def models_show(name, as_json) -> None:
         click.echo(model_detail(m, model_facts(m)))
 
 
-for command in (capacity, cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate, cli_figures.validate,
+for command in (capacity, plan_command, cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate, cli_figures.validate,
                 cli_figures.reproduce):
     main.add_command(command)
 

@@ -180,14 +180,14 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         ("--max-num-seqs", "max_num_seqs", None), ("--gpu-memory-utilization", "memory_fraction", None),
         ("--block-size", "page_size", None), ("--enable-chunked-prefill", "chunked_prefill", None),
         ("--enable-prefix-caching", "prefix_caching", None), ("--expert-parallel", "expert_parallel", False),
-        ("--evaluator steady-state", "evaluator", "simulation"), ("--length-dist or --lengths-file", "input_dist", "fixed"))
+        ("--length-dist or --lengths-file", "input_dist", "fixed"))
         if kw[key] != default]
     if unsupported:
         hint = {"--max-num-seqs": "; give --prefill-max-num-seqs and --decode-max-num-seqs",
                 "--expert-parallel": "; give --prefill-expert-parallel and --decode-expert-parallel"}
         flag = unsupported[0][0]
         raise CostModelError(f"{flag} does not apply with --disaggregated (each pool takes the engine's defaults "
-                             f"for it; requests of fixed lengths, simulated){hint.get(flag, '')}")
+                             f"for it; requests of fixed lengths){hint.get(flag, '')}")
     decode_hw = load_profile(load["decode_gpu"]) if load["decode_gpu"] else None
 
     def pool(role: str, gpu=None) -> Pool:
@@ -200,7 +200,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         decode=pool("decode", decode_hw), engine_name=kw["engine_name"], concurrency=kw["concurrency"],
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup_requests=kw["warmup_requests"],
         weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], timing=kw["timing"],
-        kv_link_bytes_per_s=load["kv_link_bandwidth"]) for hw in hws for m in layouts]
+        kv_link_bytes_per_s=load["kv_link_bandwidth"], evaluator=kw["evaluator"]) for hw in hws for m in layouts]
     if fmt == "json":
         dumped = [r.model_dump(mode="json") for r in results]
         emit_json(dumped[0] if len(dumped) == 1 else dumped)

@@ -63,7 +63,7 @@ class PoolSummary(Report):
     kv_cache_bytes_per_token: float
     mean_batch: float
     busy_share: float  # of the run, the mean share of time a worker of the pool was running an iteration
-    iterations: int
+    iterations: int | None  # simulated: the run's iterations; None in the closed form
 
 
 class KvTransfer(Report):
@@ -91,6 +91,7 @@ class DisaggPrediction(Report):
     model_name: str
     engine: str
     engine_version: str
+    evaluator: str
     prefill: PoolSummary
     decode: PoolSummary
     devices: int
@@ -111,7 +112,7 @@ class DisaggPrediction(Report):
     output_tokens_per_s: float
     output_tokens_per_s_per_device: float
     output_tokens_per_s_per_user: float
-    decode_waits: int  # requests that reached the decode pool and waited for a slot or KV pages
+    decode_waits: int | None  # simulated: requests that reached a decode worker with no slot or pages for them
     assumptions: list[str]
 
     def record(self) -> dict:
@@ -326,11 +327,18 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                         request_rate: float | None = None, num_requests: int | None = None,
                         warmup_requests: int = 0, weight_dtype: str | None = None, kv_dtype: str | None = None,
                         timing: str = "graph", kv_link_bytes_per_s: float | None = None,
-                        overheads: dict | None = None, seed: int = 0, check: bool = False) -> DisaggPrediction:
+                        overheads: dict | None = None, evaluator: str = "simulation", seed: int = 0,
+                        check: bool = False) -> DisaggPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
     ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
     its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or Poisson arrivals at
-    ``request_rate``. ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device)."""
+    ``request_rate``. ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device).
+    ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only)."""
+    if evaluator not in ("simulation", "steady-state"):
+        raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
+    if evaluator == "steady-state" and concurrency is None:
+        raise CostModelError("the steady-state form of disaggregated serving takes a concurrency (a closed loop); "
+                             "simulate a request rate")
     n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
                      request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
     for name, pool in (("prefill", prefill), ("decode", decode)):
@@ -366,48 +374,135 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     transfer = KvTransfer(bytes_per_request=dec.kv_per_token * decode.tp * input_len, bytes_per_device=per_device,
                           link=link, link_bytes_per_s=bw, latency_s=lat, time_s=lat + per_device / bw)
 
-    total = n + warmup_requests
+    if evaluator == "steady-state":
+        got = steady_state(pre, dec, prefill, decode, concurrency=concurrency, input_len=input_len,
+                           output_len=output_len, transfer_s=transfer.time_s)
+    else:
+        got = _simulated(pre, dec, prefill, decode, input_len=input_len, output_len=output_len,
+                         total=n + warmup_requests, warmup=warmup_requests, concurrency=concurrency,
+                         request_rate=request_rate, transfer_s=transfer.time_s, seed=seed, check=check)
+    summaries = [PoolSummary(
+        role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, devices=pool.devices(),
+        max_num_seqs=s.eng.max_num_seqs, max_num_batched_tokens=s.eng.max_num_batched_tokens,
+        kv_cache_tokens=s.kv_tokens, kv_cache_bytes_per_token=s.kv_per_token, mean_batch=got[role]["mean_batch"],
+        busy_share=got[role]["busy_share"], iterations=got[role]["iterations"])
+        for role, pool, s in (("prefill", prefill, pre), ("decode", decode, dec))]
+    ttft = got["ttft"]
+    return DisaggPrediction(
+        model=m.id, model_name=m.name, engine=pre.eng.name, engine_version=pre.eng.version, evaluator=evaluator,
+        prefill=summaries[0], decode=summaries[1], devices=devices, concurrency=concurrency,
+        request_rate=request_rate, num_requests=n, input_len=float(input_len), output_len=float(output_len),
+        ttft_s=ttft.mean, tpot_s=got["tpot"].mean, e2e_s=got["e2e"].mean, ttft=ttft, tpot=got["tpot"],
+        e2e=got["e2e"],
+        ttft_split=TtftSplit(queue_s=got["queue_s"], prefill_s=got["prefill_s"], transfer_s=transfer.time_s,
+                             front_end_s=pre.request_s),
+        kv_transfer=transfer, requests_per_s=got["requests_per_s"],
+        output_tokens_per_s=got["requests_per_s"] * output_len,
+        output_tokens_per_s_per_device=got["requests_per_s"] * output_len / devices,
+        output_tokens_per_s_per_user=got["per_user"], decode_waits=got["waits"],
+        assumptions=_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests,
+                                 evaluator))
+
+
+def _simulated(pre: Setup, dec: Setup, p: Pool, d: Pool, *, input_len, output_len, total, warmup, concurrency,
+               request_rate, transfer_s, seed, check) -> dict:
+    """The simulation's per-request times as the report's statistics."""
     prompts = lengths("fixed", input_len, total)
     outputs = lengths("fixed", output_len, total)
-    sim = _simulate(pre, dec, prefill, decode, prompts=prompts, outputs=outputs, concurrency=concurrency,
-                    request_rate=request_rate, transfer_s=transfer.time_s, seed=seed, check=check)
+    sim = _simulate(pre, dec, p, d, prompts=prompts, outputs=outputs, concurrency=concurrency,
+                    request_rate=request_rate, transfer_s=transfer_s, seed=seed, check=check)
     if check and sim["violations"]:
         raise AssertionError(f"limits broken: {sim['violations'][:3]}")
-    kept = sim["reqs"][warmup_requests:]
+    kept = sim["reqs"][warmup:]
     arrival = np.array([r.arrival for r in kept])
     prefilled = np.array([r.prefilled for r in kept])
     first = np.array([r.first for r in kept])
     finish = np.array([r.finish for r in kept])
     out = np.array([r.output for r in kept])
     front = pre.request_s
-    ttft = first - arrival + front
     more = out > 1
     tpot = (finish[more] - first[more]) / (out[more] - 1)
     e2e = finish - arrival + front
     span = float(finish.max() - arrival.min())
     prefill_alone = _prefill_time(pre, input_len)
-    queue = prefilled - arrival - prefill_alone
-    summaries = []
-    for role, pool, s, iters, seqs, busy in (("prefill", prefill, pre, sim["p_iters"], sim["p_seqs"], sim["p_time"]),
-                                            ("decode", decode, dec, sim["d_iters"], sim["d_seqs"], sim["d_time"])):
-        summaries.append(PoolSummary(
-            role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, devices=pool.devices(),
-            max_num_seqs=s.eng.max_num_seqs, max_num_batched_tokens=s.eng.max_num_batched_tokens,
-            kv_cache_tokens=s.kv_tokens, kv_cache_bytes_per_token=s.kv_per_token,
-            mean_batch=seqs / max(iters, 1), busy_share=float(np.mean(busy)) / max(span, 1e-12), iterations=iters))
-    ttft_s = Stats.of(ttft)
-    return DisaggPrediction(
-        model=m.id, model_name=m.name, engine=pre.eng.name, engine_version=pre.eng.version,
-        prefill=summaries[0], decode=summaries[1], devices=devices, concurrency=concurrency,
-        request_rate=request_rate, num_requests=len(kept), input_len=float(input_len), output_len=float(output_len),
-        ttft_s=ttft_s.mean, tpot_s=float(np.mean(tpot)) if tpot.size else 0.0, e2e_s=float(np.mean(e2e)),
-        ttft=ttft_s, tpot=Stats.of(tpot), e2e=Stats.of(e2e),
-        ttft_split=TtftSplit(queue_s=float(np.mean(queue)), prefill_s=prefill_alone, transfer_s=transfer.time_s,
-                             front_end_s=front),
-        kv_transfer=transfer, requests_per_s=len(kept) / span, output_tokens_per_s=float(out.sum()) / span,
-        output_tokens_per_s_per_device=float(out.sum()) / span / devices,
-        output_tokens_per_s_per_user=float(np.mean(out / np.maximum(e2e, 1e-12))), decode_waits=int(sim["waits"]),
-        assumptions=_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests))
+    return {"ttft": Stats.of(first - arrival + front), "tpot": Stats.of(tpot), "e2e": Stats.of(e2e),
+            "queue_s": float(np.mean(prefilled - arrival)) - prefill_alone, "prefill_s": prefill_alone,
+            "requests_per_s": len(kept) / span, "per_user": float(np.mean(out / np.maximum(e2e, 1e-12))),
+            "waits": int(sim["waits"]),
+            "prefill": {"mean_batch": sim["p_seqs"] / max(sim["p_iters"], 1), "iterations": sim["p_iters"],
+                        "busy_share": float(np.mean(sim["p_time"])) / max(span, 1e-12)},
+            "decode": {"mean_batch": sim["d_seqs"] / max(sim["d_iters"], 1), "iterations": sim["d_iters"],
+                       "busy_share": float(np.mean(sim["d_time"])) / max(span, 1e-12)}}
+
+
+def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, input_len: int, output_len: int,
+                 transfer_s: float) -> dict:
+    """Means of a closed loop of ``concurrency`` clients in steady state, in closed form.
+
+    A request cycles through its prefill ``s_p`` (alone on a worker), the transfer, and ``k = osl - 1`` decode
+    iterations of ``tau(b)`` at ``b`` sequences per decode worker (at the mean context ``isl + osl / 2``; by
+    Little's law ``b = X k tau(b) / D`` for a throughput of ``X`` requests per second). Unhindered, ``X = C /
+    (s_p + transfer + k tau(b))``. The prefill pool serves at most ``P m / t(m)`` requests per second (a busy
+    worker batches ``m`` waiting prompts, up to its limits), the decode pool at most ``D cap / (k tau(cap))``
+    (``cap``: its sequence limit or its KV cache at each request's peak); past either the clients wait, by
+    Little's law ``C / X`` less the cycle, for a prefill worker (in TTFT) or a decode slot (in TPOT)."""
+    isl, osl = input_len, output_len
+    k = osl - 1
+    ctx = isl + osl / 2
+    s_p = _prefill_time(pre, isl)
+    budget = pre.eng.max_num_batched_tokens
+    m = max(1, min(pre.eng.max_num_seqs, budget // isl, pre.kv_tokens // isl)) if isl <= budget else 1
+    t_m = (pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(0, isl)] * m, outputs=m).total_s
+           + pre.iteration_s) if m > 1 else s_p
+    x_prefill = p.workers * m / t_m
+    page = dec.eng.page_size
+    cap = max(1, min(dec.eng.max_num_seqs, dec.kv_tokens // (page * -(-(isl + osl) // page))))
+
+    grid = np.unique(np.concatenate([np.geomspace(1, cap, 64), np.arange(1, min(cap, 16) + 1)]))
+    taus = np.array([float(dec.table.decode_run(b, b * ctx, 1)[0]) for b in grid]) + dec.iteration_s
+
+    def tau(b: float) -> float:
+        return float(np.interp(min(max(b, 1.0), cap), grid, taus))
+
+    def occupancy(x: float) -> float:
+        """Sequences per decode worker at throughput x: the least b >= 1 with b = x k tau(b) / D (Little's law),
+        the limit where none is."""
+        gap = grid - x * k * taus / d.workers
+        if gap[0] >= 0:
+            return max(x * k * taus[0] / d.workers, 0.0)
+        up = np.nonzero(gap >= 0)[0]
+        if not up.size:
+            return float(cap)
+        i = up[0]
+        w = -gap[i - 1] / (gap[i] - gap[i - 1])
+        return float(grid[i - 1] + w * (grid[i] - grid[i - 1]))
+
+    x_decode = d.workers * cap / (k * tau(cap)) if k else float("inf")
+    x = concurrency / (s_p + transfer_s + k * tau(1.0))
+    for _ in range(100):
+        b = occupancy(x)
+        new = concurrency / (s_p + transfer_s + k * tau(b))
+        if abs(new - x) <= 1e-9 * new:
+            break
+        x = 0.5 * (x + new)
+    x = min(x, x_prefill, x_decode)
+    b = occupancy(x)
+    slack = max(0.0, concurrency / x - (s_p + transfer_s + k * tau(b)))
+    prefill_binds = x_prefill <= x_decode
+    wait_p, wait_d = (slack, 0.0) if prefill_binds else (0.0, slack)
+    front = pre.request_s
+    ttft = s_p + wait_p + transfer_s + front
+    tpot = tau(b) + (wait_d / k if k else 0.0)
+    e2e = ttft + k * tpot
+
+    def means(v: float) -> Stats:
+        return Stats(mean=v, median=v, p90=v, p99=v)
+
+    return {"ttft": means(ttft), "tpot": means(tpot), "e2e": means(e2e), "queue_s": wait_p, "prefill_s": s_p,
+            "requests_per_s": x, "per_user": osl / e2e, "waits": None,
+            "prefill": {"mean_batch": 1.0 if x < x_prefill else float(m), "iterations": None,
+                        "busy_share": min(1.0, x * s_p / p.workers) if x < x_prefill else 1.0},
+            "decode": {"mean_batch": b, "iterations": None, "busy_share": min(1.0, b)}}
 
 
 def _prefill_time(pre: Setup, prompt: int) -> float:
@@ -421,7 +516,8 @@ def _prefill_time(pre: Setup, prompt: int) -> float:
     return t
 
 
-def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup) -> list[str]:
+def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup,
+                 evaluator: str) -> list[str]:
     load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup)[2]
     return [
         f"disaggregated: {p.workers} prefill worker(s) of {p.tp} x {pre.pr.hw.id} and {d.workers} decode worker(s) "
@@ -441,4 +537,7 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms); per request: the front end's "
         f"latency ({pre.request_s * 1e3:.2f} ms) added to TTFT",
         "TTFT = queueing + prefill + KV transfer + front end; TPOT = (end - first token) / (output tokens - 1)",
+        "iteration-level simulation" if evaluator == "simulation" else
+        "steady-state closed form (means only: prefill alone or batched when the pool binds, decode at the mean "
+        "context, waiting by Little's law past the tighter pool's capacity)",
     ]

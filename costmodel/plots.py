@@ -293,3 +293,34 @@ def draw_throughput_latency(records: list[dict], dim: str):
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return fig
+
+
+def draw_plan(plan):
+    """Every simulated point of a plan (tokens/s per user against tokens/s per device), its front per device kind
+    as a line, the best under the targets marked."""
+    plt = _pyplot()
+
+    fig, ax = plt.subplots(figsize=(7.6, 4.8), layout="constrained")
+    devices = list(dict.fromkeys(p.device for p in plan.points))
+    for i, device in enumerate(devices):
+        color = f"C{i}"
+        pts = [p for p in plan.points if p.device == device]
+        ax.scatter([p.output_tokens_per_s_per_user for p in pts], [p.output_tokens_per_s_per_device for p in pts],
+                   s=12, color=color, alpha=0.35, gid=f"points:{device}")
+        front = sorted((p for p in plan.front if p.device == device), key=lambda p: p.output_tokens_per_s_per_user)
+        ax.plot([p.output_tokens_per_s_per_user for p in front], [p.output_tokens_per_s_per_device for p in front],
+                marker="o", ms=4, color=color, label=f"{device}: front", gid=f"front:{device}")
+        for p in front:
+            ax.annotate(f"{p.layout}, c={p.concurrency}", (p.output_tokens_per_s_per_user,
+                                                           p.output_tokens_per_s_per_device),
+                        xytext=(3, 3), textcoords="offset points", fontsize=6, color="0.3")
+        for b in (p for p in plan.best if p.device == device):
+            ax.plot([b.output_tokens_per_s_per_user], [b.output_tokens_per_s_per_device], marker="*", ms=14,
+                    color=color, mec="black", ls="none", label=f"{device}: best under the targets",
+                    gid=f"best:{device}")
+    ax.set(xlabel="output tokens/s per user", ylabel="output tokens/s per device",
+           title=f"{plan.model_name} on {plan.devices} devices, {plan.engine}: requests of {plan.input_len} + "
+                 f"{plan.output_len} tokens")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    return fig

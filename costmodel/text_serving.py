@@ -86,6 +86,40 @@ def disagg_table(p) -> str:
     s = p.ttft_split
     lines = [title, "", *aligned(rows, right=set(range(1, 8))), "", *aligned(lat, right=set(range(8))), "",
              f"TTFT = queueing {_ms(s.queue_s)} + prefill {_ms(s.prefill_s)} + KV transfer {_ms(s.transfer_s)} + "
-             f"front end {_ms(s.front_end_s)}; {p.decode_waits} requests waited for a decode slot or pages",
+             f"front end {_ms(s.front_end_s)}" + (f"; {p.decode_waits} requests waited for a decode slot or pages"
+                                                  if p.decode_waits is not None else ""),
              "", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
+    return "\n".join(lines)
+
+
+def plan_table(plan) -> str:
+    """Per device kind: the front's points with their layouts, the best under the targets, what was skipped."""
+    targets = ", ".join(t for t in (f"TTFT <= {_ms(plan.ttft_target_s)}" if plan.ttft_target_s else "",
+                                    f"TPOT <= {_ms(plan.tpot_target_s)}" if plan.tpot_target_s else "") if t)
+    lines = [f"{plan.model_name} [{plan.model}] on {plan.devices} devices, served by {plan.engine}: requests of "
+             f"{plan.input_len} + {plan.output_len} tokens" + (f", targets {targets} (means)" if targets else "")]
+    for device in dict.fromkeys(p.device for p in plan.points):
+        rows = [("layout", "clients", "TTFT", "TPOT", "tok/s/device", "tok/s/user") +
+                (("meets",) if targets else ())]
+        for p in (q for q in plan.front if q.device == device):
+            rows.append((p.layout, str(p.concurrency), _ms(p.ttft_s), _ms(p.tpot_s),
+                         f"{p.output_tokens_per_s_per_device:,.0f}", f"{p.output_tokens_per_s_per_user:.1f}") +
+                        (("yes" if p.meets_targets else "no",) if targets else ()))
+        lines += ["", f"{device}: the front (no point better on both tokens/s per device and per user)",
+                  *aligned(rows, right=set(range(1, 6)))]
+        best = [p for p in plan.best if p.device == device]
+        if best:
+            b = best[0]
+            lines.append(f"best under the targets: {b.layout} at {b.concurrency} clients, "
+                         f"{b.output_tokens_per_s_per_device:,.0f} tok/s/device, {b.output_tokens_per_s_per_user:.1f} "
+                         f"tok/s/user (TTFT {_ms(b.ttft_s)}, TPOT {_ms(b.tpot_s)})")
+        elif targets:
+            lines.append("best under the targets: none of the points meets them")
+        skipped = [s for s in plan.skipped if s.device == device]
+        if skipped:
+            reasons: dict[str, int] = {}
+            for s in skipped:
+                reasons[s.reason] = reasons.get(s.reason, 0) + 1
+            lines.append(f"{len(skipped)} layouts left out: " + "; ".join(f"{n} x {r}" for r, n in reasons.items()))
+    lines += ["", "Assumptions:", *[f"  - {a}" for a in plan.assumptions]]
     return "\n".join(lines)

@@ -51,6 +51,14 @@ CALLS = {
                       {"tpot_s", "ttft_s", "price_per_hour"}),
     "serve": (costmodel.serve, dict(m=LLAMA, hw=H100, input_len=16, output_len=4, concurrency=2, num_requests=4, tp=1,
                                     engine_name="vllm"), {"num_requests"}),
+    "serve_disaggregated": (costmodel.serve_disaggregated,
+                            dict(m=LLAMA, hw=H100, input_len=16, output_len=4, prefill=costmodel.Pool(),
+                                 decode=costmodel.Pool(tp=2), engine_name="sglang", concurrency=2, num_requests=4,
+                                 weight_dtype=None, kv_dtype=None, kv_link_bytes_per_s=None, evaluator="simulation"),
+                            {"num_requests", "weight_dtype", "kv_dtype", "kv_link_bytes_per_s"}),
+    "plan": (costmodel.plan, dict(m=LLAMA, hws=[H100], devices=2, input_len=16, output_len=4, engine_name="vllm",
+                                  weight_dtype=None, kv_dtype=None, ttft_s=None, tpot_s=0.05, max_concurrency=2),
+             {"weight_dtype", "kv_dtype", "ttft_s", "tpot_s"}),
     "capacity": (costmodel.capacity, dict(m=LLAMA, devices=[H100], input_len=16, output_len=4, tpot_s=0.05, ttft_s=None,
                                           price_per_hour=None, variants=False),
                  {"tpot_s", "ttft_s", "price_per_hour"}),
@@ -58,7 +66,8 @@ CALLS = {
 #: Where a message names an argument in other words than its Python name.
 SAID = {"dims": "dimension", "m": "model", "name": "name", "cache_append": "cache append", "form": "form",
         "weight_dtype": "weight dtype", "kv_dtype": "kv dtype", "mla_form": "mla form", "hw": "hw",
-        "workload": "workload", "mode": "mode", "engine_name": "engine"}
+        "workload": "workload", "mode": "mode", "engine_name": "engine", "kv_link_bytes_per_s": "KV link bandwidth",
+        "hws": "hws", "devices": "devices"}
 BAD = {"None": None, "wrong type": object(), "negative": -1, "NaN": math.nan, "inf": math.inf, "huge": 2**80}
 
 

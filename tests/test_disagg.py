@@ -139,3 +139,25 @@ def test_cli_disaggregated(run_cli):
         assert r.exit_code != 0 and r.output.startswith("Error:") and says in r.output, (bad, r.output)
     r = run_cli(*args, "--disaggregated", "--decode-gpu", "a100", "--kv-link-bandwidth", "25e9", "--json")
     assert r.exit_code == 0 and json.loads(r.output)["kv_transfer"]["link_bytes_per_s"] == 25e9
+
+
+@pytest.mark.parametrize("pools", [(Pool(), Pool()), (Pool(workers=2), Pool(tp=2)),
+                                   (Pool(max_num_seqs=1), Pool(workers=2, max_num_seqs=16))])
+def test_closed_form_agrees_with_the_simulation(llama, h100, pools):
+    """Steady-state means against the simulation (after a warm-up wave): TPOT within 5%, throughput within 10%,
+    TTFT equal for one client; beyond, the closed form's TTFT is a lower bound (it leaves out the bursts in which
+    requests that finished decoding together come back to the prefill pool)."""
+    pre, dec = pools
+    for isl, osl in ((1024, 256), (4096, 512)):
+        for c in (1, 16, 64):
+            kw = dict(input_len=isl, output_len=osl, prefill=pre, decode=dec, concurrency=c)
+            sim = serve_disaggregated(llama, h100, num_requests=max(200, 10 * c), warmup_requests=c, **kw)
+            cf = serve_disaggregated(llama, h100, evaluator="steady-state", **kw)
+            assert cf.tpot_s == pytest.approx(sim.tpot_s, rel=0.05), (isl, osl, c)
+            assert cf.requests_per_s == pytest.approx(sim.requests_per_s, rel=0.10), (isl, osl, c)
+            assert cf.ttft_s <= sim.ttft_s * 1.01, (isl, osl, c)
+            if c == 1:
+                assert cf.ttft_s == pytest.approx(sim.ttft_s, rel=0.01)
+    with pytest.raises(costmodel.CostModelError, match="concurrency"):
+        serve_disaggregated(llama, h100, input_len=64, output_len=8, prefill=pre, decode=dec, request_rate=1.0,
+                            evaluator="steady-state")

@@ -1,0 +1,73 @@
+"""``costmodel plan``: every layout of a model on N devices, priced under load, and the front of throughput per
+device against throughput per user."""
+
+from __future__ import annotations
+
+import click
+
+from costmodel.cli_options import (FilePath, OnceCommand, Positive, PositiveNumber, choices, emit_json, emit_records,
+                                   format_option, gpus_option, json_option, output_format)
+from costmodel.engines import ENGINE_NAMES
+from costmodel.vocab import DTYPES, WEIGHT_DTYPES
+
+
+@click.command("plan", cls=OnceCommand)
+@gpus_option
+@click.option("--model", "model_name", required=True, help="preset id or alias, a config.json or a folder")
+@click.option("--gpus", "devices", type=Positive, required=True, help="devices of each --gpu kind to place it on")
+@click.option("--input-len", type=Positive, required=True, help="prompt tokens of a request")
+@click.option("--output-len", type=Positive, required=True, help="generated tokens of a request")
+@click.option("--ttft-ms", type=PositiveNumber(), help="target mean time to first token, milliseconds")
+@click.option("--tpot-ms", type=PositiveNumber(), help="target mean time per output token, milliseconds")
+@click.option("--engine", "engine_name", type=choices(ENGINE_NAMES), default="vllm", show_default=True,
+              help="the serving engine of every worker")
+@click.option("--weight-dtype", type=choices(WEIGHT_DTYPES), help="the weights' storage [default: the checkpoint's]")
+@click.option("--kv-dtype", type=choices(DTYPES), help="the KV cache's dtype [default: the engine's for the checkpoint]")
+@click.option("--max-concurrency", type=Positive, default=256, show_default=True,
+              help="the most clients per replica (per deployment, disaggregated) a layout is loaded with")
+@click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf)")
+@format_option
+@json_option
+def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, engine_name, weight_dtype, kv_dtype,
+         max_concurrency, plot_path, fmt, as_json) -> None:
+    """Every way to serve a model on --gpus devices, and the best under latency targets.
+
+    Enumerates aggregated layouts (tensor parallel, replicas, expert parallel for a mixture of experts) and
+    disaggregated ones (prefill and decode pools), loads each with clients until its throughput stops growing,
+    and prints the Pareto front of output tokens/s per device against tokens/s per user, the layout of each
+    point, and the layout with the most tokens/s per device whose mean TTFT and TPOT meet --ttft-ms and
+    --tpot-ms. Several --gpu give one front per device.
+
+    Example: costmodel plan --model llama-3.1-70b --gpu h100 --gpus 8 --input-len 2048 --output-len 512 --tpot-ms 50
+    """
+    from costmodel.catalog import load_profile
+    from costmodel.planner import plan as run_plan
+    from costmodel.plots import check_output
+    from costmodel.presets import load_model
+
+    fmt = output_format(fmt, as_json)
+    if plot_path is not None:
+        check_output(plot_path)
+    m = load_model(model_name)
+    hws = [load_profile(g) for g in gpus]
+    result = run_plan(m, hws, devices=devices, input_len=input_len, output_len=output_len, engine_name=engine_name,
+                      weight_dtype=weight_dtype, kv_dtype=kv_dtype, max_concurrency=max_concurrency,
+                      ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
+                      tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None)
+    if plot_path is not None:
+        from costmodel.files import wrote
+        from costmodel.plots import draw_plan, save
+
+        save(draw_plan(result), plot_path)
+    if fmt == "json":
+        emit_json(result.model_dump(mode="json"))
+    elif fmt in ("csv", "markdown"):
+        emit_records([p.model_dump(mode="json") for p in result.front], fmt)
+    else:
+        click.echo(str(result))
+    if plot_path is not None and fmt == "table":
+        for line in wrote(plot_path):
+            click.echo(line)
+
+
+__all__ = ["plan"]
