@@ -344,6 +344,14 @@ class HardwareProfile(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _network_needs_a_domain(self) -> HardwareProfile:
+        if (self.scale_out_bytes_per_s is not None or self.scale_out_latency_s is not None) and \
+                self.scale_up_devices is None:
+            raise ValueError("scale_out_bytes_per_s and scale_out_latency_s describe the network out of a scale-up "
+                             "domain: give scale_up_devices (the devices one domain joins) too")
+        return self
+
+    @model_validator(mode="after")
     def _sources_resolve(self) -> HardwareProfile:
         for field, item in self.sourced_items():
             if item.source not in self.sources:

@@ -103,8 +103,13 @@ def test_the_link_a_cache_crosses(h100):
     what, bw, _ = kv_link(h100, h100, 16)  # two nodes: each device's 400 Gb/s port
     assert bw == 50e9
     assert kv_link(h100, b200, 2)[1] == 50e9  # two device kinds: the network
+    assert kv_link(costmodel.load_profile("a100"), h100, 2)[1] == 25e9  # the slower port: A100's 200 Gb/s
+    mi300x = costmodel.load_profile("mi300x")  # states no network port
+    assert "Infinity Fabric" in kv_link(mi300x, mi300x, 8)[0]
     with pytest.raises(CostModelError, match="kv-link-bandwidth"):
-        kv_link(costmodel.load_profile("a100"), h100, 2)
+        kv_link(mi300x, h100, 2)
+    with pytest.raises(CostModelError, match="kv-link-bandwidth"):
+        kv_link(mi300x, mi300x, 16)
 
 
 def test_all_reduce_across_nodes_by_hand(h100):
@@ -134,10 +139,10 @@ def test_cli_disaggregated(run_cli):
     for bad, says in ((["--decode-tp", "2"], "--decode-tp applies with --disaggregated"),
                       (["--disaggregated", "--max-num-seqs", "4"], "--prefill-max-num-seqs"),
                       (["--disaggregated", "--decode-gpu", "nope"], "nope"),
-                      (["--disaggregated", "--decode-gpu", "a100"], "--kv-link-bandwidth")):
+                      (["--disaggregated", "--decode-gpu", "mi300x"], "--kv-link-bandwidth")):
         r = run_cli(*args, *bad)
         assert r.exit_code != 0 and r.output.startswith("Error:") and says in r.output, (bad, r.output)
-    r = run_cli(*args, "--disaggregated", "--decode-gpu", "a100", "--kv-link-bandwidth", "25e9", "--json")
+    r = run_cli(*args, "--disaggregated", "--decode-gpu", "mi300x", "--kv-link-bandwidth", "25e9", "--json")
     assert r.exit_code == 0 and json.loads(r.output)["kv_transfer"]["link_bytes_per_s"] == 25e9
 
 
@@ -161,3 +166,13 @@ def test_closed_form_agrees_with_the_simulation(llama, h100, pools):
     with pytest.raises(costmodel.CostModelError, match="concurrency"):
         serve_disaggregated(llama, h100, input_len=64, output_len=8, prefill=pre, decode=dec, request_rate=1.0,
                             evaluator="steady-state")
+
+
+def test_a_network_port_needs_a_domain(h100):
+    """A profile that gives a network port but not the domain it leaves is refused at load, naming the field."""
+    from pydantic import ValidationError
+
+    data = h100.model_dump()
+    data["scale_up_devices"] = None
+    with pytest.raises(ValidationError, match="scale_up_devices"):
+        type(h100).model_validate(data)
