@@ -12,7 +12,8 @@ from costmodel.errors import CostModelError
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
-             "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel", "disaggregated",
+             "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel", "attention_dp",
+             "disaggregated",
              "prefill_tp", "prefill_workers", "prefill_max_num_seqs", "prefill_expert_parallel", "decode_tp",
              "decode_workers", "decode_max_num_seqs", "decode_expert_parallel", "decode_gpu", "kv_link_bandwidth")
 #: The options of a disaggregated deployment's pools.
@@ -70,6 +71,10 @@ def engine_options(func):
                      default=False, show_default=True,
                      help="a mixture of experts' routed experts spread over the --tp devices (expert parallel, "
                           "attention still tensor parallel) instead of every expert sharded"),
+        click.option("--attention-dp", "--data-parallel-size", "--dp-size", "attention_dp", type=Positive,
+                     help="with --expert-parallel: attention data parallel over this many groups of --tp devices, "
+                          "each an engine with its own requests, the routed experts spread over all of them "
+                          "[default: 1]"),
         click.option("--evaluator", type=choices(("simulation", "steady-state")), default="simulation",
                      show_default=True, help="iteration-level simulation, or the steady-state closed form"),
         click.option("--disaggregated", is_flag=True, default=False,
@@ -147,7 +152,8 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     kw = dict(input_len=input_len, output_len=output_len, engine_name=load["engine_name"] or "vllm",
               concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
               warmup_requests=load["warmup_requests"],
-              tp=pricing["tp"], expert_parallel=load["expert_parallel"], weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
+              tp=pricing["tp"], expert_parallel=load["expert_parallel"], attention_dp=load["attention_dp"] or 1,
+              weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
               timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
               page_size=load["page_size"], chunked_prefill=load["chunked_prefill"],
@@ -180,6 +186,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         ("--max-num-seqs", "max_num_seqs", None), ("--gpu-memory-utilization", "memory_fraction", None),
         ("--block-size", "page_size", None), ("--enable-chunked-prefill", "chunked_prefill", None),
         ("--enable-prefix-caching", "prefix_caching", None), ("--expert-parallel", "expert_parallel", False),
+        ("--attention-dp", "attention_dp", 1),
         ("--length-dist or --lengths-file", "input_dist", "fixed"))
         if kw[key] != default]
     if unsupported:

@@ -13,6 +13,11 @@ An iteration's ops split three ways:
 - **the head**: final norm and output projection of the rows that produce a token (decode sequences and prompts
   whose last chunk ran).
 
+Under attention data parallel the routed experts (and the all-gather and reduce-scatter around them) see the
+tokens of every group: ``G`` tokens, this group's own plus what the others carry, which the caller gives
+(``others``: the tokens each other group runs; by default as many as this one). They are priced on their own grid
+of ``G``.
+
 Each part is priced at grid points of its sizes when the table is built, and interpolated linearly in between
 (:data:`GRID_POINTS` per doubling); ``exact`` prices a given iteration without the grid, for checks.
 """
@@ -45,9 +50,17 @@ def _grid(top: int) -> np.ndarray:
     return np.unique(np.concatenate([small, big[big < top], [top]])).astype(float)
 
 
+#: The ops of a mixture-of-experts layer that run over the gathered tokens of every attention-data-parallel group:
+#: the routed experts' GEMMs and activation, and the collectives that gather and scatter the tokens.
+GATHERED = ("experts_gate_up", "experts_gate", "experts_up", "experts_act", "experts_down")
+GATHER_COLLECTIVES = ("moe_dispatch", "moe_combine")
+
+
 def _kind(r) -> str:
     if r.section == COLLECTIVES:
-        return "comm"
+        return "moe_comm" if r.name in GATHER_COLLECTIVES else "comm"
+    if r.section == "experts" and r.name in GATHERED:
+        return "moe"
     if r.section == "head" and r.name != "embed":
         return "head"
     if r.section in ATTENTION and not r.weighted:
@@ -57,7 +70,7 @@ def _kind(r) -> str:
 
 def _parts(m: ModelPreset, pr: Pricing, phase: str, batch: int, context) -> dict[str, np.ndarray | float]:
     """A phase's time split by :func:`_kind` (arrays where ``context`` is)."""
-    out: dict = {"token": 0.0, "attention": 0.0, "head": 0.0, "comm": 0.0}
+    out: dict = {"token": 0.0, "attention": 0.0, "head": 0.0, "comm": 0.0, "moe": 0.0, "moe_comm": 0.0}
     for s in phase_ops(m, pr, phase, batch, context, 1):
         out[_kind(s)] = out[_kind(s)] + np.asarray(op_time(s, pr).time, float) * s.count
     return out
@@ -89,6 +102,11 @@ class IterationTable:
         by_tokens = _parts(m, pr, "decode", self.t_grid.astype(np.int64), 1)
         self.token = np.broadcast_to(by_tokens["token"], self.t_grid.shape).astype(float)
         self.comm = np.broadcast_to(by_tokens["comm"], self.t_grid.shape).astype(float)
+        # the routed experts over G = dp x T gathered tokens (dp = 1: G = T, and they join the per-token ops)
+        self.dp = pr.dp
+        self.g_grid = self.t_grid * self.dp
+        self.moe = np.broadcast_to(by_tokens["moe"], self.t_grid.shape).astype(float)
+        self.moe_comm = np.broadcast_to(by_tokens["moe_comm"], self.t_grid.shape).astype(float)
         # one decode step per sequence count and context: its head and its attention
         ctx = np.maximum(self.c_grid, 1).astype(np.int64)
         by_seqs = _parts(m, pr, "decode", self.d_grid.astype(np.int64)[:, None], ctx[None, :])
@@ -108,8 +126,13 @@ class IterationTable:
             y = np.where(x > grid[-1], values[-1] + slope * (x - grid[-1]), y)
         return np.where(x <= 0, 0.0, y)
 
-    def per_token(self, tokens):
-        return self._on(self.t_grid, self.token, tokens), self._on(self.t_grid, self.comm, tokens)
+    def per_token(self, tokens, others=None):
+        """(compute, communication) of the ops that follow the tokens: ``tokens`` of this group, and under attention
+        data parallel ``others`` per other group (default: as many as this one) through the routed experts."""
+        gathered = np.asarray(tokens, float) * self.dp if others is None else \
+            np.asarray(tokens, float) + (self.dp - 1) * np.asarray(others, float)
+        return (self._on(self.t_grid, self.token, tokens) + self._on(self.g_grid, self.moe, gathered),
+                self._on(self.t_grid, self.comm, tokens) + self._on(self.g_grid, self.moe_comm, gathered))
 
     def head_time(self, rows):
         return self._on(self.d_grid, self.head, rows)
@@ -134,14 +157,15 @@ class IterationTable:
         return self._on(self.c_grid, self.prompt_attention, n)
 
     def time(self, *, decode_seqs: int, decode_context_sum: float, chunks: list[tuple[int, int]],
-             outputs: int) -> IterationTime:
+             outputs: int, others: float | None = None) -> IterationTime:
         """An iteration of ``decode_seqs`` decode tokens after ``decode_context_sum`` cached positions in all,
-        prefill ``chunks`` (start, length), and ``outputs`` rows through the head."""
+        prefill ``chunks`` (start, length), and ``outputs`` rows through the head (``others``:
+        :meth:`per_token`)."""
         prefill_tokens = sum(c for _, c in chunks)
         tokens = decode_seqs + prefill_tokens
         if tokens == 0:
             return IterationTime(0.0, 0.0, 0.0)
-        tok, comm = (float(x) for x in self.per_token(tokens))
+        tok, comm = (float(x) for x in self.per_token(tokens, others))
         share = prefill_tokens / tokens
         chunk_attention = sum(float(self.prompt_attention_time(s + c) - self.prompt_attention_time(s))
                               for s, c in chunks)
@@ -151,10 +175,10 @@ class IterationTable:
                              decode_s=tok * (1 - share) + dec_attention + float(self.head_time(outputs)),
                              comm_s=comm)
 
-    def decode_run(self, seqs: int, context_sum: float, steps: int) -> np.ndarray:
+    def decode_run(self, seqs: int, context_sum: float, steps: int, others: float | None = None) -> np.ndarray:
         """The times of ``steps`` decode-only iterations of ``seqs`` sequences, the first after
-        ``context_sum`` cached positions in all (each step adds one per sequence)."""
-        tok, comm = (float(x) for x in self.per_token(seqs))
+        ``context_sum`` cached positions in all (each step adds one per sequence; ``others``: :meth:`per_token`)."""
+        tok, comm = (float(x) for x in self.per_token(seqs, others))
         mean = (context_sum + seqs * np.arange(steps)) / seqs
         return tok + comm + self.decode_attention_time(seqs, mean) + float(self.head_time(seqs))
 

@@ -71,6 +71,7 @@ class LoadPrediction(Report):
     input_len: float
     output_len: float
     tp: int
+    attention_dp: int = 1
     ttft_s: float
     tpot_s: float
     e2e_s: float
@@ -102,6 +103,11 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
     latency statistics, throughput, batch, KV use and time split), with the setup's device, engine and
     assumptions; the means at the top are the statistics' means."""
     m, pr, eng = setup.m, setup.pr, setup.eng
+    dp = pr.dp  # the groups of attention data parallel: one was evaluated, all are reported
+    if dp > 1:
+        concurrency = concurrency * dp if concurrency is not None else None
+        request_rate = request_rate * dp if request_rate is not None else None
+        measured = measured | {k: measured[k] * dp for k in ("num_requests", "requests_per_s", "output_tokens_per_s")}
     return LoadPrediction(
         hardware=model_hardware(pr), model=m.id, model_name=m.name,
         engine=EngineSummary(name=eng.name, version=eng.version, max_num_batched_tokens=eng.max_num_batched_tokens,
@@ -112,10 +118,17 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
                              iteration_overhead_s=setup.iteration_s, request_overhead_s=setup.request_s,
                              kv_cache_tokens=setup.kv_tokens, kv_cache_bytes_per_token=setup.kv_per_token,
                              source=eng.source),
-        evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp,
+        evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp, attention_dp=dp,
         ttft_s=measured["ttft"].mean, tpot_s=measured["tpot"].mean, e2e_s=measured["e2e"].mean,
-        output_tokens_per_s_per_device=measured["output_tokens_per_s"] / pr.tp, **measured,
+        output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp), **measured,
         assumptions=assumptions(setup, evaluator, concurrency, request_rate, warmup))
+
+
+def _group_line(setup) -> list[str]:
+    dp = setup.pr.dp
+    return [f"attention data parallel: {dp} engines of {setup.pr.tp} device(s), each with 1/{dp} of the clients "
+            "(or of the request rate) and of the requests; one is evaluated and the throughput counts all"] \
+        if dp > 1 else []
 
 
 def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 0) -> list[str]:
@@ -129,6 +142,7 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
         f"{setup.pr.kv_dtype}; weights in {setup.pr.weight_dtype}"
         + (f", GEMMs at the {setup.pr.gemm_dtype} peak in their own fitted kernel class" if setup.pr.gemm_dtype else ""),
         load,
+        *_group_line(setup),
         *setup.pr_lines,
         "continuous batching: each iteration runs the running sequences' decode tokens and prefill chunks of "
         "waiting requests within the token budget; its time is the model step priced for that mix (prefill "

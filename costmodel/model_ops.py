@@ -60,14 +60,27 @@ def _step_ops(section: str, compiled, dims: dict, count, precision: Precision, m
     return out
 
 
-def device_slice(m: ModelPreset, t: int, ep: bool = False) -> ModelPreset:
+def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1) -> ModelPreset:
     """What one of ``t`` tensor-parallel devices holds: h/t query heads, max(g/t, 1) key/value heads
     (replicated when g < t; an MLA latent is replicated on every device), d_ff/t (each expert's too) and
     vocab/t. With ``ep`` (expert parallel over the same ``t`` devices, as TensorRT-LLM's moe_ep_size = tp)
-    each device holds E/t whole routed experts instead of every expert's 1/t."""
+    each device holds E/t whole routed experts instead of every expert's 1/t; with attention data parallel
+    over ``dp`` groups of ``t`` (expert parallel over all dp x t devices), E/(dp t)."""
     if ep and not m.moe:
         raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
+    if dp > 1 and not m.moe:
+        raise CostModelError(f"attention data parallel applies to mixture-of-experts models (their experts run over "
+                             f"every group's devices); {m.id} has none: its groups would be independent replicas")
+    if dp > 1 and not ep:
+        raise CostModelError(f"attention data parallel ({dp}) is modelled with the routed experts spread over all "
+                             f"{dp} x {t} devices (expert parallel); {m.id} would need expert parallel on")
+    if dp > 1 and m.moe.experts % (dp * t):
+        raise CostModelError(f"expert parallel over {dp} x {t} devices must divide the {m.moe.experts} experts of "
+                             f"{m.id}")
     if t == 1:
+        if dp > 1:
+            return m.model_copy(update={"moe": m.moe.model_copy(update={"experts": m.moe.experts // dp,
+                                                                        "expert_ranks": dp})})
         return m
     if m.heads % t:
         raise CostModelError(f"tp {t} must divide the {m.heads} query heads of {m.id}")
@@ -88,7 +101,7 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False) -> ModelPreset:
     if m.mla:
         update["kv_heads"] = m.heads // t
     if m.moe and ep:
-        update["moe"] = m.moe.model_copy(update={"experts": m.moe.experts // t, "expert_ranks": t,
+        update["moe"] = m.moe.model_copy(update={"experts": m.moe.experts // (t * dp), "expert_ranks": t * dp,
                                                  "shared_d_ff": m.moe.shared_d_ff // t})
     elif m.moe:
         update["moe"] = m.moe.model_copy(update={"expert_d_ff": m.moe.expert_d_ff // t,
@@ -157,19 +170,22 @@ def local_experts_touched(moe, tokens):
     return moe.experts * (1 - (1 - moe.experts_per_token / moe.routed_experts) ** tokens)
 
 
-def moe_dims(m: ModelPreset, tokens) -> dict:
+def moe_dims(m: ModelPreset, tokens, dp: int = 1) -> dict:
     """The dimensions of a mixture-of-experts block over ``tokens`` tokens on one device: the rows routed to
-    its experts (T k / ranks) and the experts of its own they touch (:func:`local_experts_touched`)."""
+    its experts (T k / ranks) and the experts of its own they touch (:func:`local_experts_touched`). Under
+    attention data parallel the experts see the tokens of all ``dp`` groups (gathered), the router its own."""
     moe = m.moe
-    return {"t": tokens, "d": m.d_model, "e": moe.routed_experts, "r": tokens * moe.experts_per_token / moe.expert_ranks,
-            "u": local_experts_touched(moe, tokens), "c": moe.expert_d_ff, "top": moe.experts_per_token}
+    seen = tokens * dp
+    return {"t": tokens, "d": m.d_model, "e": moe.routed_experts, "r": seen * moe.experts_per_token / moe.expert_ranks,
+            "u": local_experts_touched(moe, seen), "c": moe.expert_d_ff, "top": moe.experts_per_token}
 
 
-def _moe_ops(m: ModelPreset, tokens, count: int, precision: Precision) -> list[StepOp]:
+def _moe_ops(m: ModelPreset, tokens, count: int, precision: Precision, dp: int = 1) -> list[StepOp]:
     """The mixture-of-experts block of ``count`` layers over ``tokens`` tokens: the routed block
     (:func:`costmodel.step_program.moe`), and the shared experts as a dense FFN."""
     moe = m.moe
-    ops = _step_ops("experts", compile_block("moe", m.ffn_gated), moe_dims(m, tokens), lambda name: count, precision)
+    ops = _step_ops("experts", compile_block("moe", m.ffn_gated), moe_dims(m, tokens, dp), lambda name: count,
+                    precision)
     if moe.shared_d_ff:
         shared = compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate))
         ops += _step_ops("experts", shared, {"t": tokens, "d": m.d_model, "f": moe.shared_d_ff}, lambda name: count,
@@ -185,7 +201,7 @@ def local_context(m: ModelPreset, ctx):
 
 
 def step_ops(m: ModelPreset, phase: str, b: int, ctx, source: int, precision, execution: str,
-             cache_append: str = "inplace", mla_form: str | None = None) -> list[StepOp]:
+             cache_append: str = "inplace", mla_form: str | None = None, dp: int = 1) -> list[StepOp]:
     """Every op of one decode step (``phase="decode"``: one token per sequence after ``ctx`` cached
     positions) or of the prefill of a ``ctx``-token prompt (encoder over ``source`` tokens first).
     Local (sliding-window) layers attend to at most ``sliding_window`` positions; mixture-of-experts
@@ -214,7 +230,7 @@ def step_ops(m: ModelPreset, phase: str, b: int, ctx, source: int, precision, ex
     moe_layers = m.moe.layers if m.moe else 0
     ops += _layer_ops("ffn and norms", m, tokens, L, precision, m.norms_per_layer, ffn_layers=L - moe_layers)
     if moe_layers:
-        ops += _moe_ops(m, tokens, moe_layers, precision)
+        ops += _moe_ops(m, tokens, moe_layers, precision, dp)
     if phase == "prefill" and m.architecture == "encoder-decoder":
         enc = m.model_copy(update={"kv_heads": m.enc_kv})
         ops += _attention_ops("encoder", enc, m.enc_kv, "batched", b, source, source, execution, m.encoder_layers,
@@ -266,15 +282,26 @@ def reduces_per_layer(m: ModelPreset) -> int:
     return 1 if m.parallel_block else 2
 
 
-def tensor_parallel(ops: list[StepOp], m: ModelPreset, t: int, tokens, encoder_tokens: int, act: float) -> list[StepOp]:
+def tensor_parallel(ops: list[StepOp], m: ModelPreset, t: int, tokens, encoder_tokens: int, act: float,
+                    dp: int = 1) -> list[StepOp]:
     """The ops of one of ``t`` devices (the ops of :func:`device_slice`'s model) with the collectives the
     sharding needs inserted: an all-reduce of each layer's ``tokens x d`` output per sharded block
-    (:func:`reduces_per_layer`), and at a prefill two per encoder layer over its ``encoder_tokens``."""
+    (:func:`reduces_per_layer`), and at a prefill two per encoder layer over its ``encoder_tokens``. Under
+    attention data parallel over ``dp`` groups, each mixture-of-experts layer gathers the hidden states of every
+    group's tokens before its experts and scatters their sum back after (vLLM's all-gather / reduce-scatter
+    dispatch): an all-gather and a reduce-scatter of the ``dp x tokens x d`` buffer over the device's ``dp``
+    peers, spread over all ``dp x t`` devices."""
+    out = list(ops)
+    if dp > 1:
+        gathered = _num(dp * tokens * m.d_model * act)
+        out += [StepOp(COLLECTIVES, m.moe.layers, KernelOp(kind, name, "bf16", 0.0, gathered, devices=dp,
+                                                           span=dp * t))
+                for kind, name in (("all_gather", "moe_dispatch"), ("reduce_scatter", "moe_combine"))]
     if t == 1:
-        return ops
+        return out
     reduce = lambda name, rows, count: StepOp(COLLECTIVES, count, KernelOp(  # noqa: E731
         "all_reduce", name, "bf16", 0.0, _num(rows * m.d_model * act), devices=t))
-    out = [*ops, reduce("all_reduce", tokens, reduces_per_layer(m) * m.layers)]
+    out = [*out, reduce("all_reduce", tokens, reduces_per_layer(m) * m.layers)]
     if encoder_tokens:
         out.append(reduce("encoder_all_reduce", encoder_tokens, 2 * m.encoder_layers))
     return out

@@ -167,6 +167,7 @@ class Pricing:
     tp: int
     mla_form: str | None
     ep: bool = False  # the routed experts spread over the tp devices (expert parallel) instead of sharded
+    dp: int = 1  # attention data parallel: dp groups of tp devices, each its own requests; experts over all
 
     @property
     def gemm_dtype(self) -> str | None:
@@ -175,14 +176,14 @@ class Pricing:
 
     def slice(self, m: ModelPreset) -> ModelPreset:
         """What one of the tp devices holds of ``m`` under these conventions."""
-        return device_slice(m, self.tp, self.ep)
+        return device_slice(m, self.tp, self.ep, self.dp)
 
 
 def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype"],
             execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
             overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"], without=(), engine: bool = True,
             weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None,
-            expert_parallel: bool = False) -> Pricing:
+            expert_parallel: bool = False, attention_dp: int = 1) -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -206,7 +207,8 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     model = time_model(hw, timing, without)
     hw.peak(dtype)
     checks.flag("expert_parallel", expert_parallel)
-    device_slice(m, tp, expert_parallel)  # a tp the model cannot be sharded over is an error before any arithmetic
+    checks.count("attention_dp", attention_dp)
+    device_slice(m, tp, expert_parallel, attention_dp)  # a layout the model cannot take: an error before arithmetic
     # W8A8 (W4A4): 8-bit weights run their GEMMs at the 8-bit peak where the device has one, NVFP4 weights at the
     # fp4 peak (Blackwell); int4, MXFP4 (W4A16) and wider weights, and NVFP4 on a device without fp4 math, are
     # dequantized to the activation dtype in the kernel
@@ -215,18 +217,18 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
                           gemm_dtype, LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
-                   tp, mla_form, expert_parallel)
+                   tp, mla_form, expert_parallel, attention_dp)
 
 
 def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[StepOp]:
     """A phase's program on one device: the sliced model's ops, as engines run them, with the collectives of
     tensor parallelism inserted."""
     dev = pr.slice(m)
-    ops = step_ops(dev, phase, batch, context, source, pr.precision, pr.execution, mla_form=pr.mla_form)
+    ops = step_ops(dev, phase, batch, context, source, pr.precision, pr.execution, mla_form=pr.mla_form, dp=pr.dp)
     tokens = batch if phase == "decode" else batch * context
     ops = engine_ops(ops, dev, tokens, pr.precision) if pr.engine else ops
     encoder = batch * source if phase == "prefill" and m.architecture == "encoder-decoder" else 0
-    return tensor_parallel(ops, m, pr.tp, tokens, encoder, pr.precision.act)
+    return tensor_parallel(ops, m, pr.tp, tokens, encoder, pr.precision.act, pr.dp)
 
 
 def phase_time(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> PhaseTime:
@@ -353,9 +355,16 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    "two all-reduces per layer") + f", {how}"
         out.append(f"tensor parallel over {pr.tp} device(s): query heads, FFN and vocabulary sharded; key/value heads "
                    "sharded when t <= g, replicated when g < t" + ("; the MLA latent replicated" if m.mla else "")
-                   + ((f"; the routed experts spread over the devices (expert parallel: {m.moe.experts // pr.tp} "
+                   + ((f"; the routed experts spread over the devices (expert parallel: "
+                       f"{m.moe.experts // (pr.tp * pr.dp)} "
                        "whole experts each, a token's rows to the devices holding its experts)" if pr.ep else
                        "; each expert's width sharded") if m.moe else "") + f"; {reduces}")
-    else:
+    elif pr.dp == 1:
         out.append("one device")
+    if pr.dp > 1:
+        out.append(f"attention data parallel: {pr.dp} groups of {pr.tp} device(s), each with its own requests and "
+                   f"KV cache; the routed experts spread over all {pr.dp * pr.tp} devices ({m.moe.experts // (pr.dp * pr.tp)} "
+                   "whole experts each), which see every group's tokens (the groups step together, each with the "
+                   "same load): per expert layer an all-gather of the groups' hidden states and a reduce-scatter "
+                   "of the experts' output over the device's peers in the other groups")
     return out

@@ -20,8 +20,8 @@ from costmodel.presets import ModelPreset
 from costmodel.reports import Report
 
 #: What a plan does not enumerate yet, stated in every plan.
-NOT_ENUMERATED = ("pipeline parallel", "attention data parallel", "expert parallel over groups other than the "
-                  "tensor-parallel one")
+NOT_ENUMERATED = ("pipeline parallel", "attention data parallel in a disaggregated pool", "expert parallel over "
+                  "groups other than the tensor-parallel one (or all the devices, with attention data parallel)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Layout:
     tp: int = 1
     replicas: int = 1
     expert_parallel: bool = False
+    attention_dp: int = 1  # aggregated: groups of tp devices with their own requests, experts over all
     prefill_tp: int = 0
     prefill_workers: int = 0
     decode_tp: int = 0
@@ -40,11 +41,13 @@ class Layout:
     @property
     def devices(self) -> int:
         if self.mode == "agg":
-            return self.tp * self.replicas
+            return self.tp * self.replicas * self.attention_dp
         return self.prefill_tp * self.prefill_workers + self.decode_tp * self.decode_workers
 
     def describe(self) -> str:
         ep = " EP" if self.expert_parallel else ""
+        if self.mode == "agg" and self.attention_dp > 1:
+            return f"DP{self.attention_dp} x TP{self.tp}{ep}"
         if self.mode == "agg":
             return f"{self.replicas} x TP{self.tp}{ep}"
         return f"{self.prefill_workers}P x TP{self.prefill_tp} + {self.decode_workers}D x TP{self.decode_tp}{ep}"
@@ -57,6 +60,7 @@ class PlanPoint(Report):
     tp: int
     replicas: int
     expert_parallel: bool
+    attention_dp: int
     prefill_tp: int
     prefill_workers: int
     decode_tp: int
@@ -105,6 +109,8 @@ def layouts(m: ModelPreset, n: int) -> list[Layout]:
     eps = (False, True) if m.moe else (False,)
     out = [Layout("agg", tp=t, replicas=n // t, expert_parallel=ep) for t in _powers(n) for ep in eps
            if not (ep and t == 1)]
+    if m.moe:  # attention data parallel: n / t groups, the experts over all n devices
+        out += [Layout("agg", tp=t, attention_dp=n // t, expert_parallel=True) for t in _powers(n) if n // t > 1]
     for tp_p in _powers(n):
         for tp_d in _powers(n):
             for workers_p in range(1, n // tp_p + 1):
@@ -127,7 +133,7 @@ def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency
               kv_dtype=kv_dtype, evaluator=evaluator)
     if layout.mode == "agg":
         p = serve(m, hw, concurrency=concurrency // layout.replicas, tp=layout.tp,
-                  expert_parallel=layout.expert_parallel, **kw)
+                  expert_parallel=layout.expert_parallel, attention_dp=layout.attention_dp, **kw)
     else:
         p = serve_disaggregated(m, hw, concurrency=concurrency,
                                 prefill=Pool(tp=layout.prefill_tp, workers=layout.prefill_workers,
@@ -139,6 +145,7 @@ def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency
         (ttft_t is None or p.ttft_s <= ttft_t) and (tpot_t is None or p.tpot_s <= tpot_t))
     return PlanPoint(device=hw.id, layout=layout.describe(), mode=layout.mode, tp=layout.tp,
                      replicas=layout.replicas, expert_parallel=layout.expert_parallel,
+                     attention_dp=layout.attention_dp,
                      prefill_tp=layout.prefill_tp, prefill_workers=layout.prefill_workers,
                      decode_tp=layout.decode_tp, decode_workers=layout.decode_workers, concurrency=concurrency,
                      ttft_s=p.ttft_s, tpot_s=p.tpot_s,
@@ -202,7 +209,7 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
         # 1. every layout swept in closed form
         screened = []
         for layout in layouts(m, devices):
-            units = layout.replicas if layout.mode == "agg" else 1
+            units = layout.replicas * layout.attention_dp if layout.mode == "agg" else 1
             previous, c = 0.0, 1
             while c <= max_concurrency:
                 try:
@@ -227,7 +234,7 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
         picked = {(pt.layout, pt.concurrency) for pt in chosen}
         candidates = {}
         for layout, c, pt in screened:
-            units = layout.replicas if layout.mode == "agg" else 1
+            units = layout.replicas * layout.attention_dp if layout.mode == "agg" else 1
             for near in (c // 2, c, c * 2):
                 if (pt.layout, c) in picked and units <= near <= max_concurrency * units:
                     candidates[(pt.layout, near)] = (layout, near)
@@ -245,8 +252,9 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
                 engine=engine_name, ttft_target_s=ttft_s, tpot_target_s=tpot_s, points=points, front=fronts,
                 best=best, skipped=skipped, assumptions=[
                     f"layouts of {devices} device(s): aggregated (tensor parallel, replicas sharing the clients "
-                    "evenly" + (", routed experts sharded or expert parallel over the tensor-parallel group"
-                                if m.moe else "") + "), and disaggregated prefill and decode pools; "
+                    "evenly" + (", routed experts sharded or expert parallel over the tensor-parallel group; and "
+                                "attention data parallel, the experts over all the devices" if m.moe else "")
+                    + "), and disaggregated prefill and decode pools; "
                     f"tensor-parallel sizes powers of two; not enumerated: {', '.join(NOT_ENUMERATED)}",
                     f"each layout under a closed loop of clients doubling from one (per replica) until its "
                     f"throughput per device grows by less than 2% or the clients reach {max_concurrency} per "

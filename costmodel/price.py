@@ -41,6 +41,7 @@ class KernelOp:
     peak: float | None = None
     kernel: str | None = None  # the efficiency class, where the caller knows it (a published table's rows)
     devices: int = 1  # a collective's group (kind ``all_reduce``)
+    span: int = 0  # the devices a collective's group is spread over (every tp-th device of dp x tp); 0: devices
 
     @property
     def cls(self) -> str | None:
@@ -261,13 +262,25 @@ class ProgramOp(NamedTuple):
 def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
     """An all-gather, reduce-scatter or all-to-all over ``op.devices`` GPUs: its fitted NCCL curve (the device's, or
     a measured device's with the bus bandwidth scaled by the interconnect ratio) where the time model is fitted;
-    else a ring over the datasheet interconnect, (n - 1) / n of the buffer each way in n - 1 steps."""
+    else a ring over the datasheet interconnect, (n - 1) / n of the buffer each way in n - 1 steps. A group spread
+    over more devices than one scale-up domain (``op.span``) is a ring over each device's network port."""
     from costmodel.errors import CostModelError
 
     if op.devices == 1:
         return _finish(0.0, 0.0, 0.0, 0.0, None)
     t = op.devices
     volume = (t - 1) / t * np.asarray(op.bytes, float)
+    domain = hw.scale_up_devices.value if hw.scale_up_devices is not None else None
+    if domain is not None and max(op.span, t) > domain:
+        # the group crosses domains: a ring whose steps between domains go over each device's network port,
+        # which bounds it (every device sends and receives (n - 1) / n of the buffer)
+        if hw.scale_out_bytes_per_s is None or hw.scale_out_latency_s is None:
+            raise CostModelError(f"a {op.kind} over {max(op.span, t)} x {hw.id} crosses its {domain}-device scale-up "
+                                 "domain and needs the network bandwidth and latency per device "
+                                 f"(scale_out_bytes_per_s, scale_out_latency_s), which {hw.id} does not state")
+        transfer = volume / hw.scale_out_bytes_per_s.value
+        latency = (t - 1) * hw.scale_out_latency_s.value * op.launches
+        return _finish(0.0, transfer, latency, transfer + latency, None)
     found = measured_collectives(hw) if conv.model.active else None
     if found is not None and found[0].ops.get(op.kind):
         c, scale = _curve(found[0].ops[op.kind], t), found[1]

@@ -77,7 +77,8 @@ def iteration_table(m: ModelPreset, pr: Pricing, max_tokens: int, max_seqs: int,
     of the sequences and the context, so runs that differ only in load share one."""
     seqs, ctx = 1 << (max_seqs - 1).bit_length(), 1 << (max_context - 1).bit_length()
     key = (m.model_dump_json(), pr.hw.model_dump_json(), pr.dtype, pr.weight_dtype, pr.group, pr.kv_dtype, pr.execution,
-           pr.overlap, pr.tp, pr.mla_form, pr.engine, pr.model.timing, tuple(sorted(pr.model.on)), max_tokens)
+           pr.overlap, pr.tp, pr.ep, pr.dp, pr.mla_form, pr.engine, pr.model.timing, tuple(sorted(pr.model.on)),
+           max_tokens)
     have = _TABLES.get(key)
     if have is None or have.d_grid[-1] < seqs or have.c_grid[-1] < ctx:
         if len(_TABLES) > 64:
@@ -110,7 +111,8 @@ class Setup:
         seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))
         self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
         # the time model and tensor parallelism, as a model prediction states them
-        self.pr_lines = [line for line in model_assumptions(m, pr) if line.startswith(("time = ", "tensor parallel"))]
+        self.pr_lines = [line for line in model_assumptions(m, pr)
+                         if line.startswith(("time = ", "tensor parallel", "attention data parallel"))]
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
 
@@ -143,8 +145,8 @@ def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, 
 def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
           warmup_requests: int = 0,
-          tp: int = 1, expert_parallel: bool = False, weight_dtype: str | None = None, kv_dtype: str | None = None,
-          timing: str = "graph",
+          tp: int = 1, expert_parallel: bool = False, attention_dp: int = 1, weight_dtype: str | None = None,
+          kv_dtype: str | None = None, timing: str = "graph",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
           memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
           prefix_caching: bool | None = None,
@@ -154,11 +156,22 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
     ``concurrency`` clients or Poisson arrivals at ``request_rate`` per second. ``warmup_requests`` more run
-    first and are left out of the statistics (aiperf's ``--warmup-request-count``)."""
+    first and are left out of the statistics (aiperf's ``--warmup-request-count``). With ``attention_dp`` groups
+    of ``tp`` devices (attention data parallel, experts spread over all of them), each group is an engine with
+    an even share of the clients (or of the rate) and of the requests; one is simulated and the report counts
+    all."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
                      request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
+    checks.count("attention_dp", attention_dp)
+    if attention_dp > 1:  # one group's share of the load
+        if concurrency is not None and concurrency % attention_dp:
+            raise CostModelError(f"concurrency {concurrency} must be a multiple of attention_dp {attention_dp} "
+                                 "(each group takes an even share of the clients)")
+        concurrency = concurrency // attention_dp if concurrency is not None else None
+        request_rate = request_rate / attention_dp if request_rate is not None else None
+        n, warmup_requests = max(1, n // attention_dp), warmup_requests // attention_dp
     eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
         page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching)
@@ -166,7 +179,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
         quant = m.quantization.weight_dtype if m.quantization is not None else None
         kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                 expert_parallel=expert_parallel)
+                 expert_parallel=expert_parallel, attention_dp=attention_dp)
     total = n + warmup_requests
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)

@@ -20,6 +20,10 @@ counts from the request's arrival), every decode iteration one token per sequenc
 (``concurrency`` clients each sending a new request when their last one finishes; all start at time 0, as
 benchmark clients do) or an open one (Poisson arrivals at ``request_rate``).
 
+Under attention data parallel one group is simulated; the routed experts it shares with the others see their
+tokens too, taken as copies of this group in the mean (as many running sequences, each decoding a token and
+prefilling a prompt's worth per output token).
+
 Stretches of decode-only iterations with nothing to admit are advanced at once (their step times evaluated as an
 array), which keeps 1,000 requests well under a second.
 """
@@ -109,12 +113,22 @@ class SimResult:
         return self.finish - self.arrival
 
 
+def _others(table: IterationTable, running: int, prompt_per_output: float) -> float | None:
+    """Under attention data parallel, the tokens each other group runs in an iteration, taken as a copy of this
+    group in the mean: as many running sequences, each decoding a token and prefilling its share of a prompt per
+    iteration (mean prompt over mean output tokens). None with one group."""
+    if table.dp == 1:
+        return None
+    return running * (1 + prompt_per_output)
+
+
 def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompts: np.ndarray,
              outputs: np.ndarray, concurrency: int | None = None, request_rate: float | None = None,
              overhead_s: float = 0.0, seed: int = 0, check: bool = False) -> SimResult:
     """Run ``len(prompts)`` requests through the engine. ``check``: record every violated invariant (token
     budget, sequence limit, KV pages) instead of trusting them."""
     n = len(prompts)
+    ratio = float(np.mean(prompts)) / max(float(np.mean(outputs)), 1.0)  # prompt tokens per output token
     if (concurrency is None) == (request_rate is None):
         raise CostModelError("give a concurrency or a request rate, not both")
     pages_total = kv_tokens // eng.page_size
@@ -209,7 +223,8 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
             if steps >= 1:
                 d = len(decoding)
                 ctx = sum(r.prompt + r.produced for r in decoding)
-                times = table.decode_run(d, ctx, steps) + overhead_s
+                others = _others(table, len(running), ratio)
+                times = table.decode_run(d, ctx, steps, others) + overhead_s
                 if pending:  # stop at the next arrival
                     ends = clock + np.cumsum(times)
                     steps = min(steps, int(np.searchsorted(ends, pending[0][0])) + 1)
@@ -220,7 +235,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                         free -= grown - r.pages
                         r.pages = grown
                     r.produced += steps
-                comm = float(table.per_token(d)[1]) * steps  # the all-reduces of these steps
+                comm = float(table.per_token(d, others)[1]) * steps  # the collectives of these steps
                 clock += float(times.sum())
                 res.decode_s += float(times.sum()) - steps * overhead_s - comm
                 res.comm_s += comm
@@ -272,7 +287,8 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
             raise CostModelError("the engine cannot schedule any request: raise the token budget, the sequence "
                                  "limit or the KV cache")
         it = table.time(decode_seqs=len(decode_now), decode_context_sum=sum(r.prompt + r.produced for r in decode_now),
-                        chunks=chunks, outputs=len(decode_now) + outputs_rows)
+                        chunks=chunks, outputs=len(decode_now) + outputs_rows,
+                        others=_others(table, len(running), ratio))
         dt = it.total_s + overhead_s
         tokens = len(decode_now) + sum(c for _, c in chunks)
         res.prefill_tokens += tokens - len(decode_now)

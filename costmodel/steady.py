@@ -37,6 +37,8 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     ctx = isl + osl / 2
     over = setup.iteration_s
 
+    others = None  # under attention data parallel: what each other group runs (set per batch in times())
+
     def iteration(decode: float, prompt_tokens: float, outputs: float, start: int = 0) -> float:
         """An iteration of ``decode`` decode tokens and ``prompt_tokens`` of prompts: whole prompts, then a part
         (or, from ``start``, the chunk of one prompt that begins there)."""
@@ -48,14 +50,16 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             left -= c
             start = 0
         return table.time(decode_seqs=d, decode_context_sum=d * ctx, chunks=chunks,
-                          outputs=d + int(round(outputs))).total_s + over
+                          outputs=d + int(round(outputs)), others=others).total_s + over
 
     def times(b: float):
         b_dec = max(b - 1, 0)
         room = eng.max_num_batched_tokens - (b_dec if eng.mixes else 0)
         k = math.ceil(isl / max(room, 1))
         starts = b / (osl - 1 + k) if osl > 1 else b / k  # requests starting per iteration
-        dec = float(table.decode_run(max(int(round(b)), 1), max(int(round(b)), 1) * ctx, 1)[0]) + over
+        nonlocal others
+        others = b * (1 + isl / osl) if table.dp > 1 else None  # the other groups: copies of this one in the mean
+        dec = float(table.decode_run(max(int(round(b)), 1), max(int(round(b)), 1) * ctx, 1, others)[0]) + over
         if k > 1:  # a prompt longer than the room: its chunks fill k iterations, each after the ones before
             # (the others' prompts sharing those iterations are left out: TTFT up to ~17% low here)
             tagged = sum(iteration(b_dec, min(room, isl - i * room), i == k - 1, start=i * room) for i in range(k))

@@ -27,7 +27,10 @@ def load_table(results: list) -> str:
     rows = [tuple(head)]
     for p in results:
         load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
-        rows.append((f"{p.tp} x {p.hardware.id}" if p.tp > 1 else p.hardware.id, p.engine.name, load, _ms(p.ttft_s),
+        devices = f"{p.tp} x {p.hardware.id}" if p.tp > 1 else p.hardware.id
+        if p.attention_dp > 1:
+            devices = f"{p.attention_dp} x {devices} (attention DP)"
+        rows.append((devices, p.engine.name, load, _ms(p.ttft_s),
                      _ms(p.ttft.p90), _ms(p.tpot_s), _ms(p.tpot.p90), _ms(p.itl.p99), _ms(p.e2e_s),
                      f"{p.requests_per_s:.3g}", f"{p.output_tokens_per_s_per_device:,.0f}",
                      f"{p.output_tokens_per_s_per_user:.1f}", f"{p.mean_batch:.1f}", f"{p.kv_use_max:.0%}"))

@@ -212,6 +212,11 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        prefill_tp_size="1.0", prefill_batch_size="1.0", decode_num_workers="1.0", decode_tp_size="2.0",
                        decode_batch_size="8.0"),
                   _row(id="dis-adp", mode="disagg", batch_size="", prefill_attention_dp_size="4.0"),
+                  _row(id="adp", model_path="Qwen/Qwen3-235B-A22B-FP8", silicon_data_source="silicon_concurrency=8",
+                       batch_size="2.0", tp_size="2.0", attention_dp_size="4.0", moe_ep_size="8.0", precision="fp8",
+                       gemm_quant_mode="fp8_block"),
+                  _row(id="adp-tp", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="2.0", attention_dp_size="4.0",
+                       moe_ep_size="2.0", precision="fp8"),
                   _row(id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0",
                        decode_num_workers="1.0"),
                   _row(id="dis-w", mode="disagg", prefill_num_workers="1.0"),
@@ -226,16 +231,19 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
     assert set(report) == {"rows", "skipped", "summary"}
     reasons = {s["id"]: s["reason"] for s in report["skipped"]}
     assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel across other groups",
-                       "dis-adp": "attention data parallel", "dis-c": "no concurrency",
+                       "dis-adp": "attention data parallel in a disaggregated pool", "dis-c": "no concurrency",
+                       "adp-tp": "attention data parallel without expert parallel over all its devices",
                        "dis-w": "disaggregated without worker counts",
                        "fp4": "MXFP4 on a GPU with fp4 math", "neg": "bad numbers"}
     # expert parallel over the tp group is modelled, and disaggregated pools
-    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "moe"]
+    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "adp", "moe"]
     for row in report["rows"]:
         again = run_cli(*row["command"], "--json")
         got = json.loads(again.output)
         assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
-    assert "--expert-parallel" in report["rows"][2]["command"]
+    assert "--expert-parallel" in report["rows"][3]["command"]
+    adp = report["rows"][2]["command"]
+    assert adp[adp.index("--attention-dp") + 1] == "4" and "--expert-parallel" in adp
     dis = report["rows"][1]["command"]
     assert dis[dis.index("--prefill-workers") + 1] == "2" and dis[dis.index("--decode-tp") + 1] == "2"
 

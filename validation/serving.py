@@ -102,6 +102,7 @@ class Stage:
     workers: int
     batch: int | None
     expert_parallel: bool
+    attention_dp: int = 1
 
     def flags(self, role: str) -> list[str]:
         out = [f"--{role}-tp", str(self.tp), f"--{role}-workers", str(self.workers)]
@@ -133,6 +134,7 @@ class Deployment:
     tpot_s: float
     expert_parallel: bool = False
     max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
+    attention_dp: int = 1  # groups of tp devices, each its own engine of `batch` sequences
     prefill: Stage | None = None  # disaggregated: the two pools (tp and batch above are the decode pool's)
     decode: Stage | None = None
 
@@ -149,6 +151,8 @@ class Deployment:
             cmd += ["--kv-dtype", self.kv_dtype]
         if self.expert_parallel:
             cmd += ["--expert-parallel"]
+        if self.attention_dp > 1:
+            cmd += ["--attention-dp", str(self.attention_dp)]
         if self.max_num_batched_tokens:
             cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         return cmd
@@ -205,12 +209,14 @@ def parse(row: dict) -> Deployment | str:
             return "bad numbers"
         m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source") or "")
         if "" in stages:
-            tp, batch = stages[""].tp, stages[""].batch
-            conc = int(m.group(1)) if m else batch
+            tp, batch, dp = stages[""].tp, stages[""].batch, stages[""].attention_dp
+            conc = int(m.group(1)) if m else (batch * dp if batch else None)
             if not conc or not batch:
                 return "no concurrency"
-            if conc > batch:  # more clients than one engine's batch: the source's replicas share the load
+            if conc > batch * dp:  # more clients than the engines' batches: the source's replicas share the load
                 return "several replicas (data parallel)"
+            if conc % dp:
+                return "clients not an even share per attention-data-parallel group"
         else:  # disaggregated: the clients are the load; each pool's batch limit is its workers'
             if not m:
                 return "no concurrency"
@@ -228,7 +234,7 @@ def parse(row: dict) -> Deployment | str:
         tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
         return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                           batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
-                          stages[""].expert_parallel, tokens)
+                          stages[""].expert_parallel, tokens, attention_dp=dp)
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                       batch or 0, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
                       prefill=stages["prefill"], decode=stages["decode"])
@@ -242,17 +248,20 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     parallel 16, three decode workers)."""
     if (_whole(row, prefix + "pp_size", 1) or 1) > 1:
         return "pipeline parallel"
-    if (_whole(row, prefix + "attention_dp_size", 1) or 1) > 1:
-        return "attention data parallel"
+    dp = _whole(row, prefix + "attention_dp_size", 1) or 1
     tp = _whole(row, prefix + "tp_size", 1) or 1
     ep = _whole(row, prefix + "moe_ep_size", 1) or 1
     moe_tp = _whole(row, prefix + "moe_tp_size", 1) or 1
-    if ep > 1 and not (ep == tp and moe_tp == 1):  # expert parallel over the tensor-parallel group is modelled
+    if dp > 1 and prefix:
+        return "attention data parallel in a disaggregated pool"
+    if dp > 1 and not (ep == dp * tp and moe_tp == 1):  # experts over every group's devices is modelled
+        return "attention data parallel without expert parallel over all its devices"
+    if ep > 1 and not (ep == dp * tp and moe_tp == 1):  # expert parallel over the tensor-parallel group(s)
         return "expert parallel across other groups"
     workers = _whole(row, prefix + "num_workers") if prefix else 1
     if not workers:
         return "disaggregated without worker counts"
-    return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1)
+    return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1, dp)
 
 
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
@@ -300,7 +309,7 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
                  engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator,
                  **({"max_num_batched_tokens": d.max_num_batched_tokens} if d.max_num_batched_tokens else {}),
-                 expert_parallel=d.expert_parallel, **rounds)
+                 expert_parallel=d.expert_parallel, attention_dp=d.attention_dp, **rounds)
 
 
 def summary(rows: list[dict]) -> list[dict]:

@@ -1,0 +1,103 @@
+"""Attention data parallel with the experts spread over every group's devices: what a device holds and runs,
+counted by hand; the collectives around the experts; the served report counting every group; the group's share
+of the load; and the pricing of a group that spans nodes."""
+
+import numpy as np
+import pytest
+
+import costmodel
+from costmodel.errors import CostModelError
+from costmodel.model_ops import device_slice
+from costmodel.model_step import pricing, phase_ops
+from costmodel.price import Conventions, KernelOp, price
+from costmodel.served import serve
+
+OFF = {"iteration_s": 0.0, "request_s": 0.0}
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return costmodel.load_profile("h100")
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return costmodel.load_model("Qwen/Qwen3-235B-A22B")  # 128 experts, 8 per token, d_model 4096, 94 layers
+
+
+def test_a_device_holds_its_share_of_experts(qwen):
+    """DP2 x TP4: attention sharded four ways as under TP4; 128 experts over 8 devices, 16 whole ones each."""
+    one = device_slice(qwen, 4, ep=True)
+    dp = device_slice(qwen, 4, ep=True, dp=2)
+    assert (dp.heads, dp.kv_heads, dp.d_ff) == (one.heads, one.kv_heads, one.d_ff)
+    assert (one.moe.experts, dp.moe.experts, dp.moe.expert_ranks) == (32, 16, 8)
+    assert dp.moe.expert_d_ff == qwen.moe.expert_d_ff  # whole experts
+    with pytest.raises(CostModelError, match="expert parallel"):
+        device_slice(qwen, 4, ep=False, dp=2)
+    with pytest.raises(CostModelError, match="mixture-of-experts"):
+        device_slice(costmodel.load_model("llama-3.1-8b"), 1, dp=2)
+    with pytest.raises(CostModelError, match="must divide"):
+        device_slice(qwen, 8, ep=True, dp=32)  # 256 devices for 128 experts
+
+
+def test_step_ops_by_hand(qwen, h100):
+    """A decode step of 16 sequences per group, DP2 x TP4: the experts of a device see 2 x 16 tokens, 32 x 8 / 8 =
+    32 routed rows; per expert layer an all-gather and a reduce-scatter of the 2 x 16 x 4096 x 2-byte buffer over
+    the device's 2 peers, spread over 8 devices; the all-reduces over each group's 4 devices stay."""
+    pr = pricing(qwen, h100, tp=4, expert_parallel=True, attention_dp=2)
+    ops = {s.name: s for s in phase_ops(qwen, pr, "decode", 16, 1024, 1)}
+    for name, kind in (("moe_dispatch", "all_gather"), ("moe_combine", "reduce_scatter")):
+        s = ops[name]
+        assert (s.op.kind, s.count, s.op.devices, s.op.span) == (kind, 94, 2, 8)
+        assert s.op.bytes == 2 * 16 * 4096 * 2
+    assert ops["all_reduce"].op.devices == 4 and ops["all_reduce"].count == 2 * 94
+    one = {s.name: s for s in phase_ops(qwen, pricing(qwen, h100, tp=4, expert_parallel=True), "decode", 16, 1024, 1)}
+    # the routed GEMM: twice the tokens over twice the ranks -> the same rows per device, fewer experts to read
+    assert ops["experts_down"].op.flops == pytest.approx(one["experts_down"].op.flops, rel=1e-12)
+    assert ops["experts_down"].op.bytes < one["experts_down"].op.bytes
+    assert "moe_dispatch" not in one
+
+
+def test_a_group_across_nodes_crosses_the_network(h100):
+    """An all-gather whose group spans 16 devices of 8-device nodes: a ring bounded by each device's 50 GB/s port,
+    (n - 1) / n of the buffer, n - 1 steps of 5 us."""
+    conv = Conventions.datasheet()
+    for nbytes in (1e5, 1e7):
+        got = price(KernelOp("all_gather", "g", "bf16", 0.0, nbytes, devices=4, span=16), None, h100, conv).time
+        assert got == pytest.approx(3 / 4 * nbytes / 50e9 + 3 * 5e-6, rel=1e-12)
+        inside = price(KernelOp("all_gather", "g", "bf16", 0.0, nbytes, devices=4, span=8), None, h100, conv).time
+        assert inside == pytest.approx(3 / 4 * nbytes / 450e9 + 3 * 2e-6, rel=1e-12)
+
+
+def test_served_report_counts_every_group(qwen, h100):
+    """Eight clients over DP2 x TP4: each group an engine of four clients; the report's clients, requests and
+    throughput are both groups', per device over all eight devices; Little's law on the whole."""
+    kw = dict(input_len=512, output_len=32, engine_name="vllm", tp=4, expert_parallel=True, weight_dtype="fp8",
+              overheads=OFF)
+    p = serve(qwen, h100, concurrency=8, attention_dp=2, num_requests=160, **kw)
+    assert p.concurrency == 8 and p.attention_dp == 2 and p.num_requests == 160
+    assert p.output_tokens_per_s_per_device == pytest.approx(p.output_tokens_per_s / 8, rel=1e-12)
+    assert p.requests_per_s * p.e2e_s == pytest.approx(8, rel=0.05)
+    assert p.max_batch <= 4
+    with pytest.raises(CostModelError, match="multiple of attention_dp"):
+        serve(qwen, h100, concurrency=7, attention_dp=2, **kw)
+    long = kw | {"output_len": 128}
+    sim = serve(qwen, h100, concurrency=8, attention_dp=2, num_requests=160, warmup_requests=16, **long)
+    steady = serve(qwen, h100, concurrency=8, attention_dp=2, evaluator="steady-state", **long)
+    assert steady.tpot_s == pytest.approx(sim.tpot_s, rel=0.05)
+    assert steady.requests_per_s == pytest.approx(sim.requests_per_s, rel=0.05)
+
+
+def test_one_group_is_today(qwen, h100):
+    """attention_dp=1 is the expert-parallel-over-TP prediction, to the last digit; others are ignored."""
+    kw = dict(input_len=512, output_len=32, concurrency=4, tp=4, expert_parallel=True, weight_dtype="fp8",
+              num_requests=20)
+    a, b = serve(qwen, h100, **kw), serve(qwen, h100, attention_dp=1, **kw)
+    assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s)
+    from costmodel.served import Setup
+    from costmodel.engines import engine
+
+    s = Setup(qwen, pricing(qwen, h100, tp=4, expert_parallel=True, weight_dtype="fp8"),
+              engine("vllm", capacity_bytes=h100.capacity),
+              max_context=600)
+    assert np.array_equal(s.table.per_token(37.0), s.table.per_token(37.0, others=1000.0))
