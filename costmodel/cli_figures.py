@@ -245,6 +245,30 @@ def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, as_js
         click.echo(shazeer_table(result))
 
 
+@reproduce.command("deepseek2024")
+@click.option("--gpu", "gpu", default="h800", show_default=True, help="the device (the paper's: H800)")
+@click.option("--gpus", "devices", type=Positive, default=8, show_default=True, help="devices of one deployment")
+@click.option("--input-len", type=Positive, default=1024, show_default=True,
+              help="prompt tokens of a request (the paper states none)")
+@click.option("--output-len", type=Positive, default=1024, show_default=True,
+              help="generated tokens of a request (the paper states none)")
+@json_option
+def reproduce_deepseek(gpu, devices, input_len, output_len, as_json) -> None:
+    """DeepSeek-V2 (2024): the KV cache against DeepSeek 67B, and the generation throughput on 8 H800s.
+
+    Example: costmodel reproduce deepseek2024
+    """
+    from costmodel.catalog import load_profile
+    from costmodel.reproduce import deepseek2024
+    from costmodel.text import deepseek_table
+
+    result = deepseek2024(load_profile(gpu), devices=devices, input_len=input_len, output_len=output_len)
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(deepseek_table(result))
+
+
 @reproduce.command("gqa2023")
 @click.option("--tp", type=Positive, default=8, show_default=True, help="TPU v4 chips, tensor parallel")
 @click.option("--plot", "plot_path", type=FilePath(), help="write the figure (.png, .svg, .pdf)")

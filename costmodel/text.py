@@ -363,3 +363,25 @@ def sweeps_table(sweeps) -> str:
         rows.append((str(x), *[si(col[j]["time_s"], "s") + ("" if col[j]["fits"] else " *") for col in columns]))
     lines += aligned(rows, right=range(len(head)))
     return "\n".join(lines)
+
+
+def deepseek_table(result: dict) -> str:
+    """DeepSeek-V2 against DeepSeek 67B: the KV cache per token and the most generation throughput."""
+    kv, red, paper = result["kv_bytes_per_token"], result["kv_reduction"], result["paper"]
+    lines = ["KV cache per token (every layer, counted from the programs):",
+             f"  DeepSeek 67B (GQA, 8 kv heads of 128, 95 layers, bf16)    {kv['deepseek_llm_67b']:>9,.0f} bytes",
+             f"  DeepSeek-V2 (MLA latent 512 + rotary key 64, 60 layers)    {kv['deepseek_v2_bf16']:>9,.0f} bytes in bf16,"
+             f" {kv['deepseek_v2_6bit']:,.0f} at 6 bits",
+             f"  reduction: {red['bf16']:.1%} in bf16, {red['fp8']:.1%} in fp8, {red['6bit']:.1%} at 6 bits "
+             f"(paper: {paper['kv_reduction']:.1%}, with the cache at 6 bits)", "",
+             f"Most generation throughput on {result['devices']} x {result['hw']} (paper: DeepSeek-V2 over "
+             f"{paper['v2_tokens_per_s'] / 1e3:.0f}K tokens/s, {paper['throughput_ratio']}x DeepSeek 67B):"]
+    rows = [("model", "weights", "KV", "layout", "clients", "tokens/s", "TPOT", "x 67B")]
+    for r in result["throughput"]:
+        rows.append((r["model"], r["weights"], r["kv_cache"], r["layout"] or "-", str(r["clients"] or "-"),
+                     f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-",
+                     f"{r['tpot_s'] * 1e3:.1f} ms" if r["tpot_s"] else "-",
+                     f"{r['ratio']:.2f}" if r["ratio"] else "-"))
+    lines += aligned(rows, right={4, 5, 6, 7}, indent="  ")
+    lines += ["", f"Setup: {result['setup']}"]
+    return "\n".join(lines)
