@@ -13,6 +13,7 @@ from costmodel.errors import CostModelError
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
              "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel", "attention_dp",
+             "pipeline_parallel",
              "disaggregated",
              "prefill_tp", "prefill_workers", "prefill_max_num_seqs", "prefill_expert_parallel", "decode_tp",
              "decode_workers", "decode_max_num_seqs", "decode_expert_parallel", "decode_gpu", "kv_link_bandwidth")
@@ -75,6 +76,8 @@ def engine_options(func):
                      help="with --expert-parallel: attention data parallel over this many groups of --tp devices, "
                           "each an engine with its own requests, the routed experts spread over all of them "
                           "[default: 1]"),
+        click.option("--pipeline-parallel-size", "--pp", "--pp-size", "pipeline_parallel", type=Positive,
+                     help="pipeline stages of --tp devices each, the layers split among them [default: 1]"),
         click.option("--evaluator", type=choices(("simulation", "steady-state")), default="simulation",
                      show_default=True, help="iteration-level simulation, or the steady-state closed form"),
         click.option("--disaggregated", is_flag=True, default=False,
@@ -153,6 +156,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
               warmup_requests=load["warmup_requests"],
               tp=pricing["tp"], expert_parallel=load["expert_parallel"], attention_dp=load["attention_dp"] or 1,
+              pipeline_parallel=load["pipeline_parallel"] or 1,
               weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
               timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
@@ -186,7 +190,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         ("--max-num-seqs", "max_num_seqs", None), ("--gpu-memory-utilization", "memory_fraction", None),
         ("--block-size", "page_size", None), ("--enable-chunked-prefill", "chunked_prefill", None),
         ("--enable-prefix-caching", "prefix_caching", None), ("--expert-parallel", "expert_parallel", False),
-        ("--attention-dp", "attention_dp", 1),
+        ("--attention-dp", "attention_dp", 1), ("--pipeline-parallel-size", "pipeline_parallel", 1),
         ("--length-dist or --lengths-file", "input_dist", "fixed"))
         if kw[key] != default]
     if unsupported:

@@ -18,6 +18,11 @@ tokens of every group: ``G`` tokens, this group's own plus what the others carry
 (``others``: the tokens each other group runs; by default as many as this one). They are priced on their own grid
 of ``G``.
 
+Under pipeline parallel over ``p`` stages the engine's batch moves through the stages as ``k = min(p, sequences)``
+micro-batches: each sequence gets a token per round, and a round lasts one micro-batch's way through every stage,
+the whole model's step over ``1/k`` of the batch (its weights read once per micro-batch, its token work and
+attention split), with the sends between stages, and the head of the last stage once per micro-batch.
+
 Each part is priced at grid points of its sizes when the table is built, and interpolated linearly in between
 (:data:`GRID_POINTS` per doubling); ``exact`` prices a given iteration without the grid, for checks.
 """
@@ -103,7 +108,7 @@ class IterationTable:
         self.token = np.broadcast_to(by_tokens["token"], self.t_grid.shape).astype(float)
         self.comm = np.broadcast_to(by_tokens["comm"], self.t_grid.shape).astype(float)
         # the routed experts over G = dp x T gathered tokens (dp = 1: G = T, and they join the per-token ops)
-        self.dp = pr.dp
+        self.dp, self.pp = pr.dp, pr.pp
         self.g_grid = self.t_grid * self.dp
         self.moe = np.broadcast_to(by_tokens["moe"], self.t_grid.shape).astype(float)
         self.moe_comm = np.broadcast_to(by_tokens["moe_comm"], self.t_grid.shape).astype(float)
@@ -165,22 +170,34 @@ class IterationTable:
         tokens = decode_seqs + prefill_tokens
         if tokens == 0:
             return IterationTime(0.0, 0.0, 0.0)
-        tok, comm = (float(x) for x in self.per_token(tokens, others))
+        k = self.micro_batches(decode_seqs + len(chunks))
+        tok, comm = (float(x) for x in self.per_token(tokens / k, None if others is None else others / k))
         share = prefill_tokens / tokens
         chunk_attention = sum(float(self.prompt_attention_time(s + c) - self.prompt_attention_time(s))
-                              for s, c in chunks)
-        dec_attention = (float(self.decode_attention_time(decode_seqs, decode_context_sum / decode_seqs))
+                              for s, c in chunks) / k
+        dec_attention = (float(self.decode_attention_time(decode_seqs / k, decode_context_sum / decode_seqs))
                          if decode_seqs else 0.0)
+        head = float(self.head_time(outputs / k)) * (1 + (k - 1) * (outputs > 0))
         return IterationTime(prefill_s=tok * share + chunk_attention,
-                             decode_s=tok * (1 - share) + dec_attention + float(self.head_time(outputs)),
-                             comm_s=comm)
+                             decode_s=tok * (1 - share) + dec_attention + head, comm_s=comm)
+
+    def micro_batches(self, sequences: int) -> int:
+        """Micro-batches a pipeline runs a batch of ``sequences`` in: one per stage while there are sequences for
+        them (1 without pipeline parallel)."""
+        return max(1, min(self.pp, sequences))
+
+    def decode_comm(self, seqs: int, others: float | None = None) -> float:
+        """The communication of one decode-only iteration of ``seqs`` sequences."""
+        k = self.micro_batches(seqs)
+        return float(self.per_token(seqs / k, None if others is None else others / k)[1])
 
     def decode_run(self, seqs: int, context_sum: float, steps: int, others: float | None = None) -> np.ndarray:
         """The times of ``steps`` decode-only iterations of ``seqs`` sequences, the first after
         ``context_sum`` cached positions in all (each step adds one per sequence; ``others``: :meth:`per_token`)."""
-        tok, comm = (float(x) for x in self.per_token(seqs, others))
+        k = self.micro_batches(seqs)
+        tok, comm = (float(x) for x in self.per_token(seqs / k, None if others is None else others / k))
         mean = (context_sum + seqs * np.arange(steps)) / seqs
-        return tok + comm + self.decode_attention_time(seqs, mean) + float(self.head_time(seqs))
+        return tok + comm + self.decode_attention_time(seqs / k, mean) + float(self.head_time(seqs / k)) * k
 
 
 def exact_time(m: ModelPreset, pr: Pricing, *, decode_seqs: int, decode_context: int, prompt: int) -> float:

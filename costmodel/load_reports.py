@@ -72,6 +72,7 @@ class LoadPrediction(Report):
     output_len: float
     tp: int
     attention_dp: int = 1
+    pipeline_parallel: int = 1
     ttft_s: float
     tpot_s: float
     e2e_s: float
@@ -119,8 +120,9 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
                              kv_cache_tokens=setup.kv_tokens, kv_cache_bytes_per_token=setup.kv_per_token,
                              source=eng.source),
         evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp, attention_dp=dp,
+        pipeline_parallel=pr.pp,
         ttft_s=measured["ttft"].mean, tpot_s=measured["tpot"].mean, e2e_s=measured["e2e"].mean,
-        output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp), **measured,
+        output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp * pr.pp), **measured,
         assumptions=assumptions(setup, evaluator, concurrency, request_rate, warmup))
 
 

@@ -168,6 +168,7 @@ class Pricing:
     mla_form: str | None
     ep: bool = False  # the routed experts spread over the tp devices (expert parallel) instead of sharded
     dp: int = 1  # attention data parallel: dp groups of tp devices, each its own requests; experts over all
+    pp: int = 1  # pipeline parallel: pp stages of tp devices, each a contiguous 1/pp of the layers
 
     @property
     def gemm_dtype(self) -> str | None:
@@ -183,7 +184,7 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
             execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
             overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"], without=(), engine: bool = True,
             weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None,
-            expert_parallel: bool = False, attention_dp: int = 1) -> Pricing:
+            expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1) -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -208,6 +209,9 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     hw.peak(dtype)
     checks.flag("expert_parallel", expert_parallel)
     checks.count("attention_dp", attention_dp)
+    checks.count("pipeline_parallel", pipeline_parallel)
+    if pipeline_parallel > m.layers:
+        raise CostModelError(f"pipeline parallel {pipeline_parallel} exceeds the {m.layers} layers of {m.id}")
     device_slice(m, tp, expert_parallel, attention_dp)  # a layout the model cannot take: an error before arithmetic
     # W8A8 (W4A4): 8-bit weights run their GEMMs at the 8-bit peak where the device has one, NVFP4 weights at the
     # fp4 peak (Blackwell); int4, MXFP4 (W4A16) and wider weights, and NVFP4 on a device without fp4 math, are
@@ -217,7 +221,7 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
                           gemm_dtype, LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
-                   tp, mla_form, expert_parallel, attention_dp)
+                   tp, mla_form, expert_parallel, attention_dp, pipeline_parallel)
 
 
 def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[StepOp]:
@@ -228,7 +232,23 @@ def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, sour
     tokens = batch if phase == "decode" else batch * context
     ops = engine_ops(ops, dev, tokens, pr.precision) if pr.engine else ops
     encoder = batch * source if phase == "prefill" and m.architecture == "encoder-decoder" else 0
-    return tensor_parallel(ops, m, pr.tp, tokens, encoder, pr.precision.act, pr.dp)
+    return pipeline_sends(tensor_parallel(ops, m, pr.tp, tokens, encoder, pr.precision.act, pr.dp), m, pr, tokens)
+
+
+def pipeline_sends(ops: list[StepOp], m: ModelPreset, pr: Pricing, tokens) -> list[StepOp]:
+    """Under pipeline parallel, the hidden states of ``tokens`` sent from each stage to the next: pp - 1 sends,
+    of which those between scale-up domains (stages laid out in order, tp devices each) cross the network."""
+    if pr.pp == 1:
+        return ops
+    domain = pr.hw.scale_up_devices.value if pr.hw.scale_up_devices is not None else None
+    crossing = 0 if domain is None else max(0, -(-pr.tp * pr.pp // domain) - 1)
+    crossing = min(crossing, pr.pp - 1)
+    nbytes = tokens * m.d_model * pr.precision.act
+    out = list(ops)
+    for name, count, span in (("pp_send", pr.pp - 1 - crossing, 2), ("pp_send_network", crossing, (domain or 0) + 1)):
+        if count:
+            out.append(StepOp(COLLECTIVES, count, KernelOp("send", name, "bf16", 0.0, nbytes, devices=2, span=span)))
+    return out
 
 
 def phase_time(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int, source: int) -> PhaseTime:
@@ -361,6 +381,10 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                        "; each expert's width sharded") if m.moe else "") + f"; {reduces}")
     elif pr.dp == 1:
         out.append("one device")
+    if pr.pp > 1:
+        out.append(f"pipeline parallel over {pr.pp} stages of {pr.tp} device(s), each a contiguous 1/{pr.pp} of the "
+                   "layers with their weights and KV cache; a stage sends its tokens' hidden states to the next (over "
+                   "the network where stages sit in different scale-up domains)")
     if pr.dp > 1:
         out.append(f"attention data parallel: {pr.dp} groups of {pr.tp} device(s), each with its own requests and "
                    f"KV cache; the routed experts spread over all {pr.dp * pr.tp} devices ({m.moe.experts // (pr.dp * pr.tp)} "

@@ -20,8 +20,9 @@ from costmodel.presets import ModelPreset
 from costmodel.reports import Report
 
 #: What a plan does not enumerate yet, stated in every plan.
-NOT_ENUMERATED = ("pipeline parallel", "attention data parallel in a disaggregated pool", "expert parallel over "
-                  "groups other than the tensor-parallel one (or all the devices, with attention data parallel)")
+NOT_ENUMERATED = ("pipeline parallel or attention data parallel in a disaggregated pool, or with replicas",
+                  "expert parallel over groups other than the tensor-parallel one (or all the devices, with "
+                  "attention data parallel)")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Layout:
     replicas: int = 1
     expert_parallel: bool = False
     attention_dp: int = 1  # aggregated: groups of tp devices with their own requests, experts over all
+    pipeline_parallel: int = 1  # aggregated: stages of tp devices, the layers split among them
     prefill_tp: int = 0
     prefill_workers: int = 0
     decode_tp: int = 0
@@ -41,11 +43,13 @@ class Layout:
     @property
     def devices(self) -> int:
         if self.mode == "agg":
-            return self.tp * self.replicas * self.attention_dp
+            return self.tp * self.replicas * self.attention_dp * self.pipeline_parallel
         return self.prefill_tp * self.prefill_workers + self.decode_tp * self.decode_workers
 
     def describe(self) -> str:
         ep = " EP" if self.expert_parallel else ""
+        if self.mode == "agg" and self.pipeline_parallel > 1:
+            return f"TP{self.tp} x PP{self.pipeline_parallel}{ep}"
         if self.mode == "agg" and self.attention_dp > 1:
             return f"DP{self.attention_dp} x TP{self.tp}{ep}"
         if self.mode == "agg":
@@ -61,6 +65,7 @@ class PlanPoint(Report):
     replicas: int
     expert_parallel: bool
     attention_dp: int
+    pipeline_parallel: int
     prefill_tp: int
     prefill_workers: int
     decode_tp: int
@@ -109,6 +114,9 @@ def layouts(m: ModelPreset, n: int) -> list[Layout]:
     eps = (False, True) if m.moe else (False,)
     out = [Layout("agg", tp=t, replicas=n // t, expert_parallel=ep) for t in _powers(n) for ep in eps
            if not (ep and t == 1)]
+    # pipeline parallel: n / t stages of t devices (one replica)
+    out += [Layout("agg", tp=t, pipeline_parallel=n // t, expert_parallel=ep) for t in _powers(n) for ep in eps
+            if n // t > 1 and not (ep and t == 1) and n // t <= m.layers]
     if m.moe:  # attention data parallel: n / t groups, the experts over all n devices
         out += [Layout("agg", tp=t, attention_dp=n // t, expert_parallel=True) for t in _powers(n) if n // t > 1]
     for tp_p in _powers(n):
@@ -133,7 +141,8 @@ def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency
               kv_dtype=kv_dtype, evaluator=evaluator)
     if layout.mode == "agg":
         p = serve(m, hw, concurrency=concurrency // layout.replicas, tp=layout.tp,
-                  expert_parallel=layout.expert_parallel, attention_dp=layout.attention_dp, **kw)
+                  expert_parallel=layout.expert_parallel, attention_dp=layout.attention_dp,
+                  pipeline_parallel=layout.pipeline_parallel, **kw)
     else:
         p = serve_disaggregated(m, hw, concurrency=concurrency,
                                 prefill=Pool(tp=layout.prefill_tp, workers=layout.prefill_workers,
@@ -145,7 +154,7 @@ def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency
         (ttft_t is None or p.ttft_s <= ttft_t) and (tpot_t is None or p.tpot_s <= tpot_t))
     return PlanPoint(device=hw.id, layout=layout.describe(), mode=layout.mode, tp=layout.tp,
                      replicas=layout.replicas, expert_parallel=layout.expert_parallel,
-                     attention_dp=layout.attention_dp,
+                     attention_dp=layout.attention_dp, pipeline_parallel=layout.pipeline_parallel,
                      prefill_tp=layout.prefill_tp, prefill_workers=layout.prefill_workers,
                      decode_tp=layout.decode_tp, decode_workers=layout.decode_workers, concurrency=concurrency,
                      ttft_s=p.ttft_s, tpot_s=p.tpot_s,
@@ -254,7 +263,8 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
                     f"layouts of {devices} device(s): aggregated (tensor parallel, replicas sharing the clients "
                     "evenly" + (", routed experts sharded or expert parallel over the tensor-parallel group; and "
                                 "attention data parallel, the experts over all the devices" if m.moe else "")
-                    + "), and disaggregated prefill and decode pools; "
+                    + "; pipeline parallel over stages of tensor-parallel groups), and disaggregated prefill and "
+                    "decode pools; "
                     f"tensor-parallel sizes powers of two; not enumerated: {', '.join(NOT_ENUMERATED)}",
                     f"each layout under a closed loop of clients doubling from one (per replica) until its "
                     f"throughput per device grows by less than 2% or the clients reach {max_concurrency} per "

@@ -110,6 +110,8 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
         return _all_reduce(op, hw, conv)
     if op.kind in NCCL_COLLECTIVES:
         return _nccl_collective(op, hw, conv)
+    if op.kind == "send":
+        return _send(op, hw)
     cls = op.cls
     resolved: Resolved | None = conv.model.resolved if conv.model.active else None
     if params is None and cls is not None and resolved is not None:
@@ -291,6 +293,25 @@ def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
     transfer = volume / (hw.interconnect_bytes_per_s.value / 2)
     latency = (t - 1) * hw.interconnect_latency_s.value * op.launches
     return _finish(0.0, transfer, latency, transfer + latency, None)
+
+
+def _send(op: KernelOp, hw) -> OpTime:
+    """A point-to-point send of ``op.bytes`` (pipeline stages): one latency and the bytes at the one-way rate of the
+    device's interconnect, or of its network port where the pair spans more than one scale-up domain."""
+    from costmodel.errors import CostModelError
+
+    domain = hw.scale_up_devices.value if hw.scale_up_devices is not None else None
+    if domain is not None and op.span > domain:
+        if hw.scale_out_bytes_per_s is None or hw.scale_out_latency_s is None:
+            raise CostModelError(f"a send between scale-up domains of {hw.id} needs its network bandwidth and latency "
+                                 "(scale_out_bytes_per_s, scale_out_latency_s), which it does not state")
+        bw, lat = hw.scale_out_bytes_per_s.value, hw.scale_out_latency_s.value
+    elif hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
+        raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: pipeline parallel needs both")
+    else:
+        bw, lat = hw.interconnect_bytes_per_s.value / 2, hw.interconnect_latency_s.value
+    transfer = np.asarray(op.bytes, float) / bw
+    return _finish(0.0, transfer, lat * op.launches, transfer + lat * op.launches, None)
 
 
 def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=1, *, kernel_dims=None,

@@ -230,8 +230,8 @@ def deepseek2024(hw: HardwareProfile | None = None, devices: int = 8, input_len:
                          "6bit": 1 - v2_quantized / kv[base.id]},
         "throughput": rows, "paper": DEEPSEEK2024_PAPER, "devices": devices, "hw": hw.id,
         "setup": (f"{devices} x {hw.name}, served by {engine_name} (closed form), requests of {input_len} + "
-                  f"{output_len} tokens, the most output tokens/s over the aggregated layouts (tensor parallel "
-                  "and replicas; for DeepSeek-V2 also experts spread over the devices and attention data "
-                  "parallel), clients doubling up to "
+                  f"{output_len} tokens, the most output tokens/s over the aggregated layouts (tensor parallel, "
+                  "replicas and pipeline stages; for DeepSeek-V2 also experts spread over the devices and attention "
+                  "data parallel), clients doubling up to "
                   f"{max_concurrency} per replica; DeepSeek 67B in BF16, DeepSeek-V2 in FP8 with an FP8 cache"),
     }

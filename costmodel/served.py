@@ -72,13 +72,27 @@ class NoRoomForOneRequest(CostModelError):
 _TABLES: dict = {}
 
 
+def pricing_key(pr: Pricing) -> tuple:
+    """Every field of a pricing as hashable values (the device as its JSON, the time model as its timing and
+    mechanisms): two pricings with the same key price every op alike."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(pr):
+        v = getattr(pr, f.name)
+        if f.name == "hw":
+            v = v.model_dump_json()
+        elif f.name == "model":
+            v = (v.timing, tuple(sorted(v.on)))
+        out.append(v)
+    return tuple(out)
+
+
 def iteration_table(m: ModelPreset, pr: Pricing, max_tokens: int, max_seqs: int, max_context: int) -> IterationTable:
     """The iteration table of a model on a device, kept for the process: its grids reach the next power of two
     of the sequences and the context, so runs that differ only in load share one."""
     seqs, ctx = 1 << (max_seqs - 1).bit_length(), 1 << (max_context - 1).bit_length()
-    key = (m.model_dump_json(), pr.hw.model_dump_json(), pr.dtype, pr.weight_dtype, pr.group, pr.kv_dtype, pr.execution,
-           pr.overlap, pr.tp, pr.ep, pr.dp, pr.mla_form, pr.engine, pr.model.timing, tuple(sorted(pr.model.on)),
-           max_tokens)
+    key = (m.model_dump_json(), pricing_key(pr), max_tokens)
     have = _TABLES.get(key)
     if have is None or have.d_grid[-1] < seqs or have.c_grid[-1] < ctx:
         if len(_TABLES) > 64:
@@ -95,15 +109,17 @@ class Setup:
                  overheads: dict | None = None):
         self.m, self.pr, self.eng = m, pr, eng
         dev = pr.slice(m)
-        self.weights = weight_bytes(dev, pr)
+        # a pipeline stage holds 1/pp of the layers' weights and of every token's cache (the embeddings and head
+        # spread evenly with them: an estimate for the first and last stages)
+        self.weights = weight_bytes(dev, pr) / pr.pp
         big = 1 << 16
-        self.kv_per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big
+        self.kv_per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big / pr.pp
         act = activation_bytes(eng.max_num_batched_tokens, m.d_model, dev.d_ff, pr.precision.act)
         self.kv_budget = kv_budget_bytes(eng, pr.hw.capacity, self.weights, act)
         self.kv_tokens = kv_capacity_tokens(eng, self.kv_budget, self.kv_per_token)
         if self.kv_tokens < max_context:
             raise NoRoomForOneRequest(
-                f"{m.id} on {pr.tp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
+                f"{m.id} on {pr.tp * pr.pp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
                 f"leave a KV cache of {max(self.kv_tokens, 0)} tokens, less than one request's {max_context}; "
                 "raise tp or the memory fraction")
         # the table reaches as many sequences as the engine can run, whatever this load asks, so that loads on
@@ -112,7 +128,8 @@ class Setup:
         self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
         # the time model and tensor parallelism, as a model prediction states them
         self.pr_lines = [line for line in model_assumptions(m, pr)
-                         if line.startswith(("time = ", "tensor parallel", "attention data parallel"))]
+                         if line.startswith(("time = ", "tensor parallel", "attention data parallel",
+                                             "pipeline parallel"))]
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
 
@@ -145,7 +162,8 @@ def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, 
 def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
           warmup_requests: int = 0,
-          tp: int = 1, expert_parallel: bool = False, attention_dp: int = 1, weight_dtype: str | None = None,
+          tp: int = 1, expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
+          weight_dtype: str | None = None,
           kv_dtype: str | None = None, timing: str = "graph",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
           memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
@@ -179,7 +197,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
         quant = m.quantization.weight_dtype if m.quantization is not None else None
         kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                 expert_parallel=expert_parallel, attention_dp=attention_dp)
+                 expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel)
     total = n + warmup_requests
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)

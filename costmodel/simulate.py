@@ -235,7 +235,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                         free -= grown - r.pages
                         r.pages = grown
                     r.produced += steps
-                comm = float(table.per_token(d, others)[1]) * steps  # the collectives of these steps
+                comm = table.decode_comm(d, others) * steps  # the collectives of these steps
                 clock += float(times.sum())
                 res.decode_s += float(times.sum()) - steps * overhead_s - comm
                 res.comm_s += comm

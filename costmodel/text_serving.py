@@ -28,6 +28,8 @@ def load_table(results: list) -> str:
     for p in results:
         load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
         devices = f"{p.tp} x {p.hardware.id}" if p.tp > 1 else p.hardware.id
+        if p.pipeline_parallel > 1:
+            devices = f"{p.pipeline_parallel} x {devices} (pipeline)"
         if p.attention_dp > 1:
             devices = f"{p.attention_dp} x {devices} (attention DP)"
         rows.append((devices, p.engine.name, load, _ms(p.ttft_s),

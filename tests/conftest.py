@@ -38,3 +38,19 @@ def run_cli():
         return CliRunner().invoke(main, [str(a) for a in args])
 
     return run
+
+
+@pytest.fixture(scope="session")
+def h100():
+    """The H100 SXM profile (fitted parameters), loaded once."""
+    import costmodel
+
+    return costmodel.load_profile("h100")
+
+
+@pytest.fixture(scope="session")
+def llama():
+    """Llama 3.1 8B (d_model 4096, 32 layers, 8 key/value heads of 128), loaded once."""
+    import costmodel
+
+    return costmodel.load_model("llama-3.1-8b")

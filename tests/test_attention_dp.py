@@ -16,11 +16,6 @@ OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
 
 @pytest.fixture(scope="module")
-def h100():
-    return costmodel.load_profile("h100")
-
-
-@pytest.fixture(scope="module")
 def qwen():
     return costmodel.load_model("Qwen/Qwen3-235B-A22B")  # 128 experts, 8 per token, d_model 4096, 94 layers
 

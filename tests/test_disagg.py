@@ -17,16 +17,6 @@ from costmodel.model_step import all_reduce_s, pricing
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
 
-@pytest.fixture(scope="module")
-def h100():
-    return costmodel.load_profile("h100")
-
-
-@pytest.fixture(scope="module")
-def llama():
-    return costmodel.load_model("llama-3.1-8b")
-
-
 def _kv_by_hand(m, tokens: int, kv_bytes: float = 2.0) -> float:
     """Keys and values of every layer of Llama 3.1 8B (config.json: 32 layers, 8 key/value heads of 128):
     layers x kv heads x head dim x 2 x bytes, per token."""

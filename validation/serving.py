@@ -103,6 +103,7 @@ class Stage:
     batch: int | None
     expert_parallel: bool
     attention_dp: int = 1
+    pipeline_parallel: int = 1
 
     def flags(self, role: str) -> list[str]:
         out = [f"--{role}-tp", str(self.tp), f"--{role}-workers", str(self.workers)]
@@ -135,6 +136,7 @@ class Deployment:
     expert_parallel: bool = False
     max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
     attention_dp: int = 1  # groups of tp devices, each its own engine of `batch` sequences
+    pipeline_parallel: int = 1  # stages of tp devices
     prefill: Stage | None = None  # disaggregated: the two pools (tp and batch above are the decode pool's)
     decode: Stage | None = None
 
@@ -153,6 +155,8 @@ class Deployment:
             cmd += ["--expert-parallel"]
         if self.attention_dp > 1:
             cmd += ["--attention-dp", str(self.attention_dp)]
+        if self.pipeline_parallel > 1:
+            cmd += ["--pipeline-parallel-size", str(self.pipeline_parallel)]
         if self.max_num_batched_tokens:
             cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         return cmd
@@ -234,7 +238,8 @@ def parse(row: dict) -> Deployment | str:
         tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
         return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                           batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
-                          stages[""].expert_parallel, tokens, attention_dp=dp)
+                          stages[""].expert_parallel, tokens, attention_dp=dp,
+                          pipeline_parallel=stages[""].pipeline_parallel)
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                       batch or 0, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
                       prefill=stages["prefill"], decode=stages["decode"])
@@ -246,8 +251,9 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     not (DeepSeek-R1 on SGLang and TensorRT-LLM) cannot be sized, and the TensorRT-LLM ones repeat measurements
     that the file also records, with their layout, as DeepSeek-V3 rows (a prefill pool of attention data
     parallel 16, three decode workers)."""
-    if (_whole(row, prefix + "pp_size", 1) or 1) > 1:
-        return "pipeline parallel"
+    pp = _whole(row, prefix + "pp_size", 1) or 1
+    if pp > 1 and prefix:
+        return "pipeline parallel in a disaggregated pool"
     dp = _whole(row, prefix + "attention_dp_size", 1) or 1
     tp = _whole(row, prefix + "tp_size", 1) or 1
     ep = _whole(row, prefix + "moe_ep_size", 1) or 1
@@ -261,7 +267,7 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     workers = _whole(row, prefix + "num_workers") if prefix else 1
     if not workers:
         return "disaggregated without worker counts"
-    return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1, dp)
+    return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1, dp, pp)
 
 
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
@@ -309,7 +315,8 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
                  engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator,
                  **({"max_num_batched_tokens": d.max_num_batched_tokens} if d.max_num_batched_tokens else {}),
-                 expert_parallel=d.expert_parallel, attention_dp=d.attention_dp, **rounds)
+                 expert_parallel=d.expert_parallel, attention_dp=d.attention_dp,
+                 pipeline_parallel=d.pipeline_parallel, **rounds)
 
 
 def summary(rows: list[dict]) -> list[dict]:
