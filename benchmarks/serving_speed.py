@@ -50,6 +50,15 @@ def main() -> None:
     print("capacity search, Llama 3.1 8B on an H100 under vLLM (2048 + 512 tokens, TPOT <= 50 ms, TTFT <= 500 ms):")
     print(f"  means, closed form (median of 3):                {mean_search:.2f} s")
     print(f"  p90, simulation (median of 3):                   {p90_search:.2f} s")
+    from costmodel.disagg import Pool, serve_disaggregated
+
+    dis = dict(input_len=1024, output_len=512, concurrency=64, num_requests=1000, prefill=Pool(workers=2),
+               decode=Pool(tp=2))
+    dis_sim = median_time(lambda: serve_disaggregated(m, hw, **dis))
+    dis_cf = median_time(lambda: serve_disaggregated(m, hw, **dis, evaluator="steady-state"))
+    print("1,000 requests disaggregated, Qwen3-32B: 2 prefill workers of 1 H100, 1 decode worker of 2 (concurrency 64):")
+    print(f"  simulation (median of 5):                        {dis_sim:.2f} s")
+    print(f"  steady-state closed form (median of 5):          {dis_cf * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":
