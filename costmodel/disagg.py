@@ -149,7 +149,8 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
         raise CostModelError(f"the KV cache crosses the network ({why}), and {', '.join(missing)} states no "
                              "network bandwidth per device (scale_out_bytes_per_s); give --kv-link-bandwidth")
     bw = min(hw_p.scale_out_bytes_per_s.value, hw_d.scale_out_bytes_per_s.value)
-    return "each device's network port", bw, 0.0
+    lat = max((h.scale_out_latency_s.value for h in (hw_p, hw_d) if h.scale_out_latency_s is not None), default=0.0)
+    return "each device's network port", bw, lat
 
 
 class _Req:
