@@ -210,6 +210,8 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     checks.flag("expert_parallel", expert_parallel)
     checks.count("attention_dp", attention_dp)
     checks.count("pipeline_parallel", pipeline_parallel)
+    if pipeline_parallel > 1 and attention_dp > 1:
+        raise CostModelError("pipeline parallel with attention data parallel is not modelled; give one of them")
     if pipeline_parallel > m.layers:
         raise CostModelError(f"pipeline parallel {pipeline_parallel} exceeds the {m.layers} layers of {m.id}")
     device_slice(m, tp, expert_parallel, attention_dp)  # a layout the model cannot take: an error before arithmetic
