@@ -13,7 +13,7 @@ from costmodel.errors import CostModelError
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
              "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel", "attention_dp",
-             "pipeline_parallel",
+             "pipeline_parallel", "expert_parallel_size",
              "disaggregated",
              "prefill_tp", "prefill_workers", "prefill_max_num_seqs", "prefill_expert_parallel", "decode_tp",
              "decode_workers", "decode_max_num_seqs", "decode_expert_parallel", "decode_gpu", "kv_link_bandwidth")
@@ -72,6 +72,10 @@ def engine_options(func):
                      default=False, show_default=True,
                      help="a mixture of experts' routed experts spread over the --tp devices (expert parallel, "
                           "attention still tensor parallel) instead of every expert sharded"),
+        click.option("--expert-parallel-size", "--moe-ep-size", "expert_parallel_size", type=Positive,
+                     help="a mixture of experts' routed experts in this many expert-parallel groups within the --tp "
+                          "devices, each group sharding its experts' width (TensorRT-LLM's moe_expert_parallel_size; "
+                          "--tp: --expert-parallel)"),
         click.option("--attention-dp", "--data-parallel-size", "--dp-size", "attention_dp", type=Positive,
                      help="with --expert-parallel: attention data parallel over this many groups of --tp devices, "
                           "each an engine with its own requests, the routed experts spread over all of them "
@@ -156,7 +160,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
               warmup_requests=load["warmup_requests"],
               tp=pricing["tp"], expert_parallel=load["expert_parallel"], attention_dp=load["attention_dp"] or 1,
-              pipeline_parallel=load["pipeline_parallel"] or 1,
+              pipeline_parallel=load["pipeline_parallel"] or 1, expert_parallel_size=load["expert_parallel_size"],
               weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
               timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
@@ -191,6 +195,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         ("--block-size", "page_size", None), ("--enable-chunked-prefill", "chunked_prefill", None),
         ("--enable-prefix-caching", "prefix_caching", None), ("--expert-parallel", "expert_parallel", False),
         ("--attention-dp", "attention_dp", 1), ("--pipeline-parallel-size", "pipeline_parallel", 1),
+        ("--expert-parallel-size", "expert_parallel_size", None),
         ("--length-dist or --lengths-file", "input_dist", "fixed"))
         if kw[key] != default]
     if unsupported:

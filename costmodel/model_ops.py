@@ -60,12 +60,28 @@ def _step_ops(section: str, compiled, dims: dict, count, precision: Precision, m
     return out
 
 
-def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1) -> ModelPreset:
+def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size: int = 0) -> ModelPreset:
     """What one of ``t`` tensor-parallel devices holds: h/t query heads, max(g/t, 1) key/value heads
     (replicated when g < t; an MLA latent is replicated on every device), d_ff/t (each expert's too) and
     vocab/t. With ``ep`` (expert parallel over the same ``t`` devices, as TensorRT-LLM's moe_ep_size = tp)
     each device holds E/t whole routed experts instead of every expert's 1/t; with attention data parallel
-    over ``dp`` groups of ``t`` (expert parallel over all dp x t devices), E/(dp t)."""
+    over ``dp`` groups of ``t`` (expert parallel over all dp x t devices), E/(dp t). ``ep_size`` between 1 and
+    ``t`` (TensorRT-LLM's moe_ep_size, with moe_tp_size = t / ep_size): E/ep_size experts, each 1/(t/ep_size) of
+    its width."""
+    if ep_size and ep_size not in (1, t):
+        if not m.moe:
+            raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
+        if t % ep_size or dp > 1:
+            raise CostModelError(f"an expert-parallel size of {ep_size} must divide tp {t} (without attention data "
+                                 "parallel)")
+        sharded = device_slice(m, t)
+        width = t // ep_size
+        if m.moe.experts % ep_size or m.moe.expert_d_ff % width:
+            raise CostModelError(f"{ep_size} expert-parallel groups of {width} must divide the {m.moe.experts} experts "
+                                 f"and their width {m.moe.expert_d_ff} of {m.id}")
+        return sharded.model_copy(update={"moe": sharded.moe.model_copy(update={
+            "experts": m.moe.experts // ep_size, "expert_ranks": ep_size, "expert_d_ff": m.moe.expert_d_ff // width})})
+    ep = ep or (ep_size == t and t > 1)
     if ep and not m.moe:
         raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
     if dp > 1 and not m.moe:

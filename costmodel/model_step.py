@@ -169,6 +169,7 @@ class Pricing:
     ep: bool = False  # the routed experts spread over the tp devices (expert parallel) instead of sharded
     dp: int = 1  # attention data parallel: dp groups of tp devices, each its own requests; experts over all
     pp: int = 1  # pipeline parallel: pp stages of tp devices, each a contiguous 1/pp of the layers
+    ep_size: int = 0  # expert-parallel groups within the tp devices (0: tp with ep, else 1); each shards its experts
 
     @property
     def gemm_dtype(self) -> str | None:
@@ -177,14 +178,15 @@ class Pricing:
 
     def slice(self, m: ModelPreset) -> ModelPreset:
         """What one of the tp devices holds of ``m`` under these conventions."""
-        return device_slice(m, self.tp, self.ep, self.dp)
+        return device_slice(m, self.tp, self.ep, self.dp, self.ep_size)
 
 
 def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype"],
             execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
             overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"], without=(), engine: bool = True,
             weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None,
-            expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1) -> Pricing:
+            expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
+            expert_parallel_size: int | None = None) -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -214,7 +216,14 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
         raise CostModelError("pipeline parallel with attention data parallel is not modelled; give one of them")
     if pipeline_parallel > m.layers:
         raise CostModelError(f"pipeline parallel {pipeline_parallel} exceeds the {m.layers} layers of {m.id}")
-    device_slice(m, tp, expert_parallel, attention_dp)  # a layout the model cannot take: an error before arithmetic
+    if expert_parallel_size is not None:
+        checks.count("expert_parallel_size", expert_parallel_size)
+        if expert_parallel_size > tp:
+            raise CostModelError(f"expert parallel size {expert_parallel_size} exceeds tp {tp} (the experts are spread "
+                                 "within the tensor-parallel group)")
+        expert_parallel = expert_parallel or expert_parallel_size == tp > 1
+    ep_size = expert_parallel_size or 0
+    device_slice(m, tp, expert_parallel, attention_dp, ep_size)  # a layout the model cannot take: an error first
     # W8A8 (W4A4): 8-bit weights run their GEMMs at the 8-bit peak where the device has one, NVFP4 weights at the
     # fp4 peak (Blackwell); int4, MXFP4 (W4A16) and wider weights, and NVFP4 on a device without fp4 math, are
     # dequantized to the activation dtype in the kernel
@@ -223,7 +232,8 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
                           gemm_dtype, LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
-                   tp, mla_form, expert_parallel, attention_dp, pipeline_parallel)
+                   tp, mla_form, expert_parallel, attention_dp, pipeline_parallel,
+                   ep_size if 1 < ep_size < tp else 0)
 
 
 def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[StepOp]:
@@ -380,7 +390,9 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    + ((f"; the routed experts spread over the devices (expert parallel: "
                        f"{m.moe.experts // (pr.tp * pr.dp)} "
                        "whole experts each, a token's rows to the devices holding its experts)" if pr.ep else
-                       "; each expert's width sharded") if m.moe else "") + f"; {reduces}")
+                       f"; the routed experts in {pr.ep_size} expert-parallel groups of {pr.tp // pr.ep_size} devices "
+                       f"({m.moe.experts // pr.ep_size} experts each, their width sharded over the group)"
+                       if pr.ep_size else "; each expert's width sharded") if m.moe else "") + f"; {reduces}")
     elif pr.dp == 1:
         out.append("one device")
     if pr.pp > 1:

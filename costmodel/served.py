@@ -163,6 +163,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
           warmup_requests: int = 0,
           tp: int = 1, expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
+          expert_parallel_size: int | None = None,
           weight_dtype: str | None = None,
           kv_dtype: str | None = None, timing: str = "graph",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
@@ -197,7 +198,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
         quant = m.quantization.weight_dtype if m.quantization is not None else None
         kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                 expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel)
+                 expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel,
+                 expert_parallel_size=expert_parallel_size)
     total = n + warmup_requests
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)

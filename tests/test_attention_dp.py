@@ -96,3 +96,21 @@ def test_one_group_is_today(qwen, h100):
               engine("vllm", capacity_bytes=h100.capacity),
               max_context=600)
     assert np.array_equal(s.table.per_token(37.0), s.table.per_token(37.0, others=1000.0))
+
+
+def test_expert_parallel_groups_that_shard_their_experts(qwen, h100):
+    """TP4 with two expert-parallel groups of two (TensorRT-LLM's moe_ep_size 2, moe_tp_size 2): a device holds
+    64 of the 128 experts at half their width of 1536; the routed rows of a device are half the tokens' 8 each; 1
+    and 4 groups are the sharded and the expert-parallel layouts."""
+    pr = pricing(qwen, h100, tp=4, expert_parallel_size=2)
+    dev = pr.slice(qwen)
+    assert (dev.moe.experts, dev.moe.expert_d_ff, dev.moe.expert_ranks) == (64, 768, 2)
+    ops = {s.name: s for s in phase_ops(qwen, pr, "decode", 16, 1024, 1)}
+    # experts_down: rows x width x d_model x 2 FLOPs, rows = 16 x 8 / 2
+    assert ops["experts_down"].op.flops == pytest.approx(16 * 8 / 2 * 768 * 4096 * 2, rel=1e-9)
+    assert pricing(qwen, h100, tp=4, expert_parallel_size=4).slice(qwen) == device_slice(qwen, 4, ep=True)
+    assert pricing(qwen, h100, tp=4, expert_parallel_size=1).slice(qwen) == device_slice(qwen, 4)
+    with pytest.raises(CostModelError, match="exceeds tp"):
+        pricing(qwen, h100, tp=4, expert_parallel_size=8)
+    with pytest.raises(CostModelError, match="must divide"):
+        pricing(qwen, h100, tp=4, expert_parallel_size=3)

@@ -217,6 +217,8 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        gemm_quant_mode="fp8_block"),
                   _row(id="adp-tp", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="2.0", attention_dp_size="4.0",
                        moe_ep_size="2.0", precision="fp8"),
+                  _row(id="hyb", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="4.0", moe_tp_size="2.0",
+                       moe_ep_size="2.0", precision="fp8", gemm_quant_mode="fp8_block"),
                   _row(id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0",
                        decode_num_workers="1.0"),
                   _row(id="dis-w", mode="disagg", prefill_num_workers="1.0"),
@@ -236,12 +238,14 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        "dis-w": "disaggregated without worker counts",
                        "fp4": "MXFP4 on a GPU with fp4 math", "neg": "bad numbers"}
     # expert parallel over the tp group is modelled, and disaggregated pools
-    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "adp", "moe"]
+    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "adp", "hyb", "moe"]
     for row in report["rows"]:
         again = run_cli(*row["command"], "--json")
         got = json.loads(again.output)
         assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
-    assert "--expert-parallel" in report["rows"][3]["command"]
+    assert "--expert-parallel" in report["rows"][4]["command"]
+    hyb = report["rows"][3]["command"]
+    assert hyb[hyb.index("--expert-parallel-size") + 1] == "2" and "--expert-parallel" not in hyb
     adp = report["rows"][2]["command"]
     assert adp[adp.index("--attention-dp") + 1] == "4" and "--expert-parallel" in adp
     dis = report["rows"][1]["command"]

@@ -104,6 +104,7 @@ class Stage:
     expert_parallel: bool
     attention_dp: int = 1
     pipeline_parallel: int = 1
+    expert_parallel_size: int = 0  # expert-parallel groups within tp, each sharding its experts (0: none)
 
     def flags(self, role: str) -> list[str]:
         out = [f"--{role}-tp", str(self.tp), f"--{role}-workers", str(self.workers)]
@@ -137,6 +138,7 @@ class Deployment:
     max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
     attention_dp: int = 1  # groups of tp devices, each its own engine of `batch` sequences
     pipeline_parallel: int = 1  # stages of tp devices
+    expert_parallel_size: int = 0  # expert-parallel groups within tp, each sharding its experts (0: none)
     prefill: Stage | None = None  # disaggregated: the two pools (tp and batch above are the decode pool's)
     decode: Stage | None = None
 
@@ -157,6 +159,8 @@ class Deployment:
             cmd += ["--attention-dp", str(self.attention_dp)]
         if self.pipeline_parallel > 1:
             cmd += ["--pipeline-parallel-size", str(self.pipeline_parallel)]
+        if self.expert_parallel_size:
+            cmd += ["--expert-parallel-size", str(self.expert_parallel_size)]
         if self.max_num_batched_tokens:
             cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         return cmd
@@ -239,7 +243,8 @@ def parse(row: dict) -> Deployment | str:
         return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                           batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
                           stages[""].expert_parallel, tokens, attention_dp=dp,
-                          pipeline_parallel=stages[""].pipeline_parallel)
+                          pipeline_parallel=stages[""].pipeline_parallel,
+                          expert_parallel_size=stages[""].expert_parallel_size)
     return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
                       batch or 0, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
                       prefill=stages["prefill"], decode=stages["decode"])
@@ -262,12 +267,13 @@ def _stage(row: dict, prefix: str) -> Stage | str:
         return "attention data parallel in a disaggregated pool"
     if dp > 1 and not (ep == dp * tp and moe_tp == 1):  # experts over every group's devices is modelled
         return "attention data parallel without expert parallel over all its devices"
-    if ep > 1 and not (ep == dp * tp and moe_tp == 1):  # expert parallel over the tensor-parallel group(s)
+    hybrid = dp == 1 and 1 < ep < tp and ep * moe_tp == tp  # expert-parallel groups sharding their experts
+    if ep > 1 and not (ep == dp * tp and moe_tp == 1) and not hybrid:  # else: over the tensor-parallel group(s)
         return "expert parallel across other groups"
     workers = _whole(row, prefix + "num_workers") if prefix else 1
     if not workers:
         return "disaggregated without worker counts"
-    return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1, dp, pp)
+    return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1 and not hybrid, dp, pp, ep if hybrid else 0)
 
 
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
@@ -316,7 +322,7 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
                  kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator,
                  **({"max_num_batched_tokens": d.max_num_batched_tokens} if d.max_num_batched_tokens else {}),
                  expert_parallel=d.expert_parallel, attention_dp=d.attention_dp,
-                 pipeline_parallel=d.pipeline_parallel, **rounds)
+                 pipeline_parallel=d.pipeline_parallel, expert_parallel_size=d.expert_parallel_size or None, **rounds)
 
 
 def summary(rows: list[dict]) -> list[dict]:
