@@ -1,14 +1,17 @@
 """Measured deployments against predictions: every row of a file in the layout of NVIDIA aiconfigurator's silicon
 sample (``silicon_sample.csv``: one served model at a fixed concurrency, with mean TTFT and TPOT measured by
-the benchmark client) that costmodel can express is predicted with :func:`costmodel.served.serve`; every other
-row is counted under the reason it cannot be.
+the benchmark client) that costmodel can express is predicted with :func:`costmodel.served.serve` (or
+:func:`costmodel.disagg.serve_disaggregated`); every other row is counted under the reason it cannot be.
 
-A row's prediction is the closed loop of ``silicon_concurrency`` clients (the ``batch_size`` where the source
-names none; a concurrency above the batch means several replicas, which are not modelled yet) on ``tp_size``
-devices of the row's system under its engine (``backend``), with max_num_seqs set to ``batch_size``, the token
-budget per iteration that the row's launcher gives the engine (:func:`dynamo_budget` for engines that
-aiconfigurator's generator starts under Dynamo, the engine's own default otherwise), the weights and GEMMs in the
-row's precision, and the KV cache in the engine's default for the checkpoint.
+A row's prediction is the closed loop of ``silicon_concurrency`` clients (the ``batch_size`` times the attention
+data parallel groups where the source names none; more clients than that means several replicas, which are not
+modelled yet) on ``tp_size`` devices of the row's system under its engine (``backend``), with max_num_seqs set to
+``batch_size``, its pipeline stages, attention data parallel groups and expert-parallel layout (over the
+tensor-parallel group, over every group's devices, or in groups that shard their experts), the token budget per
+iteration that the row's launcher gives the engine (:func:`dynamo_budget` for engines that aiconfigurator's
+generator starts under Dynamo, the engine's own default otherwise), the weights and GEMMs in the row's precision,
+and the KV cache in the engine's default for the checkpoint. A disaggregated row is its two pools, each of its
+workers, size and batch.
 """
 
 from __future__ import annotations
