@@ -32,8 +32,9 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
          max_concurrency, plot_path, fmt, as_json) -> None:
     """Every way to serve a model on --gpus devices, and the best under latency targets.
 
-    Enumerates aggregated layouts (tensor parallel, replicas, expert parallel for a mixture of experts) and
-    disaggregated ones (prefill and decode pools), loads each with clients until its throughput stops growing,
+    Enumerates aggregated layouts (tensor parallel, replicas, pipeline stages; expert parallel and attention data
+    parallel for a mixture of experts) and disaggregated ones (prefill and decode pools), loads each with clients
+    until its throughput stops growing,
     and prints the Pareto front of output tokens/s per device against tokens/s per user, the layout of each
     point, and the layout with the most tokens/s per device whose mean TTFT and TPOT meet --ttft-ms and
     --tpot-ms. Several --gpu give one front per device.
