@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli_options import FilePath, NonNegative, PositiveNumber, Positive, choices, emit_json, emit_records
+from costmodel.cli_options import FilePath, NonNegative, PositiveNumber, Positive, choices, emit
 from costmodel.engines import ENGINE_NAMES
 from costmodel.errors import CostModelError
 
@@ -176,13 +176,8 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     if pooled:
         raise CostModelError(f"--{pooled[0].replace('_', '-')} applies with --disaggregated")
     results = [serve(m, hw, **kw) for hw in hws for m in layouts]
-    if fmt == "json":
-        dumped = [r.model_dump(mode="json") for r in results]
-        emit_json(dumped[0] if len(dumped) == 1 else dumped)
-    elif fmt in ("csv", "markdown"):
-        emit_records([rec for r in results for rec in load_records(r)], fmt)
-    else:
-        click.echo(load_table(results))
+    emit(fmt, [r.model_dump(mode="json") for r in results], [rec for r in results for rec in load_records(r)],
+         lambda: load_table(results), single=len(results) == 1)
 
 
 def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: dict) -> None:
@@ -217,13 +212,8 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup_requests=kw["warmup_requests"],
         weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], timing=kw["timing"],
         kv_link_bytes_per_s=load["kv_link_bandwidth"], evaluator=kw["evaluator"]) for hw in hws for m in layouts]
-    if fmt == "json":
-        dumped = [r.model_dump(mode="json") for r in results]
-        emit_json(dumped[0] if len(dumped) == 1 else dumped)
-    elif fmt in ("csv", "markdown"):
-        emit_records([r.record() for r in results], fmt)
-    else:
-        click.echo("\n\n".join(str(r) for r in results))
+    emit(fmt, [r.model_dump(mode="json") for r in results], [r.record() for r in results],
+         lambda: "\n\n".join(str(r) for r in results), single=len(results) == 1)
 
 
 def read_lengths(path: str) -> tuple[list[int], list[int]]:

@@ -252,6 +252,17 @@ def emit_records(records: list[dict], fmt: str) -> None:
     click.echo((records_csv if fmt == "csv" else records_markdown)(records), nl=fmt != "csv")
 
 
+def emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> None:
+    """Reports in the chosen format: JSON (one object where ``single``, else an array), CSV or markdown rows, or
+    the table ``table()`` renders."""
+    if fmt == "json":
+        emit_json(dumped[0] if single else dumped)
+    elif fmt in ("csv", "markdown"):
+        emit_records(records, fmt)
+    else:
+        click.echo(table())
+
+
 groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON (--format json)")
 

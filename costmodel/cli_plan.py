@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli_options import (FilePath, OnceCommand, Positive, PositiveNumber, choices, emit_json, emit_records,
+from costmodel.cli_options import (FilePath, OnceCommand, Positive, PositiveNumber, choices, emit,
                                    format_option, gpus_option, json_option, output_format)
 from costmodel.engines import ENGINE_NAMES
 from costmodel.vocab import DTYPES, WEIGHT_DTYPES
@@ -60,12 +60,8 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
         from costmodel.plots import draw_plan, save
 
         save(draw_plan(result), plot_path)
-    if fmt == "json":
-        emit_json(result.model_dump(mode="json"))
-    elif fmt in ("csv", "markdown"):
-        emit_records([p.model_dump(mode="json") for p in result.front], fmt)
-    else:
-        click.echo(str(result))
+    emit(fmt, [result.model_dump(mode="json")], [p.model_dump(mode="json") for p in result.front],
+         lambda: str(result), single=True)
     if plot_path is not None and fmt == "table":
         for line in wrote(plot_path):
             click.echo(line)

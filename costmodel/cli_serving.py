@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from costmodel.files import wrote
-from costmodel.cli_options import (check_writable, choices, csv_to_stdout, dtype_option, echo_lines, emit_json,
+from costmodel.cli_options import (check_writable, choices, csv_to_stdout, dtype_option, echo_lines, emit, emit_json,
                                    emit_records, format_option, gpus_option, json_option, Name, OnceCommand,
                                    output_format, Positive, PositiveNumber, sweep_spec, timing_option,
                                    variant_option, without_option, write_csv)
@@ -106,7 +106,7 @@ def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_
 
         results = [request(m, hw, batch=batch or 1, input_len=input_len, output_len=output_len, **pricing)
                    for hw in hws for m in layouts]
-        _emit(fmt, [r.model_dump(mode="json") for r in results], [request_record(r) for r in results],
+        emit(fmt, [r.model_dump(mode="json") for r in results], [request_record(r) for r in results],
               lambda: request_table(results), single=len(results) == 1)
         return
     from costmodel.model_step import predict_model
@@ -122,15 +122,6 @@ def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_
         emit_json(dumped[0] if len(dumped) == 1 else dumped)
     else:
         click.echo(str(results[0]) if len(results) == 1 else devices_table(results))
-
-
-def _emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> None:
-    if fmt == "json":
-        emit_json(dumped[0] if single else dumped)
-    elif fmt in ("csv", "markdown"):
-        emit_records(records, fmt)
-    else:
-        click.echo(table())
 
 
 def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max_points, batch, context, input_len,
@@ -156,7 +147,7 @@ def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max
     if csv_path is not None:
         write_csv(csv_path, records)
     if plot_path is None and fmt != "none":
-        _emit(fmt, records, records, lambda: model_sweep_table(records, name), single=False)
+        emit(fmt, records, records, lambda: model_sweep_table(records, name), single=False)
         if fmt == "table":
             echo_lines(wrote(csv_path))
     return records
@@ -252,7 +243,7 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
                 "tpot_mean_s": p.request.tpot_mean_s if p.request else None,
                 "tokens_per_s_per_device": p.request.tokens_per_s_per_device if p.request else None,
                 "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
-    _emit(fmt, [report.model_dump(mode="json")], records, lambda: capacity_table(report), single=True)
+    emit(fmt, [report.model_dump(mode="json")], records, lambda: capacity_table(report), single=True)
 
 
 def _load_capacity(hws, m, fmt, *, input_len, output_len, tpot_ms, ttft_ms, price_per_hour, variants, engine_name,
@@ -271,7 +262,7 @@ def _load_capacity(hws, m, fmt, *, input_len, output_len, tpot_ms, ttft_ms, pric
                 "binds": p.binds, "ttft_s": p.at.ttft_s if p.at else None, "tpot_s": p.at.tpot_s if p.at else None,
                 "output_tokens_per_s_per_device": p.at.output_tokens_per_s_per_device if p.at else None,
                 "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
-    _emit(fmt, [report.model_dump(mode="json")], records, lambda: load_capacity_table(report), single=True)
+    emit(fmt, [report.model_dump(mode="json")], records, lambda: load_capacity_table(report), single=True)
 
 
 def plot_model_sweep(hws, layouts, spec, out, csv_path, max_points, batch, context, input_len, output_len,

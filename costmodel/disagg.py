@@ -25,14 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel import checks
-from costmodel.engines import default_kv_dtype, engine
+from costmodel.engines import engine
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.load_reports import Stats, assumptions as pool_assumptions
 from costmodel.model_step import model_hardware, pricing
 from costmodel.presets import ModelPreset
 from costmodel.reports import DeviceSummary, Report
-from costmodel.served import Setup, checked_load, lengths
+from costmodel.served import Setup, checked_load, checkpoint_kv_dtype, lengths
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
     """(what, bytes/s one way per device, latency) of the link a prompt's cache crosses: the interconnect when
     both pools are one device kind within one scale-up domain, each device's network port otherwise."""
     same = hw_p.id == hw_d.id
-    domain = hw_p.scale_up_devices.value if hw_p.scale_up_devices is not None else None
+    domain = hw_p.domain
     if same and hw_p.interconnect_bytes_per_s is not None and domain is not None and devices <= domain:
         lat = hw_p.interconnect_latency_s.value if hw_p.interconnect_latency_s is not None else 0.0
         return (f"{hw_p.interconnect or 'interconnect'} inside one {domain}-device domain",
@@ -154,13 +154,12 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
 
 
 class _Req:
-    __slots__ = ("i", "arrival", "prompt", "output", "done", "prefilled", "first", "finish", "worker", "ready")
+    __slots__ = ("arrival", "prompt", "output", "done", "prefilled", "first", "finish")
 
-    def __init__(self, i, arrival, prompt, output):
-        self.i, self.arrival, self.prompt, self.output = i, arrival, prompt, output
+    def __init__(self, arrival, prompt, output):
+        self.arrival, self.prompt, self.output = arrival, prompt, output
         self.done = 0
-        self.prefilled = self.first = self.finish = self.ready = -1.0
-        self.worker = -1
+        self.prefilled = self.first = self.finish = -1.0
 
 
 def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, concurrency, request_rate,
@@ -176,7 +175,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         order += 1
 
     def new_request(t):
-        r = _Req(len(reqs), t, int(prompts[len(reqs)]), int(outputs[len(reqs)]))
+        r = _Req(t, int(prompts[len(reqs)]), int(outputs[len(reqs)]))
         reqs.append(r)
         push(t, "arrive", r)
 
@@ -292,7 +291,6 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
                 finish(r, t)
                 continue
             w = min(range(d.workers), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
-            r.worker, r.ready = w, t
             held = len(d_run[w]) + len(d_wait[w])
             d_wait_pages[w] += pages_of(r)
             waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
@@ -353,9 +351,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                                             or not isinstance(kv_link_bytes_per_s, (int, float))
                                             or not 1e6 <= kv_link_bytes_per_s < 1e16):
         raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
-    if kv_dtype is None:
-        quant = m.quantization.weight_dtype if m.quantization is not None else None
-        kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
+    kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     setups = []
     for pool, max_context in ((prefill, input_len), (decode, input_len + output_len)):
         dev = pool.gpu or hw
@@ -365,12 +361,11 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                      expert_parallel=pool.expert_parallel)
         setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads))
     pre, dec = setups
-    hw_p, hw_d = prefill.gpu or hw, decode.gpu or hw
     devices = prefill.devices() + decode.devices()
     if kv_link_bytes_per_s is not None:
         link, bw, lat = "as given", float(kv_link_bytes_per_s), 0.0
     else:
-        link, bw, lat = kv_link(hw_p, hw_d, devices)
+        link, bw, lat = kv_link(pre.pr.hw, dec.pr.hw, devices)
     per_device = max(pre.kv_per_token, dec.kv_per_token) * input_len
     transfer = KvTransfer(bytes_per_request=dec.kv_per_token * decode.tp * input_len, bytes_per_device=per_device,
                           link=link, link_bytes_per_s=bw, latency_s=lat, time_s=lat + per_device / bw)

@@ -394,6 +394,20 @@ class HardwareProfile(_Strict):
         return self.architecture.kernels if self.architecture is not None else KernelFacts()
 
     @property
+    def domain(self) -> int | None:
+        """Devices one scale-up domain joins (None: the profile states none)."""
+        return self.scale_up_devices.value if self.scale_up_devices is not None else None
+
+    def network(self, what: str) -> tuple[float, float]:
+        """(bytes per second one way, latency per step) of one device's network port, for ``what`` crossing the
+        scale-up domain; an error naming the fields where the profile states them not."""
+        if self.scale_out_bytes_per_s is None or self.scale_out_latency_s is None:
+            raise CostModelError(f"{what} crosses the {self.domain}-device scale-up domain of {self.id} and needs the "
+                                 "network bandwidth and latency per device (scale_out_bytes_per_s, "
+                                 f"scale_out_latency_s), which {self.id} does not state")
+        return self.scale_out_bytes_per_s.value, self.scale_out_latency_s.value
+
+    @property
     def bandwidth(self) -> float:
         return self.memory_bandwidth_bytes_per_s.value
 

@@ -170,8 +170,7 @@ class IterationTable:
         tokens = decode_seqs + prefill_tokens
         if tokens == 0:
             return IterationTime(0.0, 0.0, 0.0)
-        k = self.micro_batches(decode_seqs + len(chunks))
-        tok, comm = (float(x) for x in self.per_token(tokens / k, None if others is None else others / k))
+        k, tok, comm = self._round(tokens, decode_seqs + len(chunks), others)
         share = prefill_tokens / tokens
         chunk_attention = sum(float(self.prompt_attention_time(s + c) - self.prompt_attention_time(s))
                               for s, c in chunks) / k
@@ -181,21 +180,28 @@ class IterationTable:
         return IterationTime(prefill_s=tok * share + chunk_attention,
                              decode_s=tok * (1 - share) + dec_attention + head, comm_s=comm)
 
-    def micro_batches(self, sequences: int) -> int:
-        """Micro-batches a pipeline runs a batch of ``sequences`` in: one per stage while there are sequences for
-        them (1 without pipeline parallel)."""
-        return max(1, min(self.pp, sequences))
+    def _round(self, tokens, sequences: int, others) -> tuple[int, float, float]:
+        """(micro-batches, compute, communication) of the per-token ops of ``tokens`` tokens of ``sequences``
+        sequences: a pipeline runs them in one micro-batch per stage while there are sequences for them (one
+        without pipeline parallel), each the model's step over its share."""
+        k = max(1, min(self.pp, sequences))
+        tok, comm = self.per_token(tokens / k, None if others is None else others / k)
+        return k, float(tok), float(comm)
+
+    def others_for(self, running: float, prompt_per_output: float) -> float | None:
+        """Under attention data parallel, the tokens each other group runs in an iteration, taken as a copy of
+        this group in the mean: as many running sequences, each decoding a token and prefilling its share of a
+        prompt (mean prompt over mean output tokens). None with one group."""
+        return running * (1 + prompt_per_output) if self.dp > 1 else None
 
     def decode_comm(self, seqs: int, others: float | None = None) -> float:
         """The communication of one decode-only iteration of ``seqs`` sequences."""
-        k = self.micro_batches(seqs)
-        return float(self.per_token(seqs / k, None if others is None else others / k)[1])
+        return self._round(seqs, seqs, others)[2]
 
     def decode_run(self, seqs: int, context_sum: float, steps: int, others: float | None = None) -> np.ndarray:
         """The times of ``steps`` decode-only iterations of ``seqs`` sequences, the first after
         ``context_sum`` cached positions in all (each step adds one per sequence; ``others``: :meth:`per_token`)."""
-        k = self.micro_batches(seqs)
-        tok, comm = (float(x) for x in self.per_token(seqs / k, None if others is None else others / k))
+        k, tok, comm = self._round(seqs, seqs, others)
         mean = (context_sum + seqs * np.arange(steps)) / seqs
         return tok + comm + self.decode_attention_time(seqs / k, mean) + float(self.head_time(seqs / k)) * k
 

@@ -252,7 +252,7 @@ def pipeline_sends(ops: list[StepOp], m: ModelPreset, pr: Pricing, tokens) -> li
     of which those between scale-up domains (stages laid out in order, tp devices each) cross the network."""
     if pr.pp == 1:
         return ops
-    domain = pr.hw.scale_up_devices.value if pr.hw.scale_up_devices is not None else None
+    domain = pr.hw.domain
     crossing = 0 if domain is None else max(0, -(-pr.tp * pr.pp // domain) - 1)
     crossing = min(crossing, pr.pp - 1)
     nbytes = tokens * m.d_model * pr.precision.act

@@ -48,6 +48,12 @@ class Layout:
             return self.tp * self.replicas * self.attention_dp * self.pipeline_parallel
         return self.prefill_tp * self.prefill_workers + self.decode_tp * self.decode_workers
 
+    @property
+    def units(self) -> int:
+        """The engines a load is spread over evenly (replicas, attention-data-parallel groups); a disaggregated
+        deployment takes its clients whole."""
+        return self.replicas * self.attention_dp if self.mode == "agg" else 1
+
     def describe(self) -> str:
         ep = " EP" if self.expert_parallel else ""
         if self.mode == "agg" and self.pipeline_parallel > 1:
@@ -176,6 +182,33 @@ def pareto(points: list[PlanPoint]) -> list[PlanPoint]:
     return front
 
 
+#: A layout's throughput per device, grown by less than this share when its clients double, is saturated: more
+#: clients only queue.
+SATURATION = 0.02
+
+
+def sweep(m: ModelPreset, hw: HardwareProfile, layout: Layout, *, max_concurrency: int,
+          evaluator: str = "steady-state", **kw) -> tuple[list[PlanPoint], str | None]:
+    """``layout`` under a closed loop of clients doubling from one per engine (:attr:`Layout.units`) until its
+    throughput per device saturates or the clients reach ``max_concurrency`` per engine: its points, and the
+    reason it cannot serve (None where it can)."""
+    from costmodel.served import NoRoomForOneRequest
+
+    points, previous, c = [], 0.0, 1
+    while c <= max_concurrency:
+        try:
+            pt = price_point(m, hw, layout, c * layout.units, evaluator=evaluator, **kw)
+        except NoRoomForOneRequest:
+            return points, "the weights leave no room for one request"
+        except CostModelError as err:
+            return points, str(err)
+        points.append(pt)
+        if pt.output_tokens_per_s_per_device < previous * (1 + SATURATION):
+            break
+        previous, c = pt.output_tokens_per_s_per_device, c * 2
+    return points, None
+
+
 #: How far below the closed form's front a point may lie and still be simulated: the closed form's means are
 #: within a few per cent of the simulation's on throughput (tests/test_disagg.py, tests/test_served.py).
 SCREEN_SLACK = 0.05
@@ -196,8 +229,6 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
          engine_name: str = "vllm", weight_dtype: str | None = None, kv_dtype: str | None = None,
          ttft_s: float | None = None, tpot_s: float | None = None, max_concurrency: int = 256) -> Plan:
     """Every layout of ``m`` on ``devices`` of each of ``hws``, priced under load; the front and the best."""
-    from costmodel.served import NoRoomForOneRequest
-
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.count("devices", devices)
     checks.count("input_len", input_len)
@@ -220,34 +251,22 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
         # 1. every layout swept in closed form
         screened = []
         for layout in layouts(m, devices):
-            units = layout.replicas * layout.attention_dp if layout.mode == "agg" else 1
-            previous, c = 0.0, 1
-            while c <= max_concurrency:
-                try:
-                    pt = price_point(m, hw, layout, c * units, evaluator="steady-state", **kw)
-                except NoRoomForOneRequest:
-                    skipped.append(SkippedLayout(device=hw.id, layout=layout.describe(),
-                                                 reason="the weights leave no room for one request"))
-                    break
-                except CostModelError as err:
-                    skipped.append(SkippedLayout(device=hw.id, layout=layout.describe(), reason=str(err)))
-                    break
-                screened.append((layout, c * units, pt))
-                if pt.output_tokens_per_s_per_device < previous * 1.02:
-                    break  # saturated: more clients only queue
-                previous, c = pt.output_tokens_per_s_per_device, c * 2
+            swept, reason = sweep(m, hw, layout, max_concurrency=max_concurrency, **kw)
+            screened += [(layout, pt) for pt in swept]
+            if reason is not None:
+                skipped.append(SkippedLayout(device=hw.id, layout=layout.describe(), reason=reason))
         # 2. the closed form's front (to within its error against the simulation) and best, with their
         # neighbouring loads, simulated
-        chosen = near_front([pt for _, _, pt in screened], SCREEN_SLACK)
-        ok = [pt for _, _, pt in screened if pt.meets_targets]
+        chosen = near_front([pt for _, pt in screened], SCREEN_SLACK)
+        ok = [pt for _, pt in screened if pt.meets_targets]
         if ok:
             chosen.append(max(ok, key=lambda p: p.output_tokens_per_s_per_device))
         picked = {(pt.layout, pt.concurrency) for pt in chosen}
         candidates = {}
-        for layout, c, pt in screened:
-            units = layout.replicas * layout.attention_dp if layout.mode == "agg" else 1
+        for layout, pt in screened:
+            c = pt.concurrency
             for near in (c // 2, c, c * 2):
-                if (pt.layout, c) in picked and units <= near <= max_concurrency * units:
+                if (pt.layout, c) in picked and layout.units <= near <= max_concurrency * layout.units:
                     candidates[(pt.layout, near)] = (layout, near)
         mine = [price_point(m, hw, layout, c, **kw) for layout, c in candidates.values()]
         points += mine

@@ -179,27 +179,25 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
     (``scale_out_bytes_per_s``, ``scale_out_latency_s`` per step)."""
     from costmodel.errors import CostModelError
 
-    domain = hw.scale_up_devices.value if hw.scale_up_devices is not None else None
+    domain = hw.domain
     if domain is None or op.devices <= domain:
         return _all_reduce_in_domain(op, hw, conv)
-    if op.devices % domain or hw.scale_out_bytes_per_s is None or hw.scale_out_latency_s is None:
-        why = (f"is not a whole number of {domain}-device domains" if op.devices % domain else
-               "needs the network bandwidth and latency per device (scale_out_bytes_per_s, scale_out_latency_s), "
-               f"which {hw.id} does not state")
+    if op.devices % domain:
         raise CostModelError(f"tensor parallel over {op.devices} x {hw.id} crosses its {domain}-device scale-up "
-                             f"domain and {why}")
+                             f"domain and is not a whole number of {domain}-device domains")
+    bandwidth, step = hw.network(f"tensor parallel over {op.devices} devices")
     inner = _all_reduce_in_domain(dataclasses.replace(op, devices=domain), hw, conv, cross_node=True)
-    transfer, latency = ring_all_reduce(np.asarray(op.bytes, float) / domain, op.devices // domain,
-                                        hw.scale_out_bytes_per_s.value, hw.scale_out_latency_s.value)
+    transfer, latency = ring_all_reduce(np.asarray(op.bytes, float) / domain, op.devices // domain, bandwidth, step)
     latency = latency * op.launches
     return _finish(0.0, inner.memory + transfer, inner.overhead + latency, inner.time + transfer + latency, None)
 
 
 def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool = False) -> OpTime:
-    """A tensor-parallel all-reduce inside one scale-up domain: the fitted curve of the implementation an engine picks (vLLM's custom
-    all-reduce up to :data:`CUSTOM_ALL_REDUCE_MAX_BYTES`, in a CUDA graph under graph timing; NCCL above) where
-    the time model is fitted; else a ring over the profile's interconnect
-    (:func:`costmodel.mechanisms.ring_all_reduce`). None on one device."""
+    """A tensor-parallel all-reduce inside one scale-up domain: the fitted curve of the implementation an engine
+    picks (vLLM's custom all-reduce up to :data:`CUSTOM_ALL_REDUCE_MAX_BYTES`, in a CUDA graph under graph
+    timing; NCCL above, and always where the group spans nodes: ``cross_node``) where the time model is fitted;
+    else a ring over the profile's interconnect (:func:`costmodel.mechanisms.ring_all_reduce`). None on one
+    device."""
     from costmodel.errors import CostModelError
 
     if op.devices == 1:
@@ -272,16 +270,12 @@ def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
         return _finish(0.0, 0.0, 0.0, 0.0, None)
     t = op.devices
     volume = (t - 1) / t * np.asarray(op.bytes, float)
-    domain = hw.scale_up_devices.value if hw.scale_up_devices is not None else None
-    if domain is not None and max(op.span, t) > domain:
+    if hw.domain is not None and max(op.span, t) > hw.domain:
         # the group crosses domains: a ring whose steps between domains go over each device's network port,
         # which bounds it (every device sends and receives (n - 1) / n of the buffer)
-        if hw.scale_out_bytes_per_s is None or hw.scale_out_latency_s is None:
-            raise CostModelError(f"a {op.kind} over {max(op.span, t)} x {hw.id} crosses its {domain}-device scale-up "
-                                 "domain and needs the network bandwidth and latency per device "
-                                 f"(scale_out_bytes_per_s, scale_out_latency_s), which {hw.id} does not state")
-        transfer = volume / hw.scale_out_bytes_per_s.value
-        latency = (t - 1) * hw.scale_out_latency_s.value * op.launches
+        bandwidth, step = hw.network(f"a {op.kind} over {max(op.span, t)} devices")
+        transfer = volume / bandwidth
+        latency = (t - 1) * step * op.launches
         return _finish(0.0, transfer, latency, transfer + latency, None)
     found = measured_collectives(hw) if conv.model.active else None
     if found is not None and found[0].ops.get(op.kind):
@@ -300,12 +294,8 @@ def _send(op: KernelOp, hw) -> OpTime:
     device's interconnect, or of its network port where the pair spans more than one scale-up domain."""
     from costmodel.errors import CostModelError
 
-    domain = hw.scale_up_devices.value if hw.scale_up_devices is not None else None
-    if domain is not None and op.span > domain:
-        if hw.scale_out_bytes_per_s is None or hw.scale_out_latency_s is None:
-            raise CostModelError(f"a send between scale-up domains of {hw.id} needs its network bandwidth and latency "
-                                 "(scale_out_bytes_per_s, scale_out_latency_s), which it does not state")
-        bw, lat = hw.scale_out_bytes_per_s.value, hw.scale_out_latency_s.value
+    if hw.domain is not None and op.span > hw.domain:
+        bw, lat = hw.network("a send between pipeline stages")
     elif hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: pipeline parallel needs both")
     else:

@@ -183,8 +183,7 @@ def deepseek2024(hw: HardwareProfile | None = None, devices: int = 8, input_len:
     enumerates (closed form, clients doubling until the throughput stops growing), DeepSeek-V2 in FP8 weights and
     an FP8 cache (the nearest dtype to the paper's 6 bits), DeepSeek 67B in BF16. The paper states neither the
     requests' lengths nor the engine: ``input_len`` + ``output_len`` and ``engine_name`` are assumptions."""
-    from costmodel.errors import CostModelError
-    from costmodel.planner import layouts, price_point
+    from costmodel.planner import layouts, sweep
 
     hw = hw or load_profile("h800")
     v2, base = load_model("deepseek-v2"), load_model("deepseek-llm-67b")
@@ -192,24 +191,12 @@ def deepseek2024(hw: HardwareProfile | None = None, devices: int = 8, input_len:
     v2_quantized = kv[v2.id] * DEEPSEEK2024_KV_BITS / 16
 
     def best(m, weight_dtype, kv_dtype, only=None):
-        top = None
-        for layout in layouts(m, devices):
-            if layout.mode != "agg" or (only is not None and layout.describe() != only):
-                continue
-            units, c, previous = layout.replicas * layout.attention_dp, 1, 0.0
-            while c <= max_concurrency:
-                try:
-                    pt = price_point(m, hw, layout, c * units, input_len=input_len, output_len=output_len,
-                                     engine_name=engine_name, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                     targets=(None, None), evaluator="steady-state")
-                except CostModelError:
-                    break
-                if top is None or pt.output_tokens_per_s_per_device > top.output_tokens_per_s_per_device:
-                    top = pt
-                if pt.output_tokens_per_s_per_device < previous * 1.02:
-                    break
-                previous, c = pt.output_tokens_per_s_per_device, c * 2
-        return top
+        points = [pt for layout in layouts(m, devices)
+                  if layout.mode == "agg" and (only is None or layout.describe() == only)
+                  for pt in sweep(m, hw, layout, max_concurrency=max_concurrency, input_len=input_len,
+                                  output_len=output_len, engine_name=engine_name, weight_dtype=weight_dtype,
+                                  kv_dtype=kv_dtype, targets=(None, None))[0]]
+        return max(points, key=lambda p: p.output_tokens_per_s_per_device, default=None)
 
     rows = []
     for name, m, wd, kd, only in (("DeepSeek 67B", base, "bf16", "bf16", None),

@@ -159,6 +159,13 @@ def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, 
     return n
 
 
+def checkpoint_kv_dtype(m: ModelPreset, engine_name: str, weight_dtype: str | None) -> str | None:
+    """The KV-cache dtype an engine keeps for ``m`` with ``weight_dtype`` weights (the checkpoint's where None):
+    :func:`costmodel.engines.default_kv_dtype`."""
+    quant = m.quantization.weight_dtype if m.quantization is not None else None
+    return default_kv_dtype(engine_name, weight_dtype or quant)
+
+
 def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
           warmup_requests: int = 0,
@@ -194,9 +201,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
         page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching)
-    if kv_dtype is None:  # the engine's own choice for the checkpoint
-        quant = m.quantization.weight_dtype if m.quantization is not None else None
-        kv_dtype = default_kv_dtype(engine_name, weight_dtype or quant)
+    kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                  expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel,
                  expert_parallel_size=expert_parallel_size)

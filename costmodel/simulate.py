@@ -113,15 +113,6 @@ class SimResult:
         return self.finish - self.arrival
 
 
-def _others(table: IterationTable, running: int, prompt_per_output: float) -> float | None:
-    """Under attention data parallel, the tokens each other group runs in an iteration, taken as a copy of this
-    group in the mean: as many running sequences, each decoding a token and prefilling its share of a prompt per
-    iteration (mean prompt over mean output tokens). None with one group."""
-    if table.dp == 1:
-        return None
-    return running * (1 + prompt_per_output)
-
-
 def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompts: np.ndarray,
              outputs: np.ndarray, concurrency: int | None = None, request_rate: float | None = None,
              overhead_s: float = 0.0, seed: int = 0, check: bool = False) -> SimResult:
@@ -223,7 +214,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
             if steps >= 1:
                 d = len(decoding)
                 ctx = sum(r.prompt + r.produced for r in decoding)
-                others = _others(table, len(running), ratio)
+                others = table.others_for(len(running), ratio)
                 times = table.decode_run(d, ctx, steps, others) + overhead_s
                 if pending:  # stop at the next arrival
                     ends = clock + np.cumsum(times)
@@ -288,7 +279,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                                  "limit or the KV cache")
         it = table.time(decode_seqs=len(decode_now), decode_context_sum=sum(r.prompt + r.produced for r in decode_now),
                         chunks=chunks, outputs=len(decode_now) + outputs_rows,
-                        others=_others(table, len(running), ratio))
+                        others=table.others_for(len(running), ratio))
         dt = it.total_s + overhead_s
         tokens = len(decode_now) + sum(c for _, c in chunks)
         res.prefill_tokens += tokens - len(decode_now)

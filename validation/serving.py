@@ -98,8 +98,9 @@ def launched_by_dynamo(row: dict) -> bool:
 
 @dataclass(frozen=True)
 class Stage:
-    """One pool of a disaggregated row: its workers, their tensor-parallel size and batch (None: the engine's
-    default), experts spread over the tp devices or sharded."""
+    """A row's layout: of its one engine (an aggregated row) or of one pool of a disaggregated row (with its
+    workers); the tensor-parallel size and batch (None: the engine's default), experts spread over the tp devices
+    or sharded, attention data parallel groups, pipeline stages, expert-parallel groups within tp."""
 
     tp: int
     workers: int
@@ -114,6 +115,25 @@ class Stage:
         if self.batch is not None:
             out += [f"--{role}-max-num-seqs", str(self.batch)]
         return out + ([f"--{role}-expert-parallel"] if self.expert_parallel else [])
+
+    def parallel_flags(self) -> list[str]:
+        """The ``costmodel predict`` flags of an aggregated row's parallel layout beyond its tp."""
+        out = []
+        if self.expert_parallel:
+            out += ["--expert-parallel"]
+        if self.attention_dp > 1:
+            out += ["--attention-dp", str(self.attention_dp)]
+        if self.pipeline_parallel > 1:
+            out += ["--pipeline-parallel-size", str(self.pipeline_parallel)]
+        if self.expert_parallel_size:
+            out += ["--expert-parallel-size", str(self.expert_parallel_size)]
+        return out
+
+    def serve_args(self) -> dict:
+        """The :func:`costmodel.served.serve` arguments of an aggregated row's layout."""
+        return dict(tp=self.tp, max_num_seqs=self.batch, expert_parallel=self.expert_parallel,
+                    attention_dp=self.attention_dp, pipeline_parallel=self.pipeline_parallel,
+                    expert_parallel_size=self.expert_parallel_size or None)
 
     def pool(self):
         from costmodel.disagg import Pool
@@ -131,18 +151,13 @@ class Deployment:
     isl: int
     osl: int
     concurrency: int
-    batch: int
-    tp: int
     weight_dtype: str | None
     kv_dtype: str | None
     ttft_s: float
     tpot_s: float
-    expert_parallel: bool = False
+    layout: Stage | None = None  # aggregated: the engine's layout
     max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
-    attention_dp: int = 1  # groups of tp devices, each its own engine of `batch` sequences
-    pipeline_parallel: int = 1  # stages of tp devices
-    expert_parallel_size: int = 0  # expert-parallel groups within tp, each sharding its experts (0: none)
-    prefill: Stage | None = None  # disaggregated: the two pools (tp and batch above are the decode pool's)
+    prefill: Stage | None = None  # disaggregated: the two pools
     decode: Stage | None = None
 
     def command(self) -> list[str]:
@@ -151,19 +166,13 @@ class Deployment:
         if self.prefill is not None:
             cmd += ["--disaggregated", *self.prefill.flags("prefill"), *self.decode.flags("decode")]
         else:
-            cmd += ["--tp", str(self.tp), "--max-num-seqs", str(self.batch)]
+            cmd += ["--tp", str(self.layout.tp), "--max-num-seqs", str(self.layout.batch)]
         if self.weight_dtype:
             cmd += ["--weight-dtype", self.weight_dtype]
         if self.kv_dtype:
             cmd += ["--kv-dtype", self.kv_dtype]
-        if self.expert_parallel:
-            cmd += ["--expert-parallel"]
-        if self.attention_dp > 1:
-            cmd += ["--attention-dp", str(self.attention_dp)]
-        if self.pipeline_parallel > 1:
-            cmd += ["--pipeline-parallel-size", str(self.pipeline_parallel)]
-        if self.expert_parallel_size:
-            cmd += ["--expert-parallel-size", str(self.expert_parallel_size)]
+        if self.layout is not None:
+            cmd += self.layout.parallel_flags()
         if self.max_num_batched_tokens:
             cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         return cmd
@@ -220,7 +229,7 @@ def parse(row: dict) -> Deployment | str:
             return "bad numbers"
         m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source") or "")
         if "" in stages:
-            tp, batch, dp = stages[""].tp, stages[""].batch, stages[""].attention_dp
+            batch, dp = stages[""].batch, stages[""].attention_dp
             conc = int(m.group(1)) if m else (batch * dp if batch else None)
             if not conc or not batch:
                 return "no concurrency"
@@ -232,7 +241,6 @@ def parse(row: dict) -> Deployment | str:
             if not m:
                 return "no concurrency"
             conc = int(m.group(1))
-            tp, batch = stages["decode"].tp, stages["decode"].batch
         try:
             load_model(row["model_path"])
         except CostModelError:
@@ -241,16 +249,12 @@ def parse(row: dict) -> Deployment | str:
         return "bad numbers"
     gemm = (row["gemm_quant_mode"] or "").strip()
     weight = "mxfp4" if mxfp4 else PRECISIONS[gemm] if gemm else PRECISIONS[precision]
+    common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
+              default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
     if "" in stages:
         tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
-        return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
-                          batch, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
-                          stages[""].expert_parallel, tokens, attention_dp=dp,
-                          pipeline_parallel=stages[""].pipeline_parallel,
-                          expert_parallel_size=stages[""].expert_parallel_size)
-    return Deployment(row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc,
-                      batch or 0, tp, weight, default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3,
-                      prefill=stages["prefill"], decode=stages["decode"])
+        return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens)
+    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"])
 
 
 def _stage(row: dict, prefix: str) -> Stage | str:
@@ -321,11 +325,9 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
                                    engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                                    kv_dtype=d.kv_dtype, overheads=overheads, **rounds)
     return serve(load_model(d.model_path), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
-                 engine_name=d.backend, concurrency=d.concurrency, tp=d.tp, weight_dtype=d.weight_dtype,
-                 kv_dtype=d.kv_dtype, max_num_seqs=d.batch, overheads=overheads, evaluator=evaluator,
-                 **({"max_num_batched_tokens": d.max_num_batched_tokens} if d.max_num_batched_tokens else {}),
-                 expert_parallel=d.expert_parallel, attention_dp=d.attention_dp,
-                 pipeline_parallel=d.pipeline_parallel, expert_parallel_size=d.expert_parallel_size or None, **rounds)
+                 engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
+                 kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator,
+                 max_num_batched_tokens=d.max_num_batched_tokens, **d.layout.serve_args(), **rounds)
 
 
 def summary(rows: list[dict]) -> list[dict]:
