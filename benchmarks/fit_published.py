@@ -25,6 +25,10 @@ from costmodel.catalog import load_profile
 from costmodel.origin import transfer
 from costmodel.validation.fit import SHARED, errors, fit_class, predict_table
 from costmodel.validation.published import read_folder
+from costmodel.mechanisms import FALLBACK
+from costmodel.validation.moe_layers import TABLES as MOE_TABLES
+from costmodel.validation.moe_layers import errors as moe_errors
+from costmodel.validation.moe_layers import fit_moe_class, moe_class, read_tables, with_class
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (table system id, profile) of every GPU with published tables, and the source commits.
@@ -46,10 +50,15 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
           "is chosen by fitting each way and keeping the smaller error: split_kv (always or grouped) for decode "
           "attention, and for prefill attention whether the call writes the cache and whether a tile packs a "
           "group's query heads; per-tensor fp8 GEMMs take the bf16 GEMM's memory curve (validation.fit.SHARED) and "
-          "run the tile the device's kernel facts dispatch")
+          "run the tile the device's kernel facts dispatch; the MoE kernel classes (moe, moe_fp8, ...) take the "
+          "device's dense class of the same weights and fit compute_efficiency and bandwidth_ceiling on the whole "
+          "measured MoE layer (router, expert GEMMs, activation, combine; costmodel.validation.moe_layers)")
 
 
-def fit_device(tables, hw):
+def fit_device(tables, hw, moe_tables=()):
+    """The classes of one device fitted on its tables, and each fit's error; then its MoE kernel classes on its
+    measured MoE layers (``moe_tables``, :func:`costmodel.validation.moe_layers.fit_moe_class`), around the dense
+    classes just fitted."""
     classes, report = {}, {}
     for cls, source in PRIMARY.items():
         primary = [t for t in tables if t.priced_class == cls and t.source == source]
@@ -66,6 +75,15 @@ def fit_device(tables, hw):
             eff = fit_class(ts, hw, names=("fixed",), start=eff, starts=1)
             report[f"{cls}/{ts[0].timing}"] = _err(ts, hw, eff)
         classes[cls] = eff
+    if moe_tables:
+        dense = hw.model_copy(update={"efficiency": Efficiency(data=("-",), method="-", classes=classes)})
+        for cls in sorted({moe_class(t) for t in moe_tables}):
+            mine = [t for t in moe_tables if moe_class(t) == cls]
+            if FALLBACK[cls] not in classes:
+                continue
+            classes[cls] = fit_moe_class(mine, dense)
+            report[f"{cls}/graph"] = {k: v for k, v in moe_errors(mine, with_class(dense, cls, classes[cls])).items()
+                                      if k != "median_ratio"}
     return classes, report
 
 
@@ -74,8 +92,11 @@ def _err(tables, hw, eff):
     return errors(pred, np.concatenate([t.measured_s for t in tables]))
 
 
-def block(classes, report, tables) -> Efficiency:
+def block(classes, report, tables, moe_file=None) -> Efficiency:
     data = sorted({f"{t.source} ({COMMITS[t.source]}) {t.gpu} {t.file} [{t.timing}]" for t in tables})
+    if moe_file:
+        data.append(f"aiconfigurator ({COMMITS['aiconfigurator']}) {Path(moe_file).name} balanced routing, tp and ep "
+                    "up to 8 [graph]")
     return Efficiency(data=tuple(data), method=METHOD, error=report, classes=classes)
 
 
@@ -133,6 +154,29 @@ def cross(tables_by_gpu, fitted, hws):
     return lines
 
 
+def moe_cross(moe, fitted, hws):
+    """A MoE class fitted on one GPU's layers, scored on the other's through the transfer rule, beside the other
+    GPU's own dense class (what it prices MoE layers with without a MoE fit) and its own MoE fit."""
+    lines = []
+    for src, dst in (("h100_sxm", "b200"), ("b200", "h100_sxm")):
+        if src not in moe or dst not in moe:
+            continue
+        for cls in sorted({moe_class(t) for t in moe[dst]}):
+            if cls not in fitted[src] or cls not in fitted[dst]:
+                continue
+            ts = [t for t in moe[dst] if moe_class(t) == cls]
+            own = {c: e for c, e in fitted[dst].items() if c != cls}
+            base = hws[dst].model_copy(update={"efficiency": Efficiency(data=("-",), method="-", classes=own)})
+            got = moe_errors(ts, with_class(base, cls, transfer(fitted[src][cls], hws[src], hws[dst])))
+            dense = moe_errors(ts, base)
+            mine = moe_errors(ts, with_class(base, cls, fitted[dst][cls]))
+            lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
+                         f"p90 {got['p90_abs_error_pct']:5.1f}%  ({dst}'s dense class: median "
+                         f"{dense['median_abs_error_pct']:.1f}%; fit on {dst} itself: median "
+                         f"{mine['median_abs_error_pct']:.1f}%, p90 {mine['p90_abs_error_pct']:.1f}%; n {got['n']})")
+    return lines
+
+
 def same_shapes(tables):
     """Two sources' timings of the same GEMM shapes on the same GPU model (A100 80GB): the measured ratio
     per FLOP bin, with no prediction in between."""
@@ -163,20 +207,23 @@ def main(argv):
     # datasheet profiles without any fitted block: the fit must not depend on what was fitted before
     hws = {pid: load_profile(pid).model_copy(update={"efficiency": None}) for pid in by_gpu}
     fitted, blocks = {}, {}
+    moe_files = {pid: Path(folder) / MOE_TABLES[pid] for pid in by_gpu
+                 if pid in MOE_TABLES and (Path(folder) / MOE_TABLES[pid]).is_file()}
+    moe = {pid: read_tables(path, distributions=("balanced",)) for pid, path in moe_files.items()}
     for pid in by_gpu:
-        classes, report = fit_device(by_gpu[pid], hws[pid])
+        classes, report = fit_device(by_gpu[pid], hws[pid], moe.get(pid, ()))
         # the profile's explanations of values at a search bound are kept (they are prose, not fitted)
         old = load_profile(pid).efficiency
         classes = {c: e.model_copy(update={"at_bound": old.classes[c].at_bound})
                    if old is not None and c in old.classes and old.classes[c].at_bound else e
                    for c, e in classes.items()}
         fitted[pid] = classes
-        blocks[pid] = block(classes, report, by_gpu[pid])
+        blocks[pid] = block(classes, report, by_gpu[pid], moe_files.get(pid))
         print(f"{pid}: {blocks[pid].parameters} fitted parameters")
         for key, e in report.items():
             print(f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
     print("\ncross-GPU (transfer rule: costmodel.origin.TRANSFER_RULE):")
-    for line in cross(by_gpu, fitted, hws):
+    for line in cross(by_gpu, fitted, hws) + moe_cross(moe, fitted, hws):
         print("  " + line)
     print("\nthe same A100 GEMM shapes timed by two sources (measured over measured, kernels vs graph timing):")
     for line in same_shapes(tables):

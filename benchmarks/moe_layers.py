@@ -1,10 +1,16 @@
-"""The mixture-of-experts block (router and grouped expert GEMMs, costmodel.model_ops) against vLLM's measured
-fused MoE layers (aiconfigurator's moe/ tables, balanced routing), which no fit saw: Qwen3-235B's shape on the
-H100 and DeepSeek-V3's on the B200, per weight format and tensor- or expert-parallel group of at most 8 GPUs.
+"""The mixture-of-experts block (router, grouped expert GEMMs, activation, combine: costmodel.model_ops) against
+vLLM's measured fused MoE layers (aiconfigurator's moe/ tables: 12 layer shapes on the H100, 19 on the B200;
+tensor- or expert-parallel groups of up to 8), per GPU and weight format:
+
+* balanced routing, with the profile as it is (its MoE classes fitted on these rows: benchmarks/fit_published.py);
+* the same rows priced with the device's dense GEMM class instead (no MoE fit), which shows what the fit adds;
+* a fit on half the layer shapes, scored on the other half (shapes that fit did not see);
+* power-law routing (exponents 1.01 and 1.2: the busiest device timed), which no fit saw;
+* the H100's MoE classes carried to the B200 by the transfer rule (costmodel.origin.transfer).
 
     python benchmarks/moe_layers.py [MEASUREMENTS_DIR]
 
-Prints the median and p90 |error| and the median predicted/measured per group.
+Prints n, median and p90 |error| and the median predicted/measured per group.
 """
 
 from __future__ import annotations
@@ -12,28 +18,47 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 import costmodel
-from costmodel.validation.moe_layers import predicted_over_measured, read_moe_rows
+from costmodel.mechanisms import FALLBACK
+from costmodel.origin import transfer
+from costmodel.validation.moe_layers import TABLES, errors, fit_moe_class, moe_class, read_tables, with_class
 
-#: Table file, profile, preset and the table's (hidden, expert width, experts, top-k) of that preset.
-CASES = [("h100_sxm_vllm_0.19.0_moe_perf.csv", "h100", "qwen3-235b-a22b", ("4096", "1536", "128", "8")),
-         ("b200_sxm_vllm_0.19.0_moe_perf.csv", "b200", "deepseek-v3", ("7168", "2048", "256", "8"))]
+PROFILES = {"h100_sxm": "h100", "b200": "b200"}
+
+
+def line(label: str, e: dict) -> str:
+    return (f"    {label:34s} n {e['n']:5d}  median {e['median_abs_error_pct']:5.1f}%  p90 "
+            f"{e['p90_abs_error_pct']:5.1f}%  predicted/measured {e['median_ratio']:.2f}")
+
+
+def without_moe_fit(hw, cls):
+    """``hw`` pricing class ``cls`` with its dense fallback's parameters."""
+    return with_class(hw, cls, hw.efficiency.classes[FALLBACK[cls]])
 
 
 def main(folder: Path) -> None:
-    for name, gpu, model, shape in CASES:
-        groups = read_moe_rows(folder / "aiconfigurator" / "moe" / name, shape)
-        m, hw = costmodel.load_model(model), costmodel.load_profile(gpu)
-        print(f"{gpu}: {model}'s MoE block ({name})")
-        for (dtype, tp, ep), rows in sorted(groups.items()):
-            if max(tp, ep) > 8:
-                continue
-            ratio = predicted_over_measured(m, hw, rows, dtype, tp, ep)
-            err = np.abs(ratio - 1)
-            print(f"  {dtype:9s} tp {tp} ep {ep}  n {len(rows):3d}  median |err| {np.median(err):5.1%}  p90 "
-                  f"{np.percentile(err, 90):5.1%}  predicted/measured {np.median(ratio):.2f}")
+    tables = {pid: read_tables(folder / path) for pid, path in TABLES.items()}
+    hws = {pid: costmodel.load_profile(PROFILES[pid]) for pid in TABLES}
+    for pid, ts in tables.items():
+        hw = hws[pid]
+        print(f"{pid} ({TABLES[pid]})")
+        for cls in sorted({moe_class(t) for t in ts}):
+            mine = [t for t in ts if moe_class(t) == cls]
+            balanced = [t for t in mine if t.distribution == "balanced"]
+            skewed = [t for t in mine if t.distribution != "balanced"]
+            print(f"  {cls} ({', '.join(sorted({t.moe_dtype for t in mine}))})")
+            print(line("balanced, the profile", errors(balanced, hw)))
+            print(line("balanced, the dense class", errors(balanced, without_moe_fit(hw, cls))))
+            shapes = sorted({t.shape for t in balanced})
+            half = set(shapes[::2])
+            eff = fit_moe_class([t for t in balanced if t.shape in half], without_moe_fit(hw, cls))
+            print(line(f"balanced, other {len(shapes) - len(half)} shapes (fit on {len(half)})",
+                       errors([t for t in balanced if t.shape not in half], with_class(hw, cls, eff))))
+            for dist in sorted({t.distribution for t in skewed}):
+                print(line(f"{dist}, the profile", errors([t for t in skewed if t.distribution == dist], hw)))
+            if pid == "b200" and cls in hws["h100_sxm"].efficiency.classes:
+                moved = transfer(hws["h100_sxm"].efficiency.classes[cls], hws["h100_sxm"], hw)
+                print(line("balanced, the H100's fit transferred", errors(balanced, with_class(hw, cls, moved))))
 
 
 if __name__ == "__main__":

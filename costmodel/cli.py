@@ -177,12 +177,16 @@ def hardware_show(name, as_json) -> None:
 @click.option("--model-config", type=FilePath(), help="a Hugging Face config.json to read the model from")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
 @click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA and MQA versions, side by side")
+@click.option("--routing", metavar="ROUTING",
+              help="with a mixture-of-experts --model: how the router spreads tokens over the experts: uniform "
+                   "(each token's experts at random; the default), balanced (every expert the same share) or "
+                   "power-law:ALPHA (skewed; the busiest device is timed)")
 @engine_options
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")
 def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
             csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len,
-            model_config, source, variants, fmt, as_json, **dims) -> None:
+            model_config, source, variants, routing, fmt, as_json, **dims) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on one or more devices.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -213,7 +217,7 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
                                  "--batch, --context, --source, --dtype, --execution, --tp and --variant/--groups do)")
         from costmodel.cli_serving import conventions, load_layouts, predict_models
 
-        layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants)
+        layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants, routing)
         if wants_load(load):
             if sweep_spec or dims["batch"] is not None or dims["context"] is not None:
                 raise CostModelError("--sweep, --batch and --context do not apply to a served model (the engine "
@@ -232,7 +236,8 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
     model_only = [flag for flag, value in (("--tp", tp != 1 or None), ("--source", source), ("--kv-heads", kv_heads),
                                            ("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype),
                                            ("--mla-form", mla_form), ("--input-len", input_len),
-                                           ("--output-len", output_len), ("--variants", variants or None))
+                                           ("--output-len", output_len), ("--variants", variants or None),
+                                           ("--routing", routing))
                   if value]
     if model_only:
         raise CostModelError(f"{model_only[0]} applies with --model")

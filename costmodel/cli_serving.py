@@ -20,12 +20,14 @@ MODEL_SWEEP_DIMS = ("batch", "context", "input_len", "output_len")
 
 
 def load_layouts(model_name: str, variant: str | None, groups: int | None, kv_heads: int | None,
-                 variants: bool = False) -> list:
-    """The model (re-priced with ``--kv-heads`` or ``--variant``), and with ``variants`` also its MHA, GQA and
-    MQA versions."""
+                 variants: bool = False, routing: str | None = None) -> list:
+    """The model (re-priced with ``--kv-heads`` or ``--variant``, its experts routed as ``--routing`` says), and
+    with ``variants`` also its MHA, GQA and MQA versions."""
     from costmodel.presets import load_model
 
     model = load_model(model_name)
+    if routing is not None:
+        model = model.with_routing(routing)
     if kv_heads and (variant or groups):
         raise CostModelError("give --kv-heads or --variant/--groups, not both")
     if kv_heads:

@@ -358,7 +358,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         eng = engine(engine_name, capacity_bytes=dev.capacity, device_name=dev.name, tp=pool.tp).with_flags(
             max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs)
         pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                     expert_parallel=pool.expert_parallel)
+                     expert_parallel=pool.expert_parallel, moe_kernel=eng.moe_kernel)
         setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads))
     pre, dec = setups
     devices = prefill.devices() + decode.devices()

@@ -28,15 +28,20 @@ _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults
          "and 256), vllm/config/cache.py (block_size 16, gpu_memory_utilization 0.9), V1 engine: chunked prefill "
          "always on, a running request preempted when no block is free (enable_prefix_caching on by default in the V1 "
          "engine: the preempted request's blocks stay cached and are found again when it is rescheduled; "
-         "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted)")
+         "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted); mixture-of-experts layers "
+         "in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an expert map marks "
+         "other devices' experts -1, the Triton kernel writes zeros for their rows, and the activation and moe_sum "
+         "run over every routed row of the batch")
 _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py: chunked_prefill_size 8192 on a GPU of 80 GB class "
            "(2048 under 35 GB, 4096 under 60 GB), mem_fraction_static 0.88 at tp 1, 0.87 at tp 2, 0.85 at tp 4, "
            "0.81 at tp 8, page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
-           "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False)")
+           "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the rows "
+           "routed to the device's experts")
 _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
            "8192, max_batch_size 2048, KvCacheConfig free_gpu_memory_fraction 0.9 and tokens_per_block 32, "
            "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
-           "pages for its prompt and all its output can be reserved)")
+           "pages for its prompt and all its output can be reserved; CUTLASS MoE over the rows permuted to the "
+           "device's experts)")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class EngineConfig:
     # a preempted request's KV stays in the prefix cache, in the pages it freed, and is found again when it
     # returns: only its last token is computed again (vLLM V1's default); else it is recomputed whole
     prefix_caching: bool = False
+    # the mixture-of-experts kernel (costmodel.model_step.Pricing.moe_kernel): "fused" spans every routed row
+    moe_kernel: str = "routed"
 
     #: the engine's own name for each setting (its server argument or config key)
     FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
@@ -105,7 +112,7 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
     big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()  # an "80 GB" part is 74.5 GiB
     if name == "vllm":
         return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True,
-                            _VLLM, prefix_caching=True)
+                            _VLLM, prefix_caching=True, moe_kernel="fused")
     if name == "sglang":
         chunk = 2048 if capacity_bytes < 35e9 else 4096 if capacity_bytes < 60e9 else 8192
         return EngineConfig("sglang", "0.5", chunk, 4096, _sglang_fraction(tp), 1, True, False, False, _SGLANG)

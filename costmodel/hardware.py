@@ -87,11 +87,13 @@ class Tile(_Strict):
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
 #: In this order, a parent class before the classes that fall back to it (costmodel.mechanisms.FALLBACK).
-EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum",
-                              "decode_attention", "prefill_attention", "norm", "layernorm", "softmax", "elementwise",
-                              "activation", "rotary", "copy"]
-#: The classes priced as matrix products (tiles, waves, split-K): the only ones a GEMM dispatch can name.
-GemmClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "attention_einsum"]
+EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "moe", "moe_fp8", "moe_fp8_block",
+                              "moe_nvfp4", "attention_einsum", "decode_attention", "prefill_attention", "norm",
+                              "layernorm", "softmax", "elementwise", "activation", "rotary", "copy"]
+#: The classes priced as matrix products (tiles, waves, split-K): the only ones a GEMM dispatch can name. ``moe*``:
+#: a mixture of experts' grouped expert GEMMs, in the engine's fused MoE kernel, per weight format.
+GemmClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "moe", "moe_fp8", "moe_fp8_block",
+                        "moe_nvfp4", "attention_einsum"]
 
 
 class TileRule(_Strict):

@@ -72,17 +72,22 @@ DEFAULT_KERNELS = KernelFacts()
 PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
                  "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
 #: A class a device has no fit for takes another's: an fp8 GEMM (one scale per tensor) the bf16 GEMM's, a
-#: block-scaled fp8 GEMM the per-tensor one's; an unfused attention's einsums are batched GEMMs; a
+#: block-scaled fp8 GEMM the per-tensor one's; a mixture of experts' grouped GEMMs the dense GEMM's of their weights; an unfused attention's einsums are batched GEMMs; a
 #: cache write, a gated activation and a rotary embedding are elementwise kernels; a LayerNorm and a softmax
 #: are row reductions like an RMSNorm. A parent class without a timing convention's fixed cost takes its first
 #: child's here that has one (the launch of a kernel of the same kind).
-FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "gemm_nvfp4": "gemm_fp8_block", "attention_einsum": "gemm",
+FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "gemm_nvfp4": "gemm_fp8_block", "moe": "gemm",
+            "moe_fp8": "gemm_fp8", "moe_fp8_block": "gemm_fp8_block", "moe_nvfp4": "gemm_nvfp4",
+            "attention_einsum": "gemm",
             "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise", "layernorm": "norm",
             "softmax": "norm"}
 #: The kernel class of a GEMM whose weights and activations are both low precision, by the weights' format (a
 #: checkpoint's, or a published table's ``gemm_dtype``): fp8 with one scale per tensor or per 128 x 128 block,
 #: NVFP4 (fp4 with an FP8 scale per 16).
 LOW_PRECISION_GEMM = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "nvfp4": "gemm_nvfp4"}
+#: The class of a mixture of experts' grouped expert GEMMs (the engine's fused MoE kernel) by the class a dense
+#: GEMM of the same weights runs in; a device without a fit of its own prices them as that dense class.
+MOE_GEMM = {"gemm": "moe", "gemm_fp8": "moe_fp8", "gemm_fp8_block": "moe_fp8_block", "gemm_nvfp4": "moe_nvfp4"}
 #: The math a weight format's GEMMs run at where the device has that peak (otherwise the weights are dequantized).
 WEIGHT_MATH = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
 #: Classes that run on the vector units (no matrix peak).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -186,22 +187,72 @@ def local_experts_touched(moe, tokens):
     return moe.experts * (1 - (1 - moe.experts_per_token / moe.routed_experts) ** tokens)
 
 
-def moe_dims(m: ModelPreset, tokens, dp: int = 1) -> dict:
+#: Draws of a power-law routing averaged (fixed seed: the same answer every time).
+POWER_LAW_DRAWS = 64
+
+
+@lru_cache(maxsize=4096)
+def _power_law_load(experts: int, top: int, ranks: int, alpha: float, tokens: int) -> tuple[float, float]:
+    """(rows, experts touched) of the busiest of ``ranks`` devices, each holding a contiguous 1/ranks of the
+    ``experts``, when ``tokens`` tokens' ``top`` rows fall on experts in proportion to loads drawn from a power law
+    of exponent ``alpha`` over [1, 0.8 T] (over [0.01, 2] when there are fewer rows than experts), rounded to whole
+    rows: the mean over :data:`POWER_LAW_DRAWS` draws. This is how aiconfigurator's MoE tables make their skewed
+    routing (collector/helper.py power_law_logits_v3), timing the busiest device."""
+    rows = tokens * top
+    lo, hi = (1.0, 0.8 * tokens) if rows > experts else (0.01, 2.0)
+    u = np.random.default_rng(0).random((POWER_LAW_DRAWS, experts))
+    a = 1.0 - alpha
+    x = ((hi ** a - lo ** a) * u + lo ** a) ** (1.0 / a)
+    loads = np.round(x / x.sum(axis=1, keepdims=True) * rows).reshape(POWER_LAW_DRAWS, ranks, experts // ranks)
+    per_rank = loads.sum(axis=2)
+    busiest = per_rank.argmax(axis=1)
+    chosen = loads[np.arange(POWER_LAW_DRAWS), busiest]
+    return float(per_rank.max(axis=1).mean()), float((chosen > 0).sum(axis=1).mean())
+
+
+def routed_load(moe, tokens):
+    """(rows routed to the busiest device's experts, distinct experts of its own they touch) when ``tokens``
+    tokens are routed as ``moe.routing`` says: ``uniform``, T k / ranks rows and
+    :func:`local_experts_touched`; ``balanced``, T k / ranks rows on as many distinct experts as there are rows
+    (at most the device's); ``power-law:ALPHA``, :func:`_power_law_load`."""
+    rows = tokens * moe.experts_per_token / moe.expert_ranks
+    if moe.routing == "uniform":
+        return rows, local_experts_touched(moe, tokens)
+    if moe.routing == "balanced":
+        return rows, np.minimum(moe.experts, rows)
+    alpha = float(moe.routing.split(":")[1])
+    one = lambda n: _power_law_load(moe.routed_experts, moe.experts_per_token, moe.expert_ranks, alpha,  # noqa: E731
+                                    max(1, int(round(float(n)))))
+    if not np.ndim(tokens):
+        return one(tokens)
+    pairs = np.array([one(n) for n in np.ravel(tokens)]).reshape(*np.shape(tokens), 2)
+    return pairs[..., 0], pairs[..., 1]
+
+
+def moe_dims(m: ModelPreset, tokens, dp: int = 1, spans_all: bool = False) -> dict:
     """The dimensions of a mixture-of-experts block over ``tokens`` tokens on one device: the rows routed to
-    its experts (T k / ranks) and the experts of its own they touch (:func:`local_experts_touched`). Under
-    attention data parallel the experts see the tokens of all ``dp`` groups (gathered), the router its own."""
+    its experts and the experts of its own they touch (:func:`routed_load`), and the rows its elementwise
+    kernels walk: those rows, or with ``spans_all`` (vLLM's fused MoE kernel, whose buffers hold every routed row
+    of the batch it is given, rows of other devices' experts as zeros) all T k of them. Under attention data
+    parallel the experts see the tokens of all ``dp`` groups (gathered), the router its own."""
     moe = m.moe
     seen = tokens * dp
-    return {"t": tokens, "d": m.d_model, "e": moe.routed_experts, "r": seen * moe.experts_per_token / moe.expert_ranks,
-            "u": local_experts_touched(moe, seen), "c": moe.expert_d_ff, "top": moe.experts_per_token}
+    rows, touched = routed_load(moe, seen)
+    return {"t": tokens, "d": m.d_model, "e": moe.routed_experts, "r": rows, "u": touched, "c": moe.expert_d_ff,
+            "top": moe.experts_per_token, "v": seen * moe.experts_per_token if spans_all else rows}
 
 
-def _moe_ops(m: ModelPreset, tokens, count: int, precision: Precision, dp: int = 1) -> list[StepOp]:
+def _moe_ops(m: ModelPreset, tokens, count: int, precision: Precision, dp: int = 1,
+             spans_all: bool = False) -> list[StepOp]:
     """The mixture-of-experts block of ``count`` layers over ``tokens`` tokens: the routed block
-    (:func:`costmodel.step_program.moe`), and the shared experts as a dense FFN."""
+    (:func:`costmodel.step_program.moe`; ``spans_all``: :func:`moe_dims`), and the shared experts as a dense FFN.
+    The zeros written for other devices' rows are written by the grouped kernels: no launch of their own."""
     moe = m.moe
-    ops = _step_ops("experts", compile_block("moe", m.ffn_gated), moe_dims(m, tokens, dp), lambda name: count,
-                    precision)
+    dims = moe_dims(m, tokens, dp, spans_all)
+    walked = bool(np.any(np.asarray(dims["v"]) > np.asarray(dims["r"])))
+    ops = [dataclasses.replace(s, op=dataclasses.replace(s.op, launches=0)) if s.name == "experts_zero_fill" else s
+           for s in _step_ops("experts", compile_block("moe", m.ffn_gated), dims,
+                              lambda name: 0 if name == "experts_zero_fill" and not walked else count, precision)]
     if moe.shared_d_ff:
         shared = compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate))
         ops += _step_ops("experts", shared, {"t": tokens, "d": m.d_model, "f": moe.shared_d_ff}, lambda name: count,
@@ -217,7 +268,8 @@ def local_context(m: ModelPreset, ctx):
 
 
 def step_ops(m: ModelPreset, phase: str, b: int, ctx, source: int, precision, execution: str,
-             cache_append: str = "inplace", mla_form: str | None = None, dp: int = 1) -> list[StepOp]:
+             cache_append: str = "inplace", mla_form: str | None = None, dp: int = 1,
+             moe_spans_all: bool = False) -> list[StepOp]:
     """Every op of one decode step (``phase="decode"``: one token per sequence after ``ctx`` cached
     positions) or of the prefill of a ``ctx``-token prompt (encoder over ``source`` tokens first).
     Local (sliding-window) layers attend to at most ``sliding_window`` positions; mixture-of-experts
@@ -246,7 +298,7 @@ def step_ops(m: ModelPreset, phase: str, b: int, ctx, source: int, precision, ex
     moe_layers = m.moe.layers if m.moe else 0
     ops += _layer_ops("ffn and norms", m, tokens, L, precision, m.norms_per_layer, ffn_layers=L - moe_layers)
     if moe_layers:
-        ops += _moe_ops(m, tokens, moe_layers, precision, dp)
+        ops += _moe_ops(m, tokens, moe_layers, precision, dp, moe_spans_all)
     if phase == "prefill" and m.architecture == "encoder-decoder":
         enc = m.model_copy(update={"kv_heads": m.enc_kv})
         ops += _attention_ops("encoder", enc, m.enc_kv, "batched", b, source, source, execution, m.encoder_layers,

@@ -24,7 +24,7 @@ from costmodel.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, Precision, price
 from costmodel.roofline import mechanism_lines
-from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, OVERLAPS, WEIGHT_DTYPES, choice,
+from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, MOE_KERNELS, OVERLAPS, WEIGHT_DTYPES, choice,
                              dtype_bytes)
 from costmodel.fits import largest_fitting
 from costmodel.model_memory import (DEFAULT_GROUP, active_params, kv_bytes, largest_batch_in_memory,
@@ -170,6 +170,10 @@ class Pricing:
     dp: int = 1  # attention data parallel: dp groups of tp devices, each its own requests; experts over all
     pp: int = 1  # pipeline parallel: pp stages of tp devices, each a contiguous 1/pp of the layers
     ep_size: int = 0  # expert-parallel groups within the tp devices (0: tp with ep, else 1); each shards its experts
+    # the engine's MoE kernel: "routed" walks only the rows routed to this device's experts (TensorRT-LLM's and
+    # SGLang's grouped GEMMs over permuted rows); "fused" (vLLM's fused_moe with an expert map) spans every
+    # routed row of the batch it is given, writing zeros for rows routed to other devices
+    moe_kernel: str = "routed"
 
     @property
     def gemm_dtype(self) -> str | None:
@@ -181,12 +185,18 @@ class Pricing:
         return device_slice(m, self.tp, self.ep, self.dp, self.ep_size)
 
 
+#: Weight formats whose experts vLLM runs in grouped kernels over the rows permuted to the device's experts, not
+#: in its Triton fused_moe: block-scaled fp8 in DeepGEMM (vllm/model_executor/layers/fused_moe/oracle/fp8.py
+#: prefers it on Hopper and later), NVFP4 in FlashInfer's TensorRT-LLM kernels, MXFP4 in triton_kernels' matmul_ogs.
+ROUTED_FORMATS = ("fp8_block", "nvfp4", "mxfp4")
+
+
 def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype"],
             execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
             overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"], without=(), engine: bool = True,
             weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None,
             expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
-            expert_parallel_size: int | None = None) -> Pricing:
+            expert_parallel_size: int | None = None, moe_kernel: str = "routed") -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -223,6 +233,9 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
                                  "within the tensor-parallel group)")
         expert_parallel = expert_parallel or expert_parallel_size == tp > 1
     ep_size = expert_parallel_size or 0
+    moe_kernel = choice("moe kernel", moe_kernel, MOE_KERNELS)
+    if moe_kernel == "fused" and weight_dtype in ROUTED_FORMATS:
+        moe_kernel = "routed"
     device_slice(m, tp, expert_parallel, attention_dp, ep_size)  # a layout the model cannot take: an error first
     # W8A8 (W4A4): 8-bit weights run their GEMMs at the 8-bit peak where the device has one, NVFP4 weights at the
     # fp4 peak (Blackwell); int4, MXFP4 (W4A16) and wider weights, and NVFP4 on a device without fp4 math, are
@@ -233,14 +246,15 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
                           gemm_dtype, LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
                    tp, mla_form, expert_parallel, attention_dp, pipeline_parallel,
-                   ep_size if 1 < ep_size < tp else 0)
+                   ep_size if 1 < ep_size < tp else 0, moe_kernel)
 
 
 def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[StepOp]:
     """A phase's program on one device: the sliced model's ops, as engines run them, with the collectives of
     tensor parallelism inserted."""
     dev = pr.slice(m)
-    ops = step_ops(dev, phase, batch, context, source, pr.precision, pr.execution, mla_form=pr.mla_form, dp=pr.dp)
+    ops = step_ops(dev, phase, batch, context, source, pr.precision, pr.execution, mla_form=pr.mla_form, dp=pr.dp,
+                   moe_spans_all=pr.moe_kernel == "fused")
     tokens = batch if phase == "decode" else batch * context
     ops = engine_ops(ops, dev, tokens, pr.precision) if pr.engine else ops
     encoder = batch * source if phase == "prefill" and m.architecture == "encoder-decoder" else 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.mechanisms import CLASSES, FALLBACK, LOW_PRECISION_GEMM, MECHANISMS, TIMINGS, WEIGHT_MATH
+from costmodel.mechanisms import CLASSES, FALLBACK, LOW_PRECISION_GEMM, MECHANISMS, MOE_GEMM, TIMINGS, WEIGHT_MATH
 
 
 #: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
@@ -109,6 +109,7 @@ class Resolved:
 
 #: Classes of low-precision GEMM kernels and the math they need: only a device with that peak has them.
 LOW_PRECISION_CLASSES = {cls: WEIGHT_MATH[weights] for weights, cls in LOW_PRECISION_GEMM.items()}
+LOW_PRECISION_CLASSES |= {MOE_GEMM[cls]: math for cls, math in LOW_PRECISION_CLASSES.items()}
 
 
 def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -> Resolved | None:

@@ -34,6 +34,10 @@ class MLAShape(BaseModel):
     q_rank: int | None = Field(default=None, ge=1, le=MAX_DIM, description="query latent rank l (q_lora_rank)")
 
 
+#: ``MoEShape.routing``: uniform, balanced, or power-law:ALPHA with ALPHA > 1.
+ROUTING_PATTERN = r"^(uniform|balanced|power-law:(1\.[0-9]*[1-9][0-9]*|[2-9](\.[0-9]+)?|[1-9][0-9]+(\.[0-9]+)?))$"
+
+
 class MoEShape(BaseModel):
     """A mixture-of-experts feed-forward block: ``experts`` routed experts of which each token uses
     ``experts_per_token``, always-on shared experts, and a linear router."""
@@ -50,6 +54,11 @@ class MoEShape(BaseModel):
     expert_ranks: int = Field(default=1, ge=1, le=MAX_DIM,
                               description="devices the routed experts are spread over (expert parallel): a device "
                                           "slice holds experts / expert_ranks of them; 1 in a preset")
+    routing: str = Field(default="uniform", pattern=ROUTING_PATTERN,
+                         description="how the router spreads a batch's tokens over the experts: uniform (each "
+                                     "token's experts drawn at random), balanced (every expert the same share, "
+                                     "as many distinct experts as rows allow) or power-law:ALPHA (expert loads "
+                                     "drawn from a power law of exponent ALPHA > 1, the busiest device timed)")
 
     @property
     def routed_experts(self) -> int:
@@ -153,6 +162,18 @@ class ModelPreset(BaseModel):
         if self.mla:
             update |= {"mla": None, "head_dim": self.mla.nope_dim + self.mla.rope_dim}
         return self._what_if(update)
+
+    def with_routing(self, routing: str) -> ModelPreset:
+        """The same mixture-of-experts model with its router spreading tokens as ``routing`` says (uniform,
+        balanced or power-law:ALPHA; :attr:`MoEShape.routing`)."""
+        import re
+
+        if self.moe is None:
+            raise CostModelError(f"routing applies to mixture-of-experts models; {self.id} has none")
+        if not isinstance(routing, str) or not re.match(ROUTING_PATTERN, routing):
+            raise CostModelError(f"routing must be uniform, balanced or power-law:ALPHA with ALPHA > 1 (e.g. "
+                                 f"power-law:1.2), got {routing!r}")
+        return self.model_copy(update={"moe": self.moe.model_copy(update={"routing": routing})})
 
     def _what_if(self, update: dict) -> ModelPreset:
         """The model with another attention layout: named as such, and no longer the published count."""

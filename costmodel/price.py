@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from costmodel.mechanisms import (PROGRAM_CLASS, class_peak, class_times, decode_shape, efficiency_class,
+from costmodel.mechanisms import (MOE_GEMM, PROGRAM_CLASS, class_peak, class_times, decode_shape, efficiency_class,
                                   ring_all_reduce)
 from costmodel.origin import Resolved, TimeModel, time_model
 from costmodel.shapes import one_query
@@ -315,12 +315,18 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
     flops, elements, _, _ = compiled.at(dims)
     weights, cache = compiled.storage(dims)
     out = []
-    for name, kind, einsum, f, e, w, c, gemm in zip(compiled.names, compiled.kinds, compiled.einsums, flops, elements,
-                                                    weights, cache, compiled.gemm_shapes(dims)):
+    for name, kind, einsum, f, e, w, c, gemm, grouped in zip(compiled.names, compiled.kinds, compiled.einsums, flops,
+                                                             elements, weights, cache, compiled.gemm_shapes(dims),
+                                                             compiled.grouped):
         weighted = gemm is not None and bool(np.all(np.asarray(w) > 0))
         fast = weighted and precision.gemm_dtype is not None
+        kernel = precision.gemm_kernel if fast else None
+        if grouped and (fast or precision.weight >= precision.act):
+            # a mixture of experts' expert GEMMs: the engine's MoE kernel of that weight format (weight-only
+            # quantized experts, dequantized in the kernel, run kernels of their own: priced as dense GEMMs)
+            kernel = MOE_GEMM[kernel or "gemm"]
         op = KernelOp(kind, name, precision.gemm_dtype if fast else precision.dtype, f,
-                      precision.bytes(e, w, c), launches, kernel=precision.gemm_kernel if fast else None)
+                      precision.bytes(e, w, c), launches, kernel=kernel)
         if gemm is not None:
             gemm = {key: x if np.ndim(x) else int(x) for key, x in gemm.items()}
         cls = efficiency_class(kind, name)

@@ -6,7 +6,8 @@
 * ``moe``: the routed part of a mixture-of-experts block: the router (a GEMM and a softmax over the ``e``
   experts), the routed experts as grouped products over the ``u`` experts a batch touches (every touched
   expert's weights read once, each of the ``r`` routed rows through its expert), the activation and the
-  weighted combine of each token's ``top`` rows;
+  weighted combine of each token's ``top`` rows over the ``v`` rows the kernels' buffers span, and the zeros a
+  kernel writes for the ``v - r`` of them routed to other devices (vLLM's fused MoE under expert parallel);
 * ``head``: the embedding lookup of ``t`` new tokens, the final norm and output projection of ``o`` rows;
 * ``rope``: rotary embeddings of ``j`` heads' ``p`` rotary dimensions, in place;
 * ``cross_kv``: an encoder-decoder's cross-attention key and value projections of the source.
@@ -31,10 +32,12 @@ SOFTMAX_FLOPS = ELEMENTWISE_FLOPS["softmax"]
 ROPE_FLOPS = 3
 
 #: The dimensions of the blocks: tokens (t), rows that produce a token (o), model width (d), feed-forward width
-#: (f), vocabulary (w), routed experts (e), rows routed to this device's experts (r), experts the batch touches
-#: (u), an expert's feed-forward width (c), experts per token (top), rotated heads (j), rotary dimensions (p),
+#: (f), vocabulary (w), routed experts (e), rows routed to this device's experts (r), routed rows the block's
+#: elementwise kernels walk (v: r, or every routed row of the batch where the engine's kernel spans them all),
+#: experts the batch touches (u), an expert's feed-forward width (c), experts per token (top), rotated heads (j), rotary dimensions (p),
 #: key/value heads (g) and head dimension (k).
 t, o, d, f, w, e, r, u, c, top, j, p, g, k = sympy.symbols("t o d f w e r u c top j p g k", positive=True)
+v = sympy.Symbol("v", nonnegative=True)
 
 
 def _op(name: str, kind: str, inputs: list[tuple[str, dict]], output: tuple[str, dict], fpe=0) -> Op:
@@ -86,11 +89,13 @@ def moe(gated: bool) -> list[Op]:
         _op("router_softmax", "elementwise", [("s", {"t": t, "e": e})], ("p", {"t": t, "e": e}), SOFTMAX_FLOPS),
         _op("experts_gate_up", "grouped", [("x", {"r": r, "d": d}), ("P_up", {"u": u, "d": d, "f": up})],
             ("h", {"r": r, "f": up})),
-        _op("experts_act", "elementwise", [("h", {"r": r, "f": up})], ("a", {"r": r, "c": c}), ACT_FLOPS[gated]),
+        # a kernel whose buffers span all v routed rows writes zeros for the v - r routed to other devices
+        _op("experts_zero_fill", "copy", [], ("0", {"v": v - r, "f": up + d})),
+        _op("experts_act", "elementwise", [("h", {"v": v, "f": up})], ("a", {"v": v, "c": c}), ACT_FLOPS[gated]),
         _op("experts_down", "grouped", [("a", {"r": r, "c": c}), ("P_down", {"u": u, "c": c, "d": d})],
             ("y", {"r": r, "d": d})),
         # a multiply and an add per element of each of a token's top rows
-        _op("experts_combine", "elementwise", [("y", {"r": r, "d": d})], ("z", {"t": t, "d": d}), 2 * top),
+        _op("experts_combine", "elementwise", [("y", {"v": v, "d": d})], ("z", {"t": t, "d": d}), 2 * top),
     ]
 
 
@@ -122,7 +127,7 @@ def cross_kv() -> list[Op]:
 BLOCKS = {
     "layer": (layer, (t, d, f)),
     "ffn": (ffn, (t, d, f)),
-    "moe": (moe, (t, d, e, r, u, c, top)),
+    "moe": (moe, (t, d, e, r, u, c, top, v)),
     "head": (head, (t, o, d, w)),
     "rope": (rope, (t, j, p)),
     "cross_kv": (cross_kv, (t, d, g, k)),

@@ -85,6 +85,9 @@ VARIANT_NAMES = {"mha": "multi-head (g = h)", "mqa": "multi-query (g = 1)", "gqa
 DERIVE_VARIANTS: tuple[str, ...] = (*VARIANTS, "mla")
 #: The two forms of multi-head latent attention: attend in latent space, or materialise keys and values.
 MLA_FORMS: tuple[str, ...] = ("absorbed", "naive")
+#: An engine's mixture-of-experts kernel: over the rows routed to this device only, or spanning every routed row
+#: of its batch (vLLM's fused_moe), see costmodel.model_step.Pricing.
+MOE_KERNELS: tuple[str, ...] = ("routed", "fused")
 
 
 def dtype_bytes(dtype: str) -> int:

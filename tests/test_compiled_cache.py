@@ -106,7 +106,7 @@ def test_a_cached_step_block_evaluates_as_the_derived_one(tmp_path, monkeypatch,
     loaded = C._load(files[0].name.removeprefix("program-").removesuffix(".json"))
     assert (loaded.names, loaded.kinds, loaded.gemms, loaded.grouped, loaded.args) == \
         (derived.names, derived.kinds, derived.gemms, derived.grouped, derived.args)
-    dims = dict(zip(derived.args, (48, 64, 16, 96.0, 11.5, 32, 2)))  # the moe block: 11.5 of 16 experts touched
+    dims = dict(zip(derived.args, (48, 64, 16, 96.0, 11.5, 32, 2, 384.0)))  # the moe block: 11.5 of 16 experts touched
     assert loaded.at(dims) == derived.at(dims) and loaded.params(dims) == derived.params(dims)
     assert loaded.gemm_shapes(dims) == derived.gemm_shapes(dims) and loaded.storage(dims) == derived.storage(dims)
     if block[0] == "moe":  # 12 GEMMs of ceil(96 / 11.5) = 9 rows

@@ -1,40 +1,149 @@
 """The mixture-of-experts block (router and grouped expert GEMMs, :mod:`costmodel.model_ops`) against vLLM's
-measured fused MoE layers (aiconfigurator's ``moe/`` tables): the rows of one layer shape and routing, grouped by
-weight format and tensor- and expert-parallel sizes, and the block's predicted over measured time on each row.
+measured fused MoE layers (aiconfigurator's ``moe/`` tables): the rows of one layer shape, weight format, tensor-
+and expert-parallel size and routing as a :class:`MoETable`, the block's predicted time of each row, and the fit
+of a device's MoE kernel classes (``moe``, ``moe_fp8``, ...: the grouped expert GEMMs in the engine's fused
+kernel) on those tables.
+
+The collector (ai-dynamo/aiconfigurator collector/vllm/collect_moe.py) times ``fused_experts`` on one GPU holding
+that GPU's share of the experts (an expert map under expert parallel) for all ``num_tokens`` tokens: vLLM's Triton
+kernel for bf16, fp8 and fp8_block, FlashInfer's TensorRT-LLM kernel for NVFP4 (``kernel_source``), with the
+tokens routed evenly (``balanced``) or by a power law (the busiest device's share timed).
 """
 
 from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 #: The tables' moe_dtype -> costmodel's weight dtype.
 WEIGHTS = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+#: The table of each profile with one, under the measurements folder.
+TABLES = {"h100_sxm": "aiconfigurator/moe/h100_sxm_vllm_0.19.0_moe_perf.csv",
+          "b200": "aiconfigurator/moe/b200_sxm_vllm_0.19.0_moe_perf.csv"}
+#: The largest tensor- or expert-parallel group predicted: one node.
+MAX_GROUP = 8
+#: What a fit of a MoE class frees: the fused kernel's fraction of the dense peak on large products and the
+#: fraction of the datasheet bandwidth at which it streams the experts' weights; the rest is the dense class's.
+MOE_FREE = ("compute_efficiency", "bandwidth_ceiling")
 
 
-def read_moe_rows(path: str | Path, shape: tuple[str, str, str, str], distribution: str = "balanced"
-                  ) -> dict[tuple[str, int, int], list[dict]]:
-    """(moe_dtype, tp, ep) -> rows of a ``moe/`` table with ``shape`` = (hidden, expert width, experts, top-k) and
-    the given routing distribution, for the weight formats of :data:`WEIGHTS`."""
+@dataclass(frozen=True)
+class MoETable:
+    """The rows of one layer shape, weight format, tensor- and expert-parallel size and routing."""
+
+    shape: tuple[int, int, int, int]  # hidden, expert width, experts, experts per token
+    moe_dtype: str
+    tp: int
+    ep: int
+    distribution: str
+    kernel_source: str
+    tokens: np.ndarray
+    measured_s: np.ndarray
+
+    @property
+    def weight_dtype(self) -> str:
+        return WEIGHTS[self.moe_dtype]
+
+    @property
+    def routing(self) -> str:
+        """The table's ``distribution`` as :attr:`costmodel.presets.MoEShape.routing` (power_law_1.2 ->
+        power-law:1.2)."""
+        return routing(self.distribution)
+
+
+def routing(distribution: str) -> str:
+    return distribution.replace("power_law_", "power-law:")
+
+
+def read_tables(path: str | Path, *, distributions=None, max_group: int = MAX_GROUP) -> list[MoETable]:
+    """Every :class:`MoETable` of a ``moe/`` file in the formats of :data:`WEIGHTS` with tp and ep at most
+    ``max_group`` (``distributions``: those routings only)."""
     groups: dict = defaultdict(list)
     with open(path, newline="", encoding="utf-8") as f:
         for r in csv.DictReader(f):
-            if (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"]) == shape and \
-                    r["distribution"] == distribution and r["moe_dtype"] in WEIGHTS:
-                groups[(r["moe_dtype"], int(r["moe_tp_size"]), int(r["moe_ep_size"]))].append(r)
-    return dict(groups)
+            if r["moe_dtype"] not in WEIGHTS or (distributions and r["distribution"] not in distributions):
+                continue
+            tp, ep = int(r["moe_tp_size"]), int(r["moe_ep_size"])
+            if max(tp, ep) > max_group:
+                continue
+            shape = tuple(int(r[k]) for k in ("hidden_size", "inter_size", "num_experts", "topk"))
+            groups[(shape, r["moe_dtype"], tp, ep, r["distribution"], r["kernel_source"])].append(
+                (int(r["num_tokens"]), float(r["latency"]) * 1e-3))
+    out = []
+    for key, rows in sorted(groups.items()):
+        rows.sort()
+        out.append(MoETable(*key, np.array([t for t, _ in rows]), np.array([s for _, s in rows])))
+    return out
 
 
-def predicted_over_measured(m, hw, rows: list[dict], moe_dtype: str, tp: int, ep: int) -> np.ndarray:
-    """The block's router and expert ops of one device of the tp x ep group, priced for each row's tokens, over
-    the row's measured latency."""
+def block_model(shape: tuple[int, int, int, int]):
+    """A model whose mixture-of-experts layer has the table's shape (a gated block, no shared experts)."""
+    from costmodel.presets import load_model
+
+    hidden, width, experts, top = shape
+    base = load_model("qwen3-235b-a22b")  # 64 query heads: any tensor-parallel group of a node divides them
+    return base.model_copy(update={"d_model": hidden, "moe": base.moe.model_copy(update={
+        "experts": experts, "experts_per_token": top, "expert_d_ff": width, "shared_d_ff": 0})})
+
+
+def predict(table: MoETable, hw) -> np.ndarray:
+    """Predicted seconds of every row: the block's router and expert ops on one device of the tp x ep group,
+    the tokens routed as the table's distribution says, through the table's kernel (vLLM's Triton fused_moe spans
+    every routed row; FlashInfer's NVFP4 kernel only those of the device's experts)."""
     from costmodel.model_ops import _moe_ops
     from costmodel.model_step import op_time, pricing
 
-    pr = pricing(m, hw, tp=max(tp, ep), weight_dtype=WEIGHTS[moe_dtype], expert_parallel=ep > 1)
-    dev = pr.slice(m)
-    return np.array([sum(float(op_time(s, pr).time) for s in _moe_ops(dev, int(r["num_tokens"]), 1, pr.precision)
-                         if s.name.startswith(("experts", "router"))) / (float(r["latency"]) * 1e-3) for r in rows])
+    m = block_model(table.shape)
+    m = m.model_copy(update={"moe": m.moe.model_copy(update={"routing": table.routing})})
+    pr = pricing(m, hw, tp=max(table.tp, table.ep), weight_dtype=table.weight_dtype, expert_parallel=table.ep > 1)
+    spans_all = table.kernel_source == "vllm_fused_moe"
+    ops = _moe_ops(pr.slice(m), table.tokens, 1, pr.precision, spans_all=spans_all)
+    return sum(np.asarray(op_time(s, pr).time, float) * np.ones(table.tokens.shape) for s in ops
+               if s.name.startswith(("experts", "router")))
+
+
+def moe_class(table: MoETable) -> str:
+    """The efficiency class of a table's expert GEMMs."""
+    from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM
+
+    return MOE_GEMM[LOW_PRECISION_GEMM.get(table.weight_dtype, "gemm")]
+
+
+def with_class(hw, cls: str, eff):
+    """``hw`` with ``eff`` as its own parameters of class ``cls``."""
+    classes = {**hw.efficiency.classes, cls: eff}
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"classes": classes})})
+
+
+def fit_moe_class(tables: list[MoETable], hw, names=MOE_FREE):
+    """A MoE class's parameters fitted on ``tables`` (all of one class): the device's own dense class of the same
+    weights (its fallback) with ``names`` fitted by least squares on log(predicted / measured)
+    (:mod:`costmodel.validation.fit`'s search from three starts)."""
+    from costmodel.mechanisms import FALLBACK
+    from costmodel.validation.fit import _lm, _to_z, _with
+
+    cls = moe_class(tables[0])
+    start = hw.efficiency.classes[FALLBACK[cls]].model_copy(update={"fitted": (), "at_bound": {}})
+    measured = np.concatenate([t.measured_s for t in tables])
+
+    def residual(z):
+        dev = with_class(hw, cls, _with(start, names, z, "graph"))
+        return np.log(np.concatenate([predict(t, dev) for t in tables]) / measured)
+
+    inits = {"compute_efficiency": (0.6, 0.4, 0.85), "bandwidth_ceiling": (0.85, 0.7, 0.95)}
+    best = min((_lm(residual, [_to_z(n, inits[n][i]) for n in names]) for i in range(3)), key=lambda zc: zc[1])
+    eff = _with(start, names, best[0], "graph")
+    return eff.model_copy(update={"fitted": tuple(sorted(names))})
+
+
+def errors(tables: list[MoETable], hw) -> dict:
+    """n, median and p90 |error| (percent) and the median predicted / measured over ``tables``."""
+    ratio = np.concatenate([predict(t, hw) / t.measured_s for t in tables])
+    err = np.abs(ratio - 1) * 100
+    return {"n": int(err.size), "median_abs_error_pct": round(float(np.median(err)), 2),
+            "p90_abs_error_pct": round(float(np.percentile(err, 90)), 2),
+            "median_ratio": round(float(np.median(ratio)), 3)}

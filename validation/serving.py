@@ -242,13 +242,15 @@ def parse(row: dict) -> Deployment | str:
                 return "no concurrency"
             conc = int(m.group(1))
         try:
-            load_model(row["model_path"])
+            checkpoint = load_model(row["model_path"]).quantization
         except CostModelError:
             return "unknown model"
     except ValueError:
         return "bad numbers"
     gemm = (row["gemm_quant_mode"] or "").strip()
     weight = "mxfp4" if mxfp4 else PRECISIONS[gemm] if gemm else PRECISIONS[precision]
+    if weight == "fp8" and checkpoint is not None and checkpoint.weight_dtype == "fp8_block":
+        weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
     common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
               default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
     if "" in stages:
