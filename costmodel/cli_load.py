@@ -15,10 +15,11 @@ LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warm
              "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel", "attention_dp",
              "pipeline_parallel", "expert_parallel_size",
              "disaggregated",
-             "prefill_tp", "prefill_workers", "prefill_max_num_seqs", "prefill_expert_parallel", "decode_tp",
-             "decode_workers", "decode_max_num_seqs", "decode_expert_parallel", "decode_gpu", "kv_link_bandwidth")
+             "prefill_tp", "prefill_workers", "prefill_max_num_seqs", "prefill_expert_parallel",
+             "prefill_attention_dp", "decode_tp", "decode_workers", "decode_max_num_seqs", "decode_expert_parallel",
+             "decode_attention_dp", "decode_gpu", "kv_link_bandwidth")
 #: The options of a disaggregated deployment's pools.
-POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel")
+POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel", "attention_dp")
 
 
 class Fraction(click.ParamType):
@@ -95,7 +96,11 @@ def engine_options(func):
             click.option(f"--{role}-max-num-seqs", type=Positive, help=f"with --disaggregated: a {role} worker's "
                          "limit of sequences [default: the engine's]"),
             click.option(f"--{role}-expert-parallel", is_flag=True, default=False,
-                         help=f"with --disaggregated: a {role} worker spreads the routed experts over its devices"))],
+                         help=f"with --disaggregated: a {role} worker spreads the routed experts over its devices"),
+            click.option(f"--{role}-attention-dp", type=Positive,
+                         help=f"with --disaggregated and --{role}-expert-parallel: a {role} worker is this many "
+                              "attention data parallel groups of its tp devices, each with its own requests, the "
+                              "routed experts spread over all of them [default: 1]"))],
         click.option("--decode-gpu", metavar="GPU", help="with --disaggregated: the decode pool's device "
                      "[default: --gpu]"),
         click.option("--kv-link-bandwidth", type=PositiveNumber(), metavar="BYTES_PER_S",
@@ -204,7 +209,8 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
     def pool(role: str, gpu=None) -> Pool:
         return Pool(tp=load[f"{role}_tp"] or kw["tp"], workers=load[f"{role}_workers"] or 1,
                     max_num_seqs=load[f"{role}_max_num_seqs"], max_num_batched_tokens=kw["max_num_batched_tokens"],
-                    expert_parallel=load[f"{role}_expert_parallel"], gpu=gpu)
+                    expert_parallel=load[f"{role}_expert_parallel"], gpu=gpu,
+                    attention_dp=load[f"{role}_attention_dp"] or 1)
 
     results = [serve_disaggregated(
         m, hw, input_len=kw["input_len"], output_len=kw["output_len"], prefill=pool("prefill"),

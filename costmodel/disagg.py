@@ -38,7 +38,9 @@ from costmodel.served import Setup, checked_load, checkpoint_kv_dtype, lengths
 @dataclass(frozen=True)
 class Pool:
     """One side of a disaggregated deployment: ``workers`` engines of ``tp`` devices each (of ``gpu``, the
-    deployment's device when None), with the engine's limits where given."""
+    deployment's device when None), with the engine's limits where given; a worker of a mixture of experts may be
+    ``attention_dp`` groups of ``tp`` devices with the experts spread over all of them (``expert_parallel``),
+    each group taking its own requests (the other groups of the worker taken as loaded like it)."""
 
     tp: int = 1
     workers: int = 1
@@ -46,9 +48,15 @@ class Pool:
     max_num_batched_tokens: int | None = None
     expert_parallel: bool = False
     gpu: HardwareProfile | None = None
+    attention_dp: int = 1  # each worker: this many attention data parallel groups of tp devices, experts over all
 
     def devices(self) -> int:
-        return self.tp * self.workers
+        return self.tp * self.attention_dp * self.workers
+
+    @property
+    def engines(self) -> int:
+        """The engines requests are spread over: every attention data parallel group of every worker."""
+        return self.workers * self.attention_dp
 
 
 class PoolSummary(Report):
@@ -190,20 +198,20 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             new_request(t)
 
     # prefill workers
-    p_queue = [deque() for _ in range(p.workers)]
-    p_left = [0] * p.workers  # prompt tokens waiting or in flight
-    p_busy = [False] * p.workers
-    p_time = np.zeros(p.workers)
+    p_queue = [deque() for _ in range(p.engines)]
+    p_left = [0] * p.engines  # prompt tokens waiting or in flight
+    p_busy = [False] * p.engines
+    p_time = np.zeros(p.engines)
     p_iters = p_seqs = 0
     budget_p, seqs_p = pre.eng.max_num_batched_tokens, pre.eng.max_num_seqs
     # decode workers
-    d_run: list[list[_Req]] = [[] for _ in range(d.workers)]
-    d_wait = [deque() for _ in range(d.workers)]
-    d_busy = [False] * d.workers
-    d_ctx = [0] * d.workers  # cached positions of the running sequences, all together
-    d_pages = [0] * d.workers
-    d_wait_pages = [0] * d.workers  # pages the waiting requests will take
-    d_time = np.zeros(d.workers)
+    d_run: list[list[_Req]] = [[] for _ in range(d.engines)]
+    d_wait = [deque() for _ in range(d.engines)]
+    d_busy = [False] * d.engines
+    d_ctx = [0] * d.engines  # cached positions of the running sequences, all together
+    d_pages = [0] * d.engines
+    d_wait_pages = [0] * d.engines  # pages the waiting requests will take
+    d_time = np.zeros(d.engines)
     d_iters = d_seqs = 0
     waits = 0  # requests that reached a decode worker with no slot or pages for them
     page = dec.eng.page_size
@@ -262,7 +270,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     while events:
         t, _, kind, x = heapq.heappop(events)
         if kind == "arrive":
-            w = min(range(p.workers), key=lambda j: (p_left[j], j))
+            w = min(range(p.engines), key=lambda j: (p_left[j], j))
             p_queue[w].append(x)
             p_left[w] += x.prompt
             if not p_busy[w]:
@@ -290,7 +298,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             if r.output == 1:
                 finish(r, t)
                 continue
-            w = min(range(d.workers), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
+            w = min(range(d.engines), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
             held = len(d_run[w]) + len(d_wait[w])
             d_wait_pages[w] += pages_of(r)
             waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
@@ -345,6 +353,10 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
             raise CostModelError(f"{name} must be a Pool(tp=..., workers=...), got {type(pool).__name__}")
         checks.count(f"{name} tp", pool.tp)
         checks.count(f"{name} workers", pool.workers)
+        checks.count(f"{name} attention dp", pool.attention_dp)
+        if pool.attention_dp > 1 and not pool.expert_parallel:
+            raise CostModelError(f"{name} attention data parallel needs the experts spread over its groups "
+                                 f"(--{name}-expert-parallel; Pool(expert_parallel=True))")
         if pool.gpu is not None:
             checks.instance(f"{name} gpu", pool.gpu, HardwareProfile, "a HardwareProfile (load_profile(...))")
     if kv_link_bytes_per_s is not None and (isinstance(kv_link_bytes_per_s, bool)
@@ -358,7 +370,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         eng = engine(engine_name, capacity_bytes=dev.capacity, device_name=dev.name, tp=pool.tp).with_flags(
             max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs)
         pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                     expert_parallel=pool.expert_parallel, moe_kernel=eng.moe_kernel)
+                     expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, moe_kernel=eng.moe_kernel)
         setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads))
     pre, dec = setups
     devices = prefill.devices() + decode.devices()
@@ -450,7 +462,7 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     m = max(1, min(pre.eng.max_num_seqs, budget // isl, pre.kv_tokens // isl)) if isl <= budget else 1
     t_m = (pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(0, isl)] * m, outputs=m).total_s
            + pre.iteration_s) if m > 1 else s_p
-    x_prefill = p.workers * m / t_m
+    x_prefill = p.engines * m / t_m
     page = dec.eng.page_size
     cap = max(1, min(dec.eng.max_num_seqs, dec.kv_tokens // (page * -(-(isl + osl) // page))))
 
@@ -463,9 +475,9 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     def occupancy(x: float) -> float:
         """Sequences per decode worker at throughput x: the least b >= 1 with b = x k tau(b) / D (Little's law),
         the limit where none is."""
-        gap = grid - x * k * taus / d.workers
+        gap = grid - x * k * taus / d.engines
         if gap[0] >= 0:
-            return max(x * k * taus[0] / d.workers, 0.0)
+            return max(x * k * taus[0] / d.engines, 0.0)
         up = np.nonzero(gap >= 0)[0]
         if not up.size:
             return float(cap)
@@ -473,7 +485,7 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
         w = -gap[i - 1] / (gap[i] - gap[i - 1])
         return float(grid[i - 1] + w * (grid[i] - grid[i - 1]))
 
-    x_decode = d.workers * cap / (k * tau(cap)) if k else float("inf")
+    x_decode = d.engines * cap / (k * tau(cap)) if k else float("inf")
     x = concurrency / (s_p + transfer_s + k * tau(1.0))
     for _ in range(100):
         b = occupancy(x)
@@ -497,7 +509,7 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     return {"ttft": means(ttft), "tpot": means(tpot), "e2e": means(e2e), "queue_s": wait_p, "prefill_s": s_p,
             "requests_per_s": x, "per_user": osl / e2e, "waits": None,
             "prefill": {"mean_batch": 1.0 if x < x_prefill else float(m), "iterations": None,
-                        "busy_share": min(1.0, x * s_p / p.workers) if x < x_prefill else 1.0},
+                        "busy_share": min(1.0, x * s_p / p.engines) if x < x_prefill else 1.0},
             "decode": {"mean_batch": b, "iterations": None, "busy_share": min(1.0, b)}}
 
 
@@ -512,12 +524,17 @@ def _prefill_time(pre: Setup, prompt: int) -> float:
     return t
 
 
+def _groups(pool: Pool) -> str:
+    return f"{pool.attention_dp} attention data parallel groups of " if pool.attention_dp > 1 else ""
+
+
 def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup,
                  evaluator: str) -> list[str]:
     load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup)[2]
     return [
-        f"disaggregated: {p.workers} prefill worker(s) of {p.tp} x {pre.pr.hw.id} and {d.workers} decode worker(s) "
-        f"of {d.tp} x {dec.pr.hw.id}, each an engine {pre.eng.name} {pre.eng.version} with its defaults for the device where not set",
+        f"disaggregated: {p.workers} prefill worker(s) of {_groups(p)}{p.tp} x {pre.pr.hw.id} and {d.workers} decode "
+        f"worker(s) of {_groups(d)}{d.tp} x {dec.pr.hw.id}, each group an engine {pre.eng.name} {pre.eng.version} "
+        "with its defaults for the device where not set",
         f"prefill workers run prompts alone (up to {pre.eng.max_num_seqs} sequences, "
         f"{pre.eng.max_num_batched_tokens} tokens an iteration and the {pre.kv_tokens} tokens of their KV cache, "
         "a longer prompt in chunks); a request goes to the prefill worker with the fewest prompt tokens to do",

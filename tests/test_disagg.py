@@ -166,3 +166,42 @@ def test_a_network_port_needs_a_domain(h100):
     data["scale_up_devices"] = None
     with pytest.raises(ValidationError, match="scale_up_devices"):
         type(h100).model_validate(data)
+
+
+def test_attention_data_parallel_pools(h100):
+    """A decode worker of 4 attention data parallel groups (a mixture of experts' experts over all 4 devices) takes
+    requests in each group: its devices are the groups' and it holds 4 groups' batches; Little's law and token
+    conservation hold; one client's TPOT is a decode step priced with the 4 groups' experts over every device (each
+    group's tokens gathered, the other groups loaded alike); without expert parallel it is an error line."""
+    m = costmodel.load_model("deepseek-v2-lite")
+    c, n, osl = 16, 160, 24
+    pool = Pool(tp=1, workers=1, attention_dp=4, expert_parallel=True, max_num_seqs=3)
+    p = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(tp=2, workers=2),
+                            decode=pool, concurrency=c, num_requests=n, overheads=OFF, check=True)
+    assert p.devices == 4 + 4 and p.decode.devices == 4
+    assert p.requests_per_s * p.e2e_s == pytest.approx(c, rel=0.05)
+    assert p.decode.mean_batch * p.decode.iterations == pytest.approx(n * (osl - 1), rel=1e-9)
+    assert p.decode.mean_batch <= 3 and p.decode_waits > 0  # 16 clients over 4 x 3 slots
+    one = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(), decode=pool, concurrency=1,
+                              num_requests=2, overheads=OFF)
+    pr = pricing(m, h100, tp=1, attention_dp=4, expert_parallel=True)
+    steps = [exact_time(m, pr, decode_seqs=1, decode_context=512 + i, prompt=0) for i in range(1, osl)]
+    assert one.tpot_s == pytest.approx(np.mean(steps), rel=0.01)
+    alone = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(), decode=Pool(tp=1),
+                                concurrency=1, num_requests=2, overheads=OFF)
+    assert one.tpot_s != pytest.approx(alone.tpot_s, rel=0.01)  # the groups' collectives and gathered experts
+    with pytest.raises(CostModelError, match="--prefill-expert-parallel"):
+        serve_disaggregated(m, h100, input_len=64, output_len=8, prefill=Pool(attention_dp=2), decode=Pool(),
+                            concurrency=1)
+
+
+def test_cli_attention_data_parallel_pool(run_cli):
+    args = ["predict", "--gpu", "h100", "--model", "deepseek-v2-lite", "--engine", "sglang", "--concurrency", "8",
+            "--input-len", "1024", "--output-len", "32", "--num-requests", "16", "--disaggregated"]
+    r = run_cli(*args, "--decode-attention-dp", "2", "--decode-expert-parallel", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["decode"]["devices"] == 2 and got["devices"] == 3
+    assert any("2 attention data parallel groups of 1" in line for line in got["assumptions"])
+    r = run_cli(*args, "--decode-attention-dp", "2")
+    assert r.exit_code != 0 and r.output.startswith("Error:") and "--decode-expert-parallel" in r.output

@@ -212,6 +212,11 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        prefill_tp_size="1.0", prefill_batch_size="1.0", decode_num_workers="1.0", decode_tp_size="2.0",
                        decode_batch_size="8.0"),
                   _row(id="dis-adp", mode="disagg", batch_size="", prefill_attention_dp_size="4.0"),
+                  _row(id="dis-ep", mode="disagg", model_path="Qwen/Qwen3-235B-A22B-FP8", precision="fp8",
+                       gemm_quant_mode="fp8_block", batch_size="", tp_size="", prefill_num_workers="1.0",
+                       prefill_tp_size="1.0", prefill_attention_dp_size="8.0", prefill_moe_ep_size="8.0",
+                       prefill_batch_size="1.0", decode_num_workers="1.0", decode_tp_size="8.0",
+                       decode_moe_ep_size="8.0", decode_batch_size="8.0"),
                   _row(id="adp", model_path="Qwen/Qwen3-235B-A22B-FP8", silicon_data_source="silicon_concurrency=8",
                        batch_size="2.0", tp_size="2.0", attention_dp_size="4.0", moe_ep_size="8.0", precision="fp8",
                        gemm_quant_mode="fp8_block"),
@@ -233,20 +238,23 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
     assert set(report) == {"rows", "skipped", "summary"}
     reasons = {s["id"]: s["reason"] for s in report["skipped"]}
     assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel across other groups",
-                       "dis-adp": "attention data parallel in a disaggregated pool", "dis-c": "no concurrency",
+                       "dis-adp": "attention data parallel without expert parallel over all its devices",
+                       "dis-c": "no concurrency",
                        "adp-tp": "attention data parallel without expert parallel over all its devices",
                        "dis-w": "disaggregated without worker counts",
                        "fp4": "MXFP4 on a GPU with fp4 math", "neg": "bad numbers"}
     # expert parallel over the tp group is modelled, and disaggregated pools
-    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "adp", "hyb", "moe"]
+    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "dis-ep", "adp", "hyb", "moe"]
     for row in report["rows"]:
         again = run_cli(*row["command"], "--json")
         got = json.loads(again.output)
         assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
-    assert "--expert-parallel" in report["rows"][4]["command"]
-    hyb = report["rows"][3]["command"]
+    assert "--expert-parallel" in report["rows"][5]["command"]
+    hyb = report["rows"][4]["command"]
     assert hyb[hyb.index("--expert-parallel-size") + 1] == "2" and "--expert-parallel" not in hyb
-    adp = report["rows"][2]["command"]
+    pools = report["rows"][2]["command"]  # a prefill worker of 8 attention data parallel groups, experts over all
+    assert pools[pools.index("--prefill-attention-dp") + 1] == "8" and "--prefill-expert-parallel" in pools
+    adp = report["rows"][3]["command"]
     assert adp[adp.index("--attention-dp") + 1] == "4" and "--expert-parallel" in adp
     dis = report["rows"][1]["command"]
     assert dis[dis.index("--prefill-workers") + 1] == "2" and dis[dis.index("--decode-tp") + 1] == "2"

@@ -114,7 +114,8 @@ class Stage:
         out = [f"--{role}-tp", str(self.tp), f"--{role}-workers", str(self.workers)]
         if self.batch is not None:
             out += [f"--{role}-max-num-seqs", str(self.batch)]
-        return out + ([f"--{role}-expert-parallel"] if self.expert_parallel else [])
+        out += [f"--{role}-expert-parallel"] if self.expert_parallel else []
+        return out + ([f"--{role}-attention-dp", str(self.attention_dp)] if self.attention_dp > 1 else [])
 
     def parallel_flags(self) -> list[str]:
         """The ``costmodel predict`` flags of an aggregated row's parallel layout beyond its tp."""
@@ -138,7 +139,8 @@ class Stage:
     def pool(self):
         from costmodel.disagg import Pool
 
-        return Pool(tp=self.tp, workers=self.workers, max_num_seqs=self.batch, expert_parallel=self.expert_parallel)
+        return Pool(tp=self.tp, workers=self.workers, max_num_seqs=self.batch, expert_parallel=self.expert_parallel,
+                    attention_dp=self.attention_dp)
 
 
 @dataclass(frozen=True)
@@ -272,8 +274,6 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     tp = _whole(row, prefix + "tp_size", 1) or 1
     ep = _whole(row, prefix + "moe_ep_size", 1) or 1
     moe_tp = _whole(row, prefix + "moe_tp_size", 1) or 1
-    if dp > 1 and prefix:
-        return "attention data parallel in a disaggregated pool"
     if dp > 1 and not (ep == dp * tp and moe_tp == 1):  # experts over every group's devices is modelled
         return "attention data parallel without expert parallel over all its devices"
     hybrid = dp == 1 and 1 < ep < tp and ep * moe_tp == tp  # expert-parallel groups sharding their experts
