@@ -120,10 +120,18 @@ class IterationTable:
         self.decode_attention = np.broadcast_to(by_seqs["attention"], shape).astype(float)
         prompts = _parts(m, pr, "prefill", 1, self.c_grid[1:].astype(np.int64))["attention"]
         self.prompt_attention = np.concatenate([[0.0], np.broadcast_to(prompts, self.c_grid[1:].shape)])
+        self._rounds: dict = {}  # (tokens, sequences, others) -> _round's answer, asked again and again
 
     # -- the parts, interpolated ------------------------------------------------------------------------
     def _on(self, grid: np.ndarray, values: np.ndarray, x):
         """Linear interpolation, 0 at 0, extrapolated linearly past the last point."""
+        if not np.ndim(x):  # one number (the simulation's every iteration): no arrays around it
+            x = float(x)
+            if x <= 0:
+                return 0.0
+            if x > grid[-1] and len(grid) > 1:
+                return float(values[-1] + (values[-1] - values[-2]) / (grid[-1] - grid[-2]) * (x - grid[-1]))
+            return float(np.interp(x, grid, values))
         x = np.asarray(x, float)
         y = np.interp(x, grid, values)
         if len(grid) > 1:
@@ -184,9 +192,15 @@ class IterationTable:
         """(micro-batches, compute, communication) of the per-token ops of ``tokens`` tokens of ``sequences``
         sequences: a pipeline runs them in one micro-batch per stage while there are sequences for them (one
         without pipeline parallel), each the model's step over its share."""
-        k = max(1, min(self.pp, sequences))
-        tok, comm = self.per_token(tokens / k, None if others is None else others / k)
-        return k, float(tok), float(comm)
+        key = (tokens, sequences, others)
+        got = self._rounds.get(key)
+        if got is None:
+            k = max(1, min(self.pp, sequences))
+            tok, comm = self.per_token(tokens / k, None if others is None else others / k)
+            if len(self._rounds) > 100_000:
+                self._rounds.clear()
+            got = self._rounds[key] = (k, float(tok), float(comm))
+        return got
 
     def others_for(self, running: float, prompt_per_output: float) -> float | None:
         """Under attention data parallel, the tokens each other group runs in an iteration, taken as a copy of

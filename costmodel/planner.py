@@ -5,7 +5,8 @@ Layouts: aggregated (tensor parallel over ``tp`` devices, ``N / tp`` replicas sh
 mixture of experts also the routed experts spread over the ``tp`` devices, expert parallel; ``N / tp`` pipeline
 stages; for a mixture of experts ``N / tp`` attention-data-parallel groups with the experts over all ``N``) and
 disaggregated (``P`` prefill workers of ``tp_p`` devices and ``D`` decode workers of ``tp_d``, ``P tp_p + D tp_d =
-N``). Each is loaded with a closed loop of clients, doubling from one until its throughput per device stops growing
+N``; for a mixture of experts also one decode worker of ``(N - P tp_p) / tp_d`` attention-data-parallel groups with
+the experts over all of them). Each is loaded with a closed loop of clients, doubling from one until its throughput per device stops growing
 (by 2%) or the clients reach ``max_concurrency`` per replica (or per deployment, disaggregated), in the engine
 model's closed form; the points near that front are then simulated. A layout whose weights leave no room for a
 request, or that the model cannot be split over, is listed with the reason.
@@ -22,7 +23,8 @@ from costmodel.presets import ModelPreset
 from costmodel.reports import Report
 
 #: What a plan does not enumerate yet, stated in every plan.
-NOT_ENUMERATED = ("pipeline parallel or attention data parallel in a disaggregated pool, or with replicas",
+NOT_ENUMERATED = ("pipeline parallel in a disaggregated pool, attention data parallel in its prefill pool or with "
+                  "replicas",
                   "expert parallel over groups other than the tensor-parallel one (or all the devices, with "
                   "attention data parallel)")
 
@@ -41,12 +43,13 @@ class Layout:
     prefill_workers: int = 0
     decode_tp: int = 0
     decode_workers: int = 0
+    decode_attention_dp: int = 1  # disaggregated: a decode worker's groups of decode_tp devices, experts over all
 
     @property
     def devices(self) -> int:
         if self.mode == "agg":
             return self.tp * self.replicas * self.attention_dp * self.pipeline_parallel
-        return self.prefill_tp * self.prefill_workers + self.decode_tp * self.decode_workers
+        return self.prefill_tp * self.prefill_workers + self.decode_tp * self.decode_workers * self.decode_attention_dp
 
     @property
     def units(self) -> int:
@@ -62,7 +65,9 @@ class Layout:
             return f"DP{self.attention_dp} x TP{self.tp}{ep}"
         if self.mode == "agg":
             return f"{self.replicas} x TP{self.tp}{ep}"
-        return f"{self.prefill_workers}P x TP{self.prefill_tp} + {self.decode_workers}D x TP{self.decode_tp}{ep}"
+        groups = f"DP{self.decode_attention_dp} x " if self.decode_attention_dp > 1 else ""
+        return (f"{self.prefill_workers}P x TP{self.prefill_tp} + {self.decode_workers}D x {groups}TP{self.decode_tp}"
+                f"{ep}")
 
 
 class PlanPoint(Report):
@@ -78,6 +83,7 @@ class PlanPoint(Report):
     prefill_workers: int
     decode_tp: int
     decode_workers: int
+    decode_attention_dp: int
     concurrency: int  # clients in all (per replica x replicas, aggregated)
     ttft_s: float
     tpot_s: float
@@ -135,6 +141,9 @@ def layouts(m: ModelPreset, n: int) -> list[Layout]:
                     out += [Layout("disagg", prefill_tp=tp_p, prefill_workers=workers_p, decode_tp=tp_d,
                                    decode_workers=left // tp_d, expert_parallel=ep)
                             for ep in eps if not (ep and min(tp_p, tp_d) == 1)]
+                    if m.moe and left // tp_d > 1:  # one decode worker of attention data parallel groups
+                        out.append(Layout("disagg", prefill_tp=tp_p, prefill_workers=workers_p, decode_tp=tp_d,
+                                          decode_workers=1, decode_attention_dp=left // tp_d, expert_parallel=True))
     return out
 
 
@@ -154,9 +163,10 @@ def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency
     else:
         p = serve_disaggregated(m, hw, concurrency=concurrency,
                                 prefill=Pool(tp=layout.prefill_tp, workers=layout.prefill_workers,
-                                             expert_parallel=layout.expert_parallel),
+                                             expert_parallel=layout.expert_parallel and layout.prefill_tp > 1),
                                 decode=Pool(tp=layout.decode_tp, workers=layout.decode_workers,
-                                            expert_parallel=layout.expert_parallel), **kw)
+                                            expert_parallel=layout.expert_parallel,
+                                            attention_dp=layout.decode_attention_dp), **kw)
     ttft_t, tpot_t = targets
     meets = None if targets == (None, None) else (
         (ttft_t is None or p.ttft_s <= ttft_t) and (tpot_t is None or p.tpot_s <= tpot_t))
@@ -164,7 +174,8 @@ def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency
                      replicas=layout.replicas, expert_parallel=layout.expert_parallel,
                      attention_dp=layout.attention_dp, pipeline_parallel=layout.pipeline_parallel,
                      prefill_tp=layout.prefill_tp, prefill_workers=layout.prefill_workers,
-                     decode_tp=layout.decode_tp, decode_workers=layout.decode_workers, concurrency=concurrency,
+                     decode_tp=layout.decode_tp, decode_workers=layout.decode_workers,
+                     decode_attention_dp=layout.decode_attention_dp, concurrency=concurrency,
                      ttft_s=p.ttft_s, tpot_s=p.tpot_s,
                      output_tokens_per_s_per_device=p.output_tokens_per_s_per_device,
                      output_tokens_per_s_per_user=p.output_tokens_per_s_per_user, meets_targets=meets)
@@ -285,7 +296,8 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
                     "evenly" + (", routed experts sharded or expert parallel over the tensor-parallel group; and "
                                 "attention data parallel, the experts over all the devices" if m.moe else "")
                     + "; pipeline parallel over stages of tensor-parallel groups), and disaggregated prefill and "
-                    "decode pools; "
+                    "decode pools" + ("; a decode worker also as attention data parallel groups, the experts over "
+                                      "all its devices" if m.moe else "") + "; "
                     f"tensor-parallel sizes powers of two; not enumerated: {', '.join(NOT_ENUMERATED)}",
                     f"each layout under a closed loop of clients doubling from one (per replica) until its "
                     f"throughput per device grows by less than 2% or the clients reach {max_concurrency} per "
