@@ -26,17 +26,17 @@ GIB = 1 << 30
 _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OpenAI API server on a device "
          "of at least 70 GiB that is not an A100: max_num_batched_tokens 8192, max_num_seqs 1024; otherwise 2048 "
          "and 256), vllm/config/cache.py (block_size 16, gpu_memory_utilization 0.9), V1 engine: chunked prefill "
-         "always on, a running request preempted when no block is free (enable_prefix_caching on by default in the V1 "
-         "engine: the preempted request's blocks stay cached and are found again when it is rescheduled; "
-         "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted); mixture-of-experts layers "
-         "in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an expert map marks "
-         "other devices' experts -1, the Triton kernel writes zeros for their rows, and the activation and moe_sum "
-         "run over every routed row of the batch")
+         "always on, a running request preempted when no block is free (enable_prefix_caching on by default in the "
+         "V1 engine: the preempted request's blocks stay cached and are found again when it is rescheduled; "
+         "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted); mixture-of-experts "
+         "layers in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an "
+         "expert map marks other devices' experts -1, the Triton kernel writes zeros for their rows, and the "
+         "activation and moe_sum run over every routed row of the batch")
 _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py: chunked_prefill_size 8192 on a GPU of 80 GB class "
            "(2048 under 35 GB, 4096 under 60 GB), mem_fraction_static 0.88 at tp 1, 0.87 at tp 2, 0.85 at tp 4, "
            "0.81 at tp 8, page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
-           "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the rows "
-           "routed to the device's experts")
+           "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the "
+           "rows routed to the device's experts")
 _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
            "8192, max_batch_size 2048, KvCacheConfig free_gpu_memory_fraction 0.9 and tokens_per_block 32, "
            "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "

@@ -71,11 +71,11 @@ DEFAULT_KERNELS = KernelFacts()
 #: Op class of each kind of program op (:func:`costmodel.program.op_class`); softmax is a row reduction.
 PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
                  "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
-#: A class a device has no fit for takes another's: an fp8 GEMM (one scale per tensor) the bf16 GEMM's, a
-#: block-scaled fp8 GEMM the per-tensor one's; a mixture of experts' grouped GEMMs the dense GEMM's of their weights; an unfused attention's einsums are batched GEMMs; a
-#: cache write, a gated activation and a rotary embedding are elementwise kernels; a LayerNorm and a softmax
-#: are row reductions like an RMSNorm. A parent class without a timing convention's fixed cost takes its first
-#: child's here that has one (the launch of a kernel of the same kind).
+#: A class a device has no fit for takes another's: an fp8 GEMM (one scale per tensor) the bf16 GEMM's, a block-
+#: scaled fp8 GEMM the per-tensor one's; a mixture of experts' grouped GEMMs the dense GEMM's of their weights; an
+#: unfused attention's einsums are batched GEMMs; a cache write, a gated activation and a rotary embedding are
+#: elementwise kernels; a LayerNorm and a softmax are row reductions like an RMSNorm. A parent class without a timing
+#: convention's fixed cost takes its first child's here that has one (the launch of a kernel of the same kind).
 FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "gemm_nvfp4": "gemm_fp8_block", "moe": "gemm",
             "moe_fp8": "gemm_fp8", "moe_fp8_block": "gemm_fp8_block", "moe_nvfp4": "gemm_nvfp4",
             "attention_einsum": "gemm",

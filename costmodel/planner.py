@@ -5,11 +5,12 @@ Layouts: aggregated (tensor parallel over ``tp`` devices, ``N / tp`` replicas sh
 mixture of experts also the routed experts spread over the ``tp`` devices, expert parallel; ``N / tp`` pipeline
 stages; for a mixture of experts ``N / tp`` attention-data-parallel groups with the experts over all ``N``) and
 disaggregated (``P`` prefill workers of ``tp_p`` devices and ``D`` decode workers of ``tp_d``, ``P tp_p + D tp_d =
-N``; for a mixture of experts also one decode worker of ``(N - P tp_p) / tp_d`` attention-data-parallel groups with
-the experts over all of them). Each is loaded with a closed loop of clients, doubling from one until its throughput per device stops growing
-(by 2%) or the clients reach ``max_concurrency`` per replica (or per deployment, disaggregated), in the engine
-model's closed form; the points near that front are then simulated. A layout whose weights leave no room for a
-request, or that the model cannot be split over, is listed with the reason.
+N``; for a mixture of experts also one decode worker of ``(N - P tp_p) / tp_d`` attention-data-parallel groups
+with the experts over all of them). Each is loaded with a closed loop of clients, doubling from one until its
+throughput per device stops growing (by 2%) or the clients reach ``max_concurrency`` per replica (or per
+deployment, disaggregated), in the engine model's closed form; the points near that front are then simulated. A
+layout whose weights leave no room for a request, or that the model cannot be split over, is listed with the
+reason.
 """
 
 from __future__ import annotations

@@ -31,11 +31,11 @@ SOFTMAX_FLOPS = ELEMENTWISE_FLOPS["softmax"]
 #: FLOPs per rotated element of rotary embeddings: x * cos + rotate_half(x) * sin.
 ROPE_FLOPS = 3
 
-#: The dimensions of the blocks: tokens (t), rows that produce a token (o), model width (d), feed-forward width
-#: (f), vocabulary (w), routed experts (e), rows routed to this device's experts (r), routed rows the block's
-#: elementwise kernels walk (v: r, or every routed row of the batch where the engine's kernel spans them all),
-#: experts the batch touches (u), an expert's feed-forward width (c), experts per token (top), rotated heads (j), rotary dimensions (p),
-#: key/value heads (g) and head dimension (k).
+#: The dimensions of the blocks: tokens (t), rows that produce a token (o), model width (d), feed-forward width (f),
+#: vocabulary (w), routed experts (e), rows routed to this device's experts (r), routed rows the block's elementwise
+#: kernels walk (v: r, or every routed row of the batch where the engine's kernel spans them all), experts the batch
+#: touches (u), an expert's feed-forward width (c), experts per token (top), rotated heads (j), rotary dimensions
+#: (p), key/value heads (g) and head dimension (k).
 t, o, d, f, w, e, r, u, c, top, j, p, g, k = sympy.symbols("t o d f w e r u c top j p g k", positive=True)
 v = sympy.Symbol("v", nonnegative=True)
 
