@@ -16,8 +16,8 @@ from costmodel.files import wrote
 from costmodel.cli_options import (check_writable, choices, CONTEXT, csv_to_stdout, dim_options, dtype_option,
                                    echo_lines, emit_json, emit_records, ErrorLineGroup, FilePath, format_option,
                                    given, gpus_option, groups_option, json_option, max_points_option, output_format,
-                                   Positive, sweep_spec as parse_sweep_spec, variant_option, workload_options,
-                                   write_csv)
+                                   Positive, routing_option, sweep_spec as parse_sweep_spec, variant_option,
+                                   workload_options, write_csv)
 from costmodel.errors import CostModelError
 from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, MLA_FORMS, MODES, SWEEP_DIMS
 
@@ -177,10 +177,7 @@ def hardware_show(name, as_json) -> None:
 @click.option("--model-config", type=FilePath(), help="a Hugging Face config.json to read the model from")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
 @click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA and MQA versions, side by side")
-@click.option("--routing", metavar="ROUTING",
-              help="with a mixture-of-experts --model: how the router spreads tokens over the experts: uniform "
-                   "(each token's experts at random; the default), balanced (every expert the same share) or "
-                   "power-law:ALPHA (skewed; the busiest device is timed)")
+@routing_option
 @engine_options
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")

@@ -265,6 +265,11 @@ def emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> No
 
 groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON (--format json)")
+routing_option = click.option(
+    "--routing", metavar="ROUTING",
+    help="with a mixture-of-experts --model: how the router spreads tokens over the experts: uniform (each token's "
+         "experts at random; the default), balanced (every expert the same share) or power-law:ALPHA (skewed; the "
+         "busiest device is timed)")
 
 
 def variant_option(values, text: str, **kwargs):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from costmodel.cli_options import (FilePath, OnceCommand, Positive, PositiveNumber, choices, emit,
-                                   format_option, gpus_option, json_option, output_format)
+                                   format_option, gpus_option, json_option, output_format, routing_option)
 from costmodel.engines import ENGINE_NAMES
 from costmodel.vocab import DTYPES, WEIGHT_DTYPES
 
@@ -26,10 +26,11 @@ from costmodel.vocab import DTYPES, WEIGHT_DTYPES
 @click.option("--max-concurrency", type=Positive, default=256, show_default=True,
               help="the most clients per replica (per deployment, disaggregated) a layout is loaded with")
 @click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf)")
+@routing_option
 @format_option
 @json_option
 def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, engine_name, weight_dtype, kv_dtype,
-         max_concurrency, plot_path, fmt, as_json) -> None:
+         max_concurrency, plot_path, routing, fmt, as_json) -> None:
     """Every way to serve a model on --gpus devices, and the best under latency targets.
 
     Enumerates aggregated layouts (tensor parallel, replicas, pipeline stages; expert parallel and attention data
@@ -50,6 +51,8 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
     if plot_path is not None:
         check_output(plot_path)
     m = load_model(model_name)
+    if routing is not None:
+        m = m.with_routing(routing)
     hws = [load_profile(g) for g in gpus]
     result = run_plan(m, hws, devices=devices, input_len=input_len, output_len=output_len, engine_name=engine_name,
                       weight_dtype=weight_dtype, kv_dtype=kv_dtype, max_concurrency=max_concurrency,

@@ -371,9 +371,14 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    f"{m.mla.rope_dim} per position and layer, shared by all heads; {forms}")
     if m.moe:
         e = m.moe
+        routing = ("routed uniformly at random (a batch of T tokens touches E(1 - (1 - k/E)^T) distinct experts, "
+                   "whose weights are read once per step)" if e.routing == "uniform" else
+                   "routed evenly (every expert the same share: a batch of T tokens touches min(E, T k) distinct "
+                   "experts, whose weights are read once per step)" if e.routing == "balanced" else
+                   f"routed by a power law of exponent {e.routing.split(':')[1]} (expert loads drawn as aiconfigurator's "
+                   "MoE tables draw them; the busiest device's rows and touched experts, the mean of 64 draws)")
         out.append(f"mixture of experts in {e.layers} of {m.layers} layers: {e.experts} experts, {e.experts_per_token} "
-                   "per token, routed uniformly at random (a batch of T tokens touches E(1 - (1 - k/E)^T) distinct "
-                   "experts, whose weights are read once per step); all experts resident in memory"
+                   f"per token, {routing}; all experts resident in memory"
                    + (f"; shared experts of width {e.shared_d_ff}" if e.shared_d_ff else ""))
     if m.sliding_window:
         out.append(f"{m.local_layers} of {m.layers} layers attend within a sliding window of {m.sliding_window} "
@@ -403,7 +408,9 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    "sharded when t <= g, replicated when g < t" + ("; the MLA latent replicated" if m.mla else "")
                    + ((f"; the routed experts spread over the devices (expert parallel: "
                        f"{m.moe.experts // (pr.tp * pr.dp)} "
-                       "whole experts each, a token's rows to the devices holding its experts)" if pr.ep else
+                       "whole experts each, a token's rows to the devices holding its experts"
+                       + ("; vLLM's fused MoE kernel walks every routed row of the batch, writing zeros for those of "
+                          "other devices' experts" if pr.moe_kernel == "fused" else "") + ")" if pr.ep else
                        f"; the routed experts in {pr.ep_size} expert-parallel groups of {pr.tp // pr.ep_size} devices "
                        f"({m.moe.experts // pr.ep_size} experts each, their width sharded over the group)"
                        if pr.ep_size else "; each expert's width sharded") if m.moe else "") + f"; {reduces}")

@@ -126,10 +126,10 @@ class Setup:
         # the same setup share it
         seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))
         self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
-        # the time model and tensor parallelism, as a model prediction states them
+        # the time model, the parallel layout and the experts' routing, as a model prediction states them
         self.pr_lines = [line for line in model_assumptions(m, pr)
                          if line.startswith(("time = ", "tensor parallel", "attention data parallel",
-                                             "pipeline parallel"))]
+                                             "mixture of experts", "pipeline parallel"))]
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
 

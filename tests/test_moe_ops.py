@@ -196,3 +196,21 @@ def test_a_bad_routing_is_an_error_line(args, message):
     result = CliRunner().invoke(main, ["predict", "--gpu", "h100", *args])
     assert result.exit_code != 0 and result.exception is None or isinstance(result.exception, SystemExit)
     assert result.output.startswith("Error: ") and message in result.output and "Traceback" not in result.output
+
+
+def test_the_routing_is_stated_and_moves_the_experts_read(run_cli):
+    """--routing reaches a served prediction and a plan, and the report says how the tokens were routed: evenly
+    spread tokens touch more experts than random ones at a small batch (more weights read, a slower step), a
+    skewed router fewer."""
+    import json
+
+    args = ["predict", "--gpu", "h100", "--model", "qwen3-235b-a22b", "--tp", "8", "--engine", "vllm",
+            "--concurrency", "4", "--input-len", "256", "--output-len", "16", "--num-requests", "8", "--json"]
+    got = {r: json.loads(run_cli(*args, "--routing", r).output) for r in ("uniform", "balanced", "power-law:1.2")}
+    said = {r: next(a for a in g["assumptions"] if a.startswith("mixture of experts")) for r, g in got.items()}
+    assert "uniformly at random" in said["uniform"] and "min(E, T k)" in said["balanced"]
+    assert "power law of exponent 1.2" in said["power-law:1.2"]
+    assert got["power-law:1.2"]["tpot_s"] < got["uniform"]["tpot_s"] < got["balanced"]["tpot_s"]
+    r = run_cli("plan", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "2", "--input-len", "64",
+                "--output-len", "8", "--routing", "balanced")
+    assert r.exit_code != 0 and r.output.startswith("Error:") and "mixture-of-experts" in r.output
