@@ -261,6 +261,17 @@ class Efficiency(_Strict):
     mechanisms: tuple[Mechanism, ...] = get_args(Mechanism)  # those that apply to this device
 
     @property
+    def engines(self) -> tuple[str, ...]:
+        """The serving engines (and versions) whose kernels the fitted tables timed, read from the tables' file names
+        (``h100_sxm_vllm_0.19.0_gemm.csv``: vLLM 0.19.0)."""
+        import re
+
+        names = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+        found = {f"{names[m.group(1)]} {m.group(2)}"
+                 for d in self.data for m in [re.search(r"_(vllm|sglang|trtllm)_(\d+(?:\.\d+)*)_", d)] if m}
+        return tuple(sorted(found))
+
+    @property
     def parameters(self) -> int:
         """The number of fitted numbers (each timing's fixed cost counts once)."""
         return sum(len(c.fitted) + len(c.fixed_s) - ("fixed" in c.fitted) for c in self.classes.values())

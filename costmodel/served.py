@@ -7,6 +7,8 @@ and runs the iteration-level simulation (:mod:`costmodel.simulate`) or the stead
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from costmodel import checks
@@ -130,8 +132,39 @@ class Setup:
         self.pr_lines = [line for line in model_assumptions(m, pr)
                          if line.startswith(("time = ", "tensor parallel", "attention data parallel",
                                              "mixture of experts", "pipeline parallel"))]
+        self.pr_lines += kernels_line(pr, eng)
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
+
+
+@lru_cache(maxsize=64)
+def _fit_engines(device_id: str) -> tuple[str, ...]:
+    from costmodel.catalog import load_profile
+
+    fit = load_profile(device_id).efficiency
+    return fit.engines if fit is not None else ()
+
+
+#: The engines' names as their projects write them.
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def kernels_line(pr: Pricing, eng: EngineConfig) -> list[str]:
+    """Whose kernels a served prediction's times are: the engine and version whose kernels the device's GEMM class
+    was fitted on (:attr:`costmodel.hardware.Efficiency.engines`), and whether the engine modelled runs others
+    (empty for a datasheet-only device)."""
+    resolved = pr.model.resolved
+    origin = resolved.origin.get("gemm") if resolved is not None else None
+    engines = _fit_engines(origin.device) if origin is not None else ()
+    if not engines:
+        return []
+    which, ours = " and ".join(engines), ENGINE_TITLES[eng.name]
+    line = f"kernel times: {which}'s kernels as timed on {origin.device} (the tables its kernel classes were fitted on)"
+    if not any(e.startswith(ours + " ") for e in engines):
+        line += f"; {ours} runs kernels of its own, not measured here, priced as those (carried across engines)"
+    elif not any(e.startswith(f"{ours} {eng.version}") for e in engines):
+        line += f"; the scheduler is {ours} {eng.version}'s, its kernels taken as the fitted version's"
+    return [line]
 
 
 def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, concurrency, request_rate,

@@ -506,3 +506,18 @@ def test_capacity_where_the_weights_leave_no_cache():
                            output_len=64, tpot_s=0.1, variants=False)
     [point] = report.points
     assert point.concurrency == 0 and point.binds == "kv cache" and point.at is None
+
+
+def test_a_served_prediction_says_whose_kernels_it_prices(llama):
+    """The kernel classes are fitted on vLLM's kernels as aiconfigurator's tables time them (vLLM 0.19.0 on the
+    H100, 0.14.0 on the A100, read from the tables' file names): a served prediction says so, and says when the
+    engine modelled runs kernels of its own; a device priced by its datasheet alone says nothing of the kind."""
+    def line(gpu, engine_name):
+        p = serve(llama, costmodel.load_profile(gpu), input_len=128, output_len=8, engine_name=engine_name,
+                  concurrency=2, num_requests=4)
+        return [a for a in p.assumptions if a.startswith("kernel times")]
+
+    assert "vLLM 0.19.0's kernels as timed on h100_sxm" in line("h100", "vllm")[0]
+    assert "TensorRT-LLM runs kernels of its own" in line("h100", "trtllm")[0]
+    assert "vLLM 0.14.0" in line("a100", "vllm")[0] and "of its own" in line("a100", "sglang")[0]
+    assert line("mi300x", "vllm") == []
