@@ -367,7 +367,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     setups = []
     for pool, max_context in ((prefill, input_len), (decode, input_len + output_len)):
         dev = pool.gpu or hw
-        eng = engine(engine_name, capacity_bytes=dev.capacity, device_name=dev.name, tp=pool.tp).with_flags(
+        eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
             max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs)
         pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, moe_kernel=eng.moe_kernel)

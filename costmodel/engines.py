@@ -32,9 +32,11 @@ _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults
          "layers in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an "
          "expert map marks other devices' experts -1, the Triton kernel writes zeros for their rows, and the "
          "activation and moe_sum run over every routed row of the batch")
-_SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py: chunked_prefill_size 8192 on a GPU of 80 GB class "
-           "(2048 under 35 GB, 4096 under 60 GB), mem_fraction_static 0.88 at tp 1, 0.87 at tp 2, 0.85 at tp 4, "
-           "0.81 at tp 8, page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
+_SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_settings: chunked_prefill_size 2048 "
+           "under 35 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; mem_fraction_static (memory - reserved) / "
+           "memory with 512 MiB + 1.5 MiB per chunk token + 2 MiB per CUDA-graph batch (cuda_graph_max_bs 256 at tp "
+           "< 4, 512 from tp 4 on an 80 GB class GPU) + tp/8 GiB reserved, at least 10 GiB above 60 GiB (0.835 at tp "
+           "1 on an H100); page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
            "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the "
            "rows routed to the device's experts")
 _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
@@ -101,12 +103,32 @@ class EngineConfig:
                       "and recomputed")))
 
 
-def _sglang_fraction(tp: int) -> float:
-    return 0.88 if tp < 2 else 0.87 if tp < 4 else 0.85 if tp < 8 else 0.81
+def _sglang_memory(capacity_bytes: float, tp: int) -> tuple[int, float]:
+    """SGLang's chunked_prefill_size and mem_fraction_static for a device of ``capacity_bytes`` (as the driver
+    reports it) and ``tp`` (one pipeline stage): server_args._handle_gpu_memory_settings. The chunk and the CUDA
+    graphs' largest batch step with the memory; the fraction leaves 512 MiB + 1.5 MiB per chunk token + 2 MiB per
+    graph batch + tp/8 GiB (at least 10 GiB above 60 GiB) for activations and graphs."""
+    mib = capacity_bytes / 2**20
+    small = tp < 4
+    if mib < 20 * 1024:
+        chunk, graph = 2048, 8
+    elif mib < 35 * 1024:
+        chunk, graph = 2048, 24 if small else 80
+    elif mib < 60 * 1024:
+        chunk, graph = 4096, 32 if small else 160
+    elif mib < 160 * 1024:
+        chunk, graph = 8192, 256 if small else 512
+    else:
+        chunk, graph = 16384, 512
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph * 2 + tp / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return chunk, round((mib - reserved) / mib, 3)
 
 
 def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int = 1) -> EngineConfig:
-    """An engine's defaults on a device of ``capacity_bytes`` (some defaults depend on it, and on tp)."""
+    """An engine's defaults on a device of ``capacity_bytes`` (its memory as the driver reports it:
+    :attr:`costmodel.hardware.HardwareProfile.engine_memory`; some defaults depend on it, and on tp)."""
     if name not in ENGINE_NAMES:
         raise CostModelError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
     big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()  # an "80 GB" part is 74.5 GiB
@@ -114,8 +136,8 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
         return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True,
                             _VLLM, prefix_caching=True, moe_kernel="fused")
     if name == "sglang":
-        chunk = 2048 if capacity_bytes < 35e9 else 4096 if capacity_bytes < 60e9 else 8192
-        return EngineConfig("sglang", "0.5", chunk, 4096, _sglang_fraction(tp), 1, True, False, False, _SGLANG)
+        chunk, fraction = _sglang_memory(capacity_bytes, tp)
+        return EngineConfig("sglang", "0.5", chunk, 4096, fraction, 1, True, False, False, _SGLANG)
     return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM)
 
 

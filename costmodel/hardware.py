@@ -331,6 +331,9 @@ class HardwareProfile(_Strict):
     peak_flops_per_s: dict[PeakDtype, SourcedFlops] = Field(min_length=1)
     memory_bandwidth_bytes_per_s: SourcedBandwidth
     memory_capacity_bytes: SourcedBytes
+    # the memory the driver reports as the device's total (nvidia-smi, torch's total_memory): what a serving engine
+    # takes its fractions of; None: the datasheet capacity
+    device_memory_bytes: SourcedBytes | None = None
     on_chip_memory_bytes: SourcedBytes
     on_chip_memory_kind: str
     matrix_tile: Tile | None = None
@@ -381,9 +384,9 @@ class HardwareProfile(_Strict):
             yield "architecture.compute_units", self.architecture.compute_units
             if self.architecture.clock_hz is not None:
                 yield "architecture.clock_hz", self.architecture.clock_hz
-        for name in ("memory_bandwidth_bytes_per_s", "memory_capacity_bytes", "on_chip_memory_bytes",
-                     "launch_overhead_s", "interconnect_bytes_per_s", "interconnect_latency_s", "scale_up_devices",
-                     "scale_out_bytes_per_s", "scale_out_latency_s", "matrix_tile"):
+        for name in ("memory_bandwidth_bytes_per_s", "memory_capacity_bytes", "device_memory_bytes",
+                     "on_chip_memory_bytes", "launch_overhead_s", "interconnect_bytes_per_s", "interconnect_latency_s",
+                     "scale_up_devices", "scale_out_bytes_per_s", "scale_out_latency_s", "matrix_tile"):
             item = getattr(self, name)
             if item is not None:
                 yield name, item
@@ -427,6 +430,12 @@ class HardwareProfile(_Strict):
     @property
     def capacity(self) -> float:
         return self.memory_capacity_bytes.value
+
+    @property
+    def engine_memory(self) -> float:
+        """The device memory a serving engine sizes its cache from: the driver's total where the profile gives it,
+        else the datasheet capacity."""
+        return (self.device_memory_bytes or self.memory_capacity_bytes).value
 
     @property
     def launch_overhead(self) -> float:

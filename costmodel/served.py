@@ -117,7 +117,7 @@ class Setup:
         big = 1 << 16
         self.kv_per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big / pr.pp
         act = activation_bytes(eng.max_num_batched_tokens, m.d_model, dev.d_ff, pr.precision.act)
-        self.kv_budget = kv_budget_bytes(eng, pr.hw.capacity, self.weights, act)
+        self.kv_budget = kv_budget_bytes(eng, pr.hw.engine_memory, self.weights, act)
         self.kv_tokens = kv_capacity_tokens(eng, self.kv_budget, self.kv_per_token)
         if self.kv_tokens < max_context:
             raise NoRoomForOneRequest(
@@ -231,7 +231,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
         concurrency = concurrency // attention_dp if concurrency is not None else None
         request_rate = request_rate / attention_dp if request_rate is not None else None
         n, warmup_requests = max(1, n // attention_dp), warmup_requests // attention_dp
-    eng = engine(engine_name, capacity_bytes=hw.capacity, device_name=hw.name, tp=tp).with_flags(
+    eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
         page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching)
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)

@@ -93,7 +93,7 @@ def test_one_group_is_today(qwen, h100):
     from costmodel.engines import engine
 
     s = Setup(qwen, pricing(qwen, h100, tp=4, expert_parallel=True, weight_dtype="fp8"),
-              engine("vllm", capacity_bytes=h100.capacity),
+              engine("vllm", capacity_bytes=h100.engine_memory),
               max_context=600)
     assert np.array_equal(s.table.per_token(37.0), s.table.per_token(37.0, others=1000.0))
 

@@ -17,7 +17,7 @@ def _send(nbytes, bw=450e9, lat=2e-6):
 
 
 def _setups(llama, h100, pp):
-    eng = engine("vllm", capacity_bytes=h100.capacity)
+    eng = engine("vllm", capacity_bytes=h100.engine_memory)
     return Setup(llama, pricing(llama, h100, pipeline_parallel=pp), eng, max_context=4096, overheads=OFF)
 
 

@@ -60,7 +60,7 @@ def _setup(llama, h100, eng, max_context):
 @pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
 def test_scheduler_invariants(llama, h100, engine_name):
     """Budget, sequence limit and pages hold in every iteration, with a cache small enough to bind."""
-    eng = engine(engine_name, capacity_bytes=h100.capacity, device_name=h100.name).with_flags(
+    eng = engine(engine_name, capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(
         max_num_batched_tokens=2048, max_num_seqs=12)
     st = _setup(llama, h100, eng, 4096)
     rng = np.random.default_rng(3)
@@ -77,7 +77,7 @@ def test_preempted_requests_are_recomputed(llama, h100):
     the tokens prefilled are the prompts, plus one for each preempted request that had started decoding (it
     returns to compute its last token), plus what a preemption lost. Without prefix caching that is everything
     the preempted requests had cached; with it (vLLM's default) nothing, as their KV is found again."""
-    base = engine("vllm", capacity_bytes=h100.capacity, device_name=h100.name).with_flags(max_num_seqs=16)
+    base = engine("vllm", capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(max_num_seqs=16)
     st = _setup(llama, h100, base, 2048)
     n = 64
     prompts, outputs = np.full(n, 200), np.full(n, 400)
@@ -94,7 +94,7 @@ def test_preempted_requests_are_recomputed(llama, h100):
     assert runs[True].recomputed_tokens == 0
     assert base.prefix_caching  # vLLM's default
     # the no-evict engine never preempts under the same pressure
-    eng2 = engine("trtllm", capacity_bytes=h100.capacity, device_name=h100.name).with_flags(max_num_seqs=16)
+    eng2 = engine("trtllm", capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(max_num_seqs=16)
     res2 = simulate(st.table, eng2, kv_tokens=4096, prompts=np.full(n, 200), outputs=np.full(n, 400),
                     concurrency=16, check=True)
     assert res2.preemptions == 0 and res2.violations == []
@@ -123,7 +123,7 @@ def test_closed_form_agrees_with_simulation(h100, engine_name, model, tp, c, isl
     cf = serve(m, h100, input_len=isl, output_len=osl, engine_name=engine_name, concurrency=c, tp=tp,
                overheads=over, evaluator="steady-state")
     pr = pricing(m, h100, tp=tp)
-    eng = engine(engine_name, capacity_bytes=h100.capacity, device_name=h100.name, tp=tp)
+    eng = engine(engine_name, capacity_bytes=h100.engine_memory, device_name=h100.name, tp=tp)
     n = 30 * c
     prompts, outputs = lengths("uniform", isl, n, spread=0.25), lengths("uniform", osl, n, spread=0.25, seed=1)
     st = Setup(m, pr, eng, max_context=int(prompts.max() + outputs.max()), overheads=over)
@@ -137,14 +137,16 @@ def test_closed_form_agrees_with_simulation(h100, engine_name, model, tp, c, isl
 
 
 def test_kv_capacity_by_hand(llama, h100):
-    """vLLM: 0.9 x capacity - weights - activations, in blocks of 16; Llama 3.1 8B in bf16 caches
-    2 (K, V) x 32 layers x 8 heads x 128 x 2 bytes = 131,072 bytes per token."""
-    eng = engine("vllm", capacity_bytes=h100.capacity, device_name=h100.name)
+    """vLLM: 0.9 x the device's memory as the driver reports it (81,559 MiB on an H100 80GB HBM3, nvidia-smi) -
+    weights - activations, in blocks of 16; Llama 3.1 8B in bf16 caches 2 (K, V) x 32 layers x 8 heads x 128 x 2
+    bytes = 131,072 bytes per token."""
+    assert h100.engine_memory == 81559 * 2**20
+    eng = engine("vllm", capacity_bytes=h100.engine_memory, device_name=h100.name)
     st = _setup(llama, h100, eng, 2048)
     assert st.kv_per_token == 2 * 32 * 8 * 128 * 2
     weights = 8_030_261_248 * 2  # the preset's parameters, independently 8.03B (model card)
     act = 8192 * (2 * 14336 + 4 * 4096) * 2
-    budget = 0.9 * 80e9 - weights - act
+    budget = 0.9 * 81559 * 2**20 - weights - act
     assert st.kv_tokens == math.floor(budget / (131072 * 16)) * 16
     assert kv_capacity_tokens(eng, 16 * 131072 * 10 + 5, 131072) == 160
 
@@ -521,3 +523,18 @@ def test_a_served_prediction_says_whose_kernels_it_prices(llama):
     assert "TensorRT-LLM runs kernels of its own" in line("h100", "trtllm")[0]
     assert "vLLM 0.14.0" in line("a100", "vllm")[0] and "of its own" in line("a100", "sglang")[0]
     assert line("mi300x", "vllm") == []
+
+
+def test_sglang_sizes_its_memory_from_the_device(h100):
+    """SGLang's own rule (server_args._handle_gpu_memory_settings), by hand: an H100 reports 81,559 MiB; below 160
+    GiB the chunk is 8192 and the CUDA graphs' largest batch 256 (tp < 4) or 512; it reserves 512 MiB + 1.5 MiB per
+    chunk token + 2 MiB per graph batch + tp/8 GiB (at least 10 GiB) and keeps the rest for weights and cache."""
+    for tp, graph in ((1, 256), (2, 256), (4, 512), (8, 512)):
+        e = engine("sglang", capacity_bytes=h100.engine_memory, device_name=h100.name, tp=tp)
+        reserved = 512 + 8192 * 1.5 + graph * 2 + tp * 128
+        assert e.max_num_batched_tokens == 8192
+        assert e.memory_fraction == round((81559 - reserved) / 81559, 3)
+    assert engine("sglang", capacity_bytes=h100.engine_memory, tp=1).memory_fraction == 0.835
+    b200 = engine("sglang", capacity_bytes=180e9, tp=8)  # 171,661 MiB: above 160 GiB, a chunk of 16384
+    assert b200.max_num_batched_tokens == 16384
+    assert b200.memory_fraction == round((180e9 / 2**20 - (512 + 16384 * 1.5 + 1024 + 1024)) / (180e9 / 2**20), 3)
