@@ -28,7 +28,7 @@ from costmodel.validation.published import read_folder
 from costmodel.mechanisms import FALLBACK
 from costmodel.validation.moe_layers import TABLES as MOE_TABLES
 from costmodel.validation.moe_layers import errors as moe_errors
-from costmodel.validation.moe_layers import fit_moe_class, moe_class, read_tables, with_class
+from costmodel.validation.moe_layers import fit_moe_class, moe_class, read_tables, with_class, with_classes
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (table system id, profile) of every GPU with published tables, and the source commits.
@@ -76,7 +76,7 @@ def fit_device(tables, hw, moe_tables=()):
             report[f"{cls}/{ts[0].timing}"] = _err(ts, hw, eff)
         classes[cls] = eff
     if moe_tables:
-        dense = hw.model_copy(update={"efficiency": Efficiency(data=("-",), method="-", classes=classes)})
+        dense = with_classes(hw, classes)
         for cls in sorted({moe_class(t) for t in moe_tables}):
             mine = [t for t in moe_tables if moe_class(t) == cls]
             if FALLBACK[cls] not in classes:
@@ -166,7 +166,7 @@ def moe_cross(moe, fitted, hws):
                 continue
             ts = [t for t in moe[dst] if moe_class(t) == cls]
             own = {c: e for c, e in fitted[dst].items() if c != cls}
-            base = hws[dst].model_copy(update={"efficiency": Efficiency(data=("-",), method="-", classes=own)})
+            base = with_classes(hws[dst], own)
             got = moe_errors(ts, with_class(base, cls, transfer(fitted[src][cls], hws[src], hws[dst])))
             dense = moe_errors(ts, base)
             mine = moe_errors(ts, with_class(base, cls, fitted[dst][cls]))

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 import costmodel
-from costmodel.mechanisms import FALLBACK
 from costmodel.origin import transfer
-from costmodel.validation.moe_layers import TABLES, errors, fit_moe_class, moe_class, read_tables, with_class
+from costmodel.validation.moe_layers import (TABLES, dense_class, errors, fit_moe_class, moe_class, read_tables,
+                                             with_class)
 
 PROFILES = {"h100_sxm": "h100", "b200": "b200"}
 
@@ -33,7 +33,7 @@ def line(label: str, e: dict) -> str:
 
 def without_moe_fit(hw, cls):
     """``hw`` pricing class ``cls`` with its dense fallback's parameters."""
-    return with_class(hw, cls, hw.efficiency.classes[FALLBACK[cls]])
+    return with_class(hw, cls, dense_class(hw, cls))
 
 
 def main(folder: Path) -> None:

@@ -403,8 +403,8 @@ def models_show(name, as_json) -> None:
         click.echo(model_detail(m, model_facts(m)))
 
 
-for command in (capacity, plan_command, cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate, cli_figures.validate,
-                cli_figures.reproduce):
+for command in (capacity, plan_command, cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate,
+                cli_figures.validate, cli_figures.reproduce):
     main.add_command(command)
 
 __all__ = ["main"]

@@ -64,6 +64,7 @@ class PoolSummary(Report):
     hardware: DeviceSummary
     tp: int
     workers: int
+    attention_dp: int = 1  # a worker's attention data parallel groups of tp devices
     devices: int
     max_num_seqs: int
     max_num_batched_tokens: int
@@ -125,9 +126,12 @@ class DisaggPrediction(Report):
 
     def record(self) -> dict:
         """One flat row: the layout, the client's latencies and the throughput."""
-        return {"model": self.model, "engine": self.engine, "prefill": f"{self.prefill.workers} x {self.prefill.tp} "
-                f"{self.prefill.hardware.id}", "decode": f"{self.decode.workers} x {self.decode.tp} "
-                f"{self.decode.hardware.id}", "concurrency": self.concurrency, "request_rate": self.request_rate,
+        def pool(s: PoolSummary) -> str:
+            groups = f" ({s.attention_dp} attention DP groups each)" if s.attention_dp > 1 else ""
+            return f"{s.workers} x {s.tp} {s.hardware.id}{groups}"
+
+        return {"model": self.model, "engine": self.engine, "prefill": pool(self.prefill), "decode": pool(self.decode),
+                "concurrency": self.concurrency, "request_rate": self.request_rate,
                 "ttft_s": self.ttft_s, "ttft_p90_s": self.ttft.p90, "tpot_s": self.tpot_s,
                 "tpot_p90_s": self.tpot.p90, "e2e_s": self.e2e_s, "requests_per_s": self.requests_per_s,
                 "output_tokens_per_s_per_device": self.output_tokens_per_s_per_device,
@@ -390,7 +394,8 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                          total=n + warmup_requests, warmup=warmup_requests, concurrency=concurrency,
                          request_rate=request_rate, transfer_s=transfer.time_s, seed=seed, check=check)
     summaries = [PoolSummary(
-        role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, devices=pool.devices(),
+        role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, attention_dp=pool.attention_dp,
+        devices=pool.devices(),
         max_num_seqs=s.eng.max_num_seqs, max_num_batched_tokens=s.eng.max_num_batched_tokens,
         kv_cache_tokens=s.kv_tokens, kv_cache_bytes_per_token=s.kv_per_token, mean_batch=got[role]["mean_batch"],
         busy_share=got[role]["busy_share"], iterations=got[role]["iterations"])
@@ -546,7 +551,7 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         f"{dec.eng.max_num_seqs}) and pages for its whole context (reserved: no preemption); the request goes to "
         "the decode worker with the fewest requests; its first token came from the prefill worker",
         load,
-        *[line for line in dec.pr_lines],
+        *dec.pr_lines,
         f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms); per request: the front end's "
         f"latency ({pre.request_s * 1e3:.2f} ms) added to TTFT",
         "TTFT = queueing + prefill + KV transfer + front end; TPOT = (end - first token) / (output tokens - 1)",

@@ -20,6 +20,8 @@ from costmodel.errors import CostModelError
 
 #: The engines modelled, as ``--engine`` spells them.
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+#: The engines' names as their projects write them.
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 GIB = 1 << 30
 

@@ -266,8 +266,9 @@ class Efficiency(_Strict):
         (``h100_sxm_vllm_0.19.0_gemm.csv``: vLLM 0.19.0)."""
         import re
 
-        names = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-        found = {f"{names[m.group(1)]} {m.group(2)}"
+        from costmodel.engines import ENGINE_TITLES
+
+        found = {f"{ENGINE_TITLES[m.group(1)]} {m.group(2)}"
                  for d in self.data for m in [re.search(r"_(vllm|sglang|trtllm)_(\d+(?:\.\d+)*)_", d)] if m}
         return tuple(sorted(found))
 

@@ -353,6 +353,19 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
     )
 
 
+def _experts_layout(m: ModelPreset, pr: Pricing) -> str:
+    """How the routed experts sit on the tensor-parallel devices, in words."""
+    if pr.ep:
+        fused = ("; vLLM's fused MoE kernel walks every routed row of the batch, writing zeros for those of other "
+                 "devices' experts" if pr.moe_kernel == "fused" else "")
+        return (f"the routed experts spread over the devices (expert parallel: {m.moe.experts // (pr.tp * pr.dp)} "
+                f"whole experts each, a token's rows to the devices holding its experts{fused})")
+    if pr.ep_size:
+        return (f"the routed experts in {pr.ep_size} expert-parallel groups of {pr.tp // pr.ep_size} devices "
+                f"({m.moe.experts // pr.ep_size} experts each, their width sharded over the group)")
+    return "each expert's width sharded"
+
+
 def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     dtype, weight_dtype, group, gemm_dtype, mla_form = pr.dtype, pr.weight_dtype, pr.group, pr.gemm_dtype, pr.mla_form
     out = ["decode step: one token per sequence after `context` cached positions; prefill: a `context`-token prompt",
@@ -406,14 +419,7 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    "two all-reduces per layer") + f", {how}"
         out.append(f"tensor parallel over {pr.tp} device(s): query heads, FFN and vocabulary sharded; key/value heads "
                    "sharded when t <= g, replicated when g < t" + ("; the MLA latent replicated" if m.mla else "")
-                   + ((f"; the routed experts spread over the devices (expert parallel: "
-                       f"{m.moe.experts // (pr.tp * pr.dp)} "
-                       "whole experts each, a token's rows to the devices holding its experts"
-                       + ("; vLLM's fused MoE kernel walks every routed row of the batch, writing zeros for those of "
-                          "other devices' experts" if pr.moe_kernel == "fused" else "") + ")" if pr.ep else
-                       f"; the routed experts in {pr.ep_size} expert-parallel groups of {pr.tp // pr.ep_size} devices "
-                       f"({m.moe.experts // pr.ep_size} experts each, their width sharded over the group)"
-                       if pr.ep_size else "; each expert's width sharded") if m.moe else "") + f"; {reduces}")
+                   + (f"; {_experts_layout(m, pr)}" if m.moe else "") + f"; {reduces}")
     elif pr.dp == 1:
         out.append("one device")
     if pr.pp > 1:

@@ -12,8 +12,8 @@ from functools import lru_cache
 import numpy as np
 
 from costmodel import checks
-from costmodel.engines import (EngineConfig, activation_bytes, default_kv_dtype, engine, kv_budget_bytes,
-                               kv_capacity_tokens)
+from costmodel.engines import (ENGINE_TITLES, EngineConfig, activation_bytes, default_kv_dtype, engine,
+                               kv_budget_bytes, kv_capacity_tokens)
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.iteration import IterationTable
@@ -145,17 +145,16 @@ def _fit_engines(device_id: str) -> tuple[str, ...]:
     return fit.engines if fit is not None else ()
 
 
-#: The engines' names as their projects write them.
-ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-
-
 def kernels_line(pr: Pricing, eng: EngineConfig) -> list[str]:
     """Whose kernels a served prediction's times are: the engine and version whose kernels the device's GEMM class
     was fitted on (:attr:`costmodel.hardware.Efficiency.engines`), and whether the engine modelled runs others
     (empty for a datasheet-only device)."""
     resolved = pr.model.resolved
     origin = resolved.origin.get("gemm") if resolved is not None else None
-    engines = _fit_engines(origin.device) if origin is not None else ()
+    if origin is None:
+        return []
+    own = origin.device == pr.hw.id and pr.hw.efficiency is not None
+    engines = pr.hw.efficiency.engines if own else _fit_engines(origin.device)
     if not engines:
         return []
     which, ours = " and ".join(engines), ENGINE_TITLES[eng.name]

@@ -75,6 +75,12 @@ def load_capacity_table(report) -> str:
     return "\n".join(lines)
 
 
+def worker_devices(s) -> str:
+    """One worker of a disaggregated pool's summary: its devices, and its attention data parallel groups."""
+    devices = f"{s.tp} x {s.hardware.id}"
+    return f"{s.attention_dp} x {devices} (attention DP)" if s.attention_dp > 1 else devices
+
+
 def disagg_table(p) -> str:
     """A disaggregated deployment: its pools, the client's latencies and where TTFT went."""
     load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
@@ -82,7 +88,7 @@ def disagg_table(p) -> str:
              f"requests of {p.input_len:g} + {p.output_len:g} tokens, {load}, {p.devices} devices")
     rows = [("pool", "workers", "devices each", "batch limit", "token budget", "KV tokens", "mean batch", "busy")]
     for s in (p.prefill, p.decode):
-        rows.append((s.role, str(s.workers), f"{s.tp} x {s.hardware.id}", str(s.max_num_seqs),
+        rows.append((s.role, str(s.workers), worker_devices(s), str(s.max_num_seqs),
                      str(s.max_num_batched_tokens), f"{s.kv_cache_tokens:,}", f"{s.mean_batch:.1f}",
                      f"{s.busy_share:.0%}"))
     lat = [("TTFT", "TTFT p90", "TPOT", "TPOT p90", "e2e", "req/s", "tok/s/device", "tok/s/user"),

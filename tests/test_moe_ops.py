@@ -113,14 +113,13 @@ def test_expert_parallel_layers_need_the_rows_the_fused_kernel_spans(h100_layers
     (where those rows cost most) within 10% with the mechanism and more than 30% off (too fast) without it."""
     import dataclasses
 
-    from costmodel.mechanisms import FALLBACK
-    from costmodel.validation.moe_layers import moe_class, with_class
+    from costmodel.validation.moe_layers import dense_class, moe_class, with_class
 
     hw = costmodel.load_profile("h100")
     tables = [t for t in h100_layers if t.moe_dtype == dtype and t.ep in (4, 8) and t.distribution == "balanced"]
     assert len(tables) == 2
     cls = moe_class(tables[0])
-    dense = with_class(hw, cls, hw.efficiency.classes[FALLBACK[cls]])
+    dense = with_class(hw, cls, dense_class(hw, cls))
     assert _median_error(tables, dense) < 0.10
     assert _median_error(tables, dense, least_tokens=2048) < 0.10
     routed_only = [dataclasses.replace(t, kernel_source="routed rows only") for t in tables]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +81,10 @@ def read_tables(path: str | Path, *, distributions=None, max_group: int = MAX_GR
     return out
 
 
+@lru_cache(maxsize=64)
 def block_model(shape: tuple[int, int, int, int]):
-    """A model whose mixture-of-experts layer has the table's shape (a gated block, no shared experts)."""
+    """A model whose mixture-of-experts layer has the table's shape (a gated block, no shared experts); built once
+    per shape (a fit prices the same tables hundreds of times)."""
     from costmodel.presets import load_model
 
     hidden, width, experts, top = shape
@@ -113,21 +116,35 @@ def moe_class(table: MoETable) -> str:
     return MOE_GEMM[LOW_PRECISION_GEMM.get(table.weight_dtype, "gemm")]
 
 
+def with_classes(hw, classes: dict):
+    """``hw`` pricing with ``classes`` as its own fitted parameters (and no others)."""
+    from costmodel.hardware import Efficiency
+
+    return hw.model_copy(update={"efficiency": Efficiency(data=("-",), method="-", classes=classes)})
+
+
 def with_class(hw, cls: str, eff):
     """``hw`` with ``eff`` as its own parameters of class ``cls``."""
     classes = {**hw.efficiency.classes, cls: eff}
     return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"classes": classes})})
 
 
+def dense_class(hw, cls: str):
+    """The parameters ``hw`` prices MoE class ``cls`` with when it has no fit of it: its dense class of the same
+    weights (:data:`costmodel.mechanisms.FALLBACK`)."""
+    from costmodel.mechanisms import FALLBACK
+
+    return hw.efficiency.classes[FALLBACK[cls]]
+
+
 def fit_moe_class(tables: list[MoETable], hw, names=MOE_FREE):
     """A MoE class's parameters fitted on ``tables`` (all of one class): the device's own dense class of the same
     weights (its fallback) with ``names`` fitted by least squares on log(predicted / measured)
     (:mod:`costmodel.validation.fit`'s search from three starts)."""
-    from costmodel.mechanisms import FALLBACK
     from costmodel.validation.fit import _lm, _to_z, _with
 
     cls = moe_class(tables[0])
-    start = hw.efficiency.classes[FALLBACK[cls]].model_copy(update={"fitted": (), "at_bound": {}})
+    start = dense_class(hw, cls).model_copy(update={"fitted": (), "at_bound": {}})
     measured = np.concatenate([t.measured_s for t in tables])
 
     def residual(z):

@@ -274,10 +274,11 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     tp = _whole(row, prefix + "tp_size", 1) or 1
     ep = _whole(row, prefix + "moe_ep_size", 1) or 1
     moe_tp = _whole(row, prefix + "moe_tp_size", 1) or 1
-    if dp > 1 and not (ep == dp * tp and moe_tp == 1):  # experts over every group's devices is modelled
+    over_all = ep == dp * tp and moe_tp == 1  # whole experts over every group's devices: modelled
+    if dp > 1 and not over_all:
         return "attention data parallel without expert parallel over all its devices"
     hybrid = dp == 1 and 1 < ep < tp and ep * moe_tp == tp  # expert-parallel groups sharding their experts
-    if ep > 1 and not (ep == dp * tp and moe_tp == 1) and not hybrid:  # else: over the tensor-parallel group(s)
+    if ep > 1 and not over_all and not hybrid:  # else: over the tensor-parallel group(s)
         return "expert parallel across other groups"
     workers = _whole(row, prefix + "num_workers") if prefix else 1
     if not workers:
@@ -325,7 +326,7 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
         return serve_disaggregated(load_model(d.model_path), load_profile(profile_of(d.system)), input_len=d.isl,
                                    output_len=d.osl, prefill=d.prefill.pool(), decode=d.decode.pool(),
                                    engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
-                                   kv_dtype=d.kv_dtype, overheads=overheads, **rounds)
+                                   kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator, **rounds)
     return serve(load_model(d.model_path), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator,
