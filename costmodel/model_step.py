@@ -16,6 +16,8 @@ import numpy as np
 from pydantic import Field
 
 from costmodel import checks
+from costmodel.bands import Band, band, total as band_total
+from costmodel.bands import assumption as band_assumption
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
@@ -44,6 +46,7 @@ class OpTime(Report):
     count: int
     time_s: float = Field(description="all kernels of this op in the step")
     bound: Literal["compute", "memory"]
+    band: Band | None = None  # where the measured time is expected to fall (costmodel.bands)
 
 
 class PhaseTime(Report):
@@ -53,6 +56,7 @@ class PhaseTime(Report):
     all_reduce_s: float
     all_reduces: int = 0
     ops: list[OpTime]
+    band: Band | None = None  # the ops' ranges added, the collectives at their time (costmodel.bands.total)
 
 
 def model_hardware(pr: Pricing) -> DeviceSummary:
@@ -138,8 +142,10 @@ def _price(ops: list[StepOp], pr: Pricing) -> list[OpTime]:
     out = []
     for s in ops:
         t = op_time(s, pr)
+        ranged = band(t.time * s.count, pr.hw, pr.model, s.op.cls) if s.section != COLLECTIVES else None
         out.append(OpTime(section=s.section, name=s.name, einsum=s.einsum, flops=s.op.flops * s.count,
-                          bytes=s.op.bytes * s.count, count=s.count, time_s=t.time * s.count, bound=t.bound))
+                          bytes=s.op.bytes * s.count, count=s.count, time_s=t.time * s.count, bound=t.bound,
+                          band=ranged))
     return out
 
 
@@ -285,7 +291,8 @@ def phase_time(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int
     reduce_s = sum(o.time_s for o in collectives)
     return PhaseTime(time_s=sum(o.time_s for o in ops) + reduce_s, flops=sum(o.flops for o in ops),
                      bytes=sum(o.bytes for o in ops), all_reduce_s=reduce_s,
-                     all_reduces=next((o.count for o in collectives if o.name == "all_reduce"), 0), ops=ops)
+                     all_reduces=next((o.count for o in collectives if o.name == "all_reduce"), 0), ops=ops,
+                     band=band_total([(o.time_s, o.band) for o in ops] + [(reduce_s, None)]))
 
 
 def decode_times(m: ModelPreset, pr: Pricing, batch: int, contexts, source: int | None = None):
@@ -349,7 +356,8 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
             weight_bytes_per_device=weights, capacity_bytes=hw.capacity, fits=kv + weights <= hw.capacity,
             max_batch=largest_batch_in_memory(dev, pr, context, source), max_context=max_context,
         ),
-        assumptions=step_assumptions(m, pr),
+        assumptions=step_assumptions(m, pr) + [a for a in (band_assumption(
+            (o.band for ph in phases.values() for o in ph.ops), hw),) if a],
     )
 
 

@@ -142,6 +142,9 @@ def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: s
                 ax.plot(fit_x, [y for y, r in zip(ys, rec) if r["fits"]], marker=MARKERS[w.mode], ms=4,
                         color=COLORS[w.variant], ls=styles[k % len(styles)], label=label,
                         gid=f"curve:{gid_tag}{w.variant}:{key}")
+                if key == "time_s" and all(r.get("low_s") is not None for r in rec) and len(runs) == 1:
+                    ax.fill_between(xs, [r["low_s"] * scale for r in rec], [r["high_s"] * scale for r in rec],
+                                    color=COLORS[w.variant], alpha=0.15, lw=0, gid=f"band:{w.variant}:{key}")
                 over = [(x, y) for x, y, r in zip(xs, ys, rec) if not r["fits"]]
                 if over:
                     if fit_x:
@@ -165,6 +168,9 @@ def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: s
     axes[0][0].plot([], [], marker="X", ms=9, color="0.5", mec="black", ls="none",
                     label=f"last point that fits in {capacities}")
     axes[0][0].plot([], [], ls=":", color="0.5", label="does not fit")
+    if len(runs) == 1 and records and records[0].get("low_s") is not None:
+        axes[0][0].fill_between([], [], [], color="0.5", alpha=0.15, lw=0,
+                                label="p10-p90 of measured / predicted (costmodel.bands)")
     axes[0][0].legend(loc="best", fontsize=8)
     fig.suptitle(title)
     return fig

@@ -16,6 +16,8 @@ from typing import Literal
 from pydantic import ConfigDict, RootModel
 
 from costmodel import checks
+from costmodel.bands import Band, band, total as band_total
+from costmodel.bands import assumption as band_assumption
 from costmodel.compiled import Compiled, compile_program
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
@@ -44,6 +46,7 @@ class OpPrediction(Report):
     time_s: float
     bound: Literal["compute", "memory"]
     efficiency_class: str | None = None  # the fitted class that priced it (None: datasheet roofline)
+    band: Band | None = None  # where the measured time is expected to fall (costmodel.bands)
 
 
 class Totals(Report):
@@ -56,6 +59,7 @@ class Totals(Report):
     bound: Literal["compute", "memory"]
     per_token_s: float | None
     tokens_per_s: float
+    band: Band | None = None  # the ops' ranges added (costmodel.bands.total)
 
 
 class MemoryFit(Report):
@@ -130,6 +134,7 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
             name=op.name, einsum=einsum, flops=op.flops, bytes=op.bytes,
             intensity=op.flops / op.bytes if op.bytes else 0.0, compute_s=t.compute, memory_s=t.memory,
             launch_s=t.overhead, time_s=t.time, bound=t.bound, efficiency_class=t.cls,
+            band=band(t.time, hw, model, op.cls),
         ))
     L = w.layers
     compute = L * sum(r.compute_s for r in rows)
@@ -141,11 +146,14 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
         flops=L * sum(r.flops for r in rows), bytes=L * sum(r.bytes for r in rows), time_s=time,
         compute_s=compute, memory_s=memory, launch_s=L * sum(r.launch_s for r in rows),
         bound="compute" if compute > memory else "memory", per_token_s=per_token, tokens_per_s=tokens / time,
+        band=band_total((L * r.time_s, r.band and r.band.model_copy(
+            update={"low_s": L * r.band.low_s, "high_s": L * r.band.high_s})) for r in rows),
     )
     return Prediction(
         hardware=hardware_summary(hw, w.dtype, model), workload=w, overlap=overlap, timing=model.timing,
         mechanisms=sorted(model.on) if model.active else [], ops=rows, total=total,
-        memory=memory_fit(compiled, w, hw), assumptions=assumptions(w, hw, overlap, model),
+        memory=memory_fit(compiled, w, hw),
+        assumptions=assumptions(w, hw, overlap, model) + [a for a in (band_assumption((r.band for r in rows), hw),) if a],
     )
 
 

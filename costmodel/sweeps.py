@@ -13,6 +13,7 @@ import math
 from pydantic import BaseModel, ConfigDict
 
 from costmodel import checks
+from costmodel.bands import band
 from costmodel.compiled import ARG_NAMES, compile_program
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
@@ -118,6 +119,7 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     model = time_model(hw) if model is None else model  # the default prediction: fitted, graph timing
     width = dtype_bytes(w.dtype)
     time = np.zeros_like(x)
+    low, high = np.zeros_like(x), np.zeros_like(x)
     flops = np.zeros_like(x)
     nbytes = np.zeros_like(x)
     launches = dims["n"] if w.mode == "generate" else 1.0
@@ -125,7 +127,11 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     for op, shape, _, _ in program_ops(compiled, dims, w.mode, Precision.of(width, w.dtype), launches):
         f = np.broadcast_to(op.flops, x.shape).astype(np.float64)
         by = np.broadcast_to(op.bytes, x.shape) * 1.0
-        time += price(dataclasses.replace(op, flops=f, bytes=by), shape, hw, Conventions(model, overlap)).time
+        t = price(dataclasses.replace(op, flops=f, bytes=by), shape, hw, Conventions(model, overlap)).time
+        time += t
+        ratio = band(1.0, hw, model, op.cls)  # the op's p10 and p90 of measured / predicted
+        low += t * (ratio.low_s if ratio is not None else np.nan)
+        high += t * (ratio.high_s if ratio is not None else np.nan)
         flops += f
         nbytes += by
     lw = width * w.layers
@@ -133,6 +139,7 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     weights = np.broadcast_to(weight_elements, x.shape) * float(lw)
     return {
         **{name: x for name in (dim, *linked)}, "time_s": time * w.layers, "flops": flops * w.layers,
+        "low_s": low * w.layers, "high_s": high * w.layers,
         "bytes": nbytes * w.layers, "kv_cache_bytes": kv, "fits": kv + weights <= hw.capacity,
     }
 
@@ -204,11 +211,13 @@ class SweepPlan(BaseModel):
                     b = float(r["b"][i]) if dim == "b" else w.b
                     n = float(r["n"][i]) if dim == "n" else w.n
                     time = float(r["time_s"][i])
+                    low, high = float(r["low_s"][i]), float(r["high_s"][i])
                     per_token = {"incremental": time, "generate": time / n}.get(w.mode)
                     tokens = b if w.mode == "incremental" else b * n
                     out.append({
                         parameter: x, "variant": w.variant, "g": int(r["g"][i]) if dim == "g" else w.g,
                         "time_s": time, "per_token_s": per_token, "tokens_per_s": tokens / time,
+                        "low_s": low if low == low else None, "high_s": high if high == high else None,
                         "flops": float(r["flops"][i]), "bytes": float(r["bytes"][i]),
                         "kv_cache_bytes": float(r["kv_cache_bytes"][i]), "fits": bool(r["fits"][i]),
                     })

@@ -125,6 +125,21 @@ def si(x: float, unit: str = "", digits: int = 3) -> str:
     return f"{x:.{digits}g} {unit}".rstrip()
 
 
+def si_range(low: float, high: float, unit: str = "") -> str:
+    """``2.4e-5, 3.3e-5, "s"`` -> ``"24.6-32.8 µs"``: both ends in the prefix of the upper one."""
+    top = si(high, unit, 2 if high < 1e-9 else 3)
+    if high == 0 or not top[0].isdigit():
+        return f"{si(low, unit)}-{top}"
+    value, suffix = top.split(" ", 1) if " " in top else (top, "")
+    scale = high / float(value)
+    return f"{low / scale:.3g}-{value} {suffix}".rstrip()
+
+
+def band_cell(b) -> str:
+    """A band as a table cell (empty where none applies)."""
+    return si_range(b.low_s, b.high_s, "s") if b is not None else ""
+
+
 MODE_TEXT = {
     "incremental": "one decode step after {m} cached positions",
     "generate": "{n} decode steps from an empty cache",
@@ -153,17 +168,18 @@ def _variant_label(w) -> str:
 
 
 def op_table(p) -> list[str]:
-    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "overhead", "time", "bound")
+    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "overhead", "time", "p10-p90", "bound")
     rows = [head]
     for r in p.ops:
         rows.append((r.name, r.einsum or "", si(r.flops), si(r.bytes, "B"), f"{r.intensity:.3g}",
-                     si(r.compute_s, "s"), si(r.memory_s, "s"), si(r.launch_s, "s"), si(r.time_s, "s"), r.bound))
+                     si(r.compute_s, "s"), si(r.memory_s, "s"), si(r.launch_s, "s"), si(r.time_s, "s"),
+                     band_cell(r.band), r.bound))
     t = p.total
     per_layer = " per layer" if p.workload.layers > 1 else ""
     rows.append((f"total{per_layer and ' x' + str(p.workload.layers)}", "", si(t.flops), si(t.bytes, "B"),
                  f"{t.flops / t.bytes:.3g}", si(t.compute_s, "s"), si(t.memory_s, "s"), si(t.launch_s, "s"),
-                 si(t.time_s, "s"), t.bound))
-    return aligned(rows, right={2, 3, 4, 5, 6, 7, 8}, rules=(1, -1))
+                 si(t.time_s, "s"), band_cell(t.band), t.bound))
+    return aligned(rows, right={2, 3, 4, 5, 6, 7, 8, 9}, rules=(1, -1))
 
 
 def prediction_table(preds: list) -> str:
@@ -174,11 +190,14 @@ def prediction_table(preds: list) -> str:
         lines += [_variant_label(p.workload), *op_table(p), ""]
     base = first.total.time_s
     per = "time/token" if first.workload.mode != "batched" else "time"
-    head = ("variant", per, "speed-up", "tokens/s", "KV cache", "weights", "fits", "max batch", f"max {first.memory.context_dim}")
+    head = ("variant", per, "p10-p90", "speed-up", "tokens/s", "KV cache", "weights", "fits", "max batch",
+            f"max {first.memory.context_dim}")
     rows = [head]
     for p in preds:
         t, mem = p.total, p.memory
-        rows.append((_variant_label(p.workload), si(t.per_token_s or t.time_s, "s"), f"{base / t.time_s:.2f}x",
+        scale = (t.per_token_s or t.time_s) / t.time_s
+        span = si_range(t.band.low_s * scale, t.band.high_s * scale, "s") if t.band is not None else ""
+        rows.append((_variant_label(p.workload), si(t.per_token_s or t.time_s, "s"), span, f"{base / t.time_s:.2f}x",
                      si(t.tokens_per_s), si(mem.kv_cache_bytes, "B"), si(mem.weight_bytes, "B"),
                      "yes" if mem.fits else "NO", str(mem.max_batch), str(mem.max_context)))
     lines += aligned(rows, right=range(1, len(head)))
@@ -258,6 +277,16 @@ def shazeer_table(r: dict) -> str:
               f"(multi-head {last['mha_us_per_token'] / p['mha_us_per_token']:.0%} of the paper's time, "
               f"multi-query {last['mqa_us_per_token'] / p['mqa_us_per_token']:.0%}). What is left is not explained "
               "by these mechanisms; switch each off with --no-... to see its share."]
+    if "local" in r:
+        loc = r["local"]
+        per, paper = loc["us_per_position"], loc["paper"]
+        lines += ["", f"Table 2's local rows (self-attention over the last {loc['positions']} positions): paper "
+                  f"{paper['mha']:.1f} / {paper['mqa']:.1f} µs, model {loc['model']['mha_us_per_token']:.1f} / "
+                  f"{loc['model']['mqa_us_per_token']:.2f} µs. One more self-attention position costs multi-head "
+                  f"{per['paper']['mha']:.3f} µs per token in the paper and {per['model']['mha']:.3f} µs in the model "
+                  f"({per['paper']['mha'] / per['model']['mha']:.1f}x), multi-query {per['paper']['mqa']:.4f} and "
+                  f"{per['model']['mqa']:.4f} µs: the multi-head gap grows with the cache, a cost per cached "
+                  "position and head that none of the mechanisms above carries."]
     return "\n".join(lines)
 
 
@@ -332,16 +361,17 @@ def attention_devices_table(hws, comparisons) -> str:
     """One attention workload on several devices: one row per device and variant."""
     w = comparisons[0][0].workload
     lines = [workload_line(w), ""]
-    rows = [("device", "variant", "time", "tokens/s", "bound", "speed-up", "KV + weights", "capacity", "fits")]
+    rows = [("device", "variant", "time", "p10-p90", "tokens/s", "bound", "speed-up", "KV + weights", "capacity",
+             "fits")]
     for hw, comp in zip(hws, comparisons):
         base = comp[0].total.time_s
         for p in comp:
             mem = p.memory
             rows.append((hw.id, variant_label(p.workload.variant, p.workload.g), si(p.total.time_s, "s"),
-                         si(p.total.tokens_per_s), p.total.bound, f"{base / p.total.time_s:.2f}x",
-                         si(mem.kv_cache_bytes + mem.weight_bytes, "B"), capacity_text(mem.capacity_bytes),
-                         "yes" if mem.fits else "NO"))
-    lines += aligned(rows, right={2, 3, 5, 6, 7})
+                         band_cell(p.total.band), si(p.total.tokens_per_s), p.total.bound,
+                         f"{base / p.total.time_s:.2f}x", si(mem.kv_cache_bytes + mem.weight_bytes, "B"),
+                         capacity_text(mem.capacity_bytes), "yes" if mem.fits else "NO"))
+    lines += aligned(rows, right={2, 3, 4, 6, 7, 8})
     return "\n".join(lines)
 
 

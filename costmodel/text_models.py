@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from costmodel.text import aligned, capacity_text, si
+from costmodel.text import aligned, band_cell, capacity_text, si
 
 
 def hardware_table(profiles, status: dict[str, str]) -> str:
@@ -79,19 +79,21 @@ def model_table(p) -> str:
         + f", {w.execution} attention", "",
         "decode step (one token per sequence), per device:",
     ]
-    head = ("section", "op", "kernels", "FLOPs", "bytes", "time", "bound")
-    rows = [head] + [(o.section, o.name, str(o.count), si(o.flops), si(o.bytes, "B"), si(o.time_s, "s"), o.bound)
-                     for o in p.decode.ops]
+    head = ("section", "op", "kernels", "FLOPs", "bytes", "time", "p10-p90", "bound")
+    rows = [head] + [(o.section, o.name, str(o.count), si(o.flops), si(o.bytes, "B"), si(o.time_s, "s"),
+                      band_cell(o.band), o.bound) for o in p.decode.ops]
     if p.decode.all_reduce_s:
         rows.append(("tensor parallel", "all-reduce", str(p.decode.all_reduces), "", "", si(p.decode.all_reduce_s, "s"),
-                     ""))
-    rows.append(("total", "", "", si(p.decode.flops), si(p.decode.bytes, "B"), si(p.decode.time_s, "s"), ""))
-    lines += aligned(rows, right={2, 3, 4, 5}, rules=(1, -1))
+                     "", ""))
+    rows.append(("total", "", "", si(p.decode.flops), si(p.decode.bytes, "B"), si(p.decode.time_s, "s"),
+                 band_cell(p.decode.band), ""))
+    lines += aligned(rows, right={2, 3, 4, 5, 6}, rules=(1, -1))
     t = p.total
+    span = lambda b: f" (p10-p90 {band_cell(b)})" if b is not None else ""  # noqa: E731
     lines += [
         "",
-        f"TPOT {si(t.tpot_s, 's')}   tokens/s {si(t.tokens_per_s)}   "
-        f"TTFT {si(t.ttft_s, 's')} (prefill of a {w.context}-token prompt)",
+        f"TPOT {si(t.tpot_s, 's')}{span(p.decode.band)}   tokens/s {si(t.tokens_per_s)}   "
+        f"TTFT {si(t.ttft_s, 's')}{span(p.prefill.band)} (prefill of a {w.context}-token prompt)",
         f"KV cache {si(mem.kv_cache_bytes_per_token, 'B')} per token, {si(mem.kv_cache_bytes_per_device, 'B')} per "
         f"device; weights {si(mem.weight_bytes_per_device, 'B')} per device; fits in "
         f"{si(mem.capacity_bytes, 'B')}: {'yes' if mem.fits else 'NO'}; largest batch {mem.max_batch} "

@@ -1,0 +1,108 @@
+"""The error band of every prediction, from the published kernel tables: per route (fitted on the device,
+transferred across a GPU generation, datasheet roofline) and kernel class, the p10, median and p90 of measured /
+predicted (costmodel.validation.bands), and how well a band derived without one GPU covers that GPU's rows.
+
+    python benchmarks/error_bands.py [MEASUREMENTS_DIR] [--write]
+
+MEASUREMENTS_DIR defaults to ../shared/measurements (the aiconfigurator, Vidur and LLMCompass tables of the A100,
+H100 and B200; host-timed eager rows are left out). --write writes costmodel/error_bands.yaml, the bands
+predictions carry. Deterministic: the same tables give the same file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.catalog import load_profile
+from costmodel.validation.bands import GPUS, HIGH, LOW, coverage, pooled, quantiles, ratios
+from costmodel.validation.published import read_folder
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "costmodel" / "error_bands.yaml"
+ROUTES = ("fitted", "across", "datasheet")
+COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "microsoft/vidur@7d47513"}
+
+
+def bands(found) -> dict:
+    """Per route: each class's band over every GPU, and ``all`` (every class pooled)."""
+    out = {}
+    for route in ROUTES:
+        classes = sorted({r.cls for r in found if r.route == route})
+        out[route] = {cls: quantiles(pooled(found, route, cls)) for cls in classes}
+        out[route]["all"] = quantiles(pooled(found, route))
+    return out
+
+
+def held_out(found) -> dict:
+    """Per route and GPU left out: the share of its rows inside the band of the same class derived from the
+    other GPUs' rows (the route-wide band where no other GPU has the class); and over all GPUs."""
+    out = {}
+    for route in ROUTES:
+        per = {}
+        for gpu in GPUS:
+            inside, total = 0.0, 0
+            for cls in sorted({r.cls for r in found if r.route == route and r.device == gpu}):
+                other = pooled(found, route, cls, exclude=gpu)
+                band = quantiles(other if other.size else pooled(found, route, exclude=gpu))
+                mine = pooled(found, route, cls, devices=(gpu,))
+                inside += coverage(band, mine) * mine.size
+                total += mine.size
+            per[gpu] = inside / total if total else None
+        out[route] = per
+    return out
+
+
+def to_yaml(b: dict, cover: dict, data: list[str]) -> str:
+    import yaml
+
+    fmt = lambda q: {"n": q["n"], "p10": round(q["p10"], 3), "p50": round(q["p50"], 3),  # noqa: E731
+                     "p90": round(q["p90"], 3)}
+    doc = {
+        "data": data,
+        "method": (f"measured / predicted of every row, p{LOW}, median and p{HIGH} per route and kernel class over "
+                   "the GPUs' rows (each GPU's set of a class resampled to equal size, so a GPU with more rows "
+                   "does not outweigh another); fitted: the device's own fit, on the rows it was fitted on; "
+                   "across: each GPU priced from the fit of each GPU of another generation by the transfer rule "
+                   "(costmodel.origin.TRANSFER_RULE); datasheet: the datasheet roofline and the profile's launch "
+                   "cost per kernel; all: every class of the route pooled, for classes no table measures; "
+                   "benchmarks/error_bands.py"),
+        "held_out_coverage": {route: {g: (round(v, 3) if v is not None else None) for g, v in per.items()}
+                              for route, per in cover.items()},
+        "bands": {route: {cls: fmt(q) for cls, q in per.items()} for route, per in b.items()},
+    }
+    return ("# Measured, not assumed: how far predictions of each route and kernel class fall from published\n"
+            "# timings (measured / predicted). `held_out_coverage`: the share of a GPU's rows inside the band\n"
+            "# derived without that GPU (a calibrated p10-p90 band holds 80%).\n"
+            + yaml.safe_dump(doc, sort_keys=False, width=110))
+
+
+def main(argv):
+    folder = next((a for a in argv if not a.startswith("--")), str(ROOT.parent / "shared" / "measurements"))
+    tables, _ = read_folder(folder)
+    tables = [t for t in tables if t.timing != "eager" and t.profile in GPUS]
+    found = ratios(tables, {p: load_profile(p) for p in GPUS if any(t.profile == p for t in tables)})
+    b, cover = bands(found), held_out(found)
+    print(f"measured / predicted, p{LOW} / median / p{HIGH} (n), per route and kernel class:")
+    for route, per in b.items():
+        for cls, q in per.items():
+            print(f"  {route:10s} {cls:18s} {q['p10']:5.2f} {q['p50']:5.2f} {q['p90']:5.2f}  (n {q['n']})")
+    print("\nheld out: share of a GPU's rows inside the band derived from the other GPUs (calibrated: 80%):")
+    for route, per in cover.items():
+        cells = "  ".join(f"{g} {v:6.1%}" if v is not None else f"{g}   none" for g, v in per.items())
+        print(f"  {route:10s} {cells}")
+    print("\nper GPU and source, median |error| of each route (the bands' spread, for reference):")
+    for r in found:
+        e = np.median(np.abs(1 / r.values - 1)) * 100
+        print(f"  {r.route:10s} {r.cls:18s} {r.device:14s} from {str(r.source):14s} median |error| {e:5.1f}%  "
+              f"n {r.values.size}")
+    if "--write" in argv:
+        data = sorted({f"{t.source} ({COMMITS.get(t.source, '')}) {t.gpu} {t.file} [{t.timing}]" for t in tables})
+        OUT.write_text(to_yaml(b, cover, data), encoding="utf-8")
+        print(f"\nwrote {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

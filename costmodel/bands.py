@@ -1,0 +1,122 @@
+"""The expected error of a prediction: each op's time carries the p10-p90 range of measured / predicted that
+published timings show for its kernel class priced the way this device prices it (its *route*), and a total
+carries the sum of its ops' ranges.
+
+Routes: ``fitted`` (the device's own fit), ``within`` (parameters carried from a fitted GPU of the same
+generation), ``across`` (from a GPU of another generation), ``datasheet`` (no fitted parameters: the datasheet
+roofline). The ranges are measured, not assumed: ``costmodel/error_bands.yaml``, written by
+``benchmarks/error_bands.py`` from the A100, H100 and B200 tables (:mod:`costmodel.validation.bands`). No two
+measured GPUs share a generation there, so ``within`` takes the ``across`` range (wider than it needs to be);
+a class no table measures takes its route's range over every class.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+from costmodel.mechanisms import FALLBACK, MECHANISMS
+from costmodel.reports import Report
+
+#: How each route is said.
+ROUTES = {"fitted": "fitted on the device", "within": "transferred within a GPU generation",
+          "across": "transferred across GPU generations", "datasheet": "datasheet roofline"}
+#: The measured route whose ranges a route takes.
+MEASURED_AS = {"fitted": "fitted", "within": "across", "across": "across", "datasheet": "datasheet"}
+
+
+class Band(Report):
+    """Where the measured time is expected to fall: ``low_s`` and ``high_s`` (p10 and p90 of measured /
+    predicted times the prediction), how the op was priced (``route``, several for a total) and the measured
+    range used (``basis``: route and kernel class, ``all`` for every class of the route)."""
+
+    low_s: float
+    high_s: float
+    route: str
+    basis: str
+
+
+@lru_cache(maxsize=1)
+def table() -> dict:
+    """The shipped ranges: ``bands[route][class] = {n, p10, p50, p90}`` and how they were measured."""
+    import yaml
+
+    return yaml.safe_load(resources.files("costmodel").joinpath("error_bands.yaml").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=64)
+def _generation(device: str) -> str | None:
+    from costmodel.catalog import load_profile
+
+    arch = load_profile(device).architecture
+    return arch.generation if arch is not None else None
+
+
+def route(hw, model, cls: str | None) -> str | None:
+    """How ``hw`` prices kernel class ``cls`` under time model ``model``; None where no measured range applies
+    (some mechanisms switched off: a prediction taken apart, not a forecast)."""
+    mechanisms = set(MECHANISMS) & (set(hw.efficiency.mechanisms) if hw.efficiency is not None else set(MECHANISMS))
+    if not model.on or model.resolved is None:  # the bare roofline, or a device without fitted parameters
+        return "datasheet" if not model.on or set(model.on) >= mechanisms else None
+    if set(model.on) != mechanisms:
+        return None
+    origin = model.resolved.origin.get(cls) if cls is not None else None
+    if origin is None:
+        return "datasheet"
+    if origin.kind == "fitted":
+        return "fitted"
+    mine, theirs = (hw.architecture.generation if hw.architecture else None), _generation(origin.device)
+    return "within" if mine is not None and mine == theirs else "across"
+
+
+def ratio_band(way: str, cls: str | None) -> tuple[dict, str]:
+    """The measured range of a route and class (else its parent class's, else the route's over every class)."""
+    measured = table()["bands"][MEASURED_AS[way]]
+    c = cls
+    while c is not None and c not in measured:
+        c = FALLBACK.get(c)
+    key = c if c is not None else "all"
+    return measured[key], f"{MEASURED_AS[way]} {key}"
+
+
+def band(time_s: float, hw, model, cls: str | None) -> Band | None:
+    """The expected range of an op priced at ``time_s`` (None: no measured range applies)."""
+    way = route(hw, model, cls)
+    if way is None:
+        return None
+    q, basis = ratio_band(way, cls)
+    return Band(low_s=time_s * q["p10"], high_s=time_s * q["p90"], route=way, basis=basis)
+
+
+def total(parts) -> Band | None:
+    """The range of a sum: ``parts`` are (time_s, band or None) pairs; an unbanded part (a collective, an
+    engine's fixed cost) counts at its time in both bounds. Errors are taken as moving together (the ranges
+    add), which is what a kernel class's errors do within one step. None when no part has a range."""
+    parts = list(parts)
+    banded = [b for _, b in parts if b is not None]
+    if not banded:
+        return None
+    low = sum(b.low_s if b is not None else t for t, b in parts)
+    high = sum(b.high_s if b is not None else t for t, b in parts)
+    ways = ", ".join(w for w in ROUTES if any(b.route == w for b in banded))
+    bases = sorted({b.basis for b in banded})
+    return Band(low_s=low, high_s=high, route=ways, basis="; ".join(bases))
+
+
+def assumption(bands, hw=None) -> str | None:
+    """The assumption line of a report whose ops carry ``bands`` on ``hw`` (None: none does)."""
+    found = [b for b in bands if b is not None]
+    if not found:
+        return None
+    ways = [w for w in ROUTES if any(w in b.route.split(", ") for b in found)]
+    cover = table()["held_out_coverage"]
+    held = "; ".join(f"{w} {min(cover[m].values()):.0%}-{max(cover[m].values()):.0%}"
+                     for w, m in ((w, MEASURED_AS[w]) for w in ways))
+    within = (" (no two measured GPUs share a generation: within a generation takes the range measured across "
+              "generations)" if "within" in ways else "")
+    return ("p10-p90: where 8 in 10 published kernel timings of the op's class fall, priced the way this device "
+            "prices it (" + "; ".join(f"{w}: {ROUTES[w]}" for w in ways) + f"){within}, measured / predicted on "
+            "the A100, H100 and B200 tables (costmodel/error_bands.yaml); a total adds its ops' ranges; a range "
+            f"derived without one GPU held {held} of that GPU's rows"
+            + ("" if hw is None or hw.vendor == "NVIDIA" else
+               f"; no {hw.vendor} device is measured there: its range is NVIDIA GPUs' under the same route"))

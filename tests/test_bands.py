@@ -1,0 +1,129 @@
+"""Error bands (costmodel.bands): each op's p10-p90 range is its time times the measured quantiles of its class
+and route as the shipped file states them (read here independently), a total's range is the sum of its ops', the
+route follows where the device's parameters came from, and the quantiles and coverage are what their definitions
+say on data whose answer is known."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+import pytest
+import yaml
+
+from costmodel.bands import route
+from costmodel.catalog import load_profile
+from costmodel.model_step import predict_model
+from costmodel.origin import time_model
+from costmodel.presets import load_model
+from costmodel.roofline import predict
+from costmodel.sweeps import sweep
+from costmodel.validation.bands import RESAMPLE, Ratios, coverage, pooled, quantiles, ratios
+from costmodel.validation.published import read_folder, shipped_folder
+from costmodel.workload import Workload
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return yaml.safe_load(resources.files("costmodel").joinpath("error_bands.yaml").read_text(encoding="utf-8"))
+
+
+def test_the_file_has_every_route_ordered_quantiles_and_its_coverage(shipped):
+    assert set(shipped["bands"]) == {"fitted", "across", "datasheet"}
+    for per in shipped["bands"].values():
+        assert "all" in per and "gemm" in per and "decode_attention" in per
+        for q in per.values():
+            assert q["n"] > 0 and q["p10"] <= q["p50"] <= q["p90"]
+    for per in shipped["held_out_coverage"].values():
+        assert set(per) == {"a100_80gb_sxm", "h100_sxm", "b200"} and all(0 <= v <= 1 for v in per.values())
+    # a fitted class is tighter than the same class transferred, and that tighter than the bare datasheet
+    width = lambda r, c: shipped["bands"][r][c]["p90"] / shipped["bands"][r][c]["p10"]  # noqa: E731
+    for cls in ("gemm", "decode_attention", "prefill_attention"):
+        assert width("fitted", cls) < width("across", cls) < width("datasheet", cls)
+
+
+def test_quantiles_and_coverage_by_definition():
+    v = np.arange(1, 1001) / 1000.0  # 0.001 .. 1.000, evenly
+    q = quantiles(v)
+    assert q["n"] == 1000 and q["p10"] == pytest.approx(0.1009) and q["p90"] == pytest.approx(0.9001)
+    assert coverage(q, v) == pytest.approx(0.8, abs=0.002)
+    assert coverage(q, v + 0.5) == pytest.approx(0.4, abs=0.002)  # shifted half a unit: 0.501..0.9 inside
+
+
+def test_pooling_weighs_each_set_equally():
+    small = Ratios("fitted", "gemm", "a", "a", np.full(10, 2.0))
+    large = Ratios("fitted", "gemm", "b", "b", np.full(10_000, 1.0))
+    both = pooled([small, large], "fitted", "gemm")
+    assert both.size == 20 and np.mean(both == 2.0) == 0.5
+    alone = pooled([small, large], "fitted", "gemm", exclude="a")  # one set: resampled to at most RESAMPLE
+    assert alone.size == RESAMPLE and set(alone.tolist()) == {1.0}
+    assert pooled([small, large], "across").size == 0
+
+
+@pytest.mark.parametrize("gpu,without,expected", [
+    ("a100", (), "fitted"), ("h100", (), "fitted"), ("h200", (), "within"), ("l40s", (), "across"),
+    ("tpu-v5e", (), "datasheet"), ("mi300x", (), "datasheet"), ("a100", ("all",), "datasheet"),
+    ("a100", ("tiles",), None)])
+def test_route_follows_where_the_parameters_came_from(gpu, without, expected):
+    hw = load_profile(gpu)
+    assert route(hw, time_model(hw, "graph", without), "gemm") == expected
+
+
+@pytest.mark.parametrize("gpu", ["a100", "h200", "tpu-v5e"])
+def test_op_ranges_are_time_times_the_files_quantiles_and_the_total_adds_them(gpu, shipped):
+    measured = {"fitted": "fitted", "within": "across", "across": "across", "datasheet": "datasheet"}
+    w = Workload.create(variant="gqa", layers=4)
+    p = predict(w, load_profile(gpu))
+    for op in p.ops:
+        route_name, key = op.band.basis.split(" ")
+        assert route_name == measured[op.band.route]
+        q = shipped["bands"][route_name][key]
+        assert op.band.low_s == pytest.approx(op.time_s * q["p10"])
+        assert op.band.high_s == pytest.approx(op.time_s * q["p90"])
+    assert p.total.band.low_s == pytest.approx(4 * sum(o.band.low_s for o in p.ops))
+    assert p.total.band.high_s == pytest.approx(4 * sum(o.band.high_s for o in p.ops))
+    assert any("p10-p90" in a for a in p.assumptions)
+
+
+def test_a_partial_prediction_carries_no_range():
+    p = predict(Workload.create(), load_profile("a100"), without=("tiles",))
+    assert p.total.band is None and all(o.band is None for o in p.ops)
+    assert not any(a.startswith("p10-p90") for a in p.assumptions)
+
+
+def test_model_step_range_adds_its_ops_and_the_collectives_at_their_time():
+    p = predict_model(load_model("llama-3-8b"), load_profile("h100"), batch=8, context=2048, tp=2)
+    for phase in (p.decode, p.prefill):
+        assert phase.all_reduce_s > 0
+        assert phase.band.low_s == pytest.approx(sum(o.band.low_s for o in phase.ops) + phase.all_reduce_s)
+        assert phase.band.high_s == pytest.approx(sum(o.band.high_s for o in phase.ops) + phase.all_reduce_s)
+        assert phase.band.low_s < phase.time_s < phase.band.high_s
+
+
+def test_a_sweep_point_carries_the_same_range_as_the_single_prediction():
+    hw = load_profile("h100")
+    w = Workload.create(variant="mqa", batch=4)
+    sw = sweep(w, hw, "context", [256, 4096])
+    for rec in sw.records:
+        one = predict(Workload.create(variant="mqa", batch=4, context=rec["context"]), hw).total
+        assert rec["low_s"] == pytest.approx(one.band.low_s)
+        assert rec["high_s"] == pytest.approx(one.band.high_s)
+
+
+def test_ratios_on_the_shipped_tables_sort_the_routes():
+    tables, _ = read_folder(shipped_folder())
+    tables = [t for t in tables if t.timing != "eager"]
+    found = ratios(tables, {p: load_profile(p) for p in ("a100_80gb_sxm", "h100_sxm")})
+    assert {r.route for r in found} == {"fitted", "across", "datasheet"}
+    for r in found:
+        if r.route == "fitted":
+            assert r.source == r.device
+        elif r.route == "across":
+            assert r.source != r.device and load_profile(r.source).architecture.generation != \
+                load_profile(r.device).architecture.generation
+        else:
+            assert r.source is None
+    med = {(r.route, r.cls, r.device): float(np.median(r.values)) for r in found}
+    # a device's own fit of its GEMMs is centred on its timings; the bare datasheet roofline is optimistic
+    assert 0.9 < med[("fitted", "gemm", "h100_sxm")] < 1.1
+    assert med[("datasheet", "decode_attention", "h100_sxm")] > 1.3

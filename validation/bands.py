@@ -1,0 +1,105 @@
+"""How far a prediction is expected to be off, measured: the ratio measured / predicted of published kernel
+timings, per kernel class and per *route* (how the device's parameters for that class came to be):
+
+- ``fitted``: the device's own parameters, fitted on these rows (in-sample; the fits' half-split held-out errors
+  are within a point of them, benchmarks/fit_published.py --holdout);
+- ``across``: parameters fitted on a GPU of another generation, carried over by
+  :data:`costmodel.origin.TRANSFER_RULE` (A100, H100 and B200 each priced from each other's fit);
+- ``datasheet``: no fitted parameters, the datasheet roofline with the profile's launch cost per kernel.
+
+:func:`ratios` collects them, :func:`quantiles` reduces a set to its p10, median and p90, and :func:`coverage` says
+what share of other ratios a band holds. ``benchmarks/error_bands.py`` writes the bands shipped in
+``costmodel/error_bands.yaml`` and scores each band on the GPU its data left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.mechanisms import MECHANISMS
+from costmodel.origin import TimeModel, resolve
+from costmodel.price import Conventions, KernelOp, price
+
+#: The GPUs with published kernel tables, each priced from the others' fits.
+GPUS = ("a100_80gb_sxm", "h100_sxm", "b200")
+#: The most points a set of ratios is resampled to when sets are pooled.
+RESAMPLE = 2000
+#: The quantiles a band spans.
+LOW, HIGH = 10, 90
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """measured / predicted of the rows of one class on one GPU (``device``), priced by one route, from the
+    parameters of ``source`` (the device itself when fitted; None on the datasheet route)."""
+
+    route: str
+    cls: str
+    device: str
+    source: str | None
+    values: np.ndarray
+
+
+def _times(table, hw, resolved) -> np.ndarray:
+    """Predicted seconds of a table's rows with ``resolved`` parameters (None: the datasheet roofline)."""
+    op = KernelOp(table.op_class, table.op_class, table.dtype, table.flops, table.nbytes, kernel=table.priced_class)
+    conv = (Conventions(TimeModel(resolved, table.timing, frozenset(MECHANISMS))) if resolved is not None
+            else Conventions.datasheet())
+    t = np.broadcast_to(np.asarray(price(op, table.shape, hw, conv).time, float), table.measured_s.shape)
+    return t * (table.count if table.count is not None else 1)
+
+
+def ratios(tables, profiles: dict) -> list[Ratios]:
+    """Every route's ratios over ``tables`` (published tables, :func:`costmodel.validation.published.read_folder`)
+    with ``profiles`` (profile id -> fitted HardwareProfile) for the GPUs of :data:`GPUS` present."""
+    out = []
+    for dst, hw in profiles.items():
+        mine = [t for t in tables if t.profile == dst]
+        bare = hw.model_copy(update={"efficiency": None})
+        for timing in sorted({t.timing for t in mine}):
+            rows = [t for t in mine if t.timing == timing]
+            own = resolve(hw, timing, reference=None)
+            routes = [("fitted", dst, own)]
+            routes += [("across", src, resolve(bare, timing, reference=ref)) for src, ref in profiles.items()
+                       if src != dst and ref.architecture.generation != hw.architecture.generation]
+            for route, src, res in routes:
+                if res is None:
+                    continue
+                for cls in sorted({t.priced_class for t in rows}):
+                    origin = res.origin.get(cls)
+                    kind = "fitted" if route == "fitted" else "transferred"
+                    if origin is None or origin.kind != kind or origin.device != src or origin.notes:
+                        continue  # this route does not price the class from that device's own fit of it
+                    got = [t.measured_s / _times(t, hw, res) for t in rows if t.priced_class == cls]
+                    out.append(Ratios(route, cls, dst, src, np.concatenate(got)))
+            for cls in sorted({t.priced_class for t in rows}):
+                got = [t.measured_s / _times(t, bare, None) for t in rows if t.priced_class == cls]
+                out.append(Ratios("datasheet", cls, dst, None, np.concatenate(got)))
+    return out
+
+
+def quantiles(values) -> dict:
+    """p10, median and p90 of a set of ratios, and its size."""
+    v = np.asarray(values, float)
+    lo, mid, hi = np.percentile(v, [LOW, 50, HIGH])
+    return {"n": int(v.size), "p10": float(lo), "p50": float(mid), "p90": float(hi)}
+
+
+def coverage(band: dict, values) -> float:
+    """The share of ``values`` inside ``[band['p10'], band['p90']]``."""
+    v = np.asarray(values, float)
+    return float(np.mean((v >= band["p10"]) & (v <= band["p90"])))
+
+
+def pooled(found: list[Ratios], route: str, cls: str | None = None, devices=None, exclude=None) -> np.ndarray:
+    """The ratios of one route (and class; None: every class), over ``devices`` (None: all) except ``exclude``,
+    each (class, device, source) set weighted equally: a class on one GPU counts as much as on another whatever
+    its rows, by resampling each set to the size of the smallest."""
+    sets = [r.values for r in found if r.route == route and (cls is None or r.cls == cls)
+            and (devices is None or r.device in devices) and r.device != exclude]
+    if not sets:
+        return np.array([])
+    size = min(min(len(s) for s in sets), RESAMPLE)
+    return np.concatenate([np.quantile(s, (np.arange(size) + 0.5) / size) for s in sets])
