@@ -227,10 +227,13 @@ def reproduce() -> None:
               help="tf.concat copies the whole K/V cache every step")
 @click.option("--tile-padding/--no-tile-padding", default=True, show_default=True,
               help="pad every matmul to the matrix unit's 128x128 tile")
-@click.option("--f32-passes", type=click.IntRange(1, 6), default=3, show_default=True,
-              help="bf16 passes per f32 matmul on the v2 matrix unit (1 = none)")
+@click.option("--f32-passes", type=click.IntRange(1, 6), default=1, show_default=True,
+              help="bf16 passes per f32 matmul (1: XLA's default precision on TPU; 3: HIGH; 6: HIGHEST)")
+@click.option("--cache-copies", type=click.IntRange(1, 2), default=2, show_default=True,
+              help="whole copies of the K/V cache per step with --concat-cache (1: tf.concat; 2: tensor2tensor's "
+                   "TPU decoding, transposed and back)")
 @json_option
-def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, as_json) -> None:
+def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, cache_copies, as_json) -> None:
     """Shazeer 2019: the asymptotic ratios, and Table 2's decoder time per token on a TPUv2 board.
 
     Example: costmodel reproduce shazeer2019
@@ -238,7 +241,7 @@ def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, as_js
     from costmodel.reproduce import Mechanisms, shazeer2019
     from costmodel.text import shazeer_table
 
-    result = shazeer2019(Mechanisms(f32_storage, concat_cache, tile_padding, f32_passes))
+    result = shazeer2019(Mechanisms(f32_storage, concat_cache, tile_padding, f32_passes, cache_copies))
     if as_json:
         emit_json(result)
     else:

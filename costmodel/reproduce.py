@@ -26,10 +26,15 @@ from costmodel.shapes import GemmShape
 
 # Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)
 PAPER_US_PER_TOKEN = {"mha": 46.0, "mqa": 3.8}
+#: Table 2's local-attention rows: decoder self-attention over the last LOCAL_POSITIONS positions only.
+PAPER_LOCAL_US_PER_TOKEN = {"mha": 23.0, "mqa": 3.3}
+LOCAL_POSITIONS = 32
 BOARD_CHIPS = 4          # one TPUv2 board: 8 cores on 4 chips
 BOARD_BATCH = 1024       # sequences decoded together (128 per core)
 TARGET_POSITIONS = 128   # decoder self-attention memory padded to 128 so every step costs the same
 SOURCE_POSITIONS = 128
+#: The decoder's self-attention cache writes (the ops a cache copy multiplies).
+CACHE_APPENDS = ("k_append", "v_append")
 
 
 @dataclass(frozen=True)
@@ -43,12 +48,20 @@ class Mechanisms:
     tile_padding: bool = True
     """Each matmul's M, K and N padded to the matrix unit's tile (the profile's ``matrix_tile``): a
     per-head matrix-vector product (M = 1) costs a whole 128-row tile."""
-    f32_passes: int = 3
-    """Passes of bf16 products the v2 matrix unit takes per f32 matmul (1: f32 at the bf16 rate)."""
+    f32_passes: int = 1
+    """Passes of bf16 products per f32 matmul. 1: XLA on TPU multiplies f32 operands in bfloat16 with f32
+    accumulation unless a higher precision is asked for (google/jax issue 1856, 2019: "matrix multiplication on
+    TPUs (with float32 dtypes) defaults to bfloat16 multiplication with float32 accumulation"); 3 or 6 are the
+    HIGH and HIGHEST precisions."""
+    cache_copies: int = 2
+    """Whole copies of the self-attention K/V cache per step when the cache is copied (``concat_cache``): 1 for
+    ``tf.concat``; 2 for tensor2tensor's TPU decoding (``common_attention.multihead_attention`` with a
+    ``decode_loop_step``), which transposes each cache to put positions first, updates it in place and transposes
+    it back ("inplace_update only supports the first dimension")."""
 
     @classmethod
     def none(cls) -> Mechanisms:
-        return cls(f32_storage=False, concat_cache=False, tile_padding=False, f32_passes=1)
+        return cls(f32_storage=False, concat_cache=False, tile_padding=False, f32_passes=1, cache_copies=1)
 
 
 def steps(final: Mechanisms = Mechanisms()) -> list[tuple[str, Mechanisms]]:
@@ -60,6 +73,10 @@ def steps(final: Mechanisms = Mechanisms()) -> list[tuple[str, Mechanisms]]:
         if getattr(final, field):
             current = replace(current, **{field: True})
             out.append((label, current))
+        if field == "concat_cache" and final.concat_cache and final.cache_copies > 1:
+            current = replace(current, cache_copies=final.cache_copies)
+            out.append(("+ cache transposed and back (tensor2tensor on TPU)" if final.cache_copies == 2 else
+                        f"+ {final.cache_copies} cache copies per step", current))
     if final.f32_storage and final.f32_passes > 1:
         current = replace(current, f32_passes=final.f32_passes)
         out.append((f"+ f32 matmuls as {final.f32_passes} bf16 passes", current))
@@ -73,10 +90,12 @@ def _padded(gemm: tuple[int, int, int, int], tile: tuple[int, ...]) -> float:
     return 2.0 * batch * up(m, tm) * up(k, tk) * up(n, tk)
 
 
-def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Mechanisms) -> tuple[float, list]:
-    """One decoder step on one chip: every op's roofline time under the mechanisms, summed."""
+def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Mechanisms,
+                   positions: int = TARGET_POSITIONS) -> tuple[float, list]:
+    """One decoder step on one chip (self-attention memory of ``positions``): every op's roofline time under the
+    mechanisms, summed."""
     dtype = "fp32" if mech.f32_storage else "bf16"
-    ops: list[StepOp] = step_ops(model, "decode", batch, TARGET_POSITIONS - 1, SOURCE_POSITIONS,
+    ops: list[StepOp] = step_ops(model, "decode", batch, positions - 1, SOURCE_POSITIONS,
                                  dtype_bytes(dtype), "unfused", "concat" if mech.concat_cache else "inplace")
     tile = hw.matrix_tile.shape if hw.matrix_tile else (1, 1)
     peak = hw.peak("bf16") / (mech.f32_passes if mech.f32_storage else 1)
@@ -84,7 +103,8 @@ def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Me
     for s in ops:
         gemm = (s.shape.batch, s.shape.M, s.shape.K, s.shape.N) if isinstance(s.shape, GemmShape) else None
         flops = _padded(gemm, tile) if (mech.tile_padding and gemm) else s.op.flops
-        t = price(KernelOp(s.op.kind, s.name, dtype, flops, s.op.bytes, peak=peak), None, hw, Conventions.datasheet())
+        nbytes = s.op.bytes * (mech.cache_copies if mech.concat_cache and s.name in CACHE_APPENDS else 1)
+        t = price(KernelOp(s.op.kind, s.name, dtype, flops, nbytes, peak=peak), None, hw, Conventions.datasheet())
         time = t.time * s.count
         total += time
         detail.append({"section": s.section, "op": s.name, "time_s": time, "bound": t.bound})
@@ -108,9 +128,18 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
         us = {v: decoder_step_s(m, hw, batch, mech)[0] / BOARD_BATCH * 1e6 for v, m in models.items()}
         table.append({"model": label, "mha_us_per_token": us["mha"], "mqa_us_per_token": us["mqa"],
                       "ratio": us["mha"] / us["mqa"], "mechanisms": mech.__dict__})
+    local = {v: decoder_step_s(m, hw, batch, final, LOCAL_POSITIONS)[0] / BOARD_BATCH * 1e6 for v, m in models.items()}
+    full = {"mha": table[-1]["mha_us_per_token"], "mqa": table[-1]["mqa_us_per_token"]}
+    span = TARGET_POSITIONS - LOCAL_POSITIONS
     return {
         "asymptotic": ratios,
         "table2": table,
+        # what one more self-attention position costs per token, from the paper's full and local rows and the model's
+        "local": {"positions": LOCAL_POSITIONS, "paper": PAPER_LOCAL_US_PER_TOKEN,
+                  "model": {f"{v}_us_per_token": t for v, t in local.items()},
+                  "us_per_position": {
+                      "paper": {v: (PAPER_US_PER_TOKEN[v] - PAPER_LOCAL_US_PER_TOKEN[v]) / span for v in local},
+                      "model": {v: (full[v] - local[v]) / span for v in local}}},
         "paper": {"mha_us_per_token": PAPER_US_PER_TOKEN["mha"], "mqa_us_per_token": PAPER_US_PER_TOKEN["mqa"],
                   "ratio": PAPER_US_PER_TOKEN["mha"] / PAPER_US_PER_TOKEN["mqa"]},
         "setup": (f"WMT Transformer decoder step (6 layers, d 1024, 8 heads of 128, self-attention memory "

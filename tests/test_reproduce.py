@@ -117,3 +117,35 @@ def test_deepseek2024_kv_cache_and_throughput():
     base, v2, tp_only = r["throughput"]
     assert v2["layout"].startswith("DP") and tp_only["layout"].startswith("1 x TP8")
     assert v2["ratio"] > tp_only["ratio"] > 1.0
+
+
+def test_f32_matmuls_default_to_one_bf16_pass_and_more_passes_are_an_option():
+    assert Mechanisms().f32_passes == 1
+    labels = [label for label, _ in steps(Mechanisms(f32_passes=3))]
+    assert labels[-1] == "+ f32 matmuls as 3 bf16 passes"
+    one, three = shazeer2019(Mechanisms())["table2"][-1], shazeer2019(Mechanisms(f32_passes=3))["table2"][-1]
+    assert three["mha_us_per_token"] > one["mha_us_per_token"] and three["mqa_us_per_token"] > one["mqa_us_per_token"]
+
+
+def test_the_second_cache_copy_costs_its_bytes_at_the_chips_bandwidth():
+    # per chip 256 sequences; the concat op reads 127 cached positions and the new one and writes 128: 256 positions
+    # of f32 keys (or values) per sequence; a second copy moves them again, for K and V in each of 6 layers, at
+    # 700 GB/s; a token's share is the chip's step time / 1024
+    per_position = {"mha": 8 * 128 * 4, "mqa": 1 * 128 * 4}
+    one = shazeer2019(Mechanisms(cache_copies=1))["table2"][-1]
+    two = shazeer2019(Mechanisms(cache_copies=2))["table2"][-1]
+    for v, nbytes in per_position.items():
+        extra_us = 2 * 6 * 256 * 256 * nbytes / 700e9 / 1024 * 1e6
+        assert two[f"{v}_us_per_token"] - one[f"{v}_us_per_token"] == pytest.approx(extra_us, rel=1e-6)
+
+
+def test_local_rows_per_position_cost(shazeer):
+    loc = shazeer["local"]
+    assert loc["positions"] == 32
+    assert loc["us_per_position"]["paper"]["mha"] == pytest.approx((46 - 23) / 96)
+    assert loc["us_per_position"]["paper"]["mqa"] == pytest.approx((3.8 - 3.3) / 96)
+    full = shazeer["table2"][-1]
+    for v in ("mha", "mqa"):
+        assert loc["us_per_position"]["model"][v] == pytest.approx(
+            (full[f"{v}_us_per_token"] - loc["model"][f"{v}_us_per_token"]) / 96)
+        assert 0 < loc["model"][f"{v}_us_per_token"] < full[f"{v}_us_per_token"]
