@@ -55,6 +55,34 @@ def held_out(found) -> dict:
     return out
 
 
+def leave_one_out(found) -> list[str]:
+    """Each GPU's rows priced as if it had no fit: from the GPU the tool's own rule picks among the others
+    (costmodel.origin.reference_for: same generation first, else the nearest older, else the nearest newer),
+    per class, beside the GPU's own fit."""
+    from costmodel.origin import reference_for
+
+    lines = []
+    for gpu in GPUS:
+        others = [g for g in GPUS if g != gpu]
+        ref = reference_for(load_profile(gpu), exclude=[g for g in GPUS if g not in others] + [
+            p.id for p in _fitted() if p.id not in GPUS])
+        for r in (r for r in found if r.route == "across" and r.device == gpu and ref is not None
+                  and r.source == ref.id):
+            err = np.abs(1 / r.values - 1) * 100
+            own = next((np.abs(1 / f.values - 1) * 100 for f in found if f.route == "fitted" and f.device == gpu
+                        and f.cls == r.cls and f.values.size == r.values.size), None)
+            mine = f"; its own fit {np.median(own):4.1f}% ({np.percentile(own, 90):4.1f}%)" if own is not None else ""
+            lines.append(f"{gpu:14s} from {ref.id:14s} {r.cls:18s} median {np.median(err):5.1f}%  p90 "
+                         f"{np.percentile(err, 90):5.1f}%  n {r.values.size:6d}{mine}")
+    return lines
+
+
+def _fitted():
+    from costmodel.catalog import fitted_profiles
+
+    return fitted_profiles()
+
+
 def to_yaml(b: dict, cover: dict, data: list[str]) -> str:
     import yaml
 
@@ -93,6 +121,10 @@ def main(argv):
     for route, per in cover.items():
         cells = "  ".join(f"{g} {v:6.1%}" if v is not None else f"{g}   none" for g, v in per.items())
         print(f"  {route:10s} {cells}")
+    print("\nleave one GPU out: each GPU priced from the GPU the tool's rule picks among the other two "
+          "(median and p90 |error|; targets 15% and 40%):")
+    for line in leave_one_out(found):
+        print("  " + line)
     print("\nper GPU and source, median |error| of each route (the bands' spread, for reference):")
     for r in found:
         e = np.median(np.abs(1 / r.values - 1)) * 100

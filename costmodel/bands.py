@@ -120,3 +120,48 @@ def assumption(bands, hw=None) -> str | None:
             f"derived without one GPU held {held} of that GPU's rows"
             + ("" if hw is None or hw.vendor == "NVIDIA" else
                f"; no {hw.vendor} device is measured there: its range is NVIDIA GPUs' under the same route"))
+
+
+@lru_cache(maxsize=1)
+def served_table() -> dict:
+    """The shipped ranges of served predictions (``costmodel/served_bands.yaml``)."""
+    import yaml
+
+    return yaml.safe_load(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
+
+
+def served(engine: str, moe: bool, mode: str, ttft_s: float, tpot_s: float) -> tuple[Band, Band]:
+    """The expected ranges of a served prediction's mean TTFT and TPOT: measured / predicted over the measured
+    deployments of the same engine, model kind and mode (else the nearest wider group)."""
+    kind = "moe" if moe else "dense"
+    found = {(b["engine"], b["kind"], b["mode"]): b for b in served_table()["bands"]}
+    for key in ((engine, kind, mode), ("all", kind, mode), ("all", "all", mode), ("all", "all", "all")):
+        if key in found:
+            b = found[key]
+            basis = _served_basis(key, b["ttft"]["n"])
+            return (Band(low_s=ttft_s * b["ttft"]["p10"], high_s=ttft_s * b["ttft"]["p90"], route="served",
+                         basis=basis),
+                    Band(low_s=tpot_s * b["tpot"]["p10"], high_s=tpot_s * b["tpot"]["p90"], route="served",
+                         basis=basis))
+    raise KeyError("served_bands.yaml has no 'all' range")  # the shipped file always has one
+
+
+def _served_basis(key: tuple[str, str, str], n: int) -> str:
+    from costmodel.engines import ENGINE_TITLES
+
+    engine, kind, mode = key
+    who = ENGINE_TITLES.get(engine, engine) if engine != "all" else "any engine"
+    what = {"dense": "dense models", "moe": "mixture-of-experts models"}.get(kind, "any model")
+    how = {"agg": ", aggregated", "disagg": ", disaggregated"}.get(mode, "")
+    return f"{n} measured H100 deployments of {who} serving {what}{how}"
+
+
+def served_assumption(ttft: Band, device: str) -> str:
+    """The assumption line of a served prediction's ranges."""
+    held = served_table()["held_out_coverage"]["all"]
+    where = "" if device == "h100_sxm" else (f"; measured on H100s: on {device} the kernels' own error "
+                                             "(fitted or transferred) comes on top")
+    return (f"TTFT and TPOT ranges: p10-p90 of measured / predicted over the {ttft.basis} in NVIDIA's silicon "
+            f"sample, each predicted as this prediction is (costmodel/served_bands.yaml); a range derived without a "
+            f"model held "
+            f"{held['ttft']:.0%} of its TTFTs and {held['tpot']:.0%} of its TPOTs{where}")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel import checks
+from costmodel.bands import Band, served as served_bands, served_assumption
 from costmodel.engines import engine
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
@@ -112,6 +113,8 @@ class DisaggPrediction(Report):
     ttft_s: float
     tpot_s: float
     e2e_s: float
+    ttft_band: Band | None = None  # where a benchmark's mean TTFT is expected to fall (costmodel.bands.served)
+    tpot_band: Band | None = None
     ttft: Stats
     tpot: Stats
     e2e: Stats
@@ -401,20 +404,21 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         busy_share=got[role]["busy_share"], iterations=got[role]["iterations"])
         for role, pool, s in (("prefill", prefill, pre), ("decode", decode, dec))]
     ttft = got["ttft"]
+    ttft_band, tpot_band = served_bands(pre.eng.name, m.moe is not None, "disagg", ttft.mean, got["tpot"].mean)
     return DisaggPrediction(
         model=m.id, model_name=m.name, engine=pre.eng.name, engine_version=pre.eng.version, evaluator=evaluator,
         prefill=summaries[0], decode=summaries[1], devices=devices, concurrency=concurrency,
         request_rate=request_rate, num_requests=n, input_len=float(input_len), output_len=float(output_len),
         ttft_s=ttft.mean, tpot_s=got["tpot"].mean, e2e_s=got["e2e"].mean, ttft=ttft, tpot=got["tpot"],
-        e2e=got["e2e"],
+        e2e=got["e2e"], ttft_band=ttft_band, tpot_band=tpot_band,
         ttft_split=TtftSplit(queue_s=got["queue_s"], prefill_s=got["prefill_s"], transfer_s=transfer.time_s,
                              front_end_s=pre.request_s),
         kv_transfer=transfer, requests_per_s=got["requests_per_s"],
         output_tokens_per_s=got["requests_per_s"] * output_len,
         output_tokens_per_s_per_device=got["requests_per_s"] * output_len / devices,
         output_tokens_per_s_per_user=got["per_user"], decode_waits=got["waits"],
-        assumptions=_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests,
-                                 evaluator))
+        assumptions=[*_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests,
+                                   evaluator), served_assumption(ttft_band, pre.pr.hw.id)])
 
 
 def _simulated(pre: Setup, dec: Setup, p: Pool, d: Pool, *, input_len, output_len, total, warmup, concurrency,

@@ -8,6 +8,7 @@ from typing import Literal
 import numpy as np
 
 from costmodel.model_step import model_hardware
+from costmodel.bands import Band, served as served_bands, served_assumption
 from costmodel.reports import DeviceSummary, Report
 
 
@@ -76,6 +77,8 @@ class LoadPrediction(Report):
     ttft_s: float
     tpot_s: float
     e2e_s: float
+    ttft_band: Band | None = None  # where a benchmark's mean TTFT is expected to fall (costmodel.bands.served)
+    tpot_band: Band | None = None
     ttft: Stats
     tpot: Stats
     itl: Stats
@@ -109,6 +112,8 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
         concurrency = concurrency * dp if concurrency is not None else None
         request_rate = request_rate * dp if request_rate is not None else None
         measured = measured | {k: measured[k] * dp for k in ("num_requests", "requests_per_s", "output_tokens_per_s")}
+    ttft_band, tpot_band = served_bands(eng.name, m.moe is not None, "agg", measured["ttft"].mean,
+                                        measured["tpot"].mean)
     return LoadPrediction(
         hardware=model_hardware(pr), model=m.id, model_name=m.name,
         engine=EngineSummary(name=eng.name, version=eng.version, max_num_batched_tokens=eng.max_num_batched_tokens,
@@ -122,8 +127,10 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
         evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp, attention_dp=dp,
         pipeline_parallel=pr.pp,
         ttft_s=measured["ttft"].mean, tpot_s=measured["tpot"].mean, e2e_s=measured["e2e"].mean,
+        ttft_band=ttft_band, tpot_band=tpot_band,
         output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp * pr.pp), **measured,
-        assumptions=assumptions(setup, evaluator, concurrency, request_rate, warmup))
+        assumptions=[*assumptions(setup, evaluator, concurrency, request_rate, warmup),
+                     served_assumption(ttft_band, pr.hw.id)])
 
 
 def _group_line(setup) -> list[str]:

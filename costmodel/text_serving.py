@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from costmodel.text import aligned, si
+from costmodel.text import aligned, si, si_range
 
 
 def _ms(x: float) -> str:
@@ -18,6 +18,12 @@ def load_records(p) -> list[dict]:
              "output_tokens_per_s_per_device": p.output_tokens_per_s_per_device,
              "output_tokens_per_s_per_user": p.output_tokens_per_s_per_user, "mean_batch": p.mean_batch,
              "kv_use_max": p.kv_use_max, "preemptions": p.preemptions, "evaluator": p.evaluator}]
+
+
+def _band_line(p) -> str:
+    return (f"p10-p90 of a measured mean (over the {p.ttft_band.basis}): TTFT "
+            f"{si_range(p.ttft_band.low_s, p.ttft_band.high_s, 's')}, TPOT "
+            f"{si_range(p.tpot_band.low_s, p.tpot_band.high_s, 's')}")
 
 
 def load_table(results: list) -> str:
@@ -42,6 +48,8 @@ def load_table(results: list) -> str:
     s = p.time_split
     busy = s.prefill_s + s.decode_s + s.comm_s + s.overhead_s
     lines = [title, "", *aligned(rows, right=set(range(3, 14))), ""]
+    if p.ttft_band is not None:
+        lines.append(_band_line(p))
     if busy > 0:
         lines.append(f"engine time: prefill {s.prefill_s / busy:.0%}, decode {s.decode_s / busy:.0%}, "
                      f"communication {s.comm_s / busy:.0%}, fixed costs {s.overhead_s / busy:.0%}; "
@@ -99,6 +107,7 @@ def disagg_table(p) -> str:
              f"TTFT = queueing {_ms(s.queue_s)} + prefill {_ms(s.prefill_s)} + KV transfer {_ms(s.transfer_s)} + "
              f"front end {_ms(s.front_end_s)}" + (f"; {p.decode_waits} requests waited for a decode slot or pages"
                                                   if p.decode_waits is not None else ""),
+             *([_band_line(p)] if p.ttft_band is not None else []),
              "", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
     return "\n".join(lines)
 

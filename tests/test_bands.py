@@ -127,3 +127,49 @@ def test_ratios_on_the_shipped_tables_sort_the_routes():
     # a device's own fit of its GEMMs is centred on its timings; the bare datasheet roofline is optimistic
     assert 0.9 < med[("fitted", "gemm", "h100_sxm")] < 1.1
     assert med[("datasheet", "decode_attention", "h100_sxm")] > 1.3
+
+
+def _served(engine, kind, model, ttft, tpot, mode="agg"):
+    from costmodel.validation.bands import Served
+
+    return [Served(engine, kind, mode, model, a, b) for a, b in zip(ttft, tpot)]
+
+
+def test_served_ranges_fall_back_to_a_wider_group_below_the_fewest_rows():
+    from costmodel.validation.bands import MIN_ROWS, served_sets
+
+    even = np.linspace(0.5, 1.5, 101)
+    found = _served("vllm", "dense", "a", even, even) + _served("sglang", "dense", "b", even[:MIN_ROWS - 1],
+                                                                even[:MIN_ROWS - 1])
+    sets = served_sets(found)
+    assert ("vllm", "dense", "agg") in sets and ("sglang", "dense", "agg") not in sets
+    assert sets[("vllm", "dense", "agg")]["ttft"]["p10"] == pytest.approx(0.6)
+    assert sets[("all", "dense", "agg")]["ttft"]["n"] == 101 + MIN_ROWS - 1
+
+
+def test_served_held_out_coverage_by_construction():
+    from costmodel.validation.bands import served_held_out
+
+    even = np.linspace(0.5, 1.5, 201)
+    same = _served("vllm", "dense", "a", even, even) + _served("vllm", "dense", "b", even, even)
+    held = served_held_out(same)
+    assert held["all"]["n"] == 402 and held["vllm"]["ttft"] == pytest.approx(0.8, abs=0.01)
+    # b measured twice as slow as a: b's 1.0-3.0 against a's range 0.6-1.4 (a fifth inside), a's 0.5-1.5 against
+    # b's 1.2-2.8 (three tenths inside): a quarter over both
+    apart = _served("vllm", "dense", "a", even, even) + _served("vllm", "dense", "b", 2 * even, even)
+    assert served_held_out(apart)["vllm"]["ttft"] == pytest.approx(0.25, abs=0.01)
+
+
+def test_a_served_prediction_carries_its_groups_measured_range():
+    from costmodel.served import serve
+
+    shipped = yaml.safe_load(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
+    by_key = {(b["engine"], b["kind"], b["mode"]): b for b in shipped["bands"]}
+    p = serve(load_model("llama-3-8b"), load_profile("h100"), input_len=512, output_len=64, engine_name="sglang",
+              concurrency=4, num_requests=8)
+    b = by_key[("sglang", "dense", "agg")]
+    assert p.ttft_band.low_s == pytest.approx(p.ttft_s * b["ttft"]["p10"])
+    assert p.tpot_band.high_s == pytest.approx(p.tpot_s * b["tpot"]["p90"])
+    assert f"{b['ttft']['n']} measured H100 deployments of SGLang serving dense models" in p.ttft_band.basis
+    assert any(a.startswith("TTFT and TPOT ranges") for a in p.assumptions)
+    assert "p10-p90 of a measured mean" in str(p)

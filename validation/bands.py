@@ -103,3 +103,65 @@ def pooled(found: list[Ratios], route: str, cls: str | None = None, devices=None
         return np.array([])
     size = min(min(len(s) for s in sets), RESAMPLE)
     return np.concatenate([np.quantile(s, (np.arange(size) + 0.5) / size) for s in sets])
+
+
+@dataclass(frozen=True)
+class Served:
+    """measured / predicted TTFT and TPOT of one measured deployment (a row of ``validate --serving``)."""
+
+    engine: str
+    kind: str  # "dense" or "moe"
+    mode: str  # "agg" or "disagg"
+    model: str
+    ttft: float
+    tpot: float
+
+
+def served(rows) -> list[Served]:
+    """The rows of a ``validate --serving`` report as :class:`Served` ratios."""
+    from costmodel.presets import load_model
+
+    kinds = {}
+    out = []
+    for r in rows:
+        if r["model_path"] not in kinds:
+            kinds[r["model_path"]] = "moe" if load_model(r["model_path"]).moe is not None else "dense"
+        out.append(Served(r["backend"], kinds[r["model_path"]], r["mode"], r["model_path"],
+                          r["measured_ttft_s"] / r["predicted_ttft_s"], r["measured_tpot_s"] / r["predicted_tpot_s"]))
+    return out
+
+
+#: The fewest rows a served range is taken from; a key with fewer takes the next wider one.
+MIN_ROWS = 20
+
+
+def served_keys(engine: str, kind: str, mode: str) -> list[tuple[str, str, str]]:
+    """The keys a served range is looked up by, narrowest first ("all" for any)."""
+    return [(engine, kind, mode), ("all", kind, mode), ("all", "all", mode), ("all", "all", "all")]
+
+
+def served_sets(found: list[Served], exclude_model: str | None = None) -> dict:
+    """Per key of :func:`served_keys` with at least :data:`MIN_ROWS` rows: the TTFT and TPOT ranges."""
+    groups: dict[tuple, list[Served]] = {}
+    for s in found:
+        if s.model == exclude_model:
+            continue
+        for key in served_keys(s.engine, s.kind, s.mode):
+            groups.setdefault(key, []).append(s)
+    return {key: {"ttft": quantiles([s.ttft for s in rs]), "tpot": quantiles([s.tpot for s in rs])}
+            for key, rs in groups.items() if len(rs) >= MIN_ROWS}
+
+
+def served_held_out(found: list[Served]) -> dict:
+    """Each model's rows scored against the ranges derived without them (its engine, kind and mode, else the
+    next wider key): the share inside, per engine and over all, for TTFT and TPOT."""
+    inside: dict[str, list] = {}
+    for model in sorted({s.model for s in found}):
+        sets = served_sets(found, exclude_model=model)
+        for s in (s for s in found if s.model == model):
+            key = next(k for k in served_keys(s.engine, s.kind, s.mode) if k in sets)
+            hit = [coverage(sets[key][m], [getattr(s, m)]) for m in ("ttft", "tpot")]
+            for group in (s.engine, "all"):
+                inside.setdefault(group, []).append(hit)
+    return {g: {"n": len(v), "ttft": float(np.mean([h[0] for h in v])), "tpot": float(np.mean([h[1] for h in v]))}
+            for g, v in inside.items()}
