@@ -147,6 +147,15 @@ GEMM_DISPATCHES = {
 }
 
 
+#: The decode attention kernel vLLM runs on an architecture, and when it splits a context over SMs (as each
+#: device's fit found it: FlashAttention-2 on the A100, grouped; FlashAttention-3 on the H100 and FlashInfer on the
+#: B200, always). Which kernel: vllm-project/vllm vllm/platforms/cuda.py ``_get_backend_priorities`` (compute
+#: capability 10.x, the data-center Blackwell parts, puts FLASHINFER first, every other NVIDIA GPU FLASH_ATTN) and
+#: vllm/v1/attention/backends/fa_utils.py ``get_flash_attn_version`` (FlashAttention-3 on SM90, else 2).
+DECODE_KERNELS = {"flash_attention_2": "grouped", "flash_attention_3": "always", "flashinfer": "always"}
+DecodeKernel = Literal["flash_attention_2", "flash_attention_3", "flashinfer"]
+
+
 class KernelFacts(_Strict):
     """Facts of the kernels a device's libraries run, which the mechanisms count in (:mod:`costmodel.mechanisms`):
     the output tiles a GEMM library chooses from, the shortest reduction a split-K GEMM gives one tile, the
@@ -162,6 +171,8 @@ class KernelFacts(_Strict):
     gemm_dispatch: dict[GemmClassName, GemmDispatch] = Field(default_factory=dict)
     decode_block: Count = 128
     prefill_block: Count = 128
+    #: the decode attention kernel vLLM runs here (:data:`DECODE_KERNELS`); None: as the device it borrows from
+    decode_kernel: DecodeKernel | None = None
     source: str = ("CUTLASS 3 / cuBLAS GEMM threadblock tiles for SM80 and later (64 to 256 rows and columns; "
                    "split-K slices of at least 256); FlashAttention-2 split-KV decode blocks of 128 positions and "
                    "forward tiles of 128 query rows (head dimension <= 128)")

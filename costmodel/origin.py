@@ -66,6 +66,19 @@ def transfer(eff, src, dst):
                                   "fitted": ()})
 
 
+def _own_decode_kernel(eff, where, hw, ref):
+    """Decode attention carried from a device whose engine runs another kernel: the context split of this device's
+    kernel (:data:`costmodel.hardware.DECODE_KERNELS`), where both devices name theirs. A split the reference's fit
+    never saw keeps the reference's parameters and runs without their grouped-kernel costs."""
+    from costmodel.hardware import DECODE_KERNELS
+
+    mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
+    if mine is None or theirs is None or mine == theirs or DECODE_KERNELS[mine] == eff.split_kv:
+        return eff, where
+    return (eff.model_copy(update={"split_kv": DECODE_KERNELS[mine]}),
+            where.noted(f" (contexts split as {mine.replace('_', ' ')} splits them, not {theirs.replace('_', ' ')})"))
+
+
 #: A class fitted without a timing convention's fixed cost takes the nearest convention's.
 NEAREST_TIMING = {"graph": "kernels", "kernels": "graph"}
 
@@ -151,6 +164,8 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
         eff = mine if mine is not None else transfer(theirs, ref(), hw)
         where = (Origin("fitted", hw.id) if mine is not None else
                  Origin("transferred", ref().id, via=found[1].origin[cls]))
+        if mine is None and cls == "decode_attention":
+            eff, where = _own_decode_kernel(eff, where, hw, ref())
         if timing not in eff.fixed_s:
             if near in eff.fixed_s:
                 # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)

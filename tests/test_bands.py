@@ -173,3 +173,34 @@ def test_a_served_prediction_carries_its_groups_measured_range():
     assert f"{b['ttft']['n']} measured H100 deployments of SGLang serving dense models" in p.ttft_band.basis
     assert any(a.startswith("TTFT and TPOT ranges") for a in p.assumptions)
     assert "p10-p90 of a measured mean" in str(p)
+
+
+def test_the_decode_kernels_split_is_what_each_devices_fit_found():
+    from costmodel.catalog import fitted_profiles
+    from costmodel.hardware import DECODE_KERNELS
+
+    seen = set()
+    for p in fitted_profiles():
+        kernel = p.architecture.kernels.decode_kernel
+        if kernel is not None and "decode_attention" in p.efficiency.classes:
+            assert DECODE_KERNELS[kernel] == p.efficiency.classes["decode_attention"].split_kv, p.id
+            seen.add(kernel)
+    assert seen == set(DECODE_KERNELS)
+
+
+def test_decode_attention_carried_to_another_kernel_splits_as_that_kernel_does():
+    from costmodel.origin import resolve
+
+    a100, h100 = load_profile("a100"), load_profile("h100")
+    bare = h100.model_copy(update={"efficiency": None})
+    carried = resolve(bare, "graph", reference=a100)
+    assert a100.efficiency.classes["decode_attention"].split_kv == "grouped"
+    assert carried.classes["decode_attention"].split_kv == "always"
+    assert "flash attention 3" in str(carried.origin["decode_attention"])
+    # the same kernel on both sides: nothing changes (an H200 borrows the H100's FlashAttention-3 split)
+    h200 = resolve(load_profile("h200"), "graph")
+    assert h200.classes["decode_attention"].split_kv == "always" and not h200.origin["decode_attention"].notes
+    # a Blackwell workstation part runs FlashAttention-2, not the B200's FlashInfer
+    pro = resolve(load_profile("rtx_pro_6000_server"), "graph")
+    assert pro.origin["decode_attention"].device == "b200"
+    assert pro.classes["decode_attention"].split_kv == "grouped"

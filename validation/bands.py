@@ -70,7 +70,8 @@ def ratios(tables, profiles: dict) -> list[Ratios]:
                 for cls in sorted({t.priced_class for t in rows}):
                     origin = res.origin.get(cls)
                     kind = "fitted" if route == "fitted" else "transferred"
-                    if origin is None or origin.kind != kind or origin.device != src or origin.notes:
+                    if (origin is None or origin.kind != kind or origin.device != src
+                            or cls not in profiles[src].efficiency.classes):
                         continue  # this route does not price the class from that device's own fit of it
                     got = [t.measured_s / _times(t, hw, res) for t in rows if t.priced_class == cls]
                     out.append(Ratios(route, cls, dst, src, np.concatenate(got)))
