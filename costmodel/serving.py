@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 
 from costmodel import checks
+from costmodel.bands import Band, total as band_total
 from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
@@ -48,6 +49,9 @@ class RequestPrediction(Report):
     tpot_last_s: float
     tpot_mean_s: float
     e2e_s: float
+    ttft_band: Band | None = None  # where the measured time is expected to fall (costmodel.bands)
+    tpot_band: Band | None = None  # of the mean TPOT: the decode step's range at the mean context, as a ratio
+    e2e_band: Band | None = None
     tokens_per_s_per_sequence: float  # output tokens / e2e
     tokens_per_s_per_device: float  # the batch's output tokens / e2e / devices
     kv_cache_bytes_per_device: int  # at the longest context
@@ -92,9 +96,11 @@ def request(m: ModelPreset, hw: HardwareProfile, *, batch: int = 1, input_len: i
 
 def _request(m: ModelPreset, pr: Pricing, batch: int, input_len: int, output_len: int) -> RequestPrediction:
     hw = pr.hw
-    ttft = phase_time(m, pr, "prefill", batch, input_len, input_len).time_s
+    prefill = phase_time(m, pr, "prefill", batch, input_len, input_len)
+    ttft = prefill.time_s
     steps = step_times(m, pr, batch, input_len, output_len)
     e2e = ttft + float(steps.sum())
+    ttft_band, tpot_band, e2e_band = _bands(m, pr, batch, input_len, output_len, prefill, steps)
     dev = device_slice(m, pr.tp)
     weights = weight_bytes(dev, pr)
     kv = kv_bytes(dev, pr, batch, input_len + output_len - 1, input_len)
@@ -102,11 +108,28 @@ def _request(m: ModelPreset, pr: Pricing, batch: int, input_len: int, output_len
         hardware=model_hardware(pr),
         model=m.id, model_name=m.name, attention=m.attention_label, batch=batch, input_len=input_len,
         output_len=output_len, tp=pr.tp, ttft_s=ttft, tpot_first_s=float(steps[0]), tpot_last_s=float(steps[-1]),
-        tpot_mean_s=float(steps.mean()), e2e_s=e2e, tokens_per_s_per_sequence=output_len / e2e,
+        tpot_mean_s=float(steps.mean()), e2e_s=e2e, ttft_band=ttft_band, tpot_band=tpot_band, e2e_band=e2e_band,
+        tokens_per_s_per_sequence=output_len / e2e,
         tokens_per_s_per_device=batch * output_len / e2e / pr.tp, kv_cache_bytes_per_device=kv,
         weight_bytes_per_device=weights, capacity_bytes=hw.capacity, fits=weights + kv <= hw.capacity,
         assumptions=request_assumptions(),
     )
+
+
+def _bands(m: ModelPreset, pr: Pricing, batch: int, input_len: int, output_len: int, prefill, steps):
+    """The ranges of TTFT (the prefill's), of the mean TPOT (the decode step's at the mean context, as ratios of its
+    time: the ops' mix barely moves over a request) and of the end-to-end time (their sum); Nones where the step
+    carries none."""
+    middle = phase_time(m, pr, "decode", batch, input_len + output_len // 2, input_len)
+    if prefill.band is None or middle.band is None:
+        return None, None, None
+    low, high = middle.band.low_s / middle.time_s, middle.band.high_s / middle.time_s
+    mean = float(steps.mean())
+    tpot = middle.band.model_copy(update={"low_s": mean * low, "high_s": mean * high})
+    decoding = float(steps.sum())
+    e2e = band_total([(prefill.time_s, prefill.band),
+                      (decoding, tpot.model_copy(update={"low_s": decoding * low, "high_s": decoding * high}))])
+    return prefill.band, tpot, e2e
 
 
 def request_assumptions() -> list[str]:
@@ -114,7 +137,9 @@ def request_assumptions() -> list[str]:
             "output_len steps after input_len .. input_len + output_len - 1 cached positions",
             "every step's time evaluated (no sampling); mean TPOT = their sum / output_len; "
             "end-to-end = TTFT + their sum",
-            "memory: weights and the KV cache at the longest context, per device"]
+            "memory: weights and the KV cache at the longest context, per device",
+            "p10-p90: TTFT's is the prefill's ops' ranges added (costmodel.bands); the mean TPOT's is the decode "
+            "step's at the mean context, as a ratio of its time; end-to-end adds them"]
 
 
 Binding = Literal["tpot", "ttft", "memory", "batch limit"]

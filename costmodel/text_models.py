@@ -181,6 +181,11 @@ def request_table(requests) -> str:
                      si(r.tokens_per_s_per_device), f"{si(memory, 'B')} / {capacity_text(r.capacity_bytes)}",
                      "yes" if r.fits else "NO", r.hardware.efficiency or "datasheet roofline"))
     lines += aligned(rows, right=set(range(2, 10)))
+    ranged = [r for r in requests if r.ttft_band is not None]
+    if ranged:
+        lines.append("")
+        lines += [f"p10-p90 on {r.hardware.id} ({r.attention}): TTFT {band_cell(r.ttft_band)}, TPOT mean "
+                  f"{band_cell(r.tpot_band)}, end-to-end {band_cell(r.e2e_band)}" for r in ranged]
     lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
     return "\n".join(lines)
 

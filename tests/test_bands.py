@@ -204,3 +204,20 @@ def test_decode_attention_carried_to_another_kernel_splits_as_that_kernel_does()
     pro = resolve(load_profile("rtx_pro_6000_server"), "graph")
     assert pro.origin["decode_attention"].device == "b200"
     assert pro.classes["decode_attention"].split_kv == "grouped"
+
+
+def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
+    from costmodel.model_step import pricing, phase_time
+    from costmodel.serving import request
+
+    m, hw = load_model("llama-3-8b"), load_profile("a100")
+    r = request(m, hw, batch=4, input_len=1024, output_len=64)
+    pr = pricing(m, hw)
+    prefill = phase_time(m, pr, "prefill", 4, 1024, 1024)
+    middle = phase_time(m, pr, "decode", 4, 1024 + 32, 1024)
+    assert r.ttft_band.low_s == pytest.approx(prefill.band.low_s)
+    assert r.tpot_band.low_s / r.tpot_mean_s == pytest.approx(middle.band.low_s / middle.time_s)
+    assert r.tpot_band.high_s / r.tpot_mean_s == pytest.approx(middle.band.high_s / middle.time_s)
+    decoding = r.e2e_s - r.ttft_s
+    assert r.e2e_band.high_s == pytest.approx(prefill.band.high_s + decoding * r.tpot_band.high_s / r.tpot_mean_s)
+    assert "p10-p90 on a100_80gb_sxm" in str(r)
