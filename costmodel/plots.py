@@ -264,6 +264,13 @@ def draw_throughput_latency(records: list[dict], dim: str):
         over = [r for r in rec if not r["fits"]]
         ax.plot([r["tpot_s"] * 1e3 for r in fit], [r["tokens_per_s_per_device"] for r in fit], marker="o", ms=4,
                 color=color, label=label, gid=f"curve:{device}:{attention}")
+        ranged = [r for r in fit if r.get("tpot_low_s") is not None]
+        if ranged:
+            ax.errorbar([r["tpot_s"] * 1e3 for r in ranged], [r["tokens_per_s_per_device"] for r in ranged],
+                        xerr=[[(r["tpot_s"] - r["tpot_low_s"]) * 1e3 for r in ranged],
+                              [(r["tpot_high_s"] - r["tpot_s"]) * 1e3 for r in ranged]],
+                        fmt="none", ecolor=color, alpha=0.35, elinewidth=1, capsize=2,
+                        gid=f"band:{device}:{attention}")
         if over:
             line = ([fit[-1]] if fit else []) + over
             ax.plot([r["tpot_s"] * 1e3 for r in line], [r["tokens_per_s_per_device"] for r in line], ls=":",
@@ -296,6 +303,9 @@ def draw_throughput_latency(records: list[dict], dim: str):
                  f"{dim.replace('_', ' ')}\n{what}")
     ax.plot([], [], marker="X", ms=9, color="0.5", mec="black", ls="none", label="last point that fits in memory")
     ax.plot([], [], ls=":", marker="o", mfc="white", color="0.5", label="does not fit")
+    if any(r.get("tpot_low_s") is not None for r in records):
+        ax.errorbar([], [], xerr=[], fmt="none", ecolor="0.5", alpha=0.5, capsize=2,
+                    label="p10-p90 of the latency (costmodel.bands)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return fig

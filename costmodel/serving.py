@@ -261,6 +261,10 @@ def capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: int, 
                           price_per_hour=price_per_hour, points=points, assumptions=assumptions)
 
 
+def _span(b: Band | None) -> dict:
+    return {"tpot_low_s": b.low_s if b is not None else None, "tpot_high_s": b.high_s if b is not None else None}
+
+
 def model_sweep(layouts: list[ModelPreset], devices: list[HardwareProfile], dim: str, values: list[int], *,
                 batch: int | None = None, context: int | None = None, input_len: int | None = None,
                 output_len: int | None = None, **conventions) -> list[dict]:
@@ -283,13 +287,14 @@ def model_sweep(layouts: list[ModelPreset], devices: list[HardwareProfile], dim:
                     r = _request(m, pr, point["batch"], point["input_len"], point["output_len"])
                     records.append({**base, "batch": r.batch, "input_len": r.input_len, "output_len": r.output_len,
                                     "ttft_s": r.ttft_s, "tpot_s": r.tpot_mean_s, "e2e_s": r.e2e_s,
+                                    **_span(r.tpot_band),
                                     "tokens_per_s_per_device": r.tokens_per_s_per_device,
                                     "memory_bytes": r.kv_cache_bytes_per_device + r.weight_bytes_per_device,
                                     "fits": r.fits})
                 else:
                     p = predict_model(m, hw, batch=point["batch"], context=point["context"], **conventions)
                     records.append({**base, "batch": point["batch"], "context": point["context"],
-                                    "ttft_s": p.total.ttft_s, "tpot_s": p.total.tpot_s,
+                                    "ttft_s": p.total.ttft_s, "tpot_s": p.total.tpot_s, **_span(p.decode.band),
                                     "tokens_per_s_per_device": p.total.tokens_per_s / pr.tp,
                                     "memory_bytes": p.memory.kv_cache_bytes_per_device
                                     + p.memory.weight_bytes_per_device, "fits": p.memory.fits})

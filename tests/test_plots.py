@@ -139,3 +139,32 @@ def test_plot_errors(tmp_path, monkeypatch, args, expected):
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and expected in errors[0], result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_figure_shades_each_variants_range_at_the_model_numbers():
+    hw = load_profile("a100")
+    workloads = [Workload.create(v) for v in ("mha", "mqa")]
+    values = [512, 2048, 8192]
+    dim, _ = check_sweep(workloads, "context", values)
+    records = sweep(workloads, hw, "context", values).records
+    fig = draw_sweep(hw, workloads, "context", dim, values, records, memory_limits(hw, workloads, dim, values), "t")
+    for w in workloads:
+        shade = next(c for ax in fig.axes for c in ax.collections if c.get_gid() == f"band:{w.variant}:time_s")
+        ys = shade.get_paths()[0].vertices[:, 1]
+        one = predict(w.model_copy(update={"m": 2048}), hw).total.band
+        assert min(abs(ys - one.low_s * 1e3)) < 1e-9 and min(abs(ys - one.high_s * 1e3)) < 1e-9
+
+
+def test_throughput_latency_figure_draws_each_points_latency_range():
+    from costmodel.plots import draw_throughput_latency
+    from costmodel.presets import load_model
+    from costmodel.serving import model_sweep, request
+
+    m, hw = load_model("llama-3-8b"), load_profile("h100")
+    records = model_sweep([m], [hw], "batch", [1, 8], input_len=512, output_len=32)
+    fig = draw_throughput_latency(records, "batch")
+    bars = next(c for c in fig.axes[0].collections if (c.get_gid() or "").startswith("band:"))
+    segments = bars.get_segments()
+    one = request(m, hw, batch=8, input_len=512, output_len=32)
+    assert any(s[0][0] == pytest.approx(one.tpot_band.low_s * 1e3) and s[1][0] == pytest.approx(
+        one.tpot_band.high_s * 1e3) for s in segments)
