@@ -130,12 +130,17 @@ def served_table() -> dict:
     return yaml.safe_load(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
 
 
+def served_keys(engine: str, kind: str, mode: str) -> list[tuple[str, str, str]]:
+    """The groups a served range is looked up by, narrowest first (engine, model kind "dense" or "moe", mode "agg"
+    or "disagg"; "all" for any)."""
+    return [(engine, kind, mode), ("all", kind, mode), ("all", "all", mode), ("all", "all", "all")]
+
+
 def served(engine: str, moe: bool, mode: str, ttft_s: float, tpot_s: float) -> tuple[Band, Band]:
     """The expected ranges of a served prediction's mean TTFT and TPOT: measured / predicted over the measured
     deployments of the same engine, model kind and mode (else the nearest wider group)."""
-    kind = "moe" if moe else "dense"
     found = {(b["engine"], b["kind"], b["mode"]): b for b in served_table()["bands"]}
-    for key in ((engine, kind, mode), ("all", kind, mode), ("all", "all", mode), ("all", "all", "all")):
+    for key in served_keys(engine, "moe" if moe else "dense", mode):
         if key in found:
             b = found[key]
             basis = _served_basis(key, b["ttft"]["n"])

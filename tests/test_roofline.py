@@ -142,7 +142,9 @@ workloads = st.builds(
     execution=st.sampled_from(["unfused", "fused"]),
 )
 HW = load_profile("h100")
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# the same examples every run (a property test must not pass or fail by the draw)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None,
+                    derandomize=True)
 
 
 @SETTINGS
@@ -160,7 +162,9 @@ def test_time_grows_with_context(w, extra):
         w2 = w.model_copy(update={"n": w.n + extra})
     else:
         w2 = w.model_copy(update={"m": w.m + extra})
-    assert predict(w2, HW).total.time_s >= predict(w, HW).total.time_s
+    # a longer reduction can fill its split-K slices a little better (K = 3328 is 13 slices of 256 exactly, 3246
+    # is not): at most a fraction of a percent faster (0.13% at worst over a scan of one-query prefills)
+    assert predict(w2, HW).total.time_s >= predict(w, HW).total.time_s * (1 - 0.005)
 
 
 @SETTINGS

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.bands import served_keys
 from costmodel.mechanisms import MECHANISMS
 from costmodel.origin import TimeModel, resolve
 from costmodel.price import Conventions, KernelOp, price
@@ -134,11 +135,6 @@ def served(rows) -> list[Served]:
 
 #: The fewest rows a served range is taken from; a key with fewer takes the next wider one.
 MIN_ROWS = 20
-
-
-def served_keys(engine: str, kind: str, mode: str) -> list[tuple[str, str, str]]:
-    """The keys a served range is looked up by, narrowest first ("all" for any)."""
-    return [(engine, kind, mode), ("all", kind, mode), ("all", "all", mode), ("all", "all", "all")]
 
 
 def served_sets(found: list[Served], exclude_model: str | None = None) -> dict:
