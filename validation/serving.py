@@ -63,9 +63,11 @@ PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "
 MXFP4_CHECKPOINTS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
 
 
-#: The token budget of a vLLM engine that Dynamo's worker starts: vLLM's scheduler default, not the OpenAI
-#: server's (8192 on a GPU of 70 GB or more). ai-dynamo/aiconfigurator fpm_golden_runs/*/vllm_metadata.json: no
-#: max_num_batched_tokens requested, 2048 in the effective config (vLLM 0.20.1 under Dynamo).
+#: The token budget of a vLLM engine that Dynamo's worker starts, taken as vLLM's scheduler default (2048), not the
+#: OpenAI server's (8192 on a GPU of 70 GB or more). ai-dynamo/aiconfigurator fpm_golden_runs/*/vllm_metadata.json
+#: report no max_num_batched_tokens requested and 2048 in the effective config (vLLM 0.20.1 under Dynamo 1.2.0), but
+#: the same runs' iteration records reach 8192 tokens (benchmarks/fpm_iterations.py), so the source does not settle
+#: it: 2048 is kept because the rows predicted with it are closer (docs/serving.md), a choice made on the rows.
 DYNAMO_VLLM_TOKENS = 2048
 
 #: The token budget aiconfigurator's generator gives a TensorRT-LLM engine it deploys in one pool (agg):
