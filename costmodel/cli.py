@@ -17,7 +17,7 @@ from costmodel.cli_options import (check_writable, choices, CONTEXT, csv_to_stdo
                                    echo_lines, emit_json, emit_records, ErrorLineGroup, FilePath, format_option,
                                    given, gpus_option, groups_option, json_option, max_points_option, output_format,
                                    Positive, routing_option, sweep_spec as parse_sweep_spec, variant_option,
-                                   workload_options, write_csv)
+                                   workload_options, write_csv, command_line)
 from costmodel.errors import CostModelError
 from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, MLA_FORMS, MODES, SWEEP_DIMS
 
@@ -181,9 +181,9 @@ def hardware_show(name, as_json) -> None:
 @engine_options
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")
-def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
-            csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len,
-            model_config, source, variants, routing, fmt, as_json, **dims) -> None:
+@click.option("--html", "html_path", type=FilePath(),
+              help="also write one self-contained HTML file: the command, its charts, table and JSON (opens offline)")
+def predict(html_path, **params) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on one or more devices.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -197,8 +197,42 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
     Example: costmodel predict --gpu h100 --model Qwen/Qwen3-32B --tp 2 --engine vllm --concurrency 32
     --input-len 1024 --output-len 512
     """
+    if html_path is None:
+        _predict(**params)
+        return
+    check_writable(html_path)
+    for flag, given_value in (("--sweep", params["sweep_spec"]), ("--csv", params["csv_path"])):
+        if given_value is not None:
+            raise CostModelError(f"--html writes one prediction, not {flag} (`costmodel sweep --out FILE` draws a "
+                                 "sweep)")
+    _predict(**params)
+    import json
+
+    from costmodel.files import write_text
+    from costmodel.html_report import page
+
+    def captured(fmt: str) -> str:
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            _predict(**(params | {"fmt": fmt, "as_json": False}))
+        return buf.getvalue()
+
+    argv = command_line(click.get_current_context(), skip=("html_path", "fmt", "as_json"))
+    table = captured("table")
+    write_text(html_path, page(table.splitlines()[0] if table.strip() else "costmodel predict", ["predict", *argv],
+                               table, json.loads(captured("json"))))
+    echo_lines(wrote(html_path))
+
+
+def _predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
+             csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len,
+             model_config, source, variants, routing, fmt, as_json, **dims) -> None:
     from costmodel.catalog import load_profile
 
+    dims = dict(dims)
     load = {k: dims.pop(k) for k in LOAD_KEYS}
     fmt = output_format(fmt, as_json)
     hws = [load_profile(g) for g in gpus]

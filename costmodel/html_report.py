@@ -1,0 +1,129 @@
+"""A prediction as one self-contained HTML file (``--html FILE``): the command that printed it, its table, its
+charts as inline SVG, its JSON (embedded, and as a download), nothing fetched from anywhere: it opens offline.
+
+The page shows what the command computed and computes nothing itself: the table is the command's own text, the
+JSON its ``--json``, the charts drawn from that JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import shlex
+
+#: The page's look, inline (no stylesheet is fetched).
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin-top: 1.6em; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 12px; line-height: 1.35; }
+code { background: #f0f0f0; padding: 0.15em 0.3em; }
+.figure svg { max-width: 100%; height: auto; }
+button, a.button { font-size: 0.9em; margin-right: 0.6em; }
+"""
+
+#: Copy the command to the clipboard (the only script: nothing is loaded).
+SCRIPT = """
+function copyCommand() {
+  const text = document.getElementById('command').textContent;
+  if (navigator.clipboard) { navigator.clipboard.writeText(text); }
+}
+"""
+
+
+def _svg(fig) -> str:
+    """A matplotlib figure as inline SVG (no XML declaration, no DOCTYPE)."""
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | None]]):
+    """Horizontal bars of op times (ms) with their p10-p90 ranges as whiskers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2), layout="constrained")
+    names = [r[0] for r in rows]
+    times = [r[1] * 1e3 for r in rows]
+    ax.barh(names, times, color="#4c72b0", gid="ops")
+    ranged = [(i, r) for i, r in enumerate(rows) if r[2] is not None]
+    if ranged:
+        ax.errorbar([rows[i][1] * 1e3 for i, _ in ranged], [i for i, _ in ranged],
+                    xerr=[[(r[1] - r[2]) * 1e3 for _, r in ranged], [(r[3] - r[1]) * 1e3 for _, r in ranged]],
+                    fmt="none", ecolor="black", elinewidth=1, capsize=3, gid="bands")
+    ax.invert_yaxis()
+    ax.set(xlabel="time (ms); whiskers: p10-p90 of measured / predicted", title=title)
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+def _band(row: dict) -> tuple[float | None, float | None]:
+    band = row.get("band")
+    return (band["low_s"], band["high_s"]) if band else (None, None)
+
+
+def charts(data) -> list[str]:
+    """The charts a prediction's JSON gives: each attention variant's ops, a model step's decode ops, a request's or a
+    served prediction's TTFT and TPOT (their ranges as whiskers)."""
+    items = data if isinstance(data, list) else [data]
+    items = [i for item in items for i in (item if isinstance(item, list) else [item])]
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if "ops" in item and "workload" in item and "variant" in item["workload"]:
+            w = item["workload"]
+            rows = [(o["name"], o["time_s"], *_band(o)) for o in item["ops"]]
+            out.append(_svg(_op_chart(f"{item['hardware']['id']}: {w['variant'].upper()} (g={w['g']}), per layer",
+                                      rows)))
+        elif "decode" in item and "ops" in item["decode"]:
+            rows = [(f"{o['section']}: {o['name']}", o["time_s"], *_band(o)) for o in item["decode"]["ops"]]
+            out.append(_svg(_op_chart(f"{item['hardware']['id']}: {item['model']['name']} decode step", rows)))
+        elif "ttft_s" in item and ("tpot_s" in item or "tpot_mean_s" in item):
+            tpot = "tpot_s" if "tpot_s" in item else "tpot_mean_s"
+            rows = [(name, item[value], *_band({"band": item.get(band)}))
+                    for value, band, name in (("ttft_s", "ttft_band", "TTFT (mean)"), (tpot, "tpot_band", "TPOT (mean)"))]
+            device = item.get("hardware", {}).get("id", "")
+            out.append(_svg(_op_chart(f"{item.get('model_name', item.get('model', ''))} on {device}", rows)))
+    return out
+
+
+def page(title: str, argv: list[str], table: str, data) -> str:
+    """The whole page: title, the command (and a button to copy it), the charts, the table, the JSON."""
+    command = shlex.join(["costmodel", *argv])
+    dumped = json.dumps(data, indent=1)
+    embedded = dumped.replace("</", "<\\/")
+    download = base64.b64encode(dumped.encode("utf-8")).decode("ascii")
+    figures = "\n".join(f'<div class="figure">{svg}</div>' for svg in charts(data))
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{STYLE}</style>
+<script>{SCRIPT}</script>
+</head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>The same numbers print with <code id="command">{html.escape(command)}</code>
+<button type="button" onclick="copyCommand()">copy the command</button>
+<a class="button" download="costmodel.json" href="data:application/json;base64,{download}">download the JSON</a></p>
+<h2>Charts</h2>
+{figures or '<p>(no chart for this prediction)</p>'}
+<h2>Table</h2>
+<pre id="table">{html.escape(table)}</pre>
+<h2>JSON</h2>
+<script type="application/json" id="data">{embedded}</script>
+<pre>{html.escape(dumped)}</pre>
+</body>
+</html>
+"""

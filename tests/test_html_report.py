@@ -1,0 +1,77 @@
+"""`costmodel predict --html FILE`: one self-contained page whose JSON is the command's `--json`, whose table is its
+table, whose command gives the same numbers again, whose charts are inline SVG, and which fetches nothing."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shlex
+
+import pytest
+from click.testing import CliRunner
+
+from costmodel.cli import main
+
+CASES = [
+    ["predict", "--gpu", "a100", "--variant", "gqa"],
+    ["predict", "--gpu", "a100", "--gpu", "h100", "--batch", "8"],
+    ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--tp", "2", "--context", "2048"],
+    ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "32"],
+    ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--engine", "sglang", "--concurrency", "4",
+     "--input-len", "256", "--output-len", "16", "--num-requests", "8"],
+]
+
+
+def _run(args):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _between(text: str, pattern: str) -> str:
+    return re.search(pattern, text, re.S).group(1)
+
+
+@pytest.mark.parametrize("args", CASES, ids=[" ".join(a[1:6]) for a in CASES])
+def test_page_carries_the_commands_json_table_and_command(tmp_path, args):
+    out = tmp_path / "report.html"
+    _run([*args, "--html", str(out)])
+    page = out.read_text(encoding="utf-8")
+    data = json.loads(_between(page, r'<script type="application/json" id="data">(.*?)</script>').replace("<\\/", "</"))
+    assert data == json.loads(_run([*args, "--json"]))
+    table = html.unescape(_between(page, r'<pre id="table">(.*?)</pre>'))
+    assert table == _run(args)
+    command = shlex.split(html.unescape(_between(page, r'<code id="command">(.*?)</code>')))
+    assert command[0] == "costmodel" and json.loads(_run([*command[1:], "--json"])) == data
+    assert "<svg" in page
+    # nothing is fetched: no external script, style, image or link target
+    assert not re.search(r'(src|href)="(https?:)?//', page) and "<link" not in page and "@import" not in page
+
+
+def test_html_does_not_go_with_a_sweep_or_a_bad_path(tmp_path):
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--sweep", "context=128:512:x2", "--html", str(out)])
+    assert result.exit_code != 0 and "Error:" in result.output and "--html" in result.output and not out.exists()
+    missing = tmp_path / "no" / "such" / "r.html"
+    result = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--html", str(missing)])
+    assert result.exit_code != 0 and "Error:" in result.output and not missing.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_command_line_gives_the_options_as_given():
+    import click
+
+    from costmodel.cli_options import command_line
+
+    @click.command()
+    @click.option("--gpu", multiple=True)
+    @click.option("--tp", type=int, default=1)
+    @click.option("--fast/--slow", default=False)
+    @click.option("--json", "as_json", is_flag=True)
+    def cmd(gpu, tp, fast, as_json):
+        click.echo(json.dumps(command_line(click.get_current_context(), skip=("as_json",))))
+
+    out = CliRunner().invoke(cmd, ["--gpu", "a", "--gpu", "b", "--slow", "--json"]).output
+    assert json.loads(out) == ["--gpu", "a", "--gpu", "b", "--slow"]
+    assert json.loads(CliRunner().invoke(cmd, ["--tp", "4"]).output) == ["--tp", "4"]
