@@ -75,3 +75,31 @@ def test_command_line_gives_the_options_as_given():
     out = CliRunner().invoke(cmd, ["--gpu", "a", "--gpu", "b", "--slow", "--json"]).output
     assert json.loads(out) == ["--gpu", "a", "--gpu", "b", "--slow"]
     assert json.loads(CliRunner().invoke(cmd, ["--tp", "4"]).output) == ["--tp", "4"]
+
+
+def test_a_real_browser_opens_the_page_offline_and_draws_its_chart(tmp_path):
+    """Chromium, headless, every host name unresolvable: the page's DOM holds the chart and the screenshot is not
+    blank (skipped where no Chromium is installed: Debian's `chromium` package)."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    out = tmp_path / "r.html"
+    _run(["predict", "--gpu", "h100", "--model", "llama-3-8b", "--html", str(out)])
+    offline = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--host-resolver-rules=MAP * ~NOTFOUND",
+               f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*offline, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "<svg" in dom and "llama_3_8b" in dom and "decode step" in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run([*offline, "--window-size=1000,900", f"--screenshot={shot}", out.as_uri()], capture_output=True,
+                   timeout=120, check=True)
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))
+    assert pixels.shape[0] == 900 and pixels.std() > 0.05  # a page with a chart on it, not a blank one
+    # the chart's bars (the figure's blue, #4c72b0) are on screen
+    blue = (abs(pixels[..., 0] - 0x4c / 255) < 0.05) & (abs(pixels[..., 1] - 0x72 / 255) < 0.05) & \
+           (abs(pixels[..., 2] - 0xb0 / 255) < 0.05)
+    assert blue.sum() > 1000
