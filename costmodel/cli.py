@@ -11,13 +11,14 @@ import click
 from costmodel import cli_figures
 from costmodel.cli_plan import plan as plan_command
 from costmodel.cli_serving import capacity, model_options
+from costmodel.cli_html import html_option
 from costmodel.cli_load import LOAD_KEYS, engine_options, predict_load, wants_load
 from costmodel.files import wrote
 from costmodel.cli_options import (check_writable, choices, CONTEXT, csv_to_stdout, dim_options, dtype_option,
                                    echo_lines, emit_json, emit_records, ErrorLineGroup, FilePath, format_option,
                                    given, gpus_option, groups_option, json_option, max_points_option, output_format,
                                    Positive, routing_option, sweep_spec as parse_sweep_spec, variant_option,
-                                   workload_options, write_csv, command_line)
+                                   workload_options, write_csv)
 from costmodel.errors import CostModelError
 from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, MLA_FORMS, MODES, SWEEP_DIMS
 
@@ -181,9 +182,8 @@ def hardware_show(name, as_json) -> None:
 @engine_options
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")
-@click.option("--html", "html_path", type=FilePath(),
-              help="also write one self-contained HTML file: the command, its charts, table and JSON (opens offline)")
-def predict(html_path, **params) -> None:
+@html_option(refuse={"sweep_spec": "--sweep (`costmodel sweep --out FILE` draws a sweep)", "csv_path": "--csv"})
+def predict(**params) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on one or more devices.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -197,34 +197,7 @@ def predict(html_path, **params) -> None:
     Example: costmodel predict --gpu h100 --model Qwen/Qwen3-32B --tp 2 --engine vllm --concurrency 32
     --input-len 1024 --output-len 512
     """
-    if html_path is None:
-        _predict(**params)
-        return
-    check_writable(html_path)
-    for flag, given_value in (("--sweep", params["sweep_spec"]), ("--csv", params["csv_path"])):
-        if given_value is not None:
-            raise CostModelError(f"--html writes one prediction, not {flag} (`costmodel sweep --out FILE` draws a "
-                                 "sweep)")
     _predict(**params)
-    import json
-
-    from costmodel.files import write_text
-    from costmodel.html_report import page
-
-    def captured(fmt: str) -> str:
-        import contextlib
-        import io
-
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            _predict(**(params | {"fmt": fmt, "as_json": False}))
-        return buf.getvalue()
-
-    argv = command_line(click.get_current_context(), skip=("html_path", "fmt", "as_json"))
-    table = captured("table")
-    write_text(html_path, page(table.splitlines()[0] if table.strip() else "costmodel predict", ["predict", *argv],
-                               table, json.loads(captured("json"))))
-    echo_lines(wrote(html_path))
 
 
 def _predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,

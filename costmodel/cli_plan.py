@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from costmodel.cli_html import html_option
 from costmodel.cli_options import (FilePath, OnceCommand, Positive, PositiveNumber, choices, emit,
                                    format_option, gpus_option, json_option, output_format, routing_option)
 from costmodel.engines import ENGINE_NAMES
@@ -29,6 +30,7 @@ from costmodel.vocab import DTYPES, WEIGHT_DTYPES
 @routing_option
 @format_option
 @json_option
+@html_option(silent=("plot_path",))
 def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, engine_name, weight_dtype, kv_dtype,
          max_concurrency, plot_path, routing, fmt, as_json) -> None:
     """Every way to serve a model on --gpus devices, and the best under latency targets.

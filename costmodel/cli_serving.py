@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from costmodel.cli_html import html_option
 from costmodel.files import wrote
 from costmodel.cli_options import (check_writable, choices, csv_to_stdout, dtype_option, echo_lines, emit, emit_json,
                                    emit_records, format_option, gpus_option, json_option, Name, OnceCommand,
@@ -204,6 +205,7 @@ def model_options(func):
                    "means, the simulation for p90]")
 @format_option
 @json_option
+@html_option()
 def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len, variant, groups,
              tpot_ms, ttft_ms, price_per_hour, variants, dtype, execution, timing, without, batching, engine_name,
              statistic, evaluator, fmt, as_json) -> None:

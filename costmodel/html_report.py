@@ -65,6 +65,45 @@ def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | Non
     return fig
 
 
+def _capacity_chart(data: dict):
+    """Output tokens/s per device at the most clients under the targets, one bar per device and layout."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [p for p in data["points"] if p.get("at")]
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(points) + 1.4), layout="constrained")
+    ax.barh([f"{p['device']}, {p['attention']} ({p['concurrency']} clients)" for p in points],
+            [p["at"]["output_tokens_per_s_per_device"] for p in points], color="#4c72b0", gid="capacity")
+    ax.invert_yaxis()
+    ax.set(xlabel="output tokens/s per device at the most clients under the targets", title=data.get("engine", ""))
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+def _plan_chart(data: dict):
+    """Every layout's points, tokens/s per device against tokens/s per user, the front's drawn as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
+    pts = data["points"]
+    ax.scatter([p["output_tokens_per_s_per_user"] for p in pts], [p["output_tokens_per_s_per_device"] for p in pts],
+               s=12, color="0.6", label="every layout and load", gid="points")
+    front = sorted(data.get("front") or [], key=lambda p: p["output_tokens_per_s_per_user"])
+    if front:
+        ax.plot([p["output_tokens_per_s_per_user"] for p in front], [p["output_tokens_per_s_per_device"] for p in front],
+                marker="o", color="#4c72b0", label="the front", gid="front")
+    ax.set(xlabel="output tokens/s per user", ylabel="output tokens/s per device",
+           title=f"{data.get('model_name', '')} on {data.get('devices', '')} devices")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def _band(row: dict) -> tuple[float | None, float | None]:
     band = row.get("band")
     return (band["low_s"], band["high_s"]) if band else (None, None)
@@ -72,14 +111,19 @@ def _band(row: dict) -> tuple[float | None, float | None]:
 
 def charts(data) -> list[str]:
     """The charts a prediction's JSON gives: each attention variant's ops, a model step's decode ops, a request's or a
-    served prediction's TTFT and TPOT (their ranges as whiskers)."""
+    served prediction's TTFT and TPOT (their ranges as whiskers), a capacity's throughput per layout, a plan's
+    points and front."""
     items = data if isinstance(data, list) else [data]
     items = [i for item in items for i in (item if isinstance(item, list) else [item])]
     out = []
     for item in items:
         if not isinstance(item, dict):
             continue
-        if "ops" in item and "workload" in item and "variant" in item["workload"]:
+        if "points" in item and "front" in item:
+            out.append(_svg(_plan_chart(item)))
+        elif "points" in item and any(p.get("at") for p in item["points"]):
+            out.append(_svg(_capacity_chart(item)))
+        elif "ops" in item and "workload" in item and "variant" in item["workload"]:
             w = item["workload"]
             rows = [(o["name"], o["time_s"], *_band(o)) for o in item["ops"]]
             out.append(_svg(_op_chart(f"{item['hardware']['id']}: {w['variant'].upper()} (g={w['g']}), per layer",

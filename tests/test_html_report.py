@@ -1,4 +1,4 @@
-"""`costmodel predict --html FILE`: one self-contained page whose JSON is the command's `--json`, whose table is its
+"""`costmodel predict|capacity|plan --html FILE`: one self-contained page whose JSON is the command's `--json`, whose table is its
 table, whose command gives the same numbers again, whose charts are inline SVG, and which fetches nothing."""
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ CASES = [
     ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "32"],
     ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--engine", "sglang", "--concurrency", "4",
      "--input-len", "256", "--output-len", "16", "--num-requests", "8"],
+    ["capacity", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "64", "--tpot-ms",
+     "30"],
+    ["plan", "--gpu", "h100", "--model", "llama-3-8b", "--gpus", "2", "--input-len", "512", "--output-len", "64",
+     "--tpot-ms", "30", "--max-concurrency", "16"],
 ]
 
 
@@ -33,7 +37,7 @@ def _between(text: str, pattern: str) -> str:
     return re.search(pattern, text, re.S).group(1)
 
 
-@pytest.mark.parametrize("args", CASES, ids=[" ".join(a[1:6]) for a in CASES])
+@pytest.mark.parametrize("args", CASES, ids=[" ".join(a[:6]) for a in CASES])
 def test_page_carries_the_commands_json_table_and_command(tmp_path, args):
     out = tmp_path / "report.html"
     _run([*args, "--html", str(out)])

@@ -1,0 +1,62 @@
+"""``--html FILE`` for a command that prints a table and ``--json``: the command runs as asked, then writes one
+self-contained page of the same prediction (:mod:`costmodel.html_report`) from its own table and JSON, captured
+from the same call."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+from costmodel.cli_options import FilePath, check_writable, command_line, echo_lines
+from costmodel.errors import CostModelError
+
+
+def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
+    """Give a command (with ``fmt`` and ``as_json`` parameters) an ``--html FILE`` option. ``refuse``: parameter ->
+    flag that cannot go with it (the page holds one prediction); ``silent``: parameters (files the command writes)
+    left out of the runs that fill the page."""
+
+    def decorate(func):
+        @click.option("--html", "html_path", type=FilePath(),
+                      help="also write one self-contained HTML file: the command, its charts, table and JSON "
+                           "(opens offline)")
+        @functools.wraps(func)
+        def wrapper(html_path, **params):
+            if html_path is None:
+                return func(**params)
+            check_writable(html_path)
+            for name, flag in (refuse or {}).items():
+                if params.get(name) is not None:
+                    raise CostModelError(f"--html writes one prediction, not {flag}")
+            func(**params)
+            _write(func, html_path, params | {name: None for name in silent})
+
+        return wrapper
+
+    return decorate
+
+
+def _captured(func, params: dict) -> str:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        func(**params)
+    return buf.getvalue()
+
+
+def _write(func, path: str, params: dict) -> None:
+    import json
+
+    from costmodel.files import write_text, wrote
+    from costmodel.html_report import page
+
+    ctx = click.get_current_context()
+    table = _captured(func, params | {"fmt": "table", "as_json": False})
+    data = json.loads(_captured(func, params | {"fmt": "json", "as_json": False}))
+    argv = command_line(ctx, skip=("html_path", "fmt", "as_json"))
+    title = next((line for line in table.splitlines() if line.strip()), f"costmodel {ctx.info_name}")
+    write_text(path, page(title, [ctx.info_name, *argv], table, data))
+    echo_lines(wrote(path))
