@@ -23,7 +23,7 @@ from costmodel.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
 @dtype_option
 @click.option("--execution", type=choices(EXECUTIONS), default=DEFAULTS["execution"], show_default=True,
               help="every op its own kernel, or flash-style fused attention")
-@click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg or .pdf")
+@click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg, .pdf, or .html (one page that opens offline)")
 def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
     """Plot every op of MHA, GQA and MQA, decode step and prefill, under each device's roofline.
 
@@ -45,7 +45,10 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
     w, p = decode[0], prefill[0]
     title = (f"Roofline on {', '.join(h.name for h in hws)}\n"
              f"decode step b={w.b}, m={w.m}; prefill b={p.b}, n={p.n}, m={p.m}; {title_dims(w)}")
-    save(draw_roofline(hws, decode + prefill, title, roofline_points(hws[0], decode + prefill)), out)
+    points = roofline_points(hws[0], decode + prefill)
+    import dataclasses
+
+    save(draw_roofline(hws, decode + prefill, title, points), out, data=[dataclasses.asdict(p) for p in points])
     echo_lines(wrote(out))
 
 
@@ -58,7 +61,7 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 @variant_option(VARIANTS, "one variant (default: all three; --x groups needs gqa)")
 @groups_option
 @workload_options
-@click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg or .pdf")
+@click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg, .pdf, or .html (one page that opens offline)")
 @click.option("--csv", "csv_path", type=FilePath(), help="also write the points as CSV")
 @max_points_option
 @model_options
@@ -120,7 +123,8 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
         write_csv(csv_path, result.records if len(runs) == 1 else
                   [{"device": d.id, **r} for d, res, _ in runs for r in res.records])
     more = [(d, res.records, lim) for d, res, lim in runs[1:]]
-    save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more), out)
+    save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more), out,
+         data=result.records if len(runs) == 1 else [{"device": d.id, **r} for d, res, _ in runs for r in res.records])
     echo_lines(wrote(out, csv_path))
 
 
@@ -274,7 +278,7 @@ def reproduce_deepseek(gpu, devices, input_len, output_len, as_json) -> None:
 
 @reproduce.command("gqa2023")
 @click.option("--tp", type=Positive, default=8, show_default=True, help="TPU v4 chips, tensor parallel")
-@click.option("--plot", "plot_path", type=FilePath(), help="write the figure (.png, .svg, .pdf)")
+@click.option("--plot", "plot_path", type=FilePath(), help="write the figure (.png, .svg, .pdf, .html)")
 @format_option
 @json_option
 def reproduce_gqa(tp, plot_path, fmt, as_json) -> None:

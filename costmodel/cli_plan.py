@@ -26,7 +26,7 @@ from costmodel.vocab import DTYPES, WEIGHT_DTYPES
 @click.option("--kv-dtype", type=choices(DTYPES), help="the KV cache's dtype [default: the engine's for the checkpoint]")
 @click.option("--max-concurrency", type=Positive, default=256, show_default=True,
               help="the most clients per replica (per deployment, disaggregated) a layout is loaded with")
-@click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf)")
+@click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf, .html)")
 @routing_option
 @format_option
 @json_option
@@ -64,7 +64,7 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
         from costmodel.files import wrote
         from costmodel.plots import draw_plan, save
 
-        save(draw_plan(result), plot_path)
+        save(draw_plan(result), plot_path, data=result.model_dump(mode="json"))
     emit(fmt, [result.model_dump(mode="json")], [p.model_dump(mode="json") for p in result.front],
          lambda: str(result), single=True)
     if plot_path is not None and fmt == "table":

@@ -278,7 +278,7 @@ def plot_model_sweep(hws, layouts, spec, out, csv_path, max_points, batch, conte
     records = sweep_models(hws, layouts, "table", spec, csv_path=csv_path, max_points=max_points, batch=batch,
                            context=context, input_len=input_len, output_len=output_len, pricing=pricing,
                            plot_path=out)
-    save(draw_throughput_latency(records, sweep_spec(spec, MODEL_SWEEP_DIMS)[0]), out)
+    save(draw_throughput_latency(records, sweep_spec(spec, MODEL_SWEEP_DIMS)[0]), out, data=records)
     echo_lines(wrote(out, csv_path))
 
 

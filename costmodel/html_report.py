@@ -171,3 +171,47 @@ def page(title: str, argv: list[str], table: str, data) -> str:
 </body>
 </html>
 """
+
+
+def figure_page(fig, data=None) -> str:
+    """A figure command's page: its figure (inline SVG), the command that drew it (from the command line being
+    run, where there is one) and what it plots (``data``, as JSON)."""
+    import click
+
+    title = (fig._suptitle.get_text() if fig._suptitle is not None else "") or next(
+        (ax.get_title() for ax in fig.axes if ax.get_title()), "costmodel figure")
+    ctx = click.get_current_context(silent=True)
+    argv = []
+    if ctx is not None:
+        from costmodel.cli_options import command_line
+
+        argv = [ctx.info_name, *command_line(ctx)]
+    svg = _svg(fig)
+    command = shlex.join(["costmodel", *argv]) if argv else ""
+    dumped = json.dumps(data, indent=1) if data is not None else None
+    parts = [f'<div class="figure">{svg}</div>']
+    if dumped is not None:
+        download = base64.b64encode(dumped.encode("utf-8")).decode("ascii")
+        embedded = dumped.replace("</", "<\\/")
+        parts += [f'<p><a class="button" download="costmodel.json" href="data:application/json;base64,{download}">'
+                  "download the data</a></p>",
+                  f'<script type="application/json" id="data">{embedded}</script>',
+                  f"<h2>Data</h2>\n<pre>{html.escape(dumped)}</pre>"]
+    said = (f'<p>Drawn by <code id="command">{html.escape(command)}</code> '
+            '<button type="button" onclick="copyCommand()">copy the command</button></p>') if command else ""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title.splitlines()[0] if title else "costmodel")}</title>
+<style>{STYLE}</style>
+<script>{SCRIPT}</script>
+</head>
+<body>
+<h1>{html.escape(title.splitlines()[0] if title else "costmodel")}</h1>
+{said}
+{"".join(parts)}
+</body>
+</html>
+"""

@@ -16,7 +16,7 @@ from costmodel.hardware import HardwareProfile
 from costmodel.text import si
 from costmodel.workload import Workload
 
-FORMATS = (".png", ".svg", ".pdf")
+FORMATS = (".png", ".svg", ".pdf", ".html")
 COLORS = {"mha": "#1f77b4", "gqa": "#ff7f0e", "mqa": "#2ca02c"}
 MARKERS = {"incremental": "o", "batched": "s", "generate": "D"}
 NAMES = {"mha": "MHA", "gqa": "GQA", "mqa": "MQA"}
@@ -42,9 +42,16 @@ def check_output(path: str) -> str:
     return suffix
 
 
-def save(fig, path: str) -> None:
-    """Save by suffix through a temporary file, so an interrupted run leaves no half-written figure."""
+def save(fig, path: str, data=None) -> None:
+    """Save by suffix through a temporary file, so an interrupted run leaves no half-written figure; ``.html``: one
+    self-contained page of the figure, the command that drew it and ``data`` (what it plots, as JSON)."""
     suffix = check_output(path)
+    if suffix == ".html":
+        from costmodel.files import write_text
+        from costmodel.html_report import figure_page
+
+        write_text(path, figure_page(fig, data))
+        return
     import matplotlib
 
     # the same figure gives the same bytes: no dates in SVG or PDF, a fixed SVG id salt

@@ -107,3 +107,26 @@ def test_a_real_browser_opens_the_page_offline_and_draws_its_chart(tmp_path):
     blue = (abs(pixels[..., 0] - 0x4c / 255) < 0.05) & (abs(pixels[..., 1] - 0x72 / 255) < 0.05) & \
            (abs(pixels[..., 2] - 0xb0 / 255) < 0.05)
     assert blue.sum() > 1000
+
+
+@pytest.mark.parametrize("args,count", [
+    (["sweep", "--gpu", "a100", "--x", "context", "--range", "128:1024:x2"], 3 * 4),
+    (["sweep", "--gpu", "h100", "--model", "llama-3-8b", "--x", "batch", "--range", "1:4:x2", "--input-len", "256",
+      "--output-len", "16"], 3),
+    (["roofline", "--gpu", "a100"], None),
+])
+def test_a_figure_as_a_page(tmp_path, args, count):
+    out = tmp_path / "f.html"
+    _run([*args, "--out", str(out)])
+    page = out.read_text(encoding="utf-8")
+    assert "<svg" in page and not re.search(r'(src|href)="(https?:)?//', page)
+    data = json.loads(_between(page, r'<script type="application/json" id="data">(.*?)</script>').replace("<\\/", "</"))
+    if count is not None:
+        assert len(data) == count
+    command = shlex.split(html.unescape(_between(page, r'<code id="command">(.*?)</code>')))
+    assert command[0] == "costmodel" and "--out" in command
+    again = tmp_path / "again.html"
+    command[command.index("--out") + 1] = str(again)
+    _run(command[1:])
+    redrawn = again.read_text(encoding="utf-8")
+    assert json.loads(_between(redrawn, r'id="data">(.*?)</script>').replace("<\\/", "</")) == data
