@@ -25,11 +25,15 @@ def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
         def wrapper(html_path, **params):
             if html_path is None:
                 return func(**params)
+            if html_path != "-" and not html_path.lower().endswith((".html", ".htm")):
+                raise CostModelError(f"--html {html_path!r}: the file must end in .html or .htm (or be - for "
+                                     "standard output)")
             check_writable(html_path)
             for name, flag in (refuse or {}).items():
                 if params.get(name) is not None:
                     raise CostModelError(f"--html writes one prediction, not {flag}")
-            func(**params)
+            if html_path != "-":  # on standard output the page is all that is printed
+                func(**params)
             _write(func, html_path, params | {name: None for name in silent})
 
         return wrapper
@@ -59,4 +63,5 @@ def _write(func, path: str, params: dict) -> None:
     argv = command_line(ctx, skip=("html_path", "fmt", "as_json"))
     title = next((line for line in table.splitlines() if line.strip()), f"costmodel {ctx.info_name}")
     write_text(path, page(title, [ctx.info_name, *argv], table, data))
-    echo_lines(wrote(path))
+    if path != "-":
+        echo_lines(wrote(path))

@@ -57,6 +57,9 @@ def test_html_does_not_go_with_a_sweep_or_a_bad_path(tmp_path):
     out = tmp_path / "r.html"
     result = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--sweep", "context=128:512:x2", "--html", str(out)])
     assert result.exit_code != 0 and "Error:" in result.output and "--html" in result.output and not out.exists()
+    pdf = tmp_path / "r.pdf"
+    result = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--html", str(pdf)])
+    assert result.exit_code != 0 and ".html" in result.output and not pdf.exists()
     missing = tmp_path / "no" / "such" / "r.html"
     result = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--html", str(missing)])
     assert result.exit_code != 0 and "Error:" in result.output and not missing.exists()
@@ -130,3 +133,8 @@ def test_a_figure_as_a_page(tmp_path, args, count):
     _run(command[1:])
     redrawn = again.read_text(encoding="utf-8")
     assert json.loads(_between(redrawn, r'id="data">(.*?)</script>').replace("<\\/", "</")) == data
+
+
+def test_html_on_standard_output_is_the_page_alone():
+    page = _run(["predict", "--gpu", "a100", "--variant", "mqa", "--html", "-"])
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
