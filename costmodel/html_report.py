@@ -32,6 +32,42 @@ function copyCommand() {
 """
 
 
+def _document(title: str, body: str) -> str:
+    """The page around ``body``: its title, the inline style and the one script."""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{STYLE}</style>
+<script>{SCRIPT}</script>
+</head>
+<body>
+<h1>{html.escape(title)}</h1>
+{body}
+</body>
+</html>
+"""
+
+
+def _command(argv: list[str], verb: str) -> str:
+    """The command as the page gives it, with a button that copies it."""
+    command = shlex.join(["costmodel", *argv])
+    return (f'{verb} <code id="command">{html.escape(command)}</code>\n'
+            '<button type="button" onclick="copyCommand()">copy the command</button>')
+
+
+def _data(data, what: str) -> tuple[str, str]:
+    """(a link that downloads ``data`` as JSON, the JSON embedded and shown)."""
+    dumped = json.dumps(data, indent=1)
+    download = base64.b64encode(dumped.encode("utf-8")).decode("ascii")
+    embedded = dumped.replace("</", "<\\/")
+    return (f'<a class="button" download="costmodel.json" href="data:application/json;base64,{download}">'
+            f"download the {what}</a>",
+            f'<script type="application/json" id="data">{embedded}</script>\n<pre>{html.escape(dumped)}</pre>')
+
+
 def _svg(fig) -> str:
     """A matplotlib figure as inline SVG (no XML declaration, no DOCTYPE)."""
     import matplotlib.pyplot as plt
@@ -142,35 +178,16 @@ def charts(data) -> list[str]:
 
 def page(title: str, argv: list[str], table: str, data) -> str:
     """The whole page: title, the command (and a button to copy it), the charts, the table, the JSON."""
-    command = shlex.join(["costmodel", *argv])
-    dumped = json.dumps(data, indent=1)
-    embedded = dumped.replace("</", "<\\/")
-    download = base64.b64encode(dumped.encode("utf-8")).decode("ascii")
+    link, shown = _data(data, "JSON")
     figures = "\n".join(f'<div class="figure">{svg}</div>' for svg in charts(data))
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{html.escape(title)}</title>
-<style>{STYLE}</style>
-<script>{SCRIPT}</script>
-</head>
-<body>
-<h1>{html.escape(title)}</h1>
-<p>The same numbers print with <code id="command">{html.escape(command)}</code>
-<button type="button" onclick="copyCommand()">copy the command</button>
-<a class="button" download="costmodel.json" href="data:application/json;base64,{download}">download the JSON</a></p>
+    return _document(title, f"""<p>{_command(argv, "The same numbers print with")}
+{link}</p>
 <h2>Charts</h2>
 {figures or '<p>(no chart for this prediction)</p>'}
 <h2>Table</h2>
 <pre id="table">{html.escape(table)}</pre>
 <h2>JSON</h2>
-<script type="application/json" id="data">{embedded}</script>
-<pre>{html.escape(dumped)}</pre>
-</body>
-</html>
-"""
+{shown}""")
 
 
 def figure_page(fig, data=None) -> str:
@@ -181,37 +198,13 @@ def figure_page(fig, data=None) -> str:
     title = (fig._suptitle.get_text() if fig._suptitle is not None else "") or next(
         (ax.get_title() for ax in fig.axes if ax.get_title()), "costmodel figure")
     ctx = click.get_current_context(silent=True)
-    argv = []
+    body = []
     if ctx is not None:
         from costmodel.cli_options import command_line
 
-        argv = [ctx.info_name, *command_line(ctx)]
-    svg = _svg(fig)
-    command = shlex.join(["costmodel", *argv]) if argv else ""
-    dumped = json.dumps(data, indent=1) if data is not None else None
-    parts = [f'<div class="figure">{svg}</div>']
-    if dumped is not None:
-        download = base64.b64encode(dumped.encode("utf-8")).decode("ascii")
-        embedded = dumped.replace("</", "<\\/")
-        parts += [f'<p><a class="button" download="costmodel.json" href="data:application/json;base64,{download}">'
-                  "download the data</a></p>",
-                  f'<script type="application/json" id="data">{embedded}</script>',
-                  f"<h2>Data</h2>\n<pre>{html.escape(dumped)}</pre>"]
-    said = (f'<p>Drawn by <code id="command">{html.escape(command)}</code> '
-            '<button type="button" onclick="copyCommand()">copy the command</button></p>') if command else ""
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{html.escape(title.splitlines()[0] if title else "costmodel")}</title>
-<style>{STYLE}</style>
-<script>{SCRIPT}</script>
-</head>
-<body>
-<h1>{html.escape(title.splitlines()[0] if title else "costmodel")}</h1>
-{said}
-{"".join(parts)}
-</body>
-</html>
-"""
+        body.append(f"<p>{_command([ctx.info_name, *command_line(ctx)], 'Drawn by')}</p>")
+    body.append(f'<div class="figure">{_svg(fig)}</div>')
+    if data is not None:
+        link, shown = _data(data, "data")
+        body += [f"<p>{link}</p>", "<h2>Data</h2>", shown]
+    return _document(title.splitlines()[0], "\n".join(body))
