@@ -410,6 +410,29 @@ def models_show(name, as_json) -> None:
         click.echo(model_detail(m, model_facts(m)))
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="the address to listen on (127.0.0.1: this machine only)")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="the port to listen on")
+def serve(host, port) -> None:
+    """A local web page over the command line, and the command line as a JSON API (GET /api/<command>?<option>=
+    <value> answers `costmodel <command> ... --json`). Needs the web extra: pip install "costmodel[web]".
+
+    Example: costmodel serve --port 8000
+    """
+    try:
+        import uvicorn
+
+        from costmodel.web import app
+
+        application = app(main)
+    except ImportError as err:
+        raise CostModelError(f"costmodel serve needs the web extra ({err.name} is not installed): "
+                             'pip install "costmodel[web]"') from None
+    click.echo(f"costmodel on http://{host}:{port}/ (Ctrl-C stops it)")
+    uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
 for command in (capacity, plan_command, cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate,
                 cli_figures.validate, cli_figures.reproduce):
     main.add_command(command)

@@ -1,0 +1,176 @@
+"""``costmodel serve``: a local web page over the command line, and the command line as a JSON API.
+
+The page computes nothing and holds no model of its own: ``GET /api/<command>?<option>=<value>`` runs ``costmodel
+<command> --<option> <value> ... --json`` in this process and answers exactly what it prints (an option repeated in
+the query is repeated on the command line; ``flag=`` or ``flag=true`` gives a bare flag), and
+``GET /report/<command>?...`` answers the command's self-contained ``--html`` page. A bad option answers the
+command's own ``Error:`` text with status 400. The page's state is its URL: a link reproduces the view. Every
+script and style is inline; nothing is fetched from anywhere. It needs the ``web`` extra (Starlette, and Uvicorn to
+listen): ``pip install "costmodel[web]"``.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+
+#: The commands the API answers (each prints ``--json``), and those with a page (``--html``).
+COMMANDS = ("predict", "capacity", "plan", "derive")
+PAGES = ("predict", "capacity", "plan")
+#: Options that name files or choose the output: the API chooses its own output and writes no file.
+NOT_OVER_THE_WEB = ("json", "html", "format", "out", "csv", "plot", "model-config", "save-profile")
+#: The command line runs one call at a time (it prints to this process's standard output).
+_LOCK = threading.Lock()
+
+
+def arguments(command: str, query, known=COMMANDS) -> list[str]:
+    """``costmodel`` arguments from a query's (key, value) pairs; CostModelError for what the API does not take."""
+    from costmodel.errors import CostModelError
+
+    if command not in known:
+        raise CostModelError(f"unknown command {command!r}; this answers {', '.join(known)}")
+    args = [command]
+    for key, value in query:
+        if key in NOT_OVER_THE_WEB:
+            raise CostModelError(f"--{key} does not go over the web: the API answers JSON and /report/ the page")
+        args.append(f"--{key}")
+        if value not in ("", "true"):
+            args.append(value)
+    return args
+
+
+def run(cli, args: list[str]) -> tuple[int, str]:
+    """(exit code, what the command printed), the command run in this process by ``cli`` (the command line's
+    group, :data:`costmodel.cli.main`)."""
+    from click.testing import CliRunner
+
+    with _LOCK:
+        result = CliRunner().invoke(cli, args)
+    return result.exit_code, result.output
+
+
+def app(cli):
+    """The Starlette application over ``cli`` (the command line's group): ``/`` the page, ``/api/<command>`` JSON,
+    ``/report/<command>`` the HTML page."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+    from starlette.routing import Route
+
+    from costmodel.errors import CostModelError
+
+    def answer(request, output: str) -> Response:
+        try:
+            args = arguments(request.path_params["command"], request.query_params.multi_items(),
+                             COMMANDS if output == "json" else PAGES)
+        except CostModelError as err:
+            return PlainTextResponse(f"Error: {err}\n", status_code=400)
+        extra = ["--json"] if output == "json" else ["--html", "-"]
+        code, text = run(cli, args + extra)
+        if code != 0:
+            return PlainTextResponse(text if text.startswith("Error:") else f"Error: {text}", status_code=400)
+        if output == "json":
+            return Response(text, media_type="application/json")
+        return HTMLResponse(text)
+
+    async def api(request):
+        from starlette.concurrency import run_in_threadpool
+
+        return await run_in_threadpool(answer, request, "json")
+
+    async def report(request):
+        from starlette.concurrency import run_in_threadpool
+
+        return await run_in_threadpool(answer, request, "html")
+
+    async def index(request):
+        return HTMLResponse(page())
+
+    async def missing(request):
+        return JSONResponse({"error": f"no such path {request.url.path!r}"}, status_code=404)
+
+    routes = [Route("/", index), Route("/api/{command}", api), Route("/report/{command}", report),
+              Route("/{path:path}", missing)]
+    return Starlette(routes=routes)
+
+
+def page() -> str:
+    """The page: a form whose fields are the command line's options; submitting it puts them in the URL, and the
+    page shows the report of that URL's query (so a link reproduces the view)."""
+    from costmodel.catalog import profile_ids
+    from costmodel.presets import preset_ids
+
+    devices = "".join(f'<option value="{html.escape(i)}">{html.escape(i)}</option>' for i in profile_ids())
+    models = "".join(f'<option value="{html.escape(i)}">' for i in preset_ids())
+    return PAGE.replace("{{devices}}", devices).replace("{{models}}", models)
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>costmodel</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 1em 2em; color: #222; }
+form { display: flex; flex-wrap: wrap; gap: 0.6em 1.2em; align-items: end; }
+label { display: flex; flex-direction: column; font-size: 0.85em; }
+iframe { width: 100%; height: 80vh; border: 1px solid #ccc; margin-top: 1em; }
+#error { color: #a00; white-space: pre-wrap; }
+</style>
+</head>
+<body>
+<h1>costmodel</h1>
+<form id="form" method="get" action="/">
+<label>command <select name="command"><option>predict</option><option>capacity</option></select></label>
+<label>devices <select name="gpu" multiple size="4">{{devices}}</select></label>
+<label>model <input name="model" list="models" placeholder="llama-3-8b"><datalist id="models">{{models}}</datalist></label>
+<label>tensor parallel <input name="tp" type="number" min="1"></label>
+<label>engine <select name="engine"><option value="">(none: one step)</option><option>vllm</option>
+<option>sglang</option><option>trtllm</option></select></label>
+<label>clients <input name="concurrency" type="number" min="1"></label>
+<label>input tokens <input name="input-len" type="number" min="1"></label>
+<label>output tokens <input name="output-len" type="number" min="1"></label>
+<label>batch <input name="batch" type="number" min="1"></label>
+<label>context <input name="context" type="number" min="1"></label>
+<label>weights <select name="weight-dtype"><option value="">(the checkpoint's)</option><option>bf16</option>
+<option>fp8</option><option>fp8_block</option><option>nvfp4</option></select></label>
+<label>TPOT target (ms) <input name="tpot-ms" type="number" min="0" step="any"></label>
+<label>TTFT target (ms) <input name="ttft-ms" type="number" min="0" step="any"></label>
+<button type="submit">show</button>
+</form>
+<p id="error"></p>
+<iframe id="report" title="report"></iframe>
+<script>
+const form = document.getElementById('form');
+const params = new URLSearchParams(window.location.search);
+for (const [key, value] of params) {
+  const field = form.elements[key];
+  if (!field) continue;
+  if (field.multiple) { for (const o of field.options) if (o.value === value) o.selected = true; }
+  else field.value = value;
+}
+form.addEventListener('submit', (event) => {
+  event.preventDefault();
+  const query = new URLSearchParams();
+  for (const field of form.elements) {
+    if (!field.name) continue;
+    if (field.multiple) { for (const o of field.selectedOptions) query.append(field.name, o.value); }
+    else if (field.value !== '') query.append(field.name, field.value);
+  }
+  window.location.search = query.toString();
+});
+async function show() {
+  const command = params.get('command') || 'predict';
+  const query = new URLSearchParams(params);
+  query.delete('command');
+  if (![...query.keys()].length) return;
+  const response = await fetch('/report/' + command + '?' + query.toString());
+  const text = await response.text();
+  if (response.ok) { document.getElementById('report').srcdoc = text; }
+  else { document.getElementById('error').textContent = text; }
+}
+show();
+</script>
+</body>
+</html>
+"""

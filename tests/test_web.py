@@ -1,0 +1,147 @@
+"""`costmodel serve`: the JSON API is the command line (its answer equals `--json` for the same options), a bad
+option answers the command's `Error:` text with 400, nothing outside the page, the API and the reports is served,
+the server listens on this machine only unless told otherwise, and 200 requests at once all get their answer."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from click.testing import CliRunner
+
+starlette = pytest.importorskip("starlette", reason="the web extra (pip install 'costmodel[web]')")
+from starlette.testclient import TestClient  # noqa: E402
+
+from costmodel.cli import main  # noqa: E402
+from costmodel.web import app  # noqa: E402
+
+CASES = [
+    ("predict", [("gpu", "a100")]),
+    ("predict", [("gpu", "a100"), ("gpu", "h100"), ("variant", "gqa"), ("batch", "8")]),
+    ("predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("tp", "2"), ("context", "2048")]),
+    ("predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("input-len", "512"), ("output-len", "32")]),
+    ("predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("engine", "sglang"), ("concurrency", "4"),
+                 ("input-len", "256"), ("output-len", "16"), ("num-requests", "8")]),
+    ("capacity", [("gpu", "h100"), ("gpu", "a100"), ("model", "llama-3-8b"), ("input-len", "512"),
+                  ("output-len", "64"), ("tpot-ms", "30")]),
+    ("derive", [("variant", "mqa"), ("mode", "incremental")]),
+]
+
+
+@pytest.fixture(scope="module")
+def client():
+    return TestClient(app(main))
+
+
+def _cli(command, query, extra):
+    args = [command]
+    for key, value in query:
+        args += [f"--{key}", value]
+    result = CliRunner().invoke(main, [*args, *extra])
+    return result
+
+
+@pytest.mark.parametrize("command,query", CASES, ids=[f"{c} {' '.join(v for _, v in q[:3])}" for c, q in CASES])
+def test_the_api_answers_what_the_command_line_prints(client, command, query):
+    response = client.get(f"/api/{command}", params=query)
+    assert response.status_code == 200, response.text
+    expected = _cli(command, query, ["--json"])
+    assert expected.exit_code == 0
+    assert response.json() == json.loads(expected.output)
+
+
+def test_a_report_is_the_commands_page(client):
+    query = [("gpu", "h100"), ("model", "llama-3-8b")]
+    response = client.get("/report/predict", params=query)
+    assert response.status_code == 200 and response.text.startswith("<!DOCTYPE html>")
+    assert "<svg" in response.text and "costmodel predict --gpu h100 --model llama-3-8b" in response.text
+
+
+@pytest.mark.parametrize("path,query,expected", [
+    ("/api/predict", [("gpu", "nosuchgpu")], "unknown hardware 'nosuchgpu'"),
+    ("/api/predict", [("gpu", "a100"), ("batch", "-3")], "-3"),
+    ("/api/predict", [("gpu", "a100"), ("no-such-option", "1")], "No such option"),
+    ("/api/predict", [("gpu", "a100"), ("out", "/etc/passwd")], "does not go over the web"),
+    ("/api/calibrate", [], "unknown command 'calibrate'"),
+    ("/report/derive", [], "unknown command 'derive'"),
+])
+def test_bad_options_answer_the_error_with_400(client, path, query, expected):
+    response = client.get(path, params=query)
+    assert response.status_code == 400
+    assert response.text.startswith("Error:") and expected in response.text
+
+
+@pytest.mark.parametrize("path", ["/../etc/passwd", "/static/../../pyproject.toml", "/api", "/nothing"])
+def test_nothing_else_is_served(client, path):
+    response = client.get(path)
+    # not found, and no file's content behind it (pyproject.toml's table names, /etc/passwd's root entry)
+    assert response.status_code == 404 and "[project]" not in response.text and "root:" not in response.text
+
+
+def test_the_page_holds_every_device_and_keeps_its_state_in_the_url(client):
+    page = client.get("/").text
+    assert 'value="h100_sxm"' in page and 'value="tpu_v5e"' in page and 'value="llama_3_8b"' in page
+    # the page reads its fields from the query and fetches the report of that query (a link reproduces the view)
+    assert "new URLSearchParams(window.location.search)" in page and "fetch('/report/'" in page
+    assert "http://" not in page and "https://" not in page  # nothing fetched from elsewhere
+
+
+def test_the_server_listens_on_this_machine_only_by_default():
+    from costmodel.cli import serve
+
+    host = next(p for p in serve.params if p.name == "host")
+    assert host.default == "127.0.0.1"
+
+
+def test_two_hundred_requests_at_once(client):
+    queries = [[("gpu", g), ("variant", v)] for g in ("a100", "h100") for v in ("mha", "gqa", "mqa", "mha", "mqa")]
+    expected = {tuple(q): json.loads(_cli("predict", q, ["--json"]).output) for q in queries}
+    jobs = [queries[i % len(queries)] for i in range(200)]
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        answers = list(pool.map(lambda q: (q, client.get("/api/predict", params=q)), jobs))
+    assert all(r.status_code == 200 for _, r in answers)
+    assert all(r.json() == expected[tuple(q)] for q, r in answers)
+
+
+def test_a_browser_shows_the_clis_numbers_for_the_state_in_its_link(tmp_path):
+    """A real Chromium (headless, nothing but this machine reachable) opens the page with a device and a model in
+    its link, and then with another device: each time the report in the page shows the numbers `costmodel
+    predict` prints for them (skipped where no chromium is installed)."""
+    import re
+    import shutil
+    import socket
+    import subprocess
+    import threading
+    import time
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    uvicorn = pytest.importorskip("uvicorn")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app(main), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    shown = []
+    try:
+        for _ in range(100):
+            if server.started:
+                break
+            time.sleep(0.05)
+        for gpu in ("h100", "a100"):
+            url = f"http://127.0.0.1:{port}/?command=predict&gpu={gpu}&model=llama-3-8b"
+            dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                                  f"--user-data-dir={tmp_path / gpu}", "--virtual-time-budget=20000", "--dump-dom",
+                                  url], capture_output=True, text=True, timeout=120).stdout
+            printed = CliRunner().invoke(main, ["predict", "--gpu", gpu, "--model", "llama-3-8b"]).output
+            tpot = re.search(r"TPOT (\S+ \S+)", printed).group(1)
+            assert f"TPOT {tpot}" in dom, (gpu, tpot)
+            shown.append(tpot)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert shown[0] != shown[1]  # the two devices' numbers differ: the page shows the one its link names
