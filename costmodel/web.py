@@ -121,10 +121,12 @@ iframe { width: 100%; height: 80vh; border: 1px solid #ccc; margin-top: 1em; }
 <body>
 <h1>costmodel</h1>
 <form id="form" method="get" action="/">
-<label>command <select name="command"><option>predict</option><option>capacity</option></select></label>
+<label>command <select name="command"><option>predict</option><option>capacity</option><option>plan</option>
+</select></label>
 <label>devices <select name="gpu" multiple size="4">{{devices}}</select></label>
 <label>model <input name="model" list="models" placeholder="llama-3-8b"><datalist id="models">{{models}}</datalist></label>
 <label>tensor parallel <input name="tp" type="number" min="1"></label>
+<label>GPUs to place it on (plan) <input name="gpus" type="number" min="1"></label>
 <label>engine <select name="engine"><option value="">(none: one step)</option><option>vllm</option>
 <option>sglang</option><option>trtllm</option></select></label>
 <label>clients <input name="concurrency" type="number" min="1"></label>

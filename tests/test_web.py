@@ -51,6 +51,14 @@ def test_the_api_answers_what_the_command_line_prints(client, command, query):
     assert response.json() == json.loads(expected.output)
 
 
+def test_a_plans_report_draws_its_front(client):
+    query = [("gpu", "h100"), ("model", "llama-3-8b"), ("gpus", "2"), ("input-len", "512"), ("output-len", "64"),
+             ("tpot-ms", "30"), ("max-concurrency", "8")]
+    response = client.get("/report/plan", params=query)
+    assert response.status_code == 200 and "<svg" in response.text and "the front" in response.text
+    assert 'name="gpus"' in client.get("/").text and "<option>plan</option>" in client.get("/").text
+
+
 def test_a_report_is_the_commands_page(client):
     query = [("gpu", "h100"), ("model", "llama-3-8b")]
     response = client.get("/report/predict", params=query)
