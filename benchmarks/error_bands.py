@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.catalog import load_profile
-from costmodel.validation.bands import GPUS, HIGH, LOW, coverage, pooled, quantiles, ratios
+from costmodel.validation.bands import GPUS, HIGH, LOW, coverage, pooled, quantiles, ratios, rounded
 from costmodel.validation.published import read_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,13 +59,13 @@ def leave_one_out(found) -> list[str]:
     """Each GPU's rows priced as if it had no fit: from the GPU the tool's own rule picks among the others
     (costmodel.origin.reference_for: same generation first, else the nearest older, else the nearest newer),
     per class, beside the GPU's own fit."""
+    from costmodel.catalog import fitted_profiles
     from costmodel.origin import reference_for
 
+    unmeasured = [p.id for p in fitted_profiles() if p.id not in GPUS]  # fitted on tables not read here
     lines = []
     for gpu in GPUS:
-        others = [g for g in GPUS if g != gpu]
-        ref = reference_for(load_profile(gpu), exclude=[g for g in GPUS if g not in others] + [
-            p.id for p in _fitted() if p.id not in GPUS])
+        ref = reference_for(load_profile(gpu), exclude=[gpu, *unmeasured])
         for r in (r for r in found if r.route == "across" and r.device == gpu and ref is not None
                   and r.source == ref.id):
             err = np.abs(1 / r.values - 1) * 100
@@ -77,17 +77,9 @@ def leave_one_out(found) -> list[str]:
     return lines
 
 
-def _fitted():
-    from costmodel.catalog import fitted_profiles
-
-    return fitted_profiles()
-
-
 def to_yaml(b: dict, cover: dict, data: list[str]) -> str:
     import yaml
 
-    fmt = lambda q: {"n": q["n"], "p10": round(q["p10"], 3), "p50": round(q["p50"], 3),  # noqa: E731
-                     "p90": round(q["p90"], 3)}
     doc = {
         "data": data,
         "method": (f"measured / predicted of every row, p{LOW}, median and p{HIGH} per route and kernel class over "
@@ -99,7 +91,7 @@ def to_yaml(b: dict, cover: dict, data: list[str]) -> str:
                    "benchmarks/error_bands.py"),
         "held_out_coverage": {route: {g: (round(v, 3) if v is not None else None) for g, v in per.items()}
                               for route, per in cover.items()},
-        "bands": {route: {cls: fmt(q) for cls, q in per.items()} for route, per in b.items()},
+        "bands": {route: {cls: rounded(q) for cls, q in per.items()} for route, per in b.items()},
     }
     return ("# Measured, not assumed: how far predictions of each route and kernel class fall from published\n"
             "# timings (measured / predicted). `held_out_coverage`: the share of a GPU's rows inside the band\n"

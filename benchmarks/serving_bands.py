@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from costmodel.validation.bands import HIGH, LOW, MIN_ROWS, served, served_held_out, served_sets
+from costmodel.validation.bands import HIGH, LOW, MIN_ROWS, rounded, served, served_held_out, served_sets
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "costmodel" / "served_bands.yaml"
@@ -24,8 +24,6 @@ OUT = ROOT / "costmodel" / "served_bands.yaml"
 def to_yaml(sets: dict, held: dict, source: str) -> str:
     import yaml
 
-    fmt = lambda q: {"n": q["n"], "p10": round(q["p10"], 3), "p50": round(q["p50"], 3),  # noqa: E731
-                     "p90": round(q["p90"], 3)}
     doc = {
         "data": source,
         "method": (f"measured / predicted TTFT and TPOT of every deployment `costmodel validate --serving` predicts, "
@@ -34,7 +32,7 @@ def to_yaml(sets: dict, held: dict, source: str) -> str:
                    "(benchmarks/fit_serving.py); benchmarks/serving_bands.py"),
         "held_out_coverage": {g: {"n": v["n"], "ttft": round(v["ttft"], 3), "tpot": round(v["tpot"], 3)}
                               for g, v in held.items()},
-        "bands": [{"engine": k[0], "kind": k[1], "mode": k[2], "ttft": fmt(v["ttft"]), "tpot": fmt(v["tpot"])}
+        "bands": [{"engine": k[0], "kind": k[1], "mode": k[2], "ttft": rounded(v["ttft"]), "tpot": rounded(v["tpot"])}
                   for k, v in sorted(sets.items())],
     }
     return ("# Measured, not assumed: how far served predictions fall from measured deployments (measured /\n"

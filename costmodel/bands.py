@@ -35,6 +35,10 @@ class Band(Report):
     route: str
     basis: str
 
+    def scaled(self, factor: float) -> "Band":
+        """The same range for a time ``factor`` times as long (the ratios to the time stay)."""
+        return self.model_copy(update={"low_s": factor * self.low_s, "high_s": factor * self.high_s})
+
 
 @lru_cache(maxsize=1)
 def table() -> dict:
@@ -103,23 +107,23 @@ def total(parts) -> Band | None:
     return Band(low_s=low, high_s=high, route=ways, basis="; ".join(bases))
 
 
-def assumption(bands, hw=None) -> str | None:
-    """The assumption line of a report whose ops carry ``bands`` on ``hw`` (None: none does)."""
+def assumption(bands, hw=None) -> list[str]:
+    """The assumption line of a report whose ops carry ``bands`` on ``hw`` (none where no op does)."""
     found = [b for b in bands if b is not None]
     if not found:
-        return None
+        return []
     ways = [w for w in ROUTES if any(w in b.route.split(", ") for b in found)]
     cover = table()["held_out_coverage"]
     held = "; ".join(f"{w} {min(cover[m].values()):.0%}-{max(cover[m].values()):.0%}"
                      for w, m in ((w, MEASURED_AS[w]) for w in ways))
     within = (" (no two measured GPUs share a generation: within a generation takes the range measured across "
               "generations)" if "within" in ways else "")
-    return ("p10-p90: where 8 in 10 published kernel timings of the op's class fall, priced the way this device "
+    return ["p10-p90: where 8 in 10 published kernel timings of the op's class fall, priced the way this device "
             "prices it (" + "; ".join(f"{w}: {ROUTES[w]}" for w in ways) + f"){within}, measured / predicted on "
             "the A100, H100 and B200 tables (costmodel/error_bands.yaml); a total adds its ops' ranges; a range "
             f"derived without one GPU held {held} of that GPU's rows"
             + ("" if hw is None or hw.vendor == "NVIDIA" else
-               f"; no {hw.vendor} device is measured there: its range is NVIDIA GPUs' under the same route"))
+               f"; no {hw.vendor} device is measured there: its range is NVIDIA GPUs' under the same route")]
 
 
 @lru_cache(maxsize=1)

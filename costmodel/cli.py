@@ -183,7 +183,9 @@ def hardware_show(name, as_json) -> None:
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")
 @html_option(refuse={"sweep_spec": "--sweep (`costmodel sweep --out FILE` draws a sweep)", "csv_path": "--csv"})
-def predict(**params) -> None:
+def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
+            csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len,
+            model_config, source, variants, routing, fmt, as_json, **dims) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on one or more devices.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -197,15 +199,8 @@ def predict(**params) -> None:
     Example: costmodel predict --gpu h100 --model Qwen/Qwen3-32B --tp 2 --engine vllm --concurrency 32
     --input-len 1024 --output-len 512
     """
-    _predict(**params)
-
-
-def _predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
-             csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len,
-             model_config, source, variants, routing, fmt, as_json, **dims) -> None:
     from costmodel.catalog import load_profile
 
-    dims = dict(dims)
     load = {k: dims.pop(k) for k in LOAD_KEYS}
     fmt = output_format(fmt, as_json)
     hws = [load_profile(g) for g in gpus]

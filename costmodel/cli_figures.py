@@ -119,12 +119,12 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
     what = {"incremental": "decode step", "generate": "generate", "batched": "prefill"}[w.mode]
     title = (f"{' vs '.join(d.name for d in hws)}: attention only, {what}, {fixed}, {title_dims(w)}, "
              f"{w.layers} layer{'s' * (w.layers > 1)}")
+    records = result.records if len(runs) == 1 else [{"device": d.id, **r} for d, res, _ in runs for r in res.records]
     if csv_path is not None:
-        write_csv(csv_path, result.records if len(runs) == 1 else
-                  [{"device": d.id, **r} for d, res, _ in runs for r in res.records])
+        write_csv(csv_path, records)
     more = [(d, res.records, lim) for d, res, lim in runs[1:]]
     save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more), out,
-         data=result.records if len(runs) == 1 else [{"device": d.id, **r} for d, res, _ in runs for r in res.records])
+         data=records)
     echo_lines(wrote(out, csv_path))
 
 

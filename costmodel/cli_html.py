@@ -1,6 +1,6 @@
 """``--html FILE`` for a command that prints a table and ``--json``: the command runs as asked, then writes one
-self-contained page of the same prediction (:mod:`costmodel.html_report`) from its own table and JSON, captured
-from the same call."""
+self-contained page of the same prediction (:mod:`costmodel.html_report`) from its own table and JSON: the one it
+printed, the other from a quiet run of the same call."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import functools
 
 import click
 
-from costmodel.cli_options import FilePath, check_writable, command_line, echo_lines
+from costmodel.cli_options import FilePath, check_writable, command_line, echo_lines, output_format
 from costmodel.errors import CostModelError
 
 
@@ -32,9 +32,15 @@ def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
             for name, flag in (refuse or {}).items():
                 if params.get(name) is not None:
                     raise CostModelError(f"--html writes one prediction, not {flag}")
+            shown = {}
             if html_path != "-":  # on standard output the page is all that is printed
-                func(**params)
-            _write(func, html_path, params | {name: None for name in silent})
+                fmt = output_format(params["fmt"], params["as_json"])
+                if fmt in ("table", "json") and all(params.get(name) is None for name in silent):
+                    shown[fmt] = _captured(func, params)  # what the user sees is also what the page holds
+                    click.echo(shown[fmt], nl=False)
+                else:
+                    func(**params)
+            _write(func, html_path, params | {name: None for name in silent}, shown)
 
         return wrapper
 
@@ -51,15 +57,18 @@ def _captured(func, params: dict) -> str:
     return buf.getvalue()
 
 
-def _write(func, path: str, params: dict) -> None:
+def _write(func, path: str, params: dict, shown: dict[str, str]) -> None:
+    """The page, from the command's table and JSON: those in ``shown`` (format -> printed text) as already printed,
+    the others from a quiet run."""
     import json
 
     from costmodel.files import write_text, wrote
     from costmodel.html_report import page
 
     ctx = click.get_current_context()
-    table = _captured(func, params | {"fmt": "table", "as_json": False})
-    data = json.loads(_captured(func, params | {"fmt": "json", "as_json": False}))
+    table, dumped = (shown.get(fmt) or _captured(func, params | {"fmt": fmt, "as_json": False})
+                     for fmt in ("table", "json"))
+    data = json.loads(dumped)
     argv = command_line(ctx, skip=("html_path", "fmt", "as_json"))
     title = next((line for line in table.splitlines() if line.strip()), f"costmodel {ctx.info_name}")
     write_text(path, page(title, [ctx.info_name, *argv], table, data))

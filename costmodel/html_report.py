@@ -68,6 +68,16 @@ def _data(data, what: str) -> tuple[str, str]:
             f'<script type="application/json" id="data">{embedded}</script>\n<pre>{html.escape(dumped)}</pre>')
 
 
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend (no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _svg(fig) -> str:
     """A matplotlib figure as inline SVG (no XML declaration, no DOCTYPE)."""
     import matplotlib.pyplot as plt
@@ -81,11 +91,7 @@ def _svg(fig) -> str:
 
 def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | None]]):
     """Horizontal bars of op times (ms) with their p10-p90 ranges as whiskers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2), layout="constrained")
     names = [r[0] for r in rows]
     times = [r[1] * 1e3 for r in rows]
@@ -103,11 +109,7 @@ def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | Non
 
 def _capacity_chart(data: dict):
     """Output tokens/s per device at the most clients under the targets, one bar per device and layout."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     points = [p for p in data["points"] if p.get("at")]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(points) + 1.4), layout="constrained")
     ax.barh([f"{p['device']}, {p['attention']} ({p['concurrency']} clients)" for p in points],
@@ -120,11 +122,7 @@ def _capacity_chart(data: dict):
 
 def _plan_chart(data: dict):
     """Every layout's points, tokens/s per device against tokens/s per user, the front's drawn as a line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
     pts = data["points"]
     ax.scatter([p["output_tokens_per_s_per_user"] for p in pts], [p["output_tokens_per_s_per_device"] for p in pts],

@@ -356,8 +356,7 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
             weight_bytes_per_device=weights, capacity_bytes=hw.capacity, fits=kv + weights <= hw.capacity,
             max_batch=largest_batch_in_memory(dev, pr, context, source), max_context=max_context,
         ),
-        assumptions=step_assumptions(m, pr) + [a for a in (band_assumption(
-            (o.band for ph in phases.values() for o in ph.ops), hw),) if a],
+        assumptions=step_assumptions(m, pr) + band_assumption((o.band for ph in phases.values() for o in ph.ops), hw),
     )
 
 

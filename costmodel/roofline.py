@@ -146,14 +146,13 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
         flops=L * sum(r.flops for r in rows), bytes=L * sum(r.bytes for r in rows), time_s=time,
         compute_s=compute, memory_s=memory, launch_s=L * sum(r.launch_s for r in rows),
         bound="compute" if compute > memory else "memory", per_token_s=per_token, tokens_per_s=tokens / time,
-        band=band_total((L * r.time_s, r.band and r.band.model_copy(
-            update={"low_s": L * r.band.low_s, "high_s": L * r.band.high_s})) for r in rows),
+        band=band_total((L * r.time_s, r.band and r.band.scaled(L)) for r in rows),
     )
     return Prediction(
         hardware=hardware_summary(hw, w.dtype, model), workload=w, overlap=overlap, timing=model.timing,
         mechanisms=sorted(model.on) if model.active else [], ops=rows, total=total,
         memory=memory_fit(compiled, w, hw),
-        assumptions=assumptions(w, hw, overlap, model) + [a for a in (band_assumption((r.band for r in rows), hw),) if a],
+        assumptions=assumptions(w, hw, overlap, model) + band_assumption((r.band for r in rows), hw),
     )
 
 

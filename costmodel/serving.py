@@ -123,12 +123,9 @@ def _bands(m: ModelPreset, pr: Pricing, batch: int, input_len: int, output_len: 
     middle = phase_time(m, pr, "decode", batch, input_len + output_len // 2, input_len)
     if prefill.band is None or middle.band is None:
         return None, None, None
-    low, high = middle.band.low_s / middle.time_s, middle.band.high_s / middle.time_s
-    mean = float(steps.mean())
-    tpot = middle.band.model_copy(update={"low_s": mean * low, "high_s": mean * high})
+    tpot = middle.band.scaled(float(steps.mean()) / middle.time_s)
     decoding = float(steps.sum())
-    e2e = band_total([(prefill.time_s, prefill.band),
-                      (decoding, tpot.model_copy(update={"low_s": decoding * low, "high_s": decoding * high}))])
+    e2e = band_total([(prefill.time_s, prefill.band), (decoding, middle.band.scaled(decoding / middle.time_s))])
     return prefill.band, tpot, e2e
 
 

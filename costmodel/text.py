@@ -196,7 +196,7 @@ def prediction_table(preds: list) -> str:
     for p in preds:
         t, mem = p.total, p.memory
         scale = (t.per_token_s or t.time_s) / t.time_s
-        span = si_range(t.band.low_s * scale, t.band.high_s * scale, "s") if t.band is not None else ""
+        span = band_cell(t.band and t.band.scaled(scale))
         rows.append((_variant_label(p.workload), si(t.per_token_s or t.time_s, "s"), span, f"{base / t.time_s:.2f}x",
                      si(t.tokens_per_s), si(mem.kv_cache_bytes, "B"), si(mem.weight_bytes, "B"),
                      "yes" if mem.fits else "NO", str(mem.max_batch), str(mem.max_context)))
@@ -277,16 +277,15 @@ def shazeer_table(r: dict) -> str:
               f"(multi-head {last['mha_us_per_token'] / p['mha_us_per_token']:.0%} of the paper's time, "
               f"multi-query {last['mqa_us_per_token'] / p['mqa_us_per_token']:.0%}). What is left is not explained "
               "by these mechanisms; switch each off with --no-... to see its share."]
-    if "local" in r:
-        loc = r["local"]
-        per, paper = loc["us_per_position"], loc["paper"]
-        lines += ["", f"Table 2's local rows (self-attention over the last {loc['positions']} positions): paper "
-                  f"{paper['mha']:.1f} / {paper['mqa']:.1f} µs, model {loc['model']['mha_us_per_token']:.1f} / "
-                  f"{loc['model']['mqa_us_per_token']:.2f} µs. One more self-attention position costs multi-head "
-                  f"{per['paper']['mha']:.3f} µs per token in the paper and {per['model']['mha']:.3f} µs in the model "
-                  f"({per['paper']['mha'] / per['model']['mha']:.1f}x), multi-query {per['paper']['mqa']:.4f} and "
-                  f"{per['model']['mqa']:.4f} µs: the multi-head gap grows with the cache, a cost per cached "
-                  "position and head that none of the mechanisms above carries."]
+    loc = r["local"]
+    per, paper = loc["us_per_position"], loc["paper"]
+    lines += ["", f"Table 2's local rows (self-attention over the last {loc['positions']} positions): paper "
+              f"{paper['mha']:.1f} / {paper['mqa']:.1f} µs, model {loc['model']['mha_us_per_token']:.1f} / "
+              f"{loc['model']['mqa_us_per_token']:.2f} µs. One more self-attention position costs multi-head "
+              f"{per['paper']['mha']:.3f} µs per token in the paper and {per['model']['mha']:.3f} µs in the model "
+              f"({per['paper']['mha'] / per['model']['mha']:.1f}x), multi-query {per['paper']['mqa']:.4f} and "
+              f"{per['model']['mqa']:.4f} µs: the multi-head gap grows with the cache, a cost per cached "
+              "position and head that none of the mechanisms above carries."]
     return "\n".join(lines)
 
 

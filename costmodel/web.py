@@ -72,15 +72,13 @@ def app(cli):
             return Response(text, media_type="application/json")
         return HTMLResponse(text)
 
-    async def api(request):
-        from starlette.concurrency import run_in_threadpool
+    def endpoint(output: str):
+        async def handle(request):
+            from starlette.concurrency import run_in_threadpool
 
-        return await run_in_threadpool(answer, request, "json")
+            return await run_in_threadpool(answer, request, output)
 
-    async def report(request):
-        from starlette.concurrency import run_in_threadpool
-
-        return await run_in_threadpool(answer, request, "html")
+        return handle
 
     async def index(request):
         return HTMLResponse(page())
@@ -88,7 +86,8 @@ def app(cli):
     async def missing(request):
         return JSONResponse({"error": f"no such path {request.url.path!r}"}, status_code=404)
 
-    routes = [Route("/", index), Route("/api/{command}", api), Route("/report/{command}", report),
+    routes = [Route("/", index), Route("/api/{command}", endpoint("json")),
+              Route("/report/{command}", endpoint("html")),
               Route("/{path:path}", missing)]
     return Starlette(routes=routes)
 

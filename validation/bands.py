@@ -89,6 +89,11 @@ def quantiles(values) -> dict:
     return {"n": int(v.size), "p10": float(lo), "p50": float(mid), "p90": float(hi)}
 
 
+def rounded(q: dict) -> dict:
+    """A :func:`quantiles` result as the shipped files hold it (three decimals)."""
+    return {"n": q["n"], **{k: round(q[k], 3) for k in ("p10", "p50", "p90")}}
+
+
 def coverage(band: dict, values) -> float:
     """The share of ``values`` inside ``[band['p10'], band['p90']]``."""
     v = np.asarray(values, float)
