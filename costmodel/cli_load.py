@@ -12,7 +12,8 @@ from costmodel.errors import CostModelError
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
-             "prefix_caching", "length_dist", "spread", "lengths_file", "evaluator", "expert_parallel", "attention_dp",
+             "prefix_caching", "async_scheduling", "length_dist", "spread", "lengths_file", "evaluator",
+             "expert_parallel", "attention_dp",
              "pipeline_parallel", "expert_parallel_size",
              "disaggregated",
              "prefill_tp", "prefill_workers", "prefill_max_num_seqs", "prefill_expert_parallel",
@@ -62,6 +63,10 @@ def engine_options(func):
         click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
                      help="a preempted request's KV stays cached for its return instead of being recomputed "
                           "[default: on for vLLM, off for SGLang and TensorRT-LLM]"),
+        click.option("--async-scheduling/--no-async-scheduling", "async_scheduling", default=None,
+                     help="the engine schedules each iteration while the one before runs, so a request that comes "
+                          "during an iteration starts an iteration later (SGLang's overlap schedule, TensorRT-LLM's "
+                          "overlap scheduler) [default: on for SGLang and TensorRT-LLM, off for vLLM]"),
         click.option("--length-dist", type=choices(("fixed", "uniform", "normal")), default="fixed",
                      show_default=True, help="request lengths around --input-len and --output-len"),
         click.option("--spread", type=click.FloatRange(0, 0.99), default=0.0, show_default=True,
@@ -118,7 +123,8 @@ LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation
                  "decode_expert_parallel": False}
 #: The flag of each load option whose name is not its key's.
 LOAD_FLAGS = {"engine_name": "--engine", "memory_fraction": "--gpu-memory-utilization", "page_size": "--block-size",
-              "chunked_prefill": "--enable-chunked-prefill", "prefix_caching": "--enable-prefix-caching"}
+              "chunked_prefill": "--enable-chunked-prefill", "prefix_caching": "--enable-prefix-caching",
+              "async_scheduling": "--async-scheduling"}
 
 
 def wants_load(load: dict) -> bool:
@@ -170,7 +176,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
               page_size=load["page_size"], chunked_prefill=load["chunked_prefill"],
-              prefix_caching=load["prefix_caching"],
+              prefix_caching=load["prefix_caching"], async_scheduling=load["async_scheduling"],
               input_dist=load["length_dist"], output_dist=load["length_dist"], spread=load["spread"],
               evaluator=load["evaluator"]) | values
     if load["disaggregated"]:
@@ -193,7 +199,8 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
     unsupported = [(flag, kw[key]) for flag, key, default in (
         ("--max-num-seqs", "max_num_seqs", None), ("--gpu-memory-utilization", "memory_fraction", None),
         ("--block-size", "page_size", None), ("--enable-chunked-prefill", "chunked_prefill", None),
-        ("--enable-prefix-caching", "prefix_caching", None), ("--expert-parallel", "expert_parallel", False),
+        ("--enable-prefix-caching", "prefix_caching", None), ("--async-scheduling", "async_scheduling", None),
+        ("--expert-parallel", "expert_parallel", False),
         ("--attention-dp", "attention_dp", 1), ("--pipeline-parallel-size", "pipeline_parallel", 1),
         ("--expert-parallel-size", "expert_parallel_size", None),
         ("--length-dist or --lengths-file", "input_dist", "fixed"))

@@ -33,19 +33,22 @@ _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults
          "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted); mixture-of-experts "
          "layers in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an "
          "expert map marks other devices' experts -1, the Triton kernel writes zeros for their rows, and the "
-         "activation and moe_sum run over every routed row of the batch")
+         "activation and moe_sum run over every routed row of the batch; vllm/config/scheduler.py async_scheduling False: each "
+         "iteration scheduled after the last one ends")
 _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_settings: chunked_prefill_size 2048 "
            "under 35 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; mem_fraction_static (memory - reserved) / "
            "memory with 512 MiB + 1.5 MiB per chunk token + 2 MiB per CUDA-graph batch (cuda_graph_max_bs 256 at tp "
            "< 4, 512 from tp 4 on an 80 GB class GPU) + tp/8 GiB reserved, at least 10 GiB above 60 GiB (0.835 at tp "
            "1 on an H100); page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
            "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the "
-           "rows routed to the device's experts")
+           "rows routed to the device's experts; disable_overlap_schedule False: the overlap event loop schedules the "
+           "next batch while the last one runs)")
 _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
            "8192, max_batch_size 2048, KvCacheConfig free_gpu_memory_fraction 0.9 and tokens_per_block 32, "
            "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
            "pages for its prompt and all its output can be reserved; CUTLASS MoE over the rows permuted to the "
-           "device's experts)")
+           "device's experts); TorchLlmArgs disable_overlap_scheduler False: PyExecutor's overlap loop schedules and "
+           "launches iteration n+1 before it processes iteration n's results")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class EngineConfig:
     prefix_caching: bool = False
     # the mixture-of-experts kernel (costmodel.model_step.Pricing.moe_kernel): "fused" spans every routed row
     moe_kernel: str = "routed"
+    # the scheduler plans iteration n+1 while iteration n runs (an overlap scheduler): a request that comes while
+    # n runs starts in n+2, where a scheduler that plans each iteration as the last one ends starts it in n+1
+    async_scheduling: bool = False
 
     #: the engine's own name for each setting (its server argument or config key)
     FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
@@ -78,7 +84,9 @@ class EngineConfig:
              "chunked_prefill": {"vllm": "enable_chunked_prefill", "sglang": "chunked_prefill_size",
                                  "trtllm": "enable_chunked_prefill"},
              "prefix_caching": {"vllm": "enable_prefix_caching", "sglang": "disable_radix_cache (inverted)",
-                                "trtllm": "enable_block_reuse"}}
+                                "trtllm": "enable_block_reuse"},
+             "async_scheduling": {"vllm": "async_scheduling", "sglang": "disable_overlap_schedule (inverted)",
+                                  "trtllm": "disable_overlap_scheduler (inverted)"}}
 
     def with_flags(self, **settings) -> EngineConfig:
         """This engine with some settings changed (None: keep the default), each checked."""
@@ -89,7 +97,7 @@ class EngineConfig:
             name = self.FLAGS[key][self.name]
             if key == "memory_fraction":
                 update[key] = checks.number(name, value, most=1.0)
-            elif key in ("chunked_prefill", "prefix_caching"):
+            elif key in ("chunked_prefill", "prefix_caching", "async_scheduling"):
                 checks.flag(name, value)
             else:
                 update[key] = checks.count(name, value)
@@ -102,7 +110,11 @@ class EngineConfig:
                 + ("requests admitted with their whole output reserved" if self.reserve_output else
                    "a request preempted when the cache runs out, "
                    + ("its KV kept in the prefix cache for its return" if self.prefix_caching else
-                      "and recomputed")))
+                      "and recomputed"))
+                + (", each iteration scheduled while the one before runs (a request that comes during iteration n "
+                   "starts in n+2)" if self.async_scheduling else
+                   ", each iteration scheduled as the one before ends (a request that comes during iteration n starts "
+                   "in n+1)"))
 
 
 def _sglang_memory(capacity_bytes: float, tp: int) -> tuple[int, float]:
@@ -139,8 +151,9 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
                             _VLLM, prefix_caching=True, moe_kernel="fused")
     if name == "sglang":
         chunk, fraction = _sglang_memory(capacity_bytes, tp)
-        return EngineConfig("sglang", "0.5", chunk, 4096, fraction, 1, True, False, False, _SGLANG)
-    return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM)
+        return EngineConfig("sglang", "0.5", chunk, 4096, fraction, 1, True, False, False, _SGLANG,
+                            async_scheduling=True)
+    return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM, async_scheduling=True)
 
 
 def default_kv_dtype(name: str, weight_dtype: str | None) -> str | None:

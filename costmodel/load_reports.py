@@ -42,6 +42,7 @@ class EngineSummary(Report):
     page_size: int
     chunked_prefill: bool
     prefix_caching: bool
+    async_scheduling: bool
     mixes_prefill_and_decode: bool
     reserves_output: bool
     iteration_overhead_s: float
@@ -119,7 +120,7 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
         engine=EngineSummary(name=eng.name, version=eng.version, max_num_batched_tokens=eng.max_num_batched_tokens,
                              max_num_seqs=eng.max_num_seqs, memory_fraction=eng.memory_fraction,
                              page_size=eng.page_size, chunked_prefill=eng.chunked_prefill,
-                             prefix_caching=eng.prefix_caching,
+                             prefix_caching=eng.prefix_caching, async_scheduling=eng.async_scheduling,
                              mixes_prefill_and_decode=eng.mixes, reserves_output=eng.reserve_output,
                              iteration_overhead_s=setup.iteration_s, request_overhead_s=setup.request_s,
                              kv_cache_tokens=setup.kv_tokens, kv_cache_bytes_per_token=setup.kv_per_token,

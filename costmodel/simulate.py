@@ -154,6 +154,10 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
     finished = 0
     res = SimResult(np.zeros(n), np.zeros(n), np.zeros(n), np.array(outputs, float), 0, 0, kv_pages=pages_total)
     admitted = 0
+    # when the iteration about to run was scheduled: its own start, or under an overlap scheduler the start of
+    # the iteration before it (None: the engine was idle, and schedules as a request comes)
+    last_start: float | None = None
+    lag = 1 if eng.async_scheduling else 0
 
     def finish(r: _Request) -> None:
         nonlocal free, finished, issued
@@ -168,10 +172,12 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
             issued += 1
 
     while finished < n:
-        while pending and pending[0][0] <= clock:
+        seen = last_start if (lag and last_start is not None) else clock  # the scheduling point
+        while pending and pending[0][0] <= seen:
             waiting.append(reqs[heapq.heappop(pending)[1]])
         if not running and not waiting:
-            clock = pending[0][0]
+            clock = max(clock, pending[0][0])
+            last_start = None
             continue
         decoding = [r for r in running if r.done == r.target]
         prefilling = [r for r in running if r.done < r.target]
@@ -216,9 +222,10 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                 ctx = sum(r.prompt + r.produced for r in decoding)
                 others = table.others_for(len(running), ratio)
                 times = table.decode_run(d, ctx, steps, others) + overhead_s
-                if pending:  # stop at the next arrival
+                if pending:  # stop before the first iteration scheduled after the next arrival
                     ends = clock + np.cumsum(times)
-                    steps = min(steps, int(np.searchsorted(ends, pending[0][0])) + 1)
+                    planned = ends - times if lag else ends  # when each iteration's successor is scheduled
+                    steps = min(steps, int(np.searchsorted(planned, pending[0][0])) + 1)
                     times = times[:steps]
                 for r in decoding:
                     grown = _pages(r.prompt + r.produced + steps, page)
@@ -227,6 +234,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                         r.pages = grown
                     r.produced += steps
                 comm = table.decode_comm(d, others) * steps  # the collectives of these steps
+                last_start = clock + float(times[:-1].sum())
                 clock += float(times.sum())
                 res.decode_s += float(times.sum()) - steps * overhead_s - comm
                 res.comm_s += comm
@@ -283,6 +291,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
         dt = it.total_s + overhead_s
         tokens = len(decode_now) + sum(c for _, c in chunks)
         res.prefill_tokens += tokens - len(decode_now)
+        last_start = clock
         if check:
             if tokens > budget:
                 res.violations.append(f"iteration {res.iterations}: {tokens} tokens > budget {budget}")

@@ -9,7 +9,10 @@ iteration carrying a chunk beside the other decode tokens and ``t_dec`` that of 
 at the mean context ``isl + osl / 2``:
 
     TPOT = f t_mix + (1 - f) t_dec          (a decode token's mean iteration)
-    TTFT = front-end delay + k t_mix + queueing
+    TTFT = front-end delay + k t_mix + queueing (+ t_iter under an overlap scheduler)
+
+An overlap scheduler (TensorRT-LLM's, SGLang's) plans each iteration while the one before runs, so a request
+starts an iteration later than it would under a scheduler that plans each iteration as the last one ends.
 
 An engine that does not mix (SGLang) runs each prompt's ``k`` iterations alone (``t_mix`` is then the prompt's
 chunk by itself) and every decoding sequence waits through the ``B`` prompts that start in its lifetime:
@@ -74,11 +77,15 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             tpot = f * avg + (1 - f) * dec
         else:  # every prompt's own iterations stall the decoding sequences: about b prompts per lifetime
             tpot = dec + b * k * iteration(0, isl, 1, others=others) / max(osl - 1, 1)
-        return tagged, tpot, f
+        return tagged, tpot, f, (tpot if eng.mixes else dec)
 
+    lag = 1 if eng.async_scheduling else 0  # an overlap scheduler starts a request an iteration later
     if concurrency is not None:
         b = min(concurrency, cap)
-        ttft, tpot, f = times(b)
+        ttft, tpot, f, step = times(b)
+        # an engine that does not mix stops decoding for prompts: a request comes while a decode iteration runs
+        # and waits out half of it; an overlap scheduler adds an iteration (at an iteration's end under mixing)
+        ttft += (lag + (0 if eng.mixes else 0.5)) * step
         run = ttft + (osl - 1) * tpot
         rate = b / run
         wait = max(concurrency / rate - run, 0.0) if concurrency > b else 0.0
@@ -88,14 +95,14 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         # open loop: the running count follows Little's law, B = rate x time in the engine
         b = 1.0
         for _ in range(50):
-            ttft, tpot, f = times(min(b, cap))
+            ttft, tpot, f, step = times(min(b, cap))
             b_new = request_rate * (ttft + (osl - 1) * tpot)
             if abs(b_new - b) < 1e-3 * max(b, 1):
                 b = b_new
                 break
             b = 0.5 * b + 0.5 * b_new
         b = min(b, cap)
-        ttft += setup.request_s
+        ttft += setup.request_s + lag * step
         rps = request_rate
     e2e = ttft + (osl - 1) * tpot
     out_tps = rps * osl

@@ -106,7 +106,8 @@ GRID = [("llama-3.1-8b", 1, 8, 1024, 256), ("llama-3.1-8b", 1, 32, 2048, 512), (
 
 
 #: Agreement asked of the closed form: 5% where prefill rides in decode iterations; 8% for SGLang's separate
-#: prefill iterations, whose TTFT the closed form takes without the wait for a decode iteration in flight.
+#: prefill iterations, whose TTFT the closed form takes with half a decode iteration in flight (at 8 clients the
+#: simulation's mean TTFT is 5-7% above it).
 AGREEMENT = {"vllm": 0.05, "trtllm": 0.05, "sglang": 0.08}
 
 
@@ -538,3 +539,42 @@ def test_sglang_sizes_its_memory_from_the_device(h100):
     b200 = engine("sglang", capacity_bytes=180e9, tp=8)  # 171,661 MiB: above 160 GiB, a chunk of 16384
     assert b200.max_num_batched_tokens == 16384
     assert b200.memory_fraction == round((180e9 / 2**20 - (512 + 16384 * 1.5 + 1024 + 1024)) / (180e9 / 2**20), 3)
+
+
+class _EveryIteration:
+    """An iteration table whose every iteration takes ``t`` seconds, whatever it carries."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def others_for(self, running, ratio):
+        return None
+
+    def decode_run(self, d, ctx, steps, others):
+        return np.full(steps, self.t)
+
+    def decode_comm(self, d, others):
+        return 0.0
+
+    def time(self, **kw):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(total_s=self.t, prefill_s=0.0, decode_s=self.t, comm_s=0.0)
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_async_scheduling_by_hand(h100, overlapped):
+    """Two clients, iterations of 1 ms. Requests 0 and 1 start together (first tokens at 1 ms) and request 0's
+    three tokens end at 3 ms, when its client sends request 2. Planned as iteration 3 ends, iteration 4 takes
+    request 2 (its first token at 4 ms: TTFT 1 ms); planned while iteration 3 runs (from 2 ms), iteration 4 cannot,
+    and iteration 5 does (first token at 5 ms: TTFT 2 ms). An idle engine takes a request at once either way."""
+    eng = engine("vllm", capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(
+        async_scheduling=overlapped)
+    res = simulate(_EveryIteration(1e-3), eng, kv_tokens=4096, prompts=np.full(3, 10), outputs=np.array([3, 5, 3]),
+                   concurrency=2, check=True)
+    assert res.violations == []
+    assert res.arrival.tolist() == pytest.approx([0.0, 0.0, 3e-3])
+    assert res.ttft.tolist() == pytest.approx([1e-3, 1e-3, 2e-3 if overlapped else 1e-3])
+    alone = simulate(_EveryIteration(1e-3), eng, kv_tokens=4096, prompts=np.full(3, 10), outputs=np.full(3, 3),
+                     concurrency=1)
+    assert alone.ttft.tolist() == pytest.approx([1e-3] * 3)
