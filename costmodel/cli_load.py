@@ -13,7 +13,7 @@ from costmodel.errors import CostModelError
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
              "prefix_caching", "async_scheduling", "length_dist", "spread", "lengths_file", "evaluator",
-             "expert_parallel", "attention_dp",
+             "expert_parallel", "attention_dp", "replicas",
              "pipeline_parallel", "expert_parallel_size",
              "disaggregated",
              "prefill_tp", "prefill_workers", "prefill_max_num_seqs", "prefill_expert_parallel",
@@ -86,6 +86,9 @@ def engine_options(func):
                      help="with --expert-parallel: attention data parallel over this many groups of --tp devices, "
                           "each an engine with its own requests, the routed experts spread over all of them "
                           "[default: 1]"),
+        click.option("--replicas", type=Positive,
+                     help="data parallel: copies of the deployment behind a router, each with an even share of the "
+                          "clients (or of the request rate) [default: 1]"),
         click.option("--pipeline-parallel-size", "--pp", "--pp-size", "pipeline_parallel", type=Positive,
                      help="pipeline stages of --tp devices each, the layers split among them [default: 1]"),
         click.option("--evaluator", type=choices(("simulation", "steady-state")), default="simulation",
@@ -171,7 +174,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
               warmup_requests=load["warmup_requests"],
               tp=pricing["tp"], expert_parallel=load["expert_parallel"], attention_dp=load["attention_dp"] or 1,
-              pipeline_parallel=load["pipeline_parallel"] or 1, expert_parallel_size=load["expert_parallel_size"],
+              pipeline_parallel=load["pipeline_parallel"] or 1, replicas=load["replicas"] or 1, expert_parallel_size=load["expert_parallel_size"],
               weight_dtype=pricing.get("weight_dtype"), kv_dtype=pricing.get("kv_dtype"),
               timing=pricing.get("timing", "graph"), max_num_batched_tokens=load["max_num_batched_tokens"],
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
@@ -201,7 +204,8 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         ("--block-size", "page_size", None), ("--enable-chunked-prefill", "chunked_prefill", None),
         ("--enable-prefix-caching", "prefix_caching", None), ("--async-scheduling", "async_scheduling", None),
         ("--expert-parallel", "expert_parallel", False),
-        ("--attention-dp", "attention_dp", 1), ("--pipeline-parallel-size", "pipeline_parallel", 1),
+        ("--attention-dp", "attention_dp", 1), ("--replicas", "replicas", 1),
+        ("--pipeline-parallel-size", "pipeline_parallel", 1),
         ("--expert-parallel-size", "expert_parallel_size", None),
         ("--length-dist or --lengths-file", "input_dist", "fixed"))
         if kw[key] != default]

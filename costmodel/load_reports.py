@@ -75,6 +75,7 @@ class LoadPrediction(Report):
     tp: int
     attention_dp: int = 1
     pipeline_parallel: int = 1
+    replicas: int = 1  # data parallel: engines behind a router, each with an even share of the load
     ttft_s: float
     tpot_s: float
     e2e_s: float
@@ -108,7 +109,8 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
     latency statistics, throughput, batch, KV use and time split), with the setup's device, engine and
     assumptions; the means at the top are the statistics' means."""
     m, pr, eng = setup.m, setup.pr, setup.eng
-    dp = pr.dp  # the groups of attention data parallel: one was evaluated, all are reported
+    # the groups of attention data parallel and the replicas: one was evaluated, all are reported
+    dp = pr.dp * setup.replicas
     if dp > 1:
         concurrency = concurrency * dp if concurrency is not None else None
         request_rate = request_rate * dp if request_rate is not None else None
@@ -125,20 +127,24 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
                              iteration_overhead_s=setup.iteration_s, request_overhead_s=setup.request_s,
                              kv_cache_tokens=setup.kv_tokens, kv_cache_bytes_per_token=setup.kv_per_token,
                              source=eng.source),
-        evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp, attention_dp=dp,
+        evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp, attention_dp=pr.dp,
         pipeline_parallel=pr.pp,
         ttft_s=measured["ttft"].mean, tpot_s=measured["tpot"].mean, e2e_s=measured["e2e"].mean,
         ttft_band=ttft_band, tpot_band=tpot_band,
+        replicas=setup.replicas,
         output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp * pr.pp), **measured,
         assumptions=[*assumptions(setup, evaluator, concurrency, request_rate, warmup),
                      served_assumption(ttft_band, pr.hw.id)])
 
 
 def _group_line(setup) -> list[str]:
-    dp = setup.pr.dp
-    return [f"attention data parallel: {dp} engines of {setup.pr.tp} device(s), each with 1/{dp} of the clients "
-            "(or of the request rate) and of the requests; one is evaluated and the throughput counts all"] \
+    dp, replicas = setup.pr.dp, setup.replicas
+    out = [f"attention data parallel: {dp} engines of {setup.pr.tp} device(s), each with 1/{dp} of the clients "
+           "(or of the request rate) and of the requests; one is evaluated and the throughput counts all"] \
         if dp > 1 else []
+    return out + ([f"data parallel: {replicas} replicas of the deployment behind a router, each with 1/{replicas} of "
+                   "the clients (or of the request rate) and of the requests, sharing nothing; one is evaluated and "
+                   "the throughput counts all"] if replicas > 1 else [])
 
 
 def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 0) -> list[str]:

@@ -111,6 +111,7 @@ class Setup:
     def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int,
                  overheads: dict | None = None):
         self.m, self.pr, self.eng = m, pr, eng
+        self.replicas = 1  # copies of the deployment sharing the load (serve sets it)
         dev = pr.slice(m)
         # a pipeline stage holds 1/pp of the layers' weights and of every token's cache (the embeddings and head
         # spread evenly with them: an estimate for the first and last stages)
@@ -203,7 +204,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
           warmup_requests: int = 0,
           tp: int = 1, expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
-          expert_parallel_size: int | None = None,
+          expert_parallel_size: int | None = None, replicas: int = 1,
           weight_dtype: str | None = None,
           kv_dtype: str | None = None, timing: str = "graph",
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
@@ -218,19 +219,23 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     first and are left out of the statistics (aiperf's ``--warmup-request-count``). With ``attention_dp`` groups
     of ``tp`` devices (attention data parallel, experts spread over all of them), each group is an engine with
     an even share of the clients (or of the rate) and of the requests; one is simulated and the report counts
-    all."""
+    all. ``replicas`` copies of the whole deployment behind a router (data parallel) share the load the same way."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
                      request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
     checks.count("attention_dp", attention_dp)
-    if attention_dp > 1:  # one group's share of the load
-        if concurrency is not None and concurrency % attention_dp:
-            raise CostModelError(f"concurrency {concurrency} must be a multiple of attention_dp {attention_dp} "
-                                 "(each group takes an even share of the clients)")
-        concurrency = concurrency // attention_dp if concurrency is not None else None
-        request_rate = request_rate / attention_dp if request_rate is not None else None
-        n, warmup_requests = max(1, n // attention_dp), warmup_requests // attention_dp
+    checks.count("replicas", replicas)
+    for share, what in ((replicas, "replicas"), (attention_dp, "attention_dp")):  # one engine's share of the load
+        if share == 1:
+            continue
+        if concurrency is not None and concurrency % share:
+            raise CostModelError(f"concurrency {concurrency} must be a multiple of {what} {share} "
+                                 f"(each {'replica' if what == 'replicas' else 'group'} takes an even share of the "
+                                 "clients)")
+        concurrency = concurrency // share if concurrency is not None else None
+        request_rate = request_rate / share if request_rate is not None else None
+        n, warmup_requests = max(1, n // share), warmup_requests // share
     eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
         page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching,
@@ -244,6 +249,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
     max_ctx = int(prompts.max() + outputs.max())
     setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads)
+    setup.replicas = replicas
     if evaluator == "steady-state":
         from costmodel.steady import steady_state
 

@@ -38,6 +38,8 @@ def load_table(results: list) -> str:
             devices = f"{p.pipeline_parallel} x {devices} (pipeline)"
         if p.attention_dp > 1:
             devices = f"{p.attention_dp} x {devices} (attention DP)"
+        if p.replicas > 1:
+            devices = f"{p.replicas} x {devices} (replicas)"
         rows.append((devices, p.engine.name, load, _ms(p.ttft_s),
                      _ms(p.ttft.p90), _ms(p.tpot_s), _ms(p.tpot.p90), _ms(p.itl.p99), _ms(p.e2e_s),
                      f"{p.requests_per_s:.3g}", f"{p.output_tokens_per_s_per_device:,.0f}",

@@ -233,7 +233,9 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                   _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm"),
                   _row(id="neg", silicon_ttft_ms="-3"),
                   _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
-                       precision="fp8", gemm_quant_mode="fp8_block")])
+                       precision="fp8", gemm_quant_mode="fp8_block"),
+                  _row(id="rep", silicon_data_source="silicon_concurrency=12"),
+                  _row(id="rep-odd", silicon_data_source="silicon_concurrency=10")])
     out = tmp_path / "out.json"
     r = run_cli("validate", "--serving", str(path), "--json", str(out))
     assert r.exit_code == 0, r.output
@@ -245,9 +247,12 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        "dis-c": "no concurrency",
                        "adp-tp": "attention data parallel without expert parallel over all its devices",
                        "dis-w": "disaggregated without worker counts",
-                       "fp4": "MXFP4 on a GPU with fp4 math", "neg": "bad numbers"}
-    # expert parallel over the tp group is modelled, and disaggregated pools
-    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "dis-ep", "adp", "hyb", "moe"]
+                       "fp4": "MXFP4 on a GPU with fp4 math", "neg": "bad numbers",
+                       "rep-odd": "more clients than the batch, not a whole number of replicas"}
+    # expert parallel over the tp group is modelled, and disaggregated pools, and replicas sharing the clients
+    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "dis-ep", "adp", "hyb", "moe", "rep"]
+    rep = report["rows"][6]["command"]
+    assert rep[rep.index("--replicas") + 1] == "3" and rep[rep.index("--concurrency") + 1] == "12"
     for row in report["rows"]:
         again = run_cli(*row["command"], "--json")
         got = json.loads(again.output)
@@ -578,3 +583,21 @@ def test_async_scheduling_by_hand(h100, overlapped):
     alone = simulate(_EveryIteration(1e-3), eng, kv_tokens=4096, prompts=np.full(3, 10), outputs=np.full(3, 3),
                      concurrency=1)
     assert alone.ttft.tolist() == pytest.approx([1e-3] * 3)
+
+
+@pytest.mark.parametrize("evaluator", ["simulation", "steady-state"])
+def test_replicas_share_the_clients(llama, h100, evaluator):
+    """Four replicas under 32 clients are four copies of one engine under 8: each request's latencies are the same,
+    the throughput four times one's (Little's law: clients = requests/s x end-to-end time, for both), per device
+    the same, and every request counted."""
+    kw = dict(input_len=1024, output_len=128, evaluator=evaluator, engine_name="vllm")
+    one = serve(llama, h100, concurrency=8, **kw)
+    four = serve(llama, h100, concurrency=32, replicas=4, **kw)
+    assert (four.ttft_s, four.tpot_s, four.e2e_s) == (one.ttft_s, one.tpot_s, one.e2e_s)
+    assert four.requests_per_s == pytest.approx(4 * one.requests_per_s)
+    assert four.output_tokens_per_s_per_device == pytest.approx(one.output_tokens_per_s_per_device)
+    assert four.num_requests == 4 * one.num_requests and four.concurrency == 32 and four.replicas == 4
+    assert four.requests_per_s * four.e2e_s == pytest.approx(32, rel=0.1)
+    assert any(a.startswith("data parallel: 4 replicas") for a in four.assumptions)
+    with pytest.raises(CostModelError, match="multiple of replicas 4"):
+        serve(llama, h100, concurrency=30, replicas=4, **kw)

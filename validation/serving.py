@@ -4,8 +4,8 @@ the benchmark client) that costmodel can express is predicted with :func:`costmo
 :func:`costmodel.disagg.serve_disaggregated`); every other row is counted under the reason it cannot be.
 
 A row's prediction is the closed loop of ``silicon_concurrency`` clients (the ``batch_size`` times the attention
-data parallel groups where the source names none; more clients than that means several replicas, which are not
-modelled yet) on ``tp_size`` devices of the row's system under its engine (``backend``), with max_num_seqs set to
+data parallel groups where the source names none; a whole multiple of that is as many replicas behind a router,
+each with an even share of the clients) on ``tp_size`` devices of the row's system under its engine (``backend``), with max_num_seqs set to
 ``batch_size``, its pipeline stages, attention data parallel groups and expert-parallel layout (over the
 tensor-parallel group, over every group's devices, or in groups that shard their experts), the token budget per
 iteration that the row's launcher gives the engine (:func:`dynamo_budget` for engines that aiconfigurator's
@@ -20,7 +20,7 @@ import csv
 import math
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +111,7 @@ class Stage:
     attention_dp: int = 1
     pipeline_parallel: int = 1
     expert_parallel_size: int = 0  # expert-parallel groups within tp, each sharding its experts (0: none)
+    replicas: int = 1  # aggregated: copies of the engine behind a router, the clients shared evenly
 
     def flags(self, role: str) -> list[str]:
         out = [f"--{role}-tp", str(self.tp), f"--{role}-workers", str(self.workers)]
@@ -130,13 +131,15 @@ class Stage:
             out += ["--pipeline-parallel-size", str(self.pipeline_parallel)]
         if self.expert_parallel_size:
             out += ["--expert-parallel-size", str(self.expert_parallel_size)]
+        if self.replicas > 1:
+            out += ["--replicas", str(self.replicas)]
         return out
 
     def serve_args(self) -> dict:
         """The :func:`costmodel.served.serve` arguments of an aggregated row's layout."""
         return dict(tp=self.tp, max_num_seqs=self.batch, expert_parallel=self.expert_parallel,
                     attention_dp=self.attention_dp, pipeline_parallel=self.pipeline_parallel,
-                    expert_parallel_size=self.expert_parallel_size or None)
+                    expert_parallel_size=self.expert_parallel_size or None, replicas=self.replicas)
 
     def pool(self):
         from costmodel.disagg import Pool
@@ -237,8 +240,10 @@ def parse(row: dict) -> Deployment | str:
             conc = int(m.group(1)) if m else (batch * dp if batch else None)
             if not conc or not batch:
                 return "no concurrency"
-            if conc > batch * dp:  # more clients than the engines' batches: the source's replicas share the load
-                return "several replicas (data parallel)"
+            if conc > batch * dp and conc % (batch * dp):
+                return "more clients than the batch, not a whole number of replicas"
+            if conc > batch * dp:  # more clients than the engine's batch: that many replicas share them evenly
+                stages[""] = replace(stages[""], replicas=conc // (batch * dp))
             if conc % dp:
                 return "clients not an even share per attention-data-parallel group"
         else:  # disaggregated: the clients are the load; each pool's batch limit is its workers'
