@@ -131,8 +131,21 @@ def _plan_chart(data: dict):
     if front:
         ax.plot([p["output_tokens_per_s_per_user"] for p in front], [p["output_tokens_per_s_per_device"] for p in front],
                 marker="o", color="#4c72b0", label="the front", gid="front")
+    targets = [f"{name} <= {data[key] * 1e3:g} ms" for key, name in (("ttft_target_s", "TTFT"), ("tpot_target_s", "TPOT"))
+               if data.get(key) is not None]
+    if targets:  # the front's points that miss the targets hollow, the best under them starred
+        missed = [p for p in front if not p.get("meets_targets")]
+        if missed:
+            ax.scatter([p["output_tokens_per_s_per_user"] for p in missed],
+                       [p["output_tokens_per_s_per_device"] for p in missed], s=60, facecolors="white",
+                       edgecolors="#c44e52", zorder=3, label="misses the targets", gid="misses")
+        for p in data.get("best") or []:
+            ax.scatter([p["output_tokens_per_s_per_user"]], [p["output_tokens_per_s_per_device"]], marker="*", s=220,
+                       color="#dd8452", zorder=4, label=f"best under the targets: {p['device']}, {p['layout']}",
+                       gid="best")
     ax.set(xlabel="output tokens/s per user", ylabel="output tokens/s per device",
-           title=f"{data.get('model_name', '')} on {data.get('devices', '')} devices")
+           title=f"{data.get('model_name', '')} on {data.get('devices', '')} devices"
+                 + (f" ({', '.join(targets)})" if targets else ""))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return fig

@@ -53,6 +53,25 @@ def test_page_carries_the_commands_json_table_and_command(tmp_path, args):
     assert not re.search(r'(src|href)="(https?:)?//', page) and "<link" not in page and "@import" not in page
 
 
+def test_the_plan_chart_marks_the_targets(tmp_path):
+    """With targets, the front's points that miss them are drawn hollow, one marker each, and the best layout under
+    them starred: as many of each as the page's JSON holds, and the targets in the chart's title."""
+    out = tmp_path / "plan.html"
+    _run(["plan", "--gpu", "h100", "--model", "llama-3-8b", "--gpus", "2", "--input-len", "512", "--output-len", "64",
+          "--tpot-ms", "8", "--max-concurrency", "16", "--html", str(out)])
+    page = out.read_text(encoding="utf-8")
+    data = json.loads(_between(page, r'<script type="application/json" id="data">(.*?)</script>').replace("<\\/", "</"))
+    missed = sum(not p["meets_targets"] for p in data["front"])
+    assert 0 < missed < len(data["front"]) and len(data["best"]) == 1
+
+    def markers(gid: str) -> int:
+        start = page.index(f'<g id="{gid}">')
+        return page[start:page.index("<g id=", start + 1)].count("<use")
+
+    assert markers("misses") == missed and markers("best") == 1
+    assert "TPOT &lt;= 8 ms" in page
+
+
 def test_html_does_not_go_with_a_sweep_or_a_bad_path(tmp_path):
     out = tmp_path / "r.html"
     result = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--sweep", "context=128:512:x2", "--html", str(out)])
