@@ -33,8 +33,8 @@ _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults
          "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted); mixture-of-experts "
          "layers in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an "
          "expert map marks other devices' experts -1, the Triton kernel writes zeros for their rows, and the "
-         "activation and moe_sum run over every routed row of the batch; vllm/config/scheduler.py async_scheduling False: each "
-         "iteration scheduled after the last one ends")
+         "activation and moe_sum run over every routed row of the batch; vllm/config/scheduler.py async_scheduling "
+         "False: each iteration scheduled after the last one ends")
 _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_settings: chunked_prefill_size 2048 "
            "under 35 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; mem_fraction_static (memory - reserved) / "
            "memory with 512 MiB + 1.5 MiB per chunk token + 2 MiB per CUDA-graph batch (cuda_graph_max_bs 256 at tp "
