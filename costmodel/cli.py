@@ -177,7 +177,8 @@ def hardware_show(name, as_json) -> None:
 @model_options
 @click.option("--model-config", type=FilePath(), help="a Hugging Face config.json to read the model from")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
-@click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA and MQA versions, side by side")
+@click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA, MQA and MLA (DeepSeek-V2's latent of "
+              "4 x head dim) versions, side by side")
 @routing_option
 @engine_options
 @format_option

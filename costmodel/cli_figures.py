@@ -65,7 +65,7 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 @click.option("--csv", "csv_path", type=FilePath(), help="also write the points as CSV")
 @max_points_option
 @model_options
-@click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA and MQA versions, one curve each")
+@click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA, MQA and MLA versions, one curve each")
 def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
                timing, without, out, csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form,
                input_len, output_len, variants, **dims) -> None:

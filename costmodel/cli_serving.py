@@ -23,7 +23,7 @@ MODEL_SWEEP_DIMS = ("batch", "context", "input_len", "output_len")
 def load_layouts(model_name: str, variant: str | None, groups: int | None, kv_heads: int | None,
                  variants: bool = False, routing: str | None = None) -> list:
     """The model (re-priced with ``--kv-heads`` or ``--variant``, its experts routed as ``--routing`` says), and
-    with ``variants`` also its MHA, GQA and MQA versions."""
+    with ``variants`` also its MHA, GQA, MQA and MLA versions."""
     from costmodel.presets import load_model
 
     model = load_model(model_name)
@@ -40,7 +40,7 @@ def load_layouts(model_name: str, variant: str | None, groups: int | None, kv_he
     if variants:
         from costmodel.serving import with_variants
 
-        return with_variants(model)
+        return with_variants(model, latent=True)
     return [model]
 
 

@@ -219,10 +219,11 @@ def largest_batch(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output
                          memory_batch=limit, request=at, cost_per_million_tokens=cost)
 
 
-def with_variants(m: ModelPreset) -> list[ModelPreset]:
-    """The model as given, then its MHA, GQA and MQA versions that differ from it."""
+def with_variants(m: ModelPreset, latent: bool = False) -> list[ModelPreset]:
+    """The model as given, then its MHA, GQA and MQA versions that differ from it (``latent``: and its MLA
+    version, DeepSeek-V2's latent of 4 x head dim)."""
     layouts = [m]
-    for v in SIDE_BY_SIDE:
+    for v in SIDE_BY_SIDE + (("mla",) if latent else ()):
         other = m.with_variant(v)
         if all(o.attention_label != other.attention_label for o in layouts):
             layouts.append(other)

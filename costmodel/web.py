@@ -137,6 +137,7 @@ iframe { width: 100%; height: 80vh; border: 1px solid #ccc; margin-top: 1em; }
 <option>fp8</option><option>fp8_block</option><option>nvfp4</option></select></label>
 <label>TPOT target (ms) <input name="tpot-ms" type="number" min="0" step="any"></label>
 <label>TTFT target (ms) <input name="ttft-ms" type="number" min="0" step="any"></label>
+<label>MHA, GQA, MQA and MLA side by side (predict) <input name="variants" type="checkbox"></label>
 <button type="submit">show</button>
 </form>
 <p id="error"></p>
@@ -148,6 +149,7 @@ for (const [key, value] of params) {
   const field = form.elements[key];
   if (!field) continue;
   if (field.multiple) { for (const o of field.options) if (o.value === value) o.selected = true; }
+  else if (field.type === 'checkbox') field.checked = true;
   else field.value = value;
 }
 form.addEventListener('submit', (event) => {
@@ -156,6 +158,7 @@ form.addEventListener('submit', (event) => {
   for (const field of form.elements) {
     if (!field.name) continue;
     if (field.multiple) { for (const o of field.selectedOptions) query.append(field.name, o.value); }
+    else if (field.type === 'checkbox') { if (field.checked) query.append(field.name, ''); }
     else if (field.value !== '') query.append(field.name, field.value);
   }
   window.location.search = query.toString();

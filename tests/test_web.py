@@ -153,3 +153,21 @@ def test_a_browser_shows_the_clis_numbers_for_the_state_in_its_link(tmp_path):
         server.should_exit = True
         thread.join(timeout=10)
     assert shown[0] != shown[1]  # the two devices' numbers differ: the page shows the one its link names
+
+
+def test_the_variants_side_by_side(client):
+    """A bare flag (``variants=``) is the command line's ``--variants``: the model and its MHA, GQA, MQA and MLA
+    versions; the MLA row caches its latent and rotary key, (512 + 64) x 32 layers x 2 bytes = 36,864 bytes a token
+    for Llama 3 8B, at batch 16 over the 4,096 cached positions and the step's own."""
+    got = client.get("/api/predict?gpu=h100&model=llama-3-8b&variants=")
+    assert got.status_code == 200
+    rows = got.json()
+    assert rows == json.loads(CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b",
+                                                        "--variants", "--json"]).output)
+    labels = [r["model"]["attention"] for r in rows]
+    assert labels[0] == "GQA (g=8)" and {"MHA (g=32)", "MQA (g=1)", "MLA (latent 512 + rotary 64)"} <= set(labels)
+    mla = rows[labels.index("MLA (latent 512 + rotary 64)")]
+    assert mla["memory"]["kv_cache_bytes_per_device"] == 36_864 * 16 * 4097
+    # the page's checkbox puts the bare flag in the URL and reads it back
+    page = client.get("/").text
+    assert 'name="variants" type="checkbox"' in page and "field.checked = true" in page
