@@ -114,6 +114,11 @@ def load_all() -> list[HardwareProfile]:
     return list(_load_all())
 
 
+def is_listed(name: str) -> bool:
+    """Whether ``name`` is a shipped profile's id or alias (not a path)."""
+    return _key(name) in _index()
+
+
 def load_profile(name: str) -> HardwareProfile:
     """A profile by id or alias (case-insensitive, ``-`` or ``_``), or from a path to a YAML file."""
     from costmodel.checks import text

@@ -227,6 +227,11 @@ def _files() -> dict[str, object]:
     return index
 
 
+def is_preset(name: str) -> bool:
+    """Whether ``name`` is a preset's id or alias (not a path)."""
+    return name.lower().replace("_", "-") in _files()
+
+
 def preset_ids() -> list[str]:
     return sorted(f.name.removesuffix(".yaml") for f in resources.files(PACKAGE).iterdir() if f.name.endswith(".yaml"))
 

@@ -3,8 +3,10 @@
 The page computes nothing and holds no model of its own: ``GET /api/<command>?<option>=<value>`` runs ``costmodel
 <command> --<option> <value> ... --json`` in this process and answers exactly what it prints (an option repeated in
 the query is repeated on the command line; ``flag=`` or ``flag=true`` gives a bare flag), and
-``GET /report/<command>?...`` answers the command's self-contained ``--html`` page. A bad option answers the
-command's own ``Error:`` text with status 400. The page's state is its URL: a link reproduces the view. Every
+``GET /report/<command>?...`` answers the command's self-contained ``--html`` page. A model or device is one the
+package ships (never a path on the serving machine); a model of one's own comes as ``config=<a config.json's
+text>``, written to a private folder for that request only. A bad option answers the command's own ``Error:`` text
+with status 400. The page's state is its URL: a link reproduces the view. Every
 script and style is inline; nothing is fetched from anywhere. It needs the ``web`` extra (Starlette, and Uvicorn to
 listen): ``pip install "costmodel[web]"``.
 """
@@ -19,6 +21,8 @@ COMMANDS = ("predict", "capacity", "plan", "derive")
 PAGES = ("predict", "capacity", "plan")
 #: Options that name files or choose the output: the API chooses its own output and writes no file.
 NOT_OVER_THE_WEB = ("json", "html", "format", "out", "csv", "plot", "model-config", "save-profile")
+#: The longest config.json the page takes pasted (a large model's is a few kB).
+MAX_CONFIG_BYTES = 32 * 1024
 #: The command line runs one call at a time (it prints to this process's standard output).
 _LOCK = threading.Lock()
 
@@ -33,10 +37,47 @@ def arguments(command: str, query, known=COMMANDS) -> list[str]:
     for key, value in query:
         if key in NOT_OVER_THE_WEB:
             raise CostModelError(f"--{key} does not go over the web: the API answers JSON and /report/ the page")
+        _shipped(key, value)
         args.append(f"--{key}")
         if value not in ("", "true"):
             args.append(value)
     return args
+
+
+def _shipped(key: str, value: str) -> None:
+    """Over the web a model or a device is one the package ships, never a path on this machine (a model of one's own
+    is pasted as ``config``)."""
+    from costmodel.catalog import is_listed
+    from costmodel.errors import CostModelError
+    from costmodel.presets import is_preset
+
+    if key == "model" and not is_preset(value):
+        raise CostModelError(f"model {value!r} is no preset id or alias; over the web a model of one's own is a pasted "
+                             "config.json (config=<its text>), never a path")
+    if key == "gpu" and not is_listed(value):
+        raise CostModelError(f"gpu {value!r} is no profile id or alias (`costmodel hardware list`); over the web a "
+                             "device is never a path")
+
+
+def pasted(query, folder: str) -> tuple[list, list[str]]:
+    """(the query without its pasted ``config``, the arguments naming it): the config.json's text written as
+    ``folder``/pasted/config.json; CostModelError when it is too long or comes with a model as well."""
+    from pathlib import Path
+
+    from costmodel.errors import CostModelError
+
+    texts = [v for k, v in query if k == "config"]
+    rest = [(k, v) for k, v in query if k != "config"]
+    if not texts or not texts[0].strip():
+        return rest, []
+    if len(texts) > 1 or any(k == "model" for k, _ in rest):
+        raise CostModelError("give one model: a preset (model=...) or a pasted config.json (config=...)")
+    if len(texts[0].encode("utf-8")) > MAX_CONFIG_BYTES:
+        raise CostModelError(f"a pasted config.json of more than {MAX_CONFIG_BYTES // 1024} kB")
+    path = Path(folder) / "pasted" / "config.json"
+    path.parent.mkdir()
+    path.write_text(texts[0], encoding="utf-8")
+    return rest, ["--model", str(path)]
 
 
 def run(cli, args: list[str]) -> tuple[int, str]:
@@ -59,13 +100,17 @@ def app(cli):
     from costmodel.errors import CostModelError
 
     def answer(request, output: str) -> Response:
-        try:
-            args = arguments(request.path_params["command"], request.query_params.multi_items(),
-                             COMMANDS if output == "json" else PAGES)
-        except CostModelError as err:
-            return PlainTextResponse(f"Error: {err}\n", status_code=400)
-        extra = ["--json"] if output == "json" else ["--html", "-"]
-        code, text = run(cli, args + extra)
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:  # a pasted config.json lives for this request only
+            try:
+                query, config = pasted(request.query_params.multi_items(), folder)
+                args = arguments(request.path_params["command"], query,
+                                 COMMANDS if output == "json" else PAGES) + config
+            except CostModelError as err:
+                return PlainTextResponse(f"Error: {err}\n", status_code=400)
+            extra = ["--json"] if output == "json" else ["--html", "-"]
+            code, text = run(cli, args + extra)
         if code != 0:
             return PlainTextResponse(text if text.startswith("Error:") else f"Error: {text}", status_code=400)
         if output == "json":
@@ -124,6 +169,8 @@ iframe { width: 100%; height: 80vh; border: 1px solid #ccc; margin-top: 1em; }
 </select></label>
 <label>devices <select name="gpu" multiple size="4">{{devices}}</select></label>
 <label>model <input name="model" list="models" placeholder="llama-3-8b"><datalist id="models">{{models}}</datalist></label>
+<label>or its config.json, pasted <textarea name="config" rows="2" cols="28"
+placeholder='{"hidden_size": 4096, ...}'></textarea></label>
 <label>tensor parallel <input name="tp" type="number" min="1"></label>
 <label>GPUs to place it on (plan) <input name="gpus" type="number" min="1"></label>
 <label>engine <select name="engine"><option value="">(none: one step)</option><option>vllm</option>

@@ -67,7 +67,11 @@ def test_a_report_is_the_commands_page(client):
 
 
 @pytest.mark.parametrize("path,query,expected", [
-    ("/api/predict", [("gpu", "nosuchgpu")], "unknown hardware 'nosuchgpu'"),
+    ("/api/predict", [("gpu", "nosuchgpu")], "gpu 'nosuchgpu' is no profile id or alias"),
+    ("/api/predict", [("gpu", "hardware_profiles/h100_sxm.yaml")], "never a path"),
+    ("/api/predict", [("gpu", "h100"), ("model", "/etc/passwd")], "never a path"),
+    ("/api/predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("config", "{}")], "give one model"),
+    ("/api/predict", [("gpu", "h100"), ("config", "x" * 40000)], "more than 32 kB"),
     ("/api/predict", [("gpu", "a100"), ("batch", "-3")], "-3"),
     ("/api/predict", [("gpu", "a100"), ("no-such-option", "1")], "No such option"),
     ("/api/predict", [("gpu", "a100"), ("out", "/etc/passwd")], "does not go over the web"),
@@ -171,3 +175,36 @@ def test_the_variants_side_by_side(client):
     # the page's checkbox puts the bare flag in the URL and reads it back
     page = client.get("/").text
     assert 'name="variants" type="checkbox"' in page and "field.checked = true" in page
+
+
+#: A config.json as Hugging Face publishes Llama 3 8B's (meta-llama/Meta-Llama-3-8B), the keys the model is read from.
+LLAMA_3_8B_CONFIG = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                     "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256, "rms_norm_eps": 1e-05,
+                     "rope_theta": 500000.0, "tie_word_embeddings": False, "hidden_act": "silu",
+                     "architectures": ["LlamaForCausalLM"], "model_type": "llama"}
+
+
+def test_a_pasted_config_is_the_command_line_on_that_file(client, tmp_path, monkeypatch):
+    """``config=<text>`` prices the model the text describes, as ``--model FILE`` does on a file of that text (the
+    only difference the file's own path in the source line), and it is the preset's model: the same parameters and
+    step time as llama-3-8b; nothing of it stays on disk."""
+    import re
+    import tempfile
+
+    text = json.dumps(LLAMA_3_8B_CONFIG)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the request's private folder goes
+    got = client.get("/api/predict", params=[("gpu", "h100"), ("config", text), ("batch", "8")])
+    assert got.status_code == 200, got.text
+    file = tmp_path / "pasted" / "config.json"
+    file.parent.mkdir()
+    file.write_text(text)
+    want = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", str(file), "--batch", "8", "--json"])
+    unpathed = lambda s: re.sub(r"\S*/pasted/config\.json", "pasted/config.json", s)  # noqa: E731
+    assert json.loads(unpathed(got.text)) == json.loads(unpathed(want.output))
+    preset = json.loads(CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--batch", "8",
+                                                  "--json"]).output)
+    assert got.json()["model"]["params"] == preset["model"]["params"]
+    assert got.json()["decode"]["time_s"] == pytest.approx(preset["decode"]["time_s"], rel=1e-9)
+    assert list(scratch.iterdir()) == []  # the request's folder is gone
