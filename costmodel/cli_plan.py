@@ -65,11 +65,39 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
         from costmodel.plots import draw_plan, save
 
         save(draw_plan(result), plot_path, data=result.model_dump(mode="json"))
-    emit(fmt, [result.model_dump(mode="json")], [p.model_dump(mode="json") for p in result.front],
-         lambda: str(result), single=True)
+    given = dict(model=model_name, input_len=input_len, output_len=output_len, engine=engine_name,
+                 weight_dtype=weight_dtype, kv_dtype=kv_dtype, routing=routing)
+    dumped = result.model_dump(mode="json")
+    for point in dumped["front"] + dumped["best"]:
+        point["command"] = point_command(point, **given)
+    emit(fmt, [dumped], dumped["front"], lambda: str(result), single=True)
     if plot_path is not None and fmt == "table":
         for line in wrote(plot_path):
             click.echo(line)
 
 
-__all__ = ["plan"]
+def point_command(point: dict, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype,
+                  kv_dtype, routing) -> list[str]:
+    """The ``costmodel predict`` arguments that price one of a plan's points alone: its layout on its device under
+    its clients (every replica's, with ``--replicas``), the same numbers as the plan's."""
+    cmd = ["predict", "--gpu", point["device"], "--model", model, "--engine", engine, "--concurrency",
+           str(point["concurrency"]), "--input-len", str(input_len), "--output-len", str(output_len)]
+    if point["mode"] == "agg":
+        cmd += ["--tp", str(point["tp"])]
+        cmd += ["--replicas", str(point["replicas"])] if point["replicas"] > 1 else []
+        cmd += ["--expert-parallel"] if point["expert_parallel"] else []
+        cmd += ["--attention-dp", str(point["attention_dp"])] if point["attention_dp"] > 1 else []
+        cmd += ["--pipeline-parallel-size", str(point["pipeline_parallel"])] if point["pipeline_parallel"] > 1 else []
+    else:
+        cmd += ["--disaggregated", "--prefill-tp", str(point["prefill_tp"]), "--prefill-workers",
+                str(point["prefill_workers"]), "--decode-tp", str(point["decode_tp"]), "--decode-workers",
+                str(point["decode_workers"])]
+        cmd += ["--prefill-expert-parallel"] if point["expert_parallel"] and point["prefill_tp"] > 1 else []
+        cmd += ["--decode-expert-parallel"] if point["expert_parallel"] else []
+        cmd += ["--decode-attention-dp", str(point["decode_attention_dp"])] if point["decode_attention_dp"] > 1 else []
+    for flag, value in (("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype), ("--routing", routing)):
+        cmd += [flag, value] if value is not None else []
+    return cmd
+
+
+__all__ = ["plan", "point_command"]

@@ -187,14 +187,42 @@ def charts(data) -> list[str]:
     return out
 
 
+def _query(argv: list[str]) -> str:
+    """A command's arguments as the web page's query (``command=...&option=value``, a bare flag as ``flag=``)."""
+    from urllib.parse import urlencode
+
+    pairs, rest = [("command", argv[0])], argv[1:]
+    for i, arg in enumerate(rest):
+        if arg.startswith("--"):
+            value = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else ""
+            pairs.append((arg[2:], value))
+    return urlencode(pairs)
+
+
+def _points(data) -> str:
+    """A plan's front, point by point, each with the command that prices it alone (a link on the web page)."""
+    items = data if isinstance(data, list) else [data]
+    rows = [p for item in items if isinstance(item, dict) for p in item.get("front") or [] if p.get("command")]
+    if not rows:
+        return ""
+    lines = "\n".join(
+        f"<li>{html.escape(p['device'])}, {html.escape(p['layout'])}, {p['concurrency']} clients: TTFT "
+        f"{p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, {p['output_tokens_per_s_per_device']:,.0f} "
+        f"tokens/s per device: <code class=\"point\" data-query=\"{html.escape(_query(p['command']))}\">"
+        f"{html.escape(shlex.join(['costmodel', *p['command']]))}</code></li>" for p in rows)
+    return f"<h2>The front, point by point</h2>\n<ul>\n{lines}\n</ul>"
+
+
 def page(title: str, argv: list[str], table: str, data) -> str:
-    """The whole page: title, the command (and a button to copy it), the charts, the table, the JSON."""
+    """The whole page: title, the command (and a button to copy it), the charts, a plan's points with their own
+    commands, the table, the JSON."""
     link, shown = _data(data, "JSON")
     figures = "\n".join(f'<div class="figure">{svg}</div>' for svg in charts(data))
     return _document(title, f"""<p>{_command(argv, "The same numbers print with")}
 {link}</p>
 <h2>Charts</h2>
 {figures or '<p>(no chart for this prediction)</p>'}
+{_points(data)}
 <h2>Table</h2>
 <pre id="table">{html.escape(table)}</pre>
 <h2>JSON</h2>

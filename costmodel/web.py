@@ -210,6 +210,16 @@ form.addEventListener('submit', (event) => {
   }
   window.location.search = query.toString();
 });
+const report = document.getElementById('report');
+report.addEventListener('load', () => {  // a plan's points open their own prediction
+  for (const code of report.contentDocument.querySelectorAll('code.point')) {
+    const a = report.contentDocument.createElement('a');
+    a.href = '/?' + code.dataset.query;
+    a.target = '_top';
+    code.replaceWith(a);
+    a.appendChild(code);
+  }
+});
 async function show() {
   const command = params.get('command') || 'predict';
   const query = new URLSearchParams(params);
@@ -217,7 +227,7 @@ async function show() {
   if (![...query.keys()].length) return;
   const response = await fetch('/report/' + command + '?' + query.toString());
   const text = await response.text();
-  if (response.ok) { document.getElementById('report').srcdoc = text; }
+  if (response.ok) { report.srcdoc = text; }
   else { document.getElementById('error').textContent = text; }
 }
 show();

@@ -100,3 +100,20 @@ def test_plan_command(run_cli, tmp_path):
     r = run_cli("plan", "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "2", "--input-len", "512",
                 "--output-len", "32", "--plot", str(big))
     assert r.exit_code != 0 and "no layout" in r.output and not big.exists()
+
+
+def test_every_front_point_carries_the_command_that_prices_it_alone(run_cli):
+    """Each point of the front (aggregated with replicas, disaggregated pools, one tensor-parallel group) and the best
+    under the targets name the ``costmodel predict`` arguments of that layout under its clients; run, they print the
+    point's TTFT and TPOT."""
+    r = run_cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "4", "--input-len", "1024",
+                "--output-len", "64", "--max-concurrency", "16", "--tpot-ms", "8", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    commands = [" ".join(p["command"]) for p in got["front"]]
+    assert any("--replicas" in c for c in commands) and any("--disaggregated" in c for c in commands)
+    for point in got["front"] + got["best"]:
+        again = run_cli(*point["command"], "--json")
+        assert again.exit_code == 0, again.output
+        alone = json.loads(again.output)
+        assert (alone["ttft_s"], alone["tpot_s"]) == (point["ttft_s"], point["tpot_s"])

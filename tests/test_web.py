@@ -116,11 +116,10 @@ def test_two_hundred_requests_at_once(client):
     assert all(r.json() == expected[tuple(q)] for q, r in answers)
 
 
-def test_a_browser_shows_the_clis_numbers_for_the_state_in_its_link(tmp_path):
-    """A real Chromium (headless, nothing but this machine reachable) opens the page with a device and a model in
-    its link, and then with another device: each time the report in the page shows the numbers `costmodel
-    predict` prints for them (skipped where no chromium is installed)."""
-    import re
+@pytest.fixture
+def browse(tmp_path):
+    """A real Chromium (headless, nothing but this machine reachable) against the app served on a free local port:
+    ``browse(path_and_query)`` is the page's DOM once its scripts ran (skipped where no chromium is installed)."""
     import shutil
     import socket
     import subprocess
@@ -137,26 +136,61 @@ def test_a_browser_shows_the_clis_numbers_for_the_state_in_its_link(tmp_path):
     server = uvicorn.Server(uvicorn.Config(app(main), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
+    for _ in range(100):
+        if server.started:
+            break
+        time.sleep(0.05)
+    runs = iter(range(1000))
+
+    def dom(path: str) -> str:
+        return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                               "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                               f"--user-data-dir={tmp_path / f'profile{next(runs)}'}", "--virtual-time-budget=20000",
+                               "--dump-dom", f"http://127.0.0.1:{port}{path}"],
+                              capture_output=True, text=True, timeout=120).stdout
+
+    yield dom
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _tpot(args: list[str]) -> str:
+    """The TPOT ``costmodel`` prints for ``args``, as printed."""
+    import re
+
+    return re.search(r"TPOT (\S+ \S+)", CliRunner().invoke(main, args).output).group(1)
+
+
+def test_a_browser_shows_the_clis_numbers_for_the_state_in_its_link(browse):
+    """The page opened with a device and a model in its link, and then with another device: each time the report
+    in the page shows the numbers `costmodel predict` prints for them."""
     shown = []
-    try:
-        for _ in range(100):
-            if server.started:
-                break
-            time.sleep(0.05)
-        for gpu in ("h100", "a100"):
-            url = f"http://127.0.0.1:{port}/?command=predict&gpu={gpu}&model=llama-3-8b"
-            dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                                  f"--user-data-dir={tmp_path / gpu}", "--virtual-time-budget=20000", "--dump-dom",
-                                  url], capture_output=True, text=True, timeout=120).stdout
-            printed = CliRunner().invoke(main, ["predict", "--gpu", gpu, "--model", "llama-3-8b"]).output
-            tpot = re.search(r"TPOT (\S+ \S+)", printed).group(1)
-            assert f"TPOT {tpot}" in dom, (gpu, tpot)
-            shown.append(tpot)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    for gpu in ("h100", "a100"):
+        tpot = _tpot(["predict", "--gpu", gpu, "--model", "llama-3-8b"])
+        assert f"TPOT {tpot}" in browse(f"/?command=predict&gpu={gpu}&model=llama-3-8b"), (gpu, tpot)
+        shown.append(tpot)
     assert shown[0] != shown[1]  # the two devices' numbers differ: the page shows the one its link names
+
+
+def test_a_plans_points_open_their_own_prediction(client, browse):
+    """A plan's report names, for each point of its front, the query of the prediction that prices it alone; the
+    page opened at that query shows the point's own numbers, as its command prints them."""
+    import html
+    import re
+    from urllib.parse import parse_qsl
+
+    report = client.get("/report/plan", params=[("gpu", "h100"), ("model", "llama-3-8b"), ("gpus", "2"),
+                                                ("input-len", "512"), ("output-len", "64"),
+                                                ("max-concurrency", "16")]).text
+    queries = [html.unescape(q) for q in re.findall(r'<code class="point" data-query="([^"]+)"', report)]
+    assert queries and all(q.startswith("command=predict&") for q in queries)
+    query = queries[-1]  # the front's last point: the most clients
+    args = ["predict"]
+    for key, value in parse_qsl(query, keep_blank_values=True)[1:]:
+        args += [f"--{key}", *([value] if value else [])]
+    tpot = _tpot(args)
+    assert f"TPOT {tpot}" in browse("/?" + query)
+    assert "report.contentDocument.querySelectorAll('code.point')" in client.get("/").text
 
 
 def test_the_variants_side_by_side(client):
