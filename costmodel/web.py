@@ -111,6 +111,8 @@ def app(cli):
                 return PlainTextResponse(f"Error: {err}\n", status_code=400)
             extra = ["--json"] if output == "json" else ["--html", "-"]
             code, text = run(cli, args + extra)
+            if config:  # the private folder means nothing to the reader
+                text = text.replace(config[1], "pasted config.json")
         if code != 0:
             return PlainTextResponse(text if text.startswith("Error:") else f"Error: {text}", status_code=400)
         if output == "json":

@@ -72,6 +72,7 @@ def test_a_report_is_the_commands_page(client):
     ("/api/predict", [("gpu", "h100"), ("model", "/etc/passwd")], "never a path"),
     ("/api/predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("config", "{}")], "give one model"),
     ("/api/predict", [("gpu", "h100"), ("config", "x" * 40000)], "more than 32 kB"),
+    ("/api/predict", [("gpu", "h100"), ("config", "not json")], "Error: pasted config.json: not valid JSON"),
     ("/api/predict", [("gpu", "a100"), ("batch", "-3")], "-3"),
     ("/api/predict", [("gpu", "a100"), ("no-such-option", "1")], "No such option"),
     ("/api/predict", [("gpu", "a100"), ("out", "/etc/passwd")], "does not go over the web"),
