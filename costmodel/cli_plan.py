@@ -70,6 +70,7 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
     dumped = result.model_dump(mode="json")
     for point in dumped["front"] + dumped["best"]:
         point["command"] = point_command(point, **given)
+        point["step_command"] = step_command(point, m, **given)
     emit(fmt, [dumped], dumped["front"], lambda: str(result), single=True)
     if plot_path is not None and fmt == "table":
         for line in wrote(plot_path):
@@ -100,4 +101,22 @@ def point_command(point: dict, *, model: str, input_len: int, output_len: int, e
     return cmd
 
 
-__all__ = ["plan", "point_command"]
+def step_command(point: dict, m, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype,
+                 kv_dtype, routing) -> list[str] | None:
+    """The ``costmodel predict`` arguments of one decode step of an aggregated point's engine: each replica's
+    clients decoding at the mean context (prompt + half the output), the cache in the engine's dtype; its ops, what
+    binds each and the assumptions. None where a step is not one tensor-parallel group's (a mixture of experts,
+    attention data parallel, pipeline stages, disaggregated pools)."""
+    from costmodel.served import checkpoint_kv_dtype
+
+    if point["mode"] != "agg" or m.moe is not None or point["attention_dp"] > 1 or point["pipeline_parallel"] > 1:
+        return None
+    cmd = ["predict", "--gpu", point["device"], "--model", model, "--tp", str(point["tp"]), "--batch",
+           str(point["concurrency"] // point["replicas"]), "--context", str(input_len + output_len // 2)]
+    kv = kv_dtype or checkpoint_kv_dtype(m, engine, weight_dtype)
+    for flag, value in (("--weight-dtype", weight_dtype), ("--kv-dtype", kv), ("--routing", routing)):
+        cmd += [flag, value] if value is not None else []
+    return cmd
+
+
+__all__ = ["plan", "point_command", "step_command"]

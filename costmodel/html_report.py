@@ -209,7 +209,10 @@ def _points(data) -> str:
         f"<li>{html.escape(p['device'])}, {html.escape(p['layout'])}, {p['concurrency']} clients: TTFT "
         f"{p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, {p['output_tokens_per_s_per_device']:,.0f} "
         f"tokens/s per device: <code class=\"point\" data-query=\"{html.escape(_query(p['command']))}\">"
-        f"{html.escape(shlex.join(['costmodel', *p['command']]))}</code></li>" for p in rows)
+        f"{html.escape(shlex.join(['costmodel', *p['command']]))}</code>"
+        + (f"; its decode step: <code class=\"point\" data-query=\"{html.escape(_query(p['step_command']))}\">"
+           f"{html.escape(shlex.join(['costmodel', *p['step_command']]))}</code>" if p.get("step_command") else "")
+        + "</li>" for p in rows)
     return f"<h2>The front, point by point</h2>\n<ul>\n{lines}\n</ul>"
 
 

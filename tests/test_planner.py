@@ -117,3 +117,31 @@ def test_every_front_point_carries_the_command_that_prices_it_alone(run_cli):
         assert again.exit_code == 0, again.output
         alone = json.loads(again.output)
         assert (alone["ttft_s"], alone["tpot_s"]) == (point["ttft_s"], point["tpot_s"])
+
+
+def test_a_points_decode_step_is_its_engines_decode_iteration(run_cli):
+    """An aggregated point's ``step_command`` prices one decode step of each replica's clients at the mean context:
+    the same time (within the iteration table's interpolation) as the served engine's decode-only iteration of that
+    batch and context, which the simulation interpolates from its grid."""
+    from costmodel.engines import engine
+    from costmodel.model_step import pricing
+    from costmodel.served import Setup
+
+    r = run_cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2", "--input-len", "1024",
+                "--output-len", "128", "--max-concurrency", "32", "--json")
+    got = json.loads(r.output)
+    m, hw = costmodel.load_model("llama-3.1-8b"), costmodel.load_profile("h100")
+    checked = 0
+    for point in got["front"]:
+        if point["step_command"] is None:
+            assert point["mode"] != "agg"
+            continue
+        step = json.loads(run_cli(*point["step_command"], "--json").output)
+        batch, context = point["concurrency"] // point["replicas"], 1024 + 64
+        assert step["workload"]["batch"] == batch and step["workload"]["context"] == context
+        eng = engine("vllm", capacity_bytes=hw.engine_memory, device_name=hw.name, tp=point["tp"])
+        table = Setup(m, pricing(m, hw, tp=point["tp"]), eng, max_context=1024 + 128).table
+        iteration = float(table.decode_run(batch, batch * context, 1, None)[0])
+        assert step["decode"]["time_s"] == pytest.approx(iteration, rel=0.01), point["layout"]
+        checked += 1
+    assert checked >= 3
