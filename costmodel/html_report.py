@@ -151,6 +151,31 @@ def _plan_chart(data: dict):
     return fig
 
 
+def _roofline_chart(item: dict):
+    """A model step's ops on the device's roofline: each op at its arithmetic intensity (FLOPs per byte) and the
+    rate its predicted time gives (FLOPs per second), under the datasheet's roof min(peak, bandwidth x intensity)."""
+    import numpy as np
+
+    plt = _pyplot()
+    hw = item["hardware"]
+    ops = [o for o in item["decode"]["ops"] if o["flops"] > 0 and o["bytes"] > 0 and o["time_s"] > 0]
+    fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
+    intensity = [o["flops"] / o["bytes"] for o in ops]
+    lo, hi = min(intensity + [1.0]) / 2, max(intensity + [hw["ridge_point_flops_per_byte"]]) * 2
+    x = np.geomspace(lo, hi, 200)
+    ax.plot(x, np.minimum(hw["peak_flops_per_s"], hw["memory_bandwidth_bytes_per_s"] * x), color="black",
+            label=f"roof: {hw['dtype']} peak, memory bandwidth", gid="roofline")
+    ax.scatter(intensity, [o["flops"] / o["time_s"] for o in ops], color="#4c72b0", zorder=3,
+               label="each op at its predicted time", gid="roofline_ops")
+    for o, i in zip(ops, intensity):
+        ax.annotate(o["name"], (i, o["flops"] / o["time_s"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOPs per byte)", ylabel="FLOPs per second",
+           title=f"{hw['id']}: {item['model']['name']} decode step, per device")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def _band(row: dict) -> tuple[float | None, float | None]:
     band = row.get("band")
     return (band["low_s"], band["high_s"]) if band else (None, None)
@@ -178,6 +203,7 @@ def charts(data) -> list[str]:
         elif "decode" in item and "ops" in item["decode"]:
             rows = [(f"{o['section']}: {o['name']}", o["time_s"], *_band(o)) for o in item["decode"]["ops"]]
             out.append(_svg(_op_chart(f"{item['hardware']['id']}: {item['model']['name']} decode step", rows)))
+            out.append(_svg(_roofline_chart(item)))
         elif "ttft_s" in item and ("tpot_s" in item or "tpot_mean_s" in item):
             tpot = "tpot_s" if "tpot_s" in item else "tpot_mean_s"
             rows = [(name, item[value], *_band({"band": item.get(band)}))

@@ -72,6 +72,22 @@ def test_the_plan_chart_marks_the_targets(tmp_path):
     assert "TPOT &lt;= 8 ms" in page
 
 
+@pytest.mark.parametrize("gpu,batch", [("h100", "8"), ("a100", "256"), ("b200", "64")])
+def test_a_model_step_page_puts_its_ops_on_the_roofline(tmp_path, gpu, batch):
+    """A model step's page draws each op with FLOPs and bytes on the device's roofline, one marker each; and no op's
+    predicted time beats the datasheet's roof (FLOPs / time <= min(peak, bandwidth x FLOPs per byte), bf16)."""
+    out = tmp_path / "step.html"
+    _run(["predict", "--gpu", gpu, "--model", "llama-3-8b", "--batch", batch, "--html", str(out)])
+    page = out.read_text(encoding="utf-8")
+    data = json.loads(_between(page, r'<script type="application/json" id="data">(.*?)</script>').replace("<\\/", "</"))
+    hw, ops = data["hardware"], [o for o in data["decode"]["ops"] if o["flops"] > 0 and o["bytes"] > 0]
+    start = page.index('<g id="roofline_ops">')
+    assert page[start:page.index("<g id=", start + 1)].count("<use") == len(ops) and '<g id="roofline">' in page
+    for o in ops:
+        roof = min(hw["peak_flops_per_s"], hw["memory_bandwidth_bytes_per_s"] * o["flops"] / o["bytes"])
+        assert o["flops"] / o["time_s"] <= roof * (1 + 1e-9), o["name"]
+
+
 def test_html_does_not_go_with_a_sweep_or_a_bad_path(tmp_path):
     out = tmp_path / "r.html"
     result = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--sweep", "context=128:512:x2", "--html", str(out)])
