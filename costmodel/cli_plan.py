@@ -60,17 +60,17 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
                       weight_dtype=weight_dtype, kv_dtype=kv_dtype, max_concurrency=max_concurrency,
                       ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
                       tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None)
-    if plot_path is not None:
-        from costmodel.files import wrote
-        from costmodel.plots import draw_plan, save
-
-        save(draw_plan(result), plot_path, data=result.model_dump(mode="json"))
     given = dict(model=model_name, input_len=input_len, output_len=output_len, engine=engine_name,
                  weight_dtype=weight_dtype, kv_dtype=kv_dtype, routing=routing)
     dumped = result.model_dump(mode="json")
     for point in dumped["front"] + dumped["best"]:
         point["command"] = point_command(point, **given)
         point["step_command"] = step_command(point, m, **given)
+    if plot_path is not None:
+        from costmodel.files import wrote
+        from costmodel.plots import draw_plan, save
+
+        save(draw_plan(result), plot_path, data=dumped)
     emit(fmt, [dumped], dumped["front"], lambda: str(result), single=True)
     if plot_path is not None and fmt == "table":
         for line in wrote(plot_path):
@@ -96,9 +96,13 @@ def point_command(point: dict, *, model: str, input_len: int, output_len: int, e
         cmd += ["--prefill-expert-parallel"] if point["expert_parallel"] and point["prefill_tp"] > 1 else []
         cmd += ["--decode-expert-parallel"] if point["expert_parallel"] else []
         cmd += ["--decode-attention-dp", str(point["decode_attention_dp"])] if point["decode_attention_dp"] > 1 else []
-    for flag, value in (("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype), ("--routing", routing)):
-        cmd += [flag, value] if value is not None else []
-    return cmd
+    return cmd + _given_flags(weight_dtype, kv_dtype, routing)
+
+
+def _given_flags(weight_dtype, kv_dtype, routing) -> list[str]:
+    """The precision and routing flags of a point's commands, those given."""
+    return [part for flag, value in (("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype),
+                                     ("--routing", routing)) if value is not None for part in (flag, value)]
 
 
 def step_command(point: dict, m, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype,
@@ -113,10 +117,7 @@ def step_command(point: dict, m, *, model: str, input_len: int, output_len: int,
         return None
     cmd = ["predict", "--gpu", point["device"], "--model", model, "--tp", str(point["tp"]), "--batch",
            str(point["concurrency"] // point["replicas"]), "--context", str(input_len + output_len // 2)]
-    kv = kv_dtype or checkpoint_kv_dtype(m, engine, weight_dtype)
-    for flag, value in (("--weight-dtype", weight_dtype), ("--kv-dtype", kv), ("--routing", routing)):
-        cmd += [flag, value] if value is not None else []
-    return cmd
+    return cmd + _given_flags(weight_dtype, kv_dtype or checkpoint_kv_dtype(m, engine, weight_dtype), routing)
 
 
 __all__ = ["plan", "point_command", "step_command"]

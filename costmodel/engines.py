@@ -88,6 +88,11 @@ class EngineConfig:
              "async_scheduling": {"vllm": "async_scheduling", "sglang": "disable_overlap_schedule (inverted)",
                                   "trtllm": "disable_overlap_scheduler (inverted)"}}
 
+    @property
+    def lag(self) -> int:
+        """Iterations a request that comes while one runs waits beyond that one: 1 under an overlap scheduler."""
+        return 1 if self.async_scheduling else 0
+
     def with_flags(self, **settings) -> EngineConfig:
         """This engine with some settings changed (None: keep the default), each checked."""
         update = {k: v for k, v in settings.items() if v is not None}

@@ -181,16 +181,19 @@ def _band(row: dict) -> tuple[float | None, float | None]:
     return (band["low_s"], band["high_s"]) if band else (None, None)
 
 
+def _items(data) -> list[dict]:
+    """The predictions a command's JSON holds: one, a list of them, or lists of lists."""
+    items = data if isinstance(data, list) else [data]
+    flat = [i for item in items for i in (item if isinstance(item, list) else [item])]
+    return [item for item in flat if isinstance(item, dict)]
+
+
 def charts(data) -> list[str]:
     """The charts a prediction's JSON gives: each attention variant's ops, a model step's decode ops, a request's or a
     served prediction's TTFT and TPOT (their ranges as whiskers), a capacity's throughput per layout, a plan's
     points and front."""
-    items = data if isinstance(data, list) else [data]
-    items = [i for item in items for i in (item if isinstance(item, list) else [item])]
     out = []
-    for item in items:
-        if not isinstance(item, dict):
-            continue
+    for item in _items(data):
         if "points" in item and "front" in item:
             out.append(_svg(_plan_chart(item)))
         elif "points" in item and any(p.get("at") for p in item["points"]):
@@ -225,20 +228,23 @@ def _query(argv: list[str]) -> str:
     return urlencode(pairs)
 
 
+def _linked(argv: list[str]) -> str:
+    """A command, with the query of the web page's view of it (made a link there)."""
+    return (f'<code class="point" data-query="{html.escape(_query(argv))}">'
+            f"{html.escape(shlex.join(['costmodel', *argv]))}</code>")
+
+
 def _points(data) -> str:
     """A plan's front, point by point, each with the command that prices it alone (a link on the web page)."""
-    items = data if isinstance(data, list) else [data]
-    rows = [p for item in items if isinstance(item, dict) for p in item.get("front") or [] if p.get("command")]
+    rows = [p for item in _items(data) for p in item.get("front") or [] if p.get("command")]
     if not rows:
         return ""
     lines = "\n".join(
         f"<li>{html.escape(p['device'])}, {html.escape(p['layout'])}, {p['concurrency']} clients: TTFT "
         f"{p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, {p['output_tokens_per_s_per_device']:,.0f} "
-        f"tokens/s per device: <code class=\"point\" data-query=\"{html.escape(_query(p['command']))}\">"
-        f"{html.escape(shlex.join(['costmodel', *p['command']]))}</code>"
-        + (f"; its decode step: <code class=\"point\" data-query=\"{html.escape(_query(p['step_command']))}\">"
-           f"{html.escape(shlex.join(['costmodel', *p['step_command']]))}</code>" if p.get("step_command") else "")
-        + "</li>" for p in rows)
+        f"tokens/s per device: {_linked(p['command'])}"
+        + (f"; its decode step: {_linked(p['step_command'])}" if p.get("step_command") else "") + "</li>"
+        for p in rows)
     return f"<h2>The front, point by point</h2>\n<ul>\n{lines}\n</ul>"
 
 

@@ -213,6 +213,11 @@ MLA_WHAT_IF = {"kv_rank": 4, "rope_dim": 0.5}
 
 # --- loading -----------------------------------------------------------------------------------------
 
+def _key(name: str) -> str:
+    """A preset name as the index holds it: lower case, ``_`` as ``-``."""
+    return name.lower().replace("_", "-")
+
+
 @functools.lru_cache(maxsize=1)
 def _files() -> dict[str, object]:
     """Every preset's id and aliases (lower case, ``_`` as ``-``) and its file, read once per process."""
@@ -223,13 +228,13 @@ def _files() -> dict[str, object]:
         if f.name.endswith(".yaml"):
             data = yaml.safe_load(f.read_text(encoding="utf-8"))
             for name in (data["id"], *data.get("aliases", ())):
-                index[name.lower().replace("_", "-")] = f
+                index[_key(name)] = f
     return index
 
 
 def is_preset(name: str) -> bool:
     """Whether ``name`` is a preset's id or alias (not a path)."""
-    return name.lower().replace("_", "-") in _files()
+    return _key(name) in _files()
 
 
 def preset_ids() -> list[str]:
@@ -256,7 +261,7 @@ def load_model(name: str) -> ModelPreset:
         is_path = False
     if name.endswith(".json") or is_path:
         return load_hf_config(name)
-    f = _files().get(name.lower().replace("_", "-"))
+    f = _files().get(_key(name))
     if f is None:
         close = difflib.get_close_matches(name.lower(), list(_files()), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

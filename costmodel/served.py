@@ -109,9 +109,9 @@ class Setup:
     capacity and the iteration table."""
 
     def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int,
-                 overheads: dict | None = None):
+                 overheads: dict | None = None, replicas: int = 1):
         self.m, self.pr, self.eng = m, pr, eng
-        self.replicas = 1  # copies of the deployment sharing the load (serve sets it)
+        self.replicas = replicas  # copies of the deployment sharing the load, one evaluated
         dev = pr.slice(m)
         # a pipeline stage holds 1/pp of the layers' weights and of every token's cache (the embeddings and head
         # spread evenly with them: an estimate for the first and last stages)
@@ -226,13 +226,12 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
                      request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
     checks.count("attention_dp", attention_dp)
     checks.count("replicas", replicas)
-    for share, what in ((replicas, "replicas"), (attention_dp, "attention_dp")):  # one engine's share of the load
-        if share == 1:
+    for share, what, each in ((replicas, "replicas", "replica"), (attention_dp, "attention_dp", "group")):
+        if share == 1:  # else one engine's share of the load
             continue
         if concurrency is not None and concurrency % share:
-            raise CostModelError(f"concurrency {concurrency} must be a multiple of {what} {share} "
-                                 f"(each {'replica' if what == 'replicas' else 'group'} takes an even share of the "
-                                 "clients)")
+            raise CostModelError(f"concurrency {concurrency} must be a multiple of {what} {share} (each {each} takes "
+                                 "an even share of the clients)")
         concurrency = concurrency // share if concurrency is not None else None
         request_rate = request_rate / share if request_rate is not None else None
         n, warmup_requests = max(1, n // share), warmup_requests // share
@@ -248,8 +247,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
     max_ctx = int(prompts.max() + outputs.max())
-    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads)
-    setup.replicas = replicas
+    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=replicas)
     if evaluator == "steady-state":
         from costmodel.steady import steady_state
 

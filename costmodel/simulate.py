@@ -157,7 +157,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
     # when the iteration about to run was scheduled: its own start, or under an overlap scheduler the start of
     # the iteration before it (None: the engine was idle, and schedules as a request comes)
     last_start: float | None = None
-    lag = 1 if eng.async_scheduling else 0
+    lag = eng.lag
 
     def finish(r: _Request) -> None:
         nonlocal free, finished, issued

@@ -79,7 +79,7 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             tpot = dec + b * k * iteration(0, isl, 1, others=others) / max(osl - 1, 1)
         return tagged, tpot, f, (tpot if eng.mixes else dec)
 
-    lag = 1 if eng.async_scheduling else 0  # an overlap scheduler starts a request an iteration later
+    lag = eng.lag  # an overlap scheduler starts a request an iteration later
     if concurrency is not None:
         b = min(concurrency, cap)
         ttft, tpot, f, step = times(b)

@@ -59,25 +59,20 @@ def _shipped(key: str, value: str) -> None:
                              "device is never a path")
 
 
-def pasted(query, folder: str) -> tuple[list, list[str]]:
-    """(the query without its pasted ``config``, the arguments naming it): the config.json's text written as
-    ``folder``/pasted/config.json; CostModelError when it is too long or comes with a model as well."""
-    from pathlib import Path
-
+def pasted(query) -> tuple[list, str | None]:
+    """(the query without its pasted ``config``, that config.json's text or None); CostModelError when it is too
+    long or comes with a model as well."""
     from costmodel.errors import CostModelError
 
     texts = [v for k, v in query if k == "config"]
     rest = [(k, v) for k, v in query if k != "config"]
     if not texts or not texts[0].strip():
-        return rest, []
+        return rest, None
     if len(texts) > 1 or any(k == "model" for k, _ in rest):
         raise CostModelError("give one model: a preset (model=...) or a pasted config.json (config=...)")
     if len(texts[0].encode("utf-8")) > MAX_CONFIG_BYTES:
         raise CostModelError(f"a pasted config.json of more than {MAX_CONFIG_BYTES // 1024} kB")
-    path = Path(folder) / "pasted" / "config.json"
-    path.parent.mkdir()
-    path.write_text(texts[0], encoding="utf-8")
-    return rest, ["--model", str(path)]
+    return rest, texts[0]
 
 
 def run(cli, args: list[str]) -> tuple[int, str]:
@@ -100,19 +95,24 @@ def app(cli):
     from costmodel.errors import CostModelError
 
     def answer(request, output: str) -> Response:
-        import tempfile
+        try:
+            query, config = pasted(request.query_params.multi_items())
+            args = arguments(request.path_params["command"], query, COMMANDS if output == "json" else PAGES)
+        except CostModelError as err:
+            return PlainTextResponse(f"Error: {err}\n", status_code=400)
+        args += ["--json"] if output == "json" else ["--html", "-"]
+        if config is None:
+            code, text = run(cli, args)
+        else:  # a pasted config.json lives in a private folder for this request only
+            import tempfile
+            from pathlib import Path
 
-        with tempfile.TemporaryDirectory() as folder:  # a pasted config.json lives for this request only
-            try:
-                query, config = pasted(request.query_params.multi_items(), folder)
-                args = arguments(request.path_params["command"], query,
-                                 COMMANDS if output == "json" else PAGES) + config
-            except CostModelError as err:
-                return PlainTextResponse(f"Error: {err}\n", status_code=400)
-            extra = ["--json"] if output == "json" else ["--html", "-"]
-            code, text = run(cli, args + extra)
-            if config:  # the private folder means nothing to the reader
-                text = text.replace(config[1], "pasted config.json")
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "pasted" / "config.json"
+                path.parent.mkdir()
+                path.write_text(config, encoding="utf-8")
+                code, text = run(cli, [*args, "--model", str(path)])
+            text = text.replace(str(path), "pasted config.json")  # the private folder means nothing to the reader
         if code != 0:
             return PlainTextResponse(text if text.startswith("Error:") else f"Error: {text}", status_code=400)
         if output == "json":
