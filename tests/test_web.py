@@ -14,7 +14,7 @@ starlette = pytest.importorskip("starlette", reason="the web extra (pip install 
 from starlette.testclient import TestClient  # noqa: E402
 
 from costmodel.cli import main  # noqa: E402
-from costmodel.web import app  # noqa: E402
+from costmodel.web import app, run  # noqa: E402
 
 CASES = [
     ("predict", [("gpu", "a100")]),
@@ -118,18 +118,20 @@ def test_two_hundred_requests_at_once(client):
 
 
 @pytest.fixture
-def browse(tmp_path):
-    """A real Chromium (headless, nothing but this machine reachable) against the app served on a free local port:
-    ``browse(path_and_query)`` is the page's DOM once its scripts ran (skipped where no chromium is installed)."""
+def browser(tmp_path):
+    """A real Chromium (Debian's ``chromium``, headless, every host but this one unresolvable) driven through its
+    ``chromedriver`` by Selenium, against the app served on a free local port: ``(driver, base URL)``. Skipped where
+    the browser, its driver or Selenium is not installed; nothing is downloaded."""
     import shutil
     import socket
-    import subprocess
     import threading
     import time
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.skip("no chromium and chromedriver on this machine (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium (the test extra)")
     uvicorn = pytest.importorskip("uvicorn")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -141,57 +143,114 @@ def browse(tmp_path):
         if server.started:
             break
         time.sleep(0.05)
-    runs = iter(range(1000))
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1000",
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=chromedriver))
+    driver.set_page_load_timeout(120)
+    try:
+        yield driver, f"http://127.0.0.1:{port}"
+    finally:
+        driver.quit()
+        server.should_exit = True
+        thread.join(timeout=10)
 
-    def dom(path: str) -> str:
-        return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                               "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                               f"--user-data-dir={tmp_path / f'profile{next(runs)}'}", "--virtual-time-budget=20000",
-                               "--dump-dom", f"http://127.0.0.1:{port}{path}"],
-                              capture_output=True, text=True, timeout=120).stdout
 
-    yield dom
-    server.should_exit = True
-    thread.join(timeout=10)
+def _shown(driver, what: str = "TPOT") -> str:
+    """The text of the report the page shows (in its frame), once it holds ``what``."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.switch_to.default_content()
+    WebDriverWait(driver, 120).until(
+        lambda d: what in d.execute_script("const f = document.getElementById('report').contentDocument;"
+                                           "return f && f.body ? f.body.innerText : '';"))
+    return driver.execute_script("return document.getElementById('report').contentDocument.body.innerText;")
 
 
 def _tpot(args: list[str]) -> str:
-    """The TPOT ``costmodel`` prints for ``args``, as printed."""
+    """The TPOT ``costmodel`` prints for ``args``, as printed (run as the server runs a command: one at a time, for
+    the command line's output is this process's)."""
     import re
 
-    return re.search(r"TPOT (\S+ \S+)", CliRunner().invoke(main, args).output).group(1)
+    return re.search(r"TPOT (\S+ \S+)", run(main, args)[1]).group(1)
 
 
-def test_a_browser_shows_the_clis_numbers_for_the_state_in_its_link(browse):
-    """The page opened with a device and a model in its link, and then with another device: each time the report
-    in the page shows the numbers `costmodel predict` prints for them."""
-    shown = []
-    for gpu in ("h100", "a100"):
-        tpot = _tpot(["predict", "--gpu", gpu, "--model", "llama-3-8b"])
-        assert f"TPOT {tpot}" in browse(f"/?command=predict&gpu={gpu}&model=llama-3-8b"), (gpu, tpot)
-        shown.append(tpot)
-    assert shown[0] != shown[1]  # the two devices' numbers differ: the page shows the one its link names
+def test_a_browser_changes_the_device_and_shows_the_clis_numbers(browser, tmp_path):
+    """In the page opened with a device and a model in its link, a person picks another device in the form and
+    shows it: each time the report shows the numbers `costmodel predict` prints for that device, the URL holds the
+    new state, that URL opened afresh shows the same view, and the screenshot is a page, not a blank."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from costmodel.catalog import load_profile
+
+    driver, base = browser
+    driver.get(f"{base}/?command=predict&gpu=h100&model=llama-3-8b")
+    first = _tpot(["predict", "--gpu", "h100", "--model", "llama-3-8b"])
+    assert f"TPOT {first}" in _shown(driver)
+
+    a100 = load_profile("a100").id
+    devices = Select(driver.find_element(By.NAME, "gpu"))
+    devices.deselect_all()
+    devices.select_by_value(a100)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(driver, 60).until(lambda d: f"gpu={a100}" in d.current_url)
+    second = _tpot(["predict", "--gpu", a100, "--model", "llama-3-8b"])
+    assert second != first  # the two devices' numbers differ: the page shows the one chosen
+    view = _shown(driver)
+    assert f"TPOT {second}" in view and f"TPOT {first}" not in view
+    assert "model=llama-3-8b" in driver.current_url  # the rest of the form kept
+
+    shot = tmp_path / "page.png"
+    assert driver.save_screenshot(str(shot))
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))
+    assert pixels.std() > 0.05  # text, a form and a chart, not one colour
+    blue = (abs(pixels[..., 0] - 0x4c / 255) < 0.05) & (abs(pixels[..., 1] - 0x72 / 255) < 0.05) & \
+           (abs(pixels[..., 2] - 0xb0 / 255) < 0.05)
+    assert blue.sum() > 500  # the chart's bars (#4c72b0) are on screen
+
+    link = driver.current_url
+    driver.get(f"{base}/")  # elsewhere, then the link again: the same view
+    driver.get(link)
+    assert _shown(driver) == view
 
 
-def test_a_plans_points_open_their_own_prediction(client, browse):
-    """A plan's report names, for each point of its front, the query of the prediction that prices it alone; the
-    page opened at that query shows the point's own numbers, as its command prints them."""
-    import html
+def test_clicking_a_plans_point_opens_its_own_prediction(browser):
+    """In a plan's report on the page, clicking a point of the front opens the page at that point's prediction,
+    which shows the numbers its command prints and the plan listed for that point."""
     import re
-    from urllib.parse import parse_qsl
+    from urllib.parse import parse_qsl, urlsplit
 
-    report = client.get("/report/plan", params=[("gpu", "h100"), ("model", "llama-3-8b"), ("gpus", "2"),
-                                                ("input-len", "512"), ("output-len", "64"),
-                                                ("max-concurrency", "16")]).text
-    queries = [html.unescape(q) for q in re.findall(r'<code class="point" data-query="([^"]+)"', report)]
-    assert queries and all(q.startswith("command=predict&") for q in queries)
-    query = queries[-1]  # the front's last point: the most clients
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver, base = browser
+    driver.get(f"{base}/?command=plan&gpu=h100&model=llama-3-8b&gpus=2&input-len=512&output-len=64"
+               "&max-concurrency=16")
+    listed = _shown(driver, "point by point")
+    driver.switch_to.frame(driver.find_element(By.ID, "report"))
+    links = WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "a > code.point"))
+    point = [code for code in links if "--engine" in code.text][-1]  # the front's last point: the most clients
+    point.find_element(By.XPATH, "..").click()
+    driver.switch_to.default_content()
+    WebDriverWait(driver, 60).until(lambda d: "command=predict" in d.current_url)
+    query = parse_qsl(urlsplit(driver.current_url).query, keep_blank_values=True)
     args = ["predict"]
-    for key, value in parse_qsl(query, keep_blank_values=True)[1:]:
+    for key, value in query[1:]:
         args += [f"--{key}", *([value] if value else [])]
-    tpot = _tpot(args)
-    assert f"TPOT {tpot}" in browse("/?" + query)
-    assert "report.contentDocument.querySelectorAll('code.point')" in client.get("/").text
+    printed = run(main, args)[1]
+    clients = dict(query)["concurrency"]
+    row = next(x for x in printed.splitlines() if f" c={clients} " in x)  # the table's row
+    assert row in _shown(driver, "tok/s/device")
+    # the plan listed this point's TPOT (to 4 figures) beside the command now opened
+    tpot = json.loads(run(main, [*args, "--json"])[1])["tpot_s"]
+    command = "costmodel " + " ".join(args)
+    line = next(x for x in listed.splitlines() if x.endswith(command) or f"{command};" in x)
+    assert re.search(r"TPOT (\S+) ms", line).group(1) == f"{tpot * 1e3:.4g}"
 
 
 def test_the_variants_side_by_side(client):
