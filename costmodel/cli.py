@@ -218,6 +218,9 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         from costmodel.cli_serving import conventions, load_layouts, predict_models
 
         layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants, routing)
+        step = {}
+        if load["expert_parallel"] and all(load[k] is None for k in ("engine_name", "concurrency", "request_rate")):
+            step, load["expert_parallel"] = {"expert_parallel": True}, False  # a step's experts over its --tp devices
         if wants_load(load):
             if sweep_spec or dims["batch"] is not None or dims["context"] is not None:
                 raise CostModelError("--sweep, --batch and --context do not apply to a served model (the engine "
@@ -229,7 +232,7 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         predict_models(hws, layouts, fmt, batch=dims["batch"], context=dims["context"], input_len=input_len,
                        output_len=output_len, sweep_spec=sweep_spec, csv_path=csv_path, max_points=max_points,
                        source=source, pricing=conventions(dtype, execution, tp, overlap, timing, without,
-                                                          weight_dtype, kv_dtype, mla_form))
+                                                          weight_dtype, kv_dtype, mla_form) | step)
         return
     if wants_load(load):
         raise CostModelError("--engine, --concurrency and --request-rate apply with --model")

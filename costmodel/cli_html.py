@@ -1,6 +1,6 @@
 """``--html FILE`` for a command that prints a table and ``--json``: the command runs as asked, then writes one
-self-contained page of the same prediction (:mod:`costmodel.html_report`) from its own table and JSON: the one it
-printed, the other from a quiet run of the same call."""
+self-contained page of the same prediction (:mod:`costmodel.html_report`) from its own table, JSON and CSV: the one
+it printed, the others from quiet runs of the same call."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def _captured(func, params: dict) -> str:
 
 
 def _write(func, path: str, params: dict, shown: dict[str, str]) -> None:
-    """The page, from the command's table and JSON: those in ``shown`` (format -> printed text) as already printed,
-    the others from a quiet run."""
+    """The page, from the command's table, JSON and CSV rows: those in ``shown`` (format -> printed text) as already
+    printed, the others from quiet runs."""
     import json
 
     from costmodel.files import write_text, wrote
@@ -68,9 +68,13 @@ def _write(func, path: str, params: dict, shown: dict[str, str]) -> None:
     ctx = click.get_current_context()
     table, dumped = (shown.get(fmt) or _captured(func, params | {"fmt": fmt, "as_json": False})
                      for fmt in ("table", "json"))
+    try:  # the table's rows as `--format csv` prints them, where the command has them
+        csv = _captured(func, params | {"fmt": "csv", "as_json": False})
+    except CostModelError:
+        csv = None
     data = json.loads(dumped)
     argv = command_line(ctx, skip=("html_path", "fmt", "as_json"))
     title = next((line for line in table.splitlines() if line.strip()), f"costmodel {ctx.info_name}")
-    write_text(path, page(title, [ctx.info_name, *argv], table, data))
+    write_text(path, page(title, [ctx.info_name, *argv], table, data, csv))
     if path != "-":
         echo_lines(wrote(path))

@@ -68,9 +68,10 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
         point["step_command"] = step_command(point, m, **given)
     if plot_path is not None:
         from costmodel.files import wrote
-        from costmodel.plots import draw_plan, save
+        from costmodel.plan_figure import draw_plan
+        from costmodel.plots import save
 
-        save(draw_plan(result), plot_path, data=dumped)
+        save(draw_plan(dumped), plot_path, data=dumped)
     emit(fmt, [dumped], dumped["front"], lambda: str(result), single=True)
     if plot_path is not None and fmt == "table":
         for line in wrote(plot_path):
@@ -107,16 +108,20 @@ def _given_flags(weight_dtype, kv_dtype, routing) -> list[str]:
 
 def step_command(point: dict, m, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype,
                  kv_dtype, routing) -> list[str] | None:
-    """The ``costmodel predict`` arguments of one decode step of an aggregated point's engine: each replica's
-    clients decoding at the mean context (prompt + half the output), the cache in the engine's dtype; its ops, what
-    binds each and the assumptions. None where a step is not one tensor-parallel group's (a mixture of experts,
-    attention data parallel, pipeline stages, disaggregated pools)."""
+    """The ``costmodel predict`` arguments of one decode step of a point's decoding engine (an aggregated replica, or
+    a disaggregated decode worker): its share of the clients decoding at the mean context (prompt + half the
+    output), its experts spread over its devices where the point's are (expert parallel), the cache in the engine's
+    dtype; its ops, what binds each and the assumptions. None where that step is not one tensor-parallel group's
+    (attention data parallel, pipeline stages)."""
     from costmodel.served import checkpoint_kv_dtype
 
-    if point["mode"] != "agg" or m.moe is not None or point["attention_dp"] > 1 or point["pipeline_parallel"] > 1:
+    agg = point["mode"] == "agg"
+    if (point["attention_dp"] if agg else point["decode_attention_dp"]) > 1 or point["pipeline_parallel"] > 1:
         return None
-    cmd = ["predict", "--gpu", point["device"], "--model", model, "--tp", str(point["tp"]), "--batch",
-           str(point["concurrency"] // point["replicas"]), "--context", str(input_len + output_len // 2)]
+    tp, engines = (point["tp"], point["replicas"]) if agg else (point["decode_tp"], point["decode_workers"])
+    cmd = ["predict", "--gpu", point["device"], "--model", model, "--tp", str(tp), "--batch",
+           str(max(point["concurrency"] // engines, 1)), "--context", str(input_len + output_len // 2)]
+    cmd += ["--expert-parallel"] if point["expert_parallel"] else []
     return cmd + _given_flags(weight_dtype, kv_dtype or checkpoint_kv_dtype(m, engine, weight_dtype), routing)
 
 

@@ -1,5 +1,6 @@
 """A prediction as one self-contained HTML file (``--html FILE``): the command that printed it, its table, its
-charts as inline SVG, its JSON (embedded, and as a download), nothing fetched from anywhere: it opens offline.
+charts as inline SVG, its JSON (embedded, and as a download) and its rows as CSV (a download), nothing fetched from
+anywhere: it opens offline.
 
 The page shows what the command computed and computes nothing itself: the table is the command's own text, the
 JSON its ``--json``, the charts drawn from that JSON.
@@ -12,6 +13,8 @@ import html
 import io
 import json
 import shlex
+
+from costmodel.mpl import pyplot as _pyplot
 
 #: The page's look, inline (no stylesheet is fetched).
 STYLE = """
@@ -68,16 +71,6 @@ def _data(data, what: str) -> tuple[str, str]:
             f'<script type="application/json" id="data">{embedded}</script>\n<pre>{html.escape(dumped)}</pre>')
 
 
-def _pyplot():
-    """matplotlib's pyplot on the Agg backend (no display)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _svg(fig) -> str:
     """A matplotlib figure as inline SVG (no XML declaration, no DOCTYPE)."""
     import matplotlib.pyplot as plt
@@ -117,37 +110,6 @@ def _capacity_chart(data: dict):
     ax.invert_yaxis()
     ax.set(xlabel="output tokens/s per device at the most clients under the targets", title=data.get("engine", ""))
     ax.grid(True, axis="x", alpha=0.3)
-    return fig
-
-
-def _plan_chart(data: dict):
-    """Every layout's points, tokens/s per device against tokens/s per user, the front's drawn as a line."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
-    pts = data["points"]
-    ax.scatter([p["output_tokens_per_s_per_user"] for p in pts], [p["output_tokens_per_s_per_device"] for p in pts],
-               s=12, color="0.6", label="every layout and load", gid="points")
-    front = sorted(data.get("front") or [], key=lambda p: p["output_tokens_per_s_per_user"])
-    if front:
-        ax.plot([p["output_tokens_per_s_per_user"] for p in front], [p["output_tokens_per_s_per_device"] for p in front],
-                marker="o", color="#4c72b0", label="the front", gid="front")
-    targets = [f"{name} <= {data[key] * 1e3:g} ms" for key, name in (("ttft_target_s", "TTFT"), ("tpot_target_s", "TPOT"))
-               if data.get(key) is not None]
-    if targets:  # the front's points that miss the targets hollow, the best under them starred
-        missed = [p for p in front if not p.get("meets_targets")]
-        if missed:
-            ax.scatter([p["output_tokens_per_s_per_user"] for p in missed],
-                       [p["output_tokens_per_s_per_device"] for p in missed], s=60, facecolors="white",
-                       edgecolors="#c44e52", zorder=3, label="misses the targets", gid="misses")
-        for p in data.get("best") or []:
-            ax.scatter([p["output_tokens_per_s_per_user"]], [p["output_tokens_per_s_per_device"]], marker="*", s=220,
-                       color="#dd8452", zorder=4, label=f"best under the targets: {p['device']}, {p['layout']}",
-                       gid="best")
-    ax.set(xlabel="output tokens/s per user", ylabel="output tokens/s per device",
-           title=f"{data.get('model_name', '')} on {data.get('devices', '')} devices"
-                 + (f" ({', '.join(targets)})" if targets else ""))
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
     return fig
 
 
@@ -195,7 +157,9 @@ def charts(data) -> list[str]:
     out = []
     for item in _items(data):
         if "points" in item and "front" in item:
-            out.append(_svg(_plan_chart(item)))
+            from costmodel.plan_figure import draw_plan
+
+            out.append(_svg(draw_plan(item)))
         elif "points" in item and any(p.get("at") for p in item["points"]):
             out.append(_svg(_capacity_chart(item)))
         elif "ops" in item and "workload" in item and "variant" in item["workload"]:
@@ -248,10 +212,20 @@ def _points(data) -> str:
     return f"<h2>The front, point by point</h2>\n<ul>\n{lines}\n</ul>"
 
 
-def page(title: str, argv: list[str], table: str, data) -> str:
-    """The whole page: title, the command (and a button to copy it), the charts, a plan's points with their own
-    commands, the table, the JSON."""
+def _csv_link(csv: str | None) -> str:
+    """A link that downloads the command's rows as CSV (``--format csv``), where it has them."""
+    if not csv:
+        return ""
+    download = base64.b64encode(csv.encode("utf-8")).decode("ascii")
+    return (f'<a class="button" download="costmodel.csv" href="data:text/csv;base64,{download}">download the rows '
+            "as CSV</a>")
+
+
+def page(title: str, argv: list[str], table: str, data, csv: str | None = None) -> str:
+    """The whole page: title, the command (and a button to copy it), downloads of its JSON and CSV rows, the charts,
+    a plan's points with their own commands, the table, the JSON."""
     link, shown = _data(data, "JSON")
+    link += _csv_link(csv)
     figures = "\n".join(f'<div class="figure">{svg}</div>' for svg in charts(data))
     return _document(title, f"""<p>{_command(argv, "The same numbers print with")}
 {link}</p>

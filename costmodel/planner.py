@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel import checks
+from costmodel.bands import Band
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
@@ -91,6 +92,9 @@ class PlanPoint(Report):
     output_tokens_per_s_per_device: float
     output_tokens_per_s_per_user: float
     meets_targets: bool | None  # None: no targets given
+    ttft_band: Band | None = None  # where a benchmark's mean TTFT is expected to fall (costmodel.bands.served)
+    tpot_band: Band | None = None
+    kv_cache_full: bool = False  # the memory limit: the KV cache had no room for another request (kv_cache_full)
 
 
 class SkippedLayout(Report):
@@ -168,6 +172,7 @@ def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency
                                 decode=Pool(tp=layout.decode_tp, workers=layout.decode_workers,
                                             expert_parallel=layout.expert_parallel,
                                             attention_dp=layout.decode_attention_dp), **kw)
+    full = kv_cache_full(p, input_len, output_len)
     ttft_t, tpot_t = targets
     meets = None if targets == (None, None) else (
         (ttft_t is None or p.ttft_s <= ttft_t) and (tpot_t is None or p.tpot_s <= tpot_t))
@@ -179,7 +184,18 @@ def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency
                      decode_attention_dp=layout.decode_attention_dp, concurrency=concurrency,
                      ttft_s=p.ttft_s, tpot_s=p.tpot_s,
                      output_tokens_per_s_per_device=p.output_tokens_per_s_per_device,
-                     output_tokens_per_s_per_user=p.output_tokens_per_s_per_user, meets_targets=meets)
+                     output_tokens_per_s_per_user=p.output_tokens_per_s_per_user, meets_targets=meets,
+                     ttft_band=p.ttft_band, tpot_band=p.tpot_band, kv_cache_full=full)
+
+
+def kv_cache_full(p, input_len: int, output_len: int) -> bool:
+    """Whether a served prediction reached its memory limit: a request was preempted, or at the KV cache's fullest
+    the pages left held less than one more request (aggregated); the decode workers' mean cached tokens left no room
+    for one more request (disaggregated)."""
+    request = input_len + output_len
+    if hasattr(p, "kv_use_max"):
+        return p.preemptions > 0 or (1 - p.kv_use_max) * p.engine.kv_cache_tokens < request
+    return p.decode.mean_batch * (input_len + output_len / 2) + request > p.decode.kv_cache_tokens
 
 
 def pareto(points: list[PlanPoint]) -> list[PlanPoint]:

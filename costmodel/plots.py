@@ -13,6 +13,7 @@ import os
 from costmodel.errors import CostModelError
 from costmodel.files import atomic_path, check_folder
 from costmodel.hardware import HardwareProfile
+from costmodel.mpl import pyplot as _pyplot
 from costmodel.text import si
 from costmodel.workload import Workload
 
@@ -20,16 +21,6 @@ FORMATS = (".png", ".svg", ".pdf", ".html")
 COLORS = {"mha": "#1f77b4", "gqa": "#ff7f0e", "mqa": "#2ca02c"}
 MARKERS = {"incremental": "o", "batched": "s", "generate": "D"}
 NAMES = {"mha": "MHA", "gqa": "GQA", "mqa": "MQA"}
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "figure.dpi": 110})
-    return plt
 
 
 def check_output(path: str) -> str:
@@ -318,32 +309,3 @@ def draw_throughput_latency(records: list[dict], dim: str):
     return fig
 
 
-def draw_plan(plan):
-    """Every simulated point of a plan (tokens/s per user against tokens/s per device), its front per device kind
-    as a line, the best under the targets marked."""
-    plt = _pyplot()
-
-    fig, ax = plt.subplots(figsize=(7.6, 4.8), layout="constrained")
-    devices = list(dict.fromkeys(p.device for p in plan.points))
-    for i, device in enumerate(devices):
-        color = f"C{i}"
-        pts = [p for p in plan.points if p.device == device]
-        ax.scatter([p.output_tokens_per_s_per_user for p in pts], [p.output_tokens_per_s_per_device for p in pts],
-                   s=12, color=color, alpha=0.35, gid=f"points:{device}")
-        front = sorted((p for p in plan.front if p.device == device), key=lambda p: p.output_tokens_per_s_per_user)
-        ax.plot([p.output_tokens_per_s_per_user for p in front], [p.output_tokens_per_s_per_device for p in front],
-                marker="o", ms=4, color=color, label=f"{device}: front", gid=f"front:{device}")
-        for p in front:
-            ax.annotate(f"{p.layout}, c={p.concurrency}", (p.output_tokens_per_s_per_user,
-                                                           p.output_tokens_per_s_per_device),
-                        xytext=(3, 3), textcoords="offset points", fontsize=6, color="0.3")
-        for b in (p for p in plan.best if p.device == device):
-            ax.plot([b.output_tokens_per_s_per_user], [b.output_tokens_per_s_per_device], marker="*", ms=14,
-                    color=color, mec="black", ls="none", label=f"{device}: best under the targets",
-                    gid=f"best:{device}")
-    ax.set(xlabel="output tokens/s per user", ylabel="output tokens/s per device",
-           title=f"{plan.model_name} on {plan.devices} devices, {plan.engine}: requests of {plan.input_len} + "
-                 f"{plan.output_len} tokens")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    return fig

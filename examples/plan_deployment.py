@@ -9,7 +9,8 @@ its TTFT split into queueing, prefill, KV transfer and front end. Writes plan.pn
 from pathlib import Path
 
 import costmodel
-from costmodel.plots import draw_plan, save
+from costmodel.plan_figure import draw_plan
+from costmodel.plots import save
 
 OUT = Path("plan.png")
 

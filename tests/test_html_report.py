@@ -3,6 +3,7 @@ table, whose command gives the same numbers again, whose charts are inline SVG, 
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -38,7 +39,7 @@ def _between(text: str, pattern: str) -> str:
 
 
 @pytest.mark.parametrize("args", CASES, ids=[" ".join(a[:6]) for a in CASES])
-def test_page_carries_the_commands_json_table_and_command(tmp_path, args):
+def test_page_carries_the_commands_json_csv_table_and_command(tmp_path, args):
     out = tmp_path / "report.html"
     _run([*args, "--html", str(out)])
     page = out.read_text(encoding="utf-8")
@@ -48,6 +49,9 @@ def test_page_carries_the_commands_json_table_and_command(tmp_path, args):
     assert table == _run(args)
     command = shlex.split(html.unescape(_between(page, r'<code id="command">(.*?)</code>')))
     assert command[0] == "costmodel" and json.loads(_run([*command[1:], "--json"])) == data
+    csv = base64.b64decode(_between(page, r'download="costmodel.csv" href="data:text/csv;base64,([^"]+)"'))
+    # the rows the command prints as CSV (CSV ends its lines in CRLF; click's test runner shows LF)
+    assert csv.decode("utf-8").replace("\r\n", "\n") == _run([*args, "--format", "csv"])
     assert "<svg" in page
     # nothing is fetched: no external script, style, image or link target
     assert not re.search(r'(src|href)="(https?:)?//', page) and "<link" not in page and "@import" not in page
@@ -55,7 +59,8 @@ def test_page_carries_the_commands_json_table_and_command(tmp_path, args):
 
 def test_the_plan_chart_marks_the_targets(tmp_path):
     """With targets, the front's points that miss them are drawn hollow, one marker each, and the best layout under
-    them starred: as many of each as the page's JSON holds, and the targets in the chart's title."""
+    them starred: as many of each as the page's JSON holds, and the targets in the chart's title; the front's range
+    is shaded."""
     out = tmp_path / "plan.html"
     _run(["plan", "--gpu", "h100", "--model", "llama-3-8b", "--gpus", "2", "--input-len", "512", "--output-len", "64",
           "--tpot-ms", "8", "--max-concurrency", "16", "--html", str(out)])
@@ -68,8 +73,9 @@ def test_the_plan_chart_marks_the_targets(tmp_path):
         start = page.index(f'<g id="{gid}">')
         return page[start:page.index("<g id=", start + 1)].count("<use")
 
-    assert markers("misses") == missed and markers("best") == 1
+    assert markers("misses:h100_sxm") == missed and markers("best:h100_sxm") == 1
     assert "TPOT &lt;= 8 ms" in page
+    assert '<g id="band:h100_sxm">' in page  # the front's p10-p90 range shaded (tests/test_planner.py: its corners)
 
 
 @pytest.mark.parametrize("gpu,batch", [("h100", "8"), ("a100", "256"), ("b200", "64")])

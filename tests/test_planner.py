@@ -133,9 +133,9 @@ def test_a_points_decode_step_is_its_engines_decode_iteration(run_cli):
     m, hw = costmodel.load_model("llama-3.1-8b"), costmodel.load_profile("h100")
     checked = 0
     for point in got["front"]:
-        if point["step_command"] is None:
-            assert point["mode"] != "agg"
+        if point["mode"] != "agg":  # a decode worker's step: test_a_decoding_engines_step_is_its_decode_iteration
             continue
+        assert point["step_command"] is not None
         step = json.loads(run_cli(*point["step_command"], "--json").output)
         batch, context = point["concurrency"] // point["replicas"], 1024 + 64
         assert step["workload"]["batch"] == batch and step["workload"]["context"] == context
@@ -145,3 +145,76 @@ def test_a_points_decode_step_is_its_engines_decode_iteration(run_cli):
         assert step["decode"]["time_s"] == pytest.approx(iteration, rel=0.01), point["layout"]
         checked += 1
     assert checked >= 3
+
+
+def test_the_memory_limit_is_where_the_cache_cannot_hold_the_clients():
+    """Llama 3.1 70B on two H100s, 4,096 + 1,024 tokens: a point is marked at its memory limit only if its clients'
+    requests could not all be held whole with room for one more, and is marked wherever their prompts alone overflow
+    the cache (the engine's KV tokens, as its own prediction states them)."""
+    m, hw = costmodel.load_model("llama-3.1-70b"), costmodel.load_profile("h100")
+    p = plan(m, [hw], devices=2, input_len=4096, output_len=1024, max_concurrency=64)
+    request = 4096 + 1024
+    marked = set()
+    for q in p.points:
+        assert q.mode == "agg" and q.replicas == 1
+        kv_tokens = serve(m, hw, tp=q.tp, concurrency=q.concurrency, input_len=4096, output_len=1024,
+                          evaluator="steady-state").engine.kv_cache_tokens
+        if (q.concurrency + 1) * request <= kv_tokens:
+            assert not q.kv_cache_full, q
+        if q.concurrency * 4096 > kv_tokens:
+            assert q.kv_cache_full, q
+        if q.kv_cache_full:
+            marked.add(q.concurrency)
+    assert marked and min(q.concurrency for q in p.points) not in marked  # one client fits, many do not
+
+
+def test_a_points_range_moves_it_along_its_ray():
+    """A served point's p10-p90 range on the front, by hand: TTFT 1 s (0.5-2 s), TPOT 0.1 s (0.05-0.2 s), 11 output
+    tokens: end-to-end 2 s (1-4 s), so both rates, which go as one over it in a closed loop, span 0.5x to 2x."""
+    from costmodel.plan_figure import draw_plan, rate_range
+
+    point = {"ttft_s": 1.0, "tpot_s": 0.1, "ttft_band": {"low_s": 0.5, "high_s": 2.0},
+             "tpot_band": {"low_s": 0.05, "high_s": 0.2}}
+    assert rate_range(point, 11) == pytest.approx((0.5, 2.0))
+    assert rate_range({**point, "tpot_band": None}, 11) is None
+    # drawn: the shaded polygon's corners are the front's points scaled by their factors
+    m, hw = costmodel.load_model("llama-3.1-8b"), costmodel.load_profile("h100")
+    data = plan(m, [hw], devices=1, input_len=512, output_len=32, max_concurrency=8).model_dump(mode="json")
+    fig = draw_plan(data)
+    (shade,) = [a for a in fig.axes[0].patches if a.get_gid() == "band:h100_sxm"]
+    front = sorted(data["front"], key=lambda q: q["output_tokens_per_s_per_user"])
+    want = [(q["output_tokens_per_s_per_user"] * rate_range(q, 32)[0], q["output_tokens_per_s_per_device"]
+             * rate_range(q, 32)[0]) for q in front]
+    assert [tuple(v) for v in shade.get_xy()[:len(front)]] == pytest.approx(want)
+
+
+@pytest.mark.parametrize("model,point", [
+    ("mixtral-8x7b", {"mode": "agg", "tp": 2, "replicas": 1, "attention_dp": 1, "pipeline_parallel": 1,
+                      "expert_parallel": True, "concurrency": 8}),
+    ("llama-3.1-8b", {"mode": "disagg", "decode_tp": 2, "decode_workers": 2, "decode_attention_dp": 1,
+                      "attention_dp": 1, "pipeline_parallel": 1, "expert_parallel": False, "concurrency": 16}),
+], ids=["expert parallel", "a disaggregated decode worker"])
+def test_a_decoding_engines_step_is_its_decode_iteration(run_cli, model, point):
+    """The decode step a point links (an expert-parallel replica; a disaggregated decode worker with its share of the
+    clients) is that engine's decode-only iteration: the same time as the served engine's table interpolates for that
+    batch and context, the experts spread over the devices where the point's are."""
+    from costmodel.cli_plan import step_command
+    from costmodel.engines import engine
+    from costmodel.model_step import pricing
+    from costmodel.served import Setup
+
+    m, hw = costmodel.load_model(model), costmodel.load_profile("h100")
+    cmd = step_command({**point, "device": hw.id}, m, model=model, input_len=1024, output_len=128, engine="vllm",
+                       weight_dtype=None, kv_dtype=None, routing=None)
+    step = json.loads(run_cli(*cmd, "--json").output)
+    tp, engines = (2, 1) if point["mode"] == "agg" else (2, 2)
+    batch, context = point["concurrency"] // engines, 1024 + 64
+    assert (step["workload"]["batch"], step["workload"]["context"], step["workload"]["tp"]) == (batch, context, tp)
+    eng = engine("vllm", capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp)
+    table = Setup(m, pricing(m, hw, tp=tp, expert_parallel=point["expert_parallel"]), eng, max_context=1024 + 128).table
+    iteration = float(table.decode_run(batch, batch * context, 1, None)[0])
+    assert step["decode"]["time_s"] == pytest.approx(iteration, rel=0.01)
+    # attention data parallel is not one tensor-parallel group's step: no link
+    assert step_command({**point, "device": hw.id, "attention_dp": 2, "decode_attention_dp": 2}, m, model=model,
+                        input_len=1024, output_len=128, engine="vllm", weight_dtype=None, kv_dtype=None,
+                        routing=None) is None

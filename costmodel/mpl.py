@@ -1,0 +1,15 @@
+"""matplotlib on its file-only backend (Agg, no display), with the figures' font sizes: every module that draws
+takes pyplot from here."""
+
+from __future__ import annotations
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "figure.dpi": 110})
+    return plt
