@@ -49,6 +49,7 @@ def main() -> None:
 @click.option("--latex", "as_latex", is_flag=True, help="print a LaTeX tabular")
 @format_option
 @json_option
+@html_option()
 def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype, cache_append, asymptotic,
            as_latex, fmt, as_json, **dims) -> None:
     """Derive exact per-op FLOP and memory counts of an attention program.

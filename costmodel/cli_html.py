@@ -11,6 +11,12 @@ import click
 from costmodel.cli_options import FilePath, check_writable, command_line, echo_lines, output_format
 from costmodel.errors import CostModelError
 
+#: Beside a model's attention layouts side by side (``--variants``), the page of their Θ forms: MLA's, with MHA's,
+#: GQA's and MQA's beside it.
+THETA_FORMS = ("Their Θ forms", "memory traffic per arithmetic operation of MHA, GQA, MQA and MLA over n decode "
+               "steps, under the paper's assumptions",
+               ["derive", "--variant", "mla", "--mode", "generate", "--asymptotic"])
+
 
 def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
     """Give a command (with ``fmt`` and ``as_json`` parameters) an ``--html FILE`` option. ``refuse``: parameter ->
@@ -75,6 +81,7 @@ def _write(func, path: str, params: dict, shown: dict[str, str]) -> None:
     data = json.loads(dumped)
     argv = command_line(ctx, skip=("html_path", "fmt", "as_json"))
     title = next((line for line in table.splitlines() if line.strip()), f"costmodel {ctx.info_name}")
-    write_text(path, page(title, [ctx.info_name, *argv], table, data, csv))
+    related = [THETA_FORMS] if "--variants" in argv else []
+    write_text(path, page(title, [ctx.info_name, *argv], table, data, csv, related))
     if path != "-":
         echo_lines(wrote(path))

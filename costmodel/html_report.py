@@ -221,9 +221,16 @@ def _csv_link(csv: str | None) -> str:
             "as CSV</a>")
 
 
-def page(title: str, argv: list[str], table: str, data, csv: str | None = None) -> str:
+def _related(related) -> str:
+    """Other commands' pages beside this one: (heading, what it shows, its arguments) each (a link on the web
+    page)."""
+    return "".join(f"<h2>{html.escape(heading)}</h2>\n<p>{html.escape(what)}: {_linked(argv)}</p>\n"
+                   for heading, what, argv in related)
+
+
+def page(title: str, argv: list[str], table: str, data, csv: str | None = None, related=()) -> str:
     """The whole page: title, the command (and a button to copy it), downloads of its JSON and CSV rows, the charts,
-    a plan's points with their own commands, the table, the JSON."""
+    a plan's points with their own commands, the ``related`` commands' pages, the table, the JSON."""
     link, shown = _data(data, "JSON")
     link += _csv_link(csv)
     figures = "\n".join(f'<div class="figure">{svg}</div>' for svg in charts(data))
@@ -232,6 +239,7 @@ def page(title: str, argv: list[str], table: str, data, csv: str | None = None) 
 <h2>Charts</h2>
 {figures or '<p>(no chart for this prediction)</p>'}
 {_points(data)}
+{_related(related)}
 <h2>Table</h2>
 <pre id="table">{html.escape(table)}</pre>
 <h2>JSON</h2>

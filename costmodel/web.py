@@ -18,7 +18,7 @@ import threading
 
 #: The commands the API answers (each prints ``--json``), and those with a page (``--html``).
 COMMANDS = ("predict", "capacity", "plan", "derive")
-PAGES = ("predict", "capacity", "plan")
+PAGES = ("predict", "capacity", "plan", "derive")
 #: Options that name files or choose the output: the API chooses its own output and writes no file.
 NOT_OVER_THE_WEB = ("json", "html", "format", "out", "csv", "plot", "model-config", "save-profile")
 #: The longest config.json the page takes pasted (a large model's is a few kB).
@@ -168,12 +168,16 @@ iframe { width: 100%; height: 80vh; border: 1px solid #ccc; margin-top: 1em; }
 <h1>costmodel</h1>
 <form id="form" method="get" action="/">
 <label>command <select name="command"><option>predict</option><option>capacity</option><option>plan</option>
-</select></label>
+<option>derive</option></select></label>
 <label>devices <select name="gpu" multiple size="4">{{devices}}</select></label>
 <label>model <input name="model" list="models" placeholder="llama-3-8b"><datalist id="models">{{models}}</datalist></label>
 <label>or its config.json, pasted <textarea name="config" rows="2" cols="28"
 placeholder='{"hidden_size": 4096, ...}'></textarea></label>
 <label>tensor parallel <input name="tp" type="number" min="1"></label>
+<label>replicas <input name="replicas" type="number" min="1"></label>
+<label>pipeline stages <input name="pipeline-parallel-size" type="number" min="1"></label>
+<label>attention data parallel <input name="attention-dp" type="number" min="1"></label>
+<label>expert parallel <input name="expert-parallel" type="checkbox"></label>
 <label>GPUs to place it on (plan) <input name="gpus" type="number" min="1"></label>
 <label>engine <select name="engine"><option value="">(none: one step)</option><option>vllm</option>
 <option>sglang</option><option>trtllm</option></select></label>
@@ -183,10 +187,18 @@ placeholder='{"hidden_size": 4096, ...}'></textarea></label>
 <label>batch <input name="batch" type="number" min="1"></label>
 <label>context <input name="context" type="number" min="1"></label>
 <label>weights <select name="weight-dtype"><option value="">(the checkpoint's)</option><option>bf16</option>
-<option>fp8</option><option>fp8_block</option><option>nvfp4</option></select></label>
+<option>fp8</option><option>fp8_block</option><option>int8</option><option>int4</option><option>mxfp4</option>
+<option>nvfp4</option></select></label>
+<label>KV cache <select name="kv-dtype"><option value="">(the engine's)</option><option>bf16</option>
+<option>fp8</option></select></label>
 <label>TPOT target (ms) <input name="tpot-ms" type="number" min="0" step="any"></label>
 <label>TTFT target (ms) <input name="ttft-ms" type="number" min="0" step="any"></label>
 <label>MHA, GQA, MQA and MLA side by side (predict) <input name="variants" type="checkbox"></label>
+<label>attention (derive) <select name="variant"><option value="">(the model's)</option><option>mha</option>
+<option>gqa</option><option>mqa</option><option>mla</option></select></label>
+<label>mode (derive) <select name="mode"><option value="">incremental</option><option>generate</option>
+<option>batched</option></select></label>
+<label>the &Theta; forms (derive) <input name="asymptotic" type="checkbox"></label>
 <button type="submit">show</button>
 </form>
 <p id="error"></p>

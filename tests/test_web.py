@@ -77,7 +77,7 @@ def test_a_report_is_the_commands_page(client):
     ("/api/predict", [("gpu", "a100"), ("no-such-option", "1")], "No such option"),
     ("/api/predict", [("gpu", "a100"), ("out", "/etc/passwd")], "does not go over the web"),
     ("/api/calibrate", [], "unknown command 'calibrate'"),
-    ("/report/derive", [], "unknown command 'derive'"),
+    ("/report/validate", [], "unknown command 'validate'"),
 ])
 def test_bad_options_answer_the_error_with_400(client, path, query, expected):
     response = client.get(path, params=query)
@@ -251,6 +251,24 @@ def test_clicking_a_plans_point_opens_its_own_prediction(browser):
     command = "costmodel " + " ".join(args)
     line = next(x for x in listed.splitlines() if x.endswith(command) or f"{command};" in x)
     assert re.search(r"TPOT (\S+) ms", line).group(1) == f"{tpot * 1e3:.4g}"
+
+
+def test_the_variants_page_links_their_theta_forms(client):
+    """A model's layouts side by side link the page of their Θ forms (derive's, MLA with MHA, GQA and MQA beside
+    it), which is the command line's page and carries Shazeer's MHA form, Θ(n/d + 1/b), and the derived MQA one,
+    Θ(1/d + n/(dh) + 1/b) with the logits' h n / d^2 term the paper leaves out."""
+    import html
+    import re
+
+    report = client.get("/report/predict", params=[("gpu", "h100"), ("model", "llama-3-8b"), ("variants", "")]).text
+    (query,) = [html.unescape(q) for q in re.findall(r'<code class="point" data-query="([^"]+)"', report)]
+    assert query == "command=derive&variant=mla&mode=generate&asymptotic="
+    theta = client.get("/report/derive?" + query.split("&", 1)[1])
+    assert theta.status_code == 200
+    shown = html.unescape(theta.text)
+    assert "MHA  memory/arithmetic  Θ(n/d + 1/b)" in shown
+    assert "MQA  memory/arithmetic  Θ(1/d + n/(d*h) + h*n/d**2 + 1/b)" in shown
+    assert '<option>derive</option>' in client.get("/").text
 
 
 def test_the_variants_side_by_side(client):
