@@ -61,14 +61,17 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 @variant_option(VARIANTS, "one variant (default: all three; --x groups needs gqa)")
 @groups_option
 @workload_options
-@click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg, .pdf, or .html (one page that opens offline)")
+@click.option("--out", type=FilePath(), help="output file: .png, .svg, .pdf, or .html (one page that opens offline)")
+@click.option("--html", "html_path", type=FilePath(),
+              help="also (or instead of --out) write the figure as one self-contained HTML page: the figure, the "
+                   "command and the points (opens offline)")
 @click.option("--csv", "csv_path", type=FilePath(), help="also write the points as CSV")
 @max_points_option
 @model_options
 @click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA, MQA and MLA versions, one curve each")
 def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
-               timing, without, out, csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form,
-               input_len, output_len, variants, **dims) -> None:
+               timing, without, out, html_path, csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype,
+               mla_form, input_len, output_len, variants, **dims) -> None:
     """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant; with --model,
     a whole model's throughput against latency, one point per swept value and one curve per layout or device.
 
@@ -78,10 +81,11 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
     """
     from costmodel.catalog import load_profile
     from costmodel.figures import memory_limits
-    from costmodel.plots import check_output, draw_sweep, save
+    from costmodel.plots import draw_sweep, save
     from costmodel.sweeps import sweep
     from costmodel.workload import workloads
 
+    outs = figure_files(out, html_path)
     x_name = x_name.lower().replace("-", "_")
     if model_name:
         from costmodel.cli_serving import conventions, load_layouts, plot_model_sweep
@@ -89,13 +93,12 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
         if x_name not in ("batch", "context", "input_len", "output_len"):
             raise CostModelError(f"--x {x_name} does not apply with --model; use batch, context, input-len or output-len")
         layouts = load_layouts(model_name, variant, groups, kv_heads, variants)
-        plot_model_sweep([load_profile(g) for g in gpus], layouts, f"{x_name}={range_text}", out, csv_path,
+        plot_model_sweep([load_profile(g) for g in gpus], layouts, f"{x_name}={range_text}", outs, csv_path,
                          max_points, dims["batch"], dims["context"], input_len, output_len,
                          conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form))
         return
     if x_name in ("input_len", "output_len"):
         raise CostModelError(f"--x {x_name.replace('_', '-')} needs --model")
-    check_output(out)
     if csv_path is not None:
         check_writable(csv_path)
     hws = [load_profile(g) for g in gpus]
@@ -123,9 +126,25 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
     if csv_path is not None:
         write_csv(csv_path, records)
     more = [(d, res.records, lim) for d, res, lim in runs[1:]]
-    save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more), out,
-         data=records)
-    echo_lines(wrote(out, csv_path))
+    for path in outs:
+        save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more), path,
+             data=records)
+    echo_lines(wrote(*outs, csv_path))
+
+
+def figure_files(out: str | None, html_path: str | None) -> list[str]:
+    """The files a figure command writes: ``--out`` (by its suffix) and ``--html`` (a page), checked before any
+    work; at least one."""
+    from costmodel.plots import check_output
+
+    if out is None and html_path is None:
+        raise CostModelError("give --out FILE (.png, .svg, .pdf or .html) or --html FILE")
+    if html_path is not None and not html_path.lower().endswith((".html", ".htm")):
+        raise CostModelError(f"--html {html_path!r}: the file must end in .html or .htm")
+    outs = [p for p in (out, html_path) if p is not None]
+    for path in outs:
+        check_output(path)
+    return outs
 
 
 @click.command(cls=OnceCommand)

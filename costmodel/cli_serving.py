@@ -269,17 +269,17 @@ def _load_capacity(hws, m, fmt, *, input_len, output_len, tpot_ms, ttft_ms, pric
     emit(fmt, [report.model_dump(mode="json")], records, lambda: load_capacity_table(report), single=True)
 
 
-def plot_model_sweep(hws, layouts, spec, out, csv_path, max_points, batch, context, input_len, output_len,
+def plot_model_sweep(hws, layouts, spec, outs, csv_path, max_points, batch, context, input_len, output_len,
                      pricing) -> None:
     """``costmodel sweep --model``: throughput against latency, one curve per (device, layout)."""
-    from costmodel.plots import check_output, draw_throughput_latency, save
+    from costmodel.plots import draw_throughput_latency, save
 
-    check_output(out)
     records = sweep_models(hws, layouts, "table", spec, csv_path=csv_path, max_points=max_points, batch=batch,
                            context=context, input_len=input_len, output_len=output_len, pricing=pricing,
-                           plot_path=out)
-    save(draw_throughput_latency(records, sweep_spec(spec, MODEL_SWEEP_DIMS)[0]), out, data=records)
-    echo_lines(wrote(out, csv_path))
+                           plot_path=outs[0])
+    for path in outs:
+        save(draw_throughput_latency(records, sweep_spec(spec, MODEL_SWEEP_DIMS)[0]), path, data=records)
+    echo_lines(wrote(*outs, csv_path))
 
 
 __all__ = ["capacity", "conventions", "predict_models", "plot_model_sweep", "model_options", "load_layouts"]

@@ -177,6 +177,22 @@ def test_a_figure_as_a_page(tmp_path, args, count):
     assert json.loads(_between(redrawn, r'id="data">(.*?)</script>').replace("<\\/", "</")) == data
 
 
+@pytest.mark.parametrize("model", [[], ["--model", "llama-3-8b", "--input-len", "256", "--output-len", "16"]],
+                         ids=["attention", "a model"])
+def test_a_sweeps_html_is_its_figures_page(tmp_path, model):
+    """``sweep --html FILE`` writes the page ``--out FILE.html`` writes (the same points), beside an image or alone;
+    a sweep with neither writes nothing and says what to give."""
+    x = ["--x", "batch", "--range", "1:4:x2"] if model else ["--x", "context", "--range", "128:512:x2"]
+    args = ["sweep", "--gpu", "h100", *x, *model]
+    _run([*args, "--out", str(tmp_path / "a.html")])
+    _run([*args, "--out", str(tmp_path / "b.png"), "--html", str(tmp_path / "b.html")])
+    points = [json.loads(_between((tmp_path / f).read_text(encoding="utf-8"), r'id="data">(.*?)</script>')
+                         .replace("<\\/", "</")) for f in ("a.html", "b.html")]
+    assert points[0] == points[1] and (tmp_path / "b.png").read_bytes().startswith(b"\x89PNG")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "give --out FILE" in result.output and "Traceback" not in result.output
+
+
 def test_html_on_standard_output_is_the_page_alone():
     page = _run(["predict", "--gpu", "a100", "--variant", "mqa", "--html", "-"])
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
