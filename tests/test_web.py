@@ -107,31 +107,13 @@ def test_the_server_listens_on_this_machine_only_by_default():
     assert host.default == "127.0.0.1"
 
 
-def test_two_hundred_requests_at_once(client):
-    queries = [[("gpu", g), ("variant", v)] for g in ("a100", "h100") for v in ("mha", "gqa", "mqa", "mha", "mqa")]
-    expected = {tuple(q): json.loads(_cli("predict", q, ["--json"]).output) for q in queries}
-    jobs = [queries[i % len(queries)] for i in range(200)]
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        answers = list(pool.map(lambda q: (q, client.get("/api/predict", params=q)), jobs))
-    assert all(r.status_code == 200 for _, r in answers)
-    assert all(r.json() == expected[tuple(q)] for q, r in answers)
-
-
-@pytest.fixture
-def browser(tmp_path):
-    """A real Chromium (Debian's ``chromium``, headless, every host but this one unresolvable) driven through its
-    ``chromedriver`` by Selenium, against the app served on a free local port: ``(driver, base URL)``. Skipped where
-    the browser, its driver or Selenium is not installed; nothing is downloaded."""
-    import shutil
+@pytest.fixture(scope="module")
+def served():
+    """The app served by Uvicorn on a free port of this machine: its base URL."""
     import socket
     import threading
     import time
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if chromium is None or chromedriver is None:
-        pytest.skip("no chromium and chromedriver on this machine (apt-get install chromium chromium-driver)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium (the test extra)")
     uvicorn = pytest.importorskip("uvicorn")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -139,10 +121,47 @@ def browser(tmp_path):
     server = uvicorn.Server(uvicorn.Config(app(main), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    for _ in range(100):
+    for _ in range(200):
         if server.started:
             break
         time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_two_hundred_requests_at_once(served):
+    """200 requests over HTTP on this machine, 64 at a time: every one answered (within a bound: no hang) with the
+    command line's JSON for its query."""
+    import urllib.request
+    from urllib.parse import urlencode
+
+    queries = [[("gpu", g), ("variant", v)] for g in ("a100", "h100") for v in ("mha", "gqa", "mqa", "mha", "mqa")]
+    expected = {tuple(q): json.loads(_cli("predict", q, ["--json"]).output) for q in queries}
+    jobs = [queries[i % len(queries)] for i in range(200)]
+
+    def get(q):
+        with urllib.request.urlopen(f"{served}/api/predict?{urlencode(q)}", timeout=120) as response:
+            return q, response.status, json.loads(response.read())
+
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        answers = list(pool.map(get, jobs, timeout=300))
+    assert len(answers) == 200 and all(status == 200 for _, status, _ in answers)
+    assert all(body == expected[tuple(q)] for q, _, body in answers)
+
+
+@pytest.fixture
+def browser(tmp_path, served):
+    """A real Chromium (Debian's ``chromium``, headless, every host but this one unresolvable) driven through its
+    ``chromedriver`` by Selenium, against the served app: ``(driver, base URL)``. Skipped where the browser, its
+    driver or Selenium is not installed; nothing is downloaded."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.skip("no chromium and chromedriver on this machine (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium (the test extra)")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1000",
@@ -151,11 +170,9 @@ def browser(tmp_path):
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=chromedriver))
     driver.set_page_load_timeout(120)
     try:
-        yield driver, f"http://127.0.0.1:{port}"
+        yield driver, served
     finally:
         driver.quit()
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _shown(driver, what: str = "TPOT") -> str:
