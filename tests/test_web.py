@@ -26,6 +26,9 @@ CASES = [
     ("capacity", [("gpu", "h100"), ("gpu", "a100"), ("model", "llama-3-8b"), ("input-len", "512"),
                   ("output-len", "64"), ("tpot-ms", "30")]),
     ("derive", [("variant", "mqa"), ("mode", "incremental")]),
+    ("derive", [("variant", "mla"), ("mode", "generate"), ("asymptotic", "")]),
+    ("plan", [("gpu", "h100"), ("model", "llama-3-8b"), ("gpus", "2"), ("input-len", "512"), ("output-len", "64"),
+              ("tpot-ms", "30"), ("max-concurrency", "8")]),
 ]
 
 
@@ -37,7 +40,7 @@ def client():
 def _cli(command, query, extra):
     args = [command]
     for key, value in query:
-        args += [f"--{key}", value]
+        args += [f"--{key}", *([value] if value else [])]  # an empty value: a bare flag
     result = CliRunner().invoke(main, [*args, *extra])
     return result
 
