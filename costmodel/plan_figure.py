@@ -8,7 +8,8 @@ from costmodel.mpl import pyplot as _pyplot
 
 def draw_plan(plan):
     """A plan (a :class:`costmodel.planner.Plan` or its JSON) as tokens/s per device against tokens/s per user: per
-    device kind every simulated point, the front as a line with the p10-p90 range of the measured means it is
+    device kind every simulated point, each layout's points joined in order of load (a thin curve), the front as a
+    line with the p10-p90 range of the measured means it is
     expected to fall in shaded, the points whose KV cache was full (the memory limit) crossed; with targets, the
     front's points that miss them hollow and the best under them starred, the targets in the title."""
     plt = _pyplot()
@@ -22,6 +23,10 @@ def draw_plan(plan):
         color = f"C{i}"
         mine = lambda key: [p for p in data.get(key) or [] if p["device"] == device]  # noqa: E731
         ax.scatter(*xy(mine("points")), s=12, color=color, alpha=0.35, gid=f"points:{device}")
+        for layout in dict.fromkeys(p["layout"] for p in mine("points")):  # each layout's curve over its loads
+            curve = sorted((p for p in mine("points") if p["layout"] == layout), key=lambda p: p["concurrency"])
+            if len(curve) > 1:
+                ax.plot(*xy(curve), lw=0.6, color=color, alpha=0.35, gid=f"layout:{device}:{layout}")
         front = sorted(mine("front"), key=lambda p: p["output_tokens_per_s_per_user"])
         ax.plot(*xy(front), marker="o", ms=4, color=color, label=f"{device}: front", gid=f"front:{device}")
         ranged = [(p, rate_range(p, data["output_len"])) for p in front]
