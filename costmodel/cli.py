@@ -219,9 +219,12 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         from costmodel.cli_serving import conventions, load_layouts, predict_models
 
         layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants, routing)
-        step = {}
-        if load["expert_parallel"] and all(load[k] is None for k in ("engine_name", "concurrency", "request_rate")):
-            step, load["expert_parallel"] = {"expert_parallel": True}, False  # a step's experts over its --tp devices
+        step = {}  # a model step's layout: its experts over its --tp devices, and attention data parallel groups
+        if all(load[k] is None for k in ("engine_name", "concurrency", "request_rate")):
+            if load["expert_parallel"]:
+                step["expert_parallel"], load["expert_parallel"] = True, False
+            if load["attention_dp"] is not None:
+                step["attention_dp"], load["attention_dp"] = load["attention_dp"], None
         if wants_load(load):
             if sweep_spec or dims["batch"] is not None or dims["context"] is not None:
                 raise CostModelError("--sweep, --batch and --context do not apply to a served model (the engine "

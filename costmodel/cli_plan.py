@@ -109,19 +109,21 @@ def _given_flags(weight_dtype, kv_dtype, routing) -> list[str]:
 def step_command(point: dict, m, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype,
                  kv_dtype, routing) -> list[str] | None:
     """The ``costmodel predict`` arguments of one decode step of a point's decoding engine (an aggregated replica, or
-    a disaggregated decode worker): its share of the clients decoding at the mean context (prompt + half the
-    output), its experts spread over its devices where the point's are (expert parallel), the cache in the engine's
-    dtype; its ops, what binds each and the assumptions. None where that step is not one tensor-parallel group's
-    (attention data parallel, pipeline stages)."""
+    a disaggregated decode worker): each of its tensor-parallel groups' share of the clients (its attention data
+    parallel groups' each) decoding at the mean context (prompt + half the output), its experts spread over its
+    devices where the point's are (expert parallel), the cache in the engine's dtype; its ops, what binds each and
+    the assumptions. None for pipeline stages, whose iteration runs several micro-batches."""
     from costmodel.served import checkpoint_kv_dtype
 
-    agg = point["mode"] == "agg"
-    if (point["attention_dp"] if agg else point["decode_attention_dp"]) > 1 or point["pipeline_parallel"] > 1:
+    if point["pipeline_parallel"] > 1:
         return None
-    tp, engines = (point["tp"], point["replicas"]) if agg else (point["decode_tp"], point["decode_workers"])
+    agg = point["mode"] == "agg"
+    tp, engines, dp = ((point["tp"], point["replicas"], point["attention_dp"]) if agg else
+                       (point["decode_tp"], point["decode_workers"], point["decode_attention_dp"]))
     cmd = ["predict", "--gpu", point["device"], "--model", model, "--tp", str(tp), "--batch",
-           str(max(point["concurrency"] // engines, 1)), "--context", str(input_len + output_len // 2)]
+           str(max(point["concurrency"] // (engines * dp), 1)), "--context", str(input_len + output_len // 2)]
     cmd += ["--expert-parallel"] if point["expert_parallel"] else []
+    cmd += ["--attention-dp", str(dp)] if dp > 1 else []
     return cmd + _given_flags(weight_dtype, kv_dtype or checkpoint_kv_dtype(m, engine, weight_dtype), routing)
 
 

@@ -95,6 +95,7 @@ class ModelWorkload(Report):
     execution: str
     tp: int
     overlap: str
+    attention_dp: int = 1  # groups of tp devices, each with batch sequences of its own (its experts over all)
 
 
 class ModelTotals(Report):
@@ -312,7 +313,8 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
                   execution: str = DEFAULTS["model_execution"], tp: int = DEFAULTS["tp"],
                   overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"],
                   without=(), engine: bool = True, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                  mla_form: str | None = None, expert_parallel: bool = False) -> ModelPrediction:
+                  mla_form: str | None = None, expert_parallel: bool = False,
+                  attention_dp: int = 1) -> ModelPrediction:
     """Decode step after ``context`` cached positions (TPOT), prefill of a ``context``-token prompt
     (TTFT), KV cache and weights per device, and the largest batch and context that fit. ``engine``:
     the step as serving engines run it (:func:`engine_ops`); False: every op of the programs alone.
@@ -320,13 +322,15 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
     ``dtype`` is the activations' (and the math's) dtype; ``weight_dtype`` the projection weights' storage
     (default: the model's quantization, else ``dtype``); ``kv_dtype`` the cache's (default ``dtype``).
     ``mla_form`` fixes an MLA model's form (default: absorbed for decode, naive for prefill);
-    ``expert_parallel`` spreads a mixture of experts' routed experts over the ``tp`` devices."""
+    ``expert_parallel`` spreads a mixture of experts' routed experts over the ``tp`` devices; ``attention_dp``
+    groups of ``tp`` devices each run ``batch`` sequences of their own through attention, the experts over all
+    the groups' devices (the step of one group, every group alike)."""
     checks.count("batch", batch)
     checks.count("context", context)
     checks.count("source", source, optional=True)
     pr = pricing(m, hw, dtype=dtype, execution=execution, tp=tp, overlap=overlap, timing=timing, without=without,
                  engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, mla_form=mla_form,
-                 expert_parallel=expert_parallel)
+                 expert_parallel=expert_parallel, attention_dp=attention_dp)
     fixed_source, source = source, source or context
     dev = pr.slice(m)
     phases = {phase: phase_time(m, pr, phase, batch, context, source) for phase in ("decode", "prefill")}
@@ -348,7 +352,7 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
         workload=ModelWorkload(batch=batch, context=context,
                                source=source if m.architecture == "encoder-decoder" else None, dtype=pr.dtype,
                                weight_dtype=pr.weight_dtype, weight_group_size=pr.group, kv_dtype=pr.kv_dtype,
-                               execution=pr.execution, tp=tp, overlap=pr.overlap),
+                               execution=pr.execution, tp=tp, overlap=pr.overlap, attention_dp=pr.dp),
         decode=phases["decode"], prefill=phases["prefill"],
         total=ModelTotals(tpot_s=tpot, ttft_s=phases["prefill"].time_s, tokens_per_s=batch / tpot),
         memory=ModelMemory(

@@ -192,13 +192,16 @@ def test_a_points_range_moves_it_along_its_ray():
 @pytest.mark.parametrize("model,point", [
     ("mixtral-8x7b", {"mode": "agg", "tp": 2, "replicas": 1, "attention_dp": 1, "pipeline_parallel": 1,
                       "expert_parallel": True, "concurrency": 8}),
+    ("mixtral-8x7b", {"mode": "agg", "tp": 1, "replicas": 1, "attention_dp": 2, "pipeline_parallel": 1,
+                      "expert_parallel": True, "concurrency": 16}),
     ("llama-3.1-8b", {"mode": "disagg", "decode_tp": 2, "decode_workers": 2, "decode_attention_dp": 1,
                       "attention_dp": 1, "pipeline_parallel": 1, "expert_parallel": False, "concurrency": 16}),
-], ids=["expert parallel", "a disaggregated decode worker"])
+], ids=["expert parallel", "attention data parallel", "a disaggregated decode worker"])
 def test_a_decoding_engines_step_is_its_decode_iteration(run_cli, model, point):
-    """The decode step a point links (an expert-parallel replica; a disaggregated decode worker with its share of the
-    clients) is that engine's decode-only iteration: the same time as the served engine's table interpolates for that
-    batch and context, the experts spread over the devices where the point's are."""
+    """The decode step a point links (an expert-parallel replica; one of two attention-data-parallel groups, the
+    other running as many sequences; a disaggregated decode worker with its share of the clients) is that engine's
+    decode-only iteration: the same time as the served engine's table interpolates for that batch and context, the
+    experts spread over the devices where the point's are."""
     from costmodel.cli_plan import step_command
     from costmodel.engines import engine
     from costmodel.model_step import pricing
@@ -208,14 +211,16 @@ def test_a_decoding_engines_step_is_its_decode_iteration(run_cli, model, point):
     cmd = step_command({**point, "device": hw.id}, m, model=model, input_len=1024, output_len=128, engine="vllm",
                        weight_dtype=None, kv_dtype=None, routing=None)
     step = json.loads(run_cli(*cmd, "--json").output)
-    tp, engines = (2, 1) if point["mode"] == "agg" else (2, 2)
-    batch, context = point["concurrency"] // engines, 1024 + 64
-    assert (step["workload"]["batch"], step["workload"]["context"], step["workload"]["tp"]) == (batch, context, tp)
+    agg = point["mode"] == "agg"
+    tp, engines, dp = ((point["tp"], 1, point["attention_dp"]) if agg else (2, 2, 1))
+    batch, context = point["concurrency"] // (engines * dp), 1024 + 64
+    assert (step["workload"]["batch"], step["workload"]["context"], step["workload"]["tp"],
+            step["workload"]["attention_dp"]) == (batch, context, tp, dp)
     eng = engine("vllm", capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp)
-    table = Setup(m, pricing(m, hw, tp=tp, expert_parallel=point["expert_parallel"]), eng, max_context=1024 + 128).table
-    iteration = float(table.decode_run(batch, batch * context, 1, None)[0])
+    pr = pricing(m, hw, tp=tp, expert_parallel=point["expert_parallel"], attention_dp=dp)
+    table = Setup(m, pr, eng, max_context=1024 + 128).table
+    iteration = float(table.decode_run(batch, batch * context, 1, batch if dp > 1 else None)[0])
     assert step["decode"]["time_s"] == pytest.approx(iteration, rel=0.01)
-    # attention data parallel is not one tensor-parallel group's step: no link
-    assert step_command({**point, "device": hw.id, "attention_dp": 2, "decode_attention_dp": 2}, m, model=model,
-                        input_len=1024, output_len=128, engine="vllm", weight_dtype=None, kv_dtype=None,
-                        routing=None) is None
+    # pipeline stages run several micro-batches an iteration: no one step to link
+    assert step_command({**point, "device": hw.id, "pipeline_parallel": 2}, m, model=model, input_len=1024,
+                        output_len=128, engine="vllm", weight_dtype=None, kv_dtype=None, routing=None) is None
