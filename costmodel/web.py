@@ -128,7 +128,7 @@ def app(cli):
         return handle
 
     async def index(request):
-        return HTMLResponse(page())
+        return HTMLResponse(page(cli))
 
     async def missing(request):
         return JSONResponse({"error": f"no such path {request.url.path!r}"}, status_code=404)
@@ -139,15 +139,29 @@ def app(cli):
     return Starlette(routes=routes)
 
 
-def page() -> str:
-    """The page: a form whose fields are the command line's options; submitting it puts them in the URL, and the
-    page shows the report of that URL's query (so a link reproduces the view)."""
+def options(cli) -> dict[str, list[str]]:
+    """Each page command's long option names (without ``--``), as the command line declares them; ``config`` goes
+    with any command that takes a model."""
+    out = {}
+    for name in PAGES:
+        names = {o[2:] for p in cli.commands[name].params for o in p.opts if o.startswith("--")}
+        out[name] = sorted(names | ({"config"} if "model" in names else set()))
+    return out
+
+
+def page(cli) -> str:
+    """The page: a form whose fields are the command line's options; submitting it puts in the URL those the chosen
+    command takes (a field another command's is left out), and the page shows the report of that URL's query (so a
+    link reproduces the view)."""
+    import json
+
     from costmodel.catalog import profile_ids
     from costmodel.presets import preset_ids
 
     devices = "".join(f'<option value="{html.escape(i)}">{html.escape(i)}</option>' for i in profile_ids())
     models = "".join(f'<option value="{html.escape(i)}">' for i in preset_ids())
-    return PAGE.replace("{{devices}}", devices).replace("{{models}}", models)
+    return (PAGE.replace("{{devices}}", devices).replace("{{models}}", models)
+            .replace("{{options}}", json.dumps(options(cli)).replace("</", "<\\/")))
 
 
 PAGE = """<!DOCTYPE html>
@@ -213,11 +227,13 @@ for (const [key, value] of params) {
   else if (field.type === 'checkbox') field.checked = true;
   else field.value = value;
 }
+const OPTIONS = {{options}};  // each command's options: a field another command's stays out of the URL
 form.addEventListener('submit', (event) => {
   event.preventDefault();
   const query = new URLSearchParams();
+  const takes = new Set(['command', ...OPTIONS[form.elements.command.value]]);
   for (const field of form.elements) {
-    if (!field.name) continue;
+    if (!field.name || !takes.has(field.name)) continue;
     if (field.multiple) { for (const o of field.selectedOptions) query.append(field.name, o.value); }
     else if (field.type === 'checkbox') { if (field.checked) query.append(field.name, ''); }
     else if (field.value !== '') query.append(field.name, field.value);

@@ -239,6 +239,29 @@ def test_a_browser_changes_the_device_and_shows_the_clis_numbers(browser, tmp_pa
     assert _shown(driver) == view
 
 
+def test_switching_the_command_keeps_only_its_options(browser):
+    """From a model's prediction, a person picks `derive` with MLA's Θ forms: the URL then holds derive's options
+    only (the device and model, which derive does not take, are left out rather than refused), and the page shows
+    the forms derive prints."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    driver, base = browser
+    driver.get(f"{base}/?command=predict&gpu=h100&model=llama-3-8b")
+    _shown(driver)
+    Select(driver.find_element(By.NAME, "command")).select_by_visible_text("derive")
+    Select(driver.find_element(By.NAME, "variant")).select_by_visible_text("mla")
+    Select(driver.find_element(By.NAME, "mode")).select_by_visible_text("generate")
+    driver.find_element(By.NAME, "asymptotic").click()
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(driver, 60).until(lambda d: "command=derive" in d.current_url)
+    assert "gpu=" not in driver.current_url and "model=" not in driver.current_url
+    expected = run(main, ["derive", "--variant", "mla", "--mode", "generate", "--asymptotic"])[1]
+    shown = _shown(driver, "memory/arithmetic")
+    assert "MHA  memory/arithmetic  Θ(n/d + 1/b)" in expected and "MHA  memory/arithmetic  Θ(n/d + 1/b)" in shown
+    assert not driver.find_element(By.ID, "error").text
+
+
 def test_clicking_a_plans_point_opens_its_own_prediction(browser):
     """In a plan's report on the page, clicking a point of the front opens the page at that point's prediction,
     which shows the numbers its command prints and the plan listed for that point."""
