@@ -35,6 +35,13 @@ from costmodel.presets import ModelPreset
 from costmodel.reports import DeviceSummary, Report
 from costmodel.served import Setup, checked_load, checkpoint_kv_dtype, lengths
 
+#: Engines whose prefill (context) workers run without the overlap scheduler in a disaggregated deployment while
+#: their decode workers keep it: TensorRT-LLM's disaggregated-serving guide (trtllm-serve) gives the context servers
+#: ``disable_overlap_scheduler: True`` ("not yet supported in disaggregated context server architectures") and the
+#: generation servers the default. SGLang runs its overlap loops in both roles (event_loop_overlap_disagg_prefill,
+#: event_loop_overlap_disagg_decode); vLLM 0.12 schedules without overlap in both.
+PREFILL_POOL_WITHOUT_OVERLAP = ("trtllm",)
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -169,12 +176,13 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
 
 
 class _Req:
-    __slots__ = ("arrival", "prompt", "output", "done", "prefilled", "first", "finish")
+    __slots__ = ("arrival", "prompt", "output", "done", "prefilled", "first", "finish", "queued")
 
     def __init__(self, arrival, prompt, output):
         self.arrival, self.prompt, self.output = arrival, prompt, output
         self.done = 0
         self.prefilled = self.first = self.finish = -1.0
+        self.queued = arrival  # when it joined its current worker's queue
 
 
 def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, concurrency, request_rate,
@@ -234,14 +242,18 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         if concurrency is not None and len(reqs) < n:
             new_request(t)
 
-    def start_prefill(w, t):
+    def start_prefill(w, t, seen=None):
+        """The worker's next iteration at ``t``, of the requests that had reached it by ``seen`` (an overlap
+        scheduler planned it while the last one ran; an idle worker takes what it has)."""
         q = p_queue[w]
         if not q:
             p_busy[w] = False
             return
+        if seen is None or q[0].queued > seen:
+            seen = t
         chunks, batch, room, held = [], [], budget_p, 0
         for r in q:
-            if len(batch) == seqs_p or room == 0 or held + r.prompt > pre.kv_tokens:
+            if len(batch) == seqs_p or room == 0 or held + r.prompt > pre.kv_tokens or r.queued > seen:
                 break
             held += r.prompt  # a prompt's whole cache stays on the worker until it is sent
             c = min(r.prompt - r.done, room)
@@ -254,9 +266,13 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         p_busy[w] = True
         push(t + dt, "prefilled", (w, batch, dt))
 
-    def start_decode(w, t):
+    def start_decode(w, t, seen=None):
+        """The worker's next decode iterations from ``t``, admitting the requests that had reached it by ``seen``
+        (an overlap scheduler planned the iteration while the last one ran; an idle worker takes what it has)."""
         run, q = d_run[w], d_wait[w]
-        while q and len(run) < seqs_d and d_pages[w] + pages_of(q[0]) <= pages_total:
+        if seen is None or not run:
+            seen = t
+        while q and len(run) < seqs_d and d_pages[w] + pages_of(q[0]) <= pages_total and q[0].queued <= seen:
             r = q.popleft()
             d_wait_pages[w] -= pages_of(r)
             run.append(r)
@@ -271,13 +287,16 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         times = dec.table.decode_run(len(run), d_ctx[w], k) + dec.iteration_s
         ends = t + np.cumsum(times)
         horizon = events[0][0] if events else np.inf
+        if q and q[0].queued > seen:  # one came while the last iteration ran: it joins after the next one
+            horizon = t
         steps = max(1, int(np.searchsorted(ends, horizon, side="right")))
-        push(float(ends[steps - 1]), "decoded", (w, steps, float(ends[steps - 1] - t)))
+        push(float(ends[steps - 1]), "decoded", (w, steps, float(ends[steps - 1] - t), float(times[steps - 1])))
 
     while events:
         t, _, kind, x = heapq.heappop(events)
         if kind == "arrive":
             w = min(range(p.engines), key=lambda j: (p_left[j], j))
+            x.queued = t
             p_queue[w].append(x)
             p_left[w] += x.prompt
             if not p_busy[w]:
@@ -299,7 +318,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
                     r.first = t + transfer_s
                     r.done = 0  # now: decode tokens produced after the first
                     push(r.first, "transferred", r)
-            start_prefill(w, t)
+            start_prefill(w, t, t - dt if pre.eng.lag else None)
         elif kind == "transferred":
             r = x
             if r.output == 1:
@@ -309,11 +328,12 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             held = len(d_run[w]) + len(d_wait[w])
             d_wait_pages[w] += pages_of(r)
             waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
+            r.queued = t
             d_wait[w].append(r)
             if not d_busy[w]:
                 start_decode(w, t)
         else:  # decoded
-            w, steps, dt = x
+            w, steps, dt, last = x
             run = d_run[w]
             d_iters += steps
             d_seqs += steps * len(run)
@@ -331,7 +351,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
                 else:
                     still.append(r)
             d_run[w] = still
-            start_decode(w, t)
+            start_decode(w, t, t - last if dec.eng.lag else None)
     return {"reqs": reqs, "p_iters": p_iters, "p_seqs": p_seqs, "p_time": p_time, "d_iters": d_iters,
             "d_seqs": d_seqs, "d_time": d_time, "waits": waits, "violations": violations}
 
@@ -376,6 +396,8 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         dev = pool.gpu or hw
         eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
             max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs)
+        if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
+            eng = eng.with_flags(async_scheduling=False)
         pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, moe_kernel=eng.moe_kernel)
         setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads))
@@ -462,7 +484,8 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     (s_p + transfer + k tau(b))``. The prefill pool serves at most ``P m / t(m)`` requests per second (a busy
     worker batches ``m`` waiting prompts, up to its limits), the decode pool at most ``D cap / (k tau(cap))``
     (``cap``: its sequence limit or its KV cache at each request's peak); past either the clients wait, by
-    Little's law ``C / X`` less the cycle, for a prefill worker (in TTFT) or a decode slot (in TPOT)."""
+    Little's law ``C / X`` less the cycle, for a prefill worker (in TTFT) or a decode slot (in TPOT). Under an
+    overlap scheduler a request joins a busy decode worker one iteration later (in TPOT)."""
     isl, osl = input_len, output_len
     k = osl - 1
     ctx = isl + osl / 2
@@ -508,8 +531,12 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     prefill_binds = x_prefill <= x_decode
     wait_p, wait_d = (slack, 0.0) if prefill_binds else (0.0, slack)
     front = pre.request_s
+    # an overlap scheduler plans a worker's next iteration while one runs: a request that finds the worker busy
+    # joins an iteration later. A decode worker at b >= 1 is always busy; a prefill worker's queueing below its
+    # capacity, that lag's included, is left out like the rest of it (the TTFT here is a lower bound)
+    late_d = dec.eng.lag * tau(b) if b >= 1 else 0.0
     ttft = s_p + wait_p + transfer_s + front
-    tpot = tau(b) + (wait_d / k if k else 0.0)
+    tpot = tau(b) + ((wait_d + late_d) / k if k else 0.0)
     e2e = ttft + k * tpot
 
     def means(v: float) -> Stats:
@@ -537,6 +564,12 @@ def _groups(pool: Pool) -> str:
     return f"{pool.attention_dp} attention data parallel groups of " if pool.attention_dp > 1 else ""
 
 
+def _scheduled(eng) -> str:
+    """When an engine plans its iterations, in words."""
+    return ("scheduled while the one before runs (a request that comes during iteration n joins n+2)" if eng.lag
+            else "scheduled as the one before ends (a request that comes during iteration n joins n+1)")
+
+
 def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup,
                  evaluator: str) -> list[str]:
     load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup)[2]
@@ -559,6 +592,9 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms); per request: the front end's "
         f"latency ({pre.request_s * 1e3:.2f} ms) added to TTFT",
         "TTFT = queueing + prefill + KV transfer + front end; TPOT = (end - first token) / (output tokens - 1)",
+        f"prefill workers' iterations {_scheduled(pre.eng)}; decode workers' {_scheduled(dec.eng)}"
+        + (" (TensorRT-LLM's context servers run without its overlap scheduler: its disaggregated-serving guide)"
+           if pre.eng.name in PREFILL_POOL_WITHOUT_OVERLAP else ""),
         "iteration-level simulation" if evaluator == "simulation" else
         "steady-state closed form (means only: prefill alone or batched when the pool binds, decode at the mean "
         "context, waiting by Little's law past the tighter pool's capacity)",

@@ -136,16 +136,18 @@ def test_cli_disaggregated(run_cli):
     assert r.exit_code == 0 and json.loads(r.output)["kv_transfer"]["link_bytes_per_s"] == 25e9
 
 
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang"])
 @pytest.mark.parametrize("pools", [(Pool(), Pool()), (Pool(workers=2), Pool(tp=2)),
                                    (Pool(max_num_seqs=1), Pool(workers=2, max_num_seqs=16))])
-def test_closed_form_agrees_with_the_simulation(llama, h100, pools):
+def test_closed_form_agrees_with_the_simulation(llama, h100, pools, engine_name):
     """Steady-state means against the simulation (after a warm-up wave): TPOT within 5%, throughput within 10%,
     TTFT equal for one client; beyond, the closed form's TTFT is a lower bound (it leaves out the bursts in which
-    requests that finished decoding together come back to the prefill pool)."""
+    requests that finished decoding together come back to the prefill pool). vLLM plans each iteration as the last
+    ends, SGLang while it runs (both pools)."""
     pre, dec = pools
     for isl, osl in ((1024, 256), (4096, 512)):
         for c in (1, 16, 64):
-            kw = dict(input_len=isl, output_len=osl, prefill=pre, decode=dec, concurrency=c)
+            kw = dict(input_len=isl, output_len=osl, prefill=pre, decode=dec, concurrency=c, engine_name=engine_name)
             sim = serve_disaggregated(llama, h100, num_requests=max(200, 10 * c), warmup_requests=c, **kw)
             cf = serve_disaggregated(llama, h100, evaluator="steady-state", **kw)
             assert cf.tpot_s == pytest.approx(sim.tpot_s, rel=0.05), (isl, osl, c)
@@ -205,3 +207,58 @@ def test_cli_attention_data_parallel_pool(run_cli):
     assert any("2 attention data parallel groups of 1" in line for line in got["assumptions"])
     r = run_cli(*args, "--decode-attention-dp", "2")
     assert r.exit_code != 0 and r.output.startswith("Error:") and "--decode-expert-parallel" in r.output
+
+
+class _Fixed:
+    """An iteration table: every prefill iteration ``prefill`` seconds, every decode iteration ``decode``."""
+
+    def __init__(self, prefill, decode):
+        self.prefill, self.decode = prefill, decode
+
+    def time(self, **kw):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(total_s=self.prefill)
+
+    def decode_run(self, seqs, context_sum, steps, others=None):
+        return np.full(steps, self.decode)
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
+    """One prefill worker (one 10-token prompt per 0.6 ms iteration), one decode worker (1 ms iterations), KV moved
+    in 0.3 ms, two clients. Request 0 reaches the decoder at 0.9 ms (its iterations 0.9-1.9 and 1.9-2.9 ms: done at
+    2.9), request 1 at 1.5 ms, during the first. Planned as an iteration ends, 1.9-2.9 takes request 1 and its four
+    steps end at 5.9 ms; planned while the one before runs (from 0.9 ms), it cannot, and they end at 6.9 ms (TPOT
+    1.1 against 1.35 ms). Request 2 comes at 2.9 ms and reaches the decoder at 3.8 ms, during 2.9-3.9: its two steps
+    end at 5.9 ms, or 6.9 ms under the overlap. Its first token is the prefill worker's either way."""
+    from types import SimpleNamespace
+
+    from costmodel.disagg import _simulate
+
+    def setup(lag, table):
+        eng = SimpleNamespace(max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag)
+        return SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0)
+
+    table = _Fixed(0.6e-3, 1e-3)
+    sim = _simulate(setup(0, table), setup(int(overlapped), table), Pool(tp=1, workers=1), Pool(tp=1, workers=1),
+                    prompts=np.full(3, 10), outputs=np.array([3, 5, 3]), concurrency=2, request_rate=None,
+                    transfer_s=0.3e-3, seed=0, check=True)
+    assert sim["violations"] == []
+    reqs = sim["reqs"]
+    assert [r.arrival for r in reqs] == pytest.approx([0.0, 0.0, 2.9e-3])
+    assert [r.first for r in reqs] == pytest.approx([0.9e-3, 1.5e-3, 3.8e-3])
+    late = 1e-3 if overlapped else 0.0
+    assert [r.finish for r in reqs] == pytest.approx([2.9e-3, 5.9e-3 + late, 5.9e-3 + late])
+
+
+def test_tensorrt_llms_context_servers_run_without_the_overlap_scheduler(llama, h100):
+    """TensorRT-LLM's disaggregated guide turns the overlap scheduler off on its context servers only; SGLang keeps
+    it in both pools; vLLM 0.12 has none: each pool's engine says so."""
+    kw = dict(input_len=256, output_len=8, concurrency=2, num_requests=4, prefill=Pool(tp=1, workers=1),
+              decode=Pool(tp=1, workers=1))
+    for name, prefill, decode in (("trtllm", False, True), ("sglang", True, True), ("vllm", False, False)):
+        got = serve_disaggregated(llama, h100, engine_name=name, **kw)
+        (line,) = [a for a in got.assumptions if a.startswith("prefill workers' iterations")]
+        pre, dec = line.split("; decode workers'")
+        assert ("while the one before runs" in pre, "while the one before runs" in dec) == (prefill, decode), name
