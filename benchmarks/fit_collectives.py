@@ -17,9 +17,12 @@ from costmodel.validation.collectives import TABLES, VOLUME, errors, fit_device,
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "aiconfigurator (ai-dynamo/aiconfigurator@095f58a) comm/"
 METHOD = ("t(S) = latency + v (n - 1) / n * S / bus bandwidth per collective, implementation and GPU count (v = 2 "
-          "for an all-reduce, 1 for an all-gather, a reduce-scatter and an all-to-all; S the buffer NCCL names), least "
-          "squares on log time over a grid of latencies and bandwidths (benchmarks/fit_collectives.py); the 16-bit "
-          "NCCL rows, the bf16 rows of the custom all-reduce of vLLM")
+          "for an all-reduce, 1 for an all-gather, a reduce-scatter and an all-to-all; S the buffer NCCL names), or "
+          "the faster of two such lines (large_latency_s, large_bus_bytes_per_s: the protocol or algorithm the "
+          "implementation switches to for large buffers) where two fit better: each line fitted by least squares on "
+          "log time over a grid of latencies and bandwidths, the split of the sizes between them the one of least "
+          "error (benchmarks/fit_collectives.py); the 16-bit NCCL rows, the bf16 rows of the custom all-reduce of "
+          "vLLM")
 
 
 def yaml_block(profile: str, fit: dict) -> str:
@@ -33,7 +36,7 @@ def yaml_block(profile: str, fit: dict) -> str:
         for impl, by_n in fit[part].items():
             lines.append(f"    {impl}:")
             for n, c in sorted(by_n.items()):
-                lines.append(f"      {n}: {{latency_s: {c['latency_s']:.4g}, bus_bytes_per_s: {c['bus_bytes_per_s']:.4g}}}")
+                lines.append(f"      {n}: {{" + ", ".join(f"{k}: {v:.4g}" for k, v in c.items()) + "}")
     lines.append("  error:")
     for key, e in fit["error"].items():
         lines.append(f"    {key}: {{n: {e['n']}, median_abs_error_pct: {e['median_abs_error_pct']:.2f}, "
@@ -53,7 +56,7 @@ def main(folder: str, write: bool) -> None:
         scale = hw.interconnect_bytes_per_s.value / ref.interconnect_bytes_per_s.value
         for (impl, n), (size, sec) in sorted({**read_tables(folder, p), **read_nccl_ops(folder, p)}.items()):
             c = {**fits["h100_sxm"]["curves"], **fits["h100_sxm"]["ops"]}[impl][n]
-            k, med, p90 = errors(size, sec, n, c["latency_s"], c["bus_bytes_per_s"] * scale, VOLUME.get(impl, 2))
+            k, med, p90 = errors(size, sec, n, c, VOLUME.get(impl, 2), scale)
             print(f"{p:14s} {impl}/{n:<5d} transferred from h100_sxm (bandwidth x {scale:.2f}): median {med:5.1f}%, "
                   f"p90 {p90:5.1f}%")
     if write:

@@ -290,10 +290,40 @@ class Efficiency(_Strict):
 
 
 class CollectiveCurve(_Strict):
-    """``t(S) = latency_s + 2 (n - 1) / n * S / bus_bytes_per_s`` for an all-reduce of S bytes over n GPUs."""
+    """``t(S) = latency_s + V / bus_bytes_per_s`` for a collective moving ``V`` bytes per GPU (an all-reduce of S
+    bytes over n GPUs: V = 2 (n - 1) / n S), and where a second line is given, the faster of the two: NCCL's tuner
+    picks per size the protocol and algorithm its own latency-plus-bandwidth model says is fastest (a low-latency
+    one for small buffers, a bandwidth one for large), and vLLM's custom all-reduce runs one-shot for small buffers
+    and two-shot for large."""
 
     latency_s: _number(0.0, 1.0)
     bus_bytes_per_s: _number(1e6, 1e16)
+    large_latency_s: _number(0.0, 1.0) | None = None  # the second line: more latency, more bandwidth
+    large_bus_bytes_per_s: _number(1e6, 1e16) | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self):
+        if (self.large_latency_s is None) != (self.large_bus_bytes_per_s is None):
+            raise ValueError("large_latency_s and large_bus_bytes_per_s come together (the second line) or not at all")
+        if self.large_latency_s is not None and not (self.large_latency_s > self.latency_s
+                                                     and self.large_bus_bytes_per_s > self.bus_bytes_per_s):
+            raise ValueError("the second line (the large buffers') needs more latency and more bandwidth than the "
+                             "first, or one line is the faster at every size")
+        return self
+
+    def parts(self, volume, scale: float = 1.0):
+        """(transfer, latency) seconds of moving ``volume`` bytes per GPU (an array gives arrays) on the faster
+        line, the bus bandwidths times ``scale`` (a device that borrows the curve)."""
+        import numpy as np
+
+        volume = np.asarray(volume, float)
+        transfer, latency = volume / (self.bus_bytes_per_s * scale), np.full(volume.shape, self.latency_s)
+        if self.large_latency_s is not None:
+            large = volume / (self.large_bus_bytes_per_s * scale)
+            faster = large + self.large_latency_s < transfer + latency
+            transfer = np.where(faster, large, transfer)
+            latency = np.where(faster, self.large_latency_s, latency)
+        return (transfer, latency) if volume.ndim else (float(transfer), float(latency))
 
 
 class Collectives(_Strict):

@@ -211,8 +211,7 @@ def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool 
         volume = 2 * (t - 1) / t * np.asarray(op.bytes, float)
         parts = []
         for impl in (custom, "nccl"):
-            c = _curve(curves.get(impl) or curves["nccl"], t)
-            parts.append((volume / (c.bus_bytes_per_s * scale), c.latency_s))
+            parts.append(_curve(curves.get(impl) or curves["nccl"], t).parts(volume, scale))
         transfer = np.where(small, parts[0][0], parts[1][0])
         latency = np.where(small, parts[0][1], parts[1][1]) * op.launches
         return _finish(0.0, transfer, latency, transfer + latency, None)
@@ -279,8 +278,8 @@ def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
         return _finish(0.0, transfer, latency, transfer + latency, None)
     found = measured_collectives(hw) if conv.model.active else None
     if found is not None and found[0].ops.get(op.kind):
-        c, scale = _curve(found[0].ops[op.kind], t), found[1]
-        transfer, latency = volume / (c.bus_bytes_per_s * scale), c.latency_s * op.launches
+        transfer, latency = _curve(found[0].ops[op.kind], t).parts(volume, found[1])
+        latency = latency * op.launches
         return _finish(0.0, transfer, latency, transfer + latency, None)
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: a {op.kind} needs both")

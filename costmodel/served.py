@@ -35,17 +35,16 @@ MAX_REQUESTS = 1_000_000
 #: absolute log error: per iteration (scheduling, sampling, input preparation), and per request the front end's
 #: latency (HTTP, tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the
 #: fit treats it as additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and
-#: 3 ms: 1.5 ms for vLLM, 1 ms for SGLang, 0.5 ms for TensorRT-LLM. The front end: 77 ms for SGLang (84 Qwen3-32B
-#: rows); 98 ms for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
-#: validation.serving.dynamo_budget, and its overlap scheduler; 87 ms on its Qwen3 rows alone, 110.5 ms on its
-#: Llama rows alone; 140.5 ms when the overlap scheduler's iteration of delay was not modelled); 32.5 ms for
-#: vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo starts; 39.5 ms on its Qwen3 rows alone,
-#: 0, the search's bound, on its Llama rows alone). docs/serving.md gives each fit's error on the rows it did not
-#: see.
+#: 3 ms: 1.5 ms for vLLM, 0.5 ms for SGLang and TensorRT-LLM. The front end: 90.5 ms for SGLang (84 Qwen3-32B
+#: rows); 97 ms for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
+#: validation.serving.dynamo_budget, and its overlap scheduler; 83.5 ms on its Qwen3 rows alone, 110.5 ms on its
+#: Llama rows alone); 27.5 ms for vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo starts;
+#: 40 ms on its Qwen3 rows alone, 0, the search's bound, on its Llama rows alone). All with the collectives' two-line
+#: curves (costmodel.hardware.CollectiveCurve). docs/serving.md gives each fit's error on the rows it did not see.
 OVERHEADS = {
-    "vllm": {"iteration_s": 0.0015, "request_s": 0.0325},
-    "sglang": {"iteration_s": 0.001, "request_s": 0.077},
-    "trtllm": {"iteration_s": 0.0005, "request_s": 0.098},
+    "vllm": {"iteration_s": 0.0015, "request_s": 0.0275},
+    "sglang": {"iteration_s": 0.0005, "request_s": 0.0905},
+    "trtllm": {"iteration_s": 0.0005, "request_s": 0.097},
 }
 
 

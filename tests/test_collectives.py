@@ -1,6 +1,6 @@
-"""The all-reduce curves: the errors each profile states are re-derived from the published tables it was
-fitted on; carried to another GPU by the transfer rule, the H100's curves are scored on that GPU's tables; and
-the price of a tensor-parallel all-reduce is the curve's, by hand."""
+"""The collective curves (one line, or the faster of two): the errors each profile states are re-derived from the
+published tables it was fitted on; carried to another GPU by the transfer rule, the H100's curves are scored on
+that GPU's tables; and the price of a tensor-parallel all-reduce is the curve's, by hand."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_stated_errors_are_rederived(comm, pid):
     assert set(hw.collectives.error) == {f"{impl}/{n}" for impl, n in tables} | others
     for (impl, n), (size, sec) in tables.items():
         c = hw.collectives.curves[impl][n]
-        k, med, p90 = errors(size, sec, n, c.latency_s, c.bus_bytes_per_s)
+        k, med, p90 = errors(size, sec, n, c)
         stated = hw.collectives.error[f"{impl}/{n}"]
         assert (k, round(med, 2), round(p90, 2)) == (stated.n, stated.median_abs_error_pct, stated.p90_abs_error_pct)
 
@@ -47,20 +47,35 @@ def test_transfer_from_h100_scored_on_other_tables(comm, pid):
     own, moved = [], []
     for (impl, n), (size, sec) in read_tables(comm, pid).items():
         c = h100.collectives.curves[impl][n]
-        moved.append(errors(size, sec, n, c.latency_s, c.bus_bytes_per_s * scale)[1])
+        moved.append(errors(size, sec, n, c, 2, scale)[1])
         own.append(hw.collectives.error[f"{impl}/{n}"].median_abs_error_pct)
     assert np.median(moved) > np.median(own)
     assert np.median(moved) < 40
 
 
+def _by_hand(c, moved: float, scale: float = 1.0) -> float:
+    """A curve's seconds for ``moved`` bytes per GPU: its line, or the faster of its two."""
+    lines = [c.latency_s + moved / (c.bus_bytes_per_s * scale)]
+    if c.large_latency_s is not None:
+        lines.append(c.large_latency_s + moved / (c.large_bus_bytes_per_s * scale))
+    return min(lines)
+
+
 def test_price_is_the_curve_by_hand():
-    """A 1 MiB all-reduce over 4 H100s under graph timing: vLLM's custom all-reduce in a graph; 16 MiB: NCCL."""
+    """A 1 MiB all-reduce over 4 H100s under graph timing: vLLM's custom all-reduce in a graph; 16 MiB: NCCL; each
+    the faster of its curve's two lines, which cross between the table's smallest and largest buffers."""
     hw = costmodel.load_profile("h100")
     conv = Conventions.of(hw, "graph")
     for size, impl in ((1 << 20, "custom_graph"), (16 << 20, "nccl")):
         c = hw.collectives.curves[impl][4]
         t = price(KernelOp("all_reduce", "all_reduce", "bf16", 0.0, float(size), devices=4), None, hw, conv).time
-        assert t == pytest.approx(c.latency_s + 2 * 3 / 4 * size / c.bus_bytes_per_s, rel=1e-12)
+        assert t == pytest.approx(_by_hand(c, 2 * 3 / 4 * size), rel=1e-12)
+    c = hw.collectives.curves["nccl"][8]  # two lines: the small buffers' below, the large ones' above the crossing
+    assert c.large_latency_s > c.latency_s and c.large_bus_bytes_per_s > c.bus_bytes_per_s
+    crossing = (c.large_latency_s - c.latency_s) / (1 / c.bus_bytes_per_s - 1 / c.large_bus_bytes_per_s)
+    assert 1e3 < crossing < 1e9
+    small, large = c.parts(crossing / 4), c.parts(crossing * 4)
+    assert small[1] == c.latency_s and large[1] == c.large_latency_s
     assert CUSTOM_ALL_REDUCE_MAX_BYTES == 8 << 20
     # the datasheet roofline keeps the ring over the datasheet interconnect
     t = price(KernelOp("all_reduce", "all_reduce", "bf16", 0.0, 1e6, devices=4), None, hw, Conventions.datasheet()).time
@@ -87,7 +102,7 @@ def test_stated_errors_of_the_other_collectives_are_rederived(comm, pid):
     assert {op for op, _ in tables} == {"all_gather", "reduce_scatter", "all_to_all"} == set(hw.collectives.ops)
     for (op, n), (size, sec) in tables.items():
         c = hw.collectives.ops[op][n]
-        k, med, p90 = errors(size, sec, n, c.latency_s, c.bus_bytes_per_s, VOLUME[op])
+        k, med, p90 = errors(size, sec, n, c, VOLUME[op])
         stated = hw.collectives.error[f"{op}/{n}"]
         assert (k, round(med, 2), round(p90, 2)) == (stated.n, stated.median_abs_error_pct, stated.p90_abs_error_pct)
 
@@ -101,13 +116,33 @@ def test_an_empty_collective_costs_its_latency_and_a_full_one_its_curve(kind):
     c = hw.collectives.ops[kind][8]
     op = lambda nbytes, devices=8: KernelOp(kind, kind, "bf16", 0.0, nbytes, devices=devices)  # noqa: E731
     empty = price(op(0.0), None, hw, conv)
-    assert (empty.time, empty.overhead, empty.memory) == (c.latency_s, c.latency_s, 0.0)
-    assert price(op(64e6), None, hw, conv).time == pytest.approx(c.latency_s + 7 / 8 * 64e6 / c.bus_bytes_per_s)
+    least = min(c.latency_s, c.large_latency_s or c.latency_s)
+    assert (empty.time, empty.overhead, empty.memory) == (least, least, 0.0)
+    assert price(op(64e6), None, hw, conv).time == pytest.approx(_by_hand(c, 7 / 8 * 64e6))
     assert price(op(64e6, devices=1), None, hw, conv).time == 0
     h200 = costmodel.load_profile("h200")
     scale = h200.interconnect_bytes_per_s.value / hw.interconnect_bytes_per_s.value
     assert price(op(64e6), None, h200, Conventions.of(h200, "graph")).time == pytest.approx(
-        c.latency_s + 7 / 8 * 64e6 / (c.bus_bytes_per_s * scale))
+        _by_hand(c, 7 / 8 * 64e6, scale))
     bare = price(op(64e6), None, hw, Conventions.datasheet()).time
     assert bare == pytest.approx(7 / 8 * 64e6 / (hw.interconnect_bytes_per_s.value / 2)
                                  + 7 * hw.interconnect_latency_s.value)
+
+
+def test_the_fit_finds_two_protocols_and_keeps_one_line_where_one_is_all():
+    """Timings made from two lines (5 us + V / 100 GB/s for small buffers, 30 us + V / 400 GB/s for large, the faster
+    at each size) give back both lines to the fit's grid (a few per cent), crossing where they do; timings of one
+    line give one line."""
+    from costmodel.validation.collectives import curve, fit_curve
+
+    size = np.geomspace(1e3, 1e9, 31)
+    moved = 2 * 7 / 8 * size
+    two = np.minimum(5e-6 + moved / 1e11, 30e-6 + moved / 4e11)
+    got = fit_curve(size, two, 8)
+    assert got["latency_s"] == pytest.approx(5e-6, rel=0.05) and got["bus_bytes_per_s"] == pytest.approx(1e11, rel=0.05)
+    assert got["large_latency_s"] == pytest.approx(30e-6, rel=0.05)
+    assert got["large_bus_bytes_per_s"] == pytest.approx(4e11, rel=0.05)
+    assert np.max(np.abs(curve(size, 8, got) / two - 1)) < 0.05
+    one = fit_curve(size, 8e-6 + moved / 2e11, 8)
+    assert "large_latency_s" not in one
+    assert one["latency_s"] == pytest.approx(8e-6, rel=0.05) and one["bus_bytes_per_s"] == pytest.approx(2e11, rel=0.05)

@@ -2,13 +2,16 @@
 all-gather, reduce-scatter and all-to-all, and vLLM's custom all-reduce inside and outside a CUDA graph), and
 their errors on the tables they saw and on other devices'.
 
-The curve of one collective over ``n`` GPUs is ``t(S) = latency + v (n - 1) / n * S / bus_bandwidth`` for a
+A line of one collective over ``n`` GPUs is ``t(S) = latency + v (n - 1) / n * S / bus_bandwidth`` for a
 buffer of ``S`` bytes (NCCL's size: the all-reduce's buffer, the all-gather's output, the reduce-scatter's
 input, the all-to-all's send buffer): a fixed cost per call (synchronisation and the kernel's start) and the
 data each GPU moves at an effective bus bandwidth (NCCL's "busbw"), ``v`` = 2 for an all-reduce (a
-reduce-scatter and an all-gather) and 1 for the others. Two numbers per collective and GPU count, fitted by
-least squares on log time. A device without tables takes a measured device's latencies and scales its bus
-bandwidths by the ratio of the datasheet interconnect bandwidths (the transfer rule).
+reduce-scatter and an all-gather) and 1 for the others. A curve is one line, or the faster of two at each size
+(NCCL's tuner picks the protocol and algorithm its latency-plus-bandwidth model finds fastest for the size;
+vLLM's custom all-reduce runs one-shot for small buffers and two-shot for large): two or four numbers per
+collective and GPU count, fitted by least squares on log time. A device without tables takes a measured device's
+latencies and scales its bus bandwidths by the ratio of the datasheet interconnect bandwidths (the transfer
+rule).
 """
 
 from __future__ import annotations
@@ -67,25 +70,64 @@ def read_nccl_ops(folder: str | Path, profile: str) -> dict[tuple[str, int], tup
                     if row["op_name"] in NCCL_OPS and row["nccl_dtype"] == "half" else None)
 
 
-def curve(size, n: int, latency: float, bus: float, volume: int = 2):
-    return latency + volume * (n - 1) / n * np.asarray(size, float) / bus
+def curve(size, n: int, c, volume: int = 2, scale: float = 1.0):
+    """Seconds of the collective curve ``c`` (a CollectiveCurve, or a dict of its fields) for buffers of ``size``
+    bytes over ``n`` GPUs, its bus bandwidths times ``scale``."""
+    from costmodel.hardware import CollectiveCurve
+
+    c = c if isinstance(c, CollectiveCurve) else CollectiveCurve(**c)
+    transfer, latency = c.parts(volume * (n - 1) / n * np.asarray(size, float), scale)
+    return transfer + latency
 
 
-def fit_curve(size: np.ndarray, seconds: np.ndarray, n: int, volume: int = 2) -> tuple[float, float]:
-    """(latency_s, bus_bytes_per_s) minimising squared log error (a grid over the latency, the bandwidth
-    solved by a 1-D search for each)."""
-    volume = volume * (n - 1) / n * size
-    best = None
-    for lat in np.geomspace(seconds.min() * 0.05, seconds.min() * 1.2, 120):
-        for bus in np.geomspace(1e9, 2e13, 400):
-            err = np.sum(np.log((lat + volume / bus) / seconds) ** 2)
-            if best is None or err < best[0]:
-                best = (err, lat, bus)
-    return float(best[1]), float(best[2])
+def _line(moved: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """(latency, bus bandwidth) of one line minimising squared log error: a grid over both."""
+    lat = np.geomspace(seconds.min() * 0.05, seconds.min() * 1.2, 120)[:, None, None]
+    bus = np.geomspace(1e9, 2e13, 400)[None, :, None]
+    err = np.sum(np.log((lat + moved / bus) / seconds) ** 2, axis=2)
+    i, j = np.unravel_index(np.argmin(err), err.shape)
+    return float(lat[i, 0, 0]), float(bus[0, j, 0])
 
 
-def errors(size, seconds, n, latency, bus, volume: int = 2) -> tuple[int, float, float]:
-    e = np.abs(curve(size, n, latency, bus, volume) / seconds - 1) * 100
+def _stored(c: dict) -> dict:
+    """A curve as a profile stores it: four significant figures."""
+    return {k: float(f"{v:.4g}") for k, v in c.items()}
+
+
+#: The fewest rows each line of a two-line curve is fitted on.
+MIN_LINE_ROWS = 3
+#: Two lines are kept only where they cut one line's squared log error by at least this factor: a second protocol
+#: the timings show, not the fit grid's rounding.
+TWO_LINES_GAIN = 2.0
+
+
+def fit_curve(size: np.ndarray, seconds: np.ndarray, n: int, volume: int = 2) -> dict:
+    """The curve of one table: one line (latency, bus bandwidth), or two where the faster of two fits better (the
+    small buffers' line with less latency and less bandwidth, the large buffers' with more of both): every split
+    of the sizes into a small and a large part is fitted line by line, and the split whose two lines, the faster
+    taken at each size, give the least squared log error over all rows is kept, if it cuts one line's by
+    :data:`TWO_LINES_GAIN` or more."""
+    moved = volume * (n - 1) / n * np.asarray(size, float)
+    seconds = np.asarray(seconds, float)
+    lat, bus = _line(moved, seconds)
+    best = _stored({"latency_s": lat, "bus_bytes_per_s": bus})
+    one = least = np.sum(np.log(curve(size, n, best, volume) / seconds) ** 2)
+    order = np.argsort(moved, kind="stable")
+    for k in range(MIN_LINE_ROWS, len(order) - MIN_LINE_ROWS + 1):
+        small, large = order[:k], order[k:]
+        (l1, b1), (l2, b2) = _line(moved[small], seconds[small]), _line(moved[large], seconds[large])
+        if not (l1 < l2 and b1 < b2):  # not a crossing: one line would be the faster everywhere
+            continue
+        two = _stored({"latency_s": l1, "bus_bytes_per_s": b1, "large_latency_s": l2, "large_bus_bytes_per_s": b2})
+        err = np.sum(np.log(curve(size, n, two, volume) / seconds) ** 2)
+        if err < least and err * TWO_LINES_GAIN <= one:
+            best, least = two, err
+    return best
+
+
+def errors(size, seconds, n, c, volume: int = 2, scale: float = 1.0) -> tuple[int, float, float]:
+    """(rows, median, p90) of the curve ``c``'s absolute error on a table, in per cent."""
+    e = np.abs(curve(size, n, c, volume, scale) / seconds - 1) * 100
     return len(e), float(np.median(e)), float(np.percentile(e, 90))
 
 
@@ -96,8 +138,8 @@ def fit_device(folder, profile: str) -> dict:
     for part, tables in (("curves", read_tables(folder, profile)), ("ops", read_nccl_ops(folder, profile))):
         for (name, n), (size, sec) in sorted(tables.items()):
             volume = VOLUME.get(name, 2)
-            lat, bus = (float(f"{x:.4g}") for x in fit_curve(size, sec, n, volume))  # as the profile stores them
-            out[part].setdefault(name, {})[n] = {"latency_s": lat, "bus_bytes_per_s": bus}
-            k, med, p90 = errors(size, sec, n, lat, bus, volume)
+            c = fit_curve(size, sec, n, volume)  # as the profile stores it
+            out[part].setdefault(name, {})[n] = c
+            k, med, p90 = errors(size, sec, n, c, volume)
             out["error"][f"{name}/{n}"] = {"n": k, "median_abs_error_pct": med, "p90_abs_error_pct": p90}
     return out
