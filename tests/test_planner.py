@@ -107,7 +107,7 @@ def test_every_front_point_carries_the_command_that_prices_it_alone(run_cli):
     """Each point of the front (aggregated with replicas, disaggregated pools, one tensor-parallel group) and the best
     under the targets name the ``costmodel predict`` arguments of that layout under its clients; run, they print the
     point's TTFT and TPOT."""
-    r = run_cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "4", "--input-len", "1024",
+    r = run_cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "4", "--input-len", "2048",
                 "--output-len", "64", "--max-concurrency", "16", "--tpot-ms", "8", "--json")
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)
