@@ -1,5 +1,6 @@
-"""Every number of a hardware profile is checked by what it means: a mutation table of every numeric field of a
-fitted profile x (negative, zero, NaN, inf, 1e308, 1e-300, a boolean, a string). A refused value is one error
+"""Every number of a hardware profile is checked by what it means: a mutation table of every kind of numeric field of
+a fitted profile (each field of its collective curves once, since every curve holds the same fields under the same
+schema) x (negative, zero, NaN, inf, 1e308, 1e-300, a boolean, a string). A refused value is one error
 that names the field's path; an accepted one prices an attention step and a whole model to finite, positive
 times."""
 
@@ -34,7 +35,19 @@ def numeric_fields(data, path=()):
         yield path
 
 
-FIELDS = list(numeric_fields(BASE))
+def kind(path) -> tuple:
+    """A field's kind: its path with the collective and GPU count of a fitted collective curve (or its error) left
+    out, for every curve holds the same fields and is checked by the same schema."""
+    if path[:1] == ("collectives",) and len(path) > 2 and path[1] in ("curves", "ops"):
+        return (*path[:2], "*", "*", *path[4:])
+    if path[:2] == ("collectives", "error"):
+        return (*path[:2], "*", *path[3:])
+    return path
+
+
+ALL_FIELDS = list(numeric_fields(BASE))
+#: One field of each kind: every number outside the collective curves, and each field of a curve once.
+FIELDS = list({kind(p): p for p in reversed(ALL_FIELDS)}.values())[::-1]
 CASES = [(path, label) for path in FIELDS for label in MUTATIONS]
 
 
@@ -60,6 +73,10 @@ def test_the_table_reaches_every_kind_of_number():
                   "efficiency.classes.decode_attention.unsplit_sm_bandwidth", "matrix_tile.shape.0",
                   "efficiency.error.gemm/graph.n"):
         assert field in joined
+    kinds = {".".join(map(str, kind(p))) for p in FIELDS}
+    for field in ("collectives.curves.*.*.latency_s", "collectives.curves.*.*.large_bus_bytes_per_s",
+                  "collectives.ops.*.*.large_latency_s", "collectives.error.*.median_abs_error_pct"):
+        assert field in kinds  # each field of a collective curve, once
     assert len(FIELDS) > 60
 
 
