@@ -12,7 +12,7 @@ from costmodel import cli_figures
 from costmodel.cli_plan import plan as plan_command
 from costmodel.cli_serving import capacity, model_options
 from costmodel.cli_html import html_option
-from costmodel.cli_load import LOAD_KEYS, engine_options, predict_load, wants_load
+from costmodel.cli_load import LOAD_KEYS, engine_options, predict_load, step_layout, wants_load
 from costmodel.files import wrote
 from costmodel.cli_options import (check_writable, choices, CONTEXT, csv_to_stdout, dim_options, dtype_option,
                                    echo_lines, emit_json, emit_records, ErrorLineGroup, FilePath, format_option,
@@ -219,12 +219,7 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         from costmodel.cli_serving import conventions, load_layouts, predict_models
 
         layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants, routing)
-        step = {}  # a model step's layout: its experts over its --tp devices, and attention data parallel groups
-        if all(load[k] is None for k in ("engine_name", "concurrency", "request_rate")):
-            if load["expert_parallel"]:
-                step["expert_parallel"], load["expert_parallel"] = True, False
-            if load["attention_dp"] is not None:
-                step["attention_dp"], load["attention_dp"] = load["attention_dp"], None
+        step = step_layout(load)
         if wants_load(load):
             if sweep_spec or dims["batch"] is not None or dims["context"] is not None:
                 raise CostModelError("--sweep, --batch and --context do not apply to a served model (the engine "

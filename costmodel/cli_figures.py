@@ -126,9 +126,9 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
     if csv_path is not None:
         write_csv(csv_path, records)
     more = [(d, res.records, lim) for d, res, lim in runs[1:]]
-    for path in outs:
-        save(draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more), path,
-             data=records)
+    fig = draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more)
+    for path in outs:  # one figure, saved to each file
+        save(fig, path, data=records)
     echo_lines(wrote(*outs, csv_path))
 
 

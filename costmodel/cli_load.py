@@ -130,6 +130,20 @@ LOAD_FLAGS = {"engine_name": "--engine", "memory_fraction": "--gpu-memory-utiliz
               "async_scheduling": "--async-scheduling"}
 
 
+def step_layout(load: dict) -> dict:
+    """The layout options a model step takes too when no engine serves it, moved out of ``load`` into pricing
+    conventions: its experts spread over its --tp devices (``expert_parallel``) and its attention data parallel
+    groups (``attention_dp``)."""
+    if any(load[k] is not None for k in ("engine_name", "concurrency", "request_rate")):
+        return {}
+    step = {}
+    if load["expert_parallel"]:
+        step["expert_parallel"], load["expert_parallel"] = True, LOAD_DEFAULTS["expert_parallel"]
+    if load["attention_dp"] is not None:
+        step["attention_dp"], load["attention_dp"] = load["attention_dp"], None
+    return step
+
+
 def wants_load(load: dict) -> bool:
     """Whether the options ask for a served model; an engine option without one is an error."""
     served = any(load[k] is not None for k in ("engine_name", "concurrency", "request_rate"))

@@ -277,8 +277,9 @@ def plot_model_sweep(hws, layouts, spec, outs, csv_path, max_points, batch, cont
     records = sweep_models(hws, layouts, "table", spec, csv_path=csv_path, max_points=max_points, batch=batch,
                            context=context, input_len=input_len, output_len=output_len, pricing=pricing,
                            plot_path=outs[0])
-    for path in outs:
-        save(draw_throughput_latency(records, sweep_spec(spec, MODEL_SWEEP_DIMS)[0]), path, data=records)
+    fig = draw_throughput_latency(records, sweep_spec(spec, MODEL_SWEEP_DIMS)[0])
+    for path in outs:  # one figure, saved to each file
+        save(fig, path, data=records)
     echo_lines(wrote(*outs, csv_path))
 
 
