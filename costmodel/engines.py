@@ -48,7 +48,11 @@ _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmap
            "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
            "pages for its prompt and all its output can be reserved; CUTLASS MoE over the rows permuted to the "
            "device's experts); TorchLlmArgs disable_overlap_scheduler False: PyExecutor's overlap loop schedules and "
-           "launches iteration n+1 before it processes iteration n's results")
+           "launches iteration n+1 before it processes iteration n's results; a block-scaled FP8 checkpoint's linear layers "
+           "in tensorrt_llm/_torch/modules/linear.py FP8BlockScalesLinearMethod: fp8_quantize_1x128, then "
+           "fp8_block_scaling_gemm, on SM90 TensorRT-LLM's own CUTLASS kernel with a swapped-operand path for small M "
+           "(not vLLM's DeepGEMM path the block-scaled GEMM class was fitted on: priced as the per-tensor FP8 class, "
+           "vLLM's quantize kernel and CUTLASS SM90 GEMM, the nearest measured kernel)")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class EngineConfig:
     # the scheduler plans iteration n+1 while iteration n runs (an overlap scheduler): a request that comes while
     # n runs starts in n+2, where a scheduler that plans each iteration as the last one ends starts it in n+1
     async_scheduling: bool = False
+    # the kernel class a block-scaled FP8 checkpoint's dense layers (attention projections, dense FFNs) run in; the
+    # experts keep the block-scaled MoE class (costmodel.mechanisms.MOE_GEMM)
+    block_fp8_linear: str = "gemm_fp8_block"
 
     #: the engine's own name for each setting (its server argument or config key)
     FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
@@ -158,7 +165,8 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
         chunk, fraction = _sglang_memory(capacity_bytes, tp)
         return EngineConfig("sglang", "0.5", chunk, 4096, fraction, 1, True, False, False, _SGLANG,
                             async_scheduling=True)
-    return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM, async_scheduling=True)
+    return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM, async_scheduling=True,
+                        block_fp8_linear="gemm_fp8")
 
 
 def default_kv_dtype(name: str, weight_dtype: str | None) -> str | None:

@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from costmodel.model_step import model_hardware
+from costmodel.model_step import gemm_classes, model_hardware
 from costmodel.bands import Band, served as served_bands, served_assumption
 from costmodel.reports import DeviceSummary, Report
 
@@ -156,7 +156,7 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
         f"KV cache: {setup.kv_tokens} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "
         f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device, in "
         f"{setup.pr.kv_dtype}; weights in {setup.pr.weight_dtype}"
-        + (f", GEMMs at the {setup.pr.gemm_dtype} peak in their own fitted kernel class" if setup.pr.gemm_dtype else ""),
+        + (f", GEMMs at the {setup.pr.gemm_dtype} peak ({gemm_classes(setup.pr)})" if setup.pr.gemm_dtype else ""),
         load,
         *_group_line(setup),
         *setup.pr_lines,

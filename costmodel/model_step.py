@@ -22,7 +22,7 @@ from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
-from costmodel.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH
+from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM, WEIGHT_MATH
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, Precision, price
 from costmodel.roofline import mechanism_lines
@@ -196,6 +196,11 @@ class Pricing:
 #: in its Triton fused_moe: block-scaled fp8 in DeepGEMM (vllm/model_executor/layers/fused_moe/oracle/fp8.py
 #: prefers it on Hopper and later), NVFP4 in FlashInfer's TensorRT-LLM kernels, MXFP4 in triton_kernels' matmul_ogs.
 ROUTED_FORMATS = ("fp8_block", "nvfp4", "mxfp4")
+#: The kernel classes a block-scaled FP8 checkpoint's dense layers may run in (an engine's choice,
+#: :attr:`costmodel.engines.EngineConfig.block_fp8_linear`): the block-scaled class (vLLM's kernel, measured), or the
+#: per-tensor one (an engine whose own block-scaled kernel is a CUTLASS GEMM after a quantize kernel, as vLLM's
+#: per-tensor path is).
+BLOCK_FP8_LINEAR = ("gemm_fp8_block", "gemm_fp8")
 
 
 def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype"],
@@ -203,7 +208,8 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
             overlap: str = DEFAULTS["overlap"], timing: str = DEFAULTS["timing"], without=(), engine: bool = True,
             weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None,
             expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
-            expert_parallel_size: int | None = None, moe_kernel: str = "routed") -> Pricing:
+            expert_parallel_size: int | None = None, moe_kernel: str = "routed",
+            block_fp8_linear: str = "gemm_fp8_block") -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -249,8 +255,14 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     # dequantized to the activation dtype in the kernel
     math = WEIGHT_MATH.get(weight_dtype)
     gemm_dtype = math if math in hw.peak_flops_per_s else None
+    kernel = LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None
+    moe = None
+    if kernel == "gemm_fp8_block":
+        # the engine's kernel for a block-scaled checkpoint's dense layers; its experts keep the block-scaled MoE class
+        kernel = choice("block fp8 linear kernel", block_fp8_linear, BLOCK_FP8_LINEAR)
+        moe = MOE_GEMM["gemm_fp8_block"]
     precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
-                          gemm_dtype, LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None)
+                          gemm_dtype, kernel, moe)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
                    tp, mla_form, expert_parallel, attention_dp, pipeline_parallel,
                    ep_size if 1 < ep_size < tp else 0, moe_kernel)
@@ -377,6 +389,14 @@ def _experts_layout(m: ModelPreset, pr: Pricing) -> str:
     return "each expert's width sharded"
 
 
+def gemm_classes(pr: Pricing) -> str:
+    """The fitted kernel classes low-precision GEMMs are priced in, in words."""
+    if pr.precision.gemm_kernel == "gemm_fp8" and pr.weight_dtype == "fp8_block":
+        return ("the dense layers' block-scaled GEMMs in the engine's own kernel, a quantize kernel then a CUTLASS "
+                "GEMM, priced as the per-tensor FP8 class; the experts' in the block-scaled MoE class")
+    return f"the {pr.precision.gemm_kernel} kernel class"
+
+
 def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     dtype, weight_dtype, group, gemm_dtype, mla_form = pr.dtype, pr.weight_dtype, pr.group, pr.gemm_dtype, pr.mla_form
     out = ["decode step: one token per sequence after `context` cached positions; prefill: a `context`-token prompt",
@@ -416,6 +436,8 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     math_dtype = (f"GEMMs over {weight_dtype} weights at the {gemm_dtype} peak "
                   f"({'W4A4' if gemm_dtype == 'fp4' else 'W8A8'})" if gemm_dtype else
                   f"math in {dtype}" + (" (weights dequantized in the kernel)" if weight_dtype != dtype else ""))
+    if gemm_dtype:
+        math_dtype += f" ({gemm_classes(pr)})"
     out.append(f"storage: {stored}; embeddings, norms and routers in {dtype}; KV cache in {pr.kv_dtype}; "
                f"activations in {dtype}; {math_dtype}; no framework memory")
     if pr.tp > 1:

@@ -227,7 +227,9 @@ class Precision:
     """How a program's tensors are stored and its math done: bytes per element of the activations, of the
     projection weights a checkpoint stores (``P_*``; group scales included) and of the KV cache; the math's
     dtype; and, where GEMMs over stored weights run at the weights' precision (W8A8), their dtype and kernel
-    class (an fp8 GEMM with one scale per tensor or per 128 x 128 block)."""
+    class (an fp8 GEMM with one scale per tensor or per 128 x 128 block); ``moe_kernel``, the class of a mixture of
+    experts' grouped GEMMs where it is not the one :data:`costmodel.mechanisms.MOE_GEMM` pairs with ``gemm_kernel``
+    (an engine whose dense layers run another kernel than its experts do)."""
 
     act: float
     weight: float
@@ -235,6 +237,7 @@ class Precision:
     dtype: str = "bf16"
     gemm_dtype: str | None = None
     gemm_kernel: str | None = None
+    moe_kernel: str | None = None
 
     @classmethod
     def of(cls, width, dtype: str = "bf16") -> Precision:
@@ -323,7 +326,7 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
         if grouped and (fast or precision.weight >= precision.act):
             # a mixture of experts' expert GEMMs: the engine's MoE kernel of that weight format (weight-only
             # quantized experts, dequantized in the kernel, run kernels of their own: priced as dense GEMMs)
-            kernel = MOE_GEMM[kernel or "gemm"]
+            kernel = (precision.moe_kernel if fast else None) or MOE_GEMM[kernel or "gemm"]
         op = KernelOp(kind, name, precision.gemm_dtype if fast else precision.dtype, f,
                       precision.bytes(e, w, c), launches, kernel=kernel)
         if gemm is not None:

@@ -241,7 +241,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                  expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel,
-                 expert_parallel_size=expert_parallel_size, moe_kernel=eng.moe_kernel)
+                 expert_parallel_size=expert_parallel_size, moe_kernel=eng.moe_kernel,
+                 block_fp8_linear=eng.block_fp8_linear)
     total = n + warmup_requests
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)

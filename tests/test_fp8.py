@@ -103,6 +103,37 @@ def test_a_block_scaled_checkpoint_runs_the_block_scaled_class():
     assert op_time(qkv, pr).cls == "gemm_fp8_block"
 
 
+def test_tensorrt_llm_runs_a_block_scaled_checkpoints_dense_layers_in_its_own_kernel():
+    """TensorRT-LLM's block-scaled FP8 linear layers are a quantize kernel and a CUTLASS GEMM of its own (priced as the
+    per-tensor class); its experts stay in the block-scaled MoE class. vLLM and SGLang keep the block-scaled class
+    their tables measure. A serving prediction reaches the step through the engine."""
+    from costmodel.engines import engine
+    from costmodel.model_step import op_time, phase_ops, pricing
+    from costmodel.price import KernelOp, price
+
+    m, hw = costmodel.load_model("Qwen/Qwen3-235B-A22B-FP8"), costmodel.load_profile("h100")
+    kernels = {name: engine(name, capacity_bytes=hw.engine_memory).block_fp8_linear
+               for name in ("vllm", "sglang", "trtllm")}
+    assert kernels == {"vllm": "gemm_fp8_block", "sglang": "gemm_fp8_block", "trtllm": "gemm_fp8"}
+    classes = {}
+    for name, kernel in kernels.items():
+        pr = pricing(m, hw, tp=4, expert_parallel=True, block_fp8_linear=kernel)
+        rows = {r.name: r for r in phase_ops(m, pr, "decode", 8, 1024, 1)}
+        qkv, experts = rows["qkv_proj"], rows["experts_gate_up"]
+        classes[name] = (op_time(qkv, pr).cls, op_time(experts, pr).cls)
+        # the same op under the named class's own parameters, priced directly
+        alone = price(KernelOp(qkv.op.kind, qkv.op.name, "fp8", qkv.op.flops, qkv.op.bytes, kernel=kernel), qkv.shape,
+                      hw, costmodel.price.Conventions(pr.model, pr.overlap))
+        assert op_time(qkv, pr).time == pytest.approx(alone.time, rel=1e-12)
+    assert classes["vllm"] == classes["sglang"] == ("gemm_fp8_block", "moe_fp8_block")
+    assert classes["trtllm"] == ("gemm_fp8", "moe_fp8_block")
+    with pytest.raises(costmodel.CostModelError, match="block fp8 linear kernel"):
+        pricing(m, hw, block_fp8_linear="gemm")
+    served = costmodel.serve(m, hw, engine_name="trtllm", tp=4, concurrency=4, input_len=256, output_len=16,
+                             expert_parallel=True)
+    assert any("priced as the per-tensor FP8 class" in a for a in served.assumptions)
+
+
 def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     """The per-tensor fp8 GEMM's tile is vLLM's fixed dispatch (by hand from scaled_mm_sm90/sm100_fp8_dispatch.cuh),
     in whole waves and never split over K; its time counts those tiles."""
