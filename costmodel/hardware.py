@@ -219,7 +219,8 @@ class ClassEfficiency(_Strict):
     ``cache_write_ceiling`` is the fraction of the datasheet bandwidth at which a prefill's call writes the
     prompt's keys and values into the cache (None: the engine writes them outside the attention call);
     ``score_s`` is the device time of one attention score of a prefill (online softmax) and ``tile_s`` the
-    SM time of a prefill query tile's prologue and epilogue; ``overlap`` says whether the kernel's compute
+    SM time of a prefill query tile's prologue and epilogue; ``quantize_input`` says whether a low-precision
+    linear layer quantizes its activations in a kernel of its own before the GEMM; ``overlap`` says whether the kernel's compute
     hides its memory traffic (``max``, a GPU's many warps in flight) or the two follow each other (``sum``: a
     CPU core that streams a block and then computes on it)."""
 
@@ -240,6 +241,8 @@ class ClassEfficiency(_Strict):
     pack_gqa: bool = Field(False, strict=True)  # a prefill tile holds the query heads of a group (FlashAttention-3)
     score_s: Seconds = 0.0  # device time per attention score (softmax)
     tile_s: Seconds = 0.0  # SM time of a prefill query tile's prologue and epilogue
+    # a low-precision linear layer quantizes its activations in a kernel of its own before the GEMM
+    quantize_input: bool = Field(False, strict=True)
     overlap: Literal["max", "sum"] = "max"  # compute and memory time overlap (max) or add up (sum)
     fitted: tuple[str, ...] = ()  # the names of the parameters fitted to data (the rest are defaults)
     #: why a fitted value sits at a bound of its search (costmodel.validation.fit.BOUNDS): a sign, explained

@@ -38,6 +38,12 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     a serving engine's prefill call may also write the prompt's keys and values into the (paged) cache: a
     second kernel that reads and writes ``b n g (k + v)`` elements at ``cache_write_ceiling`` of the
     datasheet bandwidth (None where the engine writes the cache outside the attention call).
+``quantize``
+    a low-precision linear layer (``gemm_fp8``, ``gemm_fp8_block``, ``gemm_nvfp4``) whose fit says so
+    (``quantize_input``) first quantizes its activations in a kernel of its own: it reads the ``M x K`` input
+    at its width and writes it in the narrow format with its scales (:data:`QUANTIZED_WIDTH` bytes per element),
+    at the class's achieved-bandwidth curve, a second kernel of the call (vLLM's ``scaled_fp8_quant`` before
+    its CUTLASS GEMM; a per-group or NVFP4 quantize before a block-scaled one).
 ``causal``
     a fused causal prefill computes only the unmasked query-key pairs: ``n m - n (n - 1) / 2`` of the
     ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions), and an unfused
@@ -90,6 +96,10 @@ LOW_PRECISION_GEMM = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "nvfp4":
 MOE_GEMM = {"gemm": "moe", "gemm_fp8": "moe_fp8", "gemm_fp8_block": "moe_fp8_block", "gemm_nvfp4": "moe_nvfp4"}
 #: The math a weight format's GEMMs run at where the device has that peak (otherwise the weights are dequantized).
 WEIGHT_MATH = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
+#: Bytes per element a low-precision linear layer's activation quantize kernel writes, scales included: fp8 with one
+#: scale per tensor; fp8 with a 4-byte scale per group of 128 (a block-scaled GEMM's 1 x 128 activation groups);
+#: NVFP4, 4 bits with an 8-bit scale per 16. It reads the activations at their own width (bf16: 2).
+QUANTIZED_WIDTH = {"gemm_fp8": 1.0, "gemm_fp8_block": 1.0 + 4 / 128, "gemm_nvfp4": 0.5 + 1 / 16}
 #: Classes that run on the vector units (no matrix peak).
 VECTOR_CLASSES = ("norm", "layernorm", "softmax", "elementwise", "activation", "rotary", "copy")
 ROW_REDUCTIONS = ("softmax",)
@@ -326,6 +336,17 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
                 stream = np.ceil(count / sms) * nbytes / np.maximum(count, 1) / eff.unsplit_sm_bandwidth
                 memory = np.where(unsplit, np.maximum(memory, stream), memory)
         units = eff.unit_sm_s * count / sms + eff.split_s * split
+    if cls in QUANTIZED_WIDTH and eff.quantize_input and "quantize" in on and shape and "M" in shape:
+        # the activations' quantize kernel: the M x K input read at its width (bf16 unless the shape says) and
+        # written in the narrow format, at the class's achieved-bandwidth curve
+        elements = np.asarray(shape["batch"], float) * np.asarray(shape["M"], float) * np.asarray(shape["K"], float)
+        q = elements * ((shape.get("width") or 2.0) + QUANTIZED_WIDTH[cls])
+        if "bandwidth" in on:
+            with np.errstate(divide="ignore"):
+                ramp = (eff.bandwidth_half_bytes / np.maximum(q, 1.0)) ** eff.bandwidth_exponent
+            units = units + q / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
+        else:
+            units = units + q / bandwidth
     if (cls == "prefill_attention" and "cache_write" in on and shape and "write_bytes" in shape
             and eff.cache_write_ceiling):
         # a second kernel of the same call: the prompt's keys and values are read and written into the cache

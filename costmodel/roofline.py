@@ -210,7 +210,8 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
     origins = sorted({f"{cls}: {o}" for cls, o in model.resolved.origin.items()})
     lines = [f"time = fixed cost per call ({model.timing} timing) + max(compute at the fitted efficiency with "
              "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + second kernels (decode "
-             "work units and split-KV combine, split-K reduction, a prefill's cache write); "
+             "work units and split-KV combine, split-K reduction, a prefill's cache write, a low-precision layer's "
+             "input quantize); "
              "mechanisms on: " + ", ".join(sorted(model.on)) + (f"; off: {', '.join(off)}" if off else "")]
     serial = sorted(cls for cls, eff in model.resolved.classes.items() if eff.overlap == "sum")
     if serial:

@@ -34,7 +34,7 @@ Overlap = Literal["max", "sum"]
 #: host wall time around an eager op. Predictions are for one of them.
 Timing = Literal["graph", "kernels", "eager"]
 #: The switchable mechanisms of the fitted time model (costmodel.mechanisms).
-Mechanism = Literal["fixed", "bandwidth", "compute", "tiles", "work_units", "causal", "cache_write"]
+Mechanism = Literal["fixed", "bandwidth", "compute", "tiles", "work_units", "causal", "cache_write", "quantize"]
 
 VARIANTS: tuple[str, ...] = get_args(Variant)
 TIMINGS: tuple[str, ...] = get_args(Timing)

@@ -134,6 +134,39 @@ def test_tensorrt_llm_runs_a_block_scaled_checkpoints_dense_layers_in_its_own_ke
     assert any("priced as the per-tensor FP8 class" in a for a in served.assumptions)
 
 
+def test_the_input_quantize_kernel():
+    """A per-tensor fp8 linear layer quantizes its bf16 input in a kernel of its own: M x K elements read at 2 bytes
+    and written at 1, at the class's achieved-bandwidth curve, by hand; nothing where the fit says the layer has no
+    such kernel, where the mechanism is off, or for a MoE class (whose fit has no such kernel)."""
+    from costmodel.hardware import ClassEfficiency
+    from costmodel.mechanisms import QUANTIZED_WIDTH, class_times
+
+    eff = ClassEfficiency(bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6, bandwidth_exponent=0.5, quantize_input=True)
+    kw = dict(peak=1e15, bandwidth=2e12, sms=100, timing="graph", flops=0.0, nbytes=0.0)
+    shape = {"batch": 2, "M": 1000, "K": 3000, "N": 64, "width": 2}
+    q = 2 * 1000 * 3000 * (2 + 1)
+    want = q / (2e12 * 0.8) * (1 + (1e6 / q) ** 0.5)
+    assert float(class_times("gemm_fp8", eff, shape=shape, **kw).units) == pytest.approx(want, rel=1e-12)
+    # a block-scaled input writes a 4-byte scale per group of 128, NVFP4 half a byte and an 8-bit scale per 16
+    assert QUANTIZED_WIDTH["gemm_fp8_block"] == 1 + 4 / 128 and QUANTIZED_WIDTH["gemm_nvfp4"] == 0.5 + 1 / 16
+    block = float(class_times("gemm_fp8_block", eff, shape=shape, **kw).units)
+    qb = 2 * 1000 * 3000 * (2 + 1 + 4 / 128)
+    assert block == pytest.approx(qb / (2e12 * 0.8) * (1 + (1e6 / qb) ** 0.5), rel=1e-12)
+    for cls, e, on in (("gemm_fp8", eff.model_copy(update={"quantize_input": False}), None),
+                       ("gemm_fp8", eff, set(costmodel.mechanisms.MECHANISMS) - {"quantize"}),
+                       ("moe_fp8", eff, None)):
+        extra = {} if on is None else {"on": on}
+        assert float(class_times(cls, e, shape=shape, **kw, **extra).units) == 0.0
+    # with the bandwidth curve off, the datasheet bandwidth
+    flat = class_times("gemm_fp8", eff, shape=shape, on=set(costmodel.mechanisms.MECHANISMS) - {"bandwidth"}, **kw)
+    assert float(flat.units) == pytest.approx(q / 2e12, rel=1e-12)
+    # the H100's fit chose the kernel (fitting both ways, validation.fit.CHOICES); its MoE class has none
+    h100 = costmodel.load_profile("h100")
+    assert h100.efficiency.classes["gemm_fp8"].quantize_input
+    assert "quantize_input" in h100.efficiency.classes["gemm_fp8"].fitted
+    assert not h100.efficiency.classes["moe_fp8"].quantize_input
+
+
 def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     """The per-tensor fp8 GEMM's tile is vLLM's fixed dispatch (by hand from scaled_mm_sm90/sm100_fp8_dispatch.cuh),
     in whole waves and never split over K; its time counts those tiles."""
@@ -163,4 +196,9 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
                     flops=2 * 8 * 8192 * 8192, nbytes=8192 * 8192 + 2 * 8 * 8192 * 2,
                     shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1}, kernels=h100.architecture.kernels)
     assert float(t.compute) == pytest.approx(flops / peak, rel=1e-12)
-    assert float(t.units) == 0.0  # no split-K combine
+    # no split-K combine: the second kernel is the layer's input quantize alone (test_the_input_quantize_kernel)
+    off = class_times("gemm_fp8", eff, peak=h100.peak("fp8"), bandwidth=h100.bandwidth, sms=132, timing="graph",
+                      flops=2 * 8 * 8192 * 8192, nbytes=8192 * 8192 + 2 * 8 * 8192 * 2,
+                      shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1}, kernels=h100.architecture.kernels,
+                      on=set(costmodel.mechanisms.MECHANISMS) - {"quantize"})
+    assert float(off.units) == 0.0

@@ -144,7 +144,8 @@ def fit_moe_class(tables: list[MoETable], hw, names=MOE_FREE):
     from costmodel.validation.fit import _lm, _to_z, _with
 
     cls = moe_class(tables[0])
-    start = dense_class(hw, cls).model_copy(update={"fitted": (), "at_bound": {}})
+    # the dense class's own input quantize is not the MoE kernel's (the MoE classes have no such mechanism)
+    start = dense_class(hw, cls).model_copy(update={"fitted": (), "at_bound": {}, "quantize_input": False})
     measured = np.concatenate([t.measured_s for t in tables])
 
     def residual(z):
