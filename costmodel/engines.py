@@ -48,8 +48,8 @@ _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmap
            "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
            "pages for its prompt and all its output can be reserved; CUTLASS MoE over the rows permuted to the "
            "device's experts); TorchLlmArgs disable_overlap_scheduler False: PyExecutor's overlap loop schedules and "
-           "launches iteration n+1 before it processes iteration n's results; a block-scaled FP8 checkpoint's linear layers "
-           "in tensorrt_llm/_torch/modules/linear.py FP8BlockScalesLinearMethod: fp8_quantize_1x128, then "
+           "launches iteration n+1 before it processes iteration n's results; a block-scaled FP8 checkpoint's linear "
+           "layers in tensorrt_llm/_torch/modules/linear.py FP8BlockScalesLinearMethod: fp8_quantize_1x128, then "
            "fp8_block_scaling_gemm, on SM90 TensorRT-LLM's own CUTLASS kernel with a swapped-operand path for small M "
            "(not vLLM's DeepGEMM path the block-scaled GEMM class was fitted on: priced as the per-tensor FP8 class, "
            "vLLM's quantize kernel and CUTLASS SM90 GEMM, the nearest measured kernel)")

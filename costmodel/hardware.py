@@ -220,9 +220,9 @@ class ClassEfficiency(_Strict):
     prompt's keys and values into the cache (None: the engine writes them outside the attention call);
     ``score_s`` is the device time of one attention score of a prefill (online softmax) and ``tile_s`` the
     SM time of a prefill query tile's prologue and epilogue; ``quantize_input`` says whether a low-precision
-    linear layer quantizes its activations in a kernel of its own before the GEMM; ``overlap`` says whether the kernel's compute
-    hides its memory traffic (``max``, a GPU's many warps in flight) or the two follow each other (``sum``: a
-    CPU core that streams a block and then computes on it)."""
+    linear layer quantizes its activations in a kernel of its own before the GEMM; ``overlap`` says whether the
+    kernel's compute hides its memory traffic (``max``, a GPU's many warps in flight) or the two follow each other
+    (``sum``: a CPU core that streams a block and then computes on it)."""
 
     fixed_s: dict[Timing, Seconds] = Field(default_factory=dict)
     compute_efficiency: Fraction = 1.0
