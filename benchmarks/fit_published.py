@@ -48,11 +48,13 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
           "timing convention's fixed cost alone; a class's parameters are fitted on the rows its kernel runs "
           "(one-token prefills run the decode kernel and count with decode attention); a kernel's discrete behaviour "
           "is chosen by fitting each way and keeping the smaller error: split_kv (always or grouped) for decode "
-          "attention, and for prefill attention whether the call writes the cache and whether a tile packs a "
-          "group's query heads; per-tensor fp8 GEMMs take the bf16 GEMM's memory curve (validation.fit.SHARED) and "
+          "attention, for prefill attention whether the call writes the cache and whether a tile packs a "
+          "group's query heads, and for the low-precision GEMMs whether the layer quantizes its input in a kernel of "
+          "its own; per-tensor fp8 GEMMs take the bf16 GEMM's memory curve (validation.fit.SHARED) and "
           "run the tile the device's kernel facts dispatch; the MoE kernel classes (moe, moe_fp8, ...) take the "
-          "device's dense class of the same weights and fit compute_efficiency and bandwidth_ceiling on the whole "
-          "measured MoE layer (router, expert GEMMs, activation, combine; costmodel.validation.moe_layers)")
+          "device's dense class of the same weights and fit compute_efficiency and the bandwidth curve (ceiling, "
+          "half-bandwidth size, exponent) on the whole measured MoE layer (router, expert GEMMs, activation, "
+          "combine; costmodel.validation.moe_layers)")
 
 
 def fit_device(tables, hw, moe_tables=()):

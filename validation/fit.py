@@ -77,11 +77,11 @@ CHOICES = {
                                            ("cache_write_ceiling",) if write else ())
                                           for write in (False, True) for pack in (False, True)]),
 }
-# a per-tensor fp8 linear layer quantizes its activations in a kernel of its own before the GEMM (vLLM's
-# scaled_fp8_quant, with the static input scale the table's layers carry), or not (fused into the GEMM or an earlier
-# kernel). The block-scaled and NVFP4 tables are left as they were fitted: the block-scaled one is timed without a
-# CUDA graph, and with the quantize kernel both took the MoE layers fitted around them from 7.4% to 18% median
-CHOICES["gemm_fp8"] = (("quantize_input",), [({"quantize_input": False}, ()), ({"quantize_input": True}, ())])
+# a low-precision linear layer quantizes its activations in a kernel of its own before the GEMM (vLLM's
+# scaled_fp8_quant with the static input scale the per-tensor table's layers carry; a per-token-group or NVFP4
+# quantize before a block-scaled GEMM), or not (fused into the GEMM or an earlier kernel)
+CHOICES |= {cls: (("quantize_input",), [({"quantize_input": False}, ()), ({"quantize_input": True}, ())])
+            for cls in ("gemm_fp8", "gemm_fp8_block", "gemm_nvfp4")}
 
 
 def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> np.ndarray:

@@ -28,8 +28,9 @@ TABLES = {"h100_sxm": "aiconfigurator/moe/h100_sxm_vllm_0.19.0_moe_perf.csv",
 #: The largest tensor- or expert-parallel group predicted: one node.
 MAX_GROUP = 8
 #: What a fit of a MoE class frees: the fused kernel's fraction of the dense peak on large products and the
-#: fraction of the datasheet bandwidth at which it streams the experts' weights; the rest is the dense class's.
-MOE_FREE = ("compute_efficiency", "bandwidth_ceiling")
+#: achieved-bandwidth curve at which it streams the experts' weights (ceiling, half-bandwidth size, exponent); the
+#: tiles and fixed costs are the dense class's.
+MOE_FREE = ("compute_efficiency", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent")
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ def fit_moe_class(tables: list[MoETable], hw, names=MOE_FREE):
         dev = with_class(hw, cls, _with(start, names, z, "graph"))
         return np.log(np.concatenate([predict(t, dev) for t in tables]) / measured)
 
-    inits = {"compute_efficiency": (0.6, 0.4, 0.85), "bandwidth_ceiling": (0.85, 0.7, 0.95)}
+    inits = {"compute_efficiency": (0.6, 0.4, 0.85), "bandwidth_ceiling": (0.85, 0.7, 0.95),
+             "bandwidth_half_bytes": (1e6, 1e7, 1e5), "bandwidth_exponent": (0.5, 1.0, 0.3)}
     best = min((_lm(residual, [_to_z(n, inits[n][i]) for n in names]) for i in range(3)), key=lambda zc: zc[1])
     eff = _with(start, names, best[0], "graph")
     return eff.model_copy(update={"fitted": tuple(sorted(names))})
