@@ -11,6 +11,7 @@ from costmodel.cli_options import (check_writable, choices, dim_options, dtype_o
                                    emit_records, ErrorLineGroup, FilePath, format_option, given, gpus_option,
                                    groups_option, json_option, max_points_option, OnceCommand, output_format,
                                    Positive, title_dims, variant_option, workload_options, write_csv)
+from costmodel.cli_html import check_html_name
 from costmodel.cli_serving import model_options
 from costmodel.errors import CostModelError
 from costmodel.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
@@ -139,8 +140,8 @@ def figure_files(out: str | None, html_path: str | None) -> list[str]:
 
     if out is None and html_path is None:
         raise CostModelError("give --out FILE (.png, .svg, .pdf or .html) or --html FILE")
-    if html_path is not None and not html_path.lower().endswith((".html", ".htm")):
-        raise CostModelError(f"--html {html_path!r}: the file must end in .html or .htm")
+    if html_path is not None:
+        check_html_name(html_path)
     outs = [p for p in (out, html_path) if p is not None]
     for path in outs:
         check_output(path)

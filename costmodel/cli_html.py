@@ -31,9 +31,7 @@ def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
         def wrapper(html_path, **params):
             if html_path is None:
                 return func(**params)
-            if html_path != "-" and not html_path.lower().endswith((".html", ".htm")):
-                raise CostModelError(f"--html {html_path!r}: the file must end in .html or .htm (or be - for "
-                                     "standard output)")
+            check_html_name(html_path, stdout=True)
             check_writable(html_path)
             for name, flag in (refuse or {}).items():
                 if params.get(name) is not None:
@@ -51,6 +49,15 @@ def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
         return wrapper
 
     return decorate
+
+
+def check_html_name(path: str, *, stdout: bool = False) -> None:
+    """An ``--html`` file's name ends in .html or .htm (or is - for standard output, where ``stdout``)."""
+    if stdout and path == "-":
+        return
+    if not path.lower().endswith((".html", ".htm")):
+        raise CostModelError(f"--html {path!r}: the file must end in .html or .htm"
+                             + (" (or be - for standard output)" if stdout else ""))
 
 
 def _captured(func, params: dict) -> str:

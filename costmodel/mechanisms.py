@@ -226,6 +226,17 @@ def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_o
                                                             kernels)])
 
 
+def _streamed(nbytes, eff, bandwidth: float, on) -> np.ndarray:
+    """Seconds to move ``nbytes`` at the class's achieved-bandwidth curve (the datasheet bandwidth with the
+    ``bandwidth`` mechanism off)."""
+    if "bandwidth" not in on:
+        return nbytes / bandwidth
+    with np.errstate(divide="ignore"):
+        ramp = np.where(nbytes > 0, (eff.bandwidth_half_bytes / np.maximum(nbytes, 1.0)) ** eff.bandwidth_exponent,
+                        0)
+    return nbytes / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
+
+
 def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, timing: str, flops, nbytes,
                 shape: dict, on: frozenset | set = frozenset(MECHANISMS), overlap: str = "max",
                 kernels: KernelFacts = DEFAULT_KERNELS) -> Times:
@@ -292,12 +303,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         if "compute" in on:
             beyond = beyond + eff.score_s * heads * pairs
     compute = np.maximum(work / rate + beyond, longest)
-    if "bandwidth" in on:
-        with np.errstate(divide="ignore"):
-            ramp = np.where(nbytes > 0, (eff.bandwidth_half_bytes / np.maximum(nbytes, 1.0)) ** eff.bandwidth_exponent, 0)
-        memory = nbytes / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
-    else:
-        memory = nbytes / bandwidth
+    memory = _streamed(nbytes, eff, bandwidth, on)
     if cls in GEMMS and "tiles" in on and shape:
         # the library runs the configuration that finishes first; a split-K product reduces its partial
         # sums in a second kernel (split_s)
@@ -340,13 +346,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         # the activations' quantize kernel: the M x K input read at its width (bf16 unless the shape says) and
         # written in the narrow format, at the class's achieved-bandwidth curve
         elements = np.asarray(shape["batch"], float) * np.asarray(shape["M"], float) * np.asarray(shape["K"], float)
-        q = elements * ((shape.get("width") or 2.0) + QUANTIZED_WIDTH[cls])
-        if "bandwidth" in on:
-            with np.errstate(divide="ignore"):
-                ramp = (eff.bandwidth_half_bytes / np.maximum(q, 1.0)) ** eff.bandwidth_exponent
-            units = units + q / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
-        else:
-            units = units + q / bandwidth
+        units = units + _streamed(elements * ((shape.get("width") or 2.0) + QUANTIZED_WIDTH[cls]), eff, bandwidth, on)
     if (cls == "prefill_attention" and "cache_write" in on and shape and "write_bytes" in shape
             and eff.cache_write_ceiling):
         # a second kernel of the same call: the prompt's keys and values are read and written into the cache
