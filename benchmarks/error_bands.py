@@ -56,18 +56,22 @@ def held_out(found) -> dict:
 
 
 def leave_one_out(found) -> list[str]:
-    """Each GPU's rows priced as if it had no fit: from the GPU the tool's own rule picks among the others
-    (costmodel.origin.reference_for: same generation first, else the nearest older, else the nearest newer),
-    per class, beside the GPU's own fit."""
+    """Each GPU's rows priced as if it had no fit: from the GPU the tool's own rule picks among the others, per
+    class (costmodel.origin.reference_for: an attention class from a GPU whose attention kernel is of the same
+    kind where one is; then same generation first, else the nearest older, else the nearest newer), beside the
+    GPU's own fit."""
     from costmodel.catalog import fitted_profiles
     from costmodel.origin import reference_for
 
     unmeasured = [p.id for p in fitted_profiles() if p.id not in GPUS]  # fitted on tables not read here
     lines = []
     for gpu in GPUS:
-        ref = reference_for(load_profile(gpu), exclude=[gpu, *unmeasured])
-        for r in (r for r in found if r.route == "across" and r.device == gpu and ref is not None
-                  and r.source == ref.id):
+        def chosen(r):
+            ref = reference_for(load_profile(gpu), exclude=[gpu, *unmeasured], cls=r.cls)
+            return ref is not None and r.source == ref.id
+
+        for r in (r for r in found if r.route == "across" and r.device == gpu and chosen(r)):
+            ref = load_profile(r.source)
             err = np.abs(1 / r.values - 1) * 100
             own = next((np.abs(1 / f.values - 1) * 100 for f in found if f.route == "fitted" and f.device == gpu
                         and f.cls == r.cls and f.values.size == r.values.size), None)

@@ -154,6 +154,16 @@ GEMM_DISPATCHES = {
 #: vllm/v1/attention/backends/fa_utils.py ``get_flash_attn_version`` (FlashAttention-3 on SM90, else 2).
 DECODE_KERNELS = {"flash_attention_2": "grouped", "flash_attention_3": "always", "flashinfer": "always"}
 DecodeKernel = Literal["flash_attention_2", "flash_attention_3", "flashinfer"]
+#: How each of those kernels (the same library runs a prompt's attention: FlashAttention's forward, FlashInfer's
+#: prefill) schedules a tile's online softmax against its matrix products. ``synchronous``: each warp computes its
+#: scores, then their exponentials and rescaling, then the next product (FlashAttention-2, Dao 2023, section 3.1).
+#: ``warp_specialized``: producer, matrix-product and softmax work run in separate warps (warpgroups) so that one
+#: tile's exponentials run under another's products (FlashAttention-3, Shah et al. 2024, sections 3.1-3.2, ping-pong
+#: scheduling on SM90; FlashInfer's SM100 kernels, TensorRT-LLM's and CUTLASS's Blackwell FMHA, separate softmax and
+#: MMA warps over tensor memory). The fits agree: a score costs about 0.16 SM-cycles on the A100 (FlashAttention-2)
+#: and 0.04-0.05 on the H100 and B200 (score_s x SMs x clock of each device's prefill fit).
+ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3": "warp_specialized",
+                          "flashinfer": "warp_specialized"}
 
 
 class KernelFacts(_Strict):

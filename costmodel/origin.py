@@ -14,6 +14,10 @@ from costmodel.mechanisms import CLASSES, FALLBACK, LOW_PRECISION_GEMM, MECHANIS
 #: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
 #: same generation, else the nearest older one, else the nearest newer one.
 GENERATIONS: tuple[str, ...] = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
+#: Classes priced by the device's attention kernel: these come from a fitted device whose attention kernel is of the
+#: same kind (:data:`costmodel.hardware.ATTENTION_KERNEL_KINDS`) where there is one, by the generation order among
+#: those; the other classes by the generation order alone.
+ATTENTION_CLASSES: tuple[str, ...] = ("decode_attention", "prefill_attention")
 
 
 TRANSFER_RULE = (
@@ -25,8 +29,17 @@ TRANSFER_RULE = (
 )
 
 
-def reference_for(hw, exclude=()):
-    """The fitted shipped profile whose parameters ``hw`` borrows (same generation first), or None."""
+def attention_kind(p) -> str | None:
+    """The kind of attention kernel a profile's engine runs (:data:`costmodel.hardware.ATTENTION_KERNEL_KINDS`), or
+    None where the profile names no kernel."""
+    from costmodel.hardware import ATTENTION_KERNEL_KINDS
+
+    return ATTENTION_KERNEL_KINDS.get(p.architecture.kernels.decode_kernel) if p.architecture is not None else None
+
+
+def reference_for(hw, exclude=(), cls: str | None = None):
+    """The fitted shipped profile whose parameters ``hw`` borrows (same generation first), or None; for one of
+    :data:`ATTENTION_CLASSES`, among the fitted devices whose attention kernel is of ``hw``'s kind where any is."""
     if hw.architecture is None or hw.architecture.generation not in GENERATIONS:
         return None
     gen = GENERATIONS.index(hw.architecture.generation)
@@ -36,6 +49,9 @@ def reference_for(hw, exclude=()):
               and p.id not in exclude]
     if not fitted:
         return None
+    kind = attention_kind(hw) if cls in ATTENTION_CLASSES else None
+    if kind is not None:
+        fitted = [p for p in fitted if attention_kind(p) == kind] or fitted
     def rank(p):
         other = GENERATIONS.index(p.architecture.generation)
         return (other != gen, other > gen, abs(other - gen), p.id)
@@ -50,7 +66,10 @@ def efficiency_status(p) -> str:
         own = f"fitted ({p.efficiency.parameters})"
         partial = ref is not None and not {"gemm", "decode_attention", "prefill_attention"} <= set(p.efficiency.classes)
         return f"{own} + from {ref.id}" if partial else own
-    return f"from {ref.id}" if ref is not None else "datasheet only"
+    if ref is None:
+        return "datasheet only"
+    attention = reference_for(p, cls=ATTENTION_CLASSES[0])
+    return f"from {ref.id}" + (f", attention {attention.id}" if attention.id != ref.id else "")
 
 
 def transfer(eff, src, dst):
@@ -130,19 +149,24 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
     from :func:`reference_for`'s device (or ``reference``, a profile, or None for no transfer). None when
     neither exists (a datasheet-only device)."""
     own = hw.efficiency.classes if hw.efficiency is not None else {}
-    found: list = []
+    found: dict = {}  # per group of classes (the attention classes, the rest): (reference, what it predicts with)
     seen = _seen | {hw.id}
 
-    def ref():  # loaded only when the device's own fit does not cover a class
-        if not found:
-            found.append(reference_for(hw, seen) if reference == "auto" else reference)
+    def lookup(cls):  # loaded only when the device's own fit does not cover a class
+        group = cls in ATTENTION_CLASSES
+        if group not in found:
+            r = reference_for(hw, seen, cls) if reference == "auto" else reference
             # what the reference itself predicts with: its own fit, and what it borrows (never from here)
-            found.append(resolve(found[0], timing, "auto" if reference == "auto" else None, seen)
-                         if found[0] is not None else None)
-        return found[0]
+            found[group] = r, (resolve(r, timing, "auto" if reference == "auto" else None, seen)
+                               if r is not None else None)
+        return found[group]
+
+    def ref(cls):
+        return lookup(cls)[0]
 
     def theirs_for(cls):
-        return found[1].classes.get(cls) if ref() is not None and found[1] is not None else None
+        r, theirs = lookup(cls)
+        return theirs.classes.get(cls) if r is not None and theirs is not None else None
 
     classes, origin = {}, {}
     for cls in CLASSES:
@@ -161,11 +185,11 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
             if other in classes:
                 classes[cls], origin[cls] = classes[other], origin[other].noted(f" (its {other} class)")
             continue
-        eff = mine if mine is not None else transfer(theirs, ref(), hw)
+        eff = mine if mine is not None else transfer(theirs, ref(cls), hw)
         where = (Origin("fitted", hw.id) if mine is not None else
-                 Origin("transferred", ref().id, via=found[1].origin[cls]))
+                 Origin("transferred", ref(cls).id, via=lookup(cls)[1].origin[cls]))
         if mine is None and cls == "decode_attention":
-            eff, where = _own_decode_kernel(eff, where, hw, ref())
+            eff, where = _own_decode_kernel(eff, where, hw, ref(cls))
         if timing not in eff.fixed_s:
             if near in eff.fixed_s:
                 # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)
@@ -173,7 +197,7 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
                 where = where.noted(f" ({near} fixed cost for {timing})")
             elif mine is not None and theirs is not None and timing in theirs.fixed_s:
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: theirs.fixed_s[timing]}})
-                where = where.noted(f"; {timing} fixed cost from {ref().id}")
+                where = where.noted(f"; {timing} fixed cost from {ref(cls).id}")
             elif other in classes and timing in classes[other].fixed_s:
                 # a class fitted under another convention only: the launch of its parent class's kernels
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: classes[other].fixed_s[timing]}})

@@ -20,8 +20,10 @@ def hardware_table(profiles, status: dict[str, str]) -> str:
     return "\n".join(aligned(rows))
 
 
-def hardware_detail(p, reference: str | None = None) -> str:
-    """One profile with the source of every number; ``reference``: the id its efficiency is transferred from."""
+def hardware_detail(p, reference: str | None = None, attention: tuple[str, str] | None = None) -> str:
+    """One profile with the source of every number; ``reference``: the id its efficiency is transferred from,
+    ``attention`` the id its attention classes are transferred from where another
+    (:data:`costmodel.origin.ATTENTION_CLASSES`), and the kind of attention kernel they share."""
     lines = [f"{p.name} [{p.id}]  {p.vendor} {p.kind}" + (f"  aliases: {', '.join(p.aliases)}" if p.aliases else "")]
     if p.measured:
         m = p.measured
@@ -44,8 +46,13 @@ def hardware_detail(p, reference: str | None = None) -> str:
         lines += [f"  fit error {k:28s} n {v.n:6d}  median {v.median_abs_error_pct:5.1f}%  p90 {v.p90_abs_error_pct:5.1f}%"
                   for k, v in e.error.items()]
     elif p.kind == "gpu":
-        lines.append(f"efficiency: none fitted on this device; transferred from {reference} by the transfer rule"
-                     if reference is not None else "efficiency: none fitted and none transferable: datasheet roofline only")
+        if reference is None:
+            lines.append("efficiency: none fitted and none transferable: datasheet roofline only")
+        else:
+            lines.append(f"efficiency: none fitted on this device; transferred from {reference} by the transfer rule")
+            if attention is not None and attention[0] != reference:
+                lines.append(f"  attention classes from {attention[0]}, whose attention kernel is of this device's "
+                             f"kind ({attention[1].replace('_', ' ')})")
     lines.append("sources:")
     lines += [f"  {k}: {v}" for k, v in p.sources.items()]
     if p.notes:

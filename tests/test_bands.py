@@ -200,10 +200,11 @@ def test_decode_attention_carried_to_another_kernel_splits_as_that_kernel_does()
     # the same kernel on both sides: nothing changes (an H200 borrows the H100's FlashAttention-3 split)
     h200 = resolve(load_profile("h200"), "graph")
     assert h200.classes["decode_attention"].split_kv == "always" and not h200.origin["decode_attention"].notes
-    # a Blackwell workstation part runs FlashAttention-2, not the B200's FlashInfer
+    # a Blackwell workstation part runs FlashAttention-2, not the B200's FlashInfer: its attention comes from the
+    # A100, whose kernel is the same, and splits as it does, with nothing to note
     pro = resolve(load_profile("rtx_pro_6000_server"), "graph")
-    assert pro.origin["decode_attention"].device == "b200"
-    assert pro.classes["decode_attention"].split_kv == "grouped"
+    assert pro.origin["decode_attention"].device == "a100_80gb_sxm" and pro.origin["gemm"].device == "b200"
+    assert pro.classes["decode_attention"].split_kv == "grouped" and not pro.origin["decode_attention"].notes
 
 
 def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():

@@ -17,7 +17,7 @@ from costmodel.catalog import load_all, load_profile
 from costmodel.mechanisms import DEFAULT_KERNELS, causal_pairs, class_times, gemm_tiled_flops
 
 DECODE_BLOCK = DEFAULT_KERNELS.decode_block
-from costmodel.origin import resolve, reference_for, time_model
+from costmodel.origin import attention_kind, resolve, reference_for, time_model
 
 
 def test_causal_pairs_equal_a_brute_force_count():
@@ -88,6 +88,34 @@ def test_transfer_rule_for_a_gpu_without_data():
     # an Ada GPU borrows the nearest older generation's fit; a TPU has none and says so
     assert reference_for(load_profile("l40s")).id == "a100_80gb_sxm"
     assert resolve(load_profile("tpu_v5e"), "graph") is None
+
+
+def test_attention_comes_from_a_gpu_running_the_same_kind_of_kernel():
+    # the RTX 5090 (Blackwell) runs FlashAttention-2 under vLLM: its GEMMs from the B200 (same generation), its
+    # attention classes from the A100, whose kernel computes the softmax between the matrix products as its own does
+    rtx, a100 = load_profile("rtx_5090"), load_profile("a100_80gb_sxm")
+    assert attention_kind(rtx) == attention_kind(a100) == "synchronous"
+    assert attention_kind(load_profile("b200")) == attention_kind(load_profile("h100_sxm")) == "warp_specialized"
+    assert reference_for(rtx).id == "b200"
+    assert reference_for(rtx, cls="prefill_attention").id == reference_for(rtx, cls="decode_attention").id == a100.id
+    got = resolve(rtx, "graph")
+    assert got.origin["gemm"].device == "b200" and got.origin["prefill_attention"].device == a100.id
+    assert got.origin["decode_attention"].device == a100.id
+    mine = a100.efficiency.classes["prefill_attention"]
+    assert got.classes["prefill_attention"].compute_efficiency == mine.compute_efficiency
+    clock = a100.architecture.clock_hz.value / rtx.architecture.clock_hz.value
+    sms = a100.architecture.compute_units.value / rtx.architecture.compute_units.value
+    assert got.classes["prefill_attention"].score_s == pytest.approx(mine.score_s * clock * sms)
+    # the H100 without its fit: attention from the B200 (warp-specialized, as FlashAttention-3 is), GEMMs from the
+    # nearest older generation; the A100 shares its kind with no other fitted GPU: the generation order alone
+    h100 = load_profile("h100_sxm")
+    assert reference_for(h100, cls="decode_attention").id == "b200" and reference_for(h100).id == a100.id
+    assert reference_for(a100, cls="prefill_attention").id == reference_for(a100).id == "h100_sxm"
+    # a device that names no kernel (the V100) and the same-kind devices of one generation keep the generation order
+    assert reference_for(load_profile("v100_sxm2_32gb"), cls="prefill_attention").id == a100.id
+    assert reference_for(load_profile("h200_sxm"), cls="prefill_attention").id == "h100_sxm"
+    shown = CliRunner().invoke(main, ["hardware", "show", "rtx_5090"]).output
+    assert "transferred from b200" in shown and "attention classes from a100_80gb_sxm" in shown
 
 
 def test_without_all_is_the_datasheet_roofline():
