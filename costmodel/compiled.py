@@ -228,8 +228,8 @@ def compile_block(block: str, *params) -> Compiled:
     gemms = [gemm_dims(o) if o.kind == "einsum" else grouped_dims(o) if o.kind == "grouped" else None for o in ops]
     exprs = [o.flops for o in ops] + [o.memory_elements for o in ops]
     exprs += [sympy.Add(*(_params(o) for o in ops)), sympy.Integer(0), sympy.Add(*(bias_elements(o) for o in ops))]
-    stored = ([_stored(o, lambda t: t.name.startswith("P_")) for o in ops] + [sympy.Integer(0) for _ in ops]
-              + [_params(o) for o in ops])
+    stored = ([_stored(o, lambda t: t.name.startswith("P_")) for o in ops]
+              + [_stored(o, lambda t: t.name.startswith("cache_")) for o in ops] + [_params(o) for o in ops])
     compiled, sources = _assemble([o.name for o in ops], ["projection" if g else o.kind for o, g in zip(ops, gemms)],
                                   [o.einsum for o in ops], gemms, exprs, stored, args,
                                   grouped=[o.kind == "grouped" for o in ops])

@@ -340,6 +340,21 @@ def engine_ops(ops: list[StepOp], m: ModelPreset, tokens, precision) -> list[Ste
     return out
 
 
+def prompt_cache_writes(ops: list[StepOp], m: ModelPreset, tokens, precision) -> list[StepOp]:
+    """A prefill's ops with the prompt's keys and values written into the cache by a kernel of their own after each
+    self-attention (:func:`costmodel.step_program.kv_write`), for an engine whose attention call does not write
+    them (an MLA latent is left as its program has it)."""
+    if m.mla is not None:
+        return ops
+    out: list[StepOp] = []
+    for s in ops:
+        out.append(s)
+        if s.name == "attention" and s.section in ("self-attention", "local attention"):
+            out += _step_ops(s.section, compile_block("kv_write"), {"t": tokens, "g": m.kv_heads, "k": 2 * m.head_dim},
+                             lambda name: s.count, precision)
+    return out
+
+
 #: The section of the collectives tensor parallelism inserts into a step.
 COLLECTIVES = "tensor parallel"
 

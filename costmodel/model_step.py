@@ -31,8 +31,8 @@ from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, MOE_KERNEL
 from costmodel.fits import largest_fitting
 from costmodel.model_memory import (DEFAULT_GROUP, active_params, kv_bytes, largest_batch_in_memory,
                                     param_count, weight_bytes, weight_width)
-from costmodel.model_ops import (COLLECTIVES, StepOp, device_slice, engine_ops, reduces_per_layer, step_ops,
-                                 tensor_parallel)
+from costmodel.model_ops import (COLLECTIVES, StepOp, device_slice, engine_ops, prompt_cache_writes, reduces_per_layer,
+                                 step_ops, tensor_parallel)
 
 
 # --- the prediction ------------------------------------------------------------------------------------
@@ -276,8 +276,18 @@ def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, sour
                    moe_spans_all=pr.moe_kernel == "fused")
     tokens = batch if phase == "decode" else batch * context
     ops = engine_ops(ops, dev, tokens, pr.precision) if pr.engine else ops
+    if phase == "prefill" and pr.engine and not _attention_writes_cache(pr):
+        ops = prompt_cache_writes(ops, dev, tokens, pr.precision)
     encoder = batch * source if phase == "prefill" and m.architecture == "encoder-decoder" else 0
     return pipeline_sends(tensor_parallel(ops, m, pr.tp, tokens, encoder, pr.precision.act, pr.dp), m, pr, tokens)
+
+
+def _attention_writes_cache(pr: Pricing) -> bool:
+    """Whether the device's prefill attention call writes the prompt's keys and values (its fit says so: the tables
+    it was fitted on time the write inside the call), or the model prices no cache write at all (a datasheet
+    roofline of the attention alone)."""
+    eff = pr.model.resolved.get("prefill_attention") if pr.model.active else None
+    return eff is None or eff.cache_write_ceiling is not None
 
 
 def pipeline_sends(ops: list[StepOp], m: ModelPreset, pr: Pricing, tokens) -> list[StepOp]:

@@ -35,17 +35,18 @@ MAX_REQUESTS = 1_000_000
 #: absolute log error: per iteration (scheduling, sampling, input preparation), and per request the front end's
 #: latency (HTTP, tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the
 #: fit treats it as additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and
-#: 3 ms: 1.5 ms for vLLM, 0.5 ms for SGLang and TensorRT-LLM. The front end: 90.5 ms for SGLang (84 Qwen3-32B
-#: rows); 102.5 ms for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
-#: validation.serving.dynamo_budget, and its overlap scheduler; 1 ms and 95 ms on its Qwen3 rows alone, 0.5 ms and
-#: 110.5 ms on its Llama rows alone); 27.5 ms for vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo
-#: starts; 40 ms on its Qwen3 rows alone, 0, the search's bound, on its Llama rows alone). All with the collectives'
-#: two-line curves (costmodel.hardware.CollectiveCurve) and the fp8 GEMM's input quantize kernel
-#: (costmodel.mechanisms, ``quantize``). docs/serving.md gives each fit's error on the rows it did not see.
+#: 3 ms: 1.5 ms for vLLM, 0.5 ms for SGLang and TensorRT-LLM. The front end: 89 ms for SGLang (84 Qwen3-32B
+#: rows); 102 ms for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
+#: validation.serving.dynamo_budget, and its overlap scheduler; 1 ms and 94.5 ms on its Qwen3 rows alone, 0.5 ms and
+#: 110.5 ms on its Llama rows alone); 27 ms for vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo
+#: starts; 39.5 ms on its Qwen3 rows alone, 0, the search's bound, on its Llama rows alone). All with the collectives'
+#: two-line curves (costmodel.hardware.CollectiveCurve), the fp8 GEMM's input quantize kernel (costmodel.mechanisms,
+#: ``quantize``) and a prompt's cache write as a kernel of its own where the device's prompt-attention fit holds none
+#: (costmodel.model_ops.prompt_cache_writes). docs/serving.md gives each fit's error on the rows it did not see.
 OVERHEADS = {
-    "vllm": {"iteration_s": 0.0015, "request_s": 0.0275},
-    "sglang": {"iteration_s": 0.0005, "request_s": 0.0905},
-    "trtllm": {"iteration_s": 0.0005, "request_s": 0.1025},
+    "vllm": {"iteration_s": 0.0015, "request_s": 0.027},
+    "sglang": {"iteration_s": 0.0005, "request_s": 0.089},
+    "trtllm": {"iteration_s": 0.0005, "request_s": 0.102},
 }
 
 

@@ -123,6 +123,14 @@ def cross_kv() -> list[Op]:
             for name in ("cross_k_proj", "cross_v_proj")]
 
 
+def kv_write() -> list[Op]:
+    """A prompt's new keys and values written into the paged cache by a kernel of their own (vLLM's
+    ``reshape_and_cache_flash`` where its attention call does not write them): ``t`` tokens of ``g`` key/value
+    heads, ``k`` key and value elements each, read and written (the cache side at the cache's width)."""
+    kv = {"t": t, "g": g, "k": k}
+    return [_op("kv_write", "copy", [("kv_new", kv)], ("cache_kv", kv))]
+
+
 #: Each block's builder and the dimensions its compiled function takes, in order.
 BLOCKS = {
     "layer": (layer, (t, d, f)),
@@ -131,4 +139,5 @@ BLOCKS = {
     "head": (head, (t, o, d, w)),
     "rope": (rope, (t, j, p)),
     "cross_kv": (cross_kv, (t, d, g, k)),
+    "kv_write": (kv_write, (t, g, k)),
 }

@@ -175,6 +175,32 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
     assert got.write_bytes == shape["write_bytes"]
 
 
+def test_a_prompt_whose_attention_call_does_not_write_the_cache_writes_it_in_a_kernel_of_its_own(tmp_path):
+    from costmodel.model_step import phase_ops, pricing
+    from costmodel.presets import load_model
+    from costmodel.validation.published import read_folder
+
+    # vLLM 0.16 moved the write out of the attention backends' forward: a 0.19 prompt table holds none, 0.14 does
+    head = "batch_size,isl,num_heads,num_key_value_heads,head_dim,latency\n2,1000,8,2,128,1.0\n"
+    for version in ("0.14.0", "0.19.0"):
+        (tmp_path / f"h100_sxm_vllm_{version}_context_attention.csv").write_text(head)
+    tables = {t.file.split("_")[3]: t for t in read_folder(tmp_path)[0]}
+    # read and written: 2 sequences x 1000 tokens x 2 KV heads x (k + v = 256) x 2 bytes
+    assert tables["0.14.0"].shape["write_bytes"][0] == 2 * (2 * 1000 * 2 * 256 * 2)
+    assert "write_bytes" not in tables["0.19.0"].shape
+    # so the H100 (fitted on vLLM 0.19) prices a prompt's write as a kernel of its own, the A100 (0.14) inside the call
+    m = load_model("llama-3.1-8b")
+    h100 = phase_ops(m, pricing(m, load_profile("h100_sxm")), "prefill", 2, 1000, 1)
+    write = next(s for s in h100 if s.name == "kv_write")
+    # read and write 2 x 1000 tokens x 8 KV heads x (k + v = 256) x 2 bytes, once per layer
+    assert write.count == m.layers and write.op.bytes == pytest.approx(2 * 2 * 1000 * 8 * 256 * 2)
+    assert load_profile("h100_sxm").efficiency.classes["prefill_attention"].cache_write_ceiling is None
+    a100 = phase_ops(m, pricing(m, load_profile("a100")), "prefill", 2, 1000, 1)
+    assert not any(s.name == "kv_write" for s in a100)
+    # a decode step appends its one position as before, on both
+    assert any(s.name == "kv_append" for s in phase_ops(m, pricing(m, load_profile("h100_sxm")), "decode", 2, 1000, 1))
+
+
 @pytest.mark.parametrize("kind,name,cls", [("elementwise", "ffn_act", "activation"),
                                            ("elementwise", "experts_act", "activation"),
                                            ("elementwise", "rope", "rotary"),

@@ -154,6 +154,8 @@ def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, star
     cls = tables[0].priced_class
     if names is None and cls in CHOICES:
         chosen, ways = CHOICES[cls]
+        if not any("write_bytes" in t.shape for t in tables):  # timed calls that hold no cache write
+            ways = [(way, more) for way, more in ways if not way.get("cache_write_ceiling")]
         base = start.model_dump() if start is not None else {}
         return _best_way(tables, hw, [(ClassEfficiency(**{**base, **way}), (*FREE[cls], *more)) for way, more in ways],
                          chosen, starts, on)

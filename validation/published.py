@@ -166,6 +166,21 @@ def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
     return out
 
 
+#: The first vLLM whose attention backends write the new keys and values into the paged cache outside their
+#: ``forward`` (``AttentionBackend.forward_includes_kv_cache_update = False``; the write runs as its own op,
+#: ``unified_kv_cache_update``; vllm-project/vllm#32335, in 0.16). aiconfigurator's collector times the backend's
+#: ``impl.forward`` (collector/vllm/collect_attn.py), so a prompt table of this version or later holds no cache write.
+VLLM_KV_WRITE_OUTSIDE_FORWARD = (0, 16)
+
+
+def _writes_cache(framework: str, version: str) -> bool:
+    """Whether a timed prompt-attention call of this engine version writes the prompt's keys and values."""
+    if framework != "vllm":
+        return True
+    parts = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    return parts < VLLM_KV_WRITE_OUTSIDE_FORWARD
+
+
 def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
     rows = _rows(path)
     profile = profile_for_system(m["system"])
@@ -188,9 +203,11 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
                       nbytes=nbytes, shape={"b": b, "g": g, "h": h, "positions": S}, **base)]
     s = _column(rows, "isl", path)
     flops, nbytes = attention_counts("batched", b, s, s, h, g, k)
+    shape = {"b": b, "h": h, "g": g, "n": s, "m": s}
+    if _writes_cache(m["framework"], m["version"]):
+        shape["write_bytes"] = 2 * b * s * g * 2 * k * 2
     table = Table(op_class="prefill_attention", fields={**fields, "isl": s}, measured_s=t, flops=flops,
-                  nbytes=nbytes, shape={"b": b, "h": h, "g": g, "n": s, "m": s, "write_bytes": 2 * b * s * g * 2 * k * 2},
-                  **base)
+                  nbytes=nbytes, shape=shape, **base)
     # a one-token prompt is one query over one position: the engine runs the decode kernel for it
     one = s == 1
     decode = table.select(one)
