@@ -101,6 +101,9 @@ class TileRule(_Strict):
     with M in [m_min, m_max], N <= n_max and K <= k_max (a bound left out does not apply)."""
 
     tile: tuple[Count, Count]
+    #: SMs one tile runs on: 2 for a tile of a pair of SMs (an SM100 2-SM MMA, ``tcgen05.mma.cta_group::2``: each SM
+    #: computes half the tile's rows, the operands multicast to both)
+    sms: int = Field(1, ge=1, le=2)
     m_min: Count | None = None
     m_max: Count | None = None
     n_max: Count | None = None
@@ -137,13 +140,18 @@ GEMM_DISPATCHES = {
                "M, 64 columns of N); M <= 64 the same for N <= 1280, else 64 x 64 swapped; M <= 128 64 x 128; "
                "larger M 128 x 128; persistent, no split-K"),
     "vllm_sm100_fp8": GemmDispatch(
-        rules=_rules({"m_max": 16, "tile": (32, 128)}, {"m_min": 64, "m_max": 64, "k_max": 4095, "tile": (64, 64)},
-                     {"m_max": 64, "tile": (64, 128)}, {"m_max": 256, "tile": (128, 128)}, {"tile": (256, 128)}),
+        rules=_rules({"m_max": 16, "tile": (32, 128), "sms": 2},
+                     {"m_min": 64, "m_max": 64, "k_max": 4095, "tile": (64, 64)},
+                     {"m_max": 64, "tile": (64, 128), "sms": 2}, {"m_max": 256, "tile": (128, 128), "sms": 2},
+                     {"tile": (256, 128), "sms": 2}),
         source="vLLM cutlass_scaled_mm on the SM100 family, SM 10.x (vllm-project/vllm csrc/quantization/w8a8/"
                "cutlass/c3x/scaled_mm_sm100_fp8_dispatch.cuh @487e7b0): M <= 16 a 128 x 32 tile with A and B "
-               "swapped (32 rows of M, 128 columns of N); M <= 64 128 x 64 swapped (64 rows, 128 columns), except "
-               "M = 64 with K < 4096, 64 x 64 unswapped; M <= 256 128 x 128; larger M 256 x 128; persistent, no "
-               "split-K"),
+               "swapped (32 rows of M, 128 columns of N), cluster 4 x 1; M <= 64 128 x 64 swapped (64 rows, 128 "
+               "columns), cluster 4 x 1, except M = 64 with K < 4096, 64 x 64 unswapped, cluster 1 x 1; M <= 256 "
+               "128 x 128, cluster 2 x 1; larger M 256 x 128, cluster 2 x 2; persistent, no split-K. Each with "
+               "KernelScheduleAuto, which runs a tile on a pair of SMs (2-SM MMA) when the cluster's M is even and "
+               "the tile's M a multiple of 128 (NVIDIA/cutlass include/cutlass/gemm/collective/builders/"
+               "sm100_common.inl, sm100_make_trivial_tiled_mma): every configuration but the 64 x 64 one"),
 }
 
 

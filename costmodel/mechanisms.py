@@ -187,11 +187,12 @@ def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_ov
                    splits)
 
 
-def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, np.ndarray]:
-    """(tile rows, tile columns) a fixed dispatch (:class:`costmodel.hardware.GemmDispatch` rules, the first that
-    matches) runs for each problem."""
+def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tile rows, tile columns, SMs a tile runs on) a fixed dispatch (:class:`costmodel.hardware.GemmDispatch`
+    rules, the first that matches) runs for each problem."""
     M, K, N = (np.asarray(x, float) for x in (M, K, N))
     tm, tn = np.zeros(np.broadcast(M, K, N).shape), np.zeros(np.broadcast(M, K, N).shape)
+    per = np.ones(tm.shape)
     left = np.ones(tm.shape, bool)
     for rule in rules:
         hit = left.copy()
@@ -204,18 +205,20 @@ def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, np.ndarray]:
         if rule.k_max is not None:
             hit &= K <= rule.k_max
         tm, tn = np.where(hit, rule.tile[0], tm), np.where(hit, rule.tile[1], tn)
+        per = np.where(hit, rule.sms, per)
         left &= ~hit
-    return tm, tn
+    return tm, tn, per
 
 
 def dispatched_flops(rules, batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float,
                      largest: float) -> np.ndarray:
     """FLOPs (at the largest tile's rate) of a GEMM whose tile a fixed dispatch chooses: whole waves of its tiles
-    over the SMs, the whole reduction in each."""
-    tm, tn = dispatched_tiles(rules, M, K, N)
+    over the SMs, the whole reduction in each; a tile of a pair of SMs takes two of them, each with half its rows."""
+    tm, tn, per = dispatched_tiles(rules, M, K, N)
     tiles = np.asarray(batch, float) * np.ceil(np.asarray(M, float) / tm) * np.ceil(np.asarray(N, float) / tn)
-    waves = np.ceil(tiles / sms)
-    return waves * sms * tm * tn * (np.asarray(K, float) + k_overhead) * 2 / (tm * tn / largest) ** small_tile_exponent
+    waves = np.ceil(tiles * per / sms)
+    return (waves * sms * tm / per * tn * (np.asarray(K, float) + k_overhead) * 2
+            / (tm * tn / largest) ** small_tile_exponent)
 
 
 def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,

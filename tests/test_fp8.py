@@ -178,13 +178,17 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     rules = h100.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
     M = np.array([1, 16, 17, 17, 64, 65, 128, 129, 8192])
     N = np.array([4096, 4096, 1024, 4096, 1280, 4096, 4096, 4096, 4096])
-    tm, tn = dispatched_tiles(rules, M, np.full(M.shape, 8192), N)
+    tm, tn, per = dispatched_tiles(rules, M, np.full(M.shape, 8192), N)
     assert list(zip(tm, tn)) == [(16, 64), (16, 64), (16, 64), (64, 64), (16, 64), (64, 128), (64, 128), (128, 128),
                                  (128, 128)]
+    assert (per == 1).all()  # SM90 has no tile over two SMs
     rules = b200.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
-    tm, tn = dispatched_tiles(rules, np.array([16, 64, 64, 200, 300]), np.array([8192, 2048, 4096, 8192, 8192]),
-                              np.full(5, 4096))
+    tm, tn, per = dispatched_tiles(rules, np.array([16, 64, 64, 200, 300]), np.array([8192, 2048, 4096, 8192, 8192]),
+                                   np.full(5, 4096))
     assert list(zip(tm, tn)) == [(32, 128), (64, 64), (64, 128), (128, 128), (256, 128)]
+    # SM100: every configuration with an even cluster M and a tile M (the swapped ones' N) of 128 or 256 runs on a
+    # pair of SMs; the 64 x 64 one on one
+    assert list(per) == [2, 1, 2, 2, 2]
     with pytest.raises(ValueError):
         GemmDispatch(source="x", rules=(TileRule(m_max=16, tile=(16, 64)),))  # no rule for the other shapes
     # a decode-sized product on the H100: 8 rows, 8192 x 8192 -> 1 x 128 tiles of 16 x 64, one wave of 132 SMs
@@ -202,3 +206,12 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
                       shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1}, kernels=h100.architecture.kernels,
                       on=set(costmodel.mechanisms.MECHANISMS) - {"quantize"})
     assert float(off.units) == 0.0
+    # a B200 prefill-sized product: 300 rows x 256 columns -> 2 x 2 tiles of 256 x 128, each on a pair of SMs: 8 of
+    # the 148 SMs in one wave, each computing 128 x 128 over the whole K
+    eff = resolve(b200, "graph").classes["gemm_fp8"]
+    largest = b200.architecture.kernels.largest_tile
+    flops = 148 * 128 * 128 * (8192 + eff.tile_k_overhead) * 2 / (256 * 128 / largest) ** eff.small_tile_exponent
+    t = class_times("gemm_fp8", eff, peak=b200.peak("fp8"), bandwidth=b200.bandwidth, sms=148, timing="graph",
+                    flops=2 * 300 * 8192 * 256, nbytes=300 * 8192 + 8192 * 256 + 2 * 300 * 256,
+                    shape={"batch": 1, "M": 300, "K": 8192, "N": 256, "width": 1}, kernels=b200.architecture.kernels)
+    assert float(t.compute) == pytest.approx(flops / (b200.peak("fp8") * eff.compute_efficiency), rel=1e-12)
