@@ -66,12 +66,11 @@ def leave_one_out(found) -> list[str]:
     unmeasured = [p.id for p in fitted_profiles() if p.id not in GPUS]  # fitted on tables not read here
     lines = []
     for gpu in GPUS:
-        def chosen(r):
-            ref = reference_for(load_profile(gpu), exclude=[gpu, *unmeasured], cls=r.cls)
-            return ref is not None and r.source == ref.id
-
-        for r in (r for r in found if r.route == "across" and r.device == gpu and chosen(r)):
-            ref = load_profile(r.source)
+        hw = load_profile(gpu)
+        for r in (r for r in found if r.route == "across" and r.device == gpu):
+            ref = reference_for(hw, exclude=[gpu, *unmeasured], cls=r.cls)
+            if ref is None or r.source != ref.id:
+                continue
             err = np.abs(1 / r.values - 1) * 100
             own = next((np.abs(1 / f.values - 1) * 100 for f in found if f.route == "fitted" and f.device == gpu
                         and f.cls == r.cls and f.values.size == r.values.size), None)

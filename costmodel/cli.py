@@ -158,11 +158,10 @@ def hardware_show(name, as_json) -> None:
     if as_json:
         emit_json(profile.model_dump(mode="json"))
     else:
-        from costmodel.origin import ATTENTION_CLASSES, attention_kind, reference_for
+        from costmodel.origin import attention_kind, attention_reference, reference_for
 
-        ref = attention = None
-        if profile.efficiency is None and profile.kind == "gpu":
-            ref, attention = reference_for(profile), reference_for(profile, cls=ATTENTION_CLASSES[0])
+        ref = reference_for(profile) if profile.efficiency is None and profile.kind == "gpu" else None
+        attention = attention_reference(profile, ref) if ref is not None else None
         click.echo(hardware_detail(profile, ref.id if ref is not None else None,
                                    (attention.id, attention_kind(profile)) if attention is not None else None))
 

@@ -33,12 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.model_ops import COLLECTIVES
+from costmodel.model_ops import COLLECTIVES, SELF_ATTENTION
 from costmodel.model_step import Pricing, op_time, phase_ops
 from costmodel.presets import ModelPreset
-
-#: Sections whose non-weight ops are attention over the cache.
-ATTENTION = ("self-attention", "local attention")
 
 #: Grid points per doubling of each size (and every size up to 16 exactly).
 GRID_POINTS = 6
@@ -68,7 +65,7 @@ def _kind(r) -> str:
         return "moe"
     if r.section == "head" and r.name != "embed":
         return "head"
-    if r.section in ATTENTION and not r.weighted:
+    if r.section in SELF_ATTENTION and not r.weighted:
         return "attention"
     return "token"
 

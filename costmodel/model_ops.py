@@ -310,6 +310,12 @@ def step_ops(m: ModelPreset, phase: str, b: int, ctx, source: int, precision, ex
                      lambda name: 1, precision)
     return ops
 
+
+#: The sections of a step whose attention reads the decoder's own cache (full and sliding-window layers).
+SELF_ATTENTION = ("self-attention", "local attention")
+#: The section of the collectives tensor parallelism inserts into a step.
+COLLECTIVES = "tensor parallel"
+
 #: Projections serving engines run as one GEMM over the concatenated weights (vLLM's QKVParallelLinear,
 #: MergedColumnParallelLinear, and MLA's fused q_a/kv_a projection), and the K and V cache writes they run
 #: as one kernel (reshape_and_cache).
@@ -333,7 +339,7 @@ def engine_ops(ops: list[StepOp], m: ModelPreset, tokens, precision) -> list[Ste
             out.append(s)
         elif s is group[0]:
             out.append(_merge(fused, group))
-        if s.name == "q_proj" and m.rope and s.section in ("self-attention", "local attention"):
+        if s.name == "q_proj" and m.rope and s.section in SELF_ATTENTION:
             heads, dim = (m.heads + 1, m.mla.rope_dim) if m.mla else (m.heads + m.kv_heads, m.head_dim)
             out += _step_ops(s.section, compile_block("rope"), {"t": tokens, "j": heads, "p": dim},
                              lambda name: s.count, Precision.of(precision))
@@ -349,14 +355,13 @@ def prompt_cache_writes(ops: list[StepOp], m: ModelPreset, tokens, precision) ->
     out: list[StepOp] = []
     for s in ops:
         out.append(s)
-        if s.name == "attention" and s.section in ("self-attention", "local attention"):
+        if s.name == "attention" and s.section in SELF_ATTENTION:
             out += _step_ops(s.section, compile_block("kv_write"), {"t": tokens, "g": m.kv_heads, "k": 2 * m.head_dim},
                              lambda name: s.count, precision)
     return out
 
 
-#: The section of the collectives tensor parallelism inserts into a step.
-COLLECTIVES = "tensor parallel"
+
 
 
 def reduces_per_layer(m: ModelPreset) -> int:

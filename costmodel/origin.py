@@ -58,6 +58,13 @@ def reference_for(hw, exclude=(), cls: str | None = None):
     return min(fitted, key=rank)
 
 
+def attention_reference(p, ref=None):
+    """The fitted profile ``p``'s attention classes come from, where it is not ``ref`` (the one its other classes
+    come from, :func:`reference_for`); else None."""
+    attention = reference_for(p, cls=ATTENTION_CLASSES[0])
+    return attention if attention is not None and (ref is None or attention.id != ref.id) else None
+
+
 def efficiency_status(p) -> str:
     """Where a profile's efficiency parameters come from: fitted (with their count), transferred, both (a device
     fitted on some classes only, the rest transferred), or none."""
@@ -68,8 +75,8 @@ def efficiency_status(p) -> str:
         return f"{own} + from {ref.id}" if partial else own
     if ref is None:
         return "datasheet only"
-    attention = reference_for(p, cls=ATTENTION_CLASSES[0])
-    return f"from {ref.id}" + (f", attention {attention.id}" if attention.id != ref.id else "")
+    attention = attention_reference(p, ref)
+    return f"from {ref.id}" + (f", attention {attention.id}" if attention is not None else "")
 
 
 def transfer(eff, src, dst):

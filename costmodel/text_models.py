@@ -22,7 +22,7 @@ def hardware_table(profiles, status: dict[str, str]) -> str:
 
 def hardware_detail(p, reference: str | None = None, attention: tuple[str, str] | None = None) -> str:
     """One profile with the source of every number; ``reference``: the id its efficiency is transferred from,
-    ``attention`` the id its attention classes are transferred from where another
+    ``attention`` the id its attention classes are transferred from where it is another device
     (:data:`costmodel.origin.ATTENTION_CLASSES`), and the kind of attention kernel they share."""
     lines = [f"{p.name} [{p.id}]  {p.vendor} {p.kind}" + (f"  aliases: {', '.join(p.aliases)}" if p.aliases else "")]
     if p.measured:
@@ -50,7 +50,7 @@ def hardware_detail(p, reference: str | None = None, attention: tuple[str, str] 
             lines.append("efficiency: none fitted and none transferable: datasheet roofline only")
         else:
             lines.append(f"efficiency: none fitted on this device; transferred from {reference} by the transfer rule")
-            if attention is not None and attention[0] != reference:
+            if attention is not None:
                 lines.append(f"  attention classes from {attention[0]}, whose attention kernel is of this device's "
                              f"kind ({attention[1].replace('_', ' ')})")
     lines.append("sources:")
