@@ -8,11 +8,13 @@ import click
 from costmodel.cli_options import FilePath, NonNegative, PositiveNumber, Positive, choices, emit
 from costmodel.engines import ENGINE_NAMES
 from costmodel.errors import CostModelError
+from costmodel.vocab import MXFP4_ACTIVATIONS
 
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
-             "prefix_caching", "async_scheduling", "length_dist", "spread", "lengths_file", "evaluator",
+             "prefix_caching", "async_scheduling", "mxfp4_activations", "length_dist", "spread", "lengths_file",
+             "evaluator",
              "expert_parallel", "attention_dp", "replicas",
              "pipeline_parallel", "expert_parallel_size",
              "disaggregated",
@@ -67,6 +69,10 @@ def engine_options(func):
                      help="the engine schedules each iteration while the one before runs, so a request that comes "
                           "during an iteration starts an iteration later (SGLang's overlap schedule, TensorRT-LLM's "
                           "overlap scheduler) [default: on for SGLang and TensorRT-LLM, off for vLLM]"),
+        click.option("--mxfp4-activations", type=choices(MXFP4_ACTIVATIONS),
+                     help="how MXFP4 experts take their activations on a GPU with FP4 math: bf16 (the weights "
+                          "dequantized in the kernel) or mxfp8 (an fp8-rate MMA) [default: bf16 for vLLM, mxfp8 for "
+                          "SGLang and TensorRT-LLM]"),
         click.option("--length-dist", type=choices(("fixed", "uniform", "normal")), default="fixed",
                      show_default=True, help="request lengths around --input-len and --output-len"),
         click.option("--spread", type=click.FloatRange(0, 0.99), default=0.0, show_default=True,
@@ -127,7 +133,7 @@ LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation
 #: The flag of each load option whose name is not its key's.
 LOAD_FLAGS = {"engine_name": "--engine", "memory_fraction": "--gpu-memory-utilization", "page_size": "--block-size",
               "chunked_prefill": "--enable-chunked-prefill", "prefix_caching": "--enable-prefix-caching",
-              "async_scheduling": "--async-scheduling"}
+              "async_scheduling": "--async-scheduling", "mxfp4_activations": "--mxfp4-activations"}
 
 
 def step_layout(load: dict) -> dict:
@@ -195,7 +201,8 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               max_num_seqs=load["max_num_seqs"], memory_fraction=load["memory_fraction"],
               page_size=load["page_size"], chunked_prefill=load["chunked_prefill"],
               prefix_caching=load["prefix_caching"], async_scheduling=load["async_scheduling"],
-              input_dist=load["length_dist"], output_dist=load["length_dist"], spread=load["spread"],
+              mxfp4_activations=load["mxfp4_activations"], input_dist=load["length_dist"],
+              output_dist=load["length_dist"], spread=load["spread"],
               evaluator=load["evaluator"]) | values
     if load["disaggregated"]:
         predict_disaggregated(hws, layouts, fmt, load, kw)
@@ -243,7 +250,8 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         decode=pool("decode", decode_hw), engine_name=kw["engine_name"], concurrency=kw["concurrency"],
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup_requests=kw["warmup_requests"],
         weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], timing=kw["timing"],
-        kv_link_bytes_per_s=load["kv_link_bandwidth"], evaluator=kw["evaluator"]) for hw in hws for m in layouts]
+        kv_link_bytes_per_s=load["kv_link_bandwidth"], mxfp4_activations=kw["mxfp4_activations"],
+        evaluator=kw["evaluator"]) for hw in hws for m in layouts]
     emit(fmt, [r.model_dump(mode="json") for r in results], [r.record() for r in results],
          lambda: "\n\n".join(str(r) for r in results), single=len(results) == 1)
 

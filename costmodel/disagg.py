@@ -361,6 +361,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                         request_rate: float | None = None, num_requests: int | None = None,
                         warmup_requests: int = 0, weight_dtype: str | None = None, kv_dtype: str | None = None,
                         timing: str = "graph", kv_link_bytes_per_s: float | None = None,
+                        mxfp4_activations: str | None = None,
                         overheads: dict | None = None, evaluator: str = "simulation", seed: int = 0,
                         check: bool = False) -> DisaggPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
@@ -395,12 +396,13 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     for pool, max_context in ((prefill, input_len), (decode, input_len + output_len)):
         dev = pool.gpu or hw
         eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
-            max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs)
+            max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs,
+            mxfp4_activations=mxfp4_activations)
         if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
             eng = eng.with_flags(async_scheduling=False)
         pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, moe_kernel=eng.moe_kernel,
-                     block_fp8_linear=eng.block_fp8_linear)
+                     block_fp8_linear=eng.block_fp8_linear, mxfp4_activations=eng.mxfp4_activations)
         setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads))
     pre, dec = setups
     devices = prefill.devices() + decode.devices()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from costmodel import checks
 from costmodel.errors import CostModelError
+from costmodel.vocab import MXFP4_ACTIVATIONS, choice
 
 #: The engines modelled, as ``--engine`` spells them.
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
@@ -34,7 +35,10 @@ _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults
          "layers in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an "
          "expert map marks other devices' experts -1, the Triton kernel writes zeros for their rows, and the "
          "activation and moe_sum run over every routed row of the batch; vllm/config/scheduler.py async_scheduling "
-         "False: each iteration scheduled after the last one ends")
+         "False: each iteration scheduled after the last one ends; MXFP4 experts on Blackwell in "
+         "vllm/model_executor/layers/quantization/mxfp4.py get_mxfp4_backend: with FlashInfer and no "
+         "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, SM100_FI_MXFP4_BF16 (bf16 activations, the weights dequantized in "
+         "TensorRT-LLM's kernel)")
 _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_settings: chunked_prefill_size 2048 "
            "under 35 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; mem_fraction_static (memory - reserved) / "
            "memory with 512 MiB + 1.5 MiB per chunk token + 2 MiB per CUDA-graph batch (cuda_graph_max_bs 256 at tp "
@@ -42,7 +46,8 @@ _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_sett
            "1 on an H100); page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
            "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the "
            "rows routed to the device's experts; disable_overlap_schedule False: the overlap event loop schedules the "
-           "next batch while the last one runs)")
+           "next batch while the last one runs; flashinfer_mxfp4_moe_precision 'default': MXFP4 experts on Blackwell "
+           "take their activations through mxfp8_quantize, 'bf16' the other choice)")
 _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
            "8192, max_batch_size 2048, KvCacheConfig free_gpu_memory_fraction 0.9 and tokens_per_block 32, "
            "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
@@ -52,7 +57,9 @@ _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmap
            "layers in tensorrt_llm/_torch/modules/linear.py FP8BlockScalesLinearMethod: fp8_quantize_1x128, then "
            "fp8_block_scaling_gemm, on SM90 TensorRT-LLM's own CUTLASS kernel with a swapped-operand path for small M "
            "(not vLLM's DeepGEMM path the block-scaled GEMM class was fitted on: priced as the per-tensor FP8 class, "
-           "vLLM's quantize kernel and CUTLASS SM90 GEMM, the nearest measured kernel)")
+           "vLLM's quantize kernel and CUTLASS SM90 GEMM, the nearest measured kernel); gpt-oss's MXFP4 experts on "
+           "Blackwell with MXFP8 activations, the recommended configuration of examples/models/core/gpt_oss/README.md "
+           "(MMA UTCQMMA; bf16 activations on Hopper)")
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,8 @@ class EngineConfig:
     # the kernel class a block-scaled FP8 checkpoint's dense layers (attention projections, dense FFNs) run in; the
     # experts keep the block-scaled MoE class (costmodel.mechanisms.MOE_GEMM)
     block_fp8_linear: str = "gemm_fp8_block"
+    # how MXFP4 experts take their activations on a device with FP4 math (costmodel.vocab.MXFP4_ACTIVATIONS)
+    mxfp4_activations: str = "bf16"
 
     #: the engine's own name for each setting (its server argument or config key)
     FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
@@ -93,7 +102,10 @@ class EngineConfig:
              "prefix_caching": {"vllm": "enable_prefix_caching", "sglang": "disable_radix_cache (inverted)",
                                 "trtllm": "enable_block_reuse"},
              "async_scheduling": {"vllm": "async_scheduling", "sglang": "disable_overlap_schedule (inverted)",
-                                  "trtllm": "disable_overlap_scheduler (inverted)"}}
+                                  "trtllm": "disable_overlap_scheduler (inverted)"},
+             "mxfp4_activations": {"vllm": "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 (environment)",
+                                   "sglang": "flashinfer_mxfp4_moe_precision ('default': mxfp8)",
+                                   "trtllm": "quant_algo (W4A8_MXFP4_MXFP8: mxfp8; W4A16_MXFP4: bf16)"}}
 
     @property
     def lag(self) -> int:
@@ -111,6 +123,8 @@ class EngineConfig:
                 update[key] = checks.number(name, value, most=1.0)
             elif key in ("chunked_prefill", "prefix_caching", "async_scheduling"):
                 checks.flag(name, value)
+            elif key == "mxfp4_activations":
+                update[key] = choice(name, value, MXFP4_ACTIVATIONS)
             else:
                 update[key] = checks.count(name, value)
         return replace(self, **update)
@@ -164,9 +178,9 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
     if name == "sglang":
         chunk, fraction = _sglang_memory(capacity_bytes, tp)
         return EngineConfig("sglang", "0.5", chunk, 4096, fraction, 1, True, False, False, _SGLANG,
-                            async_scheduling=True)
+                            async_scheduling=True, mxfp4_activations="mxfp8")
     return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM, async_scheduling=True,
-                        block_fp8_linear="gemm_fp8")
+                        block_fp8_linear="gemm_fp8", mxfp4_activations="mxfp8")
 
 
 def default_kv_dtype(name: str, weight_dtype: str | None) -> str | None:

@@ -26,8 +26,8 @@ from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM, WEIGHT_MATH
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, Precision, price
 from costmodel.roofline import mechanism_lines
-from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, MOE_KERNELS, OVERLAPS, WEIGHT_DTYPES, choice,
-                             dtype_bytes)
+from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, MOE_KERNELS, MXFP4_ACTIVATIONS, OVERLAPS,
+                             WEIGHT_DTYPES, choice, dtype_bytes)
 from costmodel.fits import largest_fitting
 from costmodel.model_memory import (DEFAULT_GROUP, active_params, kv_bytes, largest_batch_in_memory,
                                     param_count, weight_bytes, weight_width)
@@ -209,7 +209,7 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
             weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None,
             expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
             expert_parallel_size: int | None = None, moe_kernel: str = "routed",
-            block_fp8_linear: str = "gemm_fp8_block") -> Pricing:
+            block_fp8_linear: str = "gemm_fp8_block", mxfp4_activations: str = "bf16") -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -256,13 +256,18 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
     math = WEIGHT_MATH.get(weight_dtype)
     gemm_dtype = math if math in hw.peak_flops_per_s else None
     kernel = LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None
-    moe = None
+    moe = expert_dtype = None
     if kernel == "gemm_fp8_block":
         # the engine's kernel for a block-scaled checkpoint's dense layers; its experts keep the block-scaled MoE class
         kernel = choice("block fp8 linear kernel", block_fp8_linear, BLOCK_FP8_LINEAR)
         moe = MOE_GEMM["gemm_fp8_block"]
+    mxfp4_activations = choice("mxfp4 activations", mxfp4_activations, MXFP4_ACTIVATIONS)
+    if weight_dtype == "mxfp4" and mxfp4_activations == "mxfp8" and {"fp4", "fp8"} <= set(hw.peak_flops_per_s):
+        # MXFP8 x MXFP4 experts: FP4 math's f8f6f4 MMA at the fp8 rate, in the engine's own kernels (TensorRT-LLM's),
+        # priced as dense GEMMs, like weight-only quantized experts; the checkpoint's other layers stay bf16
+        expert_dtype, moe = "fp8", "gemm"
     precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
-                          gemm_dtype, kernel, moe)
+                          gemm_dtype, kernel, moe, expert_dtype)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
                    tp, mla_form, expert_parallel, attention_dp, pipeline_parallel,
                    ep_size if 1 < ep_size < tp else 0, moe_kernel)
@@ -448,6 +453,10 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                   f"math in {dtype}" + (" (weights dequantized in the kernel)" if weight_dtype != dtype else ""))
     if gemm_dtype:
         math_dtype += f" ({gemm_classes(pr)})"
+    elif pr.precision.expert_dtype:
+        math_dtype = (f"the experts' GEMMs on MXFP8 activations at the {pr.precision.expert_dtype} peak (the "
+                      f"engine's own kernels, priced in the dense {pr.precision.moe_kernel} class), other math in "
+                      f"{dtype}")
     out.append(f"storage: {stored}; embeddings, norms and routers in {dtype}; KV cache in {pr.kv_dtype}; "
                f"activations in {dtype}; {math_dtype}; no framework memory")
     if pr.tp > 1:

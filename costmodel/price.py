@@ -229,7 +229,9 @@ class Precision:
     dtype; and, where GEMMs over stored weights run at the weights' precision (W8A8), their dtype and kernel
     class (an fp8 GEMM with one scale per tensor or per 128 x 128 block); ``moe_kernel``, the class of a mixture of
     experts' grouped GEMMs where it is not the one :data:`costmodel.mechanisms.MOE_GEMM` pairs with ``gemm_kernel``
-    (an engine whose dense layers run another kernel than its experts do)."""
+    (an engine whose dense layers run another kernel than its experts do); ``expert_dtype``, the math of the experts'
+    GEMMs where only they run at low precision (MXFP4 experts with MXFP8 activations: the dense layers' GEMMs stay at
+    ``dtype``), in the class ``moe_kernel``."""
 
     act: float
     weight: float
@@ -238,6 +240,7 @@ class Precision:
     gemm_dtype: str | None = None
     gemm_kernel: str | None = None
     moe_kernel: str | None = None
+    expert_dtype: str | None = None
 
     @classmethod
     def of(cls, width, dtype: str = "bf16") -> Precision:
@@ -321,14 +324,15 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
                                                              elements, weights, cache, compiled.gemm_shapes(dims),
                                                              compiled.grouped):
         weighted = gemm is not None and bool(np.all(np.asarray(w) > 0))
-        fast = weighted and precision.gemm_dtype is not None
+        math = (precision.expert_dtype if grouped and precision.expert_dtype else precision.gemm_dtype) if weighted \
+            else None
+        fast = math is not None
         kernel = precision.gemm_kernel if fast else None
         if grouped and (fast or precision.weight >= precision.act):
             # a mixture of experts' expert GEMMs: the engine's MoE kernel of that weight format (weight-only
             # quantized experts, dequantized in the kernel, run kernels of their own: priced as dense GEMMs)
             kernel = (precision.moe_kernel if fast else None) or MOE_GEMM[kernel or "gemm"]
-        op = KernelOp(kind, name, precision.gemm_dtype if fast else precision.dtype, f,
-                      precision.bytes(e, w, c), launches, kernel=kernel)
+        op = KernelOp(kind, name, math or precision.dtype, f, precision.bytes(e, w, c), launches, kernel=kernel)
         if gemm is not None:
             gemm = {key: x if np.ndim(x) else int(x) for key, x in gemm.items()}
         cls = efficiency_class(kind, name)

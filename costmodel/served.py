@@ -211,7 +211,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
           memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
           prefix_caching: bool | None = None, async_scheduling: bool | None = None,
-          input_dist: str = "fixed", output_dist: str = "fixed", spread: float = 0.0, input_values=None,
+          mxfp4_activations: str | None = None, input_dist: str = "fixed", output_dist: str = "fixed", spread: float = 0.0, input_values=None,
           output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
           seed: int = 0) -> LoadPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
@@ -239,12 +239,12 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).with_flags(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
         page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching,
-        async_scheduling=async_scheduling)
+        async_scheduling=async_scheduling, mxfp4_activations=mxfp4_activations)
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                  expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel,
                  expert_parallel_size=expert_parallel_size, moe_kernel=eng.moe_kernel,
-                 block_fp8_linear=eng.block_fp8_linear)
+                 block_fp8_linear=eng.block_fp8_linear, mxfp4_activations=eng.mxfp4_activations)
     total = n + warmup_requests
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)

@@ -88,6 +88,9 @@ MLA_FORMS: tuple[str, ...] = ("absorbed", "naive")
 #: An engine's mixture-of-experts kernel: over the rows routed to this device only, or spanning every routed row
 #: of its batch (vLLM's fused_moe), see costmodel.model_step.Pricing.
 MOE_KERNELS: tuple[str, ...] = ("routed", "fused")
+#: How an engine feeds MXFP4 experts on a device with FP4 math (Blackwell's f8f6f4 MMA): bf16 activations, the
+#: weights dequantized in the kernel to a bf16 MMA, or activations quantized to MXFP8 for an MMA at the fp8 rate.
+MXFP4_ACTIVATIONS: tuple[str, ...] = ("bf16", "mxfp8")
 
 
 def dtype_bytes(dtype: str) -> int:

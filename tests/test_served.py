@@ -230,7 +230,7 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                   _row(id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0",
                        decode_num_workers="1.0"),
                   _row(id="dis-w", mode="disagg", prefill_num_workers="1.0"),
-                  _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm"),
+                  _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm", backend="trtllm"),
                   _row(id="neg", silicon_ttft_ms="-3"),
                   _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
                        precision="fp8", gemm_quant_mode="fp8_block"),
@@ -247,17 +247,18 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        "dis-c": "no concurrency",
                        "adp-tp": "attention data parallel without expert parallel over all its devices",
                        "dis-w": "disaggregated without worker counts",
-                       "fp4": "MXFP4 on a GPU with fp4 math", "neg": "bad numbers",
+                       "neg": "bad numbers",
                        "rep-odd": "more clients than the batch, not a whole number of replicas"}
-    # expert parallel over the tp group is modelled, and disaggregated pools, and replicas sharing the clients
-    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "dis-ep", "adp", "hyb", "moe", "rep"]
-    rep = report["rows"][6]["command"]
+    # expert parallel over the tp group is modelled, and disaggregated pools, and replicas sharing the clients, and
+    # MXFP4 on a GPU with FP4 math
+    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "dis-ep", "adp", "hyb", "fp4", "moe", "rep"]
+    rep = report["rows"][7]["command"]
     assert rep[rep.index("--replicas") + 1] == "3" and rep[rep.index("--concurrency") + 1] == "12"
     for row in report["rows"]:
         again = run_cli(*row["command"], "--json")
         got = json.loads(again.output)
         assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
-    assert "--expert-parallel" in report["rows"][5]["command"]
+    assert "--expert-parallel" in report["rows"][6]["command"]
     hyb = report["rows"][4]["command"]
     assert hyb[hyb.index("--expert-parallel-size") + 1] == "2" and "--expert-parallel" not in hyb
     pools = report["rows"][2]["command"]  # a prefill worker of 8 attention data parallel groups, experts over all
@@ -406,7 +407,7 @@ def test_the_iteration_grid_priced_at_once_is_each_point_priced_alone(h100, mode
 
 def test_mxfp4_weights_as_hopper_runs_them():
     """An MXFP4 checkpoint on an H100 (no FP4 math): 4-bit weights and one 8-bit scale per 32 (4.25 bits), read
-    and multiplied in bf16; the served rows of gpt-oss-120b on H100 are predicted, on a GPU with FP4 math refused.
+    and multiplied in bf16; the served rows of gpt-oss-120b are predicted on an H100 and on a GPU with FP4 math.
     FP4 rows of other models are NVFP4."""
     from costmodel.model_memory import weight_width
     from costmodel.validation.serving import parse
@@ -419,7 +420,33 @@ def test_mxfp4_weights_as_hopper_runs_them():
     assert parse(row).weight_dtype == "mxfp4"
     assert parse({**row, "model_path": "Qwen/Qwen3-32B"}).weight_dtype == "nvfp4"
     assert parse({**row, "model_path": "Qwen/Qwen3-32B", "system": "b200_sxm"}).weight_dtype == "nvfp4"
-    assert parse({**row, "system": "b200_sxm"}) == "MXFP4 on a GPU with fp4 math"
+    assert parse({**row, "system": "b200_sxm"}).weight_dtype == "mxfp4"
+
+
+def test_mxfp4_experts_on_a_gpu_with_fp4_math_take_the_engines_activations(run_cli):
+    """On a B200 an engine feeding MXFP4 experts MXFP8 activations (SGLang's and TensorRT-LLM's default) runs the
+    experts' GEMMs at the fp8 peak and every other GEMM in bf16; vLLM's default (bf16 activations) and an H100 (no
+    FP4 math, whatever is asked) run them all in bf16. The bytes read are the same 4.25-bit weights either way."""
+    from costmodel.model_step import phase_ops
+
+    m, b200, h100 = costmodel.load_model("gpt-oss-120b"), costmodel.load_profile("b200"), costmodel.load_profile("h100")
+    assert [engine(e, capacity_bytes=b200.engine_memory).mxfp4_activations for e in ("vllm", "sglang", "trtllm")] \
+        == ["bf16", "mxfp8", "mxfp8"]
+
+    def gemms(hw, activations):
+        pr = pricing(m, hw, weight_dtype="mxfp4", tp=2, mxfp4_activations=activations)
+        ops = phase_ops(m, pr, "prefill", 1, 2048, 1)
+        return {(s.section, s.name): (s.op.dtype, s.op.bytes) for s in ops if s.op.kind == "projection"}
+
+    fast, slow, hopper = gemms(b200, "mxfp8"), gemms(b200, "bf16"), gemms(h100, "mxfp8")
+    experts = {("experts", "experts_gate_up"), ("experts", "experts_down")}
+    assert experts < set(fast) and ("self-attention", "qkv_proj") in fast
+    assert {n for n, (dtype, _) in fast.items() if dtype == "fp8"} == experts
+    assert {dtype for dtype, _ in slow.values()} == {dtype for dtype, _ in hopper.values()} == {"bf16"}
+    assert {n: b for n, (_, b) in fast.items()} == {n: b for n, (_, b) in slow.items()}
+    r = run_cli("predict", "--gpu", "b200", "--model", "gpt-oss-120b", "--weight-dtype", "mxfp4", "--engine",
+                   "trtllm", "--concurrency", "2", "--input-len", "64", "--output-len", "4", "--mxfp4-activations", "fp6")
+    assert r.exit_code != 0 and "fp6" in r.output and "bf16" in r.output
 
 
 def test_nvfp4_weights_at_the_fp4_peak_where_a_gpu_has_one():
@@ -492,10 +519,9 @@ def test_the_published_systems_are_profiles():
         d = parse(_row(system=system))
         assert d.command()[d.command().index("--gpu") + 1] == systems[system]
     assert parse(_row(system="mi999")) == "unknown system mi999"
-    # MXFP4 is refused where the device has FP4 math, by its profile's peaks, and dequantized where it has none
+    # MXFP4 is predicted where the device has FP4 math and where it has none
     oss = _row(model_path="openai/gpt-oss-120b", precision="fp4", tp_size="2.0", moe_tp_size="2.0")
-    assert parse({**oss, "system": "gb300"}) == "MXFP4 on a GPU with fp4 math"
-    assert parse({**oss, "system": "h20"}).weight_dtype == "mxfp4"
+    assert parse({**oss, "system": "gb300"}).weight_dtype == parse({**oss, "system": "h20"}).weight_dtype == "mxfp4"
 
 
 def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):

@@ -44,16 +44,6 @@ def profile_of(system: str) -> str | None:
         return None
 
 
-def _has_fp4_math(system: str) -> bool:
-    """Whether a row's device has FP4 math (an fp4 peak in its profile). Without it (Hopper, Ampere) an MXFP4
-    checkpoint's weights are dequantized to bf16 in the kernel (vLLM's Marlin and Triton MXFP4 paths on Hopper):
-    4-bit weights read, bf16 math. With it the engines run MXFP4 experts in kernels of their own, which are not
-    modelled."""
-    from costmodel.catalog import load_profile
-
-    return "fp4" in load_profile(profile_of(system)).peak_flops_per_s
-
-
 #: Weight dtype for each precision the rows name ("" is the checkpoint's own; fp4: see :data:`MXFP4_CHECKPOINTS`).
 PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4",
               "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
@@ -220,8 +210,6 @@ def parse(row: dict) -> Deployment | str:
         quant = {(row["gemm_quant_mode"] or "").strip(), (row["moe_quant_mode"] or "").strip()} - {""}
         fp4 = precision in ("fp4", "nvfp4", "mxfp4") or bool(quant & {"nvfp4", "mxfp4", "fp4"})
         mxfp4 = fp4 and row["model_path"] in MXFP4_CHECKPOINTS
-        if mxfp4 and _has_fp4_math(row["system"]):
-            return "MXFP4 on a GPU with fp4 math"
         if precision not in PRECISIONS or quant - set(PRECISIONS):  # noqa: SIM102
             return f"precision {precision or '/'.join(sorted(quant))}"
         stages = {}
