@@ -251,7 +251,8 @@ def _validated(data: dict, origin: str) -> ModelPreset:
 
 
 def load_model(name: str) -> ModelPreset:
-    """A preset by id or alias (case-insensitive), or a Hugging Face ``config.json`` by path."""
+    """A preset by id or alias (case-insensitive; a Hugging Face id without its owner where one preset's alias has
+    it), or a Hugging Face ``config.json`` by path."""
     from costmodel.checks import text
 
     text("model name", name)
@@ -262,6 +263,9 @@ def load_model(name: str) -> ModelPreset:
     if name.endswith(".json") or is_path:
         return load_hf_config(name)
     f = _files().get(_key(name))
+    if f is None and "/" not in name:  # a Hugging Face id without its owner, where one preset has it
+        owned = {v for k, v in _files().items() if k.endswith("/" + _key(name))}
+        f = owned.pop() if len(owned) == 1 else None
     if f is None:
         close = difflib.get_close_matches(name.lower(), list(_files()), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

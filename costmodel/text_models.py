@@ -113,7 +113,7 @@ def model_table(p) -> str:
 
 
 def _params(x: float) -> str:
-    return f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M"
+    return f"{x / 1e12:.3g}T" if x >= 1e12 else f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M"
 
 
 def _model_features(m) -> list[str]:

@@ -524,6 +524,30 @@ def test_the_published_systems_are_profiles():
     assert parse({**oss, "system": "gb300"}).weight_dtype == parse({**oss, "system": "h20"}).weight_dtype == "mxfp4"
 
 
+def test_rows_name_models_and_precisions_as_aiconfigurator_writes_them():
+    """A mixture of experts' weights follow its experts' quant mode (Kimi K2.5's int4 experts beside bf16 GEMMs);
+    aiconfigurator's mode names map to the formats they run (int4_wo as W4A16 int4); NVIDIA's quantized checkpoints
+    are priced as the model their name carries, at the row's precision; a mode whose math is not modelled (w4afp8)
+    and a checkpoint of an unknown model are refused by name."""
+    from costmodel.validation.serving import parse
+
+    kimi = parse(_row(model_path="moonshotai/Kimi-K2.5", system="b200_sxm", tp_size="8.0", moe_tp_size="1.0",
+                      moe_ep_size="8.0", gemm_quant_mode="bfloat16", moe_quant_mode="int4_wo", backend="trtllm"))
+    assert kimi.weight_dtype == "int4" and "--expert-parallel" in kimi.command()
+    assert costmodel.load_model(kimi.model_name).moe.experts == 384
+    fp4 = parse(_row(model_path="nvidia/Qwen3-32B-NVFP4", system="b200_sxm", precision="fp4",
+                     gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"))
+    assert fp4.weight_dtype == "nvfp4" and fp4.model_path == "nvidia/Qwen3-32B-NVFP4"
+    cmd = fp4.command()
+    assert cmd[cmd.index("--model") + 1] == "qwen3_32b"
+    assert parse(_row(model_path="nvidia/DeepSeek-R1-0528-FP4-v2", precision="fp4", tp_size="8.0",
+                      moe_tp_size="8.0")).model_name == "deepseek_v3"
+    assert parse(_row(model_path="nvidia/Nope-9B-NVFP4")) == "unknown model"
+    assert costmodel.load_model("Llama-3.3-70B-Instruct").id == "llama_3_3_70b"  # an id without its owner
+    assert parse(_row(model_path="deepseek-ai/DeepSeek-R1", moe_quant_mode="w4afp8", tp_size="8.0",
+                      moe_tp_size="8.0")) == "precision w4afp8"
+
+
 def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):
     base = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "2",
             "--input-len", "100", "--output-len", "10"]

@@ -44,9 +44,32 @@ def profile_of(system: str) -> str | None:
         return None
 
 
-#: Weight dtype for each precision the rows name ("" is the checkpoint's own; fp4: see :data:`MXFP4_CHECKPOINTS`).
-PRECISIONS = {"": None, "bf16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4",
-              "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
+#: Weight dtype for each precision the rows name ("" is the checkpoint's own; fp4: see :data:`MXFP4_CHECKPOINTS`),
+#: aiconfigurator's quant-mode names among them (aiconfigurator_core common.py GEMMQuantMode and MoEQuantMode) where
+#: their math is one modelled: int4_wo (W4A16) as int4, sq (W8A8 int8) as int8, the fp8 variants as fp8, the MXFP4
+#: experts as mxfp4 (their activations the engine's: costmodel.engines). int8_wo (W8A16) and w4afp8 (int4 weights,
+#: fp8 math) are not.
+PRECISIONS = {"": None, "bf16": None, "fp16": None, "bfloat16": None, "float16": None, "fp8": "fp8",
+              "fp8_static": "fp8", "fp8_ootb": "fp8", "fp8_block": "fp8_block", "sq": "int8", "int4_wo": "int4",
+              "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4",
+              "w4a8_mxfp4_mxfp8_trtllm": "mxfp4"}
+#: NVIDIA's quantized checkpoints of a published model (nvidia/<model>-NVFP4, -FP4 or -FP8, a -v2 revision) keep
+#: its shape: such a row is priced as the model its name carries, at the precision the row records.
+QUANTIZED_CHECKPOINT = re.compile(r"^nvidia/(?P<model>.+?)-(NVFP4|FP4|FP8)(-v\d+)?$", re.IGNORECASE)
+
+
+def checkpoint_model(path: str):
+    """The preset of a row's ``model_path``: the path itself, or the model an NVIDIA quantized checkpoint's name
+    carries (:data:`QUANTIZED_CHECKPOINT`); CostModelError where neither is known."""
+    from costmodel.presets import load_model
+
+    try:
+        return load_model(path)
+    except CostModelError:
+        m = QUANTIZED_CHECKPOINT.match(path.strip())
+        if m is None:
+            raise
+        return load_model(m["model"])
 #: Checkpoints published in MXFP4 (gpt-oss: its experts; openai/gpt-oss-120b config.json quantization_config
 #: quant_method mxfp4); FP4 rows of any other model are NVFP4 (an FP8 scale per 16 weights: NVIDIA's FP4
 #: checkpoints), at the fp4 peak where the device has one and dequantized where not.
@@ -156,9 +179,14 @@ class Deployment:
     max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
     prefill: Stage | None = None  # disaggregated: the two pools
     decode: Stage | None = None
+    model: str | None = None  # the preset priced where it is not model_path (NVIDIA's quantized checkpoints)
+
+    @property
+    def model_name(self) -> str:
+        return self.model or self.model_path
 
     def command(self) -> list[str]:
-        cmd = ["predict", "--gpu", profile_of(self.system), "--model", self.model_path, "--engine", self.backend,
+        cmd = ["predict", "--gpu", profile_of(self.system), "--model", self.model_name, "--engine", self.backend,
                "--concurrency", str(self.concurrency), "--input-len", str(self.isl), "--output-len", str(self.osl)]
         if self.prefill is not None:
             cmd += ["--disaggregated", *self.prefill.flags("prefill"), *self.decode.flags("decode")]
@@ -199,8 +227,6 @@ def _whole(row: dict, key: str, default: int | None = None) -> int | None:
 
 def parse(row: dict) -> Deployment | str:
     """A row as a deployment, or the reason it cannot be predicted."""
-    from costmodel.presets import load_model
-
     try:
         if row["mode"] not in ("agg", "disagg"):
             return f"mode {row['mode']!r}"
@@ -239,21 +265,24 @@ def parse(row: dict) -> Deployment | str:
                 return "no concurrency"
             conc = int(m.group(1))
         try:
-            checkpoint = load_model(row["model_path"]).quantization
+            preset = checkpoint_model(row["model_path"])
         except CostModelError:
             return "unknown model"
     except ValueError:
         return "bad numbers"
-    gemm = (row["gemm_quant_mode"] or "").strip()
-    weight = "mxfp4" if mxfp4 else PRECISIONS[gemm] if gemm else PRECISIONS[precision]
+    checkpoint = preset.quantization
+    # a mixture of experts' weights are mostly its experts': their mode where the row gives one, else the GEMMs'
+    mode = ((row["moe_quant_mode"] if preset.moe is not None else "") or row["gemm_quant_mode"] or "").strip()
+    weight = "mxfp4" if mxfp4 else PRECISIONS[mode] if mode else PRECISIONS[precision]
     if weight == "fp8" and checkpoint is not None and checkpoint.weight_dtype == "fp8_block":
         weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
     common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
               default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
+    model = preset.id if QUANTIZED_CHECKPOINT.match(row["model_path"].strip()) else None
     if "" in stages:
         tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
-        return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens)
-    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"])
+        return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, model=model)
+    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"], model=model)
 
 
 def _stage(row: dict, prefix: str) -> Stage | str:
@@ -318,11 +347,11 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
     if d.prefill is not None:
         from costmodel.disagg import serve_disaggregated
 
-        return serve_disaggregated(load_model(d.model_path), load_profile(profile_of(d.system)), input_len=d.isl,
+        return serve_disaggregated(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl,
                                    output_len=d.osl, prefill=d.prefill.pool(), decode=d.decode.pool(),
                                    engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                                    kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator, **rounds)
-    return serve(load_model(d.model_path), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
+    return serve(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator,
                  max_num_batched_tokens=d.max_num_batched_tokens, **d.layout.serve_args(), **rounds)
