@@ -544,6 +544,13 @@ def test_rows_name_models_and_precisions_as_aiconfigurator_writes_them():
                       moe_tp_size="8.0")).model_name == "deepseek_v3"
     assert parse(_row(model_path="nvidia/Nope-9B-NVFP4")) == "unknown model"
     assert costmodel.load_model("Llama-3.3-70B-Instruct").id == "llama_3_3_70b"  # an id without its owner
+    # an MXFP4 mode that names the activations sets them, whatever the engine's default
+    oss = _row(model_path="openai/gpt-oss-120b", system="b200_sxm", precision="fp4", tp_size="2.0", moe_tp_size="2.0")
+    named = {mode: parse({**oss, "moe_quant_mode": mode}) for mode in ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4", "nvfp4")}
+    assert [d.mxfp4_activations for d in named.values()] == ["mxfp8", "bf16", None]
+    assert {d.weight_dtype for d in named.values()} == {"mxfp4"}
+    cmd = named["w4a8_mxfp4_mxfp8"].command()
+    assert cmd[cmd.index("--mxfp4-activations") + 1] == "mxfp8" and "--mxfp4-activations" not in named["nvfp4"].command()
     assert parse(_row(model_path="deepseek-ai/DeepSeek-R1", moe_quant_mode="w4afp8", tp_size="8.0",
                       moe_tp_size="8.0")) == "precision w4afp8"
 

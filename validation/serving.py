@@ -53,6 +53,8 @@ PRECISIONS = {"": None, "bf16": None, "fp16": None, "bfloat16": None, "float16":
               "fp8_static": "fp8", "fp8_ootb": "fp8", "fp8_block": "fp8_block", "sq": "int8", "int4_wo": "int4",
               "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4",
               "w4a8_mxfp4_mxfp8_trtllm": "mxfp4"}
+#: The activations an MXFP4 mode names (costmodel.vocab.MXFP4_ACTIVATIONS); other MXFP4 rows take the engine's.
+MXFP4_MODES = {"w4a16_mxfp4": "bf16", "w4a8_mxfp4_mxfp8": "mxfp8", "w4a8_mxfp4_mxfp8_trtllm": "mxfp8"}
 #: NVIDIA's quantized checkpoints of a published model (nvidia/<model>-NVFP4, -FP4 or -FP8, a -v2 revision) keep
 #: its shape: such a row is priced as the model its name carries, at the precision the row records.
 QUANTIZED_CHECKPOINT = re.compile(r"^nvidia/(?P<model>.+?)-(NVFP4|FP4|FP8)(-v\d+)?$", re.IGNORECASE)
@@ -180,6 +182,7 @@ class Deployment:
     prefill: Stage | None = None  # disaggregated: the two pools
     decode: Stage | None = None
     model: str | None = None  # the preset priced where it is not model_path (NVIDIA's quantized checkpoints)
+    mxfp4_activations: str | None = None  # where the row's MoE quant mode names them
 
     @property
     def model_name(self) -> str:
@@ -200,6 +203,8 @@ class Deployment:
             cmd += self.layout.parallel_flags()
         if self.max_num_batched_tokens:
             cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.mxfp4_activations:
+            cmd += ["--mxfp4-activations", self.mxfp4_activations]
         return cmd
 
 
@@ -278,11 +283,12 @@ def parse(row: dict) -> Deployment | str:
         weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
     common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
               default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
-    model = preset.id if QUANTIZED_CHECKPOINT.match(row["model_path"].strip()) else None
+    named = dict(model=preset.id if QUANTIZED_CHECKPOINT.match(row["model_path"].strip()) else None,
+                 mxfp4_activations=MXFP4_MODES.get((row["moe_quant_mode"] or "").strip()) if weight == "mxfp4" else None)
     if "" in stages:
         tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
-        return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, model=model)
-    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"], model=model)
+        return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, **named)
+    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"], **named)
 
 
 def _stage(row: dict, prefix: str) -> Stage | str:
@@ -350,10 +356,11 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
         return serve_disaggregated(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl,
                                    output_len=d.osl, prefill=d.prefill.pool(), decode=d.decode.pool(),
                                    engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
-                                   kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator, **rounds)
+                                   kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator,
+                                   mxfp4_activations=d.mxfp4_activations, **rounds)
     return serve(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
-                 kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator,
+                 kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator, mxfp4_activations=d.mxfp4_activations,
                  max_num_batched_tokens=d.max_num_batched_tokens, **d.layout.serve_args(), **rounds)
 
 
