@@ -401,8 +401,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
             eng = eng.with_flags(async_scheduling=False)
         pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                     expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, moe_kernel=eng.moe_kernel,
-                     block_fp8_linear=eng.block_fp8_linear, mxfp4_activations=eng.mxfp4_activations)
+                     expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, **eng.kernels)
         setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads))
     pre, dec = setups
     devices = prefill.devices() + decode.devices()

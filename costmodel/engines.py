@@ -108,6 +108,12 @@ class EngineConfig:
                                    "trtllm": "quant_algo (W4A8_MXFP4_MXFP8: mxfp8; W4A16_MXFP4: bf16)"}}
 
     @property
+    def kernels(self) -> dict:
+        """The pricing conventions (:func:`costmodel.model_step.pricing`) this engine's own kernels set."""
+        return {"moe_kernel": self.moe_kernel, "block_fp8_linear": self.block_fp8_linear,
+                "mxfp4_activations": self.mxfp4_activations}
+
+    @property
     def lag(self) -> int:
         """Iterations a request that comes while one runs waits beyond that one: 1 under an overlap scheduler."""
         return 1 if self.async_scheduling else 0

@@ -361,9 +361,6 @@ def prompt_cache_writes(ops: list[StepOp], m: ModelPreset, tokens, precision) ->
     return out
 
 
-
-
-
 def reduces_per_layer(m: ModelPreset) -> int:
     """All-reduces per layer under tensor parallelism: a parallel block adds attention and FFN outputs before
     one; a sequential layer needs two."""

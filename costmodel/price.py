@@ -324,8 +324,7 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
                                                              elements, weights, cache, compiled.gemm_shapes(dims),
                                                              compiled.grouped):
         weighted = gemm is not None and bool(np.all(np.asarray(w) > 0))
-        math = (precision.expert_dtype if grouped and precision.expert_dtype else precision.gemm_dtype) if weighted \
-            else None
+        math = None if not weighted else (precision.expert_dtype if grouped else None) or precision.gemm_dtype
         fast = math is not None
         kernel = precision.gemm_kernel if fast else None
         if grouped and (fast or precision.weight >= precision.act):

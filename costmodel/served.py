@@ -211,8 +211,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
           memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
           prefix_caching: bool | None = None, async_scheduling: bool | None = None,
-          mxfp4_activations: str | None = None, input_dist: str = "fixed", output_dist: str = "fixed", spread: float = 0.0, input_values=None,
-          output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
+          mxfp4_activations: str | None = None, input_dist: str = "fixed", output_dist: str = "fixed",
+          spread: float = 0.0, input_values=None, output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
           seed: int = 0) -> LoadPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
@@ -243,8 +243,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                  expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel,
-                 expert_parallel_size=expert_parallel_size, moe_kernel=eng.moe_kernel,
-                 block_fp8_linear=eng.block_fp8_linear, mxfp4_activations=eng.mxfp4_activations)
+                 expert_parallel_size=expert_parallel_size, **eng.kernels)
     total = n + warmup_requests
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)

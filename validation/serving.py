@@ -61,17 +61,21 @@ QUANTIZED_CHECKPOINT = re.compile(r"^nvidia/(?P<model>.+?)-(NVFP4|FP4|FP8)(-v\d+
 
 
 def checkpoint_model(path: str):
-    """The preset of a row's ``model_path``: the path itself, or the model an NVIDIA quantized checkpoint's name
-    carries (:data:`QUANTIZED_CHECKPOINT`); CostModelError where neither is known."""
+    """(the preset of a row's ``model_path``, the name it is priced under where that is not the path): the path
+    itself, or the model an NVIDIA quantized checkpoint's name carries (:data:`QUANTIZED_CHECKPOINT`);
+    CostModelError where neither is known."""
     from costmodel.presets import load_model
 
     try:
-        return load_model(path)
+        return load_model(path), None
     except CostModelError:
         m = QUANTIZED_CHECKPOINT.match(path.strip())
         if m is None:
             raise
-        return load_model(m["model"])
+        preset = load_model(m["model"])
+        return preset, preset.id
+
+
 #: Checkpoints published in MXFP4 (gpt-oss: its experts; openai/gpt-oss-120b config.json quantization_config
 #: quant_method mxfp4); FP4 rows of any other model are NVFP4 (an FP8 scale per 16 weights: NVIDIA's FP4
 #: checkpoints), at the fp4 peak where the device has one and dequantized where not.
@@ -270,7 +274,7 @@ def parse(row: dict) -> Deployment | str:
                 return "no concurrency"
             conc = int(m.group(1))
         try:
-            preset = checkpoint_model(row["model_path"])
+            preset, priced_as = checkpoint_model(row["model_path"])
         except CostModelError:
             return "unknown model"
     except ValueError:
@@ -283,8 +287,7 @@ def parse(row: dict) -> Deployment | str:
         weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
     common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
               default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
-    named = dict(model=preset.id if QUANTIZED_CHECKPOINT.match(row["model_path"].strip()) else None,
-                 mxfp4_activations=MXFP4_MODES.get((row["moe_quant_mode"] or "").strip()) if weight == "mxfp4" else None)
+    named = dict(model=priced_as, mxfp4_activations=MXFP4_MODES.get(mode))
     if "" in stages:
         tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
         return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, **named)
