@@ -1,8 +1,8 @@
 """The disaggregated deployments of a silicon-sample file that record no worker counts, predicted under a stated
-assumption: one prefill and one decode worker of the recorded sizes (validate --serving refuses these rows, since
-the assumption is not the file's; for TensorRT-LLM's DeepSeek-R1 rows it is known to be wrong, the same
-measurements appearing as DeepSeek-V3 rows with an attention-data-parallel prefill pool and three decode workers).
-No fit saw these rows.
+assumption: one prefill and one decode worker of the recorded sizes. validate --serving takes it for SGLang's rows
+(SGLang's own deployment: costmodel.validation.serving.UNRECORDED_WORKERS) and refuses the others; for TensorRT-LLM's
+DeepSeek-R1 rows it is known to be wrong, the same measurements appearing as DeepSeek-V3 rows with an
+attention-data-parallel prefill pool and two or three decode workers. No fit saw these rows.
 
     python benchmarks/disagg_rows.py [SILICON_SAMPLE_CSV]
 

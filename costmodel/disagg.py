@@ -10,7 +10,9 @@ interconnect when both pools sit in one scale-up domain, each device's network p
 sending and receiving its own shard at once. TTFT = queueing + prefill + transfer (+ the front end's latency).
 
 A decode worker takes the arriving request (the one with the fewest requests) at its next iteration when it
-has a free sequence slot and KV pages for the request's whole context, and runs decode-only iterations: one
+has a free sequence slot and KV pages for the request's whole context (an engine of
+:data:`DECODE_RESERVES_FIRST` reserves those pages before the prefill: a request that finds no decode worker
+with room waits, in arrival order, before its prefill), and runs decode-only iterations: one
 token per running sequence, priced as the model step for that batch at its contexts plus the engine's fixed
 cost. Load is a closed loop of ``concurrency`` clients or Poisson arrivals, as for one pool
 (:mod:`costmodel.simulate`).
@@ -41,6 +43,13 @@ from costmodel.served import Setup, checked_load, checkpoint_kv_dtype, lengths
 #: generation servers the default. SGLang runs its overlap loops in both roles (event_loop_overlap_disagg_prefill,
 #: event_loop_overlap_disagg_decode); vLLM 0.12 schedules without overlap in both.
 PREFILL_POOL_WITHOUT_OVERLAP = ("trtllm",)
+#: Engines whose decode worker reserves a request's KV pages before its prefill runs: SGLang's bootstrap
+#: (python/sglang/srt/disaggregation/decode.py DecodePreallocQueue: "pre-allocate kv once there is available kv";
+#: prefill.py PrefillBootstrapQueue holds a request until "bootstrap (handshake and preallocation)" is done, then
+#: runs its forward), so a request that finds the decode pool full waits before its prefill, in TTFT. TensorRT-LLM's
+#: disaggregated server sends a request to a context server first and to a generation server with the result,
+#: whose scheduler then admits it (wait after the first token, in TPOT); vLLM's KV connectors likewise.
+DECODE_RESERVES_FIRST = ("sglang",)
 
 
 @dataclass(frozen=True)
@@ -176,10 +185,11 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
 
 
 class _Req:
-    __slots__ = ("arrival", "prompt", "output", "done", "prefilled", "first", "finish", "queued")
+    __slots__ = ("arrival", "prompt", "output", "done", "prefilled", "first", "finish", "queued", "worker")
 
     def __init__(self, arrival, prompt, output):
         self.arrival, self.prompt, self.output = arrival, prompt, output
+        self.worker = -1  # the decode worker that reserved its pages (engines of DECODE_RESERVES_FIRST)
         self.done = 0
         self.prefilled = self.first = self.finish = -1.0
         self.queued = arrival  # when it joined its current worker's queue
@@ -233,6 +243,9 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     pages_total = dec.kv_tokens // page
     seqs_d = dec.eng.max_num_seqs
     violations = []
+    first_reserve = dec.eng.name in DECODE_RESERVES_FIRST
+    d_held = [0] * d.engines  # requests a decode worker holds pages for (reserved first: from before prefill)
+    gate: deque = deque()  # reserved first: requests waiting for a decode worker with room, before their prefill
 
     def pages_of(r):
         return -(-(r.prompt + r.output) // page)
@@ -241,6 +254,31 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         r.finish = t
         if concurrency is not None and len(reqs) < n:
             new_request(t)
+
+    def reserve(r) -> bool:
+        """Reserved first: the decode worker with the fewest requests among those with pages for ``r`` holds them
+        (its ``worker``), or False where none has room."""
+        room = [j for j in range(d.engines) if d_pages[j] + d_wait_pages[j] + pages_of(r) <= pages_total]
+        if not room:
+            return False
+        r.worker = min(room, key=lambda j: (d_held[j], j))
+        d_held[r.worker] += 1
+        d_wait_pages[r.worker] += pages_of(r)
+        return True
+
+    def to_prefill(r, t):
+        w = min(range(p.engines), key=lambda j: (p_left[j], j))
+        r.queued = t
+        p_queue[w].append(r)
+        p_left[w] += r.prompt
+        if not p_busy[w]:
+            start_prefill(w, t)
+
+    def released(w, t):
+        """A request left decode worker ``w``: reserved first, the waiting requests that now fit go to prefill."""
+        d_held[w] -= 1
+        while gate and reserve(gate[0]):
+            to_prefill(gate.popleft(), t)
 
     def start_prefill(w, t, seen=None):
         """The worker's next iteration at ``t``, of the requests that had reached it by ``seen`` (an overlap
@@ -295,12 +333,11 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     while events:
         t, _, kind, x = heapq.heappop(events)
         if kind == "arrive":
-            w = min(range(p.engines), key=lambda j: (p_left[j], j))
-            x.queued = t
-            p_queue[w].append(x)
-            p_left[w] += x.prompt
-            if not p_busy[w]:
-                start_prefill(w, t)
+            if first_reserve and (gate or not reserve(x)):
+                waits += 1
+                gate.append(x)
+            else:
+                to_prefill(x, t)
         elif kind == "prefilled":
             w, batch, dt = x
             p_iters += 1
@@ -322,12 +359,20 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         elif kind == "transferred":
             r = x
             if r.output == 1:
+                if first_reserve:
+                    d_wait_pages[r.worker] -= pages_of(r)
+                    released(r.worker, t)
                 finish(r, t)
                 continue
-            w = min(range(d.engines), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
-            held = len(d_run[w]) + len(d_wait[w])
-            d_wait_pages[w] += pages_of(r)
-            waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
+            if first_reserve:
+                w = r.worker
+                waits += len(d_run[w]) + len(d_wait[w]) >= seqs_d
+            else:
+                w = min(range(d.engines), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
+                held = len(d_run[w]) + len(d_wait[w])
+                d_held[w] += 1
+                d_wait_pages[w] += pages_of(r)
+                waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
             r.queued = t
             d_wait[w].append(r)
             if not d_busy[w]:
@@ -347,6 +392,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
                 if r.done == r.output - 1:
                     d_ctx[w] -= r.prompt + r.done
                     d_pages[w] -= pages_of(r)
+                    released(w, t)
                     finish(r, t)
                 else:
                     still.append(r)
@@ -486,7 +532,8 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     (s_p + transfer + k tau(b))``. The prefill pool serves at most ``P m / t(m)`` requests per second (a busy
     worker batches ``m`` waiting prompts, up to its limits), the decode pool at most ``D cap / (k tau(cap))``
     (``cap``: its sequence limit or its KV cache at each request's peak); past either the clients wait, by
-    Little's law ``C / X`` less the cycle, for a prefill worker (in TTFT) or a decode slot (in TPOT). Under an
+    Little's law ``C / X`` less the cycle, for a prefill worker (in TTFT) or a decode slot (in TPOT; in TTFT where
+    the decode worker reserves its pages before the prefill, :data:`DECODE_RESERVES_FIRST`, and pages bind). Under an
     overlap scheduler a request joins a busy decode worker one iteration later (in TPOT)."""
     isl, osl = input_len, output_len
     k = osl - 1
@@ -498,7 +545,8 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
            + pre.iteration_s) if m > 1 else s_p
     x_prefill = p.engines * m / t_m
     page = dec.eng.page_size
-    cap = max(1, min(dec.eng.max_num_seqs, dec.kv_tokens // (page * -(-(isl + osl) // page))))
+    fit = dec.kv_tokens // (page * -(-(isl + osl) // page))  # requests whose pages a decode worker holds
+    cap = max(1, min(dec.eng.max_num_seqs, fit))
 
     grid = np.unique(np.concatenate([np.geomspace(1, cap, 64), np.arange(1, min(cap, 16) + 1)]))
     taus = np.array([float(dec.table.decode_run(b, b * ctx, 1)[0]) for b in grid]) + dec.iteration_s
@@ -530,8 +578,10 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     x = min(x, x_prefill, x_decode)
     b = occupancy(x)
     slack = max(0.0, concurrency / x - (s_p + transfer_s + k * tau(b)))
-    prefill_binds = x_prefill <= x_decode
-    wait_p, wait_d = (slack, 0.0) if prefill_binds else (0.0, slack)
+    # the clients wait before the prefill where it binds, or where the decode pool's pages bind and its engine
+    # reserves them before the prefill; for a decode slot (a sequence limit), after the first token
+    before_prefill = x_prefill <= x_decode or (dec.eng.name in DECODE_RESERVES_FIRST and fit < dec.eng.max_num_seqs)
+    wait_p, wait_d = (slack, 0.0) if before_prefill else (0.0, slack)
     front = pre.request_s
     # an overlap scheduler plans a worker's next iteration while one runs: a request that finds the worker busy
     # joins an iteration later. A decode worker at b >= 1 is always busy; a prefill worker's queueing below its
@@ -588,7 +638,10 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         "its own shard at once, and the transfer holds neither pool",
         f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
         f"{dec.eng.max_num_seqs}) and pages for its whole context (reserved: no preemption); the request goes to "
-        "the decode worker with the fewest requests; its first token came from the prefill worker",
+        "the decode worker with the fewest requests; its first token came from the prefill worker"
+        + ("; the decode worker reserves those pages before the prefill runs (SGLang's bootstrap pre-allocation): "
+           "a request that finds no decode worker with room waits before its prefill, in TTFT"
+           if dec.eng.name in DECODE_RESERVES_FIRST else ""),
         load,
         *dec.pr_lines,
         f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms); per request: the front end's "

@@ -237,7 +237,7 @@ def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
     from costmodel.disagg import _simulate
 
     def setup(lag, table):
-        eng = SimpleNamespace(max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag)
+        eng = SimpleNamespace(name="vllm", max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag)
         return SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0)
 
     table = _Fixed(0.6e-3, 1e-3)
@@ -250,6 +250,33 @@ def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
     assert [r.first for r in reqs] == pytest.approx([0.9e-3, 1.5e-3, 3.8e-3])
     late = 1e-3 if overlapped else 0.0
     assert [r.finish for r in reqs] == pytest.approx([2.9e-3, 5.9e-3 + late, 5.9e-3 + late])
+
+
+@pytest.mark.parametrize("name", ["sglang", "vllm"])
+def test_where_a_request_waits_for_decode_pages_by_hand(name):
+    """A decode worker with KV pages for one request at a time (one 16-token page; 10 + 3 tokens take one), one
+    prefill worker (0.6 ms a prompt), KV moved in 0.3 ms, 1 ms decode iterations, two clients at 0. Request 0:
+    prefilled 0-0.6, first token 0.9, its two decode steps 0.9-2.9. SGLang's decode worker reserves before the
+    prefill: request 1 waits for those pages, is prefilled 2.9-3.5 (first token 3.8, TTFT 3.8 ms) and decodes
+    3.8-5.8 (TPOT 1 ms). vLLM prefills it at once (0.6-1.2, first token 1.5) and it waits for the pages after its
+    first token: decode 2.9-4.9, TPOT (4.9 - 1.5) / 2 = 1.7 ms."""
+    from types import SimpleNamespace
+
+    from costmodel.disagg import _simulate
+
+    eng = SimpleNamespace(name=name, max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=0)
+    table = _Fixed(0.6e-3, 1e-3)
+    pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0)
+    dec = SimpleNamespace(eng=eng, kv_tokens=16, table=table, iteration_s=0.0)
+    sim = _simulate(pre, dec, Pool(), Pool(), prompts=np.full(2, 10), outputs=np.full(2, 3), concurrency=2,
+                    request_rate=None, transfer_s=0.3e-3, seed=0, check=True)
+    assert sim["violations"] == [] and sim["waits"] == 1
+    r0, r1 = sim["reqs"]
+    assert (r0.first, r0.finish) == pytest.approx((0.9e-3, 2.9e-3))
+    if name == "sglang":
+        assert (r1.prefilled, r1.first, r1.finish) == pytest.approx((3.5e-3, 3.8e-3, 5.8e-3))
+    else:
+        assert (r1.prefilled, r1.first, r1.finish) == pytest.approx((1.2e-3, 1.5e-3, 4.9e-3))
 
 
 def test_tensorrt_llms_context_servers_run_without_the_overlap_scheduler(llama, h100):

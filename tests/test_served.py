@@ -230,6 +230,8 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                   _row(id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0",
                        decode_num_workers="1.0"),
                   _row(id="dis-w", mode="disagg", prefill_num_workers="1.0"),
+                  _row(id="dis-sg", mode="disagg", backend="sglang", batch_size="", tp_size="", prefill_tp_size="2.0",
+                       decode_tp_size="2.0", decode_num_workers="1.0"),
                   _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm", backend="trtllm"),
                   _row(id="neg", silicon_ttft_ms="-3"),
                   _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
@@ -251,7 +253,14 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        "rep-odd": "more clients than the batch, not a whole number of replicas"}
     # expert parallel over the tp group is modelled, and disaggregated pools, and replicas sharing the clients, and
     # MXFP4 on a GPU with FP4 math
-    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "dis-ep", "adp", "hyb", "fp4", "moe", "rep"]
+    assert [r["id"] for r in report["rows"]] == ["ok", "dis", "dis-ep", "adp", "hyb", "dis-sg", "fp4", "moe", "rep"]
+    # an SGLang row that records no prefill workers takes SGLang's own deployment (one), and says so; vLLM's is refused
+    sg = report["rows"][5]
+    assert sg["command"][sg["command"].index("--prefill-workers") + 1] == "1"
+    assert sg["assumed"] == ["prefill workers 1: the row records none (sglang's own deployment)"]
+    assert all("assumed" not in r for r in report["rows"] if r["id"] != "dis-sg")
+    report["rows"].pop(5)  # its command re-run below with the others'
+    report["rows"].append(sg)
     rep = report["rows"][7]["command"]
     assert rep[rep.index("--replicas") + 1] == "3" and rep[rep.index("--concurrency") + 1] == "12"
     for row in report["rows"]:

@@ -99,6 +99,14 @@ DYNAMO_TRTLLM_SLACK_TOKENS = 1500
 TRTLLM_BLOCK_TOKENS = 32
 
 
+#: The workers per pool of a disaggregated row that records none, per engine: SGLang's own deployment of a model
+#: too large for one node (docs/advanced_features/pd_disaggregation.md, "DeepSeek Multi-Node": one prefill server and
+#: one decode server, each of --tp-size 16 over two nodes). Such a row is predicted with the count said in its
+#: ``assumed``. Other engines' rows without counts are refused: the file's TensorRT-LLM ones repeat measurements that
+#: it also records, with their layouts, as DeepSeek-V3 rows of one prefill worker and two or three decode workers.
+UNRECORDED_WORKERS = {"sglang": 1}
+
+
 def dynamo_budget(backend: str, batch: int, isl: int) -> int | None:
     """The tokens per iteration of an engine that aiconfigurator's generator starts under Dynamo (None: the
     engine's own default)."""
@@ -187,6 +195,7 @@ class Deployment:
     decode: Stage | None = None
     model: str | None = None  # the preset priced where it is not model_path (NVIDIA's quantized checkpoints)
     mxfp4_activations: str | None = None  # where the row's MoE quant mode names them
+    assumed: tuple[str, ...] = ()  # what the prediction takes that the row does not record
 
     @property
     def model_name(self) -> str:
@@ -287,7 +296,9 @@ def parse(row: dict) -> Deployment | str:
         weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
     common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
               default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
-    named = dict(model=priced_as, mxfp4_activations=MXFP4_MODES.get(mode))
+    named = dict(model=priced_as, mxfp4_activations=MXFP4_MODES.get(mode),
+                 assumed=tuple(f"{role} workers {s.workers}: the row records none ({row['backend']}'s own deployment)"
+                               for role, s in stages.items() if role and not _whole(row, role + "_num_workers")))
     if "" in stages:
         tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
         return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, **named)
@@ -296,10 +307,8 @@ def parse(row: dict) -> Deployment | str:
 
 def _stage(row: dict, prefix: str) -> Stage | str:
     """A row's layout of one pool (``prefix`` "" for an aggregated row, "prefill_" or "decode_"), or the reason
-    it cannot be expressed. A disaggregated row must record its pools' worker counts: the file's rows that do
-    not (DeepSeek-R1 on SGLang and TensorRT-LLM) cannot be sized, and the TensorRT-LLM ones repeat measurements
-    that the file also records, with their layout, as DeepSeek-V3 rows (a prefill pool of attention data
-    parallel 16, three decode workers)."""
+    it cannot be expressed. A disaggregated row that records no worker counts takes its engine's own deployment
+    where one is sourced (:data:`UNRECORDED_WORKERS`) and is refused otherwise."""
     pp = _whole(row, prefix + "pp_size", 1) or 1
     if pp > 1 and prefix:
         return "pipeline parallel in a disaggregated pool"
@@ -313,7 +322,7 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     hybrid = dp == 1 and 1 < ep < tp and ep * moe_tp == tp  # expert-parallel groups sharding their experts
     if ep > 1 and not over_all and not hybrid:  # else: over the tensor-parallel group(s)
         return "expert parallel across other groups"
-    workers = _whole(row, prefix + "num_workers") if prefix else 1
+    workers = (_whole(row, prefix + "num_workers") or UNRECORDED_WORKERS.get(row["backend"])) if prefix else 1
     if not workers:
         return "disaggregated without worker counts"
     return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1 and not hybrid, dp, pp, ep if hybrid else 0)
@@ -406,7 +415,8 @@ def validate_serving(path: str | Path, *, overheads: dict | None = None, progres
             continue
         rows.append({"id": d.id, "system": d.system, "backend": d.backend, "model_path": d.model_path, "mode": d.mode,
                      "measured_ttft_s": d.ttft_s, "predicted_ttft_s": p.ttft_s, "measured_tpot_s": d.tpot_s,
-                     "predicted_tpot_s": p.tpot_s, "command": d.command()})
+                     "predicted_tpot_s": p.tpot_s, "command": d.command()} | ({"assumed": list(d.assumed)}
+                                                                                  if d.assumed else {}))
         if progress:
             progress(i + 1, len(deployments))
     return {"rows": rows, "skipped": skipped, "summary": summary(rows),
@@ -430,6 +440,10 @@ def summary_table(report: dict) -> str:
     total = len(report["rows"]) + len(report["skipped"])
     lines += ["", f"{len(report['rows'])} of {total} deployments predicted; not expressible:"]
     lines += [f"  {n:4d}  {reason}" for reason, n in sorted(report["reasons"].items(), key=lambda kv: -kv[1])]
+    assumed = Counter(a for r in report["rows"] for a in r.get("assumed", ()))
+    if assumed:
+        lines += ["predicted with what the row does not record (each row's \"assumed\" in the JSON):"]
+        lines += [f"  {n:4d}  {a}" for a, n in sorted(assumed.items(), key=lambda kv: -kv[1])]
     return "\n".join(lines)
 
 
