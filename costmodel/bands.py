@@ -8,6 +8,10 @@ roofline). The ranges are measured, not assumed: ``costmodel/error_bands.yaml``,
 ``benchmarks/error_bands.py`` from the A100, H100 and B200 tables (:mod:`costmodel.validation.bands`). No two
 measured GPUs share a generation there, so ``within`` takes the ``across`` range (wider than it needs to be);
 a class no table measures takes its route's range over every class.
+
+A served prediction's mean TTFT and TPOT carry the range of measured deployments (``costmodel/served_bands.yaml``,
+``benchmarks/serving_bands.py``) at the narrowest percentiles whose ranges, derived without a model, hold 80% of
+that model's rows.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ MEASURED_AS = {"fitted": "fitted", "within": "across", "across": "across", "data
 
 
 class Band(Report):
-    """Where the measured time is expected to fall: ``low_s`` and ``high_s`` (p10 and p90 of measured /
-    predicted times the prediction), how the op was priced (``route``, several for a total) and the measured
+    """Where the measured time is expected to fall: ``low_s`` and ``high_s`` (the range's ends of measured /
+    predicted times the prediction: p10 and p90 for a kernel, calibrated percentiles for a served mean), how the op was priced (``route``, several for a total) and the measured
     range used (``basis``: route and kernel class, ``all`` for every class of the route)."""
 
     low_s: float
@@ -142,17 +146,26 @@ def served_keys(engine: str, kind: str, mode: str) -> list[tuple[str, str, str]]
 
 def served(engine: str, moe: bool, mode: str, ttft_s: float, tpot_s: float) -> tuple[Band, Band]:
     """The expected ranges of a served prediction's mean TTFT and TPOT: measured / predicted over the measured
-    deployments of the same engine, model kind and mode (else the nearest wider group)."""
+    deployments of the same engine, model kind and mode (else the nearest wider group), at the calibrated tails
+    (:func:`served_label`)."""
     found = {(b["engine"], b["kind"], b["mode"]): b for b in served_table()["bands"]}
     for key in served_keys(engine, "moe" if moe else "dense", mode):
         if key in found:
             b = found[key]
             basis = _served_basis(key, b["ttft"]["n"])
-            return (Band(low_s=ttft_s * b["ttft"]["p10"], high_s=ttft_s * b["ttft"]["p90"], route="served",
+            return (Band(low_s=ttft_s * b["ttft"]["low"], high_s=ttft_s * b["ttft"]["high"], route="served",
                          basis=basis),
-                    Band(low_s=tpot_s * b["tpot"]["p10"], high_s=tpot_s * b["tpot"]["p90"], route="served",
+                    Band(low_s=tpot_s * b["tpot"]["low"], high_s=tpot_s * b["tpot"]["high"], route="served",
                          basis=basis))
     raise KeyError("served_bands.yaml has no 'all' range")  # the shipped file always has one
+
+
+def served_label() -> str:
+    """The percentiles served ranges span, as a reader sees them: ``p3-p97`` where TTFT's and TPOT's are the same,
+    ``TTFT p3-p97, TPOT p3-p91`` where not."""
+    tails = served_table()["tails"]
+    span = {m: f"p{tails[m][0]:g}-p{100 - tails[m][1]:g}" for m in ("ttft", "tpot")}
+    return span["ttft"] if span["ttft"] == span["tpot"] else f"TTFT {span['ttft']}, TPOT {span['tpot']}"
 
 
 def _served_basis(key: tuple[str, str, str], n: int) -> str:
@@ -170,7 +183,7 @@ def served_assumption(ttft: Band, device: str) -> str:
     held = served_table()["held_out_coverage"]["all"]
     where = "" if device == "h100_sxm" else (f"; measured on H100s: on {device} the kernels' own error "
                                              "(fitted or transferred) comes on top")
-    return (f"TTFT and TPOT ranges: p10-p90 of measured / predicted over the {ttft.basis} in NVIDIA's silicon "
-            f"sample, each predicted as this prediction is (costmodel/served_bands.yaml); a range derived without a "
-            f"model held "
-            f"{held['ttft']:.0%} of its TTFTs and {held['tpot']:.0%} of its TPOTs{where}")
+    return (f"TTFT and TPOT ranges ({served_label()}): measured / predicted over the {ttft.basis} in NVIDIA's "
+            f"silicon sample, each predicted as this prediction is, the percentiles the narrowest whose ranges derived "
+            f"without a model hold 80% of its rows (costmodel/served_bands.yaml); chosen and derived without a model, "
+            f"they held {held['ttft']:.0%} of its TTFTs and {held['tpot']:.0%} of its TPOTs{where}")

@@ -83,7 +83,8 @@ def _svg(fig) -> str:
 
 
 def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | None]]):
-    """Horizontal bars of op times (ms) with their p10-p90 ranges as whiskers."""
+    """Horizontal bars of op times (ms) with their measured ranges as whiskers (an op's p10-p90, a served mean's
+    calibrated range: costmodel.bands)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2), layout="constrained")
     names = [r[0] for r in rows]
@@ -95,7 +96,7 @@ def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | Non
                     xerr=[[(r[1] - r[2]) * 1e3 for _, r in ranged], [(r[3] - r[1]) * 1e3 for _, r in ranged]],
                     fmt="none", ecolor="black", elinewidth=1, capsize=3, gid="bands")
     ax.invert_yaxis()
-    ax.set(xlabel="time (ms); whiskers: p10-p90 of measured / predicted", title=title)
+    ax.set(xlabel="time (ms); whiskers: the measured range of measured / predicted (costmodel.bands)", title=title)
     ax.grid(True, axis="x", alpha=0.3)
     return fig
 

@@ -9,7 +9,7 @@ from costmodel.mpl import pyplot as _pyplot
 def draw_plan(plan):
     """A plan (a :class:`costmodel.planner.Plan` or its JSON) as tokens/s per device against tokens/s per user: per
     device kind every simulated point, each layout's points joined in order of load (a thin curve), the front as a
-    line with the p10-p90 range of the measured means it is expected to fall in shaded, the points whose KV cache
+    line with the calibrated range of the measured means it is expected to fall in shaded (costmodel.bands.served), the points whose KV cache
     was full (the memory limit) crossed; with targets, the front's points that miss them hollow and the best under
     them starred, the targets in the title."""
     plt = _pyplot()
@@ -35,7 +35,7 @@ def draw_plan(plan):
             edge = [(p["output_tokens_per_s_per_user"] * f, p["output_tokens_per_s_per_device"] * f)
                     for p, f in [(p, r[0]) for p, r in ranged] + [(p, r[1]) for p, r in ranged[::-1]]]
             ax.fill([e[0] for e in edge], [e[1] for e in edge], color=color, alpha=0.15, lw=0,
-                    label=f"{device}: p10-p90 of measured means", gid=f"band:{device}")
+                    label=f"{device}: range of measured means", gid=f"band:{device}")
         full = [p for p in mine("points") if p.get("kv_cache_full")]
         if full:
             ax.scatter(*xy(full), marker="x", s=36, color="black", zorder=5,
@@ -61,7 +61,7 @@ def draw_plan(plan):
 
 
 def rate_range(point: dict, output_len: int) -> tuple[float, float] | None:
-    """The factors on a served point's rates at the p10 and p90 of its measured means' ranges: its end-to-end time,
+    """The factors on a served point's rates at the ends of its measured means' ranges: its end-to-end time,
     TTFT + (output_len - 1) TPOT, at their high and low ends. In a closed loop both tokens/s per user and per device
     go as 1 / end-to-end time (Little's law: the clients are fixed). None without ranges."""
     ttft, tpot = point.get("ttft_band"), point.get("tpot_band")

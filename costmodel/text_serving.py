@@ -21,7 +21,9 @@ def load_records(p) -> list[dict]:
 
 
 def _band_line(p) -> str:
-    return (f"p10-p90 of a measured mean (over the {p.ttft_band.basis}): TTFT "
+    from costmodel.bands import served_label
+
+    return (f"{served_label()} of a measured mean (over the {p.ttft_band.basis}): TTFT "
             f"{si_range(p.ttft_band.low_s, p.ttft_band.high_s, 's')}, TPOT "
             f"{si_range(p.tpot_band.low_s, p.tpot_band.high_s, 's')}")
 

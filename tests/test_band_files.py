@@ -46,7 +46,7 @@ def test_one_engines_served_range_is_rederived():
     path = SHARED / "serving" / "silicon_sample_h100_sxm.csv"
     if not path.is_file():
         pytest.skip(f"the measured deployments are not beside this checkout ({path})")
-    from costmodel.validation.bands import quantiles, served
+    from costmodel.validation.bands import served, served_range
     from costmodel.validation.serving import predict, read
 
     deployments, _ = read(path)
@@ -58,8 +58,9 @@ def test_one_engines_served_range_is_rederived():
     found = [s for s in served(rows) if s.kind == "dense"]
     shipped = next(b for b in _shipped("served_bands.yaml")["bands"]
                    if (b["engine"], b["kind"], b["mode"]) == ("sglang", "dense", "agg"))
+    tails = _shipped("served_bands.yaml")["tails"]
     for metric in ("ttft", "tpot"):
-        q = quantiles([getattr(s, metric) for s in found])
+        q = served_range([getattr(s, metric) for s in found], tails[metric])
         assert q["n"] == shipped[metric]["n"]
-        for k in ("p10", "p50", "p90"):
+        for k in ("low", "p50", "high"):
             assert round(q[k], 3) == shipped[metric][k]

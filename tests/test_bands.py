@@ -143,7 +143,7 @@ def test_served_ranges_fall_back_to_a_wider_group_below_the_fewest_rows():
                                                                 even[:MIN_ROWS - 1])
     sets = served_sets(found)
     assert ("vllm", "dense", "agg") in sets and ("sglang", "dense", "agg") not in sets
-    assert sets[("vllm", "dense", "agg")]["ttft"]["p10"] == pytest.approx(0.6)
+    assert sets[("vllm", "dense", "agg")]["ttft"]["low"] == pytest.approx(0.6)
     assert sets[("all", "dense", "agg")]["ttft"]["n"] == 101 + MIN_ROWS - 1
 
 
@@ -160,6 +160,31 @@ def test_served_held_out_coverage_by_construction():
     assert served_held_out(apart)["vllm"]["ttft"] == pytest.approx(0.25, abs=0.01)
 
 
+def test_calibrated_tails_are_the_narrowest_that_hold_the_target_held_out():
+    """Two models, b measured 1.15x a: the p10-p90 ranges miss (each model's held-out coverage under 80%). The chosen
+    (below, above) pair is checked against every pair of the grid, each scored by served_held_out (ranges rebuilt
+    from the rows): it holds 80% and no pair that leaves more out in all does; with identical models p10-p90
+    holds 80% and is kept."""
+    from costmodel.validation.bands import TAIL_GRID, TARGET, calibrated_tails, served_held_out, served_nested
+
+    even = np.linspace(0.5, 1.5, 201)
+    apart = _served("vllm", "dense", "a", even, even) + _served("vllm", "dense", "b", 1.15 * even, even)
+    assert served_held_out(apart)["all"]["ttft"] < TARGET
+    tails = calibrated_tails(apart)
+    cover = {(lo, hi): served_held_out(apart, {"ttft": (lo, hi), "tpot": (10, 10)})["all"]["ttft"]
+             for lo in TAIL_GRID for hi in TAIL_GRID}
+    assert cover[tails["ttft"]] >= TARGET and tails["ttft"] != (10, 10)
+    assert all(c < TARGET for (lo, hi), c in cover.items() if lo + hi > sum(tails["ttft"]))
+    assert tails["tpot"] == (10, 10)  # the TPOTs agree: p10-p90 already holds 80%
+    same = _served("vllm", "dense", "a", even, even) + _served("vllm", "dense", "b", even, even)
+    assert calibrated_tails(same) == {"ttft": (10, 10), "tpot": (10, 10)}
+    # nested: each model's tails chosen from the other alone (one model: no held-out rows to choose by, so the
+    # widest pair) and its range from the other's rows
+    nested = served_nested(same)
+    wide = served_held_out(same, {m: (TAIL_GRID[-1], TAIL_GRID[-1]) for m in ("ttft", "tpot")})
+    assert nested["all"] == wide["all"]
+
+
 def test_a_served_prediction_carries_its_groups_measured_range():
     from costmodel.served import serve
 
@@ -168,11 +193,12 @@ def test_a_served_prediction_carries_its_groups_measured_range():
     p = serve(load_model("llama-3-8b"), load_profile("h100"), input_len=512, output_len=64, engine_name="sglang",
               concurrency=4, num_requests=8)
     b = by_key[("sglang", "dense", "agg")]
-    assert p.ttft_band.low_s == pytest.approx(p.ttft_s * b["ttft"]["p10"])
-    assert p.tpot_band.high_s == pytest.approx(p.tpot_s * b["tpot"]["p90"])
+    assert p.ttft_band.low_s == pytest.approx(p.ttft_s * b["ttft"]["low"])
+    assert p.tpot_band.high_s == pytest.approx(p.tpot_s * b["tpot"]["high"])
     assert f"{b['ttft']['n']} measured H100 deployments of SGLang serving dense models" in p.ttft_band.basis
     assert any(a.startswith("TTFT and TPOT ranges") for a in p.assumptions)
-    assert "p10-p90 of a measured mean" in str(p)
+    lo, hi = shipped["tails"]["ttft"]
+    assert f"p{lo:g}-p{100 - hi:g}" in str(p).split(" of a measured mean")[0]
 
 
 def test_the_decode_kernels_split_is_what_each_devices_fit_found():

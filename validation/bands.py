@@ -140,30 +140,108 @@ def served(rows) -> list[Served]:
 
 #: The fewest rows a served range is taken from; a key with fewer takes the next wider one.
 MIN_ROWS = 20
+#: The share of a model's rows a served range derived without that model should hold.
+TARGET = 0.8
+#: The percentiles a served range may leave out at each end: the narrowest range (the most left out in all, then the
+#: narrowest over every deployment) whose held-out coverage reaches :data:`TARGET` is shipped
+#: (:func:`calibrated_tails`).
+TAIL_GRID = (10, 9, 8, 7, 6, 5, 4, 3, 2.5, 2, 1.5, 1, 0.5)
+METRICS = ("ttft", "tpot")
+#: The p10-p90 ranges, uncalibrated.
+PLAIN = {m: (LOW, 100 - HIGH) for m in METRICS}
 
 
-def served_sets(found: list[Served], exclude_model: str | None = None) -> dict:
-    """Per key of :func:`served_keys` with at least :data:`MIN_ROWS` rows: the TTFT and TPOT ranges."""
+def served_range(values, tails: tuple[float, float]) -> dict:
+    """The range of a set of ratios that leaves ``tails[0]`` percent out below and ``tails[1]`` above: its size,
+    low end, median and high end."""
+    v = np.asarray(values, float)
+    lo, mid, hi = np.percentile(v, [tails[0], 50, 100 - tails[1]])
+    return {"n": int(v.size), "low": float(lo), "p50": float(mid), "high": float(hi)}
+
+
+def _groups(found: list[Served], exclude_model: str | None = None) -> dict:
     groups: dict[tuple, list[Served]] = {}
     for s in found:
-        if s.model == exclude_model:
-            continue
-        for key in served_keys(s.engine, s.kind, s.mode):
-            groups.setdefault(key, []).append(s)
-    return {key: {"ttft": quantiles([s.ttft for s in rs]), "tpot": quantiles([s.tpot for s in rs])}
-            for key, rs in groups.items() if len(rs) >= MIN_ROWS}
+        if s.model != exclude_model:
+            for key in served_keys(s.engine, s.kind, s.mode):
+                groups.setdefault(key, []).append(s)
+    return {key: rs for key, rs in groups.items() if len(rs) >= MIN_ROWS}
 
 
-def served_held_out(found: list[Served]) -> dict:
-    """Each model's rows scored against the ranges derived without them (its engine, kind and mode, else the
-    next wider key): the share inside, per engine and over all, for TTFT and TPOT."""
+def served_sets(found: list[Served], exclude_model: str | None = None, tails: dict | None = None) -> dict:
+    """Per key of :func:`served_keys` with at least :data:`MIN_ROWS` rows: the TTFT and TPOT ranges, each leaving
+    ``tails[metric]`` (below, above) percent out (:data:`PLAIN`: p10-p90)."""
+    tails = tails or PLAIN
+    return {key: {m: served_range([getattr(s, m) for s in rs], tails[m]) for m in METRICS}
+            for key, rs in _groups(found, exclude_model).items()}
+
+
+def _inside(band: dict, value: float) -> bool:
+    return band["low"] <= value <= band["high"]
+
+
+def _held_out(found: list[Served], ranges_without) -> dict:
+    """Each model's rows scored against ``ranges_without(model)`` (its engine, kind and mode, else the next wider
+    key): the share inside, per engine and over all, for TTFT and TPOT."""
     inside: dict[str, list] = {}
     for model in sorted({s.model for s in found}):
-        sets = served_sets(found, exclude_model=model)
+        sets = ranges_without(model)
         for s in (s for s in found if s.model == model):
             key = next(k for k in served_keys(s.engine, s.kind, s.mode) if k in sets)
-            hit = [coverage(sets[key][m], [getattr(s, m)]) for m in ("ttft", "tpot")]
+            hit = [_inside(sets[key][m], getattr(s, m)) for m in METRICS]
             for group in (s.engine, "all"):
                 inside.setdefault(group, []).append(hit)
     return {g: {"n": len(v), "ttft": float(np.mean([h[0] for h in v])), "tpot": float(np.mean([h[1] for h in v]))}
             for g, v in inside.items()}
+
+
+def served_held_out(found: list[Served], tails: dict | None = None) -> dict:
+    """Each model's rows scored against the ranges derived without them at ``tails`` (:data:`PLAIN`: p10-p90)."""
+    return _held_out(found, lambda model: served_sets(found, exclude_model=model, tails=tails))
+
+
+def calibrated_tails(found: list[Served]) -> dict:
+    """Per metric, the (below, above) tails of :data:`TAIL_GRID` that leave the most out in all (then give the
+    narrowest range over every row, in log ratio) while the ranges, each derived without a model, hold at least
+    :data:`TARGET` of that model's rows over all engines; the widest pair where none does (or no model has another to
+    be scored against)."""
+    models = sorted({s.model for s in found})
+    grid = np.array(TAIL_GRID, float)
+    out = {}
+    for m in METRICS:
+        # per held-out model and row: the ends of its key's range at every tail, from the other models' rows
+        lows, highs = [], []
+        for model in models:
+            ends = {key: (np.percentile(v := [getattr(s, m) for s in rs], grid), np.percentile(v, 100 - grid))
+                    for key, rs in _groups(found, model).items()}
+            for s in (s for s in found if s.model == model):
+                key = next((k for k in served_keys(s.engine, s.kind, s.mode) if k in ends), None)
+                if key is None:  # no other model's rows to derive a range from
+                    continue
+                value = getattr(s, m)
+                lows.append(ends[key][0] <= value)
+                highs.append(value <= ends[key][1])
+        lows, highs = np.array(lows, bool).reshape(-1, grid.size), np.array(highs, bool).reshape(-1, grid.size)
+        every = np.array([getattr(s, m) for s in found])
+        best = None
+        for i, below in enumerate(TAIL_GRID if lows.size else ()):
+            for j, above in enumerate(TAIL_GRID):
+                if np.mean(lows[:, i] & highs[:, j]) < TARGET:
+                    continue
+                width = float(np.log(np.percentile(every, 100 - above) / np.percentile(every, below)))
+                rank = (below + above, -width)
+                if best is None or rank > best[0]:
+                    best = (rank, (below, above))
+        out[m] = best[1] if best is not None else (TAIL_GRID[-1], TAIL_GRID[-1])  # none holds it: the widest
+    return out
+
+
+def served_nested(found: list[Served]) -> dict:
+    """The coverage of calibrated ranges on models neither the calibration nor the ranges saw: each model's rows
+    against the ranges derived without it at the tails :func:`calibrated_tails` chooses without it."""
+
+    def ranges_without(model):
+        others = [s for s in found if s.model != model]
+        return served_sets(others, tails=calibrated_tails(others))
+
+    return _held_out(found, ranges_without)
