@@ -1,6 +1,8 @@
 """The error band of every prediction, from the published kernel tables: per route (fitted on the device,
-transferred across a GPU generation, datasheet roofline) and kernel class, the p10, median and p90 of measured /
-predicted (costmodel.validation.bands), and how well a band derived without one GPU covers that GPU's rows.
+transferred across a GPU generation, datasheet roofline) and kernel class, the range of measured / predicted
+(costmodel.validation.bands) at the route's calibrated percentiles (the narrowest whose bands, derived without a
+GPU, hold 80% of its rows), and how well bands whose percentiles and ends were both derived without one GPU cover
+that GPU's rows (beside p10-p90 bands').
 
     python benchmarks/error_bands.py [MEASUREMENTS_DIR] [--write]
 
@@ -17,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.catalog import load_profile
-from costmodel.validation.bands import GPUS, HIGH, LOW, coverage, pooled, quantiles, ratios, rounded
+from costmodel.validation.bands import (GPUS, TAIL_GRID, TARGET, kernel_held_out, kernel_nested, kernel_tails, pooled,
+                                        quantiles, ratios, rounded)
 from costmodel.validation.published import read_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,33 +29,25 @@ ROUTES = ("fitted", "across", "datasheet")
 COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "microsoft/vidur@7d47513"}
 
 
-def bands(found) -> dict:
-    """Per route: each class's band over every GPU, and ``all`` (every class pooled)."""
+def calibrated(found) -> dict:
+    """Per route, the (below, above) tails its bands leave out (costmodel.validation.bands.kernel_tails)."""
+    return {route: kernel_tails(found, route) for route in ROUTES}
+
+
+def bands(found, tails: dict) -> dict:
+    """Per route: each class's band over every GPU at the route's tails, and ``all`` (every class pooled)."""
     out = {}
     for route in ROUTES:
         classes = sorted({r.cls for r in found if r.route == route})
-        out[route] = {cls: quantiles(pooled(found, route, cls)) for cls in classes}
-        out[route]["all"] = quantiles(pooled(found, route))
+        out[route] = {cls: quantiles(pooled(found, route, cls), tails[route]) for cls in classes}
+        out[route]["all"] = quantiles(pooled(found, route), tails[route])
     return out
 
 
-def held_out(found) -> dict:
-    """Per route and GPU left out: the share of its rows inside the band of the same class derived from the
-    other GPUs' rows (the route-wide band where no other GPU has the class); and over all GPUs."""
-    out = {}
-    for route in ROUTES:
-        per = {}
-        for gpu in GPUS:
-            inside, total = 0.0, 0
-            for cls in sorted({r.cls for r in found if r.route == route and r.device == gpu}):
-                other = pooled(found, route, cls, exclude=gpu)
-                band = quantiles(other if other.size else pooled(found, route, exclude=gpu))
-                mine = pooled(found, route, cls, devices=(gpu,))
-                inside += coverage(band, mine) * mine.size
-                total += mine.size
-            per[gpu] = inside / total if total else None
-        out[route] = per
-    return out
+def held_out(found, nested: bool = True) -> dict:
+    """Per route and GPU left out: the share of its rows inside the bands derived without it, their tails also
+    chosen without it (``nested``), else p10-p90 bands."""
+    return {route: kernel_nested(found, route) if nested else kernel_held_out(found, route) for route in ROUTES}
 
 
 def leave_one_out(found) -> list[str]:
@@ -80,25 +75,33 @@ def leave_one_out(found) -> list[str]:
     return lines
 
 
-def to_yaml(b: dict, cover: dict, data: list[str]) -> str:
+def _coverage(cover: dict) -> dict:
+    return {route: {g: (round(v, 3) if v is not None else None) for g, v in per.items()} for route, per in cover.items()}
+
+
+def to_yaml(b: dict, tails: dict, cover: dict, plain: dict, data: list[str]) -> str:
     import yaml
 
     doc = {
         "data": data,
-        "method": (f"measured / predicted of every row, p{LOW}, median and p{HIGH} per route and kernel class over "
-                   "the GPUs' rows (each GPU's set of a class resampled to equal size, so a GPU with more rows "
-                   "does not outweigh another); fitted: the device's own fit, on the rows it was fitted on; "
+        "method": ("measured / predicted of every row per route and kernel class over the GPUs' rows (each GPU's set "
+                   "of a class resampled to equal size, so a GPU with more rows does not outweigh another), each band "
+                   f"leaving its route's `tails` percent out (below, above): of {list(TAIL_GRID)}, the pair that "
+                   f"leaves the most out while bands derived without a GPU hold at least {TARGET:.0%} of its rows "
+                   "(each GPU weighing equally); fitted: the device's own fit, on the rows it was fitted on; "
                    "across: each GPU priced from the fit of each GPU of another generation by the transfer rule "
                    "(costmodel.origin.TRANSFER_RULE); datasheet: the datasheet roofline and the profile's launch "
                    "cost per kernel; all: every class of the route pooled, for classes no table measures; "
                    "benchmarks/error_bands.py"),
-        "held_out_coverage": {route: {g: (round(v, 3) if v is not None else None) for g, v in per.items()}
-                              for route, per in cover.items()},
+        "tails": {route: list(t) for route, t in tails.items()},
+        "held_out_coverage": _coverage(cover),
+        "held_out_coverage_p10_p90": _coverage(plain),
         "bands": {route: {cls: rounded(q) for cls, q in per.items()} for route, per in b.items()},
     }
     return ("# Measured, not assumed: how far predictions of each route and kernel class fall from published\n"
-            "# timings (measured / predicted). `held_out_coverage`: the share of a GPU's rows inside the band\n"
-            "# derived without that GPU (a calibrated p10-p90 band holds 80%).\n"
+            "# timings (measured / predicted). `held_out_coverage`: the share of a GPU's rows inside the bands whose\n"
+            "# tails were chosen and whose ends were derived without that GPU (calibrated: 80%);\n"
+            "# `held_out_coverage_p10_p90`: the same for p10-p90 bands.\n"
             + yaml.safe_dump(doc, sort_keys=False, width=110))
 
 
@@ -107,14 +110,19 @@ def main(argv):
     tables, _ = read_folder(folder)
     tables = [t for t in tables if t.timing != "eager" and t.profile in GPUS]
     found = ratios(tables, {p: load_profile(p) for p in GPUS if any(t.profile == p for t in tables)})
-    b, cover = bands(found), held_out(found)
-    print(f"measured / predicted, p{LOW} / median / p{HIGH} (n), per route and kernel class:")
+    tails = calibrated(found)
+    b, cover, plain = bands(found, tails), held_out(found), held_out(found, nested=False)
+    print("measured / predicted, low / median / high (n), per route and kernel class, each route's band the "
+          f"narrowest whose bands derived without a GPU hold {TARGET:.0%} of its rows:")
     for route, per in b.items():
+        print(f"  {route}: p{tails[route][0]:g}-p{100 - tails[route][1]:g}")
         for cls, q in per.items():
-            print(f"  {route:10s} {cls:18s} {q['p10']:5.2f} {q['p50']:5.2f} {q['p90']:5.2f}  (n {q['n']})")
-    print("\nheld out: share of a GPU's rows inside the band derived from the other GPUs (calibrated: 80%):")
+            print(f"  {route:10s} {cls:18s} {q['low']:5.2f} {q['p50']:5.2f} {q['high']:5.2f}  (n {q['n']})")
+    print("\nheld out: share of a GPU's rows inside the bands whose tails and ends were derived from the other GPUs "
+          "(nested; calibrated: 80%), and inside p10-p90 bands:")
     for route, per in cover.items():
-        cells = "  ".join(f"{g} {v:6.1%}" if v is not None else f"{g}   none" for g, v in per.items())
+        cells = "  ".join(f"{g} {v:6.1%} ({plain[route][g]:6.1%})" if v is not None else f"{g}   none"
+                          for g, v in per.items())
         print(f"  {route:10s} {cells}")
     print("\nleave one GPU out: each GPU priced from the GPU the tool's rule picks among the other two "
           "(median and p90 |error|; targets 15% and 40%):")
@@ -127,7 +135,7 @@ def main(argv):
               f"n {r.values.size}")
     if "--write" in argv:
         data = sorted({f"{t.source} ({COMMITS.get(t.source, '')}) {t.gpu} {t.file} [{t.timing}]" for t in tables})
-        OUT.write_text(to_yaml(b, cover, data), encoding="utf-8")
+        OUT.write_text(to_yaml(b, tails, cover, plain, data), encoding="utf-8")
         print(f"\nwrote {OUT.relative_to(ROOT)}")
 
 

@@ -1,6 +1,7 @@
-"""The expected error of a prediction: each op's time carries the p10-p90 range of measured / predicted that
-published timings show for its kernel class priced the way this device prices it (its *route*), and a total
-carries the sum of its ops' ranges.
+"""The expected error of a prediction: each op's time carries the range of measured / predicted that published
+timings show for its kernel class priced the way this device prices it (its *route*), and a total carries the sum
+of its ops' ranges. Each route's range spans the narrowest percentiles whose ranges, derived without a GPU, hold
+80% of that GPU's rows (``tails`` in the file; :func:`label`).
 
 Routes: ``fitted`` (the device's own fit), ``within`` (parameters carried from a fitted GPU of the same
 generation), ``across`` (from a GPU of another generation), ``datasheet`` (no fitted parameters: the datasheet
@@ -30,9 +31,9 @@ MEASURED_AS = {"fitted": "fitted", "within": "across", "across": "across", "data
 
 
 class Band(Report):
-    """Where the measured time is expected to fall: ``low_s`` and ``high_s`` (the range's ends of measured /
-    predicted times the prediction: p10 and p90 for a kernel, calibrated percentiles for a served mean), how the op was priced (``route``, several for a total) and the measured
-    range used (``basis``: route and kernel class, ``all`` for every class of the route)."""
+    """Where the measured time is expected to fall: ``low_s`` and ``high_s`` (the measured range's ends of measured
+    / predicted times the prediction, at calibrated percentiles), how the op was priced (``route``, several for a
+    total) and the measured range used (``basis``: route and kernel class, ``all`` for every class of the route)."""
 
     low_s: float
     high_s: float
@@ -46,7 +47,8 @@ class Band(Report):
 
 @lru_cache(maxsize=1)
 def table() -> dict:
-    """The shipped ranges: ``bands[route][class] = {n, p10, p50, p90}`` and how they were measured."""
+    """The shipped ranges: ``bands[route][class] = {n, low, p50, high}``, each route's ``tails`` and how they were
+    measured."""
     import yaml
 
     return yaml.safe_load(resources.files("costmodel").joinpath("error_bands.yaml").read_text(encoding="utf-8"))
@@ -93,7 +95,13 @@ def band(time_s: float, hw, model, cls: str | None) -> Band | None:
     if way is None:
         return None
     q, basis = ratio_band(way, cls)
-    return Band(low_s=time_s * q["p10"], high_s=time_s * q["p90"], route=way, basis=basis)
+    return Band(low_s=time_s * q["low"], high_s=time_s * q["high"], route=way, basis=basis)
+
+
+def label(way: str) -> str:
+    """The percentiles a route's ranges span: ``p9-p91``."""
+    below, above = table()["tails"][MEASURED_AS[way]]
+    return f"p{below:g}-p{100 - above:g}"
 
 
 def total(parts) -> Band | None:
@@ -122,10 +130,11 @@ def assumption(bands, hw=None) -> list[str]:
                      for w, m in ((w, MEASURED_AS[w]) for w in ways))
     within = (" (no two measured GPUs share a generation: within a generation takes the range measured across "
               "generations)" if "within" in ways else "")
-    return ["p10-p90: where 8 in 10 published kernel timings of the op's class fall, priced the way this device "
-            "prices it (" + "; ".join(f"{w}: {ROUTES[w]}" for w in ways) + f"){within}, measured / predicted on "
-            "the A100, H100 and B200 tables (costmodel/error_bands.yaml); a total adds its ops' ranges; a range "
-            f"derived without one GPU held {held} of that GPU's rows"
+    return ["range: measured / predicted of published kernel timings of the op's class, priced the way this device "
+            "prices it (" + "; ".join(f"{w}: {ROUTES[w]}, {label(w)}" for w in ways) + f"){within}, between the "
+            "route's percentiles, the narrowest whose ranges derived without a GPU hold 80% of its rows, on the A100, "
+            "H100 and B200 tables (costmodel/error_bands.yaml); a total adds its ops' ranges; with percentiles and "
+            f"ends derived without one GPU they held {held} of that GPU's rows"
             + ("" if hw is None or hw.vendor == "NVIDIA" else
                f"; no {hw.vendor} device is measured there: its range is NVIDIA GPUs' under the same route")]
 

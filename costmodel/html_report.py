@@ -83,8 +83,8 @@ def _svg(fig) -> str:
 
 
 def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | None]]):
-    """Horizontal bars of op times (ms) with their measured ranges as whiskers (an op's p10-p90, a served mean's
-    calibrated range: costmodel.bands)."""
+    """Horizontal bars of op times (ms) with their measured ranges as whiskers (calibrated percentiles:
+    costmodel.bands)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2), layout="constrained")
     names = [r[0] for r in rows]

@@ -168,7 +168,7 @@ def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: s
     axes[0][0].plot([], [], ls=":", color="0.5", label="does not fit")
     if len(runs) == 1 and records and records[0].get("low_s") is not None:
         axes[0][0].fill_between([], [], [], color="0.5", alpha=0.15, lw=0,
-                                label="p10-p90 of measured / predicted (costmodel.bands)")
+                                label="measured range of measured / predicted (costmodel.bands)")
     axes[0][0].legend(loc="best", fontsize=8)
     fig.suptitle(title)
     return fig
@@ -303,7 +303,7 @@ def draw_throughput_latency(records: list[dict], dim: str):
     ax.plot([], [], ls=":", marker="o", mfc="white", color="0.5", label="does not fit")
     if any(r.get("tpot_low_s") is not None for r in records):
         ax.errorbar([], [], xerr=[], fmt="none", ecolor="0.5", alpha=0.5, capsize=2,
-                    label="p10-p90 of the latency (costmodel.bands)")
+                    label="measured range of the latency (costmodel.bands)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return fig

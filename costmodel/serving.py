@@ -135,7 +135,7 @@ def request_assumptions() -> list[str]:
             "every step's time evaluated (no sampling); mean TPOT = their sum / output_len; "
             "end-to-end = TTFT + their sum",
             "memory: weights and the KV cache at the longest context, per device",
-            "p10-p90: TTFT's is the prefill's ops' ranges added (costmodel.bands); the mean TPOT's is the decode "
+            "ranges: TTFT's is the prefill's ops' ranges added (costmodel.bands); the mean TPOT's is the decode "
             "step's at the mean context, as a ratio of its time; end-to-end adds them"]
 
 

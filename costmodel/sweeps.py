@@ -129,7 +129,7 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
         by = np.broadcast_to(op.bytes, x.shape) * 1.0
         t = price(dataclasses.replace(op, flops=f, bytes=by), shape, hw, Conventions(model, overlap)).time
         time += t
-        ratio = band(1.0, hw, model, op.cls)  # the op's p10 and p90 of measured / predicted
+        ratio = band(1.0, hw, model, op.cls)  # the ends of the op's measured range of measured / predicted
         low += t * (ratio.low_s if ratio is not None else np.nan)
         high += t * (ratio.high_s if ratio is not None else np.nan)
         flops += f

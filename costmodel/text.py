@@ -168,7 +168,7 @@ def _variant_label(w) -> str:
 
 
 def op_table(p) -> list[str]:
-    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "overhead", "time", "p10-p90", "bound")
+    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "overhead", "time", "range", "bound")
     rows = [head]
     for r in p.ops:
         rows.append((r.name, r.einsum or "", si(r.flops), si(r.bytes, "B"), f"{r.intensity:.3g}",
@@ -190,7 +190,7 @@ def prediction_table(preds: list) -> str:
         lines += [_variant_label(p.workload), *op_table(p), ""]
     base = first.total.time_s
     per = "time/token" if first.workload.mode != "batched" else "time"
-    head = ("variant", per, "p10-p90", "speed-up", "tokens/s", "KV cache", "weights", "fits", "max batch",
+    head = ("variant", per, "range", "speed-up", "tokens/s", "KV cache", "weights", "fits", "max batch",
             f"max {first.memory.context_dim}")
     rows = [head]
     for p in preds:
@@ -325,7 +325,7 @@ def _cell(value) -> str:
 
 
 def flat(records: list[dict]) -> tuple[list[str], list[dict]]:
-    """(the columns, the rows) of records as a table takes them: a nested record (a p10-p90 range) becomes a column
+    """(the columns, the rows) of records as a table takes them: a nested record (a measured range) becomes a column
     per field (``ttft_band_low_s``), a list of words (a command's arguments) one shell-quoted cell; the columns in the order the
     records first give them."""
     import shlex
@@ -381,7 +381,7 @@ def attention_devices_table(hws, comparisons) -> str:
     """One attention workload on several devices: one row per device and variant."""
     w = comparisons[0][0].workload
     lines = [workload_line(w), ""]
-    rows = [("device", "variant", "time", "p10-p90", "tokens/s", "bound", "speed-up", "KV + weights", "capacity",
+    rows = [("device", "variant", "time", "range", "tokens/s", "bound", "speed-up", "KV + weights", "capacity",
              "fits")]
     for hw, comp in zip(hws, comparisons):
         base = comp[0].total.time_s

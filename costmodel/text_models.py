@@ -86,7 +86,7 @@ def model_table(p) -> str:
         + f", {w.execution} attention", "",
         "decode step (one token per sequence), per device:",
     ]
-    head = ("section", "op", "kernels", "FLOPs", "bytes", "time", "p10-p90", "bound")
+    head = ("section", "op", "kernels", "FLOPs", "bytes", "time", "range", "bound")
     rows = [head] + [(o.section, o.name, str(o.count), si(o.flops), si(o.bytes, "B"), si(o.time_s, "s"),
                       band_cell(o.band), o.bound) for o in p.decode.ops]
     if p.decode.all_reduce_s:
@@ -96,7 +96,7 @@ def model_table(p) -> str:
                  band_cell(p.decode.band), ""))
     lines += aligned(rows, right={2, 3, 4, 5, 6}, rules=(1, -1))
     t = p.total
-    span = lambda b: f" (p10-p90 {band_cell(b)})" if b is not None else ""  # noqa: E731
+    span = lambda b: f" (range {band_cell(b)})" if b is not None else ""  # noqa: E731
     lines += [
         "",
         f"TPOT {si(t.tpot_s, 's')}{span(p.decode.band)}   tokens/s {si(t.tokens_per_s)}   "
@@ -191,7 +191,7 @@ def request_table(requests) -> str:
     ranged = [r for r in requests if r.ttft_band is not None]
     if ranged:
         lines.append("")
-        lines += [f"p10-p90 on {r.hardware.id} ({r.attention}): TTFT {band_cell(r.ttft_band)}, TPOT mean "
+        lines += [f"range on {r.hardware.id} ({r.attention}): TTFT {band_cell(r.ttft_band)}, TPOT mean "
                   f"{band_cell(r.tpot_band)}, end-to-end {band_cell(r.e2e_band)}" for r in ranged]
     lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
     return "\n".join(lines)

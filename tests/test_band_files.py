@@ -35,10 +35,12 @@ def test_kernel_ranges_are_rederived(kernel_ratios):
     import error_bands
 
     shipped = _shipped("error_bands.yaml")
-    got = yaml.safe_load(error_bands.to_yaml(error_bands.bands(kernel_ratios), error_bands.held_out(kernel_ratios),
-                                             shipped["data"]))
-    assert got["bands"] == shipped["bands"]
-    assert got["held_out_coverage"] == shipped["held_out_coverage"]
+    tails = error_bands.calibrated(kernel_ratios)
+    got = yaml.safe_load(error_bands.to_yaml(error_bands.bands(kernel_ratios, tails), tails,
+                                             error_bands.held_out(kernel_ratios),
+                                             error_bands.held_out(kernel_ratios, nested=False), shipped["data"]))
+    for key in ("tails", "bands", "held_out_coverage", "held_out_coverage_p10_p90"):
+        assert got[key] == shipped[key], key
 
 
 def test_one_engines_served_range_is_rederived():
@@ -46,7 +48,7 @@ def test_one_engines_served_range_is_rederived():
     path = SHARED / "serving" / "silicon_sample_h100_sxm.csv"
     if not path.is_file():
         pytest.skip(f"the measured deployments are not beside this checkout ({path})")
-    from costmodel.validation.bands import served, served_range
+    from costmodel.validation.bands import quantiles, served
     from costmodel.validation.serving import predict, read
 
     deployments, _ = read(path)
@@ -60,7 +62,7 @@ def test_one_engines_served_range_is_rederived():
                    if (b["engine"], b["kind"], b["mode"]) == ("sglang", "dense", "agg"))
     tails = _shipped("served_bands.yaml")["tails"]
     for metric in ("ttft", "tpot"):
-        q = served_range([getattr(s, metric) for s in found], tails[metric])
+        q = quantiles([getattr(s, metric) for s in found], tails[metric])
         assert q["n"] == shipped[metric]["n"]
         for k in ("low", "p50", "high"):
             assert round(q[k], 3) == shipped[metric][k]

@@ -82,22 +82,57 @@ def ratios(tables, profiles: dict) -> list[Ratios]:
     return out
 
 
-def quantiles(values) -> dict:
-    """p10, median and p90 of a set of ratios, and its size."""
+#: The share of held-out rows a calibrated range should hold.
+TARGET = 0.8
+#: The percentiles a range may leave out at each end: the narrowest range (the most left out in all, then the
+#: narrowest over every row) whose held-out coverage reaches :data:`TARGET` is shipped (:func:`_narrowest`).
+TAIL_GRID = (10, 9, 8, 7, 6, 5, 4, 3, 2.5, 2, 1.5, 1, 0.5)
+#: The p10-p90 range's tails (below, above), uncalibrated.
+PLAIN = (LOW, 100 - HIGH)
+
+
+def quantiles(values, tails: tuple[float, float] = PLAIN) -> dict:
+    """The range of a set of ratios that leaves ``tails[0]`` percent out below and ``tails[1]`` above: its size,
+    low end, median and high end (p10, median, p90 by default)."""
     v = np.asarray(values, float)
-    lo, mid, hi = np.percentile(v, [LOW, 50, HIGH])
-    return {"n": int(v.size), "p10": float(lo), "p50": float(mid), "p90": float(hi)}
+    lo, mid, hi = np.percentile(v, [tails[0], 50, 100 - tails[1]])
+    return {"n": int(v.size), "low": float(lo), "p50": float(mid), "high": float(hi)}
 
 
 def rounded(q: dict) -> dict:
     """A :func:`quantiles` result as the shipped files hold it (three decimals)."""
-    return {"n": q["n"], **{k: round(q[k], 3) for k in ("p10", "p50", "p90")}}
+    return {"n": q["n"], **{k: round(q[k], 3) for k in ("low", "p50", "high")}}
 
 
 def coverage(band: dict, values) -> float:
-    """The share of ``values`` inside ``[band['p10'], band['p90']]``."""
+    """The share of ``values`` inside ``[band['low'], band['high']]``."""
     v = np.asarray(values, float)
-    return float(np.mean((v >= band["p10"]) & (v <= band["p90"])))
+    return float(np.mean((v >= band["low"]) & (v <= band["high"])))
+
+
+def _ends(values) -> tuple[np.ndarray, np.ndarray]:
+    """A set's low ends and high ends at every tail of :data:`TAIL_GRID`."""
+    grid = np.array(TAIL_GRID, float)
+    return np.percentile(values, grid), np.percentile(values, 100 - grid)
+
+
+def _narrowest(lows, highs, weights, every) -> tuple[float, float]:
+    """Of the (below, above) pairs of :data:`TAIL_GRID`, the one that leaves the most out in all (then gives the
+    narrowest range of ``every``, in log ratio) while the ``weights``-weighted share of held-out values inside it
+    reaches :data:`TARGET`; ``lows[k, i]`` says value k is at or above its range's low end at tail i, ``highs[k, j]``
+    at or below its high end at tail j. The widest pair where none reaches it (or nothing was held out)."""
+    lows, highs = np.asarray(lows, bool), np.asarray(highs, bool)
+    w = np.asarray(weights, float)
+    best = None
+    for i, below in enumerate(TAIL_GRID if lows.size else ()):
+        for j, above in enumerate(TAIL_GRID):
+            if np.sum(w * (lows[:, i] & highs[:, j])) / np.sum(w) < TARGET:
+                continue
+            width = float(np.log(np.percentile(every, 100 - above) / np.percentile(every, below)))
+            rank = (below + above, -width)
+            if best is None or rank > best[0]:
+                best = (rank, (below, above))
+    return best[1] if best is not None else (TAIL_GRID[-1], TAIL_GRID[-1])
 
 
 def pooled(found: list[Ratios], route: str, cls: str | None = None, devices=None, exclude=None) -> np.ndarray:
@@ -110,6 +145,63 @@ def pooled(found: list[Ratios], route: str, cls: str | None = None, devices=None
         return np.array([])
     size = min(min(len(s) for s in sets), RESAMPLE)
     return np.concatenate([np.quantile(s, (np.arange(size) + 0.5) / size) for s in sets])
+
+
+def _without(found, route, cls, gpus, g) -> np.ndarray:
+    """The pooled ratios of a route's class over ``gpus`` but ``g`` (the route's every class where none has it)."""
+    others = [x for x in gpus if x != g]
+    other = pooled(found, route, cls, devices=others)
+    return other if other.size else pooled(found, route, devices=others)
+
+
+def kernel_held_out(found: list[Ratios], route: str, tails: tuple[float, float] = PLAIN, gpus=GPUS) -> dict:
+    """Per GPU of ``gpus``: the share of its rows of ``route`` inside the band of the same class derived from the
+    other GPUs' rows at ``tails`` (the route-wide band where no other GPU has the class); None where it has none."""
+    out = {}
+    for g in gpus:
+        inside, total = 0.0, 0
+        for cls in sorted({r.cls for r in found if r.route == route and r.device == g}):
+            other = _without(found, route, cls, gpus, g)
+            if not other.size:
+                continue
+            mine = pooled(found, route, cls, devices=(g,))
+            inside += coverage(quantiles(other, tails), mine) * mine.size
+            total += mine.size
+        out[g] = inside / total if total else None
+    return out
+
+
+def kernel_tails(found: list[Ratios], route: str, gpus=GPUS) -> tuple[float, float]:
+    """The calibrated (below, above) tails of a route's bands (:func:`_narrowest`): each GPU of ``gpus``, weighing
+    equally, scored against the bands derived from the others."""
+    lows, highs, weights = [], [], []
+    for g in gpus:
+        mine_all = []
+        for cls in sorted({r.cls for r in found if r.route == route and r.device == g}):
+            other = _without(found, route, cls, gpus, g)
+            if not other.size:
+                continue
+            mine = pooled(found, route, cls, devices=(g,))
+            lo, hi = _ends(other)
+            lows.append(mine[:, None] >= lo[None, :])
+            highs.append(mine[:, None] <= hi[None, :])
+            mine_all.append(mine.size)
+        weights += [np.full(n, 1.0 / sum(mine_all)) for n in mine_all]
+    if not lows:
+        return _narrowest(np.zeros((0, len(TAIL_GRID))), np.zeros((0, len(TAIL_GRID))), [], [1.0])
+    return _narrowest(np.concatenate(lows), np.concatenate(highs), np.concatenate(weights),
+                      pooled(found, route, devices=gpus))
+
+
+def kernel_nested(found: list[Ratios], route: str, gpus=GPUS) -> dict:
+    """Per GPU: the share of its rows inside bands whose tails (:func:`kernel_tails` over the other GPUs) and ends
+    were both derived without it."""
+    out = {}
+    for g in gpus:
+        others = [x for x in gpus if x != g]
+        tails = kernel_tails(found, route, others)
+        out[g] = kernel_held_out(found, route, tails, gpus)[g]
+    return out
 
 
 @dataclass(frozen=True)
@@ -140,23 +232,7 @@ def served(rows) -> list[Served]:
 
 #: The fewest rows a served range is taken from; a key with fewer takes the next wider one.
 MIN_ROWS = 20
-#: The share of a model's rows a served range derived without that model should hold.
-TARGET = 0.8
-#: The percentiles a served range may leave out at each end: the narrowest range (the most left out in all, then the
-#: narrowest over every deployment) whose held-out coverage reaches :data:`TARGET` is shipped
-#: (:func:`calibrated_tails`).
-TAIL_GRID = (10, 9, 8, 7, 6, 5, 4, 3, 2.5, 2, 1.5, 1, 0.5)
 METRICS = ("ttft", "tpot")
-#: The p10-p90 ranges, uncalibrated.
-PLAIN = {m: (LOW, 100 - HIGH) for m in METRICS}
-
-
-def served_range(values, tails: tuple[float, float]) -> dict:
-    """The range of a set of ratios that leaves ``tails[0]`` percent out below and ``tails[1]`` above: its size,
-    low end, median and high end."""
-    v = np.asarray(values, float)
-    lo, mid, hi = np.percentile(v, [tails[0], 50, 100 - tails[1]])
-    return {"n": int(v.size), "low": float(lo), "p50": float(mid), "high": float(hi)}
 
 
 def _groups(found: list[Served], exclude_model: str | None = None) -> dict:
@@ -170,14 +246,10 @@ def _groups(found: list[Served], exclude_model: str | None = None) -> dict:
 
 def served_sets(found: list[Served], exclude_model: str | None = None, tails: dict | None = None) -> dict:
     """Per key of :func:`served_keys` with at least :data:`MIN_ROWS` rows: the TTFT and TPOT ranges, each leaving
-    ``tails[metric]`` (below, above) percent out (:data:`PLAIN`: p10-p90)."""
-    tails = tails or PLAIN
-    return {key: {m: served_range([getattr(s, m) for s in rs], tails[m]) for m in METRICS}
+    ``tails[metric]`` (below, above) percent out (p10-p90 by default)."""
+    tails = tails or {m: PLAIN for m in METRICS}
+    return {key: {m: quantiles([getattr(s, m) for s in rs], tails[m]) for m in METRICS}
             for key, rs in _groups(found, exclude_model).items()}
-
-
-def _inside(band: dict, value: float) -> bool:
-    return band["low"] <= value <= band["high"]
 
 
 def _held_out(found: list[Served], ranges_without) -> dict:
@@ -188,7 +260,7 @@ def _held_out(found: list[Served], ranges_without) -> dict:
         sets = ranges_without(model)
         for s in (s for s in found if s.model == model):
             key = next(k for k in served_keys(s.engine, s.kind, s.mode) if k in sets)
-            hit = [_inside(sets[key][m], getattr(s, m)) for m in METRICS]
+            hit = [coverage(sets[key][m], [getattr(s, m)]) for m in METRICS]
             for group in (s.engine, "all"):
                 inside.setdefault(group, []).append(hit)
     return {g: {"n": len(v), "ttft": float(np.mean([h[0] for h in v])), "tpot": float(np.mean([h[1] for h in v]))}
@@ -196,43 +268,28 @@ def _held_out(found: list[Served], ranges_without) -> dict:
 
 
 def served_held_out(found: list[Served], tails: dict | None = None) -> dict:
-    """Each model's rows scored against the ranges derived without them at ``tails`` (:data:`PLAIN`: p10-p90)."""
+    """Each model's rows scored against the ranges derived without them at ``tails`` (p10-p90 by default)."""
     return _held_out(found, lambda model: served_sets(found, exclude_model=model, tails=tails))
 
 
 def calibrated_tails(found: list[Served]) -> dict:
-    """Per metric, the (below, above) tails of :data:`TAIL_GRID` that leave the most out in all (then give the
-    narrowest range over every row, in log ratio) while the ranges, each derived without a model, hold at least
-    :data:`TARGET` of that model's rows over all engines; the widest pair where none does (or no model has another to
-    be scored against)."""
+    """Per metric, the calibrated (below, above) tails of the served ranges (:func:`_narrowest`): every row of each
+    model, weighing equally, scored against the ranges derived without that model."""
     models = sorted({s.model for s in found})
-    grid = np.array(TAIL_GRID, float)
     out = {}
     for m in METRICS:
-        # per held-out model and row: the ends of its key's range at every tail, from the other models' rows
         lows, highs = [], []
         for model in models:
-            ends = {key: (np.percentile(v := [getattr(s, m) for s in rs], grid), np.percentile(v, 100 - grid))
-                    for key, rs in _groups(found, model).items()}
+            ends = {key: _ends([getattr(s, m) for s in rs]) for key, rs in _groups(found, model).items()}
             for s in (s for s in found if s.model == model):
                 key = next((k for k in served_keys(s.engine, s.kind, s.mode) if k in ends), None)
-                if key is None:  # no other model's rows to derive a range from
-                    continue
-                value = getattr(s, m)
-                lows.append(ends[key][0] <= value)
-                highs.append(value <= ends[key][1])
-        lows, highs = np.array(lows, bool).reshape(-1, grid.size), np.array(highs, bool).reshape(-1, grid.size)
-        every = np.array([getattr(s, m) for s in found])
-        best = None
-        for i, below in enumerate(TAIL_GRID if lows.size else ()):
-            for j, above in enumerate(TAIL_GRID):
-                if np.mean(lows[:, i] & highs[:, j]) < TARGET:
-                    continue
-                width = float(np.log(np.percentile(every, 100 - above) / np.percentile(every, below)))
-                rank = (below + above, -width)
-                if best is None or rank > best[0]:
-                    best = (rank, (below, above))
-        out[m] = best[1] if best is not None else (TAIL_GRID[-1], TAIL_GRID[-1])  # none holds it: the widest
+                if key is not None:  # else no other model's rows to derive a range from
+                    value = getattr(s, m)
+                    lows.append(ends[key][0] <= value)
+                    highs.append(value <= ends[key][1])
+        grid = (-1, len(TAIL_GRID))
+        out[m] = _narrowest(np.reshape(lows, grid), np.reshape(highs, grid), np.ones(len(lows)),
+                            [getattr(s, m) for s in found])
     return out
 
 
