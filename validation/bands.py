@@ -187,8 +187,8 @@ def kernel_tails(found: list[Ratios], route: str, gpus=GPUS) -> tuple[float, flo
             highs.append(mine[:, None] <= hi[None, :])
             mine_all.append(mine.size)
         weights += [np.full(n, 1.0 / sum(mine_all)) for n in mine_all]
-    if not lows:
-        return _narrowest(np.zeros((0, len(TAIL_GRID))), np.zeros((0, len(TAIL_GRID))), [], [1.0])
+    if not lows:  # no GPU has another to be scored against: the widest pair
+        return TAIL_GRID[-1], TAIL_GRID[-1]
     return _narrowest(np.concatenate(lows), np.concatenate(highs), np.concatenate(weights),
                       pooled(found, route, devices=gpus))
 
