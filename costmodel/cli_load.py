@@ -89,9 +89,10 @@ def engine_options(func):
                           "devices, each group sharding its experts' width (TensorRT-LLM's moe_expert_parallel_size; "
                           "--tp: --expert-parallel)"),
         click.option("--attention-dp", "--data-parallel-size", "--dp-size", "attention_dp", type=Positive,
-                     help="with --expert-parallel: attention data parallel over this many groups of --tp devices, "
-                          "each an engine with its own requests, the routed experts spread over all of them "
-                          "[default: 1]"),
+                     help="attention data parallel over this many groups of --tp devices, each an engine with its "
+                          "own requests, a mixture of experts' routed experts over all of them: whole experts with "
+                          "--expert-parallel, else every expert's width sharded (vLLM's data parallel without "
+                          "--enable-expert-parallel) [default: 1]"),
         click.option("--replicas", type=Positive,
                      help="data parallel: copies of the deployment behind a router, each with an even share of the "
                           "clients (or of the request rate) [default: 1]"),
@@ -112,9 +113,10 @@ def engine_options(func):
             click.option(f"--{role}-expert-parallel", is_flag=True, default=False,
                          help=f"with --disaggregated: a {role} worker spreads the routed experts over its devices"),
             click.option(f"--{role}-attention-dp", type=Positive,
-                         help=f"with --disaggregated and --{role}-expert-parallel: a {role} worker is this many "
-                              "attention data parallel groups of its tp devices, each with its own requests, the "
-                              "routed experts spread over all of them [default: 1]"))],
+                         help=f"with --disaggregated: a {role} worker is this many attention data parallel "
+                              "groups of its tp devices, each with its own requests, the routed experts over all of "
+                              f"them (whole with --{role}-expert-parallel, else each expert's width sharded) "
+                              "[default: 1]"))],
         click.option("--decode-gpu", metavar="GPU", help="with --disaggregated: the decode pool's device "
                      "[default: --gpu]"),
         click.option("--kv-link-bandwidth", type=PositiveNumber(), metavar="BYTES_PER_S",

@@ -56,8 +56,9 @@ DECODE_RESERVES_FIRST = ("sglang",)
 class Pool:
     """One side of a disaggregated deployment: ``workers`` engines of ``tp`` devices each (of ``gpu``, the
     deployment's device when None), with the engine's limits where given; a worker of a mixture of experts may be
-    ``attention_dp`` groups of ``tp`` devices with the experts spread over all of them (``expert_parallel``),
-    each group taking its own requests (the other groups of the worker taken as loaded like it)."""
+    ``attention_dp`` groups of ``tp`` devices with the experts over all of them (whole with ``expert_parallel``,
+    else each expert's width sharded), each group taking its own requests (the other groups of the worker taken as
+    loaded like it)."""
 
     tp: int = 1
     workers: int = 1
@@ -428,9 +429,6 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         checks.count(f"{name} tp", pool.tp)
         checks.count(f"{name} workers", pool.workers)
         checks.count(f"{name} attention dp", pool.attention_dp)
-        if pool.attention_dp > 1 and not pool.expert_parallel:
-            raise CostModelError(f"{name} attention data parallel needs the experts spread over its groups "
-                                 f"(--{name}-expert-parallel; Pool(expert_parallel=True))")
         if pool.gpu is not None:
             checks.instance(f"{name} gpu", pool.gpu, HardwareProfile, "a HardwareProfile (load_profile(...))")
     if kv_link_bytes_per_s is not None and (isinstance(kv_link_bytes_per_s, bool)

@@ -66,7 +66,9 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size:
     (replicated when g < t; an MLA latent is replicated on every device), d_ff/t (each expert's too) and
     vocab/t. With ``ep`` (expert parallel over the same ``t`` devices, as TensorRT-LLM's moe_ep_size = tp)
     each device holds E/t whole routed experts instead of every expert's 1/t; with attention data parallel
-    over ``dp`` groups of ``t`` (expert parallel over all dp x t devices), E/(dp t). ``ep_size`` between 1 and
+    over ``dp`` groups of ``t``, E/(dp t) whole experts (expert parallel over all dp x t devices), or without
+    ``ep`` every expert's 1/(dp t) (their width sharded over all dp x t devices: vLLM's data parallel without
+    --enable-expert-parallel, its MoE layers a tensor-parallel group of dp x tp). ``ep_size`` between 1 and
     ``t`` (TensorRT-LLM's moe_ep_size, with moe_tp_size = t / ep_size): E/ep_size experts, each 1/(t/ep_size) of
     its width."""
     if ep_size and ep_size not in (1, t):
@@ -88,16 +90,17 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size:
     if dp > 1 and not m.moe:
         raise CostModelError(f"attention data parallel applies to mixture-of-experts models (their experts run over "
                              f"every group's devices); {m.id} has none: its groups would be independent replicas")
-    if dp > 1 and not ep:
-        raise CostModelError(f"attention data parallel ({dp}) is modelled with the routed experts spread over all "
-                             f"{dp} x {t} devices (expert parallel); {m.id} would need expert parallel on")
-    if dp > 1 and m.moe.experts % (dp * t):
+    if dp > 1 and ep and m.moe.experts % (dp * t):
         raise CostModelError(f"expert parallel over {dp} x {t} devices must divide the {m.moe.experts} experts of "
                              f"{m.id}")
+    if dp > 1 and not ep and m.moe.expert_d_ff % (dp * t):
+        raise CostModelError(f"the experts' width sharded over {dp} x {t} devices: {dp * t} must divide expert d_ff "
+                             f"{m.moe.expert_d_ff} of {m.id}")
     if t == 1:
         if dp > 1:
             return m.model_copy(update={"moe": m.moe.model_copy(update={"experts": m.moe.experts // dp,
-                                                                        "expert_ranks": dp})})
+                                                                        "expert_ranks": dp} if ep else
+                                                                       {"expert_d_ff": m.moe.expert_d_ff // dp})})
         return m
     if m.heads % t:
         raise CostModelError(f"tp {t} must divide the {m.heads} query heads of {m.id}")
@@ -121,7 +124,7 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size:
         update["moe"] = m.moe.model_copy(update={"experts": m.moe.experts // (t * dp), "expert_ranks": t * dp,
                                                  "shared_d_ff": m.moe.shared_d_ff // t})
     elif m.moe:
-        update["moe"] = m.moe.model_copy(update={"expert_d_ff": m.moe.expert_d_ff // t,
+        update["moe"] = m.moe.model_copy(update={"expert_d_ff": m.moe.expert_d_ff // (t * dp),
                                                  "shared_d_ff": m.moe.shared_d_ff // t})
     return m.model_copy(update=update)
 
@@ -375,7 +378,8 @@ def tensor_parallel(ops: list[StepOp], m: ModelPreset, t: int, tokens, encoder_t
     attention data parallel over ``dp`` groups, each mixture-of-experts layer gathers the hidden states of every
     group's tokens before its experts and scatters their sum back after (vLLM's all-gather / reduce-scatter
     dispatch): an all-gather and a reduce-scatter of the ``dp x tokens x d`` buffer over the device's ``dp``
-    peers, spread over all ``dp x t`` devices."""
+    peers, spread over all ``dp x t`` devices; the same whether the experts sit whole on the devices or sharded by
+    width (either way a token's output is a sum over devices of every group)."""
     out = list(ops)
     if dp > 1:
         gathered = _num(dp * tokens * m.d_model * act)

@@ -479,9 +479,12 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    "layers with their weights and KV cache; a stage sends its tokens' hidden states to the next (over "
                    "the network where stages sit in different scale-up domains)")
     if pr.dp > 1:
+        held = (f"the routed experts spread over all {pr.dp * pr.tp} devices ({m.moe.experts // (pr.dp * pr.tp)} "
+                "whole experts each)" if pr.ep else
+                f"every routed expert's width sharded over all {pr.dp * pr.tp} devices (1/{pr.dp * pr.tp} of each: "
+                "no expert parallel, as vLLM's data parallel without --enable-expert-parallel runs them)")
         out.append(f"attention data parallel: {pr.dp} groups of {pr.tp} device(s), each with its own requests and "
-                   f"KV cache; the routed experts spread over all {pr.dp * pr.tp} devices ({m.moe.experts // (pr.dp * pr.tp)} "
-                   "whole experts each), which see every group's tokens (the groups step together, each with the "
+                   f"KV cache; {held}, which see every group's tokens (the groups step together, each with the "
                    "same load): per expert layer an all-gather of the groups' hidden states and a reduce-scatter "
                    "of the experts' output over the device's peers in the other groups")
     return out

@@ -28,7 +28,9 @@ from costmodel.reports import Report
 NOT_ENUMERATED = ("pipeline parallel in a disaggregated pool, attention data parallel in its prefill pool or with "
                   "replicas",
                   "expert parallel over groups other than the tensor-parallel one (or all the devices, with "
-                  "attention data parallel)")
+                  "attention data parallel)",
+                  "attention data parallel with each expert's width sharded over the groups (vLLM's data parallel "
+                  "without expert parallel)")
 
 
 @dataclass(frozen=True)

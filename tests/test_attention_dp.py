@@ -27,12 +27,30 @@ def test_a_device_holds_its_share_of_experts(qwen):
     assert (dp.heads, dp.kv_heads, dp.d_ff) == (one.heads, one.kv_heads, one.d_ff)
     assert (one.moe.experts, dp.moe.experts, dp.moe.expert_ranks) == (32, 16, 8)
     assert dp.moe.expert_d_ff == qwen.moe.expert_d_ff  # whole experts
-    with pytest.raises(CostModelError, match="expert parallel"):
-        device_slice(qwen, 4, ep=False, dp=2)
+    with pytest.raises(CostModelError, match="must divide expert d_ff"):
+        device_slice(qwen, 8, ep=False, dp=128)  # 1024 devices do not divide the 1536-wide experts
     with pytest.raises(CostModelError, match="mixture-of-experts"):
         device_slice(costmodel.load_model("llama-3.1-8b"), 1, dp=2)
     with pytest.raises(CostModelError, match="must divide"):
         device_slice(qwen, 8, ep=True, dp=32)  # 256 devices for 128 experts
+
+
+def test_experts_sharded_by_width_over_every_group(qwen, h100):
+    """DP2 x TP4 without expert parallel (vLLM's data parallel without --enable-expert-parallel): attention as under
+    TP4; all 128 experts on every device, each 1536 / 8 = 192 wide. A decode step of 16 sequences per group: the
+    experts see 2 x 16 tokens, all 32 x 8 = 256 routed rows at a width of 192, the same FLOPs as 32 rows at 1536
+    under expert parallel; the collectives around the experts are expert parallel's."""
+    dp = device_slice(qwen, 4, ep=False, dp=2)
+    assert (dp.heads, dp.moe.experts, dp.moe.expert_ranks, dp.moe.expert_d_ff) == (16, 128, 1, 192)
+    sharded = {s.name: s for s in phase_ops(qwen, pricing(qwen, h100, tp=4, attention_dp=2), "decode", 16, 1024, 1)}
+    whole = {s.name: s for s in phase_ops(qwen, pricing(qwen, h100, tp=4, expert_parallel=True, attention_dp=2),
+                                          "decode", 16, 1024, 1)}
+    assert sharded["experts_down"].shape.K == 192 and whole["experts_down"].shape.K == 1536
+    assert sharded["experts_down"].op.flops == pytest.approx(2 * 256 * 192 * 4096)
+    assert sharded["experts_down"].op.flops == pytest.approx(whole["experts_down"].op.flops, rel=1e-12)
+    for name in ("moe_dispatch", "moe_combine", "all_reduce"):
+        assert (sharded[name].op.bytes, sharded[name].op.devices, sharded[name].count) == \
+            (whole[name].op.bytes, whole[name].op.devices, whole[name].count)
 
 
 def test_step_ops_by_hand(qwen, h100):

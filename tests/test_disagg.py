@@ -174,7 +174,8 @@ def test_attention_data_parallel_pools(h100):
     """A decode worker of 4 attention data parallel groups (a mixture of experts' experts over all 4 devices) takes
     requests in each group: its devices are the groups' and it holds 4 groups' batches; Little's law and token
     conservation hold; one client's TPOT is a decode step priced with the 4 groups' experts over every device (each
-    group's tokens gathered, the other groups loaded alike); without expert parallel it is an error line."""
+    group's tokens gathered, the other groups loaded alike); without expert parallel each expert's width is
+    sharded over the devices instead, and a dense model's groups are refused."""
     m = costmodel.load_model("deepseek-v2-lite")
     c, n, osl = 16, 160, 24
     pool = Pool(tp=1, workers=1, attention_dp=4, expert_parallel=True, max_num_seqs=3)
@@ -192,9 +193,15 @@ def test_attention_data_parallel_pools(h100):
     alone = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(), decode=Pool(tp=1),
                                 concurrency=1, num_requests=2, overheads=OFF)
     assert one.tpot_s != pytest.approx(alone.tpot_s, rel=0.01)  # the groups' collectives and gathered experts
-    with pytest.raises(CostModelError, match="--prefill-expert-parallel"):
-        serve_disaggregated(m, h100, input_len=64, output_len=8, prefill=Pool(attention_dp=2), decode=Pool(),
-                            concurrency=1)
+    sharded = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(), concurrency=1,
+                                  decode=Pool(tp=1, workers=1, attention_dp=4, max_num_seqs=3), num_requests=2,
+                                  overheads=OFF)
+    pr = pricing(m, h100, tp=1, attention_dp=4)
+    steps = [exact_time(m, pr, decode_seqs=1, decode_context=512 + i, prompt=0) for i in range(1, osl)]
+    assert sharded.tpot_s == pytest.approx(np.mean(steps), rel=0.01)
+    with pytest.raises(CostModelError, match="mixture-of-experts"):
+        serve_disaggregated(costmodel.load_model("llama-3-8b"), h100, input_len=64, output_len=8,
+                            prefill=Pool(attention_dp=2), decode=Pool(), concurrency=1)
 
 
 def test_cli_attention_data_parallel_pool(run_cli):
@@ -205,8 +212,10 @@ def test_cli_attention_data_parallel_pool(run_cli):
     got = json.loads(r.output)
     assert got["decode"]["devices"] == 2 and got["devices"] == 3
     assert any("2 attention data parallel groups of 1" in line for line in got["assumptions"])
-    r = run_cli(*args, "--decode-attention-dp", "2")
-    assert r.exit_code != 0 and r.output.startswith("Error:") and "--decode-expert-parallel" in r.output
+    r = run_cli(*args, "--decode-attention-dp", "2", "--json")  # without expert parallel: the experts' width sharded
+    assert r.exit_code == 0, r.output
+    assert any("every routed expert's width sharded over all 2 devices" in line
+               for line in json.loads(r.output)["assumptions"])
 
 
 class _Fixed:

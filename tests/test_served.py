@@ -214,7 +214,8 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                   _row(id="dis", mode="disagg", batch_size="", tp_size="", prefill_num_workers="2.0",
                        prefill_tp_size="1.0", prefill_batch_size="1.0", decode_num_workers="1.0", decode_tp_size="2.0",
                        decode_batch_size="8.0"),
-                  _row(id="dis-adp", mode="disagg", batch_size="", prefill_attention_dp_size="4.0"),
+                  _row(id="dis-adp", mode="disagg", batch_size="", prefill_attention_dp_size="4.0",
+                       prefill_num_workers="1.0", decode_num_workers="1.0"),
                   _row(id="dis-ep", mode="disagg", model_path="Qwen/Qwen3-235B-A22B-FP8", precision="fp8",
                        gemm_quant_mode="fp8_block", batch_size="", tp_size="", prefill_num_workers="1.0",
                        prefill_tp_size="1.0", prefill_attention_dp_size="8.0", prefill_moe_ep_size="8.0",
@@ -245,7 +246,7 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
     assert set(report) == {"rows", "skipped", "summary"}
     reasons = {s["id"]: s["reason"] for s in report["skipped"]}
     assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel across other groups",
-                       "dis-adp": "attention data parallel without expert parallel over all its devices",
+                       "dis-adp": "attention data parallel on a dense model",
                        "dis-c": "no concurrency",
                        "adp-tp": "attention data parallel without expert parallel over all its devices",
                        "dis-w": "disaggregated without worker counts",
@@ -276,6 +277,23 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
     assert adp[adp.index("--attention-dp") + 1] == "4" and "--expert-parallel" in adp
     dis = report["rows"][1]["command"]
     assert dis[dis.index("--prefill-workers") + 1] == "2" and dis[dis.index("--decode-tp") + 1] == "2"
+
+
+def test_attention_data_parallel_rows_with_no_moe_sizes_run_as_their_engine_does():
+    """vLLM's data parallel without --enable-expert-parallel shards every expert over all DP x TP devices (its
+    docs): a vLLM MoE row with attention data parallel and no MoE sizes is that layout (no --expert-parallel in
+    its command); a TensorRT-LLM row the same is refused; recorded sizes of dp x tp say so for any engine."""
+    from costmodel.validation.serving import parse
+
+    row = _row(model_path="Qwen/Qwen3-235B-A22B-FP8", precision="fp8", tp_size="1.0", attention_dp_size="4.0",
+               moe_tp_size="0.0", moe_ep_size="0.0", silicon_data_source="silicon_concurrency=8", batch_size="2.0")
+    d = parse(row)
+    assert d.layout.attention_dp == 4 and not d.layout.expert_parallel
+    cmd = d.command()
+    assert cmd[cmd.index("--attention-dp") + 1] == "4" and "--expert-parallel" not in cmd
+    assert parse(row | {"backend": "trtllm"}) == "attention data parallel without expert parallel over all its devices"
+    d = parse(row | {"backend": "trtllm", "moe_tp_size": "4.0", "moe_ep_size": "1.0"})
+    assert d.layout.attention_dp == 4 and not d.layout.expert_parallel
 
 
 def test_validate_serving_bad_file(tmp_path, run_cli):

@@ -99,6 +99,13 @@ DYNAMO_TRTLLM_SLACK_TOKENS = 1500
 TRTLLM_BLOCK_TOKENS = 32
 
 
+#: Engines whose mixture-of-experts layers, under attention data parallel with no expert parallel asked for, shard
+#: every expert's width over all the groups' devices: vLLM ("By default, expert layers form a tensor parallel group
+#: of size DP x TP. To use expert parallelism instead, include the --enable-expert-parallel CLI arg":
+#: docs/serving/data_parallel_deployment.md, v0.12). A row of such an engine with attention data parallel and no
+#: MoE sizes recorded runs that way.
+EXPERTS_SHARDED_OVER_DP = ("vllm",)
+
 #: The workers per pool of a disaggregated row that records none, per engine: SGLang's own deployment of a model
 #: too large for one node (docs/advanced_features/pd_disaggregation.md, "DeepSeek Multi-Node": one prefill server and
 #: one decode server, each of --tp-size 16 over two nodes). Such a row is predicted with the count said in its
@@ -286,6 +293,8 @@ def parse(row: dict) -> Deployment | str:
             preset, priced_as = checkpoint_model(row["model_path"])
         except CostModelError:
             return "unknown model"
+        if preset.moe is None and any(st.attention_dp > 1 for st in stages.values()):
+            return "attention data parallel on a dense model"
     except ValueError:
         return "bad numbers"
     checkpoint = preset.quantization
@@ -317,7 +326,9 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     ep = _whole(row, prefix + "moe_ep_size", 1) or 1
     moe_tp = _whole(row, prefix + "moe_tp_size", 1) or 1
     over_all = ep == dp * tp and moe_tp == 1  # whole experts over every group's devices: modelled
-    if dp > 1 and not over_all:
+    unrecorded = not _whole(row, prefix + "moe_ep_size") and not _whole(row, prefix + "moe_tp_size")
+    sharded_all = ep == 1 and (moe_tp == dp * tp or (unrecorded and row["backend"] in EXPERTS_SHARDED_OVER_DP))
+    if dp > 1 and not over_all and not sharded_all:  # sharded_all: every expert's width over every group's devices
         return "attention data parallel without expert parallel over all its devices"
     hybrid = dp == 1 and 1 < ep < tp and ep * moe_tp == tp  # expert-parallel groups sharding their experts
     if ep > 1 and not over_all and not hybrid:  # else: over the tensor-parallel group(s)
