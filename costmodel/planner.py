@@ -29,8 +29,8 @@ NOT_ENUMERATED = ("pipeline parallel in a disaggregated pool, attention data par
                   "replicas",
                   "expert parallel over groups other than the tensor-parallel one (or all the devices, with "
                   "attention data parallel)",
-                  "attention data parallel with each expert's width sharded over the groups (vLLM's data parallel "
-                  "without expert parallel)")
+                  "a disaggregated decode pool of attention data parallel groups with each expert's width sharded "
+                  "over them")
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,9 @@ def layouts(m: ModelPreset, n: int) -> list[Layout]:
     # pipeline parallel: n / t stages of t devices (one replica)
     out += [Layout("agg", tp=t, pipeline_parallel=n // t, expert_parallel=ep) for t in _powers(n) for ep in eps
             if n // t > 1 and not (ep and t == 1) and n // t <= m.layers]
-    if m.moe:  # attention data parallel: n / t groups, the experts over all n devices
-        out += [Layout("agg", tp=t, attention_dp=n // t, expert_parallel=True) for t in _powers(n) if n // t > 1]
+    if m.moe:  # attention data parallel: n / t groups, the experts over all n devices (whole, or width-sharded)
+        out += [Layout("agg", tp=t, attention_dp=n // t, expert_parallel=ep) for t in _powers(n) if n // t > 1
+                for ep in eps]
     for tp_p in _powers(n):
         for tp_d in _powers(n):
             for workers_p in range(1, n // tp_p + 1):

@@ -22,7 +22,8 @@ def test_layouts_counted_by_hand():
     """4 devices, a dense model: TP1 x 4, TP2 x 2, TP4 x 1; pipelines TP1 x PP4, TP2 x PP2; disaggregated (prefill workers x TP, decode workers x
     TP): 1x1+3x1, 2x1+2x1, 3x1+1x1, 2x1+1x2, 1x2+2x1, 1x2+1x2: nine. A mixture of experts adds the expert-parallel
     twin of every layout whose tensor-parallel groups have 2 or more devices, and attention data parallel (DP4 x TP1,
-    DP2 x TP2: the experts over all four), and a decode pool of one worker of attention data parallel groups
+    DP2 x TP2: the experts over all four, whole or each sharded by width), and a decode pool of one worker of
+    attention data parallel groups
     wherever its devices make more than one group (1P x TP1 + DP3 x TP1, 2P x TP1 + DP2 x TP1, 1P x TP2 + DP2 x
     TP1)."""
     dense = layouts(costmodel.load_model("llama-3.1-8b"), 4)
@@ -32,9 +33,10 @@ def test_layouts_counted_by_hand():
         "1P x TP1 + 3D x TP1", "2P x TP1 + 2D x TP1", "3P x TP1 + 1D x TP1", "2P x TP1 + 1D x TP2",
         "1P x TP2 + 2D x TP1", "1P x TP2 + 1D x TP2"}
     moe = layouts(costmodel.load_model("Qwen/Qwen3-235B-A22B"), 4)
-    # + TP2 x 2 EP, TP4 EP, 1P x TP2 + 1D x TP2 EP, TP2 x PP2 EP; DP4 x TP1 EP, DP2 x TP2 EP
-    assert len(moe) == 11 + 4 + 2 + 3
-    assert {lay.describe() for lay in moe if lay.attention_dp > 1} == {"DP4 x TP1 EP", "DP2 x TP2 EP"}
+    # + TP2 x 2 EP, TP4 EP, 1P x TP2 + 1D x TP2 EP, TP2 x PP2 EP; DP4 x TP1 (EP or not), DP2 x TP2 (EP or not)
+    assert len(moe) == 11 + 4 + 4 + 3
+    assert {lay.describe() for lay in moe if lay.attention_dp > 1} == {"DP4 x TP1 EP", "DP2 x TP2 EP", "DP4 x TP1",
+                                                                       "DP2 x TP2"}
     assert {lay.describe() for lay in moe if lay.decode_attention_dp > 1} == {
         "1P x TP1 + 1D x DP3 x TP1 EP", "2P x TP1 + 1D x DP2 x TP1 EP", "1P x TP2 + 1D x DP2 x TP1 EP"}
     assert all(lay.devices == 4 for lay in moe)
