@@ -28,9 +28,7 @@ from costmodel.reports import Report
 NOT_ENUMERATED = ("pipeline parallel in a disaggregated pool, attention data parallel in its prefill pool or with "
                   "replicas",
                   "expert parallel over groups other than the tensor-parallel one (or all the devices, with "
-                  "attention data parallel)",
-                  "a disaggregated decode pool of attention data parallel groups with each expert's width sharded "
-                  "over them")
+                  "attention data parallel)")
 
 
 @dataclass(frozen=True)
@@ -150,8 +148,9 @@ def layouts(m: ModelPreset, n: int) -> list[Layout]:
                                    decode_workers=left // tp_d, expert_parallel=ep)
                             for ep in eps if not (ep and min(tp_p, tp_d) == 1)]
                     if m.moe and left // tp_d > 1:  # one decode worker of attention data parallel groups
-                        out.append(Layout("disagg", prefill_tp=tp_p, prefill_workers=workers_p, decode_tp=tp_d,
-                                          decode_workers=1, decode_attention_dp=left // tp_d, expert_parallel=True))
+                        out += [Layout("disagg", prefill_tp=tp_p, prefill_workers=workers_p, decode_tp=tp_d,
+                                       decode_workers=1, decode_attention_dp=left // tp_d, expert_parallel=ep)
+                                for ep in eps]
     return out
 
 

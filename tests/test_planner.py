@@ -23,7 +23,7 @@ def test_layouts_counted_by_hand():
     TP): 1x1+3x1, 2x1+2x1, 3x1+1x1, 2x1+1x2, 1x2+2x1, 1x2+1x2: nine. A mixture of experts adds the expert-parallel
     twin of every layout whose tensor-parallel groups have 2 or more devices, and attention data parallel (DP4 x TP1,
     DP2 x TP2: the experts over all four, whole or each sharded by width), and a decode pool of one worker of
-    attention data parallel groups
+    attention data parallel groups (whole or width-sharded experts)
     wherever its devices make more than one group (1P x TP1 + DP3 x TP1, 2P x TP1 + DP2 x TP1, 1P x TP2 + DP2 x
     TP1)."""
     dense = layouts(costmodel.load_model("llama-3.1-8b"), 4)
@@ -34,11 +34,12 @@ def test_layouts_counted_by_hand():
         "1P x TP2 + 2D x TP1", "1P x TP2 + 1D x TP2"}
     moe = layouts(costmodel.load_model("Qwen/Qwen3-235B-A22B"), 4)
     # + TP2 x 2 EP, TP4 EP, 1P x TP2 + 1D x TP2 EP, TP2 x PP2 EP; DP4 x TP1 (EP or not), DP2 x TP2 (EP or not)
-    assert len(moe) == 11 + 4 + 4 + 3
+    assert len(moe) == 11 + 4 + 4 + 6
     assert {lay.describe() for lay in moe if lay.attention_dp > 1} == {"DP4 x TP1 EP", "DP2 x TP2 EP", "DP4 x TP1",
                                                                        "DP2 x TP2"}
     assert {lay.describe() for lay in moe if lay.decode_attention_dp > 1} == {
-        "1P x TP1 + 1D x DP3 x TP1 EP", "2P x TP1 + 1D x DP2 x TP1 EP", "1P x TP2 + 1D x DP2 x TP1 EP"}
+        f"{pools}{ep}" for pools in ("1P x TP1 + 1D x DP3 x TP1", "2P x TP1 + 1D x DP2 x TP1", "1P x TP2 + 1D x DP2 x TP1")
+        for ep in ("", " EP")}
     assert all(lay.devices == 4 for lay in moe)
 
 
