@@ -245,7 +245,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     seqs_d = dec.eng.max_num_seqs
     violations = []
     first_reserve = dec.eng.name in DECODE_RESERVES_FIRST
-    d_held = [0] * d.engines  # requests a decode worker holds pages for (reserved first: from before prefill)
+    d_held = [0] * d.engines  # reserved first: requests a decode worker holds pages for, from before their prefill
     gate: deque = deque()  # reserved first: requests waiting for a decode worker with room, before their prefill
 
     def pages_of(r):
@@ -277,9 +277,10 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
 
     def released(w, t):
         """A request left decode worker ``w``: reserved first, the waiting requests that now fit go to prefill."""
-        d_held[w] -= 1
-        while gate and reserve(gate[0]):
-            to_prefill(gate.popleft(), t)
+        if first_reserve:
+            d_held[w] -= 1
+            while gate and reserve(gate[0]):
+                to_prefill(gate.popleft(), t)
 
     def start_prefill(w, t, seen=None):
         """The worker's next iteration at ``t``, of the requests that had reached it by ``seen`` (an overlap
@@ -371,7 +372,6 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             else:
                 w = min(range(d.engines), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
                 held = len(d_run[w]) + len(d_wait[w])
-                d_held[w] += 1
                 d_wait_pages[w] += pages_of(r)
                 waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
             r.queued = t

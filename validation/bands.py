@@ -147,61 +147,51 @@ def pooled(found: list[Ratios], route: str, cls: str | None = None, devices=None
     return np.concatenate([np.quantile(s, (np.arange(size) + 0.5) / size) for s in sets])
 
 
-def _without(found, route, cls, gpus, g) -> np.ndarray:
-    """The pooled ratios of a route's class over ``gpus`` but ``g`` (the route's every class where none has it)."""
-    others = [x for x in gpus if x != g]
-    other = pooled(found, route, cls, devices=others)
-    return other if other.size else pooled(found, route, devices=others)
-
-
-def kernel_held_out(found: list[Ratios], route: str, tails: tuple[float, float] = PLAIN, gpus=GPUS) -> dict:
-    """Per GPU of ``gpus``: the share of its rows of ``route`` inside the band of the same class derived from the
-    other GPUs' rows at ``tails`` (the route-wide band where no other GPU has the class); None where it has none."""
-    out = {}
-    for g in gpus:
-        inside, total = 0.0, 0
+def _held_sets(found: list[Ratios], route: str, gpus, only=None):
+    """(GPU, its rows of a class of ``route``, the same class's rows of the other GPUs of ``gpus``: the route's every
+    class where none has it) for each GPU of ``only`` (all of ``gpus`` where None) and each class it has; a class
+    with no other GPU's rows at all is left out."""
+    for g in only or gpus:
+        others = [x for x in gpus if x != g]
         for cls in sorted({r.cls for r in found if r.route == route and r.device == g}):
-            other = _without(found, route, cls, gpus, g)
-            if not other.size:
-                continue
-            mine = pooled(found, route, cls, devices=(g,))
-            inside += coverage(quantiles(other, tails), mine) * mine.size
-            total += mine.size
-        out[g] = inside / total if total else None
-    return out
+            other = pooled(found, route, cls, devices=others)
+            other = other if other.size else pooled(found, route, devices=others)
+            if other.size:
+                yield g, pooled(found, route, cls, devices=(g,)), other
+
+
+def kernel_held_out(found: list[Ratios], route: str, tails: tuple[float, float] = PLAIN, gpus=GPUS,
+                    only=None) -> dict:
+    """Per GPU of ``gpus`` (or of ``only``): the share of its rows of ``route`` inside the band of the same class
+    derived from the other GPUs' rows at ``tails`` (the route-wide band where no other GPU has the class); None where
+    it has none."""
+    inside = {g: 0.0 for g in only or gpus}
+    total = {g: 0 for g in only or gpus}
+    for g, mine, other in _held_sets(found, route, gpus, only):
+        inside[g] += coverage(quantiles(other, tails), mine) * mine.size
+        total[g] += mine.size
+    return {g: inside[g] / total[g] if total[g] else None for g in inside}
 
 
 def kernel_tails(found: list[Ratios], route: str, gpus=GPUS) -> tuple[float, float]:
     """The calibrated (below, above) tails of a route's bands (:func:`_narrowest`): each GPU of ``gpus``, weighing
     equally, scored against the bands derived from the others."""
-    lows, highs, weights = [], [], []
-    for g in gpus:
-        mine_all = []
-        for cls in sorted({r.cls for r in found if r.route == route and r.device == g}):
-            other = _without(found, route, cls, gpus, g)
-            if not other.size:
-                continue
-            mine = pooled(found, route, cls, devices=(g,))
-            lo, hi = _ends(other)
-            lows.append(mine[:, None] >= lo[None, :])
-            highs.append(mine[:, None] <= hi[None, :])
-            mine_all.append(mine.size)
-        weights += [np.full(n, 1.0 / sum(mine_all)) for n in mine_all]
-    if not lows:  # no GPU has another to be scored against: the widest pair
+    sets = list(_held_sets(found, route, gpus))
+    if not sets:  # no GPU has another to be scored against: the widest pair
         return TAIL_GRID[-1], TAIL_GRID[-1]
-    return _narrowest(np.concatenate(lows), np.concatenate(highs), np.concatenate(weights),
+    rows = {g: sum(mine.size for h, mine, _ in sets if h == g) for g, _, _ in sets}
+    ends = [(mine, *_ends(other)) for _, mine, other in sets]
+    return _narrowest(np.concatenate([mine[:, None] >= lo[None, :] for mine, lo, _ in ends]),
+                      np.concatenate([mine[:, None] <= hi[None, :] for mine, _, hi in ends]),
+                      np.concatenate([np.full(mine.size, 1.0 / rows[g]) for g, mine, _ in sets]),
                       pooled(found, route, devices=gpus))
 
 
 def kernel_nested(found: list[Ratios], route: str, gpus=GPUS) -> dict:
     """Per GPU: the share of its rows inside bands whose tails (:func:`kernel_tails` over the other GPUs) and ends
     were both derived without it."""
-    out = {}
-    for g in gpus:
-        others = [x for x in gpus if x != g]
-        tails = kernel_tails(found, route, others)
-        out[g] = kernel_held_out(found, route, tails, gpus)[g]
-    return out
+    return {g: kernel_held_out(found, route, kernel_tails(found, route, [x for x in gpus if x != g]), gpus,
+                               only=(g,))[g] for g in gpus}
 
 
 @dataclass(frozen=True)
