@@ -152,6 +152,15 @@ GEMM_DISPATCHES = {
                "KernelScheduleAuto, which runs a tile on a pair of SMs (2-SM MMA) when the cluster's M is even and "
                "the tile's M a multiple of 128 (NVIDIA/cutlass include/cutlass/gemm/collective/builders/"
                "sm100_common.inl, sm100_make_trivial_tiled_mma): every configuration but the 64 x 64 one"),
+    "vllm_fused_moe_block_fp8": GemmDispatch(
+        rules=_rules({"tile": (64, 128)}),
+        source="vLLM's Triton fused_moe kernel for block-scaled FP8 experts without a tuned configuration "
+               "(vllm/model_executor/layers/fused_moe/fused_moe.py get_default_config, dtype fp8_w8a8 with a "
+               "block_shape: BLOCK_SIZE_M 64, BLOCK_SIZE_N block_shape[0] = 128, BLOCK_SIZE_K block_shape[1] = 128, "
+               "SPLIT_K 1, whatever the token count); each expert's rows padded to whole 64-row blocks "
+               "(moe_align_block_size). A tuned file in fused_moe/configs/ (E=..,N=..,device_name=..,dtype=fp8_w8a8,"
+               "block_shape=[128,128].json) replaces it; for NVIDIA_B200 the folder holds such files only for E=16, "
+               "N=4096 and E=128, N=384"),
 }
 
 
@@ -187,6 +196,9 @@ class KernelFacts(_Strict):
     #: efficiency classes whose kernel dispatches its tile by shape (e.g. vLLM's CUTLASS fp8 GEMM): rules, or the
     #: name of one of :data:`GEMM_DISPATCHES`
     gemm_dispatch: dict[GemmClassName, GemmDispatch] = Field(default_factory=dict)
+    #: classes whose grouped kernel (a mixture of experts' expert GEMMs, one product per expert) runs a fixed
+    #: tile instead of the library's cheapest: rules, or the name of one of :data:`GEMM_DISPATCHES`
+    grouped_dispatch: dict[GemmClassName, GemmDispatch] = Field(default_factory=dict)
     decode_block: Count = 128
     prefill_block: Count = 128
     #: the decode attention kernel vLLM runs here (:data:`DECODE_KERNELS`); None: as the device it borrows from
@@ -195,7 +207,7 @@ class KernelFacts(_Strict):
                    "split-K slices of at least 256); FlashAttention-2 split-KV decode blocks of 128 positions and "
                    "forward tiles of 128 query rows (head dimension <= 128)")
 
-    @field_validator("gemm_dispatch", mode="before")
+    @field_validator("gemm_dispatch", "grouped_dispatch", mode="before")
     @classmethod
     def _named_dispatches(cls, value):
         if not isinstance(value, dict):

@@ -22,7 +22,9 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     split over them (split-K, at least ``split_k_min`` deep; the partial sums are reduced by a second
     kernel, ``split_s``), and every tile pays a prologue and epilogue worth ``tile_k_overhead`` steps of its
     reduction. A class whose kernel fixes its tile by shape (``KernelFacts.gemm_dispatch``: vLLM's CUTLASS fp8
-    GEMM) runs that tile for a single product, unsplit. Prefill attention runs whole waves of
+    GEMM) runs that tile for a single product, unsplit; one whose grouped kernel fixes its tile
+    (``KernelFacts.grouped_dispatch``: vLLM's Triton fused MoE kernel for block-scaled FP8 experts) runs that tile
+    for every expert's product, unsplit, at the class's own rate. Prefill attention runs whole waves of
     ``prefill_block``-row query tiles.
 ``work_units``
     decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
@@ -329,6 +331,14 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
                                  kernels.largest_tile) / rate
             single = np.asarray(shape["batch"]) == 1
             compute, split_k = np.where(single, c, compute), np.where(single, 0.0, split_k)
+        if cls in kernels.grouped_dispatch:
+            # a grouped product (one per expert) runs the engine kernel's one configuration, unsplit; the class's
+            # compute_efficiency is that tile's own rate (no small-tile scaling against the library's largest)
+            rules = kernels.grouped_dispatch[cls].rules
+            c = dispatched_flops(rules, shape["batch"], shape["M"], shape["K"], shape["N"], sms, 0.0,
+                                 eff.tile_k_overhead, 1.0) / rate
+            grouped = np.asarray(shape["batch"]) > 1
+            compute, split_k = np.where(grouped, c, compute), np.where(grouped, 0.0, split_k)
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:
         count = np.asarray(shape["b"], float) * shape["g"]

@@ -213,3 +213,34 @@ def test_the_routing_is_stated_and_moves_the_experts_read(run_cli):
     r = run_cli("plan", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "2", "--input-len", "64",
                 "--output-len", "8", "--routing", "balanced")
     assert r.exit_code != 0 and r.output.startswith("Error:") and "mixture-of-experts" in r.output
+
+
+def test_a_fixed_grouped_tile_by_hand():
+    """Where vLLM's Triton fused MoE kernel runs its one default tile (block-scaled FP8 experts on the B200), every
+    expert's rows are padded to whole 64-row blocks and its columns to 128-column blocks, in whole waves over the
+    SMs, never split over K, at the class's own rate; a single product keeps the library's choice."""
+    import numpy as np
+
+    from costmodel.mechanisms import class_times
+    from costmodel.origin import resolve
+
+    b200 = costmodel.load_profile("b200")
+    kernels = b200.architecture.kernels
+    assert kernels.grouped_dispatch["moe_fp8_block"].rules[0].tile == (64, 128)
+    eff = resolve(b200, "graph").classes["moe_fp8_block"]
+    rate = b200.peak("fp8") * eff.compute_efficiency
+    sms = b200.architecture.compute_units.value
+    k0 = eff.tile_k_overhead  # every tile's prologue and epilogue, in steps of its reduction
+
+    def compute(batch, M, K, N):
+        return float(class_times("moe_fp8_block", eff, peak=b200.peak("fp8"), bandwidth=b200.bandwidth, sms=sms,
+                                 timing="graph", flops=2 * batch * M * K * N, nbytes=batch * K * N,
+                                 shape={"batch": batch, "M": M, "K": K, "N": N, "width": 1}, kernels=kernels).compute)
+
+    # 256 experts of 3 rows, K 7168, N 4096: 256 x 1 x 32 = 8192 tiles of 64 x 128, ceil(8192 / 148) = 56 waves
+    assert compute(256, 3, 7168, 4096) == pytest.approx(56 * 148 * 64 * 128 * (7168 + k0) * 2 / rate, rel=1e-12)
+    # 8 experts of 130 rows, K 256, N 7168: 8 x 3 x 56 = 1344 tiles, 10 waves (K too short to matter: no split)
+    assert compute(8, 130, 256, 7168) == pytest.approx(10 * 148 * 64 * 128 * (256 + k0) * 2 / rate, rel=1e-12)
+    # one product: the library's cheapest tile (gemm_candidates), not the fixed one
+    alone = compute(1, 3, 7168, 4096)
+    assert alone != pytest.approx(np.ceil(32 / 148) * 148 * 64 * 128 * (7168 + k0) * 2 / rate, rel=1e-6)
