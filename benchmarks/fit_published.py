@@ -55,7 +55,8 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
           "run the tile the device's kernel facts dispatch; the MoE kernel classes (moe, moe_fp8, ...) take the "
           "device's dense class of the same weights and fit compute_efficiency and the bandwidth curve (ceiling, "
           "half-bandwidth size, exponent) on the whole measured MoE layer (router, expert GEMMs, activation, "
-          "combine; costmodel.validation.moe_layers)")
+          "combine; costmodel.validation.moe_layers), or, where the device's grouped kernel runs one fixed tile "
+          "(kernels.grouped_dispatch), that tile's compute_efficiency and the bandwidth ceiling alone")
 
 
 def fit_device(tables, hw, moe_tables=()):
