@@ -323,22 +323,17 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
                 faster = total < best
                 compute, split_k = np.where(faster, c, compute), np.where(faster, extra, split_k)
                 best = np.minimum(best, total)
-        if cls in kernels.gemm_dispatch:
-            # a single product runs the kernel whose dispatch fixes its tile, unsplit; a batched or grouped one
-            # (a mixture of experts' experts, in the engine's own grouped kernel) keeps the library's choice
-            c = dispatched_flops(kernels.gemm_dispatch[cls].rules, shape["batch"], shape["M"], shape["K"],
-                                 shape["N"], sms, eff.small_tile_exponent, eff.tile_k_overhead,
-                                 kernels.largest_tile) / rate
-            single = np.asarray(shape["batch"]) == 1
-            compute, split_k = np.where(single, c, compute), np.where(single, 0.0, split_k)
-        if cls in kernels.grouped_dispatch:
-            # a grouped product (one per expert) runs the engine kernel's one configuration, unsplit; the class's
-            # compute_efficiency is that tile's own rate (no small-tile scaling against the library's largest)
-            rules = kernels.grouped_dispatch[cls].rules
-            c = dispatched_flops(rules, shape["batch"], shape["M"], shape["K"], shape["N"], sms, 0.0,
-                                 eff.tile_k_overhead, 1.0) / rate
-            grouped = np.asarray(shape["batch"]) > 1
-            compute, split_k = np.where(grouped, c, compute), np.where(grouped, 0.0, split_k)
+        # a kernel whose dispatch fixes its tile runs it, unsplit: a single product (gemm_dispatch, a tile scaled
+        # against the library's largest like the candidates above), or every expert's product of a grouped kernel
+        # (grouped_dispatch, at the class's own rate); any other product keeps the library's choice
+        batch = np.asarray(shape["batch"])
+        for dispatch, where, scaling, largest in (
+                (kernels.gemm_dispatch.get(cls), batch == 1, eff.small_tile_exponent, kernels.largest_tile),
+                (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0)):
+            if dispatch is not None:
+                c = dispatched_flops(dispatch.rules, batch, shape["M"], shape["K"], shape["N"], sms, scaling,
+                                     eff.tile_k_overhead, largest) / rate
+                compute, split_k = np.where(where, c, compute), np.where(where, 0.0, split_k)
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:
         count = np.asarray(shape["b"], float) * shape["g"]

@@ -152,10 +152,10 @@ def fit_moe_class(tables: list[MoETable], hw, names=None):
     cls = moe_class(tables[0])
     # the dense class's own input quantize is not the MoE kernel's (the MoE classes have no such mechanism)
     update = {"fitted": (), "at_bound": {}, "quantize_input": False}
-    if cls in hw.kernels.grouped_dispatch:
+    fixed_tile = cls in hw.kernels.grouped_dispatch
+    if fixed_tile:
         update |= {"tile_k_overhead": 0.0, "bandwidth_half_bytes": 0.0}
-        names = names or FIXED_TILE_FREE
-    names = names or MOE_FREE
+    names = names or (FIXED_TILE_FREE if fixed_tile else MOE_FREE)
     start = dense_class(hw, cls).model_copy(update=update)
     measured = np.concatenate([t.measured_s for t in tables])
 
