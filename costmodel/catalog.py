@@ -31,7 +31,11 @@ def _profile_files() -> list:
 
 
 def _parse(text: str, origin: str) -> HardwareProfile:
-    data = load_yaml(text, origin)
+    return _validated(load_yaml(text, origin), origin)
+
+
+def _validated(data, origin: str) -> HardwareProfile:
+    """A profile's fields, as read from ``origin``, checked: the profile, or one error naming the first bad field."""
     if not isinstance(data, dict):
         raise CostModelError(f"{origin}: expected a mapping of profile fields, got {type(data).__name__}")
     try:

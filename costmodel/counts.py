@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import sympy
 
@@ -189,13 +189,21 @@ def _mla_program(mode: str, form: str, q_lora: bool, groups, cache_append: str, 
     return build_mla_program(mode, form, q_lora=q_lora, execution=execution)
 
 
+@lru_cache(maxsize=1024)
 def _sum_steps(expr: sympy.Expr) -> sympy.Expr:
-    """Sum a decode step's count over i = 0 .. n-1 cached positions, in closed form."""
+    """Sum a decode step's count over i = 0 .. n-1 cached positions, in closed form (kept for the process: the
+    expressions are immutable, and a page or a server asks for the same program again and again)."""
     return sympy.summation(expr.subs(S.m, STEP), (STEP, 0, S.n - 1))
 
 
 def _finish(expr: sympy.Expr, subs: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
-    return sympy.factor(sympy.expand(expr.subs(subs)))
+    return _finished(expr, tuple(sorted(subs.items(), key=lambda kv: str(kv[0]))))
+
+
+@lru_cache(maxsize=4096)
+def _finished(expr: sympy.Expr, subs: tuple) -> sympy.Expr:
+    """``expr`` with ``subs`` substituted, expanded and factored for display (kept for the process)."""
+    return sympy.factor(sympy.expand(expr.subs(dict(subs))))
 
 
 def _check_dims(program: Program, dims: Mapping[str, int]) -> dict[sympy.Symbol, sympy.Expr]:

@@ -1,7 +1,9 @@
-"""Shared helpers: random small dimensions that satisfy a program's constraints."""
+"""Shared helpers: random small dimensions that satisfy a program's constraints, the CLI in-process, and the
+CPU measurement the documentation shows, run once a session."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -54,3 +56,29 @@ def llama():
     import costmodel
 
     return costmodel.load_model("llama-3.1-8b")
+
+
+#: The CPU calibration and validation docs/validation.md shows, as the default suite runs them (``--quick``):
+#: tests/test_docs.py checks that the pages' commands run, tests/test_validation.py reads what they wrote.
+QUICK_CPU_RUN = (("calibrate", "--device", "cpu", "--out", "my_cpu.yaml", "--quick"),
+                 ("validate", "--device", "cpu", "--quick", "--profile", "my_cpu.yaml", "--json", "report.json",
+                  "--plot", "report.png"))
+
+
+@pytest.fixture(scope="session")
+def quick_cpu_run(tmp_path_factory):
+    """:data:`QUICK_CPU_RUN`, run once (tens of seconds of this machine) in a folder of its own: (the folder,
+    each command's result)."""
+    pytest.importorskip("torch")
+    from click.testing import CliRunner
+
+    from costmodel.cli import main
+
+    folder = tmp_path_factory.mktemp("quick_cpu_run")
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        results = [CliRunner().invoke(main, list(args)) for args in QUICK_CPU_RUN]
+    finally:
+        os.chdir(here)
+    return folder, results

@@ -22,16 +22,14 @@ from costmodel.validation.kernels import _CopyCounter, build_kernels, counted_fl
 
 
 @pytest.fixture(scope="module")
-def quick_report(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("validate")
-    profile = folder / "cpu.yaml"
-    calibrated = CliRunner().invoke(main, ["calibrate", "--device", "cpu", "--quick", "--out", str(profile)])
-    assert calibrated.exit_code == 0, calibrated.output
-    out, plot = folder / "report.json", folder / "report.png"
-    result = CliRunner().invoke(main, ["validate", "--device", "cpu", "--quick", "--profile", str(profile),
-                                       "--json", str(out), "--plot", str(plot)])
-    assert result.exit_code == 0, result.output
-    return json.loads(out.read_text()), result.output, plot, profile
+def quick_report(quick_cpu_run):
+    """The quick CPU calibration and validation (conftest.QUICK_CPU_RUN): the report, the validation's output, the
+    figure and the calibrated profile."""
+    folder, results = quick_cpu_run
+    for result in results:
+        assert result.exit_code == 0, result.output
+    return json.loads((folder / "report.json").read_text()), results[1].output, folder / "report.png", \
+        folder / "my_cpu.yaml"
 
 
 def test_report_structure(quick_report):
