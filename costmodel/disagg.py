@@ -239,6 +239,10 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     d_wait_pages = [0] * d.engines  # pages the waiting requests will take
     d_time = np.zeros(d.engines)
     d_iters = d_seqs = 0
+    # each busy decode worker's planned run: (start, step ends, step times); a "decoded" event counts only while its
+    # number is the worker's latest (a request that reaches the worker cuts the run short: :func:`cut`)
+    d_plan: list = [None] * d.engines
+    d_token = [0] * d.engines
     waits = 0  # requests that reached a decode worker with no slot or pages for them
     page = dec.eng.page_size
     pages_total = dec.kv_tokens // page
@@ -322,15 +326,30 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             d_busy[w] = False
             return
         d_busy[w] = True
-        # decode-only iterations until the first running request finishes or another event is due
+        # decode-only iterations until the first running request finishes, or until a request that reaches the
+        # worker meanwhile joins (cut)
         k = min(r.output - 1 - r.done for r in run)
-        times = dec.table.decode_run(len(run), d_ctx[w], k) + dec.iteration_s
-        ends = t + np.cumsum(times)
-        horizon = events[0][0] if events else np.inf
         if q and q[0].queued > seen:  # one came while the last iteration ran: it joins after the next one
-            horizon = t
-        steps = max(1, int(np.searchsorted(ends, horizon, side="right")))
-        push(float(ends[steps - 1]), "decoded", (w, steps, float(ends[steps - 1] - t), float(times[steps - 1])))
+            k = 1
+        times = dec.table.decode_run(len(run), d_ctx[w], k) + dec.iteration_s
+        plan(w, t, t + np.cumsum(times), times)
+
+    def plan(w, t, ends, times):
+        d_plan[w] = (t, ends, times)
+        d_token[w] += 1
+        push(float(ends[-1]), "decoded", (w, d_token[w]))
+
+    def cut(w, t):
+        """A request reached busy decode worker ``w`` at ``t``: its run ends where the request is admitted if there
+        is room: with the iteration under way (an iteration that ends at ``t`` is under way), or under an overlap
+        scheduler with the first iteration that starts at ``t`` or later (planned once the request was there)."""
+        start, ends, times = d_plan[w]
+        if dec.eng.lag:
+            steps = int(np.searchsorted(np.concatenate(([start], ends[:-1])), t, side="left")) + 1
+        else:
+            steps = int(np.searchsorted(ends, t, side="left")) + 1
+        if steps < len(ends):
+            plan(w, start, ends[:steps], times[:steps])
 
     while events:
         t, _, kind, x = heapq.heappop(events)
@@ -378,8 +397,14 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             d_wait[w].append(r)
             if not d_busy[w]:
                 start_decode(w, t)
+            else:
+                cut(w, t)
         else:  # decoded
-            w, steps, dt, last = x
+            w, token = x
+            if token != d_token[w]:
+                continue  # a run cut short: its own event is the one that counts
+            start, ends, times = d_plan[w]
+            steps, dt, last = len(ends), float(ends[-1] - start), float(times[-1])
             run = d_run[w]
             d_iters += steps
             d_seqs += steps * len(run)
