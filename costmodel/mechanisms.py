@@ -173,15 +173,25 @@ def windowed_pairs(n, m, window, blocked: bool, B: int = DEFAULT_KERNELS.prefill
     return (t * a + t * (t - 1) / 2 + (T - t) * np.minimum(cap, a + t)) * B * B
 
 
+def m_tiles(batch, M, tm, m_blocks: dict | None = None):
+    """Tiles of ``tm`` rows down the M side of ``batch`` products of ``M`` rows: ``batch x ceil(M / tm)``, or
+    where the products' rows differ (``m_blocks``, by tile height: each product padded on its own), their sum."""
+    out = np.asarray(batch, float) * np.ceil(np.asarray(M, float) / tm)
+    for height, blocks in (m_blocks or {}).items():
+        out = np.where(tm == height, np.asarray(blocks, float), out)
+    return out
+
+
 def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,
-                    kernels: KernelFacts = DEFAULT_KERNELS):
+                    kernels: KernelFacts = DEFAULT_KERNELS, m_blocks: dict | None = None):
     """(FLOPs, split-K chunks) of every configuration a library can run a GEMM in: each tile of
     ``kernels.gemm_tiles``, in whole waves of whole tiles at the largest tile's rate, with the reduction split over the
-    SMs when there are too few tiles to fill them (chunks of at least ``kernels.split_k_min``) and without."""
+    SMs when there are too few tiles to fill them (chunks of at least ``kernels.split_k_min``) and without
+    (``m_blocks``: :func:`m_tiles`)."""
     batch, M, K, N = (np.asarray(x, float) for x in (batch, M, K, N))
     largest = kernels.largest_tile
     for tm, tn in kernels.gemm_tiles:
-        tiles = batch * np.ceil(M / tm) * np.ceil(N / tn)
+        tiles = m_tiles(batch, M, tm, m_blocks) * np.ceil(N / tn)
         split = np.clip(np.floor(sms / np.maximum(tiles, 1)), 1, np.maximum(np.floor(K / kernels.split_k_min), 1))
         for splits in (split, np.ones_like(split)):
             waves = np.ceil(tiles * splits / sms)
@@ -213,11 +223,12 @@ def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def dispatched_flops(rules, batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float,
-                     largest: float) -> np.ndarray:
+                     largest: float, m_blocks: dict | None = None) -> np.ndarray:
     """FLOPs (at the largest tile's rate) of a GEMM whose tile a fixed dispatch chooses: whole waves of its tiles
-    over the SMs, the whole reduction in each; a tile of a pair of SMs takes two of them, each with half its rows."""
+    over the SMs, the whole reduction in each; a tile of a pair of SMs takes two of them, each with half its rows
+    (``m_blocks``: :func:`m_tiles`)."""
     tm, tn, per = dispatched_tiles(rules, M, K, N)
-    tiles = np.asarray(batch, float) * np.ceil(np.asarray(M, float) / tm) * np.ceil(np.asarray(N, float) / tn)
+    tiles = m_tiles(batch, M, tm, m_blocks) * np.ceil(np.asarray(N, float) / tn)
     waves = np.ceil(tiles * per / sms)
     return (waves * sms * tm / per * tn * (np.asarray(K, float) + k_overhead) * 2
             / (tm * tn / largest) ** small_tile_exponent)
@@ -314,7 +325,8 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         # sums in a second kernel (split_s)
         best = None
         for cost, splits in gemm_candidates(shape["batch"], shape["M"], shape["K"], shape["N"], sms,
-                                            eff.small_tile_exponent, eff.tile_k_overhead, kernels):
+                                            eff.small_tile_exponent, eff.tile_k_overhead, kernels,
+                                            shape.get("m_blocks")):
             c, extra = cost / rate, eff.split_s * (splits > 1)
             total = (np.maximum(c, memory) if overlap == "max" else c + memory) + extra
             if best is None:
@@ -332,7 +344,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
                 (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0)):
             if dispatch is not None:
                 c = dispatched_flops(dispatch.rules, batch, shape["M"], shape["K"], shape["N"], sms, scaling,
-                                     eff.tile_k_overhead, largest) / rate
+                                     eff.tile_k_overhead, largest, shape.get("m_blocks")) / rate
                 compute, split_k = np.where(where, c, compute), np.where(where, 0.0, split_k)
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:

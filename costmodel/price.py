@@ -323,7 +323,9 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
     for name, kind, einsum, f, e, w, c, gemm, grouped in zip(compiled.names, compiled.kinds, compiled.einsums, flops,
                                                              elements, weights, cache, compiled.gemm_shapes(dims),
                                                              compiled.grouped):
-        weighted = gemm is not None and bool(np.all(np.asarray(w) > 0))
+        # a product with weight operands, however many of them an entry of an array reads (a step that routes no
+        # rows to a device's experts reads none: its other entries are priced as the weights' format still)
+        weighted = gemm is not None and bool(np.any(np.asarray(w) > 0))
         math = None if not weighted else (precision.expert_dtype if grouped else None) or precision.gemm_dtype
         fast = math is not None
         kernel = precision.gemm_kernel if fast else None
@@ -334,6 +336,8 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
         op = KernelOp(kind, name, math or precision.dtype, f, precision.bytes(e, w, c), launches, kernel=kernel)
         if gemm is not None:
             gemm = {key: x if np.ndim(x) else int(x) for key, x in gemm.items()}
+            if grouped and "blocks" in dims:  # skewed routing: each expert's rows in whole blocks of its own
+                gemm["m_blocks"] = dims["blocks"]
         cls = efficiency_class(kind, name)
         shape = op_shape(cls, dims if kernel_dims is None or gemm is not None else kernel_dims, mode, gemm, name,
                          precision.act)

@@ -6,7 +6,7 @@ A shape says what the kernel runs over, never what it costs; :mod:`costmodel.mec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -14,16 +14,22 @@ import numpy as np
 @dataclass(frozen=True)
 class GemmShape:
     """A (batched) matrix product: ``batch`` products of an M x K by a K x N matrix; ``width``: bytes per
-    element (a CPU GEMM's packing passes over its K x N operand are counted in them; 0: not counted)."""
+    element (a CPU GEMM's packing passes over its K x N operand are counted in them; 0: not counted);
+    ``m_blocks``: for a grouped product whose products differ in rows (skewed routing over experts), the whole
+    blocks of each tile height their rows fill, each product's own (:func:`costmodel.model_ops.routed_blocks`;
+    None: ``batch`` products of ``M`` rows)."""
 
     batch: object
     M: object
     K: object
     N: object
     width: float = 0
+    m_blocks: dict | None = field(default=None, compare=False)
 
     def fields(self) -> dict:
         out = {"batch": self.batch, "M": self.M, "K": self.K, "N": self.N}
+        if self.m_blocks is not None:
+            out["m_blocks"] = self.m_blocks
         return {**out, "width": self.width} if self.width else out
 
 

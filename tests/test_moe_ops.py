@@ -7,6 +7,7 @@ import itertools
 from pathlib import Path
 import random
 
+import numpy as np
 import pytest
 
 import costmodel
@@ -138,8 +139,9 @@ def test_skewed_routing_layers_no_fit_saw(h100_layers, dtype, limit):
 
 def test_routing_sets_the_rows_and_experts_of_the_busiest_device():
     """Balanced routing touches as many distinct experts as there are rows (at most the device's); uniform the
-    expected count; a power law conserves the rows (to the rounding of each expert's load) and never touches more
-    than the device holds."""
+    expected count; a power law conserves the rows (each draw's rounding put back, as the collector does: even one
+    token's 8 rows over 128 experts, each of whose loads rounds to zero) and never touches more than the device
+    holds."""
     from costmodel.model_ops import routed_load
 
     moe = costmodel.load_model("qwen3-235b-a22b").moe.model_copy(update={"experts": 32, "expert_ranks": 4})
@@ -151,13 +153,66 @@ def test_routing_sets_the_rows_and_experts_of_the_busiest_device():
     whole = moe.model_copy(update={"experts": 128, "expert_ranks": 1, "routing": "power-law:1.2"})
     for tokens in (1, 16, 4096):
         rows, touched = routed_load(whole, tokens)
-        assert abs(rows - 8 * tokens) <= 64 and touched <= 128
+        assert rows == 8 * tokens and touched <= 128
     skewed = moe.model_copy(update={"routing": "power-law:1.01"})
     rows, touched = routed_load(skewed, 4096)
     assert 4096 * 8 / 4 <= rows <= 4096 * 8 and touched <= 32
     with pytest.raises(ValueError):
         moe.model_copy(update={"routing": "power-law:1"}).model_validate(
             {**moe.model_dump(), "routing": "power-law:1"})
+
+
+def test_skewed_rows_fill_whole_blocks_of_each_expert():
+    """Under a power law the busiest device's experts hold different numbers of rows, each padded to whole blocks
+    of its own: the blocks of each tile height are at least the rows in one piece (ceil(rows / height)) and the
+    touched experts (one block each at least), at most one per row, and fewer as the blocks grow. Balanced and
+    uniform routing give none (their experts' rows are the mean per touched expert)."""
+    from costmodel.model_ops import ROW_TILES, routed_blocks, routed_load
+
+    moe = costmodel.load_model("qwen3-235b-a22b").moe.model_copy(update={"experts": 128, "expert_ranks": 1})
+    assert routed_blocks(moe, 64) is None and routed_blocks(moe.model_copy(update={"routing": "balanced"}), 64) is None
+    skewed = moe.model_copy(update={"routing": "power-law:1.2"})
+    tokens = np.array([1, 16, 300, 4096])
+    rows, touched = routed_load(skewed, tokens)
+    blocks = routed_blocks(skewed, tokens)
+    assert sorted(blocks) == list(ROW_TILES)
+    for tm in ROW_TILES:
+        assert np.all(blocks[tm] >= np.maximum(np.ceil(rows / tm), touched) - 1e-9) and np.all(blocks[tm] <= rows)
+    assert all(np.all(blocks[a] >= blocks[b]) for a, b in zip(ROW_TILES, ROW_TILES[1:]))
+    assert blocks[256][-1] > np.ceil(rows[-1] / 256)  # skewed: more blocks than the rows in one piece
+
+
+def test_a_grouped_products_blocks_by_hand():
+    """Two experts of 1 and 127 rows in 64-row tiles: 1 + 2 = 3 blocks down M, where two products of the mean 64
+    rows would fill 2; the library's candidates and a fixed dispatch count the same blocks."""
+    from costmodel.hardware import GemmDispatch, TileRule
+    from costmodel.mechanisms import dispatched_flops, gemm_candidates, m_tiles
+
+    blocks = {64: 3.0, 128: 2.0}
+    assert m_tiles(2, 64, 64) == 2 and m_tiles(2, 64, 64, blocks) == 3 and m_tiles(2, 64, 32, blocks) == 4
+    rule = GemmDispatch(rules=(TileRule(tile=(64, 128)),), source="a test").rules
+    # 3 x 2 tiles on 4 SMs: two waves of 4 tiles' worth of 64 x 128 x K work (the mean's 2 x 2 tiles: one wave)
+    assert dispatched_flops(rule, 2, 64, 512, 256, 4, 0.0, 0.0, 1.0, blocks) == 2 * 4 * 64 * 128 * 512 * 2
+    assert dispatched_flops(rule, 2, 64, 512, 256, 4, 0.0, 0.0, 1.0) == 1 * 4 * 64 * 128 * 512 * 2
+    with_blocks = dict(gemm_candidates(2, 64, 512, 256, 132, 0.0, m_blocks=blocks))
+    assert len(with_blocks) > 1  # every candidate tile counted, each in its own blocks
+
+
+def test_an_arrays_entries_are_priced_alone():
+    """A step's MoE block over an array of token counts prices each entry as it would alone, an entry that routes
+    no rows (no tokens) included: the weight format of the expert GEMMs is the op's, not each entry's."""
+    from costmodel.model_step import op_time, pricing
+
+    m = costmodel.load_model("qwen3-235b-a22b")
+    hw = costmodel.load_profile("b200")
+    pr = pricing(m, hw, tp=8, weight_dtype="fp8_block")
+    dev = pr.slice(m)
+    tokens = np.array([0, 64, 8192])
+    together = {s.name: np.asarray(op_time(s, pr).time) for s in _moe_ops(dev, tokens, 1, pr.precision)}
+    for i, n in enumerate(tokens[1:], 1):
+        alone = {s.name: op_time(s, pr).time for s in _moe_ops(dev, int(n), 1, pr.precision)}
+        for name, t in alone.items():
+            assert together[name][i] == pytest.approx(t, rel=1e-12), (name, n)
 
 
 def test_the_zero_rows_of_the_fused_kernel_by_hand():
