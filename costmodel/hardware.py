@@ -485,6 +485,14 @@ class HardwareProfile(_Strict):
         return self.architecture.kernels if self.architecture is not None else KernelFacts()
 
     @property
+    def systolic_tile(self) -> tuple[int, int] | None:
+        """(rows, columns) of the stationary operand of a systolic matrix unit (a TPU's MXU): a profile's
+        two-dimensional matrix tile; None for a three-dimensional instruction shape (NVIDIA's mma m16n8k16, whose
+        GPUs' tiles the GEMM mechanisms count) or none."""
+        shape = self.matrix_tile.shape if self.matrix_tile is not None else ()
+        return (shape[0], shape[1]) if len(shape) == 2 else None
+
+    @property
     def domain(self) -> int | None:
         """Devices one scale-up domain joins (None: the profile states none)."""
         return self.scale_up_devices.value if self.scale_up_devices is not None else None

@@ -25,7 +25,10 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     GEMM) runs that tile for a single product, unsplit; one whose grouped kernel fixes its tile
     (``KernelFacts.grouped_dispatch``: vLLM's Triton fused MoE kernel for block-scaled FP8 experts) runs that tile
     for every expert's product, unsplit, at the class's own rate. Prefill attention runs whole waves of
-    ``prefill_block``-row query tiles.
+    ``prefill_block``-row query tiles. A device priced by its datasheet whose matrix unit is a systolic array (a
+    two-dimensional ``matrix_tile``: a TPU's MXU) runs every product in whole passes of the array
+    (:func:`systolic_flops`): a tile of the stationary operand holds the array for at least as many cycles as it
+    has rows, however few query rows stream through it.
 ``work_units``
     decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
     the SMs, plus ``split_s`` for the split-KV combine kernel once the context spans more than one block
@@ -242,6 +245,32 @@ def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_o
                                                             kernels)])
 
 
+def systolic_flops(flops, shape: dict, tile) -> np.ndarray:
+    """FLOPs at which a systolic matrix unit of ``tile`` (rows x columns of its stationary operand, a TPU's MXU
+    128 x 128) does an op's products, as if every pass used the whole array: the stationary operand (a weight
+    matrix; the keys, then the values, of one key/value head) is taken in whole tiles, and each tile holds the
+    array for at least as many cycles as loading it takes (one per row of the tile), however few rows stream
+    through it. A product of M streamed rows over a K x N stationary operand costs
+    ``max(M, rows) x ceil(K / rows) rows x ceil(N / cols) cols`` multiply-adds; attention streams the query rows
+    that share a key/value head (h / g per position) over that head's keys and values. ``shape``: the fields of a
+    GEMM (``batch, M, K, N``), decode (``b, g, h, positions, k``) or prefill (``b, h, g, n, m, k``) shape; any
+    other op's FLOPs are kept."""
+    rows, cols = tile[0], tile[1]
+    flops = np.asarray(flops, float)
+    up = lambda x, t: np.ceil(np.maximum(np.asarray(x, float), 1) / t) * t  # noqa: E731
+    def scale(m, k, n):
+        m, k, n = (np.maximum(np.asarray(x, float), 1) for x in (m, k, n))
+        return np.maximum(m, rows) / m * up(k, rows) / k * up(n, cols) / n
+    if "M" in shape:
+        return flops * scale(shape["M"], shape["K"], shape["N"])
+    if "k" not in shape:
+        return flops
+    group = np.asarray(shape["h"], float) / np.asarray(shape["g"], float)
+    if "positions" in shape:  # decode: a query row per head of the group, over the cached positions
+        return flops * scale(group, shape["k"], shape["positions"])
+    return flops * scale(np.asarray(shape["n"], float) * group, shape["k"], shape["m"])
+
+
 def _streamed(nbytes, eff, bandwidth: float, on) -> np.ndarray:
     """Seconds to move ``nbytes`` at the class's achieved-bandwidth curve (the datasheet bandwidth with the
     ``bandwidth`` mechanism off)."""
@@ -390,7 +419,7 @@ def class_peak(hw, cls: str, dtype: str) -> float:
 
 __all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "DEFAULT_KERNELS", "Times", "class_times", "class_peak",
            "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "dispatched_tiles", "efficiency_class",
-           "decode_shape"]
+           "decode_shape", "systolic_flops"]
 
 
 def decode_shape(prefill):
@@ -413,10 +442,10 @@ def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None, name: str = "",
         return GemmShape(**gemm, width=width) if gemm else None
     if cls == "decode_attention":
         positions = dims["n"] if mode == "generate" else np.asarray(dims["m"]) + 1
-        return DecodeShape(dims["b"], dims["g"], dims["h"], positions)
+        return DecodeShape(dims["b"], dims["g"], dims["h"], positions, dims.get("k"))
     if cls == "prefill_attention":
         # the cache write reads the n new keys and values of every key/value head and writes them
         kv = dims["g"] * (dims["k"] + dims.get("v", dims["k"]))
         return PrefillShape(dims["b"], dims["h"], dims["g"], dims["n"], dims["m"],
-                            write_bytes=2 * np.asarray(dims["b"]) * dims["n"] * kv * width)
+                            write_bytes=2 * np.asarray(dims["b"]) * dims["n"] * kv * width, k=dims["k"])
     return None

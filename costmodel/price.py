@@ -20,9 +20,9 @@ from typing import NamedTuple
 import numpy as np
 
 from costmodel.mechanisms import (MOE_GEMM, PROGRAM_CLASS, class_peak, class_times, decode_shape, efficiency_class,
-                                  ring_all_reduce)
+                                  ring_all_reduce, systolic_flops)
 from costmodel.origin import Resolved, TimeModel, time_model
-from costmodel.shapes import one_query
+from costmodel.shapes import fields, one_query
 
 
 @dataclass(frozen=True)
@@ -126,13 +126,21 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
                                                zip(alone, (compute, memory, overhead, body)))
         return _finish(compute, memory, overhead, body + overhead, cls)
     # the datasheet roofline: the dtype's peak (the vector peak for elementwise ops), the profile's bandwidth, and
-    # the profile's launch cost per kernel unless the fixed-cost mechanism is off (--without all: the bare roofline)
+    # the profile's launch cost per kernel unless the fixed-cost mechanism is off (--without all: the bare roofline);
+    # on a systolic matrix unit (a two-dimensional matrix tile) its products in whole passes of the array (tiles)
     peak = op.peak or (hw.vector_peak(op.dtype) if op.kind == "elementwise" else hw.peak(op.dtype))
-    compute = op.flops / peak
+    flops = op.flops
+    if "tiles" in conv.model.on and op.kind in SYSTOLIC_KINDS and hw.systolic_tile is not None and shape is not None:
+        flops = systolic_flops(flops, fields(shape), hw.systolic_tile)
+    compute = flops / peak
     memory = op.bytes / hw.bandwidth
     launch = hw.launch_overhead * op.launches if "fixed" in conv.model.on else 0.0
     body = compute + memory if conv.overlap == "sum" else np.maximum(compute, memory)
     return _finish(compute, memory, launch, body + launch, None)
+
+
+#: The op kinds a matrix unit computes (the others run on the vector units).
+SYSTOLIC_KINDS = ("projection", "attention", "fused_decode", "fused_prefill")
 
 
 #: The largest message vLLM's custom all-reduce takes (vllm/distributed/device_communicators/custom_all_reduce.py,

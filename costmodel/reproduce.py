@@ -10,7 +10,6 @@ TPU v4 (Ainslie et al. 2023, Figure 6).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from costmodel.vocab import dtype_bytes
@@ -21,8 +20,8 @@ from costmodel.catalog import load_profile
 from costmodel.model_ops import StepOp, step_ops
 from costmodel.model_step import predict_model
 from costmodel.presets import ModelPreset, load_model
+from costmodel.origin import TimeModel
 from costmodel.price import Conventions, KernelOp, price
-from costmodel.shapes import GemmShape
 
 # Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)
 PAPER_US_PER_TOKEN = {"mha": 46.0, "mqa": 3.8}
@@ -46,8 +45,9 @@ class Mechanisms:
     concat_cache: bool = True
     """``tf.concat`` of the self-attention K/V cache: the whole cache is read and written every step."""
     tile_padding: bool = True
-    """Each matmul's M, K and N padded to the matrix unit's tile (the profile's ``matrix_tile``): a
-    per-head matrix-vector product (M = 1) costs a whole 128-row tile."""
+    """Each matmul in whole passes of the matrix unit (the ``tiles`` mechanism on a systolic array,
+    :func:`costmodel.mechanisms.systolic_flops`): its K and N padded to the profile's ``matrix_tile``, its M to at
+    least the tile's rows: a per-head matrix-vector product (M = 1) costs a whole 128-row pass."""
     f32_passes: int = 1
     """Passes of bf16 products per f32 matmul. 1: XLA on TPU multiplies f32 operands in bfloat16 with f32
     accumulation unless a higher precision is asked for (google/jax issue 1856, 2019: "matrix multiplication on
@@ -83,13 +83,6 @@ def steps(final: Mechanisms = Mechanisms()) -> list[tuple[str, Mechanisms]]:
     return out
 
 
-def _padded(gemm: tuple[int, int, int, int], tile: tuple[int, ...]) -> float:
-    batch, m, k, n = gemm
-    up = lambda x, t: math.ceil(x / t) * t  # noqa: E731
-    tm, tk = tile[0], tile[1]
-    return 2.0 * batch * up(m, tm) * up(k, tk) * up(n, tk)
-
-
 def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Mechanisms,
                    positions: int = TARGET_POSITIONS) -> tuple[float, list]:
     """One decoder step on one chip (self-attention memory of ``positions``): every op's roofline time under the
@@ -97,14 +90,13 @@ def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Me
     dtype = "fp32" if mech.f32_storage else "bf16"
     ops: list[StepOp] = step_ops(model, "decode", batch, positions - 1, SOURCE_POSITIONS,
                                  dtype_bytes(dtype), "unfused", "concat" if mech.concat_cache else "inplace")
-    tile = hw.matrix_tile.shape if hw.matrix_tile else (1, 1)
     peak = hw.peak("bf16") / (mech.f32_passes if mech.f32_storage else 1)
+    # the datasheet roofline with the launch cost, and the matrix unit's whole passes where tile padding is on
+    conv = Conventions(TimeModel(None, "graph", frozenset({"fixed", "tiles"} if mech.tile_padding else {"fixed"})))
     total, detail = 0.0, []
     for s in ops:
-        gemm = (s.shape.batch, s.shape.M, s.shape.K, s.shape.N) if isinstance(s.shape, GemmShape) else None
-        flops = _padded(gemm, tile) if (mech.tile_padding and gemm) else s.op.flops
         nbytes = s.op.bytes * (mech.cache_copies if mech.concat_cache and s.name in CACHE_APPENDS else 1)
-        t = price(KernelOp(s.op.kind, s.name, dtype, flops, nbytes, peak=peak), None, hw, Conventions.datasheet())
+        t = price(KernelOp(s.op.kind, s.name, dtype, s.op.flops, nbytes, peak=peak), s.shape, hw, conv)
         time = t.time * s.count
         total += time
         detail.append({"section": s.section, "op": s.name, "time_s": time, "bound": t.bound})
@@ -166,35 +158,51 @@ def gqa2023(groups=GROUPS, hw: HardwareProfile | None = None, chips: int = 8, so
     Tensor parallel over ``chips``; the batch is the largest that fits, up to ``max_batch_per_chip`` x
     ``chips``. Time = prefill (encoder over ``source`` tokens) + ``output`` decode steps, the step time
     evaluated every ``sample_every`` steps and summed with the trapezoid rule (it is piecewise linear in
-    the context).
+    the context). ``steps``: multi-query, 8 groups and multi-head priced by the datasheet roofline (with the
+    launch cost per kernel), then with the matrix unit's whole passes (the ``tiles`` mechanism), as the
+    table is.
     """
     hw = hw or load_profile("tpu_v4")
     base = load_model("t5_xxl")
-    rows = []
-    for g in groups:
-        m = base.model_copy(update={"kv_heads": g, "cross_kv_heads": g, "encoder_kv_heads": base.heads})
-        batch = max_batch_per_chip * chips
-        run = {"source": source, "tp": chips, "execution": GQA2023_EXECUTION}
-        fit = predict_model(m, hw, batch=1, context=output, **run).memory.max_batch
-        batch = min(batch, fit)
-        if batch < 1:
-            rows.append({"groups": g, "batch": 0, "ms_per_sample": None, "note": "does not fit"})
-            continue
-        points = sorted(set(range(0, output, sample_every)) | {output - 1})
-        times = [predict_model(m, hw, batch=batch, context=max(c, 1), **run).decode.time_s for c in points]
-        decode = sum((times[i] + times[i + 1]) / 2 * (points[i + 1] - points[i]) for i in range(len(points) - 1))
-        decode += times[-1]  # the last step itself
-        prefill = predict_model(m, hw, batch=batch, context=1, **run).prefill.time_s
-        total = prefill + decode
-        rows.append({"groups": g, "batch": batch, "prefill_s": prefill, "decode_s": decode,
-                     "chip_ms_per_sample": total * chips / batch * 1e3,
-                     "paper_chip_ms_per_sample": PAPER_S_PER_SAMPLE[g] * 1e3 if g in PAPER_S_PER_SAMPLE else None})
-    return {"rows": rows, "chips": chips, "setup": (f"T5 XXL (24+24 layers, d 4096, 64 heads of 64, gated d_ff 10240), decoder self- "
-                                    f"and cross-attention with g groups, encoder MHA; input {source}, output {output}; "
-                                    f"{chips} x {hw.name} tensor parallel, batch = largest that fits up to "
-                                    f"{max_batch_per_chip} per chip; {GQA2023_EXECUTION} attention; chip-milliseconds per sample"),
+    run = dict(hw=hw, chips=chips, source=source, output=output, max_batch_per_chip=max_batch_per_chip,
+               sample_every=sample_every)
+    rows = [_gqa_row(base, g, **run) for g in groups]
+    done = {r["groups"]: r for r in rows}
+    steps = []
+    for label, without in (("datasheet roofline (launch cost per kernel)", ("tiles",)),
+                           (f"+ matrix-unit passes (whole {' x '.join(map(str, hw.systolic_tile or ()))} tiles)", ())):
+        got = {g: done[g] if g in done and not without else _gqa_row(base, g, without=without, **run)
+               for g in PAPER_S_PER_SAMPLE}
+        steps.append({"model": label, "without": list(without),
+                      **{f"g{g}_chip_ms_per_sample": r.get("chip_ms_per_sample") for g, r in got.items()}})
+    return {"rows": rows, "steps": steps, "chips": chips,
+            "setup": (f"T5 XXL (24+24 layers, d 4096, 64 heads of 64, gated d_ff 10240), decoder self- "
+                      f"and cross-attention with g groups, encoder MHA; input {source}, output {output}; "
+                      f"{chips} x {hw.name} tensor parallel, batch = largest that fits up to "
+                      f"{max_batch_per_chip} per chip; {GQA2023_EXECUTION} attention; chip-milliseconds per sample"),
             "paper": "Ainslie et al. 2023, Table 1 (T_infer of MQA-XXL, GQA-8-XXL and MHA-XXL)",
             "execution": GQA2023_EXECUTION}
+
+
+def _gqa_row(base: ModelPreset, g: int, *, hw, chips: int, source: int, output: int, max_batch_per_chip: int,
+             sample_every: int, without=()) -> dict:
+    """One row of :func:`gqa2023`: the model with ``g`` key/value groups, its batch, prefill and decode."""
+    m = base.model_copy(update={"kv_heads": g, "cross_kv_heads": g, "encoder_kv_heads": base.heads})
+    batch = max_batch_per_chip * chips
+    run = {"source": source, "tp": chips, "execution": GQA2023_EXECUTION, "without": without}
+    fit = predict_model(m, hw, batch=1, context=output, **run).memory.max_batch
+    batch = min(batch, fit)
+    if batch < 1:
+        return {"groups": g, "batch": 0, "ms_per_sample": None, "note": "does not fit"}
+    points = sorted(set(range(0, output, sample_every)) | {output - 1})
+    times = [predict_model(m, hw, batch=batch, context=max(c, 1), **run).decode.time_s for c in points]
+    decode = sum((times[i] + times[i + 1]) / 2 * (points[i + 1] - points[i]) for i in range(len(points) - 1))
+    decode += times[-1]  # the last step itself
+    prefill = predict_model(m, hw, batch=batch, context=1, **run).prefill.time_s
+    total = prefill + decode
+    return {"groups": g, "batch": batch, "prefill_s": prefill, "decode_s": decode,
+            "chip_ms_per_sample": total * chips / batch * 1e3,
+            "paper_chip_ms_per_sample": PAPER_S_PER_SAMPLE[g] * 1e3 if g in PAPER_S_PER_SAMPLE else None}
 
 
 #: DeepSeek-V2 (arXiv 2405.04434), Section 3.2.3 and Figure 1: against DeepSeek 67B, the KV cache reduced by 93.3%

@@ -234,6 +234,11 @@ def assumptions(w: Workload, hw: HardwareProfile, overlap: str, model=None) -> l
     else:
         out = [f"roofline per op: time = {how}{launch}; {peaks} peaks "
                f"({w.dtype} for einsums, vector peak for elementwise ops)"]
+        tile = hw.systolic_tile
+        if tile is not None and model is not None and "tiles" in model.on:
+            out.append(f"matrix unit: a systolic array of {tile[0]} x {tile[1]}; every product in whole passes of it "
+                       f"(K and N in whole tiles, at least {tile[0]} rows of M a pass: a head's one query row in "
+                       f"decode costs {tile[0]}; --without tiles: none)")
         out += mechanism_lines(hw, model) if model is not None else []
     out += [
         "every op is its own kernel; intermediates go through memory" if w.execution == "unfused" else

@@ -36,22 +36,25 @@ class GemmShape:
 @dataclass(frozen=True)
 class DecodeShape:
     """Decode attention: ``b`` sequences, ``g`` key/value heads, ``h`` query heads, ``positions`` attended
-    (the new one included)."""
+    (the new one included); ``k``: the elements of a key (and of a value) of one head (None: not given)."""
 
     b: object
     g: object
     h: object
     positions: object
+    k: object = None
 
     def fields(self) -> dict:
-        return {"b": self.b, "g": self.g, "h": self.h, "positions": self.positions}
+        out = {"b": self.b, "g": self.g, "h": self.h, "positions": self.positions}
+        return out if self.k is None else {**out, "k": self.k}
 
 
 @dataclass(frozen=True)
 class PrefillShape:
     """Prefill attention: ``b`` sequences of ``n`` queries over ``m`` positions, ``h`` query and ``g``
     key/value heads; ``write_bytes``: what writing the prompt's keys and values into the cache moves (None:
-    not counted); ``window``: a sliding window (None: full causal attention)."""
+    not counted); ``window``: a sliding window (None: full causal attention); ``k``: the elements of a key (and of
+    a value) of one head (None: not given)."""
 
     b: object
     h: object
@@ -60,18 +63,18 @@ class PrefillShape:
     m: object
     write_bytes: object = None
     window: object = None
+    k: object = None
 
     def fields(self) -> dict:
         out = {"b": self.b, "h": self.h, "g": self.g, "n": self.n, "m": self.m}
-        if self.write_bytes is not None:
-            out["write_bytes"] = self.write_bytes
-        if self.window is not None:
-            out["window"] = self.window
+        for name in ("write_bytes", "window", "k"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
     def decode(self) -> DecodeShape:
         """The decode kernel's shape for a one-query prefill (one new position attending to its ``m``)."""
-        return DecodeShape(self.b, self.g, self.h, self.m)
+        return DecodeShape(self.b, self.g, self.h, self.m, self.k)
 
 
 @dataclass(frozen=True)

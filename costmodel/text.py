@@ -306,6 +306,13 @@ def gqa_table(r: dict) -> str:
         lines += ["", f"  paper: {r['paper']}",
                   f"  multi-head / multi-query: model {ours[64] / ours[1]:.2f}x, paper {paper[64] / paper[1]:.2f}x; "
                   f"8 groups / multi-query: model {ours[8] / ours[1]:.2f}x, paper {paper[8] / paper[1]:.2f}x"]
+        steps = [("model, chip-ms per sample", "MQA", "8 groups", "MHA", "MHA / MQA"),
+                 ("paper (Table 1)", *(f"{paper[g]:.0f}" for g in (1, 8, 64)), f"{paper[64] / paper[1]:.2f}x")]
+        for step in r.get("steps", ()):
+            ms = [step[f"g{g}_chip_ms_per_sample"] for g in (1, 8, 64)]
+            if all(ms):
+                steps.append((step["model"], *(f"{x:.0f}" for x in ms), f"{ms[2] / ms[0]:.2f}x"))
+        lines += [""] + aligned(steps, right=range(1, 5), indent="  ")
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from costmodel import symbols as S
 from costmodel.cli import main
-from costmodel.reproduce import Mechanisms, _padded, gqa2023, shazeer2019, steps
+from costmodel.reproduce import Mechanisms, gqa2023, shazeer2019, steps
 
 b, n, d, h, g = S.b, S.n, S.d, S.h, S.g
 
@@ -58,10 +58,47 @@ def test_mechanisms_can_be_switched_off():
 
 
 def test_tile_padding_by_hand():
-    # 2048 per-head matrix-vector products (M = 1, K = N = 128) each take a whole 128-row tile
-    assert _padded((2048, 1, 128, 128), (128, 128)) == 2 * 2048 * 128 * 128 * 128
-    # a projection with 256 rows and 1024 x 1024 weights is already a multiple of the tile
-    assert _padded((1, 256, 1024, 1024), (128, 128)) == 2 * 256 * 1024 * 1024
+    """A systolic array of 128 x 128 holds a tile of its stationary operand for at least 128 cycles: a product of
+    M rows over a K x N operand costs max(M, 128) rows of ceil(K / 128) x ceil(N / 128) whole tiles."""
+    from costmodel.mechanisms import systolic_flops
+
+    tile = (128, 128)
+    # 2048 per-head matrix-vector products (M = 1, K = N = 128) each take a whole 128-row pass
+    assert systolic_flops(2 * 2048 * 128 * 128, {"batch": 2048, "M": 1, "K": 128, "N": 128}, tile) == \
+        2 * 2048 * 128 * 128 * 128
+    # a projection with 256 rows and 1024 x 1024 weights fills every pass; 300 rows stream past a tile in 300
+    # cycles (not padded to 384); K 200 and N 100 take whole tiles
+    assert systolic_flops(2 * 256 * 1024 * 1024, {"batch": 1, "M": 256, "K": 1024, "N": 1024}, tile) == \
+        2 * 256 * 1024 * 1024
+    assert systolic_flops(2 * 300 * 200 * 100, {"batch": 1, "M": 300, "K": 200, "N": 100}, tile) == \
+        pytest.approx(2 * 300 * 256 * 128)
+    # decode attention, 2 sequences of 8 heads of 64 over 100 positions: multi-head streams 1 query row per
+    # key/value head, multi-query 8 over one head; the 64-element keys fill half a tile's rows
+    for g, rows in ((8, 1), (1, 8)):
+        flops = 4 * 2 * 8 * 100 * 64  # q.K and p.V of every query head
+        shape = {"b": 2, "g": g, "h": 8, "positions": 100, "k": 64}
+        assert systolic_flops(flops, shape, tile) == pytest.approx(flops * 128 / rows * 128 / 64 * 128 / 100)
+    # a prompt of 300 positions streams 300 rows per head: only the head size and the positions are padded
+    shape = {"b": 1, "g": 8, "h": 8, "n": 300, "m": 300, "k": 64}
+    assert systolic_flops(1.0, shape, tile) == pytest.approx(128 / 64 * 384 / 300)
+
+
+def test_the_matrix_unit_prices_a_tpu_and_only_where_switched_on():
+    """On a TPU (a datasheet-only profile with a 128 x 128 matrix unit) a multi-head decode step's attention costs
+    its passes (on a TPU v2, 64 FLOP per byte: 128 FLOP per byte of bf16 keys at 1/128 use is compute-bound);
+    --without tiles is the plain roofline; a GPU's three-dimensional mma shape is no systolic tile."""
+    import costmodel
+
+    tpu, h100 = costmodel.load_profile("tpu_v2"), costmodel.load_profile("h100")
+    assert tpu.systolic_tile == (128, 128) and h100.systolic_tile is None
+    m = costmodel.load_model("llama-2-7b")  # 32 heads of 128, one query row per key/value head
+    on, off = (costmodel.predict_model(m, tpu, batch=4, context=1024, without=w) for w in ((), ("tiles",)))
+    attention = {w: next(o for o in p.decode.ops if o.name == "attention") for w, p in (("on", on), ("off", off))}
+    # 32 layers: one query row padded to 128 per pass, 1,025 positions to 1,152, the 128-element keys whole; the
+    # profile's 1 us launch per kernel
+    assert attention["on"].time_s == pytest.approx(attention["on"].flops * 128 * 1152 / 1025 / 45e12 + 32e-6)
+    assert attention["off"].bound == "memory" and attention["on"].bound == "compute"
+    assert on.decode.time_s > off.decode.time_s
 
 
 def test_gqa2023_time_grows_with_groups_and_is_flat_while_kv_is_replicated(tmp_path):
