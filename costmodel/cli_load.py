@@ -11,7 +11,7 @@ from costmodel.errors import CostModelError
 from costmodel.vocab import MXFP4_ACTIVATIONS
 
 #: The keys engine_options adds to a command's parameters.
-LOAD_KEYS = ("engine_name", "concurrency", "request_rate", "num_requests", "warmup_requests",
+LOAD_KEYS = ("engine_name", "concurrency", "client_connections", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
              "prefix_caching", "async_scheduling", "mxfp4_activations", "length_dist", "spread", "lengths_file",
              "evaluator",
@@ -46,6 +46,10 @@ def engine_options(func):
                           "(--concurrency or --request-rate) [default with either: vllm]"),
         click.option("--concurrency", "--max-concurrency", "concurrency", type=Positive,
                      help="closed loop: clients, each sending its next request when its last one finishes"),
+        click.option("--client-connections", type=Positive,
+                     help="with --concurrency: the benchmark client's connections, the most requests in flight; the "
+                          "others wait in the client, their clock running (an aiohttp client holds 100 unless told "
+                          "otherwise) [default: one per client]"),
         click.option("--request-rate", type=PositiveNumber(), help="open loop: Poisson arrivals, requests per second"),
         click.option("--num-requests", "--num-prompts", "num_requests", type=Positive,
                      help="requests in the run [default: 10 per client; 1,000 at a request rate]"),
@@ -182,6 +186,8 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
     if load["concurrency"] is not None and load["request_rate"] is not None:
         raise CostModelError("give --concurrency or --request-rate, not both")
+    if load["client_connections"] is not None and load["concurrency"] is None:
+        raise CostModelError("--client-connections applies with --concurrency (a closed loop's requests in flight)")
     if pricing.get("dtype") not in (None, "bf16", "fp16"):
         raise CostModelError(f"--dtype {pricing['dtype']} does not apply to a served model (activations in bf16; "
                              "--weight-dtype and --kv-dtype set the quantisation)")
@@ -205,7 +211,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               prefix_caching=load["prefix_caching"], async_scheduling=load["async_scheduling"],
               mxfp4_activations=load["mxfp4_activations"], input_dist=load["length_dist"],
               output_dist=load["length_dist"], spread=load["spread"],
-              evaluator=load["evaluator"]) | values
+              evaluator=load["evaluator"], client_connections=load["client_connections"]) | values
     if load["disaggregated"]:
         predict_disaggregated(hws, layouts, fmt, load, kw)
         return
@@ -231,7 +237,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         ("--attention-dp", "attention_dp", 1), ("--replicas", "replicas", 1),
         ("--pipeline-parallel-size", "pipeline_parallel", 1),
         ("--expert-parallel-size", "expert_parallel_size", None),
-        ("--length-dist or --lengths-file", "input_dist", "fixed"))
+        ("--length-dist or --lengths-file", "input_dist", "fixed"), ("--client-connections", "client_connections", None))
         if kw[key] != default]
     if unsupported:
         hint = {"--max-num-seqs": "; give --prefill-max-num-seqs and --decode-max-num-seqs",

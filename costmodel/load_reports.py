@@ -104,7 +104,8 @@ class LoadPrediction(Report):
         return load_table([self])
 
 
-def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int = 0, **measured) -> LoadPrediction:
+def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int = 0, in_flight: int | None = None,
+                **measured) -> LoadPrediction:
     """A report of what an evaluator ``measured`` (the load's own fields of :class:`LoadPrediction`: the
     latency statistics, throughput, batch, KV use and time split), with the setup's device, engine and
     assumptions; the means at the top are the statistics' means."""
@@ -113,6 +114,7 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
     dp = pr.dp * setup.replicas
     if dp > 1:
         concurrency = concurrency * dp if concurrency is not None else None
+        in_flight = in_flight * dp if in_flight is not None else None
         request_rate = request_rate * dp if request_rate is not None else None
         measured = measured | {k: measured[k] * dp for k in ("num_requests", "requests_per_s", "output_tokens_per_s")}
     ttft_band, tpot_band = served_bands(eng.name, m.moe is not None, "agg", measured["ttft"].mean,
@@ -133,7 +135,7 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
         ttft_band=ttft_band, tpot_band=tpot_band,
         replicas=setup.replicas,
         output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp * pr.pp), **measured,
-        assumptions=[*assumptions(setup, evaluator, concurrency, request_rate, warmup),
+        assumptions=[*assumptions(setup, evaluator, concurrency, request_rate, warmup, in_flight),
                      served_assumption(ttft_band, pr.hw.id)])
 
 
@@ -147,10 +149,13 @@ def _group_line(setup) -> list[str]:
                    "the throughput counts all"] if replicas > 1 else [])
 
 
-def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 0) -> list[str]:
+def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 0, in_flight=None) -> list[str]:
     eng = setup.eng
     load = (f"closed loop: {concurrency} clients start at time 0, each sends its next request when the last one "
             "finishes" if concurrency is not None else f"open loop: Poisson arrivals at {request_rate:g} requests/s")
+    if in_flight is not None and concurrency is not None and in_flight < concurrency:
+        load += (f"; the benchmark client holds {in_flight} connections: at most {in_flight} requests in flight, the "
+                 "others waiting in the client with their clock running (TTFT and end-to-end include the wait)")
     return [
         f"engine {eng.describe()}",
         f"KV cache: {setup.kv_tokens} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "

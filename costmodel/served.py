@@ -213,18 +213,25 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           prefix_caching: bool | None = None, async_scheduling: bool | None = None,
           mxfp4_activations: str | None = None, input_dist: str = "fixed", output_dist: str = "fixed",
           spread: float = 0.0, input_values=None, output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
-          seed: int = 0) -> LoadPrediction:
+          seed: int = 0, client_connections: int | None = None) -> LoadPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
     ``concurrency`` clients or Poisson arrivals at ``request_rate`` per second. ``warmup_requests`` more run
     first and are left out of the statistics (aiperf's ``--warmup-request-count``). With ``attention_dp`` groups
     of ``tp`` devices (attention data parallel, experts spread over all of them), each group is an engine with
     an even share of the clients (or of the rate) and of the requests; one is simulated and the report counts
-    all. ``replicas`` copies of the whole deployment behind a router (data parallel) share the load the same way."""
+    all. ``replicas`` copies of the whole deployment behind a router (data parallel) share the load the same way.
+    ``client_connections``: the benchmark client holds at most that many connections, so at most that many of the
+    closed loop's requests are in flight and the others wait in the client, their clock running (aiohttp's default
+    pool holds 100: :data:`AIOHTTP_CONNECTIONS`)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
                      request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
+    checks.count("client_connections", client_connections, optional=True)
+    if client_connections is not None and concurrency is None:
+        raise CostModelError("client_connections caps a closed loop's requests in flight: give a concurrency, not a "
+                             "request rate")
     checks.count("attention_dp", attention_dp)
     checks.count("replicas", replicas)
     for share, what, each in ((replicas, "replicas", "replica"), (attention_dp, "attention_dp", "group")):
@@ -234,6 +241,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
             raise CostModelError(f"concurrency {concurrency} must be a multiple of {what} {share} (each {each} takes "
                                  "an even share of the clients)")
         concurrency = concurrency // share if concurrency is not None else None
+        client_connections = max(1, client_connections // share) if client_connections is not None else None
         request_rate = request_rate / share if request_rate is not None else None
         n, warmup_requests = max(1, n // share), warmup_requests // share
     eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).with_flags(
@@ -249,20 +257,34 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
     max_ctx = int(prompts.max() + outputs.max())
     setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=replicas)
+    # a client with fewer connections than clients keeps the others' requests waiting: the engine sees a closed
+    # loop of as many requests as connections
+    in_flight = min(concurrency, client_connections) if client_connections and concurrency else None
     if evaluator == "steady-state":
         from costmodel.steady import steady_state
 
         return steady_state(setup, concurrency=concurrency, request_rate=request_rate, input_len=input_len,
-                            output_len=output_len, num_requests=n)
-    from costmodel.simulate import simulate
+                            output_len=output_len, num_requests=n, in_flight=in_flight)
+    from costmodel.simulate import client_queue, simulate
 
     res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,
-                   concurrency=concurrency, request_rate=request_rate, overhead_s=setup.iteration_s, seed=seed)
-    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests)
+                   concurrency=in_flight or concurrency, request_rate=request_rate, overhead_s=setup.iteration_s,
+                   seed=seed)
+    if in_flight is not None and in_flight < concurrency:
+        res = client_queue(res, concurrency)
+    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight)
 
 
-def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0) -> LoadPrediction:
-    """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics."""
+#: Connections an aiohttp client holds at once unless told otherwise (aiohttp.TCPConnector's ``limit``, 100): a
+#: benchmark client built on it keeps its other requests waiting, TTFT running (gpustack/gpustack PR 2324, "TTFT
+#: degrades when concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT).
+AIOHTTP_CONNECTIONS = 100
+
+
+def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0,
+              in_flight: int | None = None) -> LoadPrediction:
+    """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics
+    (``in_flight``: the client's connections, where fewer than its clients)."""
     kept = res.after(warmup)
     prompts, outputs = prompts[warmup:], outputs[warmup:]
     e2e = kept.e2e + setup.request_s
@@ -271,7 +293,7 @@ def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, wa
     decode_tokens = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s])
     stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
     return load_report(
-        setup, "simulation", concurrency, request_rate, warmup=warmup, num_requests=len(prompts),
+        setup, "simulation", concurrency, request_rate, warmup=warmup, in_flight=in_flight, num_requests=len(prompts),
         input_len=float(np.mean(prompts)), output_len=float(np.mean(outputs)),
         ttft=Stats.of(kept.ttft + setup.request_s), tpot=Stats.of(kept.tpot),
         itl=Stats.of(times[stepped], decode_tokens[stepped]), e2e=Stats.of(e2e), requests_per_s=len(prompts) / span,

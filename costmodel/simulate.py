@@ -113,6 +113,22 @@ class SimResult:
         return self.finish - self.arrival
 
 
+def client_queue(res: SimResult, clients: int) -> SimResult:
+    """``res`` (a closed loop of as many requests in flight as the benchmark client has connections) as
+    ``clients`` clients see it: the first ``clients`` requests are sent at time 0 and each later one when its
+    client's last request finishes; a request waits in the client for a connection (the finish of an earlier
+    request frees one) with its clock running, so its arrival is when it was sent, not when the engine got it.
+    Request n (in the order the engine got them) was sent at the (n - clients)-th finish."""
+    order = np.argsort(res.arrival, kind="stable")
+    done = np.sort(res.finish)
+    sent = np.zeros(len(order))
+    later = np.arange(clients, len(order))
+    sent[later] = done[later - clients]
+    arrival = np.empty_like(res.arrival, dtype=float)
+    arrival[order] = sent
+    return dataclasses.replace(res, arrival=arrival)
+
+
 def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompts: np.ndarray,
              outputs: np.ndarray, concurrency: int | None = None, request_rate: float | None = None,
              overhead_s: float = 0.0, seed: int = 0, check: bool = False) -> SimResult:

@@ -31,12 +31,14 @@ from costmodel.load_reports import LoadPrediction, Stats, TimeSplit, load_report
 
 
 def steady_state(setup, *, concurrency: int | None, request_rate: float | None, input_len: int,
-                 output_len: int, num_requests: int) -> LoadPrediction:
+                 output_len: int, num_requests: int, in_flight: int | None = None) -> LoadPrediction:
     eng, table = setup.eng, setup.table
     isl, osl = input_len, output_len
     peak = isl + osl
     kv_seqs = max(1, setup.kv_tokens // (eng.page_size * math.ceil(peak / eng.page_size)))
-    cap = min(eng.max_num_seqs, kv_seqs)
+    # what runs at once: the engine's sequence limit, its KV cache, and the benchmark client's connections (the
+    # requests beyond any of them wait, their clock running: in the engine's queue or in the client's)
+    cap = min(eng.max_num_seqs, kv_seqs, in_flight or eng.max_num_seqs)
     ctx = isl + osl / 2
     over = setup.iteration_s
 
@@ -108,7 +110,8 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     out_tps = rps * osl
     one = lambda x: Stats(mean=x, median=x, p90=x, p99=x)  # noqa: E731 - a closed form has means only
     return load_report(
-        setup, "steady-state", concurrency, request_rate, num_requests=num_requests, input_len=float(isl),
+        setup, "steady-state", concurrency, request_rate, in_flight=in_flight, num_requests=num_requests,
+        input_len=float(isl),
         output_len=float(osl), ttft=one(ttft), tpot=one(tpot), itl=one(tpot), e2e=one(e2e), requests_per_s=rps,
         output_tokens_per_s=out_tps, output_tokens_per_s_per_user=osl / e2e, mean_batch=float(b),
         max_batch=int(math.ceil(b)), kv_use_max=b * peak / max(setup.kv_tokens, 1), preemptions=0,

@@ -685,3 +685,57 @@ def test_replicas_share_the_clients(llama, h100, evaluator):
     assert any(a.startswith("data parallel: 4 replicas") for a in four.assumptions)
     with pytest.raises(CostModelError, match="multiple of replicas 4"):
         serve(llama, h100, concurrency=30, replicas=4, **kw)
+
+
+def test_a_clients_connections_by_hand():
+    """Three clients and two connections: requests 0 and 1 start at once, request 2 (sent at 0 too) waits for the
+    first finish; each later request is sent when its client's last one finishes, the (n - 3)-th finish, and the
+    engine gets it at the (n - 2)-th."""
+    from costmodel.simulate import SimResult, client_queue
+
+    # the engine's closed loop of two: starts at 0, 0, then at each finish
+    finish = np.array([4.0, 5.0, 9.0, 11.0, 14.0])
+    arrival = np.array([0.0, 0.0, 4.0, 5.0, 9.0])
+    res = SimResult(arrival=arrival, first=arrival + 1, finish=finish, output=np.full(5, 8), iterations=0,
+                    prefill_iterations=0)
+    got = client_queue(res, 3)
+    assert list(got.arrival) == [0.0, 0.0, 0.0, 4.0, 5.0]
+    assert list(got.ttft) == [1.0, 1.0, 5.0, 2.0, 5.0] and list(got.tpot) == list(res.tpot)
+
+
+@pytest.mark.parametrize("evaluator", ["simulation", "steady-state"])
+def test_fewer_connections_than_clients(llama, h100, evaluator):
+    """With as many connections as clients nothing changes; with fewer, the engine runs what the connections hold
+    (TPOT as at that concurrency), the others wait in the client: Little's law over the client's requests holds
+    (throughput x end-to-end = clients), and the two evaluators agree."""
+    kw = dict(input_len=512, output_len=64, engine_name="vllm", num_requests=600, evaluator=evaluator)
+    alone = serve(llama, h100, concurrency=24, **kw)
+    assert serve(llama, h100, concurrency=24, client_connections=24, **kw).model_dump() == alone.model_dump()
+    capped = serve(llama, h100, concurrency=60, client_connections=24, **kw)
+    assert capped.tpot_s == pytest.approx(alone.tpot_s, rel=0.02)
+    assert capped.requests_per_s * capped.e2e_s == pytest.approx(60, rel=0.05)
+    assert capped.ttft_s > alone.ttft_s + (60 - 24) / capped.requests_per_s * 0.9
+    assert any("holds 24 connections" in a for a in capped.assumptions)
+
+
+def test_connections_agree_across_evaluators(llama, h100):
+    """Steady-state means (lengths spread so requests do not move in lock-step, the first wave left out): the
+    closed form's client wait, (clients - connections) / throughput, within 5% of the simulation's."""
+    spread = dict(input_dist="uniform", output_dist="uniform", spread=0.25)
+    got = {ev: serve(llama, h100, input_len=512, output_len=64, concurrency=60, client_connections=24,
+                     num_requests=1800, warmup_requests=120, evaluator=ev, **(spread if ev == "simulation" else {}))
+           for ev in ("simulation", "steady-state")}
+    for field in ("ttft_s", "tpot_s", "e2e_s"):
+        assert got["steady-state"].model_dump()[field] == pytest.approx(got["simulation"].model_dump()[field],
+                                                                          rel=0.05), field
+
+
+def test_connections_need_a_closed_loop(llama, h100, run_cli):
+    with pytest.raises(CostModelError, match="client_connections"):
+        serve(llama, h100, input_len=512, output_len=64, request_rate=2.0, client_connections=10)
+    out = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--request-rate", "2",
+                  "--client-connections", "10", "--input-len", "512", "--output-len", "64")
+    assert out.exit_code != 0 and "Error: --client-connections applies with --concurrency" in out.output
+    out = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "8",
+                  "--client-connections", "4", "--disaggregated", "--input-len", "512", "--output-len", "64")
+    assert out.exit_code != 0 and "--client-connections does not apply with --disaggregated" in out.output
