@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.bands import percentile_span
 from costmodel.catalog import load_profile
 from costmodel.validation.bands import (GPUS, TAIL_GRID, TARGET, kernel_held_out, kernel_nested, kernel_tails, pooled,
                                         quantiles, ratios, rounded)
@@ -76,7 +77,8 @@ def leave_one_out(found) -> list[str]:
 
 
 def _coverage(cover: dict) -> dict:
-    return {route: {g: (round(v, 3) if v is not None else None) for g, v in per.items()} for route, per in cover.items()}
+    return {route: {g: (round(v, 3) if v is not None else None) for g, v in per.items()}
+            for route, per in cover.items()}
 
 
 def to_yaml(b: dict, tails: dict, cover: dict, plain: dict, data: list[str]) -> str:
@@ -115,7 +117,7 @@ def main(argv):
     print("measured / predicted, low / median / high (n), per route and kernel class, each route's band the "
           f"narrowest whose bands derived without a GPU hold {TARGET:.0%} of its rows:")
     for route, per in b.items():
-        print(f"  {route}: p{tails[route][0]:g}-p{100 - tails[route][1]:g}")
+        print(f"  {route}: {percentile_span(tails[route])}")
         for cls, q in per.items():
             print(f"  {route:10s} {cls:18s} {q['low']:5.2f} {q['p50']:5.2f} {q['high']:5.2f}  (n {q['n']})")
     print("\nheld out: share of a GPU's rows inside the bands whose tails and ends were derived from the other GPUs "

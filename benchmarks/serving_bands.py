@@ -18,15 +18,12 @@ import json
 import sys
 from pathlib import Path
 
-from costmodel.validation.bands import (MIN_ROWS, TAIL_GRID, TARGET, calibrated_tails, served, served_held_out,
-                                        served_nested, served_sets)
+from costmodel.bands import percentile_span
+from costmodel.validation.bands import (MIN_ROWS, TAIL_GRID, TARGET, calibrated_tails, rounded, served,
+                                        served_held_out, served_nested, served_sets)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "costmodel" / "served_bands.yaml"
-
-
-def _rounded(r: dict) -> dict:
-    return {"n": r["n"], **{k: round(r[k], 3) for k in ("low", "p50", "high")}}
 
 
 def _coverage(held: dict) -> dict:
@@ -47,8 +44,8 @@ def to_yaml(sets: dict, tails: dict, nested: dict, plain: dict, source: str) -> 
         "tails": {m: list(t) for m, t in tails.items()},
         "held_out_coverage": _coverage(nested),
         "held_out_coverage_p10_p90": _coverage(plain),
-        "bands": [{"engine": k[0], "kind": k[1], "mode": k[2], "ttft": _rounded(v["ttft"]),
-                   "tpot": _rounded(v["tpot"])} for k, v in sorted(sets.items())],
+        "bands": [{"engine": k[0], "kind": k[1], "mode": k[2], "ttft": rounded(v["ttft"]),
+                   "tpot": rounded(v["tpot"])} for k, v in sorted(sets.items())],
     }
     return ("# Measured, not assumed: how far served predictions fall from measured deployments (measured /\n"
             "# predicted). `held_out_coverage`: the share of a model's rows inside the ranges whose tails were chosen\n"
@@ -68,7 +65,7 @@ def main(argv):
     found = served(rows)
     tails = calibrated_tails(found)
     sets, nested, plain = served_sets(found, tails=tails), served_nested(found), served_held_out(found)
-    label = {m: f"p{tails[m][0]:g}-p{100 - tails[m][1]:g}" for m in tails}
+    label = {m: percentile_span(t) for m, t in tails.items()}
     print(f"measured / predicted, TTFT {label['ttft']} and TPOT {label['tpot']} (the narrowest whose ranges "
           f"derived without a model hold {TARGET:.0%} of its rows), low / median / high (n):")
     for (engine, kind, mode), v in sorted(sets.items()):

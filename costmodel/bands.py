@@ -98,7 +98,7 @@ def band(time_s: float, hw, model, cls: str | None) -> Band | None:
     return Band(low_s=time_s * q["low"], high_s=time_s * q["high"], route=way, basis=basis)
 
 
-def _span(tails) -> str:
+def percentile_span(tails) -> str:
     """Percentiles (below, above) left out, as the range they span: ``(9, 9)`` is ``p9-p91``."""
     below, above = tails
     return f"p{below:g}-p{100 - above:g}"
@@ -106,7 +106,7 @@ def _span(tails) -> str:
 
 def label(way: str) -> str:
     """The percentiles a route's ranges span: ``p9-p91``."""
-    return _span(table()["tails"][MEASURED_AS[way]])
+    return percentile_span(table()["tails"][MEASURED_AS[way]])
 
 
 def total(parts) -> Band | None:
@@ -178,7 +178,7 @@ def served_label() -> str:
     """The percentiles served ranges span, as a reader sees them: ``p3-p97`` where TTFT's and TPOT's are the same,
     ``TTFT p3-p97, TPOT p3-p91`` where not."""
     tails = served_table()["tails"]
-    span = {m: _span(tails[m]) for m in ("ttft", "tpot")}
+    span = {m: percentile_span(tails[m]) for m in ("ttft", "tpot")}
     return span["ttft"] if span["ttft"] == span["tpot"] else f"TTFT {span['ttft']}, TPOT {span['tpot']}"
 
 

@@ -237,7 +237,8 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         ("--attention-dp", "attention_dp", 1), ("--replicas", "replicas", 1),
         ("--pipeline-parallel-size", "pipeline_parallel", 1),
         ("--expert-parallel-size", "expert_parallel_size", None),
-        ("--length-dist or --lengths-file", "input_dist", "fixed"), ("--client-connections", "client_connections", None))
+        ("--length-dist or --lengths-file", "input_dist", "fixed"),
+        ("--client-connections", "client_connections", None))
         if kw[key] != default]
     if unsupported:
         hint = {"--max-num-seqs": "; give --prefill-max-num-seqs and --decode-max-num-seqs",

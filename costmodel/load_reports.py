@@ -153,7 +153,7 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
     eng = setup.eng
     load = (f"closed loop: {concurrency} clients start at time 0, each sends its next request when the last one "
             "finishes" if concurrency is not None else f"open loop: Poisson arrivals at {request_rate:g} requests/s")
-    if in_flight is not None and concurrency is not None and in_flight < concurrency:
+    if in_flight is not None:  # fewer connections than clients (costmodel.served.serve)
         load += (f"; the benchmark client holds {in_flight} connections: at most {in_flight} requests in flight, the "
                  "others waiting in the client with their clock running (TTFT and end-to-end include the wait)")
     return [

@@ -257,10 +257,10 @@ def systolic_flops(flops, shape: dict, tile) -> np.ndarray:
     other op's FLOPs are kept."""
     rows, cols = tile[0], tile[1]
     flops = np.asarray(flops, float)
-    up = lambda x, t: np.ceil(np.maximum(np.asarray(x, float), 1) / t) * t  # noqa: E731
+
     def scale(m, k, n):
         m, k, n = (np.maximum(np.asarray(x, float), 1) for x in (m, k, n))
-        return np.maximum(m, rows) / m * up(k, rows) / k * up(n, cols) / n
+        return np.maximum(m, rows) / m * (np.ceil(k / rows) * rows / k) * (np.ceil(n / cols) * cols / n)
     if "M" in shape:
         return flops * scale(shape["M"], shape["K"], shape["N"])
     if "k" not in shape:

@@ -201,8 +201,9 @@ def _power_law_load(experts: int, top: int, ranks: int, alpha: float, tokens: in
     """(rows, experts touched, blocks) of the busiest of ``ranks`` devices, each holding a contiguous 1/ranks of
     the ``experts``, when ``tokens`` tokens' ``top`` rows fall on experts in proportion to loads drawn from a power
     law of exponent ``alpha`` over [1, 0.8 T] (over [0.01, 2] when there are fewer rows than experts), rounded to
-    whole rows, the total kept (:func:`_restore_total`): the mean over :data:`POWER_LAW_DRAWS` draws. This is how aiconfigurator's MoE tables make their
-    skewed routing (collector/helper.py power_law_logits_v3), timing the busiest device. ``blocks``: for each height
+    whole rows, the total kept (:func:`_restore_total`): the mean over :data:`POWER_LAW_DRAWS` draws. This is how
+    aiconfigurator's MoE tables make their skewed routing (collector/helper.py power_law_logits_v3), timing the
+    busiest device. ``blocks``: for each height
     of :data:`ROW_TILES`, the whole blocks of that many rows its experts' rows fill, each expert's own (a grouped
     kernel pads every expert's rows to whole blocks: vLLM's moe_align_block_size)."""
     rows = tokens * top

@@ -9,9 +9,9 @@ from costmodel.mpl import pyplot as _pyplot
 def draw_plan(plan):
     """A plan (a :class:`costmodel.planner.Plan` or its JSON) as tokens/s per device against tokens/s per user: per
     device kind every simulated point, each layout's points joined in order of load (a thin curve), the front as a
-    line with the calibrated range of the measured means it is expected to fall in shaded (costmodel.bands.served), the points whose KV cache
-    was full (the memory limit) crossed; with targets, the front's points that miss them hollow and the best under
-    them starred, the targets in the title."""
+    line with the calibrated range of the measured means it is expected to fall in shaded
+    (costmodel.bands.served), the points whose KV cache was full (the memory limit) crossed; with targets, the
+    front's points that miss them hollow and the best under them starred, the targets in the title."""
     plt = _pyplot()
     data = plan.model_dump(mode="json") if hasattr(plan, "model_dump") else plan
     fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")

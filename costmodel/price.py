@@ -101,6 +101,10 @@ def _fitted(op: KernelOp, cls: str, params, shape, hw, conv: Conventions):
     return t.compute, t.memory, (t.fixed + t.units) * op.launches, body
 
 
+#: The op kinds a matrix unit computes (the others run on the vector units).
+SYSTOLIC_KINDS = ("projection", "attention", "fused_decode", "fused_prefill")
+
+
 def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     """The time of ``op`` (of typed ``shape``, :mod:`costmodel.shapes`) on ``hw`` under ``conv``.
 
@@ -137,10 +141,6 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     launch = hw.launch_overhead * op.launches if "fixed" in conv.model.on else 0.0
     body = compute + memory if conv.overlap == "sum" else np.maximum(compute, memory)
     return _finish(compute, memory, launch, body + launch, None)
-
-
-#: The op kinds a matrix unit computes (the others run on the vector units).
-SYSTOLIC_KINDS = ("projection", "attention", "fused_decode", "fused_prefill")
 
 
 #: The largest message vLLM's custom all-reduce takes (vllm/distributed/device_communicators/custom_all_reduce.py,

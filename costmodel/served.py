@@ -222,8 +222,9 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     an even share of the clients (or of the rate) and of the requests; one is simulated and the report counts
     all. ``replicas`` copies of the whole deployment behind a router (data parallel) share the load the same way.
     ``client_connections``: the benchmark client holds at most that many connections, so at most that many of the
-    closed loop's requests are in flight and the others wait in the client, their clock running (aiohttp's default
-    pool holds 100: :data:`AIOHTTP_CONNECTIONS`)."""
+    closed loop's requests are in flight and the others wait in the client, their clock running (an aiohttp client
+    holds 100 unless told otherwise, aiohttp.TCPConnector's ``limit``: gpustack/gpustack PR 2324, "TTFT degrades when
+    concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
@@ -258,8 +259,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     max_ctx = int(prompts.max() + outputs.max())
     setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=replicas)
     # a client with fewer connections than clients keeps the others' requests waiting: the engine sees a closed
-    # loop of as many requests as connections
-    in_flight = min(concurrency, client_connections) if client_connections and concurrency else None
+    # loop of as many requests as connections (None: every client's request in flight)
+    in_flight = client_connections if client_connections and client_connections < concurrency else None
     if evaluator == "steady-state":
         from costmodel.steady import steady_state
 
@@ -270,21 +271,15 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,
                    concurrency=in_flight or concurrency, request_rate=request_rate, overhead_s=setup.iteration_s,
                    seed=seed)
-    if in_flight is not None and in_flight < concurrency:
+    if in_flight is not None:
         res = client_queue(res, concurrency)
     return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight)
-
-
-#: Connections an aiohttp client holds at once unless told otherwise (aiohttp.TCPConnector's ``limit``, 100): a
-#: benchmark client built on it keeps its other requests waiting, TTFT running (gpustack/gpustack PR 2324, "TTFT
-#: degrades when concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT).
-AIOHTTP_CONNECTIONS = 100
 
 
 def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0,
               in_flight: int | None = None) -> LoadPrediction:
     """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics
-    (``in_flight``: the client's connections, where fewer than its clients)."""
+    (``in_flight``: the client's connections, where fewer than its clients: :func:`serve`)."""
     kept = res.after(warmup)
     prompts, outputs = prompts[warmup:], outputs[warmup:]
     e2e = kept.e2e + setup.request_s

@@ -111,9 +111,8 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     one = lambda x: Stats(mean=x, median=x, p90=x, p99=x)  # noqa: E731 - a closed form has means only
     return load_report(
         setup, "steady-state", concurrency, request_rate, in_flight=in_flight, num_requests=num_requests,
-        input_len=float(isl),
-        output_len=float(osl), ttft=one(ttft), tpot=one(tpot), itl=one(tpot), e2e=one(e2e), requests_per_s=rps,
-        output_tokens_per_s=out_tps, output_tokens_per_s_per_user=osl / e2e, mean_batch=float(b),
+        input_len=float(isl), output_len=float(osl), ttft=one(ttft), tpot=one(tpot), itl=one(tpot), e2e=one(e2e),
+        requests_per_s=rps, output_tokens_per_s=out_tps, output_tokens_per_s_per_user=osl / e2e, mean_batch=float(b),
         max_batch=int(math.ceil(b)), kv_use_max=b * peak / max(setup.kv_tokens, 1), preemptions=0,
         prefill_iteration_share=f, iterations=int(num_requests * osl / max(b, 1)),
         time_split=TimeSplit(prefill_s=0.0, decode_s=0.0, comm_s=0.0, overhead_s=0.0))

@@ -38,7 +38,8 @@ def test_layouts_counted_by_hand():
     assert {lay.describe() for lay in moe if lay.attention_dp > 1} == {"DP4 x TP1 EP", "DP2 x TP2 EP", "DP4 x TP1",
                                                                        "DP2 x TP2"}
     assert {lay.describe() for lay in moe if lay.decode_attention_dp > 1} == {
-        f"{pools}{ep}" for pools in ("1P x TP1 + 1D x DP3 x TP1", "2P x TP1 + 1D x DP2 x TP1", "1P x TP2 + 1D x DP2 x TP1")
+        f"{pools}{ep}" for pools in ("1P x TP1 + 1D x DP3 x TP1", "2P x TP1 + 1D x DP2 x TP1",
+                                     "1P x TP2 + 1D x DP2 x TP1")
         for ep in ("", " EP")}
     assert all(lay.devices == 4 for lay in moe)
 
