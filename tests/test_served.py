@@ -532,6 +532,32 @@ def test_each_launcher_gives_the_engine_its_token_budget():
     assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "2560"
 
 
+def test_aiconfigurators_trtllm_engines_keep_their_templates_kv_share():
+    """aiconfigurator's generator gives TensorRT-LLM free_gpu_memory_fraction 0.80 (its template default); an engine's
+    own server and every vLLM row keep their engine's default (None). TensorRT-LLM's cache is that fraction of what the
+    weights and activations leave, so at 0.80 it is 8/9 of the 0.9 default's, by hand; the command carries it and
+    reproduces the prediction's setting."""
+    from costmodel.engines import engine
+    from costmodel.model_step import pricing
+    from costmodel.served import Setup
+    from costmodel.validation.serving import DYNAMO_TRTLLM_KV_FRACTION, parse
+
+    trt = _row(backend="trtllm", batch_size="8.0", isl="1024", silicon_data_source="silicon_concurrency=8")
+    d = parse(trt)
+    assert d.memory_fraction == DYNAMO_TRTLLM_KV_FRACTION == 0.80
+    cmd = d.command()
+    assert cmd[cmd.index("--free-gpu-memory-fraction") + 1] == "0.8"
+    own = parse({**trt, "silicon_data_source": "silicon_concurrency=8; image=nvcr.io/nvidia/tensorrt-llm/release:1.0"})
+    assert own.memory_fraction is None and "--free-gpu-memory-fraction" not in own.command()
+    assert parse(_row()).memory_fraction is None
+    m, hw = costmodel.load_model("llama-3.1-8b"), costmodel.load_profile("h100_sxm")
+    budgets = []
+    for fraction in (0.9, 0.8):
+        eng = engine("trtllm", capacity_bytes=hw.engine_memory, tp=1).with_flags(memory_fraction=fraction)
+        budgets.append(Setup(m, pricing(m, hw, **eng.kernels), eng, max_context=1056).kv_budget)
+    assert budgets[1] / budgets[0] == pytest.approx(8 / 9, rel=1e-12)
+
+
 def test_the_published_systems_are_profiles():
     """Every system id the deployments files name maps to a shipped profile (the Blackwell Ultra and NVL72 parts
     included), through the profiles' ids and aliases, and a row on one of them is predicted with that profile."""

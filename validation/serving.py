@@ -97,6 +97,13 @@ DYNAMO_VLLM_TOKENS = 2048
 #: budget (DYNAMO_VLLM_TOKENS above).
 DYNAMO_TRTLLM_SLACK_TOKENS = 1500
 TRTLLM_BLOCK_TOKENS = 32
+#: The KV cache's share of free memory in the TensorRT-LLM engines aiconfigurator's generator deploys:
+#: ``kv_cache_config.free_gpu_memory_fraction`` defaults to 0.80 in its extra_engine_args templates
+#: (generator/config/backend_templates/trtllm/extra_engine_args.1.0.0.yaml.j2 and later), where TensorRT-LLM's own
+#: default is 0.9 (costmodel.engines). The rows agree: Qwen3-32B (FP8) on one H100 queues as if its cache held
+#: 261k-274k tokens (Little's law on the four rows whose cache binds), below the 0.9 default's 348k and the 0.80's
+#: 309k (costmodel.served.Setup.kv_tokens).
+DYNAMO_TRTLLM_KV_FRACTION = 0.80
 
 
 #: Engines whose mixture-of-experts layers, under attention data parallel with no expert parallel asked for, shard
@@ -198,6 +205,7 @@ class Deployment:
     tpot_s: float
     layout: Stage | None = None  # aggregated: the engine's layout
     max_num_batched_tokens: int | None = None  # where the launcher sets it (vLLM, TensorRT-LLM under Dynamo)
+    memory_fraction: float | None = None  # the KV cache's memory fraction, where the launcher sets it
     prefill: Stage | None = None  # disaggregated: the two pools
     decode: Stage | None = None
     model: str | None = None  # the preset priced where it is not model_path (NVIDIA's quantized checkpoints)
@@ -223,6 +231,8 @@ class Deployment:
             cmd += self.layout.parallel_flags()
         if self.max_num_batched_tokens:
             cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.memory_fraction is not None:
+            cmd += ["--free-gpu-memory-fraction", f"{self.memory_fraction:g}"]
         if self.mxfp4_activations:
             cmd += ["--mxfp4-activations", self.mxfp4_activations]
         return cmd
@@ -309,8 +319,11 @@ def parse(row: dict) -> Deployment | str:
                  assumed=tuple(f"{role} workers {s.workers}: the row records none ({row['backend']}'s own deployment)"
                                for role, s in stages.items() if role and not _whole(row, role + "_num_workers")))
     if "" in stages:
-        tokens = dynamo_budget(row["backend"], batch, isl) if launched_by_dynamo(row) else None
-        return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, **named)
+        dynamo = launched_by_dynamo(row)
+        tokens = dynamo_budget(row["backend"], batch, isl) if dynamo else None
+        fraction = DYNAMO_TRTLLM_KV_FRACTION if dynamo and row["backend"] == "trtllm" else None
+        return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, memory_fraction=fraction,
+                          **named)
     return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"], **named)
 
 
@@ -384,7 +397,8 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
     return serve(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator, mxfp4_activations=d.mxfp4_activations,
-                 max_num_batched_tokens=d.max_num_batched_tokens, **d.layout.serve_args(), **rounds)
+                 max_num_batched_tokens=d.max_num_batched_tokens, memory_fraction=d.memory_fraction,
+                 **d.layout.serve_args(), **rounds)
 
 
 def summary(rows: list[dict]) -> list[dict]:
