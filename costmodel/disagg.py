@@ -306,7 +306,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             room -= c
         it = pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=chunks,
                             outputs=sum(1 for r, c in batch if r.done + c == r.prompt))
-        dt = it.total_s + pre.iteration_s
+        dt = pre.wall(it.total_s, len(batch))
         p_busy[w] = True
         push(t + dt, "prefilled", (w, batch, dt))
 
@@ -331,7 +331,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         k = min(r.output - 1 - r.done for r in run)
         if q and q[0].queued > seen:  # one came while the last iteration ran: it joins after the next one
             k = 1
-        times = dec.table.decode_run(len(run), d_ctx[w], k) + dec.iteration_s
+        times = dec.wall(dec.table.decode_run(len(run), d_ctx[w], k), len(run))
         plan(w, t, t + np.cumsum(times), times)
 
     def plan(w, t, ends, times):
@@ -564,15 +564,15 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     s_p = _prefill_time(pre, isl)
     budget = pre.eng.max_num_batched_tokens
     m = max(1, min(pre.eng.max_num_seqs, budget // isl, pre.kv_tokens // isl)) if isl <= budget else 1
-    t_m = (pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(0, isl)] * m, outputs=m).total_s
-           + pre.iteration_s) if m > 1 else s_p
+    t_m = pre.wall(pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(0, isl)] * m, outputs=m).total_s,
+                   m) if m > 1 else s_p
     x_prefill = p.engines * m / t_m
     page = dec.eng.page_size
     fit = dec.kv_tokens // (page * -(-(isl + osl) // page))  # requests whose pages a decode worker holds
     cap = max(1, min(dec.eng.max_num_seqs, fit))
 
     grid = np.unique(np.concatenate([np.geomspace(1, cap, 64), np.arange(1, min(cap, 16) + 1)]))
-    taus = np.array([float(dec.table.decode_run(b, b * ctx, 1)[0]) for b in grid]) + dec.iteration_s
+    taus = dec.wall(np.array([float(dec.table.decode_run(b, b * ctx, 1)[0]) for b in grid]), grid)
 
     def tau(b: float) -> float:
         return float(np.interp(min(max(b, 1.0), cap), grid, taus))
@@ -629,8 +629,8 @@ def _prefill_time(pre: Setup, prompt: int) -> float:
     t, done, budget = 0.0, 0, pre.eng.max_num_batched_tokens
     while done < prompt:
         c = min(budget, prompt - done)
-        t += pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(done, c)],
-                            outputs=int(done + c == prompt)).total_s + pre.iteration_s
+        t += pre.wall(pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(done, c)],
+                                     outputs=int(done + c == prompt)).total_s, 1)
         done += c
     return t
 
@@ -667,8 +667,8 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
            if dec.eng.name in DECODE_RESERVES_FIRST else ""),
         load,
         *dec.pr_lines,
-        f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms); per request: the front end's "
-        f"latency ({pre.request_s * 1e3:.2f} ms) added to TTFT",
+        f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms){pre.host_line()}; per request: the "
+        f"front end's latency ({pre.request_s * 1e3:.2f} ms) added to TTFT",
         "TTFT = queueing + prefill + KV transfer + front end; TPOT = (end - first token) / (output tokens - 1)",
         f"prefill workers' iterations {_scheduled(pre.eng)}; decode workers' {_scheduled(dec.eng)}"
         + (" (TensorRT-LLM's context servers run without its overlap scheduler: its disaggregated-serving guide)"

@@ -47,6 +47,8 @@ class EngineSummary(Report):
     reserves_output: bool
     iteration_overhead_s: float
     request_overhead_s: float
+    host_per_layer_s: float  # the host's time per iteration: per layer, and per layer and running sequence
+    host_per_layer_sequence_s: float
     kv_cache_tokens: int
     kv_cache_bytes_per_token: float
     source: str
@@ -127,6 +129,7 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
                              prefix_caching=eng.prefix_caching, async_scheduling=eng.async_scheduling,
                              mixes_prefill_and_decode=eng.mixes, reserves_output=eng.reserve_output,
                              iteration_overhead_s=setup.iteration_s, request_overhead_s=setup.request_s,
+                             host_per_layer_s=setup.layer_s, host_per_layer_sequence_s=setup.layer_seq_s,
                              kv_cache_tokens=setup.kv_tokens, kv_cache_bytes_per_token=setup.kv_per_token,
                              source=eng.source),
         evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp, attention_dp=pr.dp,
@@ -168,7 +171,8 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
         "continuous batching: each iteration runs the running sequences' decode tokens and prefill chunks of "
         "waiting requests within the token budget; its time is the model step priced for that mix (prefill "
         "tokens at their positions, decode tokens at theirs) plus the engine's fixed cost per iteration "
-        f"({setup.iteration_s * 1e3:.2f} ms); the front end's latency ({setup.request_s * 1e3:.2f} ms: HTTP, tokenization, "
+        f"({setup.iteration_s * 1e3:.2f} ms){setup.host_line()}; the front end's latency ({setup.request_s * 1e3:.2f} "
+        "ms: HTTP, tokenization, "
         "the first token streamed back) is added to each TTFT and end-to-end time; it does not hold the engine (a "
         "client's next request reaches the engine when its last one finishes there)",
         "TPOT per request: (end - first token) / (output tokens - 1), as benchmark clients report it; means over "

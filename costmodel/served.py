@@ -43,10 +43,18 @@ MAX_REQUESTS = 1_000_000
 #: two-line curves (costmodel.hardware.CollectiveCurve), the fp8 GEMM's input quantize kernel (costmodel.mechanisms,
 #: ``quantize``) and a prompt's cache write as a kernel of its own where the device's prompt-attention fit holds none
 #: (costmodel.model_ops.prompt_cache_writes). docs/serving.md gives each fit's error on the rows it did not see.
+#:
+#: TensorRT-LLM's host time per iteration (``layer_s``, ``layer_seq_s``: Setup.host_s): its measured TPOTs at 32-128
+#: clients stop falling with more GPUs, at a floor per layer that Llama-3.1-8B (32 layers) and Qwen3-32B (64) share;
+#: its overlap scheduler runs the host beside the GPU, so an iteration takes the longer of the two. Fitted by
+#: benchmarks/fit_host_time.py on the TPOTs of the 357 dense rows (least absolute log error, a grid of 0-120 us and
+#: 0-2.5 us): 80 us per layer and 1.5 us per layer and running sequence, the same on either model's rows alone but
+#: for the second on Llama-3.1-8B's (1.25 us). The other engines have none fitted (zero). The fixed costs above
+#: were fitted without it; with it no TTFT median moves (docs/serving.md).
 OVERHEADS = {
     "vllm": {"iteration_s": 0.0015, "request_s": 0.027},
     "sglang": {"iteration_s": 0.0005, "request_s": 0.089},
-    "trtllm": {"iteration_s": 0.0005, "request_s": 0.102},
+    "trtllm": {"iteration_s": 0.0005, "request_s": 0.102, "layer_s": 80e-6, "layer_seq_s": 1.5e-6},
 }
 
 
@@ -138,6 +146,33 @@ class Setup:
         self.pr_lines += kernels_line(pr, eng)
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
+        self.layer_s, self.layer_seq_s = float(o.get("layer_s", 0.0)), float(o.get("layer_seq_s", 0.0))
+        self.layers = m.layers / pr.pp  # a pipeline stage's process runs its own layers
+
+    def host_s(self, sequences):
+        """The host's time for one iteration of ``sequences`` running sequences (an array of counts gives an
+        array): per layer a fixed part and a part per sequence (:data:`OVERHEADS`, ``layer_s`` and
+        ``layer_seq_s``)."""
+        return self.layers * (self.layer_s + self.layer_seq_s * np.asarray(sequences, float))
+
+    def host_line(self) -> str:
+        """The host's time per iteration as an assumption states it ("" where the engine has none fitted)."""
+        if not (self.layer_s or self.layer_seq_s):
+            return ""
+        how = ("which the overlap scheduler runs beside the GPU's work (the iteration takes the longer)"
+               if self.eng.async_scheduling else "before the GPU's work")
+        return (f"; the host's time per iteration, {self.layers:g} layers x ({self.layer_s * 1e3:.3f} ms + "
+                f"{self.layer_seq_s * 1e6:.2f} µs per running sequence), {how}")
+
+    def wall(self, gpu, sequences):
+        """An iteration's time from its GPU work (seconds, or an array of them) and its running sequences: the
+        work plus the engine's fixed cost per iteration, and the host's time (:meth:`host_s`), which an overlap
+        scheduler runs beside the GPU's (the iteration takes the longer) and any other scheduler before it."""
+        t = np.asarray(gpu, float) + self.iteration_s
+        if self.layer_s or self.layer_seq_s:
+            host = self.host_s(sequences)
+            t = np.maximum(t, host) if self.eng.async_scheduling else t + host
+        return t if np.ndim(t) else float(t)
 
 
 @lru_cache(maxsize=64)
@@ -269,8 +304,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     from costmodel.simulate import client_queue, simulate
 
     res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,
-                   concurrency=in_flight or concurrency, request_rate=request_rate, overhead_s=setup.iteration_s,
-                   seed=seed)
+                   concurrency=in_flight or concurrency, request_rate=request_rate, wall=setup.wall, seed=seed)
     if in_flight is not None:
         res = client_queue(res, concurrency)
     return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight)

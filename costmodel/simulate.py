@@ -131,9 +131,14 @@ def client_queue(res: SimResult, clients: int) -> SimResult:
 
 def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompts: np.ndarray,
              outputs: np.ndarray, concurrency: int | None = None, request_rate: float | None = None,
-             overhead_s: float = 0.0, seed: int = 0, check: bool = False) -> SimResult:
+             overhead_s: float = 0.0, seed: int = 0, check: bool = False, wall=None) -> SimResult:
     """Run ``len(prompts)`` requests through the engine. ``check``: record every violated invariant (token
-    budget, sequence limit, KV pages) instead of trusting them."""
+    budget, sequence limit, KV pages) instead of trusting them. ``wall(gpu, sequences)``: an iteration's time
+    from its GPU work and its running sequences (:meth:`costmodel.served.Setup.wall`); by default the work plus
+    ``overhead_s``."""
+    if wall is None:
+        def wall(gpu, sequences):
+            return gpu + overhead_s
     n = len(prompts)
     ratio = float(np.mean(prompts)) / max(float(np.mean(outputs)), 1.0)  # prompt tokens per output token
     if (concurrency is None) == (request_rate is None):
@@ -237,12 +242,13 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                 d = len(decoding)
                 ctx = sum(r.prompt + r.produced for r in decoding)
                 others = table.others_for(len(running), ratio)
-                times = table.decode_run(d, ctx, steps, others) + overhead_s
+                gpu = table.decode_run(d, ctx, steps, others)
+                times = wall(gpu, d)
                 if pending:  # stop before the first iteration scheduled after the next arrival
                     ends = clock + np.cumsum(times)
                     planned = ends - times if lag else ends  # when each iteration's successor is scheduled
                     steps = min(steps, int(np.searchsorted(planned, pending[0][0])) + 1)
-                    times = times[:steps]
+                    times, gpu = times[:steps], gpu[:steps]
                 for r in decoding:
                     grown = _pages(r.prompt + r.produced + steps, page)
                     if not eng.reserve_output:
@@ -252,9 +258,9 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
                 comm = table.decode_comm(d, others) * steps  # the collectives of these steps
                 last_start = clock + float(times[:-1].sum())
                 clock += float(times.sum())
-                res.decode_s += float(times.sum()) - steps * overhead_s - comm
+                res.decode_s += float(gpu.sum()) - comm
                 res.comm_s += comm
-                res.overhead_s += steps * overhead_s
+                res.overhead_s += float(times.sum() - gpu.sum())
                 res.record(times, d, d, d, pages_total - free)
                 for r in [r for r in decoding if r.produced >= r.output]:
                     running.remove(r)
@@ -304,7 +310,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
         it = table.time(decode_seqs=len(decode_now), decode_context_sum=sum(r.prompt + r.produced for r in decode_now),
                         chunks=chunks, outputs=len(decode_now) + outputs_rows,
                         others=table.others_for(len(running), ratio))
-        dt = it.total_s + overhead_s
+        dt = float(wall(it.total_s, len(running)))
         tokens = len(decode_now) + sum(c for _, c in chunks)
         res.prefill_tokens += tokens - len(decode_now)
         last_start = clock
@@ -319,7 +325,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
         res.prefill_s += it.prefill_s
         res.decode_s += it.decode_s
         res.comm_s += it.comm_s
-        res.overhead_s += overhead_s
+        res.overhead_s += dt - it.total_s
         res.prefill_iterations += 1 if chunks else 0
         res.record(np.array([dt]), len(decode_now), len(running), tokens, pages_total - free)
         done_now = []

@@ -40,12 +40,12 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     # requests beyond any of them wait, their clock running: in the engine's queue or in the client's)
     cap = min(eng.max_num_seqs, kv_seqs, in_flight or eng.max_num_seqs)
     ctx = isl + osl / 2
-    over = setup.iteration_s
 
-    def iteration(decode: float, prompt_tokens: float, outputs: float, start: int = 0, others=None) -> float:
+    def iteration(decode: float, prompt_tokens: float, outputs: float, start: int = 0, others=None,
+                  running: float = 1.0) -> float:
         """An iteration of ``decode`` decode tokens and ``prompt_tokens`` of prompts: whole prompts, then a part
-        (or, from ``start``, the chunk of one prompt that begins there); ``others``: what each other attention data
-        parallel group runs (:meth:`IterationTable.others_for`)."""
+        (or, from ``start``, the chunk of one prompt that begins there), with ``running`` sequences; ``others``: what
+        each other attention data parallel group runs (:meth:`IterationTable.others_for`)."""
         d = int(round(decode)) if eng.mixes else 0
         chunks, left = [], int(round(prompt_tokens))
         while left > 0:
@@ -53,8 +53,8 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             chunks.append((start, c))
             left -= c
             start = 0
-        return table.time(decode_seqs=d, decode_context_sum=d * ctx, chunks=chunks,
-                          outputs=d + int(round(outputs)), others=others).total_s + over
+        return setup.wall(table.time(decode_seqs=d, decode_context_sum=d * ctx, chunks=chunks,
+                                     outputs=d + int(round(outputs)), others=others).total_s, running)
 
     def times(b: float):
         b_dec = max(b - 1, 0)
@@ -62,23 +62,24 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         k = math.ceil(isl / max(room, 1))
         starts = b / (osl - 1 + k) if osl > 1 else b / k  # requests starting per iteration
         others = table.others_for(b, isl / osl)  # attention data parallel: the other groups, copies of this one
-        dec = float(table.decode_run(max(int(round(b)), 1), max(int(round(b)), 1) * ctx, 1, others)[0]) + over
+        dec = setup.wall(float(table.decode_run(max(int(round(b)), 1), max(int(round(b)), 1) * ctx, 1, others)[0]), b)
         if k > 1:  # a prompt longer than the room: its chunks fill k iterations, each after the ones before
             # (the others' prompts sharing those iterations are left out: TTFT up to ~17% low here)
-            tagged = sum(iteration(b_dec, min(room, isl - i * room), i == k - 1, start=i * room, others=others)
-                         for i in range(k))
+            tagged = sum(iteration(b_dec, min(room, isl - i * room), i == k - 1, start=i * room, others=others,
+                                   running=b) for i in range(k))
             load = starts * isl  # prompt tokens per iteration, on average
             f = min(1.0, load / room) if eng.mixes else k * b / (osl - 1 + k * b)
-            avg = iteration(b_dec, min(load / f, room), starts / f, others=others) if eng.mixes else tagged / k
+            avg = (iteration(b_dec, min(load / f, room), starts / f, others=others, running=b) if eng.mixes
+                   else tagged / k)
         else:
             f = min(1.0, starts) if eng.mixes else starts / (1 + starts)
             # a prompt shares its iteration with the others starting then (size-biased: its own plus the mean)
-            tagged = iteration(b_dec, min(isl * (1 + starts), room), 1 + starts, others=others)
-            avg = iteration(b_dec, min(isl * max(starts, 1.0), room), max(starts, 1.0), others=others)
+            tagged = iteration(b_dec, min(isl * (1 + starts), room), 1 + starts, others=others, running=b)
+            avg = iteration(b_dec, min(isl * max(starts, 1.0), room), max(starts, 1.0), others=others, running=b)
         if eng.mixes:
             tpot = f * avg + (1 - f) * dec
         else:  # every prompt's own iterations stall the decoding sequences: about b prompts per lifetime
-            tpot = dec + b * k * iteration(0, isl, 1, others=others) / max(osl - 1, 1)
+            tpot = dec + b * k * iteration(0, isl, 1, others=others, running=b) / max(osl - 1, 1)
         return tagged, tpot, f, (tpot if eng.mixes else dec)
 
     lag = eng.lag  # an overlap scheduler starts a request an iteration later

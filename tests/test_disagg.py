@@ -233,6 +233,11 @@ class _Fixed:
         return np.full(steps, self.decode)
 
 
+def _no_host(gpu, sequences):
+    """An iteration's time with no fixed cost and no host time (costmodel.served.Setup.wall's shape)."""
+    return gpu
+
+
 @pytest.mark.parametrize("overlapped", [False, True])
 def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
     """One prefill worker (one 10-token prompt per 0.6 ms iteration), one decode worker (1 ms iterations), KV moved
@@ -247,7 +252,7 @@ def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
 
     def setup(lag, table):
         eng = SimpleNamespace(name="vllm", max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag)
-        return SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0)
+        return SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
 
     table = _Fixed(0.6e-3, 1e-3)
     sim = _simulate(setup(0, table), setup(int(overlapped), table), Pool(tp=1, workers=1), Pool(tp=1, workers=1),
@@ -275,8 +280,8 @@ def test_where_a_request_waits_for_decode_pages_by_hand(name):
 
     eng = SimpleNamespace(name=name, max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=0)
     table = _Fixed(0.6e-3, 1e-3)
-    pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0)
-    dec = SimpleNamespace(eng=eng, kv_tokens=16, table=table, iteration_s=0.0)
+    pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
+    dec = SimpleNamespace(eng=eng, kv_tokens=16, table=table, iteration_s=0.0, wall=_no_host)
     sim = _simulate(pre, dec, Pool(), Pool(), prompts=np.full(2, 10), outputs=np.full(2, 3), concurrency=2,
                     request_rate=None, transfer_s=0.3e-3, seed=0, check=True)
     assert sim["violations"] == [] and sim["waits"] == 1

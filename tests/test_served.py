@@ -137,6 +137,51 @@ def test_closed_form_agrees_with_simulation(h100, engine_name, model, tp, c, isl
     assert cf.tpot_s == pytest.approx(tpot.mean(), rel=AGREEMENT[engine_name])
 
 
+@pytest.mark.parametrize("engine_name", ["trtllm", "vllm"])
+def test_the_hosts_time_by_hand(llama, h100, engine_name):
+    """One client, so every decode iteration carries one sequence: the host's 32 layers x (1 ms + 0.5 ms per
+    sequence) = 48 ms per iteration, ten times the GPU's step. An overlap scheduler (TensorRT-LLM) runs it beside the
+    GPU: every decode iteration lasts 48 ms, and so does TPOT, in both evaluators. A scheduler that plans after the
+    GPU (vLLM) adds it: TPOT is the GPU's step + 48 ms."""
+    host = {"layer_s": 1e-3, "layer_seq_s": 0.5e-3}
+    kw = dict(input_len=128, output_len=64, engine_name=engine_name, concurrency=1, num_requests=3)
+    st = Setup(llama, pricing(llama, h100), engine(engine_name, capacity_bytes=h100.engine_memory), max_context=192,
+               overheads=OFF | host)
+    assert llama.layers == 32 and st.host_s([1, 4]).tolist() == pytest.approx([48e-3, 96e-3])
+    without = serve(llama, h100, overheads=OFF, **kw).tpot_s
+    assert without < 48e-3 / 5
+    for evaluator in ("simulation", "steady-state"):
+        got = serve(llama, h100, overheads=OFF | host, evaluator=evaluator, **kw).tpot_s
+        assert got == pytest.approx(48e-3 if engine_name == "trtllm" else without + 48e-3, rel=1e-3), evaluator
+
+
+@pytest.mark.parametrize("model,tp,c,isl,osl", [("qwen3-32b", 8, 128, 1024, 512), ("qwen3-32b", 8, 96, 1024, 512),
+                                                ("qwen3-32b", 8, 128, 2048, 256)])
+def test_closed_form_agrees_with_simulation_where_the_host_binds(h100, model, tp, c, isl, osl):
+    """As :func:`test_closed_form_agrees_with_simulation`, with TensorRT-LLM's host time (about its fitted size,
+    :data:`costmodel.served.OVERHEADS`) binding at large batches on many GPUs."""
+    from costmodel.served import lengths
+
+    m = costmodel.load_model(model)
+    over = {"iteration_s": 0.002, "request_s": 0.0, "layer_s": 80e-6, "layer_seq_s": 1.5e-6}
+    cf = serve(m, h100, input_len=isl, output_len=osl, engine_name="trtllm", concurrency=c, tp=tp, overheads=over,
+               evaluator="steady-state")
+    gpu_bound = serve(m, h100, input_len=isl, output_len=osl, engine_name="trtllm", concurrency=c, tp=tp,
+                      overheads={"iteration_s": 0.002, "request_s": 0.0}, evaluator="steady-state")
+    assert cf.tpot_s > 1.02 * gpu_bound.tpot_s  # the host binds
+    eng = engine("trtllm", capacity_bytes=h100.engine_memory, device_name=h100.name, tp=tp)
+    n = 30 * c
+    prompts, outputs = lengths("uniform", isl, n, spread=0.25), lengths("uniform", osl, n, spread=0.25, seed=1)
+    st = Setup(m, pricing(m, h100, tp=tp), eng, max_context=int(prompts.max() + outputs.max()), overheads=over)
+    res = simulate(st.table, eng, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=c,
+                   wall=st.wall)
+    steady = slice(c, n - c)
+    assert cf.ttft_s == pytest.approx(res.ttft[steady].mean(), rel=AGREEMENT["trtllm"])
+    more = outputs[steady] > 1
+    tpot = (res.finish[steady] - res.first[steady])[more] / (outputs[steady][more] - 1)
+    assert cf.tpot_s == pytest.approx(tpot.mean(), rel=AGREEMENT["trtllm"])
+
+
 def test_kv_capacity_by_hand(llama, h100):
     """vLLM: 0.9 x the device's memory as the driver reports it (81,559 MiB on an H100 80GB HBM3, nvidia-smi) -
     weights - activations, in blocks of 16; Llama 3.1 8B in bf16 caches 2 (K, V) x 32 layers x 8 heads x 128 x 2
