@@ -4,8 +4,9 @@ deployments, and report the fit's error on the models it did not see.
     python benchmarks/fit_serving.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv
 
 Every expressible row of a dense model is simulated (the mixture-of-experts rows are held out) at each
-per-iteration cost of a grid; the front-end delay enters a row's TTFT additively, so for each grid value its
-best value is found by a 1-D search, without simulating again. The objective is the sum of absolute log errors
+per-iteration cost of a grid, with the engine's host time as shipped (benchmarks/fit_host_time.py fits it); the
+front-end delay enters a row's TTFT additively, so for each grid value its best value is found by a 1-D search,
+without simulating again. The objective is the sum of absolute log errors
 of TTFT and TPOT: a robust loss, whose optimum follows the typical row as the median the targets name does,
 where squared log errors let the few rows no engine mechanism explains (TensorRT-LLM's small model at 128
 clients, 3-10x the predicted TTFT) set the front end. Three fits are printed: on all rows (what ships in
@@ -23,6 +24,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from costmodel.served import OVERHEADS
 from costmodel.validation.serving import predict, read
 
 GRID_MS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0]
@@ -38,7 +40,8 @@ def simulate_grid(deployments):
         row = []
         for ms in GRID_MS:
             try:
-                p = predict(d, {"iteration_s": ms / 1e3, "request_s": 0.0}, protocol=PROTOCOL)
+                host = {k: v for k, v in OVERHEADS[d.backend].items() if k in ("layer_s", "layer_seq_s")}
+                p = predict(d, {"iteration_s": ms / 1e3, "request_s": 0.0, **host}, protocol=PROTOCOL)
                 row.append((p.ttft_s, p.tpot_s))
             except Exception:  # noqa: BLE001 - a row that cannot be priced is left out
                 row = None

@@ -3,7 +3,8 @@ moving from one to the other.
 
 A request goes to the prefill worker with the fewest prompt tokens still to prefill. A prefill worker runs
 iterations of prompts alone (up to its sequence limit and token budget, a prompt longer than the budget in
-chunks), each priced as the model step for that batch of prompts plus the engine's fixed cost per iteration.
+chunks), each priced as the model step for that batch of prompts plus the engine's fixed cost per iteration (and
+the host's time where one is fitted: :meth:`costmodel.served.Setup.wall`).
 When a prompt's last chunk is done the request has its first token and its KV cache is sent to the decode
 pool: the prompt's cache as the decode workers store it, over the link between the pools (the devices'
 interconnect when both pools sit in one scale-up domain, each device's network port otherwise), every device

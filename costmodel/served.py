@@ -49,8 +49,8 @@ MAX_REQUESTS = 1_000_000
 #: its overlap scheduler runs the host beside the GPU, so an iteration takes the longer of the two. Fitted by
 #: benchmarks/fit_host_time.py on the TPOTs of the 357 dense rows (least absolute log error, a grid of 0-120 us and
 #: 0-2.5 us): 80 us per layer and 1.5 us per layer and running sequence, the same on either model's rows alone but
-#: for the second on Llama-3.1-8B's (1.25 us). The other engines have none fitted (zero). The fixed costs above
-#: were fitted without it; with it no TTFT median moves (docs/serving.md).
+#: for the second on Llama-3.1-8B's (1.25 us). The other engines have none fitted (zero). The fixed costs above,
+#: refitted with it in place, come out the same (0.5 ms, 102 ms), and no TTFT median moves (docs/serving.md).
 OVERHEADS = {
     "vllm": {"iteration_s": 0.0015, "request_s": 0.027},
     "sglang": {"iteration_s": 0.0005, "request_s": 0.089},

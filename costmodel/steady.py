@@ -11,6 +11,9 @@ at the mean context ``isl + osl / 2``:
     TPOT = f t_mix + (1 - f) t_dec          (a decode token's mean iteration)
     TTFT = front-end delay + k t_mix + queueing (+ t_iter under an overlap scheduler)
 
+Each iteration's time is its GPU work plus the engine's fixed cost and the host's time where one is fitted
+(:meth:`costmodel.served.Setup.wall`, at the running sequences ``B``).
+
 An overlap scheduler (TensorRT-LLM's, SGLang's) plans each iteration while the one before runs, so a request
 starts an iteration later than it would under a scheduler that plans each iteration as the last one ends.
 
