@@ -171,10 +171,10 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
         "continuous batching: each iteration runs the running sequences' decode tokens and prefill chunks of "
         "waiting requests within the token budget; its time is the model step priced for that mix (prefill "
         "tokens at their positions, decode tokens at theirs) plus the engine's fixed cost per iteration "
-        f"({setup.iteration_s * 1e3:.2f} ms){setup.host_line()}; the front end's latency ({setup.request_s * 1e3:.2f} "
-        "ms: HTTP, tokenization, "
-        "the first token streamed back) is added to each TTFT and end-to-end time; it does not hold the engine (a "
-        "client's next request reaches the engine when its last one finishes there)",
+        f"({setup.iteration_s * 1e3:.2f} ms){setup.host_line()}; the front end's latency "
+        f"({setup.request_s * 1e3:.2f} ms: HTTP, tokenization, the first token streamed back) is added to each TTFT "
+        "and end-to-end time; it does not hold the engine (a client's next request reaches the engine when its last "
+        "one finishes there)",
         "TPOT per request: (end - first token) / (output tokens - 1), as benchmark clients report it; means over "
         + (f"the requests after {warmup} warm-up requests" if warmup else "all requests, the first wave included"),
         "iteration-level simulation" if evaluator == "simulation" else

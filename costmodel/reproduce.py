@@ -19,8 +19,8 @@ from costmodel.hardware import HardwareProfile
 from costmodel.catalog import load_profile
 from costmodel.model_ops import StepOp, step_ops
 from costmodel.model_step import predict_model
-from costmodel.presets import ModelPreset, load_model
 from costmodel.origin import TimeModel
+from costmodel.presets import ModelPreset, load_model
 from costmodel.price import Conventions, KernelOp, price
 
 # Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)

@@ -15,8 +15,9 @@ preempted request is recomputed when it returns (its prompt and the tokens it ha
 with it (vLLM's default) its KV is still in the pages it freed and only its last token is computed again.
 
 The iteration's time is :class:`costmodel.iteration.IterationTable`'s for its mix, plus the engine's fixed cost
-per iteration and the host's time where one is fitted (:meth:`costmodel.served.Setup.wall`). A prompt's last chunk produces the request's first token at the end of that iteration (TTFT
-counts from the request's arrival), every decode iteration one token per sequence. Load is a closed loop
+per iteration and the host's time where one is fitted (:meth:`costmodel.served.Setup.wall`). A prompt's last
+chunk produces the request's first token at the end of that iteration (TTFT counts from the request's arrival),
+every decode iteration one token per sequence. Load is a closed loop
 (``concurrency`` clients each sending a new request when their last one finishes; all start at time 0, as
 benchmark clients do) or an open one (Poisson arrivals at ``request_rate``).
 
