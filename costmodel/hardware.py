@@ -104,6 +104,9 @@ class TileRule(_Strict):
     #: SMs one tile runs on: 2 for a tile of a pair of SMs (an SM100 2-SM MMA, ``tcgen05.mma.cta_group::2``: each SM
     #: computes half the tile's rows, the operands multicast to both)
     sms: int = Field(1, ge=1, le=2)
+    #: tiles along M and along N of one thread-block cluster: a persistent CUTLASS kernel launches whole clusters,
+    #: so its grid of tiles is rounded up to whole clusters along each side (the rounded tiles run, out of bounds)
+    cluster: tuple[Count, Count] = (1, 1)
     m_min: Count | None = None
     m_max: Count | None = None
     n_max: Count | None = None
@@ -133,17 +136,23 @@ def _rules(*rules) -> tuple[TileRule, ...]:
 #: (``kernels.gemm_dispatch: {gemm_fp8: vllm_sm90_fp8}``); a profile may give rules of its own instead.
 GEMM_DISPATCHES = {
     "vllm_sm90_fp8": GemmDispatch(
-        rules=_rules({"m_max": 16, "tile": (16, 64)}, {"m_max": 64, "n_max": 1280, "tile": (16, 64)},
-                     {"m_max": 64, "tile": (64, 64)}, {"m_max": 128, "tile": (64, 128)}, {"tile": (128, 128)}),
+        rules=_rules({"m_max": 16, "n_max": 1280, "tile": (16, 64), "cluster": (2, 1)},
+                     {"m_max": 16, "tile": (16, 64)},
+                     {"m_max": 64, "n_max": 1280, "tile": (16, 64), "cluster": (4, 1)},
+                     {"m_max": 64, "tile": (64, 64)}, {"m_max": 128, "tile": (64, 128), "cluster": (2, 1)},
+                     {"tile": (128, 128), "cluster": (2, 1)}),
         source="vLLM cutlass_scaled_mm on SM90 (vllm-project/vllm csrc/quantization/w8a8/cutlass/c3x/"
                "scaled_mm_sm90_fp8_dispatch.cuh @68f442e): M <= 16 a 64 x 16 tile with A and B swapped (16 rows of "
-               "M, 64 columns of N); M <= 64 the same for N <= 1280, else 64 x 64 swapped; M <= 128 64 x 128; "
-               "larger M 128 x 128; persistent, no split-K"),
+               "M, 64 columns of N), cluster 1 x 2 of the swapped problem (2 tiles along M) for N <= 1280, 1 x 1 "
+               "above; M <= 64 the same tile, cluster 1 x 4 (4 along M) for N <= 1280, else 64 x 64 swapped, "
+               "cluster 1 x 1; M <= 128 64 x 128, cluster 2 x 1; larger M 128 x 128, cluster 2 x 1; persistent "
+               "(CUTLASS's tile scheduler rounds the grid of tiles up to whole clusters), no split-K"),
     "vllm_sm100_fp8": GemmDispatch(
-        rules=_rules({"m_max": 16, "tile": (32, 128), "sms": 2},
+        rules=_rules({"m_max": 16, "tile": (32, 128), "sms": 2, "cluster": (1, 2)},
                      {"m_min": 64, "m_max": 64, "k_max": 4095, "tile": (64, 64)},
-                     {"m_max": 64, "tile": (64, 128), "sms": 2}, {"m_max": 256, "tile": (128, 128), "sms": 2},
-                     {"tile": (256, 128), "sms": 2}),
+                     {"m_max": 64, "tile": (64, 128), "sms": 2, "cluster": (1, 2)},
+                     {"m_max": 256, "tile": (128, 128), "sms": 2},
+                     {"tile": (256, 128), "sms": 2, "cluster": (1, 2)}),
         source="vLLM cutlass_scaled_mm on the SM100 family, SM 10.x (vllm-project/vllm csrc/quantization/w8a8/"
                "cutlass/c3x/scaled_mm_sm100_fp8_dispatch.cuh @487e7b0): M <= 16 a 128 x 32 tile with A and B "
                "swapped (32 rows of M, 128 columns of N), cluster 4 x 1; M <= 64 128 x 64 swapped (64 rows, 128 "
@@ -151,7 +160,9 @@ GEMM_DISPATCHES = {
                "128 x 128, cluster 2 x 1; larger M 256 x 128, cluster 2 x 2; persistent, no split-K. Each with "
                "KernelScheduleAuto, which runs a tile on a pair of SMs (2-SM MMA) when the cluster's M is even and "
                "the tile's M a multiple of 128 (NVIDIA/cutlass include/cutlass/gemm/collective/builders/"
-               "sm100_common.inl, sm100_make_trivial_tiled_mma): every configuration but the 64 x 64 one"),
+               "sm100_common.inl, sm100_make_trivial_tiled_mma): every configuration but the 64 x 64 one. A cluster "
+               "holds one pair along M (the 2-SM tile) and, for the 4 x 1 swapped and 2 x 2 clusters, two tiles "
+               "along N: the grid of tiles is rounded up to an even count along N"),
     "vllm_fused_moe_block_fp8": GemmDispatch(
         rules=_rules({"tile": (64, 128)}),
         source="vLLM's Triton fused_moe kernel for block-scaled FP8 experts without a tuned configuration "

@@ -176,10 +176,11 @@ def windowed_pairs(n, m, window, blocked: bool, B: int = DEFAULT_KERNELS.prefill
     return (t * a + t * (t - 1) / 2 + (T - t) * np.minimum(cap, a + t)) * B * B
 
 
-def m_tiles(batch, M, tm, m_blocks: dict | None = None):
-    """Tiles of ``tm`` rows down the M side of ``batch`` products of ``M`` rows: ``batch x ceil(M / tm)``, or
-    where the products' rows differ (``m_blocks``, by tile height: each product padded on its own), their sum."""
-    out = np.asarray(batch, float) * np.ceil(np.asarray(M, float) / tm)
+def m_tiles(batch, M, tm, m_blocks: dict | None = None, cluster=1):
+    """Tiles of ``tm`` rows down the M side of ``batch`` products of ``M`` rows: ``batch x ceil(M / tm)`` (each
+    product's rounded up to whole clusters of ``cluster`` tiles), or where the products' rows differ (``m_blocks``,
+    by tile height: each product padded on its own), their sum."""
+    out = np.asarray(batch, float) * _whole(np.ceil(np.asarray(M, float) / tm), cluster)
     for height, blocks in (m_blocks or {}).items():
         out = np.where(tm == height, np.asarray(blocks, float), out)
     return out
@@ -202,12 +203,17 @@ def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_ov
                    splits)
 
 
-def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tile rows, tile columns, SMs a tile runs on) a fixed dispatch (:class:`costmodel.hardware.GemmDispatch`
-    rules, the first that matches) runs for each problem."""
+def _whole(tiles, cluster):
+    """``tiles`` rounded up to whole clusters of ``cluster`` tiles."""
+    return np.ceil(tiles / cluster) * cluster
+
+
+def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, ...]:
+    """(tile rows, tile columns, SMs a tile runs on, cluster tiles along M, along N) a fixed dispatch
+    (:class:`costmodel.hardware.GemmDispatch` rules, the first that matches) runs for each problem."""
     M, K, N = (np.asarray(x, float) for x in (M, K, N))
     tm, tn = np.zeros(np.broadcast(M, K, N).shape), np.zeros(np.broadcast(M, K, N).shape)
-    per = np.ones(tm.shape)
+    per, cm, cn = np.ones(tm.shape), np.ones(tm.shape), np.ones(tm.shape)
     left = np.ones(tm.shape, bool)
     for rule in rules:
         hit = left.copy()
@@ -221,8 +227,9 @@ def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, np.ndarray, np.ndarray
             hit &= K <= rule.k_max
         tm, tn = np.where(hit, rule.tile[0], tm), np.where(hit, rule.tile[1], tn)
         per = np.where(hit, rule.sms, per)
+        cm, cn = np.where(hit, rule.cluster[0], cm), np.where(hit, rule.cluster[1], cn)
         left &= ~hit
-    return tm, tn, per
+    return tm, tn, per, cm, cn
 
 
 def dispatched_flops(rules, batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float,
@@ -230,8 +237,8 @@ def dispatched_flops(rules, batch, M, K, N, sms: float, small_tile_exponent: flo
     """FLOPs (at the largest tile's rate) of a GEMM whose tile a fixed dispatch chooses: whole waves of its tiles
     over the SMs, the whole reduction in each; a tile of a pair of SMs takes two of them, each with half its rows
     (``m_blocks``: :func:`m_tiles`)."""
-    tm, tn, per = dispatched_tiles(rules, M, K, N)
-    tiles = m_tiles(batch, M, tm, m_blocks) * np.ceil(np.asarray(N, float) / tn)
+    tm, tn, per, cm, cn = dispatched_tiles(rules, M, K, N)
+    tiles = m_tiles(batch, M, tm, m_blocks, cm) * _whole(np.ceil(np.asarray(N, float) / tn), cn)
     waves = np.ceil(tiles * per / sms)
     return (waves * sms * tm / per * tn * (np.asarray(K, float) + k_overhead) * 2
             / (tm * tn / largest) ** small_tile_exponent)

@@ -178,17 +178,21 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     rules = h100.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
     M = np.array([1, 16, 17, 17, 64, 65, 128, 129, 8192])
     N = np.array([4096, 4096, 1024, 4096, 1280, 4096, 4096, 4096, 4096])
-    tm, tn, per = dispatched_tiles(rules, M, np.full(M.shape, 8192), N)
+    tm, tn, per, cm, cn = dispatched_tiles(rules, M, np.full(M.shape, 8192), N)
     assert list(zip(tm, tn)) == [(16, 64), (16, 64), (16, 64), (64, 64), (16, 64), (64, 128), (64, 128), (128, 128),
                                  (128, 128)]
     assert (per == 1).all()  # SM90 has no tile over two SMs
+    # clusters (tiles along M, along N), from the configurations' ClusterShape (a swapped one's reversed)
+    assert list(zip(cm, cn)) == [(1, 1), (1, 1), (4, 1), (1, 1), (4, 1), (2, 1), (2, 1), (2, 1), (2, 1)]
+    assert dispatched_tiles(rules, np.array([8]), np.array([8192]), np.array([1024]))[3:] == (2, 1)
     rules = b200.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
-    tm, tn, per = dispatched_tiles(rules, np.array([16, 64, 64, 200, 300]), np.array([8192, 2048, 4096, 8192, 8192]),
-                                   np.full(5, 4096))
+    tm, tn, per, cm, cn = dispatched_tiles(rules, np.array([16, 64, 64, 200, 300]),
+                                           np.array([8192, 2048, 4096, 8192, 8192]), np.full(5, 4096))
     assert list(zip(tm, tn)) == [(32, 128), (64, 64), (64, 128), (128, 128), (256, 128)]
     # SM100: every configuration with an even cluster M and a tile M (the swapped ones' N) of 128 or 256 runs on a
     # pair of SMs; the 64 x 64 one on one
     assert list(per) == [2, 1, 2, 2, 2]
+    assert list(zip(cm, cn)) == [(1, 2), (1, 1), (1, 2), (1, 1), (1, 2)]
     with pytest.raises(ValueError):
         GemmDispatch(source="x", rules=(TileRule(m_max=16, tile=(16, 64)),))  # no rule for the other shapes
     # a decode-sized product on the H100: 8 rows, 8192 x 8192 -> 1 x 128 tiles of 16 x 64, one wave of 132 SMs
@@ -215,3 +219,35 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
                     flops=2 * 300 * 8192 * 256, nbytes=300 * 8192 + 8192 * 256 + 2 * 300 * 256,
                     shape={"batch": 1, "M": 300, "K": 8192, "N": 256, "width": 1}, kernels=b200.architecture.kernels)
     assert float(t.compute) == pytest.approx(flops / (b200.peak("fp8") * eff.compute_efficiency), rel=1e-12)
+
+
+def test_a_cluster_rounds_the_grid_of_tiles():
+    """vLLM's SM90 fp8 kernel for M > 128 runs 128 x 128 tiles in clusters of 2 along M, and CUTLASS's persistent
+    scheduler launches whole clusters. By hand, N = 5120 (40 tiles across) and K = 8192 on 132 SMs: M = 256 is 2 x 40 =
+    80 tiles (one wave); M = 257 is 3 tiles down, rounded to 4: 160 tiles, two waves, as many as M = 512. The
+    published H100 table agrees (M 256, 257, 512: 30.4, 58.4, 51.6 us)."""
+    from costmodel.mechanisms import class_times
+    from costmodel.origin import resolve
+
+    h100 = costmodel.load_profile("h100")
+    eff = resolve(h100, "graph").classes["gemm_fp8"]
+    kernels = h100.architecture.kernels
+    largest = kernels.largest_tile
+
+    def compute(M):
+        return float(class_times("gemm_fp8", eff, peak=h100.peak("fp8"), bandwidth=h100.bandwidth, sms=132,
+                                 timing="graph", flops=2 * M * 8192 * 5120, nbytes=M * 8192 + 8192 * 5120,
+                                 shape={"batch": 1, "M": M, "K": 8192, "N": 5120, "width": 1}, kernels=kernels).compute)
+
+    wave = 132 * 128 * 128 * (8192 + eff.tile_k_overhead) * 2 / (128 * 128 / largest) ** eff.small_tile_exponent
+    rate = h100.peak("fp8") * eff.compute_efficiency
+    assert compute(256) == pytest.approx(wave / rate, rel=1e-12)
+    assert compute(257) == pytest.approx(2 * wave / rate, rel=1e-12) == compute(512)
+    # without the cluster the same 257 rows would be 120 tiles: one wave
+    single = kernels.gemm_dispatch["gemm_fp8"].model_copy(update={"rules": tuple(
+        r.model_copy(update={"cluster": (1, 1)}) for r in kernels.gemm_dispatch["gemm_fp8"].rules)})
+    plain = kernels.model_copy(update={"gemm_dispatch": {"gemm_fp8": single}})
+    t = class_times("gemm_fp8", eff, peak=h100.peak("fp8"), bandwidth=h100.bandwidth, sms=132, timing="graph",
+                    flops=2 * 257 * 8192 * 5120, nbytes=257 * 8192 + 8192 * 5120,
+                    shape={"batch": 1, "M": 257, "K": 8192, "N": 5120, "width": 1}, kernels=plain)
+    assert float(t.compute) == pytest.approx(wave / rate, rel=1e-12)
