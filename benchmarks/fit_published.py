@@ -22,7 +22,7 @@ import numpy as np
 
 from costmodel.hardware import ClassEfficiency, Efficiency
 from costmodel.catalog import load_profile
-from costmodel.origin import transfer
+from costmodel.origin import carried, transfer
 from costmodel.validation.fit import SHARED, errors, fit_class, predict_table
 from costmodel.validation.published import read_folder
 from costmodel.mechanisms import FALLBACK
@@ -140,7 +140,8 @@ EFFICIENCY_MARK = "# Fitted, not datasheet: the parameters of costmodel.mechanis
 
 
 def cross(tables_by_gpu, fitted, hws):
-    """Fit on one GPU, predict the other through the transfer rule."""
+    """Fit on one GPU, predict the other through the transfer rule (decode attention split as the other GPU's own
+    kernel splits it: costmodel.origin.carried)."""
     lines = []
     pairs = [(a, b) for a, b in (("a100_80gb_sxm", "h100_sxm"), ("h100_sxm", "a100_80gb_sxm"), ("h100_sxm", "b200"),
                                  ("b200", "h100_sxm")) if a in fitted and b in fitted]
@@ -148,7 +149,7 @@ def cross(tables_by_gpu, fitted, hws):
         for cls in ("decode_attention", "gemm", "gemm_fp8", "gemm_fp8_block", "prefill_attention"):
             if cls not in fitted[src] or cls not in fitted[dst]:
                 continue
-            eff = transfer(fitted[src][cls], hws[src], hws[dst])
+            eff = carried(fitted[src][cls], hws[src], hws[dst], cls, gemm=fitted[src].get("gemm"))
             ts = [t for t in tables_by_gpu[dst] if t.priced_class == cls and t.source == "aiconfigurator"]
             own = _err(ts, hws[dst], fitted[dst][cls])
             got = _err(ts, hws[dst], eff)

@@ -22,7 +22,9 @@ ATTENTION_CLASSES: tuple[str, ...] = ("decode_attention", "prefill_attention")
 
 TRANSFER_RULE = (
     "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
-    "fixed costs per call are kept, and so is when the decode kernel splits a context; the half-bandwidth bytes "
+    "fixed costs per call are kept, and so is when the decode kernel splits a context (a device whose engine runs "
+    "another decode kernel splits as that kernel does, FlashAttention-2's combine and query-packing kernels at the "
+    "reference's fixed cost of a small kernel); the half-bandwidth bytes "
     "scale with the datasheet bandwidth (bytes in flight = bandwidth x latency); the SM time of a decode work "
     "unit and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming "
     "rate with the clock, the device time of an attention score with the inverse of SMs x clock"
@@ -92,17 +94,40 @@ def transfer(eff, src, dst):
                                   "fitted": ()})
 
 
-def _own_decode_kernel(eff, where, hw, ref):
+def carried(eff, src, dst, cls: str, timing: str = "graph", gemm=None):
+    """``eff`` (``cls``'s parameters fitted on ``src``) as ``dst`` prices with them: :func:`transfer`, and for
+    decode attention the split of ``dst``'s own decode kernel (what :func:`resolve` does with a reference; ``gemm``:
+    ``src``'s GEMM class, where ``src`` does not carry its fit)."""
+    eff = transfer(eff, src, dst)
+    if cls == "decode_attention":
+        eff, _ = _own_decode_kernel(eff, Origin("transferred", src.id), dst, src, timing, gemm)
+    return eff
+
+
+def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     """Decode attention carried from a device whose engine runs another kernel: the context split of this device's
     kernel (:data:`costmodel.hardware.DECODE_KERNELS`), where both devices name theirs. A split the reference's fit
-    never saw keeps the reference's parameters and runs without their grouped-kernel costs."""
-    from costmodel.hardware import DECODE_KERNELS
+    never saw keeps the reference's parameters and runs without their grouped-kernel costs; a kernel that launches
+    kernels of its own beside them (:data:`costmodel.hardware.DECODE_LAUNCHES`: FlashAttention-2's split-KV combine
+    and query packing) has each priced at the reference's fixed cost of a small kernel under ``timing`` (its GEMM
+    class's, the one fitted cost of a kernel that does little), in place of the reference's own combine cost."""
+    from costmodel.hardware import DECODE_KERNELS, DECODE_LAUNCHES
 
     mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
     if mine is None or theirs is None or mine == theirs or DECODE_KERNELS[mine] == eff.split_kv:
         return eff, where
-    return (eff.model_copy(update={"split_kv": DECODE_KERNELS[mine]}),
-            where.noted(f" (contexts split as {mine.replace('_', ' ')} splits them, not {theirs.replace('_', ' ')})"))
+    update = {"split_kv": DECODE_KERNELS[mine]}
+    where = where.noted(f" (contexts split as {mine.replace('_', ' ')} splits them, not {theirs.replace('_', ' ')})")
+    if gemm is None and ref.efficiency is not None:
+        gemm = ref.efficiency.classes.get("gemm")
+    fixed = gemm.fixed_s if gemm is not None else {}
+    launch = fixed.get(timing, fixed.get(NEAREST_TIMING.get(timing, ""), None))
+    if mine in DECODE_LAUNCHES and launch is not None:
+        n = DECODE_LAUNCHES[mine]
+        update |= {"split_s": n["combine"] * launch, "group_copy_s": n["pack"] * launch}
+        where = where.noted(f"; its combine and query-packing kernels at {ref.id}'s fixed cost of a small kernel "
+                            f"({launch * 1e6:.2f} µs, its GEMM class)")
+    return eff.model_copy(update=update), where
 
 
 #: A class fitted without a timing convention's fixed cost takes the nearest convention's.
@@ -196,7 +221,7 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
         where = (Origin("fitted", hw.id) if mine is not None else
                  Origin("transferred", ref(cls).id, via=lookup(cls)[1].origin[cls]))
         if mine is None and cls == "decode_attention":
-            eff, where = _own_decode_kernel(eff, where, hw, ref(cls))
+            eff, where = _own_decode_kernel(eff, where, hw, ref(cls), timing)
         if timing not in eff.fixed_s:
             if near in eff.fixed_s:
                 # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)

@@ -273,3 +273,25 @@ def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
     decoding = r.e2e_s - r.ttft_s
     assert r.e2e_band.high_s == pytest.approx(prefill.band.high_s + decoding * r.tpot_band.high_s / r.tpot_mean_s)
     assert "range on a100_80gb_sxm" in str(r)
+
+
+def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_kernel():
+    """The A100 priced from the H100 (FlashAttention-3 there, FlashAttention-2 here): FlashAttention-2's split
+    combine and query-packing copy are one kernel each (costmodel.hardware.DECODE_LAUNCHES), each at the H100's fixed
+    cost of a small kernel in a CUDA graph (its GEMM class's), not the H100's own combine cost; the A100's own fit is
+    untouched, and a kernel with no launches counted (FlashAttention-3 carried from the A100) keeps the reference's."""
+    from costmodel.origin import carried, resolve
+
+    a100, h100 = load_profile("a100"), load_profile("h100")
+    launch = h100.efficiency.classes["gemm"].fixed_s["graph"]
+    got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
+    eff = got.classes["decode_attention"]
+    assert eff.split_kv == "grouped"
+    assert (eff.split_s, eff.group_copy_s) == (launch, launch)
+    assert eff.split_s != h100.efficiency.classes["decode_attention"].split_s
+    assert f"{launch * 1e6:.2f} µs" in str(got.origin["decode_attention"])
+    assert carried(h100.efficiency.classes["decode_attention"], h100, a100, "decode_attention") == eff
+    own = resolve(a100, "graph").classes["decode_attention"]
+    assert (own.split_s, own.group_copy_s) == (7.129e-06, 5.741e-06)  # the A100's fit, as its profile states it
+    back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["decode_attention"]
+    assert back.split_s == a100.efficiency.classes["decode_attention"].split_s
