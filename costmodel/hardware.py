@@ -183,7 +183,7 @@ GEMM_DISPATCHES = {
 DECODE_KERNELS = {"flash_attention_2": "grouped", "flash_attention_3": "always", "flashinfer": "always"}
 DecodeKernel = Literal["flash_attention_2", "flash_attention_3", "flashinfer"]
 #: Kernels a decode attention call launches beside its own, where a device whose fit never saw that kernel needs
-#: them counted (:func:`costmodel.origin.transfer`'s decode rule): ``combine``, the kernel that combines a split
+#: them counted (:func:`costmodel.origin.carried`): ``combine``, the kernel that combines a split
 #: context's partial results; ``pack``, the copy that packs a grouped query's heads. FlashAttention-2 as vLLM builds
 #: it (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp ``mha_varlen_fwd`` @04325b6): a decode call with
 #: more query than key/value heads swaps the group's heads into the query rows, ``q.reshape({b, g, h/g, d})
