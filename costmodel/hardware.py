@@ -201,6 +201,22 @@ DECODE_LAUNCHES = {"flash_attention_2": {"combine": 1, "pack": 1}}
 #: and 0.04-0.05 on the H100 and B200 (score_s x SMs x clock of each device's prefill fit).
 ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3": "warp_specialized",
                           "flashinfer": "warp_specialized"}
+#: The online softmax's own instructions per attention score in a synchronous kernel, which run on the SM's FP32 and
+#: special-function units between its matrix products (:func:`costmodel.origin.carried` prices them where a fit of
+#: a warp-specialized kernel, whose matrix products hide them, is all there is). FlashAttention-2
+#: (Dao-AILab/flash-attention csrc/flash_attn/src/softmax.h and flash_fwd_launch_template.h): per score one FFMA
+#: (``exp2f(x * scale - max_scaled)``, scaled and shifted at once), the exponential itself (``exp2f``, one
+#: special-function instruction under fast math), one max and one add (``reduce_max``, ``reduce_sum``), half a
+#: conversion (``convert_type``: two scores per bf16x2), and the output's rescale, head dimension / kBlockN
+#: multiplies per score (``softmax_rescale_o``; head dimension 128 runs 128 x 64 tiles: 2), the head dimension of the
+#: published tables and of the models served here. ``fp32``: FP32-pipe instructions, ``sfu``: special-function ones.
+SOFTMAX_WORK = {"flash_attention_2": {"fp32": 5.5, "sfu": 1.0}}
+#: Special-function results per SM per clock on NVIDIA GPUs (exp2, log2, reciprocal, rsqrt, sin, cos): 16 (CUDA C++
+#: Programming Guide, "Arithmetic Instructions", the throughput of native arithmetic instructions per multiprocessor;
+#: the FlashAttention-3 paper's "3.9 TFLOPS of special functions" on the H100 SXM5, Shah et al. 2024 section 3, is 16
+#: per SM per clock over its 132 SMs at 1.83 GHz). A device's FP32 lanes per SM come from its FP32 peak (an FMA is two
+#: FLOPs).
+SFU_PER_SM_CLOCK = 16
 
 
 class KernelFacts(_Strict):

@@ -24,7 +24,9 @@ TRANSFER_RULE = (
     "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
     "fixed costs per call are kept, and so is when the decode kernel splits a context (a device whose engine runs "
     "another decode kernel splits as that kernel does, FlashAttention-2's combine and query-packing kernels at the "
-    "reference's fixed cost of a small kernel); the half-bandwidth bytes "
+    "reference's fixed cost of a small kernel; one whose prompt kernel runs the online softmax between its matrix "
+    "products, where the reference's hides it, pays the softmax's instructions at its own FP32 and special-function "
+    "units); the half-bandwidth bytes "
     "scale with the datasheet bandwidth (bytes in flight = bandwidth x latency); the SM time of a decode work "
     "unit and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming "
     "rate with the clock, the device time of an attention score with the inverse of SMs x clock"
@@ -95,12 +97,15 @@ def transfer(eff, src, dst):
 
 
 def carried(eff, src, dst, cls: str, timing: str = "graph", gemm=None):
-    """``eff`` (``cls``'s parameters fitted on ``src``) as ``dst`` prices with them: :func:`transfer`, and for
-    decode attention the split of ``dst``'s own decode kernel (what :func:`resolve` does with a reference; ``gemm``:
-    ``src``'s GEMM class, where ``src`` does not carry its fit)."""
+    """``eff`` (``cls``'s parameters fitted on ``src``) as ``dst`` prices with them: :func:`transfer`, for decode
+    attention the split of ``dst``'s own decode kernel, for prefill attention its own softmax where its kernel runs it
+    between the matrix products (what :func:`resolve` does with a reference; ``gemm``: ``src``'s GEMM class, where
+    ``src`` does not carry its fit)."""
     eff = transfer(eff, src, dst)
     if cls == "decode_attention":
         eff, _ = _own_decode_kernel(eff, Origin("transferred", src.id), dst, src, timing, gemm)
+    if cls == "prefill_attention":
+        eff, _ = _own_softmax(eff, Origin("transferred", src.id), dst, src)
     return eff
 
 
@@ -128,6 +133,27 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
         where = where.noted(f"; its combine and query-packing kernels at {ref.id}'s fixed cost of a small kernel "
                             f"({launch * 1e6:.2f} µs, its GEMM class)")
     return eff.model_copy(update=update), where
+
+
+def _own_softmax(eff, where, hw, ref):
+    """Prefill attention carried to a device whose kernel runs its online softmax between its matrix products
+    (``synchronous``: :data:`costmodel.hardware.ATTENTION_KERNEL_KINDS`) from one whose kernel hides it under them: a
+    score costs the softmax's own instructions (:data:`costmodel.hardware.SOFTMAX_WORK`) at the device's FP32 lanes
+    and special-function units per SM, not the reference's unhidden remainder."""
+    from costmodel.hardware import ATTENTION_KERNEL_KINDS, SFU_PER_SM_CLOCK, SOFTMAX_WORK
+
+    mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
+    arch = hw.architecture
+    if (mine not in SOFTMAX_WORK or theirs is None or ATTENTION_KERNEL_KINDS[theirs] == ATTENTION_KERNEL_KINDS[mine]
+            or arch.clock_hz is None or "fp32" not in hw.peak_flops_per_s):
+        return eff, where
+    sms, clock = arch.compute_units.value, arch.clock_hz.value
+    lanes = hw.peak_flops_per_s["fp32"].value / (2 * sms * clock)  # FP32 FMAs per SM per clock
+    work = SOFTMAX_WORK[mine]
+    cycles = work["fp32"] / lanes + work["sfu"] / SFU_PER_SM_CLOCK  # SM cycles per score
+    return (eff.model_copy(update={"score_s": cycles / (sms * clock)}),
+            where.noted(f"; a score's softmax at {hw.id}'s own units ({cycles:.3f} SM cycles: "
+                        f"{mine.replace('_', ' ')} runs it between its matrix products)"))
 
 
 #: A class fitted without a timing convention's fixed cost takes the nearest convention's.
@@ -222,6 +248,8 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
                  Origin("transferred", ref(cls).id, via=lookup(cls)[1].origin[cls]))
         if mine is None and cls == "decode_attention":
             eff, where = _own_decode_kernel(eff, where, hw, ref(cls), timing)
+        if mine is None and cls == "prefill_attention":
+            eff, where = _own_softmax(eff, where, hw, ref(cls))
         if timing not in eff.fixed_s:
             if near in eff.fixed_s:
                 # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)

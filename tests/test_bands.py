@@ -295,3 +295,30 @@ def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_ker
     assert (own.split_s, own.group_copy_s) == (7.129e-06, 5.741e-06)  # the A100's fit, as its profile states it
     back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["decode_attention"]
     assert back.split_s == a100.efficiency.classes["decode_attention"].split_s
+
+
+def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units():
+    """FlashAttention-2 runs its online softmax between its matrix products: carried from the H100 (whose
+    warp-specialized kernel hides it), the A100's score costs 5.5 FP32 instructions at its 64 FP32 lanes per SM
+    (19.5 TFLOP/s over 108 SMs at 1.41 GHz, two FLOPs an FMA) and one exponential at 16 per SM per clock, 0.148 SM
+    cycles; the A100's own fit, from its tables alone, found 0.162: the count lands within 10% of the measurement.
+    A device whose kernel hides it, or shares the reference's kind, keeps the reference's."""
+    from costmodel.origin import carried, resolve, transfer
+
+    a100, h100 = load_profile("a100"), load_profile("h100")
+    cycles = 5.5 / (19.5e12 / (2 * 108 * 1.41e9)) + 1 / 16
+    assert cycles == pytest.approx(0.1484, abs=1e-4)
+    got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
+    assert got.classes["prefill_attention"].score_s == pytest.approx(cycles / (108 * 1.41e9), rel=1e-9)
+    assert "0.148 SM cycles" in str(got.origin["prefill_attention"])
+    assert carried(h100.efficiency.classes["prefill_attention"], h100, a100, "prefill_attention") == \
+        got.classes["prefill_attention"]
+    own = a100.efficiency.classes["prefill_attention"].score_s * 108 * 1.41e9
+    assert abs(own / cycles - 1) < 0.10
+    # the H100 from the A100 (a kernel that hides it) and the RTX PRO 6000 from the A100 (the same kind): unchanged
+    back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["prefill_attention"]
+    assert "softmax" not in str(resolve(h100.model_copy(update={"efficiency": None}), "graph",
+                                        reference=a100).origin["prefill_attention"])
+    assert back.score_s == transfer(a100.efficiency.classes["prefill_attention"], a100, h100).score_s
+    pro = resolve(load_profile("rtx_pro_6000_server"), "graph")
+    assert "softmax" not in str(pro.origin["prefill_attention"])
