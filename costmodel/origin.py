@@ -140,12 +140,12 @@ def _own_softmax(eff, where, hw, ref):
     (``synchronous``: :data:`costmodel.hardware.ATTENTION_KERNEL_KINDS`) from one whose kernel hides it under them: a
     score costs the softmax's own instructions (:data:`costmodel.hardware.SOFTMAX_WORK`) at the device's FP32 lanes
     and special-function units per SM, not the reference's unhidden remainder."""
-    from costmodel.hardware import ATTENTION_KERNEL_KINDS, SFU_PER_SM_CLOCK, SOFTMAX_WORK
+    from costmodel.hardware import SFU_PER_SM_CLOCK, SOFTMAX_WORK
 
-    mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
     arch = hw.architecture
-    if (mine not in SOFTMAX_WORK or theirs is None or ATTENTION_KERNEL_KINDS[theirs] == ATTENTION_KERNEL_KINDS[mine]
-            or arch.clock_hz is None or "fp32" not in hw.peak_flops_per_s):
+    mine, theirs = arch.kernels.decode_kernel, attention_kind(ref)
+    if (mine not in SOFTMAX_WORK or theirs is None or theirs == attention_kind(hw) or arch.clock_hz is None
+            or "fp32" not in hw.peak_flops_per_s):
         return eff, where
     sms, clock = arch.compute_units.value, arch.clock_hz.value
     lanes = hw.peak_flops_per_s["fp32"].value / (2 * sms * clock)  # FP32 FMAs per SM per clock
