@@ -55,8 +55,8 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
           "run the tile the device's kernel facts dispatch; the MoE kernel classes (moe, moe_fp8, ...) take the "
           "device's dense class of the same weights and fit compute_efficiency and the bandwidth curve (ceiling, "
           "half-bandwidth size, exponent) on the whole measured MoE layer (router, expert GEMMs, activation, "
-          "combine; costmodel.validation.moe_layers), or, where the device's grouped kernel runs one fixed tile "
-          "(kernels.grouped_dispatch), that tile's compute_efficiency and the bandwidth ceiling alone")
+          "combine; costmodel.validation.moe_layers), in the tile the engine's configuration gives where the "
+          "device's grouped kernel fixes it (kernels.grouped_dispatch)")
 
 
 def fit_device(tables, hw, moe_tables=()):
@@ -85,10 +85,17 @@ def fit_device(tables, hw, moe_tables=()):
             mine = [t for t in moe_tables if moe_class(t) == cls]
             if FALLBACK[cls] not in classes:
                 continue
-            classes[cls] = fit_moe_class(mine, dense)
+            classes[cls] = written(fit_moe_class(mine, dense))
             report[f"{cls}/graph"] = {k: v for k, v in moe_errors(mine, with_class(dense, cls, classes[cls])).items()
                                       if k != "median_ratio"}
     return classes, report
+
+
+def written(eff: ClassEfficiency) -> ClassEfficiency:
+    """``eff`` with its numbers as a profile stores them (:func:`to_yaml`: four significant digits), so that the error
+    a profile states is the error of the numbers it holds."""
+    update = {k: float(f"{v:.4g}") for k, v in eff.model_dump().items() if isinstance(v, float)}
+    return eff.model_copy(update=update | {"fixed_s": {k: float(f"{v:.4g}") for k, v in eff.fixed_s.items()}})
 
 
 def _err(tables, hw, eff):

@@ -98,7 +98,9 @@ GemmClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "moe
 
 class TileRule(_Strict):
     """One branch of a library's fixed GEMM dispatch: the tile (rows of M, columns of N) it runs for problems
-    with M in [m_min, m_max], N <= n_max and K <= k_max (a bound left out does not apply)."""
+    with M in [m_min, m_max], N <= n_max and K <= k_max (a bound left out does not apply). In a grouped kernel's
+    dispatch (``KernelFacts.grouped_dispatch``) M is the tokens the layer's kernel is called on, which the engine
+    chooses its configuration by, not one expert's rows."""
 
     tile: tuple[Count, Count]
     #: SMs one tile runs on: 2 for a tile of a pair of SMs (an SM100 2-SM MMA, ``tcgen05.mma.cta_group::2``: each SM
@@ -164,14 +166,26 @@ GEMM_DISPATCHES = {
                "holds one pair along M (the 2-SM tile) and, for the 4 x 1 swapped and 2 x 2 clusters, two tiles "
                "along N: the grid of tiles is rounded up to an even count along N"),
     "vllm_fused_moe_block_fp8": GemmDispatch(
-        rules=_rules({"tile": (64, 128)}),
-        source="vLLM's Triton fused_moe kernel for block-scaled FP8 experts without a tuned configuration "
-               "(vllm/model_executor/layers/fused_moe/fused_moe.py get_default_config, dtype fp8_w8a8 with a "
-               "block_shape: BLOCK_SIZE_M 64, BLOCK_SIZE_N block_shape[0] = 128, BLOCK_SIZE_K block_shape[1] = 128, "
-               "SPLIT_K 1, whatever the token count); each expert's rows padded to whole 64-row blocks "
-               "(moe_align_block_size). A tuned file in fused_moe/configs/ (E=..,N=..,device_name=..,dtype=fp8_w8a8,"
-               "block_shape=[128,128].json) replaces it; for NVIDIA_B200 the folder holds such files only for E=16, "
-               "N=4096 and E=128, N=384"),
+        rules=_rules({"m_max": 64, "tile": (16, 128)}, {"tile": (64, 128)}),
+        source="vLLM's Triton fused_moe kernel for block-scaled FP8 experts without a tuned configuration, vLLM "
+               "0.17 and later (vllm/model_executor/layers/fused_moe/fused_moe.py get_default_config as vllm-project/"
+               "vllm PR 34846, merged 2026-02-18, left it; dtype fp8_w8a8 with a block_shape): BLOCK_SIZE_M 16 for a "
+               "call of at most 64 tokens, else 64; BLOCK_SIZE_N block_shape[0] = 128, BLOCK_SIZE_K block_shape[1] = "
+               "128, SPLIT_K 1; each expert's rows padded to whole blocks of BLOCK_SIZE_M rows "
+               "(moe_align_block_size). Before that PR BLOCK_SIZE_M was 64 whatever the token count. A tuned file in "
+               "fused_moe/configs/ (E=..,N=..,device_name=..,dtype=fp8_w8a8,block_shape=[128,128].json) replaces "
+               "it; for NVIDIA_B200 the folder holds such files only for E=16, N=4096 and E=128, N=384"),
+    "vllm_fused_moe": GemmDispatch(
+        rules=_rules({"m_max": 32, "tile": (16, 64)}, {"m_max": 64, "tile": (32, 64)},
+                     {"m_max": 96, "tile": (32, 128)}, {"m_max": 512, "tile": (64, 128)}, {"tile": (128, 128)}),
+        source="vLLM's Triton fused_moe kernel for bf16 and per-tensor FP8 experts without a tuned configuration, "
+               "vLLM 0.17 and later (vllm/model_executor/layers/fused_moe/fused_moe.py get_default_config as "
+               "vllm-project/vllm PR 34846, merged 2026-02-18, left it): BLOCK_SIZE_M 16 for a call of at most 32 "
+               "tokens, 32 up to 96, 64 up to 512, 128 above; BLOCK_SIZE_N 64 up to 64 tokens, else 128; SPLIT_K 1; "
+               "each expert's rows padded to whole blocks of BLOCK_SIZE_M rows (moe_align_block_size). A tuned file "
+               "in fused_moe/configs/ (E=..,N=..,device_name=..[,dtype=fp8_w8a8].json) replaces it; for NVIDIA_B200 "
+               "the folder holds bf16 files for E=128 with N=1024, 1856, 192 and 384 and fp8 ones for E=128 with "
+               "N=1024 and 2048"),
 }
 
 

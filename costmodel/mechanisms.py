@@ -23,8 +23,8 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     kernel, ``split_s``), and every tile pays a prologue and epilogue worth ``tile_k_overhead`` steps of its
     reduction. A class whose kernel fixes its tile by shape (``KernelFacts.gemm_dispatch``: vLLM's CUTLASS fp8
     GEMM) runs that tile for a single product, unsplit; one whose grouped kernel fixes its tile
-    (``KernelFacts.grouped_dispatch``: vLLM's Triton fused MoE kernel for block-scaled FP8 experts) runs that tile
-    for every expert's product, unsplit, at the class's own rate. Prefill attention runs whole waves of
+    (``KernelFacts.grouped_dispatch``: vLLM's Triton fused MoE kernel, its default configuration chosen by the
+    tokens of the call) runs that tile for every expert's product, unsplit, at the class's own rate. Prefill attention runs whole waves of
     ``prefill_block``-row query tiles. A device priced by its datasheet whose matrix unit is a systolic array (a
     two-dimensional ``matrix_tile``: a TPU's MXU) runs every product in whole passes of the array
     (:func:`systolic_flops`): a tile of the stationary operand holds the array for at least as many cycles as it
@@ -210,7 +210,8 @@ def _whole(tiles, cluster):
 
 def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, ...]:
     """(tile rows, tile columns, SMs a tile runs on, cluster tiles along M, along N) a fixed dispatch
-    (:class:`costmodel.hardware.GemmDispatch` rules, the first that matches) runs for each problem."""
+    (:class:`costmodel.hardware.GemmDispatch` rules, the first that matches) runs for each problem (``M``: what
+    the rules' M bounds are matched on)."""
     M, K, N = (np.asarray(x, float) for x in (M, K, N))
     tm, tn = np.zeros(np.broadcast(M, K, N).shape), np.zeros(np.broadcast(M, K, N).shape)
     per, cm, cn = np.ones(tm.shape), np.ones(tm.shape), np.ones(tm.shape)
@@ -233,11 +234,12 @@ def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, ...]:
 
 
 def dispatched_flops(rules, batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float,
-                     largest: float, m_blocks: dict | None = None) -> np.ndarray:
+                     largest: float, m_blocks: dict | None = None, keyed=None) -> np.ndarray:
     """FLOPs (at the largest tile's rate) of a GEMM whose tile a fixed dispatch chooses: whole waves of its tiles
     over the SMs, the whole reduction in each; a tile of a pair of SMs takes two of them, each with half its rows
-    (``m_blocks``: :func:`m_tiles`)."""
-    tm, tn, per, cm, cn = dispatched_tiles(rules, M, K, N)
+    (``m_blocks``: :func:`m_tiles`; ``keyed``: what the rules' M bounds are matched on where it is not ``M``, a
+    grouped kernel's tokens)."""
+    tm, tn, per, cm, cn = dispatched_tiles(rules, M if keyed is None else keyed, K, N)
     tiles = m_tiles(batch, M, tm, m_blocks, cm) * _whole(np.ceil(np.asarray(N, float) / tn), cn)
     waves = np.ceil(tiles * per / sms)
     return (waves * sms * tm / per * tn * (np.asarray(K, float) + k_overhead) * 2
@@ -379,8 +381,9 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
                 (kernels.gemm_dispatch.get(cls), batch == 1, eff.small_tile_exponent, kernels.largest_tile),
                 (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0)):
             if dispatch is not None:
+                keyed = shape.get("tokens") if dispatch is kernels.grouped_dispatch.get(cls) else None
                 c = dispatched_flops(dispatch.rules, batch, shape["M"], shape["K"], shape["N"], sms, scaling,
-                                     eff.tile_k_overhead, largest, shape.get("m_blocks")) / rate
+                                     eff.tile_k_overhead, largest, shape.get("m_blocks"), keyed) / rate
                 compute, split_k = np.where(where, c, compute), np.where(where, 0.0, split_k)
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:

@@ -276,12 +276,15 @@ def moe_dims(m: ModelPreset, tokens, dp: int = 1, spans_all: bool = False) -> di
     its experts and the experts of its own they touch (:func:`routed_load`), and the rows its elementwise
     kernels walk: those rows, or with ``spans_all`` (vLLM's fused MoE kernel, whose buffers hold every routed row
     of the batch it is given, rows of other devices' experts as zeros) all T k of them. Under attention data
-    parallel the experts see the tokens of all ``dp`` groups (gathered), the router its own."""
+    parallel the experts see the tokens of all ``dp`` groups (gathered), the router its own. ``called``: the
+    tokens the grouped kernel is given (those seen, or with a kernel of the device's rows only, its rows over the
+    experts per token), what an engine picks the kernel's tile by."""
     moe = m.moe
     seen = tokens * dp
     rows, touched = routed_load(moe, seen)
     dims = {"t": tokens, "d": m.d_model, "e": moe.routed_experts, "r": rows, "u": touched, "c": moe.expert_d_ff,
-            "top": moe.experts_per_token, "v": seen * moe.experts_per_token if spans_all else rows}
+            "top": moe.experts_per_token, "v": seen * moe.experts_per_token if spans_all else rows,
+            "called": seen if spans_all else rows / moe.experts_per_token}
     blocks = routed_blocks(moe, seen)
     return dims if blocks is None else dims | {"blocks": blocks}
 

@@ -346,6 +346,8 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
             gemm = {key: x if np.ndim(x) else int(x) for key, x in gemm.items()}
             if grouped and "blocks" in dims:  # skewed routing: each expert's rows in whole blocks of its own
                 gemm["m_blocks"] = dims["blocks"]
+            if grouped and "called" in dims:  # the tokens the layer's kernel is given
+                gemm["tokens"] = dims["called"]
         cls = efficiency_class(kind, name)
         shape = op_shape(cls, dims if kernel_dims is None or gemm is not None else kernel_dims, mode, gemm, name,
                          precision.act)

@@ -17,7 +17,8 @@ class GemmShape:
     element (a CPU GEMM's packing passes over its K x N operand are counted in them; 0: not counted);
     ``m_blocks``: for a grouped product whose products differ in rows (skewed routing over experts), the whole
     blocks of each tile height their rows fill, each product's own (:func:`costmodel.model_ops.routed_blocks`;
-    None: ``batch`` products of ``M`` rows)."""
+    None: ``batch`` products of ``M`` rows); ``tokens``: for a grouped product, the tokens its layer's kernel is
+    called on, which an engine picks the kernel's tile by (None: not a grouped product)."""
 
     batch: object
     M: object
@@ -25,11 +26,14 @@ class GemmShape:
     N: object
     width: float = 0
     m_blocks: dict | None = field(default=None, compare=False)
+    tokens: object = field(default=None, compare=False)
 
     def fields(self) -> dict:
         out = {"batch": self.batch, "M": self.M, "K": self.K, "N": self.N}
         if self.m_blocks is not None:
             out["m_blocks"] = self.m_blocks
+        if self.tokens is not None:
+            out["tokens"] = self.tokens
         return {**out, "width": self.width} if self.width else out
 
 

@@ -271,9 +271,10 @@ def test_the_routing_is_stated_and_moves_the_experts_read(run_cli):
 
 
 def test_a_fixed_grouped_tile_by_hand():
-    """Where vLLM's Triton fused MoE kernel runs its one default tile (block-scaled FP8 experts on the B200), every
-    expert's rows are padded to whole 64-row blocks and its columns to 128-column blocks, in whole waves over the
-    SMs, never split over K, at the class's own rate; a single product keeps the library's choice."""
+    """Where vLLM's Triton fused MoE kernel runs its default configuration (block-scaled FP8 experts on the B200),
+    the tile follows the tokens the layer is called on (BLOCK_SIZE_M 16 up to 64 tokens, else 64; 128 columns):
+    every expert's rows are padded to whole blocks of the tile's rows and its columns to 128-column blocks, in whole
+    waves over the SMs, never split over K, at the class's own rate; a single product keeps the library's choice."""
     import numpy as np
 
     from costmodel.mechanisms import class_times
@@ -281,21 +282,48 @@ def test_a_fixed_grouped_tile_by_hand():
 
     b200 = costmodel.load_profile("b200")
     kernels = b200.architecture.kernels
-    assert kernels.grouped_dispatch["moe_fp8_block"].rules[0].tile == (64, 128)
     eff = resolve(b200, "graph").classes["moe_fp8_block"]
     rate = b200.peak("fp8") * eff.compute_efficiency
     sms = b200.architecture.compute_units.value
     k0 = eff.tile_k_overhead  # every tile's prologue and epilogue, in steps of its reduction
 
-    def compute(batch, M, K, N):
+    def compute(batch, M, K, N, tokens):
         return float(class_times("moe_fp8_block", eff, peak=b200.peak("fp8"), bandwidth=b200.bandwidth, sms=sms,
                                  timing="graph", flops=2 * batch * M * K * N, nbytes=batch * K * N,
-                                 shape={"batch": batch, "M": M, "K": K, "N": N, "width": 1}, kernels=kernels).compute)
+                                 shape={"batch": batch, "M": M, "K": K, "N": N, "width": 1, "tokens": tokens},
+                                 kernels=kernels).compute)
 
-    # 256 experts of 3 rows, K 7168, N 4096: 256 x 1 x 32 = 8192 tiles of 64 x 128, ceil(8192 / 148) = 56 waves
-    assert compute(256, 3, 7168, 4096) == pytest.approx(56 * 148 * 64 * 128 * (7168 + k0) * 2 / rate, rel=1e-12)
-    # 8 experts of 130 rows, K 256, N 7168: 8 x 3 x 56 = 1344 tiles, 10 waves (K too short to matter: no split)
-    assert compute(8, 130, 256, 7168) == pytest.approx(10 * 148 * 64 * 128 * (256 + k0) * 2 / rate, rel=1e-12)
+    # 96 tokens over 256 experts of 3 rows, K 7168, N 4096: 64-row tiles, 256 x 1 x 32 = 8192 tiles, 56 waves
+    assert compute(256, 3, 7168, 4096, 96) == pytest.approx(56 * 148 * 64 * 128 * (7168 + k0) * 2 / rate, rel=1e-12)
+    # 64 tokens, the same experts: 16-row tiles, still one per expert (8192 tiles, 56 waves), a quarter of the work each
+    assert compute(256, 3, 7168, 4096, 64) == pytest.approx(56 * 148 * 16 * 128 * (7168 + k0) * 2 / rate, rel=1e-12)
+    # 8 experts of 130 rows from 520 tokens, K 256, N 7168: 8 x 3 x 56 = 1344 tiles, 10 waves (no split)
+    assert compute(8, 130, 256, 7168, 520) == pytest.approx(10 * 148 * 64 * 128 * (256 + k0) * 2 / rate, rel=1e-12)
     # one product: the library's cheapest tile (gemm_candidates), not the fixed one
-    alone = compute(1, 3, 7168, 4096)
-    assert alone != pytest.approx(np.ceil(32 / 148) * 148 * 64 * 128 * (7168 + k0) * 2 / rate, rel=1e-6)
+    alone = compute(1, 3, 7168, 4096, 3)
+    assert alone != pytest.approx(np.ceil(32 / 148) * 148 * 16 * 128 * (7168 + k0) * 2 / rate, rel=1e-6)
+
+
+def test_the_default_fused_moe_tiles_follow_vllm_get_default_config():
+    """vLLM's default Triton fused MoE configuration (fused_moe.py get_default_config since vllm-project/vllm PR
+    34846), by the tokens of the call: bf16 and per-tensor FP8 BLOCK_SIZE_M 16 up to 32 tokens, 32 up to 96, 64 up to
+    512, 128 above, BLOCK_SIZE_N 64 up to 64 tokens and 128 above; block-scaled FP8 16 x 128 up to 64 tokens, then
+    64 x 128. The tokens reach a grouped product's shape from the layer (what the kernel is called on, all the tokens
+    under vLLM's expert map)."""
+    from costmodel.hardware import GEMM_DISPATCHES
+    from costmodel.mechanisms import dispatched_tiles
+    from costmodel.model_ops import moe_dims
+
+    def tile(name, tokens):
+        tm, tn, *_ = dispatched_tiles(GEMM_DISPATCHES[name].rules, tokens, 4096, 4096)
+        return int(tm), int(tn)
+
+    expected = {1: (16, 64), 32: (16, 64), 33: (32, 64), 64: (32, 64), 65: (32, 128), 96: (32, 128),
+                97: (64, 128), 512: (64, 128), 513: (128, 128), 16384: (128, 128)}
+    assert {t: tile("vllm_fused_moe", t) for t in expected} == expected
+    assert [tile("vllm_fused_moe_block_fp8", t) for t in (1, 64, 65, 8192)] == [(16, 128)] * 2 + [(64, 128)] * 2
+    m = costmodel.load_model("qwen3-235b-a22b")
+    assert moe_dims(m, 40, spans_all=True)["called"] == 40  # vLLM's kernel is given every token
+    assert moe_dims(m, 40, dp=4, spans_all=True)["called"] == 160  # under attention data parallel, all gathered
+    # a kernel given only the device's rows: those rows over the experts per token
+    assert moe_dims(m, 40)["called"] == pytest.approx(moe_dims(m, 40)["r"] / m.moe.experts_per_token)

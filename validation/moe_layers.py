@@ -29,12 +29,9 @@ TABLES = {"h100_sxm": "aiconfigurator/moe/h100_sxm_vllm_0.19.0_moe_perf.csv",
 MAX_GROUP = 8
 #: What a fit of a MoE class frees: the fused kernel's fraction of the dense peak on large products and the
 #: achieved-bandwidth curve at which it streams the experts' weights (ceiling, half-bandwidth size, exponent); the
-#: tiles and fixed costs are the dense class's.
+#: tiles' prologue and epilogue and the fixed costs are the dense class's. Where the device's grouped kernel fixes
+#: its tile (``KernelFacts.grouped_dispatch``) it runs that tile; the fit frees the same four.
 MOE_FREE = ("compute_efficiency", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent")
-#: What a fit frees for a class whose grouped kernel runs one fixed tile (``KernelFacts.grouped_dispatch``): that
-#: tile's rate and the rate at which it streams the experts' weights, with no tile prologue (the dense class's is
-#: another kernel's) and no ramp (its curve, freed, went to the bounds of its search on the B200 table).
-FIXED_TILE_FREE = ("compute_efficiency", "bandwidth_ceiling")
 
 
 @dataclass(frozen=True)
@@ -144,18 +141,14 @@ def dense_class(hw, cls: str):
 
 def fit_moe_class(tables: list[MoETable], hw, names=None):
     """A MoE class's parameters fitted on ``tables`` (all of one class): the device's own dense class of the same
-    weights (its fallback) with ``names`` (:data:`MOE_FREE`, or :data:`FIXED_TILE_FREE` where the device's grouped
-    kernel fixes its tile) fitted by least squares on log(predicted / measured)
+    weights (its fallback) with ``names`` (:data:`MOE_FREE`) fitted by least squares on log(predicted / measured)
     (:mod:`costmodel.validation.fit`'s search from three starts)."""
     from costmodel.validation.fit import _lm, _to_z, _with
 
     cls = moe_class(tables[0])
     # the dense class's own input quantize is not the MoE kernel's (the MoE classes have no such mechanism)
     update = {"fitted": (), "at_bound": {}, "quantize_input": False}
-    fixed_tile = cls in hw.kernels.grouped_dispatch
-    if fixed_tile:
-        update |= {"tile_k_overhead": 0.0, "bandwidth_half_bytes": 0.0}
-    names = names or (FIXED_TILE_FREE if fixed_tile else MOE_FREE)
+    names = names or MOE_FREE
     start = dense_class(hw, cls).model_copy(update=update)
     measured = np.concatenate([t.measured_s for t in tables])
 
