@@ -327,3 +327,20 @@ def test_the_default_fused_moe_tiles_follow_vllm_get_default_config():
     assert moe_dims(m, 40, dp=4, spans_all=True)["called"] == 160  # under attention data parallel, all gathered
     # a kernel given only the device's rows: those rows over the experts per token
     assert moe_dims(m, 40)["called"] == pytest.approx(moe_dims(m, 40)["r"] / m.moe.experts_per_token)
+
+
+def test_the_grouped_tile_is_stated_where_the_device_takes_it():
+    """A model prediction says when its experts' products run the tile vLLM's configuration gives the call's tokens:
+    where the device's kernel facts name a grouped dispatch for the experts' class, and only there."""
+    from costmodel.model_step import pricing, step_assumptions
+
+    m = costmodel.load_model("qwen3-235b-a22b")
+
+    def stated(gpu, weight_dtype=None):
+        pr = pricing(m, costmodel.load_profile(gpu), tp=8, weight_dtype=weight_dtype)
+        line = next(a for a in step_assumptions(m, pr) if a.startswith("mixture of experts"))
+        return "grouped_dispatch" in line
+
+    assert stated("h100") and stated("h100", "fp8_block") and stated("b200", "fp8")
+    assert not stated("b200", "nvfp4")  # FlashInfer's kernel: no grouped dispatch named for moe_nvfp4
+    assert not stated("a100")  # no kernel facts of the grouped kernel
