@@ -24,8 +24,8 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     reduction. A class whose kernel fixes its tile by shape (``KernelFacts.gemm_dispatch``: vLLM's CUTLASS fp8
     GEMM) runs that tile for a single product, unsplit; one whose grouped kernel fixes its tile
     (``KernelFacts.grouped_dispatch``: vLLM's Triton fused MoE kernel, its default configuration chosen by the
-    tokens of the call) runs that tile for every expert's product, unsplit, at the class's own rate. Prefill attention runs whole waves of
-    ``prefill_block``-row query tiles. A device priced by its datasheet whose matrix unit is a systolic array (a
+    tokens of the call) runs that tile for every expert's product, unsplit, at the class's own rate. Prefill
+    attention runs whole waves of ``prefill_block``-row query tiles. A device priced by its datasheet whose matrix unit is a systolic array (a
     two-dimensional ``matrix_tile``: a TPU's MXU) runs every product in whole passes of the array
     (:func:`systolic_flops`): a tile of the stationary operand holds the array for at least as many cycles as it
     has rows, however few query rows stream through it.
@@ -375,13 +375,13 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
                 best = np.minimum(best, total)
         # a kernel whose dispatch fixes its tile runs it, unsplit: a single product (gemm_dispatch, a tile scaled
         # against the library's largest like the candidates above), or every expert's product of a grouped kernel
-        # (grouped_dispatch, at the class's own rate); any other product keeps the library's choice
+        # (grouped_dispatch, at the class's own rate, its configuration chosen by the tokens of the call, not one
+        # expert's rows); any other product keeps the library's choice
         batch = np.asarray(shape["batch"])
-        for dispatch, where, scaling, largest in (
-                (kernels.gemm_dispatch.get(cls), batch == 1, eff.small_tile_exponent, kernels.largest_tile),
-                (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0)):
+        for dispatch, where, scaling, largest, keyed in (
+                (kernels.gemm_dispatch.get(cls), batch == 1, eff.small_tile_exponent, kernels.largest_tile, None),
+                (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0, shape.get("tokens"))):
             if dispatch is not None:
-                keyed = shape.get("tokens") if dispatch is kernels.grouped_dispatch.get(cls) else None
                 c = dispatched_flops(dispatch.rules, batch, shape["M"], shape["K"], shape["N"], sms, scaling,
                                      eff.tile_k_overhead, largest, shape.get("m_blocks"), keyed) / rate
                 compute, split_k = np.where(where, c, compute), np.where(where, 0.0, split_k)
