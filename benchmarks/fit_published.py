@@ -91,11 +91,16 @@ def fit_device(tables, hw, moe_tables=()):
     return classes, report
 
 
+def _stored(v: float) -> float:
+    """A fitted number as a profile stores it: four significant digits."""
+    return float(f"{v:.4g}")
+
+
 def written(eff: ClassEfficiency) -> ClassEfficiency:
-    """``eff`` with its numbers as a profile stores them (:func:`to_yaml`: four significant digits), so that the error
-    a profile states is the error of the numbers it holds."""
-    update = {k: float(f"{v:.4g}") for k, v in eff.model_dump().items() if isinstance(v, float)}
-    return eff.model_copy(update=update | {"fixed_s": {k: float(f"{v:.4g}") for k, v in eff.fixed_s.items()}})
+    """``eff`` with its numbers as a profile stores them (:func:`to_yaml`), so that the error a profile states is the
+    error of the numbers it holds."""
+    update = {k: _stored(v) for k, v in eff.model_dump().items() if isinstance(v, float)}
+    return eff.model_copy(update=update | {"fixed_s": {k: _stored(v) for k, v in eff.fixed_s.items()}})
 
 
 def _err(tables, hw, eff):
@@ -121,8 +126,8 @@ def to_yaml(eff: Efficiency) -> str:
             if k not in ("fixed_s", "fitted") and k not in c["fitted"] and v == default[k]:
                 del c[k]  # a mechanism this class does not use
             elif isinstance(v, float):
-                c[k] = float(f"{v:.4g}")
-        c["fixed_s"] = {k: float(f"{v:.4g}") for k, v in c["fixed_s"].items()}
+                c[k] = _stored(v)
+        c["fixed_s"] = {k: _stored(v) for k, v in c["fixed_s"].items()}
         c["fitted"] = list(c["fitted"])
     text = yaml.safe_dump({"efficiency": dump}, sort_keys=False, width=110)
     return ("# Fitted, not datasheet: the parameters of costmodel.mechanisms, fitted to the published timings\n"

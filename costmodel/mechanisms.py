@@ -25,10 +25,10 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     GEMM) runs that tile for a single product, unsplit; one whose grouped kernel fixes its tile
     (``KernelFacts.grouped_dispatch``: vLLM's Triton fused MoE kernel, its default configuration chosen by the
     tokens of the call) runs that tile for every expert's product, unsplit, at the class's own rate. Prefill
-    attention runs whole waves of ``prefill_block``-row query tiles. A device priced by its datasheet whose matrix unit is a systolic array (a
-    two-dimensional ``matrix_tile``: a TPU's MXU) runs every product in whole passes of the array
-    (:func:`systolic_flops`): a tile of the stationary operand holds the array for at least as many cycles as it
-    has rows, however few query rows stream through it.
+    attention runs whole waves of ``prefill_block``-row query tiles. A device priced by its datasheet whose matrix
+    unit is a systolic array (a two-dimensional ``matrix_tile``: a TPU's MXU) runs every product in whole passes of
+    the array (:func:`systolic_flops`): a tile of the stationary operand holds the array for at least as many
+    cycles as it has rows, however few query rows stream through it.
 ``work_units``
     decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
     the SMs, plus ``split_s`` for the split-KV combine kernel once the context spans more than one block

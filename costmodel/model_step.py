@@ -436,10 +436,9 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                    "experts, whose weights are read once per step)" if e.routing == "balanced" else
                    f"routed by a power law of exponent {e.routing.split(':')[1]} (expert loads drawn as aiconfigurator's "
                    "MoE tables draw them; the busiest device's rows and touched experts, the mean of 64 draws)")
-        experts = pr.precision.moe_kernel or MOE_GEMM[pr.precision.gemm_kernel or "gemm"]
         tiled = ("; the experts' products in the tile the device's grouped kernel takes for the tokens of the call "
                  "(vLLM's Triton fused MoE configuration, kernels.grouped_dispatch), each expert's rows padded to "
-                 "whole tiles" if experts in pr.hw.architecture.kernels.grouped_dispatch else "")
+                 "whole tiles" if pr.precision.experts_class() in pr.hw.architecture.kernels.grouped_dispatch else "")
         out.append(f"mixture of experts in {e.layers} of {m.layers} layers: {e.experts} experts, {e.experts_per_token} "
                    f"per token, {routing}; all experts resident in memory"
                    + (f"; shared experts of width {e.shared_d_ff}" if e.shared_d_ff else "") + tiled)

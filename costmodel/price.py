@@ -255,6 +255,16 @@ class Precision:
         """Every tensor ``width`` bytes per element (or ``width`` itself where it is a Precision)."""
         return width if isinstance(width, Precision) else cls(width, width, width, dtype)
 
+    def experts_class(self, weighted: bool = True) -> str | None:
+        """The kernel class of a mixture of experts' grouped GEMMs: the engine's MoE kernel of the weights' format
+        where their GEMMs run at a low precision (``moe_kernel``, else :data:`costmodel.mechanisms.MOE_GEMM`'s pair
+        of the dense class), the bf16 one otherwise (``weighted`` False: a product that reads no weights, priced in
+        it); None for weight-only quantized experts, which run kernels of their own, priced as dense GEMMs."""
+        fast = weighted and (self.expert_dtype or self.gemm_dtype) is not None
+        if not (fast or self.weight >= self.act):
+            return None
+        return (self.moe_kernel if fast else None) or MOE_GEMM[(self.gemm_kernel if fast else None) or "gemm"]
+
     def bytes(self, elements, weights=0, cache=0):
         """Bytes of ``elements``, of which ``weights`` are stored projection weights and ``cache`` KV cache."""
         if self.act == self.weight == self.kv:
@@ -337,10 +347,8 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
         math = None if not weighted else (precision.expert_dtype if grouped else None) or precision.gemm_dtype
         fast = math is not None
         kernel = precision.gemm_kernel if fast else None
-        if grouped and (fast or precision.weight >= precision.act):
-            # a mixture of experts' expert GEMMs: the engine's MoE kernel of that weight format (weight-only
-            # quantized experts, dequantized in the kernel, run kernels of their own: priced as dense GEMMs)
-            kernel = (precision.moe_kernel if fast else None) or MOE_GEMM[kernel or "gemm"]
+        if grouped:  # a mixture of experts' expert GEMMs: the engine's MoE kernel of that weight format
+            kernel = precision.experts_class(weighted) or kernel
         op = KernelOp(kind, name, math or precision.dtype, f, precision.bytes(e, w, c), launches, kernel=kernel)
         if gemm is not None:
             gemm = {key: x if np.ndim(x) else int(x) for key, x in gemm.items()}

@@ -343,4 +343,5 @@ def test_the_grouped_tile_is_stated_where_the_device_takes_it():
 
     assert stated("h100") and stated("h100", "fp8_block") and stated("b200", "fp8")
     assert not stated("b200", "nvfp4")  # FlashInfer's kernel: no grouped dispatch named for moe_nvfp4
+    assert not stated("h100", "int4")  # weight-only quantized experts run kernels of their own (dense GEMMs)
     assert not stated("a100")  # no kernel facts of the grouped kernel
