@@ -101,12 +101,18 @@ def carried(eff, src, dst, cls: str, timing: str = "graph", gemm=None):
     attention the split of ``dst``'s own decode kernel, for prefill attention its own softmax where its kernel runs it
     between the matrix products (what :func:`resolve` does with a reference; ``gemm``: ``src``'s GEMM class, where
     ``src`` does not carry its fit)."""
-    eff = transfer(eff, src, dst)
+    return _own_kernel(transfer(eff, src, dst), Origin("transferred", src.id), dst, src, cls, timing, gemm)[0]
+
+
+def _own_kernel(eff, where, hw, ref, cls: str, timing: str, gemm=None):
+    """(``eff``, ``where``) of attention carried from ``ref`` to ``hw`` as ``hw``'s own kernel runs it: the decode
+    kernel's split (:func:`_own_decode_kernel`), the prompt kernel's softmax (:func:`_own_softmax`); other classes
+    as they are."""
     if cls == "decode_attention":
-        eff, _ = _own_decode_kernel(eff, Origin("transferred", src.id), dst, src, timing, gemm)
+        return _own_decode_kernel(eff, where, hw, ref, timing, gemm)
     if cls == "prefill_attention":
-        eff, _ = _own_softmax(eff, Origin("transferred", src.id), dst, src)
-    return eff
+        return _own_softmax(eff, where, hw, ref)
+    return eff, where
 
 
 def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
@@ -246,10 +252,8 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
         eff = mine if mine is not None else transfer(theirs, ref(cls), hw)
         where = (Origin("fitted", hw.id) if mine is not None else
                  Origin("transferred", ref(cls).id, via=lookup(cls)[1].origin[cls]))
-        if mine is None and cls == "decode_attention":
-            eff, where = _own_decode_kernel(eff, where, hw, ref(cls), timing)
-        if mine is None and cls == "prefill_attention":
-            eff, where = _own_softmax(eff, where, hw, ref(cls))
+        if mine is None:
+            eff, where = _own_kernel(eff, where, hw, ref(cls), cls, timing)
         if timing not in eff.fixed_s:
             if near in eff.fixed_s:
                 # a graph replay runs the same kernels back to back: its fixed cost is the kernels' (and back)
