@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.mechanisms import CLASSES, FALLBACK, LOW_PRECISION_GEMM, MECHANISMS, MOE_GEMM, TIMINGS, WEIGHT_MATH
+from costmodel.mechanisms import (CLASSES, FALLBACK, LOW_PRECISION_GEMM, MECHANISMS, MOE_GEMM, TIMINGS, VECTOR_CLASSES,
+                                  WEIGHT_MATH)
 
 
 #: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
@@ -27,7 +28,9 @@ TRANSFER_RULE = (
     "reference's fixed cost of a small kernel; one whose prompt kernel runs the online softmax between its matrix "
     "products, where the reference's hides it, pays the softmax's instructions at its own FP32 and special-function "
     "units); the half-bandwidth bytes "
-    "scale with the datasheet bandwidth (bytes in flight = bandwidth x latency); the SM time of a decode work "
+    "scale with the datasheet bandwidth (bytes in flight = bandwidth x latency); a vector kernel's (norms, "
+    "activations, elementwise ops, copies) achieved bandwidth scales instead with SMs x clock (the bytes each SM "
+    "keeps in flight), never above the datasheet bandwidth, its ramp lasting as long; the SM time of a decode work "
     "unit and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming "
     "rate with the clock, the device time of an attention score with the inverse of SMs x clock"
 )
@@ -83,11 +86,16 @@ def efficiency_status(p) -> str:
     return f"from {ref.id}" + (f", attention {attention.id}" if attention is not None else "")
 
 
-def transfer(eff, src, dst):
-    """``eff`` (a class's parameters fitted on ``src``) carried to ``dst`` by :data:`TRANSFER_RULE`."""
+def transfer(eff, src, dst, cls: str | None = None):
+    """``eff`` (a class's parameters fitted on ``src``) carried to ``dst`` by :data:`TRANSFER_RULE` (``cls``: its
+    class; a vector class's achieved bandwidth follows :func:`vector_bandwidth_scale`)."""
     clock = lambda p: p.architecture.clock_hz.value if p.architecture.clock_hz else None  # noqa: E731
     per_clock = clock(src) / clock(dst) if clock(src) and clock(dst) else 1.0
     sms = src.architecture.compute_units.value / dst.architecture.compute_units.value
+    if cls in VECTOR_CLASSES:
+        ceiling = min(1.0, eff.bandwidth_ceiling * vector_bandwidth_scale(src, dst))
+        half = eff.bandwidth_half_bytes * ceiling * dst.bandwidth / (eff.bandwidth_ceiling * src.bandwidth)
+        return eff.model_copy(update={"bandwidth_ceiling": ceiling, "bandwidth_half_bytes": half, "fitted": ()})
     return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
                                   "unit_sm_s": eff.unit_sm_s * per_clock,
                                   "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock,
@@ -96,12 +104,22 @@ def transfer(eff, src, dst):
                                   "fitted": ()})
 
 
+def vector_bandwidth_scale(src, dst) -> float:
+    """The factor on a vector kernel's fraction of the datasheet bandwidth from ``src`` to ``dst``: its achieved
+    bandwidth scales with SMs x clock, not with the datasheet bandwidth (a device without a stated clock takes the
+    other's, as :func:`transfer` does)."""
+    clocks = [p.architecture.clock_hz.value if p.architecture.clock_hz else None for p in (src, dst)]
+    per_clock = clocks[1] / clocks[0] if all(clocks) else 1.0
+    sms = dst.architecture.compute_units.value / src.architecture.compute_units.value
+    return sms * per_clock * src.bandwidth / dst.bandwidth
+
+
 def carried(eff, src, dst, cls: str, timing: str = "graph", gemm=None):
     """``eff`` (``cls``'s parameters fitted on ``src``) as ``dst`` prices with them: :func:`transfer`, for decode
     attention the split of ``dst``'s own decode kernel, for prefill attention its own softmax where its kernel runs it
     between the matrix products (what :func:`resolve` does with a reference; ``gemm``: ``src``'s GEMM class, where
     ``src`` does not carry its fit)."""
-    return _own_kernel(transfer(eff, src, dst), Origin("transferred", src.id), dst, src, cls, timing, gemm)[0]
+    return _own_kernel(transfer(eff, src, dst, cls), Origin("transferred", src.id), dst, src, cls, timing, gemm)[0]
 
 
 def _own_kernel(eff, where, hw, ref, cls: str, timing: str, gemm=None):
@@ -249,7 +267,7 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
             if other in classes:
                 classes[cls], origin[cls] = classes[other], origin[other].noted(f" (its {other} class)")
             continue
-        eff = mine if mine is not None else transfer(theirs, ref(cls), hw)
+        eff = mine if mine is not None else transfer(theirs, ref(cls), hw, cls)
         where = (Origin("fitted", hw.id) if mine is not None else
                  Origin("transferred", ref(cls).id, via=lookup(cls)[1].origin[cls]))
         if mine is None:

@@ -90,6 +90,35 @@ def test_transfer_rule_for_a_gpu_without_data():
     assert resolve(load_profile("tpu_v5e"), "graph") is None
 
 
+def test_a_vector_kernel_carries_its_bandwidth_per_sm_cycle_not_its_fraction_of_the_datasheet():
+    from costmodel.mechanisms import VECTOR_CLASSES
+    from costmodel.origin import transfer, vector_bandwidth_scale
+
+    h100, b200, h200 = load_profile("h100_sxm"), load_profile("b200"), load_profile("h200_sxm")
+    # by hand from the datasheets: 148 SMs at 1.965 GHz over 8 TB/s against 132 at 1.98 GHz over 3.35 TB/s
+    assert vector_bandwidth_scale(h100, b200) == pytest.approx(148 * 1.965 / (132 * 1.98) * 3.35 / 8.0)
+    assert vector_bandwidth_scale(h100, h200) == pytest.approx(3.35 / 4.8)  # one die, the same SMs and clock
+    src = resolve(h100, "graph").get("activation")
+    got = transfer(src, h100, b200, "activation")
+    per_sm_cycle = lambda eff, p: (eff.bandwidth_ceiling * p.bandwidth  # noqa: E731
+                                   / (p.architecture.compute_units.value * p.architecture.clock_hz.value))
+    assert per_sm_cycle(got, b200) == pytest.approx(per_sm_cycle(src, h100))
+    # the ramp lasts as long: half-bandwidth bytes over the achieved bandwidth
+    ramp = lambda eff, p: eff.bandwidth_half_bytes / (eff.bandwidth_ceiling * p.bandwidth)  # noqa: E731
+    assert ramp(got, b200) == pytest.approx(ramp(src, h100))
+    # never above the datasheet bandwidth: the B200's elementwise kernel carried back to the H100
+    back = transfer(src.model_copy(update={"bandwidth_ceiling": 0.9}), b200, h100, "elementwise")
+    assert back.bandwidth_ceiling == 1.0
+    # a device resolves its vector classes by the rule, its matrix classes keep their fraction of the datasheet
+    mine = resolve(b200, "graph")
+    for cls in set(VECTOR_CLASSES) & set(mine.classes):
+        theirs = resolve(h100, "graph").get(cls)
+        want = min(1.0, theirs.bandwidth_ceiling * vector_bandwidth_scale(h100, b200))
+        assert mine.get(cls).bandwidth_ceiling == pytest.approx(want), cls
+    h200_gemm = resolve(h200, "graph").get("gemm")
+    assert h200_gemm.bandwidth_ceiling == h100.efficiency.classes["gemm"].bandwidth_ceiling
+
+
 def test_attention_comes_from_a_gpu_running_the_same_kind_of_kernel():
     # the RTX 5090 (Blackwell) runs FlashAttention-2 under vLLM: its GEMMs from the B200 (same generation), its
     # attention classes from the A100, whose kernel computes the softmax between the matrix products as its own does
