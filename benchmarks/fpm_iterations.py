@@ -15,7 +15,7 @@ are priced on the B200 profile, an inference stated as such.
 
 Each iteration is priced by the serving simulation's own iteration model (costmodel.iteration.IterationTable:
 the per-token ops over all its tokens, each prefill chunk's attention after its start, the decode attention at the
-mean context, the head), without the engine's fixed cost per iteration (vLLM's asynchronous scheduling overlaps it
+mean context, the head) with vLLM's kernel conventions (costmodel.engines: its all-reduce entry point), without the engine's fixed cost per iteration (vLLM's asynchronous scheduling overlaps it
 with the forward pass these records time). In every saturated mixed iteration prefill and decode tokens add up to
 8192 exactly: the engine's token budget in these runs, although their vllm_metadata.json reports 2048.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.catalog import load_profile
+from costmodel.engines import engine
 from costmodel.iteration import IterationTable
 from costmodel.model_step import pricing
 from costmodel.presets import load_model
@@ -59,8 +60,9 @@ def main():
     print("measured / predicted per iteration, Qwen3-32B bf16 on B200 (inferred), vLLM 0.20.1:")
     print(f"  {'iteration':24s} " + "  ".join(f"TP{tp}: meas / pred" for tp in (1, 2, 8)))
     ratios: dict[int, list[float]] = {1: [], 2: [], 8: []}
-    tables = {tp: IterationTable(m, pricing(m, hw, tp=tp), max_tokens=8192, max_seqs=64, max_context=65536)
-              for tp in ratios}
+    kernels = {tp: engine("vllm", capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).kernels for tp in ratios}
+    tables = {tp: IterationTable(m, pricing(m, hw, tp=tp, **kernels[tp]), max_tokens=8192, max_seqs=64,
+                                 max_context=65536) for tp in ratios}
     for what, pt, pn, started, dn, dkv, measured in ROWS:
         cells = []
         for tp, table in tables.items():

@@ -38,7 +38,12 @@ _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults
          "False: each iteration scheduled after the last one ends; MXFP4 experts on Blackwell in "
          "vllm/model_executor/layers/quantization/mxfp4.py get_mxfp4_backend: with FlashInfer and no "
          "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, SM100_FI_MXFP4_BF16 (bf16 activations, the weights dequantized in "
-         "TensorRT-LLM's kernel)")
+         "TensorRT-LLM's kernel); tensor-parallel all-reduces through vllm/distributed/communication_op.py "
+         "tensor_model_parallel_all_reduce, which picks by the device and the size its custom kernel, torch's "
+         "symmetric-memory all-reduce or NCCL (vllm/distributed/device_communicators/all_reduce_utils.py: on SM 10.0 "
+         "the custom kernel up to 1-2 MiB, symmetric memory up to 8 MiB at 2 GPUs, 32 MiB at 4, 128 MiB at 8; on SM 9.0 "
+         "the custom kernel up to 64 MiB at 2 GPUs and 32 MiB at 4), the entry point aiconfigurator's vLLM all-reduce "
+         "table times (collector/collect_all_reduce.py)")
 _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_settings: chunked_prefill_size 2048 "
            "under 35 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; mem_fraction_static (memory - reserved) / "
            "memory with 512 MiB + 1.5 MiB per chunk token + 2 MiB per CUDA-graph batch (cuda_graph_max_bs 256 at tp "
@@ -89,6 +94,9 @@ class EngineConfig:
     block_fp8_linear: str = "gemm_fp8_block"
     # how MXFP4 experts take their activations on a device with FP4 math (costmodel.vocab.MXFP4_ACTIVATIONS)
     mxfp4_activations: str = "bf16"
+    # how a tensor-parallel all-reduce is priced (costmodel.vocab.ALL_REDUCES): the engine's own entry point as
+    # measured at every size, or vLLM's custom kernel up to 8 MiB and NCCL above
+    all_reduce: str = "custom"
 
     #: the engine's own name for each setting (its server argument or config key)
     FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
@@ -111,7 +119,7 @@ class EngineConfig:
     def kernels(self) -> dict:
         """The pricing conventions (:func:`costmodel.model_step.pricing`) this engine's own kernels set."""
         return {"moe_kernel": self.moe_kernel, "block_fp8_linear": self.block_fp8_linear,
-                "mxfp4_activations": self.mxfp4_activations}
+                "mxfp4_activations": self.mxfp4_activations, "all_reduce": self.all_reduce}
 
     @property
     def lag(self) -> int:
@@ -180,7 +188,7 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
     big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()  # an "80 GB" part is 74.5 GiB
     if name == "vllm":
         return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True,
-                            _VLLM, prefix_caching=True, moe_kernel="fused")
+                            _VLLM, prefix_caching=True, moe_kernel="fused", all_reduce="engine")
     if name == "sglang":
         chunk, fraction = _sglang_memory(capacity_bytes, tp)
         return EngineConfig("sglang", "0.5", chunk, 4096, fraction, 1, True, False, False, _SGLANG,

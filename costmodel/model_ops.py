@@ -415,7 +415,7 @@ def reduces_per_layer(m: ModelPreset) -> int:
 
 
 def tensor_parallel(ops: list[StepOp], m: ModelPreset, t: int, tokens, encoder_tokens: int, act: float,
-                    dp: int = 1) -> list[StepOp]:
+                    dp: int = 1, all_reduce: str = "custom") -> list[StepOp]:
     """The ops of one of ``t`` devices (the ops of :func:`device_slice`'s model) with the collectives the
     sharding needs inserted: an all-reduce of each layer's ``tokens x d`` output per sharded block
     (:func:`reduces_per_layer`), and at a prefill two per encoder layer over its ``encoder_tokens``. Under
@@ -433,7 +433,7 @@ def tensor_parallel(ops: list[StepOp], m: ModelPreset, t: int, tokens, encoder_t
     if t == 1:
         return out
     reduce = lambda name, rows, count: StepOp(COLLECTIVES, count, KernelOp(  # noqa: E731
-        "all_reduce", name, "bf16", 0.0, _num(rows * m.d_model * act), devices=t))
+        "all_reduce", name, "bf16", 0.0, _num(rows * m.d_model * act), devices=t, all_reduce=all_reduce))
     out = [*out, reduce("all_reduce", tokens, reduces_per_layer(m) * m.layers)]
     if encoder_tokens:
         out.append(reduce("encoder_all_reduce", encoder_tokens, 2 * m.encoder_layers))

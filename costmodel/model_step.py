@@ -26,8 +26,8 @@ from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM, WEIGHT_MATH
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, Precision, price
 from costmodel.roofline import mechanism_lines
-from costmodel.vocab import (DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, MOE_KERNELS, MXFP4_ACTIVATIONS, OVERLAPS,
-                             WEIGHT_DTYPES, choice, dtype_bytes)
+from costmodel.vocab import (ALL_REDUCES, DEFAULTS, DTYPES, EXECUTIONS, MLA_FORMS, MOE_KERNELS, MXFP4_ACTIVATIONS,
+                             OVERLAPS, WEIGHT_DTYPES, choice, dtype_bytes)
 from costmodel.fits import largest_fitting
 from costmodel.model_memory import (DEFAULT_GROUP, active_params, kv_bytes, largest_batch_in_memory,
                                     param_count, weight_bytes, weight_width)
@@ -181,6 +181,9 @@ class Pricing:
     # SGLang's grouped GEMMs over permuted rows); "fused" (vLLM's fused_moe with an expert map) spans every
     # routed row of the batch it is given, writing zeros for rows routed to other devices
     moe_kernel: str = "routed"
+    # how a tensor-parallel all-reduce's implementation is picked (costmodel.vocab.ALL_REDUCES): vLLM's custom kernel
+    # up to 8 MiB and NCCL above, or the engine's own entry point as its table measures it at every size
+    all_reduce: str = "custom"
 
     @property
     def gemm_dtype(self) -> str | None:
@@ -209,7 +212,8 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
             weight_dtype: str | None = None, kv_dtype: str | None = None, mla_form: str | None = None,
             expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
             expert_parallel_size: int | None = None, moe_kernel: str = "routed",
-            block_fp8_linear: str = "gemm_fp8_block", mxfp4_activations: str = "bf16") -> Pricing:
+            block_fp8_linear: str = "gemm_fp8_block", mxfp4_activations: str = "bf16",
+            all_reduce: str = "custom") -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -262,6 +266,7 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
         kernel = choice("block fp8 linear kernel", block_fp8_linear, BLOCK_FP8_LINEAR)
         moe = MOE_GEMM["gemm_fp8_block"]
     mxfp4_activations = choice("mxfp4 activations", mxfp4_activations, MXFP4_ACTIVATIONS)
+    all_reduce = choice("all-reduce", all_reduce, ALL_REDUCES)
     if weight_dtype == "mxfp4" and mxfp4_activations == "mxfp8" and {"fp4", "fp8"} <= set(hw.peak_flops_per_s):
         # MXFP8 x MXFP4 experts: FP4 math's f8f6f4 MMA at the fp8 rate, in the engine's own kernels (TensorRT-LLM's),
         # priced as dense GEMMs, like weight-only quantized experts; the checkpoint's other layers stay bf16
@@ -270,7 +275,7 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
                           gemm_dtype, kernel, moe, expert_dtype)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
                    tp, mla_form, expert_parallel, attention_dp, pipeline_parallel,
-                   ep_size if 1 < ep_size < tp else 0, moe_kernel)
+                   ep_size if 1 < ep_size < tp else 0, moe_kernel, all_reduce)
 
 
 def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, source: int) -> list[StepOp]:
@@ -284,7 +289,8 @@ def phase_ops(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, sour
     if phase == "prefill" and pr.engine and not _attention_writes_cache(pr):
         ops = prompt_cache_writes(ops, dev, tokens, pr.precision)
     encoder = batch * source if phase == "prefill" and m.architecture == "encoder-decoder" else 0
-    return pipeline_sends(tensor_parallel(ops, m, pr.tp, tokens, encoder, pr.precision.act, pr.dp), m, pr, tokens)
+    return pipeline_sends(tensor_parallel(ops, m, pr.tp, tokens, encoder, pr.precision.act, pr.dp, pr.all_reduce), m,
+                          pr, tokens)
 
 
 def _attention_writes_cache(pr: Pricing) -> bool:
@@ -468,7 +474,9 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
         found = collective_curves(pr.hw) if pr.model.active else None
         how = (f"priced by the all-reduce curves fitted on {found[2]}'s published timings"
                + (f" (bus bandwidth x {found[1]:.2f}, the interconnect ratio)" if found[1] != 1 else "")
-               + ": vLLM's custom all-reduce up to 8 MiB, NCCL above" if found else
+               + (": vLLM's own all-reduce as its table measures it at every size (its custom kernel, symmetric "
+                  "memory or NCCL, as vLLM picks)" if pr.all_reduce == "engine" else
+                  ": vLLM's custom all-reduce up to 8 MiB, NCCL above") if found else
                "each a ring over the datasheet interconnect")
         reduces = ("one all-reduce per layer (parallel block)" if reduces_per_layer(m) == 1 else
                    "two all-reduces per layer") + f", {how}"

@@ -42,6 +42,7 @@ class KernelOp:
     kernel: str | None = None  # the efficiency class, where the caller knows it (a published table's rows)
     devices: int = 1  # a collective's group (kind ``all_reduce``)
     span: int = 0  # the devices a collective's group is spread over (every tp-th device of dp x tp); 0: devices
+    all_reduce: str = "custom"  # how an all-reduce's implementation is picked (costmodel.vocab.ALL_REDUCES)
 
     @property
     def cls(self) -> str | None:
@@ -203,9 +204,10 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
 def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool = False) -> OpTime:
     """A tensor-parallel all-reduce inside one scale-up domain: the fitted curve of the implementation an engine
     picks (vLLM's custom all-reduce up to :data:`CUSTOM_ALL_REDUCE_MAX_BYTES`, in a CUDA graph under graph
-    timing; NCCL above, and always where the group spans nodes: ``cross_node``) where the time model is fitted;
-    else a ring over the profile's interconnect (:func:`costmodel.mechanisms.ring_all_reduce`). None on one
-    device."""
+    timing; NCCL above, and always where the group spans nodes: ``cross_node``; under ``op.all_reduce ==
+    "engine"`` the measured curve of vLLM's own entry point at every size, which is what its table times) where
+    the time model is fitted; else a ring over the profile's interconnect
+    (:func:`costmodel.mechanisms.ring_all_reduce`). None on one device."""
     from costmodel.errors import CostModelError
 
     if op.devices == 1:
@@ -213,7 +215,7 @@ def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool 
     found = collective_curves(hw) if conv.model.active else None
     if found is not None:
         curves, scale, _ = found
-        small = np.asarray(op.bytes, float) <= CUSTOM_ALL_REDUCE_MAX_BYTES
+        small = (np.asarray(op.bytes, float) <= CUSTOM_ALL_REDUCE_MAX_BYTES) | (op.all_reduce == "engine")
         custom = "nccl" if cross_node else "custom_graph" if conv.timing == "graph" else "custom_eager"
         t = op.devices
         volume = 2 * (t - 1) / t * np.asarray(op.bytes, float)

@@ -35,12 +35,13 @@ MAX_REQUESTS = 1_000_000
 #: absolute log error: per iteration (scheduling, sampling, input preparation), and per request the front end's
 #: latency (HTTP, tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the
 #: fit treats it as additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and
-#: 3 ms: 1.5 ms for vLLM, 0.5 ms for SGLang and TensorRT-LLM. The front end: 89 ms for SGLang (84 Qwen3-32B
-#: rows); 102 ms for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
-#: validation.serving.dynamo_budget, and its overlap scheduler; 1 ms and 94.5 ms on its Qwen3 rows alone, 0.5 ms and
-#: 110.5 ms on its Llama rows alone); 27 ms for vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo
-#: starts; 39.5 ms on its Qwen3 rows alone, 0, the search's bound, on its Llama rows alone). All with the collectives'
-#: two-line curves (costmodel.hardware.CollectiveCurve), the fp8 GEMM's input quantize kernel (costmodel.mechanisms,
+#: 3 ms: 1.5 ms for vLLM, 1 ms for SGLang and 0.5 ms for TensorRT-LLM. The front end: 90.5 ms for SGLang (84
+#: Qwen3-32B rows); 104.5 ms for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
+#: validation.serving.dynamo_budget, and its overlap scheduler; 1 ms and 101.5 ms on its Qwen3 rows alone, 0.5 ms and
+#: 111 ms on its Llama rows alone); 36.5 ms for vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo
+#: starts; 2 ms and 42.5 ms on its Qwen3 rows alone, 0.5 ms and 0, the search's bound, on its Llama rows alone). All
+#: with vLLM's all-reduce on its own entry point's curve (costmodel.engines), the vector kernels carried by SMs x clock
+#: (costmodel.origin.TRANSFER_RULE), the collectives' two-line curves (costmodel.hardware.CollectiveCurve), the fp8 GEMM's input quantize kernel (costmodel.mechanisms,
 #: ``quantize``) and a prompt's cache write as a kernel of its own where the device's prompt-attention fit holds none
 #: (costmodel.model_ops.prompt_cache_writes). docs/serving.md gives each fit's error on the rows it did not see.
 #:
@@ -50,11 +51,11 @@ MAX_REQUESTS = 1_000_000
 #: benchmarks/fit_host_time.py on the TPOTs of the 357 dense rows (least absolute log error, a grid of 0-120 us and
 #: 0-2.5 us): 80 us per layer and 1.5 us per layer and running sequence, the same on either model's rows alone but
 #: for the second on Llama-3.1-8B's (1.25 us). The other engines have none fitted (zero). The fixed costs above,
-#: refitted with it in place, come out the same (0.5 ms, 102 ms), and no TTFT median moves (docs/serving.md).
+#: refitted with it in place, came out the same (0.5 ms, 102 ms then), and no TTFT median moved (docs/serving.md).
 OVERHEADS = {
-    "vllm": {"iteration_s": 0.0015, "request_s": 0.027},
-    "sglang": {"iteration_s": 0.0005, "request_s": 0.089},
-    "trtllm": {"iteration_s": 0.0005, "request_s": 0.102, "layer_s": 80e-6, "layer_seq_s": 1.5e-6},
+    "vllm": {"iteration_s": 0.0015, "request_s": 0.0365},
+    "sglang": {"iteration_s": 0.001, "request_s": 0.0905},
+    "trtllm": {"iteration_s": 0.0005, "request_s": 0.1045, "layer_s": 80e-6, "layer_seq_s": 1.5e-6},
 }
 
 

@@ -91,6 +91,11 @@ MOE_KERNELS: tuple[str, ...] = ("routed", "fused")
 #: How an engine feeds MXFP4 experts on a device with FP4 math (Blackwell's f8f6f4 MMA): bf16 activations, the
 #: weights dequantized in the kernel to a bf16 MMA, or activations quantized to MXFP8 for an MMA at the fp8 rate.
 MXFP4_ACTIVATIONS: tuple[str, ...] = ("bf16", "mxfp8")
+#: How a tensor-parallel all-reduce inside a node is priced: ``custom``, vLLM's custom all-reduce kernel up to
+#: 8 MiB and NCCL above (an engine that runs that kernel beside NCCL); ``engine``, the engine's own all-reduce entry
+#: point as measured at every size (vLLM's ``tensor_model_parallel_all_reduce``, which picks its custom kernel,
+#: symmetric-memory multimem or NCCL by the device and the size), see costmodel.price.
+ALL_REDUCES: tuple[str, ...] = ("custom", "engine")
 
 
 def dtype_bytes(dtype: str) -> int:

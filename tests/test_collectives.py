@@ -4,6 +4,7 @@ that GPU's tables; and the price of a tensor-parallel all-reduce is the curve's,
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,34 @@ def test_price_is_the_curve_by_hand():
     t = price(KernelOp("all_reduce", "all_reduce", "bf16", 0.0, 1e6, devices=4), None, hw, Conventions.datasheet()).time
     link = hw.interconnect_bytes_per_s.value / 2
     assert t == pytest.approx(2 * 3 / 4 * 1e6 / link + 2 * 3 * hw.interconnect_latency_s.value, rel=1e-12)
+
+
+def test_vllms_all_reduce_is_its_own_entry_points_curve_at_every_size():
+    """vLLM prices a tensor-parallel all-reduce on the curve of its own entry point (the table aiconfigurator times
+    through tensor_model_parallel_all_reduce) at every size; the other engines take the custom kernel up to 8 MiB
+    and NCCL above. A 42 MiB all-reduce over 8 B200s (a 4096-token prompt of a 5120-wide model): by hand."""
+    from costmodel.engines import engine
+    from costmodel.model_step import pricing, phase_ops
+    from costmodel.presets import load_model
+
+    hw = costmodel.load_profile("b200")
+    conv = Conventions.of(hw, "graph")
+    size = 4096 * 5120 * 2
+    op = lambda how: KernelOp("all_reduce", "all_reduce", "bf16", 0.0, float(size), devices=8,  # noqa: E731
+                              all_reduce=how)
+    for how, impl in (("engine", "custom_graph"), ("custom", "nccl")):
+        assert price(op(how), None, hw, conv).time == pytest.approx(
+            _by_hand(hw.collectives.curves[impl][8], 2 * 7 / 8 * size), rel=1e-12)
+    # up to 8 MiB the two agree
+    small = KernelOp("all_reduce", "all_reduce", "bf16", 0.0, float(4 << 20), devices=8)
+    assert price(small, None, hw, conv).time == price(dataclasses.replace(small, all_reduce="engine"), None, hw,
+                                                     conv).time
+    # each engine's convention reaches the model's all-reduces
+    m = load_model("Qwen/Qwen3-32B")
+    for name, how in (("vllm", "engine"), ("sglang", "custom"), ("trtllm", "custom")):
+        kernels = engine(name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=8).kernels
+        ops = phase_ops(m, pricing(m, hw, tp=8, **kernels), "prefill", 1, 4096, 0)
+        assert {s.op.all_reduce for s in ops if s.op.kind == "all_reduce"} == {how}, name
 
 
 def test_a_device_without_tables_borrows_by_the_interconnect_ratio():
