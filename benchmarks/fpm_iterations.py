@@ -15,7 +15,8 @@ are priced on the B200 profile, an inference stated as such.
 
 Each iteration is priced by the serving simulation's own iteration model (costmodel.iteration.IterationTable:
 the per-token ops over all its tokens, each prefill chunk's attention after its start, the decode attention at the
-mean context, the head) with vLLM's kernel conventions (costmodel.engines: its all-reduce entry point), without the engine's fixed cost per iteration (vLLM's asynchronous scheduling overlaps it
+mean context, the head) with vLLM's kernel conventions (costmodel.engines: its all-reduce entry point), without
+the engine's fixed cost per iteration (vLLM's asynchronous scheduling overlaps it
 with the forward pass these records time). In every saturated mixed iteration prefill and decode tokens add up to
 8192 exactly: the engine's token budget in these runs, although their vllm_metadata.json reports 2048.
 """

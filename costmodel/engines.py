@@ -40,10 +40,10 @@ _VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults
          "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, SM100_FI_MXFP4_BF16 (bf16 activations, the weights dequantized in "
          "TensorRT-LLM's kernel); tensor-parallel all-reduces through vllm/distributed/communication_op.py "
          "tensor_model_parallel_all_reduce, which picks by the device and the size its custom kernel, torch's "
-         "symmetric-memory all-reduce or NCCL (vllm/distributed/device_communicators/all_reduce_utils.py: on SM 10.0 "
-         "the custom kernel up to 1-2 MiB, symmetric memory up to 8 MiB at 2 GPUs, 32 MiB at 4, 128 MiB at 8; on SM 9.0 "
-         "the custom kernel up to 64 MiB at 2 GPUs and 32 MiB at 4), the entry point aiconfigurator's vLLM all-reduce "
-         "table times (collector/collect_all_reduce.py)")
+         "symmetric-memory all-reduce or NCCL (vllm/distributed/device_communicators/all_reduce_utils.py, "
+         "VLLM_ALLREDUCE_USE_SYMM_MEM 1: on SM 10.0 the custom kernel up to 1-2 MiB, symmetric memory up to 8 MiB "
+         "at 2 GPUs, 32 MiB at 4, 128 MiB at 8; on SM 9.0 the custom kernel up to 64 MiB at 2 GPUs and 32 MiB at 4), "
+         "the entry point aiconfigurator's vLLM all-reduce table times (collector/collect_all_reduce.py)")
 _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_settings: chunked_prefill_size 2048 "
            "under 35 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; mem_fraction_static (memory - reserved) / "
            "memory with 512 MiB + 1.5 MiB per chunk token + 2 MiB per CUDA-graph batch (cuda_graph_max_bs 256 at tp "

@@ -41,7 +41,8 @@ MAX_REQUESTS = 1_000_000
 #: 111 ms on its Llama rows alone); 36.5 ms for vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo
 #: starts; 2 ms and 42.5 ms on its Qwen3 rows alone, 0.5 ms and 0, the search's bound, on its Llama rows alone). All
 #: with vLLM's all-reduce on its own entry point's curve (costmodel.engines), the vector kernels carried by SMs x clock
-#: (costmodel.origin.TRANSFER_RULE), the collectives' two-line curves (costmodel.hardware.CollectiveCurve), the fp8 GEMM's input quantize kernel (costmodel.mechanisms,
+#: (costmodel.origin.TRANSFER_RULE), the collectives' two-line curves (costmodel.hardware.CollectiveCurve), the fp8
+#: GEMM's input quantize kernel (costmodel.mechanisms,
 #: ``quantize``) and a prompt's cache write as a kernel of its own where the device's prompt-attention fit holds none
 #: (costmodel.model_ops.prompt_cache_writes). docs/serving.md gives each fit's error on the rows it did not see.
 #:
