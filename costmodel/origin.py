@@ -86,12 +86,18 @@ def efficiency_status(p) -> str:
     return f"from {ref.id}" + (f", attention {attention.id}" if attention is not None else "")
 
 
+def _ratios(src, dst) -> tuple[float, float]:
+    """(``src``'s clock over ``dst``'s, ``src``'s SMs over ``dst``'s); the clocks taken as equal where either device
+    states none."""
+    clock = lambda p: p.architecture.clock_hz.value if p.architecture.clock_hz else None  # noqa: E731
+    per_clock = clock(src) / clock(dst) if clock(src) and clock(dst) else 1.0
+    return per_clock, src.architecture.compute_units.value / dst.architecture.compute_units.value
+
+
 def transfer(eff, src, dst, cls: str | None = None):
     """``eff`` (a class's parameters fitted on ``src``) carried to ``dst`` by :data:`TRANSFER_RULE` (``cls``: its
     class; a vector class's achieved bandwidth follows :func:`vector_bandwidth_scale`)."""
-    clock = lambda p: p.architecture.clock_hz.value if p.architecture.clock_hz else None  # noqa: E731
-    per_clock = clock(src) / clock(dst) if clock(src) and clock(dst) else 1.0
-    sms = src.architecture.compute_units.value / dst.architecture.compute_units.value
+    per_clock, sms = _ratios(src, dst)
     if cls in VECTOR_CLASSES:
         ceiling = min(1.0, eff.bandwidth_ceiling * vector_bandwidth_scale(src, dst))
         half = eff.bandwidth_half_bytes * ceiling * dst.bandwidth / (eff.bandwidth_ceiling * src.bandwidth)
@@ -108,10 +114,8 @@ def vector_bandwidth_scale(src, dst) -> float:
     """The factor on a vector kernel's fraction of the datasheet bandwidth from ``src`` to ``dst``: its achieved
     bandwidth scales with SMs x clock, not with the datasheet bandwidth (a device without a stated clock takes the
     other's, as :func:`transfer` does)."""
-    clocks = [p.architecture.clock_hz.value if p.architecture.clock_hz else None for p in (src, dst)]
-    per_clock = clocks[1] / clocks[0] if all(clocks) else 1.0
-    sms = dst.architecture.compute_units.value / src.architecture.compute_units.value
-    return sms * per_clock * src.bandwidth / dst.bandwidth
+    per_clock, sms = _ratios(src, dst)
+    return src.bandwidth / (sms * per_clock * dst.bandwidth)
 
 
 def carried(eff, src, dst, cls: str, timing: str = "graph", gemm=None):

@@ -215,15 +215,15 @@ def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool 
     found = collective_curves(hw) if conv.model.active else None
     if found is not None:
         curves, scale, _ = found
-        small = (np.asarray(op.bytes, float) <= CUSTOM_ALL_REDUCE_MAX_BYTES) | (op.all_reduce == "engine")
+        on_custom = (np.asarray(op.bytes, float) <= CUSTOM_ALL_REDUCE_MAX_BYTES) | (op.all_reduce == "engine")
         custom = "nccl" if cross_node else "custom_graph" if conv.timing == "graph" else "custom_eager"
         t = op.devices
         volume = 2 * (t - 1) / t * np.asarray(op.bytes, float)
         parts = []
         for impl in (custom, "nccl"):
             parts.append(_curve(curves.get(impl) or curves["nccl"], t).parts(volume, scale))
-        transfer = np.where(small, parts[0][0], parts[1][0])
-        latency = np.where(small, parts[0][1], parts[1][1]) * op.launches
+        transfer = np.where(on_custom, parts[0][0], parts[1][0])
+        latency = np.where(on_custom, parts[0][1], parts[1][1]) * op.launches
         return _finish(0.0, transfer, latency, transfer + latency, None)
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: tensor parallelism needs both")
