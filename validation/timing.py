@@ -33,9 +33,11 @@ class Timing:
 class Timer:
     """Times callables on one device with a cache flush between repetitions."""
 
-    def __init__(self, device: str, *, flush_bytes: int = 64 << 20, warmup: int = 3, min_reps: int = 5,
+    def __init__(self, device: str, *, flush_bytes: int | None = None, warmup: int = 3, min_reps: int = 5,
                  max_reps: int = 50, budget_s: float = 0.25, threads: int | None = None):
         self.device = device
+        if flush_bytes is None:
+            flush_bytes = flush_size(device)
         self.warmup, self.min_reps, self.max_reps, self.budget_s = warmup, min_reps, max_reps, budget_s
         if device == "cpu":
             torch.set_num_threads(threads or torch.get_num_threads())
@@ -79,6 +81,20 @@ class Timer:
         end.record()
         torch.cuda.synchronize()
         return start.elapsed_time(end) / 1e3
+
+
+#: The cache flush between repetitions when the device reports no cache size: larger than a CPU's L3 or a
+#: GPU's L2 of its generation (an H100's L2 is 50 MB, an H200's 60 MB, a B200's 126 MB; torch reports it).
+FLUSH_BYTES = 64 << 20
+
+
+def flush_size(device: str) -> int:
+    """Bytes overwritten between repetitions: twice the GPU's L2 as torch reports it (so that no operand
+    of the last repetition survives in it), and at least :data:`FLUSH_BYTES`."""
+    if device == "cuda":
+        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
+        return max(FLUSH_BYTES, 2 * l2)
+    return FLUSH_BYTES
 
 
 def environment(device: str, timer: Timer | None = None) -> dict:
