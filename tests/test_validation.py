@@ -119,6 +119,21 @@ def test_a_gpu_calibration_prices_each_class_at_its_measured_kernel():
     assert seen == set(MEASURED_CLASSES)
 
 
+def test_a_class_kernels_rate_is_the_slope_beyond_its_fixed_cost():
+    """An eager call takes its fixed cost plus its bytes over the bandwidth: by hand, 17 µs + 1 GiB at 4 TB/s
+    and 17 µs + 1 KiB at 4 TB/s give back 4 TB/s exactly, where the large call's bytes over its whole time
+    would say less (the fixed cost counted twice)."""
+    from costmodel.validation.class_kernels import rate
+
+    fixed, bw, large, tiny = 17e-6, 4e12, float(1 << 30), 1024.0
+    t_large, t_tiny = fixed + large / bw, fixed + tiny / bw
+    assert rate(large, t_large, tiny, t_tiny) == pytest.approx(bw, rel=1e-9)
+    assert large / t_large == pytest.approx(1 / (1 / bw + fixed / large))  # the plain rate: 3.76 TB/s, not 4
+    assert large / t_large < 0.95 * bw
+    # noise that makes the tiny call as slow as the large one: the plain rate, a lower bound
+    assert rate(large, 1e-3, tiny, 2e-3) == large / 1e-3
+
+
 def test_a_calibration_keeps_the_fastest_peak_and_bandwidth_it_measured(quick_report):
     from costmodel.validation.calibrate import keep_fastest
 

@@ -1,7 +1,15 @@
 """What one kernel of each op class reaches on a device, measured with the validation's own timer: the
-bandwidth (and, for fused attention, the FLOP rate) of a representative kernel on a large operand and its time
-on a tiny one, written as a measured profile's per-class ``efficiency`` (:func:`measured_efficiency`). A GPU's
-calibration uses them; a CPU's classes are fitted to curves over sizes instead (:mod:`costmodel.validation.calibrate`).
+bandwidth (and, for fused attention, the FLOP rate) of a representative kernel, as the slope between a large
+operand and a tiny one, and its time on the tiny one, written as a measured profile's per-class ``efficiency``
+(:func:`measured_efficiency`). A GPU's calibration uses them; a CPU's classes are fitted to curves over sizes
+instead (:mod:`costmodel.validation.calibrate`).
+
+An eager kernel's time is its fixed cost per call (on a GPU, mostly the host's dispatch of the torch op, about
+17 µs for a scale and 43 µs for an einsum on an H200 under torch 2.11) plus its bytes over the bandwidth it
+reaches. So the bandwidth is the bytes' difference over the time's difference between the two sizes, not the
+large operand's bytes over its whole time, which would count the fixed cost twice (once as itself, once as a
+lower bandwidth); and the large operand is large enough (1 GiB on a GPU) that its bytes take many times the
+fixed cost.
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float |
     one = new(1, 1, mk, k)
     # fused prefill: SDPA of n = m positions, compute-bound
     n = 2 if nbytes < (1 << 20) else 512
+    while flops_per_s and n < PREFILL_MAX and 4 * heads * n * n * k / flops_per_s < 1e-3:
+        n *= 2  # at least about 1 ms of FLOPs at the peak, so the call's fixed cost is a small part of it
     while flops_per_s and n > 64 and 4 * heads * n * n * k / flops_per_s > 0.05:
         n //= 2  # keep one prefill call under about 50 ms where this dtype's matmuls are slow
     qp, kp = new(1, heads, n, k), new(1, heads, n, k)
@@ -71,21 +81,47 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float |
     }
 
 
+#: The large operand per device: on a GPU, 1 GiB (its bytes take about 200 µs at 5 TB/s, many times an eager
+#: call's fixed cost); on a CPU, 16 MiB (far larger outputs measure page faults, not bandwidth).
+LARGE_BYTES = {"cuda": 1 << 30, "cpu": 16 << 20}
+#: The tiny operand, whose time is the call's fixed cost.
+TINY_BYTES = 1024
+#: The longest prefill of the FLOP-rate kernel (positions).
+PREFILL_MAX = 8192
+
+
+def rate(amount: float, seconds: float, tiny_amount: float, tiny_seconds: float) -> float:
+    """What a kernel moves or does per second beyond its fixed cost: the slope between a large and a tiny
+    call, ``(amount - tiny_amount) / (seconds - tiny_seconds)``; where noise makes the tiny call take as long
+    as the large one, the large call's plain rate (a lower bound)."""
+    if seconds > tiny_seconds and amount > tiny_amount:
+        return (amount - tiny_amount) / (seconds - tiny_seconds)
+    return amount / seconds
+
+
 def measure_op_classes(device: str, peaks: dict[str, float], quick: bool) -> dict:
-    """Bandwidth (and, for fused attention, FLOP rate) per op class and dtype, and overhead on tiny sizes."""
-    large = 16 << 20  # the order of a decode step's tensors; far larger outputs measure page faults, not bandwidth
+    """Bandwidth (and, for fused attention, FLOP rate) per op class and dtype, as the slope between a large
+    and a tiny operand (:func:`rate`), and the tiny call's time (the fixed cost), the median over dtypes."""
+    import statistics
+
+    large = LARGE_BYTES[device]
     timer = Timer(device, budget_s=0.1 if quick else 0.3)
     classes: dict[str, dict] = {}
-    dtypes = list(peaks)
-    for dtype in dtypes:
+    fixed: dict[str, list[float]] = {}
+    for dtype in peaks:
+        tiny = {kind: {q: (timer.time(fn).median_s, amount) for q, (fn, amount) in benches.items()}
+                for kind, benches in _class_benchmarks(device, dtype, TINY_BYTES).items()}
         for kind, benches in _class_benchmarks(device, dtype, large, peaks[dtype]).items():
             entry = classes.setdefault(kind, {"flops_per_s": {}, "bandwidth_bytes_per_s": {}})
             for quantity, (fn, amount) in benches.items():
                 key = "flops_per_s" if quantity == "flops" else "bandwidth_bytes_per_s"
-                entry[key][dtype] = amount / timer.time(fn).median_s
-    for kind, benches in _class_benchmarks(device, dtypes[0], 1024).items():
-        fn = next(iter(benches.values()))[0]
-        classes[kind]["overhead_s"] = timer.time(fn).median_s
+                tiny_s, tiny_amount = tiny[kind][quantity]
+                entry[key][dtype] = rate(amount, timer.time(fn).median_s, tiny_amount, tiny_s)
+            fixed.setdefault(kind, []).append(next(iter(tiny[kind].values()))[0])
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    for kind, times in fixed.items():
+        classes[kind]["overhead_s"] = statistics.median(times)
     return {"classes": classes, "large_bytes": large, "timing_method": timer.method}
 
 
@@ -118,11 +154,12 @@ def measured_efficiency(measured: dict, peaks: dict[str, float], read_bytes_per_
             entry["fitted"].append("bandwidth_ceiling")
         for cls in MEASURED_CLASSES[kind]:
             classes[cls] = entry
-    method = (f"measured, not fitted: one kernel per op class on about {measured['large_bytes'] >> 20} MiB "
-              "(bandwidth of a projection einsum with 8 rows, a decode logits einsum, a scale, a cache-slice write "
-              "and a decode-step SDPA of 16 heads; FLOP rate of a decode SDPA with one key/value head and of a "
-              "prefill SDPA of up to 512 positions), as fractions of the matmul peak and read bandwidth (median "
-              "over dtypes, at most 1); fixed cost per call: the same kernels on about 1 KiB; "
-              f"{measured['timing_method']}")
+    method = (f"measured, not fitted: one kernel per op class on about {measured['large_bytes'] >> 20} MiB and on "
+              f"about {TINY_BYTES >> 10} KiB (bandwidth of a projection einsum with 8 rows, a decode logits einsum, a "
+              "scale, a cache-slice write and a decode-step SDPA of 16 heads; FLOP rate of a decode SDPA with one "
+              f"key/value head and of a prefill SDPA of up to {PREFILL_MAX} positions), each rate the slope between "
+              "the two sizes (bytes or FLOPs beyond the tiny call's over the time beyond it), as fractions of the "
+              "matmul peak and read bandwidth (median over dtypes, at most 1); fixed cost per call: the tiny call's "
+              f"time (median over dtypes); {measured['timing_method']}")
     return {"data": [f"costmodel calibrate on {device}"], "method": method, "classes": classes,
             "mechanisms": ["fixed", "bandwidth", "compute"]}
