@@ -55,7 +55,8 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
           "run the tile the device's kernel facts dispatch; the MoE kernel classes (moe, moe_fp8, ...) take the "
           "device's dense class of the same weights and fit compute_efficiency and the bandwidth curve (ceiling, "
           "half-bandwidth size, exponent) on the whole measured MoE layer (router, expert GEMMs, activation, "
-          "combine; costmodel.validation.moe_layers), in the tile the engine's configuration gives where the "
+          "combine; costmodel.validation.moe_layers) under a soft-L1 loss of scale 0.1 (a layer timed at several "
+          "times its neighbours weighs as one row), in the tile the engine's configuration gives where the "
           "device's grouped kernel fixes it (kernels.grouped_dispatch)")
 
 

@@ -345,3 +345,20 @@ def test_the_grouped_tile_is_stated_where_the_device_takes_it():
     assert not stated("b200", "nvfp4")  # FlashInfer's kernel: no grouped dispatch named for moe_nvfp4
     assert not stated("h100", "int4")  # weight-only quantized experts run kernels of their own (dense GEMMs)
     assert not stated("a100")  # no kernel facts of the grouped kernel
+
+
+def test_the_moe_fits_soft_l1_loss_by_hand_and_against_an_outlier():
+    """The soft-L1 residuals square to 2 s^2 (sqrt(1 + (r/s)^2) - 1) (by hand at r = 0.3, s = 0.1: 2 * 0.01 *
+    (sqrt(10) - 1) = 0.043246); and a level fitted to 8 rows at log-ratio 0 and 2 at log 1.5 (layers timed at 4.5x
+    their neighbours) lands near the 8 under it, where least squares lands at their mean, 0.3."""
+    from costmodel.validation.fit import _lm
+    from costmodel.validation.moe_layers import soft_l1
+
+    assert float(soft_l1(0.3, 0.1)) ** 2 == pytest.approx(2 * 0.01 * (10 ** 0.5 - 1), rel=1e-12)
+    assert float(soft_l1(-0.3, 0.1)) < 0
+    assert float(soft_l1(1e-4, 0.1)) == pytest.approx(1e-4, rel=1e-6)
+    rows = np.array([0.0] * 8 + [1.5] * 2)
+    plain, _ = _lm(lambda z: rows - z[0], [0.5])
+    robust, _ = _lm(lambda z: soft_l1(rows - z[0], 0.1), [0.5])
+    assert plain[0] == pytest.approx(0.3, abs=1e-6)
+    assert abs(robust[0]) < 0.03
