@@ -17,6 +17,23 @@ from costmodel.errors import CostModelError
 from costmodel.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
 
 
+def validation(module: str = ""):
+    """``costmodel.validation`` (or one of its modules), which the top-level ``validation/`` folder becomes when the
+    package is installed; from a source tree that is only on the path it is missing, which gets one line saying
+    so, not a traceback."""
+    import importlib
+
+    name = "costmodel.validation" + (f".{module}" if module else "")
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name is None or not err.name.startswith("costmodel.validation"):
+            raise
+        raise CostModelError(f"{name} is not importable here: the repository's validation/ folder becomes "
+                             "costmodel.validation when the package is installed (pip install -e . from the "
+                             "repository root), not when its source tree is only on the path") from None
+
+
 @click.command(cls=OnceCommand)
 @gpus_option
 @groups_option
@@ -163,9 +180,7 @@ def calibrate(device, out, quick, threads) -> None:
 
     Example: costmodel calibrate --device cpu --out my_cpu.yaml
     """
-    from costmodel.validation import calibrate_command
-
-    click.echo(calibrate_command(device, out, quick, threads))
+    click.echo(validation().calibrate_command(device, out, quick, threads))
 
 
 @click.command(cls=OnceCommand)
@@ -204,7 +219,7 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
     Example: costmodel validate --serving ../shared/measurements/serving/silicon_sample_h100_sxm.csv
     """
     if serving is not None:
-        from costmodel.validation.serving import serving_command
+        serving_command = validation("serving").serving_command
 
         if published is not None or profile_path or quick or gpu or save_path or without or threads:
             raise CostModelError("--serving takes --json, --plot and --format only (each row names its system)")
@@ -212,7 +227,7 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
             click.echo(line)
         return
     if published is not None:
-        from costmodel.validation import published_command
+        published_command = validation().published_command
 
         if profile_path or quick or gpu or save_path:
             raise CostModelError("--profile, --quick, --gpu and --save-profile do not apply with --published (each "
@@ -226,7 +241,7 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
         raise CostModelError("--format applies with --published (a kernel run writes its report with --json)")
     if save_path and profile_path:
         raise CostModelError("--save-profile writes the profile this run calibrates; with --profile it calibrates none")
-    from costmodel.validation import validate_command
+    validate_command = validation().validate_command
 
     def progress(cases):
         with click.progressbar(length=len(cases), label="cases", file=sys.stderr) as bar:

@@ -311,3 +311,17 @@ def test_sweep_memory_does_not_grow_with_its_points():
     large, _, rows_large = peak(600_000)
     assert (rows_small, rows_large) == (150_000, 600_000)
     assert large - small < 50 * 2**20, (small / 2**20, large / 2**20)
+
+
+@pytest.mark.parametrize("args", [("validate", "--device", "cpu", "--quick"), ("calibrate", "--device", "cpu", "--out", "-"),
+                                  ("validate", "--published")])
+def test_validation_missing_from_a_source_tree_is_one_error_line(run_cli, monkeypatch, args):
+    """Run from a source tree that is only on the path, the top-level validation/ folder is not
+    costmodel.validation: the commands that need it say so in one line (no traceback) and exit non-zero."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "costmodel.validation", None)
+    result = run_cli(*args)
+    assert result.exit_code != 0
+    assert "Error: costmodel.validation is not importable here" in result.output
+    assert "pip install -e ." in result.output and "Traceback" not in result.output
