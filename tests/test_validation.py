@@ -149,6 +149,26 @@ def test_a_calibration_keeps_the_fastest_peak_and_bandwidth_it_measured(quick_re
     assert "the fastest of 2 measurements" in load_profile(str(quick_report[3])).measured.method
 
 
+def test_each_row_names_the_aten_ops_its_kernel_dispatched(quick_report):
+    """Which of torch's kernels a row timed is in the report: an einsum dispatches a matrix product, a fused
+    attention call one of torch's SDPA backends, a cache append a copy into the cache (torch's own dispatch names,
+    recorded as the call runs)."""
+    from costmodel.validation.kernels import dispatched
+
+    report = quick_report[0]
+    rows = [r for r in report["rows"] if r["op"] != "step"]
+    assert rows and all(r["aten_ops"] for r in rows)
+    for r in rows:
+        if r["kind"] == "einsum":
+            assert {"bmm", "mm"} & set(r["aten_ops"]), r
+        if r["kind"] == "fused":
+            assert any(op.startswith("_scaled_dot_product") for op in r["aten_ops"]), r
+    w = Workload.create("mqa", "incremental", batch=2, context=8, d_model=64, heads=4, dtype="fp32",
+                        execution="fused")
+    ops = {k.name: dispatched(k) for k in build_kernels(w, "cpu")}
+    assert "copy_" in ops["k_append"] and "_scaled_dot_product_flash_attention_for_cpu" in ops["attention"]
+
+
 @pytest.mark.parametrize("variant", ["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("mode", ["incremental", "batched"])
 @pytest.mark.parametrize("execution", ["unfused", "fused"])

@@ -192,4 +192,28 @@ def counted_flops(kernel: Kernel) -> int:
     return counter.get_total_flops()
 
 
-__all__ = ["Kernel", "TORCH_DTYPES", "build_kernels", "counted_flops", "grouped_attention", "run_step"]
+class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops a call dispatches, in order, each once."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name not in self.ops:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def dispatched(kernel: Kernel) -> tuple[str, ...]:
+    """The aten ops the kernel's call dispatches (which of torch's attention backends ran, say:
+    ``_scaled_dot_product_flash_attention``, ``_scaled_dot_product_cudnn_attention``, ...), so that a report says
+    which kernels it timed."""
+    with _OpRecorder() as recorder:
+        kernel.run()
+    return tuple(recorder.ops)
+
+
+__all__ = ["Kernel", "TORCH_DTYPES", "build_kernels", "counted_flops", "dispatched", "grouped_attention",
+           "run_step"]

@@ -20,7 +20,7 @@ from costmodel.hardware import HardwareProfile
 from costmodel.roofline import predict
 from costmodel.vocab import SIDE_BY_SIDE
 from costmodel.workload import Workload
-from costmodel.validation.kernels import build_kernels, counted_flops, run_step
+from costmodel.validation.kernels import build_kernels, counted_flops, dispatched, run_step
 from costmodel.validation.timing import PASSES, Timer, Timing, environment, merge
 
 PROJECTIONS = {"q_proj", "k_proj", "v_proj", "out_proj"}
@@ -86,13 +86,14 @@ class Op:
     name: str
     kind: str
     expected_flops: int
+    aten: tuple[str, ...] = ()  # the aten ops its call dispatched (costmodel.validation.kernels.dispatched)
 
 
 def time_case(w: Workload, device: str, timer: Timer) -> tuple[list, list[int], list[Timing], Timing]:
-    """One pass over a workload: its ops (name, kind, symbolic FLOPs), their counted FLOPs, each op's
-    timing and the whole step's. The kernels and their tensors are freed on return."""
+    """One pass over a workload: its ops (name, kind, symbolic FLOPs, the aten ops each dispatched), their counted
+    FLOPs, each op's timing and the whole step's. The kernels and their tensors are freed on return."""
     kernels = build_kernels(w, device)
-    ops = [Op(k.name, k.kind, k.expected_flops) for k in kernels]
+    ops = [Op(k.name, k.kind, k.expected_flops, dispatched(k)) for k in kernels]
     counted = [counted_flops(k) for k in kernels]
     return ops, counted, [timer.time(k.run) for k in kernels], timer.time(run_step(kernels))
 
@@ -107,7 +108,7 @@ def case_rows(w: Workload, profiles: dict[str, HardwareProfile], kernels: list[O
     rows = []
     for i, (kernel, timing) in enumerate(zip(kernels, timings)):
         row = {**case, "op": kernel.name, "group": group_of(w.mode, kernel.name), "kind": kernel.kind,
-               "flops_symbolic": kernel.expected_flops, "flops_counted": counted[i],
+               "aten_ops": list(kernel.aten), "flops_symbolic": kernel.expected_flops, "flops_counted": counted[i],
                "flop_check": counted[i] == kernel.expected_flops, "measured": timing.to_dict()}
         for name, p in predictions.items():
             row[f"predicted_{name}_s"] = p.ops[i].time_s
