@@ -185,13 +185,6 @@ def run_step(kernels: list[Kernel]) -> Callable[[], None]:
     return step
 
 
-def counted_flops(kernel: Kernel) -> int:
-    """What torch's FlopCounterMode counts when the kernel runs."""
-    with flop_counter.FlopCounterMode(display=False) as counter:
-        kernel.run()
-    return counter.get_total_flops()
-
-
 class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
     """The aten ops a call dispatches, in order, each once."""
 
@@ -206,14 +199,24 @@ class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def dispatched(kernel: Kernel) -> tuple[str, ...]:
-    """The aten ops the kernel's call dispatches (which of torch's attention backends ran, say:
-    ``_scaled_dot_product_flash_attention``, ``_scaled_dot_product_cudnn_attention``, ...), so that a report says
-    which kernels it timed."""
-    with _OpRecorder() as recorder:
+def counted(kernel: Kernel) -> tuple[int, tuple[str, ...]]:
+    """One call of the kernel, watched: the FLOPs torch's FlopCounterMode counts, and the aten ops it dispatches
+    (which of torch's attention backends ran, say: ``_scaled_dot_product_flash_attention``,
+    ``_scaled_dot_product_cudnn_attention``, ...), so that a report says which kernels it timed."""
+    with flop_counter.FlopCounterMode(display=False) as counter, _OpRecorder() as recorder:
         kernel.run()
-    return tuple(recorder.ops)
+    return counter.get_total_flops(), tuple(recorder.ops)
 
 
-__all__ = ["Kernel", "TORCH_DTYPES", "build_kernels", "counted_flops", "dispatched", "grouped_attention",
+def counted_flops(kernel: Kernel) -> int:
+    """What torch's FlopCounterMode counts when the kernel runs."""
+    return counted(kernel)[0]
+
+
+def dispatched(kernel: Kernel) -> tuple[str, ...]:
+    """The aten ops the kernel's call dispatches (:func:`counted`)."""
+    return counted(kernel)[1]
+
+
+__all__ = ["Kernel", "TORCH_DTYPES", "build_kernels", "counted", "counted_flops", "dispatched", "grouped_attention",
            "run_step"]

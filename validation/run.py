@@ -20,7 +20,7 @@ from costmodel.hardware import HardwareProfile
 from costmodel.roofline import predict
 from costmodel.vocab import SIDE_BY_SIDE
 from costmodel.workload import Workload
-from costmodel.validation.kernels import build_kernels, counted_flops, dispatched, run_step
+from costmodel.validation.kernels import build_kernels, counted, run_step
 from costmodel.validation.timing import PASSES, Timer, Timing, environment, merge
 
 PROJECTIONS = {"q_proj", "k_proj", "v_proj", "out_proj"}
@@ -86,19 +86,19 @@ class Op:
     name: str
     kind: str
     expected_flops: int
-    aten: tuple[str, ...] = ()  # the aten ops its call dispatched (costmodel.validation.kernels.dispatched)
+    aten: tuple[str, ...] = ()  # the aten ops its call dispatched (costmodel.validation.kernels.counted)
 
 
 def time_case(w: Workload, device: str, timer: Timer) -> tuple[list, list[int], list[Timing], Timing]:
     """One pass over a workload: its ops (name, kind, symbolic FLOPs, the aten ops each dispatched), their counted
     FLOPs, each op's timing and the whole step's. The kernels and their tensors are freed on return."""
     kernels = build_kernels(w, device)
-    ops = [Op(k.name, k.kind, k.expected_flops, dispatched(k)) for k in kernels]
-    counted = [counted_flops(k) for k in kernels]
-    return ops, counted, [timer.time(k.run) for k in kernels], timer.time(run_step(kernels))
+    watched = [counted(k) for k in kernels]
+    ops = [Op(k.name, k.kind, k.expected_flops, aten) for k, (_, aten) in zip(kernels, watched)]
+    return ops, [flops for flops, _ in watched], [timer.time(k.run) for k in kernels], timer.time(run_step(kernels))
 
 
-def case_rows(w: Workload, profiles: dict[str, HardwareProfile], kernels: list[Op], counted: list[int],
+def case_rows(w: Workload, profiles: dict[str, HardwareProfile], kernels: list[Op], flops: list[int],
               timings: list[Timing], step: Timing) -> list[dict]:
     """The report's rows of one workload from its timings: every op, then the whole step."""
     # what the timer sees is one eager call per op; the fused prefill kernels here are not causal
@@ -108,8 +108,8 @@ def case_rows(w: Workload, profiles: dict[str, HardwareProfile], kernels: list[O
     rows = []
     for i, (kernel, timing) in enumerate(zip(kernels, timings)):
         row = {**case, "op": kernel.name, "group": group_of(w.mode, kernel.name), "kind": kernel.kind,
-               "aten_ops": list(kernel.aten), "flops_symbolic": kernel.expected_flops, "flops_counted": counted[i],
-               "flop_check": counted[i] == kernel.expected_flops, "measured": timing.to_dict()}
+               "aten_ops": list(kernel.aten), "flops_symbolic": kernel.expected_flops, "flops_counted": flops[i],
+               "flop_check": flops[i] == kernel.expected_flops, "measured": timing.to_dict()}
         for name, p in predictions.items():
             row[f"predicted_{name}_s"] = p.ops[i].time_s
             row[f"error_{name}_pct"] = _error(p.ops[i].time_s, timing.median_s)
@@ -265,9 +265,9 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
     for i, w in enumerate(cases):
         if i in taken:
             runs = taken[i]
-            ops, counted = runs[0][0], runs[0][1]
+            ops, flops = runs[0][0], runs[0][1]
             timings = [merge([r[2][j] for r in runs]) for j in range(len(ops))]
-            rows += case_rows(w, profiles, ops, counted, timings, merge([r[3] for r in runs]))
+            rows += case_rows(w, profiles, ops, flops, timings, merge([r[3] for r in runs]))
     names = list(profiles)
     return {
         "environment": environment(device, timer),
