@@ -11,7 +11,6 @@ import costmodel
 from costmodel.disagg import Pool, kv_link, serve_disaggregated
 from costmodel.errors import CostModelError
 from costmodel.iteration import exact_time
-from costmodel.mechanisms import ring_all_reduce
 from costmodel.model_step import all_reduce_s, pricing
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
@@ -103,13 +102,15 @@ def test_the_link_a_cache_crosses(h100):
 
 
 def test_all_reduce_across_nodes_by_hand(h100):
-    """16 devices of an 8-device node: the buffer all-reduced in each node (a ring over NVLink here, the
-    datasheet conventions), then each device's eighth over its network port with its peer in the other node."""
+    """16 devices of 8-device nodes: NCCL's ring over all 16 paced by its hops between the nodes, each over a
+    device's 50 GB/s network port (2 x 15/16 of the buffer each way); the fixed latency of the in-node ring over
+    NVLink (2 x 7 steps of 2 us, the datasheet conventions here) and of a ring of the 2 nodes (2 x 1 steps of 5 us)."""
     for nbytes in (1e4, 1e6, 1e8):
-        inner = sum(ring_all_reduce(nbytes, 8, 450e9, 2e-6))
-        outer = sum(ring_all_reduce(nbytes / 8, 2, 50e9, 5e-6))
-        assert all_reduce_s(h100, 16, nbytes) == pytest.approx(inner + outer, rel=1e-12)
-        assert all_reduce_s(h100, 8, nbytes) == pytest.approx(inner, rel=1e-12)
+        by_hand = 2 * 15 / 16 * nbytes / 50e9 + 14 * 2e-6 + 2 * 5e-6
+        assert all_reduce_s(h100, 16, nbytes) == pytest.approx(by_hand, rel=1e-12)
+        assert all_reduce_s(h100, 8, nbytes) == pytest.approx(2 * 7 / 8 * nbytes / 450e9 + 14 * 2e-6, rel=1e-12)
+        # the network port paces the ring: 9x the in-node ring's transfer at 450 / 50 GB/s
+        assert all_reduce_s(h100, 16, nbytes) > all_reduce_s(h100, 8, nbytes)
     with pytest.raises(CostModelError, match="whole number of 8-device domains"):
         all_reduce_s(h100, 12, 1e6)
     with pytest.raises(CostModelError, match="scale_out_bytes_per_s"):
