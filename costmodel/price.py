@@ -186,9 +186,9 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
 
     - its bytes as NCCL's ring moves them: every device sends and receives 2(t - 1) / t of the buffer, and the
       ring's hops between domains go over a device's network port (``scale_out_bytes_per_s``), the slowest hop,
-      which paces the whole ring; the rule :func:`_nccl_collective` prices all-gathers and all-to-alls across
-      domains by, and the one aiconfigurator prices a cross-node NCCL collective by (its 8-GPU curve scaled by
-      intra- over inter-node bandwidth);
+      which paces the whole ring (:func:`_nccl_collective` prices all-gathers and all-to-alls across domains the
+      same way, and aiconfigurator a cross-node NCCL collective: its 8-GPU curve scaled by intra- over inter-node
+      bandwidth);
     - its fixed latency hierarchical, as NCCL's tree algorithm pays it on small buffers: the in-domain curve's
       latency and a ring between the domains (``scale_out_latency_s`` per step), not a step per device.
 
