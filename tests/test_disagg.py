@@ -117,6 +117,17 @@ def test_all_reduce_across_nodes_by_hand(h100):
         all_reduce_s(h100.model_copy(update={"scale_out_bytes_per_s": None}), 16, 1e6)
 
 
+def test_a_cross_node_all_reduce_is_stated(llama, h100):
+    """The assumptions of a step whose tensor-parallel group spans nodes say how its all-reduce is priced: the
+    ring over all 16 devices at the 50 GB/s port; a group inside one node keeps the fitted curves' line."""
+    from costmodel.model_step import step_assumptions
+
+    across = " ".join(step_assumptions(llama, pricing(llama, h100, tp=16)))
+    assert "NCCL's ring over all 16 devices" in across and "(50 GB/s one way" in across
+    inside = " ".join(step_assumptions(llama, pricing(llama, h100, tp=8)))
+    assert "NCCL's ring over all" not in inside and "all-reduce curves fitted" in inside
+
+
 def test_cli_disaggregated(run_cli):
     args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "4",
             "--input-len", "1024", "--output-len", "32", "--num-requests", "8"]
