@@ -186,7 +186,7 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
 
     - its bytes as NCCL's ring moves them: every device sends and receives 2(t - 1) / t of the buffer, and the
       ring's hops between domains go over a device's network port (``scale_out_bytes_per_s``), the slowest hop,
-      which paces the whole ring (:func:`_nccl_collective` prices all-gathers and all-to-alls across domains the
+      which paces the whole ring (the in-domain hops instead, on a device whose port is the faster) (:func:`_nccl_collective` prices all-gathers and all-to-alls across domains the
       same way, and aiconfigurator a cross-node NCCL collective: its 8-GPU curve scaled by intra- over inter-node
       bandwidth);
     - its fixed latency hierarchical, as NCCL's tree algorithm pays it on small buffers: the in-domain curve's
@@ -205,7 +205,8 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
                              f"domain and is not a whole number of {domain}-device domains")
     bandwidth, step = hw.network(f"tensor parallel over {op.devices} devices")
     inner = _all_reduce_in_domain(dataclasses.replace(op, devices=domain), hw, conv, cross_node=True)
-    transfer = ring_all_reduce(np.asarray(op.bytes, float), op.devices, bandwidth, step)[0]
+    # the slowest hop paces the ring: the network port, or the in-domain links where those are slower
+    transfer = np.maximum(ring_all_reduce(np.asarray(op.bytes, float), op.devices, bandwidth, step)[0], inner.memory)
     latency = inner.overhead + ring_all_reduce(0.0, op.devices // domain, bandwidth, step)[1] * op.launches
     return _finish(0.0, transfer, latency, transfer + latency, None)
 

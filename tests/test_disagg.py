@@ -111,6 +111,11 @@ def test_all_reduce_across_nodes_by_hand(h100):
         assert all_reduce_s(h100, 8, nbytes) == pytest.approx(2 * 7 / 8 * nbytes / 450e9 + 14 * 2e-6, rel=1e-12)
         # the network port paces the ring: its transfer alone outlasts the whole in-node all-reduce
         assert all_reduce_s(h100, 16, nbytes) > all_reduce_s(h100, 8, nbytes)
+        # a port faster than the in-node links: those pace it (the in-node ring's transfer, the same latencies)
+        fast = h100.model_copy(update={"scale_out_bytes_per_s": h100.scale_out_bytes_per_s.model_copy(
+            update={"value": 10e12})})
+        assert all_reduce_s(fast, 16, nbytes) == pytest.approx(2 * 7 / 8 * nbytes / 450e9 + 14 * 2e-6 + 2 * 5e-6,
+                                                               rel=1e-12)
     with pytest.raises(CostModelError, match="whole number of 8-device domains"):
         all_reduce_s(h100, 12, 1e6)
     with pytest.raises(CostModelError, match="scale_out_bytes_per_s"):
