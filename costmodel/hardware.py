@@ -547,6 +547,10 @@ class HardwareProfile(_Strict):
         """Devices one scale-up domain joins (None: the profile states none)."""
         return self.scale_up_devices.value if self.scale_up_devices is not None else None
 
+    def crosses(self, devices) -> bool:
+        """Whether a group of ``devices`` spans more than one scale-up domain (never where the profile states none)."""
+        return self.domain is not None and devices > self.domain
+
     def network(self, what: str) -> tuple[float, float]:
         """(bytes per second one way, latency per step) of one device's network port, for ``what`` crossing the
         scale-up domain; an error naming the fields where the profile states them not."""

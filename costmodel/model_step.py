@@ -471,20 +471,22 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     if pr.tp > 1:
         from costmodel.price import collective_curves
 
-        found = collective_curves(pr.hw) if pr.model.active else None
-        how = (f"priced by the all-reduce curves fitted on {found[2]}'s published timings"
-               + (f" (bus bandwidth x {found[1]:.2f}, the interconnect ratio)" if found[1] != 1 else "")
-               + (": vLLM's own all-reduce as its table measures it at every size (its custom kernel, symmetric "
-                  "memory or NCCL, as vLLM picks)" if pr.all_reduce == "engine" else
-                  ": vLLM's custom all-reduce up to 8 MiB, NCCL above") if found else
-               "each a ring over the datasheet interconnect")
         domain = pr.hw.domain
-        if domain is not None and pr.tp > domain and pr.hw.scale_out_bytes_per_s is not None:
+        found = collective_curves(pr.hw) if pr.model.active else None
+        if pr.hw.crosses(pr.tp) and pr.hw.scale_out_bytes_per_s is not None:
             # across scale-up domains: NCCL's ring paced by the network port (costmodel.price._all_reduce)
             how = (f"across {pr.tp // domain} scale-up domains of {domain}: NCCL's ring over all {pr.tp} devices, "
                    f"2(t - 1)/t of the buffer at each device's network port "
                    f"({pr.hw.scale_out_bytes_per_s.value / 1e9:g} GB/s one way, the ring's slowest hop), the fixed "
                    f"latency of the in-domain curve and a ring of the domains")
+        elif found:
+            how = (f"priced by the all-reduce curves fitted on {found[2]}'s published timings"
+                   + (f" (bus bandwidth x {found[1]:.2f}, the interconnect ratio)" if found[1] != 1 else "")
+                   + (": vLLM's own all-reduce as its table measures it at every size (its custom kernel, symmetric "
+                      "memory or NCCL, as vLLM picks)" if pr.all_reduce == "engine" else
+                      ": vLLM's custom all-reduce up to 8 MiB, NCCL above"))
+        else:
+            how = "each a ring over the datasheet interconnect"
         reduces = ("one all-reduce per layer (parallel block)" if reduces_per_layer(m) == 1 else
                    "two all-reduces per layer") + f", {how}"
         out.append(f"tensor parallel over {pr.tp} device(s): query heads, FFN and vocabulary sharded; key/value heads "

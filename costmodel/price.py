@@ -186,9 +186,9 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
 
     - its bytes as NCCL's ring moves them: every device sends and receives 2(t - 1) / t of the buffer, and the
       ring's hops between domains go over a device's network port (``scale_out_bytes_per_s``), the slowest hop,
-      which paces the whole ring (the in-domain hops instead, on a device whose port is the faster) (:func:`_nccl_collective` prices all-gathers and all-to-alls across domains the
-      same way, and aiconfigurator a cross-node NCCL collective: its 8-GPU curve scaled by intra- over inter-node
-      bandwidth);
+      which paces the whole ring (the in-domain hops instead, on a device whose port is the faster);
+      :func:`_nccl_collective` prices all-gathers and all-to-alls across domains the same way, and aiconfigurator a
+      cross-node NCCL collective (its 8-GPU curve scaled by intra- over inter-node bandwidth);
     - its fixed latency hierarchical, as NCCL's tree algorithm pays it on small buffers: the in-domain curve's
       latency and a ring between the domains (``scale_out_latency_s`` per step), not a step per device.
 
@@ -197,9 +197,9 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
     with a hierarchical all-reduce (the buffer inside each node, each device's eighth of it over its port)."""
     from costmodel.errors import CostModelError
 
-    domain = hw.domain
-    if domain is None or op.devices <= domain:
+    if not hw.crosses(op.devices):
         return _all_reduce_in_domain(op, hw, conv)
+    domain = hw.domain
     if op.devices % domain:
         raise CostModelError(f"tensor parallel over {op.devices} x {hw.id} crosses its {domain}-device scale-up "
                              f"domain and is not a whole number of {domain}-device domains")
@@ -305,7 +305,7 @@ def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
         return _finish(0.0, 0.0, 0.0, 0.0, None)
     t = op.devices
     volume = (t - 1) / t * np.asarray(op.bytes, float)
-    if hw.domain is not None and max(op.span, t) > hw.domain:
+    if hw.crosses(max(op.span, t)):
         # the group crosses domains: a ring whose steps between domains go over each device's network port,
         # which bounds it (every device sends and receives (n - 1) / n of the buffer)
         bandwidth, step = hw.network(f"a {op.kind} over {max(op.span, t)} devices")
@@ -329,7 +329,7 @@ def _send(op: KernelOp, hw) -> OpTime:
     device's interconnect, or of its network port where the pair spans more than one scale-up domain."""
     from costmodel.errors import CostModelError
 
-    if hw.domain is not None and op.span > hw.domain:
+    if hw.crosses(op.span):
         bw, lat = hw.network("a send between pipeline stages")
     elif hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: pipeline parallel needs both")
