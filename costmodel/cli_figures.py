@@ -202,10 +202,13 @@ def calibrate(device, out, quick, threads) -> None:
 @click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
               help="with --published: switch a fitted mechanism off to see its share (repeatable)")
 @click.option("--threads", type=click.IntRange(1, 4096), help="CPU threads torch uses (default: torch's choice)")
+@click.option("--timing", type=choices(("eager", "graph")), default="eager", show_default=True,
+              help="with --device cuda: each op an eager call (the host's dispatch included) or a CUDA-graph replay "
+                   "(GPU time alone, predicted as serving engines run; calibrates nothing)")
 @click.option("--format", "fmt", type=choices(("table", "csv", "markdown")), default="table", show_default=True,
               help="with --published: the summary as an aligned table, CSV or a markdown table")
 def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, published, serving, without, threads,
-             fmt) -> None:
+             timing, fmt) -> None:
     """Measure every op and whole step as torch kernels and report the prediction error; or, with
     --published, hold the predictions against published GPU kernel timings (no torch needed).
 
@@ -214,6 +217,8 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
 
     Example: costmodel validate --device cpu --quick --json report.json
 
+    Example: costmodel validate --device cuda --timing graph --json graph.json
+
     Example: costmodel validate --published ../shared/measurements --json published.json
 
     Example: costmodel validate --serving ../shared/measurements/serving/silicon_sample_h100_sxm.csv
@@ -221,7 +226,8 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
     if serving is not None:
         serving_command = validation("serving").serving_command
 
-        if published is not None or profile_path or quick or gpu or save_path or without or threads:
+        if published is not None or profile_path or quick or gpu or save_path or without or threads \
+                or timing.lower() != "eager":
             raise CostModelError("--serving takes --json, --plot and --format only (each row names its system)")
         for line in serving_command(serving, json_path, plot_path, fmt.lower()):
             click.echo(line)
@@ -229,14 +235,16 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
     if published is not None:
         published_command = validation().published_command
 
-        if profile_path or quick or gpu or save_path:
-            raise CostModelError("--profile, --quick, --gpu and --save-profile do not apply with --published (each "
-                                 "table names its GPU)")
+        if profile_path or quick or gpu or save_path or timing.lower() != "eager":
+            raise CostModelError("--profile, --quick, --gpu, --save-profile and --timing do not apply with --published "
+                                 "(each table names its GPU and its timing)")
         for line in published_command(published or None, json_path, plot_path, without, fmt.lower()):
             click.echo(line)
         return
     if without:
         raise CostModelError("--without applies with --published")
+    if timing.lower() != "eager" and device.lower() != "cuda":
+        raise CostModelError(f"--timing {timing} replays CUDA graphs: it needs --device cuda, not --device {device}")
     if fmt.lower() != "table":
         raise CostModelError("--format applies with --published (a kernel run writes its report with --json)")
     if save_path and profile_path:
@@ -250,7 +258,7 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
                 bar.update(1)
 
     for line in validate_command(device, gpu, profile_path, quick, json_path, plot_path, progress,
-                                 lambda text: click.echo(text, err=True), threads, save_path):
+                                 lambda text: click.echo(text, err=True), threads, save_path, timing.lower()):
         click.echo(line)
 
 

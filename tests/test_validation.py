@@ -269,7 +269,7 @@ def test_passes_run_the_whole_grid_before_repeating_and_each_op_takes_the_median
     monkeypatch.setitem(validation_run.PASSES, True, 3)
     monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(
         d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)))
-    monkeypatch.setattr(validation_run, "case_rows", lambda w, profiles, ops, counted, timings, step: [
+    monkeypatch.setattr(validation_run, "case_rows", lambda w, profiles, ops, counted, timings, step, timing: [
         {"variant": w.variant, "op": ops[0].name, "group": "projections", "measured": timings[0].to_dict(),
          "step": step.median_s, "flop_check": True, "measured_s": timings[0].median_s}])
     monkeypatch.setattr(validation_run, "summarize", lambda rows, names: {})
@@ -324,6 +324,48 @@ def test_a_calibration_in_the_same_run_times_its_curves_among_the_grids_cases(mo
     assert curves.alongside == "the validation's grid (3 cases, 2 passes)"
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cpu", "--timing", "graph"],
+     "Error: --timing graph replays CUDA graphs: it needs --device cuda, not --device cpu"),
+    (["--device", "cuda", "--timing", "graph", "--save-profile", "p.yaml"],
+     "Error: --save-profile writes the profile an eager run calibrates; --timing graph calibrates none (drop "
+     "--save-profile, or time eager)"),
+    (["--published", "--timing", "graph"],
+     "Error: --profile, --quick, --gpu, --save-profile and --timing do not apply with --published (each table names "
+     "its GPU and its timing)"),
+])
+def test_graph_timing_is_refused_where_it_cannot_run(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["validate", *args])
+    assert result.exit_code == 1
+    assert result.output.strip() == message
+    assert not list(tmp_path.iterdir())  # nothing written
+    with pytest.raises(ValueError, match="CUDA-graph timing needs a CUDA device, not cpu"):
+        validation_run.Timer("cpu", graph=True)
+
+
+def test_graph_timed_rows_are_predicted_under_the_graph_convention():
+    """A CUDA-graph replay has no host dispatch in it: the rows it times are predicted with the profile's graph
+    fixed costs, which for the H200's carried fit are far below its eager ones for the projections and the cache
+    appends (the eager tables' times hold torch's dispatch, 23-47 µs a call), and so is the whole step's."""
+    from costmodel.validation.timing import Timing
+
+    hw = load_profile("h200_sxm")
+    w = Workload.create("mqa", "incremental", d_model=4096, heads=32, dtype="bf16", execution="fused", batch=16,
+                        context=4096)
+    ops = [validation_run.Op(k.name, k.kind, k.expected_flops) for k in build_kernels(w, "meta")]
+    one = Timing(1e-4, 1e-4, 1e-4, 3, "m")
+    by = {t: validation_run.case_rows(w, {"datasheet": hw}, ops, [o.expected_flops for o in ops], [one] * len(ops),
+                                      one, t) for t in ("eager", "graph")}
+    checked = 0
+    for eager, graph in zip(by["eager"], by["graph"]):
+        assert graph["op"] == eager["op"]
+        if graph["op"].endswith(("_proj", "_append")) or graph["op"] == "step":
+            assert graph["predicted_datasheet_s"] < 0.5 * eager["predicted_datasheet_s"], graph["op"]
+            checked += 1
+    assert checked == 7  # four projections, two appends, the step
+
+
 def test_cuda_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the error path cannot be taken")
@@ -341,3 +383,61 @@ def test_no_torch_says_how_to_install():
     assert result.stderr.strip() == (
         "Error: costmodel validate needs torch: pip install 'costmodel[validation]' "
         "(a CPU-only torch comes from torch's CPU package index)")
+
+
+def test_a_graph_replay_is_timed_behind_the_flush_with_no_host_wait(monkeypatch):
+    """The graph timer's protocol, on a stand-in for CUDA that logs every call: warm-up calls on a side stream,
+    one capture, then for each repetition a synchronise, the flush, the spin, the start event, the replay and the
+    end event with no synchronise between the flush and the end event (a synchronise there would put the host's
+    launch of the replay into the time, which the graph convention leaves out)."""
+    from costmodel.validation import timing as timing_module
+
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            log.append("record")
+            self.at = len(log)
+
+        def elapsed_time(self, end):
+            return 1e-3 * (end.at - self.at)  # ms
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+
+    class Capture:
+        def __init__(self, graph):
+            pass
+
+        def __enter__(self):
+            log.append("capture")
+
+        def __exit__(self, *exc):
+            log.append("captured")
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "Stream", Stream)
+    monkeypatch.setattr(cuda, "current_stream", Stream)
+    monkeypatch.setattr(cuda, "stream", lambda s: Capture(None))
+    monkeypatch.setattr(cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(cuda, "graph", Capture)
+    monkeypatch.setattr(cuda, "Event", Event)
+    monkeypatch.setattr(cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(cuda, "_sleep", lambda cycles: log.append(f"spin {cycles}"))
+    timer = timing_module.Timer("cuda", flush_bytes=0, warmup=2, min_reps=3, max_reps=3, graph=True)
+    monkeypatch.setattr(timer, "_flush", lambda: log.append("flush"))
+    result = timer.time(lambda: log.append("call"))
+    # warm-up on the side stream (entered like a capture), the capture of one call, two warm-up replays
+    assert log[:9] == ["capture", "call", "call", "captured", "capture", "call", "captured", "replay", "replay"]
+    rep = ["sync", "flush", f"spin {timing_module.SPIN_CYCLES}", "record", "replay", "record", "sync"]
+    assert log[9:] == rep * 3
+    assert result.reps == 3 and result.median_s == pytest.approx(2e-6)  # two log entries between the events
+    assert timer.timing == "graph" and "CUDA-graph replay" in result.method

@@ -75,10 +75,17 @@ def datasheet_profile(device: str, gpu: str | None):
 
 def validate_command(device: str, gpu: str | None, profile_path: str | None, quick: bool, json_path: str | None,
                      plot_path: str | None, progress: Callable[[list], Iterator], say: Callable[[str], None],
-                     threads: int | None = None, save_path: str | None = None) -> Iterator[str]:
+                     threads: int | None = None, save_path: str | None = None,
+                     timing: str = "eager") -> Iterator[str]:
     """Run the validation grid; yields the lines to print (the summary, then what was written).
-    Without ``profile_path`` the calibrated profile is measured in the same run (``save_path``: written
-    there)."""
+    Eager timing without ``profile_path`` measures the calibrated profile in the same run (``save_path``: written
+    there). Graph timing (``timing="graph"``, CUDA only) holds the datasheet profile, and ``profile_path``'s if
+    given, against CUDA-graph replays; it calibrates none (a calibration's fixed costs are eager calls')."""
+    if timing == "graph" and device != "cuda":
+        raise CostModelError(f"--timing graph replays CUDA graphs: it needs --device cuda, not --device {device}")
+    if timing == "graph" and save_path is not None:
+        raise CostModelError("--save-profile writes the profile an eager run calibrates; --timing graph calibrates "
+                             "none (drop --save-profile, or time eager)")
     device = device_for("validate", device)
     from costmodel.files import check_folder, write_text
     from costmodel.hardware import HardwareProfile
@@ -95,7 +102,7 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
     calibration = None
     if profile_path is not None:
         profiles["calibrated"] = load_profile(profile_path)
-    else:
+    elif timing == "eager":
         # calibrate in the same run: the rates first, then the curves timed in the validation's own passes
         from costmodel.validation.calibrate import CurveRun, finish, measure_profile
 
@@ -107,7 +114,7 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
     from costmodel.text import validation_summary
     from costmodel.validation.run import validate
 
-    report = validate(device, profiles, quick, progress, threads, calibration)
+    report = validate(device, profiles, quick, progress, threads, calibration, timing)
     if json_path == "-":  # standard output holds the JSON alone
         write_text(json_path, json.dumps(report, indent=1))
         json_path = None
@@ -126,11 +133,12 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
     if plot_path is not None:
         from costmodel.plots import draw_predicted_vs_measured, save
 
-        rows = [{"measured_s": r["measured"]["median_s"], "predicted_s": r["predicted_calibrated_s"],
+        name = "calibrated" if "calibrated" in report["summary"] else "datasheet"
+        rows = [{"measured_s": r["measured"]["median_s"], "predicted_s": r[f"predicted_{name}_s"],
                  "group": r["group"]} for r in report["rows"]]
         env = report["environment"]
-        title = (f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}\n"
-                 f"predicted (calibrated profile) against measured, per op and whole step")
+        title = (f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}, {timing} timing\n"
+                 f"predicted ({name} profile) against measured, per op and whole step")
         save(draw_predicted_vs_measured(rows, title), plot_path)
         yield from wrote(plot_path)
 

@@ -99,10 +99,11 @@ def time_case(w: Workload, device: str, timer: Timer) -> tuple[list, list[int], 
 
 
 def case_rows(w: Workload, profiles: dict[str, HardwareProfile], kernels: list[Op], flops: list[int],
-              timings: list[Timing], step: Timing) -> list[dict]:
-    """The report's rows of one workload from its timings: every op, then the whole step."""
-    # what the timer sees is one eager call per op; the fused prefill kernels here are not causal
-    predictions = {name: predict(w, hw, timing="eager", without=("causal",)) for name, hw in profiles.items()}
+              timings: list[Timing], step: Timing, timing: str = "eager") -> list[dict]:
+    """The report's rows of one workload from its timings (taken under the ``timing`` convention: one eager
+    call per op, or one CUDA-graph replay): every op, then the whole step."""
+    # the fused prefill kernels here are not causal
+    predictions = {name: predict(w, hw, timing=timing, without=("causal",)) for name, hw in profiles.items()}
     case = {"variant": w.variant, "mode": w.mode, "b": w.b, "n": w.n, "m": w.m, "d": w.d, "h": w.h, "g": w.g,
             "k": w.k, "dtype": w.dtype, "execution": w.execution}
     rows = []
@@ -208,8 +209,11 @@ def native_dtypes(dtypes: tuple[str, ...], calibrated: HardwareProfile | None) -
 
 def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
              progress: Callable[[list], Iterator] | None = None, threads: int | None = None,
-             calibration=None) -> dict:
+             calibration=None, timing: str = "eager") -> dict:
     """Run the grid on ``device``; returns the whole report as a JSON-ready dict, with a noise check.
+
+    ``timing``: ``eager`` (each op one eager call, timed with the host's dispatch) or ``graph`` (each op and
+    step captured in a CUDA graph and replayed: GPU time alone, predicted under the graph convention).
 
     ``calibration``: (measured profile without curves, :class:`CurveRun`, finish) to calibrate in the same
     passes: the calibration's curve workloads are timed interleaved with the grid's cases, so that both
@@ -227,7 +231,7 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
     grid = GRIDS[(device, quick)]
     passes = PASSES[quick]
     timer = Timer(device, budget_s=(0.05 if quick else 0.25) / passes, min_reps=5 if quick else 3,
-                  warmup=2)
+                  warmup=2, graph=timing == "graph")
     dtypes, slow = native_dtypes(grid.dtypes, measured)
     grid = dataclasses.replace(grid, dtypes=dtypes)
     cases = list(grid.workloads())
@@ -267,13 +271,13 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
             runs = taken[i]
             ops, flops = runs[0][0], runs[0][1]
             timings = [merge([r[2][j] for r in runs]) for j in range(len(ops))]
-            rows += case_rows(w, profiles, ops, flops, timings, merge([r[3] for r in runs]))
+            rows += case_rows(w, profiles, ops, flops, timings, merge([r[3] for r in runs]), timer.timing)
     names = list(profiles)
     return {
         "environment": environment(device, timer),
         "profiles": {name: {"id": hw.id, "name": hw.name, "measured": hw.measured.model_dump() if hw.measured else None}
                      for name, hw in profiles.items()},
-        "grid": {**grid.__dict__, "quick": quick},
+        "grid": {**grid.__dict__, "quick": quick, "timing": timer.timing},
         "flop_check_passed": all(r["flop_check"] for r in rows),
         "rows": rows,
         "skipped": skipped,
