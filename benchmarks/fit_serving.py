@@ -3,15 +3,18 @@ deployments, and report the fit's error on the models it did not see.
 
     python benchmarks/fit_serving.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv
 
-Every expressible row of a dense model is simulated (the mixture-of-experts rows are held out) at each
+Every expressible row of a dense model is simulated (the aggregated mixture-of-experts rows are held out, and
+scored with the fit) at each
 per-iteration cost of a grid, with the engine's host time as shipped (benchmarks/fit_host_time.py fits it); the
 front-end delay enters a row's TTFT additively, so for each grid value its best value is found by a 1-D search,
 without simulating again. The objective is the sum of absolute log errors
 of TTFT and TPOT: a robust loss, whose optimum follows the typical row as the median the targets name does,
 where squared log errors let the few rows no engine mechanism explains (TensorRT-LLM's small model at 128
-clients, 3-10x the predicted TTFT) set the front end. Three fits are printed: on all rows (what ships in
-costmodel.served.OVERHEADS), on the Qwen3 rows only (scored on the Llama rows), and on the Llama rows only
-(scored on the Qwen3 rows). ``--aiperf`` predicts each row as
+clients, 3-10x the predicted TTFT) set the front end. The per-iteration cost is the engine's; the front-end delay
+is fitted apart for each front end its rows passed (Dynamo's, or the engine's own server:
+validation.serving.launched_by_dynamo). Three fits are printed: on all rows (what ships in
+costmodel.served.OVERHEADS and ENGINE_FRONT_END_S), on the Qwen3 rows only (scored on the Llama rows), and on the
+Llama rows only (scored on the Qwen3 rows), where the scored rows passed a front end the fit saw. ``--aiperf`` predicts each row as
 aiconfigurator's benchmark template runs it (2 warm-up and 50 measured requests per client) instead of the
 plain closed loop of 10 requests per client.
 """
@@ -61,52 +64,70 @@ def best_delay(pred_ttft, meas_ttft):
 
 
 def fit(rows, preds):
-    """(iteration_s, request_s) minimising absolute log errors over rows."""
-    meas_ttft = np.array([d.ttft_s for d in rows])
+    """(iteration_s, {front end: request_s}, grid index) minimising absolute log errors over rows: one per-iteration
+    cost for the engine, one front-end delay for each front end its rows passed (Dynamo's, or the engine's own
+    server: costmodel.served.FRONTENDS)."""
     meas_tpot = np.array([d.tpot_s for d in rows])
     best = None
     for j, ms in enumerate(GRID_MS):
-        pt = np.array([preds[d.id][j, 0] for d in rows])
         pp = np.array([preds[d.id][j, 1] for d in rows])
-        delay, e_ttft = best_delay(pt, meas_ttft)
-        e = e_ttft + np.sum(np.abs(np.log(pp / meas_tpot)))
+        e = np.sum(np.abs(np.log(pp / meas_tpot)))
+        delays = {}
+        for front in sorted({d.frontend for d in rows}):
+            sel = [d for d in rows if d.frontend == front]
+            delays[front], e_ttft = best_delay(np.array([preds[d.id][j, 0] for d in sel]),
+                                               np.array([d.ttft_s for d in sel]))
+            e += e_ttft
         if best is None or e < best[0]:
-            best = (e, ms / 1e3, delay, j)
+            best = (e, ms / 1e3, delays, j)
     return best[1], best[2], best[3]
 
 
-def score(rows, preds, j, delay):
-    t = [abs((preds[d.id][j, 0] + delay) / d.ttft_s - 1) for d in rows]
+def score(rows, preds, j, delays):
+    t = [abs((preds[d.id][j, 0] + delays[d.frontend]) / d.ttft_s - 1) for d in rows]
     p = [abs(preds[d.id][j, 1] / d.tpot_s - 1) for d in rows]
     return len(rows), np.median(t), np.percentile(t, 90), np.median(p), np.percentile(p, 90)
+
+
+def _ms(delays: dict) -> str:
+    return ", ".join(f"front end {front} {v * 1e3:.1f} ms{' (the search bound)' if v in (0.0, 0.3) else ''}"
+                     for front, v in delays.items())
 
 
 def main(path: str) -> None:
     from costmodel.presets import load_model
 
     deployments, _ = read(path)
-    # dense models only: the mixture-of-experts rows are held out of the fit (validate --serving scores them)
-    deployments = [d for d in deployments if load_model(d.model_path).moe is None]
-    preds = simulate_grid(deployments)
-    deployments = [d for d in deployments if d.id in preds]
+    # dense models fit; the mixture-of-experts rows are held out of the fit and scored with what it gives
+    dense = [d for d in deployments if load_model(d.model_path).moe is None]
+    held = [d for d in deployments if load_model(d.model_path).moe is not None and d.prefill is None]
+    preds = simulate_grid(dense + held)
+    dense = [d for d in dense if d.id in preds]
+    held = [d for d in held if d.id in preds]
     by_engine = defaultdict(list)
-    for d in deployments:
+    for d in dense:
         by_engine[d.backend].append(d)
     shipped = {}
     for engine, rows in sorted(by_engine.items()):
-        it, delay, j = fit(rows, preds)
-        shipped[engine] = {"iteration_s": it, "request_s": delay}
-        n, t50, t90, p50, p90 = score(rows, preds, j, delay)
-        print(f"{engine:7s} all rows: iteration {it * 1e3:.1f} ms{' (grid bound)' if j in (0, len(GRID_MS) - 1) else ''}, "
-              f"front end {delay * 1e3:.1f} ms; n {n}: TTFT {t50:.1%} (p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})")
+        it, delays, j = fit(rows, preds)
+        shipped[engine] = {"iteration_s": it, "request_s": delays}
+        n, t50, t90, p50, p90 = score(rows, preds, j, delays)
+        print(f"{engine:7s} all dense rows: iteration {it * 1e3:.1f} ms{' (grid bound)' if j in (0, len(GRID_MS) - 1) else ''}, "
+              f"{_ms(delays)}; n {n}: TTFT {t50:.1%} (p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})")
+        for front in delays:
+            moe = [d for d in held if d.backend == engine and d.frontend == front]
+            if moe:
+                n, t50, t90, p50, p90 = score(moe, preds, j, delays)
+                print(f"        held out: its mixture-of-experts rows behind {front} (n {n}): TTFT {t50:.1%} "
+                      f"(p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})")
         for train, test in (("Qwen", "Llama"), ("Llama", "Qwen")):
             a = [d for d in rows if train.lower() in d.model_path.lower()]
             b = [d for d in rows if test.lower() in d.model_path.lower()]
-            if not a or not b:
-                continue
-            it2, delay2, j2 = fit(a, preds)
-            n, t50, t90, p50, p90 = score(b, preds, j2, delay2)
-            print(f"        fitted on {train} ({len(a)} rows: {it2 * 1e3:.1f} ms, {delay2 * 1e3:.1f} ms), scored on "
+            if not a or not b or {d.frontend for d in b} - {d.frontend for d in a}:
+                continue  # a split whose scored rows passed a front end its fit never saw scores nothing
+            it2, delays2, j2 = fit(a, preds)
+            n, t50, t90, p50, p90 = score(b, preds, j2, delays2)
+            print(f"        fitted on {train} ({len(a)} rows: {it2 * 1e3:.1f} ms, {_ms(delays2)}), scored on "
                   f"{test} (n {n}): TTFT {t50:.1%} (p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})")
     print(json.dumps(shipped, indent=1))
 

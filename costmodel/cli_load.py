@@ -14,7 +14,7 @@ from costmodel.vocab import MXFP4_ACTIVATIONS
 LOAD_KEYS = ("engine_name", "concurrency", "client_connections", "request_rate", "num_requests", "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
              "prefix_caching", "async_scheduling", "mxfp4_activations", "length_dist", "spread", "lengths_file",
-             "evaluator",
+             "evaluator", "frontend",
              "expert_parallel", "attention_dp", "replicas",
              "pipeline_parallel", "expert_parallel_size",
              "disaggregated",
@@ -77,10 +77,17 @@ def engine_options(func):
                      help="how MXFP4 experts take their activations on a GPU with FP4 math: bf16 (the weights "
                           "dequantized in the kernel) or mxfp8 (an fp8-rate MMA) [default: bf16 for vLLM, mxfp8 for "
                           "SGLang and TensorRT-LLM]"),
-        click.option("--length-dist", type=choices(("fixed", "uniform", "normal")), default="fixed",
-                     show_default=True, help="request lengths around --input-len and --output-len"),
+        click.option("--length-dist", type=choices(("fixed", "uniform", "range", "normal")), default="fixed",
+                     show_default=True, help="request lengths around --input-len and --output-len; range: uniform "
+                     "from (1 - spread) x the length up to the length itself, as the random dataset of vLLM's "
+                     "benchmark_serving.py and InferenceX's draws them (--random-range-ratio 1 - spread)"),
         click.option("--spread", type=click.FloatRange(0, 0.99), default=0.0, show_default=True,
-                     help="with --length-dist uniform: half-width; normal: standard deviation (a share of the mean)"),
+                     help="with --length-dist uniform: half-width; range: the share below the length; normal: "
+                          "standard deviation (a share of the mean)"),
+        click.option("--frontend", type=choices(("dynamo", "engine")), default="dynamo", show_default=True,
+                     help="the front end the requests pass, whose latency is added to TTFT: Dynamo's frontend, or "
+                          "the engine's own OpenAI server (vllm serve; the other engines' own servers are not "
+                          "measured apart and take Dynamo's value)"),
         click.option("--lengths-file", type=FilePath(), metavar="FILE",
                      help="request lengths, one request per line: prompt and output tokens (CSV or spaces); the "
                           "requests take them in order, cycled"),
@@ -134,6 +141,7 @@ def engine_options(func):
 
 #: The load options' values when not given.
 LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation", "warmup_requests": 0,
+                 "frontend": "dynamo",
                  "expert_parallel": False, "disaggregated": False, "prefill_expert_parallel": False,
                  "decode_expert_parallel": False}
 #: The flag of each load option whose name is not its key's.
@@ -211,7 +219,8 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
               prefix_caching=load["prefix_caching"], async_scheduling=load["async_scheduling"],
               mxfp4_activations=load["mxfp4_activations"], input_dist=load["length_dist"],
               output_dist=load["length_dist"], spread=load["spread"],
-              evaluator=load["evaluator"], client_connections=load["client_connections"]) | values
+              evaluator=load["evaluator"], client_connections=load["client_connections"],
+              frontend=load["frontend"]) | values
     if load["disaggregated"]:
         predict_disaggregated(hws, layouts, fmt, load, kw)
         return
@@ -260,7 +269,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup_requests=kw["warmup_requests"],
         weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], timing=kw["timing"],
         kv_link_bytes_per_s=load["kv_link_bandwidth"], mxfp4_activations=kw["mxfp4_activations"],
-        evaluator=kw["evaluator"]) for hw in hws for m in layouts]
+        evaluator=kw["evaluator"], frontend=kw["frontend"]) for hw in hws for m in layouts]
     emit(fmt, [r.model_dump(mode="json") for r in results], [r.record() for r in results],
          lambda: "\n\n".join(str(r) for r in results), single=len(results) == 1)
 

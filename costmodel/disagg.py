@@ -436,12 +436,13 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                         timing: str = "graph", kv_link_bytes_per_s: float | None = None,
                         mxfp4_activations: str | None = None,
                         overheads: dict | None = None, evaluator: str = "simulation", seed: int = 0,
-                        check: bool = False) -> DisaggPrediction:
+                        check: bool = False, frontend: str = "dynamo") -> DisaggPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
     ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
     its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or Poisson arrivals at
     ``request_rate``. ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device).
-    ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only)."""
+    ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only). ``frontend``:
+    the front end the requests pass (:data:`costmodel.served.FRONTENDS`), its latency added to TTFT."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     if evaluator == "steady-state" and concurrency is None:
@@ -472,7 +473,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
             eng = eng.with_flags(async_scheduling=False)
         pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, **eng.kernels)
-        setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads))
+        setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads, frontend=frontend))
     pre, dec = setups
     devices = prefill.devices() + decode.devices()
     if kv_link_bytes_per_s is not None:
@@ -669,7 +670,7 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         load,
         *dec.pr_lines,
         f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms){pre.host_line()}; per request: the "
-        f"front end's latency ({pre.request_s * 1e3:.2f} ms) added to TTFT",
+        f"front end's latency ({pre.request_s * 1e3:.2f} ms: {pre.front_end_how}) added to TTFT",
         "TTFT = queueing + prefill + KV transfer + front end; TPOT = (end - first token) / (output tokens - 1)",
         f"prefill workers' iterations {_scheduled(pre.eng)}; decode workers' {_scheduled(dec.eng)}"
         + (" (TensorRT-LLM's context servers run without its overlap scheduler: its disaggregated-serving guide)"

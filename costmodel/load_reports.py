@@ -172,7 +172,8 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
         "waiting requests within the token budget; its time is the model step priced for that mix (prefill "
         "tokens at their positions, decode tokens at theirs) plus the engine's fixed cost per iteration "
         f"({setup.iteration_s * 1e3:.2f} ms){setup.host_line()}; the front end's latency "
-        f"({setup.request_s * 1e3:.2f} ms: HTTP, tokenization, the first token streamed back) is added to each TTFT "
+        f"({setup.request_s * 1e3:.2f} ms: HTTP, tokenization, the first token streamed back; {setup.front_end_how}) "
+        "is added to each TTFT "
         "and end-to-end time; it does not hold the engine (a client's next request reaches the engine when its last "
         "one finishes there)",
         "TPOT per request: (end - first token) / (output tokens - 1), as benchmark clients report it; means over "

@@ -35,11 +35,12 @@ MAX_REQUESTS = 1_000_000
 #: absolute log error: per iteration (scheduling, sampling, input preparation), and per request the front end's
 #: latency (HTTP, tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the
 #: fit treats it as additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and
-#: 3 ms: 1.5 ms for vLLM, 1 ms for SGLang and 0.5 ms for TensorRT-LLM. The front end: 90.5 ms for SGLang (84
-#: Qwen3-32B rows); 104.5 ms for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
+#: 3 ms: 1.5 ms for vLLM, 1 ms for SGLang and 0.5 ms for TensorRT-LLM. The front end, each fitted on the rows that
+#: ran behind Dynamo's (ENGINE_FRONT_END_S: an engine's own server): 90.5 ms for SGLang (84 Qwen3-32B rows); 104.5 ms
+#: for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
 #: validation.serving.dynamo_budget, and its overlap scheduler; 1 ms and 101.5 ms on its Qwen3 rows alone, 0.5 ms and
-#: 111 ms on its Llama rows alone); 36.5 ms for vLLM (138 rows, with the 2048-token budget of the vLLM engines Dynamo
-#: starts; 2 ms and 42.5 ms on its Qwen3 rows alone, 0.5 ms and 0, the search's bound, on its Llama rows alone). All
+#: 111 ms on its Llama rows alone); 43 ms for vLLM (93 Qwen3-32B rows, with the 2048-token budget of the vLLM engines
+#: Dynamo starts). All
 #: with vLLM's all-reduce on its own entry point's curve (costmodel.engines), the vector kernels carried by SMs x clock
 #: (costmodel.origin.TRANSFER_RULE), the collectives' two-line curves (costmodel.hardware.CollectiveCurve), the fp8
 #: GEMM's input quantize kernel (costmodel.mechanisms,
@@ -54,21 +55,52 @@ MAX_REQUESTS = 1_000_000
 #: for the second on Llama-3.1-8B's (1.25 us). The other engines have none fitted (zero). The fixed costs above,
 #: refitted with it in place, came out the same (0.5 ms, 102 ms then), and no TTFT median moved (docs/serving.md).
 OVERHEADS = {
-    "vllm": {"iteration_s": 0.0015, "request_s": 0.0365},
+    "vllm": {"iteration_s": 0.0015, "request_s": 0.043},
     "sglang": {"iteration_s": 0.001, "request_s": 0.0905},
     "trtllm": {"iteration_s": 0.0005, "request_s": 0.1045, "layer_s": 80e-6, "layer_seq_s": 1.5e-6},
 }
 
+#: The front ends a request can pass before the engine: ``dynamo`` (Dynamo's frontend and router, as
+#: aiconfigurator's collection deploys every engine; the front-end latencies of :data:`OVERHEADS` were fitted on
+#: those rows) or ``engine`` (the engine's own OpenAI server, as InferenceX's recipes start it: ``vllm serve``,
+#: ``sglang.launch_server``, ``trtllm-serve``).
+FRONTENDS = ("dynamo", "engine")
+#: The engine's own server's front-end latency where it was measured apart from Dynamo's: vLLM's, fitted by
+#: benchmarks/fit_serving.py beside vLLM's Dynamo front end (one iteration cost for both) on the 45 Llama-3.1-70B
+#: rows of InferenceX's runs (vllm serve and its benchmark_serving.py client, lengths drawn as it draws them:
+#: validation.serving.INFERENCEX_SPREAD), by the same loss as the others: 1 ms, where the 93 Qwen3-32B rows behind
+#: Dynamo give 43 ms. The other engines' own servers are not measured apart here and take Dynamo's value (stated in
+#: the assumptions).
+ENGINE_FRONT_END_S = {"vllm": 0.001}
+
+
+def front_end(engine_name: str, frontend: str = "dynamo") -> tuple[float, str]:
+    """The front end's latency of ``engine_name`` behind ``frontend`` (:data:`FRONTENDS`) and how it was found."""
+    from costmodel.vocab import choice
+
+    frontend = choice("frontend", frontend, FRONTENDS)
+    dynamo = OVERHEADS[engine_name]["request_s"]
+    if frontend == "dynamo":
+        return dynamo, "Dynamo's frontend, fitted on Dynamo-launched deployments"
+    if engine_name in ENGINE_FRONT_END_S:
+        return ENGINE_FRONT_END_S[engine_name], "the engine's own server, fitted on its own deployments"
+    return dynamo, "the engine's own server, not measured apart from Dynamo's: Dynamo's value"
+
 
 def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0, values=None) -> np.ndarray:
-    """``n`` request lengths: ``fixed`` at ``mean``; ``uniform`` over mean(1 ± spread); ``normal`` with sd
-    spread x mean (at least 1); ``file``: ``values`` drawn in order, cycled."""
+    """``n`` request lengths: ``fixed`` at ``mean``; ``uniform`` over mean(1 ± spread); ``range``: uniform
+    integers from int(mean x (1 - spread)) to ``mean`` itself, as the random dataset of vLLM's benchmark_serving.py
+    (before vllm bench serve) and InferenceX's copy of it draw lengths for ``--random-range-ratio`` 1 - spread
+    (``sample_uniform``: lower = int(len x ratio), upper = len); ``normal`` with sd spread x mean (at least 1);
+    ``file``: ``values`` drawn in order, cycled."""
     rng = np.random.default_rng(seed)
     if kind == "fixed":
         return np.full(n, mean, dtype=np.int64)
     if kind == "uniform":
         lo, hi = max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
         return rng.integers(lo, hi + 1, n)
+    if kind == "range":
+        return rng.integers(int(mean * (1 - spread)), mean + 1, n)
     if kind == "normal":
         return np.maximum(1, np.round(rng.normal(mean, spread * mean, n))).astype(np.int64)
     if kind == "file":
@@ -76,7 +108,7 @@ def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0,
         if v.size == 0 or (v < 1).any():
             raise CostModelError("a lengths file needs whole numbers >= 1")
         return np.resize(v, n)
-    raise CostModelError(f"unknown length distribution {kind!r}; known: fixed, uniform, normal, file")
+    raise CostModelError(f"unknown length distribution {kind!r}; known: fixed, uniform, range, normal, file")
 
 
 class NoRoomForOneRequest(CostModelError):
@@ -120,7 +152,7 @@ class Setup:
     capacity and the iteration table."""
 
     def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int,
-                 overheads: dict | None = None, replicas: int = 1):
+                 overheads: dict | None = None, replicas: int = 1, frontend: str = "dynamo"):
         self.m, self.pr, self.eng = m, pr, eng
         self.replicas = replicas  # copies of the deployment sharing the load, one evaluated
         dev = pr.slice(m)
@@ -148,6 +180,9 @@ class Setup:
         self.pr_lines += kernels_line(pr, eng)
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
+        self.front_end_how = "as given"
+        if overheads is None:
+            self.request_s, self.front_end_how = front_end(eng.name, frontend)
         self.layer_s, self.layer_seq_s = float(o.get("layer_s", 0.0)), float(o.get("layer_seq_s", 0.0))
         self.layers = m.layers / pr.pp  # a pipeline stage's process runs its own layers
 
@@ -250,7 +285,7 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           prefix_caching: bool | None = None, async_scheduling: bool | None = None,
           mxfp4_activations: str | None = None, input_dist: str = "fixed", output_dist: str = "fixed",
           spread: float = 0.0, input_values=None, output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
-          seed: int = 0, client_connections: int | None = None) -> LoadPrediction:
+          seed: int = 0, client_connections: int | None = None, frontend: str = "dynamo") -> LoadPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
     ``concurrency`` clients or Poisson arrivals at ``request_rate`` per second. ``warmup_requests`` more run
@@ -261,7 +296,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     ``client_connections``: the benchmark client holds at most that many connections, so at most that many of the
     closed loop's requests are in flight and the others wait in the client, their clock running (an aiohttp client
     holds 100 unless told otherwise, aiohttp.TCPConnector's ``limit``: gpustack/gpustack PR 2324, "TTFT degrades when
-    concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT)."""
+    concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT).
+    ``frontend``: the front end the requests pass, whose latency is added to TTFT (:data:`FRONTENDS`)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
@@ -294,15 +330,18 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
     max_ctx = int(prompts.max() + outputs.max())
-    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=replicas)
+    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=replicas, frontend=frontend)
     # a client with fewer connections than clients keeps the others' requests waiting: the engine sees a closed
     # loop of as many requests as connections (None: every client's request in flight)
     in_flight = client_connections if client_connections and client_connections < concurrency else None
     if evaluator == "steady-state":
         from costmodel.steady import steady_state
 
-        return steady_state(setup, concurrency=concurrency, request_rate=request_rate, input_len=input_len,
-                            output_len=output_len, num_requests=n, in_flight=in_flight)
+        # the means of the lengths drawn (a range below the given lengths has a lower mean)
+        mean_in, mean_out = (input_len, output_len) if (input_dist, output_dist) == ("fixed", "fixed") else (
+            max(1, round(float(prompts.mean()))), max(1, round(float(outputs.mean()))))
+        return steady_state(setup, concurrency=concurrency, request_rate=request_rate, input_len=mean_in,
+                            output_len=mean_out, num_requests=n, in_flight=in_flight)
     from costmodel.simulate import client_queue, simulate
 
     res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,

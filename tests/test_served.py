@@ -810,3 +810,73 @@ def test_connections_need_a_closed_loop(llama, h100, run_cli):
     out = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "8",
                   "--client-connections", "4", "--disaggregated", "--input-len", "512", "--output-len", "64")
     assert out.exit_code != 0 and "--client-connections does not apply with --disaggregated" in out.output
+
+
+def test_range_lengths_are_drawn_as_benchmark_serving_draws_them():
+    """``range`` draws uniform integers from int(len x (1 - spread)) to len, both ends included (vLLM's
+    benchmark_serving.py ``sample_uniform`` with --random-range-ratio 0.8 for spread 0.2): 1024 gives 819..1024, each
+    value about equally often, mean (819 + 1024) / 2."""
+    from costmodel.served import lengths
+
+    x = lengths("range", 1024, 200_000, spread=0.2, seed=3)
+    assert x.min() == 819 and x.max() == 1024  # int(1024 * 0.8) = int(819.2)
+    assert x.mean() == pytest.approx((819 + 1024) / 2, abs=0.5)
+    counts = np.bincount(x - 819)
+    assert len(counts) == 206 and counts.min() > 0.8 * counts.mean()
+    assert (lengths("range", 7, 50, spread=0.0) == 7).all()
+
+
+def test_the_engine_front_end_moves_ttft_by_its_latency_alone(llama, h100):
+    """A front end adds its latency to every TTFT and end-to-end time and holds nothing: the same load behind vLLM's
+    own server (``frontend="engine"``) differs from it behind Dynamo's by exactly the two latencies' difference, with
+    the same TPOT and throughput; an engine whose own server is not measured apart takes Dynamo's value, and says
+    so; an unknown front end is refused by name."""
+    from costmodel.served import ENGINE_FRONT_END_S, OVERHEADS
+
+    kw = dict(input_len=512, output_len=32, concurrency=4, num_requests=16)
+    dyn, own = (serve(llama, h100, engine_name="vllm", frontend=f, **kw) for f in ("dynamo", "engine"))
+    gap = OVERHEADS["vllm"]["request_s"] - ENGINE_FRONT_END_S["vllm"]
+    assert dyn.ttft_s - own.ttft_s == pytest.approx(gap, abs=1e-12)
+    assert dyn.e2e_s - own.e2e_s == pytest.approx(gap, abs=1e-12)
+    assert dyn.tpot_s == own.tpot_s and dyn.requests_per_s == own.requests_per_s
+    assert any("the engine's own server, fitted on its own deployments" in a for a in own.assumptions)
+    sg = [serve(llama, h100, engine_name="sglang", frontend=f, **kw) for f in ("dynamo", "engine")]
+    assert sg[0].ttft_s == sg[1].ttft_s
+    assert any("not measured apart from Dynamo's" in a for a in sg[1].assumptions)
+    with pytest.raises(costmodel.CostModelError, match="unknown frontend 'nginx'"):
+        serve(llama, h100, frontend="nginx", **kw)
+
+
+def test_an_inferencex_run_is_predicted_as_its_recipe_and_client_ran_it(tmp_path, run_cli):
+    """A row of a dated export (InferenceX's runs) is its recipe on the engine's own server, its requests' lengths
+    drawn as its client draws them: the Llama-70B recipe's budget of 8192, fp8 KV cache, async scheduling and no
+    prefix caching, lengths from 0.8 x to 1 x the row's, the vLLM server's own front end; with no image recorded it is
+    still not a Dynamo launch (a row of aiconfigurator's own collection is). The command reproduces the prediction;
+    a disaggregated InferenceX row keeps fixed lengths and says so in ``assumed``."""
+    from costmodel.validation.serving import parse
+
+    ix = _row(model_path="meta-llama/Llama-3.1-70B", precision="fp8", gemm_quant_mode="fp8", tp_size="4.0",
+              silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=4; wip=False")
+    d = parse(ix)
+    assert (d.max_num_batched_tokens, d.kv_dtype, d.async_scheduling, d.prefix_caching) == (8192, "fp8", True, False)
+    assert (d.spread, d.frontend) == (0.2, "engine")
+    aic = parse({**ix, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/a.csv; silicon_concurrency=4"})
+    assert (aic.max_num_batched_tokens, aic.spread, aic.frontend, aic.async_scheduling) == (2048, 0.0, "dynamo", None)
+    cmd = d.command()
+    for flag, value in (("--max-num-batched-tokens", "8192"), ("--kv-dtype", "fp8"), ("--length-dist", "range"),
+                        ("--spread", "0.2"), ("--frontend", "engine")):
+        assert cmd[cmd.index(flag) + 1] == value
+    assert "--async-scheduling" in cmd and "--no-enable-prefix-caching" in cmd
+    path, out = tmp_path / "d.csv", tmp_path / "out.json"
+    _write(path, [{**ix, "id": "ix"}])
+    r = run_cli("validate", "--serving", str(path), "--json", str(out))
+    assert r.exit_code == 0, r.output
+    row = json.loads(out.read_text())["rows"][0]
+    got = json.loads(run_cli(*row["command"], "--json").output)
+    assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
+    assert got["input_len"] < 1 * 512 and got["input_len"] > 0.8 * 512  # the drawn lengths' mean
+    dis = parse(_row(mode="disagg", backend="sglang", batch_size="", tp_size="", prefill_tp_size="2.0",
+                     decode_tp_size="2.0", prefill_num_workers="1.0", decode_num_workers="1.0",
+                     silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=4"))
+    assert dis.frontend == "engine" and dis.spread == 0.0
+    assert any(a.startswith("fixed lengths: the client drew them from 0.8 x to 1 x") for a in dis.assumed)

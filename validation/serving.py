@@ -120,6 +120,34 @@ EXPERTS_SHARDED_OVER_DP = ("vllm",)
 #: it also records, with their layouts, as DeepSeek-V3 rows of one prefill worker and two or three decode workers.
 UNRECORDED_WORKERS = {"sglang": 1}
 
+#: The dated exports of the silicon sample (``source_file=2026-03-25.csv``, ...) are InferenceX's runs
+#: (SemiAnalysisAI/InferenceX): their models, engines, images and tensor-parallel sizes are its recipes' (a Llama-70B
+#: FP8 on 2, 4 and 8 H100s under vLLM's image: .github/workflows/70b-tmpl.yml, tp-list [2, 4, 8]). Its client is its
+#: copy of vLLM's benchmark_serving.py (utils/bench_serving/benchmark_serving.py), run by benchmarks/benchmark_lib.sh
+#: run_benchmark_serving: 10 x CONC prompts, --max-concurrency CONC, request rate inf, --ignore-eos, the warm-up
+#: requests gathered before the measured ones start, and --random-range-ratio RANDOM_RANGE_RATIO (0.8:
+#: .github/workflows/benchmark-tmpl.yml), which draws every prompt's and every output's length uniformly from
+#: int(0.8 x len) to len (``sample_uniform``): ``--length-dist range --spread 0.2``. The server is the engine's own
+#: (vllm serve, sglang's launch_server): ``--frontend engine``.
+INFERENCEX_SPREAD = 0.2
+#: Each InferenceX recipe's engine settings that differ from the engine's defaults, by engine and model:
+#: benchmarks/70b_fp8_h100_slurm.sh (kv-cache-dtype fp8, async-scheduling, no-enable-prefix-caching,
+#: max-num-batched-tokens 8192), benchmarks/gptoss_fp4_h100_slurm.sh (async-scheduling, no-enable-prefix-caching,
+#: max-num-batched-tokens 8192, VLLM_MXFP4_USE_MARLIN), benchmarks/single_node/fixed_seq_len/minimaxm2.5_fp8_h100.sh
+#: (no-enable-prefix-caching, the budget vLLM's default).
+INFERENCEX_RECIPES = {
+    ("vllm", "meta-llama/Llama-3.1-70B"): {"max_num_batched_tokens": 8192, "kv_dtype": "fp8",
+                                            "async_scheduling": True, "prefix_caching": False},
+    ("vllm", "openai/gpt-oss-120b"): {"max_num_batched_tokens": 8192, "async_scheduling": True,
+                                       "prefix_caching": False},
+    ("vllm", "MiniMaxAI/MiniMax-M2.5"): {"prefix_caching": False},
+}
+
+
+def inferencex_run(row: dict) -> bool:
+    """Whether a row is one of InferenceX's runs: a dated export of the silicon sample (:data:`INFERENCEX_SPREAD`)."""
+    return re.search(r"source_file=\d{4}-\d{2}-\d{2}\.csv", row.get("silicon_data_source") or "") is not None
+
 
 def dynamo_budget(backend: str, batch: int, isl: int) -> int | None:
     """The tokens per iteration of an engine that aiconfigurator's generator starts under Dynamo (None: the
@@ -133,10 +161,13 @@ def dynamo_budget(backend: str, batch: int, isl: int) -> int | None:
 
 def launched_by_dynamo(row: dict) -> bool:
     """Whether a row's engine ran under Dynamo's worker: its container image is a Dynamo runtime, or no image is
-    recorded (the rows of aiconfigurator's own collection, which deploys through Dynamo: tools/automation/); an
-    engine's own image (vllm/vllm-openai, lmsysorg/sglang) is its own server."""
+    recorded and the row is not one of InferenceX's runs (the rows of aiconfigurator's own collection, which deploys
+    through Dynamo: tools/automation/); an engine's own image (vllm/vllm-openai, lmsysorg/sglang) is its own server,
+    and so is an InferenceX run that records none (its recipes start the engine's own server)."""
     image = re.search(r"image=([^;]+)", row.get("silicon_data_source") or "")
-    return image is None or "ai-dynamo" in image.group(1)
+    if image is None:
+        return not inferencex_run(row)
+    return "ai-dynamo" in image.group(1)
 
 
 @dataclass(frozen=True)
@@ -211,6 +242,10 @@ class Deployment:
     model: str | None = None  # the preset priced where it is not model_path (NVIDIA's quantized checkpoints)
     mxfp4_activations: str | None = None  # where the row's MoE quant mode names them
     assumed: tuple[str, ...] = ()  # what the prediction takes that the row does not record
+    frontend: str = "dynamo"  # the front end its requests passed (costmodel.served.FRONTENDS)
+    spread: float = 0.0  # lengths drawn below the row's by up to this share (InferenceX's client), else fixed
+    async_scheduling: bool | None = None  # where the launcher sets it
+    prefix_caching: bool | None = None
 
     @property
     def model_name(self) -> str:
@@ -235,6 +270,14 @@ class Deployment:
             cmd += ["--free-gpu-memory-fraction", f"{self.memory_fraction:g}"]
         if self.mxfp4_activations:
             cmd += ["--mxfp4-activations", self.mxfp4_activations]
+        if self.async_scheduling is not None:
+            cmd += ["--async-scheduling" if self.async_scheduling else "--no-async-scheduling"]
+        if self.prefix_caching is not None:
+            cmd += ["--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching"]
+        if self.spread:
+            cmd += ["--length-dist", "range", "--spread", f"{self.spread:g}"]
+        if self.frontend != "dynamo":
+            cmd += ["--frontend", self.frontend]
         return cmd
 
 
@@ -313,17 +356,25 @@ def parse(row: dict) -> Deployment | str:
     weight = "mxfp4" if mxfp4 else PRECISIONS[mode] if mode else PRECISIONS[precision]
     if weight == "fp8" and checkpoint is not None and checkpoint.weight_dtype == "fp8_block":
         weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
+    ix = inferencex_run(row)
+    recipe = INFERENCEX_RECIPES.get((row["backend"], row["model_path"]), {}) if ix else {}
     common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
-              default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
+              recipe.get("kv_dtype") or default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
     named = dict(model=priced_as, mxfp4_activations=MXFP4_MODES.get(mode),
                  assumed=tuple(f"{role} workers {s.workers}: the row records none ({row['backend']}'s own deployment)"
-                               for role, s in stages.items() if role and not _whole(row, role + "_num_workers")))
+                               for role, s in stages.items() if role and not _whole(row, role + "_num_workers")),
+                 frontend="dynamo" if launched_by_dynamo(row) else "engine")
     if "" in stages:
         dynamo = launched_by_dynamo(row)
-        tokens = dynamo_budget(row["backend"], batch, isl) if dynamo else None
+        tokens = recipe.get("max_num_batched_tokens") or (dynamo_budget(row["backend"], batch, isl) if dynamo else None)
         fraction = DYNAMO_TRTLLM_KV_FRACTION if dynamo and row["backend"] == "trtllm" else None
         return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, memory_fraction=fraction,
-                          **named)
+                          spread=INFERENCEX_SPREAD if ix else 0.0, async_scheduling=recipe.get("async_scheduling"),
+                          prefix_caching=recipe.get("prefix_caching"), **named)
+    # the disaggregated simulation takes requests of fixed lengths: an InferenceX run's are drawn, stated in assumed
+    if ix:
+        named["assumed"] += (f"fixed lengths: the client drew them from {1 - INFERENCEX_SPREAD:g} x to 1 x the "
+                             "row's (the disaggregated simulation takes fixed lengths)",)
     return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"], **named)
 
 
@@ -393,12 +444,14 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
                                    output_len=d.osl, prefill=d.prefill.pool(), decode=d.decode.pool(),
                                    engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                                    kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator,
-                                   mxfp4_activations=d.mxfp4_activations, **rounds)
+                                   mxfp4_activations=d.mxfp4_activations, frontend=d.frontend, **rounds)
+    drawn = dict(input_dist="range", output_dist="range", spread=d.spread) if d.spread else {}
     return serve(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator, mxfp4_activations=d.mxfp4_activations,
                  max_num_batched_tokens=d.max_num_batched_tokens, memory_fraction=d.memory_fraction,
-                 **d.layout.serve_args(), **rounds)
+                 async_scheduling=d.async_scheduling, prefix_caching=d.prefix_caching, frontend=d.frontend,
+                 **d.layout.serve_args(), **drawn, **rounds)
 
 
 def summary(rows: list[dict]) -> list[dict]:
