@@ -11,7 +11,8 @@ tensor-parallel group, over every group's devices, or in groups that shard their
 iteration that the row's launcher gives the engine (:func:`dynamo_budget` for engines that aiconfigurator's
 generator starts under Dynamo, the engine's own default otherwise), the weights and GEMMs in the row's precision,
 and the KV cache in the engine's default for the checkpoint. A disaggregated row is its two pools, each of its
-workers, size and batch.
+workers, size and batch. A row of InferenceX's runs (:func:`inferencex_run`) is its recipe's engine settings
+(:data:`INFERENCEX_RECIPES`) behind the engine's own server, its lengths drawn as its client draws them.
 """
 
 from __future__ import annotations
