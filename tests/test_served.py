@@ -880,3 +880,21 @@ def test_an_inferencex_run_is_predicted_as_its_recipe_and_client_ran_it(tmp_path
                      silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=4"))
     assert dis.frontend == "engine" and dis.spread == 0.0
     assert any(a.startswith("fixed lengths: the client drew them from 0.8 x to 1 x") for a in dis.assumed)
+
+
+def test_an_inferencex_row_recorded_in_a_layout_its_recipe_does_not_run_is_predicted_as_the_recipe_runs():
+    """InferenceX's MiniMax-M2.5 recipe runs one tensor-parallel server with expert parallel; a row of its runs that
+    records 4 attention data parallel groups of a quarter of the clients is predicted as the recipe's one server of
+    all the clients (no --attention-dp in its command), and says so; the same row outside InferenceX's runs keeps
+    its recorded layout."""
+    from costmodel.validation.serving import parse
+
+    mm = _row(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", gemm_quant_mode="fp8_block", tp_size="4.0",
+              attention_dp_size="4.0", moe_ep_size="16.0", batch_size="16.0",
+              silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=64; wip=False")
+    d = parse(mm)
+    assert (d.layout.tp, d.layout.attention_dp, d.layout.batch, d.layout.expert_parallel) == (4, 1, 64, True)
+    assert d.concurrency == 64 and "--attention-dp" not in d.command() and "--expert-parallel" in d.command()
+    assert any(a.startswith("layout: its recipe's, one server of 4 devices") for a in d.assumed)
+    other = parse({**mm, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/m.csv; silicon_concurrency=64"})
+    assert (other.layout.attention_dp, other.layout.batch) == (4, 16) and other.assumed == ()
