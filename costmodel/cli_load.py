@@ -238,7 +238,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
     from costmodel.catalog import load_profile
     from costmodel.disagg import Pool, serve_disaggregated
 
-    unsupported = [(flag, kw[key]) for flag, key, default in (
+    unsupported = [(flag, kw.get(key)) for flag, key, default in (
         ("--max-num-seqs", "max_num_seqs", None), ("--gpu-memory-utilization", "memory_fraction", None),
         ("--block-size", "page_size", None), ("--enable-chunked-prefill", "chunked_prefill", None),
         ("--enable-prefix-caching", "prefix_caching", None), ("--async-scheduling", "async_scheduling", None),
@@ -246,15 +246,15 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         ("--attention-dp", "attention_dp", 1), ("--replicas", "replicas", 1),
         ("--pipeline-parallel-size", "pipeline_parallel", 1),
         ("--expert-parallel-size", "expert_parallel_size", None),
-        ("--length-dist or --lengths-file", "input_dist", "fixed"),
+        ("--lengths-file", "input_values", None),
         ("--client-connections", "client_connections", None))
-        if kw[key] != default]
+        if kw.get(key, default) != default]
     if unsupported:
         hint = {"--max-num-seqs": "; give --prefill-max-num-seqs and --decode-max-num-seqs",
                 "--expert-parallel": "; give --prefill-expert-parallel and --decode-expert-parallel"}
         flag = unsupported[0][0]
         raise CostModelError(f"{flag} does not apply with --disaggregated (each pool takes the engine's defaults "
-                             f"for it; requests of fixed lengths){hint.get(flag, '')}")
+                             f"for it; lengths fixed or drawn by --length-dist){hint.get(flag, '')}")
     decode_hw = load_profile(load["decode_gpu"]) if load["decode_gpu"] else None
 
     def pool(role: str, gpu=None) -> Pool:
@@ -269,7 +269,8 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup_requests=kw["warmup_requests"],
         weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], timing=kw["timing"],
         kv_link_bytes_per_s=load["kv_link_bandwidth"], mxfp4_activations=kw["mxfp4_activations"],
-        evaluator=kw["evaluator"], frontend=kw["frontend"]) for hw in hws for m in layouts]
+        evaluator=kw["evaluator"], frontend=kw["frontend"], input_dist=kw["input_dist"],
+        output_dist=kw["output_dist"], spread=kw["spread"]) for hw in hws for m in layouts]
     emit(fmt, [r.model_dump(mode="json") for r in results], [r.record() for r in results],
          lambda: "\n\n".join(str(r) for r in results), single=len(results) == 1)
 

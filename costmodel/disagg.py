@@ -436,13 +436,16 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                         timing: str = "graph", kv_link_bytes_per_s: float | None = None,
                         mxfp4_activations: str | None = None,
                         overheads: dict | None = None, evaluator: str = "simulation", seed: int = 0,
-                        check: bool = False, frontend: str = "dynamo") -> DisaggPrediction:
+                        check: bool = False, frontend: str = "dynamo", input_dist: str = "fixed",
+                        output_dist: str = "fixed", spread: float = 0.0) -> DisaggPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
     ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
     its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or Poisson arrivals at
     ``request_rate``. ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device).
     ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only). ``frontend``:
-    the front end the requests pass (:data:`costmodel.served.FRONTENDS`), its latency added to TTFT."""
+    the front end the requests pass (:data:`costmodel.served.FRONTENDS`), its latency added to TTFT. ``input_dist``,
+    ``output_dist``, ``spread``: the requests' lengths drawn as :func:`costmodel.served.lengths` draws them (the
+    closed form takes their means; each request's KV transfer is priced at the mean prompt's)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     if evaluator == "steady-state" and concurrency is None:
@@ -463,8 +466,14 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                                             or not 1e6 <= kv_link_bytes_per_s < 1e16):
         raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
+    total = n + warmup_requests
+    prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed)
+    outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1)
+    drawn = (input_dist, output_dist) != ("fixed", "fixed")
+    mean_in, mean_out = ((max(1, round(float(prompts.mean()))), max(1, round(float(outputs.mean())))) if drawn
+                         else (input_len, output_len))
     setups = []
-    for pool, max_context in ((prefill, input_len), (decode, input_len + output_len)):
+    for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
         dev = pool.gpu or hw
         eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
             max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs,
@@ -480,17 +489,17 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         link, bw, lat = "as given", float(kv_link_bytes_per_s), 0.0
     else:
         link, bw, lat = kv_link(pre.pr.hw, dec.pr.hw, devices)
-    per_device = max(pre.kv_per_token, dec.kv_per_token) * input_len
-    transfer = KvTransfer(bytes_per_request=dec.kv_per_token * decode.tp * input_len, bytes_per_device=per_device,
+    per_device = max(pre.kv_per_token, dec.kv_per_token) * mean_in
+    transfer = KvTransfer(bytes_per_request=dec.kv_per_token * decode.tp * mean_in, bytes_per_device=per_device,
                           link=link, link_bytes_per_s=bw, latency_s=lat, time_s=lat + per_device / bw)
 
     if evaluator == "steady-state":
-        got = steady_state(pre, dec, prefill, decode, concurrency=concurrency, input_len=input_len,
-                           output_len=output_len, transfer_s=transfer.time_s)
+        got = steady_state(pre, dec, prefill, decode, concurrency=concurrency, input_len=mean_in,
+                           output_len=mean_out, transfer_s=transfer.time_s)
     else:
-        got = _simulated(pre, dec, prefill, decode, input_len=input_len, output_len=output_len,
-                         total=n + warmup_requests, warmup=warmup_requests, concurrency=concurrency,
-                         request_rate=request_rate, transfer_s=transfer.time_s, seed=seed, check=check)
+        got = _simulated(pre, dec, prefill, decode, prompts=prompts, outputs=outputs, input_len=mean_in,
+                         warmup=warmup_requests, concurrency=concurrency, request_rate=request_rate,
+                         transfer_s=transfer.time_s, seed=seed, check=check)
     summaries = [PoolSummary(
         role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, attention_dp=pool.attention_dp,
         devices=pool.devices(),
@@ -503,24 +512,23 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     return DisaggPrediction(
         model=m.id, model_name=m.name, engine=pre.eng.name, engine_version=pre.eng.version, evaluator=evaluator,
         prefill=summaries[0], decode=summaries[1], devices=devices, concurrency=concurrency,
-        request_rate=request_rate, num_requests=n, input_len=float(input_len), output_len=float(output_len),
+        request_rate=request_rate, num_requests=n, input_len=float(prompts.mean()), output_len=float(outputs.mean()),
         ttft_s=ttft.mean, tpot_s=got["tpot"].mean, e2e_s=got["e2e"].mean, ttft=ttft, tpot=got["tpot"],
         e2e=got["e2e"], ttft_band=ttft_band, tpot_band=tpot_band,
         ttft_split=TtftSplit(queue_s=got["queue_s"], prefill_s=got["prefill_s"], transfer_s=transfer.time_s,
                              front_end_s=pre.request_s),
         kv_transfer=transfer, requests_per_s=got["requests_per_s"],
-        output_tokens_per_s=got["requests_per_s"] * output_len,
-        output_tokens_per_s_per_device=got["requests_per_s"] * output_len / devices,
+        output_tokens_per_s=got["requests_per_s"] * float(outputs.mean()),
+        output_tokens_per_s_per_device=got["requests_per_s"] * float(outputs.mean()) / devices,
         output_tokens_per_s_per_user=got["per_user"], decode_waits=got["waits"],
         assumptions=[*_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests,
                                    evaluator), served_assumption(ttft_band, pre.pr.hw.id)])
 
 
-def _simulated(pre: Setup, dec: Setup, p: Pool, d: Pool, *, input_len, output_len, total, warmup, concurrency,
+def _simulated(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, input_len, warmup, concurrency,
                request_rate, transfer_s, seed, check) -> dict:
-    """The simulation's per-request times as the report's statistics."""
-    prompts = lengths("fixed", input_len, total)
-    outputs = lengths("fixed", output_len, total)
+    """The simulation's per-request times as the report's statistics (``input_len``: the mean prompt, whose prefill
+    alone the report's queueing is measured against)."""
     sim = _simulate(pre, dec, p, d, prompts=prompts, outputs=outputs, concurrency=concurrency,
                     request_rate=request_rate, transfer_s=transfer_s, seed=seed, check=check)
     if check and sim["violations"]:

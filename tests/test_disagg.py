@@ -73,6 +73,27 @@ def test_littles_law_and_tokens(llama, h100, engine_name):
     assert p.devices == 5
 
 
+def test_drawn_lengths_conserve_tokens(llama, h100):
+    """Lengths drawn as a benchmark client draws them (``range``: from 0.8 x to 1 x) over both pools: every decode
+    token of every request is produced once (the decode iterations carry the sum of the drawn outputs less one
+    each), the report's lengths are the drawn means, tokens out per second are the requests' rate times the mean
+    output, and Little's law holds; the same seed draws the same lengths, so the run repeats exactly."""
+    from costmodel.served import lengths
+
+    c, n = 16, 320
+    kw = dict(input_len=700, output_len=48, prefill=Pool(workers=2, max_num_seqs=2, max_num_batched_tokens=1024),
+              decode=Pool(workers=2, max_num_seqs=8), concurrency=c, num_requests=n, overheads=OFF, check=True,
+              input_dist="range", output_dist="range", spread=0.2)
+    p = serve_disaggregated(llama, h100, **kw)
+    prompts, outputs = lengths("range", 700, n, spread=0.2), lengths("range", 48, n, spread=0.2, seed=1)
+    assert p.input_len == pytest.approx(prompts.mean()) and p.output_len == pytest.approx(outputs.mean())
+    assert 0.8 * 700 <= p.input_len < 700
+    assert p.decode.mean_batch * p.decode.iterations == pytest.approx((outputs - 1).sum(), rel=1e-9)
+    assert p.output_tokens_per_s == pytest.approx(p.requests_per_s * outputs.mean(), rel=1e-12)
+    assert p.requests_per_s * p.e2e_s == pytest.approx(c, rel=0.05)
+    assert serve_disaggregated(llama, h100, **kw).ttft_s == p.ttft_s
+
+
 def test_queueing_grows_with_load(llama, h100):
     """One prefill worker: more clients queue longer for it, and TTFT's parts still add up."""
     ttft = []

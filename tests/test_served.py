@@ -852,7 +852,7 @@ def test_an_inferencex_run_is_predicted_as_its_recipe_and_client_ran_it(tmp_path
     drawn as its client draws them: the Llama-70B recipe's budget of 8192, fp8 KV cache, async scheduling and no
     prefix caching, lengths from 0.8 x to 1 x the row's, the vLLM server's own front end; with no image recorded it is
     still not a Dynamo launch (a row of aiconfigurator's own collection is). The command reproduces the prediction;
-    a disaggregated InferenceX row keeps fixed lengths and says so in ``assumed``."""
+    a disaggregated InferenceX row draws its lengths alike."""
     from costmodel.validation.serving import parse
 
     ix = _row(model_path="meta-llama/Llama-3.1-70B", precision="fp8", gemm_quant_mode="fp8", tp_size="4.0",
@@ -878,8 +878,9 @@ def test_an_inferencex_run_is_predicted_as_its_recipe_and_client_ran_it(tmp_path
     dis = parse(_row(mode="disagg", backend="sglang", batch_size="", tp_size="", prefill_tp_size="2.0",
                      decode_tp_size="2.0", prefill_num_workers="1.0", decode_num_workers="1.0",
                      silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=4"))
-    assert dis.frontend == "engine" and dis.spread == 0.0
-    assert any(a.startswith("fixed lengths: the client drew them from 0.8 x to 1 x") for a in dis.assumed)
+    assert dis.frontend == "engine" and dis.spread == 0.2
+    cmd = dis.command()
+    assert cmd[cmd.index("--length-dist") + 1] == "range" and "--disaggregated" in cmd
 
 
 def test_an_inferencex_row_recorded_in_a_layout_its_recipe_does_not_run_is_predicted_as_the_recipe_runs():

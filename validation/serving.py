@@ -382,11 +382,8 @@ def parse(row: dict) -> Deployment | str:
         return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, memory_fraction=fraction,
                           spread=INFERENCEX_SPREAD if ix else 0.0, async_scheduling=recipe.get("async_scheduling"),
                           prefix_caching=recipe.get("prefix_caching"), **named)
-    # the disaggregated simulation takes requests of fixed lengths: an InferenceX run's are drawn, stated in assumed
-    if ix:
-        named["assumed"] += (f"fixed lengths: the client drew them from {1 - INFERENCEX_SPREAD:g} x to 1 x the "
-                             "row's (the disaggregated simulation takes fixed lengths)",)
-    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"], **named)
+    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"],
+                      spread=INFERENCEX_SPREAD if ix else 0.0, **named)
 
 
 def _stage(row: dict, prefix: str) -> Stage | str:
@@ -448,6 +445,7 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
 
     rounds = ({"warmup_requests": AIPERF_ROUNDS["warmup"] * d.concurrency,
                "num_requests": AIPERF_ROUNDS["measured"] * d.concurrency} if protocol == "aiperf" else {})
+    drawn = dict(input_dist="range", output_dist="range", spread=d.spread) if d.spread else {}
     if d.prefill is not None:
         from costmodel.disagg import serve_disaggregated
 
@@ -455,8 +453,7 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
                                    output_len=d.osl, prefill=d.prefill.pool(), decode=d.decode.pool(),
                                    engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                                    kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator,
-                                   mxfp4_activations=d.mxfp4_activations, frontend=d.frontend, **rounds)
-    drawn = dict(input_dist="range", output_dist="range", spread=d.spread) if d.spread else {}
+                                   mxfp4_activations=d.mxfp4_activations, frontend=d.frontend, **drawn, **rounds)
     return serve(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
                  engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
                  kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator, mxfp4_activations=d.mxfp4_activations,
