@@ -252,9 +252,30 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     first_reserve = dec.eng.name in DECODE_RESERVES_FIRST
     d_held = [0] * d.engines  # reserved first: requests a decode worker holds pages for, from before their prefill
     gate: deque = deque()  # reserved first: requests waiting for a decode worker with room, before their prefill
+    # reserved first (SGLang): a held request has pages for its prompt; running ones grow a token a step within the
+    # cache, every held request keeping `reserve_tokens` of headroom at admission; retracted ones wait to resume
+    reserve_tokens = getattr(dec.eng, "reserved_decode_tokens", 0)
+    retracted: list[deque] = [deque() for _ in range(d.engines)]
+    retractions = 0
 
     def pages_of(r):
         return -(-(r.prompt + r.output) // page)
+
+    def held_pages(r):
+        """Pages a decode worker holds for a request before it runs: reserved first, its prompt's; else its whole
+        context's."""
+        return -(-r.prompt // page) if first_reserve else pages_of(r)
+
+    def need(r) -> int:
+        """A retracted request's tokens and headroom to resume."""
+        return r.prompt + 1 + r.done + reserve_tokens
+
+    def allocatable(j, count_retracted: bool = True) -> int:
+        """Reserved first: the tokens decode worker ``j`` may still hand out (SGLang's _allocatable_tokens): its cache
+        less the running sequences' tokens, the held prompts' pages, a headroom per request it holds, and (with
+        ``count_retracted``) what its retracted requests need to resume."""
+        back = sum(need(r) for r in retracted[j]) if count_retracted else 0
+        return dec.kv_tokens - d_ctx[j] - page * d_wait_pages[j] - reserve_tokens * d_held[j] - back
 
     def finish(r, t):
         r.finish = t
@@ -262,14 +283,15 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             new_request(t)
 
     def reserve(r) -> bool:
-        """Reserved first: the decode worker with the fewest requests among those with pages for ``r`` holds them
-        (its ``worker``), or False where none has room."""
-        room = [j for j in range(d.engines) if d_pages[j] + d_wait_pages[j] + pages_of(r) <= pages_total]
+        """Reserved first: the decode worker with the fewest requests among those that can take ``r`` (its prompt's
+        pages and the headroom within what the worker may hand out) holds its prompt's pages (its ``worker``), or
+        False where none can."""
+        room = [j for j in range(d.engines) if page * held_pages(r) + reserve_tokens <= allocatable(j)]
         if not room:
             return False
         r.worker = min(room, key=lambda j: (d_held[j], j))
         d_held[r.worker] += 1
-        d_wait_pages[r.worker] += pages_of(r)
+        d_wait_pages[r.worker] += held_pages(r)
         return True
 
     def to_prefill(r, t):
@@ -314,15 +336,37 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     def start_decode(w, t, seen=None):
         """The worker's next decode iterations from ``t``, admitting the requests that had reached it by ``seen``
         (an overlap scheduler planned the iteration while the last one ran; an idle worker takes what it has)."""
+        nonlocal retractions
         run, q = d_run[w], d_wait[w]
         if seen is None or not run:
             seen = t
-        while q and len(run) < seqs_d and d_pages[w] + pages_of(q[0]) <= pages_total and q[0].queued <= seen:
+        back = retracted[w]
+        # reserved first: a retracted request resumes before any other joins, once the worker can hand out its
+        # tokens and headroom (an idle worker takes it back whatever the headroom: it alone fits its cache)
+        while back and len(run) < seqs_d and (not run or need(back[0]) <= allocatable(w, count_retracted=False)):
+            r = back.popleft()
+            run.append(r)
+            d_ctx[w] += r.prompt + 1 + r.done
+        while q and len(run) < seqs_d and not back and (first_reserve or d_pages[w] + pages_of(q[0]) <= pages_total) \
+                and q[0].queued <= seen:
             r = q.popleft()
-            d_wait_pages[w] -= pages_of(r)
+            d_wait_pages[w] -= held_pages(r)
             run.append(r)
             d_ctx[w] += r.prompt + 1
-            d_pages[w] += pages_of(r)
+            if not first_reserve:
+                d_pages[w] += pages_of(r)
+        # reserved first: the running sequences grow within the cache; where the next step does not fit, the request
+        # with the fewest tokens out (the longest prompt among equals) is retracted, its cache freed
+        fit = None
+        while first_reserve and run:
+            fit = (dec.kv_tokens - page * d_wait_pages[w] - d_ctx[w]) // len(run)
+            if fit >= 1:
+                break
+            victim = min(run, key=lambda r: (r.done, -r.prompt))
+            run.remove(victim)
+            d_ctx[w] -= victim.prompt + 1 + victim.done
+            back.append(victim)
+            retractions += 1
         if not run:
             d_busy[w] = False
             return
@@ -330,6 +374,8 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         # decode-only iterations until the first running request finishes, or until a request that reaches the
         # worker meanwhile joins (cut)
         k = min(r.output - 1 - r.done for r in run)
+        if fit is not None:
+            k = min(k, fit)
         if q and q[0].queued > seen:  # one came while the last iteration ran: it joins after the next one
             k = 1
         times = dec.wall(dec.table.decode_run(len(run), d_ctx[w], k), len(run))
@@ -382,7 +428,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             r = x
             if r.output == 1:
                 if first_reserve:
-                    d_wait_pages[r.worker] -= pages_of(r)
+                    d_wait_pages[r.worker] -= held_pages(r)
                     released(r.worker, t)
                 finish(r, t)
                 continue
@@ -410,15 +456,18 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             d_iters += steps
             d_seqs += steps * len(run)
             d_time[w] += dt
-            if check and (len(run) > seqs_d or d_pages[w] > pages_total):
+            over = (d_ctx[w] + steps * len(run) + page * d_wait_pages[w] > dec.kv_tokens if first_reserve
+                    else d_pages[w] > pages_total)
+            if check and (len(run) > seqs_d or over):
                 violations.append(("decode limits", t))
             d_ctx[w] += steps * len(run)
             still = []
             for r in run:
                 r.done += steps
                 if r.done == r.output - 1:
-                    d_ctx[w] -= r.prompt + r.done
-                    d_pages[w] -= pages_of(r)
+                    d_ctx[w] -= r.prompt + 1 + r.done
+                    if not first_reserve:
+                        d_pages[w] -= pages_of(r)
                     released(w, t)
                     finish(r, t)
                 else:
@@ -426,7 +475,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             d_run[w] = still
             start_decode(w, t, t - last if dec.eng.lag else None)
     return {"reqs": reqs, "p_iters": p_iters, "p_seqs": p_seqs, "p_time": p_time, "d_iters": d_iters,
-            "d_seqs": d_seqs, "d_time": d_time, "waits": waits, "violations": violations}
+            "d_seqs": d_seqs, "d_time": d_time, "waits": waits, "violations": violations, "retractions": retractions}
 
 
 def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int,
@@ -564,7 +613,8 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     Little's law ``b = X k tau(b) / D`` for a throughput of ``X`` requests per second). Unhindered, ``X = C /
     (s_p + transfer + k tau(b))``. The prefill pool serves at most ``P m / t(m)`` requests per second (a busy
     worker batches ``m`` waiting prompts, up to its limits), the decode pool at most ``D cap / (k tau(cap))``
-    (``cap``: its sequence limit or its KV cache at each request's peak); past either the clients wait, by
+    (``cap``: its sequence limit or its KV cache at each request's peak, or, where the decode worker reserves first,
+    at each request's mean tokens and headroom); past either the clients wait, by
     Little's law ``C / X`` less the cycle, for a prefill worker (in TTFT) or a decode slot (in TPOT; in TTFT where
     the decode worker reserves its pages before the prefill, :data:`DECODE_RESERVES_FIRST`, and pages bind). Under an
     overlap scheduler a request joins a busy decode worker one iteration later (in TPOT)."""
@@ -578,7 +628,11 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
                    m) if m > 1 else s_p
     x_prefill = p.engines * m / t_m
     page = dec.eng.page_size
-    fit = dec.kv_tokens // (page * -(-(isl + osl) // page))  # requests whose pages a decode worker holds
+    if dec.eng.name in DECODE_RESERVES_FIRST:
+        # its requests hold their tokens so far (on average the prompt and half the output) and a headroom each
+        fit = int(dec.kv_tokens // (isl + osl / 2 + getattr(dec.eng, "reserved_decode_tokens", 0)))
+    else:
+        fit = dec.kv_tokens // (page * -(-(isl + osl) // page))  # requests whose pages a decode worker holds
     cap = max(1, min(dec.eng.max_num_seqs, fit))
 
     grid = np.unique(np.concatenate([np.geomspace(1, cap, 64), np.arange(1, min(cap, 16) + 1)]))
@@ -669,12 +723,18 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         f"{transfer.bytes_per_device / 1e6:.1f} MB the most one device sends or receives, over {transfer.link} at "
         f"{transfer.link_bytes_per_s / 1e9:.0f} GB/s one way: {transfer.time_s * 1e3:.2f} ms; every device moves "
         "its own shard at once, and the transfer holds neither pool",
-        f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
-        f"{dec.eng.max_num_seqs}) and pages for its whole context (reserved: no preemption); the request goes to "
-        "the decode worker with the fewest requests; its first token came from the prefill worker"
-        + ("; the decode worker reserves those pages before the prefill runs (SGLang's bootstrap pre-allocation): "
-           "a request that finds no decode worker with room waits before its prefill, in TTFT"
-           if dec.eng.name in DECODE_RESERVES_FIRST else ""),
+        (f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
+         f"{dec.eng.max_num_seqs}) whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap "
+         "pre-allocation), admitting it where the worker can still hand out the prompt and a headroom of "
+         f"{getattr(dec.eng, 'reserved_decode_tokens', 0)} tokens beside the headroom of every request it holds; a "
+         "request that finds no decode worker with room waits before its prefill, in TTFT; the running requests grow "
+         "a token a step, and where the next step does not fit the one with the fewest tokens out is retracted (its "
+         "cache freed) and resumes first once it fits; the request goes to the decode worker with the fewest "
+         "requests; its first token came from the prefill worker"
+         if dec.eng.name in DECODE_RESERVES_FIRST else
+         f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
+         f"{dec.eng.max_num_seqs}) and pages for its whole context (reserved: no preemption); the request goes to "
+         "the decode worker with the fewest requests; its first token came from the prefill worker"),
         load,
         *dec.pr_lines,
         f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms){pre.host_line()}; per request: the "

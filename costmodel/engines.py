@@ -52,7 +52,10 @@ _SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_sett
            "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the "
            "rows routed to the device's experts; disable_overlap_schedule False: the overlap event loop schedules the "
            "next batch while the last one runs; flashinfer_mxfp4_moe_precision 'default': MXFP4 experts on Blackwell "
-           "take their activations through mxfp8_quantize, 'bf16' the other choice)")
+           "take their activations through mxfp8_quantize, 'bf16' the other choice); a disaggregated decode server "
+           "(python/sglang/srt/disaggregation/decode.py DecodePreallocQueue) pre-allocates a request's prompt and keeps "
+           "num_reserved_decode_tokens 512 (SGLANG_NUM_RESERVED_DECODE_TOKENS) of headroom per request it holds "
+           "(_allocatable_tokens), retracting running requests when the cache fills and resuming them first)")
 _TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
            "8192, max_batch_size 2048, KvCacheConfig free_gpu_memory_fraction 0.9 and tokens_per_block 32, "
            "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
@@ -97,6 +100,9 @@ class EngineConfig:
     # how a tensor-parallel all-reduce is priced (costmodel.vocab.ALL_REDUCES): the engine's own entry point as
     # measured at every size, or vLLM's custom kernel up to 8 MiB and NCCL above
     all_reduce: str = "custom"
+    # a disaggregated decode worker that reserves a request's cache before its prefill (costmodel.disagg
+    # DECODE_RESERVES_FIRST) keeps this many tokens of headroom per request it holds
+    reserved_decode_tokens: int = 0
 
     #: the engine's own name for each setting (its server argument or config key)
     FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
@@ -192,7 +198,7 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
     if name == "sglang":
         chunk, fraction = _sglang_memory(capacity_bytes, tp)
         return EngineConfig("sglang", "0.5", chunk, 4096, fraction, 1, True, False, False, _SGLANG,
-                            async_scheduling=True, mxfp4_activations="mxfp8")
+                            async_scheduling=True, mxfp4_activations="mxfp8", reserved_decode_tokens=512)
     return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM, async_scheduling=True,
                         block_fp8_linear="gemm_fp8", mxfp4_activations="mxfp8")
 

@@ -341,3 +341,35 @@ def test_tensorrt_llms_context_servers_run_without_the_overlap_scheduler(llama, 
         (line,) = [a for a in got.assumptions if a.startswith("prefill workers' iterations")]
         pre, dec = line.split("; decode workers'")
         assert ("while the one before runs" in pre, "while the one before runs" in dec) == (prefill, decode), name
+
+
+def test_sglang_decode_preallocation_and_retraction_by_hand():
+    """SGLang's decode worker pre-allocates a request's prompt and keeps a headroom per request it holds (here 2
+    tokens; 512 in SGLang), so with a 30-token cache two requests of 10 + 8 tokens are both taken at 0 where whole
+    contexts (18 each) would hold one. One prefill worker (one prompt per 0.6 ms), KV moved in 0.3 ms, 1 ms decode
+    steps. Request 0: first token 0.9, decodes from 0.9; request 1 arrives at 1.5 and joins at 1.9 (the cache then
+    holds 12 + 11 = 23 tokens). Three steps of both fill it to 29 (4.9 ms); the next would not fit, so request 1 (3
+    tokens out, fewer than request 0's 4) is retracted, its 14 tokens freed; request 0 finishes 4.9-7.9, request 1
+    resumes and finishes 7.9-11.9. The cache never overflows and every token is produced once."""
+    from types import SimpleNamespace
+
+    from costmodel.disagg import _simulate
+
+    eng = SimpleNamespace(name="sglang", max_num_batched_tokens=10, max_num_seqs=8, page_size=1, lag=0,
+                          reserved_decode_tokens=2)
+    table = _Fixed(0.6e-3, 1e-3)
+    pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
+    dec = SimpleNamespace(eng=eng, kv_tokens=30, table=table, iteration_s=0.0, wall=_no_host)
+    sim = _simulate(pre, dec, Pool(), Pool(), prompts=np.full(2, 10), outputs=np.full(2, 8), concurrency=2,
+                    request_rate=None, transfer_s=0.3e-3, seed=0, check=True)
+    assert sim["violations"] == [] and sim["waits"] == 0 and sim["retractions"] == 1
+    r0, r1 = sim["reqs"]
+    assert (r0.prefilled, r0.first, r0.finish) == pytest.approx((0.6e-3, 0.9e-3, 7.9e-3))
+    assert (r1.prefilled, r1.first, r1.finish) == pytest.approx((1.2e-3, 1.5e-3, 11.9e-3))
+    assert sim["d_seqs"] == 2 * (8 - 1)  # every decode token once, the retracted request's included
+    # with no headroom to keep and a cache for one whole context only, request 1 waits before its prefill
+    small = SimpleNamespace(eng=SimpleNamespace(**{**vars(eng), "reserved_decode_tokens": 0}), kv_tokens=18,
+                            table=table, iteration_s=0.0, wall=_no_host)
+    one = _simulate(pre, small, Pool(), Pool(), prompts=np.full(2, 10), outputs=np.full(2, 8), concurrency=2,
+                    request_rate=None, transfer_s=0.3e-3, seed=0, check=True)
+    assert one["violations"] == [] and one["reqs"][1].first > one["reqs"][0].first + 1e-3
