@@ -11,9 +11,11 @@ interconnect when both pools sit in one scale-up domain, each device's network p
 sending and receiving its own shard at once. TTFT = queueing + prefill + transfer (+ the front end's latency).
 
 A decode worker takes the arriving request (the one with the fewest requests) at its next iteration when it
-has a free sequence slot and KV pages for the request's whole context (an engine of
-:data:`DECODE_RESERVES_FIRST` reserves those pages before the prefill: a request that finds no decode worker
-with room waits, in arrival order, before its prefill), and runs decode-only iterations: one
+has a free sequence slot and KV pages for the request's whole context; an engine of :data:`DECODE_RESERVES_FIRST`
+(SGLang) instead reserves the prompt's pages before the prefill, where the worker can still hand out the prompt and
+a headroom beside every request it holds (a request that finds no decode worker with room waits, in arrival order,
+before its prefill), lets its running requests grow a token a step within the cache, and retracts the one with the
+fewest tokens out where the next step would not fit, resuming it first. Decode workers run decode-only iterations: one
 token per running sequence, priced as the model step for that batch at its contexts plus the engine's fixed
 cost. Load is a closed loop of ``concurrency`` clients or Poisson arrivals, as for one pool
 (:mod:`costmodel.simulate`).

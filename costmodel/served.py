@@ -89,7 +89,7 @@ def front_end(engine_name: str, frontend: str = "dynamo") -> tuple[float, str]:
 
 def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0, values=None) -> np.ndarray:
     """``n`` request lengths: ``fixed`` at ``mean``; ``uniform`` over mean(1 ± spread); ``range``: uniform
-    integers from int(mean x (1 - spread)) to ``mean`` itself, as the random dataset of vLLM's benchmark_serving.py
+    integers from int(mean x (1 - spread)) (at least 1) to ``mean`` itself, as the random dataset of vLLM's benchmark_serving.py
     (before vllm bench serve) and InferenceX's copy of it draw lengths for ``--random-range-ratio`` 1 - spread
     (``sample_uniform``: lower = int(len x ratio), upper = len); ``normal`` with sd spread x mean (at least 1);
     ``file``: ``values`` drawn in order, cycled."""
@@ -100,7 +100,7 @@ def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0,
         lo, hi = max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
         return rng.integers(lo, hi + 1, n)
     if kind == "range":
-        return rng.integers(int(mean * (1 - spread)), mean + 1, n)
+        return rng.integers(max(1, int(mean * (1 - spread))), mean + 1, n)  # at least one token, as sglang's draws
     if kind == "normal":
         return np.maximum(1, np.round(rng.normal(mean, spread * mean, n))).astype(np.int64)
     if kind == "file":

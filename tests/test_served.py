@@ -824,6 +824,7 @@ def test_range_lengths_are_drawn_as_benchmark_serving_draws_them():
     counts = np.bincount(x - 819)
     assert len(counts) == 206 and counts.min() > 0.8 * counts.mean()
     assert (lengths("range", 7, 50, spread=0.0) == 7).all()
+    assert lengths("range", 1, 50, spread=0.5).min() == 1  # int(0.5) = 0 tokens would be no request
 
 
 def test_the_engine_front_end_moves_ttft_by_its_latency_alone(llama, h100):
