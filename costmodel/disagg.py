@@ -38,7 +38,7 @@ from costmodel.load_reports import Stats, assumptions as pool_assumptions
 from costmodel.model_step import model_hardware, pricing
 from costmodel.presets import ModelPreset
 from costmodel.reports import DeviceSummary, Report
-from costmodel.served import Setup, checked_load, checkpoint_kv_dtype, lengths
+from costmodel.served import Setup, checked_load, checkpoint_kv_dtype, lengths, mean_length
 
 #: Engines whose prefill (context) workers run without the overlap scheduler in a disaggregated deployment while
 #: their decode workers keep it: TensorRT-LLM's disaggregated-serving guide (trtllm-serve) gives the context servers
@@ -256,7 +256,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
     gate: deque = deque()  # reserved first: requests waiting for a decode worker with room, before their prefill
     # reserved first (SGLang): a held request has pages for its prompt; running ones grow a token a step within the
     # cache, every held request keeping `reserve_tokens` of headroom at admission; retracted ones wait to resume
-    reserve_tokens = getattr(dec.eng, "reserved_decode_tokens", 0)
+    reserve_tokens = dec.eng.reserved_decode_tokens
     retracted: list[deque] = [deque() for _ in range(d.engines)]
     retractions = 0
 
@@ -520,9 +520,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     total = n + warmup_requests
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1)
-    drawn = (input_dist, output_dist) != ("fixed", "fixed")
-    mean_in, mean_out = ((max(1, round(float(prompts.mean()))), max(1, round(float(outputs.mean())))) if drawn
-                         else (input_len, output_len))
+    mean_in, mean_out = mean_length(prompts), mean_length(outputs)
     setups = []
     for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
         dev = pool.gpu or hw
@@ -632,7 +630,7 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     page = dec.eng.page_size
     if dec.eng.name in DECODE_RESERVES_FIRST:
         # its requests hold their tokens so far (on average the prompt and half the output) and a headroom each
-        fit = int(dec.kv_tokens // (isl + osl / 2 + getattr(dec.eng, "reserved_decode_tokens", 0)))
+        fit = int(dec.kv_tokens // (isl + osl / 2 + dec.eng.reserved_decode_tokens))
     else:
         fit = dec.kv_tokens // (page * -(-(isl + osl) // page))  # requests whose pages a decode worker holds
     cap = max(1, min(dec.eng.max_num_seqs, fit))
@@ -728,7 +726,7 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         (f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
          f"{dec.eng.max_num_seqs}) whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap "
          "pre-allocation), admitting it where the worker can still hand out the prompt and a headroom of "
-         f"{getattr(dec.eng, 'reserved_decode_tokens', 0)} tokens beside the headroom of every request it holds; a "
+         f"{dec.eng.reserved_decode_tokens} tokens beside the headroom of every request it holds; a "
          "request that finds no decode worker with room waits before its prefill, in TTFT; the running requests grow "
          "a token a step, and where the next step does not fit the one with the fewest tokens out is retracted (its "
          "cache freed) and resumes first once it fits; the request goes to the decode worker with the fewest "

@@ -111,6 +111,12 @@ def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0,
     raise CostModelError(f"unknown length distribution {kind!r}; known: fixed, uniform, range, normal, file")
 
 
+def mean_length(values) -> int:
+    """The whole-token mean of drawn lengths (the given length itself where they are fixed), as the closed forms take
+    them: a range below the given length has a lower mean."""
+    return max(1, round(float(np.mean(values))))
+
+
 class NoRoomForOneRequest(CostModelError):
     """The weights leave the engine a KV cache smaller than one request."""
 
@@ -337,11 +343,9 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     if evaluator == "steady-state":
         from costmodel.steady import steady_state
 
-        # the means of the lengths drawn (a range below the given lengths has a lower mean)
-        mean_in, mean_out = (input_len, output_len) if (input_dist, output_dist) == ("fixed", "fixed") else (
-            max(1, round(float(prompts.mean()))), max(1, round(float(outputs.mean()))))
-        return steady_state(setup, concurrency=concurrency, request_rate=request_rate, input_len=mean_in,
-                            output_len=mean_out, num_requests=n, in_flight=in_flight)
+        return steady_state(setup, concurrency=concurrency, request_rate=request_rate,
+                            input_len=mean_length(prompts), output_len=mean_length(outputs), num_requests=n,
+                            in_flight=in_flight)
     from costmodel.simulate import client_queue, simulate
 
     res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,

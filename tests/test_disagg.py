@@ -289,7 +289,8 @@ def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
     from costmodel.disagg import _simulate
 
     def setup(lag, table):
-        eng = SimpleNamespace(name="vllm", max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag)
+        eng = SimpleNamespace(name="vllm", max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag,
+                              reserved_decode_tokens=0)
         return SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
 
     table = _Fixed(0.6e-3, 1e-3)
@@ -316,7 +317,8 @@ def test_where_a_request_waits_for_decode_pages_by_hand(name):
 
     from costmodel.disagg import _simulate
 
-    eng = SimpleNamespace(name=name, max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=0)
+    eng = SimpleNamespace(name=name, max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=0,
+                          reserved_decode_tokens=0)
     table = _Fixed(0.6e-3, 1e-3)
     pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
     dec = SimpleNamespace(eng=eng, kv_tokens=16, table=table, iteration_s=0.0, wall=_no_host)

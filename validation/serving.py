@@ -361,14 +361,14 @@ def parse(row: dict) -> Deployment | str:
     weight = "mxfp4" if mxfp4 else PRECISIONS[mode] if mode else PRECISIONS[precision]
     if weight == "fp8" and checkpoint is not None and checkpoint.weight_dtype == "fp8_block":
         weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
-    ix = inferencex_run(row)
+    ix, dynamo = inferencex_run(row), launched_by_dynamo(row)
     recipe = INFERENCEX_RECIPES.get((row["backend"], row["model_path"]), {}) if ix else {}
     common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
               recipe.get("kv_dtype") or default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
     named = dict(model=priced_as, mxfp4_activations=MXFP4_MODES.get(mode),
                  assumed=tuple(f"{role} workers {s.workers}: the row records none ({row['backend']}'s own deployment)"
                                for role, s in stages.items() if role and not _whole(row, role + "_num_workers")),
-                 frontend="dynamo" if launched_by_dynamo(row) else "engine")
+                 frontend="dynamo" if dynamo else "engine")
     if "" in stages and recipe.get("attention_dp") == 1 and stages[""].attention_dp > 1:
         st = stages[""]
         stages[""] = replace(st, attention_dp=1, batch=st.batch * st.attention_dp)
@@ -376,7 +376,6 @@ def parse(row: dict) -> Deployment | str:
                              f"recorded {st.attention_dp} attention data parallel groups (another export of the same "
                              "runs records the recipe's)",)
     if "" in stages:
-        dynamo = launched_by_dynamo(row)
         tokens = recipe.get("max_num_batched_tokens") or (dynamo_budget(row["backend"], batch, isl) if dynamo else None)
         fraction = DYNAMO_TRTLLM_KV_FRACTION if dynamo and row["backend"] == "trtllm" else None
         return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, memory_fraction=fraction,

@@ -67,22 +67,27 @@ class Timer:
 
     def time(self, fn: Callable[[], object]) -> Timing:
         if self.graph:
-            return self._time_graph(fn)
-        for _ in range(self.warmup):
-            fn()
+            once = self._graph_replay(fn)
+        else:
+            for _ in range(self.warmup):
+                fn()
+            clock = self._cuda if self.device == "cuda" else self._cpu
+
+            def once() -> float:
+                self._flush()
+                return clock(fn)
         times: list[float] = []
         spent = 0.0
         while len(times) < self.min_reps or (len(times) < self.max_reps and spent < self.budget_s):
-            self._flush()
-            t = self._cuda(fn) if self.device == "cuda" else self._cpu(fn)
+            t = once()
             times.append(t)
             spent += t
         return self._summary(times)
 
-    def _time_graph(self, fn: Callable[[], object]) -> Timing:
-        """Capture ``fn`` in a CUDA graph (after warm-up calls on a side stream, as capture requires) and time its
-        replays: each repetition flushes the cache, records the start event, replays and records the end event
-        without synchronising in between, so the GPU runs the replay straight after the flush's kernel."""
+    def _graph_replay(self, fn: Callable[[], object]) -> Callable[[], float]:
+        """Capture ``fn`` in a CUDA graph (after warm-up calls on a side stream, as capture requires) and return one
+        timed repetition of it: flush the cache, record the start event, replay and record the end event without
+        synchronising in between, so the GPU runs the replay straight after the flush's kernel."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -94,9 +99,8 @@ class Timer:
             fn()
         for _ in range(self.warmup):
             graph.replay()
-        times: list[float] = []
-        spent = 0.0
-        while len(times) < self.min_reps or (len(times) < self.max_reps and spent < self.budget_s):
+
+        def once() -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             self._flush()
@@ -105,11 +109,8 @@ class Timer:
             graph.replay()
             end.record()
             torch.cuda.synchronize()
-            t = start.elapsed_time(end) / 1e3
-            times.append(t)
-            spent += t
-        del graph
-        return self._summary(times)
+            return start.elapsed_time(end) / 1e3
+        return once
 
     def _summary(self, times: list[float]) -> Timing:
         times = sorted(times)
