@@ -30,7 +30,10 @@ def _profile_files() -> list:
     )
 
 
+@lru_cache(maxsize=64)
 def _parse(text: str, origin: str) -> HardwareProfile:
+    """The profile a file's ``text`` holds, parsed and validated once per text (a profile is frozen: every caller
+    may share it; a file whose text changed is parsed again)."""
     return _validated(load_yaml(text, origin), origin)
 
 

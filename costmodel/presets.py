@@ -271,7 +271,14 @@ def load_model(name: str) -> ModelPreset:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise CostModelError(f"unknown model {name!r}{hint} (presets: {', '.join(preset_ids())}; "
                              "a Hugging Face config.json path also works)")
-    return _validated(load_yaml(f.read_text(encoding="utf-8"), f.name), f.name)
+    return _parsed(f.read_text(encoding="utf-8"), f.name)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str, origin: str) -> ModelPreset:
+    """The preset a file's ``text`` holds, parsed and validated once per text (a preset is frozen: every caller may
+    share it)."""
+    return _validated(load_yaml(text, origin), origin)
 
 
 def load_hf_config(path: str) -> ModelPreset:
