@@ -385,6 +385,23 @@ def test_no_torch_says_how_to_install():
         "(a CPU-only torch comes from torch's CPU package index)")
 
 
+def test_a_quick_timer_counts_its_flushes_in_its_budget(monkeypatch):
+    """With ``wall_budget`` (a quick run's timers) a budget of 50 ms over flushes of at least 10 ms each stops after
+    at most 5 repetitions past the minimum of 2 (sleeps only ever last longer); without it the timed calls' own time
+    (microseconds) never reaches the budget and the timer runs to max_reps."""
+    import time
+
+    from costmodel.validation.timing import Timer
+
+    monkeypatch.setattr(Timer, "_flush", lambda self: time.sleep(0.01))
+    kw = {"flush_bytes": 4096, "warmup": 0, "min_reps": 2, "max_reps": 20, "budget_s": 0.05}
+    quick = Timer("cpu", wall_budget=True, **kw)
+    assert 2 <= quick.time(lambda: None).reps <= 5
+    assert "of wall time, flushes included" in quick.method
+    full = Timer("cpu", **kw)
+    assert full.time(lambda: None).reps == 20 and "wall time" not in full.method
+
+
 def test_a_graph_replay_is_timed_behind_the_flush_with_no_host_wait(monkeypatch):
     """The graph timer's protocol, on a stand-in for CUDA that logs every call: warm-up calls on a side stream,
     one capture, then for each repetition a synchronise, the flush, the spin, the start event, the replay and the

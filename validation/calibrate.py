@@ -160,7 +160,7 @@ class CurveRun:
         self.device, self.quick = device, quick
         self.passes = PASSES[quick]
         self.timer = Timer(device, budget_s=(0.05 if quick else 0.1) / self.passes, min_reps=5 if quick else 3,
-                           warmup=3 if quick else 2)
+                           warmup=3 if quick else 2, wall_budget=quick)
         self.workloads = list(_curve_workloads(quick))
         self.taken: dict[int, list[list]] = {}
         self.alongside = ""  # what else was timed in the same passes

@@ -105,7 +105,7 @@ def measure_op_classes(device: str, peaks: dict[str, float], quick: bool) -> dic
     import statistics
 
     large = LARGE_BYTES[device]
-    timer = Timer(device, budget_s=0.1 if quick else 0.3)
+    timer = Timer(device, budget_s=0.1 if quick else 0.3, wall_budget=quick)
     classes: dict[str, dict] = {}
     fixed: dict[str, list[float]] = {}
     for dtype in peaks:

@@ -231,7 +231,7 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
     grid = GRIDS[(device, quick)]
     passes = PASSES[quick]
     timer = Timer(device, budget_s=(0.05 if quick else 0.25) / passes, min_reps=5 if quick else 3,
-                  warmup=2, graph=timing == "graph")
+                  warmup=2, graph=timing == "graph", wall_budget=quick)
     dtypes, slow = native_dtypes(grid.dtypes, measured)
     grid = dataclasses.replace(grid, dtypes=dtypes)
     cases = list(grid.workloads())
