@@ -301,15 +301,15 @@ def test_dash_is_standard_output_for_every_output_option(tmp_path, monkeypatch):
 
 
 def test_sweep_memory_does_not_grow_with_its_points():
-    """A 600k-point sweep to CSV peaks within 50 MiB of a 150k-point one (both several chunks long): records are
-    evaluated and written a chunk at a time. Kept, the 450k more records would hold their 11 numbers alone in
-    over 110 MiB of floats. (The 10M-point case is in benchmarks/sweep_memory.py.)"""
+    """A 400k-point sweep to CSV peaks within 50 MiB of a 100k-point one (both several chunks long): records are
+    evaluated and written a chunk at a time. Kept, the 300k more records would hold their 11 numbers alone in
+    over 75 MiB of floats. (The 10M-point case is in benchmarks/sweep_memory.py.)"""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     from sweep_memory import peak
 
-    small, _, rows_small = peak(150_000)
-    large, _, rows_large = peak(600_000)
-    assert (rows_small, rows_large) == (150_000, 600_000)
+    small, _, rows_small = peak(100_000)
+    large, _, rows_large = peak(400_000)
+    assert (rows_small, rows_large) == (100_000, 400_000)
     assert large - small < 50 * 2**20, (small / 2**20, large / 2**20)
 
 
