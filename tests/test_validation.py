@@ -387,8 +387,8 @@ def test_no_torch_says_how_to_install():
 
 def test_a_quick_timer_counts_its_flushes_in_its_budget(monkeypatch):
     """With ``wall_budget`` (a quick run's timers) a budget of 50 ms over flushes of at least 10 ms each stops after
-    at most 5 repetitions past the minimum of 2 (sleeps only ever last longer); without it the timed calls' own time
-    (microseconds) never reaches the budget and the timer runs to max_reps."""
+    at most 5 repetitions, at least the minimum of 2 (a sleep only ever lasts longer); without it the timed calls' own
+    time (microseconds) never reaches the budget and the timer runs to max_reps."""
     import time
 
     from costmodel.validation.timing import Timer

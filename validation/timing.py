@@ -47,8 +47,8 @@ class Timer:
             flush_bytes = flush_size(device)
         self.warmup, self.min_reps, self.max_reps, self.budget_s = warmup, min_reps, max_reps, budget_s
         # wall_budget: the budget bounds the repetitions' wall time, their cache flushes included (a quick run's: a
-        # flush of 64 MiB takes milliseconds on a CPU, a small op's thousandth of it, and a budget of the ops' own
-        # time runs every small op to max_reps); else the timed calls' own time
+        # flush of 64 MiB takes milliseconds on a CPU, a small op a thousandth of that, and a budget of the ops' own
+        # time runs every small op to max_reps); else it bounds the timed calls' own time
         self.wall_budget = wall_budget
         if device == "cpu":
             torch.set_num_threads(threads or torch.get_num_threads())
