@@ -56,11 +56,14 @@ def simulate_grid(deployments):
     return out
 
 
+#: The front-end delays searched (seconds): 0 to 300 ms in steps of 0.5 ms.
+DELAY_GRID = np.linspace(0, 0.3, 601)
+
+
 def best_delay(pred_ttft, meas_ttft):
-    grid = np.linspace(0, 0.3, 601)
-    err = [np.sum(np.abs(np.log((pred_ttft + g) / meas_ttft))) for g in grid]
+    err = [np.sum(np.abs(np.log((pred_ttft + g) / meas_ttft))) for g in DELAY_GRID]
     k = int(np.argmin(err))
-    return float(grid[k]), float(err[k])
+    return float(DELAY_GRID[k]), float(err[k])
 
 
 def fit(rows, preds):
@@ -90,7 +93,7 @@ def score(rows, preds, j, delays):
 
 
 def _ms(delays: dict) -> str:
-    return ", ".join(f"front end {front} {v * 1e3:.1f} ms{' (the search bound)' if v in (0.0, 0.3) else ''}"
+    return ", ".join(f"front end {front} {v * 1e3:.1f} ms{' (the search bound)' if v in (DELAY_GRID[0], DELAY_GRID[-1]) else ''}"
                      for front, v in delays.items())
 
 

@@ -268,9 +268,13 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         context's."""
         return -(-r.prompt // page) if first_reserve else pages_of(r)
 
+    def cached(r) -> int:
+        """The tokens a running request's cache holds: its prompt, its first token and those decoded since."""
+        return r.prompt + 1 + r.done
+
     def need(r) -> int:
         """A retracted request's tokens and headroom to resume."""
-        return r.prompt + 1 + r.done + reserve_tokens
+        return cached(r) + reserve_tokens
 
     def allocatable(j, count_retracted: bool = True) -> int:
         """Reserved first: the tokens decode worker ``j`` may still hand out (SGLang's _allocatable_tokens): its cache
@@ -348,7 +352,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         while back and len(run) < seqs_d and (not run or need(back[0]) <= allocatable(w, count_retracted=False)):
             r = back.popleft()
             run.append(r)
-            d_ctx[w] += r.prompt + 1 + r.done
+            d_ctx[w] += cached(r)
         while q and len(run) < seqs_d and not back and (first_reserve or d_pages[w] + pages_of(q[0]) <= pages_total) \
                 and q[0].queued <= seen:
             r = q.popleft()
@@ -366,7 +370,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
                 break
             victim = min(run, key=lambda r: (r.done, -r.prompt))
             run.remove(victim)
-            d_ctx[w] -= victim.prompt + 1 + victim.done
+            d_ctx[w] -= cached(victim)
             back.append(victim)
             retractions += 1
         if not run:
@@ -467,7 +471,7 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             for r in run:
                 r.done += steps
                 if r.done == r.output - 1:
-                    d_ctx[w] -= r.prompt + 1 + r.done
+                    d_ctx[w] -= cached(r)
                     if not first_reserve:
                         d_pages[w] -= pages_of(r)
                     released(w, t)

@@ -471,10 +471,10 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     if pr.tp > 1:
         from costmodel.price import collective_curves
 
-        domain = pr.hw.domain
         found = collective_curves(pr.hw) if pr.model.active else None
         if pr.hw.crosses(pr.tp) and pr.hw.scale_out_bytes_per_s is not None:
             # across scale-up domains: NCCL's ring paced by the network port (costmodel.price._all_reduce)
+            domain = pr.hw.domain
             how = (f"across {pr.tp // domain} scale-up domains of {domain}: NCCL's ring over all {pr.tp} devices, "
                    f"2(t - 1)/t of the buffer at each device's network port "
                    f"({pr.hw.scale_out_bytes_per_s.value / 1e9:g} GB/s one way, the ring's slowest hop), the fixed "

@@ -368,7 +368,7 @@ def parse(row: dict) -> Deployment | str:
     named = dict(model=priced_as, mxfp4_activations=MXFP4_MODES.get(mode),
                  assumed=tuple(f"{role} workers {s.workers}: the row records none ({row['backend']}'s own deployment)"
                                for role, s in stages.items() if role and not _whole(row, role + "_num_workers")),
-                 frontend="dynamo" if dynamo else "engine")
+                 frontend="dynamo" if dynamo else "engine", spread=INFERENCEX_SPREAD if ix else 0.0)
     if "" in stages and recipe.get("attention_dp") == 1 and stages[""].attention_dp > 1:
         st = stages[""]
         stages[""] = replace(st, attention_dp=1, batch=st.batch * st.attention_dp)
@@ -379,10 +379,9 @@ def parse(row: dict) -> Deployment | str:
         tokens = recipe.get("max_num_batched_tokens") or (dynamo_budget(row["backend"], batch, isl) if dynamo else None)
         fraction = DYNAMO_TRTLLM_KV_FRACTION if dynamo and row["backend"] == "trtllm" else None
         return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, memory_fraction=fraction,
-                          spread=INFERENCEX_SPREAD if ix else 0.0, async_scheduling=recipe.get("async_scheduling"),
-                          prefix_caching=recipe.get("prefix_caching"), **named)
-    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"],
-                      spread=INFERENCEX_SPREAD if ix else 0.0, **named)
+                          async_scheduling=recipe.get("async_scheduling"), prefix_caching=recipe.get("prefix_caching"),
+                          **named)
+    return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"], **named)
 
 
 def _stage(row: dict, prefix: str) -> Stage | str:
