@@ -28,7 +28,10 @@ TRANSFER_RULE = (
     "reference's fixed cost of a small kernel; one whose prompt kernel runs the online softmax between its matrix "
     "products, where the reference's hides it, pays the softmax's instructions at its own FP32 and special-function "
     "units); the half-bandwidth bytes "
-    "scale with the datasheet bandwidth (bytes in flight = bandwidth x latency); a vector kernel's (norms, "
+    "scale with the datasheet bandwidth (the same kernel on the same SMs: bytes in flight = bandwidth x latency), "
+    "except a decode kernel carried to a device that runs another, whose ramp is kept in bytes (each generation's "
+    "decode kernel reaches half its GPU's bandwidth in 5.6-8.0 MB on the A100, H100 and B200, 2.0-8.0 TB/s); a "
+    "vector kernel's (norms, "
     "activations, elementwise ops, copies) achieved bandwidth scales instead with SMs x clock (the bytes each SM "
     "keeps in flight), never above the datasheet bandwidth, its ramp lasting as long; the SM time of a decode work "
     "unit and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming "
@@ -138,8 +141,9 @@ def _own_kernel(eff, where, hw, ref, cls: str, timing: str, gemm=None):
 
 
 def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
-    """Decode attention carried from a device whose engine runs another kernel: the context split of this device's
-    kernel (:data:`costmodel.hardware.DECODE_KERNELS`), where both devices name theirs. A split the reference's fit
+    """Decode attention carried from a device whose engine runs another kernel, where both devices name theirs: its
+    bandwidth ramp in the reference's bytes (:data:`TRANSFER_RULE`) and the context split of this device's kernel
+    (:data:`costmodel.hardware.DECODE_KERNELS`). A split the reference's fit
     never saw keeps the reference's parameters and runs without their grouped-kernel costs; a kernel that launches
     kernels of its own beside them (:data:`costmodel.hardware.DECODE_LAUNCHES`: FlashAttention-2's split-KV combine
     and query packing) has each priced at the reference's fixed cost of a small kernel under ``timing`` (its GEMM
@@ -147,7 +151,13 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     from costmodel.hardware import DECODE_KERNELS, DECODE_LAUNCHES
 
     mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
-    if mine is None or theirs is None or mine == theirs or DECODE_KERNELS[mine] == eff.split_kv:
+    if mine is None or theirs is None or mine == theirs:
+        return eff, where
+    # another kernel reaches half of this device's bandwidth in as many bytes as the reference's kernel reaches half
+    # of its own (TRANSFER_RULE): the half-bandwidth bytes as fitted, not scaled as the same kernel's on wider memory
+    eff = eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * ref.bandwidth / hw.bandwidth})
+    where = where.noted(f" (its bandwidth ramp kept in bytes: {mine.replace('_', ' ')}, not {theirs.replace('_', ' ')})")
+    if DECODE_KERNELS[mine] == eff.split_kv:
         return eff, where
     update = {"split_kv": DECODE_KERNELS[mine]}
     where = where.noted(f" (contexts split as {mine.replace('_', ' ')} splits them, not {theirs.replace('_', ' ')})")

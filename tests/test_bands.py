@@ -258,6 +258,27 @@ def test_decode_attention_carried_to_another_kernel_splits_as_that_kernel_does()
     assert pro.classes["decode_attention"].split_kv == "grouped" and not pro.origin["decode_attention"].notes
 
 
+def test_a_decode_kernel_carried_to_another_kernel_keeps_its_ramp_in_bytes():
+    """Each GPU's decode kernel reaches half its bandwidth in about as many bytes as the others' (the three fits:
+    within 1.5x of each other on bandwidths 3.9x apart), so a decode fit carried to a device that runs another kernel
+    keeps its half-bandwidth bytes as fitted; carried to a device running the same kernel (the H200 from the H100:
+    the same SMs with wider memory) they scale with the bandwidth, as the other matrix classes' do everywhere."""
+    from costmodel.origin import resolve
+
+    a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
+    half = {p.id: p.efficiency.classes["decode_attention"].bandwidth_half_bytes for p in (a100, h100, b200)}
+    assert max(half.values()) / min(half.values()) < 1.5 and b200.bandwidth / a100.bandwidth > 3.9
+    for dst, src in ((a100, h100), (h100, b200), (b200, h100), (h100, a100)):
+        got = resolve(dst.model_copy(update={"efficiency": None}), "graph", reference=src)
+        assert got.classes["decode_attention"].bandwidth_half_bytes == pytest.approx(half[src.id]), (dst.id, src.id)
+        assert "ramp kept in bytes" in str(got.origin["decode_attention"])
+        gemm = src.efficiency.classes["gemm"].bandwidth_half_bytes
+        assert got.classes["gemm"].bandwidth_half_bytes == pytest.approx(gemm * dst.bandwidth / src.bandwidth)
+    h200 = resolve(load_profile("h200"), "graph")
+    assert h200.classes["decode_attention"].bandwidth_half_bytes == pytest.approx(half["h100_sxm"] * 4.8 / 3.35)
+    assert "ramp" not in str(h200.origin["decode_attention"])
+
+
 def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
     from costmodel.model_step import pricing, phase_time
     from costmodel.serving import request
