@@ -29,9 +29,10 @@ TRANSFER_RULE = (
     "products, where the reference's hides it, pays the softmax's instructions at its own FP32 and special-function "
     "units); the half-bandwidth bytes "
     "scale with the datasheet bandwidth (the same kernel on the same SMs: bytes in flight = bandwidth x latency), "
-    "except a decode kernel carried to a device that runs another, whose ramp is kept in bytes (each generation's "
-    "decode kernel reaches half its GPU's bandwidth in 5.6-8.0 MB on the A100, H100 and B200, 2.0-8.0 TB/s); a "
-    "vector kernel's (norms, "
+    "except a decode kernel carried to a device that runs another, whose ramp is kept in bytes and whose work unit's "
+    "SM time follows the SM's share of the memory bandwidth instead of the clock (each generation's decode kernel "
+    "reaches half its GPU's bandwidth in 5.6-8.0 MB on the A100, H100 and B200, 2.0-8.0 TB/s, and spends on a work "
+    "unit what its SM's share of the bandwidth takes to stream 61-88 kB); a vector kernel's (norms, "
     "activations, elementwise ops, copies) achieved bandwidth scales instead with SMs x clock (the bytes each SM "
     "keeps in flight), never above the datasheet bandwidth, its ramp lasting as long; the SM time of a decode work "
     "unit and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming "
@@ -89,6 +90,11 @@ def efficiency_status(p) -> str:
     return f"from {ref.id}" + (f", attention {attention.id}" if attention is not None else "")
 
 
+def _sm_share(p) -> float:
+    """Bytes per second of the datasheet memory bandwidth per SM."""
+    return p.bandwidth / p.architecture.compute_units.value
+
+
 def _ratios(src, dst) -> tuple[float, float]:
     """(``src``'s clock over ``dst``'s, ``src``'s SMs over ``dst``'s); the clocks taken as equal where either device
     states none."""
@@ -142,7 +148,8 @@ def _own_kernel(eff, where, hw, ref, cls: str, timing: str, gemm=None):
 
 def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     """Decode attention carried from a device whose engine runs another kernel, where both devices name theirs: its
-    bandwidth ramp in the reference's bytes (:data:`TRANSFER_RULE`) and the context split of this device's kernel
+    bandwidth ramp in the reference's bytes, its work unit's SM time scaled by the SMs' shares of the bandwidth
+    (:data:`TRANSFER_RULE`) and the context split of this device's kernel
     (:data:`costmodel.hardware.DECODE_KERNELS`). A split the reference's fit
     never saw keeps the reference's parameters and runs without their grouped-kernel costs; a kernel that launches
     kernels of its own beside them (:data:`costmodel.hardware.DECODE_LAUNCHES`: FlashAttention-2's split-KV combine
@@ -155,8 +162,13 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
         return eff, where
     # another kernel reaches half of this device's bandwidth in as many bytes as the reference's kernel reaches half
     # of its own (TRANSFER_RULE): the half-bandwidth bytes as fitted, not scaled as the same kernel's on wider memory
-    eff = eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * ref.bandwidth / hw.bandwidth})
-    where = where.noted(f" (its bandwidth ramp kept in bytes: {mine.replace('_', ' ')}, not {theirs.replace('_', ' ')})")
+    # and its work unit takes as long as the SM's share of the memory bandwidth takes over the reference's, not as
+    # its clock does (TRANSFER_RULE)
+    per_clock, _ = _ratios(ref, hw)
+    eff = eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * ref.bandwidth / hw.bandwidth,
+                                 "unit_sm_s": eff.unit_sm_s / per_clock * _sm_share(ref) / _sm_share(hw)})
+    where = where.noted(f" (its bandwidth ramp kept in bytes and its work unit's time at each SM's share of the "
+                        f"bandwidth: {mine.replace('_', ' ')}, not {theirs.replace('_', ' ')})")
     if DECODE_KERNELS[mine] == eff.split_kv:
         return eff, where
     update = {"split_kv": DECODE_KERNELS[mine]}

@@ -260,22 +260,38 @@ def test_decode_attention_carried_to_another_kernel_splits_as_that_kernel_does()
 
 def test_a_decode_kernel_carried_to_another_kernel_keeps_its_ramp_in_bytes():
     """Each GPU's decode kernel reaches half its bandwidth in about as many bytes as the others' (the three fits:
-    within 1.5x of each other on bandwidths 3.9x apart), so a decode fit carried to a device that runs another kernel
-    keeps its half-bandwidth bytes as fitted; carried to a device running the same kernel (the H200 from the H100:
-    the same SMs with wider memory) they scale with the bandwidth, as the other matrix classes' do everywhere."""
+    within 1.5x of each other on bandwidths 3.9x apart), and spends on a work unit about what its SM's share of the
+    bandwidth takes to stream 64 KiB, so a decode fit carried to a device that runs another kernel keeps its
+    half-bandwidth bytes as fitted and scales its unit time by the SMs' bandwidth shares; carried to a device running
+    the same kernel (the H200 from the H100: the same SMs with wider memory) the bytes scale with the bandwidth, as
+    the other matrix classes' do everywhere, and the unit time with the clock."""
     from costmodel.origin import resolve
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
     half = {p.id: p.efficiency.classes["decode_attention"].bandwidth_half_bytes for p in (a100, h100, b200)}
     assert max(half.values()) / min(half.values()) < 1.5 and b200.bandwidth / a100.bandwidth > 3.9
+    streamed = [p.efficiency.classes["decode_attention"].unit_sm_s * p.bandwidth / p.architecture.compute_units.value
+                for p in (a100, h100, b200)]
+    assert all(0.9 < b / 65536 < 1.4 for b in streamed), streamed
     for dst, src in ((a100, h100), (h100, b200), (b200, h100), (h100, a100)):
         got = resolve(dst.model_copy(update={"efficiency": None}), "graph", reference=src)
         assert got.classes["decode_attention"].bandwidth_half_bytes == pytest.approx(half[src.id]), (dst.id, src.id)
         assert "ramp kept in bytes" in str(got.origin["decode_attention"])
+        # its work unit at each SM's share of the datasheet bandwidth, not at the clock
+        share = lambda p: p.bandwidth / p.architecture.compute_units.value  # noqa: E731
+        unit = src.efficiency.classes["decode_attention"].unit_sm_s * share(src) / share(dst)
+        assert got.classes["decode_attention"].unit_sm_s == pytest.approx(unit), (dst.id, src.id)
         gemm = src.efficiency.classes["gemm"].bandwidth_half_bytes
         assert got.classes["gemm"].bandwidth_half_bytes == pytest.approx(gemm * dst.bandwidth / src.bandwidth)
+    # by hand: the B200's 148 SMs share 8 TB/s, the H100's 132 share 3.35 TB/s
+    b200_from_h100 = resolve(b200.model_copy(update={"efficiency": None}), "graph", reference=h100)
+    assert b200_from_h100.classes["decode_attention"].unit_sm_s == pytest.approx(
+        h100.efficiency.classes["decode_attention"].unit_sm_s * (3.35e12 / 132) / (8.0e12 / 148))
     h200 = resolve(load_profile("h200"), "graph")
     assert h200.classes["decode_attention"].bandwidth_half_bytes == pytest.approx(half["h100_sxm"] * 4.8 / 3.35)
+    # the same kernel and clock: the unit's time as the H100's, though the H200's SMs share more bandwidth
+    unit = h100.efficiency.classes["decode_attention"].unit_sm_s
+    assert h200.classes["decode_attention"].unit_sm_s == pytest.approx(unit)
     assert "ramp" not in str(h200.origin["decode_attention"])
 
 
