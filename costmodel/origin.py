@@ -161,9 +161,9 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     if mine is None or theirs is None or mine == theirs:
         return eff, where
     # another kernel reaches half of this device's bandwidth in as many bytes as the reference's kernel reaches half
-    # of its own (TRANSFER_RULE): the half-bandwidth bytes as fitted, not scaled as the same kernel's on wider memory
-    # and its work unit takes as long as the SM's share of the memory bandwidth takes over the reference's, not as
-    # its clock does (TRANSFER_RULE)
+    # of its own, and spends on a work unit what this device's SM share of the bandwidth takes where the reference's
+    # spent what its own took (TRANSFER_RULE): the half-bandwidth bytes as fitted, not scaled as the same kernel's on
+    # wider memory, and the unit time by the SMs' bandwidth shares, not by the clocks
     per_clock, _ = _ratios(ref, hw)
     eff = eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * ref.bandwidth / hw.bandwidth,
                                  "unit_sm_s": eff.unit_sm_s / per_clock * _sm_share(ref) / _sm_share(hw)})

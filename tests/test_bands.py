@@ -258,7 +258,7 @@ def test_decode_attention_carried_to_another_kernel_splits_as_that_kernel_does()
     assert pro.classes["decode_attention"].split_kv == "grouped" and not pro.origin["decode_attention"].notes
 
 
-def test_a_decode_kernel_carried_to_another_kernel_keeps_its_ramp_in_bytes():
+def test_a_decode_fit_carried_to_another_kernel_keeps_its_ramp_in_bytes_and_times_units_by_bandwidth_share():
     """Each GPU's decode kernel reaches half its bandwidth in about as many bytes as the others' (the three fits:
     within 1.5x of each other on bandwidths 3.9x apart), and spends on a work unit about what its SM's share of the
     bandwidth takes to stream 64 KiB, so a decode fit carried to a device that runs another kernel keeps its
@@ -270,15 +270,14 @@ def test_a_decode_kernel_carried_to_another_kernel_keeps_its_ramp_in_bytes():
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
     half = {p.id: p.efficiency.classes["decode_attention"].bandwidth_half_bytes for p in (a100, h100, b200)}
     assert max(half.values()) / min(half.values()) < 1.5 and b200.bandwidth / a100.bandwidth > 3.9
-    streamed = [p.efficiency.classes["decode_attention"].unit_sm_s * p.bandwidth / p.architecture.compute_units.value
-                for p in (a100, h100, b200)]
+    share = lambda p: p.bandwidth / p.architecture.compute_units.value  # noqa: E731
+    streamed = [p.efficiency.classes["decode_attention"].unit_sm_s * share(p) for p in (a100, h100, b200)]
     assert all(0.9 < b / 65536 < 1.4 for b in streamed), streamed
     for dst, src in ((a100, h100), (h100, b200), (b200, h100), (h100, a100)):
         got = resolve(dst.model_copy(update={"efficiency": None}), "graph", reference=src)
         assert got.classes["decode_attention"].bandwidth_half_bytes == pytest.approx(half[src.id]), (dst.id, src.id)
         assert "ramp kept in bytes" in str(got.origin["decode_attention"])
         # its work unit at each SM's share of the datasheet bandwidth, not at the clock
-        share = lambda p: p.bandwidth / p.architecture.compute_units.value  # noqa: E731
         unit = src.efficiency.classes["decode_attention"].unit_sm_s * share(src) / share(dst)
         assert got.classes["decode_attention"].unit_sm_s == pytest.approx(unit), (dst.id, src.id)
         gemm = src.efficiency.classes["gemm"].bandwidth_half_bytes
