@@ -716,6 +716,14 @@ def _scheduled(eng) -> str:
 def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup,
                  evaluator: str) -> list[str]:
     load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup)[2]
+    admitted = (f"whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap pre-allocation), "
+                "admitting it where the worker can still hand out the prompt and a headroom of "
+                f"{dec.eng.reserved_decode_tokens} tokens beside the headroom of every request it holds; a request "
+                "that finds no decode worker with room waits before its prefill, in TTFT; the running requests grow a "
+                "token a step, and where the next step does not fit the one with the fewest tokens out is retracted "
+                "(its cache freed) and resumes first once it fits"
+                if dec.eng.name in DECODE_RESERVES_FIRST else
+                "and pages for its whole context (reserved: no preemption)")
     return [
         f"disaggregated: {p.workers} prefill worker(s) of {_groups(p)}{p.tp} x {pre.pr.hw.id} and {d.workers} decode "
         f"worker(s) of {_groups(d)}{d.tp} x {dec.pr.hw.id}, each group an engine {pre.eng.name} {pre.eng.version} "
@@ -727,18 +735,9 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         f"{transfer.bytes_per_device / 1e6:.1f} MB the most one device sends or receives, over {transfer.link} at "
         f"{transfer.link_bytes_per_s / 1e9:.0f} GB/s one way: {transfer.time_s * 1e3:.2f} ms; every device moves "
         "its own shard at once, and the transfer holds neither pool",
-        (f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
-         f"{dec.eng.max_num_seqs}) whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap "
-         "pre-allocation), admitting it where the worker can still hand out the prompt and a headroom of "
-         f"{dec.eng.reserved_decode_tokens} tokens beside the headroom of every request it holds; a "
-         "request that finds no decode worker with room waits before its prefill, in TTFT; the running requests grow "
-         "a token a step, and where the next step does not fit the one with the fewest tokens out is retracted (its "
-         "cache freed) and resumes first once it fits; the request goes to the decode worker with the fewest "
-         "requests; its first token came from the prefill worker"
-         if dec.eng.name in DECODE_RESERVES_FIRST else
-         f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
-         f"{dec.eng.max_num_seqs}) and pages for its whole context (reserved: no preemption); the request goes to "
-         "the decode worker with the fewest requests; its first token came from the prefill worker"),
+        f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
+        f"{dec.eng.max_num_seqs}) {admitted}; the request goes to the decode worker with the fewest requests; its "
+        "first token came from the prefill worker",
         load,
         *dec.pr_lines,
         f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms){pre.host_line()}; per request: the "

@@ -185,10 +185,9 @@ class Setup:
                                              "mixture of experts", "pipeline parallel"))]
         self.pr_lines += kernels_line(pr, eng)
         o = overheads if overheads is not None else OVERHEADS[eng.name]
-        self.iteration_s, self.request_s = float(o["iteration_s"]), float(o["request_s"])
-        self.front_end_how = "as given"
-        if overheads is None:
-            self.request_s, self.front_end_how = front_end(eng.name, frontend)
+        self.iteration_s = float(o["iteration_s"])
+        self.request_s, self.front_end_how = (front_end(eng.name, frontend) if overheads is None
+                                              else (float(o["request_s"]), "as given"))
         self.layer_s, self.layer_seq_s = float(o.get("layer_s", 0.0)), float(o.get("layer_seq_s", 0.0))
         self.layers = m.layers / pr.pp  # a pipeline stage's process runs its own layers
 
