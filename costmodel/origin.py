@@ -25,7 +25,8 @@ TRANSFER_RULE = (
     "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
     "fixed costs per call are kept, and so is when the decode kernel splits a context (a device whose engine runs "
     "another decode kernel splits as that kernel does, FlashAttention-2's combine and query-packing kernels at the "
-    "reference's fixed cost of a small kernel; one whose prompt kernel runs the online softmax between its matrix "
+    "reference's fixed cost of a small kernel, and a context it does not split streamed by one SM at most at that "
+    "SM's share of the datasheet bandwidth where the reference's kernel never left one unsplit; one whose prompt kernel runs the online softmax between its matrix "
     "products, where the reference's hides it, pays the softmax's instructions at its own FP32 and special-function "
     "units); the half-bandwidth bytes "
     "scale with the datasheet bandwidth (the same kernel on the same SMs: bytes in flight = bandwidth x latency), "
@@ -151,7 +152,9 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     bandwidth ramp in the reference's bytes, its work unit's SM time scaled by the SMs' shares of the bandwidth
     (:data:`TRANSFER_RULE`) and the context split of this device's kernel
     (:data:`costmodel.hardware.DECODE_KERNELS`). A split the reference's fit
-    never saw keeps the reference's parameters and runs without their grouped-kernel costs; a kernel that launches
+    never saw keeps the reference's parameters and runs without their grouped-kernel costs, except that a context
+    this device's kernel leaves unsplit, which the reference's kernel never did (its fit has no streaming rate of one
+    SM), is streamed by its one SM at most at that SM's share of the datasheet bandwidth; a kernel that launches
     kernels of its own beside them (:data:`costmodel.hardware.DECODE_LAUNCHES`: FlashAttention-2's split-KV combine
     and query packing) has each priced at the reference's fixed cost of a small kernel under ``timing`` (its GEMM
     class's, the one fitted cost of a kernel that does little), in place of the reference's own combine cost."""
@@ -173,6 +176,12 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
         return eff, where
     update = {"split_kv": DECODE_KERNELS[mine]}
     where = where.noted(f" (contexts split as {mine.replace('_', ' ')} splits them, not {theirs.replace('_', ' ')})")
+    if update["split_kv"] == "grouped" and not eff.unsplit_sm_bandwidth:
+        # a work unit whose context is not split is streamed by one SM, which draws no more than its share of the
+        # memory; a reference whose kernel always splits has no fitted rate for it
+        update["unsplit_sm_bandwidth"] = _sm_share(hw)
+        where = where.noted(f"; an unsplit context streamed by one SM at its share of the bandwidth "
+                            f"({_sm_share(hw) / 1e9:.1f} GB/s)")
     if gemm is None and ref.efficiency is not None:
         gemm = ref.efficiency.classes.get("gemm")
     fixed = gemm.fixed_s if gemm is not None else {}

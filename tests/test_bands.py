@@ -333,6 +333,43 @@ def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_ker
     assert back.split_s == a100.efficiency.classes["decode_attention"].split_s
 
 
+def test_an_unsplit_context_carried_from_a_kernel_that_always_splits_streams_at_one_sms_share():
+    """FlashAttention-2 leaves a group of one query head unsplit: one SM walks each (sequence, head)'s whole context.
+    The H100's FlashAttention-3 always splits, so its fit has no streaming rate of one SM; carried to the A100, that
+    SM draws its share of the datasheet bandwidth, 2,039 GB/s over 108 SMs = 18.9 GB/s, where the A100's own fit
+    (from its own tables, which this rule never saw) found 22.0 GB/s. A decode of one sequence of 8 heads over 65,536
+    positions then takes at least 8 heads' bytes on 8 SMs at that rate, not the whole GPU's bandwidth; a device whose
+    fit has a rate keeps it, and a kernel that always splits gets none."""
+    from costmodel.mechanisms import DEFAULT_KERNELS, class_times
+    from costmodel.origin import resolve
+
+    a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
+    assert a100.bandwidth == pytest.approx(2.039e12) and a100.architecture.compute_units.value == 108
+    share = 2.039e12 / 108
+    for src in (h100, b200):
+        got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=src)
+        eff = got.classes["decode_attention"]
+        assert src.efficiency.classes["decode_attention"].unsplit_sm_bandwidth == 0.0
+        assert eff.unsplit_sm_bandwidth == pytest.approx(share), src.id
+        assert "18.9 GB/s" in str(got.origin["decode_attention"])
+    own = a100.efficiency.classes["decode_attention"].unsplit_sm_bandwidth
+    assert abs(share / own - 1) < 0.2  # 0.86: derived without the A100's tables, within a fifth of its own fit
+    # one sequence, 8 query and 8 key/value heads of 128, 65,536 positions of bf16 keys and values: 8 SMs stream
+    nbytes = 8 * 65536 * 128 * 2 * 2
+    kw = dict(peak=a100.peak("bf16"), bandwidth=a100.bandwidth, sms=108, timing="graph", flops=4.0 * 8 * 65536 * 128,
+              nbytes=nbytes, shape={"b": 1, "g": 8, "h": 8, "positions": 65536}, kernels=DEFAULT_KERNELS)
+    carried_eff = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100).classes[
+        "decode_attention"]
+    t = class_times("decode_attention", carried_eff, **kw)
+    assert float(t.memory) == pytest.approx(nbytes / 8 / share)  # 1.78 ms: each SM its own head's 33.5 MB
+    loose = class_times("decode_attention", carried_eff.model_copy(update={"unsplit_sm_bandwidth": 0.0}), **kw)
+    assert float(loose.memory) < float(t.memory) / 10  # the whole GPU's bandwidth would stream it 13x faster
+    # the same kernel carried (the L40S from the A100) keeps the fitted rate, clock-scaled; FlashAttention-3 gets none
+    assert resolve(load_profile("l40s"), "graph").classes["decode_attention"].unsplit_sm_bandwidth != share
+    back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["decode_attention"]
+    assert back.split_kv == "always"
+
+
 def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units():
     """FlashAttention-2 runs its online softmax between its matrix products: carried from the H100 (whose
     warp-specialized kernel hides it), the A100's score costs 5.5 FP32 instructions at its 64 FP32 lanes per SM
