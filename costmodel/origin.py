@@ -24,8 +24,8 @@ ATTENTION_CLASSES: tuple[str, ...] = ("decode_attention", "prefill_attention")
 TRANSFER_RULE = (
     "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
     "fixed costs per call are kept, and so is when the decode kernel splits a context (a device whose engine runs "
-    "another decode kernel splits as that kernel does, FlashAttention-2's combine and query-packing kernels at the "
-    "reference's fixed cost of a small kernel, and a context it does not split streamed by one SM at most at that "
+    "another decode kernel splits as that kernel does, FlashAttention-2's combine kernel and the copies packing its "
+    "query in and its output out at the reference's fixed cost of a small kernel each, and a context it does not split streamed by one SM at most at that "
     "SM's share of the datasheet bandwidth where the reference's kernel never left one unsplit; one whose prompt kernel runs the online softmax between its matrix "
     "products, where the reference's hides it, pays the softmax's instructions at its own FP32 and special-function "
     "units); the half-bandwidth bytes "
@@ -189,8 +189,8 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     if mine in DECODE_LAUNCHES and launch is not None:
         n = DECODE_LAUNCHES[mine]
         update |= {"split_s": n["combine"] * launch, "group_copy_s": n["pack"] * launch}
-        where = where.noted(f"; its combine and query-packing kernels at {ref.id}'s fixed cost of a small kernel "
-                            f"({launch * 1e6:.2f} µs, its GEMM class)")
+        where = where.noted(f"; its combine kernel and its query's copies in and out at {ref.id}'s fixed cost of a "
+                            f"small kernel each ({launch * 1e6:.2f} µs, its GEMM class)")
     return eff.model_copy(update=update), where
 
 

@@ -313,9 +313,11 @@ def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
 
 def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_kernel():
     """The A100 priced from the H100 (FlashAttention-3 there, FlashAttention-2 here): FlashAttention-2's split
-    combine and query-packing copy are one kernel each (costmodel.hardware.DECODE_LAUNCHES), each at the H100's fixed
-    cost of a small kernel in a CUDA graph (its GEMM class's), not the H100's own combine cost; the A100's own fit is
-    untouched, and a kernel with no launches counted (FlashAttention-3 carried from the A100) keeps the reference's."""
+    combine is one kernel and its grouped query two copies, packed in and unpacked out (costmodel.hardware.
+    DECODE_LAUNCHES, from vLLM's flash_api.cpp: the query's transpose-reshape, then the temporary output copied back
+    into the caller's), each at the H100's fixed cost of a small kernel in a CUDA graph (its GEMM class's), not the
+    H100's own combine cost; the A100's own fit is untouched (its 5.74 µs of copies: 2.6 of its own 2.21 µs graph
+    launches), and a kernel with no launches counted (FlashAttention-3 carried from the A100) keeps the reference's."""
     from costmodel.origin import carried, resolve
 
     a100, h100 = load_profile("a100"), load_profile("h100")
@@ -323,9 +325,10 @@ def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_ker
     got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
     eff = got.classes["decode_attention"]
     assert eff.split_kv == "grouped"
-    assert (eff.split_s, eff.group_copy_s) == (launch, launch)
+    assert (eff.split_s, eff.group_copy_s) == (launch, 2 * launch)
     assert eff.split_s != h100.efficiency.classes["decode_attention"].split_s
     assert f"{launch * 1e6:.2f} µs" in str(got.origin["decode_attention"])
+    assert "copies in and out" in str(got.origin["decode_attention"])
     assert carried(h100.efficiency.classes["decode_attention"], h100, a100, "decode_attention") == eff
     own = resolve(a100, "graph").classes["decode_attention"]
     assert (own.split_s, own.group_copy_s) == (7.129e-06, 5.741e-06)  # the A100's fit, as its profile states it
