@@ -25,10 +25,11 @@ TRANSFER_RULE = (
     "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
     "fixed costs per call are kept, and so is when the decode kernel splits a context (a device whose engine runs "
     "another decode kernel splits as that kernel does, FlashAttention-2's combine kernel and the copies packing its "
-    "query in and its output out at the reference's fixed cost of a small kernel each, and a context it does not split streamed by one SM at most at that "
-    "SM's share of the datasheet bandwidth where the reference's kernel never left one unsplit; one whose prompt kernel runs the online softmax between its matrix "
-    "products, where the reference's hides it, pays the softmax's instructions at its own FP32 and special-function "
-    "units); the half-bandwidth bytes "
+    "query in and its output out at the reference's fixed cost of a small kernel each, and a context it does not "
+    "split streamed by one SM at most at that SM's share of the datasheet bandwidth where the reference's kernel "
+    "never left one unsplit; one whose prompt kernel runs the online softmax between its matrix products, where the "
+    "reference's hides it, pays the softmax's instructions at its own FP32 and special-function units); the "
+    "half-bandwidth bytes "
     "scale with the datasheet bandwidth (the same kernel on the same SMs: bytes in flight = bandwidth x latency), "
     "except a decode kernel carried to a device that runs another, whose ramp is kept in bytes and whose work unit's "
     "SM time follows the SM's share of the memory bandwidth instead of the clock (each generation's decode kernel "
@@ -156,8 +157,9 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     this device's kernel leaves unsplit, which the reference's kernel never did (its fit has no streaming rate of one
     SM), is streamed by its one SM at most at that SM's share of the datasheet bandwidth; a kernel that launches
     kernels of its own beside them (:data:`costmodel.hardware.DECODE_LAUNCHES`: FlashAttention-2's split-KV combine
-    and query packing) has each priced at the reference's fixed cost of a small kernel under ``timing`` (its GEMM
-    class's, the one fitted cost of a kernel that does little), in place of the reference's own combine cost."""
+    and its query's copies in and out) has each priced at the reference's fixed cost of a small kernel under
+    ``timing`` (its GEMM class's, the one fitted cost of a kernel that does little), in place of the reference's own
+    combine cost."""
     from costmodel.hardware import DECODE_KERNELS, DECODE_LAUNCHES
 
     mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
