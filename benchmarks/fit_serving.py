@@ -93,7 +93,8 @@ def score(rows, preds, j, delays):
 
 
 def _ms(delays: dict) -> str:
-    return ", ".join(f"front end {front} {v * 1e3:.1f} ms{' (the search bound)' if v in (DELAY_GRID[0], DELAY_GRID[-1]) else ''}"
+    bounds = (DELAY_GRID[0], DELAY_GRID[-1])
+    return ", ".join(f"front end {front} {v * 1e3:.1f} ms{' (the search bound)' if v in bounds else ''}"
                      for front, v in delays.items())
 
 

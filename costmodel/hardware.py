@@ -198,7 +198,7 @@ DECODE_KERNELS = {"flash_attention_2": "grouped", "flash_attention_3": "always",
 DecodeKernel = Literal["flash_attention_2", "flash_attention_3", "flashinfer"]
 #: Kernels a decode attention call launches beside its own, where a device whose fit never saw that kernel needs
 #: them counted (:func:`costmodel.origin.carried`): ``combine``, the kernel that combines a split
-#: context's partial results; ``pack``, the copies that pack a grouped query's heads and unpack its output.
+#: context's partial results; ``copies``, those that pack a grouped query's heads and unpack its output.
 #: FlashAttention-2 as vLLM builds it (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp ``mha_varlen_fwd``
 #: @04325b6): a decode call with more query than key/value heads swaps the group's heads into the query rows,
 #: ``q.reshape({b, g, h/g, d}).transpose(1, 2).reshape({b * h/g, g, d})``, a copy where the batch and the key/value
@@ -209,7 +209,7 @@ DecodeKernel = Literal["flash_attention_2", "flash_attention_3", "flashinfer"]
 #: grouped call, the A100's refitted decode fit goes from 5.8% to 13.0% median error. Only a swapped call has
 #: ``set_params_splitkv`` split its context, and ``run_mha_fwd_splitkv_dispatch`` launches
 #: ``flash_fwd_splitkv_combine_kernel`` after the split kernel. The other kernels' combine costs are their own fits'.
-DECODE_LAUNCHES = {"flash_attention_2": {"combine": 1, "pack": 2}}
+DECODE_LAUNCHES = {"flash_attention_2": {"combine": 1, "copies": 2}}
 #: How each of those kernels (the same library runs a prompt's attention: FlashAttention's forward, FlashInfer's
 #: prefill) schedules a tile's online softmax against its matrix products. ``synchronous``: each warp computes its
 #: scores, then their exponentials and rescaling, then the next product (FlashAttention-2, Dao 2023, section 3.1).

@@ -181,16 +181,16 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     if update["split_kv"] == "grouped" and not eff.unsplit_sm_bandwidth:
         # a work unit whose context is not split is streamed by one SM, which draws no more than its share of the
         # memory; a reference whose kernel always splits has no fitted rate for it
-        update["unsplit_sm_bandwidth"] = _sm_share(hw)
+        update["unsplit_sm_bandwidth"] = share = _sm_share(hw)
         where = where.noted(f"; an unsplit context streamed by one SM at its share of the bandwidth "
-                            f"({_sm_share(hw) / 1e9:.1f} GB/s)")
+                            f"({share / 1e9:.1f} GB/s)")
     if gemm is None and ref.efficiency is not None:
         gemm = ref.efficiency.classes.get("gemm")
     fixed = gemm.fixed_s if gemm is not None else {}
     launch = fixed.get(timing, fixed.get(NEAREST_TIMING.get(timing, ""), None))
     if mine in DECODE_LAUNCHES and launch is not None:
         n = DECODE_LAUNCHES[mine]
-        update |= {"split_s": n["combine"] * launch, "group_copy_s": n["pack"] * launch}
+        update |= {"split_s": n["combine"] * launch, "group_copy_s": n["copies"] * launch}
         where = where.noted(f"; its combine kernel and its query's copies in and out at {ref.id}'s fixed cost of a "
                             f"small kernel each ({launch * 1e6:.2f} µs, its GEMM class)")
     return eff.model_copy(update=update), where
