@@ -233,8 +233,11 @@ SOFTMAX_WORK = {"flash_attention_2": {"fp32": 5.5, "sfu": 1.0}}
 #: Special-function results per SM per clock on NVIDIA GPUs (exp2, log2, reciprocal, rsqrt, sin, cos): 16 (CUDA C++
 #: Programming Guide, "Arithmetic Instructions", the throughput of native arithmetic instructions per multiprocessor;
 #: the FlashAttention-3 paper's "3.9 TFLOPS of special functions" on the H100 SXM5, Shah et al. 2024 section 3, is 16
-#: per SM per clock over its 132 SMs at 1.83 GHz). A device's FP32 lanes per SM come from its FP32 peak (an FMA is two
-#: FLOPs).
+#: per SM per clock over its 132 SMs at 1.83 GHz); Blackwell Ultra (B300, GB300) doubles it (its profiles say so:
+#: ``architecture.sfu_per_sm_clock``). A device's FP32 lanes per SM come from its FP32 peak (an FMA is two FLOPs),
+#: as the power of two nearest it: a datasheet's FP32 peak is often quoted at another clock than its boost clock (the
+#: B300's 75 TFLOP/s over 148 SMs at 2.032 GHz is 125 lanes), and an SM's lanes are 64 (A100) or 128 (Ampere's GA10x,
+#: Ada, Hopper, Blackwell).
 SFU_PER_SM_CLOCK = 16
 
 
@@ -286,7 +289,15 @@ class Architecture(_Strict):
     generation: str = Field(pattern=r"^[a-z0-9_]+$")
     compute_units: SourcedCount
     clock_hz: SourcedClock | None = None  # not published for every device
+    #: special-function results (exp2, the online softmax's exponential) per SM per clock; None: NVIDIA's
+    #: :data:`SFU_PER_SM_CLOCK`
+    sfu_per_sm_clock: SourcedCount | None = None
     kernels: KernelFacts = KernelFacts()
+
+    @property
+    def sfu_rate(self) -> int:
+        """Special-function results per SM per clock."""
+        return int(self.sfu_per_sm_clock.value) if self.sfu_per_sm_clock is not None else SFU_PER_SM_CLOCK
 
 
 class ClassEfficiency(_Strict):
@@ -514,6 +525,8 @@ class HardwareProfile(_Strict):
             yield "architecture.compute_units", self.architecture.compute_units
             if self.architecture.clock_hz is not None:
                 yield "architecture.clock_hz", self.architecture.clock_hz
+            if self.architecture.sfu_per_sm_clock is not None:
+                yield "architecture.sfu_per_sm_clock", self.architecture.sfu_per_sm_clock
         for name in ("memory_bandwidth_bytes_per_s", "memory_capacity_bytes", "device_memory_bytes",
                      "on_chip_memory_bytes", "launch_overhead_s", "interconnect_bytes_per_s", "interconnect_latency_s",
                      "scale_up_devices", "scale_out_bytes_per_s", "scale_out_latency_s", "matrix_tile"):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from costmodel.mechanisms import (CLASSES, FALLBACK, LOW_PRECISION_GEMM, MECHANISMS, MOE_GEMM, TIMINGS, VECTOR_CLASSES,
                                   WEIGHT_MATH)
 
@@ -28,8 +30,9 @@ TRANSFER_RULE = (
     "query in and its output out at the reference's fixed cost of a small kernel each, and a context it does not "
     "split streamed by one SM at most at that SM's share of the datasheet bandwidth where the reference's kernel "
     "never left one unsplit; one whose prompt kernel runs the online softmax between its matrix products, where the "
-    "reference's hides it, pays the softmax's instructions at its own FP32 and special-function units); the "
-    "half-bandwidth bytes "
+    "reference's hides it, pays the softmax's instructions at its own FP32 and special-function units, and one "
+    "whose kernel is of the reference's kind pays the reference's cost of a score in proportion to the time those "
+    "instructions take on each device's units); the half-bandwidth bytes "
     "scale with the datasheet bandwidth (the same kernel on the same SMs: bytes in flight = bandwidth x latency), "
     "except a decode kernel carried to a device that runs another, whose ramp is kept in bytes and whose work unit's "
     "SM time follows the SM's share of the memory bandwidth instead of the clock (each generation's decode kernel "
@@ -196,25 +199,48 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     return eff.model_copy(update=update), where
 
 
-def _own_softmax(eff, where, hw, ref):
-    """Prefill attention carried to a device whose kernel runs its online softmax between its matrix products
-    (``synchronous``: :data:`costmodel.hardware.ATTENTION_KERNEL_KINDS`) from one whose kernel hides it under them: a
-    score costs the softmax's own instructions (:data:`costmodel.hardware.SOFTMAX_WORK`) at the device's FP32 lanes
-    and special-function units per SM, not the reference's unhidden remainder."""
-    from costmodel.hardware import SFU_PER_SM_CLOCK, SOFTMAX_WORK
+def _softmax_cycles(p, clock: float | None = None) -> float | None:
+    """SM cycles of the online softmax's instructions per attention score on ``p``
+    (:data:`costmodel.hardware.SOFTMAX_WORK`) at its FP32 lanes and special-function units per SM (``clock``: the
+    clock its FP32 lanes are read at where ``p`` states none); None where its FP32 peak or clock is unknown."""
+    from costmodel.hardware import SOFTMAX_WORK
 
-    arch = hw.architecture
-    mine, theirs = arch.kernels.decode_kernel, attention_kind(ref)
-    if (mine not in SOFTMAX_WORK or theirs is None or theirs == attention_kind(hw) or arch.clock_hz is None
-            or "fp32" not in hw.peak_flops_per_s):
+    arch = p.architecture
+    clock = arch.clock_hz.value if arch.clock_hz is not None else clock
+    if clock is None or "fp32" not in p.peak_flops_per_s:
+        return None
+    lanes = p.peak_flops_per_s["fp32"].value / (2 * arch.compute_units.value * clock)  # FP32 FMAs per SM per clock
+    lanes = 2.0 ** round(np.log2(lanes))  # 64 or 128: a datasheet's FP32 peak is not always at the boost clock
+    work = SOFTMAX_WORK["flash_attention_2"]
+    return work["fp32"] / lanes + work["sfu"] / arch.sfu_rate
+
+
+def _own_softmax(eff, where, hw, ref):
+    """Prefill attention carried as ``hw``'s own kernel runs its online softmax. A kernel that runs it between its
+    matrix products (``synchronous``: :data:`costmodel.hardware.ATTENTION_KERNEL_KINDS`), carried from one whose kernel
+    hides it under them, pays the softmax's own instructions (:data:`costmodel.hardware.SOFTMAX_WORK`) at the
+    device's FP32 lanes and special-function units per SM, not the reference's unhidden remainder. Carried between
+    kernels of the same kind, the reference's cost of a score (the instructions, or the part of them its matrix
+    products do not hide) scales with the time those instructions take on each device's units (64 or 128 FP32 lanes
+    per SM, 16 or 32 special-function results per SM per clock), so that a device with twice the special-function
+    units (Blackwell Ultra) spends less on each exponential, and one with twice the FP32 lanes on the rest."""
+    arch, ref_clock = hw.architecture, ref.architecture.clock_hz
+    mine, theirs = attention_kind(hw), attention_kind(ref)
+    own = _softmax_cycles(hw, ref_clock.value if ref_clock is not None else None)
+    if own is None or mine is None or theirs is None or arch.clock_hz is None and ref_clock is None:
         return eff, where
-    sms, clock = arch.compute_units.value, arch.clock_hz.value
-    lanes = hw.peak_flops_per_s["fp32"].value / (2 * sms * clock)  # FP32 FMAs per SM per clock
-    work = SOFTMAX_WORK[mine]
-    cycles = work["fp32"] / lanes + work["sfu"] / SFU_PER_SM_CLOCK  # SM cycles per score
-    return (eff.model_copy(update={"score_s": cycles / (sms * clock)}),
-            where.noted(f"; a score's softmax at {hw.id}'s own units ({cycles:.3f} SM cycles: "
-                        f"{mine.replace('_', ' ')} runs it between its matrix products)"))
+    sms, clock = arch.compute_units.value, (arch.clock_hz or ref_clock).value
+    if mine == "synchronous" and theirs != mine:
+        return (eff.model_copy(update={"score_s": own / (sms * clock)}),
+                where.noted(f"; a score's softmax at {hw.id}'s own units ({own:.3f} SM cycles: "
+                            f"{arch.kernels.decode_kernel.replace('_', ' ')} runs it between its matrix products)"))
+    theirs_cycles = _softmax_cycles(ref, clock)
+    if mine != theirs or theirs_cycles is None or abs(own / theirs_cycles - 1) < 1e-9:
+        return eff, where
+    ratio = own / theirs_cycles
+    return (eff.model_copy(update={"score_s": eff.score_s * ratio}),
+            where.noted(f"; a score's softmax {ratio:.2f}x the SM cycles of {ref.id}'s ({own:.3f} against "
+                        f"{theirs_cycles:.3f} at each device's FP32 lanes and special-function units)"))
 
 
 #: A class fitted without a timing convention's fixed cost takes the nearest convention's.

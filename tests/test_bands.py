@@ -378,7 +378,7 @@ def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units(
     warp-specialized kernel hides it), the A100's score costs 5.5 FP32 instructions at its 64 FP32 lanes per SM
     (19.5 TFLOP/s over 108 SMs at 1.41 GHz, two FLOPs an FMA) and one exponential at 16 per SM per clock, 0.148 SM
     cycles; the A100's own fit, from its tables alone, found 0.162: the count lands within 10% of the measurement.
-    A device whose kernel hides it, or shares the reference's kind, keeps the reference's."""
+    A device whose kernel hides it keeps the reference's."""
     from costmodel.origin import carried, resolve, transfer
 
     a100, h100 = load_profile("a100"), load_profile("h100")
@@ -396,5 +396,41 @@ def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units(
     assert "softmax" not in str(resolve(h100.model_copy(update={"efficiency": None}), "graph",
                                         reference=a100).origin["prefill_attention"])
     assert back.score_s == transfer(a100.efficiency.classes["prefill_attention"], a100, h100).score_s
-    pro = resolve(load_profile("rtx_pro_6000_server"), "graph")
-    assert "softmax" not in str(pro.origin["prefill_attention"])
+
+
+def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_devices_units():
+    """Carried between devices whose kernels are of one kind, a score's fitted cost scales with the SM cycles of the
+    softmax's instructions on each device's units: 5.5 FP32 instructions at its FP32 lanes per SM and one
+    exponential at its special-function units. The B300 (Blackwell Ultra: 32 special-function results per SM per
+    clock, twice the B200's 16) from the B200: 5.5 / 128 + 1 / 32 = 0.0742 against 5.5 / 128 + 1 / 16 = 0.1055 SM
+    cycles, 0.70x; the RTX PRO 6000 (128 FP32 lanes) from the A100 (64): 0.1055 against 0.1484, 0.71x. The B300's
+    datasheet FP32 peak (75 TFLOP/s over 148 SMs at 2.032 GHz: 124.7 FMAs per SM per clock) counts as 128 lanes.
+    Devices with the reference's units (the H200 from the H100) keep its cost; without its special-function fact the
+    B300 prices a score as the B200 does."""
+    from costmodel.origin import _softmax_cycles, resolve, transfer
+
+    b200, b300, h100 = load_profile("b200"), load_profile("b300"), load_profile("h100")
+    assert 75e12 / (2 * 148 * 2.032e9) == pytest.approx(124.7, abs=0.05)
+    assert _softmax_cycles(b300) == 5.5 / 128 + 1 / 32 and _softmax_cycles(b200) == 5.5 / 128 + 1 / 16
+    ratio = (5.5 / 128 + 1 / 32) / (5.5 / 128 + 1 / 16)
+    assert ratio == pytest.approx(0.7037, abs=1e-4)
+    plain = transfer(b200.efficiency.classes["prefill_attention"], b200, b300).score_s
+    got = resolve(b300, "graph")
+    assert got.classes["prefill_attention"].score_s == pytest.approx(plain * ratio, rel=1e-12)
+    assert "0.70x the SM cycles of b200's" in str(got.origin["prefill_attention"])
+    # the fact switched off: the B200's cost per score, clock-scaled, and no note
+    bare = b300.model_copy(update={"architecture": b300.architecture.model_copy(update={"sfu_per_sm_clock": None})})
+    off = resolve(bare, "graph")
+    assert off.classes["prefill_attention"].score_s == pytest.approx(plain, rel=1e-12)
+    assert "softmax" not in str(off.origin["prefill_attention"])
+    # twice the FP32 lanes: the RTX PRO 6000 from the A100
+    a100, pro = load_profile("a100"), load_profile("rtx_pro_6000_server")
+    lanes = (5.5 / 128 + 1 / 16) / (5.5 / 64 + 1 / 16)
+    assert lanes == pytest.approx(0.7105, abs=1e-4)
+    assert resolve(pro, "graph").classes["prefill_attention"].score_s == pytest.approx(
+        transfer(a100.efficiency.classes["prefill_attention"], a100, pro).score_s * lanes, rel=1e-12)
+    # the same units: the H200 from the H100 keeps the carried cost
+    h200 = resolve(load_profile("h200"), "graph")
+    assert h200.classes["prefill_attention"].score_s == transfer(
+        h100.efficiency.classes["prefill_attention"], h100, load_profile("h200")).score_s
+    assert "softmax" not in str(h200.origin["prefill_attention"])
