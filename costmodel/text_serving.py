@@ -144,6 +144,7 @@ def plan_table(plan) -> str:
             reasons: dict[str, int] = {}
             for s in skipped:
                 reasons[s.reason] = reasons.get(s.reason, 0) + 1
-            lines.append(f"{len(skipped)} layouts left out: " + "; ".join(f"{n} x {r}" for r, n in reasons.items()))
+            lines.append(f"{len(skipped)} layouts left out: " + "; ".join(
+                f"{r} ({n} layout{'s' if n > 1 else ''})" for r, n in reasons.items()))
     lines += ["", "Assumptions:", *[f"  - {a}" for a in plan.assumptions]]
     return "\n".join(lines)
