@@ -211,6 +211,9 @@ def _softmax_cycles(p, clock: float | None = None) -> float | None:
         return None
     lanes = p.peak_flops_per_s["fp32"].value / (2 * arch.compute_units.value * clock)  # FP32 FMAs per SM per clock
     lanes = 2.0 ** round(np.log2(lanes))  # 64 or 128: a datasheet's FP32 peak is not always at the boost clock
+    # FlashAttention-2's count stands for the online softmax of every kernel: FlashAttention-3 and FlashInfer run the
+    # same instructions a score, their output's rescale over wider key tiles (4.5-5.5 FP32 instructions in all, which
+    # moves a ratio of two devices' cycles by 0.02)
     work = SOFTMAX_WORK["flash_attention_2"]
     return work["fp32"] / lanes + work["sfu"] / arch.sfu_rate
 
@@ -227,7 +230,7 @@ def _own_softmax(eff, where, hw, ref):
     arch, ref_clock = hw.architecture, ref.architecture.clock_hz
     mine, theirs = attention_kind(hw), attention_kind(ref)
     own = _softmax_cycles(hw, ref_clock.value if ref_clock is not None else None)
-    if own is None or mine is None or theirs is None or arch.clock_hz is None and ref_clock is None:
+    if own is None or mine is None or theirs is None or (arch.clock_hz is None and ref_clock is None):
         return eff, where
     sms, clock = arch.compute_units.value, (arch.clock_hz or ref_clock).value
     if mine == "synchronous" and theirs != mine:
