@@ -6,9 +6,8 @@ datasheet roofline.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-
-import numpy as np
 
 from costmodel.mechanisms import (CLASSES, FALLBACK, LOW_PRECISION_GEMM, MECHANISMS, MOE_GEMM, TIMINGS, VECTOR_CLASSES,
                                   WEIGHT_MATH)
@@ -210,7 +209,7 @@ def _softmax_cycles(p, clock: float | None = None) -> float | None:
     if clock is None or "fp32" not in p.peak_flops_per_s:
         return None
     lanes = p.peak_flops_per_s["fp32"].value / (2 * arch.compute_units.value * clock)  # FP32 FMAs per SM per clock
-    lanes = 2.0 ** round(np.log2(lanes))  # 64 or 128: a datasheet's FP32 peak is not always at the boost clock
+    lanes = 2.0 ** round(math.log2(lanes))  # 64 or 128: a datasheet's FP32 peak is not always at the boost clock
     # FlashAttention-2's count stands for the online softmax of every kernel: FlashAttention-3 and FlashInfer run the
     # same instructions a score, their output's rescale over wider key tiles (4.5-5.5 FP32 instructions in all, which
     # moves a ratio of two devices' cycles by 0.02)
