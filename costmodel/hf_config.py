@@ -103,8 +103,8 @@ def _refuse_unsupported(cfg: dict, path: str) -> None:
 
 def _quantization(q, path: str) -> dict | None:
     """The weight storage of a ``quantization_config``: int4/int8 with group scales, fp8 (per tensor, or
-    block-scaled where it names a ``weight_block_size``), or NVIDIA ModelOpt's NVFP4 (4-bit floats, an FP8 scale
-    per 16 weights)."""
+    block-scaled where it names a ``weight_block_size``), NVIDIA ModelOpt's NVFP4 (4-bit floats, an FP8 scale
+    per 16 weights), or MXFP4 on the routed experts only (gpt-oss's checkpoints)."""
     if not q:
         return None
     if not isinstance(q, dict):
@@ -120,6 +120,10 @@ def _quantization(q, path: str) -> dict | None:
         return {"weight_dtype": "nvfp4", "group_size": group,
                 "method": f"modelopt NVFP4 (an FP8 scale per {group}); every projection read as NVFP4, the "
                           "checkpoint's excluded modules included"}
+    if method == "mxfp4":  # transformers' and vLLM's MXFP4 checkpoints (gpt-oss): the routed experts only
+        return {"weight_dtype": "mxfp4", "group_size": 32, "scope": "experts",
+                "method": "mxfp4 (an 8-bit power-of-two scale per 32) on the routed experts; the other projections "
+                          "in the activation dtype (modules_to_not_convert)"}
     if method == "bitsandbytes":
         if q.get("load_in_4bit"):
             return {"weight_dtype": "int4", "group_size": 64, "method": "bitsandbytes 4-bit (blocks of 64)"}
@@ -131,7 +135,7 @@ def _quantization(q, path: str) -> dict | None:
         return {"weight_dtype": f"int{bits}", "group_size": max(int(group), 0), "method": method}
     raise CostModelError(f"{path}: cannot read quantization_config with quant_method {method or '(none)'!r} "
                          f"and bits {bits!r}; supported: awq and gptq with 4 or 8 bits, fp8, bitsandbytes, "
-                         "modelopt NVFP4")
+                         "modelopt NVFP4, mxfp4")
 
 
 def _moe(cfg: dict, path: str, layers: int, count) -> dict | None:

@@ -75,6 +75,15 @@ def param_groups(m: ModelPreset) -> dict[str, int]:
     return {"projections": int(proj), "embeddings": int(embeddings), "other": int(other)}
 
 
+def routed_expert_params(m: ModelPreset) -> int:
+    """The routed experts' projection weights (a part of :func:`param_groups`' ``projections``): what a checkpoint
+    that quantizes only its experts (gpt-oss's MXFP4) stores in few bits."""
+    if m.moe is None:
+        return 0
+    every = {**moe_dims(m, 1), "u": m.moe.experts}
+    return int(m.moe.layers * sum(p_ for _, p_, _ in _weights(m, compile_block("moe", m.ffn_gated), every)))
+
+
 def param_count(m: ModelPreset) -> int:
     """Every parameter of the model (:func:`param_groups` summed)."""
     return sum(param_groups(m).values())
@@ -134,9 +143,14 @@ def weight_width(dtype: str, group_size: int = 0) -> float:
 
 
 def weight_bytes(dev: ModelPreset, pr) -> int:
-    """Bytes of the weights one device holds: projections in the weight storage, the rest in the activation dtype."""
-    groups = param_groups(dev)
-    return int(groups["projections"] * pr.precision.weight + (groups["embeddings"] + groups["other"]) * pr.precision.act)
+    """Bytes of the weights one device holds: projections in the weight storage (where the checkpoint stores only the
+    routed experts so, the other projections at their own width), the rest in the activation dtype."""
+    groups, precision = param_groups(dev), pr.precision
+    stored = groups["projections"] * precision.weight
+    if precision.dense_weight is not None:
+        routed = routed_expert_params(dev)
+        stored = routed * precision.weight + (groups["projections"] - routed) * precision.dense_weight
+    return int(stored + (groups["embeddings"] + groups["other"]) * precision.act)
 
 
 def kv_bytes(dev: ModelPreset, pr, batch: int, context: int, source: int) -> int:

@@ -96,6 +96,7 @@ class ModelWorkload(Report):
     tp: int
     overlap: str
     attention_dp: int = 1  # groups of tp devices, each with batch sequences of its own (its experts over all)
+    weight_scope: str = "all"  # "experts": only the routed experts' projections in weight_dtype, the rest in dtype
 
 
 class ModelTotals(Report):
@@ -227,11 +228,15 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
             raise CostModelError(f"mla form applies to MLA models; {m.id} has {m.attention_label}")
     quant = m.quantization
     group = 0
-    if weight_dtype is None and quant is not None:
+    if weight_dtype is not None:
+        weight_dtype = choice("weight dtype", weight_dtype, WEIGHT_DTYPES)
+    # the checkpoint's own storage where no other is asked for: its group size, and whether it quantizes only the
+    # routed experts (their GEMMs in its format, every other projection at the activation width)
+    own = quant is not None and weight_dtype in (None, quant.weight_dtype)
+    if own:
         weight_dtype, group = quant.weight_dtype, quant.group_size
     elif weight_dtype is not None:
-        weight_dtype = choice("weight dtype", weight_dtype, WEIGHT_DTYPES)
-        group = DEFAULT_GROUP.get(weight_dtype, 0) if quant is None or quant.weight_dtype != weight_dtype else quant.group_size
+        group = DEFAULT_GROUP.get(weight_dtype, 0)
     weight_dtype = weight_dtype or dtype
     kv_dtype = choice("kv dtype", kv_dtype, DTYPES) if kv_dtype else dtype
     model = time_model(hw, timing, without)
@@ -271,8 +276,11 @@ def pricing(m: ModelPreset, hw: HardwareProfile, *, dtype: str = DEFAULTS["dtype
         # MXFP8 x MXFP4 experts: FP4 math's f8f6f4 MMA at the fp8 rate, in the engine's own kernels (TensorRT-LLM's),
         # priced as dense GEMMs, like weight-only quantized experts; the checkpoint's other layers stay bf16
         expert_dtype, moe = "fp8", "gemm"
+    # a checkpoint that stores only its routed experts so: every other projection at the activation width, its
+    # GEMMs in the activation dtype (Precision.outside_experts)
+    experts_only = own and quant.scope == "experts"
     precision = Precision(dtype_bytes(dtype), weight_width(weight_dtype, group), dtype_bytes(kv_dtype), dtype,
-                          gemm_dtype, kernel, moe, expert_dtype)
+                          gemm_dtype, kernel, moe, expert_dtype, dtype_bytes(dtype) if experts_only else None)
     return Pricing(hw, dtype, weight_dtype, group, kv_dtype, precision, execution, overlap, model, engine,
                    tp, mla_form, expert_parallel, attention_dp, pipeline_parallel,
                    ep_size if 1 < ep_size < tp else 0, moe_kernel, all_reduce)
@@ -385,7 +393,8 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
         workload=ModelWorkload(batch=batch, context=context,
                                source=source if m.architecture == "encoder-decoder" else None, dtype=pr.dtype,
                                weight_dtype=pr.weight_dtype, weight_group_size=pr.group, kv_dtype=pr.kv_dtype,
-                               execution=pr.execution, tp=tp, overlap=pr.overlap, attention_dp=pr.dp),
+                               execution=pr.execution, tp=tp, overlap=pr.overlap, attention_dp=pr.dp,
+                               weight_scope="experts" if pr.precision.dense_weight is not None else "all"),
         decode=phases["decode"], prefill=phases["prefill"],
         total=ModelTotals(tpot_s=tpot, ttft_s=phases["prefill"].time_s, tokens_per_s=batch / tpot),
         memory=ModelMemory(
@@ -455,8 +464,10 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     width = weight_width(weight_dtype, group)
     scale = {"mxfp4": "an 8-bit power-of-two scale", "nvfp4": "an 8-bit (FP8) scale"}.get(
         weight_dtype, "a 16-bit scale and a zero point")
-    stored = f"projection weights in {weight_dtype}" + (
-        f" with {scale} per group of {group} ({width:.3f} bytes each)" if group else "")
+    experts_only = pr.precision.dense_weight is not None
+    stored = ("the routed experts' " if experts_only else "") + f"projection weights in {weight_dtype}" + (
+        f" with {scale} per group of {group} ({width:.3f} bytes each)" if group else "") + (
+        f", the other projections in {dtype} (the checkpoint's)" if experts_only else "")
     math_dtype = (f"GEMMs over {weight_dtype} weights at the {gemm_dtype} peak "
                   f"({'W4A4' if gemm_dtype == 'fp4' else 'W8A8'})" if gemm_dtype else
                   f"math in {dtype}" + (" (weights dequantized in the kernel)" if weight_dtype != dtype else ""))

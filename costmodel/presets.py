@@ -80,6 +80,9 @@ class Quantization(BaseModel):
     weight_dtype: Literal["int4", "int8", "fp8", "fp8_block", "mxfp4", "nvfp4"]
     group_size: int = Field(default=0, ge=0, le=MAX_DIM, description="weights per scale group (0: per channel)")
     method: str = ""
+    scope: Literal["all", "experts"] = Field(
+        default="all", description="the projection weights stored so: all of them, or the routed experts' only "
+                                   "(the other projections at the activation dtype, as gpt-oss's MXFP4 checkpoint)")
 
 
 class ModelPreset(BaseModel):
@@ -134,6 +137,8 @@ class ModelPreset(BaseModel):
                 raise ValueError(f"{name} {count} exceeds layers {self.layers}")
         if (self.mla or self.moe or self.sliding_window) and self.architecture != "decoder":
             raise ValueError("mla, moe and sliding windows are modelled in decoder-only models")
+        if self.quantization is not None and self.quantization.scope == "experts" and self.moe is None:
+            raise ValueError("quantization scope 'experts' needs a mixture of experts (moe); give scope 'all'")
         return self
 
     @property

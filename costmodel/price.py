@@ -251,7 +251,9 @@ class Precision:
     experts' grouped GEMMs where it is not the one :data:`costmodel.mechanisms.MOE_GEMM` pairs with ``gemm_kernel``
     (an engine whose dense layers run another kernel than its experts do); ``expert_dtype``, the math of the experts'
     GEMMs where only they run at low precision (MXFP4 experts with MXFP8 activations: the dense layers' GEMMs stay at
-    ``dtype``), in the class ``moe_kernel``."""
+    ``dtype``), in the class ``moe_kernel``; ``dense_weight``, the width of the projection weights outside the
+    routed experts where a checkpoint stores only the experts in ``weight``'s format (gpt-oss's MXFP4 experts, every
+    other projection in bf16: :meth:`outside_experts`)."""
 
     act: float
     weight: float
@@ -261,11 +263,21 @@ class Precision:
     gemm_kernel: str | None = None
     moe_kernel: str | None = None
     expert_dtype: str | None = None
+    dense_weight: float | None = None
 
     @classmethod
     def of(cls, width, dtype: str = "bf16") -> Precision:
         """Every tensor ``width`` bytes per element (or ``width`` itself where it is a Precision)."""
         return width if isinstance(width, Precision) else cls(width, width, width, dtype)
+
+    def outside_experts(self) -> Precision:
+        """The precision of the ops outside the routed experts: the same, except where the checkpoint stores only
+        its experts in the weights' format (``dense_weight``): there the other projections' weights at that width,
+        their GEMMs in the activation dtype."""
+        if self.dense_weight is None:
+            return self
+        return dataclasses.replace(self, weight=self.dense_weight, gemm_dtype=None, gemm_kernel=None,
+                                   dense_weight=None)
 
     def experts_class(self, weighted: bool = True) -> str | None:
         """The kernel class of a mixture of experts' grouped GEMMs: the engine's MoE kernel of the weights' format
@@ -350,18 +362,21 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
     flops, elements, _, _ = compiled.at(dims)
     weights, cache = compiled.storage(dims)
     out = []
+    outside = precision.outside_experts()
     for name, kind, einsum, f, e, w, c, gemm, grouped in zip(compiled.names, compiled.kinds, compiled.einsums, flops,
                                                              elements, weights, cache, compiled.gemm_shapes(dims),
                                                              compiled.grouped):
+        # the routed experts' grouped products in the checkpoint's format; every other op as the rest of it is stored
+        p = precision if grouped else outside
         # a product with weight operands, however many of them an entry of an array reads (a step that routes no
         # rows to a device's experts reads none: its other entries are priced as the weights' format still)
         weighted = gemm is not None and bool(np.any(np.asarray(w) > 0))
-        math = None if not weighted else (precision.expert_dtype if grouped else None) or precision.gemm_dtype
+        math = None if not weighted else (p.expert_dtype if grouped else None) or p.gemm_dtype
         fast = math is not None
-        kernel = precision.gemm_kernel if fast else None
+        kernel = p.gemm_kernel if fast else None
         if grouped:  # a mixture of experts' expert GEMMs: the engine's MoE kernel of that weight format
-            kernel = precision.experts_class(weighted) or kernel
-        op = KernelOp(kind, name, math or precision.dtype, f, precision.bytes(e, w, c), launches, kernel=kernel)
+            kernel = p.experts_class(weighted) or kernel
+        op = KernelOp(kind, name, math or p.dtype, f, p.bytes(e, w, c), launches, kernel=kernel)
         if gemm is not None:
             gemm = {key: x if np.ndim(x) else int(x) for key, x in gemm.items()}
             if grouped and "blocks" in dims:  # skewed routing: each expert's rows in whole blocks of its own
@@ -370,7 +385,7 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
                 gemm["tokens"] = dims["called"]
         cls = efficiency_class(kind, name)
         shape = op_shape(cls, dims if kernel_dims is None or gemm is not None else kernel_dims, mode, gemm, name,
-                         precision.act)
+                         p.act)
         if window is not None and cls == "prefill_attention":
             shape = dataclasses.replace(shape, window=window)
         out.append(ProgramOp(op, shape, einsum, weighted))

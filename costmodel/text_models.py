@@ -77,7 +77,9 @@ def model_table(p) -> str:
     if m.sliding_window:
         extras.append(f"{m.local_layers} layers in a {m.sliding_window}-position window")
     dtypes = w.dtype if w.weight_dtype == w.dtype == w.kv_dtype else (
-        f"{w.dtype} activations, {w.weight_dtype} weights, {w.kv_dtype} KV cache")
+        f"{w.dtype} activations, "
+        + (f"{w.weight_dtype} routed experts ({w.dtype} other weights)" if w.weight_scope == "experts" else
+           f"{w.weight_dtype} weights") + f", {w.kv_dtype} KV cache")
     lines = [
         f"{hw.name} [{hw.id}], {dtypes}, {devices}",
         f"{m.name} [{m.id}]: {_params(m.params)} parameters{published}{active}; {m.layers} layers, {attention}"
@@ -126,7 +128,7 @@ def _model_features(m) -> list[str]:
     if m.parallel_block:
         out.append("parallel block")
     if m.quantization:
-        out.append(f"{m.quantization.weight_dtype} weights")
+        out.append(f"{m.quantization.weight_dtype} " + ("experts" if m.quantization.scope == "experts" else "weights"))
     if m.architecture == "encoder-decoder":
         out.append(f"encoder-decoder ({m.encoder_layers} + {m.layers} layers)")
     return out

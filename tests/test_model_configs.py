@@ -223,6 +223,46 @@ def test_weight_dtype_overrides_the_config_and_the_compute_dtype_stays():
     assert per_device * 8 - 7 * replicated == param_groups(m)["projections"]
 
 
+def test_gpt_oss_checkpoint_stores_only_its_routed_experts_in_mxfp4():
+    # gpt-oss-120b's config.json: quant_method mxfp4 with self_attn, the routers, embed_tokens and lm_head in
+    # modules_to_not_convert. Counted by hand from its shape: 36 layers of 128 experts, each a gate-up projection of
+    # 2880 x 5760 and a down projection of 2880 x 2880, at 4 bits plus an 8-bit scale per 32; the rest in bf16:
+    # attention (q 64 x 64 and k, v 8 x 64 in, 64 x 64 out, with biases), untied embeddings of 201,088 x 2880,
+    # routers of 2880 x 128, two norms a layer and a final one
+    m, hw = load_model("openai/gpt-oss-120b"), load_profile("h100")
+    routed = 36 * 128 * (2880 * 5760 + 2880 * 2880)
+    rest = (36 * (2880 * (4096 + 2 * 512) + 4096 * 2880 + (4096 + 2 * 512 + 2880)) + 2 * 201088 * 2880
+            + 36 * 2880 * 128 + (2 * 36 + 1) * 2880)
+    p = predict_model(m, hw, batch=1, context=1024)
+    assert p.workload.weight_dtype == "mxfp4" and p.workload.weight_scope == "experts"
+    assert p.memory.weight_bytes_per_device == pytest.approx(routed * (4 + 8 / 32) / 8 + rest * 2, rel=1e-3)
+    # OpenAI's model card: the MXFP4 checkpoint runs on a single 80 GB GPU; in bf16 throughout it would not
+    assert p.memory.fits
+    assert not predict_model(m, hw, batch=1, context=1024, weight_dtype="bf16").memory.fits
+    # each op priced as in a model stored wholly in one format: the routed experts' products as in one stored all
+    # in mxfp4, every other op as in one stored all in bf16
+    everything = m.model_copy(update={"quantization": m.quantization.model_copy(update={"scope": "all"})})
+    ops = lambda q, **kw: {o.name: o for o in predict_model(q, hw, batch=4, context=2048, **kw).decode.ops}  # noqa: E731
+    own, mxfp4, bf16 = ops(m), ops(everything), ops(m, weight_dtype="bf16")
+    for name, o in own.items():
+        like = mxfp4 if name.startswith("experts_") else bf16
+        assert o.bytes == like[name].bytes and o.time_s == pytest.approx(like[name].time_s), name
+    assert own["experts_gate_up"].bytes < bf16["experts_gate_up"].bytes / 3
+    assert own["qkv_proj"].bytes > mxfp4["qkv_proj"].bytes
+
+
+def test_an_mxfp4_config_quantizes_the_experts_and_a_dense_model_may_not_say_so():
+    from costmodel.hf_config import _quantization
+    from costmodel.presets import ModelPreset
+
+    q = _quantization({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}, "config.json")
+    assert (q["weight_dtype"], q["group_size"], q["scope"]) == ("mxfp4", 32, "experts")
+    dense = load_model("llama_3_8b").model_dump()
+    dense["quantization"] = {"weight_dtype": "mxfp4", "group_size": 32, "scope": "experts"}
+    with pytest.raises(ValueError, match="scope 'experts' needs a mixture of experts"):
+        ModelPreset.model_validate(dense)
+
+
 # --- what-if layouts, parallel blocks, refusals ------------------------------------------------------
 
 def test_kv_heads_and_mla_what_ifs():

@@ -144,7 +144,8 @@ def test_three_lines_of_python_equal_the_cli_json():
     assert json.loads(python) == json.loads(cli.output)
     assert json.loads(python)["workload"] == {"batch": 16, "context": 4096, "source": None, "dtype": "bf16",
                                               "weight_dtype": "bf16", "weight_group_size": 0, "kv_dtype": "bf16",
-                                              "execution": "fused", "tp": 1, "overlap": "max", "attention_dp": 1}
+                                              "execution": "fused", "tp": 1, "overlap": "max", "attention_dp": 1,
+                                              "weight_scope": "all"}
 
 
 def test_attention_defaults_agree_between_python_and_cli():
