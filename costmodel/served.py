@@ -7,6 +7,7 @@ and runs the iteration-level simulation (:mod:`costmodel.simulate`) or the stead
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 import numpy as np
@@ -153,6 +154,35 @@ def iteration_table(m: ModelPreset, pr: Pricing, max_tokens: int, max_seqs: int,
     return _TABLES[key]
 
 
+def kv_room(m: ModelPreset, pr: Pricing, eng: EngineConfig) -> tuple[float, float, float, int]:
+    """(weight bytes, KV bytes per token, KV budget bytes, KV tokens) of one device of ``pr``'s layout: what the
+    engine's memory fraction leaves for the cache after the weights and activations. A pipeline stage holds 1/pp of
+    the layers' weights and of every token's cache (the embeddings and head spread evenly with them: an estimate for
+    the first and last stages)."""
+    dev = pr.slice(m)
+    weights = weight_bytes(dev, pr) / pr.pp
+    big = 1 << 16
+    per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big / pr.pp
+    act = activation_bytes(eng.max_num_batched_tokens, m.d_model, dev.d_ff, pr.precision.act)
+    budget = kv_budget_bytes(eng, pr.hw.engine_memory, weights, act)
+    return weights, per_token, budget, kv_capacity_tokens(eng, budget, per_token)
+
+
+def _smallest_tp(m: ModelPreset, pr: Pricing, eng: EngineConfig, max_context: int) -> int | None:
+    """The smallest power-of-two tensor-parallel size above ``pr``'s, up to 64, whose devices hold the weights and one
+    request's KV cache (the model's heads and experts divided as :func:`costmodel.model_ops.device_slice` allows);
+    None where none does."""
+    tp = pr.tp * 2
+    while tp <= 64:
+        try:
+            if kv_room(m, dataclasses.replace(pr, tp=tp), eng)[3] >= max_context:
+                return tp
+        except CostModelError:  # a size the model's heads or experts do not divide by
+            pass
+        tp *= 2
+    return None
+
+
 class Setup:
     """A model, a device (or tp devices) and an engine, made ready to run load: the pricing, the engine's KV
     capacity and the iteration table."""
@@ -161,20 +191,14 @@ class Setup:
                  overheads: dict | None = None, replicas: int = 1, frontend: str = "dynamo"):
         self.m, self.pr, self.eng = m, pr, eng
         self.replicas = replicas  # copies of the deployment sharing the load, one evaluated
-        dev = pr.slice(m)
-        # a pipeline stage holds 1/pp of the layers' weights and of every token's cache (the embeddings and head
-        # spread evenly with them: an estimate for the first and last stages)
-        self.weights = weight_bytes(dev, pr) / pr.pp
-        big = 1 << 16
-        self.kv_per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big / pr.pp
-        act = activation_bytes(eng.max_num_batched_tokens, m.d_model, dev.d_ff, pr.precision.act)
-        self.kv_budget = kv_budget_bytes(eng, pr.hw.engine_memory, self.weights, act)
-        self.kv_tokens = kv_capacity_tokens(eng, self.kv_budget, self.kv_per_token)
+        self.weights, self.kv_per_token, self.kv_budget, self.kv_tokens = kv_room(m, pr, eng)
         if self.kv_tokens < max_context:
+            fits = _smallest_tp(m, pr, eng, max_context)
             raise NoRoomForOneRequest(
                 f"{m.id} on {pr.tp * pr.pp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
                 f"leave a KV cache of {max(self.kv_tokens, 0)} tokens, less than one request's {max_context}; "
-                "raise tp or the memory fraction")
+                + (f"raise tp (tp {fits} holds one) or the memory fraction" if fits else
+                   "raise tp or the memory fraction"))
         # the table reaches as many sequences as the engine can run, whatever this load asks, so that loads on
         # the same setup share it
         seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))

@@ -671,6 +671,20 @@ def test_capacity_where_the_weights_leave_no_cache():
     assert point.concurrency == 0 and point.binds == "kv cache" and point.at is None
 
 
+def test_a_model_too_big_for_its_devices_is_told_the_smallest_tp_that_holds_a_request(run_cli):
+    """Llama 3.1 70B in bf16 (141 GB) on one H100 under vLLM: the error names tp 2, the smallest power of two whose
+    devices hold the weights and one request's cache; tp 2 runs, and one device does not."""
+    args = ["predict", "--gpu", "h100", "--model", "meta-llama/Llama-3.1-70B", "--engine", "vllm", "--concurrency", "4",
+            "--input-len", "1024", "--output-len", "64", "--num-requests", "8"]
+    bad = run_cli(*args)
+    assert bad.exit_code != 0 and "raise tp (tp 2 holds one)" in bad.output and "Traceback" not in bad.output
+    assert run_cli(*args, "--tp", "2").exit_code == 0
+    # DeepSeek-V3's 673 GB: 8 H100s hold 84 GB each, more than a device has; 16 hold one request
+    big = run_cli("predict", "--gpu", "h100", "--model", "deepseek-ai/DeepSeek-V3", "--engine", "vllm", "--concurrency",
+                  "4", "--input-len", "1024", "--output-len", "64", "--num-requests", "8")
+    assert "raise tp (tp 16 holds one)" in big.output
+
+
 def test_a_served_prediction_says_whose_kernels_it_prices(llama):
     """The kernel classes are fitted on vLLM's kernels as aiconfigurator's tables time them (vLLM 0.19.0 on the
     H100, 0.14.0 on the A100, read from the tables' file names): a served prediction says so, and says when the
