@@ -210,6 +210,22 @@ def test_calibrated_tails_are_the_narrowest_that_hold_the_target_held_out():
     assert nested["all"] == wide["all"]
 
 
+def test_a_served_range_falls_back_to_the_engines_own_rows_before_other_engines():
+    """No SGLang deployment of a mixture of experts is aggregated: an aggregated SGLang MoE prediction takes SGLang's
+    range over any model, not the mixture-of-experts range of every engine (vLLM's gpt-oss rows among them)."""
+    from costmodel.bands import served as served_range
+
+    shipped = yaml.safe_load(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
+    by_key = {(b["engine"], b["kind"], b["mode"]): b for b in shipped["bands"]}
+    assert ("sglang", "moe", "agg") not in by_key
+    ttft, tpot = served_range("sglang", True, "agg", 1.0, 0.01)
+    own, every = by_key[("sglang", "all", "agg")], by_key[("all", "moe", "agg")]
+    assert (ttft.low_s, ttft.high_s) == (own["ttft"]["low"], own["ttft"]["high"]) != (every["ttft"]["low"],
+                                                                                       every["ttft"]["high"])
+    assert tpot.high_s == pytest.approx(0.01 * own["tpot"]["high"])
+    assert "SGLang serving any model, aggregated" in ttft.basis
+
+
 def test_a_served_prediction_carries_its_groups_measured_range():
     from costmodel.served import serve
 
