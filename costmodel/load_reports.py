@@ -163,7 +163,9 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
         f"engine {eng.describe()}",
         f"KV cache: {setup.kv_tokens} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "
         f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device, in "
-        f"{setup.pr.kv_dtype}; weights in {setup.pr.weight_dtype}"
+        f"{setup.pr.kv_dtype}; "
+        + (f"the routed experts' weights in {setup.pr.weight_dtype}, the rest in {setup.pr.dtype}"
+           if setup.pr.precision.dense_weight is not None else f"weights in {setup.pr.weight_dtype}")
         + (f", GEMMs at the {setup.pr.gemm_dtype} peak ({gemm_classes(setup.pr)})" if setup.pr.gemm_dtype else ""),
         load,
         *_group_line(setup),
