@@ -168,7 +168,8 @@ def model_detail(m, facts: dict) -> str:
         lines.append(f"  sliding window {m.sliding_window} in {m.local_layers} of {m.layers} layers")
     if m.quantization:
         q = m.quantization
-        lines.append(f"  weights {q.weight_dtype}" + (f", groups of {q.group_size}" if q.group_size else "")
+        lines.append(("  routed experts' weights " if q.scope == "experts" else "  weights ") + q.weight_dtype
+                     + (f", groups of {q.group_size}" if q.group_size else "")
                      + (f" ({q.method})" if q.method else ""))
     lines.append(f"  source: {m.source}")
     if m.notes:

@@ -251,12 +251,25 @@ def test_gpt_oss_checkpoint_stores_only_its_routed_experts_in_mxfp4():
     assert own["qkv_proj"].bytes > mxfp4["qkv_proj"].bytes
 
 
-def test_an_mxfp4_config_quantizes_the_experts_and_a_dense_model_may_not_say_so():
-    from costmodel.hf_config import _quantization
+def test_an_mxfp4_config_quantizes_the_experts_and_a_dense_model_may_not_say_so(tmp_path):
     from costmodel.presets import ModelPreset
 
-    q = _quantization({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}, "config.json")
-    assert (q["weight_dtype"], q["group_size"], q["scope"]) == ("mxfp4", 32, "experts")
+    # gpt-oss-120b's config.json (the keys the reader takes): read, it holds and prices what the preset does
+    cfg = {"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "num_local_experts": 128,
+           "num_experts_per_tok": 4, "experts_per_token": 4, "vocab_size": 201088, "tie_word_embeddings": False,
+           "attention_bias": True, "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 150000,
+           "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
+           "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+               "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    read, preset, hw = load_model(str(path)), load_model("gpt-oss-120b"), load_profile("h100")
+    q = read.quantization
+    assert (q.weight_dtype, q.group_size, q.scope) == ("mxfp4", 32, "experts")
+    a, b = (predict_model(m, hw, batch=2, context=1024) for m in (read, preset))
+    assert a.memory.weight_bytes_per_device == b.memory.weight_bytes_per_device
+    assert a.decode.time_s == pytest.approx(b.decode.time_s)
     dense = load_model("llama_3_8b").model_dump()
     dense["quantization"] = {"weight_dtype": "mxfp4", "group_size": 32, "scope": "experts"}
     with pytest.raises(ValueError, match="scope 'experts' needs a mixture of experts"):
