@@ -9,7 +9,8 @@ percentiles nor the ranges), beside the p10-p90 ranges' coverage.
 
 The rows are predicted as `costmodel validate --serving FILE` predicts them (about 40 s), or read from its
 --json output (a path ending in .json). --write writes costmodel/served_bands.yaml, the ranges served
-predictions carry. A key with fewer than 20 rows takes the next wider one (the engine's kind, then the mode).
+predictions carry. A key with fewer than 20 rows takes the next wider one (costmodel.bands.served_keys: the engine's
+deployments of any model, then every engine's of the model's kind, then the mode).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def to_yaml(sets: dict, tails: dict, nested: dict, plain: dict, source: str) -> 
     doc = {
         "data": source,
         "method": (f"measured / predicted TTFT and TPOT of every deployment `costmodel validate --serving` predicts, "
-                   f"per engine, model kind and mode ('all': any), keys of at least {MIN_ROWS} rows; each range leaves "
+                   f"per engine, model kind and mode ('all': any), keys of at least {MIN_ROWS} rows (a prediction "
+                   "takes its engine's deployments of any model before every engine's of its kind); each range leaves "
                    f"`tails` percent out (below, above), of {list(TAIL_GRID)} the pair that leaves the most out (then "
                    f"gives the narrowest range over every row) while ranges derived without a model hold at least "
                    f"{TARGET:.0%} of that model's rows; the engines' fixed costs were fitted on "
