@@ -64,6 +64,9 @@ def model_table(p) -> str:
     """A model's decode step op by op, then TPOT, TTFT and memory."""
     m, w, mem, hw = p.model, p.workload, p.memory, p.hardware
     devices = f"{hw.devices} devices (tensor parallel)" if hw.devices > 1 else "1 device"
+    if w.attention_dp > 1:
+        devices = (f"{hw.devices * w.attention_dp} devices ({w.attention_dp} attention data parallel groups of "
+                   f"{hw.devices}{', tensor parallel' if hw.devices > 1 else ''})")
     published = f" (published {_params(m.published_params)})" if m.published_params else ""
     kv_note = f", {m.kv_heads_per_device} per device" if hw.devices > 1 else ""
     active = f", {_params(m.active_params)} active per token" if m.active_params != m.params else ""

@@ -132,3 +132,12 @@ def test_expert_parallel_groups_that_shard_their_experts(qwen, h100):
         pricing(qwen, h100, tp=4, expert_parallel_size=8)
     with pytest.raises(CostModelError, match="must divide"):
         pricing(qwen, h100, tp=4, expert_parallel_size=3)
+
+
+def test_a_model_report_counts_every_groups_devices(run_cli):
+    """The model table's header names all dp x tp devices and how they are grouped, not one group's tp."""
+    one = run_cli("predict", "--gpu", "b200", "--model", "deepseek-v3", "--attention-dp", "8", "--tp", "1")
+    two = run_cli("predict", "--gpu", "b200", "--model", "deepseek-v3", "--attention-dp", "4", "--tp", "2")
+    assert one.exit_code == 0 and two.exit_code == 0
+    assert "8 devices (8 attention data parallel groups of 1)" in one.output.splitlines()[0]
+    assert "8 devices (4 attention data parallel groups of 2, tensor parallel)" in two.output.splitlines()[0]
