@@ -83,7 +83,7 @@ def test_a_model_folder_reads_like_its_config(tmp_path):
 
 
 @pytest.mark.parametrize("pid", ["mixtral_8x7b", "deepseek_v2_lite", "deepseek_v3", "gemma_2_9b", "qwen3_8b",
-                                 "mistral_7b"])
+                                 "mistral_7b", "gpt_oss_120b", "gpt_oss_20b"])
 def test_new_presets_within_half_a_percent_of_the_published_count(pid):
     m = load_model(pid)
     assert abs(param_count(m) - m.published_params) <= 0.005 * m.published_params
@@ -221,6 +221,22 @@ def test_weight_dtype_overrides_the_config_and_the_compute_dtype_stays():
     assert bf16.memory.weight_bytes_per_device - fp8.memory.weight_bytes_per_device == per_device
     replicated = 61 * 7168 * (1536 + 512 + 64)
     assert per_device * 8 - 7 * replicated == param_groups(m)["projections"]
+
+
+@pytest.mark.parametrize("alias,pid", [("meta-llama/Meta-Llama-3-8B-Instruct", "llama_3_8b"),
+                                       ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral_8x7b"),
+                                       ("Qwen/Qwen3-8B", "qwen3_8b"), ("mistralai/Mistral-7B-v0.1", "mistral_7b"),
+                                       ("openai/gpt-oss-20b", "gpt_oss_20b")])
+def test_hugging_face_ids_name_their_presets(alias, pid):
+    assert load_model(alias).id == pid
+
+
+def test_gpt_oss_20b_fits_a_16_gb_device_as_its_model_card_says():
+    # OpenAI's model card: gpt-oss-20b runs within 16 GB of memory; 24 layers of 32 experts in MXFP4, the rest bf16
+    m = load_model("openai/gpt-oss-20b")
+    routed = 24 * 32 * (2880 * 5760 + 2880 * 2880)
+    p = predict_model(m, load_profile("h100"), batch=1, context=1024)
+    assert routed * (4 + 8 / 32) / 8 < p.memory.weight_bytes_per_device < 16e9
 
 
 def test_gpt_oss_checkpoint_stores_only_its_routed_experts_in_mxfp4():
