@@ -165,7 +165,7 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
         f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device, in "
         f"{setup.pr.kv_dtype}; "
         + (f"the routed experts' weights in {setup.pr.weight_dtype}, the rest in {setup.pr.dtype}"
-           if setup.pr.precision.dense_weight is not None else f"weights in {setup.pr.weight_dtype}")
+           if setup.pr.precision.experts_only else f"weights in {setup.pr.weight_dtype}")
         + (f", GEMMs at the {setup.pr.gemm_dtype} peak ({gemm_classes(setup.pr)})" if setup.pr.gemm_dtype else ""),
         load,
         *_group_line(setup),

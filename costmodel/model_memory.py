@@ -56,10 +56,9 @@ def param_groups(m: ModelPreset) -> dict[str, int]:
     if m.bias:
         other += dense * layer.bias_elements(dims)
     if m.moe:  # the router's and the shared experts' gate's weights are other parameters
-        moe, every = m.moe, {**moe_dims(m, 1), "u": m.moe.experts}
-        for block, at in ((compile_block("moe", m.ffn_gated), every),
-                          (compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate)),
-                           {"t": 1, "d": m.d_model, "f": moe.shared_d_ff})):
+        moe = m.moe
+        for block, at in (_routed_block(m), (compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate)),
+                                             {"t": 1, "d": m.d_model, "f": moe.shared_d_ff})):
             for _, p_, w in _weights(m, block, at):
                 proj, other = proj + moe.layers * p_, other + moe.layers * w
         other += moe.layers * moe.routed_experts * moe.router_bias
@@ -80,8 +79,12 @@ def routed_expert_params(m: ModelPreset) -> int:
     that quantizes only its experts (gpt-oss's MXFP4) stores in few bits."""
     if m.moe is None:
         return 0
-    every = {**moe_dims(m, 1), "u": m.moe.experts}
-    return int(m.moe.layers * sum(p_ for _, p_, _ in _weights(m, compile_block("moe", m.ffn_gated), every)))
+    return int(m.moe.layers * sum(p_ for _, p_, _ in _weights(m, *_routed_block(m))))
+
+
+def _routed_block(m: ModelPreset) -> tuple:
+    """The routed experts' block of one layer and its dimensions at one token, every expert resident."""
+    return compile_block("moe", m.ffn_gated), {**moe_dims(m, 1), "u": m.moe.experts}
 
 
 def param_count(m: ModelPreset) -> int:
@@ -147,7 +150,7 @@ def weight_bytes(dev: ModelPreset, pr) -> int:
     routed experts so, the other projections at their own width), the rest in the activation dtype."""
     groups, precision = param_groups(dev), pr.precision
     stored = groups["projections"] * precision.weight
-    if precision.dense_weight is not None:
+    if precision.experts_only:
         routed = routed_expert_params(dev)
         stored = routed * precision.weight + (groups["projections"] - routed) * precision.dense_weight
     return int(stored + (groups["embeddings"] + groups["other"]) * precision.act)

@@ -394,7 +394,7 @@ def predict_model(m: ModelPreset, hw: HardwareProfile, *, batch: int = DEFAULTS[
                                source=source if m.architecture == "encoder-decoder" else None, dtype=pr.dtype,
                                weight_dtype=pr.weight_dtype, weight_group_size=pr.group, kv_dtype=pr.kv_dtype,
                                execution=pr.execution, tp=tp, overlap=pr.overlap, attention_dp=pr.dp,
-                               weight_scope="experts" if pr.precision.dense_weight is not None else "all"),
+                               weight_scope="experts" if pr.precision.experts_only else "all"),
         decode=phases["decode"], prefill=phases["prefill"],
         total=ModelTotals(tpot_s=tpot, ttft_s=phases["prefill"].time_s, tokens_per_s=batch / tpot),
         memory=ModelMemory(
@@ -464,7 +464,7 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
     width = weight_width(weight_dtype, group)
     scale = {"mxfp4": "an 8-bit power-of-two scale", "nvfp4": "an 8-bit (FP8) scale"}.get(
         weight_dtype, "a 16-bit scale and a zero point")
-    experts_only = pr.precision.dense_weight is not None
+    experts_only = pr.precision.experts_only
     stored = ("the routed experts' " if experts_only else "") + f"projection weights in {weight_dtype}" + (
         f" with {scale} per group of {group} ({width:.3f} bytes each)" if group else "") + (
         f", the other projections in {dtype} (the checkpoint's)" if experts_only else "")

@@ -229,7 +229,7 @@ def _own_softmax(eff, where, hw, ref):
     arch, ref_clock = hw.architecture, ref.architecture.clock_hz
     mine, theirs = attention_kind(hw), attention_kind(ref)
     own = _softmax_cycles(hw, ref_clock.value if ref_clock is not None else None)
-    if own is None or mine is None or theirs is None or (arch.clock_hz is None and ref_clock is None):
+    if own is None or mine is None or theirs is None:  # own is None where neither device states a clock
         return eff, where
     sms, clock = arch.compute_units.value, (arch.clock_hz or ref_clock).value
     if mine == "synchronous" and theirs != mine:

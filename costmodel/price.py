@@ -270,11 +270,16 @@ class Precision:
         """Every tensor ``width`` bytes per element (or ``width`` itself where it is a Precision)."""
         return width if isinstance(width, Precision) else cls(width, width, width, dtype)
 
+    @property
+    def experts_only(self) -> bool:
+        """Whether the checkpoint stores only its routed experts in the weights' format (``dense_weight`` set)."""
+        return self.dense_weight is not None
+
     def outside_experts(self) -> Precision:
         """The precision of the ops outside the routed experts: the same, except where the checkpoint stores only
         its experts in the weights' format (``dense_weight``): there the other projections' weights at that width,
         their GEMMs in the activation dtype."""
-        if self.dense_weight is None:
+        if not self.experts_only:
             return self
         return dataclasses.replace(self, weight=self.dense_weight, gemm_dtype=None, gemm_kernel=None,
                                    dense_weight=None)
