@@ -3,7 +3,7 @@ the simulation (:mod:`costmodel.simulate`) and the closed form (:mod:`costmodel.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -99,6 +99,13 @@ class LoadPrediction(Report):
     iterations: int
     time_split: TimeSplit
     assumptions: list[str]
+    # open loop: the most requests per second the deployment completes, every sequence it holds running
+    # (costmodel.steady.saturation), that many sequences per engine and what limits them; overloaded: the arrivals
+    # outpace it, so the queue grows as long as they come and the TTFT grows with num_requests
+    saturation_requests_per_s: float | None = None
+    saturation_sequences: int | None = None
+    saturation_binds: str | None = None
+    overloaded: bool = False
 
     def __str__(self) -> str:
         from costmodel.text_serving import load_table
@@ -106,14 +113,27 @@ class LoadPrediction(Report):
         return load_table([self])
 
 
+class Saturation(NamedTuple):
+    """The most requests per second one engine completes (``requests_per_s``), with ``sequences`` running, the
+    most it holds at once, and what limits them (``binds``): :func:`costmodel.steady.saturation`."""
+
+    requests_per_s: float
+    sequences: int
+    binds: str
+
+
 def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int = 0, in_flight: int | None = None,
-                **measured) -> LoadPrediction:
+                most: Saturation | None = None, **measured) -> LoadPrediction:
     """A report of what an evaluator ``measured`` (the load's own fields of :class:`LoadPrediction`: the
     latency statistics, throughput, batch, KV use and time split), with the setup's device, engine and
-    assumptions; the means at the top are the statistics' means."""
+    assumptions; the means at the top are the statistics' means. ``most``: one engine's saturation, for an open
+    loop (whether its arrivals overload it)."""
     m, pr, eng = setup.m, setup.pr, setup.eng
     # the groups of attention data parallel and the replicas: one was evaluated, all are reported
     dp = pr.dp * setup.replicas
+    if most is not None:  # open loop: does one engine keep up with its share of the arrivals?
+        measured |= {"saturation_requests_per_s": most.requests_per_s * dp, "saturation_sequences": most.sequences,
+                     "saturation_binds": most.binds, "overloaded": request_rate >= most.requests_per_s}
     if dp > 1:
         concurrency = concurrency * dp if concurrency is not None else None
         in_flight = in_flight * dp if in_flight is not None else None

@@ -375,13 +375,19 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
                    concurrency=in_flight or concurrency, request_rate=request_rate, wall=setup.wall, seed=seed)
     if in_flight is not None:
         res = client_queue(res, concurrency)
-    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight)
+    most = None
+    if request_rate is not None:  # an open loop: the most the engine completes, to say whether it keeps up
+        from costmodel.steady import saturation
+
+        most = saturation(setup, input_len=mean_length(prompts), output_len=mean_length(outputs))
+    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight, most)
 
 
 def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0,
-              in_flight: int | None = None) -> LoadPrediction:
+              in_flight: int | None = None, most=None) -> LoadPrediction:
     """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics
-    (``in_flight``: the client's connections, where fewer than its clients: :func:`serve`)."""
+    (``in_flight``: the client's connections, where fewer than its clients: :func:`serve`; ``most``: an open
+    loop's saturation, :func:`costmodel.steady.saturation`)."""
     kept = res.after(warmup)
     prompts, outputs = prompts[warmup:], outputs[warmup:]
     e2e = kept.e2e + setup.request_s
@@ -390,7 +396,8 @@ def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, wa
     decode_tokens = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s])
     stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
     return load_report(
-        setup, "simulation", concurrency, request_rate, warmup=warmup, in_flight=in_flight, num_requests=len(prompts),
+        setup, "simulation", concurrency, request_rate, warmup=warmup, in_flight=in_flight, most=most,
+        num_requests=len(prompts),
         input_len=float(np.mean(prompts)), output_len=float(np.mean(outputs)),
         ttft=Stats.of(kept.ttft + setup.request_s), tpot=Stats.of(kept.tpot),
         itl=Stats.of(times[stepped], decode_tokens[stepped]), e2e=Stats.of(e2e), requests_per_s=len(prompts) / span,

@@ -24,13 +24,42 @@ chunk by itself) and every decoding sequence waits through the ``B`` prompts tha
 Queueing, when the clients outnumber the sequences the engine runs: each of ``C`` clients cycles through a
 request of ``R = TTFT + (osl - 1) TPOT``, so the throughput is ``X = B / R_run`` requests per unit time and by
 Little's law a client's request waits ``C / X - R_run`` before it starts.
+
+Saturation (:func:`saturation`): with every sequence the engine can hold running (``B = cap``), it completes
+``X_max = cap / R_run(cap)`` requests per unit time, the most it serves. Poisson arrivals at ``lambda >= X_max``
+(open loop) overload it: its queue grows for as long as requests arrive. The first ``cap`` requests start as
+they come; request ``i = q cap + r`` starts when request ``i - cap`` ends, ``q R_run`` after its own slot's first
+start, so it waits ``q cap (1 / X_max - 1 / lambda)``: over ``N`` requests (a multiple of ``cap``) the mean wait is
+``(N - cap) / 2 x (1 / X_max - 1 / lambda)``, and the mean TTFT depends on how many requests the benchmark sends.
 """
 
 from __future__ import annotations
 
 import math
 
-from costmodel.load_reports import LoadPrediction, Stats, TimeSplit, load_report
+from costmodel.load_reports import LoadPrediction, Saturation, Stats, TimeSplit, load_report
+
+
+def _cap(setup, isl: int, osl: int, in_flight: int | None) -> tuple[int, str]:
+    """What runs at once: the engine's sequence limit, its KV cache (every sequence at its peak of prompt + output
+    tokens), and the benchmark client's connections (the requests beyond any of them wait, their clock running: in
+    the engine's queue or in the client's); and which of them binds."""
+    eng = setup.eng
+    kv_seqs = max(1, setup.kv_tokens // (eng.page_size * math.ceil((isl + osl) / eng.page_size)))
+    limits = [(eng.max_num_seqs, "sequence limit"), (kv_seqs, "kv cache")]
+    if in_flight:
+        limits.append((in_flight, "client connections"))
+    return min(limits, key=lambda x: x[0])
+
+
+def saturation(setup, *, input_len: int, output_len: int, in_flight: int | None = None) -> Saturation:
+    """The most requests per second one engine of ``setup`` completes: every sequence it can hold running (the
+    closed loop of that many clients, as :func:`steady_state` prices it), their number and what limits it."""
+    cap, binds = _cap(setup, input_len, output_len, in_flight)
+    p = steady_state(setup, concurrency=cap, request_rate=None, input_len=input_len, output_len=output_len,
+                     num_requests=cap, in_flight=in_flight)
+    # the closed loop's time in the engine, without the front end's latency (it does not hold the engine)
+    return Saturation(cap / (p.ttft_s - setup.request_s + (output_len - 1) * p.tpot_s), cap, binds)
 
 
 def steady_state(setup, *, concurrency: int | None, request_rate: float | None, input_len: int,
@@ -38,10 +67,7 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     eng, table = setup.eng, setup.table
     isl, osl = input_len, output_len
     peak = isl + osl
-    kv_seqs = max(1, setup.kv_tokens // (eng.page_size * math.ceil(peak / eng.page_size)))
-    # what runs at once: the engine's sequence limit, its KV cache, and the benchmark client's connections (the
-    # requests beyond any of them wait, their clock running: in the engine's queue or in the client's)
-    cap = min(eng.max_num_seqs, kv_seqs, in_flight or eng.max_num_seqs)
+    cap, binds = _cap(setup, isl, osl, in_flight)
     ctx = isl + osl / 2
 
     def iteration(decode: float, prompt_tokens: float, outputs: float, start: int = 0, others=None,
@@ -86,6 +112,7 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         return tagged, tpot, f, (tpot if eng.mixes else dec)
 
     lag = eng.lag  # an overlap scheduler starts a request an iteration later
+    most = None  # an open loop's saturation
     if concurrency is not None:
         b = min(concurrency, cap)
         ttft, tpot, f, step = times(b)
@@ -107,14 +134,27 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
                 b = b_new
                 break
             b = 0.5 * b + 0.5 * b_new
+        # every sequence running, as in the closed loop of cap clients: does the engine keep up with the arrivals?
+        full = times(cap)
+        most = Saturation(cap / (full[0] + (lag + (0 if eng.mixes else 0.5)) * full[3] + (osl - 1) * full[1]), cap,
+                          binds)
+        if request_rate >= most.requests_per_s:
+            # overloaded: the engine completes its most, the queue grows for as long as requests arrive (the
+            # module's docstring); the TTFT is that of these num_requests
+            ttft, tpot, f, step = full
+            ttft += (lag + (0 if eng.mixes else 0.5)) * step
+            ttft += max((num_requests - cap) / 2 * (1 / most.requests_per_s - 1 / request_rate), 0.0)
+            rps = most.requests_per_s
+        else:
+            ttft += lag * step
+            rps = request_rate
         b = min(b, cap)
-        ttft += setup.request_s + lag * step
-        rps = request_rate
+        ttft += setup.request_s
     e2e = ttft + (osl - 1) * tpot
     out_tps = rps * osl
     one = lambda x: Stats(mean=x, median=x, p90=x, p99=x)  # noqa: E731 - a closed form has means only
     return load_report(
-        setup, "steady-state", concurrency, request_rate, in_flight=in_flight, num_requests=num_requests,
+        setup, "steady-state", concurrency, request_rate, in_flight=in_flight, most=most, num_requests=num_requests,
         input_len=float(isl), output_len=float(osl), ttft=one(ttft), tpot=one(tpot), itl=one(tpot), e2e=one(e2e),
         requests_per_s=rps, output_tokens_per_s=out_tps, output_tokens_per_s_per_user=osl / e2e, mean_batch=float(b),
         max_batch=int(math.ceil(b)), kv_use_max=b * peak / max(setup.kv_tokens, 1), preemptions=0,

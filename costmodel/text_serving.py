@@ -17,7 +17,9 @@ def load_records(p) -> list[dict]:
              "output_tokens_per_s": p.output_tokens_per_s,
              "output_tokens_per_s_per_device": p.output_tokens_per_s_per_device,
              "output_tokens_per_s_per_user": p.output_tokens_per_s_per_user, "mean_batch": p.mean_batch,
-             "kv_use_max": p.kv_use_max, "preemptions": p.preemptions, "evaluator": p.evaluator}]
+             "kv_use_max": p.kv_use_max, "preemptions": p.preemptions,
+             "saturation_requests_per_s": p.saturation_requests_per_s, "overloaded": p.overloaded,
+             "evaluator": p.evaluator}]
 
 
 def _band_line(p) -> str:
@@ -54,6 +56,8 @@ def load_table(results: list) -> str:
     lines = [title, "", *aligned(rows, right=set(range(3, 14))), ""]
     if p.ttft_band is not None:
         lines.append(_band_line(p))
+    if p.overloaded:
+        lines.append(overload_line(p))
     if busy > 0:
         lines.append(f"engine time: prefill {s.prefill_s / busy:.0%}, decode {s.decode_s / busy:.0%}, "
                      f"communication {s.comm_s / busy:.0%}, fixed costs {s.overhead_s / busy:.0%}; "
@@ -61,6 +65,20 @@ def load_table(results: list) -> str:
                      f"{p.preemptions} preemptions")
     lines += ["", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
     return "\n".join(lines)
+
+
+def overload_line(p) -> str:
+    """What an open loop whose arrivals outpace the engine reports: the most it completes and why the TTFT is the
+    run's, not a steady state's."""
+    held = {"sequence limit": "its sequence limit", "kv cache": "its KV cache",
+            "client connections": "the client's connections"}.get(p.saturation_binds, p.saturation_binds)
+    engines = p.attention_dp * p.replicas
+    each = " per engine" if engines > 1 else ""
+    return (f"overloaded: requests arrive at {p.request_rate:g}/s, more than the {p.saturation_requests_per_s:.3g}/s "
+            f"the deployment completes with the most sequences running ({p.saturation_sequences}{each}, as many as "
+            f"{held} holds): its queue grows for as long as requests arrive, so the TTFT and end-to-end times are "
+            f"those of these {p.num_requests} requests and grow with their number; below "
+            f"{p.saturation_requests_per_s:.3g} requests/s it settles")
 
 
 def load_capacity_table(report) -> str:

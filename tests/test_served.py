@@ -228,6 +228,41 @@ def test_open_loop_runs(llama, h100):
     assert p.ttft.median < 3 * exact_time(llama, pricing(llama, h100), decode_seqs=0, decode_context=0, prompt=256)
 
 
+@pytest.mark.parametrize("evaluator", ["simulation", "steady-state"])
+def test_arrivals_beyond_what_the_engine_completes_overload_it(llama, h100, evaluator):
+    """The most an engine completes is a closed loop of as many clients as it runs sequences (8 here); Poisson
+    arrivals at 1.5 times that overload it: both evaluators say so, complete requests at that rate, not the
+    arrivals', and the mean TTFT is the queue's over the run (request i waits about i (1/X - 1/rate)), which the
+    closed form and the simulation agree on; at half the rate neither is overloaded."""
+    kw = dict(input_len=512, output_len=64, overheads=OFF, max_num_seqs=8)
+    closed = serve(llama, h100, concurrency=8, num_requests=1600, evaluator="simulation", **kw)
+    light = serve(llama, h100, request_rate=1.0, num_requests=20, evaluator=evaluator, **kw)
+    most = light.saturation_requests_per_s
+    assert (light.saturation_sequences, light.saturation_binds, light.overloaded) == (8, "sequence limit", False)
+    assert most == pytest.approx(closed.requests_per_s, rel=0.05)
+    n = 2000
+    over = serve(llama, h100, request_rate=1.5 * most, num_requests=n, evaluator=evaluator, **kw)
+    assert over.overloaded and over.saturation_requests_per_s == pytest.approx(most, rel=1e-9)
+    assert over.requests_per_s == pytest.approx(most, rel=0.05)
+    queue = (n - 8) / 2 * (1 / most - 1 / (1.5 * most))  # the mean wait of a deterministic queue, by hand
+    assert over.ttft_s == pytest.approx(queue, rel=0.15)
+    under = serve(llama, h100, request_rate=0.5 * most, num_requests=400, evaluator=evaluator, **kw)
+    assert not under.overloaded and under.ttft_s < 0.1
+    assert under.requests_per_s == pytest.approx(0.5 * most, rel=0.2 if evaluator == "simulation" else 1e-9)
+
+
+def test_an_overloaded_open_loop_says_so(run_cli):
+    args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--input-len", "512",
+            "--output-len", "64", "--max-num-seqs", "8", "--evaluator", "steady-state"]
+    over = run_cli(*args, "--request-rate", "100")
+    assert over.exit_code == 0 and "overloaded: requests arrive at 100/s" in over.output
+    assert "as many as its sequence limit holds" in over.output
+    calm = run_cli(*args, "--request-rate", "2", "--json")
+    record = json.loads(calm.output)
+    assert record["overloaded"] is False and record["saturation_requests_per_s"] > 2
+    assert "overloaded" not in run_cli(*args, "--request-rate", "2").output
+
+
 # --- validate --serving ------------------------------------------------------------------------------
 
 COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
