@@ -36,12 +36,14 @@ def main() -> None:
     cmd = ["costmodel", "predict", "--gpu", "h100", "--model", "Qwen/Qwen3-32B", "--tp", "2", "--engine", "vllm",
            "--concurrency", "64", "--input-len", "1024", "--output-len", "512", "--num-requests", "1000"]
     cli = median_time(lambda: subprocess.run(cmd, check=True, capture_output=True), runs=3)
-    from costmodel.served_capacity import largest_concurrency
+    from costmodel.served_capacity import highest_rate, largest_concurrency
 
     cap = dict(input_len=2048, output_len=512, tpot_s=0.05, ttft_s=0.5)
     l8 = costmodel.load_model("llama-3.1-8b")
     mean_search = median_time(lambda: largest_concurrency(l8, hw, **cap), runs=3)
     p90_search = median_time(lambda: largest_concurrency(l8, hw, statistic="p90", **cap), runs=3)
+    rate_mean = median_time(lambda: highest_rate(l8, hw, **cap), runs=3)
+    rate_p90 = median_time(lambda: highest_rate(l8, hw, statistic="p90", **cap), runs=3)
     print("1,000 requests, Qwen3-32B on 2 x H100 under vLLM at concurrency 64 (1024 + 512 tokens):")
     print(f"  simulation, first call (iteration table built): {first:.2f} s")
     print(f"  simulation, table reused (median of 5):          {sim:.2f} s")
@@ -50,6 +52,8 @@ def main() -> None:
     print("capacity search, Llama 3.1 8B on an H100 under vLLM (2048 + 512 tokens, TPOT <= 50 ms, TTFT <= 500 ms):")
     print(f"  means, closed form (median of 3):                {mean_search:.2f} s")
     print(f"  p90, simulation (median of 3):                   {p90_search:.2f} s")
+    print(f"  request rate, means (median of 3):               {rate_mean:.2f} s")
+    print(f"  request rate, p90, 1,000 requests a rate:        {rate_p90:.2f} s")
     from costmodel.disagg import Pool, serve_disaggregated
 
     dis = dict(input_len=1024, output_len=512, concurrency=64, num_requests=1000, prefill=Pool(workers=2),

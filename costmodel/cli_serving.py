@@ -198,6 +198,9 @@ def model_options(func):
                    "requests prefilled together, then decoded")
 @click.option("--engine", "engine_name", type=choices(ENGINE_NAMES), default="vllm", show_default=True,
               help="with --batching continuous: the serving engine")
+@click.option("--load", "load", type=choices(("concurrency", "request-rate")), default="concurrency",
+              show_default=True, help="with --batching continuous: search the most closed-loop clients, or the "
+                                      "highest Poisson arrival rate")
 @click.option("--statistic", type=choices(("mean", "p90")), default="mean", show_default=True,
               help="with --batching continuous: hold the mean or the p90 of TTFT and TPOT to the targets")
 @click.option("--evaluator", type=choices(("simulation", "steady-state")),
@@ -208,12 +211,12 @@ def model_options(func):
 @html_option()
 def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len, variant, groups,
              tpot_ms, ttft_ms, price_per_hour, variants, dtype, execution, timing, without, batching, engine_name,
-             statistic, evaluator, fmt, as_json) -> None:
+             load, statistic, evaluator, fmt, as_json) -> None:
     """The most a model serves under latency targets, per device and attention layout.
 
     For requests of --input-len prompt and --output-len generated tokens: with continuous batching (the
     default) the most clients an engine serves while TTFT and TPOT (mean or p90) stay under --ttft-ms and
-    --tpot-ms; with --batching static the largest batch whose mean TPOT and TTFT stay under the targets and
+    --tpot-ms (--load request-rate: the highest Poisson arrival rate); with --batching static the largest batch whose mean TPOT and TTFT stay under the targets and
     whose weights and KV cache fit. Which limit binds, the throughput there, and with --price-per-hour the
     cost per million output tokens.
 
@@ -234,9 +237,9 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
         return _load_capacity(hws, layouts[0], fmt, input_len=input_len, output_len=output_len, tpot_ms=tpot_ms,
                               ttft_ms=ttft_ms, price_per_hour=price_per_hour, variants=variants,
                               engine_name=engine_name, statistic=statistic, evaluator=evaluator, tp=tp,
-                              weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing)
-    if statistic != "mean" or evaluator is not None:
-        raise CostModelError("--statistic and --evaluator apply with --batching continuous")
+                              weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing, load=load)
+    if statistic != "mean" or evaluator is not None or load != "concurrency":
+        raise CostModelError("--statistic, --evaluator and --load apply with --batching continuous")
     report = run_capacity(layouts[0], hws, input_len=input_len, output_len=output_len,
                           tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
                           ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None, price_per_hour=price_per_hour,
@@ -251,7 +254,7 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
 
 
 def _load_capacity(hws, m, fmt, *, input_len, output_len, tpot_ms, ttft_ms, price_per_hour, variants, engine_name,
-                   statistic, evaluator, tp, weight_dtype, kv_dtype, timing) -> None:
+                   statistic, evaluator, tp, weight_dtype, kv_dtype, timing, load) -> None:
     from costmodel.served_capacity import load_capacity
     from costmodel.text_serving import load_capacity_table
 
@@ -261,9 +264,9 @@ def _load_capacity(hws, m, fmt, *, input_len, output_len, tpot_ms, ttft_ms, pric
                            tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
                            ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None, statistic=statistic,
                            evaluator=evaluator, price_per_hour=price_per_hour, variants=variants, tp=tp,
-                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing)
+                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing, load=load)
     records = [{"device": p.device, "model": p.model, "attention": p.attention, "concurrency": p.concurrency,
-                "binds": p.binds, "ttft_s": p.at.ttft_s if p.at else None, "tpot_s": p.at.tpot_s if p.at else None,
+                "request_rate": p.request_rate, "binds": p.binds, "ttft_s": p.at.ttft_s if p.at else None, "tpot_s": p.at.tpot_s if p.at else None,
                 "output_tokens_per_s_per_device": p.at.output_tokens_per_s_per_device if p.at else None,
                 "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
     emit(fmt, [report.model_dump(mode="json")], records, lambda: load_capacity_table(report), single=True)

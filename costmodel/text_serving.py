@@ -88,12 +88,14 @@ def load_capacity_table(report) -> str:
         f"TTFT <= {_ms(report.ttft_target_s)}" if report.ttft_target_s is not None else "") if t)
     lines = [f"served by {report.engine}: requests of {report.input_len} + {report.output_len} tokens, "
              f"{report.statistic} {targets}", ""]
-    rows = [("device", "model", "attention", "clients", "binds", "TTFT", "TPOT", "batch", "tok/s/device",
-             "tok/s/user") + (("$/M tokens",) if report.price_per_hour is not None else ())]
+    rate = report.load == "request-rate"
+    rows = [("device", "model", "attention", "req/s" if rate else "clients", "binds", "TTFT", "TPOT", "batch",
+             "tok/s/device", "tok/s/user") + (("$/M tokens",) if report.price_per_hour is not None else ())]
     for pt in report.points:
         p = pt.at
         stat = (lambda s: s.p90) if report.statistic == "p90" else (lambda s: s.mean)
-        cells = (pt.device, pt.model, pt.attention, str(pt.concurrency), pt.binds or "-",
+        cells = (pt.device, pt.model, pt.attention, f"{pt.request_rate:.3g}" if rate else str(pt.concurrency),
+                 pt.binds or "-",
                  _ms(stat(p.ttft)) if p else "-", _ms(stat(p.tpot)) if p else "-",
                  f"{p.mean_batch:.1f}" if p else "-", f"{p.output_tokens_per_s_per_device:,.0f}" if p else "-",
                  f"{p.output_tokens_per_s_per_user:.1f}" if p else "-")

@@ -406,6 +406,48 @@ def test_capacity_is_the_edge_of_the_targets(llama, h100):
         assert broken[pt.binds], (kw, pt.binds, c)
 
 
+@pytest.mark.parametrize("statistic", ["mean", "p90"])
+def test_the_highest_rate_is_the_edge_of_the_targets(llama, h100, statistic):
+    """At the reported arrival rate every target holds and the engine keeps up; 2% of its most higher (twice the
+    search's precision), what ``binds`` names fails: a target, or saturation (the arrivals reach the most it
+    completes). Checked by pricing both rates directly, with the evaluator the search used."""
+    from costmodel.served_capacity import RATE_PRECISION, highest_rate
+
+    evaluator = "steady-state" if statistic == "mean" else "simulation"
+    get = (lambda s: s.mean) if statistic == "mean" else (lambda s: s.p90)
+    kw = dict(input_len=1024, output_len=128)
+    binds = set()
+    for targets in ({"tpot_s": 0.02}, {"ttft_s": 0.15}, {"tpot_s": 0.2}):
+        pt = highest_rate(llama, h100, statistic=statistic, num_requests=300, **kw, **targets)
+        most = serve(llama, h100, request_rate=1.0, num_requests=1, evaluator="steady-state",
+                     **kw).saturation_requests_per_s
+        here = serve(llama, h100, request_rate=pt.request_rate, num_requests=300, evaluator=evaluator, **kw)
+        higher = serve(llama, h100, request_rate=pt.request_rate + 2 * RATE_PRECISION * most, num_requests=300,
+                       evaluator=evaluator, **kw)
+        assert pt.concurrency is None and 0 < pt.request_rate < most and not here.overloaded
+        assert get(here.tpot) <= targets.get("tpot_s", 1e9) and get(here.ttft) <= targets.get("ttft_s", 1e9)
+        broken = {"tpot": get(higher.tpot) > targets.get("tpot_s", 1e9),
+                  "ttft": get(higher.ttft) > targets.get("ttft_s", 1e9),
+                  "saturation": higher.overloaded}
+        assert broken[pt.binds], (targets, pt.binds, pt.request_rate)
+        binds.add(pt.binds)
+    assert "saturation" in binds and len(binds) > 1
+
+
+def test_capacity_by_request_rate_on_the_command_line(run_cli):
+    args = ["capacity", "--gpu", "h100", "--model", "llama-3.1-8b", "--input-len", "1024", "--output-len", "128",
+            "--tpot-ms", "200", "--no-variants"]
+    r = run_cli(*args, "--load", "request-rate", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    point = report["points"][0]
+    assert report["load"] == "request-rate" and point["concurrency"] is None and point["binds"] == "saturation"
+    assert point["request_rate"] == pytest.approx(point["at"]["request_rate"])
+    assert " req/s " in run_cli(*args, "--load", "request-rate").output
+    bad = run_cli(*args, "--batching", "static", "--load", "request-rate")
+    assert bad.exit_code != 0 and bad.output.startswith("Error:") and "--load" in bad.output
+
+
 def test_static_batching_keeps_its_answer(run_cli):
     """`--batching static` is the largest static batch, as costmodel.serving.capacity computes it."""
     from costmodel.serving import capacity
