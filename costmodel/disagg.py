@@ -146,6 +146,11 @@ class DisaggPrediction(Report):
     output_tokens_per_s_per_user: float
     decode_waits: int | None  # simulated: requests that reached a decode worker with no slot or pages for them
     assumptions: list[str]
+    # open loop: the most requests per second the pools complete and which pool that is; overloaded: the arrivals
+    # outpace it, so the queue grows as long as they come and the TTFT grows with num_requests
+    saturation_requests_per_s: float | None = None
+    saturation_binds: str | None = None
+    overloaded: bool = False
 
     def record(self) -> dict:
         """One flat row: the layout, the client's latencies and the throughput."""
@@ -553,6 +558,10 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         got = _simulated(pre, dec, prefill, decode, prompts=prompts, outputs=outputs, input_len=mean_in,
                          warmup=warmup_requests, concurrency=concurrency, request_rate=request_rate,
                          transfer_s=transfer.time_s, seed=seed, check=check)
+    most = None
+    if request_rate is not None:  # an open loop: the most the pools complete (their capacities, the closed form's)
+        most = steady_state(pre, dec, prefill, decode, concurrency=1, input_len=mean_in, output_len=mean_out,
+                            transfer_s=transfer.time_s)["most"]
     summaries = [PoolSummary(
         role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, attention_dp=pool.attention_dp,
         devices=pool.devices(),
@@ -574,6 +583,8 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         output_tokens_per_s=got["requests_per_s"] * float(outputs.mean()),
         output_tokens_per_s_per_device=got["requests_per_s"] * float(outputs.mean()) / devices,
         output_tokens_per_s_per_user=got["per_user"], decode_waits=got["waits"],
+        saturation_requests_per_s=most[0] if most else None, saturation_binds=most[1] if most else None,
+        overloaded=bool(most) and request_rate >= most[0],
         assumptions=[*_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests,
                                    evaluator), served_assumption(ttft_band, pre.pr.hw.id)])
 
@@ -686,10 +697,16 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
         return Stats(mean=v, median=v, p90=v, p99=v)
 
     return {"ttft": means(ttft), "tpot": means(tpot), "e2e": means(e2e), "queue_s": wait_p, "prefill_s": s_p,
-            "requests_per_s": x, "per_user": osl / e2e, "waits": None,
+            "requests_per_s": x, "per_user": osl / e2e, "waits": None, "most": saturation(x_prefill, x_decode),
             "prefill": {"mean_batch": 1.0 if x < x_prefill else float(m), "iterations": None,
                         "busy_share": min(1.0, x * s_p / p.engines) if x < x_prefill else 1.0},
             "decode": {"mean_batch": b, "iterations": None, "busy_share": min(1.0, b)}}
+
+
+def saturation(x_prefill: float, x_decode: float) -> tuple[float, str]:
+    """The most requests per second a disaggregated deployment completes, the lesser of its pools' (each busy all
+    the time: :func:`steady_state`), and which pool that is."""
+    return (x_prefill, "prefill pool") if x_prefill <= x_decode else (x_decode, "decode pool")
 
 
 def _prefill_time(pre: Setup, prompt: int) -> float:

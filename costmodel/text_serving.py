@@ -70,13 +70,18 @@ def load_table(results: list) -> str:
 def overload_line(p) -> str:
     """What an open loop whose arrivals outpace the engine reports: the most it completes and why the TTFT is the
     run's, not a steady state's."""
-    held = {"sequence limit": "its sequence limit", "kv cache": "its KV cache",
-            "client connections": "the client's connections"}.get(p.saturation_binds, p.saturation_binds)
-    engines = p.attention_dp * p.replicas
-    each = " per engine" if engines > 1 else ""
+    times = "the TTFT and end-to-end times"
+    if p.saturation_binds in ("prefill pool", "decode pool"):  # disaggregated: one pool busy all the time
+        how = f"with its {p.saturation_binds} busy all the time"
+        if p.saturation_binds == "decode pool":
+            times = "the waits for a decode slot, after the first token (in TPOT and end-to-end),"
+    else:
+        held = {"sequence limit": "its sequence limit", "kv cache": "its KV cache",
+                "client connections": "the client's connections"}.get(p.saturation_binds, p.saturation_binds)
+        each = " per engine" if p.attention_dp * p.replicas > 1 else ""
+        how = f"with the most sequences running ({p.saturation_sequences}{each}, as many as {held} holds)"
     return (f"overloaded: requests arrive at {p.request_rate:g}/s, more than the {p.saturation_requests_per_s:.3g}/s "
-            f"the deployment completes with the most sequences running ({p.saturation_sequences}{each}, as many as "
-            f"{held} holds): its queue grows for as long as requests arrive, so the TTFT and end-to-end times are "
+            f"the deployment completes {how}: its queue grows for as long as requests arrive, so {times} are "
             f"those of these {p.num_requests} requests and grow with their number; below "
             f"{p.saturation_requests_per_s:.3g} requests/s it settles")
 
@@ -132,6 +137,7 @@ def disagg_table(p) -> str:
              f"front end {_ms(s.front_end_s)}" + (f"; {p.decode_waits} requests waited for a decode slot or pages"
                                                   if p.decode_waits is not None else ""),
              *([_band_line(p)] if p.ttft_band is not None else []),
+             *([overload_line(p)] if p.overloaded else []),
              "", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
     return "\n".join(lines)
 

@@ -375,3 +375,18 @@ def test_sglang_decode_preallocation_and_retraction_by_hand():
     one = _simulate(pre, small, Pool(), Pool(), prompts=np.full(2, 10), outputs=np.full(2, 8), concurrency=2,
                     request_rate=None, transfer_s=0.3e-3, seed=0, check=True)
     assert one["violations"] == [] and one["reqs"][1].first > one["reqs"][0].first + 1e-3
+
+
+@pytest.mark.parametrize("isl, osl, binds", [(8192, 64, "prefill pool"), (512, 512, "decode pool")])
+def test_arrivals_beyond_what_the_pools_complete_overload_them(llama, h100, isl, osl, binds):
+    """The most a disaggregated deployment completes is its busier pool's capacity; simulated Poisson arrivals at
+    1.5 times it complete requests at about that rate, not the arrivals', and are said to overload it; at half of
+    it they do not, and complete at the arrivals' rate."""
+    kw = dict(input_len=isl, output_len=osl, prefill=Pool(), decode=Pool(max_num_seqs=16))
+    most = serve_disaggregated(llama, h100, request_rate=1.0, num_requests=4, **kw)
+    assert most.saturation_binds == binds and not most.overloaded
+    x = most.saturation_requests_per_s
+    over = serve_disaggregated(llama, h100, request_rate=1.5 * x, num_requests=1500, **kw)
+    assert over.overloaded and over.requests_per_s == pytest.approx(x, rel=0.1)
+    under = serve_disaggregated(llama, h100, request_rate=0.5 * x, num_requests=400, **kw)
+    assert not under.overloaded and under.requests_per_s == pytest.approx(0.5 * x, rel=0.15)
