@@ -11,7 +11,8 @@ from costmodel.errors import CostModelError
 from costmodel.vocab import MXFP4_ACTIVATIONS
 
 #: The keys engine_options adds to a command's parameters.
-LOAD_KEYS = ("engine_name", "concurrency", "client_connections", "request_rate", "num_requests", "warmup_requests",
+LOAD_KEYS = ("engine_name", "concurrency", "client_connections", "request_rate", "burstiness", "num_requests",
+             "warmup_requests",
              "max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "chunked_prefill",
              "prefix_caching", "async_scheduling", "mxfp4_activations", "length_dist", "spread", "lengths_file",
              "evaluator", "frontend",
@@ -51,6 +52,9 @@ def engine_options(func):
                           "others wait in the client, their clock running (an aiohttp client holds 100 unless told "
                           "otherwise) [default: one per client]"),
         click.option("--request-rate", type=PositiveNumber(), help="open loop: Poisson arrivals, requests per second"),
+        click.option("--burstiness", type=PositiveNumber(allow_inf=True), default=1.0, show_default=True,
+                     help="with --request-rate: the arrivals' gaps gamma-distributed with this shape, as vLLM's bench "
+                          "serve draws them (1: Poisson; below 1 burstier, above 1 more even; inf: evenly spaced)"),
         click.option("--num-requests", "--num-prompts", "num_requests", type=Positive,
                      help="requests in the run [default: 10 per client; 1,000 at a request rate]"),
         click.option("--warmup-requests", "--warmup-request-count", "warmup_requests", type=NonNegative, default=0,
@@ -141,6 +145,7 @@ def engine_options(func):
 
 #: The load options' values when not given.
 LOAD_DEFAULTS = {"length_dist": "fixed", "spread": 0.0, "evaluator": "simulation", "warmup_requests": 0,
+                 "burstiness": 1.0,
                  "frontend": "dynamo",
                  "expert_parallel": False, "disaggregated": False, "prefill_expert_parallel": False,
                  "decode_expert_parallel": False}
@@ -194,6 +199,8 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
     if load["concurrency"] is not None and load["request_rate"] is not None:
         raise CostModelError("give --concurrency or --request-rate, not both")
+    if load["burstiness"] != 1.0 and load["request_rate"] is None:
+        raise CostModelError("--burstiness applies with --request-rate (an open loop's arrivals)")
     if load["client_connections"] is not None and load["concurrency"] is None:
         raise CostModelError("--client-connections applies with --concurrency (a closed loop's requests in flight)")
     if pricing.get("dtype") not in (None, "bf16", "fp16"):
@@ -208,7 +215,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         raise CostModelError(f"{ignored[0]} does not apply to a served model (the engine runs its own kernels)")
     kw = dict(input_len=input_len, output_len=output_len, engine_name=load["engine_name"] or "vllm",
               concurrency=load["concurrency"], request_rate=load["request_rate"], num_requests=load["num_requests"],
-              warmup_requests=load["warmup_requests"],
+              warmup_requests=load["warmup_requests"], burstiness=load["burstiness"],
               tp=pricing["tp"], expert_parallel=load["expert_parallel"], attention_dp=load["attention_dp"] or 1,
               pipeline_parallel=load["pipeline_parallel"] or 1, replicas=load["replicas"] or 1,
               expert_parallel_size=load["expert_parallel_size"],
@@ -267,7 +274,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         m, hw, input_len=kw["input_len"], output_len=kw["output_len"], prefill=pool("prefill"),
         decode=pool("decode", decode_hw), engine_name=kw["engine_name"], concurrency=kw["concurrency"],
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup_requests=kw["warmup_requests"],
-        weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], timing=kw["timing"],
+        burstiness=kw["burstiness"], weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], timing=kw["timing"],
         kv_link_bytes_per_s=load["kv_link_bandwidth"], mxfp4_activations=kw["mxfp4_activations"],
         evaluator=kw["evaluator"], frontend=kw["frontend"], input_dist=kw["input_dist"],
         output_dist=kw["output_dist"], spread=kw["spread"]) for hw in hws for m in layouts]

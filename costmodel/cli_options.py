@@ -107,18 +107,24 @@ def emit_json(data) -> None:
 
 class PositiveNumber(click.ParamType):
     """A positive, finite decimal number in ASCII digits (``50``, ``2.5``, ``1e3``; no ``inf``, ``nan`` or
-    other scripts' digits)."""
+    other scripts' digits); ``allow_inf``: ``inf`` too."""
 
     name = "number"
+
+    def __init__(self, allow_inf: bool = False):
+        self.allow_inf = allow_inf
 
     def convert(self, value, param, ctx):
         if isinstance(value, float):
             number = value
+        elif self.allow_inf and isinstance(value, str) and value.strip().lower() == "inf":
+            return float("inf")
         elif not isinstance(value, str) or not DECIMAL.fullmatch(value):
-            self.fail(f"{value!r} is not a positive decimal number (e.g. 50 or 2.5)", param, ctx)
+            self.fail(f"{value!r} is not a positive decimal number (e.g. 50 or 2.5"
+                      + (", or inf)" if self.allow_inf else ")"), param, ctx)
         else:
             number = float(value)
-        if not 0 < number < float("inf"):
+        if not 0 < number < float("inf") and not (self.allow_inf and number == float("inf")):
             self.fail(f"{value!r} is not a positive, finite number", param, ctx)
         return number
 

@@ -39,6 +39,7 @@ from costmodel.model_step import model_hardware, pricing
 from costmodel.presets import ModelPreset
 from costmodel.reports import DeviceSummary, Report
 from costmodel.served import Setup, checked_load, checkpoint_kv_dtype, lengths, mean_length
+from costmodel.simulate import arrival_times
 
 #: Engines whose prefill (context) workers run without the overlap scheduler in a disaggregated deployment while
 #: their decode workers keep it: TensorRT-LLM's disaggregated-serving guide (trtllm-serve) gives the context servers
@@ -127,6 +128,7 @@ class DisaggPrediction(Report):
     devices: int
     concurrency: int | None
     request_rate: float | None
+    burstiness: float = 1.0  # an open loop's arrivals: the gamma shape of their gaps (1: Poisson)
     num_requests: int
     input_len: float
     output_len: float
@@ -205,7 +207,7 @@ class _Req:
 
 
 def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, concurrency, request_rate,
-              transfer_s, seed: int, check: bool = False) -> dict:
+              transfer_s, seed: int, check: bool = False, burstiness: float = 1.0) -> dict:
     n = len(prompts)
     reqs: list[_Req] = []
     events: list = []  # (time, order, kind, payload)
@@ -221,15 +223,12 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
         reqs.append(r)
         push(t, "arrive", r)
 
-    rng = np.random.default_rng(seed)
     if concurrency is not None:
         for _ in range(min(concurrency, n)):
             new_request(0.0)
     else:
-        t = 0.0
-        for _ in range(n):
-            t += rng.exponential(1 / request_rate)
-            new_request(t)
+        for t in arrival_times(n, request_rate, burstiness, seed):
+            new_request(float(t))
 
     # prefill workers
     p_queue = [deque() for _ in range(p.engines)]
@@ -497,11 +496,11 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
                         mxfp4_activations: str | None = None,
                         overheads: dict | None = None, evaluator: str = "simulation", seed: int = 0,
                         check: bool = False, frontend: str = "dynamo", input_dist: str = "fixed",
-                        output_dist: str = "fixed", spread: float = 0.0) -> DisaggPrediction:
+                        output_dist: str = "fixed", spread: float = 0.0, burstiness: float = 1.0) -> DisaggPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
     ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
-    its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or Poisson arrivals at
-    ``request_rate``. ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device).
+    its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or arrivals at ``request_rate``
+    (Poisson, or as ``burstiness`` bunches them: :func:`costmodel.simulate.arrival_times`). ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device).
     ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only). ``frontend``:
     the front end the requests pass (:data:`costmodel.served.FRONTENDS`), its latency added to TTFT. ``input_dist``,
     ``output_dist``, ``spread``: the requests' lengths drawn as :func:`costmodel.served.lengths` draws them (the
@@ -512,7 +511,8 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         raise CostModelError("the steady-state form of disaggregated serving takes a concurrency (a closed loop); "
                              "simulate a request rate")
     n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
+                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests,
+                     burstiness=burstiness)
     for name, pool in (("prefill", prefill), ("decode", decode)):
         if not isinstance(pool, Pool):
             raise CostModelError(f"{name} must be a Pool(tp=..., workers=...), got {type(pool).__name__}")
@@ -557,7 +557,7 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     else:
         got = _simulated(pre, dec, prefill, decode, prompts=prompts, outputs=outputs, input_len=mean_in,
                          warmup=warmup_requests, concurrency=concurrency, request_rate=request_rate,
-                         transfer_s=transfer.time_s, seed=seed, check=check)
+                         transfer_s=transfer.time_s, seed=seed, check=check, burstiness=burstiness)
     most = None
     if request_rate is not None:  # an open loop: the most the pools complete (their capacities, the closed form's)
         most = steady_state(pre, dec, prefill, decode, concurrency=1, input_len=mean_in, output_len=mean_out,
@@ -585,16 +585,17 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         output_tokens_per_s_per_user=got["per_user"], decode_waits=got["waits"],
         saturation_requests_per_s=most[0] if most else None, saturation_binds=most[1] if most else None,
         overloaded=bool(most) and request_rate >= most[0],
+        burstiness=burstiness,
         assumptions=[*_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests,
-                                   evaluator), served_assumption(ttft_band, pre.pr.hw.id)])
+                                   evaluator, burstiness), served_assumption(ttft_band, pre.pr.hw.id)])
 
 
 def _simulated(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, input_len, warmup, concurrency,
-               request_rate, transfer_s, seed, check) -> dict:
+               request_rate, transfer_s, seed, check, burstiness: float = 1.0) -> dict:
     """The simulation's per-request times as the report's statistics (``input_len``: the mean prompt, whose prefill
     alone the report's queueing is measured against)."""
     sim = _simulate(pre, dec, p, d, prompts=prompts, outputs=outputs, concurrency=concurrency,
-                    request_rate=request_rate, transfer_s=transfer_s, seed=seed, check=check)
+                    request_rate=request_rate, transfer_s=transfer_s, seed=seed, check=check, burstiness=burstiness)
     if check and sim["violations"]:
         raise AssertionError(f"limits broken: {sim['violations'][:3]}")
     kept = sim["reqs"][warmup:]
@@ -731,8 +732,8 @@ def _scheduled(eng) -> str:
 
 
 def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup,
-                 evaluator: str) -> list[str]:
-    load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup)[2]
+                 evaluator: str, burstiness: float = 1.0) -> list[str]:
+    load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup, burstiness=burstiness)[2]
     admitted = (f"whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap pre-allocation), "
                 "admitting it where the worker can still hand out the prompt and a headroom of "
                 f"{dec.eng.reserved_decode_tokens} tokens beside the headroom of every request it holds; a request "

@@ -78,6 +78,7 @@ class LoadPrediction(Report):
     attention_dp: int = 1
     pipeline_parallel: int = 1
     replicas: int = 1  # data parallel: engines behind a router, each with an even share of the load
+    burstiness: float = 1.0  # an open loop's arrivals: the gamma shape of their gaps (1: Poisson)
     ttft_s: float
     tpot_s: float
     e2e_s: float
@@ -123,7 +124,7 @@ class Saturation(NamedTuple):
 
 
 def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int = 0, in_flight: int | None = None,
-                most: Saturation | None = None, **measured) -> LoadPrediction:
+                most: Saturation | None = None, burstiness: float = 1.0, **measured) -> LoadPrediction:
     """A report of what an evaluator ``measured`` (the load's own fields of :class:`LoadPrediction`: the
     latency statistics, throughput, batch, KV use and time split), with the setup's device, engine and
     assumptions; the means at the top are the statistics' means. ``most``: one engine's saturation, for an open
@@ -158,7 +159,8 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
         ttft_band=ttft_band, tpot_band=tpot_band,
         replicas=setup.replicas,
         output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp * pr.pp), **measured,
-        assumptions=[*assumptions(setup, evaluator, concurrency, request_rate, warmup, in_flight),
+        burstiness=burstiness,
+        assumptions=[*assumptions(setup, evaluator, concurrency, request_rate, warmup, in_flight, burstiness),
                      served_assumption(ttft_band, pr.hw.id)])
 
 
@@ -172,10 +174,27 @@ def _group_line(setup) -> list[str]:
                    "the throughput counts all"] if replicas > 1 else [])
 
 
-def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 0, in_flight=None) -> list[str]:
+def open_loop_line(request_rate: float, burstiness: float, evaluator: str) -> str:
+    """How an open loop's requests are sent, as vLLM's bench serve sends them
+    (:func:`costmodel.simulate.arrival_times`)."""
+    if burstiness == 1:
+        kind = "Poisson arrivals"
+    elif burstiness == float("inf"):
+        kind = "evenly spaced arrivals"
+    else:
+        kind = (f"arrivals with gamma-distributed gaps of shape {burstiness:g} "
+                f"({'burstier' if burstiness < 1 else 'more even'} than Poisson)")
+    return (f"open loop: {kind} at {request_rate:g} requests/s, the times scaled so the last request goes at "
+            "requests / rate, as vLLM's bench serve sends them"
+            + ("; the closed form's means do not depend on how the arrivals bunch"
+               if evaluator == "steady-state" and burstiness != 1 else ""))
+
+
+def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 0, in_flight=None,
+                burstiness: float = 1.0) -> list[str]:
     eng = setup.eng
     load = (f"closed loop: {concurrency} clients start at time 0, each sends its next request when the last one "
-            "finishes" if concurrency is not None else f"open loop: Poisson arrivals at {request_rate:g} requests/s")
+            "finishes" if concurrency is not None else open_loop_line(request_rate, burstiness, evaluator))
     if in_flight is not None:  # fewer connections than clients (costmodel.served.serve)
         load += (f"; the benchmark client holds {in_flight} connections: at most {in_flight} requests in flight, the "
                  "others waiting in the client with their clock running (TTFT and end-to-end include the wait)")

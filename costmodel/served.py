@@ -271,7 +271,7 @@ def kernels_line(pr: Pricing, eng: EngineConfig) -> list[str]:
 
 
 def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, concurrency, request_rate,
-                 num_requests, warmup_requests) -> int:
+                 num_requests, warmup_requests, burstiness: float = 1.0) -> int:
     """Every check of a load's arguments; the number of measured requests (ten per client by default)."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -284,6 +284,11 @@ def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, 
     if request_rate is not None and (isinstance(request_rate, bool) or not isinstance(request_rate, (int, float))
                                      or not 0 < request_rate < 1e9):
         raise CostModelError(f"request rate must be a positive number of requests per second, got {request_rate!r}")
+    if isinstance(burstiness, bool) or not isinstance(burstiness, (int, float)) or not burstiness > 0:
+        raise CostModelError(f"burstiness must be a positive number (1: Poisson arrivals; below 1 burstier, above 1 "
+                             f"more even; inf: evenly spaced), got {burstiness!r}")
+    if burstiness != 1 and request_rate is None:
+        raise CostModelError("burstiness shapes an open loop's arrivals: give a request rate, not a concurrency")
     if m.architecture != "decoder":
         raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
     n = num_requests if num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
@@ -304,7 +309,7 @@ def checkpoint_kv_dtype(m: ModelPreset, engine_name: str, weight_dtype: str | No
 
 def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
           concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
-          warmup_requests: int = 0,
+          warmup_requests: int = 0, burstiness: float = 1.0,
           tp: int = 1, expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
           expert_parallel_size: int | None = None, replicas: int = 1,
           weight_dtype: str | None = None,
@@ -317,7 +322,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
           seed: int = 0, client_connections: int | None = None, frontend: str = "dynamo") -> LoadPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
-    ``concurrency`` clients or Poisson arrivals at ``request_rate`` per second. ``warmup_requests`` more run
+    ``concurrency`` clients or arrivals at ``request_rate`` per second (Poisson, or with ``burstiness`` as vLLM's
+    ``bench serve --burstiness`` draws them: :func:`costmodel.simulate.arrival_times`). ``warmup_requests`` more run
     first and are left out of the statistics (aiperf's ``--warmup-request-count``). With ``attention_dp`` groups
     of ``tp`` devices (attention data parallel, experts spread over all of them), each group is an engine with
     an even share of the clients (or of the rate) and of the requests; one is simulated and the report counts
@@ -330,7 +336,8 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests)
+                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests,
+                     burstiness=burstiness)
     checks.count("client_connections", client_connections, optional=True)
     if client_connections is not None and concurrency is None:
         raise CostModelError("client_connections caps a closed loop's requests in flight: give a concurrency, not a "
@@ -368,11 +375,12 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
 
         return steady_state(setup, concurrency=concurrency, request_rate=request_rate,
                             input_len=mean_length(prompts), output_len=mean_length(outputs), num_requests=n,
-                            in_flight=in_flight)
+                            in_flight=in_flight, burstiness=burstiness)
     from costmodel.simulate import client_queue, simulate
 
     res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,
-                   concurrency=in_flight or concurrency, request_rate=request_rate, wall=setup.wall, seed=seed)
+                   concurrency=in_flight or concurrency, request_rate=request_rate, burstiness=burstiness,
+                   wall=setup.wall, seed=seed)
     if in_flight is not None:
         res = client_queue(res, concurrency)
     most = None
@@ -380,11 +388,12 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
         from costmodel.steady import saturation
 
         most = saturation(setup, input_len=mean_length(prompts), output_len=mean_length(outputs))
-    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight, most)
+    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight, most,
+                     burstiness)
 
 
 def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0,
-              in_flight: int | None = None, most=None) -> LoadPrediction:
+              in_flight: int | None = None, most=None, burstiness: float = 1.0) -> LoadPrediction:
     """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics
     (``in_flight``: the client's connections, where fewer than its clients: :func:`serve`; ``most``: an open
     loop's saturation, :func:`costmodel.steady.saturation`)."""
@@ -397,6 +406,7 @@ def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, wa
     stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
     return load_report(
         setup, "simulation", concurrency, request_rate, warmup=warmup, in_flight=in_flight, most=most,
+        burstiness=burstiness,
         num_requests=len(prompts),
         input_len=float(np.mean(prompts)), output_len=float(np.mean(outputs)),
         ttft=Stats.of(kept.ttft + setup.request_s), tpot=Stats.of(kept.tpot),

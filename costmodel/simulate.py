@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -130,9 +131,24 @@ def client_queue(res: SimResult, clients: int) -> SimResult:
     return dataclasses.replace(res, arrival=arrival)
 
 
+def arrival_times(n: int, request_rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
+    """When an open loop's ``n`` requests are sent, as vLLM's ``bench serve`` sends them
+    (vllm/benchmarks/serve.py ``get_request``): gaps drawn from a gamma distribution of shape ``burstiness`` and
+    mean ``1 / request_rate`` (1: Poisson arrivals; below 1 burstier, above 1 more even; infinite: evenly spaced),
+    summed, then scaled so that the last request goes at ``n / request_rate`` (its "normalize_factor": the
+    rate is the asked one whatever the draw)."""
+    if math.isinf(burstiness):
+        gaps = np.full(n, 1.0 / request_rate)
+    else:
+        gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), n)
+    t = np.cumsum(gaps)
+    return t * (n / request_rate / t[-1])
+
+
 def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompts: np.ndarray,
              outputs: np.ndarray, concurrency: int | None = None, request_rate: float | None = None,
-             overhead_s: float = 0.0, seed: int = 0, check: bool = False, wall=None) -> SimResult:
+             burstiness: float = 1.0, overhead_s: float = 0.0, seed: int = 0, check: bool = False,
+             wall=None) -> SimResult:
     """Run ``len(prompts)`` requests through the engine. ``check``: record every violated invariant (token
     budget, sequence limit, KV pages) instead of trusting them. ``wall(gpu, sequences)``: an iteration's time
     from its GPU work and its running sequences (:meth:`costmodel.served.Setup.wall`); by default the work plus
@@ -159,9 +175,7 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
         r.target = r.prompt
     pending: list[tuple[float, int]] = []  # (arrival, request) of requests not yet in the queue
     if request_rate is not None:
-        gaps = np.random.default_rng(seed).exponential(1.0 / request_rate, n)
-        arrivals = np.cumsum(gaps) - gaps[0]
-        for r, a in zip(reqs, arrivals):
+        for r, a in zip(reqs, arrival_times(n, request_rate, burstiness, seed)):
             r.arrival = float(a)
             pending.append((r.arrival, r.i))
         heapq.heapify(pending)

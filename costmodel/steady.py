@@ -63,7 +63,10 @@ def saturation(setup, *, input_len: int, output_len: int, in_flight: int | None 
 
 
 def steady_state(setup, *, concurrency: int | None, request_rate: float | None, input_len: int,
-                 output_len: int, num_requests: int, in_flight: int | None = None) -> LoadPrediction:
+                 output_len: int, num_requests: int, in_flight: int | None = None,
+                 burstiness: float = 1.0) -> LoadPrediction:
+    """Means of ``setup``'s engine under the load, in closed form (the module's docstring); an open loop's
+    ``burstiness`` is only reported: the means here do not depend on how the arrivals bunch."""
     eng, table = setup.eng, setup.table
     isl, osl = input_len, output_len
     peak = isl + osl
@@ -154,7 +157,8 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     out_tps = rps * osl
     one = lambda x: Stats(mean=x, median=x, p90=x, p99=x)  # noqa: E731 - a closed form has means only
     return load_report(
-        setup, "steady-state", concurrency, request_rate, in_flight=in_flight, most=most, num_requests=num_requests,
+        setup, "steady-state", concurrency, request_rate, in_flight=in_flight, most=most, burstiness=burstiness,
+        num_requests=num_requests,
         input_len=float(isl), output_len=float(osl), ttft=one(ttft), tpot=one(tpot), itl=one(tpot), e2e=one(e2e),
         requests_per_s=rps, output_tokens_per_s=out_tps, output_tokens_per_s_per_user=osl / e2e, mean_batch=float(b),
         max_batch=int(math.ceil(b)), kv_use_max=b * peak / max(setup.kv_tokens, 1), preemptions=0,

@@ -251,6 +251,38 @@ def test_arrivals_beyond_what_the_engine_completes_overload_it(llama, h100, eval
     assert under.requests_per_s == pytest.approx(0.5 * most, rel=0.2 if evaluator == "simulation" else 1e-9)
 
 
+@pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0, math.inf])
+def test_arrivals_are_sent_as_vllms_bench_serve_sends_them(burstiness):
+    """Gaps of a gamma distribution of shape k have a coefficient of variation 1/sqrt(k) (1: Poisson; inf: none);
+    the times are scaled so the last request goes at n / rate, so the rate is the asked one whatever the draw."""
+    from costmodel.simulate import arrival_times
+
+    n, rate = 20000, 7.0
+    t = arrival_times(n, rate, burstiness, seed=3)
+    gaps = np.diff(np.concatenate([[0.0], t]))
+    assert t[-1] == pytest.approx(n / rate, rel=1e-12) and np.all(gaps >= 0)
+    assert gaps.std() / gaps.mean() == pytest.approx(1 / math.sqrt(burstiness), abs=0.03)
+
+
+def test_burstier_arrivals_queue_longer(llama, h100, run_cli):
+    """At the same mean rate, bunched arrivals wait for each other: the simulated TTFT's p90 rises as the
+    burstiness falls, and the throughput stays the rate's; the closed form's means do not see it."""
+    kw = dict(input_len=2048, output_len=256, request_rate=10.0, num_requests=1500, overheads=OFF)
+    runs = {b: serve(llama, h100, burstiness=b, **kw) for b in (0.25, 1.0, math.inf)}
+    assert runs[0.25].ttft.p90 > 1.5 * runs[1.0].ttft.p90 > 1.5 * runs[math.inf].ttft.p90
+    for p in runs.values():
+        assert p.requests_per_s == pytest.approx(10.0, rel=0.05) and p.burstiness in runs
+    closed = [serve(llama, h100, burstiness=b, evaluator="steady-state", **kw).ttft_s for b in (0.25, 1.0)]
+    assert closed[0] == closed[1]
+    args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--input-len", "512",
+            "--output-len", "64"]
+    r = run_cli(*args, "--concurrency", "4", "--burstiness", "0.5")
+    assert r.exit_code != 0 and r.output.startswith("Error:") and "--request-rate" in r.output
+    r = run_cli(*args, "--request-rate", "2", "--burstiness", "0")
+    assert r.exit_code != 0 and "--burstiness" in r.output and "Traceback" not in r.output
+    assert "gaps of shape 0.5" in run_cli(*args, "--request-rate", "2", "--burstiness", "0.5").output
+
+
 def test_an_overloaded_open_loop_says_so(run_cli):
     args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--input-len", "512",
             "--output-len", "64", "--max-num-seqs", "8", "--evaluator", "steady-state"]
