@@ -25,6 +25,12 @@ Queueing, when the clients outnumber the sequences the engine runs: each of ``C`
 request of ``R = TTFT + (osl - 1) TPOT``, so the throughput is ``X = B / R_run`` requests per unit time and by
 Little's law a client's request waits ``C / X - R_run`` before it starts.
 
+Open loop below saturation: the running count follows Little's law, ``B = lambda x (TTFT + (osl - 1) TPOT)``. An
+arrival lands inside an iteration and waits out its rest, on average ``E[t^2] / (2 E[t])`` over the iteration
+times (a share ``f`` of them ``t_mix`` long, the rest ``t_dec``: longer ones are likelier to be landed in), and its
+prompt queues behind the prompts that came before it, each adding ``s`` to the iterations it runs in (alone where
+the engine does not mix): an M/D/1 queue, ``rho s / (2 (1 - rho))`` with ``rho = lambda s``.
+
 Saturation (:func:`saturation`): with every sequence the engine can hold running (``B = cap``), it completes
 ``X_max = cap / R_run(cap)`` requests per unit time, the most it serves. Poisson arrivals at ``lambda >= X_max``
 (open loop) overload it: its queue grows for as long as requests arrive. The first ``cap`` requests start as
@@ -36,8 +42,22 @@ start, so it waits ``q cap (1 / X_max - 1 / lambda)``: over ``N`` requests (a mu
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from costmodel.load_reports import LoadPrediction, Saturation, Stats, TimeSplit, load_report
+
+
+class Times(NamedTuple):
+    """One running count's closed-form times: a request's first-token time (its prompt's iterations), the mean
+    TPOT, the share of iterations carrying a prompt, an iteration's mean step, the mean rest of the iteration an
+    arrival lands in, and the time one prompt's prefill adds to its iterations."""
+
+    tagged: float
+    tpot: float
+    f: float
+    step: float
+    landed: float
+    alone: float
 
 
 def _cap(setup, isl: int, osl: int, in_flight: int | None) -> tuple[int, str]:
@@ -112,13 +132,20 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             tpot = f * avg + (1 - f) * dec
         else:  # every prompt's own iterations stall the decoding sequences: about b prompts per lifetime
             tpot = dec + b * k * iteration(0, isl, 1, others=others, running=b) / max(osl - 1, 1)
-        return tagged, tpot, f, (tpot if eng.mixes else dec)
+        # an open loop's waits (the module's docstring): the rest of the iteration an arrival lands in, the mean of
+        # the iteration times weighted by their length (f of them carrying prompts, avg long, the rest dec), and the
+        # time one prompt's prefill adds to its iterations (alone where the engine does not mix)
+        landed = (f * avg ** 2 + (1 - f) * dec ** 2) / (2 * (f * avg + (1 - f) * dec))
+        alone = (sum(iteration(b_dec, min(room, isl - i * room), i == k - 1, start=i * room, others=others,
+                               running=b) for i in range(k)) if k > 1 else
+                 iteration(b_dec, min(isl, room), 1, others=others, running=b)) - (k * dec if eng.mixes else 0.0)
+        return Times(tagged, tpot, f, tpot if eng.mixes else dec, landed, max(alone, 0.0))
 
     lag = eng.lag  # an overlap scheduler starts a request an iteration later
     most = None  # an open loop's saturation
     if concurrency is not None:
         b = min(concurrency, cap)
-        ttft, tpot, f, step = times(b)
+        ttft, tpot, f, step = times(b)[:4]
         # an engine that does not mix stops decoding for prompts: a request comes while a decode iteration runs
         # and waits out half of it; an overlap scheduler adds an iteration (at an iteration's end under mixing)
         ttft += (lag + (0 if eng.mixes else 0.5)) * step
@@ -131,7 +158,7 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         # open loop: the running count follows Little's law, B = rate x time in the engine
         b = 1.0
         for _ in range(50):
-            ttft, tpot, f, step = times(min(b, cap))
+            ttft, tpot, f, step, landed, alone = times(min(b, cap))
             b_new = request_rate * (ttft + (osl - 1) * tpot)
             if abs(b_new - b) < 1e-3 * max(b, 1):
                 b = b_new
@@ -144,12 +171,16 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         if request_rate >= most.requests_per_s:
             # overloaded: the engine completes its most, the queue grows for as long as requests arrive (the
             # module's docstring); the TTFT is that of these num_requests
-            ttft, tpot, f, step = full
+            ttft, tpot, f, step = full[:4]
             ttft += (lag + (0 if eng.mixes else 0.5)) * step
             ttft += max((num_requests - cap) / 2 * (1 / most.requests_per_s - 1 / request_rate), 0.0)
             rps = most.requests_per_s
         else:
-            ttft += lag * step
+            # Poisson arrivals land inside an iteration and wait out its rest, and queue for the prefill behind
+            # the prompts that came before them: an M/D/1 queue of one prompt's prefill time (the module's
+            # docstring)
+            busy = min(request_rate * alone, 0.99)
+            ttft += lag * step + landed + busy * alone / (2 * (1 - busy))
             rps = request_rate
         b = min(b, cap)
         ttft += setup.request_s

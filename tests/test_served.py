@@ -283,6 +283,23 @@ def test_burstier_arrivals_queue_longer(llama, h100, run_cli):
     assert "gaps of shape 0.5" in run_cli(*args, "--request-rate", "2", "--burstiness", "0.5").output
 
 
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+def test_closed_form_agrees_with_simulation_on_open_loops(h100, engine_name):
+    """Poisson arrivals below saturation: the closed form's mean TTFT (the engine's, the rest of the iteration an
+    arrival lands in, and its prompt's queue) and TPOT against a simulation of 3,000 requests, at 30% and 80% of the
+    most the engine completes."""
+    for name, tp, isl, osl in (("llama-3.1-8b", 1, 2048, 256), ("qwen3-32b", 2, 1024, 512)):
+        m = costmodel.load_model(name)
+        kw = dict(input_len=isl, output_len=osl, tp=tp, engine_name=engine_name)
+        most = serve(m, h100, request_rate=1.0, num_requests=1, evaluator="steady-state",
+                     **kw).saturation_requests_per_s
+        for share in (0.3, 0.8):
+            sim = serve(m, h100, request_rate=share * most, num_requests=3000, **kw)
+            cf = serve(m, h100, request_rate=share * most, num_requests=3000, evaluator="steady-state", **kw)
+            assert cf.ttft_s == pytest.approx(sim.ttft_s, rel=0.1), (name, share)
+            assert cf.tpot_s == pytest.approx(sim.tpot_s, rel=0.05), (name, share)
+
+
 def test_an_overloaded_open_loop_says_so(run_cli):
     args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--input-len", "512",
             "--output-len", "64", "--max-num-seqs", "8", "--evaluator", "steady-state"]
