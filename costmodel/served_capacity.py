@@ -215,7 +215,8 @@ def load_capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: 
         f"{statistic} TTFT and TPOT meet the targets, to {RATE_PRECISION:.0%} of the most the engine completes with "
         "every sequence it holds running; 'binds' is what fails at a higher rate (saturation: the arrivals reach that "
         "most, and the queue grows for as long as they come)")
-    how = (" (means only" + ("; below saturation an open loop's queueing is not in it: the simulation has it)"
+    how = (" (means only" + ("; an arrival's wait for the iteration it lands in and its prompt's queue in closed "
+                             "form, within 10% of the simulation up to 80% of saturation, lower than it nearer)"
                              if load == "request-rate" else ")") if used == "steady-state" else
            " (10 requests per client, at least 64, the first wave included)" if load == "concurrency" else
            " (1,000 requests per rate)")
