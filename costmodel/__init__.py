@@ -44,6 +44,8 @@ _API = {
     "CapacityReport": "costmodel.serving",
     "serve": "costmodel.served",                # a served model under load: continuous batching in an engine
     "LoadPrediction": "costmodel.load_reports",
+    "load_capacity": "costmodel.served_capacity",  # the most clients, or the highest rate, under targets
+    "LoadCapacityReport": "costmodel.served_capacity",
     "serve_disaggregated": "costmodel.disagg",  # prefill and decode pools, the KV cache moving between them
     "Pool": "costmodel.disagg",
     "DisaggPrediction": "costmodel.disagg",

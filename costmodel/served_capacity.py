@@ -191,6 +191,7 @@ def load_capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: 
         raise CostModelError(f"devices must be a non-empty list of HardwareProfile, got {devices!r}"[:200])
     if load not in ("concurrency", "request-rate"):
         raise CostModelError(f"load must be concurrency or request-rate, got {load!r}")
+    checks.flag("variants", variants)
     search = largest_concurrency if load == "concurrency" else highest_rate
     layouts = with_variants(m) if variants else [m]
     points = []

@@ -50,7 +50,7 @@ CALLS = {
                                                     ttft_s=1.0, price_per_hour=2.0, max_batch=64),
                       {"tpot_s", "ttft_s", "price_per_hour"}),
     "serve": (costmodel.serve, dict(m=LLAMA, hw=H100, input_len=16, output_len=4, concurrency=2, num_requests=4, tp=1,
-                                    engine_name="vllm"), {"num_requests"}),
+                                    engine_name="vllm", burstiness=1.0), {"num_requests"}),
     "serve_disaggregated": (costmodel.serve_disaggregated,
                             dict(m=LLAMA, hw=H100, input_len=16, output_len=4, prefill=costmodel.Pool(),
                                  decode=costmodel.Pool(tp=2), engine_name="sglang", concurrency=2, num_requests=4,
@@ -62,6 +62,10 @@ CALLS = {
     "capacity": (costmodel.capacity, dict(m=LLAMA, devices=[H100], input_len=16, output_len=4, tpot_s=0.05, ttft_s=None,
                                           price_per_hour=None, variants=False),
                  {"tpot_s", "ttft_s", "price_per_hour"}),
+    "load_capacity": (costmodel.load_capacity,
+                      dict(m=LLAMA, devices=[H100], input_len=16, output_len=4, engine_name="vllm", tpot_s=0.05,
+                           ttft_s=None, statistic="mean", price_per_hour=None, variants=False, load="request-rate"),
+                      {"ttft_s", "price_per_hour"}),
 }
 #: Where a message names an argument in other words than its Python name.
 SAID = {"dims": "dimension", "m": "model", "name": "name", "cache_append": "cache append", "form": "form",
