@@ -367,7 +367,8 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                   _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
                        precision="fp8", gemm_quant_mode="fp8_block"),
                   _row(id="rep", silicon_data_source="silicon_concurrency=12"),
-                  _row(id="rep-odd", silicon_data_source="silicon_concurrency=10")])
+                  _row(id="rep-odd", silicon_data_source="silicon_concurrency=10"),
+                  _row(id="big", model_path="meta-llama/Llama-3.1-70B", tp_size="1.0")])
     out = tmp_path / "out.json"
     r = run_cli("validate", "--serving", str(path), "--json", str(out))
     assert r.exit_code == 0, r.output
@@ -380,7 +381,11 @@ def test_validate_serving_counts_reasons(tmp_path, run_cli):
                        "adp-tp": "attention data parallel without expert parallel over all its devices",
                        "dis-w": "disaggregated without worker counts",
                        "neg": "bad numbers",
-                       "rep-odd": "more clients than the batch, not a whole number of replicas"}
+                       "rep-odd": "more clients than the batch, not a whole number of replicas",
+                       "big": reasons["big"]}
+    # a model whose weights leave its devices no cache for one request is counted apart, with the tp that holds one
+    assert reasons["big"].startswith("too big for its devices: ") and "raise tp (tp 2 holds one)" in reasons["big"]
+    assert "   1  too big for its devices" in r.output
     # expert parallel over the tp group is modelled, and disaggregated pools, and replicas sharing the clients, and
     # MXFP4 on a GPU with FP4 math
     assert [r["id"] for r in report["rows"]] == ["ok", "dis", "dis-ep", "adp", "hyb", "dis-sg", "fp4", "moe", "rep"]

@@ -489,11 +489,16 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def validate_serving(path: str | Path, *, overheads: dict | None = None, progress=None) -> dict:
     """``{"rows", "skipped", "summary"}`` for a deployments file."""
+    from costmodel.served import NoRoomForOneRequest
+
     deployments, skipped = read(path)
     rows = []
     for i, d in enumerate(deployments):
         try:
             p = predict(d, overheads)
+        except NoRoomForOneRequest as err:  # counted apart: the weights leave no cache for one request
+            skipped.append({"id": d.id, "reason": f"too big for its devices: {err}"})
+            continue
         except CostModelError as err:
             skipped.append({"id": d.id, "reason": f"cannot be priced: {err}"})
             continue
