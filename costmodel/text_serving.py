@@ -27,7 +27,9 @@ def _band_line(p) -> str:
 
     return (f"{served_label()} of a measured mean (over the {p.ttft_band.basis}): TTFT "
             f"{si_range(p.ttft_band.low_s, p.ttft_band.high_s, 's')}, TPOT "
-            f"{si_range(p.tpot_band.low_s, p.tpot_band.high_s, 's')}")
+            f"{si_range(p.tpot_band.low_s, p.tpot_band.high_s, 's')}"
+            + ("; measured on deployments that kept up with their load, not on an overloaded one"
+               if p.overloaded else ""))
 
 
 def load_table(results: list) -> str:

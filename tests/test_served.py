@@ -305,6 +305,7 @@ def test_an_overloaded_open_loop_says_so(run_cli):
             "--output-len", "64", "--max-num-seqs", "8", "--evaluator", "steady-state"]
     over = run_cli(*args, "--request-rate", "100")
     assert over.exit_code == 0 and "overloaded: requests arrive at 100/s" in over.output
+    assert "measured on deployments that kept up with their load" in over.output  # the range says whose it is
     assert "as many as its sequence limit holds" in over.output
     calm = run_cli(*args, "--request-rate", "2", "--json")
     record = json.loads(calm.output)
