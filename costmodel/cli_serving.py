@@ -216,9 +216,9 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
 
     For requests of --input-len prompt and --output-len generated tokens: with continuous batching (the
     default) the most clients an engine serves while TTFT and TPOT (mean or p90) stay under --ttft-ms and
-    --tpot-ms (--load request-rate: the highest Poisson arrival rate); with --batching static the largest batch whose mean TPOT and TTFT stay under the targets and
-    whose weights and KV cache fit. Which limit binds, the throughput there, and with --price-per-hour the
-    cost per million output tokens.
+    --tpot-ms (--load request-rate: the highest Poisson arrival rate); with --batching static the largest batch
+    whose mean TPOT and TTFT stay under the targets and whose weights and KV cache fit. Which limit binds, the
+    throughput there, and with --price-per-hour the cost per million output tokens.
 
     Example: costmodel capacity --gpu h100 --model llama-3-8b --input-len 2048 --output-len 512 --tpot-ms 50
     """
@@ -266,7 +266,8 @@ def _load_capacity(hws, m, fmt, *, input_len, output_len, tpot_ms, ttft_ms, pric
                            evaluator=evaluator, price_per_hour=price_per_hour, variants=variants, tp=tp,
                            weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing, load=load)
     records = [{"device": p.device, "model": p.model, "attention": p.attention, "concurrency": p.concurrency,
-                "request_rate": p.request_rate, "binds": p.binds, "ttft_s": p.at.ttft_s if p.at else None, "tpot_s": p.at.tpot_s if p.at else None,
+                "request_rate": p.request_rate, "binds": p.binds, "ttft_s": p.at.ttft_s if p.at else None,
+                "tpot_s": p.at.tpot_s if p.at else None,
                 "output_tokens_per_s_per_device": p.at.output_tokens_per_s_per_device if p.at else None,
                 "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
     emit(fmt, [report.model_dump(mode="json")], records, lambda: load_capacity_table(report), single=True)

@@ -500,7 +500,8 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
     ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
     its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or arrivals at ``request_rate``
-    (Poisson, or as ``burstiness`` bunches them: :func:`costmodel.simulate.arrival_times`). ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device).
+    (Poisson, or as ``burstiness`` bunches them: :func:`costmodel.simulate.arrival_times`). ``kv_link_bytes_per_s``
+    overrides the link the KV cache crosses (one way, per device).
     ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only). ``frontend``:
     the front end the requests pass (:data:`costmodel.served.FRONTENDS`), its latency added to TTFT. ``input_dist``,
     ``output_dist``, ``spread``: the requests' lengths drawn as :func:`costmodel.served.lengths` draws them (the

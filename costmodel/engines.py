@@ -152,7 +152,8 @@ class EngineConfig:
     def describe(self) -> str:
         return (f"{self.name} {self.version}: up to {self.max_num_batched_tokens} tokens and {self.max_num_seqs} "
                 f"sequences per iteration, prefill {'in chunks' if self.chunked_prefill else 'whole'}, KV pages of "
-                f"{self.page_size} token{'s' if self.page_size != 1 else ''}, memory fraction {self.memory_fraction:g}, "
+                f"{self.page_size} token{'s' if self.page_size != 1 else ''}, "
+                f"memory fraction {self.memory_fraction:g}, "
                 + ("requests admitted with their whole output reserved" if self.reserve_output else
                    "a request preempted when the cache runs out, "
                    + ("its KV kept in the prefix cache for its return" if self.prefix_caching else

@@ -49,15 +49,15 @@ from costmodel.load_reports import LoadPrediction, Saturation, Stats, TimeSplit,
 
 class Times(NamedTuple):
     """One running count's closed-form times: a request's first-token time (its prompt's iterations), the mean
-    TPOT, the share of iterations carrying a prompt, an iteration's mean step, the mean rest of the iteration an
-    arrival lands in, and the time one prompt's prefill adds to its iterations."""
+    TPOT, the share of iterations carrying a prompt, an iteration's mean step, and, asked for an open loop's waits,
+    the mean rest of the iteration an arrival lands in and the time one prompt's prefill adds to its iterations."""
 
     tagged: float
     tpot: float
     f: float
     step: float
-    landed: float
-    alone: float
+    landed: float = 0.0
+    alone: float = 0.0
 
 
 def _cap(setup, isl: int, osl: int, in_flight: int | None) -> tuple[int, str]:
@@ -108,7 +108,7 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         return setup.wall(table.time(decode_seqs=d, decode_context_sum=d * ctx, chunks=chunks,
                                      outputs=d + int(round(outputs)), others=others).total_s, running)
 
-    def times(b: float):
+    def times(b: float, waits: bool = False) -> Times:
         b_dec = max(b - 1, 0)
         room = eng.max_num_batched_tokens - (b_dec if eng.mixes else 0)
         k = math.ceil(isl / max(room, 1))
@@ -132,23 +132,30 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             tpot = f * avg + (1 - f) * dec
         else:  # every prompt's own iterations stall the decoding sequences: about b prompts per lifetime
             tpot = dec + b * k * iteration(0, isl, 1, others=others, running=b) / max(osl - 1, 1)
+        step = tpot if eng.mixes else dec
+        if not waits:
+            return Times(tagged, tpot, f, step)
         # an open loop's waits (the module's docstring): the rest of the iteration an arrival lands in, the mean of
         # the iteration times weighted by their length (f of them carrying prompts, avg long, the rest dec), and the
-        # time one prompt's prefill adds to its iterations (alone where the engine does not mix)
+        # time one prompt's prefill adds to its iterations (alone where the engine does not mix; a prompt of k > 1
+        # chunks has them alone already in tagged)
         landed = (f * avg ** 2 + (1 - f) * dec ** 2) / (2 * (f * avg + (1 - f) * dec))
-        alone = (sum(iteration(b_dec, min(room, isl - i * room), i == k - 1, start=i * room, others=others,
-                               running=b) for i in range(k)) if k > 1 else
-                 iteration(b_dec, min(isl, room), 1, others=others, running=b)) - (k * dec if eng.mixes else 0.0)
-        return Times(tagged, tpot, f, tpot if eng.mixes else dec, landed, max(alone, 0.0))
+        alone = (tagged if k > 1 else iteration(b_dec, min(isl, room), 1, others=others, running=b)) - (
+            k * dec if eng.mixes else 0.0)
+        return Times(tagged, tpot, f, step, landed, max(alone, 0.0))
+
+    def first(t: Times) -> float:
+        """A closed loop's first-token time in the engine: the prompt's iterations, half a decode iteration waited
+        out where the engine does not mix (a request comes while one runs), an iteration more under an overlap
+        scheduler."""
+        return t.tagged + (lag + (0 if eng.mixes else 0.5)) * t.step
 
     lag = eng.lag  # an overlap scheduler starts a request an iteration later
     most = None  # an open loop's saturation
     if concurrency is not None:
         b = min(concurrency, cap)
-        ttft, tpot, f, step = times(b)[:4]
-        # an engine that does not mix stops decoding for prompts: a request comes while a decode iteration runs
-        # and waits out half of it; an overlap scheduler adds an iteration (at an iteration's end under mixing)
-        ttft += (lag + (0 if eng.mixes else 0.5)) * step
+        t = times(b)
+        ttft, tpot, f = first(t), t.tpot, t.f
         run = ttft + (osl - 1) * tpot
         rate = b / run
         wait = max(concurrency / rate - run, 0.0) if concurrency > b else 0.0
@@ -158,7 +165,8 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         # open loop: the running count follows Little's law, B = rate x time in the engine
         b = 1.0
         for _ in range(50):
-            ttft, tpot, f, step, landed, alone = times(min(b, cap))
+            at = min(b, cap)
+            ttft, tpot, f, step = times(at)[:4]
             b_new = request_rate * (ttft + (osl - 1) * tpot)
             if abs(b_new - b) < 1e-3 * max(b, 1):
                 b = b_new
@@ -166,19 +174,18 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             b = 0.5 * b + 0.5 * b_new
         # every sequence running, as in the closed loop of cap clients: does the engine keep up with the arrivals?
         full = times(cap)
-        most = Saturation(cap / (full[0] + (lag + (0 if eng.mixes else 0.5)) * full[3] + (osl - 1) * full[1]), cap,
-                          binds)
+        most = Saturation(cap / (first(full) + (osl - 1) * full.tpot), cap, binds)
         if request_rate >= most.requests_per_s:
             # overloaded: the engine completes its most, the queue grows for as long as requests arrive (the
             # module's docstring); the TTFT is that of these num_requests
-            ttft, tpot, f, step = full[:4]
-            ttft += (lag + (0 if eng.mixes else 0.5)) * step
+            ttft, tpot, f = first(full), full.tpot, full.f
             ttft += max((num_requests - cap) / 2 * (1 / most.requests_per_s - 1 / request_rate), 0.0)
             rps = most.requests_per_s
         else:
             # Poisson arrivals land inside an iteration and wait out its rest, and queue for the prefill behind
             # the prompts that came before them: an M/D/1 queue of one prompt's prefill time (the module's
             # docstring)
+            landed, alone = times(at, waits=True)[4:]
             busy = min(request_rate * alone, 0.99)
             ttft += lag * step + landed + busy * alone / (2 * (1 - busy))
             rps = request_rate

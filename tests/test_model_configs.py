@@ -258,7 +258,9 @@ def test_gpt_oss_checkpoint_stores_only_its_routed_experts_in_mxfp4():
     # each op priced as in a model stored wholly in one format: the routed experts' products as in one stored all
     # in mxfp4, every other op as in one stored all in bf16
     everything = m.model_copy(update={"quantization": m.quantization.model_copy(update={"scope": "all"})})
-    ops = lambda q, **kw: {o.name: o for o in predict_model(q, hw, batch=4, context=2048, **kw).decode.ops}  # noqa: E731
+    def ops(q, **kw):
+        return {o.name: o for o in predict_model(q, hw, batch=4, context=2048, **kw).decode.ops}
+
     own, mxfp4, bf16 = ops(m), ops(everything), ops(m, weight_dtype="bf16")
     for name, o in own.items():
         like = mxfp4 if name.startswith("experts_") else bf16
