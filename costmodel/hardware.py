@@ -88,12 +88,13 @@ class Tile(_Strict):
 #: Op classes of the fitted prediction model (see :data:`costmodel.mechanisms.EFFICIENCY_CLASS`).
 #: In this order, a parent class before the classes that fall back to it (costmodel.mechanisms.FALLBACK).
 EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "moe", "moe_fp8", "moe_fp8_block",
-                              "moe_nvfp4", "attention_einsum", "decode_attention", "prefill_attention", "norm",
-                              "layernorm", "softmax", "elementwise", "activation", "rotary", "copy"]
+                              "moe_nvfp4", "moe_w4a16", "attention_einsum", "decode_attention", "prefill_attention",
+                              "norm", "layernorm", "softmax", "elementwise", "activation", "rotary", "copy"]
 #: The classes priced as matrix products (tiles, waves, split-K): the only ones a GEMM dispatch can name. ``moe*``:
-#: a mixture of experts' grouped expert GEMMs, in the engine's fused MoE kernel, per weight format.
+#: a mixture of experts' grouped expert GEMMs, in the engine's fused MoE kernel, per weight format (``moe_w4a16``:
+#: weight-only 4-bit experts, dequantized to the activation dtype in the kernel's main loop).
 GemmClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "moe", "moe_fp8", "moe_fp8_block",
-                        "moe_nvfp4", "attention_einsum"]
+                        "moe_nvfp4", "moe_w4a16", "attention_einsum"]
 
 
 class TileRule(_Strict):

@@ -83,12 +83,13 @@ DEFAULT_KERNELS = KernelFacts()
 PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
                  "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
 #: A class a device has no fit for takes another's: an fp8 GEMM (one scale per tensor) the bf16 GEMM's, a block-
-#: scaled fp8 GEMM the per-tensor one's; a mixture of experts' grouped GEMMs the dense GEMM's of their weights; an
+#: scaled fp8 GEMM the per-tensor one's; a mixture of experts' grouped GEMMs the dense GEMM's of their weights (weight-
+#: only 4-bit experts, ``moe_w4a16``, the bf16 dense GEMM's: a dense GEMM that dequantizes its weights); an
 #: unfused attention's einsums are batched GEMMs; a cache write, a gated activation and a rotary embedding are
 #: elementwise kernels; a LayerNorm and a softmax are row reductions like an RMSNorm. A parent class without a timing
 #: convention's fixed cost takes its first child's here that has one (the launch of a kernel of the same kind).
 FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "gemm_nvfp4": "gemm_fp8_block", "moe": "gemm",
-            "moe_fp8": "gemm_fp8", "moe_fp8_block": "gemm_fp8_block", "moe_nvfp4": "gemm_nvfp4",
+            "moe_fp8": "gemm_fp8", "moe_fp8_block": "gemm_fp8_block", "moe_nvfp4": "gemm_nvfp4", "moe_w4a16": "gemm",
             "attention_einsum": "gemm",
             "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise", "layernorm": "norm",
             "softmax": "norm"}
@@ -99,6 +100,25 @@ LOW_PRECISION_GEMM = {"fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "nvfp4":
 #: The class of a mixture of experts' grouped expert GEMMs (the engine's fused MoE kernel) by the class a dense
 #: GEMM of the same weights runs in; a device without a fit of its own prices them as that dense class.
 MOE_GEMM = {"gemm": "moe", "gemm_fp8": "moe_fp8", "gemm_fp8_block": "moe_fp8_block", "gemm_nvfp4": "moe_nvfp4"}
+#: The class of weight-only 4-bit experts' grouped GEMMs (int4 with group scales; MXFP4 on a device without FP4 math),
+#: which run in kernels that dequantize the weights to the activation dtype in their main loop. Fitted on vLLM's
+#: Triton W4A16 MoE kernel over int4 weights (the measured one); MXFP4 experts (Marlin's kernel, triton_kernels'
+#: matmul_ogs, FlashInfer's on Blackwell) are priced in it as the nearest measured kernel of that kind. A device
+#: without a fit of it prices them as its dense bf16 GEMM at 4-bit weight bytes.
+W4A16_MOE = "moe_w4a16"
+#: The widest weight, in bytes per element with its group scales, priced in :data:`W4A16_MOE` (int4 with a bf16
+#: scale per 128: 0.52; MXFP4 with an 8-bit scale per 32: 0.53); 8-bit weight-only experts keep the dense class.
+W4A16_MAX_WIDTH = 0.6
+
+
+def w4a16_small_call(called, top, experts):
+    """Whether a weight-only 4-bit MoE call of ``called`` tokens, ``top`` experts each, over ``experts`` experts on
+    the device runs vLLM's CUDA kernel instead of its Triton one (``num_valid_tokens / num_experts <= 6``:
+    vllm/model_executor/layers/fused_moe/fused_moe.py should_moe_wna16_use_cuda, 4-bit weights in groups of 32-128):
+    priced as the dense GEMM of its weights, since the :data:`W4A16_MOE` fits describe the Triton kernel."""
+    return np.asarray(called) * top / experts <= 6
+
+
 #: The math a weight format's GEMMs run at where the device has that peak (otherwise the weights are dequantized).
 WEIGHT_MATH = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
 #: Bytes per element a low-precision linear layer's activation quantize kernel writes, scales included: fp8 with one

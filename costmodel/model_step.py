@@ -22,7 +22,7 @@ from costmodel.errors import CostModelError
 from costmodel.reports import DeviceSummary, Report
 from costmodel.hardware import HardwareProfile
 from costmodel.presets import ModelPreset
-from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM, WEIGHT_MATH
+from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM, W4A16_MOE, WEIGHT_MATH
 from costmodel.origin import time_model
 from costmodel.price import Conventions, KernelOp, Precision, price
 from costmodel.roofline import mechanism_lines
@@ -454,6 +454,12 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
         tiled = ("; the experts' products in the tile the device's grouped kernel takes for the tokens of the call "
                  "(vLLM's Triton fused MoE configuration, kernels.grouped_dispatch), each expert's rows padded to "
                  "whole tiles" if pr.precision.experts_class() in pr.hw.architecture.kernels.grouped_dispatch else "")
+        if pr.precision.experts_class() == W4A16_MOE:
+            tiled += ("; the weight-only 4-bit experts' products in the moe_w4a16 class where a call carries more "
+                      "than 6 routed rows per expert (vLLM's Triton W4A16 kernel as its int4 layers measure it, "
+                      "dequantizing each weight in its main loop: the nearest measured kernel to Marlin's and "
+                      "matmul_ogs's), at or below that as dense GEMMs of their 4-bit weights (vLLM's kernel switch, "
+                      "should_moe_wna16_use_cuda)")
         out.append(f"mixture of experts in {e.layers} of {m.layers} layers: {e.experts} experts, {e.experts_per_token} "
                    f"per token, {routing}; all experts resident in memory"
                    + (f"; shared experts of width {e.shared_d_ff}" if e.shared_d_ff else "") + tiled)

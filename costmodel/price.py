@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from costmodel.mechanisms import (MOE_GEMM, PROGRAM_CLASS, class_peak, class_times, decode_shape, efficiency_class,
-                                  ring_all_reduce, systolic_flops)
+from costmodel.mechanisms import (MOE_GEMM, PROGRAM_CLASS, W4A16_MAX_WIDTH, W4A16_MOE, class_peak, class_times,
+                                  decode_shape, efficiency_class, ring_all_reduce, systolic_flops, w4a16_small_call)
 from costmodel.origin import Resolved, TimeModel, time_model
 from costmodel.shapes import fields, one_query
 
@@ -43,6 +43,9 @@ class KernelOp:
     devices: int = 1  # a collective's group (kind ``all_reduce``)
     span: int = 0  # the devices a collective's group is spread over (every tp-th device of dp x tp); 0: devices
     all_reduce: str = "custom"  # how an all-reduce's implementation is picked (costmodel.vocab.ALL_REDUCES)
+    # where (a bool, or one per entry of an array op) a weight-only 4-bit MoE call is small enough for the engine's
+    # other kernel (costmodel.mechanisms.w4a16_small_call), priced as the dense GEMM of its weights
+    small_call: object = False
 
     @property
     def cls(self) -> str | None:
@@ -117,6 +120,15 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
         return _nccl_collective(op, hw, conv)
     if op.kind == "send":
         return _send(op, hw)
+    small = np.asarray(op.small_call)
+    if params is None and small.any():
+        dense = price(dataclasses.replace(op, kernel=None, small_call=False), shape, hw, conv)
+        if small.all():
+            return dense
+        own = price(dataclasses.replace(op, small_call=False), shape, hw, conv)
+        return OpTime(*(np.where(small, a, b) for a, b in zip((dense.compute, dense.memory, dense.overhead, dense.time),
+                                                            (own.compute, own.memory, own.overhead, own.time))),
+                      own.cls)
     cls = op.cls
     resolved: Resolved | None = conv.model.resolved if conv.model.active else None
     if params is None and cls is not None and resolved is not None:
@@ -288,10 +300,12 @@ class Precision:
         """The kernel class of a mixture of experts' grouped GEMMs: the engine's MoE kernel of the weights' format
         where their GEMMs run at a low precision (``moe_kernel``, else :data:`costmodel.mechanisms.MOE_GEMM`'s pair
         of the dense class), the bf16 one otherwise (``weighted`` False: a product that reads no weights, priced in
-        it); None for weight-only quantized experts, which run kernels of their own, priced as dense GEMMs."""
+        it); for weight-only 4-bit experts the class of kernels that dequantize them in their main loop
+        (:data:`costmodel.mechanisms.W4A16_MOE`, a dense bf16 GEMM where the device has no fit of it); None for
+        other weight-only quantized experts, priced as dense GEMMs."""
         fast = weighted and (self.expert_dtype or self.gemm_dtype) is not None
         if not (fast or self.weight >= self.act):
-            return None
+            return W4A16_MOE if weighted and self.weight <= W4A16_MAX_WIDTH else None
         return (self.moe_kernel if fast else None) or MOE_GEMM[(self.gemm_kernel if fast else None) or "gemm"]
 
     def bytes(self, elements, weights=0, cache=0):
@@ -379,9 +393,12 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
         math = None if not weighted else (p.expert_dtype if grouped else None) or p.gemm_dtype
         fast = math is not None
         kernel = p.gemm_kernel if fast else None
+        small = False
         if grouped:  # a mixture of experts' expert GEMMs: the engine's MoE kernel of that weight format
             kernel = p.experts_class(weighted) or kernel
-        op = KernelOp(kind, name, math or p.dtype, f, p.bytes(e, w, c), launches, kernel=kernel)
+            if kernel == W4A16_MOE and {"called", "top", "e"} <= dims.keys():
+                small = w4a16_small_call(dims["called"], dims["top"], dims["e"])
+        op = KernelOp(kind, name, math or p.dtype, f, p.bytes(e, w, c), launches, kernel=kernel, small_call=small)
         if gemm is not None:
             gemm = {key: x if np.ndim(x) else int(x) for key, x in gemm.items()}
             if grouped and "blocks" in dims:  # skewed routing: each expert's rows in whole blocks of its own

@@ -21,10 +21,20 @@ from pathlib import Path
 import numpy as np
 
 #: The tables' moe_dtype -> costmodel's weight dtype.
-WEIGHTS = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+#: int4_wo: int4 weights with a 16-bit scale per group of 128, 16-bit activations (:data:`SPANNING`).
+#: w4a16_mxfp4: vLLM's MXFP4 experts with bf16 activations (the B200's table: gpt-oss's layer shapes).
+WEIGHTS = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4",
+           "w4a16_mxfp4": "mxfp4"}
+#: The formats the MoE classes are fitted on: every one but MXFP4 with bf16 activations, another kernel than the
+#: int4 rows the W4A16 class is fitted on, kept to score that class on a kernel it did not see.
+FITTED = tuple(k for k in WEIGHTS if k != "w4a16_mxfp4")
 #: The table of each profile with one, under the measurements folder.
 TABLES = {"h100_sxm": "aiconfigurator/moe/h100_sxm_vllm_0.19.0_moe_perf.csv",
           "b200": "aiconfigurator/moe/b200_sxm_vllm_0.19.0_moe_perf.csv"}
+#: The tables' kernels that span every routed row of the call under an expert map: vLLM's fused_experts, also for
+#: int4 weights (the collector's ``vllm_marlin_int4_moe`` rows call fused_experts with int4_w4a16_moe_quant_config,
+#: symmetric, a group of 128: ai-dynamo/aiconfigurator collector/vllm/collect_moe_v2.py run_moe_torch).
+SPANNING = ("vllm_fused_moe", "vllm_marlin_int4_moe")
 #: The largest tensor- or expert-parallel group predicted: one node.
 MAX_GROUP = 8
 #: What a fit of a MoE class frees: the fused kernel's fraction of the dense peak on large products and the
@@ -32,6 +42,10 @@ MAX_GROUP = 8
 #: tiles' prologue and epilogue and the fixed costs are the dense class's. Where the device's grouped kernel fixes
 #: its tile (``KernelFacts.grouped_dispatch``) it runs that tile; the fit frees the same four.
 MOE_FREE = ("compute_efficiency", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent")
+#: What a fit of the W4A16 class frees: the Triton kernel's fraction of the bf16 peak only. Its calls at or below
+#: vLLM's kernel switch run another kernel (costmodel.mechanisms.w4a16_small_call), priced as the dense class, and
+#: above it the kernel is bound by its main loop's dequantization, not by streaming the 4-bit weights.
+W4A16_FREE = ("compute_efficiency",)
 #: The scale of the MoE fit's soft-L1 loss, in log(predicted / measured): a row missed by less weighs as its square,
 #: one missed by more as its distance. Some layers are timed at 2-5x their neighbours in tokens (FlashInfer's NVFP4
 #: kernel on the B200: one shape at 1,024 tokens takes 541 µs, at 6,144 tokens 182 µs, with the kernel's tactic chosen
@@ -76,13 +90,14 @@ def routing(distribution: str) -> str:
     return distribution.replace("power_law_", "power-law:")
 
 
-def read_tables(path: str | Path, *, distributions=None, max_group: int = MAX_GROUP) -> list[MoETable]:
-    """Every :class:`MoETable` of a ``moe/`` file in the formats of :data:`WEIGHTS` with tp and ep at most
-    ``max_group`` (``distributions``: those routings only)."""
+def read_tables(path: str | Path, *, distributions=None, max_group: int = MAX_GROUP,
+                formats=FITTED) -> list[MoETable]:
+    """Every :class:`MoETable` of a ``moe/`` file in ``formats`` (the tables' ``moe_dtype``, of :data:`WEIGHTS`)
+    with tp and ep at most ``max_group`` (``distributions``: those routings only)."""
     groups: dict = defaultdict(list)
     with open(path, newline="", encoding="utf-8") as f:
         for r in csv.DictReader(f):
-            if r["moe_dtype"] not in WEIGHTS or (distributions and r["distribution"] not in distributions):
+            if r["moe_dtype"] not in formats or (distributions and r["distribution"] not in distributions):
                 continue
             tp, ep = int(r["moe_tp_size"]), int(r["moe_ep_size"])
             if max(tp, ep) > max_group:
@@ -119,7 +134,7 @@ def predict(table: MoETable, hw) -> np.ndarray:
     m = block_model(table.shape)
     m = m.model_copy(update={"moe": m.moe.model_copy(update={"routing": table.routing})})
     pr = pricing(m, hw, tp=max(table.tp, table.ep), weight_dtype=table.weight_dtype, expert_parallel=table.ep > 1)
-    spans_all = table.kernel_source == "vllm_fused_moe"
+    spans_all = table.kernel_source in SPANNING
     ops = _moe_ops(pr.slice(m), table.tokens, 1, pr.precision, spans_all=spans_all)
     return sum(np.asarray(op_time(s, pr).time, float) * np.ones(table.tokens.shape) for s in ops
                if s.name.startswith(("experts", "router")))
@@ -127,8 +142,10 @@ def predict(table: MoETable, hw) -> np.ndarray:
 
 def moe_class(table: MoETable) -> str:
     """The efficiency class of a table's expert GEMMs."""
-    from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM
+    from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM, W4A16_MOE
 
+    if table.weight_dtype in ("int4", "mxfp4"):
+        return W4A16_MOE
     return MOE_GEMM[LOW_PRECISION_GEMM.get(table.weight_dtype, "gemm")]
 
 
@@ -155,14 +172,17 @@ def dense_class(hw, cls: str):
 
 def fit_moe_class(tables: list[MoETable], hw, names=None):
     """A MoE class's parameters fitted on ``tables`` (all of one class): the device's own dense class of the same
-    weights (its fallback) with ``names`` (:data:`MOE_FREE`) fitted on log(predicted / measured) under the soft-L1
-    loss (:func:`soft_l1`; :mod:`costmodel.validation.fit`'s search from three starts)."""
+    weights (its fallback) with ``names`` (:data:`MOE_FREE`; the W4A16 class :data:`W4A16_FREE`) fitted on
+    log(predicted / measured) under the soft-L1 loss (:func:`soft_l1`; :mod:`costmodel.validation.fit`'s search from
+    three starts)."""
     from costmodel.validation.fit import _lm, _to_z, _with
+
+    from costmodel.mechanisms import W4A16_MOE
 
     cls = moe_class(tables[0])
     # the dense class's own input quantize is not the MoE kernel's (the MoE classes have no such mechanism)
     update = {"fitted": (), "at_bound": {}, "quantize_input": False}
-    names = names or MOE_FREE
+    names = names or (W4A16_FREE if cls == W4A16_MOE else MOE_FREE)
     start = dense_class(hw, cls).model_copy(update=update)
     measured = np.concatenate([t.measured_s for t in tables])
 
