@@ -198,16 +198,19 @@ def test_a_grouped_products_blocks_by_hand():
     assert len(with_blocks) > 1  # every candidate tile counted, each in its own blocks
 
 
-def test_an_arrays_entries_are_priced_alone():
+@pytest.mark.parametrize("model,gpu,tp,weights", [("qwen3-235b-a22b", "b200", 8, "fp8_block"),
+                                                  ("openai/gpt-oss-120b", "h100", 4, None)])
+def test_an_arrays_entries_are_priced_alone(model, gpu, tp, weights):
     """A step's MoE block over an array of token counts prices each entry as it would alone, an entry that routes
-    no rows (no tokens) included: the weight format of the expert GEMMs is the op's, not each entry's."""
+    no rows (no tokens) included: the weight format of the expert GEMMs is the op's, not each entry's; MXFP4 experts
+    on an H100 on either side of vLLM's W4A16 kernel switch (192 tokens at 4 of 128 experts) in one array."""
     from costmodel.model_step import op_time, pricing
 
-    m = costmodel.load_model("qwen3-235b-a22b")
-    hw = costmodel.load_profile("b200")
-    pr = pricing(m, hw, tp=8, weight_dtype="fp8_block")
+    m = costmodel.load_model(model)
+    hw = costmodel.load_profile(gpu)
+    pr = pricing(m, hw, tp=tp, weight_dtype=weights)
     dev = pr.slice(m)
-    tokens = np.array([0, 64, 8192])
+    tokens = np.array([0, 64, 192, 193, 8192])
     together = {s.name: np.asarray(op_time(s, pr).time) for s in _moe_ops(dev, tokens, 1, pr.precision)}
     for i, n in enumerate(tokens[1:], 1):
         alone = {s.name: op_time(s, pr).time for s in _moe_ops(dev, int(n), 1, pr.precision)}
