@@ -455,11 +455,17 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
                  "(vLLM's Triton fused MoE configuration, kernels.grouped_dispatch), each expert's rows padded to "
                  "whole tiles" if pr.precision.experts_class() in pr.hw.architecture.kernels.grouped_dispatch else "")
         if pr.precision.experts_class() == W4A16_MOE:
-            tiled += ("; the weight-only 4-bit experts' products in the moe_w4a16 class where a call carries more "
-                      "than 6 routed rows per expert (vLLM's Triton W4A16 kernel as its int4 layers measure it, "
-                      "dequantizing each weight in its main loop: the nearest measured kernel to Marlin's and "
-                      "matmul_ogs's), at or below that as dense GEMMs of their 4-bit weights (vLLM's kernel switch, "
-                      "should_moe_wna16_use_cuda)")
+            res = pr.model.resolved if pr.model.active else None
+            if res is not None and res.get(W4A16_MOE) != res.get("gemm"):
+                tiled += ("; the weight-only 4-bit experts' products in the moe_w4a16 class where a call carries "
+                          "more than 6 routed rows per expert (vLLM's Triton W4A16 kernel as its int4 layers measure "
+                          "it, dequantizing each weight in its main loop: the nearest measured kernel to Marlin's and "
+                          "matmul_ogs's), at or below that as dense GEMMs of their 4-bit weights (vLLM's kernel "
+                          "switch, should_moe_wna16_use_cuda)")
+            else:
+                tiled += ("; the weight-only 4-bit experts' products as dense bf16 GEMMs of their 4-bit weights (no "
+                          "W4A16 MoE kernel measured for this device: on the H100 and B200 that kernel runs prompt-"
+                          "sized calls at 8-13% of the bf16 peak, 4.6-6.3x slower)")
         out.append(f"mixture of experts in {e.layers} of {m.layers} layers: {e.experts} experts, {e.experts_per_token} "
                    f"per token, {routing}; all experts resident in memory"
                    + (f"; shared experts of width {e.shared_d_ff}" if e.shared_d_ff else "") + tiled)

@@ -431,3 +431,20 @@ def test_w4a16_class_on_vllms_mxfp4_layers_no_fit_saw():
     dense = with_class(hw, W4A16_MOE, dense_class(hw, W4A16_MOE))
     slow = np.concatenate([(predict(t, dense) / t.measured_s)[t.tokens * 4 / t.shape[2] > 6] for t in tables])
     assert np.median(slow) < 0.2
+
+
+def test_the_w4a16_pricing_is_stated_as_the_device_has_it():
+    """A device with a W4A16 MoE fit (the H100, and the H200 carried from it) says its 4-bit experts' prompt-sized
+    calls run in that class; one without (the A100) says they are dense GEMMs and that no such kernel was measured
+    for it: the statement follows the parameters, not the device's name."""
+    from costmodel.model_step import pricing, step_assumptions
+
+    m = costmodel.load_model("openai/gpt-oss-120b")
+
+    def said(gpu):
+        return next(a for a in step_assumptions(m, pricing(m, costmodel.load_profile(gpu), tp=4))
+                    if a.startswith("mixture of experts"))
+
+    assert "in the moe_w4a16 class" in said("h100") and "in the moe_w4a16 class" in said("h200")
+    assert "no W4A16 MoE kernel measured for this device" in said("a100")
+    assert "moe_w4a16" not in said("a100")
