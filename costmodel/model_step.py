@@ -454,9 +454,9 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
         tiled = ("; the experts' products in the tile the device's grouped kernel takes for the tokens of the call "
                  "(vLLM's Triton fused MoE configuration, kernels.grouped_dispatch), each expert's rows padded to "
                  "whole tiles" if pr.precision.experts_class() in pr.hw.architecture.kernels.grouped_dispatch else "")
-        if pr.precision.experts_class() == W4A16_MOE:
-            res = pr.model.resolved if pr.model.active else None
-            if res is not None and res.get(W4A16_MOE) != res.get("gemm"):
+        res = pr.model.resolved if pr.model.active else None  # None: the datasheet roofline, no kernel classes
+        if res is not None and pr.precision.experts_class() == W4A16_MOE:
+            if res.get(W4A16_MOE) != res.get("gemm"):
                 tiled += ("; the weight-only 4-bit experts' products in the moe_w4a16 class where a call carries "
                           "more than 6 routed rows per expert (vLLM's Triton W4A16 kernel as its int4 layers measure "
                           "it, dequantizing each weight in its main loop: the nearest measured kernel to Marlin's and "
