@@ -221,6 +221,23 @@ DECODE_LAUNCHES = {"flash_attention_2": {"combine": 1, "copies": 2}}
 #: and 0.04-0.05 on the H100 and B200 (score_s x SMs x clock of each device's prefill fit).
 ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3": "warp_specialized",
                           "flashinfer": "warp_specialized"}
+#: Whether a kernel's prompt call puts the query heads of a key/value group into the rows of one tile (the
+#: ``pack_gqa`` of a prefill fit), where its source says. FlashAttention-3 as vLLM calls it (a paged cache,
+#: variable-length queries) packs them: Dao-AILab/flash-attention hopper/flash_api.cpp ``get_pack_gqa`` ("Always
+#: enable PackGQA for Sm8x or PagedKVNonTMA or Split"), the H100's fit agreeing (packing on, its p90 error 20.7%
+#: against 41.2% with it off). FlashAttention-2's forward launches one CTA per query block of each query head (grid
+#: query blocks x batch x heads: vllm-project/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h
+#: ``run_flash_fwd``, ``run_flash_splitkv_fwd``) and puts a group into the rows only for a decode call (above).
+#: FlashInfer's is not stated here: a device carried to it keeps its reference's.
+PREFILL_PACKS_GQA = {"flash_attention_2": False, "flash_attention_3": True}
+#: Prompt-kernel CTAs one SM runs at once, where its source says. FlashAttention-2 at head dimension 128 on SM80
+#: runs 128 x 64 tiles of 4 warps (flash_fwd_launch_template.h ``run_mha_fwd_hdim128``; ``run_mha_fwd_splitkv_dispatch``
+#: 64 x 128 with a paged cache): 64-80 KB of shared memory for the query tile and one key and one value block, two
+#: CTAs in an SM's 164 KB, so one CTA's start (its query tile loaded, the first key block waited for) and end (its
+#: output stored) run beside the other's main loop. FlashAttention-3's variable-length forward is persistent, one CTA
+#: per SM taking tile after tile (hopper/tile_scheduler.hpp ``VarlenDynamicPersistentTileScheduler``), so each
+#: tile's pipeline fill and drain is its SM's own time: the H100 fit's ``tile_s``, 3.6 us.
+PREFILL_CTAS_PER_SM = {"flash_attention_2": 2, "flash_attention_3": 1}
 #: The online softmax's own instructions per attention score in a synchronous kernel, which run on the SM's FP32 and
 #: special-function units between its matrix products (:func:`costmodel.origin.carried` prices them where a fit of
 #: a warp-specialized kernel, whose matrix products hide them, is all there is). FlashAttention-2

@@ -31,7 +31,9 @@ TRANSFER_RULE = (
     "never left one unsplit; one whose prompt kernel runs the online softmax between its matrix products, where the "
     "reference's hides it, pays the softmax's instructions at its own FP32 and special-function units, and one "
     "whose kernel is of the reference's kind pays the reference's cost of a score in proportion to the time those "
-    "instructions take on each device's units); the half-bandwidth bytes "
+    "instructions take on each device's units; a prompt kernel of another kind tiles its queries as that kernel "
+    "does, a group's query heads in one tile or not, and pays none of the reference's per-tile fill and drain where "
+    "it runs more CTAs an SM); the half-bandwidth bytes "
     "scale with the datasheet bandwidth (the same kernel on the same SMs: bytes in flight = bandwidth x latency), "
     "except a decode kernel carried to a device that runs another, whose ramp is kept in bytes and whose work unit's "
     "SM time follows the SM's share of the memory bandwidth instead of the clock (each generation's decode kernel "
@@ -146,7 +148,7 @@ def _own_kernel(eff, where, hw, ref, cls: str, timing: str, gemm=None):
     if cls == "decode_attention":
         return _own_decode_kernel(eff, where, hw, ref, timing, gemm)
     if cls == "prefill_attention":
-        return _own_softmax(eff, where, hw, ref)
+        return _own_prefill_tiles(*_own_softmax(eff, where, hw, ref), hw, ref)
     return eff, where
 
 
@@ -243,6 +245,32 @@ def _own_softmax(eff, where, hw, ref):
     return (eff.model_copy(update={"score_s": eff.score_s * ratio}),
             where.noted(f"; a score's softmax {ratio:.2f}x the SM cycles of {ref.id}'s ({own:.3f} against "
                         f"{theirs_cycles:.3f} at each device's FP32 lanes and special-function units)"))
+
+
+def _own_prefill_tiles(eff, where, hw, ref):
+    """Prefill attention carried to a device whose prompt kernel tiles its queries otherwise than the reference's
+    (both kernels named, and different): whether a tile holds a group's query heads follows this device's kernel
+    (:data:`costmodel.hardware.PREFILL_PACKS_GQA`, where it is stated), and a kernel that runs more CTAs on an SM than
+    the reference's (:data:`costmodel.hardware.PREFILL_CTAS_PER_SM`) pays none of the reference's per-tile fill and
+    drain (``tile_s``): its CTAs' starts and ends run beside each other's main loops."""
+    from costmodel.hardware import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
+
+    mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
+    if mine is None or theirs is None or mine == theirs:
+        return eff, where
+    update, said = {}, []
+    pack = PREFILL_PACKS_GQA.get(mine)
+    if pack is not None and pack != eff.pack_gqa:
+        update["pack_gqa"] = pack
+        said.append(f"a group's query heads {'in' if pack else 'not in'} one tile, as {mine.replace('_', ' ')} "
+                    f"tiles them")
+    ctas, theirs_ctas = PREFILL_CTAS_PER_SM.get(mine), PREFILL_CTAS_PER_SM.get(theirs)
+    if ctas is not None and theirs_ctas is not None and ctas > theirs_ctas and eff.tile_s:
+        update["tile_s"] = 0.0
+        said.append(f"no per-tile fill and drain ({ctas} CTAs an SM, not {theirs_ctas})")
+    if not update:
+        return eff, where
+    return eff.model_copy(update=update), where.noted(f"; {', '.join(said)}")
 
 
 #: A class fitted without a timing convention's fixed cost takes the nearest convention's.

@@ -414,6 +414,45 @@ def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units(
     assert back.score_s == transfer(a100.efficiency.classes["prefill_attention"], a100, h100).score_s
 
 
+def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_does():
+    """FlashAttention-3 puts a group's query heads in one tile and pays each tile's fill and drain (one persistent CTA
+    an SM); FlashAttention-2 launches a CTA per query head and runs two an SM. The H100's prefill fit carried to the
+    A100 packs nothing and pays no per-tile time; the A100's carried to the H100 packs (its per-tile time is 0
+    already); a kernel whose tiling no source here states (FlashInfer) keeps the reference's, and so does a device
+    of the reference's kernel (the H200 from the H100). The mechanism itself counts the tiles: a 16-token prompt of
+    64 query heads over 8 groups runs 8 times the tiles unpacked."""
+    from costmodel.hardware import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
+    from costmodel.mechanisms import class_times
+    from costmodel.origin import resolve, transfer
+
+    a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
+    assert PREFILL_PACKS_GQA == {"flash_attention_2": False, "flash_attention_3": True}
+    assert PREFILL_CTAS_PER_SM["flash_attention_2"] > PREFILL_CTAS_PER_SM["flash_attention_3"]
+    h_eff = h100.efficiency.classes["prefill_attention"]
+    assert h_eff.pack_gqa and h_eff.tile_s > 0
+    got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
+    mine = got.classes["prefill_attention"]
+    assert not mine.pack_gqa and mine.tile_s == 0.0
+    assert "not in one tile" in str(got.origin["prefill_attention"]) and "2 CTAs an SM, not 1" in str(
+        got.origin["prefill_attention"])
+    back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["prefill_attention"]
+    assert back.pack_gqa and back.tile_s == transfer(a100.efficiency.classes["prefill_attention"], a100, h100).tile_s
+    # FlashInfer (the B200) from the H100: the H100's packing and its tile time, clock-scaled
+    b = resolve(b200.model_copy(update={"efficiency": None}), "graph", reference=h100).classes["prefill_attention"]
+    assert b.pack_gqa and b.tile_s == pytest.approx(transfer(h_eff, h100, b200).tile_s, rel=1e-12)
+    h200 = resolve(load_profile("h200"), "graph").classes["prefill_attention"]
+    assert h200.pack_gqa and h200.tile_s == pytest.approx(transfer(h_eff, h100, load_profile("h200")).tile_s)
+    # tiles under the mechanism: 1 x 64 heads x ceil(16 / 128) unpacked, 1 x 8 groups x ceil(16 x 8 / 128) packed
+    shape = {"b": 1, "h": 64, "g": 8, "n": 16, "m": 16}
+    tiles = {}
+    for pack in (False, True):
+        eff = h_eff.model_copy(update={"pack_gqa": pack, "score_s": 0.0, "fixed_s": {"graph": 0.0}})
+        t = class_times("prefill_attention", eff, peak=1e30, bandwidth=1e30, sms=1, timing="graph", flops=0.0,
+                        nbytes=0.0, shape=shape)
+        tiles[pack] = float(t.compute) / h_eff.tile_s
+    assert tiles == {False: pytest.approx(64), True: pytest.approx(8)}
+
+
 def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_devices_units():
     """Carried between devices whose kernels are of one kind, a score's fitted cost scales with the SM cycles of the
     softmax's instructions on each device's units: 5.5 FP32 instructions at its FP32 lanes per SM and one
@@ -450,3 +489,36 @@ def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_de
     assert h200.classes["prefill_attention"].score_s == transfer(
         h100.efficiency.classes["prefill_attention"], h100, load_profile("h200")).score_s
     assert "softmax" not in str(h200.origin["prefill_attention"])
+
+
+def test_a_held_out_prompt_call_that_writes_the_cache_pays_the_write_its_carried_parameters_lack():
+    """vLLM before 0.16 writes the prompt's keys and values inside the timed attention call (the A100's table); the
+    H100's fit (vLLM 0.19, written outside) prices none. Scored with the H100's parameters, such a call also pays
+    the write as a kernel of its own: the GEMM class's fixed cost of a small kernel and its bytes at the datasheet
+    bandwidth, by hand: 1 sequence of 1,024 tokens, 8 key/value heads of 128, keys and values read and written in
+    bf16 (2 x 1024 x 8 x 256 x 2 = 8.4 MB) over 2.039 TB/s. A call that writes nothing, or parameters that price the
+    write themselves (the A100's own fit), add nothing."""
+    from costmodel.origin import resolve
+    from costmodel.validation.bands import _times
+    from costmodel.validation.fit import unfitted_write_s
+    from costmodel.validation.published import Table
+
+    a100, h100 = load_profile("a100"), load_profile("h100")
+    write = 2 * 1024 * 8 * 256 * 2
+    one = lambda v: np.array([float(v)])  # noqa: E731
+    shape = {k: one(v) for k, v in {"b": 1, "h": 32, "g": 8, "n": 1024, "m": 1024, "write_bytes": write}.items()}
+    table = Table("test", "a100_sxm", "a100_80gb_sxm", "prefill_attention", "graph", "bf16", "t.csv", {}, one(1e-3),
+                  one(4 * 32 * 1024 * 1024 * 128), one(4 * 1024 * 32 * 128 * 2), shape)
+    carried = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
+    assert carried.classes["prefill_attention"].cache_write_ceiling is None
+    launch = h100.efficiency.classes["gemm"].fixed_s["graph"]
+    expected = launch + write / 2.039e12
+    assert unfitted_write_s(table, a100, carried.classes["prefill_attention"], carried)[0] == pytest.approx(
+        expected, rel=1e-9)
+    unwritten = Table(*[getattr(table, f) for f in ("source", "gpu", "profile", "op_class", "timing", "dtype",
+                                                    "file", "fields", "measured_s", "flops", "nbytes")],
+                      {k: v for k, v in shape.items() if k != "write_bytes"})
+    assert float(_times(table, a100, carried)[0] - _times(unwritten, a100, carried)[0]) == pytest.approx(
+        expected, rel=1e-9)
+    own = resolve(a100, "graph", reference=None)
+    assert unfitted_write_s(table, a100, own.classes["prefill_attention"], own) == 0.0

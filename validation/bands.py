@@ -22,6 +22,7 @@ from costmodel.bands import served_keys
 from costmodel.mechanisms import MECHANISMS
 from costmodel.origin import TimeModel, resolve
 from costmodel.price import Conventions, KernelOp, price
+from costmodel.validation.fit import unfitted_write_s
 
 #: The GPUs with published kernel tables, each priced from the others' fits.
 GPUS = ("a100_80gb_sxm", "h100_sxm", "b200")
@@ -49,7 +50,8 @@ def _times(table, hw, resolved) -> np.ndarray:
     conv = (Conventions(TimeModel(resolved, table.timing, frozenset(MECHANISMS))) if resolved is not None
             else Conventions.datasheet())
     t = np.broadcast_to(np.asarray(price(op, table.shape, hw, conv).time, float), table.measured_s.shape)
-    return t * (table.count if table.count is not None else 1)
+    t = t * (table.count if table.count is not None else 1)
+    return t + (unfitted_write_s(table, hw, resolved.get(table.priced_class), resolved) if resolved is not None else 0.0)
 
 
 def ratios(tables, profiles: dict) -> list[Ratios]:

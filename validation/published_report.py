@@ -35,7 +35,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
     """Rows (one per published timing) and summary rows per source x GPU x op class x size bin."""
     from costmodel.catalog import load_profile
     from costmodel.origin import time_model
-    from costmodel.validation.fit import errors, predict_table
+    from costmodel.validation.fit import errors, predict_table, unfitted_write_s
 
     rows, groups, rejected = [], {}, {}
     for table in tables:
@@ -51,7 +51,9 @@ def validate_published(tables: list[Table], without=()) -> dict:
         if eff is None:
             from costmodel.hardware import ClassEfficiency
             eff = ClassEfficiency(fixed_s={table.timing: hw.launch_overhead})
-        predicted = predict_table(table, hw, eff, on=model.on if model.active else frozenset({"fixed"}))
+        on = model.on if model.active else frozenset({"fixed"})
+        predicted = predict_table(table, hw, eff, on=on) + unfitted_write_s(
+            table, hw, eff, model.resolved if model.active else None, on)
         error = (predicted / table.measured_s - 1) * 100
         bins = size_bin(table)
         for i in range(len(table)):
