@@ -224,10 +224,11 @@ ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3
 #: Whether a kernel's prompt call puts the query heads of a key/value group into the rows of one tile (the
 #: ``pack_gqa`` of a prefill fit), where its source says. FlashAttention-3 as vLLM calls it (a paged cache,
 #: variable-length queries) packs them: Dao-AILab/flash-attention hopper/flash_api.cpp ``get_pack_gqa`` ("Always
-#: enable PackGQA for Sm8x or PagedKVNonTMA or Split"), the H100's fit agreeing (packing on, its p90 error 20.7%
-#: against 41.2% with it off). FlashAttention-2's forward launches one CTA per query block of each query head (grid
-#: query blocks x batch x heads: vllm-project/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h
-#: ``run_flash_fwd``, ``run_flash_splitkv_fwd``) and puts a group into the rows only for a decode call (above).
+#: enable PackGQA for Sm8x or PagedKVNonTMA or Split"), the H100's fit agreeing (its p90 error 20.7% packed,
+#: 41.2% with packing switched off and nothing refitted). FlashAttention-2's forward launches one CTA per query
+#: block of each query head (grid query blocks x batch x heads: vllm-project/flash-attention
+#: csrc/flash_attn/src/flash_fwd_launch_template.h ``run_flash_fwd``, ``run_flash_splitkv_fwd``) and puts a group
+#: into the rows only for a decode call (above).
 #: FlashInfer's is not stated here: a device carried to it keeps its reference's.
 PREFILL_PACKS_GQA = {"flash_attention_2": False, "flash_attention_3": True}
 #: Prompt-kernel CTAs one SM runs at once, where its source says. FlashAttention-2 at head dimension 128 on SM80

@@ -51,7 +51,9 @@ def _times(table, hw, resolved) -> np.ndarray:
             else Conventions.datasheet())
     t = np.broadcast_to(np.asarray(price(op, table.shape, hw, conv).time, float), table.measured_s.shape)
     t = t * (table.count if table.count is not None else 1)
-    return t + (unfitted_write_s(table, hw, resolved.get(table.priced_class), resolved) if resolved is not None else 0.0)
+    if resolved is None:
+        return t
+    return t + unfitted_write_s(table, hw, resolved.get(table.priced_class), resolved)
 
 
 def ratios(tables, profiles: dict) -> list[Ratios]:
