@@ -104,11 +104,10 @@ def written(eff: ClassEfficiency) -> ClassEfficiency:
     return eff.model_copy(update=update | {"fixed_s": {k: _stored(v) for k, v in eff.fixed_s.items()}})
 
 
-def _err(tables, hw, eff, carried_with=None):
-    """Errors of ``eff`` on ``tables``; ``carried_with`` (the classes the carried call is priced with): a call
-    holding a cache write ``eff`` does not price also pays it (costmodel.validation.fit.unfitted_write_s)."""
-    pred = np.concatenate([predict_table(t, hw, eff) + (unfitted_write_s(t, hw, eff, carried_with)
-                                                        if carried_with is not None else 0.0) for t in tables])
+def _err(tables, hw, eff, gemm=None):
+    """Errors of ``eff`` on ``tables``; a call holding a cache write ``eff`` does not price also pays it, a small
+    kernel beside ``gemm`` (costmodel.validation.fit.unfitted_write_s)."""
+    pred = np.concatenate([predict_table(t, hw, eff) + unfitted_write_s(t, hw, eff, gemm) for t in tables])
     return errors(pred, np.concatenate([t.measured_s for t in tables]))
 
 
@@ -168,8 +167,7 @@ def cross(tables_by_gpu, fitted, hws):
             eff = carried(fitted[src][cls], hws[src], hws[dst], cls, gemm=fitted[src].get("gemm"))
             ts = [t for t in tables_by_gpu[dst] if t.priced_class == cls and t.source == "aiconfigurator"]
             own = _err(ts, hws[dst], fitted[dst][cls])
-            gemm = fitted[src].get("gemm")
-            got = _err(ts, hws[dst], eff, {"gemm": transfer(gemm, hws[src], hws[dst]) if gemm is not None else None})
+            got = _err(ts, hws[dst], eff, fitted[src].get("gemm"))  # the transfer rule keeps fixed costs
             lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
                          f"p90 {got['p90_abs_error_pct']:5.1f}%  (fit on {dst} itself: median "
                          f"{own['median_abs_error_pct']:.1f}%, p90 {own['p90_abs_error_pct']:.1f}%; n {got['n']})")

@@ -190,8 +190,7 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
                             f"({share / 1e9:.1f} GB/s)")
     if gemm is None and ref.efficiency is not None:
         gemm = ref.efficiency.classes.get("gemm")
-    fixed = gemm.fixed_s if gemm is not None else {}
-    launch = fixed.get(timing, fixed.get(NEAREST_TIMING.get(timing, ""), None))
+    launch = small_kernel_s(gemm, timing)
     if mine in DECODE_LAUNCHES and launch is not None:
         n = DECODE_LAUNCHES[mine]
         update |= {"split_s": n["combine"] * launch, "group_copy_s": n["copies"] * launch}
@@ -275,6 +274,13 @@ def _own_prefill_tiles(eff, where, hw, ref):
 
 #: A class fitted without a timing convention's fixed cost takes the nearest convention's.
 NEAREST_TIMING = {"graph": "kernels", "kernels": "graph"}
+
+
+def small_kernel_s(gemm, timing: str) -> float | None:
+    """The fixed cost of a small kernel under ``timing``: ``gemm``'s (a GEMM class's parameters, the one fitted cost of
+    a kernel that does little), or its nearest convention's; None where it has neither."""
+    fixed = gemm.fixed_s if gemm is not None else {}
+    return fixed.get(timing, fixed.get(NEAREST_TIMING.get(timing, ""), None))
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,7 @@ def load_capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: 
     if load not in ("concurrency", "request-rate"):
         raise CostModelError(f"load must be concurrency or request-rate, got {load!r}")
     checks.flag("variants", variants)
+    used = _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
     search = largest_concurrency if load == "concurrency" else highest_rate
     layouts = with_variants(m) if variants else [m]
     points = []
@@ -206,7 +207,6 @@ def load_capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: 
                                                 concurrency=0 if load == "concurrency" else None,
                                                 request_rate=0.0 if load == "request-rate" else None,
                                                 binds="kv cache", at=None, cost_per_million_tokens=None))
-    used = evaluator or ("steady-state" if statistic == "mean" else "simulation")
     searched = (
         f"continuous batching in {engine_name} (costmodel predict --engine): the most closed-loop clients whose "
         f"{statistic} TTFT and TPOT meet the targets and that the engine runs all at once; 'binds' is what fails "

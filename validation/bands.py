@@ -53,7 +53,7 @@ def _times(table, hw, resolved) -> np.ndarray:
     t = t * (table.count if table.count is not None else 1)
     if resolved is None:
         return t
-    return t + unfitted_write_s(table, hw, resolved.get(table.priced_class), resolved)
+    return t + unfitted_write_s(table, hw, resolved.get(table.priced_class), resolved.get("gemm"))
 
 
 def ratios(tables, profiles: dict) -> list[Ratios]:

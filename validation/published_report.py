@@ -53,7 +53,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
             eff = ClassEfficiency(fixed_s={table.timing: hw.launch_overhead})
         on = model.on if model.active else frozenset({"fixed"})
         predicted = predict_table(table, hw, eff, on=on) + unfitted_write_s(
-            table, hw, eff, model.resolved if model.active else None, on)
+            table, hw, eff, model.resolved.get("gemm") if model.active else None, on)
         error = (predicted / table.measured_s - 1) * 100
         bins = size_bin(table)
         for i in range(len(table)):
