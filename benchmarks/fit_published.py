@@ -167,7 +167,8 @@ def cross(tables_by_gpu, fitted, hws):
             eff = carried(fitted[src][cls], hws[src], hws[dst], cls, gemm=fitted[src].get("gemm"))
             ts = [t for t in tables_by_gpu[dst] if t.priced_class == cls and t.source == "aiconfigurator"]
             own = _err(ts, hws[dst], fitted[dst][cls])
-            got = _err(ts, hws[dst], eff, fitted[src].get("gemm"))  # the transfer rule keeps fixed costs
+            gemm = fitted[src].get("gemm")  # a held-out cache write's small kernel, carried as the rule carries it
+            got = _err(ts, hws[dst], eff, transfer(gemm, hws[src], hws[dst], "gemm") if gemm is not None else None)
             lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
                          f"p90 {got['p90_abs_error_pct']:5.1f}%  (fit on {dst} itself: median "
                          f"{own['median_abs_error_pct']:.1f}%, p90 {own['p90_abs_error_pct']:.1f}%; n {got['n']})")
@@ -187,7 +188,7 @@ def moe_cross(moe, fitted, hws):
             ts = [t for t in moe[dst] if moe_class(t) == cls]
             own = {c: e for c, e in fitted[dst].items() if c != cls}
             base = with_classes(hws[dst], own)
-            got = moe_errors(ts, with_class(base, cls, transfer(fitted[src][cls], hws[src], hws[dst])))
+            got = moe_errors(ts, with_class(base, cls, transfer(fitted[src][cls], hws[src], hws[dst], cls)))
             dense = moe_errors(ts, base)
             mine = moe_errors(ts, with_class(base, cls, fitted[dst][cls]))
             lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "

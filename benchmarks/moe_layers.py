@@ -61,7 +61,7 @@ def main(folder: Path) -> None:
             for dist in sorted({t.distribution for t in skewed}):
                 print(line(f"{dist}, the profile", errors([t for t in skewed if t.distribution == dist], hw)))
             if pid == "b200" and cls in hws["h100_sxm"].efficiency.classes:
-                moved = transfer(hws["h100_sxm"].efficiency.classes[cls], hws["h100_sxm"], hw)
+                moved = transfer(hws["h100_sxm"].efficiency.classes[cls], hws["h100_sxm"], hw, cls)
                 print(line("balanced, the H100's fit transferred", errors(balanced, with_class(hw, cls, moved))))
             if cls == W4A16_MOE:  # the class describes vLLM's Triton kernel: the calls above its kernel switch
                 print(line("balanced, above the kernel switch", errors(above_switch(balanced), hw)))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from costmodel.mechanisms import (CLASSES, FALLBACK, LOW_PRECISION_GEMM, MECHANISMS, MOE_GEMM, TIMINGS, VECTOR_CLASSES,
-                                  WEIGHT_MATH)
+from costmodel.mechanisms import (CLASSES, FALLBACK, GEMMS, LOW_PRECISION_GEMM, MECHANISMS, MOE_GEMM, TIMINGS,
+                                  VECTOR_CLASSES, WEIGHT_MATH)
 
 
 #: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
@@ -20,29 +20,39 @@ GENERATIONS: tuple[str, ...] = ("volta", "turing", "ampere", "ada", "hopper", "b
 #: same kind (:data:`costmodel.hardware.ATTENTION_KERNEL_KINDS`) where there is one, by the generation order among
 #: those; the other classes by the generation order alone.
 ATTENTION_CLASSES: tuple[str, ...] = ("decode_attention", "prefill_attention")
+#: Classes whose fixed cost per call is carried as SM time, scaling with the inverse clock: a matrix product's and a
+#: decode attention call's (the dependent instructions and cache round trips of a kernel that does little, whatever
+#: its size). Leaving each GPU out, carrying them so takes the A100's decode attention from the H100 from 16.4% to
+#: 11.5% median error and the H100's from the A100 from 19.3% to 15.9%, the H100's GEMMs from the A100 from 14.7% to
+#: 12.3%, and moves nothing between the H100 and the B200, whose clocks are within 1%. A prompt's attention call is not
+#: among them: so carried, its error grows in every direction with a clock difference (the A100's from the H100 16.4%
+#: to 18.4%), its per-tile prologues and epilogues (``tile_s``) carrying the clock already. The vector classes keep
+#: theirs: only the A100 times them, so no second GPU says how they carry (docs/validation.md).
+CLOCKED_FIXED_COST: tuple[str, ...] = (*GEMMS, "decode_attention")
 
 
 TRANSFER_RULE = (
-    "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) and the "
-    "fixed costs per call are kept, and so is when the decode kernel splits a context (a device whose engine runs "
-    "another decode kernel splits as that kernel does, FlashAttention-2's combine kernel and the copies packing its "
-    "query in and its output out at the reference's fixed cost of a small kernel each, and a context it does not "
-    "split streamed by one SM at most at that SM's share of the datasheet bandwidth where the reference's kernel "
-    "never left one unsplit; one whose prompt kernel runs the online softmax between its matrix products, where the "
-    "reference's hides it, pays the softmax's instructions at its own FP32 and special-function units, and one "
-    "whose kernel is of the reference's kind pays the reference's cost of a score in proportion to the time those "
-    "instructions take on each device's units; a prompt kernel of another kind tiles its queries as that kernel "
-    "does, a group's query heads in one tile or not, and pays none of the reference's per-tile fill and drain where "
-    "it runs more CTAs an SM); the half-bandwidth bytes "
-    "scale with the datasheet bandwidth (the same kernel on the same SMs: bytes in flight = bandwidth x latency), "
-    "except a decode kernel carried to a device that runs another, whose ramp is kept in bytes and whose work unit's "
-    "SM time follows the SM's share of the memory bandwidth instead of the clock (each generation's decode kernel "
-    "reaches half its GPU's bandwidth in 5.6-8.0 MB on the A100, H100 and B200, 2.0-8.0 TB/s, and spends on a work "
-    "unit what its SM's share of the bandwidth takes to stream 61-88 kB); a vector kernel's (norms, "
-    "activations, elementwise ops, copies) achieved bandwidth scales instead with SMs x clock (the bytes each SM "
-    "keeps in flight), never above the datasheet bandwidth, its ramp lasting as long; the SM time of a decode work "
-    "unit and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming "
-    "rate with the clock, the device time of an attention score with the inverse of SMs x clock"
+    "fractions of peak (compute efficiency, bandwidth ceiling, curve exponent, small-tile exponent) are kept; the "
+    "fixed cost per call of a matrix product and of a decode attention call is SM time and scales with the inverse "
+    "clock, a prompt attention call's and a vector kernel's is kept; so is when the decode kernel splits a context (a "
+    "device whose engine runs another decode kernel splits as that kernel does, FlashAttention-2's combine kernel and "
+    "the copies packing its query in and its output out at the reference's fixed cost of a small kernel each, at this "
+    "device's clock, and a context it does not split streamed by one SM at most at that SM's share of the datasheet "
+    "bandwidth where the reference's kernel never left one unsplit; one whose prompt kernel runs the online softmax "
+    "between its matrix products, where the reference's hides it, pays the softmax's instructions at its own FP32 and "
+    "special-function units, and one whose kernel is of the reference's kind pays the reference's cost of a score in "
+    "proportion to the time those instructions take on each device's units; a prompt kernel of another kind tiles its "
+    "queries as that kernel does, a group's query heads in one tile or not, and pays none of the reference's per-tile "
+    "fill and drain where it runs more CTAs an SM); the half-bandwidth bytes scale with the datasheet bandwidth (the "
+    "same kernel on the same SMs: bytes in flight = bandwidth x latency), except a decode kernel carried to a device "
+    "that runs another, whose ramp is kept in bytes and whose work unit's SM time follows the SM's share of the "
+    "memory bandwidth instead of the clock (each generation's decode kernel reaches half its GPU's bandwidth in "
+    "5.6-8.0 MB on the A100, H100 and B200, 2.0-8.0 TB/s, and spends on a work unit what its SM's share of the "
+    "bandwidth takes to stream 61-88 kB); a vector kernel's (norms, activations, elementwise ops, copies) achieved "
+    "bandwidth scales instead with SMs x clock (the bytes each SM keeps in flight), never above the datasheet "
+    "bandwidth, its ramp lasting as long; the SM time of a decode work unit and of a prefill tile's prologue and "
+    "epilogue scales with the inverse clock and one SM's streaming rate with the clock, the device time of an "
+    "attention score with the inverse of SMs x clock"
 )
 
 
@@ -117,7 +127,9 @@ def transfer(eff, src, dst, cls: str | None = None):
         ceiling = min(1.0, eff.bandwidth_ceiling * vector_bandwidth_scale(src, dst))
         half = eff.bandwidth_half_bytes * ceiling * dst.bandwidth / (eff.bandwidth_ceiling * src.bandwidth)
         return eff.model_copy(update={"bandwidth_ceiling": ceiling, "bandwidth_half_bytes": half, "fitted": ()})
+    fixed = ({k: v * per_clock for k, v in eff.fixed_s.items()} if cls in CLOCKED_FIXED_COST else eff.fixed_s)
     return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
+                                  "fixed_s": fixed,
                                   "unit_sm_s": eff.unit_sm_s * per_clock,
                                   "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock,
                                   "score_s": eff.score_s * per_clock * sms,
@@ -162,8 +174,8 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     SM), is streamed by its one SM at most at that SM's share of the datasheet bandwidth; a kernel that launches
     kernels of its own beside them (:data:`costmodel.hardware.DECODE_LAUNCHES`: FlashAttention-2's split-KV combine
     and its query's copies in and out) has each priced at the reference's fixed cost of a small kernel under
-    ``timing`` (its GEMM class's, the one fitted cost of a kernel that does little), in place of the reference's own
-    combine cost."""
+    ``timing`` (its GEMM class's, the one fitted cost of a kernel that does little) at this device's clock
+    (:data:`CLOCKED_FIXED_COST`), in place of the reference's own combine cost."""
     from costmodel.hardware import DECODE_KERNELS, DECODE_LAUNCHES
 
     mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
@@ -192,10 +204,11 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
         gemm = ref.efficiency.classes.get("gemm")
     launch = small_kernel_s(gemm, timing)
     if mine in DECODE_LAUNCHES and launch is not None:
+        launch *= per_clock  # SM time, at this device's clock (CLOCKED_FIXED_COST)
         n = DECODE_LAUNCHES[mine]
         update |= {"split_s": n["combine"] * launch, "group_copy_s": n["copies"] * launch}
         where = where.noted(f"; its combine kernel and its query's copies in and out at {ref.id}'s fixed cost of a "
-                            f"small kernel each ({launch * 1e6:.2f} µs, its GEMM class)")
+                            f"small kernel each at this clock ({launch * 1e6:.2f} µs, its GEMM class's)")
     return eff.model_copy(update=update), where
 
 

@@ -327,21 +327,42 @@ def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
     assert "range on a100_80gb_sxm" in str(r)
 
 
+def test_a_carried_fixed_cost_is_sm_time_for_matrix_products_and_decode_attention_only():
+    """The fixed cost per call of a GEMM class and of decode attention, carried to another GPU, scales with the inverse
+    clock (costmodel.origin.CLOCKED_FIXED_COST): the H100's (1.98 GHz) on the A100 (1.41 GHz) is 1.98 / 1.41 of
+    itself, on the B200 (1.965 GHz) 1.98 / 1.965; a prompt attention call's is the reference's as fitted, and so is
+    a vector class's (the A100's norm carried to the H100)."""
+    from costmodel.origin import transfer
+
+    a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
+    for dst, clock in ((a100, 1.41e9), (b200, 1.965e9)):
+        for cls in ("gemm", "gemm_fp8", "decode_attention"):
+            fitted = h100.efficiency.classes[cls].fixed_s["graph"]
+            got = transfer(h100.efficiency.classes[cls], h100, dst, cls).fixed_s["graph"]
+            assert got == pytest.approx(fitted * 1.98e9 / clock, rel=1e-12), (dst.id, cls)
+        prefill = h100.efficiency.classes["prefill_attention"]
+        assert transfer(prefill, h100, dst, "prefill_attention").fixed_s == prefill.fixed_s
+    norm = a100.efficiency.classes["norm"]
+    assert transfer(norm, a100, h100, "norm").fixed_s == norm.fixed_s
+
+
 def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_kernel():
     """The A100 priced from the H100 (FlashAttention-3 there, FlashAttention-2 here): FlashAttention-2's split
     combine is one kernel and its grouped query two copies, packed in and unpacked out (costmodel.hardware.
     DECODE_LAUNCHES, from vLLM's flash_api.cpp: the query's transpose-reshape, then the temporary output copied back
-    into the caller's), each at the H100's fixed cost of a small kernel in a CUDA graph (its GEMM class's), not the
-    H100's own combine cost; the A100's own fit is untouched (its 5.74 µs of copies: 2.6 of its own 2.21 µs graph
-    launches), and a kernel with no launches counted (FlashAttention-3 carried from the A100) keeps the reference's."""
+    into the caller's), each at the H100's fixed cost of a small kernel in a CUDA graph (its GEMM class's) at the
+    A100's clock (2.466 µs x 1.98 / 1.41 GHz), not the H100's own combine cost; the A100's own fit is untouched (its
+    5.74 µs of copies: 2.6 of its own 2.21 µs graph launches), and a kernel with no launches counted
+    (FlashAttention-3 carried from the A100) keeps the reference's."""
     from costmodel.origin import carried, resolve
 
     a100, h100 = load_profile("a100"), load_profile("h100")
-    launch = h100.efficiency.classes["gemm"].fixed_s["graph"]
+    launch = h100.efficiency.classes["gemm"].fixed_s["graph"] * 1.98e9 / 1.41e9
+    assert launch == pytest.approx(3.463e-6, rel=1e-3)
     got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
     eff = got.classes["decode_attention"]
     assert eff.split_kv == "grouped"
-    assert (eff.split_s, eff.group_copy_s) == (launch, 2 * launch)
+    assert (eff.split_s, eff.group_copy_s) == pytest.approx((launch, 2 * launch))
     assert eff.split_s != h100.efficiency.classes["decode_attention"].split_s
     assert f"{launch * 1e6:.2f} µs" in str(got.origin["decode_attention"])
     assert "copies in and out" in str(got.origin["decode_attention"])
@@ -494,9 +515,10 @@ def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_de
 def test_a_held_out_prompt_call_that_writes_the_cache_pays_the_write_its_carried_parameters_lack():
     """vLLM before 0.16 writes the prompt's keys and values inside the timed attention call (the A100's table); the
     H100's fit (vLLM 0.19, written outside) prices none. Scored with the H100's parameters, such a call also pays
-    the write as a kernel of its own: the GEMM class's fixed cost of a small kernel and its bytes at the datasheet
-    bandwidth, by hand: 1 sequence of 1,024 tokens, 8 key/value heads of 128, keys and values read and written in
-    bf16 (2 x 1024 x 8 x 256 x 2 = 8.4 MB) over 2.039 TB/s. A call that writes nothing, or parameters that price the
+    the write as a kernel of its own: the GEMM class's fixed cost of a small kernel (the H100's, at the A100's
+    clock: x 1.98 / 1.41 GHz) and its bytes at the datasheet bandwidth, by hand: 1 sequence of 1,024 tokens, 8
+    key/value heads of 128, keys and values read and written in bf16 (2 x 1024 x 8 x 256 x 2 = 8.4 MB) over 2.039
+    TB/s. A call that writes nothing, or parameters that price the
     write themselves (the A100's own fit), add nothing."""
     from costmodel.origin import resolve
     from costmodel.validation.bands import _times
@@ -511,7 +533,7 @@ def test_a_held_out_prompt_call_that_writes_the_cache_pays_the_write_its_carried
                   one(4 * 32 * 1024 * 1024 * 128), one(4 * 1024 * 32 * 128 * 2), shape)
     carried = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
     assert carried.classes["prefill_attention"].cache_write_ceiling is None
-    launch = h100.efficiency.classes["gemm"].fixed_s["graph"]
+    launch = h100.efficiency.classes["gemm"].fixed_s["graph"] * 1.98e9 / 1.41e9
     expected = launch + write / 2.039e12
     assert unfitted_write_s(table, a100, carried.classes["prefill_attention"], carried.get("gemm"))[0] == pytest.approx(
         expected, rel=1e-9)
