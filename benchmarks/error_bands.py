@@ -20,8 +20,8 @@ import numpy as np
 
 from costmodel.bands import percentile_span
 from costmodel.catalog import load_profile
-from costmodel.validation.bands import (GPUS, TAIL_GRID, TARGET, kernel_held_out, kernel_nested, kernel_tails, pooled,
-                                        quantiles, ratios, rounded)
+from costmodel.validation.bands import (GPUS, SYMMETRIC_GRID, TAIL_GRID, TARGET, kernel_held_out, kernel_nested,
+                                        kernel_tails, pooled, quantiles, ratios, rounded)
 from costmodel.validation.published import read_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +31,8 @@ COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "micro
 
 
 def calibrated(found) -> dict:
-    """Per route, the (below, above) tails its bands leave out (costmodel.validation.bands.kernel_tails)."""
+    """Per route, the (below, above) tails its bands leave out, or the error either way (costmodel.validation.bands.
+    kernel_tails)."""
     return {route: kernel_tails(found, route) for route in ROUTES}
 
 
@@ -90,8 +91,11 @@ def to_yaml(b: dict, tails: dict, cover: dict, plain: dict, data: list[str]) -> 
                    "of a class resampled to equal size, so a GPU with more rows does not outweigh another), each band "
                    f"leaving its route's `tails` percent out (below, above): of {list(TAIL_GRID)}, the pair that "
                    f"leaves the most out while bands derived without a GPU hold at least {TARGET:.0%} of its rows "
-                   "(each GPU weighing equally); fitted: the device's own fit, on the rows it was fitted on; "
-                   "across: each GPU priced from the fit of each GPU of another generation by the transfer rule "
+                   "(each GPU weighing equally); across, whose bias turns its sign with the direction of the "
+                   "transfer, 1 / x to x leaving `tails` percent of the error either way (|log ratio|) out: of "
+                   f"{list(SYMMETRIC_GRID)}, the most that so holds {TARGET:.0%}; fitted: the device's own fit, "
+                   "on the rows it was fitted on; across: each GPU priced from the fit of each GPU of another "
+                   "generation by the transfer rule "
                    "(costmodel.origin.TRANSFER_RULE); datasheet: the datasheet roofline and the profile's launch "
                    "cost per kernel; all: every class of the route pooled, for classes no table measures; "
                    "benchmarks/error_bands.py"),

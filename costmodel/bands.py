@@ -1,7 +1,8 @@
 """The expected error of a prediction: each op's time carries the range of measured / predicted that published
 timings show for its kernel class priced the way this device prices it (its *route*), and a total carries the sum
 of its ops' ranges. Each route's range spans the narrowest percentiles whose ranges, derived without a GPU, hold
-80% of that GPU's rows (``tails`` in the file; :func:`label`).
+80% of that GPU's rows (``tails`` in the file; :func:`label`); across generations, where the sign of a transfer's
+bias turns with its direction, the range is 1 / x to x, x a percentile of the error either way.
 
 Routes: ``fitted`` (the device's own fit), ``within`` (parameters carried from a fitted GPU of the same
 generation), ``across`` (from a GPU of another generation), ``datasheet`` (no fitted parameters: the datasheet
@@ -99,7 +100,10 @@ def band(time_s: float, hw, model, cls: str | None) -> Band | None:
 
 
 def percentile_span(tails) -> str:
-    """Percentiles (below, above) left out, as the range they span: ``(9, 9)`` is ``p9-p91``."""
+    """Percentiles (below, above) left out, as the range they span: ``(9, 9)`` is ``p9-p91``; one number, the
+    percent of the error either way left out (a range 1 / x to x): ``(20,)`` is ``p80 either way``."""
+    if len(tails) == 1:
+        return f"p{100 - tails[0]:g} either way"
     below, above = tails
     return f"p{below:g}-p{100 - above:g}"
 

@@ -93,12 +93,24 @@ TARGET = 0.8
 TAIL_GRID = (10, 9, 8, 7, 6, 5, 4, 3, 2.5, 2, 1.5, 1, 0.5)
 #: The p10-p90 range's tails (below, above), uncalibrated.
 PLAIN = (LOW, 100 - HIGH)
+#: Routes whose ranges are symmetric in the log of measured / predicted, 1 / x to x: a transfer across generations
+#: errs by a bias of each pair of GPUs whose sign turns with the direction (the H100's per-tensor fp8 GEMMs priced
+#: from the B200's fit run at 0.70 of the predicted time at the median, the B200's from the H100's at 1.32), so
+#: which side of the prediction a GPU no fit saw falls on is not known. Their tails are one number: the percent of
+#: the error either way, |log(measured / predicted)|, left out.
+SYMMETRIC = ("across",)
+#: The percents of a symmetric range's error left out, the most first (:func:`kernel_tails`).
+SYMMETRIC_GRID = (30, 25, 20, 18, 16, 14, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 
 
-def quantiles(values, tails: tuple[float, float] = PLAIN) -> dict:
+def quantiles(values, tails: tuple[float, ...] = PLAIN) -> dict:
     """The range of a set of ratios that leaves ``tails[0]`` percent out below and ``tails[1]`` above: its size,
-    low end, median and high end (p10, median, p90 by default)."""
+    low end, median and high end (p10, median, p90 by default); for one number, ``(left,)``, the range 1 / x to x
+    that leaves ``left`` percent of the error either way out (:data:`SYMMETRIC`), beside the median."""
     v = np.asarray(values, float)
+    if len(tails) == 1:
+        x = float(np.exp(np.percentile(np.abs(np.log(v)), 100 - tails[0])))
+        return {"n": int(v.size), "low": 1 / x, "p50": float(np.median(v)), "high": x}
     lo, mid, hi = np.percentile(v, [tails[0], 50, 100 - tails[1]])
     return {"n": int(v.size), "low": float(lo), "p50": float(mid), "high": float(hi)}
 
@@ -177,13 +189,21 @@ def kernel_held_out(found: list[Ratios], route: str, tails: tuple[float, float] 
     return {g: inside[g] / total[g] if total[g] else None for g in inside}
 
 
-def kernel_tails(found: list[Ratios], route: str, gpus=GPUS) -> tuple[float, float]:
+def kernel_tails(found: list[Ratios], route: str, gpus=GPUS) -> tuple[float, ...]:
     """The calibrated (below, above) tails of a route's bands (:func:`_narrowest`): each GPU of ``gpus``, weighing
-    equally, scored against the bands derived from the others."""
+    equally, scored against the bands derived from the others; for a route of :data:`SYMMETRIC`, ``(left,)``: the
+    most of :data:`SYMMETRIC_GRID` left out whose ranges hold :data:`TARGET` so scored."""
     sets = list(_held_sets(found, route, gpus))
-    if not sets:  # no GPU has another to be scored against: the widest pair
-        return TAIL_GRID[-1], TAIL_GRID[-1]
+    symmetric = route in SYMMETRIC
+    if not sets:  # no GPU has another to be scored against: the widest
+        return (SYMMETRIC_GRID[-1],) if symmetric else (TAIL_GRID[-1], TAIL_GRID[-1])
     rows = {g: sum(mine.size for h, mine, _ in sets if h == g) for g, _, _ in sets}
+    if symmetric:
+        for left in SYMMETRIC_GRID:
+            held = sum(coverage(quantiles(other, (left,)), mine) * mine.size / rows[g] for g, mine, other in sets)
+            if held / len(rows) >= TARGET:
+                return (left,)
+        return (SYMMETRIC_GRID[-1],)
     ends = [(mine, *_ends(other)) for _, mine, other in sets]
     return _narrowest(np.concatenate([mine[:, None] >= lo[None, :] for mine, lo, _ in ends]),
                       np.concatenate([mine[:, None] <= hi[None, :] for mine, _, hi in ends]),
