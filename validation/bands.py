@@ -176,11 +176,11 @@ def _held_sets(found: list[Ratios], route: str, gpus, only=None):
                 yield g, pooled(found, route, cls, devices=(g,)), other
 
 
-def kernel_held_out(found: list[Ratios], route: str, tails: tuple[float, float] = PLAIN, gpus=GPUS,
+def kernel_held_out(found: list[Ratios], route: str, tails: tuple[float, ...] = PLAIN, gpus=GPUS,
                     only=None) -> dict:
     """Per GPU of ``gpus`` (or of ``only``): the share of its rows of ``route`` inside the band of the same class
-    derived from the other GPUs' rows at ``tails`` (the route-wide band where no other GPU has the class); None where
-    it has none."""
+    derived from the other GPUs' rows at ``tails`` (two-sided, or one number: :func:`quantiles`; the route-wide band
+    where no other GPU has the class); None where it has none."""
     inside = {g: 0.0 for g in only or gpus}
     total = {g: 0 for g in only or gpus}
     for g, mine, other in _held_sets(found, route, gpus, only):
