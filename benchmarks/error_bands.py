@@ -1,8 +1,8 @@
 """The error band of every prediction, from the published kernel tables: per route (fitted on the device,
 transferred across a GPU generation, datasheet roofline) and kernel class, the range of measured / predicted
 (costmodel.validation.bands) at the route's calibrated percentiles (the narrowest whose bands, derived without a
-GPU, hold 80% of its rows; across generations 1 / x to x, x a percentile of the error either way), and how well bands whose percentiles and ends were both derived without one GPU cover
-that GPU's rows (beside p10-p90 bands').
+GPU, hold 80% of its rows; across generations 1 / x to x, x a percentile of the error either way), and how well
+bands whose percentiles and ends were both derived without one GPU cover that GPU's rows (beside p10-p90 bands').
 
     python benchmarks/error_bands.py [MEASUREMENTS_DIR] [--write]
 
