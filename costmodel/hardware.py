@@ -330,7 +330,9 @@ class ClassEfficiency(_Strict):
     work unit (a sequence and a key/value head) and ``split_s`` the split-KV combine kernel; ``split_kv`` says
     when the decode kernel splits a context (``always``, or only when query heads share a key/value head:
     ``grouped``), ``unsplit_sm_bandwidth`` the bytes per second one SM streams when it walks an unsplit
-    context alone and ``group_copy_s`` the copies of a grouped kernel's packed queries;
+    context alone and ``group_copy_s`` the copies of a grouped kernel's packed queries; ``combine_split_s`` the SM
+    time a split-KV combine spends on each split it reads, one after another (FlashAttention-2's:
+    :func:`costmodel.mechanisms.fa2_splits`);
     ``cache_write_ceiling`` is the fraction of the datasheet bandwidth at which a prefill's call writes the
     prompt's keys and values into the cache (None: the engine writes them outside the attention call);
     ``score_s`` is the device time of one attention score of a prefill (online softmax) and ``tile_s`` the
@@ -352,6 +354,7 @@ class ClassEfficiency(_Strict):
     split_kv: Literal["always", "grouped"] = "always"
     unsplit_sm_bandwidth: _number(0.0, 1e16) = 0.0  # 0: no unsplit contexts; else at least a megabyte/s
     group_copy_s: Seconds = 0.0
+    combine_split_s: Seconds = 0.0  # per split a combine reads in turn (0: its splits read at once, or none)
     cache_write_ceiling: Fraction | None = None  # None: the prefill call writes no cache
     pack_gqa: bool = Field(False, strict=True)  # a prefill tile holds the query heads of a group (FlashAttention-3)
     score_s: Seconds = 0.0  # device time per attention score (softmax)

@@ -420,7 +420,14 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             if eff.unsplit_sm_bandwidth:
                 stream = np.ceil(count / sms) * nbytes / np.maximum(count, 1) / eff.unsplit_sm_bandwidth
                 memory = np.where(unsplit, np.maximum(memory, stream), memory)
-        units = eff.unit_sm_s * count / sms + eff.split_s * split
+        if eff.combine_split_s and kernels.decode_kernel == "flash_attention_2" and "h" in shape:
+            # FlashAttention-2 splits a grouped context as its heuristic says, and its combine kernel reads the
+            # splits' partial outputs one after another (one cache round trip each)
+            splits = fa2_splits(shape["b"], shape["g"], shape["h"], shape["positions"], sms, kernels.decode_block)
+            split = splits > 1
+            units = eff.unit_sm_s * count / sms + (eff.split_s + eff.combine_split_s * splits) * split
+        else:
+            units = eff.unit_sm_s * count / sms + eff.split_s * split
     if cls in QUANTIZED_WIDTH and eff.quantize_input and "quantize" in on and shape and "M" in shape:
         # the activations' quantize kernel: the M x K input read at its width (bf16 unless the shape says) and
         # written in the narrow format, at the class's achieved-bandwidth curve
@@ -450,6 +457,34 @@ def class_peak(hw, cls: str, dtype: str) -> float:
 __all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "DEFAULT_KERNELS", "Times", "class_times", "class_peak",
            "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "dispatched_tiles", "efficiency_class",
            "decode_shape", "systolic_flops"]
+
+
+#: FlashAttention-2's split-KV heuristic: at most this many splits, and ``num_splits_heuristic`` sizes them against
+#: twice the SMs (its CTAs of 128 threads run two to an SM).
+FA2_MAX_SPLITS, FA2_CTAS_PER_SM = 128, 2
+
+
+def fa2_splits(b, g, h, positions, sms, block: int = 128) -> np.ndarray:
+    """The splits FlashAttention-2 cuts a decode call's contexts into (vllm-project/flash-attention
+    csrc/flash_attn/flash_api.cpp ``set_params_splitkv`` and ``num_splits_heuristic``): a call whose query heads
+    share a key/value head runs the group's heads as the query rows (``seqlenq_ngroups_swapped``), so its work is
+    b x g x ceil((h / g) / 64) blocks of 64 rows over ceil(positions / block) key blocks; no split where those
+    blocks fill 80% of twice the SMs, else the fewest splits whose waves over twice the SMs are 85% as full as
+    the fullest, among the counts that cut the key blocks differently from one fewer (at most 128, the SMs twice
+    over or the key blocks). A call with as many key/value heads as query heads is not split (1)."""
+    b, g, h, p = np.broadcast_arrays(*(np.asarray(x, float) for x in (b, g, h, positions)))
+    units = b * g * np.ceil(h / np.maximum(g, 1) / 64)
+    blocks = np.ceil(p / block)
+    slots = FA2_CTAS_PER_SM * float(sms)
+    s = np.arange(1, FA2_MAX_SPLITS + 1, dtype=float)
+    top = np.minimum(np.minimum(FA2_MAX_SPLITS, slots), blocks)[..., None]
+    nb = blocks[..., None]
+    eligible = (s <= top) & ((s == 1) | (np.ceil(nb / s) != np.ceil(nb / np.maximum(s - 1, 1))))
+    waves = units[..., None] * s / slots
+    eff = np.where(eligible, waves / np.ceil(waves), 0.0)
+    good = eligible & (eff >= 0.85 * eff.max(axis=-1, keepdims=True))
+    chosen = np.where(good.any(axis=-1), np.argmax(good, axis=-1) + 1, 1).astype(float)
+    return np.where((units >= 0.8 * slots) | (h == g), 1.0, chosen)
 
 
 def decode_shape(prefill):

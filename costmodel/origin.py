@@ -131,6 +131,7 @@ def transfer(eff, src, dst, cls: str | None = None):
     return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
                                   "fixed_s": fixed,
                                   "unit_sm_s": eff.unit_sm_s * per_clock,
+                                  "combine_split_s": eff.combine_split_s * per_clock,
                                   "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock,
                                   "score_s": eff.score_s * per_clock * sms,
                                   "tile_s": eff.tile_s * per_clock,

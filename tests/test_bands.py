@@ -377,6 +377,11 @@ def test_a_carried_fixed_cost_is_sm_time_for_matrix_products_and_decode_attentio
         assert transfer(prefill, h100, dst, "prefill_attention").fixed_s == prefill.fixed_s
     norm = a100.efficiency.classes["norm"]
     assert transfer(norm, a100, h100, "norm").fixed_s == norm.fixed_s
+    # the time FlashAttention-2's combine spends on each split is SM time too: the A100's at the L40S's 2.52 GHz
+    decode = a100.efficiency.classes["decode_attention"]
+    assert decode.combine_split_s > 0
+    assert transfer(decode, a100, load_profile("l40s"), "decode_attention").combine_split_s == pytest.approx(
+        decode.combine_split_s * 1.41e9 / 2.52e9, rel=1e-12)
 
 
 def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_kernel():
@@ -385,7 +390,7 @@ def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_ker
     DECODE_LAUNCHES, from vLLM's flash_api.cpp: the query's transpose-reshape, then the temporary output copied back
     into the caller's), each at the H100's fixed cost of a small kernel in a CUDA graph (its GEMM class's) at the
     A100's clock (2.466 µs x 1.98 / 1.41 GHz), not the H100's own combine cost; the A100's own fit is untouched (its
-    5.74 µs of copies: 2.6 of its own 2.21 µs graph launches), and a kernel with no launches counted
+    6.04 µs of copies: 2.7 of its own 2.21 µs graph launches), and a kernel with no launches counted
     (FlashAttention-3 carried from the A100) keeps the reference's."""
     from costmodel.origin import carried, resolve
 
@@ -401,7 +406,7 @@ def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_ker
     assert "copies in and out" in str(got.origin["decode_attention"])
     assert carried(h100.efficiency.classes["decode_attention"], h100, a100, "decode_attention") == eff
     own = resolve(a100, "graph").classes["decode_attention"]
-    assert (own.split_s, own.group_copy_s) == (7.129e-06, 5.741e-06)  # the A100's fit, as its profile states it
+    assert (own.split_s, own.group_copy_s) == (4.583e-06, 6.04e-06)  # the A100's fit, as its profile states it
     back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["decode_attention"]
     assert back.split_s == a100.efficiency.classes["decode_attention"].split_s
 

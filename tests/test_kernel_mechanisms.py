@@ -283,3 +283,45 @@ def test_kernel_facts_are_the_devices_data():
     rate = one_tile.peak("bf16") * eff.compute_efficiency
     assert t.compute == pytest.approx(108 * 128 * 128 * (4096 + eff.tile_k_overhead) * 2 / rate)
     assert t.compute != price(op, GemmShape(1, 1, 4096, 4096), a100, Conventions.of(a100)).compute
+
+
+def test_flash_attention_2_splits_a_grouped_context_as_its_heuristic_says():
+    """FlashAttention-2's split count (mechanisms.fa2_splits), by hand on the A100 (108 SMs, its heuristic sizing
+    against 216 CTA slots): one sequence of 32 query heads over one key/value head and 16,383 positions is one block
+    of rows over 128 key blocks; every split count fills under one wave (s / 216), the fullest is 128 splits (at
+    most 128), and of the counts that cut the blocks differently from one fewer only 64 (0.30) and 128 (0.59)
+    come near it, so 128. With 8 key/value heads, 8 blocks of rows: 27 splits fill 216 slots exactly, 26 (0.96) is
+    the first eligible count at 85% of that. Sixteen sequences of 8 heads over 255 positions: 128 blocks of rows,
+    2 key blocks: one split or two fill 0.59 of a wave alike, so one. 256 sequences of 1 head: 256 blocks of rows
+    fill 80% of 216 slots, so none; a call with as many key/value heads as query heads is never split."""
+    from costmodel.mechanisms import fa2_splits
+
+    got = fa2_splits([1, 1, 16, 256, 1], [1, 8, 8, 1, 32], 32, [16383, 16383, 255, 4095, 16383], 108)
+    assert got.tolist() == [128.0, 26.0, 1.0, 1.0, 1.0]
+
+
+def test_flash_attention_2s_combine_reads_its_splits_one_after_another():
+    """A decode call priced for FlashAttention-2 pays its combine kernel's cost per split (combine_split_s) times the
+    splits its heuristic cuts, besides the combine kernel itself (split_s), and no combine where the heuristic does
+    not split; the same parameters on a FlashAttention-3 device add nothing of it."""
+    from costmodel.hardware import KernelFacts
+
+    eff = ClassEfficiency(fixed_s={"graph": 5e-6}, bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6, unit_sm_s=3e-6,
+                          split_s=4e-6, split_kv="grouped", unsplit_sm_bandwidth=2e10, group_copy_s=6e-6,
+                          combine_split_s=2e-7)
+    base = eff.model_copy(update={"combine_split_s": 0.0})
+    shape = {"b": np.array([1.0, 16.0]), "g": np.array([1.0, 8.0]), "h": 32, "positions": np.array([16383.0, 255.0])}
+    kw = dict(peak=312e12, bandwidth=2.039e12, sms=108, timing="graph", flops=np.zeros(2), nbytes=np.full(2, 1e6),
+              shape=shape)
+    fa2 = KernelFacts(decode_kernel="flash_attention_2")
+    got = class_times("decode_attention", eff, kernels=fa2, **kw).units
+    plain = class_times("decode_attention", base, kernels=fa2, **kw).units
+    # 128 splits of one sequence of one key/value head; sixteen sequences of 8 over 2 key blocks run unsplit (one
+    # split or two fill 0.59 of a wave alike), so no combine at all where the plain model charged one for every
+    # context over 128 positions: only the work units' SM time
+    assert got[0] - plain[0] == pytest.approx(128 * 2e-7)
+    assert got[1] == pytest.approx(3e-6 * 16 * 8 / 108)
+    assert plain[1] == pytest.approx(got[1] + 4e-6)
+    fa3 = KernelFacts(decode_kernel="flash_attention_3")
+    assert class_times("decode_attention", eff, kernels=fa3, **kw).units.tolist() == \
+        class_times("decode_attention", base, kernels=fa3, **kw).units.tolist()

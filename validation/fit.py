@@ -29,6 +29,7 @@ BOUNDS = {
     "tile_s": (0.0, 2e-5, False),
     "unsplit_sm_bandwidth": (1e8, 1e12, True),
     "group_copy_s": (1e-8, 1e-4, True),
+    "combine_split_s": (1e-9, 1e-5, True),
     "cache_write_ceiling": (0.05, 1.0, False),
     "fixed": (1e-8, 1e-3, True),
 }
@@ -71,7 +72,8 @@ SHARED = {"gemm_fp8": ("gemm", ("bandwidth_ceiling", "bandwidth_half_bytes", "ba
 CHOICES = {
     # a decode kernel splits every context, or only those whose query heads share a key/value head
     "decode_attention": (("split_kv",), [({"split_kv": "always"}, ()),
-                                         ({"split_kv": "grouped"}, ("unsplit_sm_bandwidth", "group_copy_s"))]),
+                                         ({"split_kv": "grouped"}, ("unsplit_sm_bandwidth", "group_copy_s",
+                                                                     "combine_split_s"))]),
     # a prefill call writes the prompt's cache or not; a tile holds one query head or a group's
     "prefill_attention": (("pack_gqa",), [({"cache_write_ceiling": 0.5 if write else None, "pack_gqa": pack},
                                            ("cache_write_ceiling",) if write else ())
@@ -218,6 +220,7 @@ def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
         "pack_passes": [1.0, 2.0, 0.5, 3.0, 1.0],
         "unsplit_sm_bandwidth": [2e10, 5e10, 1e10, 2e10, 2e10],
         "group_copy_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6],
+        "combine_split_s": [2e-7, 5e-8, 1e-6, 2e-7, 2e-7],
         "cache_write_ceiling": [0.5, 0.3, 0.8, 0.5, 0.5],
     }
     best = None
