@@ -50,9 +50,9 @@ TRANSFER_RULE = (
     "5.6-8.0 MB on the A100, H100 and B200, 2.0-8.0 TB/s, and spends on a work unit what its SM's share of the "
     "bandwidth takes to stream 61-88 kB); a vector kernel's (norms, activations, elementwise ops, copies) achieved "
     "bandwidth scales instead with SMs x clock (the bytes each SM keeps in flight), never above the datasheet "
-    "bandwidth, its ramp lasting as long; the SM time of a decode work unit and of a prefill tile's prologue and "
-    "epilogue scales with the inverse clock and one SM's streaming rate with the clock, the device time of an "
-    "attention score with the inverse of SMs x clock"
+    "bandwidth, its ramp lasting as long; the SM time of a decode work unit, of a split-KV combine's step over one "
+    "split and of a prefill tile's prologue and epilogue scales with the inverse clock and one SM's streaming rate "
+    "with the clock, the device time of an attention score with the inverse of SMs x clock"
 )
 
 
