@@ -49,8 +49,9 @@ METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 
           "(one-token prefills run the decode kernel and count with decode attention); a kernel's discrete behaviour "
           "is chosen by fitting each way and keeping the smaller error: split_kv (always or grouped) for decode "
           "attention (grouped: FlashAttention-2's split heuristic, its combine reading the splits in turn at "
-          "combine_split_s each), for prefill attention whether the call writes the cache (where the engine version's timed "
-          "call holds the write: costmodel.validation.published) and whether a tile packs a group's query heads, "
+          "combine_split_s each), for prefill attention whether the call writes the cache (where the engine "
+          "version's timed call holds the write: costmodel.validation.published) and whether a tile packs a group's "
+          "query heads, "
           "and for the low-precision GEMMs whether the layer quantizes its input in a kernel of "
           "its own; per-tensor fp8 GEMMs take the bf16 GEMM's memory curve (validation.fit.SHARED) and "
           "run the tile the device's kernel facts dispatch; the MoE kernel classes (moe, moe_fp8, ...) take the "
@@ -165,10 +166,11 @@ def cross(tables_by_gpu, fitted, hws):
         for cls in ("decode_attention", "gemm", "gemm_fp8", "gemm_fp8_block", "prefill_attention"):
             if cls not in fitted[src] or cls not in fitted[dst]:
                 continue
-            eff = carried(fitted[src][cls], hws[src], hws[dst], cls, gemm=fitted[src].get("gemm"))
+            gemm = fitted[src].get("gemm")
+            eff = carried(fitted[src][cls], hws[src], hws[dst], cls, gemm=gemm)
             ts = [t for t in tables_by_gpu[dst] if t.priced_class == cls and t.source == "aiconfigurator"]
             own = _err(ts, hws[dst], fitted[dst][cls])
-            gemm = fitted[src].get("gemm")  # a held-out cache write's small kernel, carried as the rule carries it
+            # a held-out cache write's small kernel: the GEMM class carried as the rule carries it
             got = _err(ts, hws[dst], eff, transfer(gemm, hws[src], hws[dst], "gemm") if gemm is not None else None)
             lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
                          f"p90 {got['p90_abs_error_pct']:5.1f}%  (fit on {dst} itself: median "

@@ -420,14 +420,13 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             if eff.unsplit_sm_bandwidth:
                 stream = np.ceil(count / sms) * nbytes / np.maximum(count, 1) / eff.unsplit_sm_bandwidth
                 memory = np.where(unsplit, np.maximum(memory, stream), memory)
+        combine = eff.split_s
         if eff.combine_split_s and kernels.decode_kernel == "flash_attention_2" and "h" in shape:
             # FlashAttention-2 splits a grouped context as its heuristic says, and its combine kernel reads the
             # splits' partial outputs one after another (one cache round trip each)
             splits = fa2_splits(shape["b"], shape["g"], shape["h"], shape["positions"], sms, kernels.decode_block)
-            split = splits > 1
-            units = eff.unit_sm_s * count / sms + (eff.split_s + eff.combine_split_s * splits) * split
-        else:
-            units = eff.unit_sm_s * count / sms + eff.split_s * split
+            split, combine = splits > 1, eff.split_s + eff.combine_split_s * splits
+        units = eff.unit_sm_s * count / sms + combine * split
     if cls in QUANTIZED_WIDTH and eff.quantize_input and "quantize" in on and shape and "M" in shape:
         # the activations' quantize kernel: the M x K input read at its width (bf16 unless the shape says) and
         # written in the narrow format, at the class's achieved-bandwidth curve

@@ -203,9 +203,9 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
                             f"({share / 1e9:.1f} GB/s)")
     if gemm is None and ref.efficiency is not None:
         gemm = ref.efficiency.classes.get("gemm")
-    launch = small_kernel_s(gemm, timing)
+    # a small kernel of this device: the reference's GEMM class carried here, its fixed cost at this clock
+    launch = small_kernel_s(transfer(gemm, ref, hw, "gemm") if gemm is not None else None, timing)
     if mine in DECODE_LAUNCHES and launch is not None:
-        launch *= per_clock  # SM time, at this device's clock (CLOCKED_FIXED_COST)
         n = DECODE_LAUNCHES[mine]
         update |= {"split_s": n["combine"] * launch, "group_copy_s": n["copies"] * launch}
         where = where.noted(f"; its combine kernel and its query's copies in and out at {ref.id}'s fixed cost of a "

@@ -175,9 +175,8 @@ def fit_moe_class(tables: list[MoETable], hw, names=None):
     weights (its fallback) with ``names`` (:data:`MOE_FREE`; the W4A16 class :data:`W4A16_FREE`) fitted on
     log(predicted / measured) under the soft-L1 loss (:func:`soft_l1`; :mod:`costmodel.validation.fit`'s search from
     three starts)."""
-    from costmodel.validation.fit import _lm, _to_z, _with
-
     from costmodel.mechanisms import W4A16_MOE
+    from costmodel.validation.fit import _lm, _to_z, _with
 
     cls = moe_class(tables[0])
     # the dense class's own input quantize is not the MoE kernel's (the MoE classes have no such mechanism)
