@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Annotated, Literal, get_args
+import numpy as np
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -217,8 +218,12 @@ DECODE_LAUNCHES = {"flash_attention_2": {"combine": 1, "copies": 2}}
 #: ``warp_specialized``: producer, matrix-product and softmax work run in separate warps (warpgroups) so that one
 #: tile's exponentials run under another's products (FlashAttention-3, Shah et al. 2024, sections 3.1-3.2, ping-pong
 #: scheduling on SM90; FlashInfer's SM100 kernels, TensorRT-LLM's and CUTLASS's Blackwell FMHA, separate softmax and
-#: MMA warps over tensor memory). The fits agree: a score costs about 0.16 SM-cycles on the A100 (FlashAttention-2)
-#: and 0.04-0.05 on the H100 and B200 (score_s x SMs x clock of each device's prefill fit).
+#: MMA warps over tensor memory). A synchronous kernel's warps also wait for each key and value block before
+#: multiplying it, so its prompt's memory traffic and arithmetic add up (:func:`costmodel.mechanisms.takes_turns`)
+#: where a warp-specialized kernel's producer warps load under the products. The fits agree on the softmax: a score
+#: costs 0.04-0.05 SM-cycles on the H100 and B200 (score_s x SMs x clock of each device's prefill fit), against the
+#: 0.148 FlashAttention-2's instructions take on the A100 (:data:`SOFTMAX_WORK`), which the A100's table (one head
+#: dimension) fits as well as its own fit's 0.06.
 ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3": "warp_specialized",
                           "flashinfer": "warp_specialized"}
 #: Whether a kernel's prompt call puts the query heads of a key/value group into the rows of one tile (the
@@ -231,6 +236,33 @@ ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3
 #: into the rows only for a decode call (above).
 #: FlashInfer's is not stated here: a device carried to it keeps its reference's.
 PREFILL_PACKS_GQA = {"flash_attention_2": False, "flash_attention_3": True}
+#: Query rows and key positions of a prompt kernel's tile, where its source says and they differ from the profile's
+#: square ``prefill_block``: per kernel, the query rows and the key positions by head dimension (the largest head
+#: dimension each key block serves, in order). FlashAttention-2 as vLLM calls it (a paged cache) runs its split-KV
+#: forward for every prompt (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp ``mha_varlen_fwd`` passes
+#: ``force_split_kernel`` when a block table is given; csrc/flash_attn/src/flash_fwd_launch_template.h
+#: ``run_mha_fwd_splitkv_dispatch``: ``kBlockM = 64`` for every head dimension, ``kBlockN`` 256 up to head dimension
+#: 64, 128 up to 128, else 64).
+PREFILL_TILES = {"flash_attention_2": (64, ((64, 256), (128, 128), (None, 64)))}
+
+
+def prefill_tile(kernels, head_dim=None) -> tuple[int, int]:
+    """(query rows, key positions) of a tile of the prompt kernel ``kernels`` name (:data:`PREFILL_TILES`), at head
+    dimension ``head_dim`` (None: 128, the published tables' and most served models'; an array gives an array of key
+    positions); square ``prefill_block`` tiles for any other kernel."""
+    tile = PREFILL_TILES.get(kernels.decode_kernel)
+    if tile is None:
+        return kernels.prefill_block, kernels.prefill_block
+    rows, keys = tile
+    if head_dim is None:
+        return rows, next(k for top, k in keys if top is None or 128 <= top)
+    d = np.asarray(head_dim, float)
+    out = np.full(d.shape, float(keys[-1][1]))
+    for top, k in reversed(keys[:-1]):
+        out = np.where(d <= top, float(k), out)
+    return rows, (int(out) if out.ndim == 0 else out)
+
+
 #: Prompt-kernel CTAs one SM runs at once, where its source says. FlashAttention-2 at head dimension 128 on SM80
 #: runs 128 x 64 tiles of 4 warps (flash_fwd_launch_template.h ``run_mha_fwd_hdim128``; ``run_mha_fwd_splitkv_dispatch``
 #: 64 x 128 with a paged cache): 64-80 KB of shared memory for the query tile and one key and one value block, two

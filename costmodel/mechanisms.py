@@ -25,10 +25,11 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     GEMM) runs that tile for a single product, unsplit; one whose grouped kernel fixes its tile
     (``KernelFacts.grouped_dispatch``: vLLM's Triton fused MoE kernel, its default configuration chosen by the
     tokens of the call) runs that tile for every expert's product, unsplit, at the class's own rate. Prefill
-    attention runs whole waves of ``prefill_block``-row query tiles. A device priced by its datasheet whose matrix
-    unit is a systolic array (a two-dimensional ``matrix_tile``: a TPU's MXU) runs every product in whole passes of
-    the array (:func:`systolic_flops`): a tile of the stationary operand holds the array for at least as many
-    cycles as it has rows, however few query rows stream through it.
+    attention runs whole waves of query tiles: ``prefill_block`` square ones, or the kernel's own rows by
+    key positions (:func:`costmodel.hardware.prefill_tile`: FlashAttention-2's 64-row split-KV tiles). A device
+    priced by its datasheet whose matrix unit is a systolic array (a two-dimensional ``matrix_tile``: a TPU's
+    MXU) runs every product in whole passes of the array (:func:`systolic_flops`): a tile of the stationary
+    operand holds the array for at least as many cycles as it has rows, however few query rows stream through it.
 ``work_units``
     decode attention costs ``unit_sm_s`` of one SM per (sequence, key/value head) work unit, spread over
     the SMs, plus ``split_s`` for the split-KV combine kernel once the context spans more than one block
@@ -53,13 +54,15 @@ kernel also pays, and each of these is one switchable mechanism with fitted para
     a fused causal prefill computes only the unmasked query-key pairs: ``n m - n (n - 1) / 2`` of the
     ``n m`` the paper's program counts (queries are the last ``n`` of ``m`` positions), and an unfused
     mask op reads one broadcast ``[n, m]`` causal mask, not the paper's ``[b, h, n, m]``; with ``tiles`` on,
-    in whole ``prefill_block`` square blocks, the diagonal blocks computed whole. Each computed score also
+    in whole blocks of the kernel's tile, the diagonal blocks computed whole. Each computed score also
     costs ``score_s`` of the device (the exponential and rescaling of online softmax, which does not
     shrink with the head dimension), and each query tile ``tile_s`` of its SM (its prologue and epilogue).
 
 An op's time is ``fixed + max(compute, memory) + work units``; compute and memory add up instead where the
 class's kernel does one after the other (its fitted ``overlap`` is ``sum``: on a CPU, the core that streams
-a block of K/V or a packed panel also computes on it) or where the caller asks for ``overlap="sum"``.
+a block of K/V or a packed panel also computes on it; a synchronous prompt kernel, FlashAttention-2, whose warps
+wait for each key and value block before multiplying it: :func:`takes_turns`) or where the caller asks for
+``overlap="sum"``.
 Everything works on numpy arrays, so a validation over 100,000 published timings is one call per class.
 """
 
@@ -71,7 +74,8 @@ import numpy as np
 
 from typing import get_args
 
-from costmodel.hardware import EfficiencyClassName, GemmClassName, KernelFacts
+from costmodel.hardware import (ATTENTION_KERNEL_KINDS, EfficiencyClassName, GemmClassName, KernelFacts,
+                                prefill_tile)
 from costmodel.vocab import MECHANISMS, TIMINGS
 
 CLASSES: tuple[str, ...] = get_args(EfficiencyClassName)
@@ -166,24 +170,63 @@ def causal_pairs(n, m):
     return n * m - n * (n - 1) / 2
 
 
-def blocked_causal_pairs(n, m, B: int = DEFAULT_KERNELS.prefill_block):
-    """Query-key pairs a causal kernel computes in whole ``B`` x ``B`` blocks (``B``: the prefill block): query
-    tile ``i`` of ``ceil(n / B)`` reads the key blocks up to its last query's position (queries are the last
-    ``n`` of ``m`` positions), in closed form."""
+def _floor_sum(count, step, start, divisor) -> np.ndarray:
+    """``sum(floor((step * i + start) / divisor) for i in range(count))`` for non-negative integer arrays, in
+    O(log) steps (the Euclidean-like reduction of floor sums)."""
+    n, a, b, m = (np.asarray(x, np.int64).copy() for x in np.broadcast_arrays(count, step, start, divisor))
+    total = np.zeros(n.shape, np.int64)
+    while True:
+        q = a // m
+        total += (n - 1) * n // 2 * q
+        a = a - q * m
+        q = b // m
+        total += n * q
+        b = b - q * m
+        y_max = a * n + b
+        live = (n > 0) & (y_max >= m)
+        if not live.any():
+            return total
+        n = np.where(live, y_max // np.maximum(m, 1), 0)
+        b = np.where(live, y_max % np.maximum(m, 1), 0)
+        m, a = np.where(live, a, 1), np.where(live, m, 0)
+
+
+def blocked_causal_pairs(n, m, B: int = DEFAULT_KERNELS.prefill_block, keys: int | None = None):
+    """Query-key pairs a causal kernel computes in whole blocks of ``B`` queries by ``keys`` keys (``B`` both ways
+    where ``keys`` is None): query tile ``i`` of ``ceil(n / B)`` reads the key blocks up to its last query's
+    position (queries are the last ``n`` of ``m`` positions), counted exactly."""
     n, m = np.asarray(n, float), np.asarray(m, float)
     T = np.ceil(n / B)
-    offset = np.ceil(np.maximum(m - n, 0) / B)
-    # tile i reads offset + i + 1 key blocks; only the last can overrun the ceil(m / B) there are, by one
-    blocks = T * offset + T * (T + 1) / 2 - np.maximum(offset + T - np.ceil(m / B), 0)
-    return blocks * B * B
+    if keys is None or np.all(np.asarray(keys) == B):
+        offset = np.ceil(np.maximum(m - n, 0) / B)
+        # tile i reads offset + i + 1 key blocks; only the last can overrun the ceil(m / B) there are, by one
+        blocks = T * offset + T * (T + 1) / 2 - np.maximum(offset + T - np.ceil(m / B), 0)
+        return blocks * B * B
+    # tile i (0-based) ends at position o + (i + 1) B and reads ceil((o + (i + 1) B) / K) key blocks, o = m - n;
+    # only the last tile's end can pass the m positions (the tile before it ends inside them)
+    K = np.asarray(keys, float)
+    o = np.maximum(m - n, 0)
+    blocks = _floor_sum(T, B, o + B + K - 1, K).astype(float)
+    blocks = blocks - np.maximum(np.ceil((o + T * B) / K) - np.ceil(m / K), 0)
+    return blocks * B * K
 
 
-def windowed_pairs(n, m, window, blocked: bool, B: int = DEFAULT_KERNELS.prefill_block):
+def windowed_pairs(n, m, window, blocked: bool, B: int = DEFAULT_KERNELS.prefill_block, keys=None):
     """Query-key pairs of a causal kernel whose queries (the last ``n`` of ``m`` positions) attend to at
     most ``window`` positions each: exact, or in whole ``B`` blocks (query tile ``i`` reads
     at most ceil((window - 1) / B) + 1 key blocks: the window's span, rounded out to blocks). The block
-    count is exact when the queries start on a block boundary, as a prefill's do (n = m)."""
+    count is exact when the queries start on a block boundary, as a prefill's do (n = m). Tiles of ``B`` queries
+    by ``keys`` keys (``keys`` not ``B``) are counted exactly: tile ``i`` reads the key blocks from the one holding
+    its first query's earliest key to the one holding its last query."""
     n, m, w = (np.asarray(x, float) for x in (n, m, window))
+    if blocked and keys is not None and not np.all(np.asarray(keys) == B):
+        K = np.asarray(keys, float)
+        T, o = np.ceil(n / B), np.maximum(m - n, 0)
+        ends = _floor_sum(T, B, o + B + K - 1, K) - np.maximum(np.ceil((o + T * B) / K) - np.ceil(m / K), 0)
+        # tile i's earliest key is o + i B - w + 1, in block floor(.. / K) once it is past position 0
+        i0 = np.clip(np.ceil((w - 1 - o) / B), 0, T)
+        starts = _floor_sum(T - i0, B, np.maximum(o + i0 * B - w + 1, 0), K)
+        return (ends - starts) * B * K
     if not blocked:
         # query j (0-based among the last n) sits at position m - n + j and attends to min(m - n + j + 1, w)
         first = m - n + 1
@@ -311,6 +354,15 @@ def _streamed(nbytes, eff, bandwidth: float, on) -> np.ndarray:
     return nbytes / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
 
 
+def takes_turns(cls: str, eff, kernels: KernelFacts = DEFAULT_KERNELS) -> bool:
+    """Whether a class's kernel moves its bytes and does its arithmetic in turn rather than at once: its parameters
+    say so (``overlap`` "sum"), or it is a prompt's attention in a synchronous kernel
+    (:data:`costmodel.hardware.ATTENTION_KERNEL_KINDS`), whose warps wait for each key and value block before
+    multiplying it."""
+    return eff.overlap == "sum" or (cls == "prefill_attention"
+                                    and ATTENTION_KERNEL_KINDS.get(kernels.decode_kernel) == "synchronous")
+
+
 def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, timing: str, flops, nbytes,
                 shape: dict, on: frozenset | set = frozenset(MECHANISMS), overlap: str = "max",
                 kernels: KernelFacts = DEFAULT_KERNELS) -> Times:
@@ -323,6 +375,8 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
 
     shape = fields(shape)
     B = kernels.prefill_block
+    if cls == "prefill_attention" and shape:
+        B, keys = prefill_tile(kernels, shape.get("k"))  # query rows and key positions of a tile
     flops = np.asarray(flops, float)
     nbytes = np.asarray(nbytes, float)
     split_k = 0.0
@@ -333,7 +387,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         nbytes = nbytes + eff.pack_passes * (np.asarray(shape["M"]) > 1) * (
             np.asarray(shape["batch"], float) * shape["K"] * shape["N"] * shape["width"])
     fixed = eff.fixed_s.get(timing, 0.0) if "fixed" in on else 0.0
-    overlap = "sum" if eff.overlap == "sum" else overlap
+    overlap = "sum" if takes_turns(cls, eff, kernels) else overlap
     rate = peak * (eff.compute_efficiency if "compute" in on else 1.0)
     work = flops
     beyond, longest = 0.0, 0.0  # SM time beyond the matrix products (tile prologues, softmax scores)
@@ -343,13 +397,15 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         per_pair = work / np.maximum(heads * n * m, 1)  # FLOPs of one query-key pair of one head
         pairs = n * m
         if "causal" in on and shape.get("window") is not None:
-            pairs = windowed_pairs(n, m, shape["window"], "tiles" in on, B)
+            pairs = windowed_pairs(n, m, shape["window"], "tiles" in on, B, keys)
         elif "causal" in on:
-            pairs = blocked_causal_pairs(n, m, B) if "tiles" in on else causal_pairs(n, m)
+            pairs = blocked_causal_pairs(n, m, B, keys) if "tiles" in on else causal_pairs(n, m)
         elif "tiles" in on:
-            pairs = np.ceil(n / B) * np.ceil(m / B) * B ** 2
+            pairs = np.ceil(n / B) * np.ceil(m / keys) * B * keys
         tiles = heads * np.ceil(n / B)
-        if eff.pack_gqa and "tiles" in on and "causal" in on and shape.get("window") is None and "g" in shape:
+        square = np.all(np.asarray(keys) == B)
+        if (eff.pack_gqa and square and "tiles" in on and "causal" in on and shape.get("window") is None
+                and "g" in shape):
             # the query heads of a group share one tile (rows: positions x heads), B / r positions a tile;
             # tile i of ceil(n r / B) reads ceil((i + 1) / r) key blocks (a prompt: queries from position 0)
             r = np.asarray(shape["h"], float) / np.asarray(shape["g"], float)
@@ -366,10 +422,10 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             pairs = pairs * waves
             # one SM computes a query tile alone: the tile with the most key blocks (the last, under a
             # causal mask; at most the window's span) bounds the kernel however many SMs there are
-            last = np.ceil(m / B)  # key blocks of the last query tile
+            last = np.ceil(m / keys)  # key blocks of the last query tile
             if "causal" in on and shape.get("window") is not None:
-                last = np.minimum(last, np.ceil((np.asarray(shape["window"], float) - 1) / B) + 1)
-            tile_pairs = last * B ** 2
+                last = np.minimum(last, np.ceil((np.asarray(shape["window"], float) - 1) / keys) + 1)
+            tile_pairs = last * B * keys
             longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0)) + eff.tile_s
             # every tile's prologue and epilogue (pipeline fill and drain, its queries loaded and its output
             # stored) is SM time its blocks do not hide, in whole waves

@@ -28,6 +28,69 @@ def test_causal_pairs_equal_a_brute_force_count():
             assert causal_pairs(n, m) == brute
 
 
+def _brute_blocks(n, m, rows, keys, window=None):
+    """Key blocks a tiled causal kernel reads, by walking every query tile: tile i holds queries m - n + i rows ..
+    (capped at m - 1) and reads the key blocks from its first query's earliest key (window) to its last query."""
+    total = 0
+    for i in range(-(-n // rows)):
+        first, last = m - n + i * rows, min(m - n + (i + 1) * rows, m) - 1
+        lo = 0 if window is None else max(first - window + 1, 0)
+        total += last // keys - lo // keys + 1
+    return total
+
+
+def test_rectangular_causal_blocks_equal_a_brute_force_count():
+    from costmodel.mechanisms import blocked_causal_pairs, windowed_pairs
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 700))
+        m = n + int(rng.integers(0, 700)) * int(rng.integers(0, 2))
+        rows, keys = int(rng.choice([16, 64, 128])), int(rng.choice([64, 128, 256]))
+        window = int(rng.integers(1, 900))
+        assert blocked_causal_pairs(n, m, rows, keys) == _brute_blocks(n, m, rows, keys) * rows * keys
+        if rows != keys or m == n:  # square tiles: exact where the queries start on a block boundary (a prompt)
+            assert windowed_pairs(n, m, window, True, rows, keys) == \
+                _brute_blocks(n, m, rows, keys, window) * rows * keys
+    # arrays of tiles give each row its own count
+    got = blocked_causal_pairs(np.array([300, 300]), np.array([300, 300]), 64, np.array([128, 256]))
+    assert list(got) == [_brute_blocks(300, 300, 64, 128) * 64 * 128, _brute_blocks(300, 300, 64, 256) * 64 * 256]
+
+
+def test_flash_attention_2_prompt_tiles_are_its_split_kv_forwards():
+    """vLLM's FlashAttention-2 call reads a paged cache, so every prompt runs run_mha_fwd_splitkv_dispatch: 64 query
+    rows, 256 / 128 / 64 key positions at head dimension <= 64 / <= 128 / above; other kernels keep the profile's
+    square block."""
+    from costmodel.hardware import prefill_tile
+
+    a100, h100 = load_profile("a100"), load_profile("h100")
+    assert prefill_tile(a100.kernels, 128) == (64, 128)
+    assert prefill_tile(a100.kernels, None) == (64, 128)
+    assert prefill_tile(a100.kernels, 64) == (64, 256)
+    assert prefill_tile(a100.kernels, 256) == (64, 64)
+    assert list(prefill_tile(a100.kernels, np.array([64, 128, 192]))[1]) == [256, 128, 64]
+    assert prefill_tile(h100.kernels, 128) == (h100.kernels.prefill_block,) * 2
+
+
+def test_a_synchronous_prompt_kernel_adds_its_loads_to_its_products_by_hand():
+    """One 64-token prompt of one head (d 128) on 10 SMs: FlashAttention-2's one 64 x 128 tile does 64 x 128
+    pairs of 4 x 128 FLOPs at one SM's tenth of a 1e15 peak; its bytes at 1e12 B/s follow, not beside, the
+    products. A warp-specialized kernel's square 128 tile overlaps them."""
+    from costmodel.hardware import KernelFacts
+
+    eff = ClassEfficiency()
+    shape = {"b": 1, "h": 1, "g": 1, "n": 64, "m": 64, "k": 128}
+    kw = dict(peak=1e15, bandwidth=1e12, sms=10, timing="graph", flops=4 * 128 * 64 * 64, nbytes=2e6, shape=shape,
+              on={"compute", "tiles", "causal"})
+    fa2 = class_times("prefill_attention", eff, kernels=KernelFacts(decode_kernel="flash_attention_2"), **kw)
+    tile = 64 * 128 * 4 * 128 / (1e15 / 10)  # the tile's products on one SM
+    assert fa2.compute == pytest.approx(tile)
+    assert fa2.time == pytest.approx(tile + 2e-6)
+    fa3 = class_times("prefill_attention", eff, kernels=KernelFacts(decode_kernel="flash_attention_3"), **kw)
+    assert fa3.compute == pytest.approx(2 * tile)  # a 128 x 128 tile
+    assert fa3.time == pytest.approx(max(2 * tile, 2e-6))
+
+
 def test_gemm_tiles_by_hand():
     # M=1, N=64, K=256 on 2 SMs: one 64x64 tile, too short a reduction to split (256 / 256 = 1 chunk):
     # one wave of 2 SMs x a 64x64x256 tile, 2 FLOPs per multiply-add

@@ -203,7 +203,7 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
                       nbytes=nbytes, shape={"b": b, "g": g, "h": h, "positions": S}, **base)]
     s = _column(rows, "isl", path)
     flops, nbytes = attention_counts("batched", b, s, s, h, g, k)
-    shape = {"b": b, "h": h, "g": g, "n": s, "m": s}
+    shape = {"b": b, "h": h, "g": g, "n": s, "m": s, "k": k}
     if _writes_cache(m["framework"], m["version"]):
         shape["write_bytes"] = 2 * b * s * g * 2 * k * 2
     table = Table(op_class="prefill_attention", fields={**fields, "isl": s}, measured_s=t, flops=flops,
