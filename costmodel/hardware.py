@@ -222,7 +222,7 @@ DECODE_LAUNCHES = {"flash_attention_2": {"combine": 1, "copies": 2}}
 #: multiplying it, so its prompt's memory traffic and arithmetic add up (:func:`costmodel.mechanisms.takes_turns`)
 #: where a warp-specialized kernel's producer warps load under the products. The fits agree on the softmax: a score
 #: costs 0.04-0.05 SM-cycles on the H100 and B200 (score_s x SMs x clock of each device's prefill fit), against the
-#: 0.148 FlashAttention-2's instructions take on the A100 (:data:`SOFTMAX_WORK`), which the A100's table (one head
+#: 0.133 FlashAttention-2's instructions take on the A100 (:data:`SOFTMAX_WORK`), which the A100's table (one head
 #: dimension) fits as well as its own fit's 0.06.
 ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3": "warp_specialized",
                           "flashinfer": "warp_specialized"}
@@ -278,9 +278,10 @@ PREFILL_CTAS_PER_SM = {"flash_attention_2": 2, "flash_attention_3": 1}
 #: (``exp2f(x * scale - max_scaled)``, scaled and shifted at once), the exponential itself (``exp2f``, one
 #: special-function instruction under fast math), one max and one add (``reduce_max``, ``reduce_sum``), half a
 #: conversion (``convert_type``: two scores per bf16x2), and the output's rescale, head dimension / kBlockN
-#: multiplies per score (``softmax_rescale_o``; head dimension 128 runs 128 x 64 tiles: 2), the head dimension of the
-#: published tables and of the models served here. ``fp32``: FP32-pipe instructions, ``sfu``: special-function ones.
-SOFTMAX_WORK = {"flash_attention_2": {"fp32": 5.5, "sfu": 1.0}}
+#: multiplies per score (``softmax_rescale_o``; at head dimension 128, the published tables' and most served
+#: models', vLLM's split-KV tiles of 128 keys, :data:`PREFILL_TILES`: 1). ``fp32``: FP32-pipe instructions, ``sfu``:
+#: special-function ones.
+SOFTMAX_WORK = {"flash_attention_2": {"fp32": 4.5, "sfu": 1.0}}
 #: Special-function results per SM per clock on NVIDIA GPUs (exp2, log2, reciprocal, rsqrt, sin, cos): 16 (CUDA C++
 #: Programming Guide, "Arithmetic Instructions", the throughput of native arithmetic instructions per multiprocessor;
 #: the FlashAttention-3 paper's "3.9 TFLOPS of special functions" on the H100 SXM5, Shah et al. 2024 section 3, is 16

@@ -226,8 +226,8 @@ def _softmax_cycles(p, clock: float | None = None) -> float | None:
     lanes = p.peak_flops_per_s["fp32"].value / (2 * arch.compute_units.value * clock)  # FP32 FMAs per SM per clock
     lanes = 2.0 ** round(math.log2(lanes))  # 64 or 128: a datasheet's FP32 peak is not always at the boost clock
     # FlashAttention-2's count stands for the online softmax of every kernel: FlashAttention-3 and FlashInfer run the
-    # same instructions a score, their output's rescale over wider key tiles (4.5-5.5 FP32 instructions in all, which
-    # moves a ratio of two devices' cycles by 0.02)
+    # same instructions a score, their output's rescale over key tiles as wide or wider (4-4.5 FP32 instructions in all,
+    # which moves a ratio of two devices' cycles by 0.02)
     work = SOFTMAX_WORK["flash_attention_2"]
     return work["fp32"] / lanes + work["sfu"] / arch.sfu_rate
 

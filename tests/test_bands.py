@@ -467,19 +467,19 @@ def _pinned_score_error(hw, score_s) -> float:
 
 def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units():
     """FlashAttention-2 runs its online softmax between its matrix products: carried from the H100 (whose
-    warp-specialized kernel hides it), the A100's score costs 5.5 FP32 instructions at its 64 FP32 lanes per SM
-    (19.5 TFLOP/s over 108 SMs at 1.41 GHz, two FLOPs an FMA) and one exponential at 16 per SM per clock, 0.148 SM
+    warp-specialized kernel hides it), the A100's score costs 4.5 FP32 instructions at its 64 FP32 lanes per SM
+    (19.5 TFLOP/s over 108 SMs at 1.41 GHz, two FLOPs an FMA) and one exponential at 16 per SM per clock, 0.133 SM
     cycles. The A100's table (one head dimension) cannot tell a score's cost from the products' rate: its fit with a
     score pinned at the count is as good as its free fit, and pinned at twice the count it is clearly worse, so the
     count lies inside what the measurements allow. A device whose kernel hides it keeps the reference's."""
     from costmodel.origin import carried, resolve, transfer
 
     a100, h100 = load_profile("a100"), load_profile("h100")
-    cycles = 5.5 / (19.5e12 / (2 * 108 * 1.41e9)) + 1 / 16
-    assert cycles == pytest.approx(0.1484, abs=1e-4)
+    cycles = 4.5 / (19.5e12 / (2 * 108 * 1.41e9)) + 1 / 16
+    assert cycles == pytest.approx(0.1328, abs=1e-4)
     got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
     assert got.classes["prefill_attention"].score_s == pytest.approx(cycles / (108 * 1.41e9), rel=1e-9)
-    assert "0.148 SM cycles" in str(got.origin["prefill_attention"])
+    assert "0.133 SM cycles" in str(got.origin["prefill_attention"])
     assert carried(h100.efficiency.classes["prefill_attention"], h100, a100, "prefill_attention") == \
         got.classes["prefill_attention"]
     assert _pinned_score_error(a100, cycles / (108 * 1.41e9)) < _pinned_score_error(a100, None) + 0.1
@@ -532,10 +532,10 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
 
 def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_devices_units():
     """Carried between devices whose kernels are of one kind, a score's fitted cost scales with the SM cycles of the
-    softmax's instructions on each device's units: 5.5 FP32 instructions at its FP32 lanes per SM and one
+    softmax's instructions on each device's units: 4.5 FP32 instructions at its FP32 lanes per SM and one
     exponential at its special-function units. The B300 (Blackwell Ultra: 32 special-function results per SM per
-    clock, twice the B200's 16) from the B200: 5.5 / 128 + 1 / 32 = 0.0742 against 5.5 / 128 + 1 / 16 = 0.1055 SM
-    cycles, 0.70x; the RTX PRO 6000 (128 FP32 lanes) from the A100 (64): 0.1055 against 0.1484, 0.71x. The B300's
+    clock, twice the B200's 16) from the B200: 4.5 / 128 + 1 / 32 = 0.0664 against 4.5 / 128 + 1 / 16 = 0.0977 SM
+    cycles, 0.68x; the RTX PRO 6000 (128 FP32 lanes) from the A100 (64): 0.0977 against 0.1328, 0.74x. The B300's
     datasheet FP32 peak (75 TFLOP/s over 148 SMs at 2.032 GHz: 124.7 FMAs per SM per clock) counts as 128 lanes.
     Devices with the reference's units (the H200 from the H100) keep its cost; without its special-function fact the
     B300 prices a score as the B200 does."""
@@ -543,13 +543,13 @@ def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_de
 
     b200, b300, h100 = load_profile("b200"), load_profile("b300"), load_profile("h100")
     assert 75e12 / (2 * 148 * 2.032e9) == pytest.approx(124.7, abs=0.05)
-    assert _softmax_cycles(b300) == 5.5 / 128 + 1 / 32 and _softmax_cycles(b200) == 5.5 / 128 + 1 / 16
-    ratio = (5.5 / 128 + 1 / 32) / (5.5 / 128 + 1 / 16)
-    assert ratio == pytest.approx(0.7037, abs=1e-4)
+    assert _softmax_cycles(b300) == 4.5 / 128 + 1 / 32 and _softmax_cycles(b200) == 4.5 / 128 + 1 / 16
+    ratio = (4.5 / 128 + 1 / 32) / (4.5 / 128 + 1 / 16)
+    assert ratio == pytest.approx(0.68, abs=1e-4)
     plain = transfer(b200.efficiency.classes["prefill_attention"], b200, b300).score_s
     got = resolve(b300, "graph")
     assert got.classes["prefill_attention"].score_s == pytest.approx(plain * ratio, rel=1e-12)
-    assert "0.70x the SM cycles of b200's" in str(got.origin["prefill_attention"])
+    assert "0.68x the SM cycles of b200's" in str(got.origin["prefill_attention"])
     # the fact switched off: the B200's cost per score, clock-scaled, and no note
     bare = b300.model_copy(update={"architecture": b300.architecture.model_copy(update={"sfu_per_sm_clock": None})})
     off = resolve(bare, "graph")
@@ -557,8 +557,8 @@ def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_de
     assert "softmax" not in str(off.origin["prefill_attention"])
     # twice the FP32 lanes: the RTX PRO 6000 from the A100
     a100, pro = load_profile("a100"), load_profile("rtx_pro_6000_server")
-    lanes = (5.5 / 128 + 1 / 16) / (5.5 / 64 + 1 / 16)
-    assert lanes == pytest.approx(0.7105, abs=1e-4)
+    lanes = (4.5 / 128 + 1 / 16) / (4.5 / 64 + 1 / 16)
+    assert lanes == pytest.approx(0.7353, abs=1e-4)
     assert resolve(pro, "graph").classes["prefill_attention"].score_s == pytest.approx(
         transfer(a100.efficiency.classes["prefill_attention"], a100, pro).score_s * lanes, rel=1e-12)
     # the same units: the H200 from the H100 keeps the carried cost
