@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Annotated, Literal, get_args
-import numpy as np
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from costmodel.errors import CostModelError

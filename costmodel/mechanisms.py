@@ -205,7 +205,7 @@ def blocked_causal_pairs(n, m, B: int = DEFAULT_KERNELS.prefill_block, keys: int
     # tile i (0-based) ends at position o + (i + 1) B and reads ceil((o + (i + 1) B) / K) key blocks, o = m - n;
     # only the last tile's end can pass the m positions (the tile before it ends inside them)
     K = np.asarray(keys, float)
-    o = np.maximum(m - n, 0)
+    o = np.ceil(np.maximum(m - n, 0))  # ceil((o + c) / K) = ceil((ceil(o) + c) / K) for whole c and K
     blocks = _floor_sum(T, B, o + B + K - 1, K).astype(float)
     blocks = blocks - np.maximum(np.ceil((o + T * B) / K) - np.ceil(m / K), 0)
     return blocks * B * K
@@ -221,7 +221,7 @@ def windowed_pairs(n, m, window, blocked: bool, B: int = DEFAULT_KERNELS.prefill
     n, m, w = (np.asarray(x, float) for x in (n, m, window))
     if blocked and keys is not None and not np.all(np.asarray(keys) == B):
         K = np.asarray(keys, float)
-        T, o = np.ceil(n / B), np.maximum(m - n, 0)
+        T, o = np.ceil(n / B), np.ceil(np.maximum(m - n, 0))
         ends = _floor_sum(T, B, o + B + K - 1, K) - np.maximum(np.ceil((o + T * B) / K) - np.ceil(m / K), 0)
         # tile i's earliest key is o + i B - w + 1, in block floor(.. / K) once it is past position 0
         i0 = np.clip(np.ceil((w - 1 - o) / B), 0, T)
