@@ -254,9 +254,7 @@ def prefill_tile(kernels, head_dim=None) -> tuple[int, int]:
     if tile is None:
         return kernels.prefill_block, kernels.prefill_block
     rows, keys = tile
-    if head_dim is None:
-        return rows, next(k for top, k in keys if top is None or 128 <= top)
-    d = np.asarray(head_dim, float)
+    d = np.asarray(128 if head_dim is None else head_dim, float)
     out = np.full(d.shape, float(keys[-1][1]))
     for top, k in reversed(keys[:-1]):
         out = np.where(d <= top, float(k), out)

@@ -155,13 +155,15 @@ def efficiency_class(kind: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class Times:
-    """Parts of an op's predicted time (arrays or floats): fixed cost, compute, memory, work units, total."""
+    """Parts of an op's predicted time (arrays or floats): fixed cost, compute, memory, work units, total; ``body``,
+    compute and memory as the kernel runs them (the longer of the two, or both in turn)."""
 
     fixed: object
     compute: object
     memory: object
     units: object
     time: object
+    body: object = None
 
 
 def causal_pairs(n, m):
@@ -222,7 +224,7 @@ def windowed_pairs(n, m, window, blocked: bool, B: int = DEFAULT_KERNELS.prefill
     if blocked and keys is not None and not np.all(np.asarray(keys) == B):
         K = np.asarray(keys, float)
         T, o = np.ceil(n / B), np.ceil(np.maximum(m - n, 0))
-        ends = _floor_sum(T, B, o + B + K - 1, K) - np.maximum(np.ceil((o + T * B) / K) - np.ceil(m / K), 0)
+        ends = blocked_causal_pairs(n, m, B, keys) / (B * K)  # key blocks up to each tile's last query
         # tile i's earliest key is o + i B - w + 1, in block floor(.. / K) once it is past position 0
         i0 = np.clip(np.ceil((w - 1 - o) / B), 0, T)
         starts = _floor_sum(T - i0, B, np.maximum(o + i0 * B - w + 1, 0), K)
@@ -403,9 +405,8 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         elif "tiles" in on:
             pairs = np.ceil(n / B) * np.ceil(m / keys) * B * keys
         tiles = heads * np.ceil(n / B)
-        square = np.all(np.asarray(keys) == B)
-        if (eff.pack_gqa and square and "tiles" in on and "causal" in on and shape.get("window") is None
-                and "g" in shape):
+        if (eff.pack_gqa and np.all(np.asarray(keys) == B) and "tiles" in on and "causal" in on
+                and shape.get("window") is None and "g" in shape):
             # the query heads of a group share one tile (rows: positions x heads), B / r positions a tile;
             # tile i of ceil(n r / B) reads ceil((i + 1) / r) key blocks (a prompt: queries from position 0)
             r = np.asarray(shape["h"], float) / np.asarray(shape["g"], float)
@@ -493,7 +494,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         # a second kernel of the same call: the prompt's keys and values are read and written into the cache
         units = units + np.asarray(shape["write_bytes"], float) / (bandwidth * eff.cache_write_ceiling)
     body = np.maximum(compute, memory) if overlap == "max" else compute + memory
-    return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units)
+    return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units, body=body)
 
 
 def ring_all_reduce(nbytes, devices: int, one_way_bandwidth: float, latency: float) -> tuple:

@@ -20,8 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from costmodel.mechanisms import (MOE_GEMM, PROGRAM_CLASS, W4A16_MAX_WIDTH, W4A16_MOE, class_peak, class_times,
-                                  decode_shape, efficiency_class, ring_all_reduce, systolic_flops, takes_turns,
-                                  w4a16_small_call)
+                                  decode_shape, efficiency_class, ring_all_reduce, systolic_flops, w4a16_small_call)
 from costmodel.origin import Resolved, TimeModel, time_model
 from costmodel.shapes import fields, one_query
 
@@ -101,9 +100,7 @@ def _fitted(op: KernelOp, cls: str, params, shape, hw, conv: Conventions):
     t = class_times(cls, params, peak=op.peak or class_peak(hw, cls, op.dtype), bandwidth=hw.bandwidth,
                     sms=hw.architecture.compute_units.value, timing=conv.timing, flops=op.flops, nbytes=op.bytes,
                     shape=shape, on=conv.model.on, overlap=conv.overlap, kernels=hw.kernels)
-    serial = conv.overlap == "sum" or takes_turns(cls, params, hw.kernels)
-    body = t.compute + t.memory if serial else np.maximum(t.compute, t.memory)
-    return t.compute, t.memory, (t.fixed + t.units) * op.launches, body
+    return t.compute, t.memory, (t.fixed + t.units) * op.launches, t.body
 
 
 #: The op kinds a matrix unit computes (the others run on the vector units).
