@@ -1046,3 +1046,28 @@ def test_an_inferencex_row_recorded_in_a_layout_its_recipe_does_not_run_is_predi
     assert any(a.startswith("layout: its recipe's, one server of 4 devices") for a in d.assumed)
     other = parse({**mm, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/m.csv; silicon_concurrency=64"})
     assert (other.layout.attention_dp, other.layout.batch) == (4, 16) and other.assumed == ()
+
+
+def test_requests_decoding_at_once_by_littles_law():
+    """Little's law on a closed loop's means, by hand: 10 clients, 1 s to the first token, 100 more tokens at 40 ms
+    each: each request takes 5 s, 4 of them decoding, so 8 of the 10 are decoding at any time."""
+    from costmodel.validation.serving import decoding_requests
+
+    assert decoding_requests(10, 1.0, 0.04, 101) == pytest.approx(8.0)
+    assert decoding_requests(10, 0.0, 0.04, 101) == pytest.approx(10.0)  # nothing waits: every client decodes
+
+
+def test_the_token_budget_bounds_the_requests_decoding_at_once(llama, h100):
+    """Tokens in = tokens out: a prompt enters decode only after the iterations' budget has carried all its tokens, so
+    in steady state at most (budget - running decodes) / prompt requests a step start decoding and each stays
+    output - 1 steps. With 2,048 tokens an iteration, 4,096-token prompts and 128-token outputs, 128 clients decode at
+    most 1,920 / 4,096 x 127 = 60 at once, whatever the kernels cost: Little's law on the simulation's own means
+    finds it at that bound (the budget binds) and far below the clients."""
+    from costmodel.validation.serving import decoding_requests
+
+    p = serve(llama, h100, input_len=4096, output_len=128, engine_name="vllm", concurrency=128, num_requests=640,
+              max_num_batched_tokens=2048, overheads=OFF)
+    decoding = decoding_requests(128, p.ttft_s, p.tpot_s, 128)
+    bound = 2048 / 4096 * 127
+    assert decoding <= bound * 1.05
+    assert decoding > 0.8 * (2048 - decoding) / 4096 * 127

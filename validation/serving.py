@@ -87,7 +87,11 @@ MXFP4_CHECKPOINTS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
 #: OpenAI server's (8192 on a GPU of 70 GB or more). ai-dynamo/aiconfigurator fpm_golden_runs/*/vllm_metadata.json
 #: report no max_num_batched_tokens requested and 2048 in the effective config (vLLM 0.20.1 under Dynamo 1.2.0), but
 #: the same runs' iteration records reach 8192 tokens (benchmarks/fpm_iterations.py), so the source does not settle
-#: it: 2048 is kept because the rows predicted with it are closer (docs/serving.md), a choice made on the rows.
+#: it: 2048 is kept because the rows predicted with it are closer (docs/serving.md), a choice made on the rows. The
+#: rows themselves bound it from below where the budget binds: Qwen3-32B at 128 clients of 4,096 + 128 tokens on 4
+#: and 8 H100s decodes about 120 requests at once by Little's law on its means (benchmarks/serving_in_flight.py),
+#: where a 2,048-token budget admits at most 1,920 / 4,096 x 127 = 60; with 8,192 those two rows come out right
+#: and the rows of 1,024-token prompts at 8-64 clients two to three times high (docs/serving.md).
 DYNAMO_VLLM_TOKENS = 2048
 
 #: The token budget aiconfigurator's generator gives a TensorRT-LLM engine it deploys in one pool (agg):
@@ -458,6 +462,16 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
                  max_num_batched_tokens=d.max_num_batched_tokens, memory_fraction=d.memory_fraction,
                  async_scheduling=d.async_scheduling, prefix_caching=d.prefix_caching, frontend=d.frontend,
                  **d.layout.serve_args(), **drawn, **rounds)
+
+
+def decoding_requests(clients: int, ttft_s: float, tpot_s: float, output_len: int) -> float:
+    """Requests decoding at once, on average, in a closed loop of ``clients`` whose requests wait ``ttft_s`` for
+    their first token and ``tpot_s`` for each after it, from those means alone (Little's law: the loop completes
+    clients / (TTFT + decode time) requests a second, each decoding for (output_len - 1) x TPOT). A deployment whose
+    engine ran its clients' requests all at once gives about its clients (less their share of time before the first
+    token); one that held requests back, in the engine's queue or before it, gives fewer."""
+    decode = (output_len - 1) * tpot_s
+    return clients * decode / (ttft_s + decode)
 
 
 def summary(rows: list[dict]) -> list[dict]:
