@@ -234,8 +234,14 @@ ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3
 #: block of each query head (grid query blocks x batch x heads: vllm-project/flash-attention
 #: csrc/flash_attn/src/flash_fwd_launch_template.h ``run_flash_fwd``, ``run_flash_splitkv_fwd``) and puts a group
 #: into the rows only for a decode call (above).
-#: FlashInfer's is not stated here: a device carried to it keeps its reference's.
-PREFILL_PACKS_GQA = {"flash_attention_2": False, "flash_attention_3": True}
+#: FlashInfer as vLLM calls it on SM 10.x runs a prompt in TensorRT-LLM's generated ("trtllm-gen") context kernels:
+#: vllm/utils/flashinfer.py ``use_trtllm_attention`` picks them for every prefill whose KV cache is in the model's
+#: dtype ("Using TRTLLM prefill attention (auto-detected)"), and their kernels, named for their tiling
+#: (``fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP64VarSeqQ128Kv128PersistentContext``), group no heads
+#: (only the generation kernels carry ``GroupsHeadsQ``: ``Grouped`` in their names); their runner gives a CTA one
+#: query head unless the kernel groups them (TensorRT-LLM trtllmGenKernels/fmha/fmhaKernels.h ``computeNumCtas``:
+#: ``numHeadsPerCta = mGroupsHeadsQ ? ... : 1``). The B200's fit agrees: it chose no packing.
+PREFILL_PACKS_GQA = {"flash_attention_2": False, "flash_attention_3": True, "flashinfer": False}
 #: Query rows and key positions of a prompt kernel's tile, where its source says and they differ from the profile's
 #: square ``prefill_block``: per kernel, the query rows and the key positions by head dimension (the largest head
 #: dimension each key block serves, in order). FlashAttention-2 as vLLM calls it (a paged cache) runs its split-KV
@@ -267,8 +273,9 @@ def prefill_tile(kernels, head_dim=None) -> tuple[int, int]:
 #: CTAs in an SM's 164 KB, so one CTA's start (its query tile loaded, the first key block waited for) and end (its
 #: output stored) run beside the other's main loop. FlashAttention-3's variable-length forward is persistent, one CTA
 #: per SM taking tile after tile (hopper/tile_scheduler.hpp ``VarlenDynamicPersistentTileScheduler``), so each
-#: tile's pipeline fill and drain is its SM's own time: the H100 fit's ``tile_s``, 3.6 us.
-PREFILL_CTAS_PER_SM = {"flash_attention_2": 2, "flash_attention_3": 1}
+#: tile's pipeline fill and drain is its SM's own time: the H100 fit's ``tile_s``, 3.6 us. TensorRT-LLM's context
+#: kernels that FlashInfer runs on SM 10.x (above) are persistent too (``...Q128Kv128PersistentContext``).
+PREFILL_CTAS_PER_SM = {"flash_attention_2": 2, "flash_attention_3": 1, "flashinfer": 1}
 #: The online softmax's own instructions per attention score in a synchronous kernel, which run on the SM's FP32 and
 #: special-function units between its matrix products (:func:`costmodel.origin.carried` prices them where a fit of
 #: a warp-specialized kernel, whose matrix products hide them, is all there is). FlashAttention-2

@@ -499,16 +499,18 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
     """FlashAttention-3 puts a group's query heads in one tile and pays each tile's fill and drain (one persistent CTA
     an SM); FlashAttention-2 launches a CTA per query head and runs two an SM. The H100's prefill fit carried to the
     A100 packs nothing and pays no per-tile time; the A100's carried to the H100 packs (its per-tile time is 0
-    already); a kernel whose tiling no source here states (FlashInfer) keeps the reference's, and so does a device
-    of the reference's kernel (the H200 from the H100). The mechanism itself counts the tiles: a 16-token prompt of
-    64 query heads over 8 groups runs 8 times the tiles unpacked."""
+    already); FlashInfer's prompt kernel on the B200 (TensorRT-LLM's persistent context kernels) packs nothing and
+    runs one CTA an SM, so the H100's fit carried there keeps its per-tile time, clock-scaled, unpacked; a device of
+    the reference's kernel (the H200 from the H100) keeps the reference's. The mechanism itself counts the tiles: a
+    16-token prompt of 64 query heads over 8 groups runs 8 times the tiles unpacked."""
     from costmodel.hardware import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
     from costmodel.mechanisms import class_times
     from costmodel.origin import resolve, transfer
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
-    assert PREFILL_PACKS_GQA == {"flash_attention_2": False, "flash_attention_3": True}
+    assert PREFILL_PACKS_GQA == {"flash_attention_2": False, "flash_attention_3": True, "flashinfer": False}
     assert PREFILL_CTAS_PER_SM["flash_attention_2"] > PREFILL_CTAS_PER_SM["flash_attention_3"]
+    assert PREFILL_CTAS_PER_SM["flashinfer"] == PREFILL_CTAS_PER_SM["flash_attention_3"]
     h_eff = h100.efficiency.classes["prefill_attention"]
     assert h_eff.pack_gqa and h_eff.tile_s > 0
     got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
@@ -518,9 +520,11 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
         got.origin["prefill_attention"])
     back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["prefill_attention"]
     assert back.pack_gqa and back.tile_s == transfer(a100.efficiency.classes["prefill_attention"], a100, h100).tile_s
-    # FlashInfer (the B200) from the H100: the H100's packing and its tile time, clock-scaled
-    b = resolve(b200.model_copy(update={"efficiency": None}), "graph", reference=h100).classes["prefill_attention"]
-    assert b.pack_gqa and b.tile_s == pytest.approx(transfer(h_eff, h100, b200).tile_s, rel=1e-12)
+    # FlashInfer (the B200) from the H100: no packing, and the H100's tile time, clock-scaled (one CTA an SM in both)
+    got_b = resolve(b200.model_copy(update={"efficiency": None}), "graph", reference=h100)
+    b = got_b.classes["prefill_attention"]
+    assert not b.pack_gqa and b.tile_s == pytest.approx(transfer(h_eff, h100, b200).tile_s, rel=1e-12)
+    assert "not in one tile" in str(got_b.origin["prefill_attention"])
     h200 = resolve(load_profile("h200"), "graph").classes["prefill_attention"]
     assert h200.pack_gqa and h200.tile_s == pytest.approx(transfer(h_eff, h100, load_profile("h200")).tile_s)
     # tiles under the mechanism: 1 x 64 heads x ceil(16 / 128) unpacked, 1 x 8 groups x ceil(16 x 8 / 128) packed
