@@ -376,9 +376,6 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     from costmodel.shapes import fields
 
     shape = fields(shape)
-    B = kernels.prefill_block
-    if cls == "prefill_attention" and shape:
-        B, keys = prefill_tile(kernels, shape.get("k"))  # query rows and key positions of a tile
     flops = np.asarray(flops, float)
     nbytes = np.asarray(nbytes, float)
     split_k = 0.0
@@ -394,6 +391,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     work = flops
     beyond, longest = 0.0, 0.0  # SM time beyond the matrix products (tile prologues, softmax scores)
     if cls == "prefill_attention" and shape:
+        B, keys = prefill_tile(kernels, shape.get("k"))  # query rows and key positions of a tile
         n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
         heads = np.asarray(shape["b"], float) * shape["h"]
         per_pair = work / np.maximum(heads * n * m, 1)  # FLOPs of one query-key pair of one head
