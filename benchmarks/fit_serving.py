@@ -13,13 +13,13 @@ one aiconfigurator's own accuracy tests score), a robust loss whose optimum foll
 errors let the few rows no engine mechanism explains (TensorRT-LLM's small model at 128 clients, 3-10x the
 predicted TTFT) set the front end. ``--log`` fits absolute log errors instead, |log(predicted / measured)|, which
 weigh a prediction at half the measured as one at twice it: there the rows predicted at a third or less of their
-measured TTFT pull the front end up, over the many rows it then over-predicts. The per-iteration cost is the engine's; the front-end delay
-is fitted apart for each front end its rows passed (Dynamo's, or the engine's own server:
-validation.serving.launched_by_dynamo). Three fits are printed: on all rows (what ships in
+measured TTFT pull the front end up, over the many rows it then over-predicts. The per-iteration cost is the
+engine's; the front-end delay is fitted apart for each front end its rows passed (Dynamo's, or the engine's own
+server: validation.serving.launched_by_dynamo). Three fits are printed: on all rows (what ships in
 costmodel.served.OVERHEADS and ENGINE_FRONT_END_S), on the Qwen3 rows only (scored on the Llama rows), and on the
-Llama rows only (scored on the Qwen3 rows), where the scored rows passed a front end the fit saw. ``--aiperf`` predicts each row as
-aiconfigurator's benchmark template runs it (2 warm-up and 50 measured requests per client) instead of the
-plain closed loop of 10 requests per client.
+Llama rows only (scored on the Qwen3 rows), where the scored rows passed a front end the fit saw. ``--aiperf``
+predicts each row as aiconfigurator's benchmark template runs it (2 warm-up and 50 measured requests per client)
+instead of the plain closed loop of 10 requests per client.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ FRONTENDS = ("dynamo", "engine")
 #: benchmarks/fit_serving.py beside vLLM's Dynamo front end (one iteration cost for both) on the 45 Llama-3.1-70B
 #: rows of InferenceX's runs (vllm serve and its benchmark_serving.py client, lengths drawn as it draws them:
 #: validation.serving.INFERENCEX_SPREAD), by the same loss as the others: 0.5 ms (1 ms by absolute log error), where
-#: the 93 Qwen3-32B rows behind Dynamo give 41.5 ms. The other engines' own servers are not measured apart here and take Dynamo's value (stated in
-#: the assumptions).
+#: the 93 Qwen3-32B rows behind Dynamo give 41.5 ms. The other engines' own servers are not measured apart here and
+#: take Dynamo's value (stated in the assumptions).
 ENGINE_FRONT_END_S = {"vllm": 0.0005}
 
 
