@@ -28,6 +28,7 @@ from costmodel.validation.serving import predict, read
 
 LAYER_US = (0.0, 40.0, 60.0, 80.0, 100.0, 120.0)
 LAYER_SEQ_US = (0.0, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5)
+PERCENTAGE_LOSS = "--ape" in sys.argv
 MODELS = {"Llama-3.1-8B": "meta-llama/Llama-3.1-8B-Instruct", "Qwen3-32B": "Qwen/Qwen3-32B",
           "Qwen3-235B": "Qwen/Qwen3-235B-A22B-FP8"}
 
@@ -52,7 +53,7 @@ def errors(rows, paths) -> tuple[float, float, float, float, int]:
     """TPOT loss, TPOT median and p90 |error| (percent), TTFT median |error| and n over the rows of ``paths``."""
     v = np.array([(t, p) for m, t, p in rows if m in paths])
     tpot = np.abs(v[:, 1] - 1) * 100
-    loss = np.abs(v[:, 1] - 1) if "--ape" in sys.argv else np.abs(np.log(v[:, 1]))
+    loss = np.abs(v[:, 1] - 1) if PERCENTAGE_LOSS else np.abs(np.log(v[:, 1]))
     return (float(np.sum(loss)), float(np.median(tpot)), float(np.percentile(tpot, 90)),
             float(np.median(np.abs(v[:, 0] - 1) * 100)), len(v))
 

@@ -37,11 +37,12 @@ GRID_MS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0]
 
 
 PROTOCOL = "aiperf" if "--aiperf" in sys.argv else "plain"
+LOG_LOSS = "--log" in sys.argv
 
 
 def loss(ratio):
     """A row's error, predicted / measured -> its share of the objective (see the module's docstring)."""
-    return np.abs(np.log(ratio)) if "--log" in sys.argv else np.abs(ratio - 1)
+    return np.abs(np.log(ratio)) if LOG_LOSS else np.abs(ratio - 1)
 
 
 def simulate_grid(deployments):
