@@ -412,23 +412,38 @@ def models_show(name, as_json) -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="the address to listen on (127.0.0.1: this machine only)")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="the port to listen on")
-def serve(host, port) -> None:
-    """A local web page over the command line, and the command line as a JSON API (GET /api/<command>?<option>=
-    <value> answers `costmodel <command> ... --json`). Needs the web extra: pip install "costmodel[web]".
+              help="the address to listen on (127.0.0.1: this machine only; the page has no authentication)")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="the port to listen on")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="a further name the page is reached by (with --host beyond this machine: its name or address)")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="computations run at once, each in a process of its own")
+@click.option("--queue", type=click.IntRange(0, 1024), default=8, show_default=True,
+              help="requests that wait for a worker; past them a request gets 503 with Retry-After")
+@click.option("--time-limit", type=click.FloatRange(0.1, 86400), default=120.0, show_default=True,
+              help="seconds one computation may run before it is cut (the request gets 422)")
+@click.option("--memory-limit", type=click.IntRange(64, 1 << 20), default=4096, show_default=True,
+              help="MiB of memory one computation may take beyond a worker's own")
+def serve(host, port, allowed_hosts, workers, queue, time_limit, memory_limit) -> None:
+    """A local web page over the command line, and its commands as a JSON API (GET /api/<command>?<field>=<value>
+    answers `costmodel <command> ... --json`). It answers this machine's browser and the page itself only; see
+    docs/web.md. Needs the web extra: pip install -e ".[web]" in the checkout.
 
     Example: costmodel serve --port 8000
     """
     try:
         import uvicorn
 
-        from costmodel.web import app
-
-        application = app(main)
+        from costmodel.web import app, is_loopback
+        from costmodel.web_jobs import Limits
     except ImportError as err:
         raise CostModelError(f"costmodel serve needs the web extra ({err.name} is not installed): "
-                             'pip install "costmodel[web]"') from None
+                             'pip install -e ".[web]" in the checkout') from None
+    limits = Limits(workers=workers, queue=queue, seconds=time_limit, memory_bytes=memory_limit << 20)
+    application = app(main, host=host, port=port, allowed_hosts=allowed_hosts, limits=limits)
+    if not is_loopback(host):
+        click.echo(f"Warning: listening on {host}, beyond this machine: the page has no authentication, and "
+                   "anyone who can reach this address and port can use it", err=True)
     click.echo(f"costmodel on http://{host}:{port}/ (Ctrl-C stops it)")
     uvicorn.run(application, host=host, port=port, log_level="warning")
 

@@ -6,7 +6,7 @@ quantisation), and the families refused by key and by name. Validation is the pr
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from costmodel.errors import CostModelError
 from costmodel.files import load_json, read_text
@@ -204,10 +204,16 @@ def read_hf_config(path: str) -> tuple[dict, str]:
         p = p / "config.json"
     if not p.is_file():
         raise CostModelError(f"model config {path} does not exist")
-    cfg = load_json(read_text(str(p), "model config"), str(p))
+    return hf_config_fields(read_text(str(p), "model config"), p)
+
+
+def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
+    """:func:`read_hf_config` of a ``config.json``'s ``text``, named ``p`` (its id, name and errors take that name;
+    nothing is read from it: a pasted config has a name and no file)."""
+    path = str(p)
+    cfg = load_json(text, path)
     if not isinstance(cfg, dict):
         raise CostModelError(f"{path}: expected a JSON object of config fields")
-    path = str(p)
     notes = []
     if isinstance(cfg.get("text_config"), dict):  # a multimodal model: its language model
         cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}

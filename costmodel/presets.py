@@ -7,10 +7,13 @@ the attention program and the ops around it (:mod:`costmodel.model_step`).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
+from collections.abc import Iterator
+from contextvars import ContextVar
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -255,12 +258,35 @@ def _validated(data: dict, origin: str) -> ModelPreset:
         raise CostModelError(f"{origin}: field {where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
+#: The name a pasted ``config.json`` goes by inside :func:`pasted_config`: no preset's, and no file's.
+PASTED = "<pasted config.json>"
+#: The text of the config.json pasted for this computation, if any (see :func:`pasted_config`).
+_PASTED_TEXT: ContextVar[str | None] = ContextVar("costmodel_pasted_config", default=None)
+
+
+@contextlib.contextmanager
+def pasted_config(text: str) -> Iterator[str]:
+    """Within it, :func:`load_model` of the name it yields (:data:`PASTED`) is the model a ``config.json``'s
+    ``text`` describes, read in memory as ``pasted/config.json``: nothing is written, and no path is taken from
+    whoever pasted it (the web page's models of one's own)."""
+    token = _PASTED_TEXT.set(text)
+    try:
+        yield PASTED
+    finally:
+        _PASTED_TEXT.reset(token)
+
+
 def load_model(name: str) -> ModelPreset:
     """A preset by id or alias (case-insensitive; a Hugging Face id without its owner where one preset's alias has
     it), or a Hugging Face ``config.json`` by path."""
     from costmodel.checks import text
 
     text("model name", name)
+    pasted = _PASTED_TEXT.get()
+    if name == PASTED and pasted is not None:
+        from costmodel.hf_config import hf_config_fields
+
+        return _validated(*hf_config_fields(pasted, PurePath("pasted", "config.json")))
     try:
         is_path = Path(name).is_file() or Path(name).is_dir()
     except (OSError, ValueError):  # a name too long for the file system is no file

@@ -1,156 +1,166 @@
-"""``costmodel serve``: a local web page over the command line, and the command line as a JSON API.
+"""``costmodel web``'s server: a local page over the command line, and its commands as a JSON API, answering this
+machine's browser only.
 
-The page computes nothing and holds no model of its own: ``GET /api/<command>?<option>=<value>`` runs ``costmodel
-<command> --<option> <value> ... --json`` in this process and answers exactly what it prints (an option repeated in
-the query is repeated on the command line; ``flag=`` or ``flag=true`` gives a bare flag), and
-``GET /report/<command>?...`` answers the command's self-contained ``--html`` page. A model or device is one the
-package ships (never a path on the serving machine); a model of one's own comes as ``config=<a config.json's
-text>``, written to a private folder for that request only. A bad option answers the command's own ``Error:`` text
-with status 400. The page's state is its URL: a link reproduces the view. Every
-script and style is inline; nothing is fetched from anywhere. It needs the ``web`` extra (Starlette, and Uvicorn to
-listen): ``pip install "costmodel[web]"``.
+``GET /api/<command>?<field>=<value>...`` answers what ``costmodel <command> ... --json`` prints for those fields,
+and ``GET /report/<command>?...`` the command's self-contained ``--html`` page; ``/`` is the page, a form whose
+state is its URL. A query holds fields, never flags: :mod:`costmodel.web_fields` builds the command from an
+allow-list of typed, bounded fields (a model or device is a shipped id, a model of one's own a pasted config.json
+read in memory), so no request reads or writes a file it names. The server answers only requests addressed to it
+by the name and port it listens on (a page elsewhere that rebinds its own name to this address is refused), and a
+computation only for its own page (a request another site's page sends is refused); every computation runs in a
+worker process under a time and memory limit, behind a small queue (:mod:`costmodel.web_jobs`). It needs the
+``web`` extra (Starlette, and Uvicorn to listen). docs/web.md says what it trusts and what it refuses.
 """
 
 from __future__ import annotations
 
 import html
-import threading
+import ipaddress
 
-#: The commands the API answers (each prints ``--json``), and those with a page (``--html``).
-COMMANDS = ("predict", "capacity", "plan", "derive")
-PAGES = ("predict", "capacity", "plan", "derive")
-#: Options that name files or choose the output: the API chooses its own output and writes no file.
-NOT_OVER_THE_WEB = ("json", "html", "format", "out", "csv", "plot", "model-config", "save-profile")
-#: The longest config.json the page takes pasted (a large model's is a few kB).
-MAX_CONFIG_BYTES = 32 * 1024
-#: The command line runs one call at a time (it prints to this process's standard output).
-_LOCK = threading.Lock()
+from costmodel.web_fields import COMMANDS, MAX_QUERY_BYTES, excerpt, job, web_fields
+from costmodel.web_jobs import Busy, Limits, OverLimit, WorkerPool
 
-
-def arguments(command: str, query, known=COMMANDS) -> list[str]:
-    """``costmodel`` arguments from a query's (key, value) pairs; CostModelError for what the API does not take."""
-    from costmodel.errors import CostModelError
-
-    if command not in known:
-        raise CostModelError(f"unknown command {command!r}; this answers {', '.join(known)}")
-    args = [command]
-    for key, value in query:
-        if key in NOT_OVER_THE_WEB:
-            raise CostModelError(f"--{key} does not go over the web: the API answers JSON and /report/ the page")
-        _shipped(key, value)
-        args.append(f"--{key}")
-        if value not in ("", "true"):
-            args.append(value)
-    return args
+#: Names of this machine's loopback address, which a browser on it may use for a server bound there.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+#: Sent with every answer: no other site may frame the page, embed an answer or guess its type; no referrer leaves.
+SAFE_HEADERS = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
+                (b"cross-origin-resource-policy", b"same-origin"), (b"referrer-policy", b"no-referrer"),
+                (b"cache-control", b"no-store")]
+#: Seconds a client refused for a full queue is told to wait.
+RETRY_AFTER_S = 5
 
 
-def _shipped(key: str, value: str) -> None:
-    """Over the web a model or a device is one the package ships, never a path on this machine (a model of one's own
-    is pasted as ``config``)."""
-    from costmodel.catalog import is_listed
-    from costmodel.errors import CostModelError
-    from costmodel.presets import is_preset
-
-    if key == "model" and not is_preset(value):
-        raise CostModelError(f"model {value!r} is no preset id or alias; over the web a model of one's own is a pasted "
-                             "config.json (config=<its text>), never a path")
-    if key == "gpu" and not is_listed(value):
-        raise CostModelError(f"gpu {value!r} is no profile id or alias (`costmodel hardware list`); over the web a "
-                             "device is never a path")
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or name to listen on) is this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
-def pasted(query) -> tuple[list, str | None]:
-    """(the query without its pasted ``config``, that config.json's text or None); CostModelError when it is too
-    long or comes with a model as well."""
-    from costmodel.errors import CostModelError
-
-    texts = [v for k, v in query if k == "config"]
-    rest = [(k, v) for k, v in query if k != "config"]
-    if not texts or not texts[0].strip():
-        return rest, None
-    if len(texts) > 1 or any(k == "model" for k, _ in rest):
-        raise CostModelError("give one model: a preset (model=...) or a pasted config.json (config=...)")
-    if len(texts[0].encode("utf-8")) > MAX_CONFIG_BYTES:
-        raise CostModelError(f"a pasted config.json of more than {MAX_CONFIG_BYTES // 1024} kB")
-    return rest, texts[0]
+def host_names(host: str, port: int, allowed=()) -> frozenset[str]:
+    """The Host headers a server listening on ``host``:``port`` answers: the address itself, this machine's
+    loopback names where it listens there (or everywhere), and ``allowed`` names, each with the port (and without
+    it on port 80, as browsers send it)."""
+    names = {host if ":" not in host or host.startswith("[") else f"[{host}]", *allowed}
+    if is_loopback(host) or host in ("0.0.0.0", "::", ""):
+        names |= set(LOOPBACK_NAMES)
+    out = {f"{name}:{port}".lower() for name in names}
+    return frozenset(out | ({n.lower() for n in names} if port == 80 else set()))
 
 
-def run(cli, args: list[str]) -> tuple[int, str]:
-    """(exit code, what the command printed), the command run in this process by ``cli`` (the command line's
-    group, :data:`costmodel.cli.main`)."""
-    from click.testing import CliRunner
+def refusal(scope, hosts: frozenset[str]) -> tuple[int, str] | None:
+    """(status, reason) for a request this server does not answer, or None: a Host that is not the server's (DNS
+    rebinding) gets 400; a computation asked by another site's page (by ``Sec-Fetch-Site`` or ``Origin``) 403; a
+    query longer than its limit 414."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    host = headers.get("host", "")
+    if host.lower() not in hosts:
+        return 400, (f"this server answers requests addressed to {', '.join(sorted(hosts))}, not Host "
+                     f"{excerpt(host)} (a page of another site may not reach it through its own name)")
+    if not scope["path"].startswith(("/api/", "/report/")):
+        return None
+    site = headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return 403, f"a request from another site's page ({site}) is refused: the page of this server only"
+    origin = headers.get("origin")
+    if origin is not None and origin.lower() != f"{scope.get('scheme', 'http')}://{host}".lower():
+        return 403, f"a request from another origin ({excerpt(origin)}) is refused: the page of this server only"
+    if len(scope.get("query_string", b"")) > MAX_QUERY_BYTES:
+        return 414, f"a query of more than {MAX_QUERY_BYTES // 1024} kB"
+    return None
 
-    with _LOCK:
-        result = CliRunner().invoke(cli, args)
-    return result.exit_code, result.output
+
+class Guard:
+    """ASGI middleware: answers :func:`refusal`'s status before anything is computed, and adds
+    :data:`SAFE_HEADERS` to every answer. (Starlette's TrustedHostMiddleware checks the name and not the port,
+    and checks no origin; this does both in one place.)"""
+
+    def __init__(self, application, hosts: frozenset[str]):
+        self.application, self.hosts = application, hosts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.application(scope, receive, send)
+
+        async def send_safe(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SAFE_HEADERS]}
+            await send(message)
+
+        problem = refusal(scope, self.hosts)
+        if problem is not None:
+            from starlette.responses import PlainTextResponse
+
+            return await PlainTextResponse(f"Error: {problem[1]}\n", status_code=problem[0])(scope, receive, send_safe)
+        return await self.application(scope, receive, send_safe)
 
 
-def app(cli):
-    """The Starlette application over ``cli`` (the command line's group): ``/`` the page, ``/api/<command>`` JSON,
-    ``/report/<command>`` the HTML page."""
+def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), limits: Limits = Limits()):
+    """The application over ``cli`` (the command line's group) for a server listening on ``host``:``port``: ``/``
+    the page, ``/api/<command>`` JSON, ``/report/<command>`` the HTML page; ``allowed_hosts``: further names it
+    is reached by (a machine's name, where it listens beyond loopback); ``limits``: its workers, queue, time and
+    memory."""
+    import contextlib
+
     from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
     from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
     from starlette.routing import Route
 
     from costmodel.errors import CostModelError
 
-    def answer(request, output: str) -> Response:
+    pool = WorkerPool(cli, limits)
+
+    async def answer(request, output: str) -> Response:
         try:
-            query, config = pasted(request.query_params.multi_items())
-            args = arguments(request.path_params["command"], query, COMMANDS if output == "json" else PAGES)
+            asked = job(cli, request.path_params["command"], request.query_params.multi_items(), output)
+            result = await pool.run(asked, request.is_disconnected)
+        except Busy as err:
+            return PlainTextResponse(f"Error: {err}\n", status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+        except OverLimit as err:
+            return PlainTextResponse(f"Error: {err}\n", status_code=422)
         except CostModelError as err:
             return PlainTextResponse(f"Error: {err}\n", status_code=400)
-        args += ["--json"] if output == "json" else ["--html", "-"]
-        if config is None:
-            code, text = run(cli, args)
-        else:  # a pasted config.json lives in a private folder for this request only
-            import tempfile
-            from pathlib import Path
-
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / "pasted" / "config.json"
-                path.parent.mkdir()
-                path.write_text(config, encoding="utf-8")
-                code, text = run(cli, [*args, "--model", str(path)])
-            text = text.replace(str(path), "pasted config.json")  # the private folder means nothing to the reader
+        if result is None:  # the client left: nobody reads this
+            return Response(status_code=499)
+        code, text = result
         if code != 0:
-            return PlainTextResponse(text if text.startswith("Error:") else f"Error: {text}", status_code=400)
-        if output == "json":
-            return Response(text, media_type="application/json")
-        return HTMLResponse(text)
+            return PlainTextResponse(text if text.startswith("Error:") else f"Error: {text}",
+                                     status_code=500 if code == 3 else 400)
+        return Response(text, media_type="application/json") if output == "json" else HTMLResponse(text)
 
-    def endpoint(output: str):
-        async def handle(request):
-            from starlette.concurrency import run_in_threadpool
+    async def api(request):
+        return await answer(request, "json")
 
-            return await run_in_threadpool(answer, request, output)
-
-        return handle
+    async def report(request):
+        return await answer(request, "html")
 
     async def index(request):
         return HTMLResponse(page(cli))
 
     async def missing(request):
-        return JSONResponse({"error": f"no such path {request.url.path!r}"}, status_code=404)
+        return JSONResponse({"error": f"no such path {excerpt(request.url.path)}"}, status_code=404)
 
-    routes = [Route("/", index), Route("/api/{command}", endpoint("json")),
-              Route("/report/{command}", endpoint("html")),
+    @contextlib.asynccontextmanager
+    async def lifespan(application):
+        await run_in_threadpool(pool.warm)
+        try:
+            yield
+        finally:
+            pool.close()
+
+    routes = [Route("/", index), Route("/api/{command}", api), Route("/report/{command}", report),
               Route("/{path:path}", missing)]
-    return Starlette(routes=routes)
-
-
-def options(cli) -> dict[str, list[str]]:
-    """Each page command's long option names (without ``--``), as the command line declares them; ``config`` goes
-    with any command that takes a model."""
-    out = {}
-    for name in PAGES:
-        names = {o[2:] for p in cli.commands[name].params for o in p.opts if o.startswith("--")}
-        out[name] = sorted(names | ({"config"} if "model" in names else set()))
-    return out
+    guarded = Guard(Starlette(routes=routes, lifespan=lifespan), host_names(host, port, allowed_hosts))
+    guarded.pool = pool
+    return guarded
 
 
 def page(cli) -> str:
-    """The page: a form whose fields are the command line's options; submitting it puts in the URL those the chosen
+    """The page: a form whose fields are the commands' web fields; submitting it puts in the URL those the chosen
     command takes (a field another command's is left out), and the page shows the report of that URL's query (so a
     link reproduces the view)."""
     import json
@@ -161,7 +171,10 @@ def page(cli) -> str:
     devices = "".join(f'<option value="{html.escape(i)}">{html.escape(i)}</option>' for i in profile_ids())
     models = "".join(f'<option value="{html.escape(i)}">' for i in preset_ids())
     return (PAGE.replace("{{devices}}", devices).replace("{{models}}", models)
-            .replace("{{options}}", json.dumps(options(cli)).replace("</", "<\\/")))
+            .replace("{{options}}", json.dumps(web_fields(cli)).replace("</", "<\\/")))
+
+
+__all__ = ["COMMANDS", "app", "page"]
 
 
 PAGE = """<!DOCTYPE html>

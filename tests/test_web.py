@@ -1,6 +1,7 @@
-"""`costmodel serve`: the JSON API is the command line (its answer equals `--json` for the same options), a bad
-option answers the command's `Error:` text with 400, nothing outside the page, the API and the reports is served,
-the server listens on this machine only unless told otherwise, and 200 requests at once all get their answer."""
+"""`costmodel serve`: the JSON API is the command line (its answer equals `--json` for the same fields), a bad
+field answers an `Error:` line naming it with 400, nothing outside the page, the API and the reports is served,
+the server listens on this machine only unless told otherwise, and 200 requests at once are each answered or
+refused with Retry-After, never left hanging. What the server refuses for safety: tests/test_web_security.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,20 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from click.testing import CliRunner
 
-starlette = pytest.importorskip("starlette", reason="the web extra (pip install 'costmodel[web]')")
+starlette = pytest.importorskip("starlette", reason="the web extra (python -m pip install -e '.[web]')")
 from starlette.testclient import TestClient  # noqa: E402
 
 from costmodel.cli import main  # noqa: E402
-from costmodel.web import app, run  # noqa: E402
+from costmodel.web import app  # noqa: E402
+
+#: Where the test client addresses the app (the server answers only the address it listens on).
+BASE = "http://127.0.0.1:8000"
+
+
+def run(cli, args: list[str]) -> tuple[int, str]:
+    """(exit code, printed text) of ``costmodel ARGS`` run here, as the server's workers run it."""
+    result = CliRunner().invoke(cli, args)
+    return result.exit_code, result.output
 
 CASES = [
     ("predict", [("gpu", "a100")]),
@@ -34,7 +44,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def client():
-    return TestClient(app(main))
+    with TestClient(app(main), base_url=BASE) as c:
+        yield c
 
 
 def _cli(command, query, extra):
@@ -70,19 +81,20 @@ def test_a_report_is_the_commands_page(client):
 
 
 @pytest.mark.parametrize("path,query,expected", [
-    ("/api/predict", [("gpu", "nosuchgpu")], "gpu 'nosuchgpu' is no profile id or alias"),
+    ("/api/predict", [("gpu", "nosuchgpu")], "field 'gpu': 'nosuchgpu' is not a shipped profile's id or alias"),
     ("/api/predict", [("gpu", "hardware_profiles/h100_sxm.yaml")], "never a path"),
     ("/api/predict", [("gpu", "h100"), ("model", "/etc/passwd")], "never a path"),
     ("/api/predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("config", "{}")], "give one model"),
     ("/api/predict", [("gpu", "h100"), ("config", "x" * 40000)], "more than 32 kB"),
-    ("/api/predict", [("gpu", "h100"), ("config", "not json")], "Error: pasted config.json: not valid JSON"),
+    ("/api/predict", [("gpu", "h100"), ("config", "not json")], "Error: pasted/config.json: not valid JSON"),
     ("/api/predict", [("gpu", "a100"), ("batch", "-3")], "-3"),
-    ("/api/predict", [("gpu", "a100"), ("no-such-option", "1")], "No such option"),
-    ("/api/predict", [("gpu", "a100"), ("out", "/etc/passwd")], "does not go over the web"),
+    ("/api/predict", [("gpu", "a100"), ("no-such-option", "1")], "predict takes no field 'no-such-option'"),
+    ("/api/predict", [("gpu", "a100"), ("csv", "/etc/passwd")], "does not go over the web"),
+    ("/api/predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("tp", "3")], "Error: "),
     ("/api/calibrate", [], "unknown command 'calibrate'"),
     ("/report/validate", [], "unknown command 'validate'"),
 ])
-def test_bad_options_answer_the_error_with_400(client, path, query, expected):
+def test_bad_fields_answer_the_error_with_400(client, path, query, expected):
     response = client.get(path, params=query)
     assert response.status_code == 400
     assert response.text.startswith("Error:") and expected in response.text
@@ -121,7 +133,7 @@ def served():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app(main), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app(main, port=port), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(200):
@@ -134,23 +146,35 @@ def served():
 
 
 def test_two_hundred_requests_at_once(served):
-    """200 requests over HTTP on this machine, 64 at a time: every one answered (within a bound: no hang) with the
-    command line's JSON for its query."""
+    """200 requests over HTTP on this machine, 64 at a time, against two workers and a queue of eight: each is
+    answered (within a bound: no hang) with the command line's JSON for its query, or refused with 503 and a
+    Retry-After while the queue is full, and a client that tries again gets its answer."""
+    import time
+    import urllib.error
     import urllib.request
     from urllib.parse import urlencode
 
     queries = [[("gpu", g), ("variant", v)] for g in ("a100", "h100") for v in ("mha", "gqa", "mqa", "mha", "mqa")]
     expected = {tuple(q): json.loads(_cli("predict", q, ["--json"]).output) for q in queries}
     jobs = [queries[i % len(queries)] for i in range(200)]
+    refused = []
 
     def get(q):
-        with urllib.request.urlopen(f"{served}/api/predict?{urlencode(q)}", timeout=120) as response:
-            return q, response.status, json.loads(response.read())
+        for _ in range(2000):
+            try:
+                with urllib.request.urlopen(f"{served}/api/predict?{urlencode(q)}", timeout=120) as response:
+                    return q, response.status, json.loads(response.read())
+            except urllib.error.HTTPError as err:
+                assert err.code == 503 and int(err.headers["Retry-After"]) > 0, err.read()
+                refused.append(q)
+                time.sleep(0.05)  # sooner than Retry-After asks: this client is in a hurry
+        raise AssertionError("never answered")
 
     with ThreadPoolExecutor(max_workers=64) as pool:
         answers = list(pool.map(get, jobs, timeout=300))
     assert len(answers) == 200 and all(status == 200 for _, status, _ in answers)
     assert all(body == expected[tuple(q)] for q, _, body in answers)
+    assert refused  # 64 at once against 2 + 8 places: the queue did refuse some
 
 
 @pytest.fixture
