@@ -57,6 +57,24 @@ __all__ = ["CostModelError", *_API]
 __version__ = "0.1.0"
 
 
+def _join_checkout() -> None:
+    """Installed, the package holds hardware_profiles/, model_presets/ and validation/ (pyproject.toml maps the
+    checkout's top-level folders in). Imported from a checkout's own folder instead (Python run in the checkout's
+    root puts it before any installed copy), those subpackages are the top-level folders beside this one: the
+    checkout's root joins the package's path, so the source tree finds its data whether it was installed
+    editable, installed as a copy, or not at all."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    if (os.path.isfile(os.path.join(root, "pyproject.toml")) and os.path.isdir(os.path.join(root, "hardware_profiles"))
+            and not os.path.isdir(os.path.join(here, "hardware_profiles")) and root not in __path__):
+        __path__.append(root)
+
+
+_join_checkout()
+
+
 def __getattr__(name: str):
     if name in _API:
         value = getattr(importlib.import_module(_API[name]), name)

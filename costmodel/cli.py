@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from costmodel import cli_figures
+from costmodel import __version__, cli_figures
 from costmodel.cli_plan import plan as plan_command
 from costmodel.cli_serving import capacity, model_options
 from costmodel.cli_html import html_option
@@ -24,7 +24,7 @@ from costmodel.vocab import CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, MLA_FORMS,
 
 
 @click.group(cls=ErrorLineGroup, context_settings=CONTEXT)
-@click.version_option(package_name="costmodel")
+@click.version_option(version=__version__, package_name="costmodel-llm")
 def main() -> None:
     """Exact FLOP and memory costs of MHA, GQA and MQA attention, and what they cost on an accelerator."""
 
@@ -427,7 +427,7 @@ def models_show(name, as_json) -> None:
 def serve(host, port, allowed_hosts, workers, queue, time_limit, memory_limit) -> None:
     """A local web page over the command line, and its commands as a JSON API (GET /api/<command>?<field>=<value>
     answers `costmodel <command> ... --json`). It answers this machine's browser and the page itself only; see
-    docs/web.md. Needs the web extra: pip install -e ".[web]" in the checkout.
+    docs/web.md. Needs the web extra: python -m pip install -e ".[web]" in the checkout.
 
     Example: costmodel serve --port 8000
     """
@@ -438,7 +438,7 @@ def serve(host, port, allowed_hosts, workers, queue, time_limit, memory_limit) -
         from costmodel.web_jobs import Limits
     except ImportError as err:
         raise CostModelError(f"costmodel serve needs the web extra ({err.name} is not installed): "
-                             'pip install -e ".[web]" in the checkout') from None
+                             'python -m pip install -e ".[web]" in the checkout') from None
     limits = Limits(workers=workers, queue=queue, seconds=time_limit, memory_bytes=memory_limit << 20)
     application = app(main, host=host, port=port, allowed_hosts=allowed_hosts, limits=limits)
     if not is_loopback(host):

@@ -381,8 +381,8 @@ def test_no_torch_says_how_to_install():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "Error: costmodel validate needs torch: pip install 'costmodel[validation]' "
-        "(a CPU-only torch comes from torch's CPU package index)")
+        "Error: costmodel validate needs torch: python -m pip install torch==2.13.0 --index-url "
+        "https://download.pytorch.org/whl/cpu, then python -m pip install -e '.[validation]' in the checkout")
 
 
 def test_a_quick_timer_counts_its_flushes_in_its_budget(monkeypatch):

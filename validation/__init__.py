@@ -14,6 +14,8 @@ from costmodel.files import wrote
 
 #: The datasheet profile a CPU run is compared with (a GPU's comes from its device name).
 DEFAULT_CPU_PROFILE = "epyc_9004_2vcpu"
+#: torch's CPU build, from torch's own package index: no CUDA packages come with it.
+TORCH_CPU = "python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 
 
 def require_torch(command: str):
@@ -22,8 +24,8 @@ def require_torch(command: str):
         import torch
     except ImportError:
         raise CostModelError(
-            f"costmodel {command} needs torch: pip install 'costmodel[validation]' "
-            "(a CPU-only torch comes from torch's CPU package index)"
+            f"costmodel {command} needs torch: {TORCH_CPU}, then python -m pip install -e '.[validation]' in "
+            "the checkout"
         ) from None
     return torch
 
