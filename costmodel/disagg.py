@@ -748,7 +748,7 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         f"worker(s) of {_groups(d)}{d.tp} x {dec.pr.hw.id}, each group an engine {pre.eng.name} {pre.eng.version} "
         "with its defaults for the device where not set",
         f"prefill workers run prompts alone (up to {pre.eng.max_num_seqs} sequences, "
-        f"{pre.eng.max_num_batched_tokens} tokens an iteration and the {pre.kv_tokens} tokens of their KV cache, "
+        f"{pre.eng.max_num_batched_tokens} tokens an iteration and the {pre.kv_tokens:,} tokens of their KV cache, "
         "a longer prompt in chunks); a request goes to the prefill worker with the fewest prompt tokens to do",
         f"KV cache of a prompt: {transfer.bytes_per_request / 1e6:.1f} MB as the decode pool stores it, "
         f"{transfer.bytes_per_device / 1e6:.1f} MB the most one device sends or receives, over {transfer.link} at "

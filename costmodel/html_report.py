@@ -15,6 +15,7 @@ import json
 import shlex
 
 from costmodel.mpl import pyplot as _pyplot
+from costmodel.text import duration
 
 #: The page's look, inline (no stylesheet is fetched).
 STYLE = """
@@ -206,7 +207,7 @@ def _points(data) -> str:
         return ""
     lines = "\n".join(
         f"<li>{html.escape(p['device'])}, {html.escape(p['layout'])}, {p['concurrency']} clients: TTFT "
-        f"{p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, {p['output_tokens_per_s_per_device']:,.0f} "
+        f"{duration(p['ttft_s'], 4)}, TPOT {duration(p['tpot_s'], 4)}, {p['output_tokens_per_s_per_device']:,.0f} "
         f"tokens/s per device: {_linked(p['command'])}"
         + (f"; its decode step: {_linked(p['step_command'])}" if p.get("step_command") else "") + "</li>"
         for p in rows)

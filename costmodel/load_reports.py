@@ -200,7 +200,7 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
                  "others waiting in the client with their clock running (TTFT and end-to-end include the wait)")
     return [
         f"engine {eng.describe()}",
-        f"KV cache: {setup.kv_tokens} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "
+        f"KV cache: {setup.kv_tokens:,} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "
         f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device, in "
         f"{setup.pr.kv_dtype}; "
         + (f"the routed experts' weights in {setup.pr.weight_dtype}, the rest in {setup.pr.dtype}"

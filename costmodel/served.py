@@ -200,7 +200,7 @@ class Setup:
             fits = _smallest_tp(m, pr, eng, max_context)
             raise NoRoomForOneRequest(
                 f"{m.id} on {pr.tp * pr.pp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
-                f"leave a KV cache of {max(self.kv_tokens, 0)} tokens, less than one request's {max_context}; "
+                f"leave a KV cache of {max(self.kv_tokens, 0):,} tokens, less than one request's {max_context:,}; "
                 + (f"raise tp (tp {fits} holds one) or the memory fraction" if fits else
                    "raise tp or the memory fraction"))
         # the table reaches as many sequences as the engine can run, whatever this load asks, so that loads on

@@ -114,25 +114,82 @@ def aligned(rows: list[tuple[str, ...]], right=(), indent: str = "", rules=()) -
     return out
 
 
+def _figures(x: float, digits: int) -> str:
+    """``x`` (not negative, below 10**digits once rounded) to ``digits`` significant figures, never in exponent
+    notation."""
+    text = f"{x:.{digits}g}"
+    return text if "e" not in text else f"{float(text):.0f}"
+
+
+#: Units of time as people read them: (seconds in one, name), smallest first; past an hour, hours.
+TIME_UNITS = ((1e-9, "ns"), (1e-6, "µs"), (1e-3, "ms"), (1.0, "s"), (60.0, "min"), (3600.0, "h"))
+
+
+def _time_unit(x: float, digits: int) -> tuple[float, str, float]:
+    """(seconds in the unit ``x`` seconds print in, its name, ``x`` as printed): the largest unit whose value is
+    at least one (``min`` from 60 s, ``h`` from 3600 s); where rounding to ``digits`` figures reaches the next unit
+    (999.7 µs, 59.96 s), the rounded value in that unit (1 ms, 1 min)."""
+    scale, name = TIME_UNITS[0]
+    for unit_scale, unit_name in TIME_UNITS:
+        if abs(x) >= unit_scale:
+            scale, name = unit_scale, unit_name
+    rounded = float(f"{x / scale:.{digits}g}") * scale
+    nxt = next((u for u in TIME_UNITS if u[0] > scale), None)
+    if nxt is not None and abs(rounded) >= nxt[0]:
+        return nxt[0], nxt[1], rounded
+    return scale, name, x
+
+
+def duration(x: float, digits: int = 3) -> str:
+    """Seconds as people read them: ``2.4e-5`` -> ``"24 µs"``, ``1330`` -> ``"22.2 min"``, ``90000`` ->
+    ``"25 h"``; never ``ks`` and never an exponent (hours past 10**digits print whole, with separators)."""
+    if x == 0:
+        return "0 s"
+    if x < 0:
+        return "-" + duration(-x, digits)
+    scale, name, shown = _time_unit(x, digits)
+    value = shown / scale
+    return f"{value:,.0f} {name}" if value >= 10 ** digits else f"{_figures(value, digits)} {name}"
+
+
+def count(n: float) -> str:
+    """A whole number with thousands separators: ``459056`` -> ``"459,056"``."""
+    return f"{round(n):,}"
+
+
+#: SI prefixes, largest first: (scale, prefix).
+PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "µ"),
+            (1e-9, "n"))
+
+
 def si(x: float, unit: str = "", digits: int = 3) -> str:
-    """``1.23e9, "B"`` -> ``"1.23 GB"``."""
+    """``1.23e9, "B"`` -> ``"1.23 GB"``; a time (``unit`` ``"s"``) is :func:`duration`'s."""
+    if unit == "s":
+        return duration(x, digits)
     if x == 0:
         return f"0 {unit}".rstrip()
-    prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n")]
-    for scale, p in prefixes:
-        if abs(x) >= scale:
-            return f"{x / scale:.{digits}g} {p}{unit}".rstrip()
+    if x < 0:
+        return "-" + si(-x, unit, digits)
+    for i, (scale, p) in enumerate(PREFIXES):
+        if x >= scale:
+            if i and float(f"{x / scale:.{digits}g}") >= 1000:  # rounds up to the next prefix: 999.7 k is 1 M
+                scale, p = PREFIXES[i - 1]
+            value = x / scale
+            return f"{_figures(value, digits) if value < 10 ** digits else f'{value:,.0f}'} {p}{unit}".rstrip()
     return f"{x:.{digits}g} {unit}".rstrip()
 
 
 def si_range(low: float, high: float, unit: str = "") -> str:
-    """``2.4e-5, 3.3e-5, "s"`` -> ``"24.6-32.8 µs"``: both ends in the prefix of the upper one."""
+    """``2.46e-5, 3.28e-5, "s"`` -> ``"24.6-32.8 µs"``: both ends in the unit of the upper one."""
     top = si(high, unit, 2 if high < 1e-9 else 3)
-    if high == 0 or not top[0].isdigit():
+    if high <= 0 or not top[0].isdigit():
         return f"{si(low, unit)}-{top}"
     value, suffix = top.split(" ", 1) if " " in top else (top, "")
-    scale = high / float(value)
-    return f"{low / scale:.3g}-{value} {suffix}".rstrip()
+    if unit == "s":
+        scale = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}[suffix]
+    else:
+        scale = next((sc for sc, p in PREFIXES if suffix == p + unit), 1.0)
+    return f"{_figures(low / scale, 3)}-{value} {suffix}".rstrip()
 
 
 def band_cell(b) -> str:
@@ -158,7 +215,7 @@ def workload_line(w) -> str:
 def hardware_line(hw: dict) -> str:
     tag = " (measured)" if hw.measured else ""
     return (f"{hw.name} [{hw.id}]{tag}: {hw.dtype} peak {si(hw.peak_flops_per_s, 'FLOP/s')}, "
-            f"memory {si(hw.memory_bandwidth_bytes_per_s, 'B/s')}, ridge {hw.ridge_point_flops_per_byte:.0f} "
+            f"memory {si(hw.memory_bandwidth_bytes_per_s, 'B/s')}, datasheet ridge {hw.ridge_point_flops_per_byte:.0f} "
             f"FLOP/B, capacity {si(hw.memory_capacity_bytes, 'B')}, "
             + (hw.efficiency if hw.efficiency else f"launch {hw.launch_overhead_s * 1e6:g} µs"))
 
@@ -167,19 +224,50 @@ def _variant_label(w) -> str:
     return variant_label(w.variant, w.g)
 
 
+def bound_cell(bound: str, intensity: float, ridge: float) -> str:
+    """What binds an op at the fitted rates, with ``*`` where the datasheet ridge says the other (an op below the
+    ridge that the fitted kernel still runs compute-bound, or above it memory-bound)."""
+    other = (bound == "compute" and intensity < ridge) or (bound == "memory" and intensity > ridge)
+    return bound + ("*" if other and bound in ("compute", "memory") else "")
+
+
 def op_table(p) -> list[str]:
     head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "overhead", "time", "range", "bound")
     rows = [head]
+    ridge = p.hardware.ridge_point_flops_per_byte
     for r in p.ops:
         rows.append((r.name, r.einsum or "", si(r.flops), si(r.bytes, "B"), f"{r.intensity:.3g}",
                      si(r.compute_s, "s"), si(r.memory_s, "s"), si(r.launch_s, "s"), si(r.time_s, "s"),
-                     band_cell(r.band), r.bound))
+                     band_cell(r.band), bound_cell(r.bound, r.intensity, ridge)))
     t = p.total
     per_layer = " per layer" if p.workload.layers > 1 else ""
     rows.append((f"total{per_layer and ' x' + str(p.workload.layers)}", "", si(t.flops), si(t.bytes, "B"),
                  f"{t.flops / t.bytes:.3g}", si(t.compute_s, "s"), si(t.memory_s, "s"), si(t.launch_s, "s"),
-                 si(t.time_s, "s"), band_cell(t.band), t.bound))
+                 si(t.time_s, "s"), band_cell(t.band), bound_cell(t.bound, t.flops / t.bytes, ridge)))
     return aligned(rows, right={2, 3, 4, 5, 6, 7, 8, 9}, rules=(1, -1))
+
+
+def op_legend(ridge: float) -> list[str]:
+    """What an op table's columns mean."""
+    return [f"  - FLOP/B: FLOPs per byte moved; compute, memory: the op's FLOPs and bytes each alone at this "
+            "device's fitted rates for its kernel; overhead: fixed costs per call (launch, second kernels); time: "
+            "the op as priced (the first assumption); range: where its measured time is expected to fall (the "
+            "assumption that begins 'range')",
+            f"  - bound: the longer of compute and memory at the fitted rates; * where the datasheet ridge "
+            f"({ridge:.0f} FLOP/B) says the other: at this shape the kernel reaches a small share of its peak "
+            "(compute*) or of its bandwidth (memory*)"]
+
+
+def summary_legend(p) -> list[str]:
+    """What the side-by-side summary's columns mean, for ``p``'s workload."""
+    w, ctx = p.workload, p.memory.context_dim
+    per = ("time: the whole batched call" if w.mode == "batched" else
+           f"time/token: the time for each of the b={w.b} sequences to gain one token (one decode step)")
+    return [f"  - {per}; tokens/s: tokens the batch gains a second through this one attention layer alone, "
+            "not a whole model's rate",
+            "  - KV cache, weights: this layer's bytes (the weights of its projections); fits: both fit in the "
+            f"device's memory; max batch: the largest batch that fits at this context; max {ctx}: the longest "
+            f"{'context (cached positions)' if ctx == 'm' else 'sequence'} that fits at this batch"]
 
 
 def prediction_table(preds: list) -> str:
@@ -199,8 +287,9 @@ def prediction_table(preds: list) -> str:
         span = band_cell(t.band and t.band.scaled(scale))
         rows.append((_variant_label(p.workload), si(t.per_token_s or t.time_s, "s"), span, f"{base / t.time_s:.2f}x",
                      si(t.tokens_per_s), si(mem.kv_cache_bytes, "B"), si(mem.weight_bytes, "B"),
-                     "yes" if mem.fits else "NO", str(mem.max_batch), str(mem.max_context)))
+                     "yes" if mem.fits else "NO", count(mem.max_batch), count(mem.max_context)))
     lines += aligned(rows, right=range(1, len(head)))
+    lines += ["", "Columns:", *op_legend(first.hardware.ridge_point_flops_per_byte), *summary_legend(first)]
     lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
     if len(preds) > 1:
         lines.append(f"  - speed-up: time of {_variant_label(first.workload)} / time of each variant, same device and workload")
@@ -399,6 +488,15 @@ def attention_devices_table(hws, comparisons) -> str:
                          f"{base / p.total.time_s:.2f}x", si(mem.kv_cache_bytes + mem.weight_bytes, "B"),
                          capacity_text(mem.capacity_bytes), "yes" if mem.fits else "NO"))
     lines += aligned(rows, right={2, 3, 4, 6, 7, 8})
+    per = ("the whole batched call" if w.mode == "batched"
+           else f"one decode step (each of the b={w.b} sequences gains a token)")
+    lines += ["", "Columns:",
+              f"  - time: {per} through this one attention layer; range: where its measured time is expected to "
+              "fall (80% of published kernel timings); tokens/s: tokens the batch gains a second through this "
+              "layer alone, not a whole model's rate",
+              "  - bound: the longer of its ops' compute and memory at the device's fitted rates; speed-up: over "
+              "each device's first variant; KV + weights: this layer's bytes against the device's capacity (with "
+              "one device, every op and the assumptions are printed)"]
     return "\n".join(lines)
 
 

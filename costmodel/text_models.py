@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from costmodel.text import aligned, band_cell, capacity_text, si
+from costmodel.text import aligned, band_cell, capacity_text, count, si
 
 
 def hardware_table(profiles, status: dict[str, str]) -> str:
@@ -87,7 +87,7 @@ def model_table(p) -> str:
         f"{hw.name} [{hw.id}], {dtypes}, {devices}",
         f"{m.name} [{m.id}]: {_params(m.params)} parameters{published}{active}; {m.layers} layers, {attention}"
         + "".join(f"; {e}" for e in extras),
-        f"workload: batch {w.batch}, context {w.context}" + (f", source {w.source}" if w.source else "")
+        f"workload: batch {w.batch:,}, context {w.context:,}" + (f", source {w.source:,}" if w.source else "")
         + f", {w.execution} attention", "",
         "decode step (one token per sequence), per device:",
     ]
@@ -108,10 +108,13 @@ def model_table(p) -> str:
         f"TTFT {si(t.ttft_s, 's')}{span(p.prefill.band)} (prefill of a {w.context}-token prompt)",
         f"KV cache {si(mem.kv_cache_bytes_per_token, 'B')} per token, {si(mem.kv_cache_bytes_per_device, 'B')} per "
         f"device; weights {si(mem.weight_bytes_per_device, 'B')} per device; fits in "
-        f"{si(mem.capacity_bytes, 'B')}: {'yes' if mem.fits else 'NO'}; largest batch {mem.max_batch} "
-        f"(context {w.context}); largest context "
-        + (f"{mem.max_context} (batch {w.batch})" if mem.max_context is not None else
+        f"{si(mem.capacity_bytes, 'B')}: {'yes' if mem.fits else 'NO'}; largest batch {mem.max_batch:,} "
+        f"(context {w.context:,}); largest context "
+        + (f"{mem.max_context:,} (batch {w.batch:,})" if mem.max_context is not None else
            "unlimited (every layer caches at most its window)"),
+        "", "Columns:", "  - kernels: how many times the op runs in one step, over every layer; FLOPs, bytes: those "
+        "kernels' together; time: as priced (the first assumption); range: where its measured time is expected to "
+        "fall; bound: the longer of compute and memory at the device's fitted rates",
         "", "Assumptions:", *(f"  - {a}" for a in p.assumptions),
     ]
     return "\n".join(lines)
@@ -183,8 +186,8 @@ def model_detail(m, facts: dict) -> str:
 def request_table(requests) -> str:
     """Requests side by side (one row per device or layout): TTFT, TPOT, end-to-end, throughput, memory."""
     first = requests[0]
-    lines = [f"{first.model_name} [{first.model}]: batch {first.batch}, input {first.input_len} tokens, output "
-             f"{first.output_len} tokens" + (f", {first.tp} devices (tensor parallel)" if first.tp > 1 else ""), ""]
+    lines = [f"{first.model_name} [{first.model}]: batch {first.batch:,}, input {first.input_len:,} tokens, output "
+             f"{first.output_len:,} tokens" + (f", {first.tp} devices (tensor parallel)" if first.tp > 1 else ""), ""]
     rows = [("device", "attention", "TTFT", "TPOT first", "TPOT last", "TPOT mean", "end-to-end", "tok/s/seq",
              "tok/s/device", "memory", "fits", "time model")]
     for r in requests:
@@ -199,7 +202,12 @@ def request_table(requests) -> str:
         lines.append("")
         lines += [f"range on {r.hardware.id} ({r.attention}): TTFT {band_cell(r.ttft_band)}, TPOT mean "
                   f"{band_cell(r.tpot_band)}, end-to-end {band_cell(r.e2e_band)}" for r in ranged]
-    lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
+    lines += ["", "Columns:", "  - TTFT: the batch's prompts prefilled together; TPOT first, last, mean: the first, "
+              "last and mean decode step; end-to-end: TTFT + every step; tok/s/seq: one sequence's output tokens a "
+              "second over its decode steps; tok/s/device: the batch's, per device; memory: weights and the KV cache "
+              "at the longest context, per device, against its capacity; time model: how the device's times were "
+              "priced (fitted, transferred or the datasheet roofline)",
+              "", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
     return "\n".join(lines)
 
 
@@ -208,7 +216,7 @@ def capacity_table(report) -> str:
     targets = [f"mean TPOT <= {si(report.tpot_target_s, 's')}" if report.tpot_target_s else "",
                f"TTFT <= {si(report.ttft_target_s, 's')}" if report.ttft_target_s else ""]
     targets = [t for t in targets if t] or ["memory only"]
-    lines = [f"capacity: input {report.input_len} tokens, output {report.output_len} tokens; "
+    lines = [f"capacity: input {report.input_len:,} tokens, output {report.output_len:,} tokens; "
              + ", ".join(targets), ""]
     head = ["device", "model", "attention", "batch", "binds", "memory batch", "TTFT", "TPOT mean", "tok/s/device"]
     if report.price_per_hour is not None:
@@ -216,14 +224,16 @@ def capacity_table(report) -> str:
     rows = [tuple(head)]
     for p in report.points:
         r = p.request
-        row = [p.device, p.model, p.attention, str(p.batch), p.binds or "", str(p.memory_batch),
+        row = [p.device, p.model, p.attention, count(p.batch), p.binds or "", count(p.memory_batch),
                si(r.ttft_s, "s") if r else "-", si(r.tpot_mean_s, "s") if r else "-",
                si(r.tokens_per_s_per_device) if r else "-"]
         if report.price_per_hour is not None:
             row.append(f"{p.cost_per_million_tokens:.3g}" if p.cost_per_million_tokens is not None else "-")
         rows.append(tuple(row))
     lines += aligned(rows, right={3, 5, 6, 7, 8, 9})
-    lines += ["", "Assumptions:", *(f"  - {a}" for a in report.assumptions)]
+    lines += ["", "Columns:", "  - batch: the largest batch under the targets; binds: the target or the memory that "
+              "stops a larger one; memory batch: the largest that fits in memory alone; TTFT, TPOT mean, tok/s/device: "
+              "at that batch", "", "Assumptions:", *(f"  - {a}" for a in report.assumptions)]
     return "\n".join(lines)
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from costmodel.text import aligned, si, si_range
+from costmodel.text import aligned, count, si, si_range
 
 
 def _ms(x: float) -> str:
     return si(x, "s")
+
+
+def tokens(x: float) -> str:
+    """A token count (a mean may be fractional) with thousands separators, never in exponent notation."""
+    return count(x) if float(x).is_integer() else f"{x:,.1f}"
 
 
 def load_records(p) -> list[dict]:
@@ -52,7 +57,7 @@ def load_table(results: list) -> str:
                      f"{p.output_tokens_per_s_per_user:.1f}", f"{p.mean_batch:.1f}", f"{p.kv_use_max:.0%}"))
     p = results[0]
     title = (f"{p.model_name} [{p.model}] served by {p.engine.name} {p.engine.version}: {p.num_requests} requests of "
-             f"{p.input_len:g} + {p.output_len:g} tokens ({p.evaluator})")
+             f"{tokens(p.input_len)} + {tokens(p.output_len)} tokens ({p.evaluator})")
     s = p.time_split
     busy = s.prefill_s + s.decode_s + s.comm_s + s.overhead_s
     lines = [title, "", *aligned(rows, right=set(range(3, 14))), ""]
@@ -63,10 +68,36 @@ def load_table(results: list) -> str:
     if busy > 0:
         lines.append(f"engine time: prefill {s.prefill_s / busy:.0%}, decode {s.decode_s / busy:.0%}, "
                      f"communication {s.comm_s / busy:.0%}, fixed costs {s.overhead_s / busy:.0%}; "
-                     f"{p.prefill_iteration_share:.0%} of {p.iterations} iterations carried prefill; "
-                     f"{p.preemptions} preemptions")
-    lines += ["", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
+                     f"{p.prefill_iteration_share:.0%} of {p.iterations:,} iterations carried prefill; "
+                     f"{p.preemptions:,} preemptions")
+    lines += [line for q in results for line in _mean_above_p90(q, len(results) > 1)]
+    lines += ["", "Columns:", *LOAD_LEGEND, "", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
     return "\n".join(lines)
+
+
+#: What a served table's columns mean.
+LOAD_LEGEND = [
+    "  - load: c=N clients, each sending its next request when its last one ends (closed loop), or requests a "
+    "second (open loop); TTFT: time to the first token, mean over requests; TPOT: time per output token after the "
+    "first, (end - first token) / (output - 1), mean; p90, ITL p99: percentiles over requests and over gaps "
+    "between tokens; e2e: a request's whole time, mean",
+    "  - req/s, tok/s/device: requests and output tokens completed a second (the second per device); "
+    "tok/s/user: a request's output tokens over its whole time (output / e2e), mean; batch: sequences in an "
+    "iteration, mean; KV use: the KV cache's fullest share",
+]
+
+
+def _mean_above_p90(p, named: bool) -> list[str]:
+    """A line where a mean lies above its own p90: the first wave's requests, which all arrive at once, wait far
+    longer than the rest and pull the mean past nine in ten of the requests."""
+    out = []
+    for name, mean, p90 in (("TTFT", p.ttft_s, p.ttft.p90), ("TPOT", p.tpot_s, p.tpot.p90)):
+        if mean > p90:
+            who = f" ({p.hardware.id}, {p.engine.name})" if named else ""
+            out.append(f"{name}'s mean{who} lies above its p90: the first wave's requests, sent together when the "
+                       "run starts, wait far longer than the rest, and those few long waits pull the mean past "
+                       "nine requests in ten")
+    return out
 
 
 def overload_line(p) -> str:
@@ -93,7 +124,7 @@ def load_capacity_table(report) -> str:
     targets = ", ".join(t for t in (
         f"TPOT <= {_ms(report.tpot_target_s)}" if report.tpot_target_s is not None else "",
         f"TTFT <= {_ms(report.ttft_target_s)}" if report.ttft_target_s is not None else "") if t)
-    lines = [f"served by {report.engine}: requests of {report.input_len} + {report.output_len} tokens, "
+    lines = [f"served by {report.engine}: requests of {report.input_len:,} + {report.output_len:,} tokens, "
              f"{report.statistic} {targets}", ""]
     rate = report.load == "request-rate"
     rows = [("device", "model", "attention", "req/s" if rate else "clients", "binds", "TTFT", "TPOT", "batch",
@@ -110,7 +141,11 @@ def load_capacity_table(report) -> str:
             cells += (f"{pt.cost_per_million_tokens:.3g}" if pt.cost_per_million_tokens is not None else "-",)
         rows.append(cells)
     lines += aligned(rows, right=set(range(3, len(rows[0]))) - {4})
-    lines += ["", "Assumptions:", *[f"  - {a}" for a in report.assumptions]]
+    lines += ["", "Columns:", f"  - {'req/s: the highest request rate' if rate else 'clients: the most clients'} "
+              f"under the targets ({report.statistic}s); binds: what stops more; TTFT, TPOT: their "
+              f"{report.statistic}s there; batch: sequences in an iteration, mean; tok/s/device: output tokens a "
+              "second per device; tok/s/user: a request's output tokens over its whole time",
+              "", "Assumptions:", *[f"  - {a}" for a in report.assumptions]]
     return "\n".join(lines)
 
 
@@ -124,7 +159,7 @@ def disagg_table(p) -> str:
     """A disaggregated deployment: its pools, the client's latencies and where TTFT went."""
     load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
     title = (f"{p.model_name} [{p.model}] served disaggregated by {p.engine} {p.engine_version}: {p.num_requests} "
-             f"requests of {p.input_len:g} + {p.output_len:g} tokens, {load}, {p.devices} devices")
+             f"requests of {tokens(p.input_len)} + {tokens(p.output_len)} tokens, {load}, {p.devices} devices")
     rows = [("pool", "workers", "devices each", "batch limit", "token budget", "KV tokens", "mean batch", "busy")]
     for s in (p.prefill, p.decode):
         rows.append((s.role, str(s.workers), worker_devices(s), str(s.max_num_seqs),
@@ -149,7 +184,7 @@ def plan_table(plan) -> str:
     targets = ", ".join(t for t in (f"TTFT <= {_ms(plan.ttft_target_s)}" if plan.ttft_target_s else "",
                                     f"TPOT <= {_ms(plan.tpot_target_s)}" if plan.tpot_target_s else "") if t)
     lines = [f"{plan.model_name} [{plan.model}] on {plan.devices} devices, served by {plan.engine}: requests of "
-             f"{plan.input_len} + {plan.output_len} tokens" + (f", targets {targets} (means)" if targets else "")]
+             f"{plan.input_len:,} + {plan.output_len:,} tokens" + (f", targets {targets} (means)" if targets else "")]
     for device in dict.fromkeys(p.device for p in plan.points):
         rows = [("layout", "clients", "TTFT", "TPOT", "tok/s/device", "tok/s/user") +
                 (("meets",) if targets else ())]
@@ -162,7 +197,7 @@ def plan_table(plan) -> str:
         best = [p for p in plan.best if p.device == device]
         if best:
             b = best[0]
-            lines.append(f"best under the targets: {b.layout} at {b.concurrency} clients, "
+            lines.append(f"best under the targets{_unconstrained(plan)}: {b.layout} at {b.concurrency} clients, "
                          f"{b.output_tokens_per_s_per_device:,.0f} tok/s/device, {b.output_tokens_per_s_per_user:.1f} "
                          f"tok/s/user (TTFT {_ms(b.ttft_s)}, TPOT {_ms(b.tpot_s)})")
         elif targets:
@@ -174,5 +209,15 @@ def plan_table(plan) -> str:
                 reasons[s.reason] = reasons.get(s.reason, 0) + 1
             lines.append(f"{len(skipped)} layouts left out: " + "; ".join(
                 f"{r} ({n} layout{'s' if n > 1 else ''})" for r, n in reasons.items()))
-    lines += ["", "Assumptions:", *[f"  - {a}" for a in plan.assumptions]]
+    lines += ["", "Columns:", "  - layout: devices and how the model is split over them; clients: the closed "
+              "loop's clients at that point; TTFT, TPOT: means; tok/s/device: output tokens a second per device; "
+              "tok/s/user: a request's output tokens over its whole time"
+              + ("; meets: whether the point's means meet the targets" if targets else ""),
+              "", "Assumptions:", *[f"  - {a}" for a in plan.assumptions]]
     return "\n".join(lines)
+
+
+def _unconstrained(plan) -> str:
+    """The targets a plan was not given, named as unconstrained (its best may then take any TTFT or TPOT)."""
+    free = [name for name, target in (("TTFT", plan.ttft_target_s), ("TPOT", plan.tpot_target_s)) if not target]
+    return f" ({' and '.join(free)} unconstrained: no target given)" if free else ""
