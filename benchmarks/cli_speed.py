@@ -49,9 +49,9 @@ def main() -> None:
 
     import numpy as np
 
-    from costmodel.catalog import load_profile
-    from costmodel.sweeps import sweep_arrays as sweep
-    from costmodel.workload import Workload
+    from costmodel.hardware.catalog import load_profile
+    from costmodel.attention.sweeps import sweep_arrays as sweep
+    from costmodel.attention.workload import Workload
 
     hw, w = load_profile("h100"), Workload.create("gqa")
     x = np.arange(1_000_000)
@@ -65,8 +65,8 @@ def main() -> None:
     print(f"sweep of 1,000,000 contexts (GQA decode step, H100): median {med * 1e3:.0f} ms "
           f"({x.size / med / 1e6:.1f} M points/s)")
 
-    from costmodel.presets import load_model
-    from costmodel.serving import request
+    from costmodel.model.presets import load_model
+    from costmodel.model.requests import request
 
     m = load_model("llama-3-8b")
     for steps in (512, 131_072):

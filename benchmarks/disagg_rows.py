@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.errors import CostModelError
+from costmodel.core.errors import CostModelError
 from costmodel.validation.serving import parse, predict
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "measurements" / "serving" / "silicon_sample_h100_sxm.csv"

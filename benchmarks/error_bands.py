@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.bands import percentile_span
-from costmodel.catalog import load_profile
+from costmodel.price.bands import percentile_span
+from costmodel.hardware.catalog import load_profile
 from costmodel.validation.bands import (GPUS, SYMMETRIC_GRID, TAIL_GRID, TARGET, kernel_held_out, kernel_nested,
                                         kernel_tails, pooled, quantiles, ratios, rounded)
 from costmodel.validation.published import read_folder
@@ -54,11 +54,11 @@ def held_out(found, nested: bool = True) -> dict:
 
 def leave_one_out(found) -> list[str]:
     """Each GPU's rows priced as if it had no fit: from the GPU the tool's own rule picks among the others, per
-    class (costmodel.origin.reference_for: an attention class from a GPU whose attention kernel is of the same
+    class (costmodel.price.origin.reference_for: an attention class from a GPU whose attention kernel is of the same
     kind where one is; then same generation first, else the nearest older, else the nearest newer), beside the
     GPU's own fit."""
-    from costmodel.catalog import fitted_profiles
-    from costmodel.origin import reference_for
+    from costmodel.hardware.catalog import fitted_profiles
+    from costmodel.price.origin import reference_for
 
     unmeasured = [p.id for p in fitted_profiles() if p.id not in GPUS]  # fitted on tables not read here
     lines = []
@@ -96,7 +96,7 @@ def to_yaml(b: dict, tails: dict, cover: dict, plain: dict, data: list[str]) -> 
                    f"{list(SYMMETRIC_GRID)}, the most that so holds {TARGET:.0%}; fitted: the device's own fit, "
                    "on the rows it was fitted on; across: each GPU priced from the fit of each GPU of another "
                    "generation by the transfer rule "
-                   "(costmodel.origin.TRANSFER_RULE); datasheet: the datasheet roofline and the profile's launch "
+                   "(costmodel.price.origin.TRANSFER_RULE); datasheet: the datasheet roofline and the profile's launch "
                    "cost per kernel; all: every class of the route pooled, for classes no table measures; "
                    "benchmarks/error_bands.py"),
         "tails": {route: list(t) for route, t in tails.items()},

@@ -27,7 +27,7 @@ METHOD = ("t(S) = latency + v (n - 1) / n * S / bus bandwidth per collective, im
 
 def yaml_block(profile: str, fit: dict) -> str:
     nccl, custom = TABLES[profile]
-    lines = ["# Fitted, not datasheet: collective curves (costmodel.price), fitted on the tables in `data`; `error` is",
+    lines = ["# Fitted, not datasheet: collective curves (costmodel.price.op), fitted on the tables in `data`; `error` is",
              "# the fit's error on them.", "collectives:", "  data:",
              f"  - {SOURCE}{nccl}", f"  - {SOURCE}{custom}", f"  method: '{METHOD}'", "  curves:"]
     for part in ("curves", "ops"):

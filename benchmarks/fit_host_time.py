@@ -1,4 +1,4 @@
-"""Fit TensorRT-LLM's host time per iteration (costmodel.served.OVERHEADS: ``layer_s`` per layer and
+"""Fit TensorRT-LLM's host time per iteration (costmodel.engine.served.OVERHEADS: ``layer_s`` per layer and
 ``layer_seq_s`` per layer and running sequence; the iteration takes the longer of it and the GPU's work, as
 TensorRT-LLM's overlap scheduler runs the host beside the GPU) on one model's measured deployments, and score it
 on the others.
@@ -13,7 +13,7 @@ on both dense models' rows: 1.25 us by the percentage, 1.5 us by the log, and 1.
 no fit saw (TensorRT-LLM's mixture-of-experts TPOT 9.7% median against 8.6%; the iteration cost fitted on
 Qwen3-32B's rows then scores Llama-3.1-8B's TPOT at 7.2% against 3.5%), so the log's 1.5 us ships. Three fits
 are printed: on the Llama-3.1-8B rows, scored on Qwen3-32B and Qwen3-235B; on the Qwen3-32B rows, scored on the
-others; and on both dense models (what costmodel.served.OVERHEADS ships), scored on Qwen3-235B. A chosen value
+others; and on both dense models (what costmodel.engine.served.OVERHEADS ships), scored on Qwen3-235B. A chosen value
 at the edge of the grid is flagged. Takes about 15 minutes.
 """
 
@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from costmodel.served import OVERHEADS
+from costmodel.engine.served import OVERHEADS
 from costmodel.validation.serving import predict, read
 
 LAYER_US = (0.0, 40.0, 60.0, 80.0, 100.0, 120.0)

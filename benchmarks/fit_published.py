@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.hardware import ClassEfficiency, Efficiency
-from costmodel.catalog import load_profile
-from costmodel.origin import carried, transfer
+from costmodel.hardware.profile import ClassEfficiency, Efficiency
+from costmodel.hardware.catalog import load_profile
+from costmodel.price.origin import carried, transfer
 from costmodel.validation.fit import SHARED, errors, fit_class, predict_table, unfitted_write_s
 from costmodel.validation.published import read_folder
-from costmodel.mechanisms import FALLBACK
+from costmodel.hardware.mechanisms import FALLBACK
 from costmodel.validation.moe_layers import TABLES as MOE_TABLES
 from costmodel.validation.moe_layers import errors as moe_errors
 from costmodel.validation.moe_layers import fit_moe_class, moe_class, read_tables, with_class, with_classes
@@ -135,7 +135,7 @@ def to_yaml(eff: Efficiency) -> str:
         c["fixed_s"] = {k: _stored(v) for k, v in c["fixed_s"].items()}
         c["fitted"] = list(c["fitted"])
     text = yaml.safe_dump({"efficiency": dump}, sort_keys=False, width=110)
-    return ("# Fitted, not datasheet: the parameters of costmodel.mechanisms, fitted to the published timings\n"
+    return ("# Fitted, not datasheet: the parameters of costmodel.hardware.mechanisms, fitted to the published timings\n"
             "# named in `data` by the method in `method`; `error` is the fit's error on that data.\n" + text)
 
 
@@ -153,12 +153,12 @@ def write(profile_id: str, eff: Efficiency) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-EFFICIENCY_MARK = "# Fitted, not datasheet: the parameters of costmodel.mechanisms"
+EFFICIENCY_MARK = "# Fitted, not datasheet: the parameters of costmodel.hardware.mechanisms"
 
 
 def cross(tables_by_gpu, fitted, hws):
     """Fit on one GPU, predict the other through the transfer rule (decode attention split as the other GPU's own
-    kernel splits it: costmodel.origin.carried)."""
+    kernel splits it: costmodel.price.origin.carried)."""
     lines = []
     pairs = [(a, b) for a, b in (("a100_80gb_sxm", "h100_sxm"), ("h100_sxm", "a100_80gb_sxm"), ("h100_sxm", "b200"),
                                  ("b200", "h100_sxm")) if a in fitted and b in fitted]
@@ -246,7 +246,7 @@ def main(argv):
         print(f"{pid}: {blocks[pid].parameters} fitted parameters")
         for key, e in report.items():
             print(f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
-    print("\ncross-GPU (transfer rule: costmodel.origin.TRANSFER_RULE):")
+    print("\ncross-GPU (transfer rule: costmodel.price.origin.TRANSFER_RULE):")
     for line in cross(by_gpu, fitted, hws) + moe_cross(moe, fitted, hws):
         print("  " + line)
     print("\nthe same A100 GEMM shapes timed by two sources (measured over measured, kernels vs graph timing):")

@@ -16,7 +16,7 @@ weigh a prediction at half the measured as one at twice it: there the rows predi
 measured TTFT pull the front end up, over the many rows it then over-predicts. The per-iteration cost is the
 engine's; the front-end delay is fitted apart for each front end its rows passed (Dynamo's, or the engine's own
 server: validation.serving.launched_by_dynamo). Three fits are printed: on all rows (what ships in
-costmodel.served.OVERHEADS and ENGINE_FRONT_END_S), on the Qwen3 rows only (scored on the Llama rows), and on the
+costmodel.engine.served.OVERHEADS and ENGINE_FRONT_END_S), on the Qwen3 rows only (scored on the Llama rows), and on the
 Llama rows only (scored on the Qwen3 rows), where the scored rows passed a front end the fit saw. ``--aiperf``
 predicts each row as aiconfigurator's benchmark template runs it (2 warm-up and 50 measured requests per client)
 instead of the plain closed loop of 10 requests per client.
@@ -30,7 +30,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from costmodel.served import OVERHEADS
+from costmodel.engine.served import OVERHEADS
 from costmodel.validation.serving import predict, read
 
 GRID_MS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0]
@@ -78,7 +78,7 @@ def best_delay(pred_ttft, meas_ttft):
 def fit(rows, preds):
     """(iteration_s, {front end: request_s}, grid index) minimising the rows' errors (:func:`loss`): one per-iteration
     cost for the engine, one front-end delay for each front end its rows passed (Dynamo's, or the engine's own
-    server: costmodel.served.FRONTENDS)."""
+    server: costmodel.engine.served.FRONTENDS)."""
     meas_tpot = np.array([d.tpot_s for d in rows])
     best = None
     for j, ms in enumerate(GRID_MS):
@@ -108,7 +108,7 @@ def _ms(delays: dict) -> str:
 
 
 def main(path: str) -> None:
-    from costmodel.presets import load_model
+    from costmodel.model.presets import load_model
 
     deployments, _ = read(path)
     # dense models fit; the mixture-of-experts rows are held out of the fit and scored with what it gives

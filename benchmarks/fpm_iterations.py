@@ -13,9 +13,9 @@ the files give them. The files do not name the GPU: a 4096-token prefill at 1.3 
 reading the 65.5 GB of weights in 13.2 ms are beyond any Hopper part (989 TFLOP/s, 4.8 TB/s at most), so the rows
 are priced on the B200 profile, an inference stated as such.
 
-Each iteration is priced by the serving simulation's own iteration model (costmodel.iteration.IterationTable:
+Each iteration is priced by the serving simulation's own iteration model (costmodel.engine.iteration.IterationTable:
 the per-token ops over all its tokens, each prefill chunk's attention after its start, the decode attention at the
-mean context, the head) with vLLM's kernel conventions (costmodel.engines: its all-reduce entry point), without
+mean context, the head) with vLLM's kernel conventions (costmodel.engine.config: its all-reduce entry point), without
 the engine's fixed cost per iteration (vLLM's asynchronous scheduling overlaps it
 with the forward pass these records time). In every saturated mixed iteration prefill and decode tokens add up to
 8192 exactly: the engine's token budget in these runs, although their vllm_metadata.json reports 2048.
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.catalog import load_profile
-from costmodel.engines import engine
-from costmodel.iteration import IterationTable
-from costmodel.model_step import pricing
-from costmodel.presets import load_model
+from costmodel.hardware.catalog import load_profile
+from costmodel.engine.config import engine
+from costmodel.engine.iteration import IterationTable
+from costmodel.model.step import pricing
+from costmodel.model.presets import load_model
 
 #: (what, prefill tokens, prefill requests, positions the chunks start after in all, decode sequences, their
 #: cached positions in all, {tp: measured ms})

@@ -1,4 +1,4 @@
-"""The mixture-of-experts block (router, grouped expert GEMMs, activation, combine: costmodel.model_ops) against
+"""The mixture-of-experts block (router, grouped expert GEMMs, activation, combine: costmodel.model.ops) against
 vLLM's measured fused MoE layers (aiconfigurator's moe/ tables: 12 layer shapes on the H100, 19 on the B200;
 tensor- or expert-parallel groups of up to 8), per GPU and weight format:
 
@@ -6,7 +6,7 @@ tensor- or expert-parallel groups of up to 8), per GPU and weight format:
 * the same rows priced with the device's dense GEMM class instead (no MoE fit), which shows what the fit adds;
 * a fit on half the layer shapes, scored on the other half (shapes that fit did not see);
 * power-law routing (exponents 1.01 and 1.2: the busiest device timed), which no fit saw;
-* the H100's MoE classes carried to the B200 by the transfer rule (costmodel.origin.transfer);
+* the H100's MoE classes carried to the B200 by the transfer rule (costmodel.price.origin.transfer);
 * the W4A16 class (int4 weights) above vLLM's kernel switch, the calls it describes, and on the B200 vLLM's MXFP4
   experts with bf16 activations (gpt-oss's layers), another kernel no fit saw.
 
@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 import costmodel
-from costmodel.mechanisms import W4A16_MOE, w4a16_small_call
-from costmodel.origin import transfer
+from costmodel.hardware.mechanisms import W4A16_MOE, w4a16_small_call
+from costmodel.price.origin import transfer
 from costmodel.validation.moe_layers import (TABLES, dense_class, errors, fit_moe_class, moe_class, read_tables,
                                              with_class)
 

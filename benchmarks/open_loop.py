@@ -8,7 +8,7 @@ beyond that most, where both say the engine is overloaded. Prints ratios (closed
 from __future__ import annotations
 
 import costmodel
-from costmodel.served import serve
+from costmodel.engine.served import serve
 
 #: (model, tensor-parallel size, prompt tokens, output tokens)
 CASES = (("llama-3.1-8b", 1, 2048, 256), ("qwen3-32b", 2, 1024, 512), ("llama-3.1-70b", 4, 4096, 256))

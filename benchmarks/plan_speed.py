@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 import costmodel
-from costmodel.errors import CostModelError
+from costmodel.core.errors import CostModelError
 
 
 def main() -> None:

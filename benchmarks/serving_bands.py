@@ -9,7 +9,7 @@ percentiles nor the ranges), beside the p10-p90 ranges' coverage.
 
 The rows are predicted as `costmodel validate --serving FILE` predicts them (about 40 s), or read from its
 --json output (a path ending in .json). --write writes costmodel/served_bands.yaml, the ranges served
-predictions carry. A key with fewer than 20 rows takes the next wider one (costmodel.bands.served_keys: the engine's
+predictions carry. A key with fewer than 20 rows takes the next wider one (costmodel.price.bands.served_keys: the engine's
 deployments of any model, then every engine's of the model's kind, then the mode).
 """
 
@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from costmodel.bands import percentile_span
+from costmodel.price.bands import percentile_span
 from costmodel.validation.bands import (MIN_ROWS, TAIL_GRID, TARGET, calibrated_tails, rounded, served,
                                         served_held_out, served_nested, served_sets)
 

@@ -12,7 +12,7 @@ import sys
 import time
 
 import costmodel
-from costmodel.served import serve
+from costmodel.engine.served import serve
 
 
 def median_time(fn, runs: int = 5) -> float:
@@ -36,7 +36,7 @@ def main() -> None:
     cmd = ["costmodel", "predict", "--gpu", "h100", "--model", "Qwen/Qwen3-32B", "--tp", "2", "--engine", "vllm",
            "--concurrency", "64", "--input-len", "1024", "--output-len", "512", "--num-requests", "1000"]
     cli = median_time(lambda: subprocess.run(cmd, check=True, capture_output=True), runs=3)
-    from costmodel.served_capacity import highest_rate, largest_concurrency
+    from costmodel.deploy.capacity import highest_rate, largest_concurrency
 
     cap = dict(input_len=2048, output_len=512, tpot_s=0.05, ttft_s=0.5)
     l8 = costmodel.load_model("llama-3.1-8b")
@@ -54,7 +54,7 @@ def main() -> None:
     print(f"  p90, simulation (median of 3):                   {p90_search:.2f} s")
     print(f"  request rate, means (median of 3):               {rate_mean:.2f} s")
     print(f"  request rate, p90, 1,000 requests a rate:        {rate_p90:.2f} s")
-    from costmodel.disagg import Pool, serve_disaggregated
+    from costmodel.deploy.disagg import Pool, serve_disaggregated
 
     dis = dict(input_len=1024, output_len=512, concurrency=64, num_requests=1000, prefill=Pool(workers=2),
                decode=Pool(tp=2))

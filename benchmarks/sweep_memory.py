@@ -16,7 +16,7 @@ from pathlib import Path
 
 CHILD = """
 import resource, sys, time
-from costmodel.cli import main
+from costmodel.cli.commands import main
 n, out = int(sys.argv[1]), sys.argv[2]
 start = time.perf_counter()
 main(["predict", "--gpu", "a100", "--variant", "mqa", "--sweep", f"context=1:{n}:1", "--max-points", str(n),

@@ -1,3 +1,3 @@
-from costmodel.cli import main
+from costmodel.cli.commands import main
 
 main(prog_name="costmodel")

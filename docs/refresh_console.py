@@ -21,7 +21,7 @@ SHARED = ROOT.parent / "shared" / "measurements"
 
 def printed(command: str) -> str:
     """What ``command`` prints, the published tables named as they lie beside the checkout."""
-    from costmodel.cli import main
+    from costmodel.cli.commands import main
 
     args = [str(SHARED) + a[len("../shared/measurements"):] if a.startswith("../shared/measurements") else a
             for a in shlex.split(command)[1:]]

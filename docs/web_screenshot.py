@@ -19,8 +19,8 @@ def main(query: str, out: str) -> None:
     from selenium import webdriver
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from costmodel.cli import main as cli
-    from costmodel.web import app
+    from costmodel.cli.commands import main as cli
+    from costmodel.web.app import app
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

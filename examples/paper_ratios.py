@@ -4,7 +4,7 @@
 """
 
 from costmodel import derive
-from costmodel.asymptotic import analyze
+from costmodel.counts.asymptotic import analyze
 
 for variant, mode in [("mha", "batched"), ("mha", "generate"), ("gqa", "generate"), ("mqa", "generate")]:
     a = analyze(derive(variant, mode))

@@ -9,8 +9,8 @@ its TTFT split into queueing, prefill, KV transfer and front end. Writes plan.pn
 from pathlib import Path
 
 import costmodel
-from costmodel.plan_figure import draw_plan
-from costmodel.plots import save
+from costmodel.render.plan_figure import draw_plan
+from costmodel.render.plots import save
 
 OUT = Path("plan.png")
 

@@ -5,7 +5,7 @@
 
 from pathlib import Path
 
-from costmodel.cli import main
+from costmodel.cli.commands import main
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

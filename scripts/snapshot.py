@@ -55,7 +55,7 @@ def commands() -> dict[str, list[str]]:
 
 
 def run(args: list[str]) -> str:
-    from costmodel.cli import main
+    from costmodel.cli.commands import main
 
     result = CliRunner().invoke(main, args)
     return f"exit {result.exit_code}\n{result.output}"

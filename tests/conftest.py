@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from costmodel import symbols as S
+from costmodel.counts import symbols as S
 
 
 def small_dims(rng: random.Random, variant: str, groups: int | None = None, low: int = 1) -> dict:
@@ -34,7 +34,7 @@ def run_cli():
     """Invoke the CLI in-process: its result (``exit_code``, ``output``: stdout and stderr together)."""
     from click.testing import CliRunner
 
-    from costmodel.cli import main
+    from costmodel.cli.commands import main
 
     def run(*args):
         return CliRunner().invoke(main, [str(a) for a in args])
@@ -72,7 +72,7 @@ def quick_cpu_run(tmp_path_factory):
     pytest.importorskip("torch")
     from click.testing import CliRunner
 
-    from costmodel.cli import main
+    from costmodel.cli.commands import main
 
     folder = tmp_path_factory.mktemp("quick_cpu_run")
     here = os.getcwd()

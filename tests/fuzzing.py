@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import strategies as st
 
-from costmodel.cli import main
+from costmodel.cli.commands import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILE = os.path.join(ROOT, "hardware_profiles", "a100_80gb_sxm.yaml")

@@ -8,8 +8,8 @@ import pytest
 import sympy
 
 from costmodel import derive
-from costmodel import symbols as S
-from costmodel.asymptotic import BASE_ASSUMPTIONS, EXTRA_ASSUMPTIONS, PAPER_SUBS, _constraints, analyze, dominated
+from costmodel.counts import symbols as S
+from costmodel.counts.asymptotic import BASE_ASSUMPTIONS, EXTRA_ASSUMPTIONS, PAPER_SUBS, _constraints, analyze, dominated
 
 b, n, d, h, g = S.b, S.n, S.d, S.h, S.g
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.errors import CostModelError
-from costmodel.model_ops import device_slice
-from costmodel.model_step import pricing, phase_ops
-from costmodel.price import Conventions, KernelOp, price
-from costmodel.served import serve
+from costmodel.core.errors import CostModelError
+from costmodel.model.ops import device_slice
+from costmodel.model.step import pricing, phase_ops
+from costmodel.price.op import Conventions, KernelOp, price
+from costmodel.engine.served import serve
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -107,8 +107,8 @@ def test_one_group_is_today(qwen, h100):
               num_requests=20)
     a, b = serve(qwen, h100, **kw), serve(qwen, h100, attention_dp=1, **kw)
     assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s)
-    from costmodel.served import Setup
-    from costmodel.engines import engine
+    from costmodel.engine.served import Setup
+    from costmodel.engine.config import engine
 
     s = Setup(qwen, pricing(qwen, h100, tp=4, expert_parallel=True, weight_dtype="fp8"),
               engine("vllm", capacity_bytes=h100.engine_memory),

@@ -13,7 +13,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
+from costmodel.cli.commands import main
 
 DATASHEET = os.path.join(os.path.dirname(__file__), "..", "hardware_profiles", "h100_sxm.yaml")
 
@@ -107,7 +107,7 @@ def test_overwrite_keeps_mode_follows_symlinks_and_refuses_read_only(tmp_path):
 
 
 def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
-    code = ("import time\nfrom costmodel.files import atomic_path\n"
+    code = ("import time\nfrom costmodel.core.files import atomic_path\n"
             f"with atomic_path({str(tmp_path / 'out.txt')!r}) as tmp:\n"
             "    open(tmp, 'w').write('partial'); print('ready', flush=True); time.sleep(30)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -228,11 +228,11 @@ def test_json_is_always_finite():
 
 
 def test_an_unexpected_exception_is_reported_as_a_bug(monkeypatch):
-    import costmodel.roofline
+    import costmodel.attention.roofline
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("planted")
-    monkeypatch.setattr(costmodel.roofline, "compare", broken)
+    monkeypatch.setattr(costmodel.attention.roofline, "compare", broken)
     message = error_of("predict", "--gpu", "a100")
     assert message.startswith("Error: internal error (a bug in costmodel, please report it with the command `costmodel")
     assert message.endswith("ZeroDivisionError: planted")

@@ -23,7 +23,7 @@ def _shipped(name: str) -> dict:
 def kernel_ratios():
     if not SHARED.is_dir():
         pytest.skip(f"the published tables are not beside this checkout ({SHARED})")
-    from costmodel.catalog import load_profile
+    from costmodel.hardware.catalog import load_profile
     from costmodel.validation.bands import GPUS, ratios
     from costmodel.validation.published import read_folder
 

@@ -1,4 +1,4 @@
-"""Error bands (costmodel.bands): each op's range is its time times the measured quantiles of its class
+"""Error bands (costmodel.price.bands): each op's range is its time times the measured quantiles of its class
 and route as the shipped file states them (read here independently), a total's range is the sum of its ops', the
 route follows where the device's parameters came from, and the quantiles and coverage are what their definitions
 say on data whose answer is known."""
@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 import yaml
 
-from costmodel.bands import route
-from costmodel.catalog import load_profile
-from costmodel.model_step import predict_model
-from costmodel.origin import time_model
-from costmodel.presets import load_model
-from costmodel.roofline import predict
-from costmodel.sweeps import sweep
+from costmodel.price.bands import route
+from costmodel.hardware.catalog import load_profile
+from costmodel.model.step import predict_model
+from costmodel.price.origin import time_model
+from costmodel.model.presets import load_model
+from costmodel.attention.roofline import predict
+from costmodel.attention.sweeps import sweep
 from costmodel.validation.bands import (RESAMPLE, SYMMETRIC, SYMMETRIC_GRID, TAIL_GRID, Ratios, coverage, pooled,
                                         quantiles, ratios)
 from costmodel.validation.published import read_folder, shipped_folder
-from costmodel.workload import Workload
+from costmodel.attention.workload import Workload
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +246,7 @@ def test_calibrated_tails_are_the_narrowest_that_hold_the_target_held_out():
 def test_a_served_range_falls_back_to_the_engines_own_rows_before_other_engines():
     """No SGLang deployment of a mixture of experts is aggregated: an aggregated SGLang MoE prediction takes SGLang's
     range over any model, not the mixture-of-experts range of every engine (vLLM's gpt-oss rows among them)."""
-    from costmodel.bands import served as served_range
+    from costmodel.price.bands import served as served_range
 
     shipped = yaml.safe_load(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
     by_key = {(b["engine"], b["kind"], b["mode"]): b for b in shipped["bands"]}
@@ -260,7 +260,7 @@ def test_a_served_range_falls_back_to_the_engines_own_rows_before_other_engines(
 
 
 def test_a_served_prediction_carries_its_groups_measured_range():
-    from costmodel.served import serve
+    from costmodel.engine.served import serve
 
     shipped = yaml.safe_load(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
     by_key = {(b["engine"], b["kind"], b["mode"]): b for b in shipped["bands"]}
@@ -276,8 +276,8 @@ def test_a_served_prediction_carries_its_groups_measured_range():
 
 
 def test_the_decode_kernels_split_is_what_each_devices_fit_found():
-    from costmodel.catalog import fitted_profiles
-    from costmodel.hardware import DECODE_KERNELS
+    from costmodel.hardware.catalog import fitted_profiles
+    from costmodel.hardware.profile import DECODE_KERNELS
 
     seen = set()
     for p in fitted_profiles():
@@ -289,7 +289,7 @@ def test_the_decode_kernels_split_is_what_each_devices_fit_found():
 
 
 def test_decode_attention_carried_to_another_kernel_splits_as_that_kernel_does():
-    from costmodel.origin import resolve
+    from costmodel.price.origin import resolve
 
     a100, h100 = load_profile("a100"), load_profile("h100")
     bare = h100.model_copy(update={"efficiency": None})
@@ -314,7 +314,7 @@ def test_a_decode_fit_carried_to_another_kernel_keeps_its_ramp_in_bytes_and_time
     half-bandwidth bytes as fitted and scales its unit time by the SMs' bandwidth shares; carried to a device running
     the same kernel (the H200 from the H100: the same SMs with wider memory) the bytes scale with the bandwidth, as
     the other matrix classes' do everywhere, and the unit time with the clock."""
-    from costmodel.origin import resolve
+    from costmodel.price.origin import resolve
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
     half = {p.id: p.efficiency.classes["decode_attention"].bandwidth_half_bytes for p in (a100, h100, b200)}
@@ -344,8 +344,8 @@ def test_a_decode_fit_carried_to_another_kernel_keeps_its_ramp_in_bytes_and_time
 
 
 def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
-    from costmodel.model_step import pricing, phase_time
-    from costmodel.serving import request
+    from costmodel.model.step import pricing, phase_time
+    from costmodel.model.requests import request
 
     m, hw = load_model("llama-3-8b"), load_profile("a100")
     r = request(m, hw, batch=4, input_len=1024, output_len=64)
@@ -362,10 +362,10 @@ def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
 
 def test_a_carried_fixed_cost_is_sm_time_for_matrix_products_and_decode_attention_only():
     """The fixed cost per call of a GEMM class and of decode attention, carried to another GPU, scales with the inverse
-    clock (costmodel.origin.CLOCKED_FIXED_COST): the H100's (1.98 GHz) on the A100 (1.41 GHz) is 1.98 / 1.41 of
+    clock (costmodel.price.origin.CLOCKED_FIXED_COST): the H100's (1.98 GHz) on the A100 (1.41 GHz) is 1.98 / 1.41 of
     itself, on the B200 (1.965 GHz) 1.98 / 1.965; a prompt attention call's is the reference's as fitted, and so is
     a vector class's (the A100's norm carried to the H100)."""
-    from costmodel.origin import transfer
+    from costmodel.price.origin import transfer
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
     for dst, clock in ((a100, 1.41e9), (b200, 1.965e9)):
@@ -386,13 +386,13 @@ def test_a_carried_fixed_cost_is_sm_time_for_matrix_products_and_decode_attentio
 
 def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_kernel():
     """The A100 priced from the H100 (FlashAttention-3 there, FlashAttention-2 here): FlashAttention-2's split
-    combine is one kernel and its grouped query two copies, packed in and unpacked out (costmodel.hardware.
+    combine is one kernel and its grouped query two copies, packed in and unpacked out (costmodel.hardware.profile.
     DECODE_LAUNCHES, from vLLM's flash_api.cpp: the query's transpose-reshape, then the temporary output copied back
     into the caller's), each at the H100's fixed cost of a small kernel in a CUDA graph (its GEMM class's) at the
     A100's clock (2.466 µs x 1.98 / 1.41 GHz), not the H100's own combine cost; the A100's own fit is untouched (its
     6.04 µs of copies: 2.7 of its own 2.21 µs graph launches), and a kernel with no launches counted
     (FlashAttention-3 carried from the A100) keeps the reference's."""
-    from costmodel.origin import carried, resolve
+    from costmodel.price.origin import carried, resolve
 
     a100, h100 = load_profile("a100"), load_profile("h100")
     launch = h100.efficiency.classes["gemm"].fixed_s["graph"] * 1.98e9 / 1.41e9
@@ -418,8 +418,8 @@ def test_an_unsplit_context_carried_from_a_kernel_that_always_splits_streams_at_
     (from its own tables, which this rule never saw) found 22.0 GB/s. A decode of one sequence of 8 heads over 65,536
     positions then takes at least 8 heads' bytes on 8 SMs at that rate, not the whole GPU's bandwidth; a device whose
     fit has a rate keeps it, and a kernel that always splits gets none."""
-    from costmodel.mechanisms import DEFAULT_KERNELS, class_times
-    from costmodel.origin import resolve
+    from costmodel.hardware.mechanisms import DEFAULT_KERNELS, class_times
+    from costmodel.price.origin import resolve
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
     assert a100.bandwidth == pytest.approx(2.039e12) and a100.architecture.compute_units.value == 108
@@ -475,7 +475,7 @@ def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units(
     cycles. The A100's table (one head dimension) cannot tell a score's cost from the products' rate: its fit with a
     score pinned at the count is as good as its free fit, and pinned at twice the count it is clearly worse, so the
     count lies inside what the measurements allow. A device whose kernel hides it keeps the reference's."""
-    from costmodel.origin import carried, resolve, transfer
+    from costmodel.price.origin import carried, resolve, transfer
 
     a100, h100 = load_profile("a100"), load_profile("h100")
     cycles = 4.5 / (19.5e12 / (2 * 108 * 1.41e9)) + 1 / 16
@@ -503,9 +503,9 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
     runs one CTA an SM, so the H100's fit carried there keeps its per-tile time, clock-scaled, unpacked; a device of
     the reference's kernel (the H200 from the H100) keeps the reference's. The mechanism itself counts the tiles: a
     16-token prompt of 64 query heads over 8 groups runs 8 times the tiles unpacked."""
-    from costmodel.hardware import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
-    from costmodel.mechanisms import class_times
-    from costmodel.origin import resolve, transfer
+    from costmodel.hardware.profile import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
+    from costmodel.hardware.mechanisms import class_times
+    from costmodel.price.origin import resolve, transfer
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
     assert PREFILL_PACKS_GQA == {"flash_attention_2": False, "flash_attention_3": True, "flashinfer": False}
@@ -547,7 +547,7 @@ def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_de
     datasheet FP32 peak (75 TFLOP/s over 148 SMs at 2.032 GHz: 124.7 FMAs per SM per clock) counts as 128 lanes.
     Devices with the reference's units (the H200 from the H100) keep its cost; without its special-function fact the
     B300 prices a score as the B200 does."""
-    from costmodel.origin import _softmax_cycles, resolve, transfer
+    from costmodel.price.origin import _softmax_cycles, resolve, transfer
 
     b200, b300, h100 = load_profile("b200"), load_profile("b300"), load_profile("h100")
     assert 75e12 / (2 * 148 * 2.032e9) == pytest.approx(124.7, abs=0.05)
@@ -584,7 +584,7 @@ def test_a_held_out_prompt_call_that_writes_the_cache_pays_the_write_its_carried
     key/value heads of 128, keys and values read and written in bf16 (2 x 1024 x 8 x 256 x 2 = 8.4 MB) over 2.039
     TB/s. A call that writes nothing, or parameters that price the
     write themselves (the A100's own fit), add nothing."""
-    from costmodel.origin import resolve
+    from costmodel.price.origin import resolve
     from costmodel.validation.bands import _times
     from costmodel.validation.fit import unfitted_write_s
     from costmodel.validation.published import Table

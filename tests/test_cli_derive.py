@@ -9,8 +9,8 @@ import sympy
 from click.testing import CliRunner
 
 from costmodel import derive
-from costmodel import symbols as S
-from costmodel.cli import main
+from costmodel.counts import symbols as S
+from costmodel.cli.commands import main
 
 
 def run(*args):

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from costmodel.cli import main
+from costmodel.cli.commands import main
 
 
 def run(*args):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.price import CUSTOM_ALL_REDUCE_MAX_BYTES, Conventions, KernelOp, collective_curves, price
+from costmodel.price.op import CUSTOM_ALL_REDUCE_MAX_BYTES, Conventions, KernelOp, collective_curves, price
 from costmodel.validation.collectives import TABLES, errors, read_tables
 
 COMM = Path(__file__).resolve().parents[2] / "shared" / "measurements" / "aiconfigurator" / "comm"
@@ -88,9 +88,9 @@ def test_vllms_all_reduce_is_its_own_entry_points_curve_at_every_size():
     """vLLM prices a tensor-parallel all-reduce on the curve of its own entry point (the table aiconfigurator times
     through tensor_model_parallel_all_reduce) at every size; the other engines take the custom kernel up to 8 MiB
     and NCCL above. A 42 MiB all-reduce over 8 B200s (a 4096-token prompt of a 5120-wide model): by hand."""
-    from costmodel.engines import engine
-    from costmodel.model_step import pricing, phase_ops
-    from costmodel.presets import load_model
+    from costmodel.engine.config import engine
+    from costmodel.model.step import pricing, phase_ops
+    from costmodel.model.presets import load_model
 
     hw = costmodel.load_profile("b200")
     conv = Conventions.of(hw, "graph")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from costmodel import compiled as C
+from costmodel.counts import compiled as C
 
 PROGRAMS = [("gqa", "incremental", "unfused", "inplace", "absorbed", False),
             ("mha", "generate", "fused", "concat", "absorbed", False),
@@ -70,7 +70,7 @@ def test_no_cache_when_switched_off_or_unwritable(tmp_path, monkeypatch):
 def test_a_cached_predict_does_not_import_sympy(tmp_path):
     """With the programs on disk, `costmodel predict --gpu a100` needs no symbolic algebra at all."""
     env = {"COSTMODEL_CACHE": str(tmp_path), "PATH": ""}
-    run = [sys.executable, "-c", "import sys; from costmodel.cli import main\n"
+    run = [sys.executable, "-c", "import sys; from costmodel.cli.commands import main\n"
                                  "try:\n    main(['predict', '--gpu', 'a100'])\nexcept SystemExit:\n    pass\n"
                                  "print('sympy' in sys.modules)"]
     first = subprocess.run(run, capture_output=True, text=True, env=env)
@@ -80,11 +80,11 @@ def test_a_cached_predict_does_not_import_sympy(tmp_path):
 
 
 def test_a_cached_whole_model_does_not_import_sympy(tmp_path):
-    """A model step's blocks (costmodel.step_program) and its attention come from the cache: `costmodel capacity`
+    """A model step's blocks (costmodel.counts.step_program) and its attention come from the cache: `costmodel capacity`
     on a rerun needs no symbolic algebra either."""
     env = {"COSTMODEL_CACHE": str(tmp_path), "PATH": ""}
     args = "['capacity', '--gpu', 'h100', '--model', 'mixtral-8x7b', '--input-len', '256', '--output-len', '16', '--batching', 'static']"
-    run = [sys.executable, "-c", "import sys; from costmodel.cli import main\n"
+    run = [sys.executable, "-c", "import sys; from costmodel.cli.commands import main\n"
                                  f"try:\n    main({args})\nexcept SystemExit:\n    pass\n"
                                  "print('sympy' in sys.modules)"]
     first = subprocess.run(run, capture_output=True, text=True, env=env)

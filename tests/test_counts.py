@@ -8,8 +8,8 @@ import pytest
 import sympy
 
 from costmodel import derive
-from costmodel import symbols as S
-from costmodel.program import STEP, build_program
+from costmodel.counts import symbols as S
+from costmodel.counts.program import STEP, build_program
 from tests.conftest import small_dims
 
 torch = pytest.importorskip("torch")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.disagg import Pool, kv_link, serve_disaggregated
-from costmodel.errors import CostModelError
-from costmodel.iteration import exact_time
-from costmodel.model_step import all_reduce_s, pricing
+from costmodel.deploy.disagg import Pool, kv_link, serve_disaggregated
+from costmodel.core.errors import CostModelError
+from costmodel.engine.iteration import exact_time
+from costmodel.model.step import all_reduce_s, pricing
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -78,7 +78,7 @@ def test_drawn_lengths_conserve_tokens(llama, h100):
     token of every request is produced once (the decode iterations carry the sum of the drawn outputs less one
     each), the report's lengths are the drawn means, tokens out per second are the requests' rate times the mean
     output, and Little's law holds; the same seed draws the same lengths, so the run repeats exactly."""
-    from costmodel.served import lengths
+    from costmodel.engine.served import lengths
 
     c, n = 16, 320
     kw = dict(input_len=700, output_len=48, prefill=Pool(workers=2, max_num_seqs=2, max_num_batched_tokens=1024),
@@ -146,7 +146,7 @@ def test_all_reduce_across_nodes_by_hand(h100):
 def test_a_cross_node_all_reduce_is_stated(llama, h100):
     """The assumptions of a step whose tensor-parallel group spans nodes say how its all-reduce is priced: the
     ring over all 16 devices at the 50 GB/s port; a group inside one node keeps the fitted curves' line."""
-    from costmodel.model_step import step_assumptions
+    from costmodel.model.step import step_assumptions
 
     across = " ".join(step_assumptions(llama, pricing(llama, h100, tp=16)))
     assert "NCCL's ring over all 16 devices" in across and "(50 GB/s one way" in across
@@ -272,7 +272,7 @@ class _Fixed:
 
 
 def _no_host(gpu, sequences):
-    """An iteration's time with no fixed cost and no host time (costmodel.served.Setup.wall's shape)."""
+    """An iteration's time with no fixed cost and no host time (costmodel.engine.served.Setup.wall's shape)."""
     return gpu
 
 
@@ -286,7 +286,7 @@ def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
     end at 5.9 ms, or 6.9 ms under the overlap. Its first token is the prefill worker's either way."""
     from types import SimpleNamespace
 
-    from costmodel.disagg import _simulate
+    from costmodel.deploy.disagg import _simulate
 
     def setup(lag, table):
         eng = SimpleNamespace(name="vllm", max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag,
@@ -315,7 +315,7 @@ def test_where_a_request_waits_for_decode_pages_by_hand(name):
     first token: decode 2.9-4.9, TPOT (4.9 - 1.5) / 2 = 1.7 ms."""
     from types import SimpleNamespace
 
-    from costmodel.disagg import _simulate
+    from costmodel.deploy.disagg import _simulate
 
     eng = SimpleNamespace(name=name, max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=0,
                           reserved_decode_tokens=0)
@@ -355,7 +355,7 @@ def test_sglang_decode_preallocation_and_retraction_by_hand():
     resumes and finishes 7.9-11.9. The cache never overflows and every token is produced once."""
     from types import SimpleNamespace
 
-    from costmodel.disagg import _simulate
+    from costmodel.deploy.disagg import _simulate
 
     eng = SimpleNamespace(name="sglang", max_num_batched_tokens=10, max_num_seqs=8, page_size=1, lag=0,
                           reserved_decode_tokens=2)

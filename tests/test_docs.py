@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
+from costmodel.cli.commands import main
 from tests.conftest import QUICK_CPU_RUN
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.catalog import load_profile
-from costmodel.model_memory import param_count
-from costmodel.model_ops import engine_ops, step_ops
-from costmodel.model_step import predict_model
-from costmodel.presets import load_model
-from costmodel.price import Precision
+from costmodel.hardware.catalog import load_profile
+from costmodel.model.memory import param_count
+from costmodel.model.ops import engine_ops, step_ops
+from costmodel.model.step import predict_model
+from costmodel.model.presets import load_model
+from costmodel.price.op import Precision
 
 
 def gemm(op):
@@ -45,7 +45,7 @@ def test_llama_3_8b_fusions_by_hand(phase):
 
 def test_the_fused_qkv_gemm_is_the_shape_vidur_timed():
     # Vidur's attn_pre_proj of Llama-2-7B at T tokens and TP t: [T x 4096] @ [4096 x (32 + 2*32) * 128 / t]
-    from costmodel.model_ops import device_slice
+    from costmodel.model.ops import device_slice
 
     m = load_model("llama-2-7b")
     for t in (1, 2, 4):
@@ -84,8 +84,8 @@ def test_hf_config_reads_rotary_embeddings(tmp_path):
 @pytest.mark.parametrize("model,name,cls", [("falcon-7b", "layernorm", "layernorm"), ("llama-3-8b", "norm", "norm")])
 def test_norms_are_named_and_priced_by_their_kind(model, name, cls):
     # an engine runs torch's LayerNorm kernel for a LayerNorm model and its own RMSNorm kernel otherwise
-    from costmodel.mechanisms import class_times
-    from costmodel.origin import resolve
+    from costmodel.hardware.mechanisms import class_times
+    from costmodel.price.origin import resolve
 
     m = load_model(model)
     assert m.norm == ("layernorm" if cls == "layernorm" else "rmsnorm")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import costmodel
-from costmodel.fits import largest_count, largest_fitting
+from costmodel.core.fits import largest_count, largest_fitting
 
 
 @pytest.mark.parametrize("capacity", [0, 1, 99, 100, 101, 12_345])

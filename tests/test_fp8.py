@@ -46,7 +46,7 @@ def test_fp8_classes_carry_to_the_b200(tables, cls):
     """The B200's fp8 GEMM tables, priced with the H100's fp8 classes through the transfer rule (the check the
     B200's own fit does not see): within 25% median, and the B200's own fit closer (docs/validation.md states
     each)."""
-    from costmodel.origin import transfer
+    from costmodel.price.origin import transfer
 
     hw, h100 = costmodel.load_profile("b200"), costmodel.load_profile("h100")
     ts = [t for t in tables if t.profile == "b200" and t.priced_class == cls]
@@ -60,7 +60,7 @@ def test_the_nvfp4_table_and_its_fitted_class(tables):
     """The B200's NVFP4 linear layers: FLOPs 2MNK at the fp4 peak, bytes counted as a model step counts them (input
     and output in bf16, weights 4 bits and an FP8 scale per 16; by hand on a row), fitted as their own class; the
     block-scaled fp8 class it would fall back to (transferred from the H100) is more than 5x as far off."""
-    from costmodel.origin import resolve, transfer
+    from costmodel.price.origin import resolve, transfer
 
     hw = costmodel.load_profile("b200")
     ts = [t for t in tables if t.profile == "b200" and t.priced_class == "gemm_nvfp4"]
@@ -93,7 +93,7 @@ def test_fp8_kv_decode_attention_is_the_bf16_kernel_reading_one_byte(tables):
 
 
 def test_a_block_scaled_checkpoint_runs_the_block_scaled_class():
-    from costmodel.model_step import op_time, phase_ops, pricing
+    from costmodel.model.step import op_time, phase_ops, pricing
 
     m = costmodel.load_model("Qwen/Qwen3-32B-FP8")
     pr = pricing(m, costmodel.load_profile("h100"))
@@ -107,9 +107,9 @@ def test_tensorrt_llm_runs_a_block_scaled_checkpoints_dense_layers_in_its_own_ke
     """TensorRT-LLM's block-scaled FP8 linear layers are a quantize kernel and a CUTLASS GEMM of its own (priced as the
     per-tensor class); its experts stay in the block-scaled MoE class. vLLM and SGLang keep the block-scaled class
     their tables measure. A serving prediction reaches the step through the engine."""
-    from costmodel.engines import engine
-    from costmodel.model_step import op_time, phase_ops, pricing
-    from costmodel.price import KernelOp, price
+    from costmodel.engine.config import engine
+    from costmodel.model.step import op_time, phase_ops, pricing
+    from costmodel.price.op import KernelOp, price
 
     m, hw = costmodel.load_model("Qwen/Qwen3-235B-A22B-FP8"), costmodel.load_profile("h100")
     kernels = {name: engine(name, capacity_bytes=hw.engine_memory).block_fp8_linear
@@ -123,7 +123,7 @@ def test_tensorrt_llm_runs_a_block_scaled_checkpoints_dense_layers_in_its_own_ke
         classes[name] = (op_time(qkv, pr).cls, op_time(experts, pr).cls)
         # the same op under the named class's own parameters, priced directly
         alone = price(KernelOp(qkv.op.kind, qkv.op.name, "fp8", qkv.op.flops, qkv.op.bytes, kernel=kernel), qkv.shape,
-                      hw, costmodel.price.Conventions(pr.model, pr.overlap))
+                      hw, costmodel.price.op.Conventions(pr.model, pr.overlap))
         assert op_time(qkv, pr).time == pytest.approx(alone.time, rel=1e-12)
     assert classes["vllm"] == classes["sglang"] == ("gemm_fp8_block", "moe_fp8_block")
     assert classes["trtllm"] == ("gemm_fp8", "moe_fp8_block")
@@ -138,8 +138,8 @@ def test_the_input_quantize_kernel():
     """A per-tensor fp8 linear layer quantizes its bf16 input in a kernel of its own: M x K elements read at 2 bytes
     and written at 1, at the class's achieved-bandwidth curve, by hand; nothing where the fit says the layer has no
     such kernel, where the mechanism is off, or for a MoE class (whose fit has no such kernel)."""
-    from costmodel.hardware import ClassEfficiency
-    from costmodel.mechanisms import QUANTIZED_WIDTH, class_times
+    from costmodel.hardware.profile import ClassEfficiency
+    from costmodel.hardware.mechanisms import QUANTIZED_WIDTH, class_times
 
     eff = ClassEfficiency(bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6, bandwidth_exponent=0.5, quantize_input=True)
     kw = dict(peak=1e15, bandwidth=2e12, sms=100, timing="graph", flops=0.0, nbytes=0.0)
@@ -153,12 +153,12 @@ def test_the_input_quantize_kernel():
     qb = 2 * 1000 * 3000 * (2 + 1 + 4 / 128)
     assert block == pytest.approx(qb / (2e12 * 0.8) * (1 + (1e6 / qb) ** 0.5), rel=1e-12)
     for cls, e, on in (("gemm_fp8", eff.model_copy(update={"quantize_input": False}), None),
-                       ("gemm_fp8", eff, set(costmodel.mechanisms.MECHANISMS) - {"quantize"}),
+                       ("gemm_fp8", eff, set(costmodel.hardware.mechanisms.MECHANISMS) - {"quantize"}),
                        ("moe_fp8", eff, None)):
         extra = {} if on is None else {"on": on}
         assert float(class_times(cls, e, shape=shape, **kw, **extra).units) == 0.0
     # with the bandwidth curve off, the datasheet bandwidth
-    flat = class_times("gemm_fp8", eff, shape=shape, on=set(costmodel.mechanisms.MECHANISMS) - {"bandwidth"}, **kw)
+    flat = class_times("gemm_fp8", eff, shape=shape, on=set(costmodel.hardware.mechanisms.MECHANISMS) - {"bandwidth"}, **kw)
     assert float(flat.units) == pytest.approx(q / 2e12, rel=1e-12)
     # the H100's fit chose the kernel (fitting both ways, validation.fit.CHOICES); its MoE class has none
     h100 = costmodel.load_profile("h100")
@@ -170,9 +170,9 @@ def test_the_input_quantize_kernel():
 def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     """The per-tensor fp8 GEMM's tile is vLLM's fixed dispatch (by hand from scaled_mm_sm90/sm100_fp8_dispatch.cuh),
     in whole waves and never split over K; its time counts those tiles."""
-    from costmodel.hardware import GemmDispatch, TileRule
-    from costmodel.mechanisms import class_times, dispatched_tiles
-    from costmodel.origin import resolve
+    from costmodel.hardware.profile import GemmDispatch, TileRule
+    from costmodel.hardware.mechanisms import class_times, dispatched_tiles
+    from costmodel.price.origin import resolve
 
     h100, b200 = costmodel.load_profile("h100"), costmodel.load_profile("b200")
     rules = h100.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
@@ -208,7 +208,7 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     off = class_times("gemm_fp8", eff, peak=h100.peak("fp8"), bandwidth=h100.bandwidth, sms=132, timing="graph",
                       flops=2 * 8 * 8192 * 8192, nbytes=8192 * 8192 + 2 * 8 * 8192 * 2,
                       shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1}, kernels=h100.architecture.kernels,
-                      on=set(costmodel.mechanisms.MECHANISMS) - {"quantize"})
+                      on=set(costmodel.hardware.mechanisms.MECHANISMS) - {"quantize"})
     assert float(off.units) == 0.0
     # a B200 prefill-sized product: 300 rows x 256 columns -> 2 x 2 tiles of 256 x 128, each on a pair of SMs: 8 of
     # the 148 SMs in one wave, each computing 128 x 128 over the whole K
@@ -226,8 +226,8 @@ def test_a_cluster_rounds_the_grid_of_tiles():
     scheduler launches whole clusters. By hand, N = 5120 (40 tiles across) and K = 8192 on 132 SMs: M = 256 is 2 x 40 =
     80 tiles (one wave); M = 257 is 3 tiles down, rounded to 4: 160 tiles, two waves, as many as M = 512. The
     published H100 table agrees (M 256, 257, 512: 30.4, 58.4, 51.6 us)."""
-    from costmodel.mechanisms import class_times
-    from costmodel.origin import resolve
+    from costmodel.hardware.mechanisms import class_times
+    from costmodel.price.origin import resolve
 
     h100 = costmodel.load_profile("h100")
     eff = resolve(h100, "graph").classes["gemm_fp8"]

@@ -20,11 +20,11 @@ def test_every_command_line_ends_cleanly(args):
 
 def test_the_check_catches_a_planted_bug(monkeypatch):
     """The fuzz's check fails on a traceback, on two error lines, and on a reported internal error."""
-    import costmodel.roofline
+    import costmodel.attention.roofline
 
     def broken(*args, **kwargs):
         raise KeyError("planted")
-    monkeypatch.setattr(costmodel.roofline, "compare", broken)
+    monkeypatch.setattr(costmodel.attention.roofline, "compare", broken)
     assert "internal error" in check(["predict", "--gpu", "a100"])
-    monkeypatch.setattr(costmodel.roofline, "compare", lambda *a, **k: print("Error: one\nError: two") or 1 / 0)
+    monkeypatch.setattr(costmodel.attention.roofline, "compare", lambda *a, **k: print("Error: one\nError: two") or 1 / 0)
     assert check(["predict", "--gpu", "a100"]) is not None

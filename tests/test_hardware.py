@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from costmodel.errors import CostModelError
-from costmodel.hardware import HardwareProfile
-from costmodel.catalog import load_all, load_profile, profile_ids
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.hardware.catalog import load_all, load_profile, profile_ids
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "hardware_profiles"
 FILES = sorted(PROFILE_DIR.glob("*.yaml"))
@@ -150,7 +150,7 @@ DEVICE_NAMES = [
 
 @pytest.mark.parametrize("name,expected", DEVICE_NAMES)
 def test_device_name_maps_to_its_exact_profile_or_is_refused(name, expected):
-    from costmodel.catalog import profile_for_device
+    from costmodel.hardware.catalog import profile_for_device
 
     if expected is None:
         with pytest.raises(CostModelError) as err:
@@ -163,7 +163,7 @@ def test_device_name_maps_to_its_exact_profile_or_is_refused(name, expected):
 
 
 def test_device_names_are_unique_across_profiles():
-    from costmodel.catalog import device_name_key
+    from costmodel.hardware.catalog import device_name_key
 
     keys = [device_name_key(n) for p in load_all() for n in p.device_names]
     assert len(keys) == len(set(keys))
@@ -183,10 +183,10 @@ def test_fitted_efficiency_without_architecture_is_refused(tmp_path):
 
 def test_the_lookup_index_reads_every_id_and_alias():
     """The index reads only each file's id and aliases lines; it must name exactly what the parsed profiles do."""
-    from costmodel.catalog import _index, _key, fitted_profiles, load_all
+    from costmodel.hardware.catalog import profile_index, profile_key, fitted_profiles, load_all
 
     profiles = load_all()
-    assert set(_index()) == {_key(n) for p in profiles for n in (p.id, *p.aliases)}
+    assert set(profile_index()) == {profile_key(n) for p in profiles for n in (p.id, *p.aliases)}
     for p in profiles:
-        assert _index()[_key(p.id)].name == f"{p.id}.yaml"
+        assert profile_index()[profile_key(p.id)].name == f"{p.id}.yaml"
     assert [p.id for p in fitted_profiles()] == [p.id for p in profiles if p.efficiency is not None]

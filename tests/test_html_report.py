@@ -12,7 +12,7 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
+from costmodel.cli.commands import main
 
 CASES = [
     ["predict", "--gpu", "a100", "--variant", "gqa"],
@@ -111,7 +111,7 @@ def test_html_does_not_go_with_a_sweep_or_a_bad_path(tmp_path):
 def test_command_line_gives_the_options_as_given():
     import click
 
-    from costmodel.cli_options import command_line
+    from costmodel.cli.options import command_line
 
     @click.command()
     @click.option("--gpu", multiple=True)

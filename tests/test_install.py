@@ -45,7 +45,7 @@ def test_the_distribution_is_not_named_costmodel():
 
     from click.testing import CliRunner
 
-    from costmodel.cli import main
+    from costmodel.cli.commands import main
 
     name = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
     assert name != "costmodel" and name.startswith("costmodel")

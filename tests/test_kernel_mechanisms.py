@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
-from costmodel.hardware import ClassEfficiency
-from costmodel.catalog import load_profile
-from costmodel.mechanisms import DEFAULT_KERNELS, class_times, efficiency_class, gemm_candidates
+from costmodel.cli.commands import main
+from costmodel.hardware.profile import ClassEfficiency
+from costmodel.hardware.catalog import load_profile
+from costmodel.hardware.mechanisms import DEFAULT_KERNELS, class_times, efficiency_class, gemm_candidates
 
 PREFILL_BLOCK = DEFAULT_KERNELS.prefill_block
-from costmodel.origin import resolve, time_model
+from costmodel.price.origin import resolve, time_model
 
 KW = dict(peak=1e15, bandwidth=1e12, timing="graph", flops=0.0)
 
@@ -168,7 +168,7 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
     inside = class_times("prefill_attention", ClassEfficiency(cache_write_ceiling=0.5), **kw)
     # read and write 2 sequences x 1000 tokens x 2 KV heads x (k + v = 256) x 2 bytes at half of 1 TB/s
     assert inside.units - outside.units == pytest.approx(2 * 2 * 1000 * 2 * 256 * 2 / 0.5e12)
-    from costmodel.mechanisms import op_shape
+    from costmodel.hardware.mechanisms import op_shape
 
     got = op_shape("prefill_attention", {"b": 2, "n": 1000, "m": 1000, "h": 8, "g": 2, "k": 128, "v": 128},
                    "batched", None, "attention", 2)
@@ -176,8 +176,8 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
 
 
 def test_a_prompt_whose_attention_call_does_not_write_the_cache_writes_it_in_a_kernel_of_its_own(tmp_path):
-    from costmodel.model_step import phase_ops, pricing
-    from costmodel.presets import load_model
+    from costmodel.model.step import phase_ops, pricing
+    from costmodel.model.presets import load_model
     from costmodel.validation.published import read_folder
 
     # vLLM 0.16 moved the write out of the attention backends' forward: a 0.19 prompt table holds none, 0.14 does
@@ -224,7 +224,7 @@ def test_a_device_without_activation_fits_uses_its_elementwise_ones():
     res = resolve(cpu, "eager")
     assert res.get("activation") is res.get("elementwise") is res.get("rotary")
     # on the H100 they are transferred from the A100's own fits, not its elementwise one
-    from costmodel.origin import vector_bandwidth_scale
+    from costmodel.price.origin import vector_bandwidth_scale
 
     h100 = resolve(load_profile("h100"), "graph")
     a100 = load_profile("a100").efficiency.classes
@@ -267,9 +267,9 @@ def test_kernel_facts_are_the_devices_data():
     import json
 
     import costmodel
-    from costmodel.catalog import _parse
-    from costmodel.price import Conventions, KernelOp, price
-    from costmodel.shapes import GemmShape
+    from costmodel.hardware.catalog import _parse
+    from costmodel.price.op import Conventions, KernelOp, price
+    from costmodel.hardware.shapes import GemmShape
 
     a100 = costmodel.load_profile("a100")
     assert a100.kernels.gemm_tiles[0] == (64, 64) and "CUTLASS" in a100.kernels.source
@@ -294,7 +294,7 @@ def test_flash_attention_2_splits_a_grouped_context_as_its_heuristic_says():
     the first eligible count at 85% of that. Sixteen sequences of 8 heads over 255 positions: 128 blocks of rows,
     2 key blocks: one split or two fill 0.59 of a wave alike, so one. 256 sequences of 1 head: 256 blocks of rows
     fill 80% of 216 slots, so none; a call with as many key/value heads as query heads is never split."""
-    from costmodel.mechanisms import fa2_splits
+    from costmodel.hardware.mechanisms import fa2_splits
 
     got = fa2_splits([1, 1, 16, 256, 1], [1, 8, 8, 1, 32], 32, [16383, 16383, 255, 4095, 16383], 108)
     assert got.tolist() == [128.0, 26.0, 1.0, 1.0, 1.0]
@@ -304,7 +304,7 @@ def test_flash_attention_2s_combine_reads_its_splits_one_after_another():
     """A decode call priced for FlashAttention-2 pays its combine kernel's cost per split (combine_split_s) times the
     splits its heuristic cuts, besides the combine kernel itself (split_s), and no combine where the heuristic does
     not split; the same parameters on a FlashAttention-3 device add nothing of it."""
-    from costmodel.hardware import KernelFacts
+    from costmodel.hardware.profile import KernelFacts
 
     eff = ClassEfficiency(fixed_s={"graph": 5e-6}, bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6, unit_sm_s=3e-6,
                           split_s=4e-6, split_kv="grouped", unsplit_sm_bandwidth=2e10, group_copy_s=6e-6,

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
-from costmodel.hardware import ClassEfficiency
-from costmodel.catalog import load_all, load_profile
-from costmodel.mechanisms import DEFAULT_KERNELS, causal_pairs, class_times, gemm_tiled_flops
+from costmodel.cli.commands import main
+from costmodel.hardware.profile import ClassEfficiency
+from costmodel.hardware.catalog import load_all, load_profile
+from costmodel.hardware.mechanisms import DEFAULT_KERNELS, causal_pairs, class_times, gemm_tiled_flops
 
 DECODE_BLOCK = DEFAULT_KERNELS.decode_block
-from costmodel.origin import attention_kind, resolve, reference_for, time_model
+from costmodel.price.origin import attention_kind, resolve, reference_for, time_model
 
 
 def test_causal_pairs_equal_a_brute_force_count():
@@ -40,7 +40,7 @@ def _brute_blocks(n, m, rows, keys, window=None):
 
 
 def test_rectangular_causal_blocks_equal_a_brute_force_count():
-    from costmodel.mechanisms import blocked_causal_pairs, windowed_pairs
+    from costmodel.hardware.mechanisms import blocked_causal_pairs, windowed_pairs
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -61,7 +61,7 @@ def test_flash_attention_2_prompt_tiles_are_its_split_kv_forwards():
     """vLLM's FlashAttention-2 call reads a paged cache, so every prompt runs run_mha_fwd_splitkv_dispatch: 64 query
     rows, 256 / 128 / 64 key positions at head dimension <= 64 / <= 128 / above; other kernels keep the profile's
     square block."""
-    from costmodel.hardware import prefill_tile
+    from costmodel.hardware.profile import prefill_tile
 
     a100, h100 = load_profile("a100"), load_profile("h100")
     assert prefill_tile(a100.kernels, 128) == (64, 128)
@@ -76,7 +76,7 @@ def test_a_synchronous_prompt_kernel_adds_its_loads_to_its_products_by_hand():
     """One 64-token prompt of one head (d 128) on 10 SMs: FlashAttention-2's one 64 x 128 tile does 64 x 128
     pairs of 4 x 128 FLOPs at one SM's tenth of a 1e15 peak; its bytes at 1e12 B/s follow, not beside, the
     products. A warp-specialized kernel's square 128 tile overlaps them."""
-    from costmodel.hardware import KernelFacts
+    from costmodel.hardware.profile import KernelFacts
 
     eff = ClassEfficiency()
     shape = {"b": 1, "h": 1, "g": 1, "n": 64, "m": 64, "k": 128}
@@ -154,8 +154,8 @@ def test_transfer_rule_for_a_gpu_without_data():
 
 
 def test_a_vector_kernel_carries_its_bandwidth_per_sm_cycle_not_its_fraction_of_the_datasheet():
-    from costmodel.mechanisms import VECTOR_CLASSES
-    from costmodel.origin import transfer, vector_bandwidth_scale
+    from costmodel.hardware.mechanisms import VECTOR_CLASSES
+    from costmodel.price.origin import transfer, vector_bandwidth_scale
 
     h100, b200, h200 = load_profile("h100_sxm"), load_profile("b200"), load_profile("h200_sxm")
     # by hand from the datasheets: 148 SMs at 1.965 GHz over 8 TB/s against 132 at 1.98 GHz over 3.35 TB/s
@@ -317,7 +317,7 @@ def test_noise_check_flags_a_busy_machine():
 
 
 def test_a_cpu_fit_uses_only_the_mechanisms_it_covers():
-    from costmodel.hardware import HardwareProfile
+    from costmodel.hardware.profile import HardwareProfile
 
     data = load_profile("epyc_9004_2vcpu").model_dump(mode="json")
     data["efficiency"] = {
@@ -338,7 +338,7 @@ def test_a_cpu_fit_uses_only_the_mechanisms_it_covers():
 
 def test_a_kernel_that_streams_then_computes_adds_its_compute_and_memory_time():
     from costmodel import Workload, predict
-    from costmodel.hardware import HardwareProfile
+    from costmodel.hardware.profile import HardwareProfile
 
     data = load_profile("epyc_9004_2vcpu").model_dump(mode="json")
     fused = {"fixed_s": {"eager": 2e-5}, "compute_efficiency": 0.5, "bandwidth_ceiling": 0.25}
@@ -416,8 +416,8 @@ def test_noise_check_flags_a_machine_whose_speed_moved_since_calibration():
 
 def test_every_nvidia_gpu_prices_every_class_from_a_fit():
     # no op of an NVIDIA GPU silently falls back to the datasheet roofline, under any timing convention
-    from costmodel.mechanisms import CLASSES, TIMINGS
-    from costmodel.origin import LOW_PRECISION_CLASSES
+    from costmodel.hardware.mechanisms import CLASSES, TIMINGS
+    from costmodel.price.origin import LOW_PRECISION_CLASSES
 
     for p in load_all():
         if p.vendor != "NVIDIA":
@@ -434,7 +434,7 @@ def test_every_nvidia_gpu_prices_every_class_from_a_fit():
 
 
 def test_torch_layernorm_rows_are_priced_with_their_own_class_and_reported_as_norms():
-    from costmodel.origin import resolve
+    from costmodel.price.origin import resolve
     from costmodel.validation.fit import predict_table
     from costmodel.validation.published import read_folder, shipped_folder
 

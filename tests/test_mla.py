@@ -10,16 +10,16 @@ import sympy
 from click.testing import CliRunner
 
 from costmodel import derive
-from costmodel import symbols as S
-from costmodel.cli import main
-from costmodel.mla import build_mla_program
+from costmodel.counts import symbols as S
+from costmodel.cli.commands import main
+from costmodel.counts.mla import build_mla_program
 
 torch = pytest.importorskip("torch")
 from tests.test_counts import _torch_flops  # noqa: E402 - FlopCounterMode's count of one einsum op
 
 #: tiny dims: b, n, m, d, h, k (nope), v, c (latent), p (rotary), l (query latent)
 DIMS = {"b": 2, "n": 3, "m": 5, "d": 12, "h": 3, "k": 4, "v": 5, "c": 6, "p": 2, "l": 7}
-#: the parts of a composite last axis, in storage order (costmodel.mla's index letters e, f, j)
+#: the parts of a composite last axis, in storage order (costmodel.counts.mla's index letters e, f, j)
 PARTS = {"e": "kp", "f": "cp", "j": "kv"}
 
 

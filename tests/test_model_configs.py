@@ -10,13 +10,13 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
-from costmodel.errors import CostModelError
-from costmodel.catalog import load_profile
-from costmodel.model_memory import active_params, kv_cache_elements, param_count, param_groups, weight_width
-from costmodel.model_ops import device_slice, experts_touched, step_ops
-from costmodel.model_step import predict_model
-from costmodel.presets import load_model
+from costmodel.cli.commands import main
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.catalog import load_profile
+from costmodel.model.memory import active_params, kv_cache_elements, param_count, param_groups, weight_width
+from costmodel.model.ops import device_slice, experts_touched, step_ops
+from costmodel.model.step import predict_model
+from costmodel.model.presets import load_model
 
 # --- parameter counts: transformers' configuration classes, models instantiated on the meta device -----
 
@@ -270,7 +270,7 @@ def test_gpt_oss_checkpoint_stores_only_its_routed_experts_in_mxfp4():
 
 
 def test_an_mxfp4_config_quantizes_the_experts_and_a_dense_model_may_not_say_so(tmp_path):
-    from costmodel.presets import ModelPreset
+    from costmodel.model.presets import ModelPreset
 
     # gpt-oss-120b's config.json (the keys the reader takes): read, it holds and prices what the preset does
     cfg = {"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
@@ -310,7 +310,7 @@ def test_kv_heads_and_mla_what_ifs():
 
 
 def test_parallel_block_pays_one_all_reduce_per_layer():
-    from costmodel.model_step import all_reduce_s
+    from costmodel.model.step import all_reduce_s
 
     hw = load_profile("tpu_v4")
     palm = load_model("palm_540b")

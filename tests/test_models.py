@@ -7,12 +7,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
-from costmodel.errors import CostModelError
-from costmodel.catalog import load_profile
-from costmodel.model_memory import param_count
-from costmodel.model_step import all_reduce_s, predict_model
-from costmodel.presets import load_model, preset_ids
+from costmodel.cli.commands import main
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.catalog import load_profile
+from costmodel.model.memory import param_count
+from costmodel.model.step import all_reduce_s, predict_model
+from costmodel.model.presets import load_model, preset_ids
 
 REQUIRED = ["wmt_transformer_mha", "wmt_transformer_mqa", "t5_xxl", "t5_xxl_mqa", "t5_xxl_gqa8", "llama_2_7b",
             "llama_2_70b", "llama_3_8b", "llama_3_70b", "mistral_7b", "falcon_7b", "starcoder", "palm_540b"]
@@ -184,8 +184,8 @@ def _dense_full_attention(pid: str) -> bool:
 def test_model_memory_is_the_programs_resident_elements(pid):
     """Weights and KV cache of every preset: the model path reads them from the programs' resident tensors;
     here they are checked against the program evaluated symbolically and against a hand count."""
-    from costmodel import symbols as S
-    from costmodel.program import build_program
+    from costmodel.counts import symbols as S
+    from costmodel.counts.program import build_program
 
     m = load_model(pid)
     weights, cache = build_program("gqa", "incremental").resident_elements()

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.errors import CostModelError
-from costmodel.model_ops import _moe_ops, experts_touched
-from costmodel.price import Precision
-from costmodel.ops import Op, Tensor
+from costmodel.core.errors import CostModelError
+from costmodel.model.ops import moe_ops, experts_touched
+from costmodel.price.op import Precision
+from costmodel.counts.ops import Op, Tensor
 
 
 def _grouped(rows: int, groups: float, K: int, N: int) -> Op:
@@ -47,7 +47,7 @@ def test_the_moe_rows_are_the_ops_counts():
     """Mixtral's block in a decode step of 16 tokens: the rows of the step are the ops' counts, by hand."""
     m = costmodel.load_model("mixtral-8x7b")
     T, d, f, E, k = 16, m.d_model, m.moe.expert_d_ff, m.moe.experts, m.moe.experts_per_token
-    ops = {s.name: s.op for s in _moe_ops(m, T, 1, Precision.of(1))}  # one byte an element: bytes are elements
+    ops = {s.name: s.op for s in moe_ops(m, T, 1, Precision.of(1))}  # one byte an element: bytes are elements
     u = experts_touched(E, k, T)
     assert ops["experts_gate_up"].flops == 2 * T * k * d * 2 * f
     assert ops["experts_gate_up"].bytes == pytest.approx(T * k * d + u * d * 2 * f + T * k * 2 * f)
@@ -65,8 +65,8 @@ def test_expert_parallel_holds_whole_experts_and_conserves_the_work():
     """Expert parallel over the tp devices: each holds E/t whole experts instead of every expert's 1/t. In
     expectation the two hold the same expert weights and do the same expert FLOPs per device: T k / t routed rows
     through full-width experts, against T k rows through 1/t-width ones."""
-    from costmodel.model_memory import param_groups
-    from costmodel.model_ops import device_slice
+    from costmodel.model.memory import param_groups
+    from costmodel.model.ops import device_slice
 
     m = costmodel.load_model("qwen3-235b-a22b")
     tp, ep = device_slice(m, 4), device_slice(m, 4, ep=True)
@@ -74,7 +74,7 @@ def test_expert_parallel_holds_whole_experts_and_conserves_the_work():
     assert tp.moe.experts == 128 and tp.moe.expert_d_ff == 384
     assert param_groups(ep)["projections"] == param_groups(tp)["projections"]
     for tokens in (1, 64, 4096):
-        flops = lambda dev: sum(s.op.flops for s in _moe_ops(dev, tokens, 1, Precision.of(2))  # noqa: E731
+        flops = lambda dev: sum(s.op.flops for s in moe_ops(dev, tokens, 1, Precision.of(2))  # noqa: E731
                                 if s.name.startswith("experts_"))
         assert flops(ep) == pytest.approx(flops(tp), rel=1e-9)
     with pytest.raises(CostModelError, match="must divide the 8 experts"):
@@ -142,7 +142,7 @@ def test_routing_sets_the_rows_and_experts_of_the_busiest_device():
     expected count; a power law conserves the rows (each draw's rounding put back, as the collector does: even one
     token's 8 rows over 128 experts, each of whose loads rounds to zero) and never touches more than the device
     holds."""
-    from costmodel.model_ops import routed_load
+    from costmodel.model.ops import routed_load
 
     moe = costmodel.load_model("qwen3-235b-a22b").moe.model_copy(update={"experts": 32, "expert_ranks": 4})
     balanced, uniform = (moe.model_copy(update={"routing": r}) for r in ("balanced", "uniform"))
@@ -167,7 +167,7 @@ def test_skewed_rows_fill_whole_blocks_of_each_expert():
     of its own: the blocks of each tile height are at least the rows in one piece (ceil(rows / height)) and the
     touched experts (one block each at least), at most one per row, and fewer as the blocks grow. Balanced and
     uniform routing give none (their experts' rows are the mean per touched expert)."""
-    from costmodel.model_ops import ROW_TILES, routed_blocks, routed_load
+    from costmodel.model.ops import ROW_TILES, routed_blocks, routed_load
 
     moe = costmodel.load_model("qwen3-235b-a22b").moe.model_copy(update={"experts": 128, "expert_ranks": 1})
     assert routed_blocks(moe, 64) is None and routed_blocks(moe.model_copy(update={"routing": "balanced"}), 64) is None
@@ -185,8 +185,8 @@ def test_skewed_rows_fill_whole_blocks_of_each_expert():
 def test_a_grouped_products_blocks_by_hand():
     """Two experts of 1 and 127 rows in 64-row tiles: 1 + 2 = 3 blocks down M, where two products of the mean 64
     rows would fill 2; the library's candidates and a fixed dispatch count the same blocks."""
-    from costmodel.hardware import GemmDispatch, TileRule
-    from costmodel.mechanisms import dispatched_flops, gemm_candidates, m_tiles
+    from costmodel.hardware.profile import GemmDispatch, TileRule
+    from costmodel.hardware.mechanisms import dispatched_flops, gemm_candidates, m_tiles
 
     blocks = {64: 3.0, 128: 2.0}
     assert m_tiles(2, 64, 64) == 2 and m_tiles(2, 64, 64, blocks) == 3 and m_tiles(2, 64, 32, blocks) == 4
@@ -204,16 +204,16 @@ def test_an_arrays_entries_are_priced_alone(model, gpu, tp, weights):
     """A step's MoE block over an array of token counts prices each entry as it would alone, an entry that routes
     no rows (no tokens) included: the weight format of the expert GEMMs is the op's, not each entry's; MXFP4 experts
     on an H100 on either side of vLLM's W4A16 kernel switch (192 tokens at 4 of 128 experts) in one array."""
-    from costmodel.model_step import op_time, pricing
+    from costmodel.model.step import op_time, pricing
 
     m = costmodel.load_model(model)
     hw = costmodel.load_profile(gpu)
     pr = pricing(m, hw, tp=tp, weight_dtype=weights)
     dev = pr.slice(m)
     tokens = np.array([0, 64, 192, 193, 8192])
-    together = {s.name: np.asarray(op_time(s, pr).time) for s in _moe_ops(dev, tokens, 1, pr.precision)}
+    together = {s.name: np.asarray(op_time(s, pr).time) for s in moe_ops(dev, tokens, 1, pr.precision)}
     for i, n in enumerate(tokens[1:], 1):
-        alone = {s.name: op_time(s, pr).time for s in _moe_ops(dev, int(n), 1, pr.precision)}
+        alone = {s.name: op_time(s, pr).time for s in moe_ops(dev, int(n), 1, pr.precision)}
         for name, t in alone.items():
             assert together[name][i] == pytest.approx(t, rel=1e-12), (name, n)
 
@@ -222,21 +222,21 @@ def test_the_zero_rows_of_the_fused_kernel_by_hand():
     """Expert parallel over 8 in vLLM's fused kernel: of a step's T k routed rows, the device computes the T k / 8
     routed to its experts, and writes zeros for the others in the gate-up (2 c wide) and down (d wide) outputs;
     the activation and the combine walk all T k rows. Without expert parallel nothing changes."""
-    from costmodel.model_ops import device_slice
+    from costmodel.model.ops import device_slice
 
     m = costmodel.load_model("qwen3-235b-a22b")
     T, d, c, k = 64, m.d_model, m.moe.expert_d_ff, m.moe.experts_per_token
     dev = device_slice(m, 8, ep=True)
     one = Precision.of(1)  # one byte an element: bytes are elements
-    fused = {s.name: s.op for s in _moe_ops(dev, T, 1, one, spans_all=True)}
-    routed = {s.name: s.op for s in _moe_ops(dev, T, 1, one)}
+    fused = {s.name: s.op for s in moe_ops(dev, T, 1, one, spans_all=True)}
+    routed = {s.name: s.op for s in moe_ops(dev, T, 1, one)}
     assert fused["experts_zero_fill"].bytes == (T * k - T * k / 8) * (2 * c + d)
     assert fused["experts_zero_fill"].launches == 0 and "experts_zero_fill" not in routed
     assert fused["experts_act"].bytes == T * k * (2 * c + c) and routed["experts_act"].bytes == T * k / 8 * 3 * c
     assert fused["experts_gate_up"].flops == routed["experts_gate_up"].flops == 2 * (T * k / 8) * d * 2 * c
     tp = device_slice(m, 8)
-    assert [(s.name, s.op.bytes) for s in _moe_ops(tp, T, 1, one, spans_all=True)] == \
-        [(s.name, s.op.bytes) for s in _moe_ops(tp, T, 1, one)]
+    assert [(s.name, s.op.bytes) for s in moe_ops(tp, T, 1, one, spans_all=True)] == \
+        [(s.name, s.op.bytes) for s in moe_ops(tp, T, 1, one)]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -248,7 +248,7 @@ def test_the_zero_rows_of_the_fused_kernel_by_hand():
 def test_a_bad_routing_is_an_error_line(args, message):
     from click.testing import CliRunner
 
-    from costmodel.cli import main
+    from costmodel.cli.commands import main
 
     result = CliRunner().invoke(main, ["predict", "--gpu", "h100", *args])
     assert result.exit_code != 0 and result.exception is None or isinstance(result.exception, SystemExit)
@@ -280,8 +280,8 @@ def test_a_fixed_grouped_tile_by_hand():
     waves over the SMs, never split over K, at the class's own rate; a single product keeps the library's choice."""
     import numpy as np
 
-    from costmodel.mechanisms import class_times
-    from costmodel.origin import resolve
+    from costmodel.hardware.mechanisms import class_times
+    from costmodel.price.origin import resolve
 
     b200 = costmodel.load_profile("b200")
     kernels = b200.architecture.kernels
@@ -313,9 +313,9 @@ def test_the_default_fused_moe_tiles_follow_vllm_get_default_config():
     512, 128 above, BLOCK_SIZE_N 64 up to 64 tokens and 128 above; block-scaled FP8 16 x 128 up to 64 tokens, then
     64 x 128. The tokens reach a grouped product's shape from the layer (what the kernel is called on, all the tokens
     under vLLM's expert map)."""
-    from costmodel.hardware import GEMM_DISPATCHES
-    from costmodel.mechanisms import dispatched_tiles
-    from costmodel.model_ops import moe_dims
+    from costmodel.hardware.profile import GEMM_DISPATCHES
+    from costmodel.hardware.mechanisms import dispatched_tiles
+    from costmodel.model.ops import moe_dims
 
     def tile(name, tokens):
         tm, tn, *_ = dispatched_tiles(GEMM_DISPATCHES[name].rules, tokens, 4096, 4096)
@@ -335,7 +335,7 @@ def test_the_default_fused_moe_tiles_follow_vllm_get_default_config():
 def test_the_grouped_tile_is_stated_where_the_device_takes_it():
     """A model prediction says when its experts' products run the tile vLLM's configuration gives the call's tokens:
     where the device's kernel facts name a grouped dispatch for the experts' class, and only there."""
-    from costmodel.model_step import pricing, step_assumptions
+    from costmodel.model.step import pricing, step_assumptions
 
     m = costmodel.load_model("qwen3-235b-a22b")
 
@@ -354,15 +354,15 @@ def test_the_moe_fits_soft_l1_loss_by_hand_and_against_an_outlier():
     """The soft-L1 residuals square to 2 s^2 (sqrt(1 + (r/s)^2) - 1) (by hand at r = 0.3, s = 0.1: 2 * 0.01 *
     (sqrt(10) - 1) = 0.043246); and a level fitted to 8 rows at log-ratio 0 and 2 at log 1.5 (layers timed at 4.5x
     their neighbours) lands near the 8 under it, where least squares lands at their mean, 0.3."""
-    from costmodel.validation.fit import _lm
+    from costmodel.validation.fit import levenberg_marquardt
     from costmodel.validation.moe_layers import soft_l1
 
     assert float(soft_l1(0.3, 0.1)) ** 2 == pytest.approx(2 * 0.01 * (10 ** 0.5 - 1), rel=1e-12)
     assert float(soft_l1(-0.3, 0.1)) < 0
     assert float(soft_l1(1e-4, 0.1)) == pytest.approx(1e-4, rel=1e-6)
     rows = np.array([0.0] * 8 + [1.5] * 2)
-    plain, _ = _lm(lambda z: rows - z[0], [0.5])
-    robust, _ = _lm(lambda z: soft_l1(rows - z[0], 0.1), [0.5])
+    plain, _ = levenberg_marquardt(lambda z: rows - z[0], [0.5])
+    robust, _ = levenberg_marquardt(lambda z: soft_l1(rows - z[0], 0.1), [0.5])
     assert plain[0] == pytest.approx(0.3, abs=1e-6)
     assert abs(robust[0]) < 0.03
 
@@ -372,8 +372,8 @@ def test_the_w4a16_kernel_switch_follows_vllms_rule_by_hand():
     (should_moe_wna16_use_cuda), in its Triton kernel above: 128 experts, 4 per token, switch after 192 tokens. A
     small call is priced as the dense GEMM of its weights exactly (the H100's prefill of gpt-oss's MXFP4 experts
     against the same profile without its W4A16 fit); a large one in the fitted Triton class, slower."""
-    from costmodel.mechanisms import W4A16_MOE, w4a16_small_call
-    from costmodel.model_step import pricing, phase_time
+    from costmodel.hardware.mechanisms import W4A16_MOE, w4a16_small_call
+    from costmodel.model.step import pricing, phase_time
     from costmodel.validation.moe_layers import with_classes
 
     assert w4a16_small_call(192, 4, 128) and not w4a16_small_call(193, 4, 128)
@@ -395,7 +395,7 @@ def test_w4a16_layers_against_vllms_table(h100_layers):
     expert-parallel groups up to 8, calls above vLLM's kernel switch (more than 96 tokens): the profile's W4A16
     class within 10% median on balanced routing and within 15% on power-law routing, which its fit never saw; the
     dense bf16 GEMM class it replaces more than 60% too fast on the same rows."""
-    from costmodel.mechanisms import W4A16_MOE
+    from costmodel.hardware.mechanisms import W4A16_MOE
     from costmodel.validation.moe_layers import dense_class, with_class
 
     hw = costmodel.load_profile("h100")
@@ -425,7 +425,7 @@ def test_w4a16_class_on_vllms_mxfp4_layers_no_fit_saw():
     ratio = np.concatenate([(predict(t, hw) / t.measured_s)[t.tokens * 4 / t.shape[2] > 6] for t in tables])
     assert ratio.size >= 30
     assert np.median(np.abs(ratio - 1)) < 0.20
-    from costmodel.mechanisms import W4A16_MOE
+    from costmodel.hardware.mechanisms import W4A16_MOE
     from costmodel.validation.moe_layers import dense_class, with_class
 
     dense = with_class(hw, W4A16_MOE, dense_class(hw, W4A16_MOE))
@@ -437,7 +437,7 @@ def test_the_w4a16_pricing_is_stated_as_the_device_has_it():
     """A device with a W4A16 MoE fit (the H100, and the H200 carried from it) says its 4-bit experts' prompt-sized
     calls run in that class; one without (the A100) says they are dense GEMMs and that no such kernel was measured
     for it: the statement follows the parameters, not the device's name."""
-    from costmodel.model_step import pricing, step_assumptions
+    from costmodel.model.step import pricing, step_assumptions
 
     m = costmodel.load_model("openai/gpt-oss-120b")
 

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, strategies as st
 
-from costmodel.cli import main
-from costmodel.text import count, duration, si, si_range
+from costmodel.cli.commands import main
+from costmodel.render.text import count, duration, si, si_range
 
 EXPONENT = re.compile(r"\d[eE][+-]?\d")
 

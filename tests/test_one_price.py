@@ -1,4 +1,4 @@
-"""One path: every time is :func:`costmodel.price.price`. For each kernel class, the time ``price`` gives for a
+"""One path: every time is :func:`costmodel.price.op.price`. For each kernel class, the time ``price`` gives for a
 shape built here by hand equals the op row of ``predict``, the op row of a model step, the fit's prediction of a
 published-table row and the sweep, for the same shape."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.origin import time_model
-from costmodel.price import Conventions, KernelOp, price
-from costmodel.shapes import DecodeShape, GemmShape, PrefillShape
-from costmodel.sweeps import sweep_arrays
+from costmodel.price.origin import time_model
+from costmodel.price.op import Conventions, KernelOp, price
+from costmodel.hardware.shapes import DecodeShape, GemmShape, PrefillShape
+from costmodel.attention.sweeps import sweep_arrays
 from costmodel.validation.fit import predict_table
 from costmodel.validation.published import Table
 
@@ -120,8 +120,8 @@ def test_a_tensor_parallel_all_reduce_is_priced_by_the_same_path():
 def test_tensor_parallelism_is_a_transformation_of_the_program():
     """A TP-4 step is the one-device program of the sliced model with the all-reduces inserted: one row of 2 x 32
     all-reduces of b x d activations, priced like any op; a TP-1 step has none."""
-    from costmodel.model_ops import COLLECTIVES
-    from costmodel.model_step import phase_ops, pricing
+    from costmodel.model.ops import COLLECTIVES
+    from costmodel.model.step import phase_ops, pricing
 
     m = costmodel.load_model("llama-3-8b")
     rows = phase_ops(m, pricing(m, H100, tp=4), "decode", B, CTX, 1)

@@ -4,10 +4,10 @@ stage, each the whole model's step over its share of the batch), checked against
 import pytest
 
 import costmodel
-from costmodel.engines import engine
-from costmodel.errors import CostModelError
-from costmodel.model_step import phase_ops, pricing
-from costmodel.served import Setup, serve
+from costmodel.engine.config import engine
+from costmodel.core.errors import CostModelError
+from costmodel.model.step import phase_ops, pricing
+from costmodel.engine.served import Setup, serve
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 

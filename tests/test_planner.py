@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.disagg import Pool, serve_disaggregated
-from costmodel.planner import layouts, plan
-from costmodel.served import serve
+from costmodel.deploy.disagg import Pool, serve_disaggregated
+from costmodel.deploy.planner import layouts, plan
+from costmodel.engine.served import serve
 
 
 @pytest.fixture(scope="module")
@@ -128,9 +128,9 @@ def test_a_points_decode_step_is_its_engines_decode_iteration(run_cli):
     """An aggregated point's ``step_command`` prices one decode step of each replica's clients at the mean context:
     the same time (within the iteration table's interpolation) as the served engine's decode-only iteration of that
     batch and context, which the simulation interpolates from its grid."""
-    from costmodel.engines import engine
-    from costmodel.model_step import pricing
-    from costmodel.served import Setup
+    from costmodel.engine.config import engine
+    from costmodel.model.step import pricing
+    from costmodel.engine.served import Setup
 
     r = run_cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2", "--input-len", "1024",
                 "--output-len", "128", "--max-concurrency", "32", "--json")
@@ -176,7 +176,7 @@ def test_the_memory_limit_is_where_the_cache_cannot_hold_the_clients():
 def test_a_points_range_moves_it_along_its_ray():
     """A served point's p10-p90 range on the front, by hand: TTFT 1 s (0.5-2 s), TPOT 0.1 s (0.05-0.2 s), 11 output
     tokens: end-to-end 2 s (1-4 s), so both rates, which go as one over it in a closed loop, span 0.5x to 2x."""
-    from costmodel.plan_figure import draw_plan, rate_range
+    from costmodel.render.plan_figure import draw_plan, rate_range
 
     point = {"ttft_s": 1.0, "tpot_s": 0.1, "ttft_band": {"low_s": 0.5, "high_s": 2.0},
              "tpot_band": {"low_s": 0.05, "high_s": 0.2}}
@@ -206,10 +206,10 @@ def test_a_decoding_engines_step_is_its_decode_iteration(run_cli, model, point):
     other running as many sequences; a disaggregated decode worker with its share of the clients) is that engine's
     decode-only iteration: the same time as the served engine's table interpolates for that batch and context, the
     experts spread over the devices where the point's are."""
-    from costmodel.cli_plan import step_command
-    from costmodel.engines import engine
-    from costmodel.model_step import pricing
-    from costmodel.served import Setup
+    from costmodel.cli.plan import step_command
+    from costmodel.engine.config import engine
+    from costmodel.model.step import pricing
+    from costmodel.engine.served import Setup
 
     m, hw = costmodel.load_model(model), costmodel.load_profile("h100")
     cmd = step_command({**point, "device": hw.id}, m, model=model, input_len=1024, output_len=128, engine="vllm",

@@ -8,13 +8,13 @@ import matplotlib
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
-from costmodel.catalog import load_profile
-from costmodel.figures import memory_limits, roofline_points
-from costmodel.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep
-from costmodel.roofline import predict
-from costmodel.sweeps import check_sweep, sweep
-from costmodel.workload import Workload
+from costmodel.cli.commands import main
+from costmodel.hardware.catalog import load_profile
+from costmodel.attention.figures import memory_limits, roofline_points
+from costmodel.render.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep
+from costmodel.attention.roofline import predict
+from costmodel.attention.sweeps import check_sweep, sweep
+from costmodel.attention.workload import Workload
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -156,9 +156,9 @@ def test_sweep_figure_shades_each_variants_range_at_the_model_numbers():
 
 
 def test_throughput_latency_figure_draws_each_points_latency_range():
-    from costmodel.plots import draw_throughput_latency
-    from costmodel.presets import load_model
-    from costmodel.serving import model_sweep, request
+    from costmodel.render.plots import draw_throughput_latency
+    from costmodel.model.presets import load_model
+    from costmodel.model.requests import model_sweep, request
 
     m, hw = load_model("llama-3-8b"), load_profile("h100")
     records = model_sweep([m], [hw], "batch", [1, 8], input_len=512, output_len=32)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.catalog import load_all
+from costmodel.hardware.catalog import load_all
 from costmodel.validation.fit import errors, predict_table
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"
@@ -83,7 +83,7 @@ def test_every_fitted_value_at_a_bound_is_explained(pid):
 
 
 def test_the_bound_check_finds_a_pinned_value():
-    from costmodel.hardware import ClassEfficiency
+    from costmodel.hardware.profile import ClassEfficiency
 
     pinned = ClassEfficiency(bandwidth_exponent=1.0, fitted=("bandwidth_exponent",))
     assert _at_bound(pinned) == ["bandwidth_exponent"]

@@ -15,8 +15,8 @@ import yaml
 
 import costmodel
 from costmodel import CostModelError
-from costmodel.catalog import _parse, _validated
-from costmodel.files import load_yaml
+from costmodel.hardware.catalog import _parse, _validated
+from costmodel.core.files import load_yaml
 
 SHIPPED = "a100_80gb_sxm"
 BASE = json.loads(costmodel.load_profile(SHIPPED).model_dump_json(exclude_none=True))
@@ -136,9 +136,9 @@ def test_exponents_without_a_point_are_numbers():
 @pytest.mark.parametrize("edge", ["low", "high"])
 def test_figures_survive_the_edges_of_every_accepted_range(tmp_path, edge):
     """A profile at the ends of the accepted ranges still prices and draws its roofline."""
-    from costmodel.hardware import Bytes, ByteRate, FlopRate
-    from costmodel.figures import roofline_points
-    from costmodel.plots import draw_roofline, save
+    from costmodel.hardware.profile import Bytes, ByteRate, FlopRate
+    from costmodel.attention.figures import roofline_points
+    from costmodel.render.plots import draw_roofline, save
 
     def bound(kind, i):
         meta = kind.__metadata__[0].metadata

@@ -8,9 +8,9 @@ import pytest
 import sympy
 from click.testing import CliRunner
 
-from costmodel import symbols as S
-from costmodel.cli import main
-from costmodel.reproduce import Mechanisms, gqa2023, shazeer2019, steps
+from costmodel.counts import symbols as S
+from costmodel.cli.commands import main
+from costmodel.papers.reproduce import Mechanisms, gqa2023, shazeer2019, steps
 
 b, n, d, h, g = S.b, S.n, S.d, S.h, S.g
 
@@ -60,7 +60,7 @@ def test_mechanisms_can_be_switched_off():
 def test_tile_padding_by_hand():
     """A systolic array of 128 x 128 holds a tile of its stationary operand for at least 128 cycles: a product of
     M rows over a K x N operand costs max(M, 128) rows of ceil(K / 128) x ceil(N / 128) whole tiles."""
-    from costmodel.mechanisms import systolic_flops
+    from costmodel.hardware.mechanisms import systolic_flops
 
     tile = (128, 128)
     # 2048 per-head matrix-vector products (M = 1, K = N = 128) each take a whole 128-row pass
@@ -119,9 +119,9 @@ def test_gqa2023_bad_plot_suffix_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_gqa2023_runs_fused_attention_and_prints_the_papers_table():
-    from costmodel.catalog import load_profile
-    from costmodel.model_step import predict_model
-    from costmodel.presets import load_model
+    from costmodel.hardware.catalog import load_profile
+    from costmodel.model.step import predict_model
+    from costmodel.model.presets import load_model
 
     result = gqa2023(groups=(8,), sample_every=256)
     row = result["rows"][0]
@@ -143,7 +143,7 @@ def test_deepseek2024_kv_cache_and_throughput():
     (389,120). At the paper's 6 bits per element the reduction is its 93.3%. The throughput: V2 with the latent
     cache held per group (attention data parallel) serves more than with it replicated on every tensor-parallel
     rank, and both more than 67B."""
-    from costmodel.reproduce import deepseek2024
+    from costmodel.papers.reproduce import deepseek2024
 
     r = deepseek2024()
     kv = r["kv_bytes_per_token"]

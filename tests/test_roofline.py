@@ -10,11 +10,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costmodel.errors import CostModelError
-from costmodel.catalog import load_all, load_profile
-from costmodel.roofline import predict
-from costmodel.sweeps import sweep_arrays as sweep
-from costmodel.workload import Workload
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.catalog import load_all, load_profile
+from costmodel.attention.roofline import predict
+from costmodel.attention.sweeps import sweep_arrays as sweep
+from costmodel.attention.workload import Workload
 
 GPUS = [p for p in load_all() if p.kind == "gpu"]
 ROUND = {  # a device with round numbers, so the arithmetic below is easy to follow

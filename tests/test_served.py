@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.engines import engine, kv_capacity_tokens
-from costmodel.errors import CostModelError
-from costmodel.iteration import exact_time
-from costmodel.model_step import pricing
-from costmodel.served import Setup, serve
-from costmodel.simulate import simulate
+from costmodel.engine.config import engine, kv_capacity_tokens
+from costmodel.core.errors import CostModelError
+from costmodel.engine.iteration import exact_time
+from costmodel.model.step import pricing
+from costmodel.engine.served import Setup, serve
+from costmodel.engine.simulate import simulate
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -117,7 +117,7 @@ def test_closed_form_agrees_with_simulation(h100, engine_name, model, tp, c, isl
     """Steady-state means (the requests after the first wave and before the last; lengths spread so requests
     do not move in lock-step; every client fits the cache and the sequence limit): the closed form within
     :data:`AGREEMENT` of the simulation's TTFT and TPOT."""
-    from costmodel.served import lengths
+    from costmodel.engine.served import lengths
 
     m = costmodel.load_model(model)
     over = {"iteration_s": 0.002, "request_s": 0.0}
@@ -159,8 +159,8 @@ def test_the_hosts_time_by_hand(llama, h100, engine_name):
                                                 ("qwen3-32b", 8, 128, 2048, 256)])
 def test_closed_form_agrees_with_simulation_where_the_host_binds(h100, model, tp, c, isl, osl):
     """As :func:`test_closed_form_agrees_with_simulation`, with TensorRT-LLM's host time (about its fitted size,
-    :data:`costmodel.served.OVERHEADS`) binding at large batches on many GPUs."""
-    from costmodel.served import lengths
+    :data:`costmodel.engine.served.OVERHEADS`) binding at large batches on many GPUs."""
+    from costmodel.engine.served import lengths
 
     m = costmodel.load_model(model)
     over = {"iteration_s": 0.002, "request_s": 0.0, "layer_s": 80e-6, "layer_seq_s": 1.5e-6}
@@ -203,7 +203,7 @@ def test_presets_match_published_parameters():
                  "Qwen/Qwen3-235B-A22B-FP8", "MiniMaxAI/MiniMax-M2.5", "openai/gpt-oss-120b",
                  "deepseek-ai/DeepSeek-R1"):
         m = costmodel.load_model(name)
-        from costmodel.model_memory import param_count
+        from costmodel.model.memory import param_count
 
         assert param_count(m) == pytest.approx(m.published_params, rel=0.01), name
 
@@ -255,7 +255,7 @@ def test_arrivals_beyond_what_the_engine_completes_overload_it(llama, h100, eval
 def test_arrivals_are_sent_as_vllms_bench_serve_sends_them(burstiness):
     """Gaps of a gamma distribution of shape k have a coefficient of variation 1/sqrt(k) (1: Poisson; inf: none);
     the times are scaled so the last request goes at n / rate, so the rate is the asked one whatever the draw."""
-    from costmodel.simulate import arrival_times
+    from costmodel.engine.simulate import arrival_times
 
     n, rate = 20000, 7.0
     t = arrival_times(n, rate, burstiness, seed=3)
@@ -447,7 +447,7 @@ def test_validate_serving_bad_file(tmp_path, run_cli):
 def test_capacity_is_the_edge_of_the_targets(llama, h100):
     """At the reported concurrency every target holds and the engine holds every client; one more client
     breaks what ``binds`` names (checked by pricing both points directly)."""
-    from costmodel.served_capacity import largest_concurrency
+    from costmodel.deploy.capacity import largest_concurrency
 
     for kw in ({"tpot_s": 0.02}, {"ttft_s": 0.1}, {"tpot_s": 0.05}):
         pt = largest_concurrency(llama, h100, input_len=2048, output_len=512, **kw)
@@ -466,7 +466,7 @@ def test_the_highest_rate_is_the_edge_of_the_targets(llama, h100, statistic):
     """At the reported arrival rate every target holds and the engine keeps up; 2% of its most higher (twice the
     search's precision), what ``binds`` names fails: a target, or saturation (the arrivals reach the most it
     completes). Checked by pricing both rates directly, with the evaluator the search used."""
-    from costmodel.served_capacity import RATE_PRECISION, highest_rate
+    from costmodel.deploy.capacity import RATE_PRECISION, highest_rate
 
     evaluator = "steady-state" if statistic == "mean" else "simulation"
     get = (lambda s: s.mean) if statistic == "mean" else (lambda s: s.p90)
@@ -504,8 +504,8 @@ def test_capacity_by_request_rate_on_the_command_line(run_cli):
 
 
 def test_static_batching_keeps_its_answer(run_cli):
-    """`--batching static` is the largest static batch, as costmodel.serving.capacity computes it."""
-    from costmodel.serving import capacity
+    """`--batching static` is the largest static batch, as costmodel.model.requests.capacity computes it."""
+    from costmodel.model.requests import capacity
 
     r = run_cli("capacity", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "64",
                 "--tpot-ms", "30", "--batching", "static", "--no-variants", "--json")
@@ -528,7 +528,7 @@ def test_lengths_file(tmp_path, run_cli):
     assert p["num_requests"] == 4 and p["input_len"] == 200 and p["output_len"] == 35
     # Little's law on one client, in the engine: requests/s x mean end-to-end there = 1 (the front end's latency,
     # added to each request's times, does not hold the engine)
-    from costmodel.served import OVERHEADS
+    from costmodel.engine.served import OVERHEADS
 
     front = OVERHEADS["vllm"]["request_s"]
     assert p["requests_per_s"] * (p["e2e_s"] - front) == pytest.approx(1.0, rel=1e-9)
@@ -573,7 +573,7 @@ def test_prefix_caching_is_the_engines_and_settable(run_cli):
 def test_the_iteration_grid_is_the_step_it_interpolates(llama, h100):
     """Off the grid points, a pure decode iteration and a lone whole prompt interpolated from the table are within
     2% of the same iteration priced directly by the model step's ops."""
-    from costmodel.served import iteration_table
+    from costmodel.engine.served import iteration_table
 
     pr = pricing(llama, h100)
     table = iteration_table(llama, pr, 8192, 512, 8192)
@@ -590,7 +590,7 @@ def test_the_iteration_grid_is_the_step_it_interpolates(llama, h100):
 def test_the_iteration_grid_priced_at_once_is_each_point_priced_alone(h100, model, tp, ep):
     """The table evaluates the step's compiled programs on arrays of sizes; at every grid point that is the
     model step priced at that one size (dense, expert parallel, latent attention, sliding windows)."""
-    from costmodel.iteration import IterationTable, _parts
+    from costmodel.engine.iteration import IterationTable, _parts
 
     m = costmodel.load_model(model)
     pr = pricing(m, h100, tp=tp, expert_parallel=ep)
@@ -613,7 +613,7 @@ def test_mxfp4_weights_as_hopper_runs_them():
     """An MXFP4 checkpoint on an H100 (no FP4 math): 4-bit weights and one 8-bit scale per 32 (4.25 bits), read
     and multiplied in bf16; the served rows of gpt-oss-120b are predicted on an H100 and on a GPU with FP4 math.
     FP4 rows of other models are NVFP4."""
-    from costmodel.model_memory import weight_width
+    from costmodel.model.memory import weight_width
     from costmodel.validation.serving import parse
 
     assert weight_width("mxfp4", 32) == (4 + 8 / 32) / 8
@@ -631,7 +631,7 @@ def test_mxfp4_experts_on_a_gpu_with_fp4_math_take_the_engines_activations(run_c
     """On a B200 an engine feeding MXFP4 experts MXFP8 activations (SGLang's and TensorRT-LLM's default) runs the
     experts' GEMMs at the fp8 peak and every other GEMM in bf16; vLLM's default (bf16 activations) and an H100 (no
     FP4 math, whatever is asked) run them all in bf16. The bytes read are the same 4.25-bit weights either way."""
-    from costmodel.model_step import phase_ops
+    from costmodel.model.step import phase_ops
 
     m, b200, h100 = costmodel.load_model("gpt-oss-120b"), costmodel.load_profile("b200"), costmodel.load_profile("h100")
     assert [engine(e, capacity_bytes=b200.engine_memory).mxfp4_activations for e in ("vllm", "sglang", "trtllm")] \
@@ -657,8 +657,8 @@ def test_nvfp4_weights_at_the_fp4_peak_where_a_gpu_has_one():
     """NVFP4: 4-bit weights and an FP8 scale per 16 (4.5 bits, by hand). On a B200 (fp4 math) a projection runs at
     the fp4 peak in the NVFP4 GEMM class fitted on the B200's table; on an H100 (none) the same weights are read at
     4.5 bits and multiplied in bf16. The parameters do not depend on the precision."""
-    from costmodel.model_memory import param_count, weight_bytes, weight_width
-    from costmodel.model_step import op_time, phase_ops
+    from costmodel.model.memory import param_count, weight_bytes, weight_width
+    from costmodel.model.step import op_time, phase_ops
 
     assert weight_width("nvfp4", 16) == (4 + 8 / 16) / 8 == 0.5625
     m = costmodel.load_model("llama-3.1-8b")
@@ -714,9 +714,9 @@ def test_aiconfigurators_trtllm_engines_keep_their_templates_kv_share():
     own server and every vLLM row keep their engine's default (None). TensorRT-LLM's cache is that fraction of what the
     weights and activations leave, so at 0.80 it is 8/9 of the 0.9 default's, by hand; the command carries it and
     reproduces the prediction's setting."""
-    from costmodel.engines import engine
-    from costmodel.model_step import pricing
-    from costmodel.served import Setup
+    from costmodel.engine.config import engine
+    from costmodel.model.step import pricing
+    from costmodel.engine.served import Setup
     from costmodel.validation.serving import DYNAMO_TRTLLM_KV_FRACTION, parse
 
     trt = _row(backend="trtllm", batch_size="8.0", isl="1024", silicon_data_source="silicon_concurrency=8")
@@ -795,7 +795,7 @@ def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):
 
 def test_capacity_where_the_weights_leave_no_cache():
     """Llama 3 70B in bf16 on one 24 GB L4: no client fits, and the cache is what binds."""
-    from costmodel.served_capacity import load_capacity
+    from costmodel.deploy.capacity import load_capacity
 
     report = load_capacity(costmodel.load_model("llama-3-70b"), [costmodel.load_profile("l4")], input_len=512,
                            output_len=64, tpot_s=0.1, variants=False)
@@ -908,7 +908,7 @@ def test_a_clients_connections_by_hand():
     """Three clients and two connections: requests 0 and 1 start at once, request 2 (sent at 0 too) waits for the
     first finish; each later request is sent when its client's last one finishes, the (n - 3)-th finish, and the
     engine gets it at the (n - 2)-th."""
-    from costmodel.simulate import SimResult, client_queue
+    from costmodel.engine.simulate import SimResult, client_queue
 
     # the engine's closed loop of two: starts at 0, 0, then at each finish
     finish = np.array([4.0, 5.0, 9.0, 11.0, 14.0])
@@ -962,7 +962,7 @@ def test_range_lengths_are_drawn_as_benchmark_serving_draws_them():
     """``range`` draws uniform integers from int(len x (1 - spread)) to len, both ends included (vLLM's
     benchmark_serving.py ``sample_uniform`` with --random-range-ratio 0.8 for spread 0.2): 1024 gives 819..1024, each
     value about equally often, mean (819 + 1024) / 2."""
-    from costmodel.served import lengths
+    from costmodel.engine.served import lengths
 
     x = lengths("range", 1024, 200_000, spread=0.2, seed=3)
     assert x.min() == 819 and x.max() == 1024  # int(1024 * 0.8) = int(819.2)
@@ -978,7 +978,7 @@ def test_the_engine_front_end_moves_ttft_by_its_latency_alone(llama, h100):
     own server (``frontend="engine"``) differs from it behind Dynamo's by exactly the two latencies' difference, with
     the same TPOT and throughput; an engine whose own server is not measured apart takes Dynamo's value, and says
     so; an unknown front end is refused by name."""
-    from costmodel.served import ENGINE_FRONT_END_S, OVERHEADS
+    from costmodel.engine.served import ENGINE_FRONT_END_S, OVERHEADS
 
     kw = dict(input_len=512, output_len=32, concurrency=4, num_requests=16)
     dyn, own = (serve(llama, h100, engine_name="vllm", frontend=f, **kw) for f in ("dynamo", "engine"))

@@ -10,12 +10,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
-from costmodel.errors import CostModelError
-from costmodel.catalog import load_profile
-from costmodel.model_step import predict_model
-from costmodel.presets import load_model
-from costmodel.serving import largest_batch, model_sweep, request
+from costmodel.cli.commands import main
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.catalog import load_profile
+from costmodel.model.step import predict_model
+from costmodel.model.presets import load_model
+from costmodel.model.requests import largest_batch, model_sweep, request
 
 
 def _run(*args):
@@ -144,7 +144,7 @@ def test_model_sweep_cli_csv_and_plot(tmp_path):
 
 
 def test_throughput_latency_figure_has_a_curve_per_layout_and_the_memory_limit():
-    from costmodel.plots import draw_throughput_latency
+    from costmodel.render.plots import draw_throughput_latency
 
     layouts = [load_model("llama_3_8b"), load_model("llama_3_8b").with_variant("mha")]
     records = model_sweep(layouts, [load_profile("h100")], "batch", [1, 4, 16, 64, 256], context=4096)

@@ -12,13 +12,15 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli import main
+from costmodel.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 #: module name -> its source file, with validation/ as costmodel.validation (as it installs)
-MODULES = {f"costmodel.{p.stem}": p for p in (ROOT / "costmodel").glob("*.py") if p.stem != "__init__"}
+MODULES = {"costmodel." + ".".join(p.relative_to(ROOT / "costmodel").with_suffix("").parts).removesuffix(".__init__"): p
+           for p in (ROOT / "costmodel").rglob("*.py") if "__pycache__" not in p.parts}
 MODULES |= {f"costmodel.validation.{p.stem}": p for p in (ROOT / "validation").glob("*.py") if p.stem != "__init__"}
 MODULES |= {"costmodel": ROOT / "costmodel" / "__init__.py", "costmodel.validation": ROOT / "validation" / "__init__.py"}
+MODULES.pop("costmodel.__init__", None)
 
 
 def top_level_imports(path: Path) -> set[str]:
@@ -46,7 +48,7 @@ def every_import(path: Path) -> set[str]:
 
 
 def test_the_module_table_covers_the_package():
-    assert {"costmodel.cli", "costmodel.vocab", "costmodel.program", "costmodel.validation.kernels"} <= set(MODULES)
+    assert {"costmodel.cli.commands", "costmodel.core.vocab", "costmodel.counts.program", "costmodel.validation.kernels"} <= set(MODULES)
 
 
 def test_no_import_cycle(imports=every_import):
@@ -69,17 +71,94 @@ def test_no_import_cycle(imports=every_import):
         visit(name, [])
 
 
-#: Renderers format typed reports; the modules that compute them are producers, which a renderer never imports.
-RENDERERS = ("costmodel.text", "costmodel.text_models", "costmodel.plots")
-PRODUCERS = ("costmodel.counts", "costmodel.asymptotic", "costmodel.compiled", "costmodel.mechanisms",
-             "costmodel.roofline", "costmodel.sweeps", "costmodel.model_step", "costmodel.serving",
-             "costmodel.reproduce", "costmodel.figures", "costmodel.price", "costmodel.model_step",
-             "costmodel.model_ops", "costmodel.model_memory", "costmodel.origin")
+#: The floors, bottom up, and what each may import besides itself. The direction of imports is the direction of the
+#: data: counts and devices feed a price, a price feeds attention and models, a model's step feeds an engine's
+#: iterations, engines feed deployments. Renderers take reports and the core only, so every floor may print through
+#: them; nothing imports the command line.
+FLOORS = {
+    "core": set(),
+    "render": {"core"},
+    "counts": {"core", "render"},
+    "hardware": {"core", "render"},
+    "price": {"core", "render", "hardware"},
+    "attention": {"core", "render", "hardware", "price", "counts"},
+    "model": {"core", "render", "hardware", "price", "counts", "attention"},
+    "engine": {"core", "render", "hardware", "price", "counts", "attention", "model"},
+    "deploy": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine"},
+    "papers": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine", "deploy"},
+    "web": {"core", "render", "hardware", "model"},
+    "validation": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine", "deploy"},
+    "cli": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine", "deploy", "papers", "web",
+            "validation"},
+}
 
 
-def test_renderers_import_no_producer():
-    for name in RENDERERS:
-        assert every_import(MODULES[name]) & set(PRODUCERS) == set(), name
+def _floor(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "costmodel" else None
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """Every costmodel module ``path`` imports, functions included, leaving out ``if TYPE_CHECKING:`` blocks (names
+    for annotations, not dependencies); ``from costmodel.x import y`` counts ``costmodel.x.y`` where that is a
+    module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
+               for child in node.body for n in ast.walk(child)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES}
+    return {m for m in out if m.startswith("costmodel.")}
+
+
+def floor_violations(modules: dict[str, Path]) -> list[str]:
+    """Each import that breaks :data:`FLOORS`, as ``importer -> imported``."""
+    bad = []
+    for name, path in sorted(modules.items()):
+        here = _floor(name)
+        if here is None:
+            continue
+        for target in sorted(runtime_imports(path)):
+            there = _floor(target)
+            if there is not None and there != here and there not in FLOORS[here]:
+                bad.append(f"{name} -> {target}")
+    return bad
+
+
+def test_every_module_stands_on_a_floor():
+    floors = {_floor(name) for name in MODULES} - {None}
+    assert floors == set(FLOORS)
+
+
+def test_imports_follow_the_floors():
+    assert floor_violations(MODULES) == []
+
+
+def test_an_upward_import_is_found(tmp_path, monkeypatch):
+    """The floor check can fail: a price module that imports the engine is reported, and one that imports it only
+    for an annotation is not."""
+    upward, annotated = tmp_path / "up.py", tmp_path / "typed.py"
+    upward.write_text("def f():\n    from costmodel.engine.served import serve\n")
+    annotated.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from costmodel.engine.served import X\n")
+    monkeypatch.setitem(MODULES, "costmodel.price.up", upward)
+    monkeypatch.setitem(MODULES, "costmodel.price.typed", annotated)
+    assert floor_violations(MODULES) == ["costmodel.price.up -> costmodel.engine.served"]
+
+
+def test_no_module_imports_another_modules_private_name():
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("costmodel"):
+                bad += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
 
 
 def test_a_planted_cycle_is_found(tmp_path, monkeypatch):
@@ -102,7 +181,7 @@ def test_torch_is_imported_only_under_validation():
 def test_no_module_below_the_cli_knows_its_flags():
     """Only the command-line modules spell options as --flags in their code (help texts and errors)."""
     for name, path in MODULES.items():
-        if name.startswith("costmodel.cli") or name.startswith("costmodel.validation"):
+        if name.startswith("costmodel.cli.") or name.startswith("costmodel.validation"):
             continue
         strings = [n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                    if isinstance(n, ast.Constant) and isinstance(n.value, str)]
@@ -116,7 +195,7 @@ def test_no_module_below_the_cli_knows_its_flags():
     (["predict", "--gpu", "a100"], ("torch", "matplotlib")),
 ])
 def test_commands_load_only_what_they_need(args, absent):
-    code = ("import sys; from costmodel.cli import main\n"
+    code = ("import sys; from costmodel.cli.commands import main\n"
             f"try:\n    main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass\n"
             f"print(sorted(m for m in {absent!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -261,7 +340,7 @@ def test_the_device_reaches_every_report_in_one_shape():
     """Attention predictions, sweeps, whole models and requests all state their device as a DeviceSummary; a
     datasheet-only device (TPU v5e) has no efficiency, and the tables say 'datasheet roofline'."""
     import costmodel
-    from costmodel.reports import DeviceSummary
+    from costmodel.core.reports import DeviceSummary
 
     tpu, llama = costmodel.load_profile("tpu-v5e"), costmodel.load_model("llama-2-7b")
     w = costmodel.Workload.create("gqa", batch=2, context=64)

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from costmodel.cli import main  # noqa: E402
-from costmodel.catalog import load_profile
-from costmodel.workload import Workload  # noqa: E402
+from costmodel.cli.commands import main  # noqa: E402
+from costmodel.hardware.catalog import load_profile
+from costmodel.attention.workload import Workload  # noqa: E402
 from costmodel.validation import run as validation_run  # noqa: E402
 from costmodel.validation.calibrate import CPU_FREE  # noqa: E402
 from costmodel.validation.kernels import _CopyCounter, build_kernels, counted_flops  # noqa: E402
@@ -84,10 +84,10 @@ def test_a_gpu_calibration_prices_each_class_at_its_measured_kernel():
     overhead + max(FLOPs at the measured rate, bytes at the measured bandwidth)."""
     import statistics
 
-    from costmodel.compiled import compile_program
-    from costmodel.hardware import HardwareProfile
-    from costmodel.mechanisms import efficiency_class
-    from costmodel.price import Conventions, Precision, price, program_ops
+    from costmodel.counts.compiled import compile_program
+    from costmodel.hardware.profile import HardwareProfile
+    from costmodel.hardware.mechanisms import efficiency_class
+    from costmodel.price.op import Conventions, Precision, price, program_ops
     from costmodel.validation.class_kernels import MEASURED_CLASSES, measure_op_classes, measured_efficiency
 
     peak, read = 50e9, 10e9  # deliberately not this machine's: the fractions are of the stated ceilings
@@ -376,7 +376,7 @@ def test_cuda_without_a_gpu():
 
 def test_no_torch_says_how_to_install():
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from costmodel.cli import main\n"
+            "from costmodel.cli.commands import main\n"
             "main(['validate', '--device', 'cpu', '--quick'], prog_name='costmodel')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1

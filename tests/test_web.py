@@ -14,8 +14,8 @@ from click.testing import CliRunner
 starlette = pytest.importorskip("starlette", reason="the web extra (python -m pip install -e '.[web]')")
 from starlette.testclient import TestClient  # noqa: E402
 
-from costmodel.cli import main  # noqa: E402
-from costmodel.web import app  # noqa: E402
+from costmodel.cli.commands import main  # noqa: E402
+from costmodel.web.app import app  # noqa: E402
 
 #: Where the test client addresses the app (the server answers only the address it listens on).
 BASE = "http://127.0.0.1:8000"
@@ -116,7 +116,7 @@ def test_the_page_holds_every_device_and_keeps_its_state_in_the_url(client):
 
 
 def test_the_server_listens_on_this_machine_only_by_default():
-    from costmodel.cli import serve
+    from costmodel.cli.commands import serve
 
     host = next(p for p in serve.params if p.name == "host")
     assert host.default == "127.0.0.1"
@@ -228,7 +228,7 @@ def test_a_browser_changes_the_device_and_shows_the_clis_numbers(browser, tmp_pa
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    from costmodel.catalog import load_profile
+    from costmodel.hardware.catalog import load_profile
 
     driver, base = browser
     driver.get(f"{base}/?command=predict&gpu=h100&model=llama-3-8b")
@@ -314,7 +314,7 @@ def test_clicking_a_plans_point_opens_its_own_prediction(browser):
     row = next(x for x in printed.splitlines() if f" c={clients} " in x)  # the table's row
     assert row in _shown(driver, "tok/s/device")
     # the plan listed this point's TPOT (to 4 figures) beside the command now opened
-    from costmodel.text import duration
+    from costmodel.render.text import duration
 
     tpot = json.loads(run(main, [*args, "--json"])[1])["tpot_s"]
     command = "costmodel " + " ".join(args)

@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("starlette", reason="the web extra")
 from starlette.testclient import TestClient  # noqa: E402
 
-from costmodel.cli import main  # noqa: E402
-from costmodel.web import app, host_names, refusal  # noqa: E402
-from costmodel.web_jobs import Limits  # noqa: E402
+from costmodel.cli.commands import main  # noqa: E402
+from costmodel.web.app import app, host_names, refusal  # noqa: E402
+from costmodel.web.jobs import Limits  # noqa: E402
 
 BASE = "http://127.0.0.1:8000"
 SECRET = "SECRET_LINE_HERE=xyz"

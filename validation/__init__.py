@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 
-from costmodel.errors import CostModelError
-from costmodel.files import wrote
+from costmodel.core.errors import CostModelError
+from costmodel.core.files import wrote
 
 #: The datasheet profile a CPU run is compared with (a GPU's comes from its device name).
 DEFAULT_CPU_PROFILE = "epyc_9004_2vcpu"
@@ -42,7 +42,7 @@ def device_for(command: str, device: str) -> str:
 def calibrate_command(device: str, out: str, quick: bool, threads: int | None = None) -> str:
     """Measure ``device``, write the profile to ``out``; returns the lines to print."""
     device = device_for("calibrate", device)
-    from costmodel.files import check_folder
+    from costmodel.core.files import check_folder
 
     check_folder(out)
     from costmodel.validation.calibrate import calibrate
@@ -64,7 +64,7 @@ def calibrate_command(device: str, out: str, quick: bool, threads: int | None = 
 def datasheet_profile(device: str, gpu: str | None):
     """The datasheet profile to compare with: ``gpu`` if given, else the one whose ``device_names``
     list this GPU's name (an error, never a neighbour, when none does), or the CPU default."""
-    from costmodel.catalog import load_profile, profile_for_device
+    from costmodel.hardware.catalog import load_profile, profile_for_device
 
     if gpu is not None:
         return load_profile(gpu)
@@ -89,15 +89,15 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         raise CostModelError("--save-profile writes the profile an eager run calibrates; --timing graph calibrates "
                              "none (drop --save-profile, or time eager)")
     device = device_for("validate", device)
-    from costmodel.files import check_folder, write_text
-    from costmodel.hardware import HardwareProfile
-    from costmodel.catalog import load_profile
+    from costmodel.core.files import check_folder, write_text
+    from costmodel.hardware.profile import HardwareProfile
+    from costmodel.hardware.catalog import load_profile
 
     for path in (json_path, save_path):
         if path is not None:
             check_folder(path)
     if plot_path is not None:
-        from costmodel.plots import check_output
+        from costmodel.render.plots import check_output
 
         check_output(plot_path)  # suffix and folder
     profiles = {"datasheet": datasheet_profile(device, gpu)}
@@ -113,7 +113,7 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         curves = CurveRun(device, quick) if device == "cpu" else None
         calibration = (HardwareProfile.model_validate(measured[0]), curves,
                        lambda: finish(device, quick, *measured, curves=curves))
-    from costmodel.text import validation_summary
+    from costmodel.render.text import validation_summary
     from costmodel.validation.run import validate
 
     report = validate(device, profiles, quick, progress, threads, calibration, timing)
@@ -133,7 +133,7 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         write_profile(save_path, report["calibrated_profile"])
         yield from wrote(save_path)
     if plot_path is not None:
-        from costmodel.plots import draw_predicted_vs_measured, save
+        from costmodel.render.plots import draw_predicted_vs_measured, save
 
         name = "calibrated" if "calibrated" in report["summary"] else "datasheet"
         rows = [{"measured_s": r["measured"]["median_s"], "predicted_s": r[f"predicted_{name}_s"],
@@ -148,12 +148,12 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
 def check_outputs(json_path: str | None, plot_path: str | None) -> None:
     """Refuse a report's outputs before any work: a folder that cannot be written, a figure format matplotlib
     lacks, or both to standard output."""
-    from costmodel.files import check_folder
+    from costmodel.core.files import check_folder
 
     if json_path is not None:
         check_folder(json_path)
     if plot_path is not None:
-        from costmodel.plots import check_output
+        from costmodel.render.plots import check_output
 
         check_output(plot_path)
     if json_path == "-" and plot_path == "-":
@@ -164,7 +164,7 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
                       fmt: str = "table") -> Iterator[str]:
     """Compare predictions with published GPU timings (``folder``, or the subset shipped in the package);
     the summary as a table, or (``fmt``) as CSV or markdown rows."""
-    from costmodel.files import write_text
+    from costmodel.core.files import write_text
     from costmodel.validation.published import read_folder, shipped_folder
     from costmodel.validation.published_report import summary_table, validate_published
 
@@ -176,7 +176,7 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
     if fmt == "none":
         pass
     elif fmt in ("csv", "markdown"):
-        from costmodel.text import records_csv, records_markdown
+        from costmodel.render.text import records_csv, records_markdown
 
         yield (records_csv if fmt == "csv" else records_markdown)(report["summary"]).rstrip("\n")
     else:
@@ -190,7 +190,7 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
         write_text(json_path, json.dumps({"rows": report["rows"], "summary": report["summary"]}, indent=None))
         yield from wrote(json_path)
     if plot_path is not None:
-        from costmodel.plots import draw_predicted_vs_measured, save
+        from costmodel.render.plots import draw_predicted_vs_measured, save
 
         rows = [{"measured_s": r["measured_s"], "predicted_s": r["predicted_s"],
                  "group": f"{r['gpu']} {r['op_class']}"} for r in report["rows"]]

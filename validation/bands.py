@@ -4,7 +4,7 @@ timings, per kernel class and per *route* (how the device's parameters for that 
 - ``fitted``: the device's own parameters, fitted on these rows (in-sample; the fits' half-split held-out errors
   are within a point of them, benchmarks/fit_published.py --holdout);
 - ``across``: parameters fitted on a GPU of another generation, carried over by
-  :data:`costmodel.origin.TRANSFER_RULE` (A100, H100 and B200 each priced from each other's fit);
+  :data:`costmodel.price.origin.TRANSFER_RULE` (A100, H100 and B200 each priced from each other's fit);
 - ``datasheet``: no fitted parameters, the datasheet roofline with the profile's launch cost per kernel.
 
 :func:`ratios` collects them, :func:`quantiles` reduces a set to its p10, median and p90, and :func:`coverage` says
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.bands import served_keys
-from costmodel.mechanisms import MECHANISMS
-from costmodel.origin import TimeModel, resolve
-from costmodel.price import Conventions, KernelOp, price
+from costmodel.price.bands import served_keys
+from costmodel.hardware.mechanisms import MECHANISMS
+from costmodel.price.origin import TimeModel, resolve
+from costmodel.price.op import Conventions, KernelOp, price
 from costmodel.validation.fit import unfitted_write_s
 
 #: The GPUs with published kernel tables, each priced from the others' fits.
@@ -232,7 +232,7 @@ class Served:
 
 def served(rows) -> list[Served]:
     """The rows of a ``validate --serving`` report as :class:`Served` ratios."""
-    from costmodel.presets import load_model
+    from costmodel.model.presets import load_model
 
     kinds = {}
     out = []

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from costmodel.files import write_text
+from costmodel.core.files import write_text
 from costmodel.validation.class_kernels import measure_op_classes, measured_efficiency
 from costmodel.validation.kernels import TORCH_DTYPES
 from costmodel.validation.timing import PASSES, Timer, environment, merge
@@ -137,7 +137,7 @@ CPU_FREE = {
 
 
 def _curve_workloads(quick: bool):
-    from costmodel.workload import Workload
+    from costmodel.attention.workload import Workload
 
     c = CURVES[quick]
     for variant in ("mha", "mqa"):
@@ -184,7 +184,7 @@ class CurveRun:
                                                                                              self.device)])
 
     def fit(self, profile: dict) -> tuple[dict, list[float]]:
-        """Group the points by efficiency class and fit the mechanisms of :mod:`costmodel.mechanisms` to
+        """Group the points by efficiency class and fit the mechanisms of :mod:`costmodel.hardware.mechanisms` to
         each class's curve (eager timing: what a host timer sees around one call), each op's time the
         median over its passes; returns the efficiency block and each point's p90/median spread.
 
@@ -193,11 +193,11 @@ class CurveRun:
         taken in whatever minute of a shared machine the run began."""
         import numpy as np
 
-        from costmodel.vocab import dtype_bytes
-        from costmodel.compiled import compile_program
-        from costmodel.hardware import HardwareProfile
-        from costmodel.mechanisms import efficiency_class, op_shape
-        from costmodel.shapes import fields
+        from costmodel.core.vocab import dtype_bytes
+        from costmodel.counts.compiled import compile_program
+        from costmodel.hardware.profile import HardwareProfile
+        from costmodel.hardware.mechanisms import efficiency_class, op_shape
+        from costmodel.hardware.shapes import fields
         from costmodel.validation.fit import errors, fit_overlap, predict_table
         from costmodel.validation.published import Table
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from costmodel.program import build_program
+from costmodel.counts.program import build_program
 from costmodel.validation.kernels import TORCH_DTYPES
 from costmodel.validation.timing import Timer
 

@@ -73,7 +73,7 @@ def read_nccl_ops(folder: str | Path, profile: str) -> dict[tuple[str, int], tup
 def curve(size, n: int, c, volume: int = 2, scale: float = 1.0):
     """Seconds of the collective curve ``c`` (a CollectiveCurve, or a dict of its fields) for buffers of ``size``
     bytes over ``n`` GPUs, its bus bandwidths times ``scale``."""
-    from costmodel.hardware import CollectiveCurve
+    from costmodel.hardware.profile import CollectiveCurve
 
     c = c if isinstance(c, CollectiveCurve) else CollectiveCurve(**c)
     transfer, latency = c.parts(volume * (n - 1) / n * np.asarray(size, float), scale)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.hardware import ClassEfficiency
-from costmodel.mechanisms import MECHANISMS
-from costmodel.origin import TimeModel
-from costmodel.price import Conventions, KernelOp, price
+from costmodel.hardware.profile import ClassEfficiency
+from costmodel.hardware.mechanisms import MECHANISMS
+from costmodel.price.origin import TimeModel
+from costmodel.price.op import Conventions, KernelOp, price
 
 #: Parameters fitted per class on its primary table, with (lower, upper, log-scaled) bounds.
 BOUNDS = {
@@ -99,14 +99,14 @@ def unfitted_write_s(table, hw, eff, gemm=None, on=frozenset(MECHANISMS)) -> np.
     inside the timed call: ``write_bytes`` in its shape) where the class's parameters price none (``eff`` carried
     from a device whose engine writes them outside the call: no ``cache_write_ceiling``). The write is a kernel of
     its own in the call (vLLM's ``reshape_and_cache_flash`` before the attention kernel), priced as the transfer rule
-    prices a kernel a carried call launches beside its own (:data:`costmodel.hardware.DECODE_LAUNCHES`): the fixed
-    cost of a small kernel under the table's timing (:func:`costmodel.origin.small_kernel_s` of ``gemm``, the GEMM
+    prices a kernel a carried call launches beside its own (:data:`costmodel.hardware.profile.DECODE_LAUNCHES`): the fixed
+    cost of a small kernel under the table's timing (:func:`costmodel.price.origin.small_kernel_s` of ``gemm``, the GEMM
     class the call is priced beside) and its bytes at the datasheet bandwidth, which no fit of a write has slowed.
     0 where the parameters price the write themselves or the call holds none."""
     if (eff is None or eff.cache_write_ceiling is not None or "cache_write" not in on
             or table.priced_class != "prefill_attention" or "write_bytes" not in (table.shape or {})):
         return 0.0
-    from costmodel.origin import small_kernel_s
+    from costmodel.price.origin import small_kernel_s
 
     launch = (small_kernel_s(gemm, table.timing) or 0.0) if "fixed" in on else 0.0
     seconds = launch + np.asarray(table.shape["write_bytes"], float) / hw.bandwidth
@@ -121,14 +121,14 @@ def _to_value(name, z):
     return float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo)))) if log else float(lo + u * (hi - lo))
 
 
-def _to_z(name, value):
+def to_z(name, value):
     lo, hi, log = BOUNDS[name]
     u = (np.log(value) - np.log(lo)) / (np.log(hi) - np.log(lo)) if log else (value - lo) / (hi - lo)
     u = min(max(u, 1e-4), 1 - 1e-4)
     return float(np.log(u / (1 - u)))
 
 
-def _with(eff: ClassEfficiency, names, z, timing) -> ClassEfficiency:
+def with_fitted(eff: ClassEfficiency, names, z, timing) -> ClassEfficiency:
     update, fixed = {}, dict(eff.fixed_s)
     for name, zi in zip(names, z):
         if name == "fixed":
@@ -138,7 +138,7 @@ def _with(eff: ClassEfficiency, names, z, timing) -> ClassEfficiency:
     return eff.model_copy(update={**update, "fixed_s": fixed})
 
 
-def _lm(residual, z0, iterations=60):
+def levenberg_marquardt(residual, z0, iterations=60):
     """Levenberg-Marquardt on a residual vector function; returns (z, cost)."""
     z, lam = np.array(z0, float), 1e-2
     r = residual(z)
@@ -205,7 +205,7 @@ def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
     measured = np.concatenate([t.measured_s for t in tables])
 
     def residual(z):
-        eff = _with(start, names, z, timing)
+        eff = with_fitted(start, names, z, timing)
         pred = np.concatenate([predict_table(t, hw, eff, on) for t in tables])
         return np.log(pred / measured)
 
@@ -225,11 +225,11 @@ def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
     }
     best = None
     for i in range(starts):
-        z0 = [_to_z(n, inits[n][i % 5]) for n in names]
-        z, cost = _lm(residual, z0)
+        z0 = [to_z(n, inits[n][i % 5]) for n in names]
+        z, cost = levenberg_marquardt(residual, z0)
         if best is None or cost < best[1]:
             best = (z, cost)
-    eff = _with(start, names, best[0], timing)
+    eff = with_fitted(start, names, best[0], timing)
     return eff.model_copy(update={"fitted": tuple(sorted(set(eff.fitted) | set(names)))}), best[1]
 
 

@@ -1,6 +1,6 @@
 """The ops of an attention program as real torch kernels, with the program's exact shapes.
 
-Each op of :func:`costmodel.program.build_program` becomes a callable on preallocated tensors of the
+Each op of :func:`costmodel.counts.program.build_program` becomes a callable on preallocated tensors of the
 op's operand shapes: einsums run ``torch.einsum`` with the op's own equation; scale, mask and softmax
 are the eager elementwise kernels; the cache append writes one position in place (or concatenates);
 fused attention is ``torch.nn.functional.scaled_dot_product_attention`` over each K/V head with the query
@@ -25,10 +25,10 @@ import torch.nn.functional as F
 import torch.utils._python_dispatch
 from torch.utils import flop_counter
 
-from costmodel import symbols as S
-from costmodel.ops import Op
-from costmodel.program import build_program
-from costmodel.workload import Workload
+from costmodel.counts import symbols as S
+from costmodel.counts.ops import Op
+from costmodel.counts.program import build_program
+from costmodel.attention.workload import Workload
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

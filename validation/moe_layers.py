@@ -1,4 +1,4 @@
-"""The mixture-of-experts block (router and grouped expert GEMMs, :mod:`costmodel.model_ops`) against vLLM's
+"""The mixture-of-experts block (router and grouped expert GEMMs, :mod:`costmodel.model.ops`) against vLLM's
 measured fused MoE layers (aiconfigurator's ``moe/`` tables): the rows of one layer shape, weight format, tensor-
 and expert-parallel size and routing as a :class:`MoETable`, the block's predicted time of each row, and the fit
 of a device's MoE kernel classes (``moe``, ``moe_fp8``, ...: the grouped expert GEMMs in the engine's fused
@@ -43,7 +43,7 @@ MAX_GROUP = 8
 #: its tile (``KernelFacts.grouped_dispatch``) it runs that tile; the fit frees the same four.
 MOE_FREE = ("compute_efficiency", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent")
 #: What a fit of the W4A16 class frees: the Triton kernel's fraction of the bf16 peak only. Its calls at or below
-#: vLLM's kernel switch run another kernel (costmodel.mechanisms.w4a16_small_call), priced as the dense class, and
+#: vLLM's kernel switch run another kernel (costmodel.hardware.mechanisms.w4a16_small_call), priced as the dense class, and
 #: above it the kernel is bound by its main loop's dequantization, not by streaming the 4-bit weights.
 W4A16_FREE = ("compute_efficiency",)
 #: The scale of the MoE fit's soft-L1 loss, in log(predicted / measured): a row missed by less weighs as its square,
@@ -81,7 +81,7 @@ class MoETable:
 
     @property
     def routing(self) -> str:
-        """The table's ``distribution`` as :attr:`costmodel.presets.MoEShape.routing` (power_law_1.2 ->
+        """The table's ``distribution`` as :attr:`costmodel.model.presets.MoEShape.routing` (power_law_1.2 ->
         power-law:1.2)."""
         return routing(self.distribution)
 
@@ -116,7 +116,7 @@ def read_tables(path: str | Path, *, distributions=None, max_group: int = MAX_GR
 def block_model(shape: tuple[int, int, int, int]):
     """A model whose mixture-of-experts layer has the table's shape (a gated block, no shared experts); built once
     per shape (a fit prices the same tables hundreds of times)."""
-    from costmodel.presets import load_model
+    from costmodel.model.presets import load_model
 
     hidden, width, experts, top = shape
     base = load_model("qwen3-235b-a22b")  # 64 query heads: any tensor-parallel group of a node divides them
@@ -128,21 +128,21 @@ def predict(table: MoETable, hw) -> np.ndarray:
     """Predicted seconds of every row: the block's router and expert ops on one device of the tp x ep group,
     the tokens routed as the table's distribution says, through the table's kernel (vLLM's Triton fused_moe spans
     every routed row; FlashInfer's NVFP4 kernel only those of the device's experts)."""
-    from costmodel.model_ops import _moe_ops
-    from costmodel.model_step import op_time, pricing
+    from costmodel.model.ops import moe_ops
+    from costmodel.model.step import op_time, pricing
 
     m = block_model(table.shape)
     m = m.model_copy(update={"moe": m.moe.model_copy(update={"routing": table.routing})})
     pr = pricing(m, hw, tp=max(table.tp, table.ep), weight_dtype=table.weight_dtype, expert_parallel=table.ep > 1)
     spans_all = table.kernel_source in SPANNING
-    ops = _moe_ops(pr.slice(m), table.tokens, 1, pr.precision, spans_all=spans_all)
+    ops = moe_ops(pr.slice(m), table.tokens, 1, pr.precision, spans_all=spans_all)
     return sum(np.asarray(op_time(s, pr).time, float) * np.ones(table.tokens.shape) for s in ops
                if s.name.startswith(("experts", "router")))
 
 
 def moe_class(table: MoETable) -> str:
     """The efficiency class of a table's expert GEMMs."""
-    from costmodel.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM, W4A16_MOE
+    from costmodel.hardware.mechanisms import LOW_PRECISION_GEMM, MOE_GEMM, W4A16_MOE
 
     if table.weight_dtype in ("int4", "mxfp4"):
         return W4A16_MOE
@@ -151,7 +151,7 @@ def moe_class(table: MoETable) -> str:
 
 def with_classes(hw, classes: dict):
     """``hw`` pricing with ``classes`` as its own fitted parameters (and no others)."""
-    from costmodel.hardware import Efficiency
+    from costmodel.hardware.profile import Efficiency
 
     return hw.model_copy(update={"efficiency": Efficiency(data=("-",), method="-", classes=classes)})
 
@@ -164,8 +164,8 @@ def with_class(hw, cls: str, eff):
 
 def dense_class(hw, cls: str):
     """The parameters ``hw`` prices MoE class ``cls`` with when it has no fit of it: its dense class of the same
-    weights (:data:`costmodel.mechanisms.FALLBACK`)."""
-    from costmodel.mechanisms import FALLBACK
+    weights (:data:`costmodel.hardware.mechanisms.FALLBACK`)."""
+    from costmodel.hardware.mechanisms import FALLBACK
 
     return hw.efficiency.classes[FALLBACK[cls]]
 
@@ -175,8 +175,8 @@ def fit_moe_class(tables: list[MoETable], hw, names=None):
     weights (its fallback) with ``names`` (:data:`MOE_FREE`; the W4A16 class :data:`W4A16_FREE`) fitted on
     log(predicted / measured) under the soft-L1 loss (:func:`soft_l1`; :mod:`costmodel.validation.fit`'s search from
     three starts)."""
-    from costmodel.mechanisms import W4A16_MOE
-    from costmodel.validation.fit import _lm, _to_z, _with
+    from costmodel.hardware.mechanisms import W4A16_MOE
+    from costmodel.validation.fit import levenberg_marquardt, to_z, with_fitted
 
     cls = moe_class(tables[0])
     # the dense class's own input quantize is not the MoE kernel's (the MoE classes have no such mechanism)
@@ -186,13 +186,13 @@ def fit_moe_class(tables: list[MoETable], hw, names=None):
     measured = np.concatenate([t.measured_s for t in tables])
 
     def residual(z):
-        dev = with_class(hw, cls, _with(start, names, z, "graph"))
+        dev = with_class(hw, cls, with_fitted(start, names, z, "graph"))
         return soft_l1(np.log(np.concatenate([predict(t, dev) for t in tables]) / measured))
 
     inits = {"compute_efficiency": (0.6, 0.4, 0.85), "bandwidth_ceiling": (0.85, 0.7, 0.95),
              "bandwidth_half_bytes": (1e6, 1e7, 1e5), "bandwidth_exponent": (0.5, 1.0, 0.3)}
-    best = min((_lm(residual, [_to_z(n, inits[n][i]) for n in names]) for i in range(3)), key=lambda zc: zc[1])
-    eff = _with(start, names, best[0], "graph")
+    best = min((levenberg_marquardt(residual, [to_z(n, inits[n][i]) for n in names]) for i in range(3)), key=lambda zc: zc[1])
+    eff = with_fitted(start, names, best[0], "graph")
     return eff.model_copy(update={"fitted": tuple(sorted(names))})
 
 

@@ -12,7 +12,7 @@ by its name:
   transformer_decode}_<system>.csv``.
 
 Each table becomes a :class:`Table` of one op class: shape fields, measured seconds, and the FLOPs and
-bytes costmodel counts for that op, so a prediction is one vectorised :func:`costmodel.mechanisms.class_times`
+bytes costmodel counts for that op, so a prediction is one vectorised :func:`costmodel.hardware.mechanisms.class_times`
 call. Attention FLOPs and bytes come from the compiled fused attention programs themselves, and each
 attention row carries the ``costmodel predict`` arguments whose ``--json`` prints the same time.
 """
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.errors import CostModelError
-from costmodel.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH, decode_shape
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH, decode_shape
 
 AIC = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
                  r"(?P<table>generation_attention|context_attention|gemm)\.csv$")
@@ -82,7 +82,7 @@ class Table:
 
 
 def _rows(path: Path) -> list[dict]:
-    from costmodel.files import read_text
+    from costmodel.core.files import read_text
 
     return list(csv.DictReader(io.StringIO(read_text(str(path), "published table", MAX_TABLE_BYTES))))
 
@@ -99,10 +99,10 @@ def _column(rows: list[dict], key: str, path: Path, convert=float) -> np.ndarray
 def profile_for_system(system: str) -> str:
     """The profile id a table's system id names (``a100_sxm`` -> ``a100_80gb_sxm``); an error naming the
     known ids and aliases otherwise."""
-    from costmodel.catalog import _index, _key, load_profile
+    from costmodel.hardware.catalog import profile_index, profile_key, load_profile
 
-    if _key(system) not in _index():
-        known = sorted(_index())
+    if profile_key(system) not in profile_index():
+        known = sorted(profile_index())
         raise CostModelError(f"no hardware profile for system {system!r} of a published table; "
                              f"known ids and aliases: {', '.join(known)}")
     return load_profile(system).id
@@ -110,7 +110,7 @@ def profile_for_system(system: str) -> str:
 
 def attention_counts(mode: str, b, n, m, h, g, k):
     """(FLOPs, bytes) of the fused attention op of a bf16 program, vectorised, from the compiled program."""
-    from costmodel.compiled import compile_program
+    from costmodel.counts.compiled import compile_program
 
     compiled = compile_program("gqa", mode, "fused")
     i = compiled.names.index("attention")
@@ -141,7 +141,7 @@ def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
     per element, the output in bf16. NVFP4 (vLLM's W4A4 linear layer, timed whole: it quantizes its bf16 input
     itself): bytes as a model step counts them, the input and output in bf16, the weights 4 bits with an 8-bit
     scale per 16."""
-    from costmodel.model_memory import weight_width
+    from costmodel.model.memory import weight_width
 
     rows = _rows(path)
     profile = profile_for_system(m["system"])

@@ -22,7 +22,7 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
     """The least time any kernel can take: the FLOPs it must do (causal pairs only for prefill) at the
     dense peak. Bytes are not bounded by the HBM bandwidth: unflushed working sets under the L2 size
     are served from L2."""
-    from costmodel.mechanisms import causal_pairs, class_peak
+    from costmodel.hardware.mechanisms import causal_pairs, class_peak
 
     flops = table.flops
     if table.priced_class == "prefill_attention":  # (a one-query prefill, priced as decode, has one pair)
@@ -33,8 +33,8 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
 
 def validate_published(tables: list[Table], without=()) -> dict:
     """Rows (one per published timing) and summary rows per source x GPU x op class x size bin."""
-    from costmodel.catalog import load_profile
-    from costmodel.origin import time_model
+    from costmodel.hardware.catalog import load_profile
+    from costmodel.price.origin import time_model
     from costmodel.validation.fit import errors, predict_table, unfitted_write_s
 
     rows, groups, rejected = [], {}, {}
@@ -49,7 +49,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
             table = table.select(ok)
         eff = model.resolved.get(table.priced_class) if model.active else None
         if eff is None:
-            from costmodel.hardware import ClassEfficiency
+            from costmodel.hardware.profile import ClassEfficiency
             eff = ClassEfficiency(fixed_s={table.timing: hw.launch_overhead})
         on = model.on if model.active else frozenset({"fixed"})
         predicted = predict_table(table, hw, eff, on=on) + unfitted_write_s(
@@ -87,7 +87,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
 
 
 def summary_table(report: dict) -> str:
-    from costmodel.text import aligned
+    from costmodel.render.text import aligned
 
     head = ("source", "gpu", "op class", "size", "n", "median |err|", "p90 |err|", "measured/predicted")
     body = [(s["source"], s["gpu"], s["op_class"], s["size_bin"], str(s["n"]), f"{s['median_abs_error_pct']:.1f}%",

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from costmodel.hardware import HardwareProfile
-from costmodel.roofline import predict
-from costmodel.vocab import SIDE_BY_SIDE
-from costmodel.workload import Workload
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.attention.roofline import predict
+from costmodel.core.vocab import SIDE_BY_SIDE
+from costmodel.attention.workload import Workload
 from costmodel.validation.kernels import build_kernels, counted, run_step
 from costmodel.validation.timing import PASSES, Timer, Timing, environment, merge
 

@@ -1,7 +1,7 @@
 """Measured deployments against predictions: every row of a file in the layout of NVIDIA aiconfigurator's silicon
 sample (``silicon_sample.csv``: one served model at a fixed concurrency, with mean TTFT and TPOT measured by
-the benchmark client) that costmodel can express is predicted with :func:`costmodel.served.serve` (or
-:func:`costmodel.disagg.serve_disaggregated`); every other row is counted under the reason it cannot be.
+the benchmark client) that costmodel can express is predicted with :func:`costmodel.engine.served.serve` (or
+:func:`costmodel.deploy.disagg.serve_disaggregated`); every other row is counted under the reason it cannot be.
 
 A row's prediction is the closed loop of ``silicon_concurrency`` clients (the ``batch_size`` times the attention
 data parallel groups where the source names none; a whole multiple of that is as many replicas behind a router,
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.engines import default_kv_dtype
-from costmodel.errors import CostModelError
+from costmodel.engine.config import default_kv_dtype
+from costmodel.core.errors import CostModelError
 
 #: Columns a deployments file must have.
 COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "system", "precision", "mode", "isl", "osl",
@@ -48,13 +48,13 @@ def profile_of(system: str) -> str | None:
 #: Weight dtype for each precision the rows name ("" is the checkpoint's own; fp4: see :data:`MXFP4_CHECKPOINTS`),
 #: aiconfigurator's quant-mode names among them (aiconfigurator_core common.py GEMMQuantMode and MoEQuantMode) where
 #: their math is one modelled: int4_wo (W4A16) as int4, sq (W8A8 int8) as int8, the fp8 variants as fp8, the MXFP4
-#: experts as mxfp4 (their activations the engine's: costmodel.engines). int8_wo (W8A16) and w4afp8 (int4 weights,
+#: experts as mxfp4 (their activations the engine's: costmodel.engine.config). int8_wo (W8A16) and w4afp8 (int4 weights,
 #: fp8 math) are not.
 PRECISIONS = {"": None, "bf16": None, "fp16": None, "bfloat16": None, "float16": None, "fp8": "fp8",
               "fp8_static": "fp8", "fp8_ootb": "fp8", "fp8_block": "fp8_block", "sq": "int8", "int4_wo": "int4",
               "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4",
               "w4a8_mxfp4_mxfp8_trtllm": "mxfp4"}
-#: The activations an MXFP4 mode names (costmodel.vocab.MXFP4_ACTIVATIONS); other MXFP4 rows take the engine's.
+#: The activations an MXFP4 mode names (costmodel.core.vocab.MXFP4_ACTIVATIONS); other MXFP4 rows take the engine's.
 MXFP4_MODES = {"w4a16_mxfp4": "bf16", "w4a8_mxfp4_mxfp8": "mxfp8", "w4a8_mxfp4_mxfp8_trtllm": "mxfp8"}
 #: NVIDIA's quantized checkpoints of a published model (nvidia/<model>-NVFP4, -FP4 or -FP8, a -v2 revision) keep
 #: its shape: such a row is priced as the model its name carries, at the precision the row records.
@@ -65,7 +65,7 @@ def checkpoint_model(path: str):
     """(the preset of a row's ``model_path``, the name it is priced under where that is not the path): the path
     itself, or the model an NVIDIA quantized checkpoint's name carries (:data:`QUANTIZED_CHECKPOINT`);
     CostModelError where neither is known."""
-    from costmodel.presets import load_model
+    from costmodel.model.presets import load_model
 
     try:
         return load_model(path), None
@@ -105,9 +105,9 @@ TRTLLM_BLOCK_TOKENS = 32
 #: The KV cache's share of free memory in the TensorRT-LLM engines aiconfigurator's generator deploys:
 #: ``kv_cache_config.free_gpu_memory_fraction`` defaults to 0.80 in its extra_engine_args templates
 #: (generator/config/backend_templates/trtllm/extra_engine_args.1.0.0.yaml.j2 and later), where TensorRT-LLM's own
-#: default is 0.9 (costmodel.engines). The rows agree: Qwen3-32B (FP8) on one H100 queues as if its cache held
+#: default is 0.9 (costmodel.engine.config). The rows agree: Qwen3-32B (FP8) on one H100 queues as if its cache held
 #: 261k-274k tokens (Little's law on the four rows whose cache binds), below the 0.9 default's 348k and the 0.80's
-#: 309k (costmodel.served.Setup.kv_tokens).
+#: 309k (costmodel.engine.served.Setup.kv_tokens).
 DYNAMO_TRTLLM_KV_FRACTION = 0.80
 
 
@@ -217,13 +217,13 @@ class Stage:
         return out
 
     def serve_args(self) -> dict:
-        """The :func:`costmodel.served.serve` arguments of an aggregated row's layout."""
+        """The :func:`costmodel.engine.served.serve` arguments of an aggregated row's layout."""
         return dict(tp=self.tp, max_num_seqs=self.batch, expert_parallel=self.expert_parallel,
                     attention_dp=self.attention_dp, pipeline_parallel=self.pipeline_parallel,
                     expert_parallel_size=self.expert_parallel_size or None, replicas=self.replicas)
 
     def pool(self):
-        from costmodel.disagg import Pool
+        from costmodel.deploy.disagg import Pool
 
         return Pool(tp=self.tp, workers=self.workers, max_num_seqs=self.batch, expert_parallel=self.expert_parallel,
                     attention_dp=self.attention_dp)
@@ -251,7 +251,7 @@ class Deployment:
     model: str | None = None  # the preset priced where it is not model_path (NVIDIA's quantized checkpoints)
     mxfp4_activations: str | None = None  # where the row's MoE quant mode names them
     assumed: tuple[str, ...] = ()  # what the prediction takes that the row does not record
-    frontend: str = "dynamo"  # the front end its requests passed (costmodel.served.FRONTENDS)
+    frontend: str = "dynamo"  # the front end its requests passed (costmodel.engine.served.FRONTENDS)
     spread: float = 0.0  # lengths drawn below the row's by up to this share (InferenceX's client), else fixed
     async_scheduling: bool | None = None  # where the launcher sets it
     prefix_caching: bool | None = None
@@ -441,15 +441,15 @@ AIPERF_ROUNDS = {"warmup": 2, "measured": 50}
 
 
 def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simulation", protocol: str = "plain"):
-    from costmodel.catalog import load_profile
-    from costmodel.presets import load_model
-    from costmodel.served import serve
+    from costmodel.hardware.catalog import load_profile
+    from costmodel.model.presets import load_model
+    from costmodel.engine.served import serve
 
     rounds = ({"warmup_requests": AIPERF_ROUNDS["warmup"] * d.concurrency,
                "num_requests": AIPERF_ROUNDS["measured"] * d.concurrency} if protocol == "aiperf" else {})
     drawn = dict(input_dist="range", output_dist="range", spread=d.spread) if d.spread else {}
     if d.prefill is not None:
-        from costmodel.disagg import serve_disaggregated
+        from costmodel.deploy.disagg import serve_disaggregated
 
         return serve_disaggregated(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl,
                                    output_len=d.osl, prefill=d.prefill.pool(), decode=d.decode.pool(),
@@ -503,7 +503,7 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def validate_serving(path: str | Path, *, overheads: dict | None = None, progress=None) -> dict:
     """``{"rows", "skipped", "summary"}`` for a deployments file."""
-    from costmodel.served import NoRoomForOneRequest
+    from costmodel.engine.served import NoRoomForOneRequest
 
     deployments, skipped = read(path)
     rows = []
@@ -527,7 +527,7 @@ def validate_serving(path: str | Path, *, overheads: dict | None = None, progres
 
 
 def summary_table(report: dict) -> str:
-    from costmodel.text import aligned
+    from costmodel.render.text import aligned
 
     rows = [("system", "engine", "model", "mode", "n", "TTFT |err| median", "p90", "measured/predicted",
              "TPOT |err| median", "p90", "measured/predicted")]
@@ -555,7 +555,7 @@ def serving_command(path: str, json_path: str | None, plot_path: str | None, fmt
     ``--plot`` predicted against measured TTFT and TPOT (log-log)."""
     import json
 
-    from costmodel.files import write_text, wrote
+    from costmodel.core.files import write_text, wrote
     from costmodel.validation import check_outputs
 
     check_outputs(json_path, plot_path)
@@ -563,7 +563,7 @@ def serving_command(path: str, json_path: str | None, plot_path: str | None, fmt
     quiet = json_path == "-"
     if not quiet:
         if fmt in ("csv", "markdown"):
-            from costmodel.text import records_csv, records_markdown
+            from costmodel.render.text import records_csv, records_markdown
 
             yield (records_csv if fmt == "csv" else records_markdown)(report["summary"]).rstrip("\n")
         else:
@@ -573,7 +573,7 @@ def serving_command(path: str, json_path: str | None, plot_path: str | None, fmt
         if not quiet:
             yield from wrote(json_path)
     if plot_path is not None:
-        from costmodel.plots import draw_predicted_vs_measured, save
+        from costmodel.render.plots import draw_predicted_vs_measured, save
 
         rows = [{"measured_s": r[f"measured_{k}_s"], "predicted_s": r[f"predicted_{k}_s"],
                  "group": f"{k.upper()} {r['backend']}"} for r in report["rows"] for k in ("ttft", "tpot")]

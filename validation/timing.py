@@ -68,7 +68,7 @@ class Timer:
 
     @property
     def timing(self) -> str:
-        """The convention of the times this timer takes (:data:`costmodel.vocab.Timing`)."""
+        """The convention of the times this timer takes (:data:`costmodel.core.vocab.Timing`)."""
         return "graph" if self.graph else "eager"
 
     def time(self, fn: Callable[[], object]) -> Timing:

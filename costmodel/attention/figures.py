@@ -1,0 +1,67 @@
+"""The data the figures draw, computed from the model (:mod:`costmodel.render.plots` only draws it): every op's place
+under a device's roofline, and where each variant of a sweep runs out of memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.counts.compiled import compile_program
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.attention.roofline import memory_fit, predict
+from costmodel.attention.sweeps import sweep_arrays
+from costmodel.attention.workload import Workload
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """One op of one variant and mode: where it sits under the first device's roofline."""
+
+    variant: str
+    g: int
+    mode: str
+    op: str
+    intensity: float       # FLOPs per byte
+    attainable: float      # min(peak, intensity x bandwidth), FLOP/s
+    bound: str
+
+
+def roofline_points(hw: HardwareProfile, workloads: list[Workload]) -> list[RooflinePoint]:
+    """Every op with FLOPs (the cache appends have none and no place on a log axis) of each workload."""
+    points = []
+    for w in workloads:
+        for op in predict(w, hw).ops:
+            if op.flops > 0:
+                attainable = min(hw.peak(w.dtype), op.intensity * hw.bandwidth)
+                points.append(RooflinePoint(w.variant, w.g, w.mode, op.name, op.intensity, attainable, op.bound))
+    return points
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """The largest swept value at which weights + KV cache still fit, and the time there."""
+
+    variant: str
+    x: float | None     # None: fits over the whole range (or nowhere)
+    time_s: float | None
+    fits_everywhere: bool
+
+
+def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, values, linked=(), overlap: str = "max",
+                  model=None) -> list[MemoryLimit]:
+    """Where each variant runs out of memory along the sweep: exact for batch and context, from the
+    swept points for other dimensions."""
+    out = []
+    for w in workloads:
+        r = sweep_arrays(w, hw, dim, values, overlap, linked, model)
+        fits = list(r["fits"])
+        if all(fits) or not any(fits):
+            out.append(MemoryLimit(w.variant, None, None, all(fits)))
+            continue
+        if dim in ("b", "m") or (dim == "n" and w.mode == "generate"):
+            mem = memory_fit(compile_program(w.variant, w.mode, w.execution, w.cache_append), w, hw)
+            x = mem.max_batch if dim == "b" else mem.max_context
+        else:
+            x = max(v for v, f in zip(values, fits) if f)
+        t = float(sweep_arrays(w, hw, dim, [x], overlap, linked, model)["time_s"][0])
+        out.append(MemoryLimit(w.variant, float(x), t, False))
+    return out

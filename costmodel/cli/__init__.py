@@ -1,0 +1,2 @@
+"""The command line: one module per family of commands, and the options they share. Nothing imports it.
+"""

@@ -1,0 +1,364 @@
+"""What the ``costmodel`` commands share: the group that turns errors into one line, the options, and
+the small helpers that write files. Imports nothing heavy."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from costmodel.core.errors import CostModelError
+from costmodel.core.invocation import command_line  # noqa: F401 - the commands' own, where they take it from
+from costmodel.core.vocab import (CACHE_APPENDS, DECIMAL, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, MECHANISMS, OVERLAPS,
+                             PREDICT_MODES, TIMINGS, whole)
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def repeated_option(command: click.Command, args: list[str]) -> str | None:
+    """The first option of ``command`` that ``args`` give twice with different values (a single-valued option
+    keeps only its last value, so a conflict would pass silently), described for an error; else None."""
+    takes = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.multiple and not param.count:
+            for opt in (*param.opts, *param.secondary_opts):
+                takes[opt] = param
+    seen: dict[str, tuple[str, str]] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            break
+        opt, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = takes.get(opt)
+        if param is not None:
+            if param.is_flag:
+                value = opt
+            elif eq:
+                value = inline
+            else:
+                value = args[i + 1] if i + 1 < len(args) else ""
+                i += 1
+            before = seen.get(param.name)
+            if before is not None and before[1] != value:
+                return f"{before[0]} is given twice with different values ({before[1]!r} and {value!r}); give it once"
+            seen[param.name] = (opt, value)
+        i += 1
+    return None
+
+
+class OnceCommand(click.Command):
+    """A command whose single-valued options may not be given twice with different values."""
+
+    def parse_args(self, ctx, args):
+        problem = repeated_option(self, list(args))
+        if problem is not None:
+            raise click.UsageError(problem, ctx)
+        return super().parse_args(ctx, args)
+
+
+class ErrorLineGroup(click.Group):
+    """Turns a :class:`CostModelError` into one ``Error:`` line and exit status 1; anything else that
+    escapes a command is a bug, reported in one line with the command that reproduces it (exit 3). Its
+    commands are :class:`OnceCommand` and its groups of the same kind."""
+
+    command_class = OnceCommand
+    group_class = type
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except CostModelError as err:
+            raise click.ClickException(str(err)) from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:  # the reader of standard output went away (``| head``): nothing left to say
+            import os
+
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError, AttributeError):  # not a real file (a test's runner)
+                pass
+            raise SystemExit(1) from None
+        except Exception as err:  # noqa: BLE001 - the one place that reports bugs without a traceback
+            import shlex
+
+            command = shlex.join(["costmodel", *sys.argv[1:]]) if sys.argv[1:] else "costmodel"
+            error = click.ClickException(f"internal error (a bug in costmodel, please report it with the command "
+                                         f"`{command}`): {type(err).__name__}: {str(err)[:300]}")
+            error.exit_code = 3
+            raise error from None
+
+
+def echo_lines(lines) -> None:
+    for line in lines:
+        click.echo(line)
+
+
+def emit_json(data) -> None:
+    """Print ``data`` as JSON; a NaN or an infinity (an overflow) is an error, never invalid JSON."""
+    import json
+
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False)
+    except ValueError:
+        raise CostModelError("a result is not finite (a count or time overflowed); use smaller dimensions") from None
+    click.echo(text)
+
+
+class PositiveNumber(click.ParamType):
+    """A positive, finite decimal number in ASCII digits (``50``, ``2.5``, ``1e3``; no ``inf``, ``nan`` or
+    other scripts' digits); ``allow_inf``: ``inf`` too."""
+
+    name = "number"
+
+    def __init__(self, allow_inf: bool = False):
+        self.allow_inf = allow_inf
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            number = value
+        elif self.allow_inf and isinstance(value, str) and value.strip().lower() == "inf":
+            return float("inf")
+        elif not isinstance(value, str) or not DECIMAL.fullmatch(value):
+            self.fail(f"{value!r} is not a positive decimal number (e.g. 50 or 2.5"
+                      + (", or inf)" if self.allow_inf else ")"), param, ctx)
+        else:
+            number = float(value)
+        if not 0 < number < float("inf") and not (self.allow_inf and number == float("inf")):
+            self.fail(f"{value!r} is not a positive, finite number", param, ctx)
+        return number
+
+
+class Name(click.ParamType):
+    """A name or path that is not empty (an unset shell variable gives an empty one)."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str) or not value.strip():
+            self.fail(f"{value!r} is empty; give a name or a path", param, ctx)
+        return value
+
+
+class Count(click.ParamType):
+    """A whole number, optionally with a size suffix as serving engines write it (vLLM's convention): k, m,
+    g are powers of 1000 and K, M, G powers of 1024, so ``--context 128k`` is 128000 and ``128K`` 131072."""
+
+    name = "integer"
+
+    def __init__(self, least: int = 1):
+        self.least = least
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value)
+            number = whole(text)
+            if number is None:
+                self.fail(f"{value!r} is not a whole number: ASCII digits without a leading zero, optionally one "
+                          "suffix (k, m, g = 1000^n; K, M, G = 1024^n), e.g. 4096 or 128k", param, ctx)
+        if not self.least <= number <= MAX_DIM:
+            self.fail(f"{value} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
+        return number
+
+
+Positive = Count(1)
+NonNegative = Count(0)
+
+#: Dtype spellings of torch and serving engines -> costmodel's names.
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+                 "float8": "fp8", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "e4m3": "fp8"}
+
+
+class DtypeChoice(click.Choice):
+    """A dtype choice that also takes torch's and vLLM's spellings (bfloat16, float16, half, float32)."""
+
+    def __init__(self, values):
+        super().__init__(list(values), case_sensitive=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            value = DTYPE_ALIASES.get(value.lower(), value)
+        return super().convert(value, param, ctx)
+
+
+class FilePath(click.Path):
+    """A file path option; a NUL byte, which the operating system cannot take, is a usage error."""
+
+    def __init__(self):
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and "\0" in value:
+            self.fail(f"{value!r} contains a NUL byte", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def choices(values) -> click.Choice:
+    return click.Choice(list(values), case_sensitive=False)
+
+
+#: option name -> help; the names are those of Workload.create
+DIM_OPTIONS = {
+    "batch": f"batch size b [default: {DEFAULTS['batch']}]",
+    "seq": f"query positions n (tokens generated in generate mode) [default: {DEFAULTS['seq']}; 1 in incremental]",
+    "context": "memory positions m (cached positions before the step in incremental mode) "
+               f"[default: {DEFAULTS['context']}; = seq in batched]",
+    "d_model": f"model dimension d [default: {DEFAULTS['d_model']}]",
+    "heads": f"query heads h [default: {DEFAULTS['heads']}]",
+    "head_dim": "key dimension per head k [default: d/h]",
+    "value_dim": "value dimension per head v [default: d/h]",
+}
+
+
+#: Engine spellings accepted for the same options (vLLM's and SGLang's flags).
+OPTION_ALIASES = {"batch": ("--batch-size",), "context": ("--max-model-len",)}
+
+
+def dim_options(func):
+    """One option per numeric dimension (--batch, --seq, ...); --context may be 0 (an empty cache)."""
+    for name, text in reversed(DIM_OPTIONS.items()):
+        kind = NonNegative if name == "context" else Positive
+        func = click.option(f"--{name.replace('_', '-')}", *OPTION_ALIASES.get(name, ()), name, type=kind,
+                            help=text)(func)
+    return func
+
+
+def given(dims: dict) -> dict:
+    return {k: v for k, v in dims.items() if v is not None}
+
+
+def _options(*options):
+    def apply(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return apply
+
+
+dtype_option = click.option("--dtype", type=DtypeChoice(DTYPES), default=DEFAULTS["dtype"], show_default=True,
+                            help="storage and math dtype (sets bytes per element; bfloat16, float16, float32 also)")
+FORMATS = ("table", "json", "csv", "markdown")
+format_option = click.option("--format", "fmt", type=choices(FORMATS), default="table", show_default=True,
+                             help="how to print: an aligned table, JSON, CSV or a markdown table")
+
+
+def output_format(fmt: str, as_json: bool) -> str:
+    """--json is --format json."""
+    if as_json and fmt not in ("table", "json"):
+        raise CostModelError(f"--json and --format {fmt} disagree; give one")
+    return "json" if as_json else fmt.lower()
+
+
+def emit_records(records: list[dict], fmt: str) -> None:
+    """Rows of a table as CSV or markdown."""
+    from costmodel.render.text import records_csv, records_markdown
+
+    click.echo((records_csv if fmt == "csv" else records_markdown)(records), nl=fmt != "csv")
+
+
+def emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> None:
+    """Reports in the chosen format: JSON (one object where ``single``, else an array), CSV or markdown rows, or
+    the table ``table()`` renders."""
+    if fmt == "json":
+        emit_json(dumped[0] if single else dumped)
+    elif fmt in ("csv", "markdown"):
+        emit_records(records, fmt)
+    else:
+        click.echo(table())
+
+
+groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON (--format json)")
+routing_option = click.option(
+    "--routing", metavar="ROUTING",
+    help="with a mixture-of-experts --model: how the router spreads tokens over the experts: uniform (each token's "
+         "experts at random; the default), balanced (every expert the same share) or power-law:ALPHA (skewed; the "
+         "busiest device is timed)")
+
+
+def variant_option(values, text: str, **kwargs):
+    """``--variant`` over ``values`` (the grouped-query family, or with MLA), its help saying what it does here."""
+    return click.option("--variant", type=choices(values), help=text, **kwargs)
+
+
+def sweep_spec(spec: str, dims) -> tuple[str, str]:
+    """``DIM=RANGE`` of a ``--sweep`` as (dimension name with underscores, range text); an error naming the
+    dimensions ``dims`` allows."""
+    name, sep, text = spec.partition("=")
+    name = name.replace("-", "_")
+    if not sep or name not in dims:
+        raise CostModelError(f"invalid --sweep {spec!r}; expected DIM=RANGE with DIM one of "
+                             f"{', '.join(d.replace('_', '-') for d in dims)}")
+    return name, text
+
+
+max_points_option = click.option("--max-points", type=click.IntRange(1, 10**7), default=DEFAULTS["max_points"],
+                                 show_default=True,
+                                 help="the most points a --sweep or --range may hold")
+
+#: Devices to price on, the same option for every command that prices.
+gpus_option = click.option("--gpu", "gpus", multiple=True, required=True, type=Name(),
+                           help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path; repeat to "
+                                "compare devices")
+#: The mechanism switches of the fitted time model.
+timing_option = click.option("--timing", type=choices(TIMINGS), default=DEFAULTS["timing"], show_default=True,
+                             help="the time predicted: a CUDA-graph replay (what serving engines run), kernel "
+                                  "durations only, or host wall time around eager ops")
+without_option = click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
+                              help="switch a fitted mechanism off to see its share (repeatable; all: the datasheet "
+                                   "roofline)")
+
+
+workload_options = _options(
+    click.option("--mode", type=choices(PREDICT_MODES), default=DEFAULTS["mode"], show_default=True,
+                 help="batched attention (prefill), one decode step, or n decode steps"),
+    dim_options,
+    dtype_option,
+    click.option("--layers", type=Positive, default=DEFAULTS["layers"], show_default=True, help="attention layers"),
+    click.option("--execution", type=choices(EXECUTIONS),
+                 help=f"every op its own kernel, or flash-style fused attention "
+                      f"[default: {DEFAULTS['execution']}; {DEFAULTS['model_execution']} with --model]"),
+    click.option("--overlap", type=choices(OVERLAPS), default=DEFAULTS["overlap"], show_default=True,
+                 help="op time = max(compute, memory) or their sum"),
+    click.option("--cache-append", type=choices(CACHE_APPENDS), default=DEFAULTS["cache_append"], show_default=True,
+                 help="KV-cache append in place, or a full copy"),
+    timing_option,
+    without_option,
+)
+
+
+def csv_to_stdout(csv_path: str, fmt: str) -> str:
+    """The format left to print when ``--csv -`` already writes the rows to standard output: none (``"none"``);
+    another format asked for as well would interleave with it, an error."""
+    if csv_path != "-":
+        return fmt
+    if fmt != "table":
+        raise CostModelError(f"--csv - and --format {fmt} both write standard output; give one")
+    return "none"
+
+
+def check_writable(path: str) -> None:
+    from costmodel.core.files import check_folder
+
+    check_folder(path)
+
+
+def write_csv(path: str, records: list[dict]) -> None:
+    import csv
+    import io
+
+    from costmodel.core.files import write_text
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]))
+    writer.writeheader()
+    writer.writerows(records)
+    write_text(path, buf.getvalue())
+
+
+def title_dims(w) -> str:
+    kv = f"k={w.k}" if w.k == w.v else f"k={w.k}, v={w.v}"
+    return f"d={w.d}, h={w.h}, {kv}, {w.dtype}, {w.execution}"

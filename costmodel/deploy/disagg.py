@@ -1,0 +1,772 @@
+"""Disaggregated serving: prefill and decode on separate pools of engine workers, the KV cache of each prompt
+moving from one to the other.
+
+A request goes to the prefill worker with the fewest prompt tokens still to prefill. A prefill worker runs
+iterations of prompts alone (up to its sequence limit and token budget, a prompt longer than the budget in
+chunks), each priced as the model step for that batch of prompts plus the engine's fixed cost per iteration (and
+the host's time where one is fitted: :meth:`costmodel.engine.served.Setup.wall`).
+When a prompt's last chunk is done the request has its first token and its KV cache is sent to the decode
+pool: the prompt's cache as the decode workers store it, over the link between the pools (the devices'
+interconnect when both pools sit in one scale-up domain, each device's network port otherwise), every device
+sending and receiving its own shard at once. TTFT = queueing + prefill + transfer (+ the front end's latency).
+
+A decode worker takes the arriving request (the one with the fewest requests) at its next iteration when it
+has a free sequence slot and KV pages for the request's whole context; an engine of :data:`DECODE_RESERVES_FIRST`
+(SGLang) instead reserves the prompt's pages before the prefill, where the worker can still hand out the prompt and
+a headroom beside every request it holds (a request that finds no decode worker with room waits, in arrival order,
+before its prefill), lets its running requests grow a token a step within the cache, and retracts the one with the
+fewest tokens out where the next step would not fit, resuming it first. Decode workers run decode-only iterations: one
+token per running sequence, priced as the model step for that batch at its contexts plus the engine's fixed
+cost. Load is a closed loop of ``concurrency`` clients or Poisson arrivals, as for one pool
+(:mod:`costmodel.engine.simulate`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.core import checks
+from costmodel.price.bands import Band, served as served_bands, served_assumption
+from costmodel.engine.config import engine
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.engine.reports import Stats, assumptions as pool_assumptions
+from costmodel.model.step import model_hardware, pricing
+from costmodel.model.presets import ModelPreset
+from costmodel.core.reports import DeviceSummary, Report
+from costmodel.engine.served import Setup, checked_load, checkpoint_kv_dtype, lengths, mean_length
+from costmodel.engine.simulate import arrival_times
+
+#: Engines whose prefill (context) workers run without the overlap scheduler in a disaggregated deployment while
+#: their decode workers keep it: TensorRT-LLM's disaggregated-serving guide (trtllm-serve) gives the context servers
+#: ``disable_overlap_scheduler: True`` ("not yet supported in disaggregated context server architectures") and the
+#: generation servers the default. SGLang runs its overlap loops in both roles (event_loop_overlap_disagg_prefill,
+#: event_loop_overlap_disagg_decode); vLLM 0.12 schedules without overlap in both.
+PREFILL_POOL_WITHOUT_OVERLAP = ("trtllm",)
+#: Engines whose decode worker reserves a request's KV pages before its prefill runs: SGLang's bootstrap
+#: (python/sglang/srt/disaggregation/decode.py DecodePreallocQueue: "pre-allocate kv once there is available kv";
+#: prefill.py PrefillBootstrapQueue holds a request until "bootstrap (handshake and preallocation)" is done, then
+#: runs its forward), so a request that finds the decode pool full waits before its prefill, in TTFT. TensorRT-LLM's
+#: disaggregated server sends a request to a context server first and to a generation server with the result,
+#: whose scheduler then admits it (wait after the first token, in TPOT); vLLM's KV connectors likewise.
+DECODE_RESERVES_FIRST = ("sglang",)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One side of a disaggregated deployment: ``workers`` engines of ``tp`` devices each (of ``gpu``, the
+    deployment's device when None), with the engine's limits where given; a worker of a mixture of experts may be
+    ``attention_dp`` groups of ``tp`` devices with the experts over all of them (whole with ``expert_parallel``,
+    else each expert's width sharded), each group taking its own requests (the other groups of the worker taken as
+    loaded like it)."""
+
+    tp: int = 1
+    workers: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    expert_parallel: bool = False
+    gpu: HardwareProfile | None = None
+    attention_dp: int = 1  # each worker: this many attention data parallel groups of tp devices, experts over all
+
+    def devices(self) -> int:
+        return self.tp * self.attention_dp * self.workers
+
+    @property
+    def engines(self) -> int:
+        """The engines requests are spread over: every attention data parallel group of every worker."""
+        return self.workers * self.attention_dp
+
+
+class PoolSummary(Report):
+    role: str
+    hardware: DeviceSummary
+    tp: int
+    workers: int
+    attention_dp: int = 1  # a worker's attention data parallel groups of tp devices
+    devices: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_tokens: int
+    kv_cache_bytes_per_token: float
+    mean_batch: float
+    busy_share: float  # of the run, the mean share of time a worker of the pool was running an iteration
+    iterations: int | None  # simulated: the run's iterations; None in the closed form
+
+
+class KvTransfer(Report):
+    bytes_per_request: float  # the prompt's KV cache as the decode pool stores it (all its devices)
+    bytes_per_device: float  # the most one device sends or receives
+    link: str
+    link_bytes_per_s: float
+    latency_s: float
+    time_s: float
+
+
+class TtftSplit(Report):
+    """Means over the requests; they add up to the mean TTFT."""
+
+    queue_s: float
+    prefill_s: float
+    transfer_s: float
+    front_end_s: float
+
+
+class DisaggPrediction(Report):
+    """A disaggregated deployment under load; ``ttft_s`` and ``tpot_s`` are a benchmark client's means."""
+
+    model: str
+    model_name: str
+    engine: str
+    engine_version: str
+    evaluator: str
+    prefill: PoolSummary
+    decode: PoolSummary
+    devices: int
+    concurrency: int | None
+    request_rate: float | None
+    burstiness: float = 1.0  # an open loop's arrivals: the gamma shape of their gaps (1: Poisson)
+    num_requests: int
+    input_len: float
+    output_len: float
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    ttft_band: Band | None = None  # where a benchmark's mean TTFT is expected to fall (costmodel.price.bands.served)
+    tpot_band: Band | None = None
+    ttft: Stats
+    tpot: Stats
+    e2e: Stats
+    ttft_split: TtftSplit
+    kv_transfer: KvTransfer
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_device: float
+    output_tokens_per_s_per_user: float
+    decode_waits: int | None  # simulated: requests that reached a decode worker with no slot or pages for them
+    assumptions: list[str]
+    # open loop: the most requests per second the pools complete and which pool that is; overloaded: the arrivals
+    # outpace it, so the queue grows as long as they come and the TTFT grows with num_requests
+    saturation_requests_per_s: float | None = None
+    saturation_binds: str | None = None
+    overloaded: bool = False
+
+    def record(self) -> dict:
+        """One flat row: the layout, the client's latencies and the throughput."""
+        def pool(s: PoolSummary) -> str:
+            groups = f" ({s.attention_dp} attention DP groups each)" if s.attention_dp > 1 else ""
+            return f"{s.workers} x {s.tp} {s.hardware.id}{groups}"
+
+        return {"model": self.model, "engine": self.engine, "prefill": pool(self.prefill), "decode": pool(self.decode),
+                "concurrency": self.concurrency, "request_rate": self.request_rate,
+                "ttft_s": self.ttft_s, "ttft_p90_s": self.ttft.p90, "tpot_s": self.tpot_s,
+                "tpot_p90_s": self.tpot.p90, "e2e_s": self.e2e_s, "requests_per_s": self.requests_per_s,
+                "output_tokens_per_s_per_device": self.output_tokens_per_s_per_device,
+                "output_tokens_per_s_per_user": self.output_tokens_per_s_per_user,
+                "kv_transfer_s": self.kv_transfer.time_s}
+
+    def __str__(self) -> str:
+        from costmodel.price.bands import served_label
+        from costmodel.render.serving import disagg_table
+
+        return disagg_table(self, served_label())
+
+
+def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple[str, float, float]:
+    """(what, bytes/s one way per device, latency) of the link a prompt's cache crosses: the interconnect when
+    both pools are one device kind within one scale-up domain, each device's network port otherwise."""
+    same = hw_p.id == hw_d.id
+    domain = hw_p.domain
+    if same and hw_p.interconnect_bytes_per_s is not None and domain is not None and devices <= domain:
+        lat = hw_p.interconnect_latency_s.value if hw_p.interconnect_latency_s is not None else 0.0
+        return (f"{hw_p.interconnect or 'interconnect'} inside one {domain}-device domain",
+                hw_p.interconnect_bytes_per_s.value / 2, lat)
+    missing = [h.id for h in {hw_p.id: hw_p, hw_d.id: hw_d}.values() if h.scale_out_bytes_per_s is None]
+    if missing:
+        why = ("the pools are different devices" if not same else
+               f"{devices} devices do not fit one scale-up domain" if domain is not None else
+               f"{hw_p.id} states no scale-up domain (scale_up_devices)")
+        raise CostModelError(f"the KV cache crosses the network ({why}), and {', '.join(missing)} states no "
+                             "network bandwidth per device (scale_out_bytes_per_s); give --kv-link-bandwidth")
+    bw = min(hw_p.scale_out_bytes_per_s.value, hw_d.scale_out_bytes_per_s.value)
+    lat = max((h.scale_out_latency_s.value for h in (hw_p, hw_d) if h.scale_out_latency_s is not None), default=0.0)
+    return "each device's network port", bw, lat
+
+
+class _Req:
+    __slots__ = ("arrival", "prompt", "output", "done", "prefilled", "first", "finish", "queued", "worker")
+
+    def __init__(self, arrival, prompt, output):
+        self.arrival, self.prompt, self.output = arrival, prompt, output
+        self.worker = -1  # the decode worker that reserved its pages (engines of DECODE_RESERVES_FIRST)
+        self.done = 0
+        self.prefilled = self.first = self.finish = -1.0
+        self.queued = arrival  # when it joined its current worker's queue
+
+
+def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, concurrency, request_rate,
+              transfer_s, seed: int, check: bool = False, burstiness: float = 1.0) -> dict:
+    n = len(prompts)
+    reqs: list[_Req] = []
+    events: list = []  # (time, order, kind, payload)
+    order = 0
+
+    def push(t, kind, x):
+        nonlocal order
+        heapq.heappush(events, (t, order, kind, x))
+        order += 1
+
+    def new_request(t):
+        r = _Req(t, int(prompts[len(reqs)]), int(outputs[len(reqs)]))
+        reqs.append(r)
+        push(t, "arrive", r)
+
+    if concurrency is not None:
+        for _ in range(min(concurrency, n)):
+            new_request(0.0)
+    else:
+        for t in arrival_times(n, request_rate, burstiness, seed):
+            new_request(float(t))
+
+    # prefill workers
+    p_queue = [deque() for _ in range(p.engines)]
+    p_left = [0] * p.engines  # prompt tokens waiting or in flight
+    p_busy = [False] * p.engines
+    p_time = np.zeros(p.engines)
+    p_iters = p_seqs = 0
+    budget_p, seqs_p = pre.eng.max_num_batched_tokens, pre.eng.max_num_seqs
+    # decode workers
+    d_run: list[list[_Req]] = [[] for _ in range(d.engines)]
+    d_wait = [deque() for _ in range(d.engines)]
+    d_busy = [False] * d.engines
+    d_ctx = [0] * d.engines  # cached positions of the running sequences, all together
+    d_pages = [0] * d.engines
+    d_wait_pages = [0] * d.engines  # pages the waiting requests will take
+    d_time = np.zeros(d.engines)
+    d_iters = d_seqs = 0
+    # each busy decode worker's planned run: (start, step ends, step times); a "decoded" event counts only while its
+    # number is the worker's latest (a request that reaches the worker cuts the run short: :func:`cut`)
+    d_plan: list = [None] * d.engines
+    d_token = [0] * d.engines
+    waits = 0  # requests that reached a decode worker with no slot or pages for them
+    page = dec.eng.page_size
+    pages_total = dec.kv_tokens // page
+    seqs_d = dec.eng.max_num_seqs
+    violations = []
+    first_reserve = dec.eng.name in DECODE_RESERVES_FIRST
+    d_held = [0] * d.engines  # reserved first: requests a decode worker holds pages for, from before their prefill
+    gate: deque = deque()  # reserved first: requests waiting for a decode worker with room, before their prefill
+    # reserved first (SGLang): a held request has pages for its prompt; running ones grow a token a step within the
+    # cache, every held request keeping `reserve_tokens` of headroom at admission; retracted ones wait to resume
+    reserve_tokens = dec.eng.reserved_decode_tokens
+    retracted: list[deque] = [deque() for _ in range(d.engines)]
+    retractions = 0
+
+    def pages_of(r):
+        return -(-(r.prompt + r.output) // page)
+
+    def held_pages(r):
+        """Pages a decode worker holds for a request before it runs: reserved first, its prompt's; else its whole
+        context's."""
+        return -(-r.prompt // page) if first_reserve else pages_of(r)
+
+    def cached(r) -> int:
+        """The tokens a running request's cache holds: its prompt, its first token and those decoded since."""
+        return r.prompt + 1 + r.done
+
+    def need(r) -> int:
+        """A retracted request's tokens and headroom to resume."""
+        return cached(r) + reserve_tokens
+
+    def allocatable(j, count_retracted: bool = True) -> int:
+        """Reserved first: the tokens decode worker ``j`` may still hand out (SGLang's _allocatable_tokens): its cache
+        less the running sequences' tokens, the held prompts' pages, a headroom per request it holds, and (with
+        ``count_retracted``) what its retracted requests need to resume."""
+        back = sum(need(r) for r in retracted[j]) if count_retracted else 0
+        return dec.kv_tokens - d_ctx[j] - page * d_wait_pages[j] - reserve_tokens * d_held[j] - back
+
+    def finish(r, t):
+        r.finish = t
+        if concurrency is not None and len(reqs) < n:
+            new_request(t)
+
+    def reserve(r) -> bool:
+        """Reserved first: the decode worker with the fewest requests among those that can take ``r`` (its prompt's
+        pages and the headroom within what the worker may hand out) holds its prompt's pages (its ``worker``), or
+        False where none can."""
+        room = [j for j in range(d.engines) if page * held_pages(r) + reserve_tokens <= allocatable(j)]
+        if not room:
+            return False
+        r.worker = min(room, key=lambda j: (d_held[j], j))
+        d_held[r.worker] += 1
+        d_wait_pages[r.worker] += held_pages(r)
+        return True
+
+    def to_prefill(r, t):
+        w = min(range(p.engines), key=lambda j: (p_left[j], j))
+        r.queued = t
+        p_queue[w].append(r)
+        p_left[w] += r.prompt
+        if not p_busy[w]:
+            start_prefill(w, t)
+
+    def released(w, t):
+        """A request left decode worker ``w``: reserved first, the waiting requests that now fit go to prefill."""
+        if first_reserve:
+            d_held[w] -= 1
+            while gate and reserve(gate[0]):
+                to_prefill(gate.popleft(), t)
+
+    def start_prefill(w, t, seen=None):
+        """The worker's next iteration at ``t``, of the requests that had reached it by ``seen`` (an overlap
+        scheduler planned it while the last one ran; an idle worker takes what it has)."""
+        q = p_queue[w]
+        if not q:
+            p_busy[w] = False
+            return
+        if seen is None or q[0].queued > seen:
+            seen = t
+        chunks, batch, room, held = [], [], budget_p, 0
+        for r in q:
+            if len(batch) == seqs_p or room == 0 or held + r.prompt > pre.kv_tokens or r.queued > seen:
+                break
+            held += r.prompt  # a prompt's whole cache stays on the worker until it is sent
+            c = min(r.prompt - r.done, room)
+            chunks.append((r.done, c))
+            batch.append((r, c))
+            room -= c
+        it = pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=chunks,
+                            outputs=sum(1 for r, c in batch if r.done + c == r.prompt))
+        dt = pre.wall(it.total_s, len(batch))
+        p_busy[w] = True
+        push(t + dt, "prefilled", (w, batch, dt))
+
+    def start_decode(w, t, seen=None):
+        """The worker's next decode iterations from ``t``, admitting the requests that had reached it by ``seen``
+        (an overlap scheduler planned the iteration while the last one ran; an idle worker takes what it has)."""
+        nonlocal retractions
+        run, q = d_run[w], d_wait[w]
+        if seen is None or not run:
+            seen = t
+        back = retracted[w]
+        # reserved first: a retracted request resumes before any other joins, once the worker can hand out its
+        # tokens and headroom (an idle worker takes it back whatever the headroom: it alone fits its cache)
+        while back and len(run) < seqs_d and (not run or need(back[0]) <= allocatable(w, count_retracted=False)):
+            r = back.popleft()
+            run.append(r)
+            d_ctx[w] += cached(r)
+        while q and len(run) < seqs_d and not back and (first_reserve or d_pages[w] + pages_of(q[0]) <= pages_total) \
+                and q[0].queued <= seen:
+            r = q.popleft()
+            d_wait_pages[w] -= held_pages(r)
+            run.append(r)
+            d_ctx[w] += r.prompt + 1
+            if not first_reserve:
+                d_pages[w] += pages_of(r)
+        # reserved first: the running sequences grow within the cache; where the next step does not fit, the request
+        # with the fewest tokens out (the longest prompt among equals) is retracted, its cache freed
+        fit = None
+        while first_reserve and run:
+            fit = (dec.kv_tokens - page * d_wait_pages[w] - d_ctx[w]) // len(run)
+            if fit >= 1:
+                break
+            victim = min(run, key=lambda r: (r.done, -r.prompt))
+            run.remove(victim)
+            d_ctx[w] -= cached(victim)
+            back.append(victim)
+            retractions += 1
+        if not run:
+            d_busy[w] = False
+            return
+        d_busy[w] = True
+        # decode-only iterations until the first running request finishes, or until a request that reaches the
+        # worker meanwhile joins (cut)
+        k = min(r.output - 1 - r.done for r in run)
+        if fit is not None:
+            k = min(k, fit)
+        if q and q[0].queued > seen:  # one came while the last iteration ran: it joins after the next one
+            k = 1
+        times = dec.wall(dec.table.decode_run(len(run), d_ctx[w], k), len(run))
+        plan(w, t, t + np.cumsum(times), times)
+
+    def plan(w, t, ends, times):
+        d_plan[w] = (t, ends, times)
+        d_token[w] += 1
+        push(float(ends[-1]), "decoded", (w, d_token[w]))
+
+    def cut(w, t):
+        """A request reached busy decode worker ``w`` at ``t``: its run ends where the request is admitted if there
+        is room: with the iteration under way (an iteration that ends at ``t`` is under way), or under an overlap
+        scheduler with the first iteration that starts at ``t`` or later (planned once the request was there)."""
+        start, ends, times = d_plan[w]
+        if dec.eng.lag:
+            steps = int(np.searchsorted(np.concatenate(([start], ends[:-1])), t, side="left")) + 1
+        else:
+            steps = int(np.searchsorted(ends, t, side="left")) + 1
+        if steps < len(ends):
+            plan(w, start, ends[:steps], times[:steps])
+
+    while events:
+        t, _, kind, x = heapq.heappop(events)
+        if kind == "arrive":
+            if first_reserve and (gate or not reserve(x)):
+                waits += 1
+                gate.append(x)
+            else:
+                to_prefill(x, t)
+        elif kind == "prefilled":
+            w, batch, dt = x
+            p_iters += 1
+            p_seqs += len(batch)
+            p_time[w] += dt
+            if check and (sum(c for _, c in batch) > budget_p or len(batch) > seqs_p
+                          or sum(r.prompt for r, _ in batch) > pre.kv_tokens):
+                violations.append(("prefill budget", t))
+            for r, c in batch:
+                r.done += c
+                p_left[w] -= c
+                if r.done == r.prompt:
+                    p_queue[w].remove(r)
+                    r.prefilled = t
+                    r.first = t + transfer_s
+                    r.done = 0  # now: decode tokens produced after the first
+                    push(r.first, "transferred", r)
+            start_prefill(w, t, t - dt if pre.eng.lag else None)
+        elif kind == "transferred":
+            r = x
+            if r.output == 1:
+                if first_reserve:
+                    d_wait_pages[r.worker] -= held_pages(r)
+                    released(r.worker, t)
+                finish(r, t)
+                continue
+            if first_reserve:
+                w = r.worker
+                waits += len(d_run[w]) + len(d_wait[w]) >= seqs_d
+            else:
+                w = min(range(d.engines), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
+                held = len(d_run[w]) + len(d_wait[w])
+                d_wait_pages[w] += pages_of(r)
+                waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
+            r.queued = t
+            d_wait[w].append(r)
+            if not d_busy[w]:
+                start_decode(w, t)
+            else:
+                cut(w, t)
+        else:  # decoded
+            w, token = x
+            if token != d_token[w]:
+                continue  # a run cut short: its own event is the one that counts
+            start, ends, times = d_plan[w]
+            steps, dt, last = len(ends), float(ends[-1] - start), float(times[-1])
+            run = d_run[w]
+            d_iters += steps
+            d_seqs += steps * len(run)
+            d_time[w] += dt
+            over = (d_ctx[w] + steps * len(run) + page * d_wait_pages[w] > dec.kv_tokens if first_reserve
+                    else d_pages[w] > pages_total)
+            if check and (len(run) > seqs_d or over):
+                violations.append(("decode limits", t))
+            d_ctx[w] += steps * len(run)
+            still = []
+            for r in run:
+                r.done += steps
+                if r.done == r.output - 1:
+                    d_ctx[w] -= cached(r)
+                    if not first_reserve:
+                        d_pages[w] -= pages_of(r)
+                    released(w, t)
+                    finish(r, t)
+                else:
+                    still.append(r)
+            d_run[w] = still
+            start_decode(w, t, t - last if dec.eng.lag else None)
+    return {"reqs": reqs, "p_iters": p_iters, "p_seqs": p_seqs, "p_time": p_time, "d_iters": d_iters,
+            "d_seqs": d_seqs, "d_time": d_time, "waits": waits, "violations": violations, "retractions": retractions}
+
+
+def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int,
+                        prefill: Pool, decode: Pool, engine_name: str = "vllm", concurrency: int | None = None,
+                        request_rate: float | None = None, num_requests: int | None = None,
+                        warmup_requests: int = 0, weight_dtype: str | None = None, kv_dtype: str | None = None,
+                        timing: str = "graph", kv_link_bytes_per_s: float | None = None,
+                        mxfp4_activations: str | None = None,
+                        overheads: dict | None = None, evaluator: str = "simulation", seed: int = 0,
+                        check: bool = False, frontend: str = "dynamo", input_dist: str = "fixed",
+                        output_dist: str = "fixed", spread: float = 0.0, burstiness: float = 1.0) -> DisaggPrediction:
+    """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
+    ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
+    its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or arrivals at ``request_rate``
+    (Poisson, or as ``burstiness`` bunches them: :func:`costmodel.engine.simulate.arrival_times`). ``kv_link_bytes_per_s``
+    overrides the link the KV cache crosses (one way, per device).
+    ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only). ``frontend``:
+    the front end the requests pass (:data:`costmodel.engine.served.FRONTENDS`), its latency added to TTFT. ``input_dist``,
+    ``output_dist``, ``spread``: the requests' lengths drawn as :func:`costmodel.engine.served.lengths` draws them (the
+    closed form takes their means; each request's KV transfer is priced at the mean prompt's)."""
+    if evaluator not in ("simulation", "steady-state"):
+        raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
+    if evaluator == "steady-state" and concurrency is None:
+        raise CostModelError("the steady-state form of disaggregated serving takes a concurrency (a closed loop); "
+                             "simulate a request rate")
+    n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests,
+                     burstiness=burstiness)
+    for name, pool in (("prefill", prefill), ("decode", decode)):
+        if not isinstance(pool, Pool):
+            raise CostModelError(f"{name} must be a Pool(tp=..., workers=...), got {type(pool).__name__}")
+        checks.count(f"{name} tp", pool.tp)
+        checks.count(f"{name} workers", pool.workers)
+        checks.count(f"{name} attention dp", pool.attention_dp)
+        if pool.gpu is not None:
+            checks.instance(f"{name} gpu", pool.gpu, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    if kv_link_bytes_per_s is not None and (isinstance(kv_link_bytes_per_s, bool)
+                                            or not isinstance(kv_link_bytes_per_s, (int, float))
+                                            or not 1e6 <= kv_link_bytes_per_s < 1e16):
+        raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
+    kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
+    total = n + warmup_requests
+    prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed)
+    outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1)
+    mean_in, mean_out = mean_length(prompts), mean_length(outputs)
+    setups = []
+    for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
+        dev = pool.gpu or hw
+        eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
+            max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs,
+            mxfp4_activations=mxfp4_activations)
+        if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
+            eng = eng.with_flags(async_scheduling=False)
+        pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, **eng.kernels)
+        setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads, frontend=frontend))
+    pre, dec = setups
+    devices = prefill.devices() + decode.devices()
+    if kv_link_bytes_per_s is not None:
+        link, bw, lat = "as given", float(kv_link_bytes_per_s), 0.0
+    else:
+        link, bw, lat = kv_link(pre.pr.hw, dec.pr.hw, devices)
+    per_device = max(pre.kv_per_token, dec.kv_per_token) * mean_in
+    transfer = KvTransfer(bytes_per_request=dec.kv_per_token * decode.tp * mean_in, bytes_per_device=per_device,
+                          link=link, link_bytes_per_s=bw, latency_s=lat, time_s=lat + per_device / bw)
+
+    if evaluator == "steady-state":
+        got = steady_state(pre, dec, prefill, decode, concurrency=concurrency, input_len=mean_in,
+                           output_len=mean_out, transfer_s=transfer.time_s)
+    else:
+        got = _simulated(pre, dec, prefill, decode, prompts=prompts, outputs=outputs, input_len=mean_in,
+                         warmup=warmup_requests, concurrency=concurrency, request_rate=request_rate,
+                         transfer_s=transfer.time_s, seed=seed, check=check, burstiness=burstiness)
+    most = None
+    if request_rate is not None:  # an open loop: the most the pools complete (their capacities, the closed form's)
+        most = steady_state(pre, dec, prefill, decode, concurrency=1, input_len=mean_in, output_len=mean_out,
+                            transfer_s=transfer.time_s)["most"]
+    summaries = [PoolSummary(
+        role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, attention_dp=pool.attention_dp,
+        devices=pool.devices(),
+        max_num_seqs=s.eng.max_num_seqs, max_num_batched_tokens=s.eng.max_num_batched_tokens,
+        kv_cache_tokens=s.kv_tokens, kv_cache_bytes_per_token=s.kv_per_token, mean_batch=got[role]["mean_batch"],
+        busy_share=got[role]["busy_share"], iterations=got[role]["iterations"])
+        for role, pool, s in (("prefill", prefill, pre), ("decode", decode, dec))]
+    ttft = got["ttft"]
+    ttft_band, tpot_band = served_bands(pre.eng.name, m.moe is not None, "disagg", ttft.mean, got["tpot"].mean)
+    return DisaggPrediction(
+        model=m.id, model_name=m.name, engine=pre.eng.name, engine_version=pre.eng.version, evaluator=evaluator,
+        prefill=summaries[0], decode=summaries[1], devices=devices, concurrency=concurrency,
+        request_rate=request_rate, num_requests=n, input_len=float(prompts.mean()), output_len=float(outputs.mean()),
+        ttft_s=ttft.mean, tpot_s=got["tpot"].mean, e2e_s=got["e2e"].mean, ttft=ttft, tpot=got["tpot"],
+        e2e=got["e2e"], ttft_band=ttft_band, tpot_band=tpot_band,
+        ttft_split=TtftSplit(queue_s=got["queue_s"], prefill_s=got["prefill_s"], transfer_s=transfer.time_s,
+                             front_end_s=pre.request_s),
+        kv_transfer=transfer, requests_per_s=got["requests_per_s"],
+        output_tokens_per_s=got["requests_per_s"] * float(outputs.mean()),
+        output_tokens_per_s_per_device=got["requests_per_s"] * float(outputs.mean()) / devices,
+        output_tokens_per_s_per_user=got["per_user"], decode_waits=got["waits"],
+        saturation_requests_per_s=most[0] if most else None, saturation_binds=most[1] if most else None,
+        overloaded=bool(most) and request_rate >= most[0],
+        burstiness=burstiness,
+        assumptions=[*_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests,
+                                   evaluator, burstiness), served_assumption(ttft_band, pre.pr.hw.id)])
+
+
+def _simulated(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, input_len, warmup, concurrency,
+               request_rate, transfer_s, seed, check, burstiness: float = 1.0) -> dict:
+    """The simulation's per-request times as the report's statistics (``input_len``: the mean prompt, whose prefill
+    alone the report's queueing is measured against)."""
+    sim = _simulate(pre, dec, p, d, prompts=prompts, outputs=outputs, concurrency=concurrency,
+                    request_rate=request_rate, transfer_s=transfer_s, seed=seed, check=check, burstiness=burstiness)
+    if check and sim["violations"]:
+        raise AssertionError(f"limits broken: {sim['violations'][:3]}")
+    kept = sim["reqs"][warmup:]
+    arrival = np.array([r.arrival for r in kept])
+    prefilled = np.array([r.prefilled for r in kept])
+    first = np.array([r.first for r in kept])
+    finish = np.array([r.finish for r in kept])
+    out = np.array([r.output for r in kept])
+    front = pre.request_s
+    more = out > 1
+    tpot = (finish[more] - first[more]) / (out[more] - 1)
+    e2e = finish - arrival + front
+    span = float(finish.max() - arrival.min())
+    prefill_alone = _prefill_time(pre, input_len)
+    return {"ttft": Stats.of(first - arrival + front), "tpot": Stats.of(tpot), "e2e": Stats.of(e2e),
+            "queue_s": float(np.mean(prefilled - arrival)) - prefill_alone, "prefill_s": prefill_alone,
+            "requests_per_s": len(kept) / span, "per_user": float(np.mean(out / np.maximum(e2e, 1e-12))),
+            "waits": int(sim["waits"]),
+            "prefill": {"mean_batch": sim["p_seqs"] / max(sim["p_iters"], 1), "iterations": sim["p_iters"],
+                        "busy_share": float(np.mean(sim["p_time"])) / max(span, 1e-12)},
+            "decode": {"mean_batch": sim["d_seqs"] / max(sim["d_iters"], 1), "iterations": sim["d_iters"],
+                       "busy_share": float(np.mean(sim["d_time"])) / max(span, 1e-12)}}
+
+
+def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, input_len: int, output_len: int,
+                 transfer_s: float) -> dict:
+    """Means of a closed loop of ``concurrency`` clients in steady state, in closed form.
+
+    A request cycles through its prefill ``s_p`` (alone on a worker), the transfer, and ``k = osl - 1`` decode
+    iterations of ``tau(b)`` at ``b`` sequences per decode worker (at the mean context ``isl + osl / 2``; by
+    Little's law ``b = X k tau(b) / D`` for a throughput of ``X`` requests per second). Unhindered, ``X = C /
+    (s_p + transfer + k tau(b))``. The prefill pool serves at most ``P m / t(m)`` requests per second (a busy
+    worker batches ``m`` waiting prompts, up to its limits), the decode pool at most ``D cap / (k tau(cap))``
+    (``cap``: its sequence limit or its KV cache at each request's peak, or, where the decode worker reserves first,
+    at each request's mean tokens and headroom); past either the clients wait, by
+    Little's law ``C / X`` less the cycle, for a prefill worker (in TTFT) or a decode slot (in TPOT; in TTFT where
+    the decode worker reserves its pages before the prefill, :data:`DECODE_RESERVES_FIRST`, and pages bind). Under an
+    overlap scheduler a request joins a busy decode worker one iteration later (in TPOT)."""
+    isl, osl = input_len, output_len
+    k = osl - 1
+    ctx = isl + osl / 2
+    s_p = _prefill_time(pre, isl)
+    budget = pre.eng.max_num_batched_tokens
+    m = max(1, min(pre.eng.max_num_seqs, budget // isl, pre.kv_tokens // isl)) if isl <= budget else 1
+    t_m = pre.wall(pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(0, isl)] * m, outputs=m).total_s,
+                   m) if m > 1 else s_p
+    x_prefill = p.engines * m / t_m
+    page = dec.eng.page_size
+    if dec.eng.name in DECODE_RESERVES_FIRST:
+        # its requests hold their tokens so far (on average the prompt and half the output) and a headroom each
+        fit = int(dec.kv_tokens // (isl + osl / 2 + dec.eng.reserved_decode_tokens))
+    else:
+        fit = dec.kv_tokens // (page * -(-(isl + osl) // page))  # requests whose pages a decode worker holds
+    cap = max(1, min(dec.eng.max_num_seqs, fit))
+
+    grid = np.unique(np.concatenate([np.geomspace(1, cap, 64), np.arange(1, min(cap, 16) + 1)]))
+    taus = dec.wall(np.array([float(dec.table.decode_run(b, b * ctx, 1)[0]) for b in grid]), grid)
+
+    def tau(b: float) -> float:
+        return float(np.interp(min(max(b, 1.0), cap), grid, taus))
+
+    def occupancy(x: float) -> float:
+        """Sequences per decode worker at throughput x: the least b >= 1 with b = x k tau(b) / D (Little's law),
+        the limit where none is."""
+        gap = grid - x * k * taus / d.engines
+        if gap[0] >= 0:
+            return max(x * k * taus[0] / d.engines, 0.0)
+        up = np.nonzero(gap >= 0)[0]
+        if not up.size:
+            return float(cap)
+        i = up[0]
+        w = -gap[i - 1] / (gap[i] - gap[i - 1])
+        return float(grid[i - 1] + w * (grid[i] - grid[i - 1]))
+
+    x_decode = d.engines * cap / (k * tau(cap)) if k else float("inf")
+    x = concurrency / (s_p + transfer_s + k * tau(1.0))
+    for _ in range(100):
+        b = occupancy(x)
+        new = concurrency / (s_p + transfer_s + k * tau(b))
+        if abs(new - x) <= 1e-9 * new:
+            break
+        x = 0.5 * (x + new)
+    x = min(x, x_prefill, x_decode)
+    b = occupancy(x)
+    slack = max(0.0, concurrency / x - (s_p + transfer_s + k * tau(b)))
+    # the clients wait before the prefill where it binds, or where the decode pool's pages bind and its engine
+    # reserves them before the prefill; for a decode slot (a sequence limit), after the first token
+    before_prefill = x_prefill <= x_decode or (dec.eng.name in DECODE_RESERVES_FIRST and fit < dec.eng.max_num_seqs)
+    wait_p, wait_d = (slack, 0.0) if before_prefill else (0.0, slack)
+    front = pre.request_s
+    # an overlap scheduler plans a worker's next iteration while one runs: a request that finds the worker busy
+    # joins an iteration later. A decode worker at b >= 1 is always busy; a prefill worker's queueing below its
+    # capacity, that lag's included, is left out like the rest of it (the TTFT here is a lower bound)
+    late_d = dec.eng.lag * tau(b) if b >= 1 else 0.0
+    ttft = s_p + wait_p + transfer_s + front
+    tpot = tau(b) + ((wait_d + late_d) / k if k else 0.0)
+    e2e = ttft + k * tpot
+
+    def means(v: float) -> Stats:
+        return Stats(mean=v, median=v, p90=v, p99=v)
+
+    return {"ttft": means(ttft), "tpot": means(tpot), "e2e": means(e2e), "queue_s": wait_p, "prefill_s": s_p,
+            "requests_per_s": x, "per_user": osl / e2e, "waits": None, "most": saturation(x_prefill, x_decode),
+            "prefill": {"mean_batch": 1.0 if x < x_prefill else float(m), "iterations": None,
+                        "busy_share": min(1.0, x * s_p / p.engines) if x < x_prefill else 1.0},
+            "decode": {"mean_batch": b, "iterations": None, "busy_share": min(1.0, b)}}
+
+
+def saturation(x_prefill: float, x_decode: float) -> tuple[float, str]:
+    """The most requests per second a disaggregated deployment completes, the lesser of its pools' (each busy all
+    the time: :func:`steady_state`), and which pool that is."""
+    return (x_prefill, "prefill pool") if x_prefill <= x_decode else (x_decode, "decode pool")
+
+
+def _prefill_time(pre: Setup, prompt: int) -> float:
+    """One prompt alone through a prefill worker: its chunks, iteration by iteration."""
+    t, done, budget = 0.0, 0, pre.eng.max_num_batched_tokens
+    while done < prompt:
+        c = min(budget, prompt - done)
+        t += pre.wall(pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(done, c)],
+                                     outputs=int(done + c == prompt)).total_s, 1)
+        done += c
+    return t
+
+
+def _groups(pool: Pool) -> str:
+    return f"{pool.attention_dp} attention data parallel groups of " if pool.attention_dp > 1 else ""
+
+
+def _scheduled(eng) -> str:
+    """When an engine plans its iterations, in words."""
+    return ("scheduled while the one before runs (a request that comes during iteration n joins n+2)" if eng.lag
+            else "scheduled as the one before ends (a request that comes during iteration n joins n+1)")
+
+
+def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup,
+                 evaluator: str, burstiness: float = 1.0) -> list[str]:
+    load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup, burstiness=burstiness)[2]
+    admitted = (f"whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap pre-allocation), "
+                "admitting it where the worker can still hand out the prompt and a headroom of "
+                f"{dec.eng.reserved_decode_tokens} tokens beside the headroom of every request it holds; a request "
+                "that finds no decode worker with room waits before its prefill, in TTFT; the running requests grow a "
+                "token a step, and where the next step does not fit the one with the fewest tokens out is retracted "
+                "(its cache freed) and resumes first once it fits"
+                if dec.eng.name in DECODE_RESERVES_FIRST else
+                "and pages for its whole context (reserved: no preemption)")
+    return [
+        f"disaggregated: {p.workers} prefill worker(s) of {_groups(p)}{p.tp} x {pre.pr.hw.id} and {d.workers} decode "
+        f"worker(s) of {_groups(d)}{d.tp} x {dec.pr.hw.id}, each group an engine {pre.eng.name} {pre.eng.version} "
+        "with its defaults for the device where not set",
+        f"prefill workers run prompts alone (up to {pre.eng.max_num_seqs} sequences, "
+        f"{pre.eng.max_num_batched_tokens} tokens an iteration and the {pre.kv_tokens:,} tokens of their KV cache, "
+        "a longer prompt in chunks); a request goes to the prefill worker with the fewest prompt tokens to do",
+        f"KV cache of a prompt: {transfer.bytes_per_request / 1e6:.1f} MB as the decode pool stores it, "
+        f"{transfer.bytes_per_device / 1e6:.1f} MB the most one device sends or receives, over {transfer.link} at "
+        f"{transfer.link_bytes_per_s / 1e9:.0f} GB/s one way: {transfer.time_s * 1e3:.2f} ms; every device moves "
+        "its own shard at once, and the transfer holds neither pool",
+        f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
+        f"{dec.eng.max_num_seqs}) {admitted}; the request goes to the decode worker with the fewest requests; its "
+        "first token came from the prefill worker",
+        load,
+        *dec.pr_lines,
+        f"per iteration: the engine's fixed cost ({pre.iteration_s * 1e3:.2f} ms){pre.host_line()}; per request: the "
+        f"front end's latency ({pre.request_s * 1e3:.2f} ms: {pre.front_end_how}) added to TTFT",
+        "TTFT = queueing + prefill + KV transfer + front end; TPOT = (end - first token) / (output tokens - 1)",
+        f"prefill workers' iterations {_scheduled(pre.eng)}; decode workers' {_scheduled(dec.eng)}"
+        + (" (TensorRT-LLM's context servers run without its overlap scheduler: its disaggregated-serving guide)"
+           if pre.eng.name in PREFILL_POOL_WITHOUT_OVERLAP else ""),
+        "iteration-level simulation" if evaluator == "simulation" else
+        "steady-state closed form (means only: prefill alone or batched when the pool binds, decode at the mean "
+        "context, waiting by Little's law past the tighter pool's capacity)",
+    ]

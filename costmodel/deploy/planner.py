@@ -1,0 +1,328 @@
+"""A layout planner: every way this tool can serve a model on N devices of a kind, each priced under load by the
+engine model, and the Pareto front of output tokens/s per device against tokens/s per user.
+
+Layouts: aggregated (tensor parallel over ``tp`` devices, ``N / tp`` replicas sharing the clients evenly; for a
+mixture of experts also the routed experts spread over the ``tp`` devices, expert parallel; ``N / tp`` pipeline
+stages; for a mixture of experts ``N / tp`` attention-data-parallel groups with the experts over all ``N``) and
+disaggregated (``P`` prefill workers of ``tp_p`` devices and ``D`` decode workers of ``tp_d``, ``P tp_p + D tp_d =
+N``; for a mixture of experts also one decode worker of ``(N - P tp_p) / tp_d`` attention-data-parallel groups
+with the experts over all of them). Each is loaded with a closed loop of clients, doubling from one until its
+throughput per device stops growing (by 2%) or the clients reach ``max_concurrency`` per replica (or per
+deployment, disaggregated), in the engine model's closed form; the points near that front are then simulated. A
+layout whose weights leave no room for a request, or that the model cannot be split over, is listed with the
+reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.core import checks
+from costmodel.price.bands import Band
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.model.presets import ModelPreset
+from costmodel.core.reports import Report
+
+#: What a plan does not enumerate yet, stated in every plan.
+NOT_ENUMERATED = ("pipeline parallel in a disaggregated pool, attention data parallel in its prefill pool or with "
+                  "replicas",
+                  "expert parallel over groups other than the tensor-parallel one (or all the devices, with "
+                  "attention data parallel)")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to place a model on devices: aggregated (``tp``, ``replicas``) or disaggregated (the pools)."""
+
+    mode: str  # "agg" or "disagg"
+    tp: int = 1
+    replicas: int = 1
+    expert_parallel: bool = False
+    attention_dp: int = 1  # aggregated: groups of tp devices with their own requests, experts over all
+    pipeline_parallel: int = 1  # aggregated: stages of tp devices, the layers split among them
+    prefill_tp: int = 0
+    prefill_workers: int = 0
+    decode_tp: int = 0
+    decode_workers: int = 0
+    decode_attention_dp: int = 1  # disaggregated: a decode worker's groups of decode_tp devices, experts over all
+
+    @property
+    def devices(self) -> int:
+        if self.mode == "agg":
+            return self.tp * self.replicas * self.attention_dp * self.pipeline_parallel
+        return self.prefill_tp * self.prefill_workers + self.decode_tp * self.decode_workers * self.decode_attention_dp
+
+    @property
+    def units(self) -> int:
+        """The engines a load is spread over evenly (replicas, attention-data-parallel groups); a disaggregated
+        deployment takes its clients whole."""
+        return self.replicas * self.attention_dp if self.mode == "agg" else 1
+
+    def describe(self) -> str:
+        ep = " EP" if self.expert_parallel else ""
+        if self.mode == "agg" and self.pipeline_parallel > 1:
+            return f"TP{self.tp} x PP{self.pipeline_parallel}{ep}"
+        if self.mode == "agg" and self.attention_dp > 1:
+            return f"DP{self.attention_dp} x TP{self.tp}{ep}"
+        if self.mode == "agg":
+            return f"{self.replicas} x TP{self.tp}{ep}"
+        groups = f"DP{self.decode_attention_dp} x " if self.decode_attention_dp > 1 else ""
+        return (f"{self.prefill_workers}P x TP{self.prefill_tp} + {self.decode_workers}D x {groups}TP{self.decode_tp}"
+                f"{ep}")
+
+
+class PlanPoint(Report):
+    device: str
+    layout: str
+    mode: str
+    tp: int
+    replicas: int
+    expert_parallel: bool
+    attention_dp: int
+    pipeline_parallel: int
+    prefill_tp: int
+    prefill_workers: int
+    decode_tp: int
+    decode_workers: int
+    decode_attention_dp: int
+    concurrency: int  # clients in all (per replica x replicas, aggregated)
+    ttft_s: float
+    tpot_s: float
+    output_tokens_per_s_per_device: float
+    output_tokens_per_s_per_user: float
+    meets_targets: bool | None  # None: no targets given
+    ttft_band: Band | None = None  # where a benchmark's mean TTFT is expected to fall (costmodel.price.bands.served)
+    tpot_band: Band | None = None
+    kv_cache_full: bool = False  # the memory limit: the KV cache had no room for another request (kv_cache_full)
+
+
+class SkippedLayout(Report):
+    device: str
+    layout: str
+    reason: str
+
+
+class Plan(Report):
+    model: str
+    model_name: str
+    devices: int
+    input_len: int
+    output_len: int
+    engine: str
+    ttft_target_s: float | None
+    tpot_target_s: float | None
+    points: list[PlanPoint]  # the simulated candidates
+    front: list[PlanPoint]  # per device kind: no point has another of its kind at least as good on both axes
+    best: list[PlanPoint]  # per device kind: the most tokens/s per device that meets the targets
+    skipped: list[SkippedLayout]
+    assumptions: list[str]
+
+    def __str__(self) -> str:
+        from costmodel.render.serving import plan_table
+
+        return plan_table(self)
+
+
+def _powers(n: int) -> list[int]:
+    return [t for t in (1 << k for k in range(n.bit_length())) if n % t == 0]
+
+
+def layouts(m: ModelPreset, n: int) -> list[Layout]:
+    """Every aggregated and disaggregated layout over ``n`` devices, tensor-parallel sizes powers of two."""
+    eps = (False, True) if m.moe else (False,)
+    out = [Layout("agg", tp=t, replicas=n // t, expert_parallel=ep) for t in _powers(n) for ep in eps
+           if not (ep and t == 1)]
+    # pipeline parallel: n / t stages of t devices (one replica)
+    out += [Layout("agg", tp=t, pipeline_parallel=n // t, expert_parallel=ep) for t in _powers(n) for ep in eps
+            if n // t > 1 and not (ep and t == 1) and n // t <= m.layers]
+    if m.moe:  # attention data parallel: n / t groups, the experts over all n devices (whole, or width-sharded)
+        out += [Layout("agg", tp=t, attention_dp=n // t, expert_parallel=ep) for t in _powers(n) if n // t > 1
+                for ep in eps]
+    for tp_p in _powers(n):
+        for tp_d in _powers(n):
+            for workers_p in range(1, n // tp_p + 1):
+                left = n - tp_p * workers_p
+                if left >= tp_d and left % tp_d == 0:
+                    out += [Layout("disagg", prefill_tp=tp_p, prefill_workers=workers_p, decode_tp=tp_d,
+                                   decode_workers=left // tp_d, expert_parallel=ep)
+                            for ep in eps if not (ep and min(tp_p, tp_d) == 1)]
+                    if m.moe and left // tp_d > 1:  # one decode worker of attention data parallel groups
+                        out += [Layout("disagg", prefill_tp=tp_p, prefill_workers=workers_p, decode_tp=tp_d,
+                                       decode_workers=1, decode_attention_dp=left // tp_d, expert_parallel=ep)
+                                for ep in eps]
+    return out
+
+
+def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency: int, *, input_len: int,
+                output_len: int, engine_name: str, weight_dtype, kv_dtype, targets,
+                evaluator: str = "simulation") -> PlanPoint:
+    """One layout under ``concurrency`` clients in all (spread evenly over an aggregated layout's replicas)."""
+    from costmodel.deploy.disagg import Pool, serve_disaggregated
+    from costmodel.engine.served import serve
+
+    kw = dict(input_len=input_len, output_len=output_len, engine_name=engine_name, weight_dtype=weight_dtype,
+              kv_dtype=kv_dtype, evaluator=evaluator)
+    if layout.mode == "agg":
+        p = serve(m, hw, concurrency=concurrency // layout.replicas, tp=layout.tp,
+                  expert_parallel=layout.expert_parallel, attention_dp=layout.attention_dp,
+                  pipeline_parallel=layout.pipeline_parallel, **kw)
+    else:
+        p = serve_disaggregated(m, hw, concurrency=concurrency,
+                                prefill=Pool(tp=layout.prefill_tp, workers=layout.prefill_workers,
+                                             expert_parallel=layout.expert_parallel and layout.prefill_tp > 1),
+                                decode=Pool(tp=layout.decode_tp, workers=layout.decode_workers,
+                                            expert_parallel=layout.expert_parallel,
+                                            attention_dp=layout.decode_attention_dp), **kw)
+    full = kv_cache_full(p, input_len, output_len)
+    ttft_t, tpot_t = targets
+    meets = None if targets == (None, None) else (
+        (ttft_t is None or p.ttft_s <= ttft_t) and (tpot_t is None or p.tpot_s <= tpot_t))
+    return PlanPoint(device=hw.id, layout=layout.describe(), mode=layout.mode, tp=layout.tp,
+                     replicas=layout.replicas, expert_parallel=layout.expert_parallel,
+                     attention_dp=layout.attention_dp, pipeline_parallel=layout.pipeline_parallel,
+                     prefill_tp=layout.prefill_tp, prefill_workers=layout.prefill_workers,
+                     decode_tp=layout.decode_tp, decode_workers=layout.decode_workers,
+                     decode_attention_dp=layout.decode_attention_dp, concurrency=concurrency,
+                     ttft_s=p.ttft_s, tpot_s=p.tpot_s,
+                     output_tokens_per_s_per_device=p.output_tokens_per_s_per_device,
+                     output_tokens_per_s_per_user=p.output_tokens_per_s_per_user, meets_targets=meets,
+                     ttft_band=p.ttft_band, tpot_band=p.tpot_band, kv_cache_full=full)
+
+
+def kv_cache_full(p, input_len: int, output_len: int) -> bool:
+    """Whether a served prediction reached its memory limit: a request was preempted, or at the KV cache's fullest
+    the pages left held less than one more request (aggregated); the decode workers' mean cached tokens left no room
+    for one more request (disaggregated)."""
+    request = input_len + output_len
+    if hasattr(p, "kv_use_max"):
+        return p.preemptions > 0 or (1 - p.kv_use_max) * p.engine.kv_cache_tokens < request
+    return p.decode.mean_batch * (input_len + output_len / 2) + request > p.decode.kv_cache_tokens
+
+
+def pareto(points: list[PlanPoint]) -> list[PlanPoint]:
+    """The points no other point beats on both axes (at least as good on both, better on one), by falling
+    tokens/s per user."""
+    ranked = sorted(points, key=lambda p: (-p.output_tokens_per_s_per_user, -p.output_tokens_per_s_per_device))
+    front, best = [], -1.0
+    for p in ranked:
+        if p.output_tokens_per_s_per_device > best:
+            front.append(p)
+            best = p.output_tokens_per_s_per_device
+    return front
+
+
+#: A layout's throughput per device, grown by less than this share when its clients double, is saturated: more
+#: clients only queue.
+SATURATION = 0.02
+
+
+def sweep(m: ModelPreset, hw: HardwareProfile, layout: Layout, *, max_concurrency: int,
+          evaluator: str = "steady-state", **kw) -> tuple[list[PlanPoint], str | None]:
+    """``layout`` under a closed loop of clients doubling from one per engine (:attr:`Layout.units`) until its
+    throughput per device saturates or the clients reach ``max_concurrency`` per engine: its points, and the
+    reason it cannot serve (None where it can)."""
+    from costmodel.engine.served import NoRoomForOneRequest
+
+    points, previous, c = [], 0.0, 1
+    while c <= max_concurrency:
+        try:
+            pt = price_point(m, hw, layout, c * layout.units, evaluator=evaluator, **kw)
+        except NoRoomForOneRequest:
+            return points, "the weights leave no room for one request"
+        except CostModelError as err:
+            return points, str(err)
+        points.append(pt)
+        if pt.output_tokens_per_s_per_device < previous * (1 + SATURATION):
+            break
+        previous, c = pt.output_tokens_per_s_per_device, c * 2
+    return points, None
+
+
+#: How far below the closed form's front a point may lie and still be simulated: the closed form's means are
+#: within a few per cent of the simulation's on throughput (tests/test_disagg.py, tests/test_served.py).
+SCREEN_SLACK = 0.05
+
+
+def near_front(points: list[PlanPoint], slack: float) -> list[PlanPoint]:
+    """The points that no other point beats by more than ``slack`` on both axes."""
+    out = []
+    for p in points:
+        dev, user = p.output_tokens_per_s_per_device * (1 + slack), p.output_tokens_per_s_per_user * (1 + slack)
+        if not any(q.output_tokens_per_s_per_device > dev and q.output_tokens_per_s_per_user > user
+                   for q in points):
+            out.append(p)
+    return out
+
+
+def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len: int, output_len: int,
+         engine_name: str = "vllm", weight_dtype: str | None = None, kv_dtype: str | None = None,
+         ttft_s: float | None = None, tpot_s: float | None = None, max_concurrency: int = 256) -> Plan:
+    """Every layout of ``m`` on ``devices`` of each of ``hws``, priced under load; the front and the best."""
+    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
+    checks.count("devices", devices)
+    checks.count("input_len", input_len)
+    checks.count("output_len", output_len)
+    checks.count("max_concurrency", max_concurrency)
+    if not isinstance(hws, (list, tuple)) or not hws:
+        raise CostModelError(f"hws must be a non-empty list of HardwareProfile (load_profile(...)), got {hws!r}"[:200])
+    for hw in hws:
+        checks.instance("hws", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    for name, t in (("ttft_s", ttft_s), ("tpot_s", tpot_s)):
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e6):
+            raise CostModelError(f"{name} must be a positive number of seconds, got {t!r}")
+    if m.architecture != "decoder":
+        raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
+    targets = (ttft_s, tpot_s)
+    kw = dict(input_len=input_len, output_len=output_len, engine_name=engine_name, weight_dtype=weight_dtype,
+              kv_dtype=kv_dtype, targets=targets)
+    points, fronts, best, skipped = [], [], [], []
+    for hw in hws:
+        # 1. every layout swept in closed form
+        screened = []
+        for layout in layouts(m, devices):
+            swept, reason = sweep(m, hw, layout, max_concurrency=max_concurrency, **kw)
+            screened += [(layout, pt) for pt in swept]
+            if reason is not None:
+                skipped.append(SkippedLayout(device=hw.id, layout=layout.describe(), reason=reason))
+        # 2. the closed form's front (to within its error against the simulation) and best, with their
+        # neighbouring loads, simulated
+        chosen = near_front([pt for _, pt in screened], SCREEN_SLACK)
+        ok = [pt for _, pt in screened if pt.meets_targets]
+        if ok:
+            chosen.append(max(ok, key=lambda p: p.output_tokens_per_s_per_device))
+        picked = {(pt.layout, pt.concurrency) for pt in chosen}
+        candidates = {}
+        for layout, pt in screened:
+            c = pt.concurrency
+            for near in (c // 2, c, c * 2):
+                if (pt.layout, c) in picked and layout.units <= near <= max_concurrency * layout.units:
+                    candidates[(pt.layout, near)] = (layout, near)
+        mine = [price_point(m, hw, layout, c, **kw) for layout, c in candidates.values()]
+        points += mine
+        fronts += pareto(mine)
+        ok = [p for p in mine if p.meets_targets]
+        if ok:
+            best.append(max(ok, key=lambda p: p.output_tokens_per_s_per_device))
+    if not points:
+        raise CostModelError(f"no layout of {m.id} on {devices} device(s) of {', '.join(h.id for h in hws)} can "
+                             f"serve a request of {input_len} + {output_len} tokens: "
+                             + "; ".join(sorted({s.reason for s in skipped}))[:400])
+    return Plan(model=m.id, model_name=m.name, devices=devices, input_len=input_len, output_len=output_len,
+                engine=engine_name, ttft_target_s=ttft_s, tpot_target_s=tpot_s, points=points, front=fronts,
+                best=best, skipped=skipped, assumptions=[
+                    f"layouts of {devices} device(s): aggregated (tensor parallel, replicas sharing the clients "
+                    "evenly" + (", routed experts sharded or expert parallel over the tensor-parallel group; and "
+                                "attention data parallel, the experts over all the devices" if m.moe else "")
+                    + "; pipeline parallel over stages of tensor-parallel groups), and disaggregated prefill and "
+                    "decode pools" + ("; a decode worker also as attention data parallel groups, the experts over "
+                                      "all its devices" if m.moe else "") + "; "
+                    f"tensor-parallel sizes powers of two; not enumerated: {', '.join(NOT_ENUMERATED)}",
+                    f"each layout under a closed loop of clients doubling from one (per replica) until its "
+                    f"throughput per device grows by less than 2% or the clients reach {max_concurrency} per "
+                    "replica, in the engine model's steady-state closed form; the points within 5% of that front "
+                    "and the best under the targets, with half and twice their clients, then simulated (costmodel "
+                    "predict --engine with --concurrency, and --disaggregated for the pools): the points shown",
+                    "the front: per device kind, the points no other point of that kind matches or beats on both "
+                    "output tokens/s per device and per user; the best: the most tokens/s per device whose mean "
+                    "TTFT and TPOT meet the targets"])

@@ -1,0 +1,225 @@
+"""One engine iteration priced: a mixed batch of decode tokens (one per running sequence, each after its own
+cached positions) and prefill chunks (a slice of a prompt, after the prompt's earlier chunks), through the
+same ops and the same pricing path as a model step (:mod:`costmodel.model.step`, :func:`costmodel.price.op.price`).
+
+An iteration's ops split three ways:
+
+- **per token**: every op whose cost follows the tokens in the batch (projections, feed-forward and expert
+  blocks, norms, rotary embeddings, the cache write, the tensor-parallel all-reduces): the decode step's ops
+  over ``T`` tokens;
+- **attention over the cache**: the decode attention kernel of ``D`` sequences at their mean context, and for
+  each prefill chunk ``[s, s + c)`` of a prompt the causal prefill attention ``A(s + c) - A(s)`` (``A(n)``: the
+  attention of an ``n``-token prompt, so the chunks of one prompt add up to the whole prompt's attention);
+- **the head**: final norm and output projection of the rows that produce a token (decode sequences and prompts
+  whose last chunk ran).
+
+Under attention data parallel the routed experts (and the all-gather and reduce-scatter around them) see the
+tokens of every group: ``G`` tokens, this group's own plus what the others carry, which the caller gives
+(``others``: the tokens each other group runs; by default as many as this one). They are priced on their own grid
+of ``G``.
+
+Under pipeline parallel over ``p`` stages the engine's batch moves through the stages as ``k = min(p, sequences)``
+micro-batches: each sequence gets a token per round, and a round lasts one micro-batch's way through every stage,
+the whole model's step over ``1/k`` of the batch (its weights read once per micro-batch, its token work and
+attention split), with the sends between stages, and the head of the last stage once per micro-batch.
+
+Each part is priced at grid points of its sizes when the table is built, and interpolated linearly in between
+(:data:`GRID_POINTS` per doubling); ``exact`` prices a given iteration without the grid, for checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.model.ops import COLLECTIVES, SELF_ATTENTION
+from costmodel.model.step import Pricing, op_time, phase_ops
+from costmodel.model.presets import ModelPreset
+
+#: Grid points per doubling of each size (and every size up to 16 exactly).
+GRID_POINTS = 6
+
+
+def _grid(top: int) -> np.ndarray:
+    """1..16 then GRID_POINTS points per doubling up to ``top`` (included)."""
+    top = max(int(top), 1)
+    small = np.arange(1, min(top, 16) + 1)
+    if top <= 16:
+        return small.astype(float)
+    steps = int(np.ceil(np.log2(top / 16) * GRID_POINTS))
+    big = np.unique(np.round(16 * 2 ** (np.arange(1, steps + 1) / GRID_POINTS)))
+    return np.unique(np.concatenate([small, big[big < top], [top]])).astype(float)
+
+
+#: The ops of a mixture-of-experts layer that run over the gathered tokens of every attention-data-parallel group:
+#: the routed experts' GEMMs and activation, and the collectives that gather and scatter the tokens.
+GATHERED = ("experts_gate_up", "experts_gate", "experts_up", "experts_act", "experts_down")
+GATHER_COLLECTIVES = ("moe_dispatch", "moe_combine")
+
+
+def _kind(r) -> str:
+    if r.section == COLLECTIVES:
+        return "moe_comm" if r.name in GATHER_COLLECTIVES else "comm"
+    if r.section == "experts" and r.name in GATHERED:
+        return "moe"
+    if r.section == "head" and r.name != "embed":
+        return "head"
+    if r.section in SELF_ATTENTION and not r.weighted:
+        return "attention"
+    return "token"
+
+
+def _parts(m: ModelPreset, pr: Pricing, phase: str, batch: int, context) -> dict[str, np.ndarray | float]:
+    """A phase's time split by :func:`_kind` (arrays where ``context`` is)."""
+    out: dict = {"token": 0.0, "attention": 0.0, "head": 0.0, "comm": 0.0, "moe": 0.0, "moe_comm": 0.0}
+    for s in phase_ops(m, pr, phase, batch, context, 1):
+        out[_kind(s)] = out[_kind(s)] + np.asarray(op_time(s, pr).time, float) * s.count
+    return out
+
+
+@dataclass(frozen=True)
+class IterationTime:
+    """One iteration's time, split: prefill (its tokens' share of the per-token ops, and the chunks'
+    attention), decode (its tokens' share, the decode attention, the head) and communication."""
+
+    prefill_s: float
+    decode_s: float
+    comm_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + self.decode_s + self.comm_s
+
+
+class IterationTable:
+    """Every part of an iteration priced on grids up to ``max_tokens`` tokens, ``max_seqs`` sequences and
+    ``max_context`` cached positions; :meth:`time` interpolates."""
+
+    def __init__(self, m: ModelPreset, pr: Pricing, *, max_tokens: int, max_seqs: int, max_context: int):
+        self.t_grid = _grid(max_tokens)
+        self.d_grid = _grid(max_seqs)
+        self.c_grid = np.concatenate([[0.0], _grid(max_context)])
+        # each part over its whole grid at once: the step's compiled programs evaluate arrays of sizes
+        by_tokens = _parts(m, pr, "decode", self.t_grid.astype(np.int64), 1)
+        self.token = np.broadcast_to(by_tokens["token"], self.t_grid.shape).astype(float)
+        self.comm = np.broadcast_to(by_tokens["comm"], self.t_grid.shape).astype(float)
+        # the routed experts over G = dp x T gathered tokens (dp = 1: G = T, and they join the per-token ops)
+        self.dp, self.pp = pr.dp, pr.pp
+        self.g_grid = self.t_grid * self.dp
+        self.moe = np.broadcast_to(by_tokens["moe"], self.t_grid.shape).astype(float)
+        self.moe_comm = np.broadcast_to(by_tokens["moe_comm"], self.t_grid.shape).astype(float)
+        # one decode step per sequence count and context: its head and its attention
+        ctx = np.maximum(self.c_grid, 1).astype(np.int64)
+        by_seqs = _parts(m, pr, "decode", self.d_grid.astype(np.int64)[:, None], ctx[None, :])
+        shape = (len(self.d_grid), len(ctx))
+        self.head = np.broadcast_to(by_seqs["head"], shape)[:, 0].astype(float)
+        self.decode_attention = np.broadcast_to(by_seqs["attention"], shape).astype(float)
+        prompts = _parts(m, pr, "prefill", 1, self.c_grid[1:].astype(np.int64))["attention"]
+        self.prompt_attention = np.concatenate([[0.0], np.broadcast_to(prompts, self.c_grid[1:].shape)])
+        self._rounds: dict = {}  # (tokens, sequences, others) -> _round's answer, asked again and again
+
+    # -- the parts, interpolated ------------------------------------------------------------------------
+    def _on(self, grid: np.ndarray, values: np.ndarray, x):
+        """Linear interpolation, 0 at 0, extrapolated linearly past the last point."""
+        if not np.ndim(x):  # one number (the simulation's every iteration): no arrays around it
+            x = float(x)
+            if x <= 0:
+                return 0.0
+            if x > grid[-1] and len(grid) > 1:
+                return float(values[-1] + (values[-1] - values[-2]) / (grid[-1] - grid[-2]) * (x - grid[-1]))
+            return float(np.interp(x, grid, values))
+        x = np.asarray(x, float)
+        y = np.interp(x, grid, values)
+        if len(grid) > 1:
+            slope = (values[-1] - values[-2]) / (grid[-1] - grid[-2])
+            y = np.where(x > grid[-1], values[-1] + slope * (x - grid[-1]), y)
+        return np.where(x <= 0, 0.0, y)
+
+    def per_token(self, tokens, others=None):
+        """(compute, communication) of the ops that follow the tokens: ``tokens`` of this group, and under attention
+        data parallel ``others`` per other group (default: as many as this one) through the routed experts."""
+        gathered = np.asarray(tokens, float) * self.dp if others is None else \
+            np.asarray(tokens, float) + (self.dp - 1) * np.asarray(others, float)
+        return (self._on(self.t_grid, self.token, tokens) + self._on(self.g_grid, self.moe, gathered),
+                self._on(self.t_grid, self.comm, tokens) + self._on(self.g_grid, self.moe_comm, gathered))
+
+    def head_time(self, rows):
+        return self._on(self.d_grid, self.head, rows)
+
+    def decode_attention_time(self, seqs: float, mean_context):
+        """Decode attention of ``seqs`` sequences at ``mean_context`` cached positions (an array of contexts
+        gives an array of times)."""
+        if seqs <= 0:
+            return np.zeros(np.shape(mean_context))
+        def row(i):
+            return np.interp(mean_context, self.c_grid, self.decode_attention[i])
+
+        if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
+            return row(0) * (seqs / self.d_grid[0])
+        i = int(np.clip(np.searchsorted(self.d_grid, seqs) - 1, 0, len(self.d_grid) - 2))
+        lo, hi = self.d_grid[i], self.d_grid[i + 1]
+        w = (seqs - lo) / (hi - lo)
+        return row(i) * (1 - w) + row(i + 1) * w
+
+    def prompt_attention_time(self, n):
+        """Attention of the first ``n`` positions of a prompt (causal): a chunk [s, s+c) costs A(s+c) - A(s)."""
+        return self._on(self.c_grid, self.prompt_attention, n)
+
+    def time(self, *, decode_seqs: int, decode_context_sum: float, chunks: list[tuple[int, int]],
+             outputs: int, others: float | None = None) -> IterationTime:
+        """An iteration of ``decode_seqs`` decode tokens after ``decode_context_sum`` cached positions in all,
+        prefill ``chunks`` (start, length), and ``outputs`` rows through the head (``others``:
+        :meth:`per_token`)."""
+        prefill_tokens = sum(c for _, c in chunks)
+        tokens = decode_seqs + prefill_tokens
+        if tokens == 0:
+            return IterationTime(0.0, 0.0, 0.0)
+        k, tok, comm = self._round(tokens, decode_seqs + len(chunks), others)
+        share = prefill_tokens / tokens
+        chunk_attention = sum(float(self.prompt_attention_time(s + c) - self.prompt_attention_time(s))
+                              for s, c in chunks) / k
+        dec_attention = (float(self.decode_attention_time(decode_seqs / k, decode_context_sum / decode_seqs))
+                         if decode_seqs else 0.0)
+        head = float(self.head_time(outputs / k)) * (1 + (k - 1) * (outputs > 0))
+        return IterationTime(prefill_s=tok * share + chunk_attention,
+                             decode_s=tok * (1 - share) + dec_attention + head, comm_s=comm)
+
+    def _round(self, tokens, sequences: int, others) -> tuple[int, float, float]:
+        """(micro-batches, compute, communication) of the per-token ops of ``tokens`` tokens of ``sequences``
+        sequences: a pipeline runs them in one micro-batch per stage while there are sequences for them (one
+        without pipeline parallel), each the model's step over its share."""
+        key = (tokens, sequences, others)
+        got = self._rounds.get(key)
+        if got is None:
+            k = max(1, min(self.pp, sequences))
+            tok, comm = self.per_token(tokens / k, None if others is None else others / k)
+            if len(self._rounds) > 100_000:
+                self._rounds.clear()
+            got = self._rounds[key] = (k, float(tok), float(comm))
+        return got
+
+    def others_for(self, running: float, prompt_per_output: float) -> float | None:
+        """Under attention data parallel, the tokens each other group runs in an iteration, taken as a copy of
+        this group in the mean: as many running sequences, each decoding a token and prefilling its share of a
+        prompt (mean prompt over mean output tokens). None with one group."""
+        return running * (1 + prompt_per_output) if self.dp > 1 else None
+
+    def decode_comm(self, seqs: int, others: float | None = None) -> float:
+        """The communication of one decode-only iteration of ``seqs`` sequences."""
+        return self._round(seqs, seqs, others)[2]
+
+    def decode_run(self, seqs: int, context_sum: float, steps: int, others: float | None = None) -> np.ndarray:
+        """The times of ``steps`` decode-only iterations of ``seqs`` sequences, the first after
+        ``context_sum`` cached positions in all (each step adds one per sequence; ``others``: :meth:`per_token`)."""
+        k, tok, comm = self._round(seqs, seqs, others)
+        mean = (context_sum + seqs * np.arange(steps)) / seqs
+        return tok + comm + self.decode_attention_time(seqs / k, mean) + float(self.head_time(seqs / k)) * k
+
+
+def exact_time(m: ModelPreset, pr: Pricing, *, decode_seqs: int, decode_context: int, prompt: int) -> float:
+    """A pure decode step (``prompt`` 0) or a lone whole prompt (``decode_seqs`` 0) priced without a grid."""
+    if prompt:
+        return float(sum(_parts(m, pr, "prefill", 1, prompt).values()))
+    p = _parts(m, pr, "decode", decode_seqs, decode_context)
+    return float(sum(p.values()))

@@ -1,0 +1,425 @@
+"""A model served by an engine under load: what a benchmark client measures (TTFT, TPOT, inter-token latency,
+end-to-end; mean, median, p90, p99), the throughput, the batch the engine reached, its KV use and where the
+time went. :func:`serve` sets the engine up on the device (KV capacity in pages, as the engine computes it)
+and runs the iteration-level simulation (:mod:`costmodel.engine.simulate`) or the steady-state closed form
+(:mod:`costmodel.engine.steady`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+import numpy as np
+
+from costmodel.core import checks
+from costmodel.core.vocab import ENGINE_TITLES
+from costmodel.engine.config import (EngineConfig, activation_bytes, default_kv_dtype, engine,
+                               kv_budget_bytes, kv_capacity_tokens)
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.engine.iteration import IterationTable
+from costmodel.model.memory import kv_bytes, weight_bytes
+from costmodel.model.step import Pricing, pricing
+from costmodel.model.step import step_assumptions as model_assumptions
+from costmodel.model.presets import ModelPreset
+from costmodel.engine.reports import LoadPrediction, Stats, TimeSplit, load_report
+
+#: Requests a benchmark sends per client when none is given: NVIDIA's genai-perf examples use a request
+#: count of ten times the concurrency.
+REQUESTS_PER_CLIENT = 10
+MAX_REQUESTS = 1_000_000
+
+
+# --- fitted engine overheads -------------------------------------------------------------------------
+#: A serving engine's fixed costs on top of the GPU's work, fitted by benchmarks/fit_serving.py on the 579
+#: expressible dense-model H100 rows of aiconfigurator's silicon sample (ai-dynamo/aiconfigurator@095f58a), by least
+#: absolute percentage error (|predicted / measured - 1|, the statistic the error tables report): per iteration
+#: (scheduling, sampling, input preparation), and per request the front end's
+#: latency (HTTP, tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the
+#: fit treats it as additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and
+#: 3 ms: 1.5 ms for vLLM, 0.5 ms for SGLang and 0.5 ms for TensorRT-LLM. The front end, each fitted on the rows that
+#: ran behind Dynamo's (ENGINE_FRONT_END_S: an engine's own server): 85 ms for SGLang (84 Qwen3-32B rows); 74.5 ms
+#: for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
+#: validation.serving.dynamo_budget, and its overlap scheduler; 75.5 ms on its Qwen3 rows alone, 73.5 ms on its
+#: Llama rows alone, 0.5 ms per iteration both); 41.5 ms for vLLM (93 Qwen3-32B rows, with the 2048-token budget of
+#: the vLLM engines Dynamo starts). Least absolute log error, the former loss (``--log``), gave 1 ms for SGLang and
+#: 90.5 ms, 104.5 ms for TensorRT-LLM (101.5 and 111 ms on either model alone) and 43 ms for vLLM: it weighs a TTFT
+#: predicted at a third of the measured (the rows held back before the engine, docs/serving.md) as much as one
+#: predicted at three times it, and those rows pulled the front end up over the many it then over-predicted. All
+#: with vLLM's all-reduce on its own entry point's curve (costmodel.engine.config), the vector kernels carried by SMs x clock
+#: (costmodel.price.origin.TRANSFER_RULE), the collectives' two-line curves (costmodel.hardware.profile.CollectiveCurve), the fp8
+#: GEMM's input quantize kernel (costmodel.hardware.mechanisms,
+#: ``quantize``) and a prompt's cache write as a kernel of its own where the device's prompt-attention fit holds none
+#: (costmodel.model.ops.prompt_cache_writes). docs/serving.md gives each fit's error on the rows it did not see.
+#:
+#: TensorRT-LLM's host time per iteration (``layer_s``, ``layer_seq_s``: Setup.host_s): its measured TPOTs at 32-128
+#: clients stop falling with more GPUs, at a floor per layer that Llama-3.1-8B (32 layers) and Qwen3-32B (64) share;
+#: its overlap scheduler runs the host beside the GPU, so an iteration takes the longer of the two. Fitted by
+#: benchmarks/fit_host_time.py on the TPOTs of the 357 dense rows (least absolute log error, a grid of 0-120 us and
+#: 0-2.5 us): 80 us per layer and 1.5 us per layer and running sequence, the same on either model's rows alone but
+#: for the second on Llama-3.1-8B's (1.25 us). The other engines have none fitted (zero). The fixed costs above,
+#: refitted with it in place, came out the same (0.5 ms, 102 ms then), and no TTFT median moved (docs/serving.md).
+OVERHEADS = {
+    "vllm": {"iteration_s": 0.0015, "request_s": 0.0415},
+    "sglang": {"iteration_s": 0.0005, "request_s": 0.085},
+    "trtllm": {"iteration_s": 0.0005, "request_s": 0.0745, "layer_s": 80e-6, "layer_seq_s": 1.5e-6},
+}
+
+#: The front ends a request can pass before the engine: ``dynamo`` (Dynamo's frontend and router, as
+#: aiconfigurator's collection deploys every engine; the front-end latencies of :data:`OVERHEADS` were fitted on
+#: those rows) or ``engine`` (the engine's own OpenAI server, as InferenceX's recipes start it: ``vllm serve``,
+#: ``sglang.launch_server``, ``trtllm-serve``).
+FRONTENDS = ("dynamo", "engine")
+#: The engine's own server's front-end latency where it was measured apart from Dynamo's: vLLM's, fitted by
+#: benchmarks/fit_serving.py beside vLLM's Dynamo front end (one iteration cost for both) on the 45 Llama-3.1-70B
+#: rows of InferenceX's runs (vllm serve and its benchmark_serving.py client, lengths drawn as it draws them:
+#: validation.serving.INFERENCEX_SPREAD), by the same loss as the others: 0.5 ms (1 ms by absolute log error), where
+#: the 93 Qwen3-32B rows behind Dynamo give 41.5 ms. The other engines' own servers are not measured apart here and
+#: take Dynamo's value (stated in the assumptions).
+ENGINE_FRONT_END_S = {"vllm": 0.0005}
+
+
+def front_end(engine_name: str, frontend: str = "dynamo") -> tuple[float, str]:
+    """The front end's latency of ``engine_name`` behind ``frontend`` (:data:`FRONTENDS`) and how it was found."""
+    from costmodel.core.vocab import choice
+
+    frontend = choice("frontend", frontend, FRONTENDS)
+    dynamo = OVERHEADS[engine_name]["request_s"]
+    if frontend == "dynamo":
+        return dynamo, "Dynamo's frontend, fitted on Dynamo-launched deployments"
+    if engine_name in ENGINE_FRONT_END_S:
+        return ENGINE_FRONT_END_S[engine_name], "the engine's own server, fitted on its own deployments"
+    return dynamo, "the engine's own server, not measured apart from Dynamo's: Dynamo's value"
+
+
+def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0, values=None) -> np.ndarray:
+    """``n`` request lengths: ``fixed`` at ``mean``; ``uniform`` over mean(1 ± spread); ``range``: uniform
+    integers from int(mean x (1 - spread)) (at least 1) to ``mean`` itself, as the random dataset of vLLM's benchmark_serving.py
+    (before vllm bench serve) and InferenceX's copy of it draw lengths for ``--random-range-ratio`` 1 - spread
+    (``sample_uniform``: lower = int(len x ratio), upper = len); ``normal`` with sd spread x mean (at least 1);
+    ``file``: ``values`` drawn in order, cycled."""
+    rng = np.random.default_rng(seed)
+    if kind == "fixed":
+        return np.full(n, mean, dtype=np.int64)
+    if kind == "uniform":
+        lo, hi = max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
+        return rng.integers(lo, hi + 1, n)
+    if kind == "range":
+        return rng.integers(max(1, int(mean * (1 - spread))), mean + 1, n)  # at least one token, as sglang's draws
+    if kind == "normal":
+        return np.maximum(1, np.round(rng.normal(mean, spread * mean, n))).astype(np.int64)
+    if kind == "file":
+        v = np.asarray(values, dtype=np.int64)
+        if v.size == 0 or (v < 1).any():
+            raise CostModelError("a lengths file needs whole numbers >= 1")
+        return np.resize(v, n)
+    raise CostModelError(f"unknown length distribution {kind!r}; known: fixed, uniform, range, normal, file")
+
+
+def mean_length(values) -> int:
+    """The whole-token mean of drawn lengths (the given length itself where they are fixed), as the closed forms take
+    them: a range below the given length has a lower mean."""
+    return max(1, round(float(np.mean(values))))
+
+
+class NoRoomForOneRequest(CostModelError):
+    """The weights leave the engine a KV cache smaller than one request."""
+
+
+_TABLES: dict = {}
+
+
+def pricing_key(pr: Pricing) -> tuple:
+    """Every field of a pricing as hashable values (the device as its JSON, the time model as its timing and
+    mechanisms): two pricings with the same key price every op alike."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(pr):
+        v = getattr(pr, f.name)
+        if f.name == "hw":
+            v = v.model_dump_json()
+        elif f.name == "model":
+            v = (v.timing, tuple(sorted(v.on)))
+        out.append(v)
+    return tuple(out)
+
+
+def iteration_table(m: ModelPreset, pr: Pricing, max_tokens: int, max_seqs: int, max_context: int) -> IterationTable:
+    """The iteration table of a model on a device, kept for the process: its grids reach the next power of two
+    of the sequences and the context, so runs that differ only in load share one."""
+    seqs, ctx = 1 << (max_seqs - 1).bit_length(), 1 << (max_context - 1).bit_length()
+    key = (m.model_dump_json(), pricing_key(pr), max_tokens)
+    have = _TABLES.get(key)
+    if have is None or have.d_grid[-1] < seqs or have.c_grid[-1] < ctx:
+        if len(_TABLES) > 64:
+            _TABLES.clear()
+        _TABLES[key] = IterationTable(m, pr, max_tokens=max_tokens, max_seqs=seqs, max_context=ctx)
+    return _TABLES[key]
+
+
+def kv_room(m: ModelPreset, pr: Pricing, eng: EngineConfig) -> tuple[float, float, float, int]:
+    """(weight bytes, KV bytes per token, KV budget bytes, KV tokens) of one device of ``pr``'s layout: what the
+    engine's memory fraction leaves for the cache after the weights and activations. A pipeline stage holds 1/pp of
+    the layers' weights and of every token's cache (the embeddings and head spread evenly with them: an estimate for
+    the first and last stages)."""
+    dev = pr.slice(m)
+    weights = weight_bytes(dev, pr) / pr.pp
+    big = 1 << 16
+    per_token = (kv_bytes(dev, pr, 1, big, 1) - kv_bytes(dev, pr, 1, 0, 1)) / big / pr.pp
+    act = activation_bytes(eng.max_num_batched_tokens, m.d_model, dev.d_ff, pr.precision.act)
+    budget = kv_budget_bytes(eng, pr.hw.engine_memory, weights, act)
+    return weights, per_token, budget, kv_capacity_tokens(eng, budget, per_token)
+
+
+def _smallest_tp(m: ModelPreset, pr: Pricing, eng: EngineConfig, max_context: int) -> int | None:
+    """The smallest power-of-two tensor-parallel size above ``pr``'s, up to 64, whose devices hold the weights and one
+    request's KV cache (the model's heads and experts divided as :func:`costmodel.model.ops.device_slice` allows);
+    None where none does."""
+    tp = pr.tp * 2
+    while tp <= 64:
+        try:
+            if kv_room(m, dataclasses.replace(pr, tp=tp), eng)[3] >= max_context:
+                return tp
+        except CostModelError:  # a size the model's heads or experts do not divide by
+            pass
+        tp *= 2
+    return None
+
+
+class Setup:
+    """A model, a device (or tp devices) and an engine, made ready to run load: the pricing, the engine's KV
+    capacity and the iteration table."""
+
+    def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int,
+                 overheads: dict | None = None, replicas: int = 1, frontend: str = "dynamo"):
+        self.m, self.pr, self.eng = m, pr, eng
+        self.replicas = replicas  # copies of the deployment sharing the load, one evaluated
+        self.weights, self.kv_per_token, self.kv_budget, self.kv_tokens = kv_room(m, pr, eng)
+        if self.kv_tokens < max_context:
+            fits = _smallest_tp(m, pr, eng, max_context)
+            raise NoRoomForOneRequest(
+                f"{m.id} on {pr.tp * pr.pp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
+                f"leave a KV cache of {max(self.kv_tokens, 0):,} tokens, less than one request's {max_context:,}; "
+                + (f"raise tp (tp {fits} holds one) or the memory fraction" if fits else
+                   "raise tp or the memory fraction"))
+        # the table reaches as many sequences as the engine can run, whatever this load asks, so that loads on
+        # the same setup share it
+        seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))
+        self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
+        # the time model, the parallel layout and the experts' routing, as a model prediction states them
+        self.pr_lines = [line for line in model_assumptions(m, pr)
+                         if line.startswith(("time = ", "tensor parallel", "attention data parallel",
+                                             "mixture of experts", "pipeline parallel"))]
+        self.pr_lines += kernels_line(pr, eng)
+        o = overheads if overheads is not None else OVERHEADS[eng.name]
+        self.iteration_s = float(o["iteration_s"])
+        self.request_s, self.front_end_how = (front_end(eng.name, frontend) if overheads is None
+                                              else (float(o["request_s"]), "as given"))
+        self.layer_s, self.layer_seq_s = float(o.get("layer_s", 0.0)), float(o.get("layer_seq_s", 0.0))
+        self.layers = m.layers / pr.pp  # a pipeline stage's process runs its own layers
+
+    def host_s(self, sequences):
+        """The host's time for one iteration of ``sequences`` running sequences (an array of counts gives an
+        array): per layer a fixed part and a part per sequence (:data:`OVERHEADS`, ``layer_s`` and
+        ``layer_seq_s``)."""
+        return self.layers * (self.layer_s + self.layer_seq_s * np.asarray(sequences, float))
+
+    def host_line(self) -> str:
+        """The host's time per iteration as an assumption states it ("" where the engine has none fitted)."""
+        if not (self.layer_s or self.layer_seq_s):
+            return ""
+        how = ("which the overlap scheduler runs beside the GPU's work (the iteration takes the longer)"
+               if self.eng.async_scheduling else "before the GPU's work")
+        return (f"; the host's time per iteration, {self.layers:g} layers x ({self.layer_s * 1e3:.3f} ms + "
+                f"{self.layer_seq_s * 1e6:.2f} µs per running sequence), {how}")
+
+    def wall(self, gpu, sequences):
+        """An iteration's time from its GPU work (seconds, or an array of them) and its running sequences: the
+        work plus the engine's fixed cost per iteration, and the host's time (:meth:`host_s`), which an overlap
+        scheduler runs beside the GPU's (the iteration takes the longer) and any other scheduler before it."""
+        t = np.asarray(gpu, float) + self.iteration_s
+        if self.layer_s or self.layer_seq_s:
+            host = self.host_s(sequences)
+            t = np.maximum(t, host) if self.eng.async_scheduling else t + host
+        return t if np.ndim(t) else float(t)
+
+
+@lru_cache(maxsize=64)
+def _fit_engines(device_id: str) -> tuple[str, ...]:
+    from costmodel.hardware.catalog import load_profile
+
+    fit = load_profile(device_id).efficiency
+    return fit.engines if fit is not None else ()
+
+
+def kernels_line(pr: Pricing, eng: EngineConfig) -> list[str]:
+    """Whose kernels a served prediction's times are: the engine and version whose kernels the device's GEMM class
+    was fitted on (:attr:`costmodel.hardware.profile.Efficiency.engines`), and whether the engine modelled runs others
+    (empty for a datasheet-only device)."""
+    resolved = pr.model.resolved
+    origin = resolved.origin.get("gemm") if resolved is not None else None
+    if origin is None:
+        return []
+    own = origin.device == pr.hw.id and pr.hw.efficiency is not None
+    engines = pr.hw.efficiency.engines if own else _fit_engines(origin.device)
+    if not engines:
+        return []
+    which, ours = " and ".join(engines), ENGINE_TITLES[eng.name]
+    line = f"kernel times: {which}'s kernels as timed on {origin.device} (the tables its kernel classes were fitted on)"
+    if not any(e.startswith(ours + " ") for e in engines):
+        line += f"; {ours} runs kernels of its own, not measured here, priced as those (carried across engines)"
+    elif not any(e.startswith(f"{ours} {eng.version}") for e in engines):
+        line += f"; the scheduler is {ours} {eng.version}'s, its kernels taken as the fitted version's"
+    return [line]
+
+
+def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, concurrency, request_rate,
+                 num_requests, warmup_requests, burstiness: float = 1.0) -> int:
+    """Every check of a load's arguments; the number of measured requests (ten per client by default)."""
+    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
+    checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    checks.count("input_len", input_len)
+    checks.count("output_len", output_len)
+    if (concurrency is None) == (request_rate is None):
+        raise CostModelError("give one of concurrency (closed loop) and request_rate (Poisson arrivals)")
+    if concurrency is not None:
+        checks.count("concurrency", concurrency)
+    if request_rate is not None and (isinstance(request_rate, bool) or not isinstance(request_rate, (int, float))
+                                     or not 0 < request_rate < 1e9):
+        raise CostModelError(f"request rate must be a positive number of requests per second, got {request_rate!r}")
+    if isinstance(burstiness, bool) or not isinstance(burstiness, (int, float)) or not burstiness > 0:
+        raise CostModelError(f"burstiness must be a positive number (1: Poisson arrivals; below 1 burstier, above 1 "
+                             f"more even; inf: evenly spaced), got {burstiness!r}")
+    if burstiness != 1 and request_rate is None:
+        raise CostModelError("burstiness shapes an open loop's arrivals: give a request rate, not a concurrency")
+    if m.architecture != "decoder":
+        raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
+    n = num_requests if num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
+    checks.count("num_requests", n)
+    checks.count("warmup_requests", warmup_requests, least=0)
+    if n + warmup_requests > MAX_REQUESTS:
+        raise CostModelError(f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got "
+                             f"{n + warmup_requests}")
+    return n
+
+
+def checkpoint_kv_dtype(m: ModelPreset, engine_name: str, weight_dtype: str | None) -> str | None:
+    """The KV-cache dtype an engine keeps for ``m`` with ``weight_dtype`` weights (the checkpoint's where None):
+    :func:`costmodel.engine.config.default_kv_dtype`."""
+    quant = m.quantization.weight_dtype if m.quantization is not None else None
+    return default_kv_dtype(engine_name, weight_dtype or quant)
+
+
+def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
+          concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
+          warmup_requests: int = 0, burstiness: float = 1.0,
+          tp: int = 1, expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
+          expert_parallel_size: int | None = None, replicas: int = 1,
+          weight_dtype: str | None = None,
+          kv_dtype: str | None = None, timing: str = "graph",
+          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+          memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
+          prefix_caching: bool | None = None, async_scheduling: bool | None = None,
+          mxfp4_activations: str | None = None, input_dist: str = "fixed", output_dist: str = "fixed",
+          spread: float = 0.0, input_values=None, output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
+          seed: int = 0, client_connections: int | None = None, frontend: str = "dynamo") -> LoadPrediction:
+    """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
+    from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
+    ``concurrency`` clients or arrivals at ``request_rate`` per second (Poisson, or with ``burstiness`` as vLLM's
+    ``bench serve --burstiness`` draws them: :func:`costmodel.engine.simulate.arrival_times`). ``warmup_requests`` more run
+    first and are left out of the statistics (aiperf's ``--warmup-request-count``). With ``attention_dp`` groups
+    of ``tp`` devices (attention data parallel, experts spread over all of them), each group is an engine with
+    an even share of the clients (or of the rate) and of the requests; one is simulated and the report counts
+    all. ``replicas`` copies of the whole deployment behind a router (data parallel) share the load the same way.
+    ``client_connections``: the benchmark client holds at most that many connections, so at most that many of the
+    closed loop's requests are in flight and the others wait in the client, their clock running (an aiohttp client
+    holds 100 unless told otherwise, aiohttp.TCPConnector's ``limit``: gpustack/gpustack PR 2324, "TTFT degrades when
+    concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT).
+    ``frontend``: the front end the requests pass, whose latency is added to TTFT (:data:`FRONTENDS`)."""
+    if evaluator not in ("simulation", "steady-state"):
+        raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
+    n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests,
+                     burstiness=burstiness)
+    checks.count("client_connections", client_connections, optional=True)
+    if client_connections is not None and concurrency is None:
+        raise CostModelError("client_connections caps a closed loop's requests in flight: give a concurrency, not a "
+                             "request rate")
+    checks.count("attention_dp", attention_dp)
+    checks.count("replicas", replicas)
+    for share, what, each in ((replicas, "replicas", "replica"), (attention_dp, "attention_dp", "group")):
+        if share == 1:  # else one engine's share of the load
+            continue
+        if concurrency is not None and concurrency % share:
+            raise CostModelError(f"concurrency {concurrency} must be a multiple of {what} {share} (each {each} takes "
+                                 "an even share of the clients)")
+        concurrency = concurrency // share if concurrency is not None else None
+        client_connections = max(1, client_connections // share) if client_connections is not None else None
+        request_rate = request_rate / share if request_rate is not None else None
+        n, warmup_requests = max(1, n // share), warmup_requests // share
+    eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).with_flags(
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
+        page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching,
+        async_scheduling=async_scheduling, mxfp4_activations=mxfp4_activations)
+    kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
+    pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                 expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel,
+                 expert_parallel_size=expert_parallel_size, **eng.kernels)
+    total = n + warmup_requests
+    prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
+    outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
+    max_ctx = int(prompts.max() + outputs.max())
+    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=replicas, frontend=frontend)
+    # a client with fewer connections than clients keeps the others' requests waiting: the engine sees a closed
+    # loop of as many requests as connections (None: every client's request in flight)
+    in_flight = client_connections if client_connections and client_connections < concurrency else None
+    if evaluator == "steady-state":
+        from costmodel.engine.steady import steady_state
+
+        return steady_state(setup, concurrency=concurrency, request_rate=request_rate,
+                            input_len=mean_length(prompts), output_len=mean_length(outputs), num_requests=n,
+                            in_flight=in_flight, burstiness=burstiness)
+    from costmodel.engine.simulate import client_queue, simulate
+
+    res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,
+                   concurrency=in_flight or concurrency, request_rate=request_rate, burstiness=burstiness,
+                   wall=setup.wall, seed=seed)
+    if in_flight is not None:
+        res = client_queue(res, concurrency)
+    most = None
+    if request_rate is not None:  # an open loop: the most the engine completes, to say whether it keeps up
+        from costmodel.engine.steady import saturation
+
+        most = saturation(setup, input_len=mean_length(prompts), output_len=mean_length(outputs))
+    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight, most,
+                     burstiness)
+
+
+def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0,
+              in_flight: int | None = None, most=None, burstiness: float = 1.0) -> LoadPrediction:
+    """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics
+    (``in_flight``: the client's connections, where fewer than its clients: :func:`serve`; ``most``: an open
+    loop's saturation, :func:`costmodel.engine.steady.saturation`)."""
+    kept = res.after(warmup)
+    prompts, outputs = prompts[warmup:], outputs[warmup:]
+    e2e = kept.e2e + setup.request_s
+    span = float(kept.finish.max() - kept.arrival.min())
+    times = np.concatenate([t for t, _ in res.iteration_s])
+    decode_tokens = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s])
+    stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
+    return load_report(
+        setup, "simulation", concurrency, request_rate, warmup=warmup, in_flight=in_flight, most=most,
+        burstiness=burstiness,
+        num_requests=len(prompts),
+        input_len=float(np.mean(prompts)), output_len=float(np.mean(outputs)),
+        ttft=Stats.of(kept.ttft + setup.request_s), tpot=Stats.of(kept.tpot),
+        itl=Stats.of(times[stepped], decode_tokens[stepped]), e2e=Stats.of(e2e), requests_per_s=len(prompts) / span,
+        output_tokens_per_s=float(np.sum(outputs)) / span,
+        output_tokens_per_s_per_user=float(np.mean(outputs / np.maximum(e2e, 1e-12))),
+        mean_batch=res.seq_iterations / max(res.iterations, 1), max_batch=res.seqs_max,
+        kv_use_max=res.kv_pages_max / max(res.kv_pages, 1), preemptions=res.preemptions,
+        prefill_iteration_share=res.prefill_iterations / max(res.iterations, 1), iterations=res.iterations,
+        time_split=TimeSplit(prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s,
+                             overhead_s=res.overhead_s))
