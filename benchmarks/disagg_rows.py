@@ -40,13 +40,17 @@ def main(path: Path) -> None:
                 print(f"{row['id']}: {err}")
                 continue
             groups[(d.backend, d.model_path)].append((d.ttft_s, p.ttft_s, d.tpot_s, p.tpot_s))
-    print("engine  model                      n  TTFT |err| median    p90  meas/pred  TPOT |err| median    p90  meas/pred")
+    print(
+        "engine  model                      n  TTFT |err| median    p90  meas/pred  TPOT |err| median    p90  meas/pred"
+    )
     for (backend, model), rs in sorted(groups.items()):
         a = np.array(rs)
         ttft, tpot = np.abs(a[:, 1] / a[:, 0] - 1), np.abs(a[:, 3] / a[:, 2] - 1)
-        print(f"{backend:7s} {model:24s} {len(rs):3d}  {np.median(ttft):17.1%}  {np.percentile(ttft, 90):5.1%}"
-              f"  {np.median(a[:, 0] / a[:, 1]):9.2f}  {np.median(tpot):17.1%}  {np.percentile(tpot, 90):5.1%}"
-              f"  {np.median(a[:, 2] / a[:, 3]):9.2f}")
+        print(
+            f"{backend:7s} {model:24s} {len(rs):3d}  {np.median(ttft):17.1%}  {np.percentile(ttft, 90):5.1%}"
+            f"  {np.median(a[:, 0] / a[:, 1]):9.2f}  {np.median(tpot):17.1%}  {np.percentile(tpot, 90):5.1%}"
+            f"  {np.median(a[:, 2] / a[:, 3]):9.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,11 @@ from costmodel.validation.serving import predict, read
 LAYER_US = (0.0, 40.0, 60.0, 80.0, 100.0, 120.0)
 LAYER_SEQ_US = (0.0, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5)
 PERCENTAGE_LOSS = "--ape" in sys.argv
-MODELS = {"Llama-3.1-8B": "meta-llama/Llama-3.1-8B-Instruct", "Qwen3-32B": "Qwen/Qwen3-32B",
-          "Qwen3-235B": "Qwen/Qwen3-235B-A22B-FP8"}
+MODELS = {
+    "Llama-3.1-8B": "meta-llama/Llama-3.1-8B-Instruct",
+    "Qwen3-32B": "Qwen/Qwen3-32B",
+    "Qwen3-235B": "Qwen/Qwen3-235B-A22B-FP8",
+}
 
 
 def grid(deployments) -> dict:
@@ -54,28 +57,44 @@ def errors(rows, paths) -> tuple[float, float, float, float, int]:
     v = np.array([(t, p) for m, t, p in rows if m in paths])
     tpot = np.abs(v[:, 1] - 1) * 100
     loss = np.abs(v[:, 1] - 1) if PERCENTAGE_LOSS else np.abs(np.log(v[:, 1]))
-    return (float(np.sum(loss)), float(np.median(tpot)), float(np.percentile(tpot, 90)),
-            float(np.median(np.abs(v[:, 0] - 1) * 100)), len(v))
+    return (
+        float(np.sum(loss)),
+        float(np.median(tpot)),
+        float(np.percentile(tpot, 90)),
+        float(np.median(np.abs(v[:, 0] - 1) * 100)),
+        len(v),
+    )
 
 
 def main(path: str) -> None:
-    deployments = [d for d in read(path)[0] if d.backend == "trtllm" and d.prefill is None
-                   and d.model_path in MODELS.values()]
+    deployments = [
+        d for d in read(path)[0] if d.backend == "trtllm" and d.prefill is None and d.model_path in MODELS.values()
+    ]
     found = grid(deployments)
     dense = {MODELS["Llama-3.1-8B"], MODELS["Qwen3-32B"]}
-    for name, fitted in (("Llama-3.1-8B", {MODELS["Llama-3.1-8B"]}), ("Qwen3-32B", {MODELS["Qwen3-32B"]}),
-                         ("both dense models", dense)):
+    for name, fitted in (
+        ("Llama-3.1-8B", {MODELS["Llama-3.1-8B"]}),
+        ("Qwen3-32B", {MODELS["Qwen3-32B"]}),
+        ("both dense models", dense),
+    ):
         best = min(found, key=lambda key: errors(found[key], fitted)[0])
-        edge = [n for n, v, axis in (("layer_s", best[0], LAYER_US), ("layer_seq_s", best[1], LAYER_SEQ_US))
-                if v in (axis[0], axis[-1])]
-        print(f"fitted on {name}: layer_s {best[0]:g} us, layer_seq_s {best[1]:g} us"
-              + (f" (at the grid's edge: {', '.join(edge)})" if edge else ""))
+        edge = [
+            n
+            for n, v, axis in (("layer_s", best[0], LAYER_US), ("layer_seq_s", best[1], LAYER_SEQ_US))
+            if v in (axis[0], axis[-1])
+        ]
+        print(
+            f"fitted on {name}: layer_s {best[0]:g} us, layer_seq_s {best[1]:g} us"
+            + (f" (at the grid's edge: {', '.join(edge)})" if edge else "")
+        )
         for label, model in MODELS.items():
             for key, tag in (((0.0, 0.0), "without"), (best, "with   ")):
                 loss, med, p90, ttft, n = errors(found[key], {model})
                 seen = "fitted" if model in fitted else "held out"
-                print(f"    {label:13s} ({seen:8s}) {tag}  n {n:4d}  TPOT median {med:5.1f}% p90 {p90:5.1f}%  "
-                      f"TTFT median {ttft:5.1f}%")
+                print(
+                    f"    {label:13s} ({seen:8s}) {tag}  n {n:4d}  TPOT median {med:5.1f}% p90 {p90:5.1f}%  "
+                    f"TTFT median {ttft:5.1f}%"
+                )
 
 
 if __name__ == "__main__":

@@ -20,46 +20,60 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.hardware.profile import ClassEfficiency, Efficiency
 from costmodel.hardware.catalog import load_profile
+from costmodel.hardware.mechanisms import FALLBACK
+from costmodel.hardware.profile import ClassEfficiency, Efficiency
 from costmodel.price.origin import carried, transfer
 from costmodel.validation.fit import SHARED, errors, fit_class, predict_table, unfitted_write_s
-from costmodel.validation.published import read_folder
-from costmodel.hardware.mechanisms import FALLBACK
 from costmodel.validation.moe_layers import TABLES as MOE_TABLES
 from costmodel.validation.moe_layers import errors as moe_errors
 from costmodel.validation.moe_layers import fit_moe_class, moe_class, read_tables, with_class, with_classes
+from costmodel.validation.published import read_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (table system id, profile) of every GPU with published tables, and the source commits.
 GPUS = {"a100_80gb_sxm": ("a100_sxm", "a100", "A100"), "h100_sxm": ("h100_sxm",), "b200": ("b200_sxm",)}
-COMMITS = {"aiconfigurator": "ai-dynamo/aiconfigurator@095f58a", "vidur": "microsoft/vidur@7d47513",
-           "llmcompass": "PrincetonUniversity/LLMCompass@2e015fd"}
+COMMITS = {
+    "aiconfigurator": "ai-dynamo/aiconfigurator@095f58a",
+    "vidur": "microsoft/vidur@7d47513",
+    "llmcompass": "PrincetonUniversity/LLMCompass@2e015fd",
+}
 #: The table each class's shape parameters are fitted on; the other timings fit only their fixed cost.
-PRIMARY = {"gemm": "aiconfigurator", "gemm_fp8": "aiconfigurator", "gemm_fp8_block": "aiconfigurator",
-           "gemm_nvfp4": "aiconfigurator",
-           "decode_attention": "aiconfigurator", "prefill_attention": "aiconfigurator",
-           "norm": "vidur", "elementwise": "vidur", "activation": "vidur", "rotary": "vidur", "softmax": "llmcompass",
-           "layernorm": "llmcompass"}
-METHOD = ("least squares on log(predicted/measured), Levenberg-Marquardt from 3 starts, "
-          "benchmarks/fit_published.py; shape parameters on the primary source of each class "
-          "(aiconfigurator for GEMM and attention, Vidur for RMSNorm and elementwise ops, LLMCompass for "
-          "torch's softmax and LayerNorm), then each other "
-          "timing convention's fixed cost alone; a class's parameters are fitted on the rows its kernel runs "
-          "(one-token prefills run the decode kernel and count with decode attention); a kernel's discrete behaviour "
-          "is chosen by fitting each way and keeping the smaller error: split_kv (always or grouped) for decode "
-          "attention (grouped: FlashAttention-2's split heuristic, its combine reading the splits in turn at "
-          "combine_split_s each), for prefill attention whether the call writes the cache (where the engine "
-          "version's timed call holds the write: costmodel.validation.published) and whether a tile packs a group's "
-          "query heads, "
-          "and for the low-precision GEMMs whether the layer quantizes its input in a kernel of "
-          "its own; per-tensor fp8 GEMMs take the bf16 GEMM's memory curve (validation.fit.SHARED) and "
-          "run the tile the device's kernel facts dispatch; the MoE kernel classes (moe, moe_fp8, ...) take the "
-          "device's dense class of the same weights and fit compute_efficiency and the bandwidth curve (ceiling, "
-          "half-bandwidth size, exponent) on the whole measured MoE layer (router, expert GEMMs, activation, "
-          "combine; costmodel.validation.moe_layers) under a soft-L1 loss of scale 0.1 (a layer timed at several "
-          "times its neighbours weighs as one row), in the tile the engine's configuration gives where the "
-          "device's grouped kernel fixes it (kernels.grouped_dispatch)")
+PRIMARY = {
+    "gemm": "aiconfigurator",
+    "gemm_fp8": "aiconfigurator",
+    "gemm_fp8_block": "aiconfigurator",
+    "gemm_nvfp4": "aiconfigurator",
+    "decode_attention": "aiconfigurator",
+    "prefill_attention": "aiconfigurator",
+    "norm": "vidur",
+    "elementwise": "vidur",
+    "activation": "vidur",
+    "rotary": "vidur",
+    "softmax": "llmcompass",
+    "layernorm": "llmcompass",
+}
+METHOD = (
+    "least squares on log(predicted/measured), Levenberg-Marquardt from 3 starts, "
+    "benchmarks/fit_published.py; shape parameters on the primary source of each class "
+    "(aiconfigurator for GEMM and attention, Vidur for RMSNorm and elementwise ops, LLMCompass for "
+    "torch's softmax and LayerNorm), then each other "
+    "timing convention's fixed cost alone; a class's parameters are fitted on the rows its kernel runs "
+    "(one-token prefills run the decode kernel and count with decode attention); a kernel's discrete behaviour "
+    "is chosen by fitting each way and keeping the smaller error: split_kv (always or grouped) for decode "
+    "attention (grouped: FlashAttention-2's split heuristic, its combine reading the splits in turn at "
+    "combine_split_s each), for prefill attention whether the call writes the cache (where the engine "
+    "version's timed call holds the write: costmodel.validation.published) and whether a tile packs a group's "
+    "query heads, "
+    "and for the low-precision GEMMs whether the layer quantizes its input in a kernel of "
+    "its own; per-tensor fp8 GEMMs take the bf16 GEMM's memory curve (validation.fit.SHARED) and "
+    "run the tile the device's kernel facts dispatch; the MoE kernel classes (moe, moe_fp8, ...) take the "
+    "device's dense class of the same weights and fit compute_efficiency and the bandwidth curve (ceiling, "
+    "half-bandwidth size, exponent) on the whole measured MoE layer (router, expert GEMMs, activation, "
+    "combine; costmodel.validation.moe_layers) under a soft-L1 loss of scale 0.1 (a layer timed at several "
+    "times its neighbours weighs as one row), in the tile the engine's configuration gives where the "
+    "device's grouped kernel fixes it (kernels.grouped_dispatch)"
+)
 
 
 def fit_device(tables, hw, moe_tables=()):
@@ -89,8 +103,9 @@ def fit_device(tables, hw, moe_tables=()):
             if FALLBACK[cls] not in classes:
                 continue
             classes[cls] = written(fit_moe_class(mine, dense))
-            report[f"{cls}/graph"] = {k: v for k, v in moe_errors(mine, with_class(dense, cls, classes[cls])).items()
-                                      if k != "median_ratio"}
+            report[f"{cls}/graph"] = {
+                k: v for k, v in moe_errors(mine, with_class(dense, cls, classes[cls])).items() if k != "median_ratio"
+            }
     return classes, report
 
 
@@ -116,8 +131,10 @@ def _err(tables, hw, eff, gemm=None):
 def block(classes, report, tables, moe_file=None) -> Efficiency:
     data = sorted({f"{t.source} ({COMMITS[t.source]}) {t.gpu} {t.file} [{t.timing}]" for t in tables})
     if moe_file:
-        data.append(f"aiconfigurator ({COMMITS['aiconfigurator']}) {Path(moe_file).name} balanced routing, tp and ep "
-                    "up to 8 [graph]")
+        data.append(
+            f"aiconfigurator ({COMMITS['aiconfigurator']}) {Path(moe_file).name} balanced routing, tp and ep "
+            "up to 8 [graph]"
+        )
     return Efficiency(data=tuple(data), method=METHOD, error=report, classes=classes)
 
 
@@ -135,8 +152,10 @@ def to_yaml(eff: Efficiency) -> str:
         c["fixed_s"] = {k: _stored(v) for k, v in c["fixed_s"].items()}
         c["fitted"] = list(c["fitted"])
     text = yaml.safe_dump({"efficiency": dump}, sort_keys=False, width=110)
-    return ("# Fitted, not datasheet: the parameters of costmodel.hardware.mechanisms, fitted to the published timings\n"
-            "# named in `data` by the method in `method`; `error` is the fit's error on that data.\n" + text)
+    return (
+        "# Fitted, not datasheet: the parameters of costmodel.hardware.mechanisms, fitted to the published timings\n"
+        "# named in `data` by the method in `method`; `error` is the fit's error on that data.\n" + text
+    )
 
 
 def write(profile_id: str, eff: Efficiency) -> None:
@@ -146,7 +165,7 @@ def write(profile_id: str, eff: Efficiency) -> None:
     start = text.find(EFFICIENCY_MARK)
     if start >= 0:
         end = text.find("\n# Fitted, not datasheet:", start + 1)
-        rest = text[end + 1:] if end >= 0 else ""
+        rest = text[end + 1 :] if end >= 0 else ""
         text = text[:start].rstrip("\n") + "\n" + to_yaml(eff) + rest
     else:
         text = text.rstrip("\n") + "\n" + to_yaml(eff)
@@ -160,8 +179,16 @@ def cross(tables_by_gpu, fitted, hws):
     """Fit on one GPU, predict the other through the transfer rule (decode attention split as the other GPU's own
     kernel splits it: costmodel.price.origin.carried)."""
     lines = []
-    pairs = [(a, b) for a, b in (("a100_80gb_sxm", "h100_sxm"), ("h100_sxm", "a100_80gb_sxm"), ("h100_sxm", "b200"),
-                                 ("b200", "h100_sxm")) if a in fitted and b in fitted]
+    pairs = [
+        (a, b)
+        for a, b in (
+            ("a100_80gb_sxm", "h100_sxm"),
+            ("h100_sxm", "a100_80gb_sxm"),
+            ("h100_sxm", "b200"),
+            ("b200", "h100_sxm"),
+        )
+        if a in fitted and b in fitted
+    ]
     for src, dst in pairs:
         for cls in ("decode_attention", "gemm", "gemm_fp8", "gemm_fp8_block", "prefill_attention"):
             if cls not in fitted[src] or cls not in fitted[dst]:
@@ -172,9 +199,11 @@ def cross(tables_by_gpu, fitted, hws):
             own = _err(ts, hws[dst], fitted[dst][cls])
             # a held-out cache write's small kernel: the GEMM class carried as the rule carries it
             got = _err(ts, hws[dst], eff, transfer(gemm, hws[src], hws[dst], "gemm") if gemm is not None else None)
-            lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
-                         f"p90 {got['p90_abs_error_pct']:5.1f}%  (fit on {dst} itself: median "
-                         f"{own['median_abs_error_pct']:.1f}%, p90 {own['p90_abs_error_pct']:.1f}%; n {got['n']})")
+            lines.append(
+                f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
+                f"p90 {got['p90_abs_error_pct']:5.1f}%  (fit on {dst} itself: median "
+                f"{own['median_abs_error_pct']:.1f}%, p90 {own['p90_abs_error_pct']:.1f}%; n {got['n']})"
+            )
     return lines
 
 
@@ -194,22 +223,32 @@ def moe_cross(moe, fitted, hws):
             got = moe_errors(ts, with_class(base, cls, transfer(fitted[src][cls], hws[src], hws[dst], cls)))
             dense = moe_errors(ts, base)
             mine = moe_errors(ts, with_class(base, cls, fitted[dst][cls]))
-            lines.append(f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
-                         f"p90 {got['p90_abs_error_pct']:5.1f}%  ({dst}'s dense class: median "
-                         f"{dense['median_abs_error_pct']:.1f}%; fit on {dst} itself: median "
-                         f"{mine['median_abs_error_pct']:.1f}%, p90 {mine['p90_abs_error_pct']:.1f}%; n {got['n']})")
+            lines.append(
+                f"{cls:18s} fit on {src:14s} -> {dst:14s}: median {got['median_abs_error_pct']:5.1f}% "
+                f"p90 {got['p90_abs_error_pct']:5.1f}%  ({dst}'s dense class: median "
+                f"{dense['median_abs_error_pct']:.1f}%; fit on {dst} itself: median "
+                f"{mine['median_abs_error_pct']:.1f}%, p90 {mine['p90_abs_error_pct']:.1f}%; n {got['n']})"
+            )
     return lines
 
 
 def same_shapes(tables):
     """Two sources' timings of the same GEMM shapes on the same GPU model (A100 80GB): the measured ratio
     per FLOP bin, with no prediction in between."""
-    gemm = lambda source: [t for t in tables if t.source == source and t.priced_class == "gemm"  # noqa: E731
-                           and t.profile == "a100_80gb_sxm"]
-    aic = {(int(M), int(K), int(N)): s for t in gemm("aiconfigurator")
-           for M, K, N, s in zip(t.shape["M"], t.shape["K"], t.shape["N"], t.measured_s)}
-    pairs = [(2 * M * K * N, s / aic[(M, K, N)]) for t in gemm("vidur")
-             for M, K, N, s in zip(*(t.shape[k].astype(int) for k in "MKN"), t.measured_s) if (M, K, N) in aic]
+    gemm = lambda source: [  # noqa: E731
+        t for t in tables if t.source == source and t.priced_class == "gemm" and t.profile == "a100_80gb_sxm"
+    ]
+    aic = {
+        (int(M), int(K), int(N)): s
+        for t in gemm("aiconfigurator")
+        for M, K, N, s in zip(t.shape["M"], t.shape["K"], t.shape["N"], t.measured_s)
+    }
+    pairs = [
+        (2 * M * K * N, s / aic[(M, K, N)])
+        for t in gemm("vidur")
+        for M, K, N, s in zip(*(t.shape[k].astype(int) for k in "MKN"), t.measured_s)
+        if (M, K, N) in aic
+    ]
     if not pairs:
         return []
     flops, ratio = map(np.array, zip(*pairs))
@@ -218,8 +257,10 @@ def same_shapes(tables):
         r = ratio[(flops >= lo) & (flops < hi)]
         if r.size:
             p10, p50, p90 = np.percentile(r, [10, 50, 90])
-            lines.append(f"{lo:8.0e} - {hi:8.0e} FLOPs: n {r.size:4d}  vidur / aiconfigurator median {p50:.2f} "
-                         f"(p10 {p10:.2f}, p90 {p90:.2f})")
+            lines.append(
+                f"{lo:8.0e} - {hi:8.0e} FLOPs: n {r.size:4d}  vidur / aiconfigurator median {p50:.2f} "
+                f"(p10 {p10:.2f}, p90 {p90:.2f})"
+            )
     return lines
 
 
@@ -231,21 +272,29 @@ def main(argv):
     # datasheet profiles without any fitted block: the fit must not depend on what was fitted before
     hws = {pid: load_profile(pid).model_copy(update={"efficiency": None}) for pid in by_gpu}
     fitted, blocks = {}, {}
-    moe_files = {pid: Path(folder) / MOE_TABLES[pid] for pid in by_gpu
-                 if pid in MOE_TABLES and (Path(folder) / MOE_TABLES[pid]).is_file()}
+    moe_files = {
+        pid: Path(folder) / MOE_TABLES[pid]
+        for pid in by_gpu
+        if pid in MOE_TABLES and (Path(folder) / MOE_TABLES[pid]).is_file()
+    }
     moe = {pid: read_tables(path, distributions=("balanced",)) for pid, path in moe_files.items()}
     for pid in by_gpu:
         classes, report = fit_device(by_gpu[pid], hws[pid], moe.get(pid, ()))
         # the profile's explanations of values at a search bound are kept (they are prose, not fitted)
         old = load_profile(pid).efficiency
-        classes = {c: e.model_copy(update={"at_bound": old.classes[c].at_bound})
-                   if old is not None and c in old.classes and old.classes[c].at_bound else e
-                   for c, e in classes.items()}
+        classes = {
+            c: e.model_copy(update={"at_bound": old.classes[c].at_bound})
+            if old is not None and c in old.classes and old.classes[c].at_bound
+            else e
+            for c, e in classes.items()
+        }
         fitted[pid] = classes
         blocks[pid] = block(classes, report, by_gpu[pid], moe_files.get(pid))
         print(f"{pid}: {blocks[pid].parameters} fitted parameters")
         for key, e in report.items():
-            print(f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
+            print(
+                f"  {key:28s} n {e['n']:6d}  median {e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%"
+            )
     print("\ncross-GPU (transfer rule: costmodel.price.origin.TRANSFER_RULE):")
     for line in cross(by_gpu, fitted, hws) + moe_cross(moe, fitted, hws):
         print("  " + line)
@@ -262,8 +311,10 @@ def main(argv):
                     test = [half(t, 1) for t in by_gpu[pid] if t.priced_class == cls and t.source == source]
                     e = _err(test, hws[pid], eff)
                     key = f"{cls}/{test[0].timing}"
-                    print(f"  {pid:14s} {key:28s} {source:15s} n {e['n']:6d}  median "
-                          f"{e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%")
+                    print(
+                        f"  {pid:14s} {key:28s} {source:15s} n {e['n']:6d}  median "
+                        f"{e['median_abs_error_pct']:5.1f}%  p90 {e['p90_abs_error_pct']:5.1f}%"
+                    )
     if "--write" in argv:
         for pid, eff in blocks.items():
             write(pid, eff)

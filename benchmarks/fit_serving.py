@@ -87,8 +87,9 @@ def fit(rows, preds):
         delays = {}
         for front in sorted({d.frontend for d in rows}):
             sel = [d for d in rows if d.frontend == front]
-            delays[front], e_ttft = best_delay(np.array([preds[d.id][j, 0] for d in sel]),
-                                               np.array([d.ttft_s for d in sel]))
+            delays[front], e_ttft = best_delay(
+                np.array([preds[d.id][j, 0] for d in sel]), np.array([d.ttft_s for d in sel])
+            )
             e += e_ttft
         if best is None or e < best[0]:
             best = (e, ms / 1e3, delays, j)
@@ -103,8 +104,10 @@ def score(rows, preds, j, delays):
 
 def _ms(delays: dict) -> str:
     bounds = (DELAY_GRID[0], DELAY_GRID[-1])
-    return ", ".join(f"front end {front} {v * 1e3:.1f} ms{' (the search bound)' if v in bounds else ''}"
-                     for front, v in delays.items())
+    return ", ".join(
+        f"front end {front} {v * 1e3:.1f} ms{' (the search bound)' if v in bounds else ''}"
+        for front, v in delays.items()
+    )
 
 
 def main(path: str) -> None:
@@ -125,14 +128,18 @@ def main(path: str) -> None:
         it, delays, j = fit(rows, preds)
         shipped[engine] = {"iteration_s": it, "request_s": delays}
         n, t50, t90, p50, p90 = score(rows, preds, j, delays)
-        print(f"{engine:7s} all dense rows: iteration {it * 1e3:.1f} ms{' (grid bound)' if j in (0, len(GRID_MS) - 1) else ''}, "
-              f"{_ms(delays)}; n {n}: TTFT {t50:.1%} (p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})")
+        print(
+            f"{engine:7s} all dense rows: iteration {it * 1e3:.1f} ms{' (grid bound)' if j in (0, len(GRID_MS) - 1) else ''}, "
+            f"{_ms(delays)}; n {n}: TTFT {t50:.1%} (p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})"
+        )
         for front in delays:
             moe = [d for d in held if d.backend == engine and d.frontend == front]
             if moe:
                 n, t50, t90, p50, p90 = score(moe, preds, j, delays)
-                print(f"        held out: its mixture-of-experts rows behind {front} (n {n}): TTFT {t50:.1%} "
-                      f"(p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})")
+                print(
+                    f"        held out: its mixture-of-experts rows behind {front} (n {n}): TTFT {t50:.1%} "
+                    f"(p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})"
+                )
         for train, test in (("Qwen", "Llama"), ("Llama", "Qwen")):
             a = [d for d in rows if train.lower() in d.model_path.lower()]
             b = [d for d in rows if test.lower() in d.model_path.lower()]
@@ -140,8 +147,10 @@ def main(path: str) -> None:
                 continue  # a split whose scored rows passed a front end its fit never saw scores nothing
             it2, delays2, j2 = fit(a, preds)
             n, t50, t90, p50, p90 = score(b, preds, j2, delays2)
-            print(f"        fitted on {train} ({len(a)} rows: {it2 * 1e3:.1f} ms, {_ms(delays2)}), scored on "
-                  f"{test} (n {n}): TTFT {t50:.1%} (p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})")
+            print(
+                f"        fitted on {train} ({len(a)} rows: {it2 * 1e3:.1f} ms, {_ms(delays2)}), scored on "
+                f"{test} (n {n}): TTFT {t50:.1%} (p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})"
+            )
     print(json.dumps(shipped, indent=1))
 
 

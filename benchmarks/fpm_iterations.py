@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.hardware.catalog import load_profile
 from costmodel.engine.config import engine
 from costmodel.engine.iteration import IterationTable
-from costmodel.model.step import pricing
+from costmodel.hardware.catalog import load_profile
 from costmodel.model.presets import load_model
+from costmodel.model.step import pricing
 
 #: (what, prefill tokens, prefill requests, positions the chunks start after in all, decode sequences, their
 #: cached positions in all, {tp: measured ms})
@@ -62,8 +62,10 @@ def main():
     print(f"  {'iteration':24s} " + "  ".join(f"TP{tp}: meas / pred" for tp in (1, 2, 8)))
     ratios: dict[int, list[float]] = {1: [], 2: [], 8: []}
     kernels = {tp: engine("vllm", capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).kernels for tp in ratios}
-    tables = {tp: IterationTable(m, pricing(m, hw, tp=tp, **kernels[tp]), max_tokens=8192, max_seqs=64,
-                                 max_context=65536) for tp in ratios}
+    tables = {
+        tp: IterationTable(m, pricing(m, hw, tp=tp, **kernels[tp]), max_tokens=8192, max_seqs=64, max_context=65536)
+        for tp in ratios
+    }
     for what, pt, pn, started, dn, dkv, measured in ROWS:
         cells = []
         for tp, table in tables.items():
@@ -77,8 +79,10 @@ def main():
         print(f"  {what:24s} " + "  ".join(cells))
     every = np.concatenate([np.array(v) for v in ratios.values()])
     err = np.abs(1 / every - 1) * 100
-    print(f"\n{every.size} iterations: median |error| {np.median(err):.1f}%, p90 {np.percentile(err, 90):.1f}%; "
-          f"measured / predicted {every.min():.2f} - {every.max():.2f}")
+    print(
+        f"\n{every.size} iterations: median |error| {np.median(err):.1f}%, p90 {np.percentile(err, 90):.1f}%; "
+        f"measured / predicted {every.min():.2f} - {every.max():.2f}"
+    )
 
 
 if __name__ == "__main__":

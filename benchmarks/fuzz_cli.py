@@ -32,8 +32,7 @@ def main() -> int:
     start = time.perf_counter()
 
     @seed(options.seed)
-    @settings(max_examples=options.examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=options.examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(command_lines())
     def run(args):
         nonlocal count

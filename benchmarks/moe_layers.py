@@ -24,15 +24,24 @@ from pathlib import Path
 import costmodel
 from costmodel.hardware.mechanisms import W4A16_MOE, w4a16_small_call
 from costmodel.price.origin import transfer
-from costmodel.validation.moe_layers import (TABLES, dense_class, errors, fit_moe_class, moe_class, read_tables,
-                                             with_class)
+from costmodel.validation.moe_layers import (
+    TABLES,
+    dense_class,
+    errors,
+    fit_moe_class,
+    moe_class,
+    read_tables,
+    with_class,
+)
 
 PROFILES = {"h100_sxm": "h100", "b200": "b200"}
 
 
 def line(label: str, e: dict) -> str:
-    return (f"    {label:34s} n {e['n']:5d}  median {e['median_abs_error_pct']:5.1f}%  p90 "
-            f"{e['p90_abs_error_pct']:5.1f}%  predicted/measured {e['median_ratio']:.2f}")
+    return (
+        f"    {label:34s} n {e['n']:5d}  median {e['median_abs_error_pct']:5.1f}%  p90 "
+        f"{e['p90_abs_error_pct']:5.1f}%  predicted/measured {e['median_ratio']:.2f}"
+    )
 
 
 def without_moe_fit(hw, cls):
@@ -56,8 +65,12 @@ def main(folder: Path) -> None:
             shapes = sorted({t.shape for t in balanced})
             half = set(shapes[::2])
             eff = fit_moe_class([t for t in balanced if t.shape in half], without_moe_fit(hw, cls))
-            print(line(f"balanced, other {len(shapes) - len(half)} shapes (fit on {len(half)})",
-                       errors([t for t in balanced if t.shape not in half], with_class(hw, cls, eff))))
+            print(
+                line(
+                    f"balanced, other {len(shapes) - len(half)} shapes (fit on {len(half)})",
+                    errors([t for t in balanced if t.shape not in half], with_class(hw, cls, eff)),
+                )
+            )
             for dist in sorted({t.distribution for t in skewed}):
                 print(line(f"{dist}, the profile", errors([t for t in skewed if t.distribution == dist], hw)))
             if pid == "b200" and cls in hws["h100_sxm"].efficiency.classes:
@@ -67,12 +80,18 @@ def main(folder: Path) -> None:
                 print(line("balanced, above the kernel switch", errors(above_switch(balanced), hw)))
                 print(line("power-law, above the kernel switch", errors(above_switch(skewed), hw)))
         if pid == "b200":  # vLLM's MXFP4 experts with bf16 activations: another kernel, which no fit saw
-            mx = [t for t in read_tables(folder / TABLES[pid], distributions=("balanced",), formats=("w4a16_mxfp4",))
-                  if t.tp == t.ep == 1]
+            mx = [
+                t
+                for t in read_tables(folder / TABLES[pid], distributions=("balanced",), formats=("w4a16_mxfp4",))
+                if t.tp == t.ep == 1
+            ]
             print("  MXFP4 experts, bf16 activations (gpt-oss's layers, one GPU; no fit saw them)")
             print(line("above the kernel switch, the profile", errors(above_switch(mx), hw)))
-            print(line("above the kernel switch, the dense class",
-                       errors(above_switch(mx), without_moe_fit(hw, W4A16_MOE))))
+            print(
+                line(
+                    "above the kernel switch, the dense class", errors(above_switch(mx), without_moe_fit(hw, W4A16_MOE))
+                )
+            )
             print(line("at or below it, the profile (dense)", errors(above_switch(mx, below=True), hw)))
 
 

@@ -24,8 +24,9 @@ def main() -> None:
         for name, tp, isl, osl in CASES:
             m = costmodel.load_model(name)
             kw = dict(input_len=isl, output_len=osl, tp=tp, engine_name=engine_name)
-            most = serve(m, hw, request_rate=1.0, num_requests=1, evaluator="steady-state",
-                         **kw).saturation_requests_per_s
+            most = serve(
+                m, hw, request_rate=1.0, num_requests=1, evaluator="steady-state", **kw
+            ).saturation_requests_per_s
             cells = []
             for share in SHARES:
                 sim = serve(m, hw, request_rate=share * most, num_requests=REQUESTS, **kw)
@@ -33,17 +34,21 @@ def main() -> None:
                 cells.append(f"{cf.ttft_s / sim.ttft_s:.2f} / {cf.tpot_s / sim.tpot_s:.2f}")
             print(f"  {engine_name:8} {name:14} {most:6.2f}/s   " + "  ".join(f"{c:>13}" for c in cells))
     print("  (each cell: TTFT ratio / TPOT ratio)")
-    print(f"beyond the most (1.5x), {REQUESTS:,} requests: completed requests/s over the most, and TTFT closed form / "
-          "simulation")
+    print(
+        f"beyond the most (1.5x), {REQUESTS:,} requests: completed requests/s over the most, and TTFT closed form / "
+        "simulation"
+    )
     for name, tp, isl, osl in CASES:
         m = costmodel.load_model(name)
         kw = dict(input_len=isl, output_len=osl, tp=tp)
         most = serve(m, hw, request_rate=1.0, num_requests=1, evaluator="steady-state", **kw).saturation_requests_per_s
         sim = serve(m, hw, request_rate=1.5 * most, num_requests=REQUESTS, **kw)
         cf = serve(m, hw, request_rate=1.5 * most, num_requests=REQUESTS, evaluator="steady-state", **kw)
-        print(f"  vllm     {name:14} overloaded {sim.overloaded}/{cf.overloaded}: simulation "
-              f"{sim.requests_per_s / most:.2f} x most, closed form {cf.requests_per_s / most:.2f}; TTFT "
-              f"{cf.ttft_s:.1f} s / {sim.ttft_s:.1f} s = {cf.ttft_s / sim.ttft_s:.2f}")
+        print(
+            f"  vllm     {name:14} overloaded {sim.overloaded}/{cf.overloaded}: simulation "
+            f"{sim.requests_per_s / most:.2f} x most, closed form {cf.requests_per_s / most:.2f}; TTFT "
+            f"{cf.ttft_s:.1f} s / {sim.ttft_s:.1f} s = {cf.ttft_s / sim.ttft_s:.2f}"
+        )
 
 
 if __name__ == "__main__":

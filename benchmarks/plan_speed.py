@@ -28,8 +28,10 @@ def main() -> None:
                     print(f"{gpu:5s} {model:14s} {n:3d} devices  {time.perf_counter() - t:5.2f} s  {err}"[:160])
                     continue
                 best = p.best[0].layout if p.best else "-"
-                print(f"{gpu:5s} {model:14s} {n:3d} devices  {time.perf_counter() - t:5.2f} s  "
-                      f"{len(p.points):3d} points, front {len(p.front):2d}, best {best}")
+                print(
+                    f"{gpu:5s} {model:14s} {n:3d} devices  {time.perf_counter() - t:5.2f} s  "
+                    f"{len(p.points):3d} points, front {len(p.front):2d}, best {best}"
+                )
 
 
 if __name__ == "__main__":

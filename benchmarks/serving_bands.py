@@ -20,8 +20,17 @@ import sys
 from pathlib import Path
 
 from costmodel.price.bands import percentile_span
-from costmodel.validation.bands import (MIN_ROWS, TAIL_GRID, TARGET, calibrated_tails, rounded, served,
-                                        served_held_out, served_nested, served_sets)
+from costmodel.validation.bands import (
+    MIN_ROWS,
+    TAIL_GRID,
+    TARGET,
+    calibrated_tails,
+    rounded,
+    served,
+    served_held_out,
+    served_nested,
+    served_sets,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "costmodel" / "served_bands.yaml"
@@ -36,24 +45,29 @@ def to_yaml(sets: dict, tails: dict, nested: dict, plain: dict, source: str) -> 
 
     doc = {
         "data": source,
-        "method": (f"measured / predicted TTFT and TPOT of every deployment `costmodel validate --serving` predicts, "
-                   f"per engine, model kind and mode ('all': any), keys of at least {MIN_ROWS} rows (a prediction "
-                   "takes its engine's deployments of any model before every engine's of its kind); each range leaves "
-                   f"`tails` percent out (below, above), of {list(TAIL_GRID)} the pair that leaves the most out (then "
-                   f"gives the narrowest range over every row) while ranges derived without a model hold at least "
-                   f"{TARGET:.0%} of that model's rows; the engines' fixed costs were fitted on "
-                   "the dense aggregated rows (benchmarks/fit_serving.py); benchmarks/serving_bands.py"),
+        "method": (
+            f"measured / predicted TTFT and TPOT of every deployment `costmodel validate --serving` predicts, "
+            f"per engine, model kind and mode ('all': any), keys of at least {MIN_ROWS} rows (a prediction "
+            "takes its engine's deployments of any model before every engine's of its kind); each range leaves "
+            f"`tails` percent out (below, above), of {list(TAIL_GRID)} the pair that leaves the most out (then "
+            f"gives the narrowest range over every row) while ranges derived without a model hold at least "
+            f"{TARGET:.0%} of that model's rows; the engines' fixed costs were fitted on "
+            "the dense aggregated rows (benchmarks/fit_serving.py); benchmarks/serving_bands.py"
+        ),
         "tails": {m: list(t) for m, t in tails.items()},
         "held_out_coverage": _coverage(nested),
         "held_out_coverage_p10_p90": _coverage(plain),
-        "bands": [{"engine": k[0], "kind": k[1], "mode": k[2], "ttft": rounded(v["ttft"]),
-                   "tpot": rounded(v["tpot"])} for k, v in sorted(sets.items())],
+        "bands": [
+            {"engine": k[0], "kind": k[1], "mode": k[2], "ttft": rounded(v["ttft"]), "tpot": rounded(v["tpot"])}
+            for k, v in sorted(sets.items())
+        ],
     }
-    return ("# Measured, not assumed: how far served predictions fall from measured deployments (measured /\n"
-            "# predicted). `held_out_coverage`: the share of a model's rows inside the ranges whose tails were chosen\n"
-            "# and whose ends were derived without that model (calibrated: 80%); `held_out_coverage_p10_p90`: the\n"
-            "# same for p10-p90 ranges.\n"
-            + yaml.safe_dump(doc, sort_keys=False, width=110))
+    return (
+        "# Measured, not assumed: how far served predictions fall from measured deployments (measured /\n"
+        "# predicted). `held_out_coverage`: the share of a model's rows inside the ranges whose tails were chosen\n"
+        "# and whose ends were derived without that model (calibrated: 80%); `held_out_coverage_p10_p90`: the\n"
+        "# same for p10-p90 ranges.\n" + yaml.safe_dump(doc, sort_keys=False, width=110)
+    )
 
 
 def main(argv):
@@ -68,22 +82,31 @@ def main(argv):
     tails = calibrated_tails(found)
     sets, nested, plain = served_sets(found, tails=tails), served_nested(found), served_held_out(found)
     label = {m: percentile_span(t) for m, t in tails.items()}
-    print(f"measured / predicted, TTFT {label['ttft']} and TPOT {label['tpot']} (the narrowest whose ranges "
-          f"derived without a model hold {TARGET:.0%} of its rows), low / median / high (n):")
+    print(
+        f"measured / predicted, TTFT {label['ttft']} and TPOT {label['tpot']} (the narrowest whose ranges "
+        f"derived without a model hold {TARGET:.0%} of its rows), low / median / high (n):"
+    )
     for (engine, kind, mode), v in sorted(sets.items()):
         t, p = v["ttft"], v["tpot"]
-        print(f"  {engine:7s} {kind:6s} {mode:7s} TTFT {t['low']:5.2f} {t['p50']:5.2f} {t['high']:5.2f}   "
-              f"TPOT {p['low']:5.2f} {p['p50']:5.2f} {p['high']:5.2f}   (n {t['n']})")
-    print("\nheld out: share of a model's rows inside the ranges derived without that model, the tails also chosen "
-          "without it (nested); beside it, p10-p90 ranges:")
+        print(
+            f"  {engine:7s} {kind:6s} {mode:7s} TTFT {t['low']:5.2f} {t['p50']:5.2f} {t['high']:5.2f}   "
+            f"TPOT {p['low']:5.2f} {p['p50']:5.2f} {p['high']:5.2f}   (n {t['n']})"
+        )
+    print(
+        "\nheld out: share of a model's rows inside the ranges derived without that model, the tails also chosen "
+        "without it (nested); beside it, p10-p90 ranges:"
+    )
     for group, v in sorted(nested.items()):
         q = plain[group]
-        print(f"  {group:7s} n {v['n']:4d}  TTFT {v['ttft']:6.1%}  TPOT {v['tpot']:6.1%}   p10-p90: TTFT "
-              f"{q['ttft']:6.1%}  TPOT {q['tpot']:6.1%}")
+        print(
+            f"  {group:7s} n {v['n']:4d}  TTFT {v['ttft']:6.1%}  TPOT {v['tpot']:6.1%}   p10-p90: TTFT "
+            f"{q['ttft']:6.1%}  TPOT {q['tpot']:6.1%}"
+        )
     if "--write" in argv:
         source = Path(path).name
-        OUT.write_text(to_yaml(sets, tails, nested, plain, f"{source}: {len(rows)} deployments predicted"),
-                       encoding="utf-8")
+        OUT.write_text(
+            to_yaml(sets, tails, nested, plain, f"{source}: {len(rows)} deployments predicted"), encoding="utf-8"
+        )
         print(f"\nwrote {OUT.relative_to(ROOT)}")
 
 

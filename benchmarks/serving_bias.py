@@ -37,10 +37,12 @@ def main(report_path: str, csv_path: str) -> None:
         if d is None or r["mode"] != "agg":
             continue
         groups[(r["backend"], d.isl, band(d.concurrency))].append(
-            (r["measured_ttft_s"] / r["predicted_ttft_s"], r["measured_tpot_s"] / r["predicted_tpot_s"]))
+            (r["measured_ttft_s"] / r["predicted_ttft_s"], r["measured_tpot_s"] / r["predicted_tpot_s"])
+        )
     print(f"{'engine':8s} {'prompt':>6s} {'clients':>7s} {'n':>4s}  TTFT measured/predicted  TPOT measured/predicted")
-    for (engine, isl, clients), values in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1],
-                                                                                   [b for _, b in BANDS].index(kv[0][2]))):
+    for (engine, isl, clients), values in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], [b for _, b in BANDS].index(kv[0][2]))
+    ):
         if len(values) < SMALLEST:
             continue
         ttft, tpot = np.median(np.array(values), axis=0)

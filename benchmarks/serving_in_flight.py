@@ -53,16 +53,16 @@ def main(report_path: str, csv_path: str) -> None:
         held[off][1] += 1
         if off:
             far[(r["backend"], r["model_path"], d.concurrency)].append((measured, predicted))
-    print(f"aggregated rows with TTFT off by more than {FAR:.0%}: requests decoding at once / the engine's slots "
-          f"(median)")
+    print(
+        f"aggregated rows with TTFT off by more than {FAR:.0%}: requests decoding at once / the engine's slots (median)"
+    )
     print(f"{'engine':8s} {'model':34s} {'clients':>7s} {'n':>3s}  {'measured':>8s}  {'predicted':>9s}")
     for (engine, model, clients), values in sorted(far.items()):
         m, p = np.median(np.array(values), axis=0)
         print(f"{engine:8s} {model:34s} {clients:7d} {len(values):3d}  {m:8.2f}  {p:9.2f}")
     for off, label in ((True, f"off by more than {FAR:.0%}"), (False, f"within {FAR:.0%}")):
         k, n = held[off]
-        print(f"rows {label}: {k} of {n} held requests back (measured share below {FULL}, predicted at least "
-              f"{FULL})")
+        print(f"rows {label}: {k} of {n} held requests back (measured share below {FULL}, predicted at least {FULL})")
 
 
 if __name__ == "__main__":

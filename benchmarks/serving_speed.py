@@ -33,8 +33,26 @@ def main() -> None:
     first = time.perf_counter() - t0
     sim = median_time(lambda: serve(m, hw, **kw))
     cf = median_time(lambda: serve(m, hw, **kw, evaluator="steady-state"))
-    cmd = ["costmodel", "predict", "--gpu", "h100", "--model", "Qwen/Qwen3-32B", "--tp", "2", "--engine", "vllm",
-           "--concurrency", "64", "--input-len", "1024", "--output-len", "512", "--num-requests", "1000"]
+    cmd = [
+        "costmodel",
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "Qwen/Qwen3-32B",
+        "--tp",
+        "2",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "64",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "512",
+        "--num-requests",
+        "1000",
+    ]
     cli = median_time(lambda: subprocess.run(cmd, check=True, capture_output=True), runs=3)
     from costmodel.deploy.capacity import highest_rate, largest_concurrency
 
@@ -56,11 +74,14 @@ def main() -> None:
     print(f"  request rate, p90, 1,000 requests a rate:        {rate_p90:.2f} s")
     from costmodel.deploy.disagg import Pool, serve_disaggregated
 
-    dis = dict(input_len=1024, output_len=512, concurrency=64, num_requests=1000, prefill=Pool(workers=2),
-               decode=Pool(tp=2))
+    dis = dict(
+        input_len=1024, output_len=512, concurrency=64, num_requests=1000, prefill=Pool(workers=2), decode=Pool(tp=2)
+    )
     dis_sim = median_time(lambda: serve_disaggregated(m, hw, **dis))
     dis_cf = median_time(lambda: serve_disaggregated(m, hw, **dis, evaluator="steady-state"))
-    print("1,000 requests disaggregated, Qwen3-32B: 2 prefill workers of 1 H100, 1 decode worker of 2 (concurrency 64):")
+    print(
+        "1,000 requests disaggregated, Qwen3-32B: 2 prefill workers of 1 H100, 1 decode worker of 2 (concurrency 64):"
+    )
     print(f"  simulation (median of 5):                        {dis_sim:.2f} s")
     print(f"  steady-state closed form (median of 5):          {dis_cf * 1e3:.1f} ms")
 

@@ -29,8 +29,9 @@ def peak(points: int) -> tuple[float, float, int]:
     """(peak resident bytes, seconds, rows written) of one sweep of ``points`` contexts to CSV."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "sweep.csv"
-        result = subprocess.run([sys.executable, "-c", CHILD, str(points), str(out)], capture_output=True, text=True,
-                                check=True)
+        result = subprocess.run(
+            [sys.executable, "-c", CHILD, str(points), str(out)], capture_output=True, text=True, check=True
+        )
         nbytes, seconds = (float(x) for x in result.stdout.split()[-2:])
         with out.open("rb") as f:
             rows = sum(1 for _ in f) - 1

@@ -24,8 +24,15 @@ import urllib.request
 from urllib.parse import urlencode
 
 CHEAP = [("gpu", "a100")]
-EXPENSIVE = [("gpu", "h100"), ("model", "llama-3-8b"), ("engine", "vllm"), ("concurrency", "4096"),
-             ("num-requests", "10000"), ("input-len", "1024"), ("output-len", "8192")]
+EXPENSIVE = [
+    ("gpu", "h100"),
+    ("model", "llama-3-8b"),
+    ("engine", "vllm"),
+    ("concurrency", "4096"),
+    ("num-requests", "10000"),
+    ("input-len", "1024"),
+    ("output-len", "8192"),
+]
 
 
 def get(base: str, query) -> tuple[int, float, str]:
@@ -52,8 +59,22 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "costmodel", "serve", "--port", str(port), "--time-limit",
-                               str(args.time_limit), "--queue", "1"], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "costmodel",
+            "serve",
+            "--port",
+            str(port),
+            "--time-limit",
+            str(args.time_limit),
+            "--queue",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         server.stdout.readline()  # its first line: it listens
@@ -65,16 +86,20 @@ def main() -> None:
                 time.sleep(0.1)
         before = rss_mb(server.pid)
         alone = [get(base, CHEAP)[1] for _ in range(args.repeat)]
-        print(f"cheap request alone: median {statistics.median(alone) * 1e3:.0f} ms "
-              f"(max {max(alone) * 1e3:.0f} ms, n {len(alone)})")
+        print(
+            f"cheap request alone: median {statistics.median(alone) * 1e3:.0f} ms "
+            f"(max {max(alone) * 1e3:.0f} ms, n {len(alone)})"
+        )
         answer = {}
         slow = threading.Thread(target=lambda: answer.update(r=get(base, EXPENSIVE)))
         slow.start()
         time.sleep(0.5)
         during = [get(base, CHEAP)[1] for _ in range(args.repeat) if slow.is_alive()]
         if during:
-            print(f"cheap request while the expensive one runs: median {statistics.median(during) * 1e3:.0f} ms "
-                  f"(max {max(during) * 1e3:.0f} ms, n {len(during)})")
+            print(
+                f"cheap request while the expensive one runs: median {statistics.median(during) * 1e3:.0f} ms "
+                f"(max {max(during) * 1e3:.0f} ms, n {len(during)})"
+            )
         extra = [threading.Thread(target=get, args=(base, EXPENSIVE)) for _ in range(2)]
         for thread in extra:  # with the first: two running (--workers 2) and one waiting (--queue 1)
             thread.start()

@@ -17,39 +17,39 @@ from costmodel.core.errors import CostModelError
 
 #: public name -> the module that defines it
 _API = {
-    "derive": "costmodel.counts.exact",               # exact symbolic counts of an attention program
+    "derive": "costmodel.counts.exact",  # exact symbolic counts of an attention program
     "CostReport": "costmodel.counts.exact",
-    "analyze": "costmodel.counts.asymptotic",          # Θ forms under the paper's assumptions
-    "Workload": "costmodel.attention.workload",           # one attention workload, every dimension a number
-    "workloads": "costmodel.attention.workload",          # MHA, GQA and MQA versions of one workload
-    "predict": "costmodel.attention.roofline",            # roofline latency of a workload on a device
+    "analyze": "costmodel.counts.asymptotic",  # Θ forms under the paper's assumptions
+    "Workload": "costmodel.attention.workload",  # one attention workload, every dimension a number
+    "workloads": "costmodel.attention.workload",  # MHA, GQA and MQA versions of one workload
+    "predict": "costmodel.attention.roofline",  # roofline latency of a workload on a device
     "compare": "costmodel.attention.roofline",
     "Prediction": "costmodel.attention.roofline",
     "Comparison": "costmodel.attention.roofline",
-    "sweep": "costmodel.attention.sweeps",                 # predictions over a range of one parameter
+    "sweep": "costmodel.attention.sweeps",  # predictions over a range of one parameter
     "Sweep": "costmodel.attention.sweeps",
-    "load_profile": "costmodel.hardware.catalog",        # a device by id, alias or YAML path
+    "load_profile": "costmodel.hardware.catalog",  # a device by id, alias or YAML path
     "profile_for_device": "costmodel.hardware.catalog",
     "HardwareProfile": "costmodel.hardware.profile",
-    "load_model": "costmodel.model.presets",          # a model by preset id or config.json path
+    "load_model": "costmodel.model.presets",  # a model by preset id or config.json path
     "ModelPreset": "costmodel.model.presets",
-    "predict_model": "costmodel.model.step",    # a whole model's decode step, prefill and memory
+    "predict_model": "costmodel.model.step",  # a whole model's decode step, prefill and memory
     "ModelPrediction": "costmodel.model.step",
     "build_program": "costmodel.counts.program",
-    "build_mla_program": "costmodel.counts.mla",       # multi-head latent attention, naive or absorbed
-    "request": "costmodel.model.requests",             # a request's TTFT, every TPOT, end-to-end latency
+    "build_mla_program": "costmodel.counts.mla",  # multi-head latent attention, naive or absorbed
+    "request": "costmodel.model.requests",  # a request's TTFT, every TPOT, end-to-end latency
     "RequestPrediction": "costmodel.model.requests",
-    "largest_batch": "costmodel.model.requests",       # the largest batch under latency targets and memory
+    "largest_batch": "costmodel.model.requests",  # the largest batch under latency targets and memory
     "capacity": "costmodel.model.requests",
     "CapacityReport": "costmodel.model.requests",
-    "serve": "costmodel.engine.served",                # a served model under load: continuous batching in an engine
+    "serve": "costmodel.engine.served",  # a served model under load: continuous batching in an engine
     "LoadPrediction": "costmodel.engine.reports",
     "load_capacity": "costmodel.deploy.capacity",  # the most clients, or the highest rate, under targets
     "LoadCapacityReport": "costmodel.deploy.capacity",
     "serve_disaggregated": "costmodel.deploy.disagg",  # prefill and decode pools, the KV cache moving between them
     "Pool": "costmodel.deploy.disagg",
     "DisaggPrediction": "costmodel.deploy.disagg",
-    "plan": "costmodel.deploy.planner",                # every layout on N devices, the front and the best
+    "plan": "costmodel.deploy.planner",  # every layout on N devices, the front and the best
     "Plan": "costmodel.deploy.planner",
 }
 
@@ -67,8 +67,12 @@ def _join_checkout() -> None:
 
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
-    if (os.path.isfile(os.path.join(root, "pyproject.toml")) and os.path.isdir(os.path.join(root, "hardware_profiles"))
-            and not os.path.isdir(os.path.join(here, "hardware_profiles")) and root not in __path__):
+    if (
+        os.path.isfile(os.path.join(root, "pyproject.toml"))
+        and os.path.isdir(os.path.join(root, "hardware_profiles"))
+        and not os.path.isdir(os.path.join(here, "hardware_profiles"))
+        and root not in __path__
+    ):
         __path__.append(root)
 
 

@@ -23,8 +23,10 @@ def printed(command: str) -> str:
     """What ``command`` prints, the published tables named as they lie beside the checkout."""
     from costmodel.cli.commands import main
 
-    args = [str(SHARED) + a[len("../shared/measurements"):] if a.startswith("../shared/measurements") else a
-            for a in shlex.split(command)[1:]]
+    args = [
+        str(SHARED) + a[len("../shared/measurements") :] if a.startswith("../shared/measurements") else a
+        for a in shlex.split(command)[1:]
+    ]
     result = CliRunner().invoke(main, args)
     if result.exit_code != 0:
         raise SystemExit(f"{command}: exit {result.exit_code}: {result.output}")
@@ -56,8 +58,9 @@ def main(pages: list[str]) -> None:
     for page in [Path(p) for p in pages] or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         n = refresh(page)
         if n:
-            print(f"{page.relative_to(ROOT) if page.is_absolute() else page}: {n} block{'s' if n > 1 else ''} "
-                  "rewritten")
+            print(
+                f"{page.relative_to(ROOT) if page.is_absolute() else page}: {n} block{'s' if n > 1 else ''} rewritten"
+            )
 
 
 if __name__ == "__main__":

@@ -31,16 +31,26 @@ def main(query: str, out: str) -> None:
         time.sleep(0.05)
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1100", "--hide-scrollbars",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1280,1100",
+        "--hide-scrollbars",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    ):
         options.add_argument(arg)
-    driver = webdriver.Chrome(options=options,
-                              service=webdriver.ChromeService(executable_path=shutil.which("chromedriver")))
+    driver = webdriver.Chrome(
+        options=options, service=webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    )
     try:
         driver.get(f"http://127.0.0.1:{port}/?{query}")
-        WebDriverWait(driver, 300).until(lambda d: d.execute_script(
-            "const f = document.getElementById('report').contentDocument;"
-            "return f && f.body && f.body.innerHTML.includes('<svg');"))
+        WebDriverWait(driver, 300).until(
+            lambda d: d.execute_script(
+                "const f = document.getElementById('report').contentDocument;"
+                "return f && f.body && f.body.innerHTML.includes('<svg');"
+            )
+        )
         driver.save_screenshot(out)
     finally:
         driver.quit()

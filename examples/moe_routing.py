@@ -17,7 +17,17 @@ if __name__ == "__main__":
     print(f"{'layout':22s} {'routing':14s} {'TTFT':>9s} {'TPOT':>9s} {'tok/s/device':>13s}")
     for label, expert_parallel in (("TP8, experts sharded", False), ("TP8, expert parallel", True)):
         for routing in ("uniform", "balanced", "power-law:1.2"):
-            p = costmodel.serve(base.with_routing(routing), hw, tp=8, expert_parallel=expert_parallel,
-                                engine_name="vllm", concurrency=32, input_len=2048, output_len=256)
-            print(f"{label:22s} {routing:14s} {p.ttft_s * 1e3:7.0f} ms {p.tpot_s * 1e3:6.1f} ms "
-                  f"{p.output_tokens_per_s_per_device:13,.0f}")
+            p = costmodel.serve(
+                base.with_routing(routing),
+                hw,
+                tp=8,
+                expert_parallel=expert_parallel,
+                engine_name="vllm",
+                concurrency=32,
+                input_len=2048,
+                output_len=256,
+            )
+            print(
+                f"{label:22s} {routing:14s} {p.ttft_s * 1e3:7.0f} ms {p.tpot_s * 1e3:6.1f} ms "
+                f"{p.output_tokens_per_s_per_device:13,.0f}"
+            )

@@ -1,6 +1,6 @@
 """Derive the memory/arithmetic ratios of Shazeer 2019 for MHA, GQA and MQA, and check the paper's forms.
 
-    python examples/paper_ratios.py
+python examples/paper_ratios.py
 """
 
 from costmodel import derive

@@ -24,8 +24,13 @@ if __name__ == "__main__":
     best = plan.best[0]
     if best.mode == "disagg":
         served = costmodel.serve_disaggregated(
-            model, gpus[0], input_len=2048, output_len=512, concurrency=best.concurrency,
+            model,
+            gpus[0],
+            input_len=2048,
+            output_len=512,
+            concurrency=best.concurrency,
             prefill=costmodel.Pool(tp=best.prefill_tp, workers=best.prefill_workers),
-            decode=costmodel.Pool(tp=best.decode_tp, workers=best.decode_workers))
+            decode=costmodel.Pool(tp=best.decode_tp, workers=best.decode_workers),
+        )
         print()
         print(served)

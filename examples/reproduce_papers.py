@@ -1,6 +1,6 @@
 """Reproduce Shazeer 2019 (ratios and Table 2) and the GQA paper's groups sweep; writes docs/gqa2023.png.
 
-    python examples/reproduce_papers.py
+python examples/reproduce_papers.py
 """
 
 from pathlib import Path

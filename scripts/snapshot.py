@@ -19,8 +19,20 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT.parent / "shared" / "measurements" / "serving" / "silicon_sample_h100_sxm.csv"
-MODELS = ("llama-3-8b", "llama-3.1-70b", "llama-2-7b", "qwen3-32b", "qwen3-235b-a22b", "deepseek-v3",
-          "deepseek-v2-lite", "mixtral-8x7b", "gpt-oss-20b", "gemma-2-9b", "falcon-7b", "t5-xxl")
+MODELS = (
+    "llama-3-8b",
+    "llama-3.1-70b",
+    "llama-2-7b",
+    "qwen3-32b",
+    "qwen3-235b-a22b",
+    "deepseek-v3",
+    "deepseek-v2-lite",
+    "mixtral-8x7b",
+    "gpt-oss-20b",
+    "gemma-2-9b",
+    "falcon-7b",
+    "t5-xxl",
+)
 ENGINE = ["--input-len", "1024", "--output-len", "128", "--concurrency", "16", "--num-requests", "48"]
 
 
@@ -33,22 +45,104 @@ def commands() -> dict[str, list[str]]:
     out["attention-devices"] = ["predict", "--gpu", "a100", "--gpu", "h100", "--gpu", "b200"]
     for model in MODELS:
         out[f"step-{model}"] = ["predict", "--gpu", "h100", "--model", model]
-        out[f"request-{model}"] = ["predict", "--gpu", "h100", "--model", model, "--input-len", "2048",
-                                   "--output-len", "256"]
+        out[f"request-{model}"] = [
+            "predict",
+            "--gpu",
+            "h100",
+            "--model",
+            model,
+            "--input-len",
+            "2048",
+            "--output-len",
+            "256",
+        ]
     for engine in ("vllm", "sglang", "trtllm"):
         out[f"served-{engine}"] = ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--engine", engine, *ENGINE]
     out["served-steady"] = [*out["served-vllm"], "--evaluator", "steady-state"]
-    out["served-open"] = ["predict", "--gpu", "h100", "--model", "qwen3-32b", "--tp", "2", "--engine", "vllm",
-                          "--request-rate", "4", "--input-len", "1024", "--output-len", "128", "--num-requests", "64"]
-    out["served-disagg"] = ["predict", "--gpu", "h100", "--model", "llama-3.1-70b", "--engine", "trtllm",
-                            "--disaggregated", "--prefill-tp", "2", "--decode-tp", "4", *ENGINE]
-    out["capacity"] = ["capacity", "--gpu", "h100", "--gpu", "a100", "--model", "llama-3-8b", "--input-len", "2048",
-                       "--output-len", "512", "--tpot-ms", "50"]
+    out["served-open"] = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "qwen3-32b",
+        "--tp",
+        "2",
+        "--engine",
+        "vllm",
+        "--request-rate",
+        "4",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--num-requests",
+        "64",
+    ]
+    out["served-disagg"] = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-70b",
+        "--engine",
+        "trtllm",
+        "--disaggregated",
+        "--prefill-tp",
+        "2",
+        "--decode-tp",
+        "4",
+        *ENGINE,
+    ]
+    out["capacity"] = [
+        "capacity",
+        "--gpu",
+        "h100",
+        "--gpu",
+        "a100",
+        "--model",
+        "llama-3-8b",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "512",
+        "--tpot-ms",
+        "50",
+    ]
     out["capacity-static"] = [*out["capacity"], "--batching", "static"]
-    out["plan-8b"] = ["plan", "--gpu", "h100", "--model", "llama-3-8b", "--gpus", "2", "--input-len", "512",
-                      "--output-len", "64", "--tpot-ms", "30", "--max-concurrency", "16"]
-    out["plan-70b"] = ["plan", "--gpu", "h100", "--model", "llama-3.1-70b", "--gpus", "4", "--input-len", "2048",
-                       "--output-len", "256", "--tpot-ms", "50", "--max-concurrency", "32"]
+    out["plan-8b"] = [
+        "plan",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "2",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--tpot-ms",
+        "30",
+        "--max-concurrency",
+        "16",
+    ]
+    out["plan-70b"] = [
+        "plan",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-70b",
+        "--gpus",
+        "4",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "256",
+        "--tpot-ms",
+        "50",
+        "--max-concurrency",
+        "32",
+    ]
     for variant in ("mha", "gqa", "mqa", "mla"):
         out[f"derive-{variant}"] = ["derive", "--variant", variant, "--mode", "generate", "--asymptotic"]
     return out
@@ -82,8 +176,7 @@ def compare(folder: Path) -> int:
         now = scratch / before.name
         if before.read_bytes() != now.read_bytes():
             differ += 1
-            diff = difflib.unified_diff(before.read_text().splitlines(), now.read_text().splitlines(), lineterm="",
-                                        n=0)
+            diff = difflib.unified_diff(before.read_text().splitlines(), now.read_text().splitlines(), lineterm="", n=0)
             print(f"DIFFERS: {before.name}\n" + "\n".join(list(diff)[2:12]))
     print(f"{differ} of {len(list(folder.iterdir()))} outputs differ")
     return 1 if differ else 0

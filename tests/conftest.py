@@ -18,8 +18,15 @@ def small_dims(rng: random.Random, variant: str, groups: int | None = None, low:
     its oracle uses ``low=2``."""
     g = {"mha": None, "mqa": 1}.get(variant, groups or rng.choice([1, 2, 3]))
     h = (g or rng.randint(low, 3)) * rng.randint(1, 3)
-    vals = {S.b: rng.randint(low, 3), S.n: rng.randint(low, 4), S.m: rng.randint(low, 4),
-            S.d: rng.randint(low, 5), S.h: h, S.k: rng.randint(low, 4), S.v: rng.randint(low, 4)}
+    vals = {
+        S.b: rng.randint(low, 3),
+        S.n: rng.randint(low, 4),
+        S.m: rng.randint(low, 4),
+        S.d: rng.randint(low, 5),
+        S.h: h,
+        S.k: rng.randint(low, 4),
+        S.v: rng.randint(low, 4),
+    }
     vals[S.g] = h if g is None else g
     return vals
 
@@ -60,9 +67,21 @@ def llama():
 
 #: The CPU calibration and validation docs/validation.md shows, as the default suite runs them (``--quick``):
 #: tests/test_docs.py checks that the pages' commands run, tests/test_validation.py reads what they wrote.
-QUICK_CPU_RUN = (("calibrate", "--device", "cpu", "--out", "my_cpu.yaml", "--quick"),
-                 ("validate", "--device", "cpu", "--quick", "--profile", "my_cpu.yaml", "--json", "report.json",
-                  "--plot", "report.png"))
+QUICK_CPU_RUN = (
+    ("calibrate", "--device", "cpu", "--out", "my_cpu.yaml", "--quick"),
+    (
+        "validate",
+        "--device",
+        "cpu",
+        "--quick",
+        "--profile",
+        "my_cpu.yaml",
+        "--json",
+        "report.json",
+        "--plot",
+        "report.png",
+    ),
+)
 
 
 @pytest.fixture(scope="session")

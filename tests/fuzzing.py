@@ -61,8 +61,16 @@ def profile_file(draw) -> str:
     return path
 
 
-CONFIG = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
-          "num_hidden_layers": 2, "vocab_size": 1000, "intermediate_size": 512, "hidden_act": "silu"}
+CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "intermediate_size": 512,
+    "hidden_act": "silu",
+}
 
 
 @st.composite
@@ -88,28 +96,77 @@ def output_path(suffixes: list[str]) -> st.SearchStrategy[str]:
 
 
 gpus = choice(["a100", "h100", "tpu-v5e", "l4", "b200", "epyc_9004_2vcpu"]) | profile_file()
-models = choice(["llama-3-8b", "falcon-7b", "t5-xxl", "starcoder", "palm-540b", "mixtral-8x7b", "deepseek-v2-lite",
-                 "gemma-2-9b", "mistral-7b"]) | config_file()
-ranges = (st.builds(lambda a, b, c: f"{a}:{b}:{c}", numbers, numbers,
-                    st.one_of(numbers, numbers.map(lambda x: "x" + x), numbers.map(lambda x: "+" + x)))
-          | st.lists(numbers, min_size=1, max_size=4).map(",".join) | junk)
+models = (
+    choice(
+        [
+            "llama-3-8b",
+            "falcon-7b",
+            "t5-xxl",
+            "starcoder",
+            "palm-540b",
+            "mixtral-8x7b",
+            "deepseek-v2-lite",
+            "gemma-2-9b",
+            "mistral-7b",
+        ]
+    )
+    | config_file()
+)
+ranges = (
+    st.builds(
+        lambda a, b, c: f"{a}:{b}:{c}",
+        numbers,
+        numbers,
+        st.one_of(numbers, numbers.map(lambda x: "x" + x), numbers.map(lambda x: "+" + x)),
+    )
+    | st.lists(numbers, min_size=1, max_size=4).map(",".join)
+    | junk
+)
 dims = st.sampled_from(["batch", "seq", "context", "d-model", "heads", "groups", "head-dim", "value-dim"])
 
 OPTIONS = {
-    "--variant": choice(["mha", "mqa", "gqa"]), "--groups": numbers, "--mode": choice(["incremental", "batched",
-    "generate"]), "--batch": numbers, "--seq": numbers, "--context": numbers, "--d-model": numbers,
-    "--heads": numbers, "--head-dim": numbers, "--value-dim": numbers, "--dtype": choice(["bf16", "fp32", "fp8"]),
-    "--layers": numbers, "--execution": choice(["fused", "unfused"]), "--overlap": choice(["max", "sum"]),
+    "--variant": choice(["mha", "mqa", "gqa"]),
+    "--groups": numbers,
+    "--mode": choice(["incremental", "batched", "generate"]),
+    "--batch": numbers,
+    "--seq": numbers,
+    "--context": numbers,
+    "--d-model": numbers,
+    "--heads": numbers,
+    "--head-dim": numbers,
+    "--value-dim": numbers,
+    "--dtype": choice(["bf16", "fp32", "fp8"]),
+    "--layers": numbers,
+    "--execution": choice(["fused", "unfused"]),
+    "--overlap": choice(["max", "sum"]),
     "--cache-append": choice(["inplace", "concat"]),
 }
-MODEL_OPTIONS = {"--batch": numbers, "--context": numbers, "--tp": numbers, "--source": numbers,
-                 "--dtype": choice(["bf16", "fp16", "fp8", "bfloat16"]), "--variant": choice(["mha", "mqa", "gqa", "mla"]),
-                 "--groups": numbers, "--execution": choice(["fused", "unfused"]), "--seq": numbers,
-                 "--weight-dtype": choice(["int4", "fp8", "bf16"]), "--kv-dtype": choice(["fp8", "bf16"]),
-                 "--kv-heads": numbers, "--mla-form": choice(["naive", "absorbed"]), "--input-len": numbers,
-                 "--output-len": numbers, "--format": choice(["csv", "markdown", "table"])}
-CAPACITY_OPTIONS = {"--tpot-ms": numbers, "--ttft-ms": numbers, "--price-per-hour": numbers, "--tp": numbers,
-                    "--weight-dtype": choice(["int4", "fp8"]), "--format": choice(["csv", "markdown", "json"])}
+MODEL_OPTIONS = {
+    "--batch": numbers,
+    "--context": numbers,
+    "--tp": numbers,
+    "--source": numbers,
+    "--dtype": choice(["bf16", "fp16", "fp8", "bfloat16"]),
+    "--variant": choice(["mha", "mqa", "gqa", "mla"]),
+    "--groups": numbers,
+    "--execution": choice(["fused", "unfused"]),
+    "--seq": numbers,
+    "--weight-dtype": choice(["int4", "fp8", "bf16"]),
+    "--kv-dtype": choice(["fp8", "bf16"]),
+    "--kv-heads": numbers,
+    "--mla-form": choice(["naive", "absorbed"]),
+    "--input-len": numbers,
+    "--output-len": numbers,
+    "--format": choice(["csv", "markdown", "table"]),
+}
+CAPACITY_OPTIONS = {
+    "--tpot-ms": numbers,
+    "--ttft-ms": numbers,
+    "--price-per-hour": numbers,
+    "--tp": numbers,
+    "--weight-dtype": choice(["int4", "fp8"]),
+    "--format": choice(["csv", "markdown", "json"]),
+}
 
 
 @st.composite
@@ -121,18 +178,42 @@ def flags(draw, options: dict, most: int = 4) -> list[str]:
 @st.composite
 def command_lines(draw) -> list[str]:
     """One command line of any costmodel command (the torch ones only with values they refuse quickly)."""
-    kind = draw(st.sampled_from(["predict", "predict", "model", "model", "capacity", "sweep-table", "derive",
-                                 "hardware", "plot", "reproduce", "validate"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "predict",
+                "predict",
+                "model",
+                "model",
+                "capacity",
+                "sweep-table",
+                "derive",
+                "hardware",
+                "plot",
+                "reproduce",
+                "validate",
+            ]
+        )
+    )
     json_flag = ["--json"] if draw(st.booleans()) else []
     if kind == "predict":
         return ["predict", "--gpu", draw(gpus), *draw(flags(OPTIONS)), *json_flag]
     if kind == "model":
         return ["predict", "--gpu", draw(gpus), "--model", draw(models), *draw(flags(MODEL_OPTIONS, 3)), *json_flag]
     if kind == "capacity":
-        lengths = [x for name in ("--input-len", "--output-len") if draw(st.integers(0, 5))
-                   for x in (name, draw(numbers))]
-        return ["capacity", "--gpu", draw(gpus), "--model", draw(models), *lengths,
-                *draw(flags(CAPACITY_OPTIONS, 3)), *json_flag]
+        lengths = [
+            x for name in ("--input-len", "--output-len") if draw(st.integers(0, 5)) for x in (name, draw(numbers))
+        ]
+        return [
+            "capacity",
+            "--gpu",
+            draw(gpus),
+            "--model",
+            draw(models),
+            *lengths,
+            *draw(flags(CAPACITY_OPTIONS, 3)),
+            *json_flag,
+        ]
     if kind == "sweep-table":
         spec = draw(st.builds(lambda d, r: f"{d}={r}", dims | junk, ranges))
         csv = ["--csv", draw(output_path([".csv"]))] if draw(st.booleans()) else []
@@ -142,26 +223,39 @@ def command_lines(draw) -> list[str]:
         extra = ["--asymptotic"] if draw(st.booleans()) else []
         return ["derive", *draw(flags(derive_options, 3)), *extra, *json_flag]
     if kind == "hardware":
-        return draw(st.sampled_from([["hardware", "list"], ["hardware", "show"], ["models", "list"],
-                                     ["models", "show"]])) + ([draw(st.one_of(gpus, models))]
-                                                              if draw(st.booleans()) else []) + json_flag
+        return (
+            draw(st.sampled_from([["hardware", "list"], ["hardware", "show"], ["models", "list"], ["models", "show"]]))
+            + ([draw(st.one_of(gpus, models))] if draw(st.booleans()) else [])
+            + json_flag
+        )
     if kind == "plot":
         out = ["--out", draw(output_path([".png", ".svg", ".pdf"]))]
         if draw(st.booleans()):
-            return ["roofline", "--gpu", draw(gpus), *out, *draw(flags({"--batch": numbers, "--context": numbers,
-                                                                         "--dtype": OPTIONS["--dtype"]}, 2))]
+            return [
+                "roofline",
+                "--gpu",
+                draw(gpus),
+                *out,
+                *draw(flags({"--batch": numbers, "--context": numbers, "--dtype": OPTIONS["--dtype"]}, 2)),
+            ]
         x = draw(choice(["context", "batch", "groups", "seq"]))
         return ["sweep", "--gpu", draw(gpus), "--x", x, "--range", draw(ranges), *out, *draw(flags(OPTIONS, 2))]
     if kind == "reproduce":
         which = draw(st.sampled_from(["shazeer2019", "gqa2023"]))
-        extra = (["--f32-passes", draw(numbers)] if which == "shazeer2019" else ["--tp", draw(numbers)])
+        extra = ["--f32-passes", draw(numbers)] if which == "shazeer2019" else ["--tp", draw(numbers)]
         return ["reproduce", which, *extra, *json_flag]
     # validate and calibrate: only options they refuse before measuring anything
-    return draw(st.sampled_from([["validate", "--device", draw(junk)], ["calibrate", "--out", ""],
-                                 ["calibrate", "--device", "tpu", "--out", "x.yaml"],
-                                 ["validate", "--json", os.path.join(SCRATCH, "missing", draw(junk) + ".json")],
-                                 ["validate", "--plot", os.path.join(SCRATCH, "plot" + draw(st.sampled_from(
-                                     [".txt", "", ".png/"])))]]))
+    return draw(
+        st.sampled_from(
+            [
+                ["validate", "--device", draw(junk)],
+                ["calibrate", "--out", ""],
+                ["calibrate", "--device", "tpu", "--out", "x.yaml"],
+                ["validate", "--json", os.path.join(SCRATCH, "missing", draw(junk) + ".json")],
+                ["validate", "--plot", os.path.join(SCRATCH, "plot" + draw(st.sampled_from([".txt", "", ".png/"])))],
+            ]
+        )
+    )
 
 
 def timed_check(args: list[str]) -> tuple[str | None, float]:

@@ -9,7 +9,14 @@ import sympy
 
 from costmodel import derive
 from costmodel.counts import symbols as S
-from costmodel.counts.asymptotic import BASE_ASSUMPTIONS, EXTRA_ASSUMPTIONS, PAPER_SUBS, _constraints, analyze, dominated
+from costmodel.counts.asymptotic import (
+    BASE_ASSUMPTIONS,
+    EXTRA_ASSUMPTIONS,
+    PAPER_SUBS,
+    _constraints,
+    analyze,
+    dominated,
+)
 
 b, n, d, h, g = S.b, S.n, S.d, S.h, S.g
 
@@ -37,10 +44,13 @@ def test_generate_mha_is_n_over_d_plus_1_over_b():
     assert a.claim_holds is True and not a.extra_assumptions
 
 
-@pytest.mark.parametrize("variant,paper", [
-    ("mqa", 1 / d + n / (d * h) + 1 / b),
-    ("gqa", 1 / d + g * n / (d * h) + 1 / b),
-])
+@pytest.mark.parametrize(
+    "variant,paper",
+    [
+        ("mqa", 1 / d + n / (d * h) + 1 / b),
+        ("gqa", 1 / d + g * n / (d * h) + 1 / b),
+    ],
+)
 def test_generate_mqa_gqa_need_the_logits_traffic_assumption(variant, paper):
     a = analyze(derive(variant, "generate"))
     # Without it the logits/weights traffic b*h*n^2 over arithmetic b*n*d^2 = hn/d^2 survives.
@@ -52,10 +62,10 @@ def test_generate_mqa_gqa_need_the_logits_traffic_assumption(variant, paper):
 
 def test_dominance_rule_on_hand_cases():
     base = _constraints(BASE_ASSUMPTIONS, g)
-    assert dominated(n / d**2, 1 / d, base)          # n <= d
-    assert not dominated(1 / d, 1 / b, base)         # unrelated dims
+    assert dominated(n / d**2, 1 / d, base)  # n <= d
+    assert not dominated(1 / d, 1 / b, base)  # unrelated dims
     assert not dominated(1 / b, 1 / d, base)
-    assert dominated(g / (h * d), 1 / d, base)       # g <= h
+    assert dominated(g / (h * d), 1 / d, base)  # g <= h
     assert not dominated(h * n / d**2, g * n / (d * h), base)
     extra = base + _constraints(EXTRA_ASSUMPTIONS, g)
     assert dominated(h * n / d**2, g * n / (d * h), extra)  # h^2 <= g d
@@ -66,8 +76,12 @@ def _sample(rng, extra: bool, kv_heads=g):
     variant's key/value head count (h for MHA, 1 for MQA)."""
     while True:
         d_ = 2 ** rng.uniform(0, 16)
-        vals = {b: 2 ** rng.uniform(0, 12), d: d_, n: 2 ** rng.uniform(0, 1) * d_ ** rng.random() / 2,
-                h: d_ ** rng.random()}
+        vals = {
+            b: 2 ** rng.uniform(0, 12),
+            d: d_,
+            n: 2 ** rng.uniform(0, 1) * d_ ** rng.random() / 2,
+            h: d_ ** rng.random(),
+        }
         vals[g] = float(kv_heads.subs(vals)) if kv_heads != g else vals[h] ** rng.random()
         if vals[n] >= 1 and (not extra or vals[h] ** 2 <= vals[g] * d_):
             return vals
@@ -81,8 +95,9 @@ def _quotient_range(exact, form, extra, kv_heads=g, samples=3000):
     return min(qs), max(qs)
 
 
-@pytest.mark.parametrize("variant,mode", [(v, m) for v in ("mha", "mqa", "gqa")
-                                          for m in ("batched", "incremental", "generate")])
+@pytest.mark.parametrize(
+    "variant,mode", [(v, m) for v in ("mha", "mqa", "gqa") for m in ("batched", "incremental", "generate")]
+)
 def test_theta_form_is_within_constants_of_the_exact_ratio(variant, mode):
     report = derive(variant, mode)
     a = analyze(report)

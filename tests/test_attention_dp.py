@@ -7,10 +7,10 @@ import pytest
 
 import costmodel
 from costmodel.core.errors import CostModelError
-from costmodel.model.ops import device_slice
-from costmodel.model.step import pricing, phase_ops
-from costmodel.price.op import Conventions, KernelOp, price
 from costmodel.engine.served import serve
+from costmodel.model.ops import device_slice
+from costmodel.model.step import phase_ops, pricing
+from costmodel.price.op import Conventions, KernelOp, price
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -43,14 +43,19 @@ def test_experts_sharded_by_width_over_every_group(qwen, h100):
     dp = device_slice(qwen, 4, ep=False, dp=2)
     assert (dp.heads, dp.moe.experts, dp.moe.expert_ranks, dp.moe.expert_d_ff) == (16, 128, 1, 192)
     sharded = {s.name: s for s in phase_ops(qwen, pricing(qwen, h100, tp=4, attention_dp=2), "decode", 16, 1024, 1)}
-    whole = {s.name: s for s in phase_ops(qwen, pricing(qwen, h100, tp=4, expert_parallel=True, attention_dp=2),
-                                          "decode", 16, 1024, 1)}
+    whole = {
+        s.name: s
+        for s in phase_ops(qwen, pricing(qwen, h100, tp=4, expert_parallel=True, attention_dp=2), "decode", 16, 1024, 1)
+    }
     assert sharded["experts_down"].shape.K == 192 and whole["experts_down"].shape.K == 1536
     assert sharded["experts_down"].op.flops == pytest.approx(2 * 256 * 192 * 4096)
     assert sharded["experts_down"].op.flops == pytest.approx(whole["experts_down"].op.flops, rel=1e-12)
     for name in ("moe_dispatch", "moe_combine", "all_reduce"):
-        assert (sharded[name].op.bytes, sharded[name].op.devices, sharded[name].count) == \
-            (whole[name].op.bytes, whole[name].op.devices, whole[name].count)
+        assert (sharded[name].op.bytes, sharded[name].op.devices, sharded[name].count) == (
+            whole[name].op.bytes,
+            whole[name].op.devices,
+            whole[name].count,
+        )
 
 
 def test_step_ops_by_hand(qwen, h100):
@@ -85,8 +90,9 @@ def test_a_group_across_nodes_crosses_the_network(h100):
 def test_served_report_counts_every_group(qwen, h100):
     """Eight clients over DP2 x TP4: each group an engine of four clients; the report's clients, requests and
     throughput are both groups', per device over all eight devices; Little's law on the whole."""
-    kw = dict(input_len=512, output_len=32, engine_name="vllm", tp=4, expert_parallel=True, weight_dtype="fp8",
-              overheads=OFF)
+    kw = dict(
+        input_len=512, output_len=32, engine_name="vllm", tp=4, expert_parallel=True, weight_dtype="fp8", overheads=OFF
+    )
     p = serve(qwen, h100, concurrency=8, attention_dp=2, num_requests=160, **kw)
     assert p.concurrency == 8 and p.attention_dp == 2 and p.num_requests == 160
     assert p.output_tokens_per_s_per_device == pytest.approx(p.output_tokens_per_s / 8, rel=1e-12)
@@ -103,16 +109,20 @@ def test_served_report_counts_every_group(qwen, h100):
 
 def test_one_group_is_today(qwen, h100):
     """attention_dp=1 is the expert-parallel-over-TP prediction, to the last digit; others are ignored."""
-    kw = dict(input_len=512, output_len=32, concurrency=4, tp=4, expert_parallel=True, weight_dtype="fp8",
-              num_requests=20)
+    kw = dict(
+        input_len=512, output_len=32, concurrency=4, tp=4, expert_parallel=True, weight_dtype="fp8", num_requests=20
+    )
     a, b = serve(qwen, h100, **kw), serve(qwen, h100, attention_dp=1, **kw)
     assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s)
-    from costmodel.engine.served import Setup
     from costmodel.engine.config import engine
+    from costmodel.engine.served import Setup
 
-    s = Setup(qwen, pricing(qwen, h100, tp=4, expert_parallel=True, weight_dtype="fp8"),
-              engine("vllm", capacity_bytes=h100.engine_memory),
-              max_context=600)
+    s = Setup(
+        qwen,
+        pricing(qwen, h100, tp=4, expert_parallel=True, weight_dtype="fp8"),
+        engine("vllm", capacity_bytes=h100.engine_memory),
+        max_context=600,
+    )
     assert np.array_equal(s.table.per_token(37.0), s.table.per_token(37.0, others=1000.0))
 
 

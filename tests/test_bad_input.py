@@ -34,30 +34,51 @@ def error_of(*args) -> str:
 
 # --- hangs and memory ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args,expected", [
-    (["predict", "--gpu", "a100", "--variant", "gqa", "--heads", "1000000000000", "--groups", "7"],
-     "Error: groups 7 must divide heads 1000000000000; valid group counts are 1, 2, 4, 5, 8, 10, 16, 20, 25, 32, "),
-    (["sweep", "--gpu", "a100", "--x", "batch", "--range", "0:64:x10", "--out", "{tmp}/s.png"],
-     "Error: invalid range '0:64:x10': a geometric range needs START >= 1 and FACTOR > 1"),
-    (["predict", "--gpu", "a100", "--sweep", "context=0:100:x2"],
-     "Error: invalid range '0:100:x2': a geometric range needs START >= 1 and FACTOR > 1"),
-    (["predict", "--gpu", "a100", "--sweep", "context=1:2:x1.0000000001"],
-     "Error: range '1:2:x1.0000000001' has 69314"),  # ln 2 / ln(1 + 1e-10) points
-    (["predict", "--gpu", "a100", "--sweep", "context=1:10000000:1", "--json"],
-     "Error: range '1:10000000:1' has 10000000 points, more than the limit of 10000; use a coarser step, "
-     "or raise the limit (max_points, --max-points)"),
-    (["sweep", "--gpu", "a100", "--x", "context", "--range", "1:10000000:1", "--out", "{tmp}/s.png"],
-     "Error: range '1:10000000:1' has 10000000 points, more than the limit of 10000"),
-    (["predict", "--gpu", "a100", "--sweep", "context=1:1" + "0" * 160 + ":x10"],
-     "Error: range '1:1" + "0" * 160 + ":x10' goes up to "),
-    (["predict", "--gpu", "a100", "--d-model", str(10**155)],
-     "Error: Invalid value for '--d-model': 1" + "0" * 155 + " is not in the range 1<=x<=1099511627776."),
-])
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (
+            ["predict", "--gpu", "a100", "--variant", "gqa", "--heads", "1000000000000", "--groups", "7"],
+            "Error: groups 7 must divide heads 1000000000000; valid group counts are 1, 2, 4, 5, 8, 10, 16, 20, 25, 32, ",
+        ),
+        (
+            ["sweep", "--gpu", "a100", "--x", "batch", "--range", "0:64:x10", "--out", "{tmp}/s.png"],
+            "Error: invalid range '0:64:x10': a geometric range needs START >= 1 and FACTOR > 1",
+        ),
+        (
+            ["predict", "--gpu", "a100", "--sweep", "context=0:100:x2"],
+            "Error: invalid range '0:100:x2': a geometric range needs START >= 1 and FACTOR > 1",
+        ),
+        (
+            ["predict", "--gpu", "a100", "--sweep", "context=1:2:x1.0000000001"],
+            "Error: range '1:2:x1.0000000001' has 69314",
+        ),  # ln 2 / ln(1 + 1e-10) points
+        (
+            ["predict", "--gpu", "a100", "--sweep", "context=1:10000000:1", "--json"],
+            "Error: range '1:10000000:1' has 10000000 points, more than the limit of 10000; use a coarser step, "
+            "or raise the limit (max_points, --max-points)",
+        ),
+        (
+            ["sweep", "--gpu", "a100", "--x", "context", "--range", "1:10000000:1", "--out", "{tmp}/s.png"],
+            "Error: range '1:10000000:1' has 10000000 points, more than the limit of 10000",
+        ),
+        (
+            ["predict", "--gpu", "a100", "--sweep", "context=1:1" + "0" * 160 + ":x10"],
+            "Error: range '1:1" + "0" * 160 + ":x10' goes up to ",
+        ),
+        (
+            ["predict", "--gpu", "a100", "--d-model", str(10**155)],
+            "Error: Invalid value for '--d-model': 1" + "0" * 155 + " is not in the range 1<=x<=1099511627776.",
+        ),
+    ],
+)
 def test_no_hang_no_memory_blowup(tmp_path, args, expected):
     assert error_of(*[a.replace("{tmp}", str(tmp_path)) for a in args]).startswith(expected)
 
 
 # --- output paths ----------------------------------------------------------------------------------
+
 
 def output_cases(tmp_path):
     locked = tmp_path / "locked"
@@ -72,14 +93,17 @@ def output_cases(tmp_path):
     ] + ([(str(locked / "x.{ext}"), "permission denied in folder")] if os.geteuid() != 0 else [])
 
 
-@pytest.mark.parametrize("command,ext", [
-    (["predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv"], "csv"),
-    (["roofline", "--gpu", "a100", "--out"], "svg"),
-    (["sweep", "--gpu", "a100", "--x", "batch", "--range", "1,2", "--out"], "png"),
-    (["reproduce", "gqa2023", "--plot"], "pdf"),
-    (["calibrate", "--out"], "yaml"),
-    (["validate", "--quick", "--json"], "json"),
-])
+@pytest.mark.parametrize(
+    "command,ext",
+    [
+        (["predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv"], "csv"),
+        (["roofline", "--gpu", "a100", "--out"], "svg"),
+        (["sweep", "--gpu", "a100", "--x", "batch", "--range", "1,2", "--out"], "png"),
+        (["reproduce", "gqa2023", "--plot"], "pdf"),
+        (["calibrate", "--out"], "yaml"),
+        (["validate", "--quick", "--json"], "json"),
+    ],
+)
 def test_unwritable_outputs_are_refused_before_work(tmp_path, command, ext):
     pytest.importorskip("torch") if command[0] in ("calibrate", "validate") else None
     for path, expected in output_cases(tmp_path):
@@ -101,15 +125,18 @@ def test_overwrite_keeps_mode_follows_symlinks_and_refuses_read_only(tmp_path):
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     target.chmod(0o400)
     assert error_of("predict", "--gpu", "a100", "--sweep", "batch=1,2", "--csv", target) == (
-        f"Error: cannot write {target}: the file is read-only (make it writable or choose another path)")
+        f"Error: cannot write {target}: the file is read-only (make it writable or choose another path)"
+    )
     assert target.read_text().startswith("batch,")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "link.csv"]  # no temporary file left
 
 
 def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
-    code = ("import time\nfrom costmodel.core.files import atomic_path\n"
-            f"with atomic_path({str(tmp_path / 'out.txt')!r}) as tmp:\n"
-            "    open(tmp, 'w').write('partial'); print('ready', flush=True); time.sleep(30)\n")
+    code = (
+        "import time\nfrom costmodel.core.files import atomic_path\n"
+        f"with atomic_path({str(tmp_path / 'out.txt')!r}) as tmp:\n"
+        "    open(tmp, 'w').write('partial'); print('ready', flush=True); time.sleep(30)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
@@ -129,6 +156,7 @@ def test_figures_are_deterministic(tmp_path, ext):
 
 # --- profiles and configs --------------------------------------------------------------------------
 
+
 def test_long_gpu_name_is_an_unknown_profile():
     assert error_of("predict", "--gpu", "x" * 300).startswith("Error: unknown hardware 'xxxxxxxx")
 
@@ -137,8 +165,10 @@ MALFORMED_PROFILES = {
     "binary junk": (b"\x00\xff\xfe junk \x80\x81", "is not UTF-8 text (byte 1: 0xff); save it as UTF-8"),
     "latin-1": ("name: caf\u00e9\n".encode("latin-1"), "is not UTF-8 text (byte 9: 0xe9); save it as UTF-8"),
     "utf-16": ("id: x\n".encode("utf-16"), "is not UTF-8 text (byte 0: 0xff); save it as UTF-8"),
-    "deep block": (("a:\n" + "".join(" " * i + "a:\n" for i in range(1, 200))).encode(),
-                   "nested more than 32 levels deep"),
+    "deep block": (
+        ("a:\n" + "".join(" " * i + "a:\n" for i in range(1, 200))).encode(),
+        "nested more than 32 levels deep",
+    ),
     "deep flow": (b"a: " + b"[" * 30000 + b"]" * 30000, "nested more than 32 levels deep"),
     "100 MB": (None, "is larger than 1 MiB; it is not a profile"),
 }
@@ -163,7 +193,8 @@ def test_infinite_capacity_is_refused(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(text)
     assert error_of("predict", "--gpu", path) == (
-        f"Error: {path}: field memory_capacity_bytes.value: Input should be a finite number (got inf)")
+        f"Error: {path}: field memory_capacity_bytes.value: Input should be a finite number (got inf)"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
@@ -174,17 +205,27 @@ def test_unreadable_profile(tmp_path):
     assert error_of("predict", "--gpu", path) == f"Error: cannot read profile {path}: permission denied"
 
 
-LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
-         "vocab_size": 32000, "intermediate_size": 11008, "hidden_act": "silu"}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "vocab_size": 32000,
+    "intermediate_size": 11008,
+    "hidden_act": "silu",
+}
 
 
-@pytest.mark.parametrize("change,expected", [
-    ({"num_attention_heads": 0}, "field num_attention_heads must be an integer from 1 to 1099511627776, got 0"),
-    ({"hidden_size": "4096"}, "field hidden_size must be an integer from 1 to 1099511627776, got '4096'"),
-    ({"num_hidden_layers": [32]}, "field num_hidden_layers must be an integer from 1 to 1099511627776, got [32]"),
-    ({"vocab_size": True}, "field vocab_size must be an integer from 1 to 1099511627776, got True"),
-    ({"num_key_value_heads": 3}, "field (top level): kv_heads 3 does not divide heads 32"),
-])
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        ({"num_attention_heads": 0}, "field num_attention_heads must be an integer from 1 to 1099511627776, got 0"),
+        ({"hidden_size": "4096"}, "field hidden_size must be an integer from 1 to 1099511627776, got '4096'"),
+        ({"num_hidden_layers": [32]}, "field num_hidden_layers must be an integer from 1 to 1099511627776, got [32]"),
+        ({"vocab_size": True}, "field vocab_size must be an integer from 1 to 1099511627776, got True"),
+        ({"num_key_value_heads": 3}, "field (top level): kv_heads 3 does not divide heads 32"),
+    ],
+)
 def test_malformed_configs(tmp_path, change, expected):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**LLAMA, **change}))
@@ -196,7 +237,8 @@ def test_deeply_nested_json_config(tmp_path):
     path = tmp_path / "config.json"
     path.write_text("[" * 100000 + "]" * 100000)
     assert error_of("predict", "--gpu", "a100", "--model", path) == (
-        f"Error: {path}: nested more than 32 levels deep; profiles and configs are flat")
+        f"Error: {path}: nested more than 32 levels deep; profiles and configs are flat"
+    )
 
 
 def test_a_model_folder_reads_its_config(tmp_path):
@@ -208,13 +250,21 @@ def test_a_model_folder_reads_its_config(tmp_path):
 
 # --- silent wrong answers --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args,expected", [
-    (["predict", "--gpu", "a100", "--model", "llama-3-8b", "--context", "0"],
-     "Error: context must be an integer from 1 to 1099511627776, got 0"),
-    (["predict", "--gpu", "a100", "--model", "llama-3-8b", "--model-config", "x.json"],
-     "Error: give --model or --model-config, not both"),
-    (["calibrate", "--out", ""], "Error: an output path must not be empty"),
-])
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (
+            ["predict", "--gpu", "a100", "--model", "llama-3-8b", "--context", "0"],
+            "Error: context must be an integer from 1 to 1099511627776, got 0",
+        ),
+        (
+            ["predict", "--gpu", "a100", "--model", "llama-3-8b", "--model-config", "x.json"],
+            "Error: give --model or --model-config, not both",
+        ),
+        (["calibrate", "--out", ""], "Error: an output path must not be empty"),
+    ],
+)
 def test_silent_wrong_answers_are_errors(args, expected):
     if args[0] == "calibrate":
         pytest.importorskip("torch")
@@ -232,10 +282,13 @@ def test_an_unexpected_exception_is_reported_as_a_bug(monkeypatch):
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("planted")
+
     monkeypatch.setattr(costmodel.attention.roofline, "compare", broken)
     message = error_of("predict", "--gpu", "a100")
     assert message.startswith("Error: internal error (a bug in costmodel, please report it with the command `costmodel")
     assert message.endswith("ZeroDivisionError: planted")
+
+
 def test_tilde_of_an_unknown_user_is_an_unknown_profile():
     assert error_of("predict", "--gpu", "~nobody-here{x").startswith("Error: unknown hardware")
 
@@ -251,26 +304,53 @@ def test_found_by_the_long_fuzz(tmp_path):
 
 # --- silent nonsense that is now an error ---------------------------------------------------------
 
-@pytest.mark.parametrize("args,expected", [
-    (["predict", "--gpu", "a100", "--model", ""], "Error: Invalid value for '--model': '' is empty; give a name or a path"),
-    (["predict", "--gpu", "", "--variant", "mqa"], "Error: Invalid value for '--gpu': '' is empty"),
-    (["predict", "--gpu", "a100", "--sweep", "context=1:100:xinf"], "Error: invalid range '1:100:xinf'; expected"),
-    (["predict", "--gpu", "a100", "--sweep", "context=1:100:xnan"], "Error: invalid range '1:100:xnan'; expected"),
-    (["predict", "--gpu", "a100", "--sweep", "context=1_0:100:x2"], "Error: invalid range '1_0:100:x2'; expected"),
-    (["predict", "--gpu", "a100", "--context", "１２８"], "'１２８' is not a whole number"),  # full-width digits
-    (["predict", "--gpu", "a100", "--context", "١٢٨"], "'١٢٨' is not a whole number"),  # Arabic-Indic digits
-    (["predict", "--gpu", "a100", "--context", "1_000"], "'1_000' is not a whole number"),
-    (["predict", "--gpu", "a100", "--context", "0128"], "'0128' is not a whole number"),
-    (["predict", "--gpu", "a100", "--context", "128 k"], "'128 k' is not a whole number"),
-    (["predict", "--gpu", "a100", "--batch", "8", "--batch", "16"],
-     "Error: --batch is given twice with different values ('8' and '16'); give it once"),
-    (["predict", "--gpu", "a100", "--dtype=bf16", "--dtype", "fp16"],
-     "Error: --dtype is given twice with different values ('bf16' and 'fp16'); give it once"),
-    (["capacity", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "8", "--output-len", "8", "--tpot-ms",
-      "inf"], "Error: Invalid value for '--tpot-ms': 'inf' is not a positive decimal number"),
-    (["predict", "--gpu", "a100", "--sweep", "context=1,2", "--csv", "-", "--json"],
-     "Error: --csv - and --format json both write standard output; give one"),
-])
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (
+            ["predict", "--gpu", "a100", "--model", ""],
+            "Error: Invalid value for '--model': '' is empty; give a name or a path",
+        ),
+        (["predict", "--gpu", "", "--variant", "mqa"], "Error: Invalid value for '--gpu': '' is empty"),
+        (["predict", "--gpu", "a100", "--sweep", "context=1:100:xinf"], "Error: invalid range '1:100:xinf'; expected"),
+        (["predict", "--gpu", "a100", "--sweep", "context=1:100:xnan"], "Error: invalid range '1:100:xnan'; expected"),
+        (["predict", "--gpu", "a100", "--sweep", "context=1_0:100:x2"], "Error: invalid range '1_0:100:x2'; expected"),
+        (["predict", "--gpu", "a100", "--context", "１２８"], "'１２８' is not a whole number"),  # full-width digits
+        (["predict", "--gpu", "a100", "--context", "١٢٨"], "'١٢٨' is not a whole number"),  # Arabic-Indic digits
+        (["predict", "--gpu", "a100", "--context", "1_000"], "'1_000' is not a whole number"),
+        (["predict", "--gpu", "a100", "--context", "0128"], "'0128' is not a whole number"),
+        (["predict", "--gpu", "a100", "--context", "128 k"], "'128 k' is not a whole number"),
+        (
+            ["predict", "--gpu", "a100", "--batch", "8", "--batch", "16"],
+            "Error: --batch is given twice with different values ('8' and '16'); give it once",
+        ),
+        (
+            ["predict", "--gpu", "a100", "--dtype=bf16", "--dtype", "fp16"],
+            "Error: --dtype is given twice with different values ('bf16' and 'fp16'); give it once",
+        ),
+        (
+            [
+                "capacity",
+                "--gpu",
+                "h100",
+                "--model",
+                "llama-3-8b",
+                "--input-len",
+                "8",
+                "--output-len",
+                "8",
+                "--tpot-ms",
+                "inf",
+            ],
+            "Error: Invalid value for '--tpot-ms': 'inf' is not a positive decimal number",
+        ),
+        (
+            ["predict", "--gpu", "a100", "--sweep", "context=1,2", "--csv", "-", "--json"],
+            "Error: --csv - and --format json both write standard output; give one",
+        ),
+    ],
+)
 def test_what_was_silently_taken_is_an_error(args, expected):
     assert error_of(*args).startswith(expected) or expected in error_of(*args)
 
@@ -313,8 +393,14 @@ def test_sweep_memory_does_not_grow_with_its_points():
     assert large - small < 50 * 2**20, (small / 2**20, large / 2**20)
 
 
-@pytest.mark.parametrize("args", [("validate", "--device", "cpu", "--quick"), ("calibrate", "--device", "cpu", "--out", "-"),
-                                  ("validate", "--published")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("validate", "--device", "cpu", "--quick"),
+        ("calibrate", "--device", "cpu", "--out", "-"),
+        ("validate", "--published"),
+    ],
+)
 def test_validation_missing_from_a_source_tree_is_one_error_line(run_cli, monkeypatch, args):
     """Run from a source tree that is only on the path, the top-level validation/ folder is not
     costmodel.validation: the commands that need it say so in one line (no traceback) and exit non-zero."""

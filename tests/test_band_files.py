@@ -36,9 +36,15 @@ def test_kernel_ranges_are_rederived(kernel_ratios):
 
     shipped = _shipped("error_bands.yaml")
     tails = error_bands.calibrated(kernel_ratios)
-    got = yaml.safe_load(error_bands.to_yaml(error_bands.bands(kernel_ratios, tails), tails,
-                                             error_bands.held_out(kernel_ratios),
-                                             error_bands.held_out(kernel_ratios, nested=False), shipped["data"]))
+    got = yaml.safe_load(
+        error_bands.to_yaml(
+            error_bands.bands(kernel_ratios, tails),
+            tails,
+            error_bands.held_out(kernel_ratios),
+            error_bands.held_out(kernel_ratios, nested=False),
+            shipped["data"],
+        )
+    )
     for key in ("tails", "bands", "held_out_coverage", "held_out_coverage_p10_p90"):
         assert got[key] == shipped[key], key
 
@@ -55,11 +61,23 @@ def test_one_engines_served_range_is_rederived():
     rows = []
     for d in (d for d in deployments if d.backend == "sglang" and d.mode == "agg"):
         p = predict(d)
-        rows.append({"backend": d.backend, "model_path": d.model_path, "mode": d.mode, "measured_ttft_s": d.ttft_s,
-                     "predicted_ttft_s": p.ttft_s, "measured_tpot_s": d.tpot_s, "predicted_tpot_s": p.tpot_s})
+        rows.append(
+            {
+                "backend": d.backend,
+                "model_path": d.model_path,
+                "mode": d.mode,
+                "measured_ttft_s": d.ttft_s,
+                "predicted_ttft_s": p.ttft_s,
+                "measured_tpot_s": d.tpot_s,
+                "predicted_tpot_s": p.tpot_s,
+            }
+        )
     found = [s for s in served(rows) if s.kind == "dense"]
-    shipped = next(b for b in _shipped("served_bands.yaml")["bands"]
-                   if (b["engine"], b["kind"], b["mode"]) == ("sglang", "dense", "agg"))
+    shipped = next(
+        b
+        for b in _shipped("served_bands.yaml")["bands"]
+        if (b["engine"], b["kind"], b["mode"]) == ("sglang", "dense", "agg")
+    )
     tails = _shipped("served_bands.yaml")["tails"]
     for metric in ("ttft", "tpot"):
         q = quantiles([getattr(s, metric) for s in found], tails[metric])

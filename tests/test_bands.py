@@ -11,17 +11,26 @@ import numpy as np
 import pytest
 import yaml
 
-from costmodel.price.bands import route
-from costmodel.hardware.catalog import load_profile
-from costmodel.model.step import predict_model
-from costmodel.price.origin import time_model
-from costmodel.model.presets import load_model
 from costmodel.attention.roofline import predict
 from costmodel.attention.sweeps import sweep
-from costmodel.validation.bands import (RESAMPLE, SYMMETRIC, SYMMETRIC_GRID, TAIL_GRID, Ratios, coverage, pooled,
-                                        quantiles, ratios)
-from costmodel.validation.published import read_folder, shipped_folder
 from costmodel.attention.workload import Workload
+from costmodel.hardware.catalog import load_profile
+from costmodel.model.presets import load_model
+from costmodel.model.step import predict_model
+from costmodel.price.bands import route
+from costmodel.price.origin import time_model
+from costmodel.validation.bands import (
+    RESAMPLE,
+    SYMMETRIC,
+    SYMMETRIC_GRID,
+    TAIL_GRID,
+    Ratios,
+    coverage,
+    pooled,
+    quantiles,
+    ratios,
+)
+from costmodel.validation.published import read_folder, shipped_folder
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +48,10 @@ def test_the_file_has_every_route_ordered_quantiles_and_its_coverage(shipped):
         for per in shipped[key].values():
             assert set(per) == {"a100_80gb_sxm", "h100_sxm", "b200"} and all(0 <= v <= 1 for v in per.values())
     assert set(shipped["tails"]) == set(shipped["bands"])
-    for route, tails in shipped["tails"].items():
-        if route in SYMMETRIC:  # one number, the error either way left out, and a range 1 / x to x
+    for name, tails in shipped["tails"].items():
+        if name in SYMMETRIC:  # one number, the error either way left out, and a range 1 / x to x
             assert len(tails) == 1 and tails[0] in SYMMETRIC_GRID
-            assert all(q["low"] == pytest.approx(1 / q["high"], rel=2e-3) for q in shipped["bands"][route].values())
+            assert all(q["low"] == pytest.approx(1 / q["high"], rel=2e-3) for q in shipped["bands"][name].values())
         else:
             assert len(tails) == 2 and all(t in TAIL_GRID for t in tails)
     # a fitted class is tighter than the same class transferred or on the bare datasheet
@@ -63,7 +72,7 @@ def test_a_symmetric_range_is_one_over_x_to_x_at_the_percentile_of_the_error_eit
     """By hand: ratios 1/4, 1/2, 1, 2, 4 (errors either way 0, log 2, log 2, log 4, log 4): leaving 40% of the error
     out keeps the 60th percentile of |log|, log 2 + 0.4 (log 4 - log 2) by numpy's linear rule, so x = 2 ** 1.4."""
     q = quantiles([0.25, 0.5, 1.0, 2.0, 4.0], (40,))
-    assert q["high"] == pytest.approx(2 ** 1.4) and q["low"] == pytest.approx(2 ** -1.4) and q["p50"] == 1.0
+    assert q["high"] == pytest.approx(2**1.4) and q["low"] == pytest.approx(2**-1.4) and q["p50"] == 1.0
 
 
 def test_across_generations_a_mirrored_bias_is_held_by_a_symmetric_range():
@@ -75,8 +84,9 @@ def test_across_generations_a_mirrored_bias_is_held_by_a_symmetric_range():
 
     even = np.linspace(0.85, 1.15, 201)
     gpus = ("a", "b", "c")
-    found = [Ratios(route, "gemm", g, g, f * even) for route in ("fitted", "across")
-             for g, f in zip(gpus, (1.25, 1.0, 0.8))]
+    found = [
+        Ratios(route, "gemm", g, g, f * even) for route in ("fitted", "across") for g, f in zip(gpus, (1.25, 1.0, 0.8))
+    ]
     mean = lambda c: np.mean(list(c.values()))  # noqa: E731
     two_sided = kernel_held_out(found, "fitted", kernel_tails(found, "fitted", gpus), gpus)
     one = kernel_tails(found, "across", gpus)
@@ -118,10 +128,19 @@ def test_pooling_weighs_each_set_equally():
     assert pooled([small, large], "across").size == 0
 
 
-@pytest.mark.parametrize("gpu,without,expected", [
-    ("a100", (), "fitted"), ("h100", (), "fitted"), ("h200", (), "within"), ("l40s", (), "across"),
-    ("tpu-v5e", (), "datasheet"), ("mi300x", (), "datasheet"), ("a100", ("all",), "datasheet"),
-    ("a100", ("tiles",), None)])
+@pytest.mark.parametrize(
+    "gpu,without,expected",
+    [
+        ("a100", (), "fitted"),
+        ("h100", (), "fitted"),
+        ("h200", (), "within"),
+        ("l40s", (), "across"),
+        ("tpu-v5e", (), "datasheet"),
+        ("mi300x", (), "datasheet"),
+        ("a100", ("all",), "datasheet"),
+        ("a100", ("tiles",), None),
+    ],
+)
 def test_route_follows_where_the_parameters_came_from(gpu, without, expected):
     hw = load_profile(gpu)
     assert route(hw, time_model(hw, "graph", without), "gemm") == expected
@@ -177,8 +196,10 @@ def test_ratios_on_the_shipped_tables_sort_the_routes():
         if r.route == "fitted":
             assert r.source == r.device
         elif r.route == "across":
-            assert r.source != r.device and load_profile(r.source).architecture.generation != \
-                load_profile(r.device).architecture.generation
+            assert (
+                r.source != r.device
+                and load_profile(r.source).architecture.generation != load_profile(r.device).architecture.generation
+            )
         else:
             assert r.source is None
     med = {(r.route, r.cls, r.device): float(np.median(r.values)) for r in found}
@@ -197,8 +218,9 @@ def test_served_ranges_fall_back_to_a_wider_group_below_the_fewest_rows():
     from costmodel.validation.bands import MIN_ROWS, served_sets
 
     even = np.linspace(0.5, 1.5, 101)
-    found = _served("vllm", "dense", "a", even, even) + _served("sglang", "dense", "b", even[:MIN_ROWS - 1],
-                                                                even[:MIN_ROWS - 1])
+    found = _served("vllm", "dense", "a", even, even) + _served(
+        "sglang", "dense", "b", even[: MIN_ROWS - 1], even[: MIN_ROWS - 1]
+    )
     sets = served_sets(found)
     assert ("vllm", "dense", "agg") in sets and ("sglang", "dense", "agg") not in sets
     assert sets[("vllm", "dense", "agg")]["ttft"]["low"] == pytest.approx(0.6)
@@ -229,8 +251,11 @@ def test_calibrated_tails_are_the_narrowest_that_hold_the_target_held_out():
     apart = _served("vllm", "dense", "a", even, even) + _served("vllm", "dense", "b", 1.15 * even, even)
     assert served_held_out(apart)["all"]["ttft"] < TARGET
     tails = calibrated_tails(apart)
-    cover = {(lo, hi): served_held_out(apart, {"ttft": (lo, hi), "tpot": (10, 10)})["all"]["ttft"]
-             for lo in TAIL_GRID for hi in TAIL_GRID}
+    cover = {
+        (lo, hi): served_held_out(apart, {"ttft": (lo, hi), "tpot": (10, 10)})["all"]["ttft"]
+        for lo in TAIL_GRID
+        for hi in TAIL_GRID
+    }
     assert cover[tails["ttft"]] >= TARGET and tails["ttft"] != (10, 10)
     assert all(c < TARGET for (lo, hi), c in cover.items() if lo + hi > sum(tails["ttft"]))
     assert tails["tpot"] == (10, 10)  # the TPOTs agree: p10-p90 already holds 80%
@@ -253,8 +278,11 @@ def test_a_served_range_falls_back_to_the_engines_own_rows_before_other_engines(
     assert ("sglang", "moe", "agg") not in by_key
     ttft, tpot = served_range("sglang", True, "agg", 1.0, 0.01)
     own, every = by_key[("sglang", "all", "agg")], by_key[("all", "moe", "agg")]
-    assert (ttft.low_s, ttft.high_s) == (own["ttft"]["low"], own["ttft"]["high"]) != (every["ttft"]["low"],
-                                                                                       every["ttft"]["high"])
+    assert (
+        (ttft.low_s, ttft.high_s)
+        == (own["ttft"]["low"], own["ttft"]["high"])
+        != (every["ttft"]["low"], every["ttft"]["high"])
+    )
     assert tpot.high_s == pytest.approx(0.01 * own["tpot"]["high"])
     assert "SGLang serving any model, aggregated" in ttft.basis
 
@@ -264,8 +292,15 @@ def test_a_served_prediction_carries_its_groups_measured_range():
 
     shipped = yaml.safe_load(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
     by_key = {(b["engine"], b["kind"], b["mode"]): b for b in shipped["bands"]}
-    p = serve(load_model("llama-3-8b"), load_profile("h100"), input_len=512, output_len=64, engine_name="sglang",
-              concurrency=4, num_requests=8)
+    p = serve(
+        load_model("llama-3-8b"),
+        load_profile("h100"),
+        input_len=512,
+        output_len=64,
+        engine_name="sglang",
+        concurrency=4,
+        num_requests=8,
+    )
     b = by_key[("sglang", "dense", "agg")]
     assert p.ttft_band.low_s == pytest.approx(p.ttft_s * b["ttft"]["low"])
     assert p.tpot_band.high_s == pytest.approx(p.tpot_s * b["tpot"]["high"])
@@ -334,7 +369,8 @@ def test_a_decode_fit_carried_to_another_kernel_keeps_its_ramp_in_bytes_and_time
     # by hand: the B200's 148 SMs share 8 TB/s, the H100's 132 share 3.35 TB/s
     b200_from_h100 = resolve(b200.model_copy(update={"efficiency": None}), "graph", reference=h100)
     assert b200_from_h100.classes["decode_attention"].unit_sm_s == pytest.approx(
-        h100.efficiency.classes["decode_attention"].unit_sm_s * (3.35e12 / 132) / (8.0e12 / 148))
+        h100.efficiency.classes["decode_attention"].unit_sm_s * (3.35e12 / 132) / (8.0e12 / 148)
+    )
     h200 = resolve(load_profile("h200"), "graph")
     assert h200.classes["decode_attention"].bandwidth_half_bytes == pytest.approx(half["h100_sxm"] * 4.8 / 3.35)
     # the same kernel and clock: the unit's time as the H100's, though the H200's SMs share more bandwidth
@@ -344,8 +380,8 @@ def test_a_decode_fit_carried_to_another_kernel_keeps_its_ramp_in_bytes_and_time
 
 
 def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
-    from costmodel.model.step import pricing, phase_time
     from costmodel.model.requests import request
+    from costmodel.model.step import phase_time, pricing
 
     m, hw = load_model("llama-3-8b"), load_profile("a100")
     r = request(m, hw, batch=4, input_len=1024, output_len=64)
@@ -381,7 +417,8 @@ def test_a_carried_fixed_cost_is_sm_time_for_matrix_products_and_decode_attentio
     decode = a100.efficiency.classes["decode_attention"]
     assert decode.combine_split_s > 0
     assert transfer(decode, a100, load_profile("l40s"), "decode_attention").combine_split_s == pytest.approx(
-        decode.combine_split_s * 1.41e9 / 2.52e9, rel=1e-12)
+        decode.combine_split_s * 1.41e9 / 2.52e9, rel=1e-12
+    )
 
 
 def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_kernel():
@@ -434,10 +471,19 @@ def test_an_unsplit_context_carried_from_a_kernel_that_always_splits_streams_at_
     assert abs(share / own - 1) < 0.2  # 0.86: derived without the A100's tables, within a fifth of its own fit
     # one sequence, 8 query and 8 key/value heads of 128, 65,536 positions of bf16 keys and values: 8 SMs stream
     nbytes = 8 * 65536 * 128 * 2 * 2
-    kw = dict(peak=a100.peak("bf16"), bandwidth=a100.bandwidth, sms=108, timing="graph", flops=4.0 * 8 * 65536 * 128,
-              nbytes=nbytes, shape={"b": 1, "g": 8, "h": 8, "positions": 65536}, kernels=DEFAULT_KERNELS)
+    kw = dict(
+        peak=a100.peak("bf16"),
+        bandwidth=a100.bandwidth,
+        sms=108,
+        timing="graph",
+        flops=4.0 * 8 * 65536 * 128,
+        nbytes=nbytes,
+        shape={"b": 1, "g": 8, "h": 8, "positions": 65536},
+        kernels=DEFAULT_KERNELS,
+    )
     carried_eff = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100).classes[
-        "decode_attention"]
+        "decode_attention"
+    ]
     t = class_times("decode_attention", carried_eff, **kw)
     assert float(t.memory) == pytest.approx(nbytes / 8 / share)  # 1.78 ms: each SM its own head's 33.5 MB
     loose = class_times("decode_attention", carried_eff.model_copy(update={"unsplit_sm_bandwidth": 0.0}), **kw)
@@ -454,8 +500,11 @@ def _pinned_score_errors(hw, scores) -> tuple[float, list[float]]:
     from costmodel.validation.fit import FREE, fit_class, predict_table
     from costmodel.validation.published import read_folder, shipped_folder
 
-    rows = [t for t in read_folder(shipped_folder())[0] if t.profile == hw.id and t.priced_class == "prefill_attention"
-            and t.source == "aiconfigurator"]
+    rows = [
+        t
+        for t in read_folder(shipped_folder())[0]
+        if t.profile == hw.id and t.priced_class == "prefill_attention" and t.source == "aiconfigurator"
+    ]
     bare = hw.model_copy(update={"efficiency": None})
     names = tuple(n for n in FREE["prefill_attention"] if n != "score_s")
 
@@ -464,8 +513,9 @@ def _pinned_score_errors(hw, scores) -> tuple[float, list[float]]:
         return float(np.median(np.abs(1 / ratios - 1)) * 100)
 
     own = fit_class(rows, bare)
-    return error(own), [error(fit_class(rows, bare, names=names, start=own.model_copy(update={"score_s": score})))
-                        for score in scores]
+    return error(own), [
+        error(fit_class(rows, bare, names=names, start=own.model_copy(update={"score_s": score}))) for score in scores
+    ]
 
 
 def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units():
@@ -483,15 +533,18 @@ def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units(
     got = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
     assert got.classes["prefill_attention"].score_s == pytest.approx(cycles / (108 * 1.41e9), rel=1e-9)
     assert "0.133 SM cycles" in str(got.origin["prefill_attention"])
-    assert carried(h100.efficiency.classes["prefill_attention"], h100, a100, "prefill_attention") == \
-        got.classes["prefill_attention"]
+    assert (
+        carried(h100.efficiency.classes["prefill_attention"], h100, a100, "prefill_attention")
+        == got.classes["prefill_attention"]
+    )
     free, (at_count, at_twice) = _pinned_score_errors(a100, (cycles / (108 * 1.41e9), 2 * cycles / (108 * 1.41e9)))
     assert at_count < free + 0.1
     assert at_twice > free + 2
     # the H100 from the A100 (a kernel that hides it) and the RTX PRO 6000 from the A100 (the same kind): unchanged
     back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["prefill_attention"]
-    assert "softmax" not in str(resolve(h100.model_copy(update={"efficiency": None}), "graph",
-                                        reference=a100).origin["prefill_attention"])
+    assert "softmax" not in str(
+        resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).origin["prefill_attention"]
+    )
     assert back.score_s == transfer(a100.efficiency.classes["prefill_attention"], a100, h100).score_s
 
 
@@ -503,8 +556,8 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
     runs one CTA an SM, so the H100's fit carried there keeps its per-tile time, clock-scaled, unpacked; a device of
     the reference's kernel (the H200 from the H100) keeps the reference's. The mechanism itself counts the tiles: a
     16-token prompt of 64 query heads over 8 groups runs 8 times the tiles unpacked."""
-    from costmodel.hardware.profile import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
     from costmodel.hardware.mechanisms import class_times
+    from costmodel.hardware.profile import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
     from costmodel.price.origin import resolve, transfer
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
@@ -517,7 +570,8 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
     mine = got.classes["prefill_attention"]
     assert not mine.pack_gqa and mine.tile_s == 0.0
     assert "not in one tile" in str(got.origin["prefill_attention"]) and "2 CTAs an SM, not 1" in str(
-        got.origin["prefill_attention"])
+        got.origin["prefill_attention"]
+    )
     back = resolve(h100.model_copy(update={"efficiency": None}), "graph", reference=a100).classes["prefill_attention"]
     assert back.pack_gqa and back.tile_s == transfer(a100.efficiency.classes["prefill_attention"], a100, h100).tile_s
     # FlashInfer (the B200) from the H100: no packing, and the H100's tile time, clock-scaled (one CTA an SM in both)
@@ -532,8 +586,17 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
     tiles = {}
     for pack in (False, True):
         eff = h_eff.model_copy(update={"pack_gqa": pack, "score_s": 0.0, "fixed_s": {"graph": 0.0}})
-        t = class_times("prefill_attention", eff, peak=1e30, bandwidth=1e30, sms=1, timing="graph", flops=0.0,
-                        nbytes=0.0, shape=shape)
+        t = class_times(
+            "prefill_attention",
+            eff,
+            peak=1e30,
+            bandwidth=1e30,
+            sms=1,
+            timing="graph",
+            flops=0.0,
+            nbytes=0.0,
+            shape=shape,
+        )
         tiles[pack] = float(t.compute) / h_eff.tile_s
     assert tiles == {False: pytest.approx(64), True: pytest.approx(8)}
 
@@ -568,11 +631,14 @@ def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_de
     lanes = (4.5 / 128 + 1 / 16) / (4.5 / 64 + 1 / 16)
     assert lanes == pytest.approx(0.7353, abs=1e-4)
     assert resolve(pro, "graph").classes["prefill_attention"].score_s == pytest.approx(
-        transfer(a100.efficiency.classes["prefill_attention"], a100, pro).score_s * lanes, rel=1e-12)
+        transfer(a100.efficiency.classes["prefill_attention"], a100, pro).score_s * lanes, rel=1e-12
+    )
     # the same units: the H200 from the H100 keeps the carried cost
     h200 = resolve(load_profile("h200"), "graph")
-    assert h200.classes["prefill_attention"].score_s == transfer(
-        h100.efficiency.classes["prefill_attention"], h100, load_profile("h200")).score_s
+    assert (
+        h200.classes["prefill_attention"].score_s
+        == transfer(h100.efficiency.classes["prefill_attention"], h100, load_profile("h200")).score_s
+    )
     assert "softmax" not in str(h200.origin["prefill_attention"])
 
 
@@ -593,18 +659,48 @@ def test_a_held_out_prompt_call_that_writes_the_cache_pays_the_write_its_carried
     write = 2 * 1024 * 8 * 256 * 2
     one = lambda v: np.array([float(v)])  # noqa: E731
     shape = {k: one(v) for k, v in {"b": 1, "h": 32, "g": 8, "n": 1024, "m": 1024, "write_bytes": write}.items()}
-    table = Table("test", "a100_sxm", "a100_80gb_sxm", "prefill_attention", "graph", "bf16", "t.csv", {}, one(1e-3),
-                  one(4 * 32 * 1024 * 1024 * 128), one(4 * 1024 * 32 * 128 * 2), shape)
+    table = Table(
+        "test",
+        "a100_sxm",
+        "a100_80gb_sxm",
+        "prefill_attention",
+        "graph",
+        "bf16",
+        "t.csv",
+        {},
+        one(1e-3),
+        one(4 * 32 * 1024 * 1024 * 128),
+        one(4 * 1024 * 32 * 128 * 2),
+        shape,
+    )
     carried = resolve(a100.model_copy(update={"efficiency": None}), "graph", reference=h100)
     assert carried.classes["prefill_attention"].cache_write_ceiling is None
     launch = h100.efficiency.classes["gemm"].fixed_s["graph"] * 1.98e9 / 1.41e9
     expected = launch + write / 2.039e12
     assert unfitted_write_s(table, a100, carried.classes["prefill_attention"], carried.get("gemm"))[0] == pytest.approx(
-        expected, rel=1e-9)
-    unwritten = Table(*[getattr(table, f) for f in ("source", "gpu", "profile", "op_class", "timing", "dtype",
-                                                    "file", "fields", "measured_s", "flops", "nbytes")],
-                      {k: v for k, v in shape.items() if k != "write_bytes"})
+        expected, rel=1e-9
+    )
+    unwritten = Table(
+        *[
+            getattr(table, f)
+            for f in (
+                "source",
+                "gpu",
+                "profile",
+                "op_class",
+                "timing",
+                "dtype",
+                "file",
+                "fields",
+                "measured_s",
+                "flops",
+                "nbytes",
+            )
+        ],
+        {k: v for k, v in shape.items() if k != "write_bytes"},
+    )
     assert float(_times(table, a100, carried)[0] - _times(unwritten, a100, carried)[0]) == pytest.approx(
-        expected, rel=1e-9)
+        expected, rel=1e-9
+    )
     own = resolve(a100, "graph", reference=None)
     assert unfitted_write_s(table, a100, own.classes["prefill_attention"], own.get("gemm")) == 0.0

@@ -9,8 +9,8 @@ import sympy
 from click.testing import CliRunner
 
 from costmodel import derive
-from costmodel.counts import symbols as S
 from costmodel.cli.commands import main
+from costmodel.counts import symbols as S
 
 
 def run(*args):
@@ -53,16 +53,19 @@ def test_numeric_dims_and_latex():
     assert "$8388608 b$" in k_proj and r"$1024 \left(5 b + 4096\right)$" in k_proj
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--variant", "gqa", "--groups", "3", "--heads", "8"], "groups 3 must divide heads 8"),
-    (["--batch", "0"], "0 is not in the range 1<=x<=1099511627776"),
-    (["--heads", "-2"], "'-2' is not a whole number: ASCII digits without a leading zero"),
-    (["--variant", "xqa"], "'xqa' is not one of 'mha', 'mqa', 'gqa'"),
-    (["--mode", "decode"], "'decode' is not one of"),
-    (["--variant", "mha", "--groups", "2"], "groups 2 is only valid with variant gqa"),
-    (["--mode", "generate", "--context", "5"], "context m does not apply in generate mode"),
-    (["--d-model", "100", "--heads", "3"], "d_model 100 is not divisible by heads 3"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--variant", "gqa", "--groups", "3", "--heads", "8"], "groups 3 must divide heads 8"),
+        (["--batch", "0"], "0 is not in the range 1<=x<=1099511627776"),
+        (["--heads", "-2"], "'-2' is not a whole number: ASCII digits without a leading zero"),
+        (["--variant", "xqa"], "'xqa' is not one of 'mha', 'mqa', 'gqa'"),
+        (["--mode", "decode"], "'decode' is not one of"),
+        (["--variant", "mha", "--groups", "2"], "groups 2 is only valid with variant gqa"),
+        (["--mode", "generate", "--context", "5"], "context m does not apply in generate mode"),
+        (["--d-model", "100", "--heads", "3"], "d_model 100 is not divisible by heads 3"),
+    ],
+)
 def test_bad_input_gives_one_error_line(args, expected):
     result = run("derive", *args)
     assert result.exit_code != 0

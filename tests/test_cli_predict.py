@@ -43,7 +43,8 @@ def test_json_array_and_object():
     one = json.loads(run("predict", "--gpu", "h100", "--variant", "gqa", "--groups", "4", "--json").output)
     assert one["hardware"]["id"] == "h100_sxm"
     assert {"variant", "mode", "b", "n", "m", "d", "h", "g", "k", "v", "dtype", "layers", "execution"} <= set(
-        one["workload"])
+        one["workload"]
+    )
     assert one["workload"]["g"] == 4
     op = one["ops"][0]
     assert {"name", "einsum", "flops", "bytes", "intensity", "compute_s", "memory_s", "time_s", "bound"} <= set(op)
@@ -62,20 +63,23 @@ def test_user_profile_path(tmp_path):
     assert "[custom]" in result.output
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--gpu", "a10o"], "unknown hardware 'a10o'; did you mean a10g"),
-    (["--gpu", "a100", "--variant", "gqa", "--groups", "5"], "groups 5 must divide heads 32"),
-    (["--gpu", "v100"], "v100_sxm2_32gb has no peak for dtype bf16; it has fp32, fp16"),
-    (["--gpu", "tpu-v4", "--dtype", "fp32"], "tpu_v4 has no peak for dtype fp32; it has bf16, int8"),
-    (["--gpu", "a100", "--variant", "mha", "--groups", "4"], "groups 4 is only valid with variant gqa"),
-    (["--gpu", "a100", "--batch", "0"], "0 is not in the range 1<=x<=1099511627776"),
-    (["--gpu", "a100", "--d-model", "100"], "d_model 100 is not divisible by heads 32"),
-    (["--gpu", "a100", "--mode", "generate", "--context", "8"], "context does not apply in generate mode"),
-    (["--gpu", "a100", "--sweep", "context=1:x"], "invalid range '1:x'"),
-    (["--gpu", "a100", "--sweep", "banana=1:4:x2"], "invalid --sweep 'banana=1:4:x2'"),
-    (["--gpu", "a100", "--csv", "x.csv"], "--csv needs --sweep"),
-    (["--gpu", "a100", "--execution", "flash"], "'flash' is not one of 'unfused', 'fused'"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--gpu", "a10o"], "unknown hardware 'a10o'; did you mean a10g"),
+        (["--gpu", "a100", "--variant", "gqa", "--groups", "5"], "groups 5 must divide heads 32"),
+        (["--gpu", "v100"], "v100_sxm2_32gb has no peak for dtype bf16; it has fp32, fp16"),
+        (["--gpu", "tpu-v4", "--dtype", "fp32"], "tpu_v4 has no peak for dtype fp32; it has bf16, int8"),
+        (["--gpu", "a100", "--variant", "mha", "--groups", "4"], "groups 4 is only valid with variant gqa"),
+        (["--gpu", "a100", "--batch", "0"], "0 is not in the range 1<=x<=1099511627776"),
+        (["--gpu", "a100", "--d-model", "100"], "d_model 100 is not divisible by heads 32"),
+        (["--gpu", "a100", "--mode", "generate", "--context", "8"], "context does not apply in generate mode"),
+        (["--gpu", "a100", "--sweep", "context=1:x"], "invalid range '1:x'"),
+        (["--gpu", "a100", "--sweep", "banana=1:4:x2"], "invalid --sweep 'banana=1:4:x2'"),
+        (["--gpu", "a100", "--csv", "x.csv"], "--csv needs --sweep"),
+        (["--gpu", "a100", "--execution", "flash"], "'flash' is not one of 'unfused', 'fused'"),
+    ],
+)
 def test_errors(args, expected):
     assert expected in error_line(run("predict", *args))
 
@@ -107,8 +111,22 @@ def test_sweep_csv_into_missing_folder_writes_nothing(tmp_path):
 
 def test_sweep_groups_marks_what_does_not_fit():
     # 2 layers x K and V x 64 sequences x 16385 positions x 128 x 2 bytes = 1.07 GB per kv head: 24 GB holds 22
-    result = run("predict", "--gpu", "l4", "--variant", "gqa", "--batch", "64", "--context", "16384", "--layers", "2",
-                 "--sweep", "groups=1,2,4,8,16,32", "--json")
+    result = run(
+        "predict",
+        "--gpu",
+        "l4",
+        "--variant",
+        "gqa",
+        "--batch",
+        "64",
+        "--context",
+        "16384",
+        "--layers",
+        "2",
+        "--sweep",
+        "groups=1,2,4,8,16,32",
+        "--json",
+    )
     records = json.loads(result.output)
     assert [r["g"] for r in records] == [1, 2, 4, 8, 16, 32]
     assert [r["fits"] for r in records] == [True, True, True, True, True, False]

@@ -89,21 +89,30 @@ def test_vllms_all_reduce_is_its_own_entry_points_curve_at_every_size():
     through tensor_model_parallel_all_reduce) at every size; the other engines take the custom kernel up to 8 MiB
     and NCCL above. A 42 MiB all-reduce over 8 B200s (a 4096-token prompt of a 5120-wide model): by hand."""
     from costmodel.engine.config import engine
-    from costmodel.model.step import pricing, phase_ops
     from costmodel.model.presets import load_model
+    from costmodel.model.step import phase_ops, pricing
 
     hw = costmodel.load_profile("b200")
     conv = Conventions.of(hw, "graph")
     size = 4096 * 5120 * 2
-    op = lambda how: KernelOp("all_reduce", "all_reduce", "bf16", 0.0, float(size), devices=8,  # noqa: E731
-                              all_reduce=how)
+    op = lambda how: KernelOp(  # noqa: E731
+        "all_reduce",
+        "all_reduce",
+        "bf16",
+        0.0,
+        float(size),
+        devices=8,
+        all_reduce=how,
+    )
     for how, impl in (("engine", "custom_graph"), ("custom", "nccl")):
         assert price(op(how), None, hw, conv).time == pytest.approx(
-            _by_hand(hw.collectives.curves[impl][8], 2 * 7 / 8 * size), rel=1e-12)
+            _by_hand(hw.collectives.curves[impl][8], 2 * 7 / 8 * size), rel=1e-12
+        )
     # up to 8 MiB the two agree
     small = KernelOp("all_reduce", "all_reduce", "bf16", 0.0, float(4 << 20), devices=8)
-    assert price(small, None, hw, conv).time == price(dataclasses.replace(small, all_reduce="engine"), None, hw,
-                                                     conv).time
+    assert (
+        price(small, None, hw, conv).time == price(dataclasses.replace(small, all_reduce="engine"), None, hw, conv).time
+    )
     # each engine's convention reaches the model's all-reduces
     m = load_model("Qwen/Qwen3-32B")
     for name, how in (("vllm", "engine"), ("sglang", "custom"), ("trtllm", "custom")):
@@ -152,10 +161,12 @@ def test_an_empty_collective_costs_its_latency_and_a_full_one_its_curve(kind):
     h200 = costmodel.load_profile("h200")
     scale = h200.interconnect_bytes_per_s.value / hw.interconnect_bytes_per_s.value
     assert price(op(64e6), None, h200, Conventions.of(h200, "graph")).time == pytest.approx(
-        _by_hand(c, 7 / 8 * 64e6, scale))
+        _by_hand(c, 7 / 8 * 64e6, scale)
+    )
     bare = price(op(64e6), None, hw, Conventions.datasheet()).time
-    assert bare == pytest.approx(7 / 8 * 64e6 / (hw.interconnect_bytes_per_s.value / 2)
-                                 + 7 * hw.interconnect_latency_s.value)
+    assert bare == pytest.approx(
+        7 / 8 * 64e6 / (hw.interconnect_bytes_per_s.value / 2) + 7 * hw.interconnect_latency_s.value
+    )
 
 
 def test_the_fit_finds_two_protocols_and_keeps_one_line_where_one_is_all():

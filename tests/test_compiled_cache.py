@@ -11,9 +11,11 @@ import pytest
 
 from costmodel.counts import compiled as C
 
-PROGRAMS = [("gqa", "incremental", "unfused", "inplace", "absorbed", False),
-            ("mha", "generate", "fused", "concat", "absorbed", False),
-            ("mla", "batched", "fused", "inplace", "naive", True)]
+PROGRAMS = [
+    ("gqa", "incremental", "unfused", "inplace", "absorbed", False),
+    ("mha", "generate", "fused", "concat", "absorbed", False),
+    ("mla", "batched", "fused", "inplace", "naive", True),
+]
 
 
 def _fresh(tmp_path, monkeypatch, program):
@@ -29,8 +31,13 @@ def test_a_cached_program_evaluates_as_the_derived_one(tmp_path, monkeypatch, pr
     assert len(files) == 1
     C.compile_program.cache_clear()
     loaded = C._load(files[0].name.removeprefix("program-").removesuffix(".json"))
-    assert loaded is not None and (loaded.names, loaded.kinds, loaded.einsums, loaded.gemms, loaded.args) == \
-        (derived.names, derived.kinds, derived.einsums, derived.gemms, derived.args)
+    assert loaded is not None and (loaded.names, loaded.kinds, loaded.einsums, loaded.gemms, loaded.args) == (
+        derived.names,
+        derived.kinds,
+        derived.einsums,
+        derived.gemms,
+        derived.args,
+    )
     dims = dict(zip(derived.args, (3, 5, 7, 64, 8, 2, 16, 16, 32, 8, 24)))
     dims["g"] = 2 if program[0] == "gqa" else dims.get("h")
     assert loaded.at(dims) == derived.at(dims)
@@ -70,9 +77,13 @@ def test_no_cache_when_switched_off_or_unwritable(tmp_path, monkeypatch):
 def test_a_cached_predict_does_not_import_sympy(tmp_path):
     """With the programs on disk, `costmodel predict --gpu a100` needs no symbolic algebra at all."""
     env = {"COSTMODEL_CACHE": str(tmp_path), "PATH": ""}
-    run = [sys.executable, "-c", "import sys; from costmodel.cli.commands import main\n"
-                                 "try:\n    main(['predict', '--gpu', 'a100'])\nexcept SystemExit:\n    pass\n"
-                                 "print('sympy' in sys.modules)"]
+    run = [
+        sys.executable,
+        "-c",
+        "import sys; from costmodel.cli.commands import main\n"
+        "try:\n    main(['predict', '--gpu', 'a100'])\nexcept SystemExit:\n    pass\n"
+        "print('sympy' in sys.modules)",
+    ]
     first = subprocess.run(run, capture_output=True, text=True, env=env)
     second = subprocess.run(run, capture_output=True, text=True, env=env)
     assert first.stdout.strip().endswith("True") and second.stdout.strip().endswith("False"), (first, second)
@@ -84,17 +95,22 @@ def test_a_cached_whole_model_does_not_import_sympy(tmp_path):
     on a rerun needs no symbolic algebra either."""
     env = {"COSTMODEL_CACHE": str(tmp_path), "PATH": ""}
     args = "['capacity', '--gpu', 'h100', '--model', 'mixtral-8x7b', '--input-len', '256', '--output-len', '16', '--batching', 'static']"
-    run = [sys.executable, "-c", "import sys; from costmodel.cli.commands import main\n"
-                                 f"try:\n    main({args})\nexcept SystemExit:\n    pass\n"
-                                 "print('sympy' in sys.modules)"]
+    run = [
+        sys.executable,
+        "-c",
+        "import sys; from costmodel.cli.commands import main\n"
+        f"try:\n    main({args})\nexcept SystemExit:\n    pass\n"
+        "print('sympy' in sys.modules)",
+    ]
     first = subprocess.run(run, capture_output=True, text=True, env=env)
     second = subprocess.run(run, capture_output=True, text=True, env=env)
     assert first.stdout.strip().endswith("True") and second.stdout.strip().endswith("False"), (first, second)
     assert first.stdout.splitlines()[:-1] == second.stdout.splitlines()[:-1]
 
 
-@pytest.mark.parametrize("block", [("moe", True), ("layer", "layernorm", 2, False), ("head", "rmsnorm")],
-                         ids=lambda b: b[0])
+@pytest.mark.parametrize(
+    "block", [("moe", True), ("layer", "layernorm", 2, False), ("head", "rmsnorm")], ids=lambda b: b[0]
+)
 def test_a_cached_step_block_evaluates_as_the_derived_one(tmp_path, monkeypatch, block):
     """A model step's block (its grouped products included) read back from disk gives what its derivation gave."""
     monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path))
@@ -104,8 +120,13 @@ def test_a_cached_step_block_evaluates_as_the_derived_one(tmp_path, monkeypatch,
     assert len(files) == 1
     C.compile_block.cache_clear()
     loaded = C._load(files[0].name.removeprefix("program-").removesuffix(".json"))
-    assert (loaded.names, loaded.kinds, loaded.gemms, loaded.grouped, loaded.args) == \
-        (derived.names, derived.kinds, derived.gemms, derived.grouped, derived.args)
+    assert (loaded.names, loaded.kinds, loaded.gemms, loaded.grouped, loaded.args) == (
+        derived.names,
+        derived.kinds,
+        derived.gemms,
+        derived.grouped,
+        derived.args,
+    )
     dims = dict(zip(derived.args, (48, 64, 16, 96.0, 11.5, 32, 2, 384.0)))  # the moe block: 11.5 of 16 experts touched
     assert loaded.at(dims) == derived.at(dims) and loaded.params(dims) == derived.params(dims)
     assert loaded.gemm_shapes(dims) == derived.gemm_shapes(dims) and loaded.storage(dims) == derived.storage(dims)

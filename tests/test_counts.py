@@ -15,8 +15,9 @@ from tests.conftest import small_dims
 torch = pytest.importorskip("torch")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-CASES = [(var, mode) for var in ("mha", "mqa", "gqa")
-         for mode in ("batched", "incremental", "single-query", "dot-product")]
+CASES = [
+    (var, mode) for var in ("mha", "mqa", "gqa") for mode in ("batched", "incremental", "single-query", "dot-product")
+]
 
 
 def _shape(tensor, vals):
@@ -70,6 +71,7 @@ def test_generate_flops_equal_torch_counted_steps(variant, rng):
 
 
 # --- brute force: explicit loops over tiny dims ---------------------------------------------------------
+
 
 def _brute_force(op, vals) -> tuple[int, int]:
     """FLOPs and memory elements of one op by walking every index combination."""

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.deploy.disagg import Pool, kv_link, serve_disaggregated
 from costmodel.core.errors import CostModelError
+from costmodel.deploy.disagg import Pool, kv_link, serve_disaggregated
 from costmodel.engine.iteration import exact_time
 from costmodel.model.step import all_reduce_s, pricing
 
@@ -27,8 +27,17 @@ def test_one_client_ttft_is_prefill_plus_transfer(llama, h100):
     """One client, overheads off: TTFT is the prompt's prefill priced without the table's grid plus the cache's
     transfer at the NVLink one-way rate, with no queueing; every TPOT a lone decode step."""
     isl, osl = 2000, 40
-    p = serve_disaggregated(llama, h100, input_len=isl, output_len=osl, prefill=Pool(), decode=Pool(),
-                            concurrency=1, num_requests=3, overheads=OFF)
+    p = serve_disaggregated(
+        llama,
+        h100,
+        input_len=isl,
+        output_len=osl,
+        prefill=Pool(),
+        decode=Pool(),
+        concurrency=1,
+        num_requests=3,
+        overheads=OFF,
+    )
     pr = pricing(llama, h100)
     prefill = exact_time(llama, pr, decode_seqs=0, decode_context=0, prompt=isl)
     kv = _kv_by_hand(llama, isl)
@@ -46,13 +55,32 @@ def test_one_client_ttft_is_prefill_plus_transfer(llama, h100):
 def test_transferred_bytes_follow_the_shards(llama, h100):
     """Over tp decode devices the cache is stored in tp shards (8 kv heads over 2 devices): the request's bytes
     are the whole prompt's, each device's half; in fp8 half again."""
-    p = serve_disaggregated(llama, h100, input_len=1024, output_len=8, prefill=Pool(tp=1), decode=Pool(tp=2),
-                            concurrency=1, num_requests=2, overheads=OFF)
+    p = serve_disaggregated(
+        llama,
+        h100,
+        input_len=1024,
+        output_len=8,
+        prefill=Pool(tp=1),
+        decode=Pool(tp=2),
+        concurrency=1,
+        num_requests=2,
+        overheads=OFF,
+    )
     assert p.kv_transfer.bytes_per_request == pytest.approx(_kv_by_hand(llama, 1024), rel=1e-9)
     # the prefill device holds the whole cache and sends all of it
     assert p.kv_transfer.bytes_per_device == pytest.approx(_kv_by_hand(llama, 1024), rel=1e-9)
-    f8 = serve_disaggregated(llama, h100, input_len=1024, output_len=8, prefill=Pool(tp=2), decode=Pool(tp=2),
-                             concurrency=1, num_requests=2, overheads=OFF, kv_dtype="fp8")
+    f8 = serve_disaggregated(
+        llama,
+        h100,
+        input_len=1024,
+        output_len=8,
+        prefill=Pool(tp=2),
+        decode=Pool(tp=2),
+        concurrency=1,
+        num_requests=2,
+        overheads=OFF,
+        kv_dtype="fp8",
+    )
     assert f8.kv_transfer.bytes_per_device == pytest.approx(_kv_by_hand(llama, 1024, 1.0) / 2, rel=1e-9)
 
 
@@ -62,10 +90,19 @@ def test_littles_law_and_tokens(llama, h100, engine_name):
     request is produced exactly once (the decode pool's iterations carry n x (output - 1) tokens); the pools'
     limits hold (checked iteration by iteration)."""
     c, n, osl = 24, 480, 48
-    p = serve_disaggregated(llama, h100, input_len=700, output_len=osl, engine_name=engine_name,
-                            prefill=Pool(workers=2, max_num_seqs=2, max_num_batched_tokens=1024),
-                            decode=Pool(workers=3, max_num_seqs=6), concurrency=c, num_requests=n,
-                            overheads=OFF, check=True)
+    p = serve_disaggregated(
+        llama,
+        h100,
+        input_len=700,
+        output_len=osl,
+        engine_name=engine_name,
+        prefill=Pool(workers=2, max_num_seqs=2, max_num_batched_tokens=1024),
+        decode=Pool(workers=3, max_num_seqs=6),
+        concurrency=c,
+        num_requests=n,
+        overheads=OFF,
+        check=True,
+    )
     assert p.requests_per_s * p.e2e_s == pytest.approx(c, rel=0.05)
     assert p.decode.mean_batch * p.decode.iterations == pytest.approx(n * (osl - 1), rel=1e-9)
     assert p.decode.mean_batch <= 6 and p.prefill.mean_batch <= 2
@@ -81,9 +118,19 @@ def test_drawn_lengths_conserve_tokens(llama, h100):
     from costmodel.engine.served import lengths
 
     c, n = 16, 320
-    kw = dict(input_len=700, output_len=48, prefill=Pool(workers=2, max_num_seqs=2, max_num_batched_tokens=1024),
-              decode=Pool(workers=2, max_num_seqs=8), concurrency=c, num_requests=n, overheads=OFF, check=True,
-              input_dist="range", output_dist="range", spread=0.2)
+    kw = dict(
+        input_len=700,
+        output_len=48,
+        prefill=Pool(workers=2, max_num_seqs=2, max_num_batched_tokens=1024),
+        decode=Pool(workers=2, max_num_seqs=8),
+        concurrency=c,
+        num_requests=n,
+        overheads=OFF,
+        check=True,
+        input_dist="range",
+        output_dist="range",
+        spread=0.2,
+    )
     p = serve_disaggregated(llama, h100, **kw)
     prompts, outputs = lengths("range", 700, n, spread=0.2), lengths("range", 48, n, spread=0.2, seed=1)
     assert p.input_len == pytest.approx(prompts.mean()) and p.output_len == pytest.approx(outputs.mean())
@@ -98,8 +145,16 @@ def test_queueing_grows_with_load(llama, h100):
     """One prefill worker: more clients queue longer for it, and TTFT's parts still add up."""
     ttft = []
     for c in (1, 8, 32):
-        p = serve_disaggregated(llama, h100, input_len=4000, output_len=64, prefill=Pool(max_num_seqs=1),
-                                decode=Pool(), concurrency=c, overheads=OFF)
+        p = serve_disaggregated(
+            llama,
+            h100,
+            input_len=4000,
+            output_len=64,
+            prefill=Pool(max_num_seqs=1),
+            decode=Pool(),
+            concurrency=c,
+            overheads=OFF,
+        )
         s = p.ttft_split
         assert s.queue_s + s.prefill_s + s.transfer_s + s.front_end_s == pytest.approx(p.ttft_s, rel=1e-9)
         ttft.append(s.queue_s)
@@ -133,10 +188,12 @@ def test_all_reduce_across_nodes_by_hand(h100):
         # the network port paces the ring: its transfer alone outlasts the whole in-node all-reduce
         assert all_reduce_s(h100, 16, nbytes) > all_reduce_s(h100, 8, nbytes)
         # a port faster than the in-node links: those pace it (the in-node ring's transfer, the same latencies)
-        fast = h100.model_copy(update={"scale_out_bytes_per_s": h100.scale_out_bytes_per_s.model_copy(
-            update={"value": 10e12})})
-        assert all_reduce_s(fast, 16, nbytes) == pytest.approx(2 * 7 / 8 * nbytes / 450e9 + 14 * 2e-6 + 2 * 5e-6,
-                                                               rel=1e-12)
+        fast = h100.model_copy(
+            update={"scale_out_bytes_per_s": h100.scale_out_bytes_per_s.model_copy(update={"value": 10e12})}
+        )
+        assert all_reduce_s(fast, 16, nbytes) == pytest.approx(
+            2 * 7 / 8 * nbytes / 450e9 + 14 * 2e-6 + 2 * 5e-6, rel=1e-12
+        )
     with pytest.raises(CostModelError, match="whole number of 8-device domains"):
         all_reduce_s(h100, 12, 1e6)
     with pytest.raises(CostModelError, match="scale_out_bytes_per_s"):
@@ -155,8 +212,23 @@ def test_a_cross_node_all_reduce_is_stated(llama, h100):
 
 
 def test_cli_disaggregated(run_cli):
-    args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "4",
-            "--input-len", "1024", "--output-len", "32", "--num-requests", "8"]
+    args = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "4",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "32",
+        "--num-requests",
+        "8",
+    ]
     r = run_cli(*args, "--disaggregated", "--prefill-workers", "2", "--decode-tp", "2", "--json")
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)
@@ -164,10 +236,12 @@ def test_cli_disaggregated(run_cli):
     assert got["ttft_s"] > got["ttft_split"]["prefill_s"] > 0 and got["tpot_s"] > 0
     r = run_cli(*args, "--disaggregated")
     assert r.exit_code == 0 and "TTFT = queueing" in r.output
-    for bad, says in ((["--decode-tp", "2"], "--decode-tp applies with --disaggregated"),
-                      (["--disaggregated", "--max-num-seqs", "4"], "--prefill-max-num-seqs"),
-                      (["--disaggregated", "--decode-gpu", "nope"], "nope"),
-                      (["--disaggregated", "--decode-gpu", "mi300x"], "--kv-link-bandwidth")):
+    for bad, says in (
+        (["--decode-tp", "2"], "--decode-tp applies with --disaggregated"),
+        (["--disaggregated", "--max-num-seqs", "4"], "--prefill-max-num-seqs"),
+        (["--disaggregated", "--decode-gpu", "nope"], "nope"),
+        (["--disaggregated", "--decode-gpu", "mi300x"], "--kv-link-bandwidth"),
+    ):
         r = run_cli(*args, *bad)
         assert r.exit_code != 0 and r.output.startswith("Error:") and says in r.output, (bad, r.output)
     r = run_cli(*args, "--disaggregated", "--decode-gpu", "mi300x", "--kv-link-bandwidth", "25e9", "--json")
@@ -175,8 +249,9 @@ def test_cli_disaggregated(run_cli):
 
 
 @pytest.mark.parametrize("engine_name", ["vllm", "sglang"])
-@pytest.mark.parametrize("pools", [(Pool(), Pool()), (Pool(workers=2), Pool(tp=2)),
-                                   (Pool(max_num_seqs=1), Pool(workers=2, max_num_seqs=16))])
+@pytest.mark.parametrize(
+    "pools", [(Pool(), Pool()), (Pool(workers=2), Pool(tp=2)), (Pool(max_num_seqs=1), Pool(workers=2, max_num_seqs=16))]
+)
 def test_closed_form_agrees_with_the_simulation(llama, h100, pools, engine_name):
     """Steady-state means against the simulation (after a warm-up wave): TPOT within 5%, throughput within 10%,
     TTFT equal for one client; beyond, the closed form's TTFT is a lower bound (it leaves out the bursts in which
@@ -194,8 +269,9 @@ def test_closed_form_agrees_with_the_simulation(llama, h100, pools, engine_name)
             if c == 1:
                 assert cf.ttft_s == pytest.approx(sim.ttft_s, rel=0.01)
     with pytest.raises(costmodel.CostModelError, match="concurrency"):
-        serve_disaggregated(llama, h100, input_len=64, output_len=8, prefill=pre, decode=dec, request_rate=1.0,
-                            evaluator="steady-state")
+        serve_disaggregated(
+            llama, h100, input_len=64, output_len=8, prefill=pre, decode=dec, request_rate=1.0, evaluator="steady-state"
+        )
 
 
 def test_a_network_port_needs_a_domain(h100):
@@ -217,34 +293,93 @@ def test_attention_data_parallel_pools(h100):
     m = costmodel.load_model("deepseek-v2-lite")
     c, n, osl = 16, 160, 24
     pool = Pool(tp=1, workers=1, attention_dp=4, expert_parallel=True, max_num_seqs=3)
-    p = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(tp=2, workers=2),
-                            decode=pool, concurrency=c, num_requests=n, overheads=OFF, check=True)
+    p = serve_disaggregated(
+        m,
+        h100,
+        input_len=512,
+        output_len=osl,
+        prefill=Pool(tp=2, workers=2),
+        decode=pool,
+        concurrency=c,
+        num_requests=n,
+        overheads=OFF,
+        check=True,
+    )
     assert p.devices == 4 + 4 and p.decode.devices == 4
     assert p.requests_per_s * p.e2e_s == pytest.approx(c, rel=0.05)
     assert p.decode.mean_batch * p.decode.iterations == pytest.approx(n * (osl - 1), rel=1e-9)
     assert p.decode.mean_batch <= 3 and p.decode_waits > 0  # 16 clients over 4 x 3 slots
-    one = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(), decode=pool, concurrency=1,
-                              num_requests=2, overheads=OFF)
+    one = serve_disaggregated(
+        m,
+        h100,
+        input_len=512,
+        output_len=osl,
+        prefill=Pool(),
+        decode=pool,
+        concurrency=1,
+        num_requests=2,
+        overheads=OFF,
+    )
     pr = pricing(m, h100, tp=1, attention_dp=4, expert_parallel=True)
     steps = [exact_time(m, pr, decode_seqs=1, decode_context=512 + i, prompt=0) for i in range(1, osl)]
     assert one.tpot_s == pytest.approx(np.mean(steps), rel=0.01)
-    alone = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(), decode=Pool(tp=1),
-                                concurrency=1, num_requests=2, overheads=OFF)
+    alone = serve_disaggregated(
+        m,
+        h100,
+        input_len=512,
+        output_len=osl,
+        prefill=Pool(),
+        decode=Pool(tp=1),
+        concurrency=1,
+        num_requests=2,
+        overheads=OFF,
+    )
     assert one.tpot_s != pytest.approx(alone.tpot_s, rel=0.01)  # the groups' collectives and gathered experts
-    sharded = serve_disaggregated(m, h100, input_len=512, output_len=osl, prefill=Pool(), concurrency=1,
-                                  decode=Pool(tp=1, workers=1, attention_dp=4, max_num_seqs=3), num_requests=2,
-                                  overheads=OFF)
+    sharded = serve_disaggregated(
+        m,
+        h100,
+        input_len=512,
+        output_len=osl,
+        prefill=Pool(),
+        concurrency=1,
+        decode=Pool(tp=1, workers=1, attention_dp=4, max_num_seqs=3),
+        num_requests=2,
+        overheads=OFF,
+    )
     pr = pricing(m, h100, tp=1, attention_dp=4)
     steps = [exact_time(m, pr, decode_seqs=1, decode_context=512 + i, prompt=0) for i in range(1, osl)]
     assert sharded.tpot_s == pytest.approx(np.mean(steps), rel=0.01)
     with pytest.raises(CostModelError, match="mixture-of-experts"):
-        serve_disaggregated(costmodel.load_model("llama-3-8b"), h100, input_len=64, output_len=8,
-                            prefill=Pool(attention_dp=2), decode=Pool(), concurrency=1)
+        serve_disaggregated(
+            costmodel.load_model("llama-3-8b"),
+            h100,
+            input_len=64,
+            output_len=8,
+            prefill=Pool(attention_dp=2),
+            decode=Pool(),
+            concurrency=1,
+        )
 
 
 def test_cli_attention_data_parallel_pool(run_cli):
-    args = ["predict", "--gpu", "h100", "--model", "deepseek-v2-lite", "--engine", "sglang", "--concurrency", "8",
-            "--input-len", "1024", "--output-len", "32", "--num-requests", "16", "--disaggregated"]
+    args = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "deepseek-v2-lite",
+        "--engine",
+        "sglang",
+        "--concurrency",
+        "8",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "32",
+        "--num-requests",
+        "16",
+        "--disaggregated",
+    ]
     r = run_cli(*args, "--decode-attention-dp", "2", "--decode-expert-parallel", "--json")
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)
@@ -252,8 +387,9 @@ def test_cli_attention_data_parallel_pool(run_cli):
     assert any("2 attention data parallel groups of 1" in line for line in got["assumptions"])
     r = run_cli(*args, "--decode-attention-dp", "2", "--json")  # without expert parallel: the experts' width sharded
     assert r.exit_code == 0, r.output
-    assert any("every routed expert's width sharded over all 2 devices" in line
-               for line in json.loads(r.output)["assumptions"])
+    assert any(
+        "every routed expert's width sharded over all 2 devices" in line for line in json.loads(r.output)["assumptions"]
+    )
 
 
 class _Fixed:
@@ -289,14 +425,25 @@ def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
     from costmodel.deploy.disagg import _simulate
 
     def setup(lag, table):
-        eng = SimpleNamespace(name="vllm", max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag,
-                              reserved_decode_tokens=0)
+        eng = SimpleNamespace(
+            name="vllm", max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag, reserved_decode_tokens=0
+        )
         return SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
 
     table = _Fixed(0.6e-3, 1e-3)
-    sim = _simulate(setup(0, table), setup(int(overlapped), table), Pool(tp=1, workers=1), Pool(tp=1, workers=1),
-                    prompts=np.full(3, 10), outputs=np.array([3, 5, 3]), concurrency=2, request_rate=None,
-                    transfer_s=0.3e-3, seed=0, check=True)
+    sim = _simulate(
+        setup(0, table),
+        setup(int(overlapped), table),
+        Pool(tp=1, workers=1),
+        Pool(tp=1, workers=1),
+        prompts=np.full(3, 10),
+        outputs=np.array([3, 5, 3]),
+        concurrency=2,
+        request_rate=None,
+        transfer_s=0.3e-3,
+        seed=0,
+        check=True,
+    )
     assert sim["violations"] == []
     reqs = sim["reqs"]
     assert [r.arrival for r in reqs] == pytest.approx([0.0, 0.0, 2.9e-3])
@@ -317,13 +464,25 @@ def test_where_a_request_waits_for_decode_pages_by_hand(name):
 
     from costmodel.deploy.disagg import _simulate
 
-    eng = SimpleNamespace(name=name, max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=0,
-                          reserved_decode_tokens=0)
+    eng = SimpleNamespace(
+        name=name, max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=0, reserved_decode_tokens=0
+    )
     table = _Fixed(0.6e-3, 1e-3)
     pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
     dec = SimpleNamespace(eng=eng, kv_tokens=16, table=table, iteration_s=0.0, wall=_no_host)
-    sim = _simulate(pre, dec, Pool(), Pool(), prompts=np.full(2, 10), outputs=np.full(2, 3), concurrency=2,
-                    request_rate=None, transfer_s=0.3e-3, seed=0, check=True)
+    sim = _simulate(
+        pre,
+        dec,
+        Pool(),
+        Pool(),
+        prompts=np.full(2, 10),
+        outputs=np.full(2, 3),
+        concurrency=2,
+        request_rate=None,
+        transfer_s=0.3e-3,
+        seed=0,
+        check=True,
+    )
     assert sim["violations"] == [] and sim["waits"] == 1
     r0, r1 = sim["reqs"]
     assert (r0.first, r0.finish) == pytest.approx((0.9e-3, 2.9e-3))
@@ -336,8 +495,14 @@ def test_where_a_request_waits_for_decode_pages_by_hand(name):
 def test_tensorrt_llms_context_servers_run_without_the_overlap_scheduler(llama, h100):
     """TensorRT-LLM's disaggregated guide turns the overlap scheduler off on its context servers only; SGLang keeps
     it in both pools; vLLM 0.12 has none: each pool's engine says so."""
-    kw = dict(input_len=256, output_len=8, concurrency=2, num_requests=4, prefill=Pool(tp=1, workers=1),
-              decode=Pool(tp=1, workers=1))
+    kw = dict(
+        input_len=256,
+        output_len=8,
+        concurrency=2,
+        num_requests=4,
+        prefill=Pool(tp=1, workers=1),
+        decode=Pool(tp=1, workers=1),
+    )
     for name, prefill, decode in (("trtllm", False, True), ("sglang", True, True), ("vllm", False, False)):
         got = serve_disaggregated(llama, h100, engine_name=name, **kw)
         (line,) = [a for a in got.assumptions if a.startswith("prefill workers' iterations")]
@@ -357,23 +522,51 @@ def test_sglang_decode_preallocation_and_retraction_by_hand():
 
     from costmodel.deploy.disagg import _simulate
 
-    eng = SimpleNamespace(name="sglang", max_num_batched_tokens=10, max_num_seqs=8, page_size=1, lag=0,
-                          reserved_decode_tokens=2)
+    eng = SimpleNamespace(
+        name="sglang", max_num_batched_tokens=10, max_num_seqs=8, page_size=1, lag=0, reserved_decode_tokens=2
+    )
     table = _Fixed(0.6e-3, 1e-3)
     pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
     dec = SimpleNamespace(eng=eng, kv_tokens=30, table=table, iteration_s=0.0, wall=_no_host)
-    sim = _simulate(pre, dec, Pool(), Pool(), prompts=np.full(2, 10), outputs=np.full(2, 8), concurrency=2,
-                    request_rate=None, transfer_s=0.3e-3, seed=0, check=True)
+    sim = _simulate(
+        pre,
+        dec,
+        Pool(),
+        Pool(),
+        prompts=np.full(2, 10),
+        outputs=np.full(2, 8),
+        concurrency=2,
+        request_rate=None,
+        transfer_s=0.3e-3,
+        seed=0,
+        check=True,
+    )
     assert sim["violations"] == [] and sim["waits"] == 0 and sim["retractions"] == 1
     r0, r1 = sim["reqs"]
     assert (r0.prefilled, r0.first, r0.finish) == pytest.approx((0.6e-3, 0.9e-3, 7.9e-3))
     assert (r1.prefilled, r1.first, r1.finish) == pytest.approx((1.2e-3, 1.5e-3, 11.9e-3))
     assert sim["d_seqs"] == 2 * (8 - 1)  # every decode token once, the retracted request's included
     # with no headroom to keep and a cache for one whole context only, request 1 waits before its prefill
-    small = SimpleNamespace(eng=SimpleNamespace(**{**vars(eng), "reserved_decode_tokens": 0}), kv_tokens=18,
-                            table=table, iteration_s=0.0, wall=_no_host)
-    one = _simulate(pre, small, Pool(), Pool(), prompts=np.full(2, 10), outputs=np.full(2, 8), concurrency=2,
-                    request_rate=None, transfer_s=0.3e-3, seed=0, check=True)
+    small = SimpleNamespace(
+        eng=SimpleNamespace(**{**vars(eng), "reserved_decode_tokens": 0}),
+        kv_tokens=18,
+        table=table,
+        iteration_s=0.0,
+        wall=_no_host,
+    )
+    one = _simulate(
+        pre,
+        small,
+        Pool(),
+        Pool(),
+        prompts=np.full(2, 10),
+        outputs=np.full(2, 8),
+        concurrency=2,
+        request_rate=None,
+        transfer_s=0.3e-3,
+        seed=0,
+        check=True,
+    )
     assert one["violations"] == [] and one["reqs"][1].first > one["reqs"][0].first + 1e-3
 
 

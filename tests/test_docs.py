@@ -45,8 +45,9 @@ def _pythons() -> list[tuple[str, str]]:
 def _args(command: str) -> list[str]:
     args = shlex.split(command)[1:]
     # the pages name the published tables as they lie beside a checkout; the package ships a subset
-    return [str(SHARED) + a[len("../shared/measurements"):] if a.startswith("../shared/measurements") else a
-            for a in args]
+    return [
+        str(SHARED) + a[len("../shared/measurements") :] if a.startswith("../shared/measurements") else a for a in args
+    ]
 
 
 def test_every_page_is_linked_from_the_readme():
@@ -135,7 +136,10 @@ def test_indented_commands_run(tmp_path, monkeypatch, quick_cpu_run):
 
 
 def test_quick_rewrites_only_device_measurements():
-    assert quick("costmodel calibrate --device cpu --out a.yaml") == "costmodel calibrate --device cpu --out a.yaml --quick"
+    assert (
+        quick("costmodel calibrate --device cpu --out a.yaml")
+        == "costmodel calibrate --device cpu --out a.yaml --quick"
+    )
     assert quick("costmodel validate --device cpu --quick --json r.json").count("--quick") == 1
     assert quick("costmodel roofline --gpu a100 --out r.png") == "costmodel roofline --gpu a100 --out r.png"
 

@@ -7,8 +7,8 @@ import pytest
 from costmodel.hardware.catalog import load_profile
 from costmodel.model.memory import param_count
 from costmodel.model.ops import engine_ops, step_ops
-from costmodel.model.step import predict_model
 from costmodel.model.presets import load_model
+from costmodel.model.step import predict_model
 from costmodel.price.op import Precision
 
 
@@ -40,7 +40,8 @@ def test_llama_3_8b_fusions_by_hand(phase):
     assert rope.op.flops == 3 * tokens * (32 + 8) * 128
     assert rope.op.bytes == width * (2 * tokens * (32 + 8) * 128 + tokens * 128)
     assert sum(r.op.flops * r.count for r in fused.values()) == pytest.approx(
-        sum(r.op.flops * r.count for r in plain.values()) + rope.op.flops * rope.count)
+        sum(r.op.flops * r.count for r in plain.values()) + rope.op.flops * rope.count
+    )
 
 
 def test_the_fused_qkv_gemm_is_the_shape_vidur_timed():
@@ -73,8 +74,16 @@ def test_engine_fusion_changes_time_not_weights():
 def test_hf_config_reads_rotary_embeddings(tmp_path):
     import json
 
-    cfg = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
-           "intermediate_size": 128, "hidden_act": "silu", "model_type": "llama", "rope_theta": 10000.0}
+    cfg = {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "hidden_act": "silu",
+        "model_type": "llama",
+        "rope_theta": 10000.0,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert load_model(str(tmp_path / "config.json")).rope
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "rope_theta": None, "alibi": True}))
@@ -101,8 +110,17 @@ def test_norms_are_named_and_priced_by_their_kind(model, name, cls):
     assert per_kernel == 2 * (2 * 8 * m.d_model + m.d_model)
     eff = resolve(hw, "graph").get(cls)
     # a memory-bound op under graph timing: its class's launch plus bytes at its class's achieved bandwidth
-    t = class_times(cls, eff, peak=hw.vector_peak("bf16"), bandwidth=hw.bandwidth, sms=108, timing="graph",
-                    flops=op.flops / op.count, nbytes=per_kernel, shape={})
+    t = class_times(
+        cls,
+        eff,
+        peak=hw.vector_peak("bf16"),
+        bandwidth=hw.bandwidth,
+        sms=108,
+        timing="graph",
+        flops=op.flops / op.count,
+        nbytes=per_kernel,
+        shape={},
+    )
     assert op.time_s == pytest.approx(op.count * float(t.time))
     ramp = 1 + (eff.bandwidth_half_bytes / per_kernel) ** eff.bandwidth_exponent
     hand = eff.fixed_s["graph"] + per_kernel / (hw.bandwidth * eff.bandwidth_ceiling) * ramp

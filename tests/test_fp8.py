@@ -79,14 +79,27 @@ def test_fp8_kv_decode_attention_is_the_bf16_kernel_reading_one_byte(tables):
     path = SHARED / "aiconfigurator" / "all_dtypes" / "h100_sxm_vllm_0.19.0_generation_attention_perf.csv"
     with open(path, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["kv_cache_dtype"] == "fp8" and r["window_size"] == "0"]
-    b, h, g, k, s = (np.array([float(r[c]) for r in rows]) for c in
-                     ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step"))
+    b, h, g, k, s = (
+        np.array([float(r[c]) for r in rows])
+        for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step")
+    )
     t = np.array([float(r["latency"]) for r in rows]) * 1e-3
     flops, nbytes = attention_counts("incremental", b, np.ones_like(b), s - 1, h, g, k)
     nbytes = nbytes - b * s * g * k * 2  # the K and V read at one byte each, not two
-    table = Table(source="aiconfigurator", gpu="h100_sxm", profile="h100_sxm", op_class="decode_attention",
-                  timing="graph", dtype="bf16", file=path.name, fields={}, measured_s=t, flops=flops, nbytes=nbytes,
-                  shape={"b": b, "g": g, "h": h, "positions": s})
+    table = Table(
+        source="aiconfigurator",
+        gpu="h100_sxm",
+        profile="h100_sxm",
+        op_class="decode_attention",
+        timing="graph",
+        dtype="bf16",
+        file=path.name,
+        fields={},
+        measured_s=t,
+        flops=flops,
+        nbytes=nbytes,
+        shape={"b": b, "g": g, "h": h, "positions": s},
+    )
     hw = costmodel.load_profile("h100")
     err = np.abs(predict_table(table, hw, hw.efficiency.classes["decode_attention"]) / t - 1)
     assert len(t) > 10_000 and np.median(err) < 0.15
@@ -112,8 +125,9 @@ def test_tensorrt_llm_runs_a_block_scaled_checkpoints_dense_layers_in_its_own_ke
     from costmodel.price.op import KernelOp, price
 
     m, hw = costmodel.load_model("Qwen/Qwen3-235B-A22B-FP8"), costmodel.load_profile("h100")
-    kernels = {name: engine(name, capacity_bytes=hw.engine_memory).block_fp8_linear
-               for name in ("vllm", "sglang", "trtllm")}
+    kernels = {
+        name: engine(name, capacity_bytes=hw.engine_memory).block_fp8_linear for name in ("vllm", "sglang", "trtllm")
+    }
     assert kernels == {"vllm": "gemm_fp8_block", "sglang": "gemm_fp8_block", "trtllm": "gemm_fp8"}
     classes = {}
     for name, kernel in kernels.items():
@@ -122,15 +136,20 @@ def test_tensorrt_llm_runs_a_block_scaled_checkpoints_dense_layers_in_its_own_ke
         qkv, experts = rows["qkv_proj"], rows["experts_gate_up"]
         classes[name] = (op_time(qkv, pr).cls, op_time(experts, pr).cls)
         # the same op under the named class's own parameters, priced directly
-        alone = price(KernelOp(qkv.op.kind, qkv.op.name, "fp8", qkv.op.flops, qkv.op.bytes, kernel=kernel), qkv.shape,
-                      hw, costmodel.price.op.Conventions(pr.model, pr.overlap))
+        alone = price(
+            KernelOp(qkv.op.kind, qkv.op.name, "fp8", qkv.op.flops, qkv.op.bytes, kernel=kernel),
+            qkv.shape,
+            hw,
+            costmodel.price.op.Conventions(pr.model, pr.overlap),
+        )
         assert op_time(qkv, pr).time == pytest.approx(alone.time, rel=1e-12)
     assert classes["vllm"] == classes["sglang"] == ("gemm_fp8_block", "moe_fp8_block")
     assert classes["trtllm"] == ("gemm_fp8", "moe_fp8_block")
     with pytest.raises(costmodel.CostModelError, match="block fp8 linear kernel"):
         pricing(m, hw, block_fp8_linear="gemm")
-    served = costmodel.serve(m, hw, engine_name="trtllm", tp=4, concurrency=4, input_len=256, output_len=16,
-                             expert_parallel=True)
+    served = costmodel.serve(
+        m, hw, engine_name="trtllm", tp=4, concurrency=4, input_len=256, output_len=16, expert_parallel=True
+    )
     assert any("priced as the per-tensor FP8 class" in a for a in served.assumptions)
 
 
@@ -138,8 +157,8 @@ def test_the_input_quantize_kernel():
     """A per-tensor fp8 linear layer quantizes its bf16 input in a kernel of its own: M x K elements read at 2 bytes
     and written at 1, at the class's achieved-bandwidth curve, by hand; nothing where the fit says the layer has no
     such kernel, where the mechanism is off, or for a MoE class (whose fit has no such kernel)."""
-    from costmodel.hardware.profile import ClassEfficiency
     from costmodel.hardware.mechanisms import QUANTIZED_WIDTH, class_times
+    from costmodel.hardware.profile import ClassEfficiency
 
     eff = ClassEfficiency(bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6, bandwidth_exponent=0.5, quantize_input=True)
     kw = dict(peak=1e15, bandwidth=2e12, sms=100, timing="graph", flops=0.0, nbytes=0.0)
@@ -152,13 +171,17 @@ def test_the_input_quantize_kernel():
     block = float(class_times("gemm_fp8_block", eff, shape=shape, **kw).units)
     qb = 2 * 1000 * 3000 * (2 + 1 + 4 / 128)
     assert block == pytest.approx(qb / (2e12 * 0.8) * (1 + (1e6 / qb) ** 0.5), rel=1e-12)
-    for cls, e, on in (("gemm_fp8", eff.model_copy(update={"quantize_input": False}), None),
-                       ("gemm_fp8", eff, set(costmodel.hardware.mechanisms.MECHANISMS) - {"quantize"}),
-                       ("moe_fp8", eff, None)):
+    for cls, e, on in (
+        ("gemm_fp8", eff.model_copy(update={"quantize_input": False}), None),
+        ("gemm_fp8", eff, set(costmodel.hardware.mechanisms.MECHANISMS) - {"quantize"}),
+        ("moe_fp8", eff, None),
+    ):
         extra = {} if on is None else {"on": on}
         assert float(class_times(cls, e, shape=shape, **kw, **extra).units) == 0.0
     # with the bandwidth curve off, the datasheet bandwidth
-    flat = class_times("gemm_fp8", eff, shape=shape, on=set(costmodel.hardware.mechanisms.MECHANISMS) - {"bandwidth"}, **kw)
+    flat = class_times(
+        "gemm_fp8", eff, shape=shape, on=set(costmodel.hardware.mechanisms.MECHANISMS) - {"bandwidth"}, **kw
+    )
     assert float(flat.units) == pytest.approx(q / 2e12, rel=1e-12)
     # the H100's fit chose the kernel (fitting both ways, validation.fit.CHOICES); its MoE class has none
     h100 = costmodel.load_profile("h100")
@@ -170,8 +193,8 @@ def test_the_input_quantize_kernel():
 def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     """The per-tensor fp8 GEMM's tile is vLLM's fixed dispatch (by hand from scaled_mm_sm90/sm100_fp8_dispatch.cuh),
     in whole waves and never split over K; its time counts those tiles."""
-    from costmodel.hardware.profile import GemmDispatch, TileRule
     from costmodel.hardware.mechanisms import class_times, dispatched_tiles
+    from costmodel.hardware.profile import GemmDispatch, TileRule
     from costmodel.price.origin import resolve
 
     h100, b200 = costmodel.load_profile("h100"), costmodel.load_profile("b200")
@@ -179,15 +202,25 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     M = np.array([1, 16, 17, 17, 64, 65, 128, 129, 8192])
     N = np.array([4096, 4096, 1024, 4096, 1280, 4096, 4096, 4096, 4096])
     tm, tn, per, cm, cn = dispatched_tiles(rules, M, np.full(M.shape, 8192), N)
-    assert list(zip(tm, tn)) == [(16, 64), (16, 64), (16, 64), (64, 64), (16, 64), (64, 128), (64, 128), (128, 128),
-                                 (128, 128)]
+    assert list(zip(tm, tn)) == [
+        (16, 64),
+        (16, 64),
+        (16, 64),
+        (64, 64),
+        (16, 64),
+        (64, 128),
+        (64, 128),
+        (128, 128),
+        (128, 128),
+    ]
     assert (per == 1).all()  # SM90 has no tile over two SMs
     # clusters (tiles along M, along N), from the configurations' ClusterShape (a swapped one's reversed)
     assert list(zip(cm, cn)) == [(1, 1), (1, 1), (4, 1), (1, 1), (4, 1), (2, 1), (2, 1), (2, 1), (2, 1)]
     assert dispatched_tiles(rules, np.array([8]), np.array([8192]), np.array([1024]))[3:] == (2, 1)
     rules = b200.architecture.kernels.gemm_dispatch["gemm_fp8"].rules
-    tm, tn, per, cm, cn = dispatched_tiles(rules, np.array([16, 64, 64, 200, 300]),
-                                           np.array([8192, 2048, 4096, 8192, 8192]), np.full(5, 4096))
+    tm, tn, per, cm, cn = dispatched_tiles(
+        rules, np.array([16, 64, 64, 200, 300]), np.array([8192, 2048, 4096, 8192, 8192]), np.full(5, 4096)
+    )
     assert list(zip(tm, tn)) == [(32, 128), (64, 64), (64, 128), (128, 128), (256, 128)]
     # SM100: every configuration with an even cluster M and a tile M (the swapped ones' N) of 128 or 256 runs on a
     # pair of SMs; the 64 x 64 one on one
@@ -200,24 +233,51 @@ def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     peak = h100.peak("fp8") * eff.compute_efficiency
     largest = h100.architecture.kernels.largest_tile
     flops = 132 * 16 * 64 * (8192 + eff.tile_k_overhead) * 2 / (16 * 64 / largest) ** eff.small_tile_exponent
-    t = class_times("gemm_fp8", eff, peak=h100.peak("fp8"), bandwidth=h100.bandwidth, sms=132, timing="graph",
-                    flops=2 * 8 * 8192 * 8192, nbytes=8192 * 8192 + 2 * 8 * 8192 * 2,
-                    shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1}, kernels=h100.architecture.kernels)
+    t = class_times(
+        "gemm_fp8",
+        eff,
+        peak=h100.peak("fp8"),
+        bandwidth=h100.bandwidth,
+        sms=132,
+        timing="graph",
+        flops=2 * 8 * 8192 * 8192,
+        nbytes=8192 * 8192 + 2 * 8 * 8192 * 2,
+        shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1},
+        kernels=h100.architecture.kernels,
+    )
     assert float(t.compute) == pytest.approx(flops / peak, rel=1e-12)
     # no split-K combine: the second kernel is the layer's input quantize alone (test_the_input_quantize_kernel)
-    off = class_times("gemm_fp8", eff, peak=h100.peak("fp8"), bandwidth=h100.bandwidth, sms=132, timing="graph",
-                      flops=2 * 8 * 8192 * 8192, nbytes=8192 * 8192 + 2 * 8 * 8192 * 2,
-                      shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1}, kernels=h100.architecture.kernels,
-                      on=set(costmodel.hardware.mechanisms.MECHANISMS) - {"quantize"})
+    off = class_times(
+        "gemm_fp8",
+        eff,
+        peak=h100.peak("fp8"),
+        bandwidth=h100.bandwidth,
+        sms=132,
+        timing="graph",
+        flops=2 * 8 * 8192 * 8192,
+        nbytes=8192 * 8192 + 2 * 8 * 8192 * 2,
+        shape={"batch": 1, "M": 8, "K": 8192, "N": 8192, "width": 1},
+        kernels=h100.architecture.kernels,
+        on=set(costmodel.hardware.mechanisms.MECHANISMS) - {"quantize"},
+    )
     assert float(off.units) == 0.0
     # a B200 prefill-sized product: 300 rows x 256 columns -> 2 x 2 tiles of 256 x 128, each on a pair of SMs: 8 of
     # the 148 SMs in one wave, each computing 128 x 128 over the whole K
     eff = resolve(b200, "graph").classes["gemm_fp8"]
     largest = b200.architecture.kernels.largest_tile
     flops = 148 * 128 * 128 * (8192 + eff.tile_k_overhead) * 2 / (256 * 128 / largest) ** eff.small_tile_exponent
-    t = class_times("gemm_fp8", eff, peak=b200.peak("fp8"), bandwidth=b200.bandwidth, sms=148, timing="graph",
-                    flops=2 * 300 * 8192 * 256, nbytes=300 * 8192 + 8192 * 256 + 2 * 300 * 256,
-                    shape={"batch": 1, "M": 300, "K": 8192, "N": 256, "width": 1}, kernels=b200.architecture.kernels)
+    t = class_times(
+        "gemm_fp8",
+        eff,
+        peak=b200.peak("fp8"),
+        bandwidth=b200.bandwidth,
+        sms=148,
+        timing="graph",
+        flops=2 * 300 * 8192 * 256,
+        nbytes=300 * 8192 + 8192 * 256 + 2 * 300 * 256,
+        shape={"batch": 1, "M": 300, "K": 8192, "N": 256, "width": 1},
+        kernels=b200.architecture.kernels,
+    )
     assert float(t.compute) == pytest.approx(flops / (b200.peak("fp8") * eff.compute_efficiency), rel=1e-12)
 
 
@@ -235,16 +295,30 @@ def test_a_cluster_rounds_the_grid_of_tiles():
     largest = kernels.largest_tile
 
     def compute(M, kernels=kernels):
-        return float(class_times("gemm_fp8", eff, peak=h100.peak("fp8"), bandwidth=h100.bandwidth, sms=132,
-                                 timing="graph", flops=2 * M * 8192 * 5120, nbytes=M * 8192 + 8192 * 5120,
-                                 shape={"batch": 1, "M": M, "K": 8192, "N": 5120, "width": 1}, kernels=kernels).compute)
+        return float(
+            class_times(
+                "gemm_fp8",
+                eff,
+                peak=h100.peak("fp8"),
+                bandwidth=h100.bandwidth,
+                sms=132,
+                timing="graph",
+                flops=2 * M * 8192 * 5120,
+                nbytes=M * 8192 + 8192 * 5120,
+                shape={"batch": 1, "M": M, "K": 8192, "N": 5120, "width": 1},
+                kernels=kernels,
+            ).compute
+        )
 
     wave = 132 * 128 * 128 * (8192 + eff.tile_k_overhead) * 2 / (128 * 128 / largest) ** eff.small_tile_exponent
     rate = h100.peak("fp8") * eff.compute_efficiency
     assert compute(256) == pytest.approx(wave / rate, rel=1e-12)
     assert compute(257) == pytest.approx(2 * wave / rate, rel=1e-12) == compute(512)
     # without the cluster the same 257 rows would be 120 tiles: one wave
-    single = kernels.gemm_dispatch["gemm_fp8"].model_copy(update={"rules": tuple(
-        r.model_copy(update={"cluster": (1, 1)}) for r in kernels.gemm_dispatch["gemm_fp8"].rules)})
+    single = kernels.gemm_dispatch["gemm_fp8"].model_copy(
+        update={
+            "rules": tuple(r.model_copy(update={"cluster": (1, 1)}) for r in kernels.gemm_dispatch["gemm_fp8"].rules)
+        }
+    )
     plain = kernels.model_copy(update={"gemm_dispatch": {"gemm_fp8": single}})
     assert compute(257, plain) == pytest.approx(wave / rate, rel=1e-12)

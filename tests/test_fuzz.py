@@ -10,8 +10,13 @@ from tests.fuzzing import check, command_lines
 
 
 @seed(20261121)
-@settings(max_examples=300, deadline=None, database=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(command_lines())
 def test_every_command_line_ends_cleanly(args):
     problem = check(args)
@@ -24,7 +29,10 @@ def test_the_check_catches_a_planted_bug(monkeypatch):
 
     def broken(*args, **kwargs):
         raise KeyError("planted")
+
     monkeypatch.setattr(costmodel.attention.roofline, "compare", broken)
     assert "internal error" in check(["predict", "--gpu", "a100"])
-    monkeypatch.setattr(costmodel.attention.roofline, "compare", lambda *a, **k: print("Error: one\nError: two") or 1 / 0)
+    monkeypatch.setattr(
+        costmodel.attention.roofline, "compare", lambda *a, **k: print("Error: one\nError: two") or 1 / 0
+    )
     assert check(["predict", "--gpu", "a100"]) is not None

@@ -8,15 +8,33 @@ import pytest
 import yaml
 
 from costmodel.core.errors import CostModelError
-from costmodel.hardware.profile import HardwareProfile
 from costmodel.hardware.catalog import load_all, load_profile, profile_ids
+from costmodel.hardware.profile import HardwareProfile
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "hardware_profiles"
 FILES = sorted(PROFILE_DIR.glob("*.yaml"))
 REQUIRED = [
-    "v100_sxm2_32gb", "t4", "a10g", "a100_40gb_sxm", "a100_80gb_sxm", "a100_80gb_pcie", "l4", "l40s", "rtx_4090",
-    "h100_sxm", "h100_pcie", "h200_sxm", "b200", "mi250x", "mi300x", "tpu_v2", "tpu_v3", "tpu_v4", "tpu_v5e",
-    "tpu_v5p", "tpu_v6e",
+    "v100_sxm2_32gb",
+    "t4",
+    "a10g",
+    "a100_40gb_sxm",
+    "a100_80gb_sxm",
+    "a100_80gb_pcie",
+    "l4",
+    "l40s",
+    "rtx_4090",
+    "h100_sxm",
+    "h100_pcie",
+    "h200_sxm",
+    "b200",
+    "mi250x",
+    "mi300x",
+    "tpu_v2",
+    "tpu_v3",
+    "tpu_v4",
+    "tpu_v5e",
+    "tpu_v5p",
+    "tpu_v6e",
 ]
 
 
@@ -35,8 +53,15 @@ def test_profile_file(path):
     for field, item in items:
         assert profile.sources[item.source].strip(), field
     peaks = {k: v.value for k, v in profile.peak_flops_per_s.items()}
-    for low, high in [("fp32", "fp16"), ("fp32", "bf16"), ("fp32", "tf32"), ("tf32", "bf16"), ("bf16", "fp8"),
-                      ("fp16", "fp8"), ("bf16", "int8")]:
+    for low, high in [
+        ("fp32", "fp16"),
+        ("fp32", "bf16"),
+        ("fp32", "tf32"),
+        ("tf32", "bf16"),
+        ("bf16", "fp8"),
+        ("fp16", "fp8"),
+        ("bf16", "int8"),
+    ]:
         if low in peaks and high in peaks:
             assert peaks[high] >= peaks[low], (low, high)
     assert profile.capacity > profile.on_chip_memory_bytes.value
@@ -54,10 +79,19 @@ def test_aliases_are_unique():
             seen[key] = p.id
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("a100", "a100_80gb_sxm"), ("A100", "a100_80gb_sxm"), ("h100", "h100_sxm"), ("H200", "h200_sxm"),
-    ("tpu-v5e", "tpu_v5e"), ("TPU_V4", "tpu_v4"), ("rtx-4090", "rtx_4090"), ("mi300x", "mi300x"),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("a100", "a100_80gb_sxm"),
+        ("A100", "a100_80gb_sxm"),
+        ("h100", "h100_sxm"),
+        ("H200", "h200_sxm"),
+        ("tpu-v5e", "tpu_v5e"),
+        ("TPU_V4", "tpu_v4"),
+        ("rtx-4090", "rtx_4090"),
+        ("mi300x", "mi300x"),
+    ],
+)
 def test_lookup_by_alias(name, expected):
     assert load_profile(name).id == expected
 
@@ -82,28 +116,50 @@ def test_user_profile_file(tmp_path):
     assert load_profile(str(path)).id == "my_gpu"
 
 
-@pytest.mark.parametrize("changes,field", [
-    ({"memory_bandwidth_bytes_per_s": None}, "memory_bandwidth_bytes_per_s"),
-    ({"memory_bandwidth_bytes_per_s": {"value": -1, "source": "datasheet", "confidence": "high"}},
-     "memory_bandwidth_bytes_per_s.value"),
-    ({"clock_ghz": 1.4}, "clock_ghz"),
-    ({"launch_overhead_s": {"value": 1e-6, "source": "nowhere", "confidence": "low"}}, "launch_overhead_s"),
-    # a GEMM dispatch names a matrix-product class and ends with a rule for every other shape
-    ({"architecture": {"generation": "ampere", "compute_units": {"value": 108, "source": "datasheet",
-                                                                 "confidence": "high"},
-                       "kernels": {"gemm_dispatch": {"norm": {"source": "x", "rules": [{"tile": [64, 64]}]}}}}},
-     "architecture.kernels.gemm_dispatch.norm"),
-    ({"architecture": {"generation": "ampere", "compute_units": {"value": 108, "source": "datasheet",
-                                                                 "confidence": "high"},
-                       "kernels": {"gemm_dispatch": {"gemm": {"source": "x", "rules": [
-                           {"m_max": 64, "tile": [64, 64]}]}}}}},
-     "architecture.kernels.gemm_dispatch.gemm"),
-    # or names one of the known dispatches
-    ({"architecture": {"generation": "ampere", "compute_units": {"value": 108, "source": "datasheet",
-                                                                 "confidence": "high"},
-                       "kernels": {"gemm_dispatch": {"gemm_fp8": "vllm_sm42_fp8"}}}},
-     "architecture.kernels.gemm_dispatch"),
-])
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"memory_bandwidth_bytes_per_s": None}, "memory_bandwidth_bytes_per_s"),
+        (
+            {"memory_bandwidth_bytes_per_s": {"value": -1, "source": "datasheet", "confidence": "high"}},
+            "memory_bandwidth_bytes_per_s.value",
+        ),
+        ({"clock_ghz": 1.4}, "clock_ghz"),
+        ({"launch_overhead_s": {"value": 1e-6, "source": "nowhere", "confidence": "low"}}, "launch_overhead_s"),
+        # a GEMM dispatch names a matrix-product class and ends with a rule for every other shape
+        (
+            {
+                "architecture": {
+                    "generation": "ampere",
+                    "compute_units": {"value": 108, "source": "datasheet", "confidence": "high"},
+                    "kernels": {"gemm_dispatch": {"norm": {"source": "x", "rules": [{"tile": [64, 64]}]}}},
+                }
+            },
+            "architecture.kernels.gemm_dispatch.norm",
+        ),
+        (
+            {
+                "architecture": {
+                    "generation": "ampere",
+                    "compute_units": {"value": 108, "source": "datasheet", "confidence": "high"},
+                    "kernels": {"gemm_dispatch": {"gemm": {"source": "x", "rules": [{"m_max": 64, "tile": [64, 64]}]}}},
+                }
+            },
+            "architecture.kernels.gemm_dispatch.gemm",
+        ),
+        # or names one of the known dispatches
+        (
+            {
+                "architecture": {
+                    "generation": "ampere",
+                    "compute_units": {"value": 108, "source": "datasheet", "confidence": "high"},
+                    "kernels": {"gemm_dispatch": {"gemm_fp8": "vllm_sm42_fp8"}},
+                }
+            },
+            "architecture.kernels.gemm_dispatch",
+        ),
+    ],
+)
 def test_malformed_profile_names_file_and_field(tmp_path, changes, field):
     path = _user_profile(tmp_path, **changes)
     with pytest.raises(CostModelError) as err:
@@ -132,15 +188,15 @@ DEVICE_NAMES = [
     ("NVIDIA A100-SXM4-40GB", "a100_40gb_sxm"),
     ("A100-SXM4-40GB", "a100_40gb_sxm"),  # older drivers leave out the vendor
     ("NVIDIA A100-SXM4-80GB", "a100_80gb_sxm"),
-    ("NVIDIA A100-PCIE-40GB", None),      # no A100 40GB PCIe profile: never the 80 GB SXM one
+    ("NVIDIA A100-PCIE-40GB", None),  # no A100 40GB PCIe profile: never the 80 GB SXM one
     ("NVIDIA A100 80GB PCIe", "a100_80gb_pcie"),
     ("NVIDIA H100 80GB HBM3", "h100_sxm"),
     ("NVIDIA H100 PCIe", "h100_pcie"),
-    ("NVIDIA H100 NVL", None),            # not the PCIe card
-    ("NVIDIA GH200 480GB", None),         # not an H200
+    ("NVIDIA H100 NVL", None),  # not the PCIe card
+    ("NVIDIA GH200 480GB", None),  # not an H200
     ("NVIDIA H200", "h200_sxm"),
     ("NVIDIA L40S", "l40s"),
-    ("NVIDIA L40", None),                 # not an L40S, nor an L4
+    ("NVIDIA L40", None),  # not an L40S, nor an L4
     ("NVIDIA L4", "l4"),
     ("Tesla T4", "t4"),
     ("NVIDIA B200", "b200"),
@@ -170,8 +226,9 @@ def test_device_names_are_unique_across_profiles():
 
 
 def test_fitted_efficiency_without_architecture_is_refused(tmp_path):
-    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "hardware_profiles" / "a100_80gb_sxm.yaml")
-                          .read_text())
+    data = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "hardware_profiles" / "a100_80gb_sxm.yaml").read_text()
+    )
     data.pop("architecture")
     path = tmp_path / "noarch.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -183,7 +240,7 @@ def test_fitted_efficiency_without_architecture_is_refused(tmp_path):
 
 def test_the_lookup_index_reads_every_id_and_alias():
     """The index reads only each file's id and aliases lines; it must name exactly what the parsed profiles do."""
-    from costmodel.hardware.catalog import profile_index, profile_key, fitted_profiles, load_all
+    from costmodel.hardware.catalog import fitted_profiles, load_all, profile_index, profile_key
 
     profiles = load_all()
     assert set(profile_index()) == {profile_key(n) for p in profiles for n in (p.id, *p.aliases)}

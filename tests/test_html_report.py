@@ -19,12 +19,53 @@ CASES = [
     ["predict", "--gpu", "a100", "--gpu", "h100", "--batch", "8"],
     ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--tp", "2", "--context", "2048"],
     ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "32"],
-    ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--engine", "sglang", "--concurrency", "4",
-     "--input-len", "256", "--output-len", "16", "--num-requests", "8"],
-    ["capacity", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "64", "--tpot-ms",
-     "30"],
-    ["plan", "--gpu", "h100", "--model", "llama-3-8b", "--gpus", "2", "--input-len", "512", "--output-len", "64",
-     "--tpot-ms", "30", "--max-concurrency", "16"],
+    [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3-8b",
+        "--engine",
+        "sglang",
+        "--concurrency",
+        "4",
+        "--input-len",
+        "256",
+        "--output-len",
+        "16",
+        "--num-requests",
+        "8",
+    ],
+    [
+        "capacity",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3-8b",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--tpot-ms",
+        "30",
+    ],
+    [
+        "plan",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "2",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--tpot-ms",
+        "30",
+        "--max-concurrency",
+        "16",
+    ],
     ["derive", "--variant", "mla", "--mode", "generate", "--asymptotic"],  # counts and forms: a table, no chart
 ]
 
@@ -63,8 +104,27 @@ def test_the_plan_chart_marks_the_targets(tmp_path):
     them starred: as many of each as the page's JSON holds, and the targets in the chart's title; the front's range
     is shaded."""
     out = tmp_path / "plan.html"
-    _run(["plan", "--gpu", "h100", "--model", "llama-3-8b", "--gpus", "2", "--input-len", "512", "--output-len", "64",
-          "--tpot-ms", "8", "--max-concurrency", "16", "--html", str(out)])
+    _run(
+        [
+            "plan",
+            "--gpu",
+            "h100",
+            "--model",
+            "llama-3-8b",
+            "--gpus",
+            "2",
+            "--input-len",
+            "512",
+            "--output-len",
+            "64",
+            "--tpot-ms",
+            "8",
+            "--max-concurrency",
+            "16",
+            "--html",
+            str(out),
+        ]
+    )
     page = out.read_text(encoding="utf-8")
     data = json.loads(_between(page, r'<script type="application/json" id="data">(.*?)</script>').replace("<\\/", "</"))
     missed = sum(not p["meets_targets"] for p in data["front"])
@@ -72,7 +132,7 @@ def test_the_plan_chart_marks_the_targets(tmp_path):
 
     def markers(gid: str) -> int:
         start = page.index(f'<g id="{gid}">')
-        return page[start:page.index("<g id=", start + 1)].count("<use")
+        return page[start : page.index("<g id=", start + 1)].count("<use")
 
     assert markers("misses:h100_sxm") == missed and markers("best:h100_sxm") == 1
     assert "TPOT &lt;= 8 ms" in page
@@ -89,7 +149,7 @@ def test_a_model_step_page_puts_its_ops_on_the_roofline(tmp_path, gpu, batch):
     data = json.loads(_between(page, r'<script type="application/json" id="data">(.*?)</script>').replace("<\\/", "</"))
     hw, ops = data["hardware"], [o for o in data["decode"]["ops"] if o["flops"] > 0 and o["bytes"] > 0]
     start = page.index('<g id="roofline_ops">')
-    assert page[start:page.index("<g id=", start + 1)].count("<use") == len(ops) and '<g id="roofline">' in page
+    assert page[start : page.index("<g id=", start + 1)].count("<use") == len(ops) and '<g id="roofline">' in page
     for o in ops:
         roof = min(hw["peak_flops_per_s"], hw["memory_bandwidth_bytes_per_s"] * o["flops"] / o["bytes"])
         assert o["flops"] / o["time_s"] <= roof * (1 + 1e-9), o["name"]
@@ -137,29 +197,61 @@ def test_a_real_browser_opens_the_page_offline_and_draws_its_chart(tmp_path):
         pytest.skip("no chromium on this machine (apt-get install chromium)")
     out = tmp_path / "r.html"
     _run(["predict", "--gpu", "h100", "--model", "llama-3-8b", "--html", str(out)])
-    offline = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--host-resolver-rules=MAP * ~NOTFOUND",
-               f"--user-data-dir={tmp_path / 'profile'}"]
+    offline = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     dom = subprocess.run([*offline, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert "<svg" in dom and "llama_3_8b" in dom and "decode step" in dom
     shot = tmp_path / "shot.png"
-    subprocess.run([*offline, "--window-size=1000,900", f"--screenshot={shot}", out.as_uri()], capture_output=True,
-                   timeout=120, check=True)
+    subprocess.run(
+        [*offline, "--window-size=1000,900", f"--screenshot={shot}", out.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     import matplotlib.image
 
     pixels = matplotlib.image.imread(str(shot))
     assert pixels.shape[0] == 900 and pixels.std() > 0.05  # a page with a chart on it, not a blank one
     # the chart's bars (the figure's blue, #4c72b0) are on screen
-    blue = (abs(pixels[..., 0] - 0x4c / 255) < 0.05) & (abs(pixels[..., 1] - 0x72 / 255) < 0.05) & \
-           (abs(pixels[..., 2] - 0xb0 / 255) < 0.05)
+    blue = (
+        (abs(pixels[..., 0] - 0x4C / 255) < 0.05)
+        & (abs(pixels[..., 1] - 0x72 / 255) < 0.05)
+        & (abs(pixels[..., 2] - 0xB0 / 255) < 0.05)
+    )
     assert blue.sum() > 1000
 
 
-@pytest.mark.parametrize("args,count", [
-    (["sweep", "--gpu", "a100", "--x", "context", "--range", "128:1024:x2"], 3 * 4),
-    (["sweep", "--gpu", "h100", "--model", "llama-3-8b", "--x", "batch", "--range", "1:4:x2", "--input-len", "256",
-      "--output-len", "16"], 3),
-    (["roofline", "--gpu", "a100"], None),
-])
+@pytest.mark.parametrize(
+    "args,count",
+    [
+        (["sweep", "--gpu", "a100", "--x", "context", "--range", "128:1024:x2"], 3 * 4),
+        (
+            [
+                "sweep",
+                "--gpu",
+                "h100",
+                "--model",
+                "llama-3-8b",
+                "--x",
+                "batch",
+                "--range",
+                "1:4:x2",
+                "--input-len",
+                "256",
+                "--output-len",
+                "16",
+            ],
+            3,
+        ),
+        (["roofline", "--gpu", "a100"], None),
+    ],
+)
 def test_a_figure_as_a_page(tmp_path, args, count):
     out = tmp_path / "f.html"
     _run([*args, "--out", str(out)])
@@ -177,8 +269,9 @@ def test_a_figure_as_a_page(tmp_path, args, count):
     assert json.loads(_between(redrawn, r'id="data">(.*?)</script>').replace("<\\/", "</")) == data
 
 
-@pytest.mark.parametrize("model", [[], ["--model", "llama-3-8b", "--input-len", "256", "--output-len", "16"]],
-                         ids=["attention", "a model"])
+@pytest.mark.parametrize(
+    "model", [[], ["--model", "llama-3-8b", "--input-len", "256", "--output-len", "16"]], ids=["attention", "a model"]
+)
 def test_a_sweeps_html_is_its_figures_page(tmp_path, model):
     """``sweep --html FILE`` writes the page ``--out FILE.html`` writes (the same points), beside an image or alone;
     a sweep with neither writes nothing and says what to give."""
@@ -186,8 +279,12 @@ def test_a_sweeps_html_is_its_figures_page(tmp_path, model):
     args = ["sweep", "--gpu", "h100", *x, *model]
     _run([*args, "--out", str(tmp_path / "a.html")])
     _run([*args, "--out", str(tmp_path / "b.png"), "--html", str(tmp_path / "b.html")])
-    points = [json.loads(_between((tmp_path / f).read_text(encoding="utf-8"), r'id="data">(.*?)</script>')
-                         .replace("<\\/", "</")) for f in ("a.html", "b.html")]
+    points = [
+        json.loads(
+            _between((tmp_path / f).read_text(encoding="utf-8"), r'id="data">(.*?)</script>').replace("<\\/", "</")
+        )
+        for f in ("a.html", "b.html")
+    ]
     assert points[0] == points[1] and (tmp_path / "b.png").read_bytes().startswith(b"\x89PNG")
     result = CliRunner().invoke(main, args)
     assert result.exit_code != 0 and "give --out FILE" in result.output and "Traceback" not in result.output

@@ -15,7 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: ``pip install`` with ``costmodel`` (bare, or with extras) among its arguments: PyPI's other project.
-FROM_AN_INDEX = re.compile(r"pip3? install\b[^\n`&;|]*?(?<![\w./@-])[\"']?costmodel(\[[\w,\s-]*\])?[\"']?(?=[\s`'\")]|$)")
+FROM_AN_INDEX = re.compile(
+    r"pip3? install\b[^\n`&;|]*?(?<![\w./@-])[\"']?costmodel(\[[\w,\s-]*\])?[\"']?(?=[\s`'\")]|$)"
+)
 
 
 def _texts() -> list[tuple[str, str]]:
@@ -26,11 +28,18 @@ def _texts() -> list[tuple[str, str]]:
     return [(str(f.relative_to(ROOT)), f.read_text(encoding="utf-8")) for f in files]
 
 
-@pytest.mark.parametrize("line,bad", [
-    ('pip install "costmodel[web]"', True), ("pip install costmodel", True), ("pip install -U 'costmodel[test]'", True),
-    ("python -m pip install costmodel-llm", False), ('python -m pip install -e ".[web]"', False),
-    ("python -m pip install . && costmodel predict --gpu a100", False), ("pip install ./costmodel", False),
-])
+@pytest.mark.parametrize(
+    "line,bad",
+    [
+        ('pip install "costmodel[web]"', True),
+        ("pip install costmodel", True),
+        ("pip install -U 'costmodel[test]'", True),
+        ("python -m pip install costmodel-llm", False),
+        ('python -m pip install -e ".[web]"', False),
+        ("python -m pip install . && costmodel predict --gpu a100", False),
+        ("pip install ./costmodel", False),
+    ],
+)
 def test_the_check_finds_an_install_from_an_index(line, bad):
     assert bool(FROM_AN_INDEX.search(line)) is bad
 
@@ -42,7 +51,6 @@ def test_no_line_installs_costmodel_from_an_index():
 
 def test_the_distribution_is_not_named_costmodel():
     import tomllib
-
     from click.testing import CliRunner
 
     from costmodel.cli.commands import main
@@ -70,12 +78,14 @@ def installed(tmp_path_factory) -> Path:
             shutil.copy2(ROOT / name, source / name)
     wheels, target = tmp / "wheels", tmp / "site"
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = wheels.glob("*.whl")
     assert wheel.name.startswith("costmodel_llm-")
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True,
-                   capture_output=True)
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True)
     return target
 
 

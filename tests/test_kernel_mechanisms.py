@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from costmodel.cli.commands import main
-from costmodel.hardware.profile import ClassEfficiency
 from costmodel.hardware.catalog import load_profile
 from costmodel.hardware.mechanisms import DEFAULT_KERNELS, class_times, efficiency_class, gemm_candidates
+from costmodel.hardware.profile import ClassEfficiency
 
 PREFILL_BLOCK = DEFAULT_KERNELS.prefill_block
-from costmodel.price.origin import resolve, time_model
+from costmodel.price.origin import resolve, time_model  # noqa: E402
 
 KW = dict(peak=1e15, bandwidth=1e12, timing="graph", flops=0.0)
 
@@ -35,8 +35,9 @@ def test_a_group_of_one_streams_its_context_on_one_sm():
     assert gqa.memory == pytest.approx(8e6 / 1e12)
     assert gqa.units == pytest.approx(3e-6)
     # a kernel that always splits prices the group of one like any other
-    always = class_times("decode_attention", eff.model_copy(update={"split_kv": "always"}), sms=4, nbytes=8e6,
-                         shape=mha, **KW)
+    always = class_times(
+        "decode_attention", eff.model_copy(update={"split_kv": "always"}), sms=4, nbytes=8e6, shape=mha, **KW
+    )
     assert always.memory == pytest.approx(8e6 / 1e12)
 
 
@@ -44,8 +45,7 @@ def test_a_group_of_one_streams_its_context_on_one_sm():
 def test_packed_queries_are_copied_only_for_a_batch_of_grouped_kv_heads(b, h, g, copies):
     # the group-packing transpose is a view for one sequence or one KV head, a copy otherwise (hand cases)
     eff = ClassEfficiency(fixed_s={"graph": 1e-6}, split_kv="grouped", group_copy_s=5e-6)
-    t = class_times("decode_attention", eff, sms=100, nbytes=0.0, shape={"b": b, "g": g, "h": h, "positions": 1},
-                    **KW)
+    t = class_times("decode_attention", eff, sms=100, nbytes=0.0, shape={"b": b, "g": g, "h": h, "positions": 1}, **KW)
     assert t.fixed == pytest.approx(1e-6 + copies * 5e-6)
 
 
@@ -53,16 +53,51 @@ def test_a_one_token_prompt_is_priced_as_the_decode_kernel():
     hw = load_profile("a100")
     model = time_model(hw)
     decode = model.resolved.get("decode_attention")
-    r = CliRunner().invoke(main, ["predict", "--gpu", "a100", "--variant", "gqa", "--groups", "2", "--heads", "8",
-                                  "--d-model", "1024", "--head-dim", "128", "--value-dim", "128", "--batch", "16",
-                                  "--mode", "batched", "--seq", "1", "--context", "1", "--execution", "fused",
-                                  "--json"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "predict",
+            "--gpu",
+            "a100",
+            "--variant",
+            "gqa",
+            "--groups",
+            "2",
+            "--heads",
+            "8",
+            "--d-model",
+            "1024",
+            "--head-dim",
+            "128",
+            "--value-dim",
+            "128",
+            "--batch",
+            "16",
+            "--mode",
+            "batched",
+            "--seq",
+            "1",
+            "--context",
+            "1",
+            "--execution",
+            "fused",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     op = next(o for o in json.loads(r.output)["ops"] if o["name"] == "attention")
     # the decode class's own parameters on the decode kernel's shape: 16 sequences x 2 KV heads, 1 position
-    t = class_times("decode_attention", decode, peak=hw.peak("bf16"), bandwidth=hw.bandwidth,
-                    sms=hw.architecture.compute_units.value, timing="graph", flops=op["flops"], nbytes=op["bytes"],
-                    shape={"b": 16, "g": 2, "h": 8, "positions": 1})
+    t = class_times(
+        "decode_attention",
+        decode,
+        peak=hw.peak("bf16"),
+        bandwidth=hw.bandwidth,
+        sms=hw.architecture.compute_units.value,
+        timing="graph",
+        flops=op["flops"],
+        nbytes=op["bytes"],
+        shape={"b": 16, "g": 2, "h": 8, "positions": 1},
+    )
     assert op["time_s"] == pytest.approx(float(t.time), rel=1e-12)
     assert decode.group_copy_s > 0 and op["time_s"] > decode.fixed_s["graph"] + decode.group_copy_s
 
@@ -71,14 +106,20 @@ def test_published_one_token_prefills_are_reported_as_prefill_and_priced_as_deco
     from costmodel.validation.published import read_folder
     from costmodel.validation.published_report import validate_published
 
-    header = ("framework,version,device,op_name,kernel_source,batch_size,isl,num_heads,num_key_value_heads,"
-              "head_dim,beam_width,attn_dtype,kv_cache_dtype,step,latency\n")
-    rows = "".join(f"VLLM,0,x,context_attention,v,{b},{s},8,2,128,1,bfloat16,bfloat16,0,0.02\n"
-                   for b, s in ((4, 1), (16, 1), (4, 512)))
+    header = (
+        "framework,version,device,op_name,kernel_source,batch_size,isl,num_heads,num_key_value_heads,"
+        "head_dim,beam_width,attn_dtype,kv_cache_dtype,step,latency\n"
+    )
+    rows = "".join(
+        f"VLLM,0,x,context_attention,v,{b},{s},8,2,128,1,bfloat16,bfloat16,0,0.02\n"
+        for b, s in ((4, 1), (16, 1), (4, 512))
+    )
     (tmp_path / "a100_sxm_vllm_0.0.1_context_attention.csv").write_text(header + rows)
     tables, _ = read_folder(tmp_path)
     assert sorted((t.op_class, t.priced_class, len(t)) for t in tables) == [
-        ("prefill_attention", "decode_attention", 2), ("prefill_attention", "prefill_attention", 1)]
+        ("prefill_attention", "decode_attention", 2),
+        ("prefill_attention", "prefill_attention", 1),
+    ]
     report = validate_published(tables)
     assert {r["op_class"] for r in report["rows"]} == {"prefill_attention"}
     one = next(r for r in report["rows"] if r["isl"] == 1 and r["batch_size"] == 16)
@@ -89,9 +130,11 @@ def test_published_one_token_prefills_are_reported_as_prefill_and_priced_as_deco
 
 def test_gemm_configurations_include_split_k_and_not():
     # M=1, N=64, K=1024 on 4 SMs: one 64x64 tile can be split into 4 chunks of 256 or run whole
-    got = {int(s): float(c) for c, s in gemm_candidates(1, 1, 1024, 64, sms=4, small_tile_exponent=0)
-           if c == min(c2 for c2, s2 in gemm_candidates(1, 1, 1024, 64, sms=4, small_tile_exponent=0)
-                       if int(s2) == int(s))}
+    got = {
+        int(s): float(c)
+        for c, s in gemm_candidates(1, 1, 1024, 64, sms=4, small_tile_exponent=0)
+        if c == min(c2 for c2, s2 in gemm_candidates(1, 1, 1024, 64, sms=4, small_tile_exponent=0) if int(s2) == int(s))
+    }
     assert got[4] == 4 * 64 * 64 * 256 * 2  # one wave of 4 SMs, each a quarter of the reduction
     assert got[1] == 4 * 64 * 64 * 1024 * 2  # one wave of one tile (the other SMs idle)
 
@@ -114,7 +157,7 @@ def _packed_blocks_brute(n, r):
     """Key blocks a causal prompt of n positions computes when a tile holds B/r positions of r heads:
     rows are (position, head) in position order, B rows a tile; a tile reads up to its last position."""
     rows = [p for p in range(n) for _ in range(r)]
-    tiles = [rows[i:i + PREFILL_BLOCK] for i in range(0, len(rows), PREFILL_BLOCK)]
+    tiles = [rows[i : i + PREFILL_BLOCK] for i in range(0, len(rows), PREFILL_BLOCK)]
     return sum(max(t) // PREFILL_BLOCK + 1 for t in tiles)
 
 
@@ -124,8 +167,18 @@ def test_packed_prefill_tiles_equal_a_brute_force_count(n, h, g):
     k = 128
     per_pair = 4 * k  # QK and PV multiply-adds of one pair of one head
     flops = per_pair * h * n * n
-    t = class_times("prefill_attention", eff, peak=1e15, bandwidth=1e15, sms=10 ** 6, timing="graph", flops=flops,
-                    nbytes=0.0, shape={"b": 1, "h": h, "g": g, "n": n, "m": n}, on={"tiles", "causal", "compute"})
+    t = class_times(
+        "prefill_attention",
+        eff,
+        peak=1e15,
+        bandwidth=1e15,
+        sms=10**6,
+        timing="graph",
+        flops=flops,
+        nbytes=0.0,
+        shape={"b": 1, "h": h, "g": g, "n": n, "m": n},
+        on={"tiles", "causal", "compute"},
+    )
     r = h // g
     if r > 1:
         blocks = g * _packed_blocks_brute(n, r)  # tiles of one KV head's group, times its g groups
@@ -134,17 +187,29 @@ def test_packed_prefill_tiles_equal_a_brute_force_count(n, h, g):
         blocks = h * T * (T + 1) // 2
     # a million SMs: one wave, each computed pair of each row at the peak
     tiles = g * math.ceil(n * r / PREFILL_BLOCK) if r > 1 else h * math.ceil(n / PREFILL_BLOCK)
-    waves = math.ceil(tiles / 10 ** 6) * 10 ** 6 / tiles
-    assert t.compute == pytest.approx(max(blocks * PREFILL_BLOCK ** 2 * per_pair * waves / 1e15,
-                                          math.ceil(n / PREFILL_BLOCK) * PREFILL_BLOCK ** 2 * 10 ** 6 * per_pair / 1e15))
+    waves = math.ceil(tiles / 10**6) * 10**6 / tiles
+    assert t.compute == pytest.approx(
+        max(
+            blocks * PREFILL_BLOCK**2 * per_pair * waves / 1e15,
+            math.ceil(n / PREFILL_BLOCK) * PREFILL_BLOCK**2 * 10**6 * per_pair / 1e15,
+        )
+    )
 
 
 @pytest.mark.parametrize("h,sms,waves", [(1, 1, 4), (1, 4, 1), (3, 4, 3), (1, 3, 2)])
 def test_every_prefill_tile_pays_its_prologue_in_whole_waves(h, sms, waves):
     # 512 positions: 4 query tiles per head, h * 4 tiles over `sms` SMs run in ceil(4 h / sms) waves
     shape = {"b": 1, "h": h, "g": h, "n": 512, "m": 512}
-    kw = dict(peak=1e15, bandwidth=1e15, sms=sms, timing="graph", flops=h * 4 * 128 * 512 * 512, nbytes=0.0,
-              shape=shape, on={"tiles", "causal", "compute"})
+    kw = dict(
+        peak=1e15,
+        bandwidth=1e15,
+        sms=sms,
+        timing="graph",
+        flops=h * 4 * 128 * 512 * 512,
+        nbytes=0.0,
+        shape=shape,
+        on={"tiles", "causal", "compute"},
+    )
     base = ClassEfficiency(compute_efficiency=1.0)
     plain = class_times("prefill_attention", base, **kw).compute
     tiled = class_times("prefill_attention", base.model_copy(update={"tile_s": 1e-6}), **kw).compute
@@ -155,8 +220,8 @@ def test_every_prefill_tile_pays_its_prologue_in_whole_waves(h, sms, waves):
     # by hand: 1 + 2 + 3 + 4 = 10 blocks a head in whole waves, each tile's prologue once per wave; the last
     # tile (4 blocks, one SM) and its prologue bound the kernel from below
     pair_s = 4 * 128 / 1e15  # QK and PV multiply-adds of one pair at the peak
-    spread = h * 10 * 128 ** 2 * pair_s * (waves * sms / (4 * h)) + waves * 1e-6
-    longest = 4 * 128 ** 2 * pair_s * sms + 1e-6
+    spread = h * 10 * 128**2 * pair_s * (waves * sms / (4 * h)) + waves * 1e-6
+    longest = 4 * 128**2 * pair_s * sms + 1e-6
     assert tiled == pytest.approx(max(spread, longest))
     assert plain == pytest.approx(max(spread - waves * 1e-6, longest - 1e-6))
 
@@ -170,14 +235,20 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
     assert inside.units - outside.units == pytest.approx(2 * 2 * 1000 * 2 * 256 * 2 / 0.5e12)
     from costmodel.hardware.mechanisms import op_shape
 
-    got = op_shape("prefill_attention", {"b": 2, "n": 1000, "m": 1000, "h": 8, "g": 2, "k": 128, "v": 128},
-                   "batched", None, "attention", 2)
+    got = op_shape(
+        "prefill_attention",
+        {"b": 2, "n": 1000, "m": 1000, "h": 8, "g": 2, "k": 128, "v": 128},
+        "batched",
+        None,
+        "attention",
+        2,
+    )
     assert got.write_bytes == shape["write_bytes"]
 
 
 def test_a_prompt_whose_attention_call_does_not_write_the_cache_writes_it_in_a_kernel_of_its_own(tmp_path):
-    from costmodel.model.step import phase_ops, pricing
     from costmodel.model.presets import load_model
+    from costmodel.model.step import phase_ops, pricing
     from costmodel.validation.published import read_folder
 
     # vLLM 0.16 moved the write out of the attention backends' forward: a 0.19 prompt table holds none, 0.14 does
@@ -201,17 +272,22 @@ def test_a_prompt_whose_attention_call_does_not_write_the_cache_writes_it_in_a_k
     assert any(s.name == "kv_append" for s in phase_ops(m, pricing(m, load_profile("h100_sxm")), "decode", 2, 1000, 1))
 
 
-@pytest.mark.parametrize("kind,name,cls", [("elementwise", "ffn_act", "activation"),
-                                           ("elementwise", "experts_act", "activation"),
-                                           ("elementwise", "rope", "rotary"),
-                                           ("elementwise", "residuals", "elementwise"),
-                                           ("elementwise", "norm_0", "norm"),
-                                           ("elementwise", "final_norm", "norm"),
-                                           ("elementwise", "kv_norm", "norm"),
-                                           ("elementwise", "layernorm_1", "layernorm"),
-                                           ("elementwise", "final_layernorm", "layernorm"),
-                                           ("elementwise", "softmax", "softmax"),
-                                           ("copy", "kv_append", "copy")])
+@pytest.mark.parametrize(
+    "kind,name,cls",
+    [
+        ("elementwise", "ffn_act", "activation"),
+        ("elementwise", "experts_act", "activation"),
+        ("elementwise", "rope", "rotary"),
+        ("elementwise", "residuals", "elementwise"),
+        ("elementwise", "norm_0", "norm"),
+        ("elementwise", "final_norm", "norm"),
+        ("elementwise", "kv_norm", "norm"),
+        ("elementwise", "layernorm_1", "layernorm"),
+        ("elementwise", "final_layernorm", "layernorm"),
+        ("elementwise", "softmax", "softmax"),
+        ("copy", "kv_append", "copy"),
+    ],
+)
 def test_engine_kernels_have_their_own_classes(kind, name, cls):
     assert efficiency_class(kind, name) == cls
 
@@ -268,14 +344,19 @@ def test_kernel_facts_are_the_devices_data():
 
     import costmodel
     from costmodel.hardware.catalog import _parse
-    from costmodel.price.op import Conventions, KernelOp, price
     from costmodel.hardware.shapes import GemmShape
+    from costmodel.price.op import Conventions, KernelOp, price
 
     a100 = costmodel.load_profile("a100")
     assert a100.kernels.gemm_tiles[0] == (64, 64) and "CUTLASS" in a100.kernels.source
     data = json.loads(a100.model_dump_json(exclude_none=True))
-    data["architecture"]["kernels"] = {"gemm_tiles": [[128, 128]], "split_k_min": 4096, "decode_block": 256,
-                                       "prefill_block": 64, "source": "a made-up library"}
+    data["architecture"]["kernels"] = {
+        "gemm_tiles": [[128, 128]],
+        "split_k_min": 4096,
+        "decode_block": 256,
+        "prefill_block": 64,
+        "source": "a made-up library",
+    }
     one_tile = _parse(json.dumps(data), "one_tile.json")
     eff = one_tile.efficiency.classes["gemm"]
     op = KernelOp("projection", "q_proj", "bf16", 2.0 * 4096 * 4096, 2.0 * (4096 + 4096 * 4096 + 4096))
@@ -306,13 +387,22 @@ def test_flash_attention_2s_combine_reads_its_splits_one_after_another():
     not split; the same parameters on a FlashAttention-3 device add nothing of it."""
     from costmodel.hardware.profile import KernelFacts
 
-    eff = ClassEfficiency(fixed_s={"graph": 5e-6}, bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6, unit_sm_s=3e-6,
-                          split_s=4e-6, split_kv="grouped", unsplit_sm_bandwidth=2e10, group_copy_s=6e-6,
-                          combine_split_s=2e-7)
+    eff = ClassEfficiency(
+        fixed_s={"graph": 5e-6},
+        bandwidth_ceiling=0.8,
+        bandwidth_half_bytes=1e6,
+        unit_sm_s=3e-6,
+        split_s=4e-6,
+        split_kv="grouped",
+        unsplit_sm_bandwidth=2e10,
+        group_copy_s=6e-6,
+        combine_split_s=2e-7,
+    )
     base = eff.model_copy(update={"combine_split_s": 0.0})
     shape = {"b": np.array([1.0, 16.0]), "g": np.array([1.0, 8.0]), "h": 32, "positions": np.array([16383.0, 255.0])}
-    kw = dict(peak=312e12, bandwidth=2.039e12, sms=108, timing="graph", flops=np.zeros(2), nbytes=np.full(2, 1e6),
-              shape=shape)
+    kw = dict(
+        peak=312e12, bandwidth=2.039e12, sms=108, timing="graph", flops=np.zeros(2), nbytes=np.full(2, 1e6), shape=shape
+    )
     fa2 = KernelFacts(decode_kernel="flash_attention_2")
     got = class_times("decode_attention", eff, kernels=fa2, **kw).units
     plain = class_times("decode_attention", base, kernels=fa2, **kw).units
@@ -323,5 +413,7 @@ def test_flash_attention_2s_combine_reads_its_splits_one_after_another():
     assert got[1] == pytest.approx(3e-6 * 16 * 8 / 108)
     assert plain[1] == pytest.approx(got[1] + 4e-6)
     fa3 = KernelFacts(decode_kernel="flash_attention_3")
-    assert class_times("decode_attention", eff, kernels=fa3, **kw).units.tolist() == \
-        class_times("decode_attention", base, kernels=fa3, **kw).units.tolist()
+    assert (
+        class_times("decode_attention", eff, kernels=fa3, **kw).units.tolist()
+        == class_times("decode_attention", base, kernels=fa3, **kw).units.tolist()
+    )

@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from costmodel.cli.commands import main
-from costmodel.hardware.profile import ClassEfficiency
 from costmodel.hardware.catalog import load_all, load_profile
 from costmodel.hardware.mechanisms import DEFAULT_KERNELS, causal_pairs, class_times, gemm_tiled_flops
+from costmodel.hardware.profile import ClassEfficiency
 
 DECODE_BLOCK = DEFAULT_KERNELS.decode_block
-from costmodel.price.origin import attention_kind, resolve, reference_for, time_model
+from costmodel.price.origin import attention_kind, reference_for, resolve, time_model  # noqa: E402
 
 
 def test_causal_pairs_equal_a_brute_force_count():
@@ -50,8 +50,9 @@ def test_rectangular_causal_blocks_equal_a_brute_force_count():
         window = int(rng.integers(1, 900))
         assert blocked_causal_pairs(n, m, rows, keys) == _brute_blocks(n, m, rows, keys) * rows * keys
         if rows != keys or m == n:  # square tiles: exact where the queries start on a block boundary (a prompt)
-            assert windowed_pairs(n, m, window, True, rows, keys) == \
-                _brute_blocks(n, m, rows, keys, window) * rows * keys
+            assert (
+                windowed_pairs(n, m, window, True, rows, keys) == _brute_blocks(n, m, rows, keys, window) * rows * keys
+            )
     # arrays of tiles give each row its own count
     got = blocked_causal_pairs(np.array([300, 300]), np.array([300, 300]), 64, np.array([128, 256]))
     assert list(got) == [_brute_blocks(300, 300, 64, 128) * 64 * 128, _brute_blocks(300, 300, 64, 256) * 64 * 256]
@@ -80,8 +81,16 @@ def test_a_synchronous_prompt_kernel_adds_its_loads_to_its_products_by_hand():
 
     eff = ClassEfficiency()
     shape = {"b": 1, "h": 1, "g": 1, "n": 64, "m": 64, "k": 128}
-    kw = dict(peak=1e15, bandwidth=1e12, sms=10, timing="graph", flops=4 * 128 * 64 * 64, nbytes=2e6, shape=shape,
-              on={"compute", "tiles", "causal"})
+    kw = dict(
+        peak=1e15,
+        bandwidth=1e12,
+        sms=10,
+        timing="graph",
+        flops=4 * 128 * 64 * 64,
+        nbytes=2e6,
+        shape=shape,
+        on={"compute", "tiles", "causal"},
+    )
     fa2 = class_times("prefill_attention", eff, kernels=KernelFacts(decode_kernel="flash_attention_2"), **kw)
     tile = 64 * 128 * 4 * 128 / (1e15 / 10)  # the tile's products on one SM
     assert fa2.compute == pytest.approx(tile)
@@ -102,14 +111,16 @@ def test_gemm_tiles_by_hand():
 
 
 def test_bandwidth_curve_and_fixed_cost_by_hand():
-    eff = ClassEfficiency(fixed_s={"graph": 5e-6}, bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6,
-                          bandwidth_exponent=0.5)
+    eff = ClassEfficiency(
+        fixed_s={"graph": 5e-6}, bandwidth_ceiling=0.8, bandwidth_half_bytes=1e6, bandwidth_exponent=0.5
+    )
     t = class_times("norm", eff, peak=1e15, bandwidth=1e12, sms=100, timing="graph", flops=0, nbytes=1e6, shape={})
     # at the half-bandwidth size the achieved bandwidth is half the ceiling: 1 MB at 0.4 TB/s = 2.5 us
     assert t.memory == pytest.approx(2.5e-6)
     assert t.time == pytest.approx(7.5e-6)
-    off = class_times("norm", eff, peak=1e15, bandwidth=1e12, sms=100, timing="graph", flops=0, nbytes=1e6,
-                      shape={}, on={"compute"})
+    off = class_times(
+        "norm", eff, peak=1e15, bandwidth=1e12, sms=100, timing="graph", flops=0, nbytes=1e6, shape={}, on={"compute"}
+    )
     assert off.time == pytest.approx(1e-6)  # datasheet bandwidth, no fixed cost
 
 
@@ -163,8 +174,9 @@ def test_a_vector_kernel_carries_its_bandwidth_per_sm_cycle_not_its_fraction_of_
     assert vector_bandwidth_scale(h100, h200) == pytest.approx(3.35 / 4.8)  # one die, the same SMs and clock
     src = resolve(h100, "graph").get("activation")
     got = transfer(src, h100, b200, "activation")
-    per_sm_cycle = lambda eff, p: (eff.bandwidth_ceiling * p.bandwidth  # noqa: E731
-                                   / (p.architecture.compute_units.value * p.architecture.clock_hz.value))
+    per_sm_cycle = lambda eff, p: (  # noqa: E731
+        eff.bandwidth_ceiling * p.bandwidth / (p.architecture.compute_units.value * p.architecture.clock_hz.value)
+    )
     assert per_sm_cycle(got, b200) == pytest.approx(per_sm_cycle(src, h100))
     # the ramp lasts as long: half-bandwidth bytes over the achieved bandwidth
     ramp = lambda eff, p: eff.bandwidth_half_bytes / (eff.bandwidth_ceiling * p.bandwidth)  # noqa: E731
@@ -218,8 +230,14 @@ def test_without_all_is_the_datasheet_roofline():
     p = predict(w, hw, without=("all",))
     assert p.mechanisms == []
     for op in p.ops:
-        assert op.time_s == pytest.approx(max(op.flops / hw.peak("bf16") if op.einsum or op.name == "attention"
-                                              else op.flops / hw.vector_peak("bf16"), op.bytes / hw.bandwidth))
+        assert op.time_s == pytest.approx(
+            max(
+                op.flops / hw.peak("bf16")
+                if op.einsum or op.name == "attention"
+                else op.flops / hw.vector_peak("bf16"),
+                op.bytes / hw.bandwidth,
+            )
+        )
     fitted = predict(w, hw)
     assert fitted.total.time_s > p.total.time_s  # the datasheet roofline is a lower bound
     assert any("fitted on a100_80gb_sxm" in a for a in fitted.assumptions)
@@ -245,8 +263,15 @@ def test_published_json_contract(published_report):
         assert {"source", "gpu", "profile", "op_class", "measured_s", "predicted_s", "error_pct"} <= set(row)
         assert row["error_pct"] == pytest.approx((row["predicted_s"] / row["measured_s"] - 1) * 100, abs=1e-3)
     for s in report["summary"]:
-        assert {"source", "gpu", "op_class", "n", "median_abs_error_pct", "p90_abs_error_pct",
-                "median_measured_over_predicted"} <= set(s)
+        assert {
+            "source",
+            "gpu",
+            "op_class",
+            "n",
+            "median_abs_error_pct",
+            "p90_abs_error_pct",
+            "median_measured_over_predicted",
+        } <= set(s)
     assert "aiconfigurator  a100_sxm  decode_attention" in text
 
 
@@ -286,8 +311,7 @@ def test_a_new_gpu_in_the_same_layout_is_read_through_its_alias(tmp_path):
 def test_impossible_rows_are_rejected_with_a_count(tmp_path):
     header = "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n"
     # 8192^3 x 2 FLOPs = 1.1 PFLOP in 1 us is far beyond the A100's 312 TFLOP/s; the other row is plausible
-    rows = ("VLLM,0,x,gemm,v,bfloat16,8192,8192,8192,0.001\n"
-            "VLLM,0,x,gemm,v,bfloat16,4096,4096,4096,0.6\n")
+    rows = "VLLM,0,x,gemm,v,bfloat16,8192,8192,8192,0.001\nVLLM,0,x,gemm,v,bfloat16,4096,4096,4096,0.6\n"
     (tmp_path / "a100_sxm_vllm_0.0.1_gemm.csv").write_text(header + rows)
     r = CliRunner().invoke(main, ["validate", "--published", str(tmp_path)])
     assert r.exit_code == 0, r.output
@@ -321,7 +345,9 @@ def test_a_cpu_fit_uses_only_the_mechanisms_it_covers():
 
     data = load_profile("epyc_9004_2vcpu").model_dump(mode="json")
     data["efficiency"] = {
-        "data": ["a calibration"], "method": "by hand", "mechanisms": ["fixed", "bandwidth", "compute"],
+        "data": ["a calibration"],
+        "method": "by hand",
+        "mechanisms": ["fixed", "bandwidth", "compute"],
         "classes": {"gemm": {"fixed_s": {"eager": 1e-5}, "bandwidth_ceiling": 0.5, "fitted": ["fixed"]}},
     }
     hw = HardwareProfile.model_validate(data)
@@ -345,15 +371,19 @@ def test_a_kernel_that_streams_then_computes_adds_its_compute_and_memory_time():
     w = Workload.create("mqa", batch=4, d_model=512, heads=8, context=4096, dtype="fp32", execution="fused")
     times = {}
     for way in ("max", "sum"):
-        data["efficiency"] = {"data": ["a calibration"], "method": "by hand",
-                              "mechanisms": ["fixed", "bandwidth", "compute"],
-                              "classes": {"decode_attention": {**fused, "overlap": way, "fitted": ["fixed"]}}}
+        data["efficiency"] = {
+            "data": ["a calibration"],
+            "method": "by hand",
+            "mechanisms": ["fixed", "bandwidth", "compute"],
+            "classes": {"decode_attention": {**fused, "overlap": way, "fitted": ["fixed"]}},
+        }
         hw = HardwareProfile.model_validate(data)
         p = predict(w, hw, timing="eager")
         op = next(o for o in p.ops if o.name == "attention")
         # the assumptions say which classes add up their compute and memory
-        assert any("compute + memory instead of max" in a and "decode_attention" in a
-                   for a in p.assumptions) == (way == "sum")
+        assert any("compute + memory instead of max" in a and "decode_attention" in a for a in p.assumptions) == (
+            way == "sum"
+        )
         # by hand: per query head and position, 4 k FLOPs of the two products and 1 + 5 of scale and
         # softmax (the program's stated counts); K and V of the one head, the query and the output
         positions, k = 4097, 64
@@ -380,13 +410,31 @@ def test_a_cpu_class_fit_tells_a_kernel_that_overlaps_from_one_that_does_not(way
     flops = rows / 8 * nbytes * (0.4 * peak) / (0.5 * bandwidth)
     compute, memory = flops / (0.4 * peak), nbytes / (0.5 * bandwidth)
     measured = 3e-5 + (compute + memory if way == "sum" else np.maximum(compute, memory))
-    table = Table(source="by hand", gpu="cpu", profile=hw.id, op_class="decode_attention", timing="eager",
-                  dtype="fp32", file="", fields={}, measured_s=measured, flops=flops, nbytes=nbytes, shape={})
-    eff = fit_overlap([table], hw, ("fixed", "compute_efficiency", "bandwidth_ceiling"),
-                      on=frozenset({"fixed", "bandwidth", "compute"}), starts=5)
+    table = Table(
+        source="by hand",
+        gpu="cpu",
+        profile=hw.id,
+        op_class="decode_attention",
+        timing="eager",
+        dtype="fp32",
+        file="",
+        fields={},
+        measured_s=measured,
+        flops=flops,
+        nbytes=nbytes,
+        shape={},
+    )
+    eff = fit_overlap(
+        [table],
+        hw,
+        ("fixed", "compute_efficiency", "bandwidth_ceiling"),
+        on=frozenset({"fixed", "bandwidth", "compute"}),
+        starts=5,
+    )
     assert eff.overlap == way and "overlap" in eff.fitted
-    assert (eff.compute_efficiency, eff.bandwidth_ceiling, eff.fixed_s["eager"]) == pytest.approx((0.4, 0.5, 3e-5),
-                                                                                                    rel=1e-3)
+    assert (eff.compute_efficiency, eff.bandwidth_ceiling, eff.fixed_s["eager"]) == pytest.approx(
+        (0.4, 0.5, 3e-5), rel=1e-3
+    )
 
 
 def test_an_unfused_causal_mask_is_read_broadcast():
@@ -399,8 +447,14 @@ def test_an_unfused_causal_mask_is_read_broadcast():
     assert full.bytes == causal.bytes == 2 * 3 * 4 * 8 * 256 * 256  # the paper's op: logits in and out, mask
     # the memory side shrinks by the [b, h, n, m] mask less one [n, m] mask, in bf16
     eff = resolve(hw, "graph").get("elementwise")
+
     def memory(nbytes):
-        return nbytes / (hw.bandwidth * eff.bandwidth_ceiling) * (1 + (eff.bandwidth_half_bytes / nbytes) ** eff.bandwidth_exponent)
+        return (
+            nbytes
+            / (hw.bandwidth * eff.bandwidth_ceiling)
+            * (1 + (eff.bandwidth_half_bytes / nbytes) ** eff.bandwidth_exponent)
+        )
+
     assert full.memory_s == pytest.approx(memory(full.bytes))
     assert causal.memory_s == pytest.approx(memory(full.bytes - 2 * 4 * 8 * 256 * 256 + 2 * 256 * 256))
 

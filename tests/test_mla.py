@@ -10,8 +10,8 @@ import sympy
 from click.testing import CliRunner
 
 from costmodel import derive
-from costmodel.counts import symbols as S
 from costmodel.cli.commands import main
+from costmodel.counts import symbols as S
 from costmodel.counts.mla import build_mla_program
 
 torch = pytest.importorskip("torch")
@@ -35,8 +35,12 @@ def _weights(dims, q_lora):
     g = torch.Generator().manual_seed(0)
     r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64) / shape[0] ** 0.5  # noqa: E731
     D = dims
-    w = {"P_kva": r(D["d"], D["c"] + D["p"]), "W_kvnorm": 1 + r(D["c"]) / 4,
-         "P_kvb": r(D["c"], D["h"], D["k"] + D["v"]), "P_o": r(D["h"], D["v"], D["d"])}
+    w = {
+        "P_kva": r(D["d"], D["c"] + D["p"]),
+        "W_kvnorm": 1 + r(D["c"]) / 4,
+        "P_kvb": r(D["c"], D["h"], D["k"] + D["v"]),
+        "P_o": r(D["h"], D["v"], D["d"]),
+    }
     if q_lora:
         w |= {"P_qa": r(D["d"], D["l"]), "W_qnorm": 1 + r(D["l"]) / 4, "P_qb": r(D["l"], D["h"], D["k"] + D["p"])}
     else:
@@ -55,9 +59,9 @@ def reference(x, memory, w, dims, q_lora, decode):
     q_in = _rms(x @ w["P_qa"], w["W_qnorm"]) if q_lora else x
     q = torch.einsum("bnx,xhe->bhne", q_in, w["P_qb"] if q_lora else w["P_q"])
     kv = memory @ w["P_kva"]
-    latent, k_rope = _rms(kv[..., :D["c"]], w["W_kvnorm"]), kv[..., D["c"]:]
+    latent, k_rope = _rms(kv[..., : D["c"]], w["W_kvnorm"]), kv[..., D["c"] :]
     up = torch.einsum("bmc,chj->bhmj", latent, w["P_kvb"])
-    k_nope, v = up[..., :D["k"]], up[..., D["k"]:]
+    k_nope, v = up[..., : D["k"]], up[..., D["k"] :]
     keys = torch.cat([k_nope, k_rope[:, None].expand(-1, D["h"], -1, -1)], -1)
     scores = torch.einsum("bhne,bhme->bhnm", q, keys) / (D["k"] + D["p"]) ** 0.5
     if not decode:
@@ -79,7 +83,7 @@ class Interpreter:
     def _part(self, base: str, part: str) -> slice:
         letter = next(i for i in self.layout[base] if i in PARTS)
         order = PARTS[letter]
-        start = sum(self.dims[a] for a in order[:order.index(part)])
+        start = sum(self.dims[a] for a in order[: order.index(part)])
         return slice(start, start + self.dims[part])
 
     def read(self, name: str):
@@ -103,7 +107,7 @@ class Interpreter:
         env["x" if decode else "X"], env["M"] = x, memory
         if decode:  # the cache holds the memory's rows, computed the same way
             kv = memory @ env["P_kva"]
-            env["KV"] = torch.cat([_rms(kv[..., :dims["c"]], env["W_kvnorm"]), kv[..., dims["c"]:]], -1)
+            env["KV"] = torch.cat([_rms(kv[..., : dims["c"]], env["W_kvnorm"]), kv[..., dims["c"] :]], -1)
         for op in program.ops:
             if op.kind == "einsum":
                 result = torch.einsum(op.einsum, *(self.read(t.name) for t in op.inputs))
@@ -141,8 +145,10 @@ def test_absorbed_and_naive_forms_give_the_reference_outputs(mode, q_lora):
         memory = x  # self-attention over the prompt (n = m)
     dims = {**D, "n": D["m"]} if not decode else D
     expected = reference(x, memory, w, dims, q_lora, decode)
-    outputs = {form: Interpreter(dims, w).run(build_mla_program(mode, form, q_lora=q_lora), x, memory, decode)
-               for form in ("naive", "absorbed")}
+    outputs = {
+        form: Interpreter(dims, w).run(build_mla_program(mode, form, q_lora=q_lora), x, memory, decode)
+        for form in ("naive", "absorbed")
+    }
     for form, y in outputs.items():
         torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10, msg=form)
 
@@ -184,13 +190,16 @@ def test_asymptotic_ratio_of_absorbed_decode():
     assert set(beside) == {"mha", "gqa", "mqa"}
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--variant", "gqa", "--kv-rank", "512"], "--kv-rank applies to --variant mla only"),
-    (["--variant", "mla", "--groups", "2"], "groups 2 is only valid with variant gqa"),
-    (["--variant", "mla", "--cache-append", "concat"], "mla appends its latent in place"),
-    (["--variant", "mla", "--mode", "single-query"], "unknown mode for mla 'single-query'"),
-    (["--variant", "mla", "--q-rank", "64"], "--q-rank needs --q-lora"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--variant", "gqa", "--kv-rank", "512"], "--kv-rank applies to --variant mla only"),
+        (["--variant", "mla", "--groups", "2"], "groups 2 is only valid with variant gqa"),
+        (["--variant", "mla", "--cache-append", "concat"], "mla appends its latent in place"),
+        (["--variant", "mla", "--mode", "single-query"], "unknown mode for mla 'single-query'"),
+        (["--variant", "mla", "--q-rank", "64"], "--q-rank needs --q-lora"),
+    ],
+)
 def test_derive_mla_errors(args, expected):
     result = CliRunner().invoke(main, ["derive", *args])
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]

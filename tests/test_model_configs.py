@@ -15,8 +15,8 @@ from costmodel.core.errors import CostModelError
 from costmodel.hardware.catalog import load_profile
 from costmodel.model.memory import active_params, kv_cache_elements, param_count, param_groups, weight_width
 from costmodel.model.ops import device_slice, experts_touched, step_ops
-from costmodel.model.step import predict_model
 from costmodel.model.presets import load_model
+from costmodel.model.step import predict_model
 
 # --- parameter counts: transformers' configuration classes, models instantiated on the meta device -----
 
@@ -43,10 +43,20 @@ ARCHITECTURES = {
     "stablelm": ("StableLmConfig", {}),
     "cohere": ("CohereConfig", {}),
     # DeepSeek-V2-Lite's shape (no query latent, 6 of 64 experts, first layer dense) and DeepSeek-V3's defaults
-    "deepseek_v2_lite": ("DeepseekV2Config", {"hidden_size": 2048, "intermediate_size": 10944, "num_hidden_layers": 27,
-                                              "num_attention_heads": 16, "num_key_value_heads": 16,
-                                              "moe_intermediate_size": 1408, "num_experts_per_tok": 6,
-                                              "first_k_dense_replace": 1, "q_lora_rank": None}),
+    "deepseek_v2_lite": (
+        "DeepseekV2Config",
+        {
+            "hidden_size": 2048,
+            "intermediate_size": 10944,
+            "num_hidden_layers": 27,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "moe_intermediate_size": 1408,
+            "num_experts_per_tok": 6,
+            "first_k_dense_replace": 1,
+            "q_lora_rank": None,
+        },
+    ),
     "deepseek_v3": ("DeepseekV3Config", {}),
 }
 
@@ -72,8 +82,7 @@ def test_parameter_count_equals_transformers(arch, tmp_path):
 
 
 def test_at_least_fifteen_architectures_and_the_required_ones():
-    required = {"mixtral", "deepseek_v3", "qwen3", "phi3", "olmo", "gemma2", "mistral", "falcon", "gpt2",
-                "gpt_bigcode"}
+    required = {"mixtral", "deepseek_v3", "qwen3", "phi3", "olmo", "gemma2", "mistral", "falcon", "gpt2", "gpt_bigcode"}
     assert required <= set(ARCHITECTURES) and len(ARCHITECTURES) >= 15
 
 
@@ -82,8 +91,19 @@ def test_a_model_folder_reads_like_its_config(tmp_path):
     assert param_count(load_model(str(tmp_path))) == param_count(load_model(str(tmp_path / "config.json")))
 
 
-@pytest.mark.parametrize("pid", ["mixtral_8x7b", "deepseek_v2_lite", "deepseek_v3", "gemma_2_9b", "qwen3_8b",
-                                 "mistral_7b", "gpt_oss_120b", "gpt_oss_20b"])
+@pytest.mark.parametrize(
+    "pid",
+    [
+        "mixtral_8x7b",
+        "deepseek_v2_lite",
+        "deepseek_v3",
+        "gemma_2_9b",
+        "qwen3_8b",
+        "mistral_7b",
+        "gpt_oss_120b",
+        "gpt_oss_20b",
+    ],
+)
 def test_new_presets_within_half_a_percent_of_the_published_count(pid):
     m = load_model(pid)
     assert abs(param_count(m) - m.published_params) <= 0.005 * m.published_params
@@ -96,10 +116,14 @@ def test_active_parameters(pid, published_active):
     assert abs(active_params(m) - published_active) <= 0.02 * published_active
     e = m.moe
     up = 3  # gate, up and down of a gated expert
-    assert param_count(m) - active_params(m) == e.layers * (e.experts - e.experts_per_token) * up * m.d_model * e.expert_d_ff
+    assert (
+        param_count(m) - active_params(m)
+        == e.layers * (e.experts - e.experts_per_token) * up * m.d_model * e.expert_d_ff
+    )
 
 
 # --- KV cache bytes per token: independent formulas --------------------------------------------------
+
 
 def _kv_per_token(m, width=2):
     return (kv_cache_elements(m, 1, 1, 1) - kv_cache_elements(m, 1, 0, 1)) * width
@@ -122,8 +146,11 @@ def test_kv_cache_is_window_capped_on_local_layers(pid, context):
     m = load_model(pid)
     batch, positions = 3, context + 1
     per_position = 2 * m.kv_heads * m.head_dim  # elements per layer and position
-    expected = batch * per_position * ((m.layers - m.local_layers) * positions
-                                       + m.local_layers * min(positions, m.sliding_window))
+    expected = (
+        batch
+        * per_position
+        * ((m.layers - m.local_layers) * positions + m.local_layers * min(positions, m.sliding_window))
+    )
     assert kv_cache_elements(m, batch, context, 1) == expected
     p = predict_model(m, load_profile("h100"), batch=batch, context=context)
     assert p.memory.kv_cache_bytes == expected * 2
@@ -148,6 +175,7 @@ def test_decode_attention_reads_at_most_the_window():
 
 
 # --- mixture of experts -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("experts,top_k,tokens", [(4, 2, 1), (4, 2, 2), (5, 2, 3), (6, 3, 2)])
 def test_experts_touched_equals_enumeration(experts, top_k, tokens):
@@ -183,13 +211,24 @@ def test_mixtral_does_not_fit_one_80_gb_device():
 
 # --- precision per tensor class -----------------------------------------------------------------------
 
+
 def test_int4_weights_with_group_scales(tmp_path):
     # a 4-bit AWQ Llama 3 8B: projections in 4 bits plus a 16-bit scale and a 4-bit zero per 128 weights,
     # embeddings and output projection in fp16
-    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256, "hidden_act": "silu",
-           "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-           "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 32,
+        "vocab_size": 128256,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"},
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     m = load_model(str(path))
@@ -223,10 +262,16 @@ def test_weight_dtype_overrides_the_config_and_the_compute_dtype_stays():
     assert per_device * 8 - 7 * replicated == param_groups(m)["projections"]
 
 
-@pytest.mark.parametrize("alias,pid", [("meta-llama/Meta-Llama-3-8B-Instruct", "llama_3_8b"),
-                                       ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral_8x7b"),
-                                       ("Qwen/Qwen3-8B", "qwen3_8b"), ("mistralai/Mistral-7B-v0.1", "mistral_7b"),
-                                       ("openai/gpt-oss-20b", "gpt_oss_20b")])
+@pytest.mark.parametrize(
+    "alias,pid",
+    [
+        ("meta-llama/Meta-Llama-3-8B-Instruct", "llama_3_8b"),
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral_8x7b"),
+        ("Qwen/Qwen3-8B", "qwen3_8b"),
+        ("mistralai/Mistral-7B-v0.1", "mistral_7b"),
+        ("openai/gpt-oss-20b", "gpt_oss_20b"),
+    ],
+)
 def test_hugging_face_ids_name_their_presets(alias, pid):
     assert load_model(alias).id == pid
 
@@ -247,8 +292,12 @@ def test_gpt_oss_checkpoint_stores_only_its_routed_experts_in_mxfp4():
     # routers of 2880 x 128, two norms a layer and a final one
     m, hw = load_model("openai/gpt-oss-120b"), load_profile("h100")
     routed = 36 * 128 * (2880 * 5760 + 2880 * 2880)
-    rest = (36 * (2880 * (4096 + 2 * 512) + 4096 * 2880 + (4096 + 2 * 512 + 2880)) + 2 * 201088 * 2880
-            + 36 * 2880 * 128 + (2 * 36 + 1) * 2880)
+    rest = (
+        36 * (2880 * (4096 + 2 * 512) + 4096 * 2880 + (4096 + 2 * 512 + 2880))
+        + 2 * 201088 * 2880
+        + 36 * 2880 * 128
+        + (2 * 36 + 1) * 2880
+    )
     p = predict_model(m, hw, batch=1, context=1024)
     assert p.workload.weight_dtype == "mxfp4" and p.workload.weight_scope == "experts"
     assert p.memory.weight_bytes_per_device == pytest.approx(routed * (4 + 8 / 32) / 8 + rest * 2, rel=1e-3)
@@ -258,6 +307,7 @@ def test_gpt_oss_checkpoint_stores_only_its_routed_experts_in_mxfp4():
     # each op priced as in a model stored wholly in one format: the routed experts' products as in one stored all
     # in mxfp4, every other op as in one stored all in bf16
     everything = m.model_copy(update={"quantization": m.quantization.model_copy(update={"scope": "all"})})
+
     def ops(q, **kw):
         return {o.name: o for o in predict_model(q, hw, batch=4, context=2048, **kw).decode.ops}
 
@@ -273,13 +323,35 @@ def test_an_mxfp4_config_quantizes_the_experts_and_a_dense_model_may_not_say_so(
     from costmodel.model.presets import ModelPreset
 
     # gpt-oss-120b's config.json (the keys the reader takes): read, it holds and prices what the preset does
-    cfg = {"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
-           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "num_local_experts": 128,
-           "num_experts_per_tok": 4, "experts_per_token": 4, "vocab_size": 201088, "tie_word_embeddings": False,
-           "attention_bias": True, "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 150000,
-           "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
-           "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
-               "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+    cfg = {
+        "model_type": "gpt_oss",
+        "hidden_size": 2880,
+        "intermediate_size": 2880,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "num_local_experts": 128,
+        "num_experts_per_tok": 4,
+        "experts_per_token": 4,
+        "vocab_size": 201088,
+        "tie_word_embeddings": False,
+        "attention_bias": True,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 150000,
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "quantization_config": {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": [
+                "model.layers.*.self_attn",
+                "model.layers.*.mlp.router",
+                "model.embed_tokens",
+                "lm_head",
+            ],
+        },
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     read, preset, hw = load_model(str(path)), load_model("gpt-oss-120b"), load_profile("h100")
@@ -295,6 +367,7 @@ def test_an_mxfp4_config_quantizes_the_experts_and_a_dense_model_may_not_say_so(
 
 
 # --- what-if layouts, parallel blocks, refusals ------------------------------------------------------
+
 
 def test_kv_heads_and_mla_what_ifs():
     m = load_model("llama_3_8b")
@@ -321,28 +394,103 @@ def test_parallel_block_pays_one_all_reduce_per_layer():
 
 
 UNSUPPORTED = [
-    ({"model_type": "mamba", "hidden_size": 768, "state_size": 16, "num_hidden_layers": 24, "vocab_size": 50280},
-     "cannot model state-space (Mamba) layers (key state_size)"),
-    ({"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12,
-      "vocab_size": 30522, "type_vocab_size": 2}, "cannot model an encoder-only (BERT-style) model"),
-    ({"model_type": "jamba", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
-      "vocab_size": 65536, "attn_layer_period": 8}, "cannot model hybrid attention/state-space layers"),
-    ({"hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12, "vocab_size": 100,
-      "architectures": ["RobertaForMaskedLM"]}, "cannot model architecture RobertaForMaskedLM (not a generating model)"),
-    ({"hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 2, "vocab_size": 100,
-      "layer_types": ["linear_attention", "full_attention"]}, "cannot model layer types linear_attention"),
-    ({"hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 2, "vocab_size": 100,
-      "num_local_experts": 8}, "8 experts but no num_experts_per_tok"),
-    ({"hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 2, "vocab_size": 100,
-      "quantization_config": {"quant_method": "hqq", "nbits": 3}}, "cannot read quantization_config with quant_method 'hqq'"),
+    (
+        {"model_type": "mamba", "hidden_size": 768, "state_size": 16, "num_hidden_layers": 24, "vocab_size": 50280},
+        "cannot model state-space (Mamba) layers (key state_size)",
+    ),
+    (
+        {
+            "model_type": "bert",
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 12,
+            "vocab_size": 30522,
+            "type_vocab_size": 2,
+        },
+        "cannot model an encoder-only (BERT-style) model",
+    ),
+    (
+        {
+            "model_type": "jamba",
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "vocab_size": 65536,
+            "attn_layer_period": 8,
+        },
+        "cannot model hybrid attention/state-space layers",
+    ),
+    (
+        {
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 12,
+            "vocab_size": 100,
+            "architectures": ["RobertaForMaskedLM"],
+        },
+        "cannot model architecture RobertaForMaskedLM (not a generating model)",
+    ),
+    (
+        {
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 2,
+            "vocab_size": 100,
+            "layer_types": ["linear_attention", "full_attention"],
+        },
+        "cannot model layer types linear_attention",
+    ),
+    (
+        {
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 2,
+            "vocab_size": 100,
+            "num_local_experts": 8,
+        },
+        "8 experts but no num_experts_per_tok",
+    ),
+    (
+        {
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 2,
+            "vocab_size": 100,
+            "quantization_config": {"quant_method": "hqq", "nbits": 3},
+        },
+        "cannot read quantization_config with quant_method 'hqq'",
+    ),
     # refused by the type's name when no key gives it away
-    ({"model_type": "mamba", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 24,
-      "vocab_size": 50280}, "cannot model state-space (Mamba) layers (model type or architecture 'mamba')"),
-    ({"hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 24, "vocab_size": 50280,
-      "architectures": ["MambaForCausalLM"]}, "cannot model state-space (Mamba) layers (model type or architecture "
-                                               "'mambaforcausallm')"),
-    ({"model_type": "rwkv", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 24,
-      "vocab_size": 50280}, "cannot model recurrent (RWKV) layers"),
+    (
+        {
+            "model_type": "mamba",
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 24,
+            "vocab_size": 50280,
+        },
+        "cannot model state-space (Mamba) layers (model type or architecture 'mamba')",
+    ),
+    (
+        {
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 24,
+            "vocab_size": 50280,
+            "architectures": ["MambaForCausalLM"],
+        },
+        "cannot model state-space (Mamba) layers (model type or architecture 'mambaforcausallm')",
+    ),
+    (
+        {
+            "model_type": "rwkv",
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 24,
+            "vocab_size": 50280,
+        },
+        "cannot model recurrent (RWKV) layers",
+    ),
 ]
 
 
@@ -359,23 +507,46 @@ def test_unsupported_configs_are_refused(tmp_path, cfg, expected):
     assert "supported:" in errors[0] or "experts" in expected or "quantization" in expected
 
 
-DEEPSEEK_LIKE = {"hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 4, "vocab_size": 1000,
-                 "intermediate_size": 4096, "hidden_act": "silu", "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-                 "v_head_dim": 128}
+DEEPSEEK_LIKE = {
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 4,
+    "vocab_size": 1000,
+    "intermediate_size": 4096,
+    "hidden_act": "silu",
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+}
 
 
-@pytest.mark.parametrize("cfg,expected", [
-    ({**DEEPSEEK_LIKE, "kv_lora_rank": 0}, "field kv_lora_rank must be an integer from 1 to 1099511627776, got 0"),
-    ({**DEEPSEEK_LIKE, "kv_lora_rank": 512, "q_lora_rank": 0}, "field q_lora_rank must be an integer from 1"),
-    ({**DEEPSEEK_LIKE, "sliding_window": 0}, "field sliding_window must be an integer from 1 to 1099511627776 "
-                                             "(null for no window), got 0"),
-    ({**DEEPSEEK_LIKE, "sliding_window": -1}, "field sliding_window must be an integer from 1"),
-    ({**DEEPSEEK_LIKE, "sliding_window": "4096"}, "field sliding_window must be an integer from 1"),
-    ({**DEEPSEEK_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": 0},
-     "field moe_layer_freq must be an integer from 1"),
-    ({**DEEPSEEK_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
-      "mlp_only_layers": "0"}, "mlp_only_layers must be a list of layer indices"),
-])
+@pytest.mark.parametrize(
+    "cfg,expected",
+    [
+        ({**DEEPSEEK_LIKE, "kv_lora_rank": 0}, "field kv_lora_rank must be an integer from 1 to 1099511627776, got 0"),
+        ({**DEEPSEEK_LIKE, "kv_lora_rank": 512, "q_lora_rank": 0}, "field q_lora_rank must be an integer from 1"),
+        (
+            {**DEEPSEEK_LIKE, "sliding_window": 0},
+            "field sliding_window must be an integer from 1 to 1099511627776 (null for no window), got 0",
+        ),
+        ({**DEEPSEEK_LIKE, "sliding_window": -1}, "field sliding_window must be an integer from 1"),
+        ({**DEEPSEEK_LIKE, "sliding_window": "4096"}, "field sliding_window must be an integer from 1"),
+        (
+            {**DEEPSEEK_LIKE, "num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": 0},
+            "field moe_layer_freq must be an integer from 1",
+        ),
+        (
+            {
+                **DEEPSEEK_LIKE,
+                "num_local_experts": 8,
+                "num_experts_per_tok": 2,
+                "decoder_sparse_step": 1,
+                "mlp_only_layers": "0",
+            },
+            "mlp_only_layers must be a list of layer indices",
+        ),
+    ],
+)
 def test_zero_ranks_and_windows_are_errors_not_defaults(tmp_path, cfg, expected):
     """A zero latent rank is not MHA and a zero or negative window is not 'no window': each is refused."""
     path = tmp_path / "config.json"
@@ -396,8 +567,13 @@ def test_a_disabled_window_may_be_anything(tmp_path):
 def test_moe_layer_count_in_closed_form(tmp_path, layers, style):
     """The MoE layers of a config are counted without a loop over its layers (2^40 of them in microseconds),
     equal to a brute-force count where one can run."""
-    cfg = {**DEEPSEEK_LIKE, "num_hidden_layers": layers, "n_routed_experts": 16, "num_experts_per_tok": 2,
-           "moe_intermediate_size": 512}
+    cfg = {
+        **DEEPSEEK_LIKE,
+        "num_hidden_layers": layers,
+        "n_routed_experts": 16,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 512,
+    }
     if style == "deepseek":
         cfg |= {"first_k_dense_replace": 3, "moe_layer_freq": 2}
         brute = lambda: sum(1 for i in range(3, layers) if i % 2 == 0)  # noqa: E731
@@ -407,8 +583,9 @@ def test_moe_layer_count_in_closed_form(tmp_path, layers, style):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     m = load_model(str(path))
-    expected = brute() if layers < 10**6 else (
-        (layers - 1) // 2 - 2 + 1 if style == "deepseek" else layers // 3 - 2)  # by hand for 2^40 layers
+    expected = (
+        brute() if layers < 10**6 else ((layers - 1) // 2 - 2 + 1 if style == "deepseek" else layers // 3 - 2)
+    )  # by hand for 2^40 layers
     assert (m.moe.layers if m.moe else 0) == expected
     if layers == 2**40:  # and the whole model prices without a loop over its layers
         p = predict_model(m, load_profile("h100"), batch=1, context=16)
@@ -417,8 +594,13 @@ def test_moe_layer_count_in_closed_form(tmp_path, layers, style):
 
 def test_gating_follows_the_activation_not_the_model_type(tmp_path):
     # Phi-3, Qwen3 and OLMo name no gating; their SiLU is SwiGLU. A GELU decoder (StarCoder 2) is not gated.
-    base = {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000,
-            "intermediate_size": 4096}
+    base = {
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "intermediate_size": 4096,
+    }
     for act, gated in (("silu", True), ("gelu_pytorch_tanh", False), ("gelu_new", False)):
         path = tmp_path / f"{act}.json"
         path.write_text(json.dumps({**base, "model_type": "made_up", "hidden_act": act}))
@@ -426,6 +608,7 @@ def test_gating_follows_the_activation_not_the_model_type(tmp_path):
 
 
 # --- command line -----------------------------------------------------------------------------------
+
 
 def test_models_list_and_show():
     out = CliRunner().invoke(main, ["models", "list"])
@@ -437,24 +620,30 @@ def test_models_list_and_show():
     assert sum(shown["params"].values()) == param_count(load_model("deepseek-v2-lite"))
 
 
-@pytest.mark.parametrize("args,check", [
-    (["--weight-dtype", "int4"], lambda p: p["workload"]["weight_dtype"] == "int4"),
-    (["--kv-dtype", "fp8"], lambda p: p["workload"]["kv_dtype"] == "fp8"),
-    (["--kv-heads", "1"], lambda p: p["model"]["kv_heads"] == 1),
-    (["--variant", "mla"], lambda p: p["model"]["mla"]["kv_rank"] == 512),
-])
+@pytest.mark.parametrize(
+    "args,check",
+    [
+        (["--weight-dtype", "int4"], lambda p: p["workload"]["weight_dtype"] == "int4"),
+        (["--kv-dtype", "fp8"], lambda p: p["workload"]["kv_dtype"] == "fp8"),
+        (["--kv-heads", "1"], lambda p: p["model"]["kv_heads"] == 1),
+        (["--variant", "mla"], lambda p: p["model"]["mla"]["kv_rank"] == 512),
+    ],
+)
 def test_cli_precision_and_what_if(args, check):
     result = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--json", *args])
     assert result.exit_code == 0, result.output
     assert check(json.loads(result.output))
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--weight-dtype", "int4"], "--weight-dtype applies with --model"),
-    (["--variant", "mla"], "--variant mla applies with --model"),
-    (["--model", "llama-3-8b", "--kv-heads", "3"], "groups 3 must divide heads 32"),
-    (["--model", "llama-3-8b", "--mla-form", "naive"], "mla form applies to MLA models"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--weight-dtype", "int4"], "--weight-dtype applies with --model"),
+        (["--variant", "mla"], "--variant mla applies with --model"),
+        (["--model", "llama-3-8b", "--kv-heads", "3"], "groups 3 must divide heads 32"),
+        (["--model", "llama-3-8b", "--mla-form", "naive"], "mla form applies to MLA models"),
+    ],
+)
 def test_cli_model_option_errors(args, expected):
     result = CliRunner().invoke(main, ["predict", "--gpu", "h100", *args])
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]

@@ -11,11 +11,24 @@ from costmodel.cli.commands import main
 from costmodel.core.errors import CostModelError
 from costmodel.hardware.catalog import load_profile
 from costmodel.model.memory import param_count
-from costmodel.model.step import all_reduce_s, predict_model
 from costmodel.model.presets import load_model, preset_ids
+from costmodel.model.step import all_reduce_s, predict_model
 
-REQUIRED = ["wmt_transformer_mha", "wmt_transformer_mqa", "t5_xxl", "t5_xxl_mqa", "t5_xxl_gqa8", "llama_2_7b",
-            "llama_2_70b", "llama_3_8b", "llama_3_70b", "mistral_7b", "falcon_7b", "starcoder", "palm_540b"]
+REQUIRED = [
+    "wmt_transformer_mha",
+    "wmt_transformer_mqa",
+    "t5_xxl",
+    "t5_xxl_mqa",
+    "t5_xxl_gqa8",
+    "llama_2_7b",
+    "llama_2_70b",
+    "llama_3_8b",
+    "llama_3_70b",
+    "mistral_7b",
+    "falcon_7b",
+    "starcoder",
+    "palm_540b",
+]
 
 
 def test_every_required_preset_exists():
@@ -42,13 +55,31 @@ def test_hand_counted_llama_2_7b():
 
 
 LLAMA3_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256,
-    "hidden_act": "silu", "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 8192,
 }
-FALCON_CONFIG = {"model_type": "falcon", "hidden_size": 4544, "n_head": 71, "n_layer": 32, "multi_query": True,
-                 "parallel_attn": True, "vocab_size": 65024, "bias": False, "new_decoder_architecture": False,
-                 "layer_norm_epsilon": 1e-5}
+FALCON_CONFIG = {
+    "model_type": "falcon",
+    "hidden_size": 4544,
+    "n_head": 71,
+    "n_layer": 32,
+    "multi_query": True,
+    "parallel_attn": True,
+    "vocab_size": 65024,
+    "bias": False,
+    "new_decoder_architecture": False,
+    "layer_norm_epsilon": 1e-5,
+}
 
 
 @pytest.mark.parametrize("config,preset", [(LLAMA3_CONFIG, "llama_3_8b"), (FALCON_CONFIG, "falcon_7b")])
@@ -56,18 +87,33 @@ def test_hugging_face_config_loads_to_the_preset(tmp_path, config, preset):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     loaded, ref = load_model(str(path)), load_model(preset)
-    for field in ("d_model", "layers", "heads", "kv_heads", "head_dim", "d_ff", "ffn_gated", "vocab",
-                  "tied_embeddings", "parallel_block"):
+    for field in (
+        "d_model",
+        "layers",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "d_ff",
+        "ffn_gated",
+        "vocab",
+        "tied_embeddings",
+        "parallel_block",
+    ):
         assert getattr(loaded, field) == getattr(ref, field), field
     assert param_count(loaded) == param_count(ref)
 
 
-@pytest.mark.parametrize("content,expected", [
-    ({"model_type": "llama", "num_attention_heads": 32}, "cannot read hidden_size, num_hidden_layers, vocab_size"),
-    ("{not json", "not valid JSON"),
-    ({"hidden_size": 100, "num_attention_heads": 3, "num_hidden_layers": 2, "vocab_size": 10},
-     "cannot read head_dim"),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        ({"model_type": "llama", "num_attention_heads": 32}, "cannot read hidden_size, num_hidden_layers, vocab_size"),
+        ("{not json", "not valid JSON"),
+        (
+            {"hidden_size": 100, "num_attention_heads": 3, "num_hidden_layers": 2, "vocab_size": 10},
+            "cannot read head_dim",
+        ),
+    ],
+)
 def test_hugging_face_config_errors(tmp_path, content, expected):
     path = tmp_path / "config.json"
     path.write_text(content if isinstance(content, str) else json.dumps(content))
@@ -110,8 +156,10 @@ def test_all_reduce_price():
     p = predict_model(load_model("llama_3_70b"), hw, batch=16, context=2048, tp=4)
     c = hw.collectives.curves["custom_graph"][4]
     moved = 2 * 3 / 4 * nbytes
-    one = min(c.latency_s + moved / c.bus_bytes_per_s,  # the faster of the curve's two lines
-              *([c.large_latency_s + moved / c.large_bus_bytes_per_s] if c.large_latency_s is not None else []))
+    one = min(
+        c.latency_s + moved / c.bus_bytes_per_s,  # the faster of the curve's two lines
+        *([c.large_latency_s + moved / c.large_bus_bytes_per_s] if c.large_latency_s is not None else []),
+    )
     assert p.decode.all_reduce_s == pytest.approx(2 * 80 * one)
 
 
@@ -137,8 +185,9 @@ def test_encoder_decoder_step_has_cross_attention_and_encoder_prefill():
 
 
 def test_cli_model_run_and_json():
-    result = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--batch", "16",
-                                       "--context", "8192"])
+    result = CliRunner().invoke(
+        main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--batch", "16", "--context", "8192"]
+    )
     assert result.exit_code == 0, result.output
     assert "TPOT" in result.output and "TTFT" in result.output and "Llama 3 8B" in result.output
     out = json.loads(CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--json"]).output)
@@ -146,12 +195,15 @@ def test_cli_model_run_and_json():
     assert out["decode"]["ops"] and out["memory"]["fits"] is True
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--model", "llama-4-8b"], "unknown model 'llama-4-8b'; did you mean llama-3-8b"),
-    (["--model", "llama-3-8b", "--d-model", "1024"], "--d-model does not apply with --model"),
-    (["--model", "llama-3-8b", "--tp", "3"], "tp 3 must divide the 32 query heads"),
-    (["--tp", "2"], "--tp applies with --model"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--model", "llama-4-8b"], "unknown model 'llama-4-8b'; did you mean llama-3-8b"),
+        (["--model", "llama-3-8b", "--d-model", "1024"], "--d-model does not apply with --model"),
+        (["--model", "llama-3-8b", "--tp", "3"], "tp 3 must divide the 32 query heads"),
+        (["--tp", "2"], "--tp applies with --model"),
+    ],
+)
 def test_cli_model_errors(args, expected):
     result = CliRunner().invoke(main, ["predict", "--gpu", "h100", *args])
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
@@ -166,6 +218,7 @@ def _hand_params(m) -> int:
 
     def attention(g):
         return 2 * d * h * k + 2 * d * g * k + ((h * k + 2 * g * k + d) if m.bias else 0)
+
     ffn = (3 if m.ffn_gated else 2) * d * f + (((2 if m.ffn_gated else 1) * f + d) if m.bias else 0)
     per_layer = attention(m.kv_heads) + ffn + (1 if m.parallel_block else 2) * norm
     total = m.layers * per_layer

@@ -4,17 +4,17 @@ reads against a brute-force routing, and the block's rows against hand counts.""
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import costmodel
 from costmodel.core.errors import CostModelError
-from costmodel.model.ops import moe_ops, experts_touched
-from costmodel.price.op import Precision
 from costmodel.counts.ops import Op, Tensor
+from costmodel.model.ops import experts_touched, moe_ops
+from costmodel.price.op import Precision
 
 
 def _grouped(rows: int, groups: float, K: int, N: int) -> Op:
@@ -58,7 +58,8 @@ def test_the_moe_rows_are_the_ops_counts():
     assert rows["experts_gate_up"].flops == ops["experts_gate_up"].flops * m.moe.layers
     weights = u * d * 2 * f * 2  # bf16
     assert rows["experts_gate_up"].bytes == pytest.approx(
-        m.moe.layers * ((ops["experts_gate_up"].bytes - u * d * 2 * f) * 2 + weights))
+        m.moe.layers * ((ops["experts_gate_up"].bytes - u * d * 2 * f) * 2 + weights)
+    )
 
 
 def test_expert_parallel_holds_whole_experts_and_conserves_the_work():
@@ -74,8 +75,9 @@ def test_expert_parallel_holds_whole_experts_and_conserves_the_work():
     assert tp.moe.experts == 128 and tp.moe.expert_d_ff == 384
     assert param_groups(ep)["projections"] == param_groups(tp)["projections"]
     for tokens in (1, 64, 4096):
-        flops = lambda dev: sum(s.op.flops for s in moe_ops(dev, tokens, 1, Precision.of(2))  # noqa: E731
-                                if s.name.startswith("experts_"))
+        flops = lambda dev: sum(  # noqa: E731
+            s.op.flops for s in moe_ops(dev, tokens, 1, Precision.of(2)) if s.name.startswith("experts_")
+        )
         assert flops(ep) == pytest.approx(flops(tp), rel=1e-9)
     with pytest.raises(CostModelError, match="must divide the 8 experts"):
         device_slice(costmodel.load_model("mixtral-8x7b"), 16, ep=True)
@@ -158,8 +160,7 @@ def test_routing_sets_the_rows_and_experts_of_the_busiest_device():
     rows, touched = routed_load(skewed, 4096)
     assert 4096 * 8 / 4 <= rows <= 4096 * 8 and touched <= 32
     with pytest.raises(ValueError):
-        moe.model_copy(update={"routing": "power-law:1"}).model_validate(
-            {**moe.model_dump(), "routing": "power-law:1"})
+        moe.model_copy(update={"routing": "power-law:1"}).model_validate({**moe.model_dump(), "routing": "power-law:1"})
 
 
 def test_skewed_rows_fill_whole_blocks_of_each_expert():
@@ -185,8 +186,8 @@ def test_skewed_rows_fill_whole_blocks_of_each_expert():
 def test_a_grouped_products_blocks_by_hand():
     """Two experts of 1 and 127 rows in 64-row tiles: 1 + 2 = 3 blocks down M, where two products of the mean 64
     rows would fill 2; the library's candidates and a fixed dispatch count the same blocks."""
-    from costmodel.hardware.profile import GemmDispatch, TileRule
     from costmodel.hardware.mechanisms import dispatched_flops, gemm_candidates, m_tiles
+    from costmodel.hardware.profile import GemmDispatch, TileRule
 
     blocks = {64: 3.0, 128: 2.0}
     assert m_tiles(2, 64, 64) == 2 and m_tiles(2, 64, 64, blocks) == 3 and m_tiles(2, 64, 32, blocks) == 4
@@ -198,8 +199,9 @@ def test_a_grouped_products_blocks_by_hand():
     assert len(with_blocks) > 1  # every candidate tile counted, each in its own blocks
 
 
-@pytest.mark.parametrize("model,gpu,tp,weights", [("qwen3-235b-a22b", "b200", 8, "fp8_block"),
-                                                  ("openai/gpt-oss-120b", "h100", 4, None)])
+@pytest.mark.parametrize(
+    "model,gpu,tp,weights", [("qwen3-235b-a22b", "b200", 8, "fp8_block"), ("openai/gpt-oss-120b", "h100", 4, None)]
+)
 def test_an_arrays_entries_are_priced_alone(model, gpu, tp, weights):
     """A step's MoE block over an array of token counts prices each entry as it would alone, an entry that routes
     no rows (no tokens) included: the weight format of the expert GEMMs is the op's, not each entry's; MXFP4 experts
@@ -235,16 +237,23 @@ def test_the_zero_rows_of_the_fused_kernel_by_hand():
     assert fused["experts_act"].bytes == T * k * (2 * c + c) and routed["experts_act"].bytes == T * k / 8 * 3 * c
     assert fused["experts_gate_up"].flops == routed["experts_gate_up"].flops == 2 * (T * k / 8) * d * 2 * c
     tp = device_slice(m, 8)
-    assert [(s.name, s.op.bytes) for s in moe_ops(tp, T, 1, one, spans_all=True)] == \
-        [(s.name, s.op.bytes) for s in moe_ops(tp, T, 1, one)]
+    assert [(s.name, s.op.bytes) for s in moe_ops(tp, T, 1, one, spans_all=True)] == [
+        (s.name, s.op.bytes) for s in moe_ops(tp, T, 1, one)
+    ]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--model", "qwen3-235b-a22b", "--routing", "power-law:0.9"], "routing must be uniform, balanced or power-law"),
-    (["--model", "qwen3-235b-a22b", "--routing", "skewed"], "got 'skewed'"),
-    (["--model", "llama-3-8b", "--routing", "balanced"], "routing applies to mixture-of-experts models"),
-    (["--routing", "balanced"], "--routing applies with --model"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--model", "qwen3-235b-a22b", "--routing", "power-law:0.9"],
+            "routing must be uniform, balanced or power-law",
+        ),
+        (["--model", "qwen3-235b-a22b", "--routing", "skewed"], "got 'skewed'"),
+        (["--model", "llama-3-8b", "--routing", "balanced"], "routing applies to mixture-of-experts models"),
+        (["--routing", "balanced"], "--routing applies with --model"),
+    ],
+)
 def test_a_bad_routing_is_an_error_line(args, message):
     from click.testing import CliRunner
 
@@ -261,15 +270,46 @@ def test_the_routing_is_stated_and_moves_the_experts_read(run_cli):
     skewed router fewer."""
     import json
 
-    args = ["predict", "--gpu", "h100", "--model", "qwen3-235b-a22b", "--tp", "8", "--engine", "vllm",
-            "--concurrency", "4", "--input-len", "256", "--output-len", "16", "--num-requests", "8", "--json"]
+    args = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "qwen3-235b-a22b",
+        "--tp",
+        "8",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "4",
+        "--input-len",
+        "256",
+        "--output-len",
+        "16",
+        "--num-requests",
+        "8",
+        "--json",
+    ]
     got = {r: json.loads(run_cli(*args, "--routing", r).output) for r in ("uniform", "balanced", "power-law:1.2")}
     said = {r: next(a for a in g["assumptions"] if a.startswith("mixture of experts")) for r, g in got.items()}
     assert "uniformly at random" in said["uniform"] and "min(E, T k)" in said["balanced"]
     assert "power law of exponent 1.2" in said["power-law:1.2"]
     assert got["power-law:1.2"]["tpot_s"] < got["uniform"]["tpot_s"] < got["balanced"]["tpot_s"]
-    r = run_cli("plan", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "2", "--input-len", "64",
-                "--output-len", "8", "--routing", "balanced")
+    r = run_cli(
+        "plan",
+        "--model",
+        "llama-3-8b",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "2",
+        "--input-len",
+        "64",
+        "--output-len",
+        "8",
+        "--routing",
+        "balanced",
+    )
     assert r.exit_code != 0 and r.output.startswith("Error:") and "mixture-of-experts" in r.output
 
 
@@ -291,10 +331,20 @@ def test_a_fixed_grouped_tile_by_hand():
     k0 = eff.tile_k_overhead  # every tile's prologue and epilogue, in steps of its reduction
 
     def compute(batch, M, K, N, tokens):
-        return float(class_times("moe_fp8_block", eff, peak=b200.peak("fp8"), bandwidth=b200.bandwidth, sms=sms,
-                                 timing="graph", flops=2 * batch * M * K * N, nbytes=batch * K * N,
-                                 shape={"batch": batch, "M": M, "K": K, "N": N, "width": 1, "tokens": tokens},
-                                 kernels=kernels).compute)
+        return float(
+            class_times(
+                "moe_fp8_block",
+                eff,
+                peak=b200.peak("fp8"),
+                bandwidth=b200.bandwidth,
+                sms=sms,
+                timing="graph",
+                flops=2 * batch * M * K * N,
+                nbytes=batch * K * N,
+                shape={"batch": batch, "M": M, "K": K, "N": N, "width": 1, "tokens": tokens},
+                kernels=kernels,
+            ).compute
+        )
 
     # 96 tokens over 256 experts of 3 rows, K 7168, N 4096: 64-row tiles, 256 x 1 x 32 = 8192 tiles, 56 waves
     assert compute(256, 3, 7168, 4096, 96) == pytest.approx(56 * 148 * 64 * 128 * (7168 + k0) * 2 / rate, rel=1e-12)
@@ -313,16 +363,26 @@ def test_the_default_fused_moe_tiles_follow_vllm_get_default_config():
     512, 128 above, BLOCK_SIZE_N 64 up to 64 tokens and 128 above; block-scaled FP8 16 x 128 up to 64 tokens, then
     64 x 128. The tokens reach a grouped product's shape from the layer (what the kernel is called on, all the tokens
     under vLLM's expert map)."""
-    from costmodel.hardware.profile import GEMM_DISPATCHES
     from costmodel.hardware.mechanisms import dispatched_tiles
+    from costmodel.hardware.profile import GEMM_DISPATCHES
     from costmodel.model.ops import moe_dims
 
     def tile(name, tokens):
         tm, tn, *_ = dispatched_tiles(GEMM_DISPATCHES[name].rules, tokens, 4096, 4096)
         return int(tm), int(tn)
 
-    expected = {1: (16, 64), 32: (16, 64), 33: (32, 64), 64: (32, 64), 65: (32, 128), 96: (32, 128),
-                97: (64, 128), 512: (64, 128), 513: (128, 128), 16384: (128, 128)}
+    expected = {
+        1: (16, 64),
+        32: (16, 64),
+        33: (32, 64),
+        64: (32, 64),
+        65: (32, 128),
+        96: (32, 128),
+        97: (64, 128),
+        512: (64, 128),
+        513: (128, 128),
+        16384: (128, 128),
+    }
     assert {t: tile("vllm_fused_moe", t) for t in expected} == expected
     assert [tile("vllm_fused_moe_block_fp8", t) for t in (1, 64, 65, 8192)] == [(16, 128)] * 2 + [(64, 128)] * 2
     m = costmodel.load_model("qwen3-235b-a22b")
@@ -357,7 +417,7 @@ def test_the_moe_fits_soft_l1_loss_by_hand_and_against_an_outlier():
     from costmodel.validation.fit import levenberg_marquardt
     from costmodel.validation.moe_layers import soft_l1
 
-    assert float(soft_l1(0.3, 0.1)) ** 2 == pytest.approx(2 * 0.01 * (10 ** 0.5 - 1), rel=1e-12)
+    assert float(soft_l1(0.3, 0.1)) ** 2 == pytest.approx(2 * 0.01 * (10**0.5 - 1), rel=1e-12)
     assert float(soft_l1(-0.3, 0.1)) < 0
     assert float(soft_l1(1e-4, 0.1)) == pytest.approx(1e-4, rel=1e-6)
     rows = np.array([0.0] * 8 + [1.5] * 2)
@@ -373,7 +433,7 @@ def test_the_w4a16_kernel_switch_follows_vllms_rule_by_hand():
     small call is priced as the dense GEMM of its weights exactly (the H100's prefill of gpt-oss's MXFP4 experts
     against the same profile without its W4A16 fit); a large one in the fitted Triton class, slower."""
     from costmodel.hardware.mechanisms import W4A16_MOE, w4a16_small_call
-    from costmodel.model.step import pricing, phase_time
+    from costmodel.model.step import phase_time, pricing
     from costmodel.validation.moe_layers import with_classes
 
     assert w4a16_small_call(192, 4, 128) and not w4a16_small_call(193, 4, 128)
@@ -418,8 +478,7 @@ def test_w4a16_class_on_vllms_mxfp4_layers_no_fit_saw():
     path = MOE_TABLES / TABLES["b200"]
     if not path.is_file():
         pytest.skip(f"the published tables are not beside this checkout ({path})")
-    tables = [t for t in read_tables(path, distributions=("balanced",), formats=("w4a16_mxfp4",))
-              if t.tp == t.ep == 1]
+    tables = [t for t in read_tables(path, distributions=("balanced",), formats=("w4a16_mxfp4",)) if t.tp == t.ep == 1]
     assert len(tables) == 2 and {t.shape[2] for t in tables} == {128, 32}
     hw = costmodel.load_profile("b200")
     ratio = np.concatenate([(predict(t, hw) / t.measured_s)[t.tokens * 4 / t.shape[2] > 6] for t in tables])
@@ -442,8 +501,11 @@ def test_the_w4a16_pricing_is_stated_as_the_device_has_it():
     m = costmodel.load_model("openai/gpt-oss-120b")
 
     def said(gpu):
-        return next(a for a in step_assumptions(m, pricing(m, costmodel.load_profile(gpu), tp=4))
-                    if a.startswith("mixture of experts"))
+        return next(
+            a
+            for a in step_assumptions(m, pricing(m, costmodel.load_profile(gpu), tp=4))
+            if a.startswith("mixture of experts")
+        )
 
     assert "in the moe_w4a16 class" in said("h100") and "in the moe_w4a16 class" in said("h200")
     assert "no W4A16 MoE kernel measured for this device" in said("a100")

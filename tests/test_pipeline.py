@@ -4,10 +4,10 @@ stage, each the whole model's step over its share of the batch), checked against
 import pytest
 
 import costmodel
-from costmodel.engine.config import engine
 from costmodel.core.errors import CostModelError
-from costmodel.model.step import phase_ops, pricing
+from costmodel.engine.config import engine
 from costmodel.engine.served import Setup, serve
+from costmodel.model.step import phase_ops, pricing
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 

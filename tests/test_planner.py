@@ -30,17 +30,27 @@ def test_layouts_counted_by_hand():
     assert len(dense) == 11 and all(lay.devices == 4 for lay in dense)
     assert {lay.describe() for lay in dense if lay.pipeline_parallel > 1} == {"TP1 x PP4", "TP2 x PP2"}
     assert {lay.describe() for lay in dense if lay.mode == "disagg"} == {
-        "1P x TP1 + 3D x TP1", "2P x TP1 + 2D x TP1", "3P x TP1 + 1D x TP1", "2P x TP1 + 1D x TP2",
-        "1P x TP2 + 2D x TP1", "1P x TP2 + 1D x TP2"}
+        "1P x TP1 + 3D x TP1",
+        "2P x TP1 + 2D x TP1",
+        "3P x TP1 + 1D x TP1",
+        "2P x TP1 + 1D x TP2",
+        "1P x TP2 + 2D x TP1",
+        "1P x TP2 + 1D x TP2",
+    }
     moe = layouts(costmodel.load_model("Qwen/Qwen3-235B-A22B"), 4)
     # + TP2 x 2 EP, TP4 EP, 1P x TP2 + 1D x TP2 EP, TP2 x PP2 EP; DP4 x TP1 (EP or not), DP2 x TP2 (EP or not)
     assert len(moe) == 11 + 4 + 4 + 6
-    assert {lay.describe() for lay in moe if lay.attention_dp > 1} == {"DP4 x TP1 EP", "DP2 x TP2 EP", "DP4 x TP1",
-                                                                       "DP2 x TP2"}
+    assert {lay.describe() for lay in moe if lay.attention_dp > 1} == {
+        "DP4 x TP1 EP",
+        "DP2 x TP2 EP",
+        "DP4 x TP1",
+        "DP2 x TP2",
+    }
     assert {lay.describe() for lay in moe if lay.decode_attention_dp > 1} == {
-        f"{pools}{ep}" for pools in ("1P x TP1 + 1D x DP3 x TP1", "2P x TP1 + 1D x DP2 x TP1",
-                                     "1P x TP2 + 1D x DP2 x TP1")
-        for ep in ("", " EP")}
+        f"{pools}{ep}"
+        for pools in ("1P x TP1 + 1D x DP3 x TP1", "2P x TP1 + 1D x DP2 x TP1", "1P x TP2 + 1D x DP2 x TP1")
+        for ep in ("", " EP")
+    }
     assert all(lay.devices == 4 for lay in moe)
 
 
@@ -49,16 +59,20 @@ def test_front_is_not_dominated(small_plan):
     assert p.front
     for f in p.front:
         assert f in p.points
-        assert not any(q.output_tokens_per_s_per_device >= f.output_tokens_per_s_per_device
-                       and q.output_tokens_per_s_per_user >= f.output_tokens_per_s_per_user
-                       and (q.output_tokens_per_s_per_device, q.output_tokens_per_s_per_user)
-                       != (f.output_tokens_per_s_per_device, f.output_tokens_per_s_per_user)
-                       for q in p.points)
+        assert not any(
+            q.output_tokens_per_s_per_device >= f.output_tokens_per_s_per_device
+            and q.output_tokens_per_s_per_user >= f.output_tokens_per_s_per_user
+            and (q.output_tokens_per_s_per_device, q.output_tokens_per_s_per_user)
+            != (f.output_tokens_per_s_per_device, f.output_tokens_per_s_per_user)
+            for q in p.points
+        )
     # every simulated point is on the front or beaten on both axes by one of it
     for q in p.points:
-        assert q in p.front or any(f.output_tokens_per_s_per_device >= q.output_tokens_per_s_per_device
-                                   and f.output_tokens_per_s_per_user >= q.output_tokens_per_s_per_user
-                                   for f in p.front)
+        assert q in p.front or any(
+            f.output_tokens_per_s_per_device >= q.output_tokens_per_s_per_device
+            and f.output_tokens_per_s_per_user >= q.output_tokens_per_s_per_user
+            for f in p.front
+        )
 
 
 def test_front_points_repriced_alone(small_plan):
@@ -66,12 +80,26 @@ def test_front_points_repriced_alone(small_plan):
     m, hw, p = small_plan
     for f in p.front:
         if f.mode == "agg":
-            r = serve(m, hw, tp=f.tp, concurrency=f.concurrency // f.replicas, input_len=1024, output_len=64,
-                      expert_parallel=f.expert_parallel, attention_dp=f.attention_dp)
+            r = serve(
+                m,
+                hw,
+                tp=f.tp,
+                concurrency=f.concurrency // f.replicas,
+                input_len=1024,
+                output_len=64,
+                expert_parallel=f.expert_parallel,
+                attention_dp=f.attention_dp,
+            )
         else:
-            r = serve_disaggregated(m, hw, input_len=1024, output_len=64, concurrency=f.concurrency,
-                                    prefill=Pool(tp=f.prefill_tp, workers=f.prefill_workers),
-                                    decode=Pool(tp=f.decode_tp, workers=f.decode_workers))
+            r = serve_disaggregated(
+                m,
+                hw,
+                input_len=1024,
+                output_len=64,
+                concurrency=f.concurrency,
+                prefill=Pool(tp=f.prefill_tp, workers=f.prefill_workers),
+                decode=Pool(tp=f.decode_tp, workers=f.decode_workers),
+            )
         assert (r.ttft_s, r.tpot_s) == (f.ttft_s, f.tpot_s)
         assert r.output_tokens_per_s_per_device == pytest.approx(f.output_tokens_per_s_per_device, rel=1e-12)
 
@@ -80,14 +108,28 @@ def test_best_meets_the_targets(small_plan):
     _, _, p = small_plan
     (b,) = p.best
     assert b.tpot_s <= 0.012 and b.meets_targets
-    assert all(q.output_tokens_per_s_per_device <= b.output_tokens_per_s_per_device
-               for q in p.points if q.meets_targets)
+    assert all(
+        q.output_tokens_per_s_per_device <= b.output_tokens_per_s_per_device for q in p.points if q.meets_targets
+    )
     assert any(not q.meets_targets for q in p.points)  # the target binds somewhere
 
 
 def test_plan_command(run_cli, tmp_path):
-    args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2", "--input-len", "512",
-            "--output-len", "32", "--max-concurrency", "16"]
+    args = [
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "2",
+        "--input-len",
+        "512",
+        "--output-len",
+        "32",
+        "--max-concurrency",
+        "16",
+    ]
     r = run_cli(*args, "--json")
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)
@@ -102,8 +144,21 @@ def test_plan_command(run_cli, tmp_path):
     r = run_cli(*[a if a != "llama-3.1-8b" else "nope-1b" for a in args])
     assert r.exit_code != 0 and r.output.startswith("Error:") and "nope-1b" in r.output
     big = tmp_path / "none.png"
-    r = run_cli("plan", "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "2", "--input-len", "512",
-                "--output-len", "32", "--plot", str(big))
+    r = run_cli(
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "2",
+        "--input-len",
+        "512",
+        "--output-len",
+        "32",
+        "--plot",
+        str(big),
+    )
     assert r.exit_code != 0 and "no layout" in r.output and not big.exists()
 
 
@@ -111,8 +166,24 @@ def test_every_front_point_carries_the_command_that_prices_it_alone(run_cli):
     """Each point of the front (aggregated with replicas, disaggregated pools, one tensor-parallel group) and the best
     under the targets name the ``costmodel predict`` arguments of that layout under its clients; run, they print the
     point's TTFT and TPOT."""
-    r = run_cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "4", "--input-len", "2048",
-                "--output-len", "64", "--max-concurrency", "16", "--tpot-ms", "8", "--json")
+    r = run_cli(
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "4",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "64",
+        "--max-concurrency",
+        "16",
+        "--tpot-ms",
+        "8",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)
     commands = [" ".join(p["command"]) for p in got["front"]]
@@ -129,11 +200,25 @@ def test_a_points_decode_step_is_its_engines_decode_iteration(run_cli):
     the same time (within the iteration table's interpolation) as the served engine's decode-only iteration of that
     batch and context, which the simulation interpolates from its grid."""
     from costmodel.engine.config import engine
-    from costmodel.model.step import pricing
     from costmodel.engine.served import Setup
+    from costmodel.model.step import pricing
 
-    r = run_cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2", "--input-len", "1024",
-                "--output-len", "128", "--max-concurrency", "32", "--json")
+    r = run_cli(
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "2",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--max-concurrency",
+        "32",
+        "--json",
+    )
     got = json.loads(r.output)
     m, hw = costmodel.load_model("llama-3.1-8b"), costmodel.load_profile("h100")
     checked = 0
@@ -162,8 +247,9 @@ def test_the_memory_limit_is_where_the_cache_cannot_hold_the_clients():
     marked = set()
     for q in p.points:
         assert q.mode == "agg" and q.replicas == 1
-        kv_tokens = serve(m, hw, tp=q.tp, concurrency=q.concurrency, input_len=4096, output_len=1024,
-                          evaluator="steady-state").engine.kv_cache_tokens
+        kv_tokens = serve(
+            m, hw, tp=q.tp, concurrency=q.concurrency, input_len=4096, output_len=1024, evaluator="steady-state"
+        ).engine.kv_cache_tokens
         if (q.concurrency + 1) * request <= kv_tokens:
             assert not q.kv_cache_full, q
         if q.concurrency * 4096 > kv_tokens:
@@ -178,8 +264,12 @@ def test_a_points_range_moves_it_along_its_ray():
     tokens: end-to-end 2 s (1-4 s), so both rates, which go as one over it in a closed loop, span 0.5x to 2x."""
     from costmodel.render.plan_figure import draw_plan, rate_range
 
-    point = {"ttft_s": 1.0, "tpot_s": 0.1, "ttft_band": {"low_s": 0.5, "high_s": 2.0},
-             "tpot_band": {"low_s": 0.05, "high_s": 0.2}}
+    point = {
+        "ttft_s": 1.0,
+        "tpot_s": 0.1,
+        "ttft_band": {"low_s": 0.5, "high_s": 2.0},
+        "tpot_band": {"low_s": 0.05, "high_s": 0.2},
+    }
     assert rate_range(point, 11) == pytest.approx((0.5, 2.0))
     assert rate_range({**point, "tpot_band": None}, 11) is None
     # drawn: the shaded polygon's corners are the front's points scaled by their factors
@@ -188,19 +278,59 @@ def test_a_points_range_moves_it_along_its_ray():
     fig = draw_plan(data)
     (shade,) = [a for a in fig.axes[0].patches if a.get_gid() == "band:h100_sxm"]
     front = sorted(data["front"], key=lambda q: q["output_tokens_per_s_per_user"])
-    want = [(q["output_tokens_per_s_per_user"] * rate_range(q, 32)[0], q["output_tokens_per_s_per_device"]
-             * rate_range(q, 32)[0]) for q in front]
-    np.testing.assert_allclose(shade.get_xy()[:len(front)], want, rtol=1e-9)
+    want = [
+        (
+            q["output_tokens_per_s_per_user"] * rate_range(q, 32)[0],
+            q["output_tokens_per_s_per_device"] * rate_range(q, 32)[0],
+        )
+        for q in front
+    ]
+    np.testing.assert_allclose(shade.get_xy()[: len(front)], want, rtol=1e-9)
 
 
-@pytest.mark.parametrize("model,point", [
-    ("mixtral-8x7b", {"mode": "agg", "tp": 2, "replicas": 1, "attention_dp": 1, "pipeline_parallel": 1,
-                      "expert_parallel": True, "concurrency": 8}),
-    ("mixtral-8x7b", {"mode": "agg", "tp": 1, "replicas": 1, "attention_dp": 2, "pipeline_parallel": 1,
-                      "expert_parallel": True, "concurrency": 16}),
-    ("llama-3.1-8b", {"mode": "disagg", "decode_tp": 2, "decode_workers": 2, "decode_attention_dp": 1,
-                      "attention_dp": 1, "pipeline_parallel": 1, "expert_parallel": False, "concurrency": 16}),
-], ids=["expert parallel", "attention data parallel", "a disaggregated decode worker"])
+@pytest.mark.parametrize(
+    "model,point",
+    [
+        (
+            "mixtral-8x7b",
+            {
+                "mode": "agg",
+                "tp": 2,
+                "replicas": 1,
+                "attention_dp": 1,
+                "pipeline_parallel": 1,
+                "expert_parallel": True,
+                "concurrency": 8,
+            },
+        ),
+        (
+            "mixtral-8x7b",
+            {
+                "mode": "agg",
+                "tp": 1,
+                "replicas": 1,
+                "attention_dp": 2,
+                "pipeline_parallel": 1,
+                "expert_parallel": True,
+                "concurrency": 16,
+            },
+        ),
+        (
+            "llama-3.1-8b",
+            {
+                "mode": "disagg",
+                "decode_tp": 2,
+                "decode_workers": 2,
+                "decode_attention_dp": 1,
+                "attention_dp": 1,
+                "pipeline_parallel": 1,
+                "expert_parallel": False,
+                "concurrency": 16,
+            },
+        ),
+    ],
+    ids=["expert parallel", "attention data parallel", "a disaggregated decode worker"],
+)
 def test_a_decoding_engines_step_is_its_decode_iteration(run_cli, model, point):
     """The decode step a point links (an expert-parallel replica; one of two attention-data-parallel groups, the
     other running as many sequences; a disaggregated decode worker with its share of the clients) is that engine's
@@ -208,23 +338,48 @@ def test_a_decoding_engines_step_is_its_decode_iteration(run_cli, model, point):
     experts spread over the devices where the point's are."""
     from costmodel.cli.plan import step_command
     from costmodel.engine.config import engine
-    from costmodel.model.step import pricing
     from costmodel.engine.served import Setup
+    from costmodel.model.step import pricing
 
     m, hw = costmodel.load_model(model), costmodel.load_profile("h100")
-    cmd = step_command({**point, "device": hw.id}, m, model=model, input_len=1024, output_len=128, engine="vllm",
-                       weight_dtype=None, kv_dtype=None, routing=None)
+    cmd = step_command(
+        {**point, "device": hw.id},
+        m,
+        model=model,
+        input_len=1024,
+        output_len=128,
+        engine="vllm",
+        weight_dtype=None,
+        kv_dtype=None,
+        routing=None,
+    )
     step = json.loads(run_cli(*cmd, "--json").output)
     agg = point["mode"] == "agg"
-    tp, engines, dp = ((point["tp"], 1, point["attention_dp"]) if agg else (2, 2, 1))
+    tp, engines, dp = (point["tp"], 1, point["attention_dp"]) if agg else (2, 2, 1)
     batch, context = point["concurrency"] // (engines * dp), 1024 + 64
-    assert (step["workload"]["batch"], step["workload"]["context"], step["workload"]["tp"],
-            step["workload"]["attention_dp"]) == (batch, context, tp, dp)
+    assert (
+        step["workload"]["batch"],
+        step["workload"]["context"],
+        step["workload"]["tp"],
+        step["workload"]["attention_dp"],
+    ) == (batch, context, tp, dp)
     eng = engine("vllm", capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp)
     pr = pricing(m, hw, tp=tp, expert_parallel=point["expert_parallel"], attention_dp=dp)
     table = Setup(m, pr, eng, max_context=1024 + 128).table
     iteration = float(table.decode_run(batch, batch * context, 1, batch if dp > 1 else None)[0])
     assert step["decode"]["time_s"] == pytest.approx(iteration, rel=0.01)
     # pipeline stages run several micro-batches an iteration: no one step to link
-    assert step_command({**point, "device": hw.id, "pipeline_parallel": 2}, m, model=model, input_len=1024,
-                        output_len=128, engine="vllm", weight_dtype=None, kv_dtype=None, routing=None) is None
+    assert (
+        step_command(
+            {**point, "device": hw.id, "pipeline_parallel": 2},
+            m,
+            model=model,
+            input_len=1024,
+            output_len=128,
+            engine="vllm",
+            weight_dtype=None,
+            kv_dtype=None,
+            routing=None,
+        )
+        is None
+    )

@@ -8,13 +8,13 @@ import matplotlib
 import pytest
 from click.testing import CliRunner
 
-from costmodel.cli.commands import main
-from costmodel.hardware.catalog import load_profile
 from costmodel.attention.figures import memory_limits, roofline_points
-from costmodel.render.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep
 from costmodel.attention.roofline import predict
 from costmodel.attention.sweeps import check_sweep, sweep
 from costmodel.attention.workload import Workload
+from costmodel.cli.commands import main
+from costmodel.hardware.catalog import load_profile
+from costmodel.render.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -84,13 +84,16 @@ def test_memory_limit_mark_is_where_memory_runs_out(name, values):
         assert predict(w.model_copy(update={field: int(x)}), hw).memory.fits
         assert not predict(w.model_copy(update={field: int(x) + 1}), hw).memory.fits
         assert marks[key].get_ydata()[0] == pytest.approx(
-            predict(w.model_copy(update={field: int(x)}), hw).total.time_s * 1e3)
+            predict(w.model_copy(update={field: int(x)}), hw).total.time_s * 1e3
+        )
     assert "memory_limit:mha:time_s" in marks
 
 
 def test_predicted_vs_measured_draws_identity_band_and_points():
-    rows = [{"measured_s": 1e-5, "predicted_s": 1.1e-5, "group": "a"},
-            {"measured_s": 2e-4, "predicted_s": 1.5e-4, "group": "b"}]
+    rows = [
+        {"measured_s": 1e-5, "predicted_s": 1.1e-5, "group": "a"},
+        {"measured_s": 2e-4, "predicted_s": 1.5e-4, "group": "b"},
+    ]
     fig = draw_predicted_vs_measured(rows, "t")
     ax = fig.axes[0]
     identity = artists(fig, "identity")["identity"]
@@ -110,8 +113,22 @@ MAGIC = {".png": b"\x89PNG", ".svg": b"<?xml", ".pdf": b"%PDF"}
 def test_files_in_each_format(tmp_path, suffix):
     roof, swp = tmp_path / f"roof{suffix}", tmp_path / f"sweep{suffix}"
     r1 = CliRunner().invoke(main, ["roofline", "--gpu", "a100", "--gpu", "tpu-v5e", "--out", str(roof)])
-    r2 = CliRunner().invoke(main, ["sweep", "--gpu", "h100", "--x", "batch", "--range", "1:256:x4", "--out", str(swp),
-                                   "--csv", str(tmp_path / "s.csv")])
+    r2 = CliRunner().invoke(
+        main,
+        [
+            "sweep",
+            "--gpu",
+            "h100",
+            "--x",
+            "batch",
+            "--range",
+            "1:256:x4",
+            "--out",
+            str(swp),
+            "--csv",
+            str(tmp_path / "s.csv"),
+        ],
+    )
     assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
     assert roof.read_bytes().startswith(MAGIC[suffix]) and swp.read_bytes().startswith(MAGIC[suffix])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([roof.name, swp.name, "s.csv"])
@@ -120,18 +137,28 @@ def test_files_in_each_format(tmp_path, suffix):
     assert roof.stat().st_mode & 0o777 == 0o666 & ~umask  # not the private mode of a temporary file
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["roofline", "--gpu", "a100", "--out", "r.jpg"], "the suffix must be one of .png, .svg, .pdf"),
-    (["roofline", "--gpu", "a10o", "--out", "r.png"], "did you mean a10g"),
-    (["roofline", "--gpu", "a100", "--groups", "3", "--out", "r.png"], "groups 3 must divide heads 32"),
-    (["sweep", "--gpu", "h100", "--x", "groups", "--variant", "mha", "--range", "1,2", "--out", "s.png"],
-     "sweeping groups needs variant gqa"),
-    (["sweep", "--gpu", "h100", "--x", "groups", "--range", "1,3", "--out", "s.png"], "groups [3] do not divide heads 32"),
-    (["sweep", "--gpu", "h100", "--x", "context", "--range", "10:1:x", "--out", "s.png"], "invalid range"),
-    (["sweep", "--gpu", "h100", "--x", "context", "--mode", "generate", "--range", "1,2", "--out", "s.png"],
-     "generate mode has no context to sweep"),
-    (["sweep", "--gpu", "h100", "--x", "width", "--range", "1,2", "--out", "s.png"], "'width' is not one of"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["roofline", "--gpu", "a100", "--out", "r.jpg"], "the suffix must be one of .png, .svg, .pdf"),
+        (["roofline", "--gpu", "a10o", "--out", "r.png"], "did you mean a10g"),
+        (["roofline", "--gpu", "a100", "--groups", "3", "--out", "r.png"], "groups 3 must divide heads 32"),
+        (
+            ["sweep", "--gpu", "h100", "--x", "groups", "--variant", "mha", "--range", "1,2", "--out", "s.png"],
+            "sweeping groups needs variant gqa",
+        ),
+        (
+            ["sweep", "--gpu", "h100", "--x", "groups", "--range", "1,3", "--out", "s.png"],
+            "groups [3] do not divide heads 32",
+        ),
+        (["sweep", "--gpu", "h100", "--x", "context", "--range", "10:1:x", "--out", "s.png"], "invalid range"),
+        (
+            ["sweep", "--gpu", "h100", "--x", "context", "--mode", "generate", "--range", "1,2", "--out", "s.png"],
+            "generate mode has no context to sweep",
+        ),
+        (["sweep", "--gpu", "h100", "--x", "width", "--range", "1,2", "--out", "s.png"], "'width' is not one of"),
+    ],
+)
 def test_plot_errors(tmp_path, monkeypatch, args, expected):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, args)
@@ -156,9 +183,9 @@ def test_sweep_figure_shades_each_variants_range_at_the_model_numbers():
 
 
 def test_throughput_latency_figure_draws_each_points_latency_range():
-    from costmodel.render.plots import draw_throughput_latency
     from costmodel.model.presets import load_model
     from costmodel.model.requests import model_sweep, request
+    from costmodel.render.plots import draw_throughput_latency
 
     m, hw = load_model("llama-3-8b"), load_profile("h100")
     records = model_sweep([m], [hw], "batch", [1, 8], input_len=512, output_len=32)
@@ -166,5 +193,7 @@ def test_throughput_latency_figure_draws_each_points_latency_range():
     bars = next(c for c in fig.axes[0].collections if (c.get_gid() or "").startswith("band:"))
     segments = bars.get_segments()
     one = request(m, hw, batch=8, input_len=512, output_len=32)
-    assert any(s[0][0] == pytest.approx(one.tpot_band.low_s * 1e3) and s[1][0] == pytest.approx(
-        one.tpot_band.high_s * 1e3) for s in segments)
+    assert any(
+        s[0][0] == pytest.approx(one.tpot_band.low_s * 1e3) and s[1][0] == pytest.approx(one.tpot_band.high_s * 1e3)
+        for s in segments
+    )

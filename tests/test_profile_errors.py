@@ -37,12 +37,14 @@ def test_stated_fit_error_is_rederived(tables, pid, key):
     cls, timing = key.split("/")
     stated = hw.efficiency.error[key]
     if cls.startswith("moe"):  # fitted on whole measured MoE layers (costmodel.validation.moe_layers)
-        from costmodel.validation.moe_layers import TABLES, errors as moe_errors, moe_class, read_tables
+        from costmodel.validation.moe_layers import TABLES, moe_class, read_tables
+        from costmodel.validation.moe_layers import errors as moe_errors
 
         layers = [t for t in read_tables(SHARED / TABLES[pid], distributions=("balanced",)) if moe_class(t) == cls]
         got = moe_errors(layers, hw)
         assert (got["n"], got["median_abs_error_pct"], got["p90_abs_error_pct"]) == pytest.approx(
-            (stated.n, stated.median_abs_error_pct, stated.p90_abs_error_pct), abs=0.011)
+            (stated.n, stated.median_abs_error_pct, stated.p90_abs_error_pct), abs=0.011
+        )
         return
     chosen = [t for t in tables if t.profile == pid and t.priced_class == cls and t.timing == timing]
     assert chosen, (pid, key)
@@ -64,9 +66,11 @@ def _at_bound(eff) -> list[str]:
             continue  # a discrete choice (split_kv, pack_gqa, overlap)
         lo, hi, _ = BOUNDS[name]
         values = list(eff.fixed_s.values()) if name == "fixed" else [getattr(eff, name)]
+
         def pinned(v):
             at_low = v <= 1e-15 if lo == 0 else abs(v / lo - 1) <= 1e-6
             return at_low or abs(v / hi - 1) <= 1e-6
+
         if any(v is not None and pinned(v) for v in values):
             out.append(name)
     return out
@@ -77,8 +81,10 @@ def test_every_fitted_value_at_a_bound_is_explained(pid):
     """A parameter pinned at a bound of its search is doing another's job or none: each is removed, or its
     profile says why it sits there."""
     hw = costmodel.load_profile(pid)
-    unexplained = {cls: [n for n in _at_bound(eff) if not eff.at_bound.get(n, "").strip()]
-                   for cls, eff in hw.efficiency.classes.items()}
+    unexplained = {
+        cls: [n for n in _at_bound(eff) if not eff.at_bound.get(n, "").strip()]
+        for cls, eff in hw.efficiency.classes.items()
+    }
     assert {cls: names for cls, names in unexplained.items() if names} == {}
 
 

@@ -15,13 +15,21 @@ import yaml
 
 import costmodel
 from costmodel import CostModelError
-from costmodel.hardware.catalog import _parse, _validated
 from costmodel.core.files import load_yaml
+from costmodel.hardware.catalog import _parse, _validated
 
 SHIPPED = "a100_80gb_sxm"
 BASE = json.loads(costmodel.load_profile(SHIPPED).model_dump_json(exclude_none=True))
-MUTATIONS = {"negative": -1.0, "zero": 0.0, "NaN": math.nan, "inf": math.inf, "1e308": 1e308, "1e-300": 1e-300,
-             "bool": True, "string": "12"}
+MUTATIONS = {
+    "negative": -1.0,
+    "zero": 0.0,
+    "NaN": math.nan,
+    "inf": math.inf,
+    "1e308": 1e308,
+    "1e-300": 1e-300,
+    "bool": True,
+    "string": "12",
+}
 
 
 def numeric_fields(data, path=()):
@@ -67,22 +75,35 @@ def _mutated(path, value):
 
 def test_the_table_reaches_every_kind_of_number():
     joined = {".".join(map(str, p)) for p in FIELDS}
-    for field in ("peak_flops_per_s.bf16.value", "memory_bandwidth_bytes_per_s.value", "memory_capacity_bytes.value",
-                  "architecture.compute_units.value", "architecture.clock_hz.value", "launch_overhead_s.value",
-                  "efficiency.classes.gemm.fixed_s.graph", "efficiency.classes.gemm.compute_efficiency",
-                  "efficiency.classes.decode_attention.unsplit_sm_bandwidth", "matrix_tile.shape.0",
-                  "efficiency.error.gemm/graph.n"):
+    for field in (
+        "peak_flops_per_s.bf16.value",
+        "memory_bandwidth_bytes_per_s.value",
+        "memory_capacity_bytes.value",
+        "architecture.compute_units.value",
+        "architecture.clock_hz.value",
+        "launch_overhead_s.value",
+        "efficiency.classes.gemm.fixed_s.graph",
+        "efficiency.classes.gemm.compute_efficiency",
+        "efficiency.classes.decode_attention.unsplit_sm_bandwidth",
+        "matrix_tile.shape.0",
+        "efficiency.error.gemm/graph.n",
+    ):
         assert field in joined
     kinds = {".".join(map(str, kind(p))) for p in FIELDS}
-    for field in ("collectives.curves.*.*.latency_s", "collectives.curves.*.*.large_bus_bytes_per_s",
-                  "collectives.ops.*.*.large_latency_s", "collectives.error.*.median_abs_error_pct"):
+    for field in (
+        "collectives.curves.*.*.latency_s",
+        "collectives.curves.*.*.large_bus_bytes_per_s",
+        "collectives.ops.*.*.large_latency_s",
+        "collectives.error.*.median_abs_error_pct",
+    ):
         assert field in kinds  # each field of a collective curve, once
     assert len(FIELDS) > 60
 
 
 def _times_are_finite_and_positive(hw) -> None:
     for w in costmodel.workloads(batch=4, context=256, execution="fused") + [
-            costmodel.Workload.create("gqa", "batched", batch=2, seq=512, execution="fused")]:
+        costmodel.Workload.create("gqa", "batched", batch=2, seq=512, execution="fused")
+    ]:
         p = costmodel.predict(w, hw)
         times = [p.total.time_s, *(o.time_s for o in p.ops)]
         assert all(math.isfinite(t) and t > 0 for t in times), times
@@ -136,13 +157,14 @@ def test_exponents_without_a_point_are_numbers():
 @pytest.mark.parametrize("edge", ["low", "high"])
 def test_figures_survive_the_edges_of_every_accepted_range(tmp_path, edge):
     """A profile at the ends of the accepted ranges still prices and draws its roofline."""
-    from costmodel.hardware.profile import Bytes, ByteRate, FlopRate
     from costmodel.attention.figures import roofline_points
+    from costmodel.hardware.profile import ByteRate, Bytes, FlopRate
     from costmodel.render.plots import draw_roofline, save
 
     def bound(kind, i):
         meta = kind.__metadata__[0].metadata
         return [getattr(m, a) for m in meta for a in ("ge", "le") if getattr(m, a, None) is not None][i]
+
     i = 0 if edge == "low" else 1
     data = json.loads(json.dumps(BASE))
     data.pop("efficiency")  # the datasheet roofline: the rates alone set the times

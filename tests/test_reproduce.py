@@ -8,8 +8,8 @@ import pytest
 import sympy
 from click.testing import CliRunner
 
-from costmodel.counts import symbols as S
 from costmodel.cli.commands import main
+from costmodel.counts import symbols as S
 from costmodel.papers.reproduce import Mechanisms, gqa2023, shazeer2019, steps
 
 b, n, d, h, g = S.b, S.n, S.d, S.h, S.g
@@ -49,10 +49,14 @@ def test_plain_roofline_ratio_and_mechanisms(shazeer):
 
 
 def test_mechanisms_can_be_switched_off():
-    labels = [label for label, _ in steps(Mechanisms(f32_storage=True, concat_cache=False, tile_padding=True,
-                                                     f32_passes=1))]
-    assert labels == ["plain roofline (bf16, in-place cache, no padding)", "+ f32 storage",
-                      "+ matrix-unit tile padding"]
+    labels = [
+        label for label, _ in steps(Mechanisms(f32_storage=True, concat_cache=False, tile_padding=True, f32_passes=1))
+    ]
+    assert labels == [
+        "plain roofline (bf16, in-place cache, no padding)",
+        "+ f32 storage",
+        "+ matrix-unit tile padding",
+    ]
     out = shazeer2019(Mechanisms.none())
     assert len(out["table2"]) == 1
 
@@ -64,14 +68,19 @@ def test_tile_padding_by_hand():
 
     tile = (128, 128)
     # 2048 per-head matrix-vector products (M = 1, K = N = 128) each take a whole 128-row pass
-    assert systolic_flops(2 * 2048 * 128 * 128, {"batch": 2048, "M": 1, "K": 128, "N": 128}, tile) == \
-        2 * 2048 * 128 * 128 * 128
+    assert (
+        systolic_flops(2 * 2048 * 128 * 128, {"batch": 2048, "M": 1, "K": 128, "N": 128}, tile)
+        == 2 * 2048 * 128 * 128 * 128
+    )
     # a projection with 256 rows and 1024 x 1024 weights fills every pass; 300 rows stream past a tile in 300
     # cycles (not padded to 384); K 200 and N 100 take whole tiles
-    assert systolic_flops(2 * 256 * 1024 * 1024, {"batch": 1, "M": 256, "K": 1024, "N": 1024}, tile) == \
-        2 * 256 * 1024 * 1024
-    assert systolic_flops(2 * 300 * 200 * 100, {"batch": 1, "M": 300, "K": 200, "N": 100}, tile) == \
-        pytest.approx(2 * 300 * 256 * 128)
+    assert (
+        systolic_flops(2 * 256 * 1024 * 1024, {"batch": 1, "M": 256, "K": 1024, "N": 1024}, tile)
+        == 2 * 256 * 1024 * 1024
+    )
+    assert systolic_flops(2 * 300 * 200 * 100, {"batch": 1, "M": 300, "K": 200, "N": 100}, tile) == pytest.approx(
+        2 * 300 * 256 * 128
+    )
     # decode attention, 2 sequences of 8 heads of 64 over 100 positions: multi-head streams 1 query row per
     # key/value head, multi-query 8 over one head; the 64-element keys fill half a tile's rows
     for g, rows in ((8, 1), (1, 8)):
@@ -120,16 +129,18 @@ def test_gqa2023_bad_plot_suffix_writes_nothing(tmp_path, monkeypatch):
 
 def test_gqa2023_runs_fused_attention_and_prints_the_papers_table():
     from costmodel.hardware.catalog import load_profile
-    from costmodel.model.step import predict_model
     from costmodel.model.presets import load_model
+    from costmodel.model.step import predict_model
 
     result = gqa2023(groups=(8,), sample_every=256)
     row = result["rows"][0]
     base = load_model("t5_xxl")
     m = base.model_copy(update={"kv_heads": 8, "cross_kv_heads": 8, "encoder_kv_heads": base.heads})
     hw = load_profile("tpu_v4")
-    prefill = {ex: predict_model(m, hw, batch=row["batch"], context=1, source=2048, tp=8, execution=ex).prefill.time_s
-               for ex in ("fused", "unfused")}
+    prefill = {
+        ex: predict_model(m, hw, batch=row["batch"], context=1, source=2048, tp=8, execution=ex).prefill.time_s
+        for ex in ("fused", "unfused")
+    }
     assert row["prefill_s"] == prefill["fused"] != prefill["unfused"]
     assert result["execution"] == "fused" and "fused attention" in result["setup"]
     out = CliRunner().invoke(main, ["reproduce", "gqa2023"]).output
@@ -184,5 +195,6 @@ def test_local_rows_per_position_cost(shazeer):
     full = shazeer["table2"][-1]
     for v in ("mha", "mqa"):
         assert loc["us_per_position"]["model"][v] == pytest.approx(
-            (full[f"{v}_us_per_token"] - loc["model"][f"{v}_us_per_token"]) / 96)
+            (full[f"{v}_us_per_token"] - loc["model"][f"{v}_us_per_token"]) / 96
+        )
         assert 0 < loc["model"][f"{v}_us_per_token"] < full[f"{v}_us_per_token"]

@@ -10,17 +10,22 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costmodel.core.errors import CostModelError
-from costmodel.hardware.catalog import load_all, load_profile
 from costmodel.attention.roofline import predict
 from costmodel.attention.sweeps import sweep_arrays as sweep
 from costmodel.attention.workload import Workload
+from costmodel.core.errors import CostModelError
+from costmodel.hardware.catalog import load_all, load_profile
 
 GPUS = [p for p in load_all() if p.kind == "gpu"]
 ROUND = {  # a device with round numbers, so the arithmetic below is easy to follow
-    "id": "round", "name": "Round", "vendor": "test", "kind": "gpu",
-    "peak_flops_per_s": {"bf16": {"value": 1e12, "source": "t", "confidence": "low"},
-                         "fp32": {"value": 1e11, "source": "t", "confidence": "low"}},
+    "id": "round",
+    "name": "Round",
+    "vendor": "test",
+    "kind": "gpu",
+    "peak_flops_per_s": {
+        "bf16": {"value": 1e12, "source": "t", "confidence": "low"},
+        "fp32": {"value": 1e11, "source": "t", "confidence": "low"},
+    },
     "memory_bandwidth_bytes_per_s": {"value": 1e9, "source": "t", "confidence": "low"},
     "memory_capacity_bytes": {"value": 1e9, "source": "t", "confidence": "low"},
     "on_chip_memory_bytes": {"value": 1e6, "source": "t", "confidence": "low"},
@@ -59,7 +64,7 @@ def test_hand_computed_a100_decode_projection():
     # default layer on the A100 80GB SXM's bare datasheet roofline: 312e12 bf16 FLOP/s, 2.039e12 B/s, no launch
     p = predict(Workload.create("mha"), load_profile("a100"), without=("all",))
     q = {o.name: o for o in p.ops}["q_proj"]
-    flops = 2 * 16 * 4096 * 32 * 128                  # 2*b*d*h*k
+    flops = 2 * 16 * 4096 * 32 * 128  # 2*b*d*h*k
     nbytes = 2 * (16 * 4096 + 4096 * 32 * 128 + 16 * 32 * 128)  # x, P_q, q in bf16
     assert (q.flops, q.bytes) == (flops, nbytes)
     assert q.time_s == pytest.approx(max(flops / 312e12, nbytes / 2.039e12)) and q.launch_s == 0
@@ -111,13 +116,15 @@ def test_decode_at_batch_1_is_memory_bound(hw):
 def test_large_prefill_is_compute_bound(hw):
     dtype = "bf16" if "bf16" in hw.peak_flops_per_s else "fp16"
     # a property of the datasheet roofline (the fitted memory side of a prefill counts re-reads from L2)
-    fused = predict(Workload.create("mha", "batched", batch=8, seq=4096, dtype=dtype, execution="fused"), hw,
-                    without=("all",))
+    fused = predict(
+        Workload.create("mha", "batched", batch=8, seq=4096, dtype=dtype, execution="fused"), hw, without=("all",)
+    )
     assert fused.total.bound == "compute"
     assert all(o.bound == "compute" for o in fused.ops)
     # unfused, the projections still are; the elementwise passes over b*h*n^2 logits are not
-    ops = {o.name: o for o in predict(fused.workload.model_copy(update={"execution": "unfused"}), hw,
-                                      without=("all",)).ops}
+    ops = {
+        o.name: o for o in predict(fused.workload.model_copy(update={"execution": "unfused"}), hw, without=("all",)).ops
+    }
     assert all(ops[name].bound == "compute" for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
     assert all(ops[name].bound == "memory" for name in ("scale", "mask", "softmax"))
 
@@ -131,20 +138,31 @@ def test_fused_reads_kv_with_g_heads():
 
 workloads = st.builds(
     lambda variant, mode, b, n, m, h_mult, g_exp, k, execution: Workload.create(
-        variant, mode, batch=b, seq=n, context=None if mode == "generate" else m,
-        heads=h_mult * 2**g_exp, groups=2**g_exp if variant == "gqa" else None, d_model=h_mult * 2**g_exp * k,
+        variant,
+        mode,
+        batch=b,
+        seq=n,
+        context=None if mode == "generate" else m,
+        heads=h_mult * 2**g_exp,
+        groups=2**g_exp if variant == "gqa" else None,
+        d_model=h_mult * 2**g_exp * k,
         execution=execution,
     ),
     variant=st.sampled_from(["mha", "gqa", "mqa"]),
     mode=st.sampled_from(["batched", "incremental", "generate"]),
-    b=st.integers(1, 256), n=st.integers(1, 4096), m=st.integers(1, 65536),
-    h_mult=st.integers(1, 8), g_exp=st.integers(0, 4), k=st.sampled_from([32, 64, 128, 256]),
+    b=st.integers(1, 256),
+    n=st.integers(1, 4096),
+    m=st.integers(1, 65536),
+    h_mult=st.integers(1, 8),
+    g_exp=st.integers(0, 4),
+    k=st.sampled_from([32, 64, 128, 256]),
     execution=st.sampled_from(["unfused", "fused"]),
 )
 HW = load_profile("h100")
 # the same examples every run (a property test must not pass or fail by the draw)
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None,
-                    derandomize=True)
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None, derandomize=True
+)
 
 
 @SETTINGS
@@ -203,6 +221,8 @@ def test_zero_launch_overhead_is_accepted_and_negative_refused(tmp_path):
     w = Workload.create("mha", "batched", batch=1, seq=2, d_model=4, heads=2)
     q = {o.name: o for o in predict(w, load_profile(str(path))).ops}["q_proj"]
     assert q.launch_s == 0 and q.time_s == pytest.approx(64 / 1e9)  # the memory time alone (hand count above)
-    path.write_text(yaml.safe_dump({**ROUND, "launch_overhead_s": {"value": -1e-6, "source": "t", "confidence": "low"}}))
+    path.write_text(
+        yaml.safe_dump({**ROUND, "launch_overhead_s": {"value": -1e-6, "source": "t", "confidence": "low"}})
+    )
     with pytest.raises(CostModelError, match="launch_overhead_s"):
         load_profile(str(path))

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import costmodel
-from costmodel.engine.config import engine, kv_capacity_tokens
 from costmodel.core.errors import CostModelError
+from costmodel.engine.config import engine, kv_capacity_tokens
 from costmodel.engine.iteration import exact_time
-from costmodel.model.step import pricing
 from costmodel.engine.served import Setup, serve
 from costmodel.engine.simulate import simulate
+from costmodel.model.step import pricing
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -46,8 +46,19 @@ def test_littles_law_and_tokens(llama, h100, engine_name):
     """Closed loop: throughput x mean time in the system = clients (Little's law, up to the first and last
     waves); every output token is produced exactly once."""
     c, n = 16, 400
-    p = serve(llama, h100, input_len=512, output_len=64, engine_name=engine_name, concurrency=c, num_requests=n,
-              overheads=OFF, input_dist="uniform", output_dist="uniform", spread=0.5)
+    p = serve(
+        llama,
+        h100,
+        input_len=512,
+        output_len=64,
+        engine_name=engine_name,
+        concurrency=c,
+        num_requests=n,
+        overheads=OFF,
+        input_dist="uniform",
+        output_dist="uniform",
+        spread=0.5,
+    )
     assert p.requests_per_s * p.e2e_s == pytest.approx(c, rel=0.05)
     assert p.output_tokens_per_s == pytest.approx(p.requests_per_s * p.output_len, rel=1e-9)
 
@@ -61,7 +72,8 @@ def _setup(llama, h100, eng, max_context):
 def test_scheduler_invariants(llama, h100, engine_name):
     """Budget, sequence limit and pages hold in every iteration, with a cache small enough to bind."""
     eng = engine(engine_name, capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(
-        max_num_batched_tokens=2048, max_num_seqs=12)
+        max_num_batched_tokens=2048, max_num_seqs=12
+    )
     st = _setup(llama, h100, eng, 4096)
     rng = np.random.default_rng(3)
     prompts, outputs = rng.integers(100, 1800, 150), rng.integers(20, 300, 150)
@@ -95,14 +107,20 @@ def test_preempted_requests_are_recomputed(llama, h100):
     assert base.prefix_caching  # vLLM's default
     # the no-evict engine never preempts under the same pressure
     eng2 = engine("trtllm", capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(max_num_seqs=16)
-    res2 = simulate(st.table, eng2, kv_tokens=4096, prompts=np.full(n, 200), outputs=np.full(n, 400),
-                    concurrency=16, check=True)
+    res2 = simulate(
+        st.table, eng2, kv_tokens=4096, prompts=np.full(n, 200), outputs=np.full(n, 400), concurrency=16, check=True
+    )
     assert res2.preemptions == 0 and res2.violations == []
     assert res2.seqs_max <= 4096 // (32 * math.ceil(600 / 32))
 
 
-GRID = [("llama-3.1-8b", 1, 8, 1024, 256), ("llama-3.1-8b", 1, 32, 2048, 512), ("llama-3.1-8b", 1, 128, 1024, 128),
-        ("qwen3-32b", 2, 8, 1024, 256), ("qwen3-32b", 2, 64, 2048, 256)]
+GRID = [
+    ("llama-3.1-8b", 1, 8, 1024, 256),
+    ("llama-3.1-8b", 1, 32, 2048, 512),
+    ("llama-3.1-8b", 1, 128, 1024, 128),
+    ("qwen3-32b", 2, 8, 1024, 256),
+    ("qwen3-32b", 2, 64, 2048, 256),
+]
 
 
 #: Agreement asked of the closed form: 5% where prefill rides in decode iterations; 8% for SGLang's separate
@@ -121,15 +139,25 @@ def test_closed_form_agrees_with_simulation(h100, engine_name, model, tp, c, isl
 
     m = costmodel.load_model(model)
     over = {"iteration_s": 0.002, "request_s": 0.0}
-    cf = serve(m, h100, input_len=isl, output_len=osl, engine_name=engine_name, concurrency=c, tp=tp,
-               overheads=over, evaluator="steady-state")
+    cf = serve(
+        m,
+        h100,
+        input_len=isl,
+        output_len=osl,
+        engine_name=engine_name,
+        concurrency=c,
+        tp=tp,
+        overheads=over,
+        evaluator="steady-state",
+    )
     pr = pricing(m, h100, tp=tp)
     eng = engine(engine_name, capacity_bytes=h100.engine_memory, device_name=h100.name, tp=tp)
     n = 30 * c
     prompts, outputs = lengths("uniform", isl, n, spread=0.25), lengths("uniform", osl, n, spread=0.25, seed=1)
     st = Setup(m, pr, eng, max_context=int(prompts.max() + outputs.max()), overheads=over)
-    res = simulate(st.table, eng, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=c,
-                   overhead_s=0.002)
+    res = simulate(
+        st.table, eng, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=c, overhead_s=0.002
+    )
     steady = slice(c, n - c)
     assert cf.ttft_s == pytest.approx(res.ttft[steady].mean(), rel=AGREEMENT[engine_name])
     more = outputs[steady] > 1
@@ -145,8 +173,13 @@ def test_the_hosts_time_by_hand(llama, h100, engine_name):
     GPU (vLLM) adds it: TPOT is the GPU's step + 48 ms."""
     host = {"layer_s": 1e-3, "layer_seq_s": 0.5e-3}
     kw = dict(input_len=128, output_len=64, engine_name=engine_name, concurrency=1, num_requests=3)
-    st = Setup(llama, pricing(llama, h100), engine(engine_name, capacity_bytes=h100.engine_memory), max_context=192,
-               overheads=OFF | host)
+    st = Setup(
+        llama,
+        pricing(llama, h100),
+        engine(engine_name, capacity_bytes=h100.engine_memory),
+        max_context=192,
+        overheads=OFF | host,
+    )
     assert llama.layers == 32 and st.host_s([1, 4]).tolist() == pytest.approx([48e-3, 96e-3])
     without = serve(llama, h100, overheads=OFF, **kw).tpot_s
     assert without < 48e-3 / 5
@@ -155,8 +188,10 @@ def test_the_hosts_time_by_hand(llama, h100, engine_name):
         assert got == pytest.approx(48e-3 if engine_name == "trtllm" else without + 48e-3, rel=1e-3), evaluator
 
 
-@pytest.mark.parametrize("model,tp,c,isl,osl", [("qwen3-32b", 8, 128, 1024, 512), ("qwen3-32b", 8, 96, 1024, 512),
-                                                ("qwen3-32b", 8, 128, 2048, 256)])
+@pytest.mark.parametrize(
+    "model,tp,c,isl,osl",
+    [("qwen3-32b", 8, 128, 1024, 512), ("qwen3-32b", 8, 96, 1024, 512), ("qwen3-32b", 8, 128, 2048, 256)],
+)
 def test_closed_form_agrees_with_simulation_where_the_host_binds(h100, model, tp, c, isl, osl):
     """As :func:`test_closed_form_agrees_with_simulation`, with TensorRT-LLM's host time (about its fitted size,
     :data:`costmodel.engine.served.OVERHEADS`) binding at large batches on many GPUs."""
@@ -164,17 +199,34 @@ def test_closed_form_agrees_with_simulation_where_the_host_binds(h100, model, tp
 
     m = costmodel.load_model(model)
     over = {"iteration_s": 0.002, "request_s": 0.0, "layer_s": 80e-6, "layer_seq_s": 1.5e-6}
-    cf = serve(m, h100, input_len=isl, output_len=osl, engine_name="trtllm", concurrency=c, tp=tp, overheads=over,
-               evaluator="steady-state")
-    gpu_bound = serve(m, h100, input_len=isl, output_len=osl, engine_name="trtllm", concurrency=c, tp=tp,
-                      overheads={"iteration_s": 0.002, "request_s": 0.0}, evaluator="steady-state")
+    cf = serve(
+        m,
+        h100,
+        input_len=isl,
+        output_len=osl,
+        engine_name="trtllm",
+        concurrency=c,
+        tp=tp,
+        overheads=over,
+        evaluator="steady-state",
+    )
+    gpu_bound = serve(
+        m,
+        h100,
+        input_len=isl,
+        output_len=osl,
+        engine_name="trtllm",
+        concurrency=c,
+        tp=tp,
+        overheads={"iteration_s": 0.002, "request_s": 0.0},
+        evaluator="steady-state",
+    )
     assert cf.tpot_s > 1.02 * gpu_bound.tpot_s  # the host binds
     eng = engine("trtllm", capacity_bytes=h100.engine_memory, device_name=h100.name, tp=tp)
     n = 30 * c
     prompts, outputs = lengths("uniform", isl, n, spread=0.25), lengths("uniform", osl, n, spread=0.25, seed=1)
     st = Setup(m, pricing(m, h100, tp=tp), eng, max_context=int(prompts.max() + outputs.max()), overheads=over)
-    res = simulate(st.table, eng, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=c,
-                   wall=st.wall)
+    res = simulate(st.table, eng, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=c, wall=st.wall)
     steady = slice(c, n - c)
     assert cf.ttft_s == pytest.approx(res.ttft[steady].mean(), rel=AGREEMENT["trtllm"])
     more = outputs[steady] > 1
@@ -199,9 +251,15 @@ def test_kv_capacity_by_hand(llama, h100):
 
 def test_presets_match_published_parameters():
     """The served models' presets hold the parameters their model cards publish (within 1%)."""
-    for name in ("Qwen/Qwen3-32B", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B",
-                 "Qwen/Qwen3-235B-A22B-FP8", "MiniMaxAI/MiniMax-M2.5", "openai/gpt-oss-120b",
-                 "deepseek-ai/DeepSeek-R1"):
+    for name in (
+        "Qwen/Qwen3-32B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.1-70B",
+        "Qwen/Qwen3-235B-A22B-FP8",
+        "MiniMaxAI/MiniMax-M2.5",
+        "openai/gpt-oss-120b",
+        "deepseek-ai/DeepSeek-R1",
+    ):
         m = costmodel.load_model(name)
         from costmodel.model.memory import param_count
 
@@ -274,8 +332,19 @@ def test_burstier_arrivals_queue_longer(llama, h100, run_cli):
         assert p.requests_per_s == pytest.approx(10.0, rel=0.05) and p.burstiness in runs
     closed = [serve(llama, h100, burstiness=b, evaluator="steady-state", **kw).ttft_s for b in (0.25, 1.0)]
     assert closed[0] == closed[1]
-    args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--input-len", "512",
-            "--output-len", "64"]
+    args = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--engine",
+        "vllm",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+    ]
     r = run_cli(*args, "--concurrency", "4", "--burstiness", "0.5")
     assert r.exit_code != 0 and r.output.startswith("Error:") and "--request-rate" in r.output
     r = run_cli(*args, "--request-rate", "2", "--burstiness", "0")
@@ -291,8 +360,9 @@ def test_closed_form_agrees_with_simulation_on_open_loops(h100, engine_name):
     for name, tp, isl, osl in (("llama-3.1-8b", 1, 2048, 256), ("qwen3-32b", 2, 1024, 512)):
         m = costmodel.load_model(name)
         kw = dict(input_len=isl, output_len=osl, tp=tp, engine_name=engine_name)
-        most = serve(m, h100, request_rate=1.0, num_requests=1, evaluator="steady-state",
-                     **kw).saturation_requests_per_s
+        most = serve(
+            m, h100, request_rate=1.0, num_requests=1, evaluator="steady-state", **kw
+        ).saturation_requests_per_s
         for share in (0.3, 0.8):
             sim = serve(m, h100, request_rate=share * most, num_requests=3000, **kw)
             cf = serve(m, h100, request_rate=share * most, num_requests=3000, evaluator="steady-state", **kw)
@@ -301,8 +371,23 @@ def test_closed_form_agrees_with_simulation_on_open_loops(h100, engine_name):
 
 
 def test_an_overloaded_open_loop_says_so(run_cli):
-    args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--input-len", "512",
-            "--output-len", "64", "--max-num-seqs", "8", "--evaluator", "steady-state"]
+    args = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--engine",
+        "vllm",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--max-num-seqs",
+        "8",
+        "--evaluator",
+        "steady-state",
+    ]
     over = run_cli(*args, "--request-rate", "100")
     assert over.exit_code == 0 and "overloaded: requests arrive at 100/s" in over.output
     assert "measured on deployments that kept up with their load" in over.output  # the range says whose it is
@@ -315,18 +400,57 @@ def test_an_overloaded_open_loop_says_so(run_cli):
 
 # --- validate --serving ------------------------------------------------------------------------------
 
-COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
-           "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
-           "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms"] + [
-           f"{role}_{k}" for role in ("prefill", "decode") for k in ("batch_size", "num_workers", "tp_size", "pp_size",
-                                                                      "attention_dp_size", "moe_tp_size", "moe_ep_size")]
+COLUMNS = [
+    "id",
+    "silicon_data_source",
+    "backend",
+    "backend_version",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+] + [
+    f"{role}_{k}"
+    for role in ("prefill", "decode")
+    for k in ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+]
 
 
 def _row(**kw):
-    base = dict(id="r", silicon_data_source="silicon_concurrency=4", backend="vllm", backend_version="0.12.0",
-                model_path="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", precision="", mode="agg", isl="512",
-                osl="32", gemm_quant_mode="", moe_quant_mode="", batch_size="4.0", tp_size="1.0", pp_size="1.0",
-                attention_dp_size="", moe_tp_size="1.0", moe_ep_size="1.0", silicon_ttft_ms="50", silicon_tpot_ms="8")
+    base = dict(
+        id="r",
+        silicon_data_source="silicon_concurrency=4",
+        backend="vllm",
+        backend_version="0.12.0",
+        model_path="meta-llama/Llama-3.1-8B-Instruct",
+        system="h100_sxm",
+        precision="",
+        mode="agg",
+        isl="512",
+        osl="32",
+        gemm_quant_mode="",
+        moe_quant_mode="",
+        batch_size="4.0",
+        tp_size="1.0",
+        pp_size="1.0",
+        attention_dp_size="",
+        moe_tp_size="1.0",
+        moe_ep_size="1.0",
+        silicon_ttft_ms="50",
+        silicon_tpot_ms="8",
+    )
     return base | kw
 
 
@@ -339,51 +463,126 @@ def _write(path, rows, columns=COLUMNS):
 
 def test_validate_serving_counts_reasons(tmp_path, run_cli):
     path = tmp_path / "d.csv"
-    _write(path, [_row(id="ok"), _row(id="unknown", model_path="acme/Nope-7B"), _row(id="bad", isl="x"),
-                  _row(id="ep", moe_ep_size="8"),
-                  _row(id="dis", mode="disagg", batch_size="", tp_size="", prefill_num_workers="2.0",
-                       prefill_tp_size="1.0", prefill_batch_size="1.0", decode_num_workers="1.0", decode_tp_size="2.0",
-                       decode_batch_size="8.0"),
-                  _row(id="dis-adp", mode="disagg", batch_size="", prefill_attention_dp_size="4.0",
-                       prefill_num_workers="1.0", decode_num_workers="1.0"),
-                  _row(id="dis-ep", mode="disagg", model_path="Qwen/Qwen3-235B-A22B-FP8", precision="fp8",
-                       gemm_quant_mode="fp8_block", batch_size="", tp_size="", prefill_num_workers="1.0",
-                       prefill_tp_size="1.0", prefill_attention_dp_size="8.0", prefill_moe_ep_size="8.0",
-                       prefill_batch_size="1.0", decode_num_workers="1.0", decode_tp_size="8.0",
-                       decode_moe_ep_size="8.0", decode_batch_size="8.0"),
-                  _row(id="adp", model_path="Qwen/Qwen3-235B-A22B-FP8", silicon_data_source="silicon_concurrency=8",
-                       batch_size="2.0", tp_size="2.0", attention_dp_size="4.0", moe_ep_size="8.0", precision="fp8",
-                       gemm_quant_mode="fp8_block"),
-                  _row(id="adp-tp", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="2.0", attention_dp_size="4.0",
-                       moe_ep_size="2.0", precision="fp8"),
-                  _row(id="hyb", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="4.0", moe_tp_size="2.0",
-                       moe_ep_size="2.0", precision="fp8", gemm_quant_mode="fp8_block"),
-                  _row(id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0",
-                       decode_num_workers="1.0"),
-                  _row(id="dis-w", mode="disagg", prefill_num_workers="1.0"),
-                  _row(id="dis-sg", mode="disagg", backend="sglang", batch_size="", tp_size="", prefill_tp_size="2.0",
-                       decode_tp_size="2.0", decode_num_workers="1.0"),
-                  _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm", backend="trtllm"),
-                  _row(id="neg", silicon_ttft_ms="-3"),
-                  _row(id="moe", model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size="8.0", moe_ep_size="8.0",
-                       precision="fp8", gemm_quant_mode="fp8_block"),
-                  _row(id="rep", silicon_data_source="silicon_concurrency=12"),
-                  _row(id="rep-odd", silicon_data_source="silicon_concurrency=10"),
-                  _row(id="big", model_path="meta-llama/Llama-3.1-70B", tp_size="1.0")])
+    _write(
+        path,
+        [
+            _row(id="ok"),
+            _row(id="unknown", model_path="acme/Nope-7B"),
+            _row(id="bad", isl="x"),
+            _row(id="ep", moe_ep_size="8"),
+            _row(
+                id="dis",
+                mode="disagg",
+                batch_size="",
+                tp_size="",
+                prefill_num_workers="2.0",
+                prefill_tp_size="1.0",
+                prefill_batch_size="1.0",
+                decode_num_workers="1.0",
+                decode_tp_size="2.0",
+                decode_batch_size="8.0",
+            ),
+            _row(
+                id="dis-adp",
+                mode="disagg",
+                batch_size="",
+                prefill_attention_dp_size="4.0",
+                prefill_num_workers="1.0",
+                decode_num_workers="1.0",
+            ),
+            _row(
+                id="dis-ep",
+                mode="disagg",
+                model_path="Qwen/Qwen3-235B-A22B-FP8",
+                precision="fp8",
+                gemm_quant_mode="fp8_block",
+                batch_size="",
+                tp_size="",
+                prefill_num_workers="1.0",
+                prefill_tp_size="1.0",
+                prefill_attention_dp_size="8.0",
+                prefill_moe_ep_size="8.0",
+                prefill_batch_size="1.0",
+                decode_num_workers="1.0",
+                decode_tp_size="8.0",
+                decode_moe_ep_size="8.0",
+                decode_batch_size="8.0",
+            ),
+            _row(
+                id="adp",
+                model_path="Qwen/Qwen3-235B-A22B-FP8",
+                silicon_data_source="silicon_concurrency=8",
+                batch_size="2.0",
+                tp_size="2.0",
+                attention_dp_size="4.0",
+                moe_ep_size="8.0",
+                precision="fp8",
+                gemm_quant_mode="fp8_block",
+            ),
+            _row(
+                id="adp-tp",
+                model_path="Qwen/Qwen3-235B-A22B-FP8",
+                tp_size="2.0",
+                attention_dp_size="4.0",
+                moe_ep_size="2.0",
+                precision="fp8",
+            ),
+            _row(
+                id="hyb",
+                model_path="Qwen/Qwen3-235B-A22B-FP8",
+                tp_size="4.0",
+                moe_tp_size="2.0",
+                moe_ep_size="2.0",
+                precision="fp8",
+                gemm_quant_mode="fp8_block",
+            ),
+            _row(
+                id="dis-c", mode="disagg", silicon_data_source="", prefill_num_workers="1.0", decode_num_workers="1.0"
+            ),
+            _row(id="dis-w", mode="disagg", prefill_num_workers="1.0"),
+            _row(
+                id="dis-sg",
+                mode="disagg",
+                backend="sglang",
+                batch_size="",
+                tp_size="",
+                prefill_tp_size="2.0",
+                decode_tp_size="2.0",
+                decode_num_workers="1.0",
+            ),
+            _row(id="fp4", precision="fp4", model_path="openai/gpt-oss-120b", system="b200_sxm", backend="trtllm"),
+            _row(id="neg", silicon_ttft_ms="-3"),
+            _row(
+                id="moe",
+                model_path="Qwen/Qwen3-235B-A22B-FP8",
+                tp_size="8.0",
+                moe_ep_size="8.0",
+                precision="fp8",
+                gemm_quant_mode="fp8_block",
+            ),
+            _row(id="rep", silicon_data_source="silicon_concurrency=12"),
+            _row(id="rep-odd", silicon_data_source="silicon_concurrency=10"),
+            _row(id="big", model_path="meta-llama/Llama-3.1-70B", tp_size="1.0"),
+        ],
+    )
     out = tmp_path / "out.json"
     r = run_cli("validate", "--serving", str(path), "--json", str(out))
     assert r.exit_code == 0, r.output
     report = json.loads(out.read_text())
     assert set(report) == {"rows", "skipped", "summary"}
     reasons = {s["id"]: s["reason"] for s in report["skipped"]}
-    assert reasons == {"unknown": "unknown model", "bad": "bad numbers", "ep": "expert parallel across other groups",
-                       "dis-adp": "attention data parallel on a dense model",
-                       "dis-c": "no concurrency",
-                       "adp-tp": "attention data parallel without expert parallel over all its devices",
-                       "dis-w": "disaggregated without worker counts",
-                       "neg": "bad numbers",
-                       "rep-odd": "more clients than the batch, not a whole number of replicas",
-                       "big": reasons["big"]}
+    assert reasons == {
+        "unknown": "unknown model",
+        "bad": "bad numbers",
+        "ep": "expert parallel across other groups",
+        "dis-adp": "attention data parallel on a dense model",
+        "dis-c": "no concurrency",
+        "adp-tp": "attention data parallel without expert parallel over all its devices",
+        "dis-w": "disaggregated without worker counts",
+        "neg": "bad numbers",
+        "rep-odd": "more clients than the batch, not a whole number of replicas",
+        "big": reasons["big"],
+    }
     # a model whose weights leave its devices no cache for one request is counted apart, with the tp that holds one
     assert reasons["big"].startswith("too big for its devices: ") and "raise tp (tp 2 holds one)" in reasons["big"]
     assert "   1  too big for its devices" in r.output
@@ -420,8 +619,16 @@ def test_attention_data_parallel_rows_with_no_moe_sizes_run_as_their_engine_does
     its command); a TensorRT-LLM row the same is refused; recorded sizes of dp x tp say so for any engine."""
     from costmodel.validation.serving import parse
 
-    row = _row(model_path="Qwen/Qwen3-235B-A22B-FP8", precision="fp8", tp_size="1.0", attention_dp_size="4.0",
-               moe_tp_size="0.0", moe_ep_size="0.0", silicon_data_source="silicon_concurrency=8", batch_size="2.0")
+    row = _row(
+        model_path="Qwen/Qwen3-235B-A22B-FP8",
+        precision="fp8",
+        tp_size="1.0",
+        attention_dp_size="4.0",
+        moe_tp_size="0.0",
+        moe_ep_size="0.0",
+        silicon_data_source="silicon_concurrency=8",
+        batch_size="2.0",
+    )
     d = parse(row)
     assert d.layout.attention_dp == 4 and not d.layout.expert_parallel
     cmd = d.command()
@@ -444,6 +651,7 @@ def test_validate_serving_bad_file(tmp_path, run_cli):
 
 # --- capacity under load -----------------------------------------------------------------------------
 
+
 def test_capacity_is_the_edge_of_the_targets(llama, h100):
     """At the reported concurrency every target holds and the engine holds every client; one more client
     breaks what ``binds`` names (checked by pricing both points directly)."""
@@ -456,8 +664,11 @@ def test_capacity_is_the_edge_of_the_targets(llama, h100):
         more = serve(llama, h100, input_len=2048, output_len=512, concurrency=c + 1, evaluator="steady-state")
         assert here.tpot_s <= kw.get("tpot_s", 1e9) and here.ttft_s <= kw.get("ttft_s", 1e9)
         assert here.max_batch >= c
-        broken = {"tpot": more.tpot_s > kw.get("tpot_s", 1e9), "ttft": more.ttft_s > kw.get("ttft_s", 1e9),
-                  "kv cache": more.max_batch < c + 1}
+        broken = {
+            "tpot": more.tpot_s > kw.get("tpot_s", 1e9),
+            "ttft": more.ttft_s > kw.get("ttft_s", 1e9),
+            "kv cache": more.max_batch < c + 1,
+        }
         assert broken[pt.binds], (kw, pt.binds, c)
 
 
@@ -474,24 +685,45 @@ def test_the_highest_rate_is_the_edge_of_the_targets(llama, h100, statistic):
     binds = set()
     for targets in ({"tpot_s": 0.02}, {"ttft_s": 0.15}, {"tpot_s": 0.2}):
         pt = highest_rate(llama, h100, statistic=statistic, num_requests=300, **kw, **targets)
-        most = serve(llama, h100, request_rate=1.0, num_requests=1, evaluator="steady-state",
-                     **kw).saturation_requests_per_s
+        most = serve(
+            llama, h100, request_rate=1.0, num_requests=1, evaluator="steady-state", **kw
+        ).saturation_requests_per_s
         here = serve(llama, h100, request_rate=pt.request_rate, num_requests=300, evaluator=evaluator, **kw)
-        higher = serve(llama, h100, request_rate=pt.request_rate + 2 * RATE_PRECISION * most, num_requests=300,
-                       evaluator=evaluator, **kw)
+        higher = serve(
+            llama,
+            h100,
+            request_rate=pt.request_rate + 2 * RATE_PRECISION * most,
+            num_requests=300,
+            evaluator=evaluator,
+            **kw,
+        )
         assert pt.concurrency is None and 0 < pt.request_rate < most and not here.overloaded
         assert get(here.tpot) <= targets.get("tpot_s", 1e9) and get(here.ttft) <= targets.get("ttft_s", 1e9)
-        broken = {"tpot": get(higher.tpot) > targets.get("tpot_s", 1e9),
-                  "ttft": get(higher.ttft) > targets.get("ttft_s", 1e9),
-                  "saturation": higher.overloaded}
+        broken = {
+            "tpot": get(higher.tpot) > targets.get("tpot_s", 1e9),
+            "ttft": get(higher.ttft) > targets.get("ttft_s", 1e9),
+            "saturation": higher.overloaded,
+        }
         assert broken[pt.binds], (targets, pt.binds, pt.request_rate)
         binds.add(pt.binds)
     assert "saturation" in binds and len(binds) > 1
 
 
 def test_capacity_by_request_rate_on_the_command_line(run_cli):
-    args = ["capacity", "--gpu", "h100", "--model", "llama-3.1-8b", "--input-len", "1024", "--output-len", "128",
-            "--tpot-ms", "200", "--no-variants"]
+    args = [
+        "capacity",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--tpot-ms",
+        "200",
+        "--no-variants",
+    ]
     r = run_cli(*args, "--load", "request-rate", "--json")
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
@@ -507,12 +739,37 @@ def test_static_batching_keeps_its_answer(run_cli):
     """`--batching static` is the largest static batch, as costmodel.model.requests.capacity computes it."""
     from costmodel.model.requests import capacity
 
-    r = run_cli("capacity", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "64",
-                "--tpot-ms", "30", "--batching", "static", "--no-variants", "--json")
+    r = run_cli(
+        "capacity",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3-8b",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--tpot-ms",
+        "30",
+        "--batching",
+        "static",
+        "--no-variants",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)["points"][0]["batch"]
-    want = capacity(costmodel.load_model("llama-3-8b"), [costmodel.load_profile("h100")], input_len=512,
-                    output_len=64, tpot_s=0.03, variants=False).points[0].batch
+    want = (
+        capacity(
+            costmodel.load_model("llama-3-8b"),
+            [costmodel.load_profile("h100")],
+            input_len=512,
+            output_len=64,
+            tpot_s=0.03,
+            variants=False,
+        )
+        .points[0]
+        .batch
+    )
     assert got == want > 0
 
 
@@ -521,8 +778,22 @@ def test_lengths_file(tmp_path, run_cli):
     out are the file's output tokens; bad lines are refused by number."""
     good = tmp_path / "lengths.csv"
     good.write_text("input,output\n100,20\n300,50\n")
-    r = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "1",
-                "--num-requests", "4", "--lengths-file", good, "--json")
+    r = run_cli(
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "4",
+        "--lengths-file",
+        good,
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     p = json.loads(r.output)
     assert p["num_requests"] == 4 and p["input_len"] == 200 and p["output_len"] == 35
@@ -534,8 +805,19 @@ def test_lengths_file(tmp_path, run_cli):
     assert p["requests_per_s"] * (p["e2e_s"] - front) == pytest.approx(1.0, rel=1e-9)
     bad = tmp_path / "bad.csv"
     bad.write_text("100,20\n7\n")
-    r = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "1",
-                "--lengths-file", bad)
+    r = run_cli(
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "1",
+        "--lengths-file",
+        bad,
+    )
     assert r.exit_code != 0 and r.output.startswith("Error:") and "line 2" in r.output
 
 
@@ -558,8 +840,20 @@ def test_engine_options_need_a_served_model(run_cli):
 
 
 def test_prefix_caching_is_the_engines_and_settable(run_cli):
-    base = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--concurrency", "2", "--input-len", "128",
-            "--output-len", "8", "--json"]
+    base = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--concurrency",
+        "2",
+        "--input-len",
+        "128",
+        "--output-len",
+        "8",
+        "--json",
+    ]
     got = {}
     for engine_name in ("vllm", "sglang"):
         for flag in ((), ("--no-enable-prefix-caching",), ("--enable-prefix-caching",)):
@@ -585,8 +879,10 @@ def test_the_iteration_grid_is_the_step_it_interpolates(llama, h100):
         assert grid == pytest.approx(exact_time(llama, pr, decode_seqs=0, decode_context=0, prompt=n), rel=0.02)
 
 
-@pytest.mark.parametrize("model,tp,ep", [("llama-3-8b", 1, False), ("qwen3-235b-a22b-fp8", 4, True),
-                                         ("deepseek-v3", 8, False), ("gemma-2-9b", 1, False)])
+@pytest.mark.parametrize(
+    "model,tp,ep",
+    [("llama-3-8b", 1, False), ("qwen3-235b-a22b-fp8", 4, True), ("deepseek-v3", 8, False), ("gemma-2-9b", 1, False)],
+)
 def test_the_iteration_grid_priced_at_once_is_each_point_priced_alone(h100, model, tp, ep):
     """The table evaluates the step's compiled programs on arrays of sizes; at every grid point that is the
     model step priced at that one size (dense, expert parallel, latent attention, sliding windows)."""
@@ -619,8 +915,14 @@ def test_mxfp4_weights_as_hopper_runs_them():
     assert weight_width("mxfp4", 32) == (4 + 8 / 32) / 8
     pr = pricing(costmodel.load_model("gpt-oss-120b"), costmodel.load_profile("h100"), weight_dtype="mxfp4", tp=2)
     assert pr.gemm_dtype is None and pr.group == 32  # dequantized in the kernel
-    row = _row(model_path="openai/gpt-oss-120b", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
-               tp_size="2.0", moe_tp_size="2.0")
+    row = _row(
+        model_path="openai/gpt-oss-120b",
+        precision="fp4",
+        gemm_quant_mode="nvfp4",
+        moe_quant_mode="nvfp4",
+        tp_size="2.0",
+        moe_tp_size="2.0",
+    )
     assert parse(row).weight_dtype == "mxfp4"
     assert parse({**row, "model_path": "Qwen/Qwen3-32B"}).weight_dtype == "nvfp4"
     assert parse({**row, "model_path": "Qwen/Qwen3-32B", "system": "b200_sxm"}).weight_dtype == "nvfp4"
@@ -634,8 +936,11 @@ def test_mxfp4_experts_on_a_gpu_with_fp4_math_take_the_engines_activations(run_c
     from costmodel.model.step import phase_ops
 
     m, b200, h100 = costmodel.load_model("gpt-oss-120b"), costmodel.load_profile("b200"), costmodel.load_profile("h100")
-    assert [engine(e, capacity_bytes=b200.engine_memory).mxfp4_activations for e in ("vllm", "sglang", "trtllm")] \
-        == ["bf16", "mxfp8", "mxfp8"]
+    assert [engine(e, capacity_bytes=b200.engine_memory).mxfp4_activations for e in ("vllm", "sglang", "trtllm")] == [
+        "bf16",
+        "mxfp8",
+        "mxfp8",
+    ]
 
     def gemms(hw, activations):
         pr = pricing(m, hw, weight_dtype="mxfp4", tp=2, mxfp4_activations=activations)
@@ -648,8 +953,25 @@ def test_mxfp4_experts_on_a_gpu_with_fp4_math_take_the_engines_activations(run_c
     assert {n for n, (dtype, _) in fast.items() if dtype == "fp8"} == experts
     assert {dtype for dtype, _ in slow.values()} == {dtype for dtype, _ in hopper.values()} == {"bf16"}
     assert {n: b for n, (_, b) in fast.items()} == {n: b for n, (_, b) in slow.items()}
-    r = run_cli("predict", "--gpu", "b200", "--model", "gpt-oss-120b", "--weight-dtype", "mxfp4", "--engine",
-                   "trtllm", "--concurrency", "2", "--input-len", "64", "--output-len", "4", "--mxfp4-activations", "fp6")
+    r = run_cli(
+        "predict",
+        "--gpu",
+        "b200",
+        "--model",
+        "gpt-oss-120b",
+        "--weight-dtype",
+        "mxfp4",
+        "--engine",
+        "trtllm",
+        "--concurrency",
+        "2",
+        "--input-len",
+        "64",
+        "--output-len",
+        "4",
+        "--mxfp4-activations",
+        "fp6",
+    )
     assert r.exit_code != 0 and "fp6" in r.output and "bf16" in r.output
 
 
@@ -682,9 +1004,16 @@ def test_nvfp4_weights_at_the_fp4_peak_where_a_gpu_has_one():
 def test_an_nvfp4_checkpoint_reads_as_nvfp4(tmp_path):
     import json as _json
 
-    cfg = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
-           "intermediate_size": 128, "hidden_act": "silu", "model_type": "llama",
-           "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}}
+    cfg = {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "hidden_act": "silu",
+        "model_type": "llama",
+        "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
+    }
     (tmp_path / "config.json").write_text(_json.dumps(cfg))
     q = costmodel.load_model(str(tmp_path / "config.json")).quantization
     assert (q.weight_dtype, q.group_size) == ("nvfp4", 16)
@@ -715,8 +1044,8 @@ def test_aiconfigurators_trtllm_engines_keep_their_templates_kv_share():
     weights and activations leave, so at 0.80 it is 8/9 of the 0.9 default's, by hand; the command carries it and
     reproduces the prediction's setting."""
     from costmodel.engine.config import engine
-    from costmodel.model.step import pricing
     from costmodel.engine.served import Setup
+    from costmodel.model.step import pricing
     from costmodel.validation.serving import DYNAMO_TRTLLM_KV_FRACTION, parse
 
     trt = _row(backend="trtllm", batch_size="8.0", isl="1024", silicon_data_source="silicon_concurrency=8")
@@ -740,9 +1069,18 @@ def test_the_published_systems_are_profiles():
     included), through the profiles' ids and aliases, and a row on one of them is predicted with that profile."""
     from costmodel.validation.serving import parse, profile_of
 
-    systems = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "a100_sxm": "a100_80gb_sxm",
-               "l40s": "l40s", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300",
-               "rtx_pro_6000_server": "rtx_pro_6000_server", "h800_sxm": "h800_sxm"}
+    systems = {
+        "h100_sxm": "h100_sxm",
+        "h200_sxm": "h200_sxm",
+        "b200_sxm": "b200",
+        "a100_sxm": "a100_80gb_sxm",
+        "l40s": "l40s",
+        "b300_sxm": "b300",
+        "gb200": "gb200",
+        "gb300": "gb300",
+        "rtx_pro_6000_server": "rtx_pro_6000_server",
+        "h800_sxm": "h800_sxm",
+    }
     for system, profile in systems.items():
         assert profile_of(system) == profile == costmodel.load_profile(profile).id, system
     for system in ("b300_sxm", "gb200", "gb300", "h800_sxm"):
@@ -761,17 +1099,38 @@ def test_rows_name_models_and_precisions_as_aiconfigurator_writes_them():
     and a checkpoint of an unknown model are refused by name."""
     from costmodel.validation.serving import parse
 
-    kimi = parse(_row(model_path="moonshotai/Kimi-K2.5", system="b200_sxm", tp_size="8.0", moe_tp_size="1.0",
-                      moe_ep_size="8.0", gemm_quant_mode="bfloat16", moe_quant_mode="int4_wo", backend="trtllm"))
+    kimi = parse(
+        _row(
+            model_path="moonshotai/Kimi-K2.5",
+            system="b200_sxm",
+            tp_size="8.0",
+            moe_tp_size="1.0",
+            moe_ep_size="8.0",
+            gemm_quant_mode="bfloat16",
+            moe_quant_mode="int4_wo",
+            backend="trtllm",
+        )
+    )
     assert kimi.weight_dtype == "int4" and "--expert-parallel" in kimi.command()
     assert costmodel.load_model(kimi.model_name).moe.experts == 384
-    fp4 = parse(_row(model_path="nvidia/Qwen3-32B-NVFP4", system="b200_sxm", precision="fp4",
-                     gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4"))
+    fp4 = parse(
+        _row(
+            model_path="nvidia/Qwen3-32B-NVFP4",
+            system="b200_sxm",
+            precision="fp4",
+            gemm_quant_mode="nvfp4",
+            moe_quant_mode="nvfp4",
+        )
+    )
     assert fp4.weight_dtype == "nvfp4" and fp4.model_path == "nvidia/Qwen3-32B-NVFP4"
     cmd = fp4.command()
     assert cmd[cmd.index("--model") + 1] == "qwen3_32b"
-    assert parse(_row(model_path="nvidia/DeepSeek-R1-0528-FP4-v2", precision="fp4", tp_size="8.0",
-                      moe_tp_size="8.0")).model_name == "deepseek_v3"
+    assert (
+        parse(
+            _row(model_path="nvidia/DeepSeek-R1-0528-FP4-v2", precision="fp4", tp_size="8.0", moe_tp_size="8.0")
+        ).model_name
+        == "deepseek_v3"
+    )
     assert parse(_row(model_path="nvidia/Nope-9B-NVFP4")) == "unknown model"
     assert costmodel.load_model("Llama-3.3-70B-Instruct").id == "llama_3_3_70b"  # an id without its owner
     # an MXFP4 mode that names the activations sets them, whatever the engine's default
@@ -780,14 +1139,31 @@ def test_rows_name_models_and_precisions_as_aiconfigurator_writes_them():
     assert [d.mxfp4_activations for d in named.values()] == ["mxfp8", "bf16", None]
     assert {d.weight_dtype for d in named.values()} == {"mxfp4"}
     cmd = named["w4a8_mxfp4_mxfp8"].command()
-    assert cmd[cmd.index("--mxfp4-activations") + 1] == "mxfp8" and "--mxfp4-activations" not in named["nvfp4"].command()
-    assert parse(_row(model_path="deepseek-ai/DeepSeek-R1", moe_quant_mode="w4afp8", tp_size="8.0",
-                      moe_tp_size="8.0")) == "precision w4afp8"
+    assert (
+        cmd[cmd.index("--mxfp4-activations") + 1] == "mxfp8" and "--mxfp4-activations" not in named["nvfp4"].command()
+    )
+    assert (
+        parse(_row(model_path="deepseek-ai/DeepSeek-R1", moe_quant_mode="w4afp8", tp_size="8.0", moe_tp_size="8.0"))
+        == "precision w4afp8"
+    )
 
 
 def test_pricing_options_an_engine_does_not_take_are_refused(run_cli):
-    base = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "2",
-            "--input-len", "100", "--output-len", "10"]
+    base = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "2",
+        "--input-len",
+        "100",
+        "--output-len",
+        "10",
+    ]
     for extra in (["--without", "tiles"], ["--overlap", "sum"], ["--execution", "unfused"]):
         r = run_cli(*base, *extra)
         assert r.exit_code != 0 and f"{extra[0]} does not apply to a served model" in r.output
@@ -797,8 +1173,14 @@ def test_capacity_where_the_weights_leave_no_cache():
     """Llama 3 70B in bf16 on one 24 GB L4: no client fits, and the cache is what binds."""
     from costmodel.deploy.capacity import load_capacity
 
-    report = load_capacity(costmodel.load_model("llama-3-70b"), [costmodel.load_profile("l4")], input_len=512,
-                           output_len=64, tpot_s=0.1, variants=False)
+    report = load_capacity(
+        costmodel.load_model("llama-3-70b"),
+        [costmodel.load_profile("l4")],
+        input_len=512,
+        output_len=64,
+        tpot_s=0.1,
+        variants=False,
+    )
     [point] = report.points
     assert point.concurrency == 0 and point.binds == "kv cache" and point.at is None
 
@@ -806,14 +1188,44 @@ def test_capacity_where_the_weights_leave_no_cache():
 def test_a_model_too_big_for_its_devices_is_told_the_smallest_tp_that_holds_a_request(run_cli):
     """Llama 3.1 70B in bf16 (141 GB) on one H100 under vLLM: the error names tp 2, the smallest power of two whose
     devices hold the weights and one request's cache; tp 2 runs, and one device does not."""
-    args = ["predict", "--gpu", "h100", "--model", "meta-llama/Llama-3.1-70B", "--engine", "vllm", "--concurrency", "4",
-            "--input-len", "1024", "--output-len", "64", "--num-requests", "8"]
+    args = [
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "meta-llama/Llama-3.1-70B",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "4",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "64",
+        "--num-requests",
+        "8",
+    ]
     bad = run_cli(*args)
     assert bad.exit_code != 0 and "raise tp (tp 2 holds one)" in bad.output and "Traceback" not in bad.output
     assert run_cli(*args, "--tp", "2").exit_code == 0
     # DeepSeek-V3's 673 GB: 8 H100s hold 84 GB each, more than a device has; 16 hold one request
-    big = run_cli("predict", "--gpu", "h100", "--model", "deepseek-ai/DeepSeek-V3", "--engine", "vllm", "--concurrency",
-                  "4", "--input-len", "1024", "--output-len", "64", "--num-requests", "8")
+    big = run_cli(
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "deepseek-ai/DeepSeek-V3",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "4",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "64",
+        "--num-requests",
+        "8",
+    )
     assert "raise tp (tp 16 holds one)" in big.output
 
 
@@ -821,9 +1233,17 @@ def test_a_served_prediction_says_whose_kernels_it_prices(llama):
     """The kernel classes are fitted on vLLM's kernels as aiconfigurator's tables time them (vLLM 0.19.0 on the
     H100, 0.14.0 on the A100, read from the tables' file names): a served prediction says so, and says when the
     engine modelled runs kernels of its own; a device priced by its datasheet alone says nothing of the kind."""
+
     def line(gpu, engine_name):
-        p = serve(llama, costmodel.load_profile(gpu), input_len=128, output_len=8, engine_name=engine_name,
-                  concurrency=2, num_requests=4)
+        p = serve(
+            llama,
+            costmodel.load_profile(gpu),
+            input_len=128,
+            output_len=8,
+            engine_name=engine_name,
+            concurrency=2,
+            num_requests=4,
+        )
         return [a for a in p.assumptions if a.startswith("kernel times")]
 
     assert "vLLM 0.19.0's kernels as timed on h100_sxm" in line("h100", "vllm")[0]
@@ -875,14 +1295,23 @@ def test_async_scheduling_by_hand(h100, overlapped):
     request 2 (its first token at 4 ms: TTFT 1 ms); planned while iteration 3 runs (from 2 ms), iteration 4 cannot,
     and iteration 5 does (first token at 5 ms: TTFT 2 ms). An idle engine takes a request at once either way."""
     eng = engine("vllm", capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(
-        async_scheduling=overlapped)
-    res = simulate(_EveryIteration(1e-3), eng, kv_tokens=4096, prompts=np.full(3, 10), outputs=np.array([3, 5, 3]),
-                   concurrency=2, check=True)
+        async_scheduling=overlapped
+    )
+    res = simulate(
+        _EveryIteration(1e-3),
+        eng,
+        kv_tokens=4096,
+        prompts=np.full(3, 10),
+        outputs=np.array([3, 5, 3]),
+        concurrency=2,
+        check=True,
+    )
     assert res.violations == []
     assert res.arrival.tolist() == pytest.approx([0.0, 0.0, 3e-3])
     assert res.ttft.tolist() == pytest.approx([1e-3, 1e-3, 2e-3 if overlapped else 1e-3])
-    alone = simulate(_EveryIteration(1e-3), eng, kv_tokens=4096, prompts=np.full(3, 10), outputs=np.full(3, 3),
-                     concurrency=1)
+    alone = simulate(
+        _EveryIteration(1e-3), eng, kv_tokens=4096, prompts=np.full(3, 10), outputs=np.full(3, 3), concurrency=1
+    )
     assert alone.ttft.tolist() == pytest.approx([1e-3] * 3)
 
 
@@ -913,8 +1342,9 @@ def test_a_clients_connections_by_hand():
     # the engine's closed loop of two: starts at 0, 0, then at each finish
     finish = np.array([4.0, 5.0, 9.0, 11.0, 14.0])
     arrival = np.array([0.0, 0.0, 4.0, 5.0, 9.0])
-    res = SimResult(arrival=arrival, first=arrival + 1, finish=finish, output=np.full(5, 8), iterations=0,
-                    prefill_iterations=0)
+    res = SimResult(
+        arrival=arrival, first=arrival + 1, finish=finish, output=np.full(5, 8), iterations=0, prefill_iterations=0
+    )
     got = client_queue(res, 3)
     assert list(got.arrival) == [0.0, 0.0, 0.0, 4.0, 5.0]
     assert list(got.ttft) == [1.0, 1.0, 5.0, 2.0, 5.0] and list(got.tpot) == list(res.tpot)
@@ -939,22 +1369,66 @@ def test_connections_agree_across_evaluators(llama, h100):
     """Steady-state means (lengths spread so requests do not move in lock-step, the first wave left out): the
     closed form's client wait, (clients - connections) / throughput, within 5% of the simulation's."""
     spread = dict(input_dist="uniform", output_dist="uniform", spread=0.25)
-    got = {ev: serve(llama, h100, input_len=512, output_len=64, concurrency=60, client_connections=24,
-                     num_requests=1800, warmup_requests=120, evaluator=ev, **(spread if ev == "simulation" else {}))
-           for ev in ("simulation", "steady-state")}
+    got = {
+        ev: serve(
+            llama,
+            h100,
+            input_len=512,
+            output_len=64,
+            concurrency=60,
+            client_connections=24,
+            num_requests=1800,
+            warmup_requests=120,
+            evaluator=ev,
+            **(spread if ev == "simulation" else {}),
+        )
+        for ev in ("simulation", "steady-state")
+    }
     for field in ("ttft_s", "tpot_s", "e2e_s"):
-        assert got["steady-state"].model_dump()[field] == pytest.approx(got["simulation"].model_dump()[field],
-                                                                          rel=0.05), field
+        assert got["steady-state"].model_dump()[field] == pytest.approx(
+            got["simulation"].model_dump()[field], rel=0.05
+        ), field
 
 
 def test_connections_need_a_closed_loop(llama, h100, run_cli):
     with pytest.raises(CostModelError, match="client_connections"):
         serve(llama, h100, input_len=512, output_len=64, request_rate=2.0, client_connections=10)
-    out = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--request-rate", "2",
-                  "--client-connections", "10", "--input-len", "512", "--output-len", "64")
+    out = run_cli(
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--engine",
+        "vllm",
+        "--request-rate",
+        "2",
+        "--client-connections",
+        "10",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+    )
     assert out.exit_code != 0 and "Error: --client-connections applies with --concurrency" in out.output
-    out = run_cli("predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "8",
-                  "--client-connections", "4", "--disaggregated", "--input-len", "512", "--output-len", "64")
+    out = run_cli(
+        "predict",
+        "--gpu",
+        "h100",
+        "--model",
+        "llama-3.1-8b",
+        "--engine",
+        "vllm",
+        "--concurrency",
+        "8",
+        "--client-connections",
+        "4",
+        "--disaggregated",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+    )
     assert out.exit_code != 0 and "--client-connections does not apply with --disaggregated" in out.output
 
 
@@ -1002,16 +1476,26 @@ def test_an_inferencex_run_is_predicted_as_its_recipe_and_client_ran_it(tmp_path
     a disaggregated InferenceX row draws its lengths alike."""
     from costmodel.validation.serving import parse
 
-    ix = _row(model_path="meta-llama/Llama-3.1-70B", precision="fp8", gemm_quant_mode="fp8", tp_size="4.0",
-              silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=4; wip=False")
+    ix = _row(
+        model_path="meta-llama/Llama-3.1-70B",
+        precision="fp8",
+        gemm_quant_mode="fp8",
+        tp_size="4.0",
+        silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=4; wip=False",
+    )
     d = parse(ix)
     assert (d.max_num_batched_tokens, d.kv_dtype, d.async_scheduling, d.prefix_caching) == (8192, "fp8", True, False)
     assert (d.spread, d.frontend) == (0.2, "engine")
     aic = parse({**ix, "silicon_data_source": "source_file=/x/aic-auto-gap-analysis/a.csv; silicon_concurrency=4"})
     assert (aic.max_num_batched_tokens, aic.spread, aic.frontend, aic.async_scheduling) == (2048, 0.0, "dynamo", None)
     cmd = d.command()
-    for flag, value in (("--max-num-batched-tokens", "8192"), ("--kv-dtype", "fp8"), ("--length-dist", "range"),
-                        ("--spread", "0.2"), ("--frontend", "engine")):
+    for flag, value in (
+        ("--max-num-batched-tokens", "8192"),
+        ("--kv-dtype", "fp8"),
+        ("--length-dist", "range"),
+        ("--spread", "0.2"),
+        ("--frontend", "engine"),
+    ):
         assert cmd[cmd.index(flag) + 1] == value
     assert "--async-scheduling" in cmd and "--no-enable-prefix-caching" in cmd
     path, out = tmp_path / "d.csv", tmp_path / "out.json"
@@ -1022,9 +1506,19 @@ def test_an_inferencex_run_is_predicted_as_its_recipe_and_client_ran_it(tmp_path
     got = json.loads(run_cli(*row["command"], "--json").output)
     assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
     assert got["input_len"] < 1 * 512 and got["input_len"] > 0.8 * 512  # the drawn lengths' mean
-    dis = parse(_row(mode="disagg", backend="sglang", batch_size="", tp_size="", prefill_tp_size="2.0",
-                     decode_tp_size="2.0", prefill_num_workers="1.0", decode_num_workers="1.0",
-                     silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=4"))
+    dis = parse(
+        _row(
+            mode="disagg",
+            backend="sglang",
+            batch_size="",
+            tp_size="",
+            prefill_tp_size="2.0",
+            decode_tp_size="2.0",
+            prefill_num_workers="1.0",
+            decode_num_workers="1.0",
+            silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=4",
+        )
+    )
     assert dis.frontend == "engine" and dis.spread == 0.2
     cmd = dis.command()
     assert cmd[cmd.index("--length-dist") + 1] == "range" and "--disaggregated" in cmd
@@ -1037,9 +1531,16 @@ def test_an_inferencex_row_recorded_in_a_layout_its_recipe_does_not_run_is_predi
     its recorded layout."""
     from costmodel.validation.serving import parse
 
-    mm = _row(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", gemm_quant_mode="fp8_block", tp_size="4.0",
-              attention_dp_size="4.0", moe_ep_size="16.0", batch_size="16.0",
-              silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=64; wip=False")
+    mm = _row(
+        model_path="MiniMaxAI/MiniMax-M2.5",
+        precision="fp8",
+        gemm_quant_mode="fp8_block",
+        tp_size="4.0",
+        attention_dp_size="4.0",
+        moe_ep_size="16.0",
+        batch_size="16.0",
+        silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=64; wip=False",
+    )
     d = parse(mm)
     assert (d.layout.tp, d.layout.attention_dp, d.layout.batch, d.layout.expert_parallel) == (4, 1, 64, True)
     assert d.concurrency == 64 and "--attention-dp" not in d.command() and "--expert-parallel" in d.command()
@@ -1065,7 +1566,16 @@ def test_the_token_budget_bounds_the_requests_decoding_at_once(llama, h100):
     whatever the kernels cost; Little's law on the simulation's own means finds it."""
     from costmodel.validation.serving import decoding_requests
 
-    p = serve(llama, h100, input_len=4096, output_len=128, engine_name="vllm", concurrency=128, num_requests=640,
-              max_num_batched_tokens=2048, overheads=OFF)
+    p = serve(
+        llama,
+        h100,
+        input_len=4096,
+        output_len=128,
+        engine_name="vllm",
+        concurrency=128,
+        num_requests=640,
+        max_num_batched_tokens=2048,
+        overheads=OFF,
+    )
     decoding = decoding_requests(128, p.ttft_s, p.tpot_s, 128)
     assert decoding == pytest.approx(2048 * 127 / (4096 + 127), rel=0.05)

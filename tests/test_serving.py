@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from costmodel.cli.commands import main
 from costmodel.core.errors import CostModelError
 from costmodel.hardware.catalog import load_profile
-from costmodel.model.step import predict_model
 from costmodel.model.presets import load_model
 from costmodel.model.requests import largest_batch, model_sweep, request
+from costmodel.model.step import predict_model
 
 
 def _run(*args):
@@ -26,9 +26,17 @@ def _run(*args):
 
 # --- a request: TTFT + every decode step ------------------------------------------------------------
 
-@pytest.mark.parametrize("pid,gpu,batch,tp", [("llama_3_8b", "h100", 4, 1), ("gemma_2_9b", "a100", 2, 1),
-                                             ("deepseek_v2_lite", "h100", 8, 1), ("mixtral_8x7b", "h100", 3, 2),
-                                             ("falcon_7b", "tpu_v5e", 1, 1)])
+
+@pytest.mark.parametrize(
+    "pid,gpu,batch,tp",
+    [
+        ("llama_3_8b", "h100", 4, 1),
+        ("gemma_2_9b", "a100", 2, 1),
+        ("deepseek_v2_lite", "h100", 8, 1),
+        ("mixtral_8x7b", "h100", 3, 2),
+        ("falcon_7b", "tpu_v5e", 1, 1),
+    ],
+)
 def test_end_to_end_is_ttft_plus_every_step_one_by_one(pid, gpu, batch, tp):
     m, hw = load_model(pid), load_profile(gpu)
     input_len, output_len = 300, 41
@@ -60,6 +68,7 @@ def test_request_errors():
 
 # --- capacity ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("pid", ["llama_3_8b", "mistral_7b", "deepseek_v2_lite"])
 @pytest.mark.parametrize("gpu", ["h100", "a100"])
 def test_capacity_holds_at_the_batch_and_not_one_beyond(pid, gpu):
@@ -76,12 +85,34 @@ def test_capacity_holds_at_the_batch_and_not_one_beyond(pid, gpu):
 
 
 def test_capacity_with_ttft_target_price_and_variants():
-    out = json.loads(_run("capacity", "--gpu", "h100", "--gpu", "a100", "--model", "llama-3-8b", "--input-len",
-                          "2048", "--output-len", "256", "--tpot-ms", "40", "--ttft-ms", "3000",
-                          "--price-per-hour", "2", "--batching", "static", "--json"))
+    out = json.loads(
+        _run(
+            "capacity",
+            "--gpu",
+            "h100",
+            "--gpu",
+            "a100",
+            "--model",
+            "llama-3-8b",
+            "--input-len",
+            "2048",
+            "--output-len",
+            "256",
+            "--tpot-ms",
+            "40",
+            "--ttft-ms",
+            "3000",
+            "--price-per-hour",
+            "2",
+            "--batching",
+            "static",
+            "--json",
+        )
+    )
     points = out["points"]
     assert [(p["device"], p["attention"]) for p in points] == [
-        (d, a) for d in ("h100_sxm", "a100_80gb_sxm") for a in ("GQA (g=8)", "MHA (g=32)", "MQA (g=1)")]
+        (d, a) for d in ("h100_sxm", "a100_80gb_sxm") for a in ("GQA (g=8)", "MHA (g=32)", "MQA (g=1)")
+    ]
     for p in points:
         r = p["request"]
         assert r["ttft_s"] <= 3.0 and r["tpot_mean_s"] <= 0.040
@@ -98,6 +129,7 @@ def test_capacity_reports_when_nothing_fits():
 
 # --- devices side by side ---------------------------------------------------------------------------
 
+
 def test_repeated_gpu_gives_one_row_per_device_with_the_separate_numbers():
     both = json.loads(_run("predict", "--gpu", "a100", "--gpu", "h100", "--model", "llama-3-8b", "--json"))
     assert [p["hardware"]["id"] for p in both] == ["a100_80gb_sxm", "h100_sxm"]
@@ -113,14 +145,30 @@ def test_repeated_gpu_gives_one_row_per_device_with_the_separate_numbers():
 def test_repeated_gpu_for_attention_requests_and_capacity():
     attn = json.loads(_run("predict", "--gpu", "a100", "--gpu", "h100", "--json"))
     assert len(attn) == 2 and attn[1] == json.loads(_run("predict", "--gpu", "h100", "--json"))
-    req = json.loads(_run("predict", "--gpu", "a100", "--gpu", "h100", "--model", "qwen3-8b", "--input-len", "512",
-                          "--output-len", "64", "--json"))
-    alone = json.loads(_run("predict", "--gpu", "h100", "--model", "qwen3-8b", "--input-len", "512", "--output-len",
-                            "64", "--json"))
+    req = json.loads(
+        _run(
+            "predict",
+            "--gpu",
+            "a100",
+            "--gpu",
+            "h100",
+            "--model",
+            "qwen3-8b",
+            "--input-len",
+            "512",
+            "--output-len",
+            "64",
+            "--json",
+        )
+    )
+    alone = json.loads(
+        _run("predict", "--gpu", "h100", "--model", "qwen3-8b", "--input-len", "512", "--output-len", "64", "--json")
+    )
     assert req[1] == alone
 
 
 # --- whole-model sweeps -----------------------------------------------------------------------------
+
 
 def test_model_sweep_points_equal_single_predictions_and_mark_memory():
     m, hw = load_model("llama_2_7b"), load_profile("h100")
@@ -138,8 +186,26 @@ def test_model_sweep_cli_csv_and_plot(tmp_path):
     rows = list(csv.DictReader(io.StringIO(path.read_text())))
     assert [int(r["batch"]) for r in rows] == [1, 4, 16, 64]
     plot = tmp_path / "t.png"
-    _run("sweep", "--gpu", "h100", "--gpu", "a100", "--model", "llama-3-8b", "--variants", "--x", "batch", "--range",
-         "1:256:x4", "--input-len", "1024", "--output-len", "128", "--out", str(plot))
+    _run(
+        "sweep",
+        "--gpu",
+        "h100",
+        "--gpu",
+        "a100",
+        "--model",
+        "llama-3-8b",
+        "--variants",
+        "--x",
+        "batch",
+        "--range",
+        "1:256:x4",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--out",
+        str(plot),
+    )
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
@@ -155,14 +221,18 @@ def test_throughput_latency_figure_has_a_curve_per_layout_and_the_memory_limit()
 
 # --- conventions ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spelled,plain", [
-    (["--context", "128k"], ["--context", "128000"]),
-    (["--context", "32K"], ["--context", "32768"]),
-    (["--batch-size", "8"], ["--batch", "8"]),
-    (["--max-model-len", "8192"], ["--context", "8192"]),
-    (["--dtype", "bfloat16"], ["--dtype", "bf16"]),
-    (["--dtype", "float16"], ["--dtype", "fp16"]),
-])
+
+@pytest.mark.parametrize(
+    "spelled,plain",
+    [
+        (["--context", "128k"], ["--context", "128000"]),
+        (["--context", "32K"], ["--context", "32768"]),
+        (["--batch-size", "8"], ["--batch", "8"]),
+        (["--max-model-len", "8192"], ["--context", "8192"]),
+        (["--dtype", "bfloat16"], ["--dtype", "bf16"]),
+        (["--dtype", "float16"], ["--dtype", "fp16"]),
+    ],
+)
 def test_engine_spellings_mean_the_same(spelled, plain):
     a = json.loads(_run("predict", "--gpu", "h100", "--model", "llama-3-8b", "--json", *spelled))
     b = json.loads(_run("predict", "--gpu", "h100", "--model", "llama-3-8b", "--json", *plain))
@@ -180,18 +250,44 @@ def test_bad_suffix_is_a_clear_error():
     assert out.exit_code == 2 and "'12q' is not a whole number" in out.output and "Traceback" not in out.output
 
 
-@pytest.mark.parametrize("args", [
-    ["predict", "--gpu", "h100"],
-    ["predict", "--gpu", "h100", "--model", "llama-3-8b"],
-    ["predict", "--gpu", "h100", "--gpu", "a100", "--model", "llama-3-8b", "--input-len", "128", "--output-len", "8"],
-    ["capacity", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "128", "--output-len", "8",
-     "--tpot-ms", "20"],
-    ["hardware", "list"],
-    ["models", "list"],
-    ["derive", "--variant", "gqa"],
-    ["validate", "--published"],
-    ["reproduce", "gqa2023"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["predict", "--gpu", "h100"],
+        ["predict", "--gpu", "h100", "--model", "llama-3-8b"],
+        [
+            "predict",
+            "--gpu",
+            "h100",
+            "--gpu",
+            "a100",
+            "--model",
+            "llama-3-8b",
+            "--input-len",
+            "128",
+            "--output-len",
+            "8",
+        ],
+        [
+            "capacity",
+            "--gpu",
+            "h100",
+            "--model",
+            "llama-3-8b",
+            "--input-len",
+            "128",
+            "--output-len",
+            "8",
+            "--tpot-ms",
+            "20",
+        ],
+        ["hardware", "list"],
+        ["models", "list"],
+        ["derive", "--variant", "gqa"],
+        ["validate", "--published"],
+        ["reproduce", "gqa2023"],
+    ],
+)
 def test_every_table_prints_as_csv_and_markdown(args):
     rows = list(csv.DictReader(io.StringIO(_run(*args, "--format", "csv"))))
     assert rows and all(len(r) == len(rows[0]) for r in rows)
@@ -222,8 +318,21 @@ def test_attention_sweep_on_two_devices_is_one_table_of_the_separate_sweeps():
 
 def test_attention_sweep_plot_on_two_devices(tmp_path):
     plot, table = tmp_path / "two.png", tmp_path / "two.csv"
-    _run("sweep", "--gpu", "h100", "--gpu", "a100", "--x", "context", "--range", "512:8192:x4", "--out", str(plot),
-         "--csv", str(table))
+    _run(
+        "sweep",
+        "--gpu",
+        "h100",
+        "--gpu",
+        "a100",
+        "--x",
+        "context",
+        "--range",
+        "512:8192:x4",
+        "--out",
+        str(plot),
+        "--csv",
+        str(table),
+    )
     assert plot.read_bytes().startswith(b"\x89PNG")
     rows = list(csv.DictReader(io.StringIO(table.read_text())))
     assert {r["device"] for r in rows} == {"h100_sxm", "a100_80gb_sxm"} and len(rows) == 2 * 3 * 3

@@ -16,10 +16,16 @@ from costmodel.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 #: module name -> its source file, with validation/ as costmodel.validation (as it installs)
-MODULES = {"costmodel." + ".".join(p.relative_to(ROOT / "costmodel").with_suffix("").parts).removesuffix(".__init__"): p
-           for p in (ROOT / "costmodel").rglob("*.py") if "__pycache__" not in p.parts}
+MODULES = {
+    "costmodel." + ".".join(p.relative_to(ROOT / "costmodel").with_suffix("").parts).removesuffix(".__init__"): p
+    for p in (ROOT / "costmodel").rglob("*.py")
+    if "__pycache__" not in p.parts
+}
 MODULES |= {f"costmodel.validation.{p.stem}": p for p in (ROOT / "validation").glob("*.py") if p.stem != "__init__"}
-MODULES |= {"costmodel": ROOT / "costmodel" / "__init__.py", "costmodel.validation": ROOT / "validation" / "__init__.py"}
+MODULES |= {
+    "costmodel": ROOT / "costmodel" / "__init__.py",
+    "costmodel.validation": ROOT / "validation" / "__init__.py",
+}
 MODULES.pop("costmodel.__init__", None)
 
 
@@ -48,18 +54,25 @@ def every_import(path: Path) -> set[str]:
 
 
 def test_the_module_table_covers_the_package():
-    assert {"costmodel.cli.commands", "costmodel.core.vocab", "costmodel.counts.program", "costmodel.validation.kernels"} <= set(MODULES)
+    assert {
+        "costmodel.cli.commands",
+        "costmodel.core.vocab",
+        "costmodel.counts.program",
+        "costmodel.validation.kernels",
+    } <= set(MODULES)
 
 
 def test_no_import_cycle(imports=every_import):
     """No circle, imports inside functions included (a lazy import is still a dependency)."""
-    graph = {name: {m for m in imports(path) if m in MODULES and m != name and m != "costmodel"}
-             for name, path in MODULES.items()}
+    graph = {
+        name: {m for m in imports(path) if m in MODULES and m != name and m != "costmodel"}
+        for name, path in MODULES.items()
+    }
     state: dict[str, int] = {}
 
     def visit(node, trail):
         if state.get(node) == 1:
-            raise AssertionError("import cycle: " + " -> ".join([*trail[trail.index(node):], node]))
+            raise AssertionError("import cycle: " + " -> ".join([*trail[trail.index(node) :], node]))
         if state.get(node) == 2:
             return
         state[node] = 1
@@ -88,8 +101,20 @@ FLOORS = {
     "papers": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine", "deploy"},
     "web": {"core", "render", "hardware", "model"},
     "validation": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine", "deploy"},
-    "cli": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine", "deploy", "papers", "web",
-            "validation"},
+    "cli": {
+        "core",
+        "render",
+        "hardware",
+        "price",
+        "counts",
+        "attention",
+        "model",
+        "engine",
+        "deploy",
+        "papers",
+        "web",
+        "validation",
+    },
 }
 
 
@@ -103,8 +128,13 @@ def runtime_imports(path: Path) -> set[str]:
     for annotations, not dependencies); ``from costmodel.x import y`` counts ``costmodel.x.y`` where that is a
     module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
-               for child in node.body for n in ast.walk(child)}
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
+        for child in node.body
+        for n in ast.walk(child)
+    }
     out = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -145,7 +175,9 @@ def test_an_upward_import_is_found(tmp_path, monkeypatch):
     for an annotation is not."""
     upward, annotated = tmp_path / "up.py", tmp_path / "typed.py"
     upward.write_text("def f():\n    from costmodel.engine.served import serve\n")
-    annotated.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from costmodel.engine.served import X\n")
+    annotated.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from costmodel.engine.served import X\n"
+    )
     monkeypatch.setitem(MODULES, "costmodel.price.up", upward)
     monkeypatch.setitem(MODULES, "costmodel.price.typed", annotated)
     assert floor_violations(MODULES) == ["costmodel.price.up -> costmodel.engine.served"]
@@ -156,8 +188,11 @@ def test_no_module_imports_another_modules_private_name():
     for name, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("costmodel"):
-                bad += [f"{name}: from {node.module} import {a.name}" for a in node.names
-                        if a.name.startswith("_") and not a.name.startswith("__")]
+                bad += [
+                    f"{name}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
     assert bad == []
 
 
@@ -183,48 +218,76 @@ def test_no_module_below_the_cli_knows_its_flags():
     for name, path in MODULES.items():
         if name.startswith("costmodel.cli.") or name.startswith("costmodel.validation"):
             continue
-        strings = [n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-                   if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-        flags = [s for s in strings if any(f"--{flag}" in s for flag in ("batch", "context", "groups", "d-model",
-                                                                          "head-dim", "tp", "variant", "gpu"))]
+        strings = [
+            n.value
+            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        ]
+        flags = [
+            s
+            for s in strings
+            if any(
+                f"--{flag}" in s
+                for flag in ("batch", "context", "groups", "d-model", "head-dim", "tp", "variant", "gpu")
+            )
+        ]
         assert not flags, (name, flags)
 
 
-@pytest.mark.parametrize("args,absent", [
-    (["--help"], ("sympy", "numpy", "pydantic", "torch", "matplotlib")),
-    (["predict", "--gpu", "a100"], ("torch", "matplotlib")),
-])
+@pytest.mark.parametrize(
+    "args,absent",
+    [
+        (["--help"], ("sympy", "numpy", "pydantic", "torch", "matplotlib")),
+        (["predict", "--gpu", "a100"], ("torch", "matplotlib")),
+    ],
+)
 def test_commands_load_only_what_they_need(args, absent):
-    code = ("import sys; from costmodel.cli.commands import main\n"
-            f"try:\n    main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass\n"
-            f"print(sorted(m for m in {absent!r} if m in sys.modules))")
+    code = (
+        "import sys; from costmodel.cli.commands import main\n"
+        f"try:\n    main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {absent!r} if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
 
 
 def test_import_costmodel_is_lazy_and_exports_the_api():
-    code = ("import sys, costmodel\n"
-            "loaded = 'sympy' in sys.modules or 'numpy' in sys.modules\n"
-            "names = ['derive', 'Workload', 'predict', 'sweep', 'load_profile', 'load_model', 'predict_model',\n"
-            "         'CostModelError']\n"
-            "print(loaded, all(callable(getattr(costmodel, n)) for n in names))")
+    code = (
+        "import sys, costmodel\n"
+        "loaded = 'sympy' in sys.modules or 'numpy' in sys.modules\n"
+        "names = ['derive', 'Workload', 'predict', 'sweep', 'load_profile', 'load_model', 'predict_model',\n"
+        "         'CostModelError']\n"
+        "print(loaded, all(callable(getattr(costmodel, n)) for n in names))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]
 
 
 def test_three_lines_of_python_equal_the_cli_json():
     """The README's whole-model example, defaults included, gives what `costmodel predict --json` gives."""
-    code = ("import json, costmodel\n"
-            "p = costmodel.predict_model(costmodel.load_model('llama-3-8b'), costmodel.load_profile('h100'))\n"
-            "print(json.dumps(p.model_dump(mode='json'), indent=2))")
+    code = (
+        "import json, costmodel\n"
+        "p = costmodel.predict_model(costmodel.load_model('llama-3-8b'), costmodel.load_profile('h100'))\n"
+        "print(json.dumps(p.model_dump(mode='json'), indent=2))"
+    )
     python = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     cli = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--json"])
     assert cli.exit_code == 0, cli.output
     assert json.loads(python) == json.loads(cli.output)
-    assert json.loads(python)["workload"] == {"batch": 16, "context": 4096, "source": None, "dtype": "bf16",
-                                              "weight_dtype": "bf16", "weight_group_size": 0, "kv_dtype": "bf16",
-                                              "execution": "fused", "tp": 1, "overlap": "max", "attention_dp": 1,
-                                              "weight_scope": "all"}
+    assert json.loads(python)["workload"] == {
+        "batch": 16,
+        "context": 4096,
+        "source": None,
+        "dtype": "bf16",
+        "weight_dtype": "bf16",
+        "weight_group_size": 0,
+        "kv_dtype": "bf16",
+        "execution": "fused",
+        "tp": 1,
+        "overlap": "max",
+        "attention_dp": 1,
+        "weight_scope": "all",
+    }
 
 
 def test_attention_defaults_agree_between_python_and_cli():
@@ -306,24 +369,30 @@ def _parts(report):
     from pydantic import BaseModel
 
     yield report
-    for value in (report.root if hasattr(report, "root") else
-                  [getattr(report, name) for name in type(report).model_fields]):
-        for item in (value if isinstance(value, (list, tuple)) else [value]):
+    for value in (
+        report.root if hasattr(report, "root") else [getattr(report, name) for name in type(report).model_fields]
+    ):
+        for item in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(item, BaseModel):
                 yield from _parts(item)
 
 
 def test_reports_and_their_parts_are_frozen():
     """``p.total.time_s = 0`` and the like are refused at every level of every report."""
-    import costmodel
     from pydantic import ValidationError
+
+    import costmodel
 
     h100, llama = costmodel.load_profile("h100"), costmodel.load_model("llama-3-8b")
     w = costmodel.Workload.create("gqa", batch=2, context=64)
-    reports = [costmodel.predict(w, h100), costmodel.compare([w], h100), costmodel.sweep([w], h100, "context", [64]),
-               costmodel.predict_model(llama, h100, batch=2, context=64),
-               costmodel.request(llama, h100, input_len=16, output_len=4),
-               costmodel.capacity(llama, [h100], input_len=16, output_len=4, variants=False)]
+    reports = [
+        costmodel.predict(w, h100),
+        costmodel.compare([w], h100),
+        costmodel.sweep([w], h100, "context", [64]),
+        costmodel.predict_model(llama, h100, batch=2, context=64),
+        costmodel.request(llama, h100, input_len=16, output_len=4),
+        costmodel.capacity(llama, [h100], input_len=16, output_len=4, variants=False),
+    ]
     seen = 0
     for report in reports:
         for part in _parts(report):
@@ -344,9 +413,12 @@ def test_the_device_reaches_every_report_in_one_shape():
 
     tpu, llama = costmodel.load_profile("tpu-v5e"), costmodel.load_model("llama-2-7b")
     w = costmodel.Workload.create("gqa", batch=2, context=64)
-    reports = [costmodel.predict(w, tpu), costmodel.sweep([w], tpu, "context", [64]),
-               costmodel.predict_model(llama, tpu, batch=2, context=64, tp=4),
-               costmodel.request(llama, tpu, input_len=16, output_len=4)]
+    reports = [
+        costmodel.predict(w, tpu),
+        costmodel.sweep([w], tpu, "context", [64]),
+        costmodel.predict_model(llama, tpu, batch=2, context=64, tp=4),
+        costmodel.request(llama, tpu, input_len=16, output_len=4),
+    ]
     assert all(type(r.hardware) is DeviceSummary and r.hardware.efficiency is None for r in reports)
     assert reports[2].hardware.devices == 4 and reports[0].hardware.devices == 1
     assert "datasheet roofline" in str(reports[3])

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from costmodel.cli.commands import main  # noqa: E402
-from costmodel.hardware.catalog import load_profile
 from costmodel.attention.workload import Workload  # noqa: E402
+from costmodel.cli.commands import main  # noqa: E402
+from costmodel.hardware.catalog import load_profile  # noqa: E402
 from costmodel.validation import run as validation_run  # noqa: E402
 from costmodel.validation.calibrate import CPU_FREE  # noqa: E402
 from costmodel.validation.kernels import _CopyCounter, build_kernels, counted_flops  # noqa: E402
@@ -28,8 +28,12 @@ def quick_report(quick_cpu_run):
     folder, results = quick_cpu_run
     for result in results:
         assert result.exit_code == 0, result.output
-    return json.loads((folder / "report.json").read_text()), results[1].output, folder / "report.png", \
-        folder / "my_cpu.yaml"
+    return (
+        json.loads((folder / "report.json").read_text()),
+        results[1].output,
+        folder / "report.png",
+        folder / "my_cpu.yaml",
+    )
 
 
 def test_report_structure(quick_report):
@@ -39,21 +43,22 @@ def test_report_structure(quick_report):
     assert env["device"] == "cpu" and "threads" in env["backend"] and "median" in env["timing_method"]
     rows = report["rows"]
     grid = list(validation_run.GRIDS[("cpu", True)].workloads())
-    assert {(r["variant"], r["mode"], r["execution"]) for r in rows} == {
-        (w.variant, w.mode, w.execution) for w in grid}
+    assert {(r["variant"], r["mode"], r["execution"]) for r in rows} == {(w.variant, w.mode, w.execution) for w in grid}
     for r in rows:
         m = r["measured"]
         assert 0 < m["p10_s"] <= m["median_s"] <= m["p90_s"] and m["reps"] >= 5
         for name in ("datasheet", "calibrated"):
             assert r[f"predicted_{name}_s"] > 0
             assert r[f"error_{name}_pct"] == pytest.approx(
-                100 * (r[f"predicted_{name}_s"] - m["median_s"]) / m["median_s"])
+                100 * (r[f"predicted_{name}_s"] - m["median_s"]) / m["median_s"]
+            )
         assert r["dtype"] and r["group"] in validation_run.GROUPS
     assert sum(r["op"] == "step" for r in rows) == len(grid)
     for name in ("datasheet", "calibrated"):
         assert set(report["summary"][name]) == {*validation_run.GROUPS, "all ops"}
     assert {(s["variant"], s["mode"], s["execution"]) for s in report["speedups"]} == {
-        (v, mode, ex) for v in ("gqa", "mqa") for mode in ("incremental", "batched") for ex in ("unfused", "fused")}
+        (v, mode, ex) for v in ("gqa", "mqa") for mode in ("incremental", "batched") for ex in ("unfused", "fused")
+    }
     assert report["profiles"]["calibrated"]["measured"] is not None
     assert report["profiles"]["datasheet"]["measured"] is None
     assert "FLOP cross-check" in output and "speed-up over MHA" in output
@@ -85,34 +90,50 @@ def test_a_gpu_calibration_prices_each_class_at_its_measured_kernel():
     import statistics
 
     from costmodel.counts.compiled import compile_program
-    from costmodel.hardware.profile import HardwareProfile
     from costmodel.hardware.mechanisms import efficiency_class
+    from costmodel.hardware.profile import HardwareProfile
     from costmodel.price.op import Conventions, Precision, price, program_ops
     from costmodel.validation.class_kernels import MEASURED_CLASSES, measure_op_classes, measured_efficiency
 
     peak, read = 50e9, 10e9  # deliberately not this machine's: the fractions are of the stated ceilings
     measured = measure_op_classes("cpu", {"fp32": peak}, quick=True)
     src = {"value": 1.0, "source": "m", "confidence": "measured"}
-    hw = HardwareProfile.model_validate({
-        "id": "measured_test", "name": "t", "vendor": "measured", "kind": "gpu",
-        "peak_flops_per_s": {"fp32": {**src, "value": peak}}, "memory_bandwidth_bytes_per_s": {**src, "value": read},
-        "memory_capacity_bytes": {**src, "value": 1e10}, "on_chip_memory_bytes": {**src, "value": 1e6},
-        "on_chip_memory_kind": "L2", "launch_overhead_s": {**src, "value": 1e-6}, "sources": {"m": "measured"},
-        "architecture": {"generation": "measured", "compute_units": {**src, "value": 8}},
-        "efficiency": measured_efficiency(measured, {"fp32": peak}, read, "cpu")})
+    hw = HardwareProfile.model_validate(
+        {
+            "id": "measured_test",
+            "name": "t",
+            "vendor": "measured",
+            "kind": "gpu",
+            "peak_flops_per_s": {"fp32": {**src, "value": peak}},
+            "memory_bandwidth_bytes_per_s": {**src, "value": read},
+            "memory_capacity_bytes": {**src, "value": 1e10},
+            "on_chip_memory_bytes": {**src, "value": 1e6},
+            "on_chip_memory_kind": "L2",
+            "launch_overhead_s": {**src, "value": 1e-6},
+            "sources": {"m": "measured"},
+            "architecture": {"generation": "measured", "compute_units": {**src, "value": 8}},
+            "efficiency": measured_efficiency(measured, {"fp32": peak}, read, "cpu"),
+        }
+    )
     conv = Conventions.of(hw, "eager")
     assert conv.model.active and all(o.kind == "fitted" for o in conv.model.resolved.origin.values())
     seen = set()
     for mode, dims in (("incremental", {"b": 4, "n": 1, "m": 512}), ("batched", {"b": 2, "n": 64, "m": 64})):
         for execution in ("unfused", "fused"):
             dims = {**dims, "d": 256, "h": 4, "g": 2, "k": 64, "v": 64}
-            for op, shape, _, _ in program_ops(compile_program("gqa", mode, execution), dims, mode,
-                                               Precision.of(4, "fp32")):
-                kind = next(k for k, classes in MEASURED_CLASSES.items() if efficiency_class(op.kind, op.name) in classes)
+            for op, shape, _, _ in program_ops(
+                compile_program("gqa", mode, execution), dims, mode, Precision.of(4, "fp32")
+            ):
+                kind = next(
+                    k for k, classes in MEASURED_CLASSES.items() if efficiency_class(op.kind, op.name) in classes
+                )
                 c = measured["classes"][kind]
                 flops_rate = min(peak, statistics.median(c["flops_per_s"].values())) if c["flops_per_s"] else peak
-                bw = min(read, statistics.median(c["bandwidth_bytes_per_s"].values())) if c["bandwidth_bytes_per_s"] \
+                bw = (
+                    min(read, statistics.median(c["bandwidth_bytes_per_s"].values()))
+                    if c["bandwidth_bytes_per_s"]
                     else read
+                )
                 expected = c["overhead_s"] + max(op.flops / flops_rate, op.bytes / bw)
                 assert price(op, shape, hw, conv).time == pytest.approx(expected, rel=1e-9), (mode, op.name)
                 seen.add(kind)
@@ -137,14 +158,19 @@ def test_a_class_kernels_rate_is_the_slope_beyond_its_fixed_cost():
 def test_a_calibration_keeps_the_fastest_peak_and_bandwidth_it_measured(quick_report):
     from costmodel.validation.calibrate import keep_fastest
 
-    profile = {"peak_flops_per_s": {"fp32": {"value": 100e9}, "bf16": {"value": 1e9}},
-               "memory_bandwidth_bytes_per_s": {"value": 20e9},
-               "measured": {"method": "m"}, "sources": {"measured": "s"}}
+    profile = {
+        "peak_flops_per_s": {"fp32": {"value": 100e9}, "bf16": {"value": 1e9}},
+        "memory_bandwidth_bytes_per_s": {"value": 20e9},
+        "measured": {"method": "m"},
+        "sources": {"measured": "s"},
+    }
     keep_fastest(profile, [(90e9, 25e9), (130e9, 18e9), (120e9, 22e9)])
     assert profile["peak_flops_per_s"]["fp32"]["value"] == 130e9
     assert profile["peak_flops_per_s"]["bf16"]["value"] == 1e9  # the curves are fp32: bf16 is measured once
     assert profile["memory_bandwidth_bytes_per_s"]["value"] == 25e9
-    assert "fastest of 4 measurements" in profile["measured"]["method"] and "kept 130.0" in profile["sources"]["measured"]
+    assert (
+        "fastest of 4 measurements" in profile["measured"]["method"] and "kept 130.0" in profile["sources"]["measured"]
+    )
     # the quick calibration above re-measured at its one pass: two measurements, the fastest kept
     assert "the fastest of 2 measurements" in load_profile(str(quick_report[3])).measured.method
 
@@ -163,8 +189,7 @@ def test_each_row_names_the_aten_ops_its_kernel_dispatched(quick_report):
             assert {"bmm", "mm"} & set(r["aten_ops"]), r
         if r["kind"] == "fused":
             assert any(op.startswith("_scaled_dot_product") for op in r["aten_ops"]), r
-    w = Workload.create("mqa", "incremental", batch=2, context=8, d_model=64, heads=4, dtype="fp32",
-                        execution="fused")
+    w = Workload.create("mqa", "incremental", batch=2, context=8, d_model=64, heads=4, dtype="fp32", execution="fused")
     ops = {k.name: dispatched(k) for k in build_kernels(w, "cpu")}
     assert "copy_" in ops["k_append"] and "_scaled_dot_product_flash_attention_for_cpu" in ops["attention"]
 
@@ -173,9 +198,18 @@ def test_each_row_names_the_aten_ops_its_kernel_dispatched(quick_report):
 @pytest.mark.parametrize("mode", ["incremental", "batched"])
 @pytest.mark.parametrize("execution", ["unfused", "fused"])
 def test_kernels_count_the_symbolic_flops_and_copy_no_weights(variant, mode, execution):
-    w = Workload.create(variant, mode, batch=3, seq=8 if mode == "batched" else None,
-                        context=12 if mode == "incremental" else None, d_model=64, heads=4,
-                        groups=2 if variant == "gqa" else None, dtype="fp32", execution=execution)
+    w = Workload.create(
+        variant,
+        mode,
+        batch=3,
+        seq=8 if mode == "batched" else None,
+        context=12 if mode == "incremental" else None,
+        d_model=64,
+        heads=4,
+        groups=2 if variant == "gqa" else None,
+        dtype="fp32",
+        execution=execution,
+    )
     # elements of P_q, P_o (h = 4 heads) and P_k, P_v (g = 4, 2, 1): no activation here has these counts
     weight_sizes = {4 * 64 * 16, 2 * 64 * 16, 1 * 64 * 16}
     for kernel in build_kernels(w, "cpu"):
@@ -197,14 +231,16 @@ def test_fused_attention_reads_each_kv_head_once_and_computes_grouped_attention(
     torch.manual_seed(0)
     q, keys, values = torch.randn(2, h, n, 8), torch.randn(2, g, 7, 8), torch.randn(2, g, 7, 8)
     # oracle: every query head over its own copy of its group's K/V (torch's repeat_interleave assignment)
-    reference = F.scaled_dot_product_attention(q, keys.repeat_interleave(h // g, 1),
-                                               values.repeat_interleave(h // g, 1))
+    reference = F.scaled_dot_product_attention(
+        q, keys.repeat_interleave(h // g, 1), values.repeat_interleave(h // g, 1)
+    )
     seen = []
 
     class Watch(torch.utils._python_dispatch.TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             seen.append((func.overloadpacket.__name__, [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]))
             return func(*args, **(kwargs or {}))
+
     with Watch():
         out = grouped_attention(q, keys, values)
     torch.testing.assert_close(out, reference)
@@ -223,9 +259,15 @@ def test_out_of_memory_case_is_skipped_and_the_run_goes_on(monkeypatch):
         if len(calls) == 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(w, *args)
+
     monkeypatch.setattr(validation_run, "time_case", flaky)
-    monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(
-        d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)))
+    monkeypatch.setitem(
+        validation_run.GRIDS,
+        ("cpu", True),
+        validation_run.Grid(
+            d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)
+        ),
+    )
     hw = load_profile("zen4-2vcpu")
     report = validation_run.validate("cpu", {"datasheet": hw, "calibrated": hw}, quick=True)
     assert len(report["skipped"]) == 1 and "out of memory" in report["skipped"][0]["reason"]
@@ -235,10 +277,24 @@ def test_out_of_memory_case_is_skipped_and_the_run_goes_on(monkeypatch):
 def test_interrupt_leaves_no_file(tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(validation_run, "time_case", interrupted)
     out = tmp_path / "report.json"
-    result = CliRunner().invoke(main, ["validate", "--device", "cpu", "--quick", "--gpu", "zen4-2vcpu",
-                                       "--profile", str(tmp_path / "missing.yaml"), "--json", str(out)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "validate",
+            "--device",
+            "cpu",
+            "--quick",
+            "--gpu",
+            "zen4-2vcpu",
+            "--profile",
+            str(tmp_path / "missing.yaml"),
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code != 0 and not out.exists()
     assert list(tmp_path.iterdir()) == []
 
@@ -265,18 +321,36 @@ def test_passes_run_the_whole_grid_before_repeating_and_each_op_takes_the_median
         s = next(speed)
         ops = [validation_run.Op("only", "projection", 10)]
         return ops, [10], [Timing(s, s, s, 3, "m")], Timing(2 * s, 2 * s, 2 * s, 3, "m")
+
     monkeypatch.setattr(validation_run, "time_case", fake)
     monkeypatch.setitem(validation_run.PASSES, True, 3)
-    monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(
-        d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)))
-    monkeypatch.setattr(validation_run, "case_rows", lambda w, profiles, ops, counted, timings, step, timing: [
-        {"variant": w.variant, "op": ops[0].name, "group": "projections", "measured": timings[0].to_dict(),
-         "step": step.median_s, "flop_check": True, "measured_s": timings[0].median_s}])
+    monkeypatch.setitem(
+        validation_run.GRIDS,
+        ("cpu", True),
+        validation_run.Grid(
+            d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)
+        ),
+    )
+    monkeypatch.setattr(
+        validation_run,
+        "case_rows",
+        lambda w, profiles, ops, counted, timings, step, timing: [
+            {
+                "variant": w.variant,
+                "op": ops[0].name,
+                "group": "projections",
+                "measured": timings[0].to_dict(),
+                "step": step.median_s,
+                "flop_check": True,
+                "measured_s": timings[0].median_s,
+            }
+        ],
+    )
     monkeypatch.setattr(validation_run, "summarize", lambda rows, names: {})
     monkeypatch.setattr(validation_run, "speedups", lambda rows, names: [])
     hw = load_profile("zen4-2vcpu")
     report = validation_run.validate("cpu", {"datasheet": hw}, quick=True)
-    cases = seen[:len(seen) // 3]
+    cases = seen[: len(seen) // 3]
     assert cases == ["mha", "gqa", "mqa"] and seen == cases * 3  # the whole grid, then again, then again
     # each case's op: the median of its three passes' medians, the slow pass outvoted
     assert [r["measured"]["median_s"] for r in report["rows"]] == [1.2] * 3
@@ -298,19 +372,36 @@ def test_a_calibration_in_the_same_run_times_its_curves_among_the_grids_cases(mo
 
         def time(self, j):
             seen.append(("curve", j))
+
     hw = load_profile("zen4-2vcpu")
     finished = []
 
     def finish():
         finished.append(len(seen))
         return hw.model_dump(mode="json", exclude_none=True)
+
     monkeypatch.setattr(validation_run, "time_case", fake)
     monkeypatch.setitem(validation_run.PASSES, True, 2)
-    monkeypatch.setitem(validation_run.GRIDS, ("cpu", True), validation_run.Grid(
-        d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)))
-    monkeypatch.setattr(validation_run, "case_rows", lambda w, profiles, *rest: [
-        {"variant": w.variant, "group": "projections", "measured": {"median_s": 1, "p90_s": 1}, "flop_check": True,
-         "calibrated": profiles["calibrated"].id}])
+    monkeypatch.setitem(
+        validation_run.GRIDS,
+        ("cpu", True),
+        validation_run.Grid(
+            d=64, h=4, g=2, batches=(1,), contexts=(16,), prefill=(), dtypes=("fp32",), executions=("unfused",)
+        ),
+    )
+    monkeypatch.setattr(
+        validation_run,
+        "case_rows",
+        lambda w, profiles, *rest: [
+            {
+                "variant": w.variant,
+                "group": "projections",
+                "measured": {"median_s": 1, "p90_s": 1},
+                "flop_check": True,
+                "calibrated": profiles["calibrated"].id,
+            }
+        ],
+    )
     monkeypatch.setattr(validation_run, "summarize", lambda rows, names: {})
     monkeypatch.setattr(validation_run, "speedups", lambda rows, names: [])
     curves = Curves()
@@ -324,16 +415,25 @@ def test_a_calibration_in_the_same_run_times_its_curves_among_the_grids_cases(mo
     assert curves.alongside == "the validation's grid (3 cases, 2 passes)"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--device", "cpu", "--timing", "graph"],
-     "Error: --timing graph replays CUDA graphs: it needs --device cuda, not --device cpu"),
-    (["--device", "cuda", "--timing", "graph", "--save-profile", "p.yaml"],
-     "Error: --save-profile writes the profile an eager run calibrates; --timing graph calibrates none (drop "
-     "--save-profile, or time eager)"),
-    (["--published", "--timing", "graph"],
-     "Error: --profile, --quick, --gpu, --save-profile and --timing do not apply with --published (each table names "
-     "its GPU and its timing)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--device", "cpu", "--timing", "graph"],
+            "Error: --timing graph replays CUDA graphs: it needs --device cuda, not --device cpu",
+        ),
+        (
+            ["--device", "cuda", "--timing", "graph", "--save-profile", "p.yaml"],
+            "Error: --save-profile writes the profile an eager run calibrates; --timing graph calibrates none (drop "
+            "--save-profile, or time eager)",
+        ),
+        (
+            ["--published", "--timing", "graph"],
+            "Error: --profile, --quick, --gpu, --save-profile and --timing do not apply with --published (each table names "
+            "its GPU and its timing)",
+        ),
+    ],
+)
 def test_graph_timing_is_refused_where_it_cannot_run(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["validate", *args])
@@ -351,12 +451,17 @@ def test_graph_timed_rows_are_predicted_under_the_graph_convention():
     from costmodel.validation.timing import Timing
 
     hw = load_profile("h200_sxm")
-    w = Workload.create("mqa", "incremental", d_model=4096, heads=32, dtype="bf16", execution="fused", batch=16,
-                        context=4096)
+    w = Workload.create(
+        "mqa", "incremental", d_model=4096, heads=32, dtype="bf16", execution="fused", batch=16, context=4096
+    )
     ops = [validation_run.Op(k.name, k.kind, k.expected_flops) for k in build_kernels(w, "meta")]
     one = Timing(1e-4, 1e-4, 1e-4, 3, "m")
-    by = {t: validation_run.case_rows(w, {"datasheet": hw}, ops, [o.expected_flops for o in ops], [one] * len(ops),
-                                      one, t) for t in ("eager", "graph")}
+    by = {
+        t: validation_run.case_rows(
+            w, {"datasheet": hw}, ops, [o.expected_flops for o in ops], [one] * len(ops), one, t
+        )
+        for t in ("eager", "graph")
+    }
     checked = 0
     for eager, graph in zip(by["eager"], by["graph"]):
         assert graph["op"] == eager["op"]
@@ -375,14 +480,17 @@ def test_cuda_without_a_gpu():
 
 
 def test_no_torch_says_how_to_install():
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "from costmodel.cli.commands import main\n"
-            "main(['validate', '--device', 'cpu', '--quick'], prog_name='costmodel')")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from costmodel.cli.commands import main\n"
+        "main(['validate', '--device', 'cpu', '--quick'], prog_name='costmodel')"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "Error: costmodel validate needs torch: python -m pip install torch==2.13.0 --index-url "
-        "https://download.pytorch.org/whl/cpu, then python -m pip install -e '.[validation]' in the checkout")
+        "https://download.pytorch.org/whl/cpu, then python -m pip install -e '.[validation]' in the checkout"
+    )
 
 
 def test_a_quick_timer_counts_its_flushes_in_its_budget(monkeypatch):

@@ -26,19 +26,49 @@ def run(cli, args: list[str]) -> tuple[int, str]:
     result = CliRunner().invoke(cli, args)
     return result.exit_code, result.output
 
+
 CASES = [
     ("predict", [("gpu", "a100")]),
     ("predict", [("gpu", "a100"), ("gpu", "h100"), ("variant", "gqa"), ("batch", "8")]),
     ("predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("tp", "2"), ("context", "2048")]),
     ("predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("input-len", "512"), ("output-len", "32")]),
-    ("predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("engine", "sglang"), ("concurrency", "4"),
-                 ("input-len", "256"), ("output-len", "16"), ("num-requests", "8")]),
-    ("capacity", [("gpu", "h100"), ("gpu", "a100"), ("model", "llama-3-8b"), ("input-len", "512"),
-                  ("output-len", "64"), ("tpot-ms", "30")]),
+    (
+        "predict",
+        [
+            ("gpu", "h100"),
+            ("model", "llama-3-8b"),
+            ("engine", "sglang"),
+            ("concurrency", "4"),
+            ("input-len", "256"),
+            ("output-len", "16"),
+            ("num-requests", "8"),
+        ],
+    ),
+    (
+        "capacity",
+        [
+            ("gpu", "h100"),
+            ("gpu", "a100"),
+            ("model", "llama-3-8b"),
+            ("input-len", "512"),
+            ("output-len", "64"),
+            ("tpot-ms", "30"),
+        ],
+    ),
     ("derive", [("variant", "mqa"), ("mode", "incremental")]),
     ("derive", [("variant", "mla"), ("mode", "generate"), ("asymptotic", "")]),
-    ("plan", [("gpu", "h100"), ("model", "llama-3-8b"), ("gpus", "2"), ("input-len", "512"), ("output-len", "64"),
-              ("tpot-ms", "30"), ("max-concurrency", "8")]),
+    (
+        "plan",
+        [
+            ("gpu", "h100"),
+            ("model", "llama-3-8b"),
+            ("gpus", "2"),
+            ("input-len", "512"),
+            ("output-len", "64"),
+            ("tpot-ms", "30"),
+            ("max-concurrency", "8"),
+        ],
+    ),
 ]
 
 
@@ -66,8 +96,15 @@ def test_the_api_answers_what_the_command_line_prints(client, command, query):
 
 
 def test_a_plans_report_draws_its_front(client):
-    query = [("gpu", "h100"), ("model", "llama-3-8b"), ("gpus", "2"), ("input-len", "512"), ("output-len", "64"),
-             ("tpot-ms", "30"), ("max-concurrency", "8")]
+    query = [
+        ("gpu", "h100"),
+        ("model", "llama-3-8b"),
+        ("gpus", "2"),
+        ("input-len", "512"),
+        ("output-len", "64"),
+        ("tpot-ms", "30"),
+        ("max-concurrency", "8"),
+    ]
     response = client.get("/report/plan", params=query)
     assert response.status_code == 200 and "<svg" in response.text and "the front" in response.text
     assert 'name="gpus"' in client.get("/").text and "<option>plan</option>" in client.get("/").text
@@ -80,20 +117,23 @@ def test_a_report_is_the_commands_page(client):
     assert "<svg" in response.text and "costmodel predict --gpu h100 --model llama-3-8b" in response.text
 
 
-@pytest.mark.parametrize("path,query,expected", [
-    ("/api/predict", [("gpu", "nosuchgpu")], "field 'gpu': 'nosuchgpu' is not a shipped profile's id or alias"),
-    ("/api/predict", [("gpu", "hardware_profiles/h100_sxm.yaml")], "never a path"),
-    ("/api/predict", [("gpu", "h100"), ("model", "/etc/passwd")], "never a path"),
-    ("/api/predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("config", "{}")], "give one model"),
-    ("/api/predict", [("gpu", "h100"), ("config", "x" * 40000)], "more than 32 kB"),
-    ("/api/predict", [("gpu", "h100"), ("config", "not json")], "Error: pasted/config.json: not valid JSON"),
-    ("/api/predict", [("gpu", "a100"), ("batch", "-3")], "-3"),
-    ("/api/predict", [("gpu", "a100"), ("no-such-option", "1")], "predict takes no field 'no-such-option'"),
-    ("/api/predict", [("gpu", "a100"), ("csv", "/etc/passwd")], "does not go over the web"),
-    ("/api/predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("tp", "3")], "Error: "),
-    ("/api/calibrate", [], "unknown command 'calibrate'"),
-    ("/report/validate", [], "unknown command 'validate'"),
-])
+@pytest.mark.parametrize(
+    "path,query,expected",
+    [
+        ("/api/predict", [("gpu", "nosuchgpu")], "field 'gpu': 'nosuchgpu' is not a shipped profile's id or alias"),
+        ("/api/predict", [("gpu", "hardware_profiles/h100_sxm.yaml")], "never a path"),
+        ("/api/predict", [("gpu", "h100"), ("model", "/etc/passwd")], "never a path"),
+        ("/api/predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("config", "{}")], "give one model"),
+        ("/api/predict", [("gpu", "h100"), ("config", "x" * 40000)], "more than 32 kB"),
+        ("/api/predict", [("gpu", "h100"), ("config", "not json")], "Error: pasted/config.json: not valid JSON"),
+        ("/api/predict", [("gpu", "a100"), ("batch", "-3")], "-3"),
+        ("/api/predict", [("gpu", "a100"), ("no-such-option", "1")], "predict takes no field 'no-such-option'"),
+        ("/api/predict", [("gpu", "a100"), ("csv", "/etc/passwd")], "does not go over the web"),
+        ("/api/predict", [("gpu", "h100"), ("model", "llama-3-8b"), ("tp", "3")], "Error: "),
+        ("/api/calibrate", [], "unknown command 'calibrate'"),
+        ("/report/validate", [], "unknown command 'validate'"),
+    ],
+)
 def test_bad_fields_answer_the_error_with_400(client, path, query, expected):
     response = client.get(path, params=query)
     assert response.status_code == 400
@@ -191,8 +231,14 @@ def browser(tmp_path, served):
     webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium (the test extra)")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1000",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", f"--user-data-dir={tmp_path / 'profile'}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1200,1000",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=chromedriver))
     driver.set_page_load_timeout(120)
@@ -208,8 +254,14 @@ def _shown(driver, what: str = "TPOT") -> str:
 
     driver.switch_to.default_content()
     WebDriverWait(driver, 120).until(
-        lambda d: what in d.execute_script("const f = document.getElementById('report').contentDocument;"
-                                           "return f && f.body ? f.body.innerText : '';"))
+        lambda d: (
+            what
+            in d.execute_script(
+                "const f = document.getElementById('report').contentDocument;"
+                "return f && f.body ? f.body.innerText : '';"
+            )
+        )
+    )
     return driver.execute_script("return document.getElementById('report').contentDocument.body.innerText;")
 
 
@@ -253,8 +305,11 @@ def test_a_browser_changes_the_device_and_shows_the_clis_numbers(browser, tmp_pa
 
     pixels = matplotlib.image.imread(str(shot))
     assert pixels.std() > 0.05  # text, a form and a chart, not one colour
-    blue = (abs(pixels[..., 0] - 0x4c / 255) < 0.05) & (abs(pixels[..., 1] - 0x72 / 255) < 0.05) & \
-           (abs(pixels[..., 2] - 0xb0 / 255) < 0.05)
+    blue = (
+        (abs(pixels[..., 0] - 0x4C / 255) < 0.05)
+        & (abs(pixels[..., 1] - 0x72 / 255) < 0.05)
+        & (abs(pixels[..., 2] - 0xB0 / 255) < 0.05)
+    )
     assert blue.sum() > 500  # the chart's bars (#4c72b0) are on screen
 
     link = driver.current_url
@@ -296,8 +351,7 @@ def test_clicking_a_plans_point_opens_its_own_prediction(browser):
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver, base = browser
-    driver.get(f"{base}/?command=plan&gpu=h100&model=llama-3-8b&gpus=2&input-len=512&output-len=64"
-               "&max-concurrency=16")
+    driver.get(f"{base}/?command=plan&gpu=h100&model=llama-3-8b&gpus=2&input-len=512&output-len=64&max-concurrency=16")
     listed = _shown(driver, "point by point")
     driver.switch_to.frame(driver.find_element(By.ID, "report"))
     links = WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "a > code.point"))
@@ -337,7 +391,7 @@ def test_the_variants_page_links_their_theta_forms(client):
     shown = html.unescape(theta.text)
     assert "MHA  memory/arithmetic  Θ(n/d + 1/b)" in shown
     assert "MQA  memory/arithmetic  Θ(1/d + n/(d*h) + h*n/d**2 + 1/b)" in shown
-    assert '<option>derive</option>' in client.get("/").text
+    assert "<option>derive</option>" in client.get("/").text
 
 
 def test_the_variants_side_by_side(client):
@@ -347,8 +401,9 @@ def test_the_variants_side_by_side(client):
     got = client.get("/api/predict?gpu=h100&model=llama-3-8b&variants=")
     assert got.status_code == 200
     rows = got.json()
-    assert rows == json.loads(CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b",
-                                                        "--variants", "--json"]).output)
+    assert rows == json.loads(
+        CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--variants", "--json"]).output
+    )
     labels = [r["model"]["attention"] for r in rows]
     assert labels[0] == "GQA (g=8)" and {"MHA (g=32)", "MQA (g=1)", "MLA (latent 512 + rotary 64)"} <= set(labels)
     mla = rows[labels.index("MLA (latent 512 + rotary 64)")]
@@ -359,10 +414,20 @@ def test_the_variants_side_by_side(client):
 
 
 #: A config.json as Hugging Face publishes Llama 3 8B's (meta-llama/Meta-Llama-3-8B), the keys the model is read from.
-LLAMA_3_8B_CONFIG = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                     "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256, "rms_norm_eps": 1e-05,
-                     "rope_theta": 500000.0, "tie_word_embeddings": False, "hidden_act": "silu",
-                     "architectures": ["LlamaForCausalLM"], "model_type": "llama"}
+LLAMA_3_8B_CONFIG = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+}
 
 
 def test_a_pasted_config_is_the_command_line_on_that_file(client, tmp_path, monkeypatch):
@@ -384,8 +449,9 @@ def test_a_pasted_config_is_the_command_line_on_that_file(client, tmp_path, monk
     want = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", str(file), "--batch", "8", "--json"])
     unpathed = lambda s: re.sub(r"\S*/pasted/config\.json", "pasted/config.json", s)  # noqa: E731
     assert json.loads(unpathed(got.text)) == json.loads(unpathed(want.output))
-    preset = json.loads(CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--batch", "8",
-                                                  "--json"]).output)
+    preset = json.loads(
+        CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--batch", "8", "--json"]).output
+    )
     assert got.json()["model"]["params"] == preset["model"]["params"]
     assert got.json()["decode"]["time_s"] == pytest.approx(preset["decode"]["time_s"], rel=1e-9)
     assert list(scratch.iterdir()) == []  # the request's folder is gone

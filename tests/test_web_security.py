@@ -22,8 +22,15 @@ from costmodel.web.jobs import Limits  # noqa: E402
 BASE = "http://127.0.0.1:8000"
 SECRET = "SECRET_LINE_HERE=xyz"
 #: A served prediction that runs for seconds here (4,096 clients, 10,000 requests of 8,192 output tokens).
-EXPENSIVE = [("gpu", "h100"), ("model", "llama-3-8b"), ("engine", "vllm"), ("concurrency", "4096"),
-             ("num-requests", "10000"), ("input-len", "1024"), ("output-len", "8192")]
+EXPENSIVE = [
+    ("gpu", "h100"),
+    ("model", "llama-3-8b"),
+    ("engine", "vllm"),
+    ("concurrency", "4096"),
+    ("num-requests", "10000"),
+    ("input-len", "1024"),
+    ("output-len", "8192"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,17 +60,19 @@ def _reproducers(folder) -> list[tuple[str, str]]:
         out.append(("/api/predict", f"gpu=h100&sweep=batch=1:2:x2&{kind}%3D{canary}="))
         out.append(("/api/predict", f"gpu=h100&{kind}={canary}"))
         out.append(("/api/plan", f"gpu=h100&model=llama-3-8b&gpus=1&{kind}%3D{new}="))
-    out += [("/api/predict", f"gpu=h100&variants=--csv={canary}"),
-            ("/api/predict", f"gpu=h100&model=llama-3-8b&variants=--html%3D{new}"),
-            ("/api/predict", f"gpu=h100&sweep=batch=1:2:x2&csv={new}"),
-            ("/api/predict", f"gpu=h100&model=llama-3-8b&engine=vllm&concurrency=2&lengths-file={secret}"),
-            ("/api/predict", f"gpu=h100&model=llama-3-8b&engine=vllm&concurrency=2&lengths-file%3D{secret}="),
-            ("/api/predict", f"gpu=h100&model=llama-3-8b&disaggregated=&decode-gpu={secret}"),
-            ("/api/predict", f"gpu=h100&model={secret}"),
-            ("/api/predict", f"gpu={secret}"),
-            ("/api/predict", f"gpu=h100&model-config={secret}"),
-            ("/api/predict", f"gpu=h100&model=llama-3-8b&engine=vllm&concurrency={secret}"),
-            ("/api/capacity", f"gpu=h100&model=llama-3-8b&tpot-ms=--html={new}")]
+    out += [
+        ("/api/predict", f"gpu=h100&variants=--csv={canary}"),
+        ("/api/predict", f"gpu=h100&model=llama-3-8b&variants=--html%3D{new}"),
+        ("/api/predict", f"gpu=h100&sweep=batch=1:2:x2&csv={new}"),
+        ("/api/predict", f"gpu=h100&model=llama-3-8b&engine=vllm&concurrency=2&lengths-file={secret}"),
+        ("/api/predict", f"gpu=h100&model=llama-3-8b&engine=vllm&concurrency=2&lengths-file%3D{secret}="),
+        ("/api/predict", f"gpu=h100&model=llama-3-8b&disaggregated=&decode-gpu={secret}"),
+        ("/api/predict", f"gpu=h100&model={secret}"),
+        ("/api/predict", f"gpu={secret}"),
+        ("/api/predict", f"gpu=h100&model-config={secret}"),
+        ("/api/predict", f"gpu=h100&model=llama-3-8b&engine=vllm&concurrency={secret}"),
+        ("/api/capacity", f"gpu=h100&model=llama-3-8b&tpot-ms=--html={new}"),
+    ]
     return out + [("/report/" + path.removeprefix("/api/"), query) for path, query in out]
 
 
@@ -89,8 +98,9 @@ def test_a_pasted_config_is_read_in_memory(client, files, monkeypatch):
     assert str(files) not in response.text
 
 
-@pytest.mark.parametrize("host", ["attacker.example:8000", "attacker.example", "127.0.0.1:9999", "localhost:80",
-                                  "127.0.0.1.nip.io:8000", ""])
+@pytest.mark.parametrize(
+    "host", ["attacker.example:8000", "attacker.example", "127.0.0.1:9999", "localhost:80", "127.0.0.1.nip.io:8000", ""]
+)
 @pytest.mark.parametrize("path", ["/", "/api/predict?gpu=h100", "/report/predict?gpu=h100", "/nothing"])
 def test_a_foreign_host_gets_400(client, host, path):
     """DNS rebinding: a page whose own name resolves to this machine sends its name as Host; only the address and
@@ -99,10 +109,17 @@ def test_a_foreign_host_gets_400(client, host, path):
     assert response.status_code == 400 and "this server answers requests addressed to" in response.text
 
 
-@pytest.mark.parametrize("headers", [{"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
-                                     {"Origin": "http://attacker.example"}, {"Origin": "null"},
-                                     {"Origin": "http://127.0.0.1:9999"},
-                                     {"Sec-Fetch-Site": "same-origin", "Origin": "http://attacker.example"}])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": "http://attacker.example"},
+        {"Origin": "null"},
+        {"Origin": "http://127.0.0.1:9999"},
+        {"Sec-Fetch-Site": "same-origin", "Origin": "http://attacker.example"},
+    ],
+)
 @pytest.mark.parametrize("path", ["/api/predict?gpu=h100", "/report/predict?gpu=h100"])
 def test_a_cross_site_request_gets_403(client, headers, path):
     response = client.get(path, headers=headers)
@@ -118,8 +135,9 @@ def test_the_page_itself_may_ask(client):
         assert response.status_code == 200, response.text
         assert "access-control-allow-origin" not in response.headers
         assert response.headers["x-frame-options"] == "DENY"
-    preflight = client.options("/api/predict?gpu=h100", headers={"Origin": "http://attacker.example",
-                                                                 "Access-Control-Request-Method": "GET"})
+    preflight = client.options(
+        "/api/predict?gpu=h100", headers={"Origin": "http://attacker.example", "Access-Control-Request-Method": "GET"}
+    )
     assert preflight.status_code >= 400 and "access-control-allow-origin" not in preflight.headers
 
 
@@ -130,18 +148,29 @@ def test_the_hosts_a_server_answers():
     assert "box.lan:8000" not in host_names("0.0.0.0", 8000)
 
 
-@pytest.mark.parametrize("query,limit", [
-    ([("gpu", "h100")] * 5000, "fields in one query; at most 64"),
-    ([("gpu", "h100")] * 9, "field 'gpu' is given more than 8 times"),
-    ([("gpu", "h100"), ("batch", "65537")], "from 1 to 65,536"),
-    ([("gpu", "h100"), ("model", "llama-3-8b"), ("engine", "vllm"), ("concurrency", "1000000")], "to 4,096"),
-    ([("gpu", "h100"), ("model", "llama-3-8b"), ("engine", "vllm"), ("concurrency", "8"),
-      ("num-requests", "1000000")], "to 10,000"),
-    ([("gpu", "h100"), ("model", "llama-3-8b"), ("input-len", str(1 << 21))], "to 1,048,576"),
-    ([("gpu", "h100"), ("model", "llama-3-8b"), ("tp", "1099511627776")], "to 64"),
-    ([("gpu", "h100"), ("config", "{" + " " * 40000 + "}")], "more than 32 kB"),
-    ([("gpu", "h100"), ("model", "x" * 1000)], "at most 128"),
-])
+@pytest.mark.parametrize(
+    "query,limit",
+    [
+        ([("gpu", "h100")] * 5000, "fields in one query; at most 64"),
+        ([("gpu", "h100")] * 9, "field 'gpu' is given more than 8 times"),
+        ([("gpu", "h100"), ("batch", "65537")], "from 1 to 65,536"),
+        ([("gpu", "h100"), ("model", "llama-3-8b"), ("engine", "vllm"), ("concurrency", "1000000")], "to 4,096"),
+        (
+            [
+                ("gpu", "h100"),
+                ("model", "llama-3-8b"),
+                ("engine", "vllm"),
+                ("concurrency", "8"),
+                ("num-requests", "1000000"),
+            ],
+            "to 10,000",
+        ),
+        ([("gpu", "h100"), ("model", "llama-3-8b"), ("input-len", str(1 << 21))], "to 1,048,576"),
+        ([("gpu", "h100"), ("model", "llama-3-8b"), ("tp", "1099511627776")], "to 64"),
+        ([("gpu", "h100"), ("config", "{" + " " * 40000 + "}")], "more than 32 kB"),
+        ([("gpu", "h100"), ("model", "x" * 1000)], "at most 128"),
+    ],
+)
 def test_a_request_past_its_limits_gets_4xx_naming_the_limit(client, query, limit):
     response = client.get("/api/predict", params=query)
     assert 400 <= response.status_code < 500 and limit in response.text, response.text
@@ -151,8 +180,12 @@ def test_an_overlong_query_gets_414():
     """Past 128 kB a query is refused before it is parsed (Uvicorn's HTTP parser may refuse it sooner; HTTP
     clients will not send it, so the request is made by hand)."""
     hosts = host_names("127.0.0.1", 8000)
-    scope = {"type": "http", "path": "/api/predict", "headers": [(b"host", b"127.0.0.1:8000")],
-             "query_string": b"gpu=h100&config=" + b"%20" * 50_000}
+    scope = {
+        "type": "http",
+        "path": "/api/predict",
+        "headers": [(b"host", b"127.0.0.1:8000")],
+        "query_string": b"gpu=h100&config=" + b"%20" * 50_000,
+    }
     status, reason = refusal(scope, hosts)
     assert status == 414 and "a query of more than 128 kB" in reason
     assert refusal({**scope, "query_string": b"gpu=h100"}, hosts) is None
@@ -234,8 +267,7 @@ def test_a_client_that_leaves_stops_its_computation():
     try:
         _until(lambda: server.started)
         with socket.create_connection(("127.0.0.1", port)) as conn:
-            conn.sendall(f"GET /api/predict?{urlencode(EXPENSIVE)} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
-                         .encode())
+            conn.sendall(f"GET /api/predict?{urlencode(EXPENSIVE)} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
             _until(lambda: guarded.pool.busy == 1)
         _until(lambda: guarded.pool.busy == 0, timeout=10)
         assert guarded.pool.cut == 1

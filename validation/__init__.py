@@ -49,13 +49,16 @@ def calibrate_command(device: str, out: str, quick: bool, threads: int | None = 
 
     profile = calibrate(device, out, quick, threads)
     peaks = ", ".join(f"{dt} {v['value'] / 1e9:.0f} GFLOP/s" for dt, v in profile["peak_flops_per_s"].items())
-    line = (f"{'wrote ' + out + ': ' if out != '-' else ''}{profile['name']}: {peaks}; read bandwidth "
-            f"{profile['memory_bandwidth_bytes_per_s']['value'] / 1e9:.1f} GB/s; per-op overhead "
-            f"{profile['launch_overhead_s']['value'] * 1e6:.1f} µs")
+    line = (
+        f"{'wrote ' + out + ': ' if out != '-' else ''}{profile['name']}: {peaks}; read bandwidth "
+        f"{profile['memory_bandwidth_bytes_per_s']['value'] / 1e9:.1f} GB/s; per-op overhead "
+        f"{profile['launch_overhead_s']['value'] * 1e6:.1f} µs"
+    )
     fits = profile.get("efficiency", {}).get("error", {})
     if fits:
         line += "\nfitted curves (median |error| of the fit): " + ", ".join(
-            f"{k.split('/')[0]} {v['median_abs_error_pct']:.0f}%" for k, v in fits.items())
+            f"{k.split('/')[0]} {v['median_abs_error_pct']:.0f}%" for k, v in fits.items()
+        )
     if profile["noise"]["warning"]:
         line += "\nWarning: " + profile["noise"]["warning"]
     return line
@@ -75,10 +78,19 @@ def datasheet_profile(device: str, gpu: str | None):
     return load_profile(DEFAULT_CPU_PROFILE)
 
 
-def validate_command(device: str, gpu: str | None, profile_path: str | None, quick: bool, json_path: str | None,
-                     plot_path: str | None, progress: Callable[[list], Iterator], say: Callable[[str], None],
-                     threads: int | None = None, save_path: str | None = None,
-                     timing: str = "eager") -> Iterator[str]:
+def validate_command(
+    device: str,
+    gpu: str | None,
+    profile_path: str | None,
+    quick: bool,
+    json_path: str | None,
+    plot_path: str | None,
+    progress: Callable[[list], Iterator],
+    say: Callable[[str], None],
+    threads: int | None = None,
+    save_path: str | None = None,
+    timing: str = "eager",
+) -> Iterator[str]:
     """Run the validation grid; yields the lines to print (the summary, then what was written).
     Eager timing without ``profile_path`` measures the calibrated profile in the same run (``save_path``: written
     there). Graph timing (``timing="graph"``, CUDA only) holds the datasheet profile, and ``profile_path``'s if
@@ -86,12 +98,14 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
     if timing == "graph" and device != "cuda":
         raise CostModelError(f"--timing graph replays CUDA graphs: it needs --device cuda, not --device {device}")
     if timing == "graph" and save_path is not None:
-        raise CostModelError("--save-profile writes the profile an eager run calibrates; --timing graph calibrates "
-                             "none (drop --save-profile, or time eager)")
+        raise CostModelError(
+            "--save-profile writes the profile an eager run calibrates; --timing graph calibrates "
+            "none (drop --save-profile, or time eager)"
+        )
     device = device_for("validate", device)
     from costmodel.core.files import check_folder, write_text
-    from costmodel.hardware.profile import HardwareProfile
     from costmodel.hardware.catalog import load_profile
+    from costmodel.hardware.profile import HardwareProfile
 
     for path in (json_path, save_path):
         if path is not None:
@@ -111,8 +125,11 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         say("calibrating ...")
         measured = measure_profile(device, quick, threads)
         curves = CurveRun(device, quick) if device == "cpu" else None
-        calibration = (HardwareProfile.model_validate(measured[0]), curves,
-                       lambda: finish(device, quick, *measured, curves=curves))
+        calibration = (
+            HardwareProfile.model_validate(measured[0]),
+            curves,
+            lambda: finish(device, quick, *measured, curves=curves),
+        )
     from costmodel.render.text import validation_summary
     from costmodel.validation.run import validate
 
@@ -136,11 +153,15 @@ def validate_command(device: str, gpu: str | None, profile_path: str | None, qui
         from costmodel.render.plots import draw_predicted_vs_measured, save
 
         name = "calibrated" if "calibrated" in report["summary"] else "datasheet"
-        rows = [{"measured_s": r["measured"]["median_s"], "predicted_s": r[f"predicted_{name}_s"],
-                 "group": r["group"]} for r in report["rows"]]
+        rows = [
+            {"measured_s": r["measured"]["median_s"], "predicted_s": r[f"predicted_{name}_s"], "group": r["group"]}
+            for r in report["rows"]
+        ]
         env = report["environment"]
-        title = (f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}, {timing} timing\n"
-                 f"predicted ({name} profile) against measured, per op and whole step")
+        title = (
+            f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}, {timing} timing\n"
+            f"predicted ({name} profile) against measured, per op and whole step"
+        )
         save(draw_predicted_vs_measured(rows, title), plot_path)
         yield from wrote(plot_path)
 
@@ -160,8 +181,9 @@ def check_outputs(json_path: str | None, plot_path: str | None) -> None:
         raise CostModelError("--json - and --plot - would both write standard output; write one to a file")
 
 
-def published_command(folder: str | None, json_path: str | None, plot_path: str | None, without=(),
-                      fmt: str = "table") -> Iterator[str]:
+def published_command(
+    folder: str | None, json_path: str | None, plot_path: str | None, without=(), fmt: str = "table"
+) -> Iterator[str]:
     """Compare predictions with published GPU timings (``folder``, or the subset shipped in the package);
     the summary as a table, or (``fmt``) as CSV or markdown rows."""
     from costmodel.core.files import write_text
@@ -182,8 +204,10 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
     else:
         yield summary_table(report)
     if folder is None and fmt == "table":
-        yield ("(the compact subset shipped in the package; pass the folder of the full tables, e.g. "
-               "--published ../shared/measurements)")
+        yield (
+            "(the compact subset shipped in the package; pass the folder of the full tables, e.g. "
+            "--published ../shared/measurements)"
+        )
     if skipped and fmt == "table":
         yield f"skipped (not a published-table name): {', '.join(skipped)}"
     if json_path is not None:
@@ -192,8 +216,10 @@ def published_command(folder: str | None, json_path: str | None, plot_path: str 
     if plot_path is not None:
         from costmodel.render.plots import draw_predicted_vs_measured, save
 
-        rows = [{"measured_s": r["measured_s"], "predicted_s": r["predicted_s"],
-                 "group": f"{r['gpu']} {r['op_class']}"} for r in report["rows"]]
+        rows = [
+            {"measured_s": r["measured_s"], "predicted_s": r["predicted_s"], "group": f"{r['gpu']} {r['op_class']}"}
+            for r in report["rows"]
+        ]
         save(draw_predicted_vs_measured(rows, "predicted against published GPU timings"), plot_path)
         if fmt != "none":  # standard output holds the JSON alone
             yield from wrote(plot_path)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.price.bands import served_keys
 from costmodel.hardware.mechanisms import MECHANISMS
-from costmodel.price.origin import TimeModel, resolve
+from costmodel.price.bands import served_keys
 from costmodel.price.op import Conventions, KernelOp, price
+from costmodel.price.origin import TimeModel, resolve
 from costmodel.validation.fit import unfitted_write_s
 
 #: The GPUs with published kernel tables, each priced from the others' fits.
@@ -47,8 +47,11 @@ class Ratios:
 def _times(table, hw, resolved) -> np.ndarray:
     """Predicted seconds of a table's rows with ``resolved`` parameters (None: the datasheet roofline)."""
     op = KernelOp(table.op_class, table.op_class, table.dtype, table.flops, table.nbytes, kernel=table.priced_class)
-    conv = (Conventions(TimeModel(resolved, table.timing, frozenset(MECHANISMS))) if resolved is not None
-            else Conventions.datasheet())
+    conv = (
+        Conventions(TimeModel(resolved, table.timing, frozenset(MECHANISMS)))
+        if resolved is not None
+        else Conventions.datasheet()
+    )
     t = np.broadcast_to(np.asarray(price(op, table.shape, hw, conv).time, float), table.measured_s.shape)
     t = t * (table.count if table.count is not None else 1)
     if resolved is None:
@@ -67,16 +70,23 @@ def ratios(tables, profiles: dict) -> list[Ratios]:
             rows = [t for t in mine if t.timing == timing]
             own = resolve(hw, timing, reference=None)
             routes = [("fitted", dst, own)]
-            routes += [("across", src, resolve(bare, timing, reference=ref)) for src, ref in profiles.items()
-                       if src != dst and ref.architecture.generation != hw.architecture.generation]
+            routes += [
+                ("across", src, resolve(bare, timing, reference=ref))
+                for src, ref in profiles.items()
+                if src != dst and ref.architecture.generation != hw.architecture.generation
+            ]
             for route, src, res in routes:
                 if res is None:
                     continue
                 for cls in sorted({t.priced_class for t in rows}):
                     origin = res.origin.get(cls)
                     kind = "fitted" if route == "fitted" else "transferred"
-                    if (origin is None or origin.kind != kind or origin.device != src
-                            or cls not in profiles[src].efficiency.classes):
+                    if (
+                        origin is None
+                        or origin.kind != kind
+                        or origin.device != src
+                        or cls not in profiles[src].efficiency.classes
+                    ):
                         continue  # this route does not price the class from that device's own fit of it
                     got = [t.measured_s / _times(t, hw, res) for t in rows if t.priced_class == cls]
                     out.append(Ratios(route, cls, dst, src, np.concatenate(got)))
@@ -155,8 +165,14 @@ def pooled(found: list[Ratios], route: str, cls: str | None = None, devices=None
     """The ratios of one route (and class; None: every class), over ``devices`` (None: all) except ``exclude``,
     each (class, device, source) set weighted equally: a class on one GPU counts as much as on another whatever
     its rows, by resampling each set to the size of the smallest."""
-    sets = [r.values for r in found if r.route == route and (cls is None or r.cls == cls)
-            and (devices is None or r.device in devices) and r.device != exclude]
+    sets = [
+        r.values
+        for r in found
+        if r.route == route
+        and (cls is None or r.cls == cls)
+        and (devices is None or r.device in devices)
+        and r.device != exclude
+    ]
     if not sets:
         return np.array([])
     size = min(min(len(s) for s in sets), RESAMPLE)
@@ -176,8 +192,7 @@ def _held_sets(found: list[Ratios], route: str, gpus, only=None):
                 yield g, pooled(found, route, cls, devices=(g,)), other
 
 
-def kernel_held_out(found: list[Ratios], route: str, tails: tuple[float, ...] = PLAIN, gpus=GPUS,
-                    only=None) -> dict:
+def kernel_held_out(found: list[Ratios], route: str, tails: tuple[float, ...] = PLAIN, gpus=GPUS, only=None) -> dict:
     """Per GPU of ``gpus`` (or of ``only``): the share of its rows of ``route`` inside the band of the same class
     derived from the other GPUs' rows at ``tails`` (two-sided, or one number: :func:`quantiles`; the route-wide band
     where no other GPU has the class); None where it has none."""
@@ -205,17 +220,21 @@ def kernel_tails(found: list[Ratios], route: str, gpus=GPUS) -> tuple[float, ...
                 return (left,)
         return (SYMMETRIC_GRID[-1],)
     ends = [(mine, *_ends(other)) for _, mine, other in sets]
-    return _narrowest(np.concatenate([mine[:, None] >= lo[None, :] for mine, lo, _ in ends]),
-                      np.concatenate([mine[:, None] <= hi[None, :] for mine, _, hi in ends]),
-                      np.concatenate([np.full(mine.size, 1.0 / rows[g]) for g, mine, _ in sets]),
-                      pooled(found, route, devices=gpus))
+    return _narrowest(
+        np.concatenate([mine[:, None] >= lo[None, :] for mine, lo, _ in ends]),
+        np.concatenate([mine[:, None] <= hi[None, :] for mine, _, hi in ends]),
+        np.concatenate([np.full(mine.size, 1.0 / rows[g]) for g, mine, _ in sets]),
+        pooled(found, route, devices=gpus),
+    )
 
 
 def kernel_nested(found: list[Ratios], route: str, gpus=GPUS) -> dict:
     """Per GPU: the share of its rows inside bands whose tails (:func:`kernel_tails` over the other GPUs) and ends
     were both derived without it."""
-    return {g: kernel_held_out(found, route, kernel_tails(found, route, [x for x in gpus if x != g]), gpus,
-                               only=(g,))[g] for g in gpus}
+    return {
+        g: kernel_held_out(found, route, kernel_tails(found, route, [x for x in gpus if x != g]), gpus, only=(g,))[g]
+        for g in gpus
+    }
 
 
 @dataclass(frozen=True)
@@ -239,8 +258,16 @@ def served(rows) -> list[Served]:
     for r in rows:
         if r["model_path"] not in kinds:
             kinds[r["model_path"]] = "moe" if load_model(r["model_path"]).moe is not None else "dense"
-        out.append(Served(r["backend"], kinds[r["model_path"]], r["mode"], r["model_path"],
-                          r["measured_ttft_s"] / r["predicted_ttft_s"], r["measured_tpot_s"] / r["predicted_tpot_s"]))
+        out.append(
+            Served(
+                r["backend"],
+                kinds[r["model_path"]],
+                r["mode"],
+                r["model_path"],
+                r["measured_ttft_s"] / r["predicted_ttft_s"],
+                r["measured_tpot_s"] / r["predicted_tpot_s"],
+            )
+        )
     return out
 
 
@@ -262,8 +289,10 @@ def served_sets(found: list[Served], exclude_model: str | None = None, tails: di
     """Per key of :func:`served_keys` with at least :data:`MIN_ROWS` rows: the TTFT and TPOT ranges, each leaving
     ``tails[metric]`` (below, above) percent out (p10-p90 by default)."""
     tails = tails or {m: PLAIN for m in METRICS}
-    return {key: {m: quantiles([getattr(s, m) for s in rs], tails[m]) for m in METRICS}
-            for key, rs in _groups(found, exclude_model).items()}
+    return {
+        key: {m: quantiles([getattr(s, m) for s in rs], tails[m]) for m in METRICS}
+        for key, rs in _groups(found, exclude_model).items()
+    }
 
 
 def _held_out(found: list[Served], ranges_without) -> dict:
@@ -277,8 +306,10 @@ def _held_out(found: list[Served], ranges_without) -> dict:
             hit = [coverage(sets[key][m], [getattr(s, m)]) for m in METRICS]
             for group in (s.engine, "all"):
                 inside.setdefault(group, []).append(hit)
-    return {g: {"n": len(v), "ttft": float(np.mean([h[0] for h in v])), "tpot": float(np.mean([h[1] for h in v]))}
-            for g, v in inside.items()}
+    return {
+        g: {"n": len(v), "ttft": float(np.mean([h[0] for h in v])), "tpot": float(np.mean([h[1] for h in v]))}
+        for g, v in inside.items()
+    }
 
 
 def served_held_out(found: list[Served], tails: dict | None = None) -> dict:
@@ -302,8 +333,9 @@ def calibrated_tails(found: list[Served]) -> dict:
                     lows.append(ends[key][0] <= value)
                     highs.append(value <= ends[key][1])
         grid = (-1, len(TAIL_GRID))
-        out[m] = _narrowest(np.reshape(lows, grid), np.reshape(highs, grid), np.ones(len(lows)),
-                            [getattr(s, m) for s in found])
+        out[m] = _narrowest(
+            np.reshape(lows, grid), np.reshape(highs, grid), np.ones(len(lows)), [getattr(s, m) for s in found]
+        )
     return out
 
 

@@ -30,8 +30,10 @@ from costmodel.validation.kernels import TORCH_DTYPES
 from costmodel.validation.timing import PASSES, Timer, environment, merge
 
 SIZES = {  # (matmul N, bandwidth buffer bytes) per device and mode
-    ("cpu", True): (512, 64 << 20), ("cpu", False): (2048, 512 << 20),
-    ("cuda", True): (2048, 256 << 20), ("cuda", False): (8192, 2 << 30),
+    ("cpu", True): (512, 64 << 20),
+    ("cpu", False): (2048, 512 << 20),
+    ("cuda", True): (2048, 256 << 20),
+    ("cuda", False): (8192, 2 << 30),
 }
 
 
@@ -106,10 +108,16 @@ def measure(device: str, quick: bool = False) -> dict:
             torch.add(tiny, 1.0)
         if device == "cuda":
             torch.cuda.synchronize()
+
     overhead = Timer(device, flush_bytes=0, budget_s=0.2).time(burst).median_s / launches
     return {
-        "peak_flops_per_s": peaks, "read_bytes_per_s": read, "copy_bytes_per_s": copy, "launch_overhead_s": overhead,
-        "matmul_n": sizes, "buffer_bytes": buffer_bytes, "timing_method": timer.method,
+        "peak_flops_per_s": peaks,
+        "read_bytes_per_s": read,
+        "copy_bytes_per_s": copy,
+        "launch_overhead_s": overhead,
+        "matmul_n": sizes,
+        "buffer_bytes": buffer_bytes,
+        "timing_method": timer.method,
     }
 
 
@@ -126,7 +134,9 @@ CPU_MECHANISMS = ("fixed", "bandwidth", "compute")
 _CURVE = ("fixed", "compute_efficiency", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent")
 #: Parameters fitted per class on a CPU.
 CPU_FREE = {
-    "gemm": (*_CURVE, "pack_passes"), "attention_einsum": (*_CURVE, "pack_passes"), "decode_attention": _CURVE,
+    "gemm": (*_CURVE, "pack_passes"),
+    "attention_einsum": (*_CURVE, "pack_passes"),
+    "decode_attention": _CURVE,
     "prefill_attention": ("fixed", "compute_efficiency"),
     "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "softmax": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
@@ -144,11 +154,20 @@ def _curve_workloads(quick: bool):
         for execution in ("unfused", "fused"):
             for b in c["batches"]:
                 for m in c["contexts"]:
-                    yield Workload.create(variant, "incremental", batch=b, context=m, d_model=1024, heads=8,
-                                          dtype="fp32", execution=execution)
+                    yield Workload.create(
+                        variant,
+                        "incremental",
+                        batch=b,
+                        context=m,
+                        d_model=1024,
+                        heads=8,
+                        dtype="fp32",
+                        execution=execution,
+                    )
             for n in c["prefill"]:
-                yield Workload.create(variant, "batched", batch=1, seq=n, d_model=1024, heads=8, dtype="fp32",
-                                      execution=execution)
+                yield Workload.create(
+                    variant, "batched", batch=1, seq=n, d_model=1024, heads=8, dtype="fp32", execution=execution
+                )
 
 
 class CurveRun:
@@ -159,8 +178,13 @@ class CurveRun:
     def __init__(self, device: str, quick: bool):
         self.device, self.quick = device, quick
         self.passes = PASSES[quick]
-        self.timer = Timer(device, budget_s=(0.05 if quick else 0.1) / self.passes, min_reps=5 if quick else 3,
-                           warmup=3 if quick else 2, wall_budget=quick)
+        self.timer = Timer(
+            device,
+            budget_s=(0.05 if quick else 0.1) / self.passes,
+            min_reps=5 if quick else 3,
+            warmup=3 if quick else 2,
+            wall_budget=quick,
+        )
         self.workloads = list(_curve_workloads(quick))
         self.taken: dict[int, list[list]] = {}
         self.alongside = ""  # what else was timed in the same passes
@@ -178,10 +202,15 @@ class CurveRun:
             n, buffer_bytes = SIZES[(self.device, self.quick)]
             if self.matmul_n is None:
                 self.matmul_n = _matmul_size(self.device, "fp32", n, MATMUL_SECONDS[self.quick])
-            self.rates.append((matmul_rate(self.device, "fp32", self.matmul_n, timer),
-                               read_bandwidth(self.device, buffer_bytes, timer)))
-        self.taken.setdefault(j, []).append([self.timer.time(k.run) for k in build_kernels(self.workloads[j],
-                                                                                             self.device)])
+            self.rates.append(
+                (
+                    matmul_rate(self.device, "fp32", self.matmul_n, timer),
+                    read_bandwidth(self.device, buffer_bytes, timer),
+                )
+            )
+        self.taken.setdefault(j, []).append(
+            [self.timer.time(k.run) for k in build_kernels(self.workloads[j], self.device)]
+        )
 
     def fit(self, profile: dict) -> tuple[dict, list[float]]:
         """Group the points by efficiency class and fit the mechanisms of :mod:`costmodel.hardware.mechanisms` to
@@ -195,14 +224,20 @@ class CurveRun:
 
         from costmodel.core.vocab import dtype_bytes
         from costmodel.counts.compiled import compile_program
-        from costmodel.hardware.profile import HardwareProfile
         from costmodel.hardware.mechanisms import efficiency_class, op_shape
+        from costmodel.hardware.profile import HardwareProfile
         from costmodel.hardware.shapes import fields
         from costmodel.validation.fit import errors, fit_overlap, predict_table
         from costmodel.validation.published import Table
 
-        device, quick, passes, timer, workloads, taken = (self.device, self.quick, self.passes, self.timer,
-                                                          self.workloads, self.taken)
+        device, quick, passes, timer, workloads, taken = (
+            self.device,
+            self.quick,
+            self.passes,
+            self.timer,
+            self.workloads,
+            self.taken,
+        )
         keep_fastest(profile, self.rates)
         hw = HardwareProfile.model_validate(profile)
         on = frozenset(CPU_MECHANISMS)
@@ -224,26 +259,43 @@ class CurveRun:
         for cls, pts in points.items():
             keys = sorted({k for p in pts for k in p[2]})
             shape = {k: np.array([float(p[2].get(k, 0)) for p in pts]) for k in keys}
-            table = Table(source="calibrate", gpu=device, profile=hw.id, op_class=cls, timing="eager", dtype="fp32",
-                          file="", fields={}, measured_s=np.array([p[3] for p in pts]),
-                          flops=np.array([p[0] for p in pts]), nbytes=np.array([p[1] for p in pts]), shape=shape)
+            table = Table(
+                source="calibrate",
+                gpu=device,
+                profile=hw.id,
+                op_class=cls,
+                timing="eager",
+                dtype="fp32",
+                file="",
+                fields={},
+                measured_s=np.array([p[3] for p in pts]),
+                flops=np.array([p[0] for p in pts]),
+                nbytes=np.array([p[1] for p in pts]),
+                shape=shape,
+            )
             eff = fit_overlap([table], hw, CPU_FREE[cls], on=on, starts=5)
             classes[cls] = eff.model_dump(mode="json")
             report[f"{cls}/eager"] = errors(predict_table(table, hw, eff, on), table.measured_s)
         env = environment(device)
         c = CURVES[quick]
         block = {
-            "data": [f"costmodel calibrate on {env['device_name']} ({env['backend']}), torch {env['torch_version']}, "
-                     f"{datetime.date.today().isoformat()}: every op of {len(workloads)} workloads (d 1024, 8 heads, "
-                     f"MHA and MQA, fp32, unfused and fused; decode b {c['batches']} x m {c['contexts']}, prefill "
-                     f"n {c['prefill']})"],
-            "method": ("each op timed as the validation times it; per class, least squares on log(predicted/measured) "
-                       "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + ", each class fitted "
-                       "with compute and memory time overlapping and adding up and the smaller error kept; "
-                       + timer.method
-                       + (f"; median over {passes} passes over all the workloads" if passes > 1 else "")
-                       + (f"; timed interleaved with {self.alongside}" if self.alongside else "")),
-            "error": report, "classes": classes, "mechanisms": list(CPU_MECHANISMS),
+            "data": [
+                f"costmodel calibrate on {env['device_name']} ({env['backend']}), torch {env['torch_version']}, "
+                f"{datetime.date.today().isoformat()}: every op of {len(workloads)} workloads (d 1024, 8 heads, "
+                f"MHA and MQA, fp32, unfused and fused; decode b {c['batches']} x m {c['contexts']}, prefill "
+                f"n {c['prefill']})"
+            ],
+            "method": (
+                "each op timed as the validation times it; per class, least squares on log(predicted/measured) "
+                "(Levenberg-Marquardt) of the mechanisms " + ", ".join(CPU_MECHANISMS) + ", each class fitted "
+                "with compute and memory time overlapping and adding up and the smaller error kept; "
+                + timer.method
+                + (f"; median over {passes} passes over all the workloads" if passes > 1 else "")
+                + (f"; timed interleaved with {self.alongside}" if self.alongside else "")
+            ),
+            "error": report,
+            "classes": classes,
+            "mechanisms": list(CPU_MECHANISMS),
         }
         return block, spreads
 
@@ -257,9 +309,11 @@ def keep_fastest(profile: dict, rates: list[tuple[float, float]]) -> None:
     first = (peak["value"], read["value"])
     peak["value"] = max(peak["value"], *(r[0] for r in rates))
     read["value"] = max(read["value"], *(r[1] for r in rates))
-    best = (f". fp32 matmul peak and read bandwidth: the fastest of {len(rates) + 1} measurements, the first "
-            f"before the curves and one at the start of each pass over them (first {first[0] / 1e9:.1f} GFLOP/s "
-            f"and {first[1] / 1e9:.1f} GB/s; kept {peak['value'] / 1e9:.1f} and {read['value'] / 1e9:.1f})")
+    best = (
+        f". fp32 matmul peak and read bandwidth: the fastest of {len(rates) + 1} measurements, the first "
+        f"before the curves and one at the start of each pass over them (first {first[0] / 1e9:.1f} GFLOP/s "
+        f"and {first[1] / 1e9:.1f} GB/s; kept {peak['value'] / 1e9:.1f} and {read['value'] / 1e9:.1f})"
+    )
     profile["measured"]["method"] += best
     profile["sources"]["measured"] += best
 
@@ -296,29 +350,39 @@ def profile_from(m: dict, device: str) -> dict:
     capacity, cache, cache_kind = _capacity_and_cache(device)
     slug = "".join(c if c.isalnum() else "_" for c in env["device_name"].lower()).strip("_")
     sizes = ", ".join(f"{dt} {n}" for dt, n in m["matmul_n"].items())
-    method = (f"costmodel calibrate: N^3 matmul per dtype (N: {sizes}); read (sum) and copy of a "
-              f"{m['buffer_bytes'] >> 20} MiB buffer, bandwidth = read; per-op overhead from 200 back-to-back "
-              f"one-element adds; {m['timing_method']}")
+    method = (
+        f"costmodel calibrate: N^3 matmul per dtype (N: {sizes}); read (sum) and copy of a "
+        f"{m['buffer_bytes'] >> 20} MiB buffer, bandwidth = read; per-op overhead from 200 back-to-back "
+        f"one-element adds; {m['timing_method']}"
+    )
 
     def measured(value: float) -> dict:
         return {"value": float(value), "source": "measured", "confidence": "measured"}
+
     return {
-        "id": f"measured_{slug}"[:60], "aliases": [], "name": f"{env['device_name']} (measured)",
-        "vendor": "measured", "kind": "gpu" if device == "cuda" else "cpu",
+        "id": f"measured_{slug}"[:60],
+        "aliases": [],
+        "name": f"{env['device_name']} (measured)",
+        "vendor": "measured",
+        "kind": "gpu" if device == "cuda" else "cpu",
         "peak_flops_per_s": {dt: measured(v) for dt, v in m["peak_flops_per_s"].items()},
         "memory_bandwidth_bytes_per_s": measured(m["read_bytes_per_s"]),
         "memory_capacity_bytes": {"value": capacity, "source": "system", "confidence": "high"},
         "on_chip_memory_bytes": {"value": cache, "source": "system", "confidence": "high"},
         "on_chip_memory_kind": cache_kind,
         "launch_overhead_s": measured(m["launch_overhead_s"]),
-        "measured": {"device": f"{env['device_name']} ({env['backend']})", "date": today,
-                     "torch_version": env["torch_version"], "method": method},
+        "measured": {
+            "device": f"{env['device_name']} ({env['backend']})",
+            "date": today,
+            "torch_version": env["torch_version"],
+            "method": method,
+        },
         "sources": {
             "measured": f"measured on {env['device_name']} on {today} with torch {env['torch_version']}: {method}",
             "system": "reported by the system (torch device properties, sysconf, /sys cache sizes)",
         },
         "notes": f"copy bandwidth (read + write counted) {m['copy_bytes_per_s'] / 1e9:.1f} GB/s; "
-                 f"read bandwidth {m['read_bytes_per_s'] / 1e9:.1f} GB/s.",
+        f"read bandwidth {m['read_bytes_per_s'] / 1e9:.1f} GB/s.",
     }
 
 
@@ -350,19 +414,33 @@ def measure_profile(device: str, quick: bool, threads: int | None = None) -> tup
     profile = profile_from(m, device)
     profile["architecture"] = {
         "generation": "measured",
-        "compute_units": {"value": int(torch.cuda.get_device_properties(0).multi_processor_count)
-                          if device == "cuda" else int(torch.get_num_threads()),
-                          "source": "system", "confidence": "high"},
+        "compute_units": {
+            "value": int(torch.cuda.get_device_properties(0).multi_processor_count)
+            if device == "cuda"
+            else int(torch.get_num_threads()),
+            "source": "system",
+            "confidence": "high",
+        },
     }
     if device == "cuda":  # a CPU's classes are fitted to curves over sizes instead (finish)
-        profile["efficiency"] = measured_efficiency(measure_op_classes(device, m["peak_flops_per_s"], quick),
-                                                    m["peak_flops_per_s"], m["read_bytes_per_s"],
-                                                    profile["measured"]["device"])
+        profile["efficiency"] = measured_efficiency(
+            measure_op_classes(device, m["peak_flops_per_s"], quick),
+            m["peak_flops_per_s"],
+            m["read_bytes_per_s"],
+            profile["measured"]["device"],
+        )
     return profile, load_before, start
 
 
-def finish(device: str, quick: bool, profile: dict, load_before: float | None, start: float,
-           curves: CurveRun | None = None, out: str | None = None) -> dict:
+def finish(
+    device: str,
+    quick: bool,
+    profile: dict,
+    load_before: float | None,
+    start: float,
+    curves: CurveRun | None = None,
+    out: str | None = None,
+) -> dict:
     """A measured profile with its curves fitted (on a CPU: ``curves`` already timed alongside a validation,
     else timed here) and its noise check, written to ``out``."""
     from costmodel.validation.timing import noise_check
@@ -372,8 +450,11 @@ def finish(device: str, quick: bool, profile: dict, load_before: float | None, s
         profile["efficiency"], spreads = curves.fit(profile) if curves else fit_curves(device, profile, quick)
     profile["noise"] = noise_check(load_before, spreads, torch.get_num_threads())
     took = time.perf_counter() - start
-    profile["notes"] += (f" Its curves were timed alongside {curves.alongside}; the whole run took {took:.1f} s."
-                         if curves is not None and curves.alongside else f" Calibration took {took:.1f} s.")
+    profile["notes"] += (
+        f" Its curves were timed alongside {curves.alongside}; the whole run took {took:.1f} s."
+        if curves is not None and curves.alongside
+        else f" Calibration took {took:.1f} s."
+    )
     if out:
         write_profile(out, profile)
     return profile

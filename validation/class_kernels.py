@@ -27,8 +27,9 @@ def _decode_einsums() -> tuple[str, str]:
     return ops["q_proj"].einsum, ops["logits"].einsum
 
 
-def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float | None = None
-                      ) -> dict[str, dict[str, tuple]]:
+def _class_benchmarks(
+    device: str, dtype: str, nbytes: int, flops_per_s: float | None = None
+) -> dict[str, dict[str, tuple]]:
     """Per op class: {"bandwidth" | "flops": (callable, bytes or FLOPs it moves or does)}, at about ``nbytes``."""
     import torch.nn.functional as F
 
@@ -55,6 +56,7 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float |
 
     def append():
         slots[:, :, 1] = step
+
     # fused decode: SDPA of one query position; MHA-shaped for bandwidth, MQA-shaped for its FLOP rate
     mk = max(2, nbytes // width // (2 * heads * k))
     qd, kv = new(1, heads, 1, k), new(1, heads, mk, k)
@@ -67,14 +69,19 @@ def _class_benchmarks(device: str, dtype: str, nbytes: int, flops_per_s: float |
         n //= 2  # keep one prefill call under about 50 ms where this dtype's matmuls are slow
     qp, kp = new(1, heads, n, k), new(1, heads, n, k)
     return {
-        "projection": {"bandwidth": (lambda: torch.einsum(project, x, weight),
-                                     width * (8 * d + d * h * k + 8 * h * k))},
-        "attention": {"bandwidth": (lambda: torch.einsum(logits, q1, cache),
-                                    width * (2 * heads * k + heads * m * k + heads * m))},
+        "projection": {
+            "bandwidth": (lambda: torch.einsum(project, x, weight), width * (8 * d + d * h * k + 8 * h * k))
+        },
+        "attention": {
+            "bandwidth": (lambda: torch.einsum(logits, q1, cache), width * (2 * heads * k + heads * m * k + heads * m))
+        },
         "elementwise": {"bandwidth": (lambda: y * 0.5, 2 * width * y.numel())},
         "copy": {"bandwidth": (append, 2 * width * step.numel())},
         "fused_decode": {
-            "bandwidth": (lambda: F.scaled_dot_product_attention(qd, kv, kv), width * (2 * kv.numel() + 2 * qd.numel())),
+            "bandwidth": (
+                lambda: F.scaled_dot_product_attention(qd, kv, kv),
+                width * (2 * kv.numel() + 2 * qd.numel()),
+            ),
             "flops": (lambda: grouped_attention(qd, one, one), 4 * heads * mk * k),
         },
         "fused_prefill": {"flops": (lambda: F.scaled_dot_product_attention(qp, kp, kp), 4 * heads * n * n * k)},
@@ -109,8 +116,10 @@ def measure_op_classes(device: str, peaks: dict[str, float], quick: bool) -> dic
     classes: dict[str, dict] = {}
     fixed: dict[str, list[float]] = {}
     for dtype in peaks:
-        tiny = {kind: {q: (timer.time(fn).median_s, amount) for q, (fn, amount) in benches.items()}
-                for kind, benches in _class_benchmarks(device, dtype, TINY_BYTES).items()}
+        tiny = {
+            kind: {q: (timer.time(fn).median_s, amount) for q, (fn, amount) in benches.items()}
+            for kind, benches in _class_benchmarks(device, dtype, TINY_BYTES).items()
+        }
         for kind, benches in _class_benchmarks(device, dtype, large, peaks[dtype]).items():
             entry = classes.setdefault(kind, {"flops_per_s": {}, "bandwidth_bytes_per_s": {}})
             for quantity, (fn, amount) in benches.items():
@@ -128,9 +137,12 @@ def measure_op_classes(device: str, peaks: dict[str, float], quick: bool) -> dic
 #: The efficiency classes each measured kernel stands for: a program op kind's kernel prices every class of
 #: that kind (an RMSNorm, a softmax and an activation run elementwise kernels like the measured scale).
 MEASURED_CLASSES = {
-    "projection": ("gemm",), "attention": ("attention_einsum",), "copy": ("copy",),
+    "projection": ("gemm",),
+    "attention": ("attention_einsum",),
+    "copy": ("copy",),
     "elementwise": ("elementwise", "norm", "layernorm", "softmax", "activation", "rotary"),
-    "fused_decode": ("decode_attention",), "fused_prefill": ("prefill_attention",),
+    "fused_decode": ("decode_attention",),
+    "fused_prefill": ("prefill_attention",),
 }
 
 
@@ -145,21 +157,29 @@ def measured_efficiency(measured: dict, peaks: dict[str, float], read_bytes_per_
     for kind, c in measured["classes"].items():
         entry = {"fixed_s": {"eager": float(c["overhead_s"])}, "fitted": ["fixed"]}
         if c["flops_per_s"]:
-            entry["compute_efficiency"] = min(1.0, statistics.median(
-                rate / peaks[dt] for dt, rate in c["flops_per_s"].items()))
+            entry["compute_efficiency"] = min(
+                1.0, statistics.median(rate / peaks[dt] for dt, rate in c["flops_per_s"].items())
+            )
             entry["fitted"].append("compute_efficiency")
         if c["bandwidth_bytes_per_s"]:
-            entry["bandwidth_ceiling"] = min(1.0, statistics.median(c["bandwidth_bytes_per_s"].values())
-                                             / read_bytes_per_s)
+            entry["bandwidth_ceiling"] = min(
+                1.0, statistics.median(c["bandwidth_bytes_per_s"].values()) / read_bytes_per_s
+            )
             entry["fitted"].append("bandwidth_ceiling")
         for cls in MEASURED_CLASSES[kind]:
             classes[cls] = entry
-    method = (f"measured, not fitted: one kernel per op class on about {measured['large_bytes'] >> 20} MiB and on "
-              f"about {TINY_BYTES >> 10} KiB (bandwidth of a projection einsum with 8 rows, a decode logits einsum, a "
-              "scale, a cache-slice write and a decode-step SDPA of 16 heads; FLOP rate of a decode SDPA with one "
-              f"key/value head and of a prefill SDPA of up to {PREFILL_MAX} positions), each rate the slope between "
-              "the two sizes (bytes or FLOPs beyond the tiny call's over the time beyond it), as fractions of the "
-              "matmul peak and read bandwidth (median over dtypes, at most 1); fixed cost per call: the tiny call's "
-              f"time (median over dtypes); {measured['timing_method']}")
-    return {"data": [f"costmodel calibrate on {device}"], "method": method, "classes": classes,
-            "mechanisms": ["fixed", "bandwidth", "compute"]}
+    method = (
+        f"measured, not fitted: one kernel per op class on about {measured['large_bytes'] >> 20} MiB and on "
+        f"about {TINY_BYTES >> 10} KiB (bandwidth of a projection einsum with 8 rows, a decode logits einsum, a "
+        "scale, a cache-slice write and a decode-step SDPA of 16 heads; FLOP rate of a decode SDPA with one "
+        f"key/value head and of a prefill SDPA of up to {PREFILL_MAX} positions), each rate the slope between "
+        "the two sizes (bytes or FLOPs beyond the tiny call's over the time beyond it), as fractions of the "
+        "matmul peak and read bandwidth (median over dtypes, at most 1); fixed cost per call: the tiny call's "
+        f"time (median over dtypes); {measured['timing_method']}"
+    )
+    return {
+        "data": [f"costmodel calibrate on {device}"],
+        "method": method,
+        "classes": classes,
+        "mechanisms": ["fixed", "bandwidth", "compute"],
+    }

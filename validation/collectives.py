@@ -22,9 +22,11 @@ from pathlib import Path
 import numpy as np
 
 #: The tables and the implementation each row's kernel_source/backend names.
-TABLES = {"a100_80gb_sxm": ("a100_sxm_nccl_2.27.3_nccl_perf.csv", "a100_sxm_vllm_0.14.0_custom_allreduce_perf.csv"),
-          "h100_sxm": ("h100_sxm_nccl_2.27.3_nccl_perf.csv", "h100_sxm_vllm_0.19.0_custom_allreduce_perf.csv"),
-          "b200": ("b200_sxm_nccl_2.29.2_nccl_perf.csv", "b200_sxm_vllm_0.19.0_custom_allreduce_perf.csv")}
+TABLES = {
+    "a100_80gb_sxm": ("a100_sxm_nccl_2.27.3_nccl_perf.csv", "a100_sxm_vllm_0.14.0_custom_allreduce_perf.csv"),
+    "h100_sxm": ("h100_sxm_nccl_2.27.3_nccl_perf.csv", "h100_sxm_vllm_0.19.0_custom_allreduce_perf.csv"),
+    "b200": ("b200_sxm_nccl_2.29.2_nccl_perf.csv", "b200_sxm_vllm_0.19.0_custom_allreduce_perf.csv"),
+}
 IMPLEMENTATIONS = ("nccl", "custom_graph", "custom_eager")
 #: NCCL's other collectives (the tables' op_name -> costmodel's) and the share of the buffer each GPU moves
 #: per (n - 1) / n.
@@ -66,8 +68,13 @@ def read_tables(folder: str | Path, profile: str) -> dict[tuple[str, int], tuple
 def read_nccl_ops(folder: str | Path, profile: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
     """(collective, GPUs) -> (buffer bytes, seconds) of NCCL's all-gather, reduce-scatter and all-to-all rows
     (16-bit rows)."""
-    return _collect(folder, TABLES[profile][:1], lambda row: (NCCL_OPS[row["op_name"]], "half")
-                    if row["op_name"] in NCCL_OPS and row["nccl_dtype"] == "half" else None)
+    return _collect(
+        folder,
+        TABLES[profile][:1],
+        lambda row: (
+            (NCCL_OPS[row["op_name"]], "half") if row["op_name"] in NCCL_OPS and row["nccl_dtype"] == "half" else None
+        ),
+    )
 
 
 def curve(size, n: int, c, volume: int = 2, scale: float = 1.0):

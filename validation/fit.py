@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.hardware.profile import ClassEfficiency
 from costmodel.hardware.mechanisms import MECHANISMS
-from costmodel.price.origin import TimeModel
+from costmodel.hardware.profile import ClassEfficiency
 from costmodel.price.op import Conventions, KernelOp, price
+from costmodel.price.origin import TimeModel
 
 #: Parameters fitted per class on its primary table, with (lower, upper, log-scaled) bounds.
 BOUNDS = {
@@ -34,23 +34,60 @@ BOUNDS = {
     "fixed": (1e-8, 1e-3, True),
 }
 FREE = {
-    "gemm": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling", "bandwidth_half_bytes",
-             "bandwidth_exponent", "split_s"),
-    "decode_attention": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent", "unit_sm_s",
-                         "split_s"),
+    "gemm": (
+        "fixed",
+        "compute_efficiency",
+        "small_tile_exponent",
+        "tile_k_overhead",
+        "bandwidth_ceiling",
+        "bandwidth_half_bytes",
+        "bandwidth_exponent",
+        "split_s",
+    ),
+    "decode_attention": (
+        "fixed",
+        "bandwidth_ceiling",
+        "bandwidth_half_bytes",
+        "bandwidth_exponent",
+        "unit_sm_s",
+        "split_s",
+    ),
     # fp8 GEMMs (one scale per tensor, or per 128 x 128 block) are GEMM kernels of their own: the same mechanisms.
     # Per-tensor fp8 runs vLLM's CUTLASS kernel, whose tile a fixed dispatch picks, never split (no split_s), and
     # streams its weights through the memory the bf16 GEMM's curve describes (SHARED)
     "gemm_fp8": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead"),
-    "gemm_fp8_block": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling",
-                       "bandwidth_half_bytes", "bandwidth_exponent", "split_s"),
+    "gemm_fp8_block": (
+        "fixed",
+        "compute_efficiency",
+        "small_tile_exponent",
+        "tile_k_overhead",
+        "bandwidth_ceiling",
+        "bandwidth_half_bytes",
+        "bandwidth_exponent",
+        "split_s",
+    ),
     # NVFP4 (Blackwell's W4A4 linear layer, its input quantization included): a block-scaled GEMM like fp8's
-    "gemm_nvfp4": ("fixed", "compute_efficiency", "small_tile_exponent", "tile_k_overhead", "bandwidth_ceiling",
-                   "bandwidth_half_bytes", "bandwidth_exponent", "split_s"),
+    "gemm_nvfp4": (
+        "fixed",
+        "compute_efficiency",
+        "small_tile_exponent",
+        "tile_k_overhead",
+        "bandwidth_ceiling",
+        "bandwidth_half_bytes",
+        "bandwidth_exponent",
+        "split_s",
+    ),
     # the memory side of a prefill is mostly K and V re-read by every query tile (from L2), more than the
     # bytes counted once: its own curve, not decode attention's
-    "prefill_attention": ("fixed", "compute_efficiency", "score_s", "tile_s", "bandwidth_ceiling",
-                          "bandwidth_half_bytes", "bandwidth_exponent"),
+    "prefill_attention": (
+        "fixed",
+        "compute_efficiency",
+        "score_s",
+        "tile_s",
+        "bandwidth_ceiling",
+        "bandwidth_half_bytes",
+        "bandwidth_exponent",
+    ),
     "norm": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "elementwise": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
     "activation": ("fixed", "bandwidth_ceiling", "bandwidth_half_bytes", "bandwidth_exponent"),
@@ -71,19 +108,33 @@ SHARED = {"gemm_fp8": ("gemm", ("bandwidth_ceiling", "bandwidth_half_bytes", "ba
 
 CHOICES = {
     # a decode kernel splits every context, or only those whose query heads share a key/value head
-    "decode_attention": (("split_kv",), [({"split_kv": "always"}, ()),
-                                         ({"split_kv": "grouped"}, ("unsplit_sm_bandwidth", "group_copy_s",
-                                                                     "combine_split_s"))]),
+    "decode_attention": (
+        ("split_kv",),
+        [
+            ({"split_kv": "always"}, ()),
+            ({"split_kv": "grouped"}, ("unsplit_sm_bandwidth", "group_copy_s", "combine_split_s")),
+        ],
+    ),
     # a prefill call writes the prompt's cache or not; a tile holds one query head or a group's
-    "prefill_attention": (("pack_gqa",), [({"cache_write_ceiling": 0.5 if write else None, "pack_gqa": pack},
-                                           ("cache_write_ceiling",) if write else ())
-                                          for write in (False, True) for pack in (False, True)]),
+    "prefill_attention": (
+        ("pack_gqa",),
+        [
+            (
+                {"cache_write_ceiling": 0.5 if write else None, "pack_gqa": pack},
+                ("cache_write_ceiling",) if write else (),
+            )
+            for write in (False, True)
+            for pack in (False, True)
+        ],
+    ),
 }
 # a low-precision linear layer quantizes its activations in a kernel of its own before the GEMM (vLLM's
 # scaled_fp8_quant with the static input scale the per-tensor table's layers carry; a per-token-group or NVFP4
 # quantize before a block-scaled GEMM), or not (fused into the GEMM or an earlier kernel)
-CHOICES |= {cls: (("quantize_input",), [({"quantize_input": False}, ()), ({"quantize_input": True}, ())])
-            for cls in ("gemm_fp8", "gemm_fp8_block", "gemm_nvfp4")}
+CHOICES |= {
+    cls: (("quantize_input",), [({"quantize_input": False}, ()), ({"quantize_input": True}, ())])
+    for cls in ("gemm_fp8", "gemm_fp8_block", "gemm_nvfp4")
+}
 
 
 def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> np.ndarray:
@@ -103,8 +154,13 @@ def unfitted_write_s(table, hw, eff, gemm=None, on=frozenset(MECHANISMS)) -> np.
     cost of a small kernel under the table's timing (:func:`costmodel.price.origin.small_kernel_s` of ``gemm``, the GEMM
     class the call is priced beside) and its bytes at the datasheet bandwidth, which no fit of a write has slowed.
     0 where the parameters price the write themselves or the call holds none."""
-    if (eff is None or eff.cache_write_ceiling is not None or "cache_write" not in on
-            or table.priced_class != "prefill_attention" or "write_bytes" not in (table.shape or {})):
+    if (
+        eff is None
+        or eff.cache_write_ceiling is not None
+        or "cache_write" not in on
+        or table.priced_class != "prefill_attention"
+        or "write_bytes" not in (table.shape or {})
+    ):
         return 0.0
     from costmodel.price.origin import small_kernel_s
 
@@ -167,8 +223,9 @@ def levenberg_marquardt(residual, z0, iterations=60):
     return z, cost
 
 
-def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, starts=3,
-              on=frozenset(MECHANISMS)) -> ClassEfficiency:
+def fit_class(
+    tables, hw, names=None, start: ClassEfficiency | None = None, starts=3, on=frozenset(MECHANISMS)
+) -> ClassEfficiency:
     """Fit a class's parameters (``names``, default :data:`FREE`) to tables of one timing, with the
     mechanisms ``on``. A fit of a class's default parameters also chooses its kernel's behaviours
     (:data:`CHOICES`): each way is fitted and the one with the smaller error kept."""
@@ -178,16 +235,23 @@ def fit_class(tables, hw, names=None, start: ClassEfficiency | None = None, star
         if not any("write_bytes" in t.shape for t in tables):  # timed calls that hold no cache write
             ways = [(way, more) for way, more in ways if not way.get("cache_write_ceiling")]
         base = start.model_dump() if start is not None else {}
-        return _best_way(tables, hw, [(ClassEfficiency(**{**base, **way}), (*FREE[cls], *more)) for way, more in ways],
-                         chosen, starts, on)
+        return _best_way(
+            tables,
+            hw,
+            [(ClassEfficiency(**{**base, **way}), (*FREE[cls], *more)) for way, more in ways],
+            chosen,
+            starts,
+            on,
+        )
     return _fit(tables, hw, names, start, starts, on)[0]
 
 
 def fit_overlap(tables, hw, names, on=frozenset(MECHANISMS), starts=3) -> ClassEfficiency:
     """Fit a class's ``names`` each way its kernel may run, compute hiding memory traffic (``max``) or the
     two in turn (``sum``), and keep the way with the smaller error (a class without FLOPs: ``max``)."""
-    return _best_way(tables, hw, [(ClassEfficiency(overlap=way), names) for way in ("max", "sum")], ("overlap",),
-                     starts, on)
+    return _best_way(
+        tables, hw, [(ClassEfficiency(overlap=way), names) for way in ("max", "sum")], ("overlap",), starts, on
+    )
 
 
 def _best_way(tables, hw, ways, chosen, starts, on) -> ClassEfficiency:
@@ -211,11 +275,16 @@ def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
 
     # starting points: the first three serve the GPU fits; the last two reach far-from-peak kernels (a CPU's)
     inits = {
-        "fixed": [5e-6, 2e-6, 2e-5, 1e-5, 5e-5], "compute_efficiency": [0.7, 0.5, 0.9, 0.05, 0.01],
-        "small_tile_exponent": [0.2, 0.5, 0.05, 0.2, 0.2], "tile_k_overhead": [64, 256, 16, 64, 64],
-        "bandwidth_ceiling": [0.8, 0.6, 0.95, 0.3, 0.1], "bandwidth_half_bytes": [1e7, 1e6, 1e8, 1e5, 1e6],
-        "bandwidth_exponent": [0.7, 1.0, 0.4, 0.7, 1.0], "unit_sm_s": [2e-6, 5e-7, 5e-6, 2e-6, 2e-6],
-        "split_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6], "score_s": [2e-13, 1e-14, 1e-12, 2e-13, 2e-13],
+        "fixed": [5e-6, 2e-6, 2e-5, 1e-5, 5e-5],
+        "compute_efficiency": [0.7, 0.5, 0.9, 0.05, 0.01],
+        "small_tile_exponent": [0.2, 0.5, 0.05, 0.2, 0.2],
+        "tile_k_overhead": [64, 256, 16, 64, 64],
+        "bandwidth_ceiling": [0.8, 0.6, 0.95, 0.3, 0.1],
+        "bandwidth_half_bytes": [1e7, 1e6, 1e8, 1e5, 1e6],
+        "bandwidth_exponent": [0.7, 1.0, 0.4, 0.7, 1.0],
+        "unit_sm_s": [2e-6, 5e-7, 5e-6, 2e-6, 2e-6],
+        "split_s": [3e-6, 1e-6, 1e-5, 3e-6, 3e-6],
+        "score_s": [2e-13, 1e-14, 1e-12, 2e-13, 2e-13],
         "tile_s": [1e-6, 3e-7, 3e-6, 1e-6, 1e-6],
         "pack_passes": [1.0, 2.0, 0.5, 3.0, 1.0],
         "unsplit_sm_bandwidth": [2e10, 5e10, 1e10, 2e10, 2e10],
@@ -235,5 +304,8 @@ def _fit(tables, hw, names, start, starts, on) -> tuple[ClassEfficiency, float]:
 
 def errors(pred, measured) -> dict:
     e = np.abs(pred / measured - 1) * 100
-    return {"n": int(e.size), "median_abs_error_pct": round(float(np.median(e)), 2),
-            "p90_abs_error_pct": round(float(np.percentile(e, 90)), 2)}
+    return {
+        "n": int(e.size),
+        "median_abs_error_pct": round(float(np.median(e)), 2),
+        "p90_abs_error_pct": round(float(np.percentile(e, 90)), 2),
+    }

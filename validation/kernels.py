@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 import torch.utils._python_dispatch
 from torch.utils import flop_counter
 
+from costmodel.attention.workload import Workload
 from costmodel.counts import symbols as S
 from costmodel.counts.ops import Op
 from costmodel.counts.program import build_program
-from costmodel.attention.workload import Workload
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -67,8 +67,13 @@ def build_kernels(w: Workload, device: str) -> list[Kernel]:
     dtype = TORCH_DTYPES.get(w.dtype)
     if dtype is None:
         raise ValueError(f"validation runs fp32, tf32, bf16 and fp16, not {w.dtype}")
-    program = build_program(w.variant, w.mode, groups=w.g if w.variant == "gqa" else None,
-                            cache_append=w.cache_append, execution=w.execution)
+    program = build_program(
+        w.variant,
+        w.mode,
+        groups=w.g if w.variant == "gqa" else None,
+        cache_append=w.cache_append,
+        execution=w.execution,
+    )
     dims = {S.SYMBOLS[k]: v for k, v in w.dims().items()}
     dims[S.g] = w.g
     new = lambda shape: torch.randn(shape, device=device, dtype=dtype)  # noqa: E731
@@ -137,7 +142,7 @@ def _callable(op: Op, inputs: list, dims: dict, w: Workload, new, tensors: dict)
     if op.kind == "elementwise":
         x = inputs[0]
         if op.name == "scale":
-            factor = w.k ** -0.5
+            factor = w.k**-0.5
             return lambda: x * factor
         if op.name == "mask":
             return lambda: x + inputs[1]
@@ -150,8 +155,10 @@ def _callable(op: Op, inputs: list, dims: dict, w: Workload, new, tensors: dict)
         # the cache attention reads, (b, g, m+1, k|v): preallocated, the new position written in place
         cache = new(_shape(tensors[op.output.name.split("[")[0]], dims))
         position = w.m
+
         def append():
             cache[:, :, position] = step
+
         return append
     # fused attention: q (b, h, n, k) over K, V (b, g, m, k|v).
     # q is the query projection's output: (b, h, k) for a decode step gets its one query position as n = 1.
@@ -182,6 +189,7 @@ def run_step(kernels: list[Kernel]) -> Callable[[], None]:
     def step():
         for run in runs:
             run()
+
     return step
 
 
@@ -218,5 +226,13 @@ def dispatched(kernel: Kernel) -> tuple[str, ...]:
     return counted(kernel)[1]
 
 
-__all__ = ["Kernel", "TORCH_DTYPES", "build_kernels", "counted", "counted_flops", "dispatched", "grouped_attention",
-           "run_step"]
+__all__ = [
+    "Kernel",
+    "TORCH_DTYPES",
+    "build_kernels",
+    "counted",
+    "counted_flops",
+    "dispatched",
+    "grouped_attention",
+    "run_step",
+]

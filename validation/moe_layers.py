@@ -23,14 +23,22 @@ import numpy as np
 #: The tables' moe_dtype -> costmodel's weight dtype.
 #: int4_wo: int4 weights with a 16-bit scale per group of 128, 16-bit activations (:data:`SPANNING`).
 #: w4a16_mxfp4: vLLM's MXFP4 experts with bf16 activations (the B200's table: gpt-oss's layer shapes).
-WEIGHTS = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4",
-           "w4a16_mxfp4": "mxfp4"}
+WEIGHTS = {
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+    "int4_wo": "int4",
+    "w4a16_mxfp4": "mxfp4",
+}
 #: The formats the MoE classes are fitted on: every one but MXFP4 with bf16 activations, another kernel than the
 #: int4 rows the W4A16 class is fitted on, kept to score that class on a kernel it did not see.
 FITTED = tuple(k for k in WEIGHTS if k != "w4a16_mxfp4")
 #: The table of each profile with one, under the measurements folder.
-TABLES = {"h100_sxm": "aiconfigurator/moe/h100_sxm_vllm_0.19.0_moe_perf.csv",
-          "b200": "aiconfigurator/moe/b200_sxm_vllm_0.19.0_moe_perf.csv"}
+TABLES = {
+    "h100_sxm": "aiconfigurator/moe/h100_sxm_vllm_0.19.0_moe_perf.csv",
+    "b200": "aiconfigurator/moe/b200_sxm_vllm_0.19.0_moe_perf.csv",
+}
 #: The tables' kernels that span every routed row of the call under an expert map: vLLM's fused_experts, also for
 #: int4 weights (the collector's ``vllm_marlin_int4_moe`` rows call fused_experts with int4_w4a16_moe_quant_config,
 #: symmetric, a group of 128: ai-dynamo/aiconfigurator collector/vllm/collect_moe_v2.py run_moe_torch).
@@ -90,8 +98,7 @@ def routing(distribution: str) -> str:
     return distribution.replace("power_law_", "power-law:")
 
 
-def read_tables(path: str | Path, *, distributions=None, max_group: int = MAX_GROUP,
-                formats=FITTED) -> list[MoETable]:
+def read_tables(path: str | Path, *, distributions=None, max_group: int = MAX_GROUP, formats=FITTED) -> list[MoETable]:
     """Every :class:`MoETable` of a ``moe/`` file in ``formats`` (the tables' ``moe_dtype``, of :data:`WEIGHTS`)
     with tp and ep at most ``max_group`` (``distributions``: those routings only)."""
     groups: dict = defaultdict(list)
@@ -104,7 +111,8 @@ def read_tables(path: str | Path, *, distributions=None, max_group: int = MAX_GR
                 continue
             shape = tuple(int(r[k]) for k in ("hidden_size", "inter_size", "num_experts", "topk"))
             groups[(shape, r["moe_dtype"], tp, ep, r["distribution"], r["kernel_source"])].append(
-                (int(r["num_tokens"]), float(r["latency"]) * 1e-3))
+                (int(r["num_tokens"]), float(r["latency"]) * 1e-3)
+            )
     out = []
     for key, rows in sorted(groups.items()):
         rows.sort()
@@ -120,8 +128,14 @@ def block_model(shape: tuple[int, int, int, int]):
 
     hidden, width, experts, top = shape
     base = load_model("qwen3-235b-a22b")  # 64 query heads: any tensor-parallel group of a node divides them
-    return base.model_copy(update={"d_model": hidden, "moe": base.moe.model_copy(update={
-        "experts": experts, "experts_per_token": top, "expert_d_ff": width, "shared_d_ff": 0})})
+    return base.model_copy(
+        update={
+            "d_model": hidden,
+            "moe": base.moe.model_copy(
+                update={"experts": experts, "experts_per_token": top, "expert_d_ff": width, "shared_d_ff": 0}
+            ),
+        }
+    )
 
 
 def predict(table: MoETable, hw) -> np.ndarray:
@@ -136,8 +150,11 @@ def predict(table: MoETable, hw) -> np.ndarray:
     pr = pricing(m, hw, tp=max(table.tp, table.ep), weight_dtype=table.weight_dtype, expert_parallel=table.ep > 1)
     spans_all = table.kernel_source in SPANNING
     ops = moe_ops(pr.slice(m), table.tokens, 1, pr.precision, spans_all=spans_all)
-    return sum(np.asarray(op_time(s, pr).time, float) * np.ones(table.tokens.shape) for s in ops
-               if s.name.startswith(("experts", "router")))
+    return sum(
+        np.asarray(op_time(s, pr).time, float) * np.ones(table.tokens.shape)
+        for s in ops
+        if s.name.startswith(("experts", "router"))
+    )
 
 
 def moe_class(table: MoETable) -> str:
@@ -189,9 +206,15 @@ def fit_moe_class(tables: list[MoETable], hw, names=None):
         dev = with_class(hw, cls, with_fitted(start, names, z, "graph"))
         return soft_l1(np.log(np.concatenate([predict(t, dev) for t in tables]) / measured))
 
-    inits = {"compute_efficiency": (0.6, 0.4, 0.85), "bandwidth_ceiling": (0.85, 0.7, 0.95),
-             "bandwidth_half_bytes": (1e6, 1e7, 1e5), "bandwidth_exponent": (0.5, 1.0, 0.3)}
-    best = min((levenberg_marquardt(residual, [to_z(n, inits[n][i]) for n in names]) for i in range(3)), key=lambda zc: zc[1])
+    inits = {
+        "compute_efficiency": (0.6, 0.4, 0.85),
+        "bandwidth_ceiling": (0.85, 0.7, 0.95),
+        "bandwidth_half_bytes": (1e6, 1e7, 1e5),
+        "bandwidth_exponent": (0.5, 1.0, 0.3),
+    }
+    best = min(
+        (levenberg_marquardt(residual, [to_z(n, inits[n][i]) for n in names]) for i in range(3)), key=lambda zc: zc[1]
+    )
     eff = with_fitted(start, names, best[0], "graph")
     return eff.model_copy(update={"fitted": tuple(sorted(names))})
 
@@ -200,6 +223,9 @@ def errors(tables: list[MoETable], hw) -> dict:
     """n, median and p90 |error| (percent) and the median predicted / measured over ``tables``."""
     ratio = np.concatenate([predict(t, hw) / t.measured_s for t in tables])
     err = np.abs(ratio - 1) * 100
-    return {"n": int(err.size), "median_abs_error_pct": round(float(np.median(err)), 2),
-            "p90_abs_error_pct": round(float(np.percentile(err, 90)), 2),
-            "median_ratio": round(float(np.median(ratio)), 3)}
+    return {
+        "n": int(err.size),
+        "median_abs_error_pct": round(float(np.median(err)), 2),
+        "p90_abs_error_pct": round(float(np.percentile(err, 90)), 2),
+        "median_ratio": round(float(np.median(ratio)), 3),
+    }

@@ -31,15 +31,21 @@ import numpy as np
 from costmodel.core.errors import CostModelError
 from costmodel.hardware.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH, decode_shape
 
-AIC = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
-                 r"(?P<table>generation_attention|context_attention|gemm)\.csv$")
+AIC = re.compile(
+    r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
+    r"(?P<table>generation_attention|context_attention|gemm)\.csv$"
+)
 #: The lower-precision GEMM tables (aiconfigurator's all_dtypes/): fp8 with one scale per tensor, fp8 with a
 #: scale per 128 x 128 block, and NVFP4 (fp4 weights and activations, an FP8 scale per 16; Blackwell).
-AIC_DTYPES = re.compile(r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
-                        r"(?P<table>gemm)_perf\.csv$")
+AIC_DTYPES = re.compile(
+    r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
+    r"(?P<table>gemm)_perf\.csv$"
+)
 VIDUR = re.compile(r"^(?P<system>[A-Za-z0-9]+)_mlp_ops\.csv$")
-LLMCOMPASS = re.compile(r"^(?P<table>matmul|softmax|layernorm|gelu|transformer_prefill|transformer_decode)_"
-                        r"(?P<system>[A-Za-z0-9]+)\.csv$")
+LLMCOMPASS = re.compile(
+    r"^(?P<table>matmul|softmax|layernorm|gelu|transformer_prefill|transformer_decode)_"
+    r"(?P<system>[A-Za-z0-9]+)\.csv$"
+)
 #: How each source timed its ops.
 TIMING = {"aiconfigurator": "graph", "vidur": "kernels", "llmcompass": "eager"}
 #: Files larger than this are not read (the largest published table here is 3.4 MB).
@@ -76,9 +82,22 @@ class Table:
 
     def select(self, keep: np.ndarray) -> Table:
         pick = lambda d: {k: (np.asarray(v)[keep] if np.ndim(v) else v) for k, v in d.items()}  # noqa: E731
-        return Table(self.source, self.gpu, self.profile, self.op_class, self.timing, self.dtype, self.file,
-                     pick(self.fields), self.measured_s[keep], self.flops[keep], self.nbytes[keep],
-                     pick(self.shape), None if self.count is None else self.count[keep], self.kernel)
+        return Table(
+            self.source,
+            self.gpu,
+            self.profile,
+            self.op_class,
+            self.timing,
+            self.dtype,
+            self.file,
+            pick(self.fields),
+            self.measured_s[keep],
+            self.flops[keep],
+            self.nbytes[keep],
+            pick(self.shape),
+            None if self.count is None else self.count[keep],
+            self.kernel,
+        )
 
 
 def _rows(path: Path) -> list[dict]:
@@ -99,12 +118,13 @@ def _column(rows: list[dict], key: str, path: Path, convert=float) -> np.ndarray
 def profile_for_system(system: str) -> str:
     """The profile id a table's system id names (``a100_sxm`` -> ``a100_80gb_sxm``); an error naming the
     known ids and aliases otherwise."""
-    from costmodel.hardware.catalog import profile_index, profile_key, load_profile
+    from costmodel.hardware.catalog import load_profile, profile_index, profile_key
 
     if profile_key(system) not in profile_index():
         known = sorted(profile_index())
-        raise CostModelError(f"no hardware profile for system {system!r} of a published table; "
-                             f"known ids and aliases: {', '.join(known)}")
+        raise CostModelError(
+            f"no hardware profile for system {system!r} of a published table; known ids and aliases: {', '.join(known)}"
+        )
     return load_profile(system).id
 
 
@@ -129,11 +149,34 @@ def _variant_args(h: int, g: int) -> list[str]:
 
 def attention_command(profile: str, mode: str, b: int, s: int, h: int, g: int, k: int) -> list[str]:
     """``costmodel predict`` arguments whose ``--json`` prints this attention op's predicted time."""
-    dims = (["--mode", "incremental", "--context", str(s - 1)] if mode == "incremental"
-            else ["--mode", "batched", "--seq", str(s), "--context", str(s)])
-    return ["predict", "--gpu", profile, *_variant_args(h, g), "--heads", str(h), "--d-model", str(h * k),
-            "--head-dim", str(k), "--value-dim", str(k), "--batch", str(b), *dims, "--execution", "fused",
-            "--dtype", "bf16", "--timing", "graph"]
+    dims = (
+        ["--mode", "incremental", "--context", str(s - 1)]
+        if mode == "incremental"
+        else ["--mode", "batched", "--seq", str(s), "--context", str(s)]
+    )
+    return [
+        "predict",
+        "--gpu",
+        profile,
+        *_variant_args(h, g),
+        "--heads",
+        str(h),
+        "--d-model",
+        str(h * k),
+        "--head-dim",
+        str(k),
+        "--value-dim",
+        str(k),
+        "--batch",
+        str(b),
+        *dims,
+        "--execution",
+        "fused",
+        "--dtype",
+        "bf16",
+        "--timing",
+        "graph",
+    ]
 
 
 def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
@@ -158,11 +201,22 @@ def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
             nbytes = 2 * Ms * Ks + weight_width("nvfp4", 16) * Ks * Ns + 2 * Ms * Ns
         else:
             nbytes = Ms * Ks + Ks * Ns + 2 * Ms * Ns
-        out.append(Table(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph",
-                         dtype=WEIGHT_MATH[dtype], file=path.name, op_class=cls, fields={"m": Ms, "n": Ns, "k": Ks},
-                         measured_s=t[sel],
-                         flops=2 * Ms * Ns * Ks, nbytes=nbytes,
-                         shape={"batch": np.ones_like(Ms), "M": Ms, "K": Ks, "N": Ns}))
+        out.append(
+            Table(
+                source="aiconfigurator",
+                gpu=m["system"],
+                profile=profile,
+                timing="graph",
+                dtype=WEIGHT_MATH[dtype],
+                file=path.name,
+                op_class=cls,
+                fields={"m": Ms, "n": Ns, "k": Ks},
+                measured_s=t[sel],
+                flops=2 * Ms * Ns * Ks,
+                nbytes=nbytes,
+                shape={"batch": np.ones_like(Ms), "M": Ms, "K": Ks, "N": Ns},
+            )
+        )
     return out
 
 
@@ -184,14 +238,21 @@ def _writes_cache(framework: str, version: str) -> bool:
 def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
     rows = _rows(path)
     profile = profile_for_system(m["system"])
-    base = dict(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype="bf16",
-                file=path.name)
+    base = dict(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype="bf16", file=path.name)
     t = _column(rows, "latency", path) * 1e-3
     if m["table"] == "gemm":
         M, N, K = (_column(rows, c, path) for c in ("m", "n", "k"))
-        return [Table(op_class="gemm", fields={"m": M, "n": N, "k": K}, measured_s=t, flops=2 * M * N * K,
-                      nbytes=2 * (M * K + K * N + M * N), shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
-                      **base)]
+        return [
+            Table(
+                op_class="gemm",
+                fields={"m": M, "n": N, "k": K},
+                measured_s=t,
+                flops=2 * M * N * K,
+                nbytes=2 * (M * K + K * N + M * N),
+                shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
+                **base,
+            )
+        ]
     b, h, g, k = (_column(rows, c, path) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
     if np.any(h % g):
         raise CostModelError(f"{path}: num_key_value_heads must divide num_heads")
@@ -199,15 +260,31 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
     if m["table"] == "generation_attention":
         S = _column(rows, "step", path)  # positions attended, the new one included
         flops, nbytes = attention_counts("incremental", b, np.ones_like(b), S - 1, h, g, k)
-        return [Table(op_class="decode_attention", fields={**fields, "step": S}, measured_s=t, flops=flops,
-                      nbytes=nbytes, shape={"b": b, "g": g, "h": h, "positions": S}, **base)]
+        return [
+            Table(
+                op_class="decode_attention",
+                fields={**fields, "step": S},
+                measured_s=t,
+                flops=flops,
+                nbytes=nbytes,
+                shape={"b": b, "g": g, "h": h, "positions": S},
+                **base,
+            )
+        ]
     s = _column(rows, "isl", path)
     flops, nbytes = attention_counts("batched", b, s, s, h, g, k)
     shape = {"b": b, "h": h, "g": g, "n": s, "m": s, "k": k}
     if _writes_cache(m["framework"], m["version"]):
         shape["write_bytes"] = 2 * b * s * g * 2 * k * 2
-    table = Table(op_class="prefill_attention", fields={**fields, "isl": s}, measured_s=t, flops=flops,
-                  nbytes=nbytes, shape=shape, **base)
+    table = Table(
+        op_class="prefill_attention",
+        fields={**fields, "isl": s},
+        measured_s=t,
+        flops=flops,
+        nbytes=nbytes,
+        shape=shape,
+        **base,
+    )
     # a one-token prompt is one query over one position: the engine runs the decode kernel for it
     one = s == 1
     decode = table.select(one)
@@ -227,7 +304,12 @@ def _classes(cls: str) -> dict:
 #: Vidur's ops: efficiency class and (FLOPs, elements) from (tokens T, d, h, g, head dim, FFN f, TP t).
 def _vidur_ops(T, d, h, g, hd, f, t):
     q, kv = h * hd / t, g * hd / t
-    gemm = lambda K, N: ("gemm", 2 * T * K * N, T * K + K * N + T * N, {"batch": np.ones_like(T), "M": T, "K": K, "N": N})  # noqa: E731
+    gemm = lambda K, N: (  # noqa: E731
+        "gemm",
+        2 * T * K * N,
+        T * K + K * N + T * N,
+        {"batch": np.ones_like(T), "M": T, "K": K, "N": N},
+    )
     return {
         "attn_pre_proj": gemm(d, q + 2 * kv),
         "attn_post_proj": gemm(q, d),
@@ -248,23 +330,45 @@ def _vidur_ops(T, d, h, g, hd, f, t):
 def read_vidur(path: Path, m: re.Match) -> list[Table]:
     rows = _rows(path)
     profile = profile_for_system(m["system"])
-    cols = {c: _column(rows, c, path) for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens",
-                                                  "num_tensor_parallel_workers")}
-    T, d, h, g, f, t = (cols[c] for c in ("num_tokens", "n_embd", "n_head", "n_kv_head", "n_expanded_embd",
-                                          "num_tensor_parallel_workers"))
+    cols = {
+        c: _column(rows, c, path)
+        for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens", "num_tensor_parallel_workers")
+    }
+    T, d, h, g, f, t = (
+        cols[c]
+        for c in ("num_tokens", "n_embd", "n_head", "n_kv_head", "n_expanded_embd", "num_tensor_parallel_workers")
+    )
     tables = []
     by_class: dict[str, list] = {}
     for op, (cls, flops, elements, shape) in _vidur_ops(T, d, h, g, d / h, f, t).items():
-        by_class.setdefault(cls, []).append((op, flops, elements, shape, _column(rows, f"time_stats.{op}.median", path) * 1e-3))
+        by_class.setdefault(cls, []).append(
+            (op, flops, elements, shape, _column(rows, f"time_stats.{op}.median", path) * 1e-3)
+        )
     for cls, parts in by_class.items():
         cat = lambda get: np.concatenate([np.broadcast_to(get(p), T.shape) for p in parts])  # noqa: E731
         shape = {k: cat(lambda p, k=k: p[3][k]) for k in parts[0][3]}
-        fields = {"op": np.concatenate([np.full(T.shape, p[0], dtype=object) for p in parts]),
-                  "num_tokens": cat(lambda p: T), "n_embd": cat(lambda p: d),
-                  "num_tensor_parallel_workers": cat(lambda p: t)}
-        tables.append(Table(source="vidur", gpu=m["system"], profile=profile, **_classes(cls), timing="kernels",
-                            dtype="fp16", file=path.name, fields=fields, measured_s=cat(lambda p: p[4]),
-                            flops=cat(lambda p: p[1]), nbytes=2 * cat(lambda p: p[2]), shape=shape))
+        fields = {
+            "op": np.concatenate([np.full(T.shape, p[0], dtype=object) for p in parts]),
+            "num_tokens": cat(lambda p: T),
+            "n_embd": cat(lambda p: d),
+            "num_tensor_parallel_workers": cat(lambda p: t),
+        }
+        tables.append(
+            Table(
+                source="vidur",
+                gpu=m["system"],
+                profile=profile,
+                **_classes(cls),
+                timing="kernels",
+                dtype="fp16",
+                file=path.name,
+                fields=fields,
+                measured_s=cat(lambda p: p[4]),
+                flops=cat(lambda p: p[1]),
+                nbytes=2 * cat(lambda p: p[2]),
+                shape=shape,
+            )
+        )
     return tables
 
 
@@ -279,8 +383,13 @@ def _gpt3_ops(prefill: bool):
     s, m = (2048, 2048) if prefill else (1, 3073)
     T = b * s
     A = lambda a: np.asarray([a], float)  # noqa: E731
-    gemm = lambda M, K, N, batch=1, c=1: ("gemm", 2 * batch * M * K * N, batch * (M * K + K * N + M * N),  # noqa: E731
-                                          {"batch": A(batch), "M": A(M), "K": A(K), "N": A(N)}, c)
+    gemm = lambda M, K, N, batch=1, c=1: (  # noqa: E731
+        "gemm",
+        2 * batch * M * K * N,
+        batch * (M * K + K * N + M * N),
+        {"batch": A(batch), "M": A(M), "K": A(K), "N": A(N)},
+        c,
+    )
     return {
         "Q_K_V": gemm(T, d, hh * k, c=3),
         "Q_mul_K": gemm(s, k, m, batch=b * hh),
@@ -303,35 +412,69 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
     if table == "matmul":
         M, N, K = (_column(rows, c, path) for c in ("M", "N", "K"))
         t = _column(rows, "latency", path, _ms)
-        return [Table(op_class="gemm", fields={"M": M, "N": N, "K": K}, measured_s=t, flops=2 * M * N * K,
-                      nbytes=2 * (M * K + K * N + M * N), shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
-                      **base)]
+        return [
+            Table(
+                op_class="gemm",
+                fields={"M": M, "N": N, "K": K},
+                measured_s=t,
+                flops=2 * M * N * K,
+                nbytes=2 * (M * K + K * N + M * N),
+                shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
+                **base,
+            )
+        ]
     if table in ("softmax", "layernorm"):
         M, N = _column(rows, "M", path), _column(rows, "N", path)
         t = M * N / (_column(rows, "gelem_per_s", path) * 1e9)
         # torch's softmax and layer_norm kernels, each priced with its own class
-        return [Table(**_classes(table),
-                      fields={"op": np.full(M.shape, table, dtype=object), "M": M, "N": N},
-                      measured_s=t, flops=5 * M * N, nbytes=2 * 2 * M * N, **base)]
+        return [
+            Table(
+                **_classes(table),
+                fields={"op": np.full(M.shape, table, dtype=object), "M": M, "N": N},
+                measured_s=t,
+                flops=5 * M * N,
+                nbytes=2 * 2 * M * N,
+                **base,
+            )
+        ]
     if table == "gelu":
         E = _column(rows, "elements", path)
         t = E / (_column(rows, "gelem_per_s", path) * 1e9)
-        return [Table(op_class="elementwise", fields={"op": np.full(E.shape, "gelu", dtype=object), "elements": E},
-                      measured_s=t, flops=8 * E, nbytes=2 * 2 * E, **base)]
+        return [
+            Table(
+                op_class="elementwise",
+                fields={"op": np.full(E.shape, "gelu", dtype=object), "elements": E},
+                measured_s=t,
+                flops=8 * E,
+                nbytes=2 * 2 * E,
+                **base,
+            )
+        ]
     measured = {r["op"]: float(r["latency_s"]) for r in rows}
     tables = []
     for cls in ("gemm", "layernorm", "softmax", "elementwise"):
-        ops = {name: spec for name, spec in _gpt3_ops(table == "transformer_prefill").items()
-               if spec[0] == cls and name in measured}
+        ops = {
+            name: spec
+            for name, spec in _gpt3_ops(table == "transformer_prefill").items()
+            if spec[0] == cls and name in measured
+        }
         if not ops:
             continue
         names = list(ops)
         cat = lambda i: np.array([float(np.ravel(ops[n][i])[0]) for n in names])  # noqa: E731
         shape = {key: np.array([float(ops[n][3][key][0]) for n in names]) for key in ops[names[0]][3]}
-        tables.append(Table(**_classes(cls),
-                            fields={"op": np.array([f"{table}:{n}" for n in names], dtype=object)},
-                            measured_s=np.array([measured[n] for n in names]), flops=cat(1), nbytes=2 * cat(2),
-                            shape=shape, count=cat(4), **base))
+        tables.append(
+            Table(
+                **_classes(cls),
+                fields={"op": np.array([f"{table}:{n}" for n in names], dtype=object)},
+                measured_s=np.array([measured[n] for n in names]),
+                flops=cat(1),
+                nbytes=2 * cat(2),
+                shape=shape,
+                count=cat(4),
+                **base,
+            )
+        )
     return tables
 
 
@@ -367,5 +510,12 @@ def shipped_folder() -> Path:
     return Path(str(resources.files(SHIPPED).joinpath("published")))
 
 
-__all__ = ["Table", "read_folder", "shipped_folder", "attention_command", "attention_counts", "profile_for_system",
-           "TIMING"]
+__all__ = [
+    "Table",
+    "read_folder",
+    "shipped_folder",
+    "attention_command",
+    "attention_counts",
+    "profile_for_system",
+    "TIMING",
+]

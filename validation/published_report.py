@@ -50,24 +50,38 @@ def validate_published(tables: list[Table], without=()) -> dict:
         eff = model.resolved.get(table.priced_class) if model.active else None
         if eff is None:
             from costmodel.hardware.profile import ClassEfficiency
+
             eff = ClassEfficiency(fixed_s={table.timing: hw.launch_overhead})
         on = model.on if model.active else frozenset({"fixed"})
         predicted = predict_table(table, hw, eff, on=on) + unfitted_write_s(
-            table, hw, eff, model.resolved.get("gemm") if model.active else None, on)
+            table, hw, eff, model.resolved.get("gemm") if model.active else None, on
+        )
         error = (predicted / table.measured_s - 1) * 100
         bins = size_bin(table)
         for i in range(len(table)):
-            row = {"source": table.source, "gpu": table.gpu, "profile": table.profile, "op_class": table.op_class,
-                   **{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in table.fields.items()},
-                   "measured_s": float(table.measured_s[i]), "predicted_s": float(predicted[i]),
-                   "error_pct": round(float(error[i]), 3)}
+            row = {
+                "source": table.source,
+                "gpu": table.gpu,
+                "profile": table.profile,
+                "op_class": table.op_class,
+                **{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in table.fields.items()},
+                "measured_s": float(table.measured_s[i]),
+                "predicted_s": float(predicted[i]),
+                "error_pct": round(float(error[i]), 3),
+            }
             if table.op_class in ("decode_attention", "prefill_attention"):
                 f = table.fields
                 mode = "incremental" if table.op_class == "decode_attention" else "batched"
                 s = int(f["step"][i]) if mode == "incremental" else int(f["isl"][i])
-                row["command"] = attention_command(table.profile, mode, int(f["batch_size"][i]), s,
-                                                   int(f["num_heads"][i]), int(f["num_key_value_heads"][i]),
-                                                   int(f["head_dim"][i]))
+                row["command"] = attention_command(
+                    table.profile,
+                    mode,
+                    int(f["batch_size"][i]),
+                    s,
+                    int(f["num_heads"][i]),
+                    int(f["num_key_value_heads"][i]),
+                    int(f["head_dim"][i]),
+                )
             rows.append(row)
         for bin_name in (*sorted(set(bins)), "all"):
             keep = np.ones(len(table), bool) if bin_name == "all" else bins == bin_name
@@ -80,22 +94,42 @@ def validate_published(tables: list[Table], without=()) -> dict:
         p, m = np.concatenate(pred), np.concatenate(meas)
         if not len(m):
             continue
-        summary.append({"source": source, "gpu": gpu, "op_class": op_class, "size_bin": bin_name, **errors(p, m),
-                        "median_measured_over_predicted": round(float(np.median(m / p)), 3)})
-    return {"rows": rows, "summary": summary, "rejected": rejected,
-            "mechanisms_off": sorted(set(without))}
+        summary.append(
+            {
+                "source": source,
+                "gpu": gpu,
+                "op_class": op_class,
+                "size_bin": bin_name,
+                **errors(p, m),
+                "median_measured_over_predicted": round(float(np.median(m / p)), 3),
+            }
+        )
+    return {"rows": rows, "summary": summary, "rejected": rejected, "mechanisms_off": sorted(set(without))}
 
 
 def summary_table(report: dict) -> str:
     from costmodel.render.text import aligned
 
     head = ("source", "gpu", "op class", "size", "n", "median |err|", "p90 |err|", "measured/predicted")
-    body = [(s["source"], s["gpu"], s["op_class"], s["size_bin"], str(s["n"]), f"{s['median_abs_error_pct']:.1f}%",
-             f"{s['p90_abs_error_pct']:.1f}%", f"{s['median_measured_over_predicted']:.2f}") for s in report["summary"]]
+    body = [
+        (
+            s["source"],
+            s["gpu"],
+            s["op_class"],
+            s["size_bin"],
+            str(s["n"]),
+            f"{s['median_abs_error_pct']:.1f}%",
+            f"{s['p90_abs_error_pct']:.1f}%",
+            f"{s['median_measured_over_predicted']:.2f}",
+        )
+        for s in report["summary"]
+    ]
     lines = aligned([head, *body], right=(4, 5, 6, 7), rules=(1,))
     if report["rejected"]:
-        lines.append("rejected (faster than the dense-peak bound on their FLOPs): "
-                     + ", ".join(f"{k} {v}" for k, v in sorted(report["rejected"].items())))
+        lines.append(
+            "rejected (faster than the dense-peak bound on their FLOPs): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(report["rejected"].items()))
+        )
     else:
         lines.append("no row is faster than the dense-peak bound on its FLOPs")
     if report["mechanisms_off"]:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from costmodel.hardware.profile import HardwareProfile
 from costmodel.attention.roofline import predict
-from costmodel.core.vocab import SIDE_BY_SIDE
 from costmodel.attention.workload import Workload
+from costmodel.core.vocab import SIDE_BY_SIDE
+from costmodel.hardware.profile import HardwareProfile
 from costmodel.validation.kernels import build_kernels, counted, run_step
 from costmodel.validation.timing import PASSES, Timer, Timing, environment, merge
 
@@ -34,7 +34,7 @@ class Grid:
     g: int
     batches: tuple[int, ...]
     contexts: tuple[int, ...]
-    prefill: tuple[int, ...]       # n = m of batched self-attention (batch 1)
+    prefill: tuple[int, ...]  # n = m of batched self-attention (batch 1)
     dtypes: tuple[str, ...]
     executions: tuple[str, ...] = ("unfused", "fused")
 
@@ -53,17 +53,33 @@ class Grid:
                         yield self._make(v, "batched", dtype, execution, batch=1, seq=n)
 
     def _make(self, variant, mode, dtype, execution, **dims) -> Workload:
-        return Workload.create(variant, mode, d_model=self.d, heads=self.h,
-                               groups=self.g if variant == "gqa" else None, dtype=dtype, execution=execution, **dims)
+        return Workload.create(
+            variant,
+            mode,
+            d_model=self.d,
+            heads=self.h,
+            groups=self.g if variant == "gqa" else None,
+            dtype=dtype,
+            execution=execution,
+            **dims,
+        )
 
 
 GRIDS = {
     ("cpu", True): Grid(d=256, h=8, g=2, batches=(2,), contexts=(256,), prefill=(64,), dtypes=("fp32",)),
-    ("cpu", False): Grid(d=2048, h=16, g=4, batches=(1, 8), contexts=(1024, 8192), prefill=(512,),
-                         dtypes=("fp32", "bf16")),
+    ("cpu", False): Grid(
+        d=2048, h=16, g=4, batches=(1, 8), contexts=(1024, 8192), prefill=(512,), dtypes=("fp32", "bf16")
+    ),
     ("cuda", True): Grid(d=4096, h=32, g=8, batches=(16,), contexts=(4096,), prefill=(1024,), dtypes=("bf16",)),
-    ("cuda", False): Grid(d=4096, h=32, g=8, batches=(1, 16, 64), contexts=(1024, 4096, 16384),
-                          prefill=(1024, 4096), dtypes=("bf16", "fp16")),
+    ("cuda", False): Grid(
+        d=4096,
+        h=32,
+        g=8,
+        batches=(1, 16, 64),
+        contexts=(1024, 4096, 16384),
+        prefill=(1024, 4096),
+        dtypes=("bf16", "fp16"),
+    ),
 }
 
 
@@ -98,27 +114,59 @@ def time_case(w: Workload, device: str, timer: Timer) -> tuple[list, list[int], 
     return ops, [flops for flops, _ in watched], [timer.time(k.run) for k in kernels], timer.time(run_step(kernels))
 
 
-def case_rows(w: Workload, profiles: dict[str, HardwareProfile], kernels: list[Op], flops: list[int],
-              timings: list[Timing], step: Timing, timing: str = "eager") -> list[dict]:
+def case_rows(
+    w: Workload,
+    profiles: dict[str, HardwareProfile],
+    kernels: list[Op],
+    flops: list[int],
+    timings: list[Timing],
+    step: Timing,
+    timing: str = "eager",
+) -> list[dict]:
     """The report's rows of one workload from its timings (taken under the ``timing`` convention: one eager
     call per op, or one CUDA-graph replay): every op, then the whole step."""
     # the fused prefill kernels here are not causal
     predictions = {name: predict(w, hw, timing=timing, without=("causal",)) for name, hw in profiles.items()}
-    case = {"variant": w.variant, "mode": w.mode, "b": w.b, "n": w.n, "m": w.m, "d": w.d, "h": w.h, "g": w.g,
-            "k": w.k, "dtype": w.dtype, "execution": w.execution}
+    case = {
+        "variant": w.variant,
+        "mode": w.mode,
+        "b": w.b,
+        "n": w.n,
+        "m": w.m,
+        "d": w.d,
+        "h": w.h,
+        "g": w.g,
+        "k": w.k,
+        "dtype": w.dtype,
+        "execution": w.execution,
+    }
     rows = []
     for i, (kernel, timing) in enumerate(zip(kernels, timings)):
-        row = {**case, "op": kernel.name, "group": group_of(w.mode, kernel.name), "kind": kernel.kind,
-               "aten_ops": list(kernel.aten), "flops_symbolic": kernel.expected_flops, "flops_counted": flops[i],
-               "flop_check": flops[i] == kernel.expected_flops, "measured": timing.to_dict()}
+        row = {
+            **case,
+            "op": kernel.name,
+            "group": group_of(w.mode, kernel.name),
+            "kind": kernel.kind,
+            "aten_ops": list(kernel.aten),
+            "flops_symbolic": kernel.expected_flops,
+            "flops_counted": flops[i],
+            "flop_check": flops[i] == kernel.expected_flops,
+            "measured": timing.to_dict(),
+        }
         for name, p in predictions.items():
             row[f"predicted_{name}_s"] = p.ops[i].time_s
             row[f"error_{name}_pct"] = _error(p.ops[i].time_s, timing.median_s)
         rows.append(row)
     timing = step
-    row = {**case, "op": "step", "group": "whole step", "kind": "step",
-           "flops_symbolic": sum(k.expected_flops for k in kernels),
-           "flops_counted": sum(r["flops_counted"] for r in rows), "measured": timing.to_dict()}
+    row = {
+        **case,
+        "op": "step",
+        "group": "whole step",
+        "kind": "step",
+        "flops_symbolic": sum(k.expected_flops for k in kernels),
+        "flops_counted": sum(r["flops_counted"] for r in rows),
+        "measured": timing.to_dict(),
+    }
     row["flop_check"] = row["flops_symbolic"] == row["flops_counted"]
     for name, p in predictions.items():
         row[f"predicted_{name}_s"] = p.total.time_s
@@ -136,8 +184,11 @@ def summarize(rows: list[dict], profile_names: list[str]) -> dict:
             sel = [r for r in rows if (r["group"] == group if group != "all ops" else r["op"] != "step")]
             errors = sorted(abs(r[f"error_{name}_pct"]) for r in sel)
             if errors:
-                per[group] = {"n": len(errors), "median_abs_error_pct": statistics.median(errors),
-                              "p90_abs_error_pct": _quantile(errors, 0.9)}
+                per[group] = {
+                    "n": len(errors),
+                    "median_abs_error_pct": statistics.median(errors),
+                    "p90_abs_error_pct": _quantile(errors, 0.9),
+                }
         out[name] = per
     return out
 
@@ -163,8 +214,18 @@ def speedups(rows: list[dict], profile_names: list[str]) -> list[dict]:
             if variant not in by:
                 continue
             measured = by["mha"]["measured"]["median_s"] / by[variant]["measured"]["median_s"]
-            item = {"variant": variant, "over": "mha", "mode": mode, "b": b, "n": n, "m": m, "dtype": dtype,
-                    "execution": execution, "g": by[variant]["g"], "measured": measured}
+            item = {
+                "variant": variant,
+                "over": "mha",
+                "mode": mode,
+                "b": b,
+                "n": n,
+                "m": m,
+                "dtype": dtype,
+                "execution": execution,
+                "g": by[variant]["g"],
+                "measured": measured,
+            }
             for name in profile_names:
                 predicted = by["mha"][f"predicted_{name}_s"] / by[variant][f"predicted_{name}_s"]
                 item[f"predicted_{name}"] = predicted
@@ -200,16 +261,24 @@ def native_dtypes(dtypes: tuple[str, ...], calibrated: HardwareProfile | None) -
     for dt in dtypes:
         rate = calibrated.peak_flops_per_s.get(dt)
         if rate is not None and rate.value < NATIVE_SHARE * fp32:
-            slow[dt] = (f"not native here: measured {dt} matmul {rate.value / 1e9:.1f} GFLOP/s against fp32 "
-                        f"{fp32 / 1e9:.1f} (below {NATIVE_SHARE:.0%})")
+            slow[dt] = (
+                f"not native here: measured {dt} matmul {rate.value / 1e9:.1f} GFLOP/s against fp32 "
+                f"{fp32 / 1e9:.1f} (below {NATIVE_SHARE:.0%})"
+            )
         else:
             keep.append(dt)
     return tuple(keep), slow
 
 
-def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
-             progress: Callable[[list], Iterator] | None = None, threads: int | None = None,
-             calibration=None, timing: str = "eager") -> dict:
+def validate(
+    device: str,
+    profiles: dict[str, HardwareProfile],
+    quick: bool,
+    progress: Callable[[list], Iterator] | None = None,
+    threads: int | None = None,
+    calibration=None,
+    timing: str = "eager",
+) -> dict:
     """Run the grid on ``device``; returns the whole report as a JSON-ready dict, with a noise check.
 
     ``timing``: ``eager`` (each op one eager call, timed with the host's dispatch) or ``graph`` (each op and
@@ -230,8 +299,14 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
     measured, curves, finish = calibration or (profiles.get("calibrated"), None, None)
     grid = GRIDS[(device, quick)]
     passes = PASSES[quick]
-    timer = Timer(device, budget_s=(0.05 if quick else 0.25) / passes, min_reps=5 if quick else 3,
-                  warmup=2, graph=timing == "graph", wall_budget=quick)
+    timer = Timer(
+        device,
+        budget_s=(0.05 if quick else 0.25) / passes,
+        min_reps=5 if quick else 3,
+        warmup=2,
+        graph=timing == "graph",
+        wall_budget=quick,
+    )
     dtypes, slow = native_dtypes(grid.dtypes, measured)
     grid = dataclasses.replace(grid, dtypes=dtypes)
     cases = list(grid.workloads())
@@ -246,7 +321,7 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
     order = [(kind, i) for _ in range(passes) for kind, i, _ in work]
     taken: dict[int, list] = {}
     failed: set[int] = set()
-    for kind, i in (progress(order) if progress else order):
+    for kind, i in progress(order) if progress else order:
         if kind == "curve":
             curves.time(i)
             continue
@@ -255,8 +330,11 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
         try:
             taken.setdefault(i, []).append(time_case(cases[i], device, timer))
         except RuntimeError as err:  # torch.OutOfMemoryError is a subclass
-            if not isinstance(err, torch.OutOfMemoryError) and "out of memory" not in str(err).lower() \
-                    and "not enough memory" not in str(err).lower():
+            if (
+                not isinstance(err, torch.OutOfMemoryError)
+                and "out of memory" not in str(err).lower()
+                and "not enough memory" not in str(err).lower()
+            ):
                 raise
             skipped.append({**cases[i].model_dump(), "reason": f"out of memory: {str(err).splitlines()[0]}"})
             failed.add(i)
@@ -275,16 +353,22 @@ def validate(device: str, profiles: dict[str, HardwareProfile], quick: bool,
     names = list(profiles)
     return {
         "environment": environment(device, timer),
-        "profiles": {name: {"id": hw.id, "name": hw.name, "measured": hw.measured.model_dump() if hw.measured else None}
-                     for name, hw in profiles.items()},
+        "profiles": {
+            name: {"id": hw.id, "name": hw.name, "measured": hw.measured.model_dump() if hw.measured else None}
+            for name, hw in profiles.items()
+        },
         "grid": {**grid.__dict__, "quick": quick, "timing": timer.timing},
         "flop_check_passed": all(r["flop_check"] for r in rows),
         "rows": rows,
         "skipped": skipped,
         "summary": summarize(rows, names),
         "speedups": speedups(rows, names),
-        "noise": noise_check(load_before, [r["measured"]["p90_s"] / r["measured"]["median_s"] for r in rows],
-                             torch.get_num_threads(), drift),
+        "noise": noise_check(
+            load_before,
+            [r["measured"]["p90_s"] / r["measured"]["median_s"] for r in rows],
+            torch.get_num_threads(),
+            drift,
+        ),
         # a profile calibrated in this run, whole, so that the report alone reproduces its predictions
         **({"calibrated_profile": calibrated} if calibrated is not None else {}),
     }

@@ -26,13 +26,32 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.engine.config import default_kv_dtype
 from costmodel.core.errors import CostModelError
+from costmodel.engine.config import default_kv_dtype
 
 #: Columns a deployments file must have.
-COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "system", "precision", "mode", "isl", "osl",
-           "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
-           "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+COLUMNS = (
+    "id",
+    "silicon_data_source",
+    "backend",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+)
+
 
 def profile_of(system: str) -> str | None:
     """The profile id of a row's system id, found among the profiles' ids and aliases as a published table's is
@@ -50,10 +69,25 @@ def profile_of(system: str) -> str | None:
 #: their math is one modelled: int4_wo (W4A16) as int4, sq (W8A8 int8) as int8, the fp8 variants as fp8, the MXFP4
 #: experts as mxfp4 (their activations the engine's: costmodel.engine.config). int8_wo (W8A16) and w4afp8 (int4 weights,
 #: fp8 math) are not.
-PRECISIONS = {"": None, "bf16": None, "fp16": None, "bfloat16": None, "float16": None, "fp8": "fp8",
-              "fp8_static": "fp8", "fp8_ootb": "fp8", "fp8_block": "fp8_block", "sq": "int8", "int4_wo": "int4",
-              "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4",
-              "w4a8_mxfp4_mxfp8_trtllm": "mxfp4"}
+PRECISIONS = {
+    "": None,
+    "bf16": None,
+    "fp16": None,
+    "bfloat16": None,
+    "float16": None,
+    "fp8": "fp8",
+    "fp8_static": "fp8",
+    "fp8_ootb": "fp8",
+    "fp8_block": "fp8_block",
+    "sq": "int8",
+    "int4_wo": "int4",
+    "fp4": "nvfp4",
+    "nvfp4": "nvfp4",
+    "mxfp4": "mxfp4",
+    "w4a16_mxfp4": "mxfp4",
+    "w4a8_mxfp4_mxfp8": "mxfp4",
+    "w4a8_mxfp4_mxfp8_trtllm": "mxfp4",
+}
 #: The activations an MXFP4 mode names (costmodel.core.vocab.MXFP4_ACTIVATIONS); other MXFP4 rows take the engine's.
 MXFP4_MODES = {"w4a16_mxfp4": "bf16", "w4a8_mxfp4_mxfp8": "mxfp8", "w4a8_mxfp4_mxfp8_trtllm": "mxfp8"}
 #: NVIDIA's quantized checkpoints of a published model (nvidia/<model>-NVFP4, -FP4 or -FP8, a -v2 revision) keep
@@ -145,10 +179,17 @@ INFERENCEX_SPREAD = 0.2
 #: export records the same configurations' runs, measured alike (TTFT within 7% and TPOT within 1.5% at 12 of 15), as one
 #: server of 4 with expert parallel: such a row is predicted as its recipe runs, and says so in ``assumed``).
 INFERENCEX_RECIPES = {
-    ("vllm", "meta-llama/Llama-3.1-70B"): {"max_num_batched_tokens": 8192, "kv_dtype": "fp8",
-                                            "async_scheduling": True, "prefix_caching": False},
-    ("vllm", "openai/gpt-oss-120b"): {"max_num_batched_tokens": 8192, "async_scheduling": True,
-                                       "prefix_caching": False},
+    ("vllm", "meta-llama/Llama-3.1-70B"): {
+        "max_num_batched_tokens": 8192,
+        "kv_dtype": "fp8",
+        "async_scheduling": True,
+        "prefix_caching": False,
+    },
+    ("vllm", "openai/gpt-oss-120b"): {
+        "max_num_batched_tokens": 8192,
+        "async_scheduling": True,
+        "prefix_caching": False,
+    },
     ("vllm", "MiniMaxAI/MiniMax-M2.5"): {"prefix_caching": False, "attention_dp": 1},
 }
 
@@ -218,15 +259,26 @@ class Stage:
 
     def serve_args(self) -> dict:
         """The :func:`costmodel.engine.served.serve` arguments of an aggregated row's layout."""
-        return dict(tp=self.tp, max_num_seqs=self.batch, expert_parallel=self.expert_parallel,
-                    attention_dp=self.attention_dp, pipeline_parallel=self.pipeline_parallel,
-                    expert_parallel_size=self.expert_parallel_size or None, replicas=self.replicas)
+        return dict(
+            tp=self.tp,
+            max_num_seqs=self.batch,
+            expert_parallel=self.expert_parallel,
+            attention_dp=self.attention_dp,
+            pipeline_parallel=self.pipeline_parallel,
+            expert_parallel_size=self.expert_parallel_size or None,
+            replicas=self.replicas,
+        )
 
     def pool(self):
         from costmodel.deploy.disagg import Pool
 
-        return Pool(tp=self.tp, workers=self.workers, max_num_seqs=self.batch, expert_parallel=self.expert_parallel,
-                    attention_dp=self.attention_dp)
+        return Pool(
+            tp=self.tp,
+            workers=self.workers,
+            max_num_seqs=self.batch,
+            expert_parallel=self.expert_parallel,
+            attention_dp=self.attention_dp,
+        )
 
 
 @dataclass(frozen=True)
@@ -261,8 +313,21 @@ class Deployment:
         return self.model or self.model_path
 
     def command(self) -> list[str]:
-        cmd = ["predict", "--gpu", profile_of(self.system), "--model", self.model_name, "--engine", self.backend,
-               "--concurrency", str(self.concurrency), "--input-len", str(self.isl), "--output-len", str(self.osl)]
+        cmd = [
+            "predict",
+            "--gpu",
+            profile_of(self.system),
+            "--model",
+            self.model_name,
+            "--engine",
+            self.backend,
+            "--concurrency",
+            str(self.concurrency),
+            "--input-len",
+            str(self.isl),
+            "--output-len",
+            str(self.osl),
+        ]
         if self.prefill is not None:
             cmd += ["--disaggregated", *self.prefill.flags("prefill"), *self.decode.flags("decode")]
         else:
@@ -326,7 +391,7 @@ def parse(row: dict) -> Deployment | str:
         if precision not in PRECISIONS or quant - set(PRECISIONS):  # noqa: SIM102
             return f"precision {precision or '/'.join(sorted(quant))}"
         stages = {}
-        for role in (("prefill", "decode") if row["mode"] == "disagg" else ("",)):
+        for role in ("prefill", "decode") if row["mode"] == "disagg" else ("",):
             stage = _stage(row, role + "_" if role else "")
             if isinstance(stage, str):
                 return stage
@@ -367,24 +432,51 @@ def parse(row: dict) -> Deployment | str:
         weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
     ix, dynamo = inferencex_run(row), launched_by_dynamo(row)
     recipe = INFERENCEX_RECIPES.get((row["backend"], row["model_path"]), {}) if ix else {}
-    common = (row["id"], row["system"], row["backend"], row["model_path"], row["mode"], isl, osl, conc, weight,
-              recipe.get("kv_dtype") or default_kv_dtype(row["backend"], weight), ttft / 1e3, tpot / 1e3)
-    named = dict(model=priced_as, mxfp4_activations=MXFP4_MODES.get(mode),
-                 assumed=tuple(f"{role} workers {s.workers}: the row records none ({row['backend']}'s own deployment)"
-                               for role, s in stages.items() if role and not _whole(row, role + "_num_workers")),
-                 frontend="dynamo" if dynamo else "engine", spread=INFERENCEX_SPREAD if ix else 0.0)
+    common = (
+        row["id"],
+        row["system"],
+        row["backend"],
+        row["model_path"],
+        row["mode"],
+        isl,
+        osl,
+        conc,
+        weight,
+        recipe.get("kv_dtype") or default_kv_dtype(row["backend"], weight),
+        ttft / 1e3,
+        tpot / 1e3,
+    )
+    named = dict(
+        model=priced_as,
+        mxfp4_activations=MXFP4_MODES.get(mode),
+        assumed=tuple(
+            f"{role} workers {s.workers}: the row records none ({row['backend']}'s own deployment)"
+            for role, s in stages.items()
+            if role and not _whole(row, role + "_num_workers")
+        ),
+        frontend="dynamo" if dynamo else "engine",
+        spread=INFERENCEX_SPREAD if ix else 0.0,
+    )
     if "" in stages and recipe.get("attention_dp") == 1 and stages[""].attention_dp > 1:
         st = stages[""]
         stages[""] = replace(st, attention_dp=1, batch=st.batch * st.attention_dp)
-        named["assumed"] += (f"layout: its recipe's, one server of {st.tp} devices with expert parallel, not the "
-                             f"recorded {st.attention_dp} attention data parallel groups (another export of the same "
-                             "runs records the recipe's)",)
+        named["assumed"] += (
+            f"layout: its recipe's, one server of {st.tp} devices with expert parallel, not the "
+            f"recorded {st.attention_dp} attention data parallel groups (another export of the same "
+            "runs records the recipe's)",
+        )
     if "" in stages:
         tokens = recipe.get("max_num_batched_tokens") or (dynamo_budget(row["backend"], batch, isl) if dynamo else None)
         fraction = DYNAMO_TRTLLM_KV_FRACTION if dynamo and row["backend"] == "trtllm" else None
-        return Deployment(*common, layout=stages[""], max_num_batched_tokens=tokens, memory_fraction=fraction,
-                          async_scheduling=recipe.get("async_scheduling"), prefix_caching=recipe.get("prefix_caching"),
-                          **named)
+        return Deployment(
+            *common,
+            layout=stages[""],
+            max_num_batched_tokens=tokens,
+            memory_fraction=fraction,
+            async_scheduling=recipe.get("async_scheduling"),
+            prefix_caching=recipe.get("prefix_caching"),
+            **named,
+        )
     return Deployment(*common, prefill=stages["prefill"], decode=stages["decode"], **named)
 
 
@@ -423,8 +515,10 @@ def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
         reader = csv.DictReader(f)
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
-            raise CostModelError(f"deployments file {str(path)!r} lacks the column(s) {', '.join(missing)} "
-                                 "(the layout of aiconfigurator's silicon_sample.csv)")
+            raise CostModelError(
+                f"deployments file {str(path)!r} lacks the column(s) {', '.join(missing)} "
+                "(the layout of aiconfigurator's silicon_sample.csv)"
+            )
         rows, skipped = [], []
         for i, row in enumerate(reader):
             got = parse(row)
@@ -441,27 +535,61 @@ AIPERF_ROUNDS = {"warmup": 2, "measured": 50}
 
 
 def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simulation", protocol: str = "plain"):
+    from costmodel.engine.served import serve
     from costmodel.hardware.catalog import load_profile
     from costmodel.model.presets import load_model
-    from costmodel.engine.served import serve
 
-    rounds = ({"warmup_requests": AIPERF_ROUNDS["warmup"] * d.concurrency,
-               "num_requests": AIPERF_ROUNDS["measured"] * d.concurrency} if protocol == "aiperf" else {})
+    rounds = (
+        {
+            "warmup_requests": AIPERF_ROUNDS["warmup"] * d.concurrency,
+            "num_requests": AIPERF_ROUNDS["measured"] * d.concurrency,
+        }
+        if protocol == "aiperf"
+        else {}
+    )
     drawn = dict(input_dist="range", output_dist="range", spread=d.spread) if d.spread else {}
     if d.prefill is not None:
         from costmodel.deploy.disagg import serve_disaggregated
 
-        return serve_disaggregated(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl,
-                                   output_len=d.osl, prefill=d.prefill.pool(), decode=d.decode.pool(),
-                                   engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
-                                   kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator,
-                                   mxfp4_activations=d.mxfp4_activations, frontend=d.frontend, **drawn, **rounds)
-    return serve(load_model(d.model_name), load_profile(profile_of(d.system)), input_len=d.isl, output_len=d.osl,
-                 engine_name=d.backend, concurrency=d.concurrency, weight_dtype=d.weight_dtype,
-                 kv_dtype=d.kv_dtype, overheads=overheads, evaluator=evaluator, mxfp4_activations=d.mxfp4_activations,
-                 max_num_batched_tokens=d.max_num_batched_tokens, memory_fraction=d.memory_fraction,
-                 async_scheduling=d.async_scheduling, prefix_caching=d.prefix_caching, frontend=d.frontend,
-                 **d.layout.serve_args(), **drawn, **rounds)
+        return serve_disaggregated(
+            load_model(d.model_name),
+            load_profile(profile_of(d.system)),
+            input_len=d.isl,
+            output_len=d.osl,
+            prefill=d.prefill.pool(),
+            decode=d.decode.pool(),
+            engine_name=d.backend,
+            concurrency=d.concurrency,
+            weight_dtype=d.weight_dtype,
+            kv_dtype=d.kv_dtype,
+            overheads=overheads,
+            evaluator=evaluator,
+            mxfp4_activations=d.mxfp4_activations,
+            frontend=d.frontend,
+            **drawn,
+            **rounds,
+        )
+    return serve(
+        load_model(d.model_name),
+        load_profile(profile_of(d.system)),
+        input_len=d.isl,
+        output_len=d.osl,
+        engine_name=d.backend,
+        concurrency=d.concurrency,
+        weight_dtype=d.weight_dtype,
+        kv_dtype=d.kv_dtype,
+        overheads=overheads,
+        evaluator=evaluator,
+        mxfp4_activations=d.mxfp4_activations,
+        max_num_batched_tokens=d.max_num_batched_tokens,
+        memory_fraction=d.memory_fraction,
+        async_scheduling=d.async_scheduling,
+        prefix_caching=d.prefix_caching,
+        frontend=d.frontend,
+        **d.layout.serve_args(),
+        **drawn,
+        **rounds,
+    )
 
 
 def decoding_requests(clients: int, ttft_s: float, tpot_s: float, output_len: int) -> float:
@@ -491,13 +619,25 @@ def summary(rows: list[dict]) -> list[dict]:
             continue
         ttft = np.array([abs(r["predicted_ttft_s"] / r["measured_ttft_s"] - 1) for r in rs])
         tpot = np.array([abs(r["predicted_tpot_s"] / r["measured_tpot_s"] - 1) for r in rs])
-        out.append({"system": system, "backend": backend, "model_path": model, "mode": mode, "n": len(rs),
-                    "ttft_median_error": float(np.median(ttft)), "ttft_p90_error": float(np.percentile(ttft, 90)),
-                    "tpot_median_error": float(np.median(tpot)), "tpot_p90_error": float(np.percentile(tpot, 90)),
-                    "ttft_measured_over_predicted": float(np.median([r["measured_ttft_s"] / r["predicted_ttft_s"]
-                                                                     for r in rs])),
-                    "tpot_measured_over_predicted": float(np.median([r["measured_tpot_s"] / r["predicted_tpot_s"]
-                                                                     for r in rs]))})
+        out.append(
+            {
+                "system": system,
+                "backend": backend,
+                "model_path": model,
+                "mode": mode,
+                "n": len(rs),
+                "ttft_median_error": float(np.median(ttft)),
+                "ttft_p90_error": float(np.percentile(ttft, 90)),
+                "tpot_median_error": float(np.median(tpot)),
+                "tpot_p90_error": float(np.percentile(tpot, 90)),
+                "ttft_measured_over_predicted": float(
+                    np.median([r["measured_ttft_s"] / r["predicted_ttft_s"] for r in rs])
+                ),
+                "tpot_measured_over_predicted": float(
+                    np.median([r["measured_tpot_s"] / r["predicted_tpot_s"] for r in rs])
+                ),
+            }
+        )
     return out
 
 
@@ -516,28 +656,68 @@ def validate_serving(path: str | Path, *, overheads: dict | None = None, progres
         except CostModelError as err:
             skipped.append({"id": d.id, "reason": f"cannot be priced: {err}"})
             continue
-        rows.append({"id": d.id, "system": d.system, "backend": d.backend, "model_path": d.model_path, "mode": d.mode,
-                     "measured_ttft_s": d.ttft_s, "predicted_ttft_s": p.ttft_s, "measured_tpot_s": d.tpot_s,
-                     "predicted_tpot_s": p.tpot_s, "command": d.command()} | ({"assumed": list(d.assumed)}
-                                                                                  if d.assumed else {}))
+        rows.append(
+            {
+                "id": d.id,
+                "system": d.system,
+                "backend": d.backend,
+                "model_path": d.model_path,
+                "mode": d.mode,
+                "measured_ttft_s": d.ttft_s,
+                "predicted_ttft_s": p.ttft_s,
+                "measured_tpot_s": d.tpot_s,
+                "predicted_tpot_s": p.tpot_s,
+                "command": d.command(),
+            }
+            | ({"assumed": list(d.assumed)} if d.assumed else {})
+        )
         if progress:
             progress(i + 1, len(deployments))
-    return {"rows": rows, "skipped": skipped, "summary": summary(rows),
-            "reasons": dict(Counter(s["reason"].split(":")[0] for s in skipped))}
+    return {
+        "rows": rows,
+        "skipped": skipped,
+        "summary": summary(rows),
+        "reasons": dict(Counter(s["reason"].split(":")[0] for s in skipped)),
+    }
 
 
 def summary_table(report: dict) -> str:
     from costmodel.render.text import aligned
 
-    rows = [("system", "engine", "model", "mode", "n", "TTFT |err| median", "p90", "measured/predicted",
-             "TPOT |err| median", "p90", "measured/predicted")]
-    for s in sorted(report["summary"], key=lambda s: (s["system"] == "all", s["mode"] == "all", s["system"],
-                                                      s["backend"], s["model_path"], s["mode"])):
-        rows.append((s["system"], s["backend"], s["model_path"], s["mode"], str(s["n"]),
-                     f"{s['ttft_median_error']:.1%}",
-                     f"{s['ttft_p90_error']:.1%}", f"{s['ttft_measured_over_predicted']:.2f}",
-                     f"{s['tpot_median_error']:.1%}", f"{s['tpot_p90_error']:.1%}",
-                     f"{s['tpot_measured_over_predicted']:.2f}"))
+    rows = [
+        (
+            "system",
+            "engine",
+            "model",
+            "mode",
+            "n",
+            "TTFT |err| median",
+            "p90",
+            "measured/predicted",
+            "TPOT |err| median",
+            "p90",
+            "measured/predicted",
+        )
+    ]
+    for s in sorted(
+        report["summary"],
+        key=lambda s: (s["system"] == "all", s["mode"] == "all", s["system"], s["backend"], s["model_path"], s["mode"]),
+    ):
+        rows.append(
+            (
+                s["system"],
+                s["backend"],
+                s["model_path"],
+                s["mode"],
+                str(s["n"]),
+                f"{s['ttft_median_error']:.1%}",
+                f"{s['ttft_p90_error']:.1%}",
+                f"{s['ttft_measured_over_predicted']:.2f}",
+                f"{s['tpot_median_error']:.1%}",
+                f"{s['tpot_p90_error']:.1%}",
+                f"{s['tpot_measured_over_predicted']:.2f}",
+            )
+        )
     totals = sum(s["system"] == "all" for s in report["summary"])
     lines = aligned(rows, right=set(range(4, 11)), rules=(1, len(rows) - totals))
     total = len(report["rows"]) + len(report["skipped"])
@@ -545,7 +725,7 @@ def summary_table(report: dict) -> str:
     lines += [f"  {n:4d}  {reason}" for reason, n in sorted(report["reasons"].items(), key=lambda kv: -kv[1])]
     assumed = Counter(a for r in report["rows"] for a in r.get("assumed", ()))
     if assumed:
-        lines += ["predicted with what the row does not record (each row's \"assumed\" in the JSON):"]
+        lines += ['predicted with what the row does not record (each row\'s "assumed" in the JSON):']
         lines += [f"  {n:4d}  {a}" for a, n in sorted(assumed.items(), key=lambda kv: -kv[1])]
     return "\n".join(lines)
 
@@ -575,8 +755,15 @@ def serving_command(path: str, json_path: str | None, plot_path: str | None, fmt
     if plot_path is not None:
         from costmodel.render.plots import draw_predicted_vs_measured, save
 
-        rows = [{"measured_s": r[f"measured_{k}_s"], "predicted_s": r[f"predicted_{k}_s"],
-                 "group": f"{k.upper()} {r['backend']}"} for r in report["rows"] for k in ("ttft", "tpot")]
+        rows = [
+            {
+                "measured_s": r[f"measured_{k}_s"],
+                "predicted_s": r[f"predicted_{k}_s"],
+                "group": f"{k.upper()} {r['backend']}",
+            }
+            for r in report["rows"]
+            for k in ("ttft", "tpot")
+        ]
         save(draw_predicted_vs_measured(rows, "served deployments: predicted against measured"), plot_path)
         if not quiet:
             yield from wrote(plot_path)

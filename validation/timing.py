@@ -37,9 +37,19 @@ class Timing:
 class Timer:
     """Times callables on one device with a cache flush between repetitions."""
 
-    def __init__(self, device: str, *, flush_bytes: int | None = None, warmup: int = 3, min_reps: int = 5,
-                 max_reps: int = 50, budget_s: float = 0.25, threads: int | None = None, graph: bool = False,
-                 wall_budget: bool = False):
+    def __init__(
+        self,
+        device: str,
+        *,
+        flush_bytes: int | None = None,
+        warmup: int = 3,
+        min_reps: int = 5,
+        max_reps: int = 50,
+        budget_s: float = 0.25,
+        threads: int | None = None,
+        graph: bool = False,
+        wall_budget: bool = False,
+    ):
         if graph and device != "cuda":
             raise ValueError(f"CUDA-graph timing needs a CUDA device, not {device}")
         self.device, self.graph = device, graph
@@ -55,12 +65,19 @@ class Timer:
         self.threads = torch.get_num_threads()
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.float32, device=device) if flush_bytes else None
         flush = f"{flush_bytes >> 20} MiB cache flush between repetitions" if flush_bytes else "no cache flush"
-        clock = ("CUDA events around one CUDA-graph replay of the call, launched while the GPU runs the cache flush "
-                 f"and a {SPIN_CYCLES:,}-cycle spin" if graph else
-                 "CUDA events, device synchronised" if device == "cuda" else f"perf_counter, {self.threads} threads")
+        clock = (
+            "CUDA events around one CUDA-graph replay of the call, launched while the GPU runs the cache flush "
+            f"and a {SPIN_CYCLES:,}-cycle spin"
+            if graph
+            else "CUDA events, device synchronised"
+            if device == "cuda"
+            else f"perf_counter, {self.threads} threads"
+        )
         wall = " of wall time, flushes included" if wall_budget else ""
-        self.method = (f"{clock}; {warmup} warm-up runs; {min_reps}-{max_reps} timed repetitions "
-                       f"(within about {budget_s:g} s{wall}); median, p10, p90; {flush}")
+        self.method = (
+            f"{clock}; {warmup} warm-up runs; {min_reps}-{max_reps} timed repetitions "
+            f"(within about {budget_s:g} s{wall}); median, p10, p90; {flush}"
+        )
 
     def _flush(self) -> None:
         if self.flush_buffer is not None:
@@ -82,6 +99,7 @@ class Timer:
             def once() -> float:
                 self._flush()
                 return clock(fn)
+
         times: list[float] = []
         start, spent = time.perf_counter(), 0.0
         while len(times) < self.min_reps or (len(times) < self.max_reps and spent < self.budget_s):
@@ -115,6 +133,7 @@ class Timer:
             end.record()
             torch.cuda.synchronize()
             return start.elapsed_time(end) / 1e3
+
         return once
 
     def _summary(self, times: list[float]) -> Timing:
@@ -206,8 +225,13 @@ def merge(timings: list[Timing]) -> Timing:
     if len(timings) == 1:
         return timings[0]
     med = lambda key: statistics.median(getattr(t, key) for t in timings)  # noqa: E731
-    return Timing(med("median_s"), med("p10_s"), med("p90_s"), sum(t.reps for t in timings),
-                  f"{timings[0].method}; median over {len(timings)} passes interleaved over the whole grid")
+    return Timing(
+        med("median_s"),
+        med("p10_s"),
+        med("p90_s"),
+        sum(t.reps for t in timings),
+        f"{timings[0].method}; median over {len(timings)} passes interleaved over the whole grid",
+    )
 
 
 def noise_check(load_before: float | None, spreads: list[float], threads: int, drift: float | None = None) -> dict:
@@ -225,9 +249,17 @@ def noise_check(load_before: float | None, spreads: list[float], threads: int, d
         reasons.append(f"median p90/median spread {spread:.2f} (above {SPREAD_LIMIT})")
     if drift is not None and not 1 / DRIFT_LIMIT <= drift <= DRIFT_LIMIT:
         reasons.append(f"read bandwidth {drift:.2f}x what it was at calibration")
-    return {"load_average": load_before, "cores": cores, "threads": threads,
-            "median_spread": None if spread is None else round(spread, 3),
-            "speed_since_calibration": None if drift is None else round(drift, 3),
-            "busy": bool(reasons),
-            "warning": ("the machine was busy (" + "; ".join(reasons) + "): these timings are noise, not the "
-                        "device; rerun on a quiet machine") if reasons else None}
+    return {
+        "load_average": load_before,
+        "cores": cores,
+        "threads": threads,
+        "median_spread": None if spread is None else round(spread, 3),
+        "speed_since_calibration": None if drift is None else round(drift, 3),
+        "busy": bool(reasons),
+        "warning": (
+            "the machine was busy (" + "; ".join(reasons) + "): these timings are noise, not the "
+            "device; rerun on a quiet machine"
+        )
+        if reasons
+        else None,
+    }

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.counts.compiled import compile_program
-from costmodel.hardware.profile import HardwareProfile
 from costmodel.attention.roofline import memory_fit, predict
 from costmodel.attention.sweeps import sweep_arrays
 from costmodel.attention.workload import Workload
+from costmodel.counts.compiled import compile_program
+from costmodel.hardware.profile import HardwareProfile
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,8 @@ class RooflinePoint:
     g: int
     mode: str
     op: str
-    intensity: float       # FLOPs per byte
-    attainable: float      # min(peak, intensity x bandwidth), FLOP/s
+    intensity: float  # FLOPs per byte
+    attainable: float  # min(peak, intensity x bandwidth), FLOP/s
     bound: str
 
 
@@ -41,13 +41,14 @@ class MemoryLimit:
     """The largest swept value at which weights + KV cache still fit, and the time there."""
 
     variant: str
-    x: float | None     # None: fits over the whole range (or nowhere)
+    x: float | None  # None: fits over the whole range (or nowhere)
     time_s: float | None
     fits_everywhere: bool
 
 
-def memory_limits(hw: HardwareProfile, workloads: list[Workload], dim: str, values, linked=(), overlap: str = "max",
-                  model=None) -> list[MemoryLimit]:
+def memory_limits(
+    hw: HardwareProfile, workloads: list[Workload], dim: str, values, linked=(), overlap: str = "max", model=None
+) -> list[MemoryLimit]:
     """Where each variant runs out of memory along the sweep: exact for batch and context, from the
     swept points for other dimensions."""
     out = []

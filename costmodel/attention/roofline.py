@@ -15,19 +15,20 @@ from typing import Literal
 
 from pydantic import ConfigDict, RootModel
 
-from costmodel.core import checks
-from costmodel.price.bands import Band, band, total as band_total
-from costmodel.price.bands import assumption as band_assumption
-from costmodel.counts.compiled import Compiled, compile_program
-from costmodel.core.errors import CostModelError
-from costmodel.core.reports import DeviceSummary, Report
-from costmodel.core.fits import largest_count, largest_fitting
-from costmodel.hardware.profile import HardwareProfile
-from costmodel.hardware.mechanisms import MECHANISMS
-from costmodel.price.origin import time_model
-from costmodel.price.op import Conventions, Precision, price, program_ops
-from costmodel.core.vocab import DEFAULTS, OVERLAPS, choice, dtype_bytes
 from costmodel.attention.workload import Workload
+from costmodel.core import checks
+from costmodel.core.errors import CostModelError
+from costmodel.core.fits import largest_count, largest_fitting
+from costmodel.core.reports import DeviceSummary, Report
+from costmodel.core.vocab import DEFAULTS, OVERLAPS, choice, dtype_bytes
+from costmodel.counts.compiled import Compiled, compile_program
+from costmodel.hardware.mechanisms import MECHANISMS
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.price.bands import Band, band
+from costmodel.price.bands import assumption as band_assumption
+from costmodel.price.bands import total as band_total
+from costmodel.price.op import Conventions, Precision, price, program_ops
+from costmodel.price.origin import time_model
 
 Overlap = Literal["max", "sum"]
 #: The dimension that grows the KV cache in each mode (the one "largest context" solves for).
@@ -112,8 +113,9 @@ class Comparison(RootModel[list[Prediction]]):
         return len(self.root)
 
 
-def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["overlap"], timing: str = "graph",
-            without=()) -> Prediction:
+def predict(
+    workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["overlap"], timing: str = "graph", without=()
+) -> Prediction:
     """Prediction of one workload on one device: the fitted mechanisms of :mod:`costmodel.hardware.mechanisms`
     for the ``timing`` convention (``without`` switches mechanisms off; ``("all",)`` is the bare
     datasheet roofline), or the datasheet roofline where the device has no fitted parameters."""
@@ -126,16 +128,27 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
     hw.peak(w.dtype)  # a dtype the device lacks is an error before any arithmetic
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
     rows = []
-    for op, shape, einsum, _ in program_ops(compiled, w.dims(), w.mode, Precision.of(width, w.dtype),
-                                            launches=w.n if w.mode == "generate" else 1):
+    for op, shape, einsum, _ in program_ops(
+        compiled, w.dims(), w.mode, Precision.of(width, w.dtype), launches=w.n if w.mode == "generate" else 1
+    ):
         op = dataclasses.replace(op, flops=float(op.flops), bytes=float(op.bytes))
         t = price(op, shape, hw, Conventions(model, overlap))
-        rows.append(OpPrediction(
-            name=op.name, einsum=einsum, flops=op.flops, bytes=op.bytes,
-            intensity=op.flops / op.bytes if op.bytes else 0.0, compute_s=t.compute, memory_s=t.memory,
-            launch_s=t.overhead, time_s=t.time, bound=t.bound, efficiency_class=t.cls,
-            band=band(t.time, hw, model, op.cls),
-        ))
+        rows.append(
+            OpPrediction(
+                name=op.name,
+                einsum=einsum,
+                flops=op.flops,
+                bytes=op.bytes,
+                intensity=op.flops / op.bytes if op.bytes else 0.0,
+                compute_s=t.compute,
+                memory_s=t.memory,
+                launch_s=t.overhead,
+                time_s=t.time,
+                bound=t.bound,
+                efficiency_class=t.cls,
+                band=band(t.time, hw, model, op.cls),
+            )
+        )
     L = w.layers
     compute = L * sum(r.compute_s for r in rows)
     memory = L * sum(r.memory_s for r in rows)
@@ -143,21 +156,37 @@ def predict(workload: Workload, hw: HardwareProfile, overlap: str = DEFAULTS["ov
     tokens = w.b * (w.n if w.mode in ("batched", "generate") else 1)
     per_token = {"incremental": time, "generate": time / w.n}.get(w.mode)
     total = Totals(
-        flops=L * sum(r.flops for r in rows), bytes=L * sum(r.bytes for r in rows), time_s=time,
-        compute_s=compute, memory_s=memory, launch_s=L * sum(r.launch_s for r in rows),
-        bound="compute" if compute > memory else "memory", per_token_s=per_token, tokens_per_s=tokens / time,
+        flops=L * sum(r.flops for r in rows),
+        bytes=L * sum(r.bytes for r in rows),
+        time_s=time,
+        compute_s=compute,
+        memory_s=memory,
+        launch_s=L * sum(r.launch_s for r in rows),
+        bound="compute" if compute > memory else "memory",
+        per_token_s=per_token,
+        tokens_per_s=tokens / time,
         band=band_total((L * r.time_s, r.band and r.band.scaled(L)) for r in rows),
     )
     return Prediction(
-        hardware=hardware_summary(hw, w.dtype, model), workload=w, overlap=overlap, timing=model.timing,
-        mechanisms=sorted(model.on) if model.active else [], ops=rows, total=total,
+        hardware=hardware_summary(hw, w.dtype, model),
+        workload=w,
+        overlap=overlap,
+        timing=model.timing,
+        mechanisms=sorted(model.on) if model.active else [],
+        ops=rows,
+        total=total,
         memory=memory_fit(compiled, w, hw),
         assumptions=assumptions(w, hw, overlap, model) + band_assumption((r.band for r in rows), hw),
     )
 
 
-def compare(workloads: list[Workload], hw: HardwareProfile, overlap: str = DEFAULTS["overlap"],
-            timing: str = "graph", without=()) -> Comparison:
+def compare(
+    workloads: list[Workload],
+    hw: HardwareProfile,
+    overlap: str = DEFAULTS["overlap"],
+    timing: str = "graph",
+    without=(),
+) -> Comparison:
     """Predictions of several workloads (variants of one) on one device, speed-ups over the first."""
     if not isinstance(workloads, (list, tuple)) or not workloads:
         raise CostModelError(f"workloads must be a non-empty list of Workload, got {workloads!r}"[:200])
@@ -173,11 +202,19 @@ def hardware_summary(hw: HardwareProfile, dtype: str, model=None, devices: int =
         where = "fitted and transferred" if len(kinds) > 1 else kinds.pop()
         efficiency = f"{where} efficiency, {model.timing} timing"
     return DeviceSummary(
-        efficiency=efficiency, id=hw.id, name=hw.name, kind=hw.kind, dtype=dtype,
-        peak_flops_per_s=hw.peak(dtype), vector_peak_flops_per_s=hw.vector_peak(dtype),
-        memory_bandwidth_bytes_per_s=hw.bandwidth, memory_capacity_bytes=hw.capacity,
-        launch_overhead_s=hw.launch_overhead, ridge_point_flops_per_byte=hw.ridge_point(dtype),
-        measured=hw.measured is not None, devices=devices,
+        efficiency=efficiency,
+        id=hw.id,
+        name=hw.name,
+        kind=hw.kind,
+        dtype=dtype,
+        peak_flops_per_s=hw.peak(dtype),
+        vector_peak_flops_per_s=hw.vector_peak(dtype),
+        memory_bandwidth_bytes_per_s=hw.bandwidth,
+        memory_capacity_bytes=hw.capacity,
+        launch_overhead_s=hw.launch_overhead,
+        ridge_point_flops_per_byte=hw.ridge_point(dtype),
+        measured=hw.measured is not None,
+        devices=devices,
     )
 
 
@@ -193,8 +230,13 @@ def memory_fit(compiled: Compiled, w: Workload, hw: HardwareProfile) -> MemoryFi
     max_batch = largest_count(free, cache(b=1))
     max_context = largest_fitting(lambda c: weights + cache(**{ctx: c}) <= hw.capacity)
     return MemoryFit(
-        kv_cache_bytes=kv, weight_bytes=weights, capacity_bytes=hw.capacity, fits=kv + weights <= hw.capacity,
-        max_batch=max_batch, max_context=max_context, context_dim=ctx,
+        kv_cache_bytes=kv,
+        weight_bytes=weights,
+        capacity_bytes=hw.capacity,
+        fits=kv + weights <= hw.capacity,
+        max_batch=max_batch,
+        max_context=max_context,
+        context_dim=ctx,
     )
 
 
@@ -202,24 +244,33 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
     """What the time model of a prediction is, in words: which mechanisms, fitted on what."""
     if not model.active:
         if model.resolved is None:
-            return [f"no fitted efficiency for {hw.id} (none fitted, none transferable): the datasheet roofline, "
-                    "a lower bound on time"]
-        return ["every mechanism switched off: the bare datasheet roofline, max(FLOPs / peak, bytes / bandwidth) "
-                "with no launch cost, a lower bound on time"]
+            return [
+                f"no fitted efficiency for {hw.id} (none fitted, none transferable): the datasheet roofline, "
+                "a lower bound on time"
+            ]
+        return [
+            "every mechanism switched off: the bare datasheet roofline, max(FLOPs / peak, bytes / bandwidth) "
+            "with no launch cost, a lower bound on time"
+        ]
     off = [m for m in MECHANISMS if m not in model.on]
     origins = sorted({f"{cls}: {o}" for cls, o in model.resolved.origin.items()})
-    lines = [f"time = fixed cost per call ({model.timing} timing) + max(compute at the fitted efficiency with "
-             "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + second kernels (decode "
-             "work units and split-KV combine, split-K reduction, a prefill's cache write, a low-precision layer's "
-             "input quantize); "
-             "mechanisms on: " + ", ".join(sorted(model.on)) + (f"; off: {', '.join(off)}" if off else "")]
+    lines = [
+        f"time = fixed cost per call ({model.timing} timing) + max(compute at the fitted efficiency with "
+        "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + second kernels (decode "
+        "work units and split-KV combine, split-K reduction, a prefill's cache write, a low-precision layer's "
+        "input quantize); "
+        "mechanisms on: " + ", ".join(sorted(model.on)) + (f"; off: {', '.join(off)}" if off else "")
+    ]
     serial = sorted(cls for cls, eff in model.resolved.classes.items() if eff.overlap == "sum")
     if serial:
-        lines.append("compute + memory instead of max for the classes whose kernel does one after the other: "
-                     + ", ".join(serial))
+        lines.append(
+            "compute + memory instead of max for the classes whose kernel does one after the other: "
+            + ", ".join(serial)
+        )
     lines.append("efficiency parameters: " + "; ".join(origins))
     if any(o.kind == "transferred" for o in model.resolved.origin.values()):
         from costmodel.price.origin import TRANSFER_RULE
+
         lines.append(f"transfer rule: {TRANSFER_RULE}")
     return lines
 
@@ -227,25 +278,35 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
 def assumptions(w: Workload, hw: HardwareProfile, overlap: str, model=None) -> list[str]:
     how = "max(compute, memory)" if overlap == "max" else "compute + memory"
     peaks = "measured" if hw.measured else "datasheet dense"
-    launch = (f" + {hw.launch_overhead * 1e6:g} µs launch per kernel" if model is None or "fixed" in model.on else
-              ", no launch cost")
+    launch = (
+        f" + {hw.launch_overhead * 1e6:g} µs launch per kernel"
+        if model is None or "fixed" in model.on
+        else ", no launch cost"
+    )
     if model is not None and model.active:
         out = mechanism_lines(hw, model)
     else:
-        out = [f"roofline per op: time = {how}{launch}; {peaks} peaks "
-               f"({w.dtype} for einsums, vector peak for elementwise ops)"]
+        out = [
+            f"roofline per op: time = {how}{launch}; {peaks} peaks "
+            f"({w.dtype} for einsums, vector peak for elementwise ops)"
+        ]
         tile = hw.systolic_tile
         if tile is not None and model is not None and "tiles" in model.on:
-            out.append(f"matrix unit: a systolic array of {tile[0]} x {tile[1]}; every product in whole passes of it "
-                       f"(K and N in whole tiles, at least {tile[0]} rows of M a pass: a head's one query row in "
-                       f"decode costs {tile[0]}; --without tiles: none)")
+            out.append(
+                f"matrix unit: a systolic array of {tile[0]} x {tile[1]}; every product in whole passes of it "
+                f"(K and N in whole tiles, at least {tile[0]} rows of M a pass: a head's one query row in "
+                f"decode costs {tile[0]}; --without tiles: none)"
+            )
         out += mechanism_lines(hw, model) if model is not None else []
     out += [
-        "every op is its own kernel; intermediates go through memory" if w.execution == "unfused" else
-        "fused attention: logits and weights stay on chip; K and V are read once with their g heads",
+        "every op is its own kernel; intermediates go through memory"
+        if w.execution == "unfused"
+        else "fused attention: logits and weights stay on chip; K and V are read once with their g heads",
         f"op rows are per layer; totals are x {w.layers} layer(s); weights are the attention projections only",
         "memory fit: weights + KV cache against capacity, no activations or framework overhead",
     ]
     if w.mode == "generate":
-        out.append("generate: the roofline is applied to each op's n-step totals (exact when every step has the same bound)")
+        out.append(
+            "generate: the roofline is applied to each op's n-step totals (exact when every step has the same bound)"
+        )
     return out

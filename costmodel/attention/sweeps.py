@@ -12,16 +12,16 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
+from costmodel.attention.workload import Workload
 from costmodel.core import checks
-from costmodel.price.bands import band
-from costmodel.counts.compiled import ARG_NAMES, compile_program
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import DeviceSummary, Report
-from costmodel.hardware.profile import HardwareProfile
-from costmodel.price.origin import time_model
-from costmodel.price.op import Conventions, Precision, price, program_ops
 from costmodel.core.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIMS, choice, dtype_bytes, whole
-from costmodel.attention.workload import Workload
+from costmodel.counts.compiled import ARG_NAMES, compile_program
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.price.bands import band
+from costmodel.price.op import Conventions, Precision, price, program_ops
+from costmodel.price.origin import time_model
 
 #: The most points one range may hold unless told otherwise; more is refused before any work.
 MAX_POINTS: int = DEFAULTS["max_points"]
@@ -67,8 +67,9 @@ def range_array(text: str, limit: int = MAX_POINTS):
             if count > limit:
                 raise _too_many(text, count, limit)
             if start * factor ** max(count - 1, 0) > MAX_DIM * 2:
-                raise CostModelError(f"range {text!r} goes up to {int(start * factor ** (count - 1))}; values must "
-                                     f"be at most {MAX_DIM}")
+                raise CostModelError(
+                    f"range {text!r} goes up to {int(start * factor ** (count - 1))}; values must be at most {MAX_DIM}"
+                )
             out = [int(round(start * factor**i)) for i in range(count)]
         else:
             stride = whole(step.removeprefix("+"))
@@ -80,8 +81,9 @@ def range_array(text: str, limit: int = MAX_POINTS):
             if count > limit:
                 raise _too_many(text, count, limit)
             if count and start + (count - 1) * stride > MAX_DIM:
-                raise CostModelError(f"range {text!r} goes up to {start + (count - 1) * stride}; values must be at "
-                                     f"most {MAX_DIM}")
+                raise CostModelError(
+                    f"range {text!r} goes up to {start + (count - 1) * stride}; values must be at most {MAX_DIM}"
+                )
             return np.arange(start, stop + 1, stride, dtype=np.int64)
     if not out:
         raise bad
@@ -91,12 +93,21 @@ def range_array(text: str, limit: int = MAX_POINTS):
 
 
 def _too_many(what: str, count: int, limit: int) -> CostModelError:
-    return CostModelError(f"range {what!r} has {count} points, more than the limit of {limit}; use a coarser step, "
-                          "or raise the limit (max_points, --max-points)")
+    return CostModelError(
+        f"range {what!r} has {count} points, more than the limit of {limit}; use a coarser step, "
+        "or raise the limit (max_points, --max-points)"
+    )
 
 
-def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, overlap: str = DEFAULTS["overlap"],
-                 linked: tuple[str, ...] = (), model=None) -> dict:
+def sweep_arrays(
+    workload: Workload,
+    hw: HardwareProfile,
+    dim: str,
+    values,
+    overlap: str = DEFAULTS["overlap"],
+    linked: tuple[str, ...] = (),
+    model=None,
+) -> dict:
     """Evaluate the prediction over an array of values of one dimension symbol (``b``, ``m``, ...).
 
     ``linked`` dimensions take the same values (``m`` with ``n`` for batched self-attention). Returns
@@ -138,9 +149,14 @@ def sweep_arrays(workload: Workload, hw: HardwareProfile, dim: str, values, over
     kv = np.broadcast_to(cache_elements, x.shape) * float(lw)
     weights = np.broadcast_to(weight_elements, x.shape) * float(lw)
     return {
-        **{name: x for name in (dim, *linked)}, "time_s": time * w.layers, "flops": flops * w.layers,
-        "low_s": low * w.layers, "high_s": high * w.layers,
-        "bytes": nbytes * w.layers, "kv_cache_bytes": kv, "fits": kv + weights <= hw.capacity,
+        **{name: x for name in (dim, *linked)},
+        "time_s": time * w.layers,
+        "flops": flops * w.layers,
+        "low_s": low * w.layers,
+        "high_s": high * w.layers,
+        "bytes": nbytes * w.layers,
+        "kv_cache_bytes": kv,
+        "fits": kv + weights <= hw.capacity,
     }
 
 
@@ -204,7 +220,7 @@ class SweepPlan(BaseModel):
         dim, parameter = self.dim, self.parameter
         for w in self.workloads:
             for start in range(0, len(self.values), size):
-                values = self.values[start:start + size]
+                values = self.values[start : start + size]
                 r = sweep_arrays(w, self.hw, dim, values, self.overlap, self.linked, self.model)
                 out = []
                 for i, x in enumerate(values.tolist()):
@@ -214,19 +230,35 @@ class SweepPlan(BaseModel):
                     low, high = float(r["low_s"][i]), float(r["high_s"][i])
                     per_token = {"incremental": time, "generate": time / n}.get(w.mode)
                     tokens = b if w.mode == "incremental" else b * n
-                    out.append({
-                        parameter: x, "variant": w.variant, "g": int(r["g"][i]) if dim == "g" else w.g,
-                        "time_s": time, "per_token_s": per_token, "tokens_per_s": tokens / time,
-                        "low_s": low if low == low else None, "high_s": high if high == high else None,
-                        "flops": float(r["flops"][i]), "bytes": float(r["bytes"][i]),
-                        "kv_cache_bytes": float(r["kv_cache_bytes"][i]), "fits": bool(r["fits"][i]),
-                    })
+                    out.append(
+                        {
+                            parameter: x,
+                            "variant": w.variant,
+                            "g": int(r["g"][i]) if dim == "g" else w.g,
+                            "time_s": time,
+                            "per_token_s": per_token,
+                            "tokens_per_s": tokens / time,
+                            "low_s": low if low == low else None,
+                            "high_s": high if high == high else None,
+                            "flops": float(r["flops"][i]),
+                            "bytes": float(r["bytes"][i]),
+                            "kv_cache_bytes": float(r["kv_cache_bytes"][i]),
+                            "fits": bool(r["fits"][i]),
+                        }
+                    )
                 yield out
 
 
-def plan_sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: str, values: list[int] | str,
-               overlap: str = DEFAULTS["overlap"], max_points: int = MAX_POINTS, timing: str = DEFAULTS["timing"],
-               without=()) -> SweepPlan:
+def plan_sweep(
+    workloads: Workload | list[Workload],
+    hw: HardwareProfile,
+    parameter: str,
+    values: list[int] | str,
+    overlap: str = DEFAULTS["overlap"],
+    max_points: int = MAX_POINTS,
+    timing: str = DEFAULTS["timing"],
+    without=(),
+) -> SweepPlan:
     """Every check of :func:`sweep`, and the values as an array; nothing evaluated yet."""
     import numpy as np
 
@@ -243,23 +275,42 @@ def plan_sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parame
     elif isinstance(values, (list, tuple)) or hasattr(values, "__array__"):
         if len(values) > max_points:
             raise _too_many(f"{len(values)} values", len(values), max_points)
-        values = np.asarray([checks.count("values", x, least=0)
-                             for x in (values.tolist() if hasattr(values, "tolist") else values)], dtype=np.int64)
+        values = np.asarray(
+            [checks.count("values", x, least=0) for x in (values.tolist() if hasattr(values, "tolist") else values)],
+            dtype=np.int64,
+        )
     else:
-        raise CostModelError(f"values must be a list of integers or a range such as '128:32768:x2', got {values!r}"[:200])
+        raise CostModelError(
+            f"values must be a list of integers or a range such as '128:32768:x2', got {values!r}"[:200]
+        )
     if not len(values):
         raise CostModelError("a sweep needs at least one value")
     overlap = choice("overlap", overlap, OVERLAPS)
     model = time_model(hw, timing, without)
     parameter = parameter.replace("-", "_")
     dim, linked = check_sweep(workloads, parameter, values)
-    return SweepPlan(hw=hw, workloads=list(workloads), parameter=parameter, dim=dim, linked=linked, values=values,
-                     overlap=overlap, model=model)
+    return SweepPlan(
+        hw=hw,
+        workloads=list(workloads),
+        parameter=parameter,
+        dim=dim,
+        linked=linked,
+        values=values,
+        overlap=overlap,
+        model=model,
+    )
 
 
-def sweep(workloads: Workload | list[Workload], hw: HardwareProfile, parameter: str, values: list[int] | str,
-          overlap: str = DEFAULTS["overlap"], max_points: int = MAX_POINTS, timing: str = DEFAULTS["timing"],
-          without=()) -> Sweep:
+def sweep(
+    workloads: Workload | list[Workload],
+    hw: HardwareProfile,
+    parameter: str,
+    values: list[int] | str,
+    overlap: str = DEFAULTS["overlap"],
+    max_points: int = MAX_POINTS,
+    timing: str = DEFAULTS["timing"],
+    without=(),
+) -> Sweep:
     """Predict ``workloads`` at every value of ``parameter`` (a name of :meth:`Workload.create`: batch,
     context, seq, groups, ...); ``values`` is a list or a range (``"128:32768:x2"``). The records are held in
     memory; :func:`plan_sweep` yields them a chunk at a time."""
@@ -271,6 +322,12 @@ def swept(plan: SweepPlan) -> Sweep:
     from costmodel.attention.roofline import hardware_summary
 
     records = [r for chunk in plan.chunks() for r in chunk]
-    return Sweep.model_construct(hardware=hardware_summary(plan.hw, plan.workloads[0].dtype, plan.model),
-                                 parameter=plan.parameter, dim=plan.dim, linked=plan.linked,
-                                 values=plan.values.tolist(), workloads=plan.workloads, records=records)
+    return Sweep.model_construct(
+        hardware=hardware_summary(plan.hw, plan.workloads[0].dtype, plan.model),
+        parameter=plan.parameter,
+        dim=plan.dim,
+        linked=plan.linked,
+        values=plan.values.tolist(),
+        workloads=plan.workloads,
+        records=records,
+    )

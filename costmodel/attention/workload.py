@@ -5,10 +5,20 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from costmodel.core import checks
-
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import (DEFAULTS, MAX_DIM, PREDICT_MODES, SIDE_BY_SIDE, CacheAppend, Dtype, Execution, PredictMode,
-                             Variant, choice, kv_heads)
+from costmodel.core.vocab import (
+    DEFAULTS,
+    MAX_DIM,
+    PREDICT_MODES,
+    SIDE_BY_SIDE,
+    CacheAppend,
+    Dtype,
+    Execution,
+    PredictMode,
+    Variant,
+    choice,
+    kv_heads,
+)
 
 DIMS = ("b", "n", "m", "d", "h", "g", "k", "v")
 
@@ -71,29 +81,57 @@ class Workload(BaseModel):
         incremental mode and m = n in batched mode; GQA's g = gcd(h, 8).
         """
         mode = choice("mode", mode, PREDICT_MODES)
-        for name, value in (("variant", variant), ("dtype", dtype), ("execution", execution),
-                            ("cache_append", cache_append)):
+        for name, value in (
+            ("variant", variant),
+            ("dtype", dtype),
+            ("execution", execution),
+            ("cache_append", cache_append),
+        ):
             checks.text(name, value)
-        for name, value in (("batch", batch), ("seq", seq), ("context", context), ("d_model", d_model),
-                            ("heads", heads), ("groups", groups), ("head_dim", head_dim), ("value_dim", value_dim),
-                            ("layers", layers)):
-            checks.count(name, value, least=0 if name == "context" else 1,
-                         optional=name in ("seq", "context", "groups", "head_dim", "value_dim"))
+        for name, value in (
+            ("batch", batch),
+            ("seq", seq),
+            ("context", context),
+            ("d_model", d_model),
+            ("heads", heads),
+            ("groups", groups),
+            ("head_dim", head_dim),
+            ("value_dim", value_dim),
+            ("layers", layers),
+        ):
+            checks.count(
+                name,
+                value,
+                least=0 if name == "context" else 1,
+                optional=name in ("seq", "context", "groups", "head_dim", "value_dim"),
+            )
         g = kv_heads(variant, heads, groups)
         if mode == "generate" and context is not None:
             raise CostModelError("context does not apply in generate mode (it starts from an empty cache); use seq")
         if (head_dim is None or value_dim is None) and d_model % heads:
-            raise CostModelError(
-                f"d_model {d_model} is not divisible by heads {heads}; give head_dim and value_dim"
-            )
+            raise CostModelError(f"d_model {d_model} is not divisible by heads {heads}; give head_dim and value_dim")
         n = seq if seq is not None else (1 if mode == "incremental" else DEFAULTS["seq"])
-        m = context if context is not None else (n if mode == "batched" else
-                                                 DEFAULTS["context"] if mode == "incremental" else 0)
+        m = (
+            context
+            if context is not None
+            else (n if mode == "batched" else DEFAULTS["context"] if mode == "incremental" else 0)
+        )
         try:
             return cls(
-                variant=variant.lower(), mode=mode, b=batch, n=n, m=m, d=d_model, h=heads, g=g,
-                k=head_dim or d_model // heads, v=value_dim or head_dim or d_model // heads,
-                dtype=dtype.lower(), layers=layers, execution=execution.lower(), cache_append=cache_append.lower(),
+                variant=variant.lower(),
+                mode=mode,
+                b=batch,
+                n=n,
+                m=m,
+                d=d_model,
+                h=heads,
+                g=g,
+                k=head_dim or d_model // heads,
+                v=value_dim or head_dim or d_model // heads,
+                dtype=dtype.lower(),
+                layers=layers,
+                execution=execution.lower(),
+                cache_append=cache_append.lower(),
             )
         except ValidationError as err:
             raise CostModelError(pydantic_message(err)) from None
@@ -113,8 +151,9 @@ def pydantic_message(err: ValueError, origin: str = "") -> str:
     return f"{origin}: {text}" if origin else text
 
 
-def workloads(variant: str | None = None, groups: int | None = None, mode: str = DEFAULTS["mode"],
-              **params) -> list[Workload]:
+def workloads(
+    variant: str | None = None, groups: int | None = None, mode: str = DEFAULTS["mode"], **params
+) -> list[Workload]:
     """One workload per variant asked for; MHA, GQA and MQA side by side when ``variant`` is None.
     ``params`` are those of :meth:`Workload.create` (batch, context, dtype, ...)."""
     from costmodel.core.vocab import VARIANTS, check_groups

@@ -1,2 +1,1 @@
-"""The command line: one module per family of commands, and the options they share. Nothing imports it.
-"""
+"""The command line: one module per family of commands, and the options they share. Nothing imports it."""

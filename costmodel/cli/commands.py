@@ -9,19 +9,41 @@ from __future__ import annotations
 import click
 
 from costmodel import __version__
-
 from costmodel.cli import figures as cli_figures
-from costmodel.cli.plan import plan as plan_command
-from costmodel.cli.serving import capacity, model_options
 from costmodel.cli.html import html_option
 from costmodel.cli.load import LOAD_KEYS, engine_options, predict_load, step_layout, wants_load
-from costmodel.core.files import wrote
-from costmodel.cli.options import (check_writable, choices, CONTEXT, csv_to_stdout, dim_options, dtype_option,
-                                   echo_lines, emit_json, emit_records, ErrorLineGroup, FilePath, format_option,
-                                   given, gpus_option, groups_option, json_option, max_points_option, output_format,
-                                   Positive, routing_option, sweep_spec as parse_sweep_spec, variant_option,
-                                   workload_options, write_csv)
+from costmodel.cli.options import (
+    CONTEXT,
+    ErrorLineGroup,
+    FilePath,
+    Positive,
+    check_writable,
+    choices,
+    csv_to_stdout,
+    dim_options,
+    dtype_option,
+    echo_lines,
+    emit_json,
+    emit_records,
+    format_option,
+    given,
+    gpus_option,
+    groups_option,
+    json_option,
+    max_points_option,
+    output_format,
+    routing_option,
+    variant_option,
+    workload_options,
+    write_csv,
+)
+from costmodel.cli.options import (
+    sweep_spec as parse_sweep_spec,
+)
+from costmodel.cli.plan import plan as plan_command
+from costmodel.cli.serving import capacity, model_options
 from costmodel.core.errors import CostModelError
+from costmodel.core.files import wrote
 from costmodel.core.vocab import CACHE_APPENDS, DEFAULTS, DERIVE_VARIANTS, MLA_FORMS, MODES, SWEEP_DIMS
 
 
@@ -32,28 +54,60 @@ def main() -> None:
 
 
 @main.command()
-@variant_option(DERIVE_VARIANTS, "attention variant: multi-head, multi-query, grouped-query or multi-head latent (mla)",
-                default="mha", show_default=True)
+@variant_option(
+    DERIVE_VARIANTS,
+    "attention variant: multi-head, multi-query, grouped-query or multi-head latent (mla)",
+    default="mha",
+    show_default=True,
+)
 @groups_option
-@click.option("--mode", type=choices(MODES), default="incremental", show_default=True,
-              help="batched attention, one decode step, n decode steps, or the paper's one-query forms")
+@click.option(
+    "--mode",
+    type=choices(MODES),
+    default="incremental",
+    show_default=True,
+    help="batched attention, one decode step, n decode steps, or the paper's one-query forms",
+)
 @dim_options
 @click.option("--kv-rank", type=Positive, help="mla: latent rank c (DeepSeek-V2: 512)")
 @click.option("--rope-dim", type=Positive, help="mla: decoupled rotary key dimension p (DeepSeek-V2: 64)")
 @click.option("--q-rank", type=Positive, help="mla: query latent rank l (queries through a latent)")
-@click.option("--form", type=choices(MLA_FORMS), help="mla: attend in latent space (absorbed, the default) or "
-              "materialise per-head keys and values (naive)")
+@click.option(
+    "--form",
+    type=choices(MLA_FORMS),
+    help="mla: attend in latent space (absorbed, the default) or materialise per-head keys and values (naive)",
+)
 @click.option("--q-lora", is_flag=True, help="mla: queries through a latent of rank l (DeepSeek-V2 and V3)")
 @dtype_option
-@click.option("--cache-append", type=choices(CACHE_APPENDS), default="inplace", show_default=True,
-              help="KV-cache append: write the new position, or copy the cache (tf.concat)")
+@click.option(
+    "--cache-append",
+    type=choices(CACHE_APPENDS),
+    default="inplace",
+    show_default=True,
+    help="KV-cache append: write the new position, or copy the cache (tf.concat)",
+)
 @click.option("--asymptotic", is_flag=True, help="add the Θ forms under the paper's assumptions")
 @click.option("--latex", "as_latex", is_flag=True, help="print a LaTeX tabular")
 @format_option
 @json_option
 @html_option()
-def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype, cache_append, asymptotic,
-           as_latex, fmt, as_json, **dims) -> None:
+def derive(
+    variant,
+    groups,
+    mode,
+    kv_rank,
+    rope_dim,
+    q_rank,
+    form,
+    q_lora,
+    dtype,
+    cache_append,
+    asymptotic,
+    as_latex,
+    fmt,
+    as_json,
+    **dims,
+) -> None:
     """Derive exact per-op FLOP and memory counts of an attention program.
 
     Counts come from the einsum shapes of the paper's programs (Shazeer 2019), one grouped-query program
@@ -61,31 +115,46 @@ def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype
 
     Example: costmodel derive --variant mqa --mode generate --asymptotic
     """
+    from costmodel.core.vocab import PARAMETER_DIMS
     from costmodel.counts.exact import derive as derive_counts
     from costmodel.render.text import latex, table
-    from costmodel.core.vocab import PARAMETER_DIMS
 
     mla = {"c": kv_rank, "p": rope_dim, "l": q_rank}
     if variant.lower() != "mla":
-        used = [flag for flag, value in (("--kv-rank", kv_rank), ("--rope-dim", rope_dim), ("--q-rank", q_rank),
-                                         ("--form", form), ("--q-lora", q_lora or None)) if value is not None]
+        used = [
+            flag
+            for flag, value in (
+                ("--kv-rank", kv_rank),
+                ("--rope-dim", rope_dim),
+                ("--q-rank", q_rank),
+                ("--form", form),
+                ("--q-lora", q_lora or None),
+            )
+            if value is not None
+        ]
         if used:
             raise CostModelError(f"{used[0]} applies to --variant mla only")
     elif q_rank is not None and not q_lora:
         raise CostModelError("--q-rank needs --q-lora (queries through a latent)")
     fmt = output_format(fmt, as_json)
     as_json = fmt == "json"
-    report = derive_counts(variant, mode, groups=groups, dtype=dtype, cache_append=cache_append,
-                           dims={PARAMETER_DIMS[k]: v for k, v in given(dims).items()} | given(mla),
-                           form=form or MLA_FORMS[0], q_lora=q_lora)
+    report = derive_counts(
+        variant,
+        mode,
+        groups=groups,
+        dtype=dtype,
+        cache_append=cache_append,
+        dims={PARAMETER_DIMS[k]: v for k, v in given(dims).items()} | given(mla),
+        form=form or MLA_FORMS[0],
+        q_lora=q_lora,
+    )
     asym = None
     if asymptotic:
         from costmodel.counts.asymptotic import analyze
 
         if report.substitutions:
             raise CostModelError(
-                "--asymptotic needs symbolic dimensions; drop the numeric ones "
-                f"({', '.join(report.substitutions)})"
+                f"--asymptotic needs symbolic dimensions; drop the numeric ones ({', '.join(report.substitutions)})"
             )
         if report.mode in ("single-query", "dot-product"):
             raise CostModelError(f"--asymptotic applies to modes batched, incremental and generate, not {report.mode}")
@@ -105,10 +174,26 @@ def derive(variant, groups, mode, kv_rank, rope_dim, q_rank, form, q_lora, dtype
                 out["asymptotic"]["beside"] = {v: str(r) for v, r in beside.items()}
         emit_json(out)
     elif fmt in ("csv", "markdown"):
-        emit_records([{"op": o.name, "einsum": o.einsum or f"({o.kind})", "flops": str(o.flops),
-                       "memory_elements": str(o.memory_elements)} for o in report.ops]
-                     + [{"op": "total", "einsum": "", "flops": str(report.flops),
-                         "memory_elements": str(report.memory_elements)}], fmt)
+        emit_records(
+            [
+                {
+                    "op": o.name,
+                    "einsum": o.einsum or f"({o.kind})",
+                    "flops": str(o.flops),
+                    "memory_elements": str(o.memory_elements),
+                }
+                for o in report.ops
+            ]
+            + [
+                {
+                    "op": "total",
+                    "einsum": "",
+                    "flops": str(report.flops),
+                    "memory_elements": str(report.memory_elements),
+                }
+            ],
+            fmt,
+        )
     else:
         click.echo(latex(report, asym) if as_latex else table(report, asym))
         if beside and not as_latex:
@@ -164,34 +249,77 @@ def hardware_show(name, as_json) -> None:
 
         ref = reference_for(profile) if profile.efficiency is None and profile.kind == "gpu" else None
         attention = attention_reference(profile, ref) if ref is not None else None
-        click.echo(hardware_detail(profile, ref.id if ref is not None else None,
-                                   (attention.id, attention_kind(profile)) if attention is not None else None))
+        click.echo(
+            hardware_detail(
+                profile,
+                ref.id if ref is not None else None,
+                (attention.id, attention_kind(profile)) if attention is not None else None,
+            )
+        )
 
 
 @main.command()
 @gpus_option
-@variant_option(DERIVE_VARIANTS, "one variant (default: MHA, GQA and MQA side by side); with --model: re-price the "
-                "model with this attention layout (mla: DeepSeek-V2's latent of 4 x head dim)")
+@variant_option(
+    DERIVE_VARIANTS,
+    "one variant (default: MHA, GQA and MQA side by side); with --model: re-price the "
+    "model with this attention layout (mla: DeepSeek-V2's latent of 4 x head dim)",
+)
 @groups_option
 @workload_options
-@click.option("--sweep", "sweep_spec", metavar="DIM=RANGE",
-              help=f"sweep one dimension ({', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}; with --model: "
-                   "batch, context, input-len, output-len), e.g. context=128:32768:x2")
+@click.option(
+    "--sweep",
+    "sweep_spec",
+    metavar="DIM=RANGE",
+    help=f"sweep one dimension ({', '.join(k.replace('_', '-') for k in SWEEP_DIMS)}; with --model: "
+    "batch, context, input-len, output-len), e.g. context=128:32768:x2",
+)
 @click.option("--csv", "csv_path", type=FilePath(), help="with --sweep: also write a CSV file")
 @max_points_option
 @model_options
 @click.option("--model-config", type=FilePath(), help="a Hugging Face config.json to read the model from")
 @click.option("--source", type=Positive, help="with an encoder-decoder --model: source (encoder) length")
-@click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA, MQA and MLA (DeepSeek-V2's latent of "
-              "4 x head dim) versions, side by side")
+@click.option(
+    "--variants",
+    is_flag=True,
+    help="with --model: also its MHA, GQA, MQA and MLA (DeepSeek-V2's latent of 4 x head dim) versions, side by side",
+)
 @routing_option
 @engine_options
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")
 @html_option(refuse={"sweep_spec": "--sweep (`costmodel sweep --out FILE` draws a sweep)", "csv_path": "--csv"})
-def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cache_append, timing, without, sweep_spec,
-            csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len,
-            model_config, source, variants, routing, fmt, as_json, **dims) -> None:
+def predict(
+    gpus,
+    variant,
+    groups,
+    mode,
+    dtype,
+    layers,
+    execution,
+    overlap,
+    cache_append,
+    timing,
+    without,
+    sweep_spec,
+    csv_path,
+    max_points,
+    model_name,
+    tp,
+    kv_heads,
+    weight_dtype,
+    kv_dtype,
+    mla_form,
+    input_len,
+    output_len,
+    model_config,
+    source,
+    variants,
+    routing,
+    fmt,
+    as_json,
+    **dims,
+) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on one or more devices.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -218,44 +346,85 @@ def predict(gpus, variant, groups, mode, dtype, layers, execution, overlap, cach
         extra |= {"mode": mode} if mode.lower() != "incremental" else {}
         if extra:
             flag = "--" + next(iter(extra)).replace("_", "-")
-            raise CostModelError(f"{flag} does not apply with --model (the model sets its shape; "
-                                 "--batch, --context, --source, --dtype, --execution, --tp and --variant/--groups do)")
+            raise CostModelError(
+                f"{flag} does not apply with --model (the model sets its shape; "
+                "--batch, --context, --source, --dtype, --execution, --tp and --variant/--groups do)"
+            )
         from costmodel.cli.serving import conventions, load_layouts, predict_models
 
         layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants, routing)
         step = step_layout(load)
         if wants_load(load):
             if sweep_spec or dims["batch"] is not None or dims["context"] is not None:
-                raise CostModelError("--sweep, --batch and --context do not apply to a served model (the engine "
-                                     "forms its own batches; --max-num-seqs limits them)")
-            predict_load(hws, layouts, fmt, load, input_len=input_len, output_len=output_len,
-                         pricing=conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype,
-                                             mla_form))
+                raise CostModelError(
+                    "--sweep, --batch and --context do not apply to a served model (the engine "
+                    "forms its own batches; --max-num-seqs limits them)"
+                )
+            predict_load(
+                hws,
+                layouts,
+                fmt,
+                load,
+                input_len=input_len,
+                output_len=output_len,
+                pricing=conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form),
+            )
             return
-        predict_models(hws, layouts, fmt, batch=dims["batch"], context=dims["context"], input_len=input_len,
-                       output_len=output_len, sweep_spec=sweep_spec, csv_path=csv_path, max_points=max_points,
-                       source=source, pricing=conventions(dtype, execution, tp, overlap, timing, without,
-                                                          weight_dtype, kv_dtype, mla_form) | step)
+        predict_models(
+            hws,
+            layouts,
+            fmt,
+            batch=dims["batch"],
+            context=dims["context"],
+            input_len=input_len,
+            output_len=output_len,
+            sweep_spec=sweep_spec,
+            csv_path=csv_path,
+            max_points=max_points,
+            source=source,
+            pricing=conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form)
+            | step,
+        )
         return
     if wants_load(load):
         raise CostModelError("--engine, --concurrency and --request-rate apply with --model")
-    model_only = [flag for flag, value in (("--tp", tp != 1 or None), ("--source", source), ("--kv-heads", kv_heads),
-                                           ("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype),
-                                           ("--mla-form", mla_form), ("--input-len", input_len),
-                                           ("--output-len", output_len), ("--variants", variants or None),
-                                           ("--routing", routing))
-                  if value]
+    model_only = [
+        flag
+        for flag, value in (
+            ("--tp", tp != 1 or None),
+            ("--source", source),
+            ("--kv-heads", kv_heads),
+            ("--weight-dtype", weight_dtype),
+            ("--kv-dtype", kv_dtype),
+            ("--mla-form", mla_form),
+            ("--input-len", input_len),
+            ("--output-len", output_len),
+            ("--variants", variants or None),
+            ("--routing", routing),
+        )
+        if value
+    ]
     if model_only:
         raise CostModelError(f"{model_only[0]} applies with --model")
     if variant and variant.lower() == "mla":
-        raise CostModelError("--variant mla applies with --model (a model gives the latent's widths) or in "
-                             "`costmodel derive --variant mla`")
+        raise CostModelError(
+            "--variant mla applies with --model (a model gives the latent's widths) or in "
+            "`costmodel derive --variant mla`"
+        )
     if csv_path is not None and not sweep_spec:
         raise CostModelError("--csv needs --sweep DIM=RANGE")
     from costmodel.attention.workload import workloads
 
-    chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
-                       cache_append=cache_append, **given(dims))
+    chosen = workloads(
+        variant,
+        groups,
+        mode,
+        dtype=dtype,
+        layers=layers,
+        execution=execution or DEFAULTS["execution"],
+        cache_append=cache_append,
+        **given(dims),
+    )
     if sweep_spec:
         attention_sweep(hws, chosen, sweep_spec, fmt, csv_path, overlap, max_points, timing, without)
     else:
@@ -283,8 +452,9 @@ def attention_predict(hws: list, chosen: list, one_variant: bool, fmt: str, over
         click.echo(attention_devices_table(hws, results))
 
 
-def attention_sweep(hws: list, chosen: list, spec: str, fmt: str, csv_path, overlap, max_points, timing,
-                    without) -> None:
+def attention_sweep(
+    hws: list, chosen: list, spec: str, fmt: str, csv_path, overlap, max_points, timing, without
+) -> None:
     """``costmodel predict --sweep DIM=RANGE`` of attention workloads: streamed in chunks to a file or standard
     output, or held whole for an aligned table."""
     from costmodel.attention.sweeps import plan_sweep, swept
@@ -299,12 +469,16 @@ def attention_sweep(hws: list, chosen: list, spec: str, fmt: str, csv_path, over
         # streamed, a chunk at a time: memory does not grow with the points (a table is aligned whole)
         stream_sweep(hws, plans, fmt, csv_path)
         if fmt == "table":
-            echo_lines([f"wrote {csv_path} ({points} rows; a table of more than {DEFAULTS['max_points']} rows is "
-                        "not printed)"])
+            echo_lines(
+                [f"wrote {csv_path} ({points} rows; a table of more than {DEFAULTS['max_points']} rows is not printed)"]
+            )
         return
     results = [swept(plan) for plan in plans]
-    records = results[0].records if len(hws) == 1 else [{"device": hw.id, **r} for hw, result in zip(hws, results)
-                                                        for r in result.records]
+    records = (
+        results[0].records
+        if len(hws) == 1
+        else [{"device": hw.id, **r} for hw, result in zip(hws, results) for r in result.records]
+    )
     if csv_path is not None:
         write_csv(csv_path, records)
     if fmt == "table":
@@ -334,8 +508,9 @@ def stream_sweep(hws: list, plans: list, fmt: str, csv_path: str | None) -> None
     with contextlib.ExitStack() as stack:
         writer = None
         if csv_path is not None and csv_path != "-":
-            out = stack.enter_context(open(stack.enter_context(atomic_path(csv_path)), "w", newline="",
-                                           encoding="utf-8"))
+            out = stack.enter_context(
+                open(stack.enter_context(atomic_path(csv_path)), "w", newline="", encoding="utf-8")
+            )
         first = True
         for chunk in chunks():
             if csv_path is not None and csv_path != "-":
@@ -351,11 +526,14 @@ def stream_sweep(hws: list, plans: list, fmt: str, csv_path: str | None) -> None
                 click.echo(text if first else text.split("\n", 2)[2])
             elif fmt == "json":
                 try:
-                    body = ",\n".join("\n".join("  " + line for line in json.dumps(r, indent=2, allow_nan=False)
-                                                .splitlines()) for r in chunk)
+                    body = ",\n".join(
+                        "\n".join("  " + line for line in json.dumps(r, indent=2, allow_nan=False).splitlines())
+                        for r in chunk
+                    )
                 except ValueError:
-                    raise CostModelError("a result is not finite (a count or time overflowed); use smaller "
-                                         "dimensions") from None
+                    raise CostModelError(
+                        "a result is not finite (a count or time overflowed); use smaller dimensions"
+                    ) from None
                 click.echo(("[\n" if first else ",\n") + body, nl=False)
             first = False
         if fmt == "json":
@@ -375,8 +553,8 @@ def models_list(fmt, as_json) -> None:
 
     Example: costmodel models list
     """
-    from costmodel.model.presets import load_model, preset_ids
     from costmodel.model.memory import model_facts
+    from costmodel.model.presets import load_model, preset_ids
     from costmodel.render.models import model_records, models_table
 
     fmt = output_format(fmt, as_json)
@@ -413,19 +591,48 @@ def models_show(name, as_json) -> None:
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="the address to listen on (127.0.0.1: this machine only; the page has no authentication)")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="the address to listen on (127.0.0.1: this machine only; the page has no authentication)",
+)
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="the port to listen on")
-@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
-              help="a further name the page is reached by (with --host beyond this machine: its name or address)")
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="computations run at once, each in a process of its own")
-@click.option("--queue", type=click.IntRange(0, 1024), default=8, show_default=True,
-              help="requests that wait for a worker; past them a request gets 503 with Retry-After")
-@click.option("--time-limit", type=click.FloatRange(0.1, 86400), default=120.0, show_default=True,
-              help="seconds one computation may run before it is cut (the request gets 422)")
-@click.option("--memory-limit", type=click.IntRange(64, 1 << 20), default=4096, show_default=True,
-              help="MiB of memory one computation may take beyond a worker's own")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="a further name the page is reached by (with --host beyond this machine: its name or address)",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="computations run at once, each in a process of its own",
+)
+@click.option(
+    "--queue",
+    type=click.IntRange(0, 1024),
+    default=8,
+    show_default=True,
+    help="requests that wait for a worker; past them a request gets 503 with Retry-After",
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(0.1, 86400),
+    default=120.0,
+    show_default=True,
+    help="seconds one computation may run before it is cut (the request gets 422)",
+)
+@click.option(
+    "--memory-limit",
+    type=click.IntRange(64, 1 << 20),
+    default=4096,
+    show_default=True,
+    help="MiB of memory one computation may take beyond a worker's own",
+)
 def serve(host, port, allowed_hosts, workers, queue, time_limit, memory_limit) -> None:
     """A local web page over the command line, and its commands as a JSON API (GET /api/<command>?<field>=<value>
     answers `costmodel <command> ... --json`). It answers this machine's browser and the page itself only; see
@@ -439,19 +646,31 @@ def serve(host, port, allowed_hosts, workers, queue, time_limit, memory_limit) -
         from costmodel.web.app import app, is_loopback
         from costmodel.web.jobs import Limits
     except ImportError as err:
-        raise CostModelError(f"costmodel serve needs the web extra ({err.name} is not installed): "
-                             'python -m pip install -e ".[web]" in the checkout') from None
+        raise CostModelError(
+            f"costmodel serve needs the web extra ({err.name} is not installed): "
+            'python -m pip install -e ".[web]" in the checkout'
+        ) from None
     limits = Limits(workers=workers, queue=queue, seconds=time_limit, memory_bytes=memory_limit << 20)
     application = app(main, host=host, port=port, allowed_hosts=allowed_hosts, limits=limits)
     if not is_loopback(host):
-        click.echo(f"Warning: listening on {host}, beyond this machine: the page has no authentication, and "
-                   "anyone who can reach this address and port can use it", err=True)
+        click.echo(
+            f"Warning: listening on {host}, beyond this machine: the page has no authentication, and "
+            "anyone who can reach this address and port can use it",
+            err=True,
+        )
     click.echo(f"costmodel on http://{host}:{port}/ (Ctrl-C stops it)")
     uvicorn.run(application, host=host, port=port, log_level="warning")
 
 
-for command in (capacity, plan_command, cli_figures.roofline, cli_figures.sweep_plot, cli_figures.calibrate,
-                cli_figures.validate, cli_figures.reproduce):
+for command in (
+    capacity,
+    plan_command,
+    cli_figures.roofline,
+    cli_figures.sweep_plot,
+    cli_figures.calibrate,
+    cli_figures.validate,
+    cli_figures.reproduce,
+):
     main.add_command(command)
 
 __all__ = ["main"]

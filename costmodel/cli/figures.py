@@ -6,14 +6,34 @@ import sys
 
 import click
 
-from costmodel.core.files import wrote
-from costmodel.cli.options import (check_writable, choices, dim_options, dtype_option, echo_lines, emit_json,
-                                   emit_records, ErrorLineGroup, FilePath, format_option, given, gpus_option,
-                                   groups_option, json_option, max_points_option, OnceCommand, output_format,
-                                   Positive, title_dims, variant_option, workload_options, write_csv)
 from costmodel.cli.html import check_html_name
+from costmodel.cli.options import (
+    ErrorLineGroup,
+    FilePath,
+    OnceCommand,
+    Positive,
+    check_writable,
+    choices,
+    dim_options,
+    dtype_option,
+    echo_lines,
+    emit_json,
+    emit_records,
+    format_option,
+    given,
+    gpus_option,
+    groups_option,
+    json_option,
+    max_points_option,
+    output_format,
+    title_dims,
+    variant_option,
+    workload_options,
+    write_csv,
+)
 from costmodel.cli.serving import model_options
 from costmodel.core.errors import CostModelError
+from costmodel.core.files import wrote
 from costmodel.core.vocab import DEFAULTS, EXECUTIONS, MECHANISMS, VARIANTS
 
 
@@ -29,9 +49,11 @@ def validation(module: str = ""):
     except ModuleNotFoundError as err:
         if err.name is None or not err.name.startswith("costmodel.validation"):
             raise
-        raise CostModelError(f"{name} is not importable here: the repository's validation/ folder becomes "
-                             "costmodel.validation when the package is installed (pip install -e . from the "
-                             "repository root), not when its source tree is only on the path") from None
+        raise CostModelError(
+            f"{name} is not importable here: the repository's validation/ folder becomes "
+            "costmodel.validation when the package is installed (pip install -e . from the "
+            "repository root), not when its source tree is only on the path"
+        ) from None
 
 
 @click.command(cls=OnceCommand)
@@ -39,9 +61,19 @@ def validation(module: str = ""):
 @groups_option
 @dim_options
 @dtype_option
-@click.option("--execution", type=choices(EXECUTIONS), default=DEFAULTS["execution"], show_default=True,
-              help="every op its own kernel, or flash-style fused attention")
-@click.option("--out", required=True, type=FilePath(), help="output file: .png, .svg, .pdf, or .html (one page that opens offline)")
+@click.option(
+    "--execution",
+    type=choices(EXECUTIONS),
+    default=DEFAULTS["execution"],
+    show_default=True,
+    help="every op its own kernel, or flash-style fused attention",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=FilePath(),
+    help="output file: .png, .svg, .pdf, or .html (one page that opens offline)",
+)
 def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
     """Plot every op of MHA, GQA and MQA, decode step and prefill, under each device's roofline.
 
@@ -49,20 +81,28 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 
     Example: costmodel roofline --gpu a100 --gpu h100 --out roofline.png
     """
-    from costmodel.hardware.catalog import load_profile
     from costmodel.attention.figures import roofline_points
-    from costmodel.render.plots import check_output, draw_roofline, save
     from costmodel.attention.workload import workloads
+    from costmodel.hardware.catalog import load_profile
+    from costmodel.render.plots import check_output, draw_roofline, save
 
     check_output(out)
     hws = [load_profile(g) for g in gpus]
     sizes = given(dims)
     decode = workloads(None, groups, "incremental", dtype=dtype, execution=execution, **sizes)
-    prefill = workloads(None, groups, "batched", dtype=dtype, execution=execution,
-                        **given({**sizes, "context": sizes.get("context", sizes.get("seq"))}))
+    prefill = workloads(
+        None,
+        groups,
+        "batched",
+        dtype=dtype,
+        execution=execution,
+        **given({**sizes, "context": sizes.get("context", sizes.get("seq"))}),
+    )
     w, p = decode[0], prefill[0]
-    title = (f"Roofline on {', '.join(h.name for h in hws)}\n"
-             f"decode step b={w.b}, m={w.m}; prefill b={p.b}, n={p.n}, m={p.m}; {title_dims(w)}")
+    title = (
+        f"Roofline on {', '.join(h.name for h in hws)}\n"
+        f"decode step b={w.b}, m={w.m}; prefill b={p.b}, n={p.n}, m={p.m}; {title_dims(w)}"
+    )
     points = roofline_points(hws[0], decode + prefill)
     import dataclasses
 
@@ -72,24 +112,64 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 
 @click.command("sweep", cls=OnceCommand)
 @gpus_option
-@click.option("--x", "x_name", type=choices(["context", "batch", "groups", "seq", "input-len", "output-len"]),
-              required=True, help="the dimension on the x axis (with --model: batch, context, input-len, output-len)")
-@click.option("--range", "range_text", required=True, metavar="RANGE",
-              help="START:STOP:xFACTOR, START:STOP:STEP or a comma list, e.g. 128:32768:x2")
+@click.option(
+    "--x",
+    "x_name",
+    type=choices(["context", "batch", "groups", "seq", "input-len", "output-len"]),
+    required=True,
+    help="the dimension on the x axis (with --model: batch, context, input-len, output-len)",
+)
+@click.option(
+    "--range",
+    "range_text",
+    required=True,
+    metavar="RANGE",
+    help="START:STOP:xFACTOR, START:STOP:STEP or a comma list, e.g. 128:32768:x2",
+)
 @variant_option(VARIANTS, "one variant (default: all three; --x groups needs gqa)")
 @groups_option
 @workload_options
 @click.option("--out", type=FilePath(), help="output file: .png, .svg, .pdf, or .html (one page that opens offline)")
-@click.option("--html", "html_path", type=FilePath(),
-              help="also (or instead of --out) write the figure as one self-contained HTML page: the figure, the "
-                   "command and the points (opens offline)")
+@click.option(
+    "--html",
+    "html_path",
+    type=FilePath(),
+    help="also (or instead of --out) write the figure as one self-contained HTML page: the figure, the "
+    "command and the points (opens offline)",
+)
 @click.option("--csv", "csv_path", type=FilePath(), help="also write the points as CSV")
 @max_points_option
 @model_options
 @click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA, MQA and MLA versions, one curve each")
-def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, execution, overlap, cache_append,
-               timing, without, out, html_path, csv_path, max_points, model_name, tp, kv_heads, weight_dtype, kv_dtype,
-               mla_form, input_len, output_len, variants, **dims) -> None:
+def sweep_plot(
+    gpus,
+    x_name,
+    range_text,
+    variant,
+    groups,
+    mode,
+    dtype,
+    layers,
+    execution,
+    overlap,
+    cache_append,
+    timing,
+    without,
+    out,
+    html_path,
+    csv_path,
+    max_points,
+    model_name,
+    tp,
+    kv_heads,
+    weight_dtype,
+    kv_dtype,
+    mla_form,
+    input_len,
+    output_len,
+    variants,
+    **dims,
+) -> None:
     """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant; with --model,
     a whole model's throughput against latency, one point per swept value and one curve per layout or device.
 
@@ -97,11 +177,11 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
 
     Example: costmodel sweep --gpu h100 --x context --range 128:32768:x2 --out sweep.png
     """
-    from costmodel.hardware.catalog import load_profile
     from costmodel.attention.figures import memory_limits
-    from costmodel.render.plots import draw_sweep, save
     from costmodel.attention.sweeps import sweep
     from costmodel.attention.workload import workloads
+    from costmodel.hardware.catalog import load_profile
+    from costmodel.render.plots import draw_sweep, save
 
     outs = figure_files(out, html_path)
     x_name = x_name.lower().replace("-", "_")
@@ -109,11 +189,23 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
         from costmodel.cli.serving import conventions, load_layouts, plot_model_sweep
 
         if x_name not in ("batch", "context", "input_len", "output_len"):
-            raise CostModelError(f"--x {x_name} does not apply with --model; use batch, context, input-len or output-len")
+            raise CostModelError(
+                f"--x {x_name} does not apply with --model; use batch, context, input-len or output-len"
+            )
         layouts = load_layouts(model_name, variant, groups, kv_heads, variants)
-        plot_model_sweep([load_profile(g) for g in gpus], layouts, f"{x_name}={range_text}", outs, csv_path,
-                         max_points, dims["batch"], dims["context"], input_len, output_len,
-                         conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form))
+        plot_model_sweep(
+            [load_profile(g) for g in gpus],
+            layouts,
+            f"{x_name}={range_text}",
+            outs,
+            csv_path,
+            max_points,
+            dims["batch"],
+            dims["context"],
+            input_len,
+            output_len,
+            conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form),
+        )
         return
     if x_name in ("input_len", "output_len"):
         raise CostModelError(f"--x {x_name.replace('_', '-')} needs --model")
@@ -123,23 +215,37 @@ def sweep_plot(gpus, x_name, range_text, variant, groups, mode, dtype, layers, e
     hw = hws[0]
     if x_name == "groups" and not variant:
         variant = "gqa"
-    chosen = workloads(variant, groups, mode, dtype=dtype, layers=layers, execution=execution or DEFAULTS["execution"],
-                       cache_append=cache_append, **given(dims))
+    chosen = workloads(
+        variant,
+        groups,
+        mode,
+        dtype=dtype,
+        layers=layers,
+        execution=execution or DEFAULTS["execution"],
+        cache_append=cache_append,
+        **given(dims),
+    )
     from costmodel.price.origin import time_model
 
     runs = []
     for device in hws:
         result = sweep(chosen, device, x_name, range_text, overlap, max_points, timing, without)
-        limits = memory_limits(device, chosen, result.dim, result.values, result.linked, overlap,
-                               time_model(device, timing, without))
+        limits = memory_limits(
+            device, chosen, result.dim, result.values, result.linked, overlap, time_model(device, timing, without)
+        )
         runs.append((device, result, limits))
     _, result, limits = runs[0]
     w = chosen[0]
-    fixed = ", ".join(f"{k}={getattr(w, k)}" for k in ("b", "n", "m") if k != result.dim and
-                      not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate"))
+    fixed = ", ".join(
+        f"{k}={getattr(w, k)}"
+        for k in ("b", "n", "m")
+        if k != result.dim and not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate")
+    )
     what = {"incremental": "decode step", "generate": "generate", "batched": "prefill"}[w.mode]
-    title = (f"{' vs '.join(d.name for d in hws)}: attention only, {what}, {fixed}, {title_dims(w)}, "
-             f"{w.layers} layer{'s' * (w.layers > 1)}")
+    title = (
+        f"{' vs '.join(d.name for d in hws)}: attention only, {what}, {fixed}, {title_dims(w)}, "
+        f"{w.layers} layer{'s' * (w.layers > 1)}"
+    )
     records = result.records if len(runs) == 1 else [{"device": d.id, **r} for d, res, _ in runs for r in res.records]
     if csv_path is not None:
         write_csv(csv_path, records)
@@ -186,29 +292,61 @@ def calibrate(device, out, quick, threads) -> None:
 @click.command(cls=OnceCommand)
 @click.option("--device", type=choices(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--gpu", help="datasheet profile to compare (default: the profile whose device_names match the device)")
-@click.option("--profile", "profile_path", type=FilePath(),
-              help="calibrated profile (default: calibrate now)")
+@click.option("--profile", "profile_path", type=FilePath(), help="calibrated profile (default: calibrate now)")
 @click.option("--quick", is_flag=True, help="a small grid, for a smoke test (CI)")
 @click.option("--json", "json_path", type=FilePath(), help="write the full report as JSON")
 @click.option("--plot", "plot_path", type=FilePath(), help="predicted-vs-measured figure")
-@click.option("--save-profile", "save_path", type=FilePath(),
-              help="write the profile calibrated in this run (without --profile) as YAML")
-@click.option("--published", "published", is_flag=False, flag_value="", default=None, metavar="[DIR]",
-              help="compare with published GPU timings in DIR (default: the subset shipped in the package) "
-                   "instead of running kernels here")
-@click.option("--serving", "serving", type=FilePath(), metavar="FILE",
-              help="predict every deployment of a file in the layout of aiconfigurator's silicon_sample.csv "
-                   "(served models at a concurrency: TTFT and TPOT) and report the errors")
-@click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
-              help="with --published: switch a fitted mechanism off to see its share (repeatable)")
+@click.option(
+    "--save-profile",
+    "save_path",
+    type=FilePath(),
+    help="write the profile calibrated in this run (without --profile) as YAML",
+)
+@click.option(
+    "--published",
+    "published",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[DIR]",
+    help="compare with published GPU timings in DIR (default: the subset shipped in the package) "
+    "instead of running kernels here",
+)
+@click.option(
+    "--serving",
+    "serving",
+    type=FilePath(),
+    metavar="FILE",
+    help="predict every deployment of a file in the layout of aiconfigurator's silicon_sample.csv "
+    "(served models at a concurrency: TTFT and TPOT) and report the errors",
+)
+@click.option(
+    "--without",
+    "without",
+    multiple=True,
+    type=choices((*MECHANISMS, "all")),
+    help="with --published: switch a fitted mechanism off to see its share (repeatable)",
+)
 @click.option("--threads", type=click.IntRange(1, 4096), help="CPU threads torch uses (default: torch's choice)")
-@click.option("--timing", type=choices(("eager", "graph")), default="eager", show_default=True,
-              help="with --device cuda: each op an eager call (the host's dispatch included) or a CUDA-graph replay "
-                   "(GPU time alone, predicted as serving engines run; calibrates nothing)")
-@click.option("--format", "fmt", type=choices(("table", "csv", "markdown")), default="table", show_default=True,
-              help="with --published: the summary as an aligned table, CSV or a markdown table")
-def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, published, serving, without, threads,
-             timing, fmt) -> None:
+@click.option(
+    "--timing",
+    type=choices(("eager", "graph")),
+    default="eager",
+    show_default=True,
+    help="with --device cuda: each op an eager call (the host's dispatch included) or a CUDA-graph replay "
+    "(GPU time alone, predicted as serving engines run; calibrates nothing)",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=choices(("table", "csv", "markdown")),
+    default="table",
+    show_default=True,
+    help="with --published: the summary as an aligned table, CSV or a markdown table",
+)
+def validate(
+    device, gpu, profile_path, quick, json_path, plot_path, save_path, published, serving, without, threads, timing, fmt
+) -> None:
     """Measure every op and whole step as torch kernels and report the prediction error; or, with
     --published, hold the predictions against published GPU kernel timings (no torch needed).
 
@@ -226,8 +364,16 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
     if serving is not None:
         serving_command = validation("serving").serving_command
 
-        if published is not None or profile_path or quick or gpu or save_path or without or threads \
-                or timing.lower() != "eager":
+        if (
+            published is not None
+            or profile_path
+            or quick
+            or gpu
+            or save_path
+            or without
+            or threads
+            or timing.lower() != "eager"
+        ):
             raise CostModelError("--serving takes --json, --plot and --format only (each row names its system)")
         for line in serving_command(serving, json_path, plot_path, fmt.lower()):
             click.echo(line)
@@ -236,8 +382,10 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
         published_command = validation().published_command
 
         if profile_path or quick or gpu or save_path or timing.lower() != "eager":
-            raise CostModelError("--profile, --quick, --gpu, --save-profile and --timing do not apply with --published "
-                                 "(each table names its GPU and its timing)")
+            raise CostModelError(
+                "--profile, --quick, --gpu, --save-profile and --timing do not apply with --published "
+                "(each table names its GPU and its timing)"
+            )
         for line in published_command(published or None, json_path, plot_path, without, fmt.lower()):
             click.echo(line)
         return
@@ -255,8 +403,19 @@ def validate(device, gpu, profile_path, quick, json_path, plot_path, save_path, 
                 yield case
                 bar.update(1)
 
-    for line in validate_command(device, gpu, profile_path, quick, json_path, plot_path, progress,
-                                 lambda text: click.echo(text, err=True), threads, save_path, timing.lower()):
+    for line in validate_command(
+        device,
+        gpu,
+        profile_path,
+        quick,
+        json_path,
+        plot_path,
+        progress,
+        lambda text: click.echo(text, err=True),
+        threads,
+        save_path,
+        timing.lower(),
+    ):
         click.echo(line)
 
 
@@ -266,17 +425,39 @@ def reproduce() -> None:
 
 
 @reproduce.command("shazeer2019")
-@click.option("--f32-storage/--no-f32-storage", default=True, show_default=True,
-              help="weights, caches and activations in f32, as TensorFlow kept them")
-@click.option("--concat-cache/--no-concat-cache", default=True, show_default=True,
-              help="tf.concat copies the whole K/V cache every step")
-@click.option("--tile-padding/--no-tile-padding", default=True, show_default=True,
-              help="pad every matmul to the matrix unit's 128x128 tile")
-@click.option("--f32-passes", type=click.IntRange(1, 6), default=1, show_default=True,
-              help="bf16 passes per f32 matmul (1: XLA's default precision on TPU; 3: HIGH; 6: HIGHEST)")
-@click.option("--cache-copies", type=click.IntRange(1, 2), default=2, show_default=True,
-              help="whole copies of the K/V cache per step with --concat-cache (1: tf.concat; 2: tensor2tensor's "
-                   "TPU decoding, transposed and back)")
+@click.option(
+    "--f32-storage/--no-f32-storage",
+    default=True,
+    show_default=True,
+    help="weights, caches and activations in f32, as TensorFlow kept them",
+)
+@click.option(
+    "--concat-cache/--no-concat-cache",
+    default=True,
+    show_default=True,
+    help="tf.concat copies the whole K/V cache every step",
+)
+@click.option(
+    "--tile-padding/--no-tile-padding",
+    default=True,
+    show_default=True,
+    help="pad every matmul to the matrix unit's 128x128 tile",
+)
+@click.option(
+    "--f32-passes",
+    type=click.IntRange(1, 6),
+    default=1,
+    show_default=True,
+    help="bf16 passes per f32 matmul (1: XLA's default precision on TPU; 3: HIGH; 6: HIGHEST)",
+)
+@click.option(
+    "--cache-copies",
+    type=click.IntRange(1, 2),
+    default=2,
+    show_default=True,
+    help="whole copies of the K/V cache per step with --concat-cache (1: tf.concat; 2: tensor2tensor's "
+    "TPU decoding, transposed and back)",
+)
 @json_option
 def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, cache_copies, as_json) -> None:
     """Shazeer 2019: the asymptotic ratios, and Table 2's decoder time per token on a TPUv2 board.
@@ -296,10 +477,20 @@ def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, cache
 @reproduce.command("deepseek2024")
 @click.option("--gpu", "gpu", default="h800", show_default=True, help="the device (the paper's: H800)")
 @click.option("--gpus", "devices", type=Positive, default=8, show_default=True, help="devices of one deployment")
-@click.option("--input-len", type=Positive, default=1024, show_default=True,
-              help="prompt tokens of a request (the paper states none)")
-@click.option("--output-len", type=Positive, default=1024, show_default=True,
-              help="generated tokens of a request (the paper states none)")
+@click.option(
+    "--input-len",
+    type=Positive,
+    default=1024,
+    show_default=True,
+    help="prompt tokens of a request (the paper states none)",
+)
+@click.option(
+    "--output-len",
+    type=Positive,
+    default=1024,
+    show_default=True,
+    help="generated tokens of a request (the paper states none)",
+)
 @json_option
 def reproduce_deepseek(gpu, devices, input_len, output_len, as_json) -> None:
     """DeepSeek-V2 (2024): the KV cache against DeepSeek 67B, and the generation throughput on 8 H800s.

@@ -13,9 +13,12 @@ from costmodel.core.errors import CostModelError
 
 #: Beside a model's attention layouts side by side (``--variants``), the page of their Θ forms: MLA's, with MHA's,
 #: GQA's and MQA's beside it.
-THETA_FORMS = ("Their Θ forms", "memory traffic per arithmetic operation of MHA, GQA, MQA and MLA over n decode "
-               "steps, under the paper's assumptions",
-               ["derive", "--variant", "mla", "--mode", "generate", "--asymptotic"])
+THETA_FORMS = (
+    "Their Θ forms",
+    "memory traffic per arithmetic operation of MHA, GQA, MQA and MLA over n decode "
+    "steps, under the paper's assumptions",
+    ["derive", "--variant", "mla", "--mode", "generate", "--asymptotic"],
+)
 
 
 def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
@@ -24,9 +27,12 @@ def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
     left out of the runs that fill the page."""
 
     def decorate(func):
-        @click.option("--html", "html_path", type=FilePath(),
-                      help="also write one self-contained HTML file: the command, its charts, table and JSON "
-                           "(opens offline)")
+        @click.option(
+            "--html",
+            "html_path",
+            type=FilePath(),
+            help="also write one self-contained HTML file: the command, its charts, table and JSON (opens offline)",
+        )
         @functools.wraps(func)
         def wrapper(html_path, **params):
             if html_path is None:
@@ -56,8 +62,10 @@ def check_html_name(path: str, *, stdout: bool = False) -> None:
     if stdout and path == "-":
         return
     if not path.lower().endswith((".html", ".htm")):
-        raise CostModelError(f"--html {path!r}: the file must end in .html or .htm"
-                             + (" (or be - for standard output)" if stdout else ""))
+        raise CostModelError(
+            f"--html {path!r}: the file must end in .html or .htm"
+            + (" (or be - for standard output)" if stdout else "")
+        )
 
 
 def _captured(func, params: dict) -> str:
@@ -79,8 +87,9 @@ def _write(func, path: str, params: dict, shown: dict[str, str]) -> None:
     from costmodel.render.html import page
 
     ctx = click.get_current_context()
-    table, dumped = (shown.get(fmt) or _captured(func, params | {"fmt": fmt, "as_json": False})
-                     for fmt in ("table", "json"))
+    table, dumped = (
+        shown.get(fmt) or _captured(func, params | {"fmt": fmt, "as_json": False}) for fmt in ("table", "json")
+    )
     try:  # the table's rows as `--format csv` prints them, where the command has them
         csv = _captured(func, params | {"fmt": "csv", "as_json": False})
     except CostModelError:

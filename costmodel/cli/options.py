@@ -9,8 +9,19 @@ import click
 
 from costmodel.core.errors import CostModelError
 from costmodel.core.invocation import command_line  # noqa: F401 - the commands' own, where they take it from
-from costmodel.core.vocab import (CACHE_APPENDS, DECIMAL, DEFAULTS, DTYPES, EXECUTIONS, MAX_DIM, MECHANISMS, OVERLAPS,
-                             PREDICT_MODES, TIMINGS, whole)
+from costmodel.core.vocab import (
+    CACHE_APPENDS,
+    DECIMAL,
+    DEFAULTS,
+    DTYPES,
+    EXECUTIONS,
+    MAX_DIM,
+    MECHANISMS,
+    OVERLAPS,
+    PREDICT_MODES,
+    TIMINGS,
+    whole,
+)
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -84,8 +95,10 @@ class ErrorLineGroup(click.Group):
             import shlex
 
             command = shlex.join(["costmodel", *sys.argv[1:]]) if sys.argv[1:] else "costmodel"
-            error = click.ClickException(f"internal error (a bug in costmodel, please report it with the command "
-                                         f"`{command}`): {type(err).__name__}: {str(err)[:300]}")
+            error = click.ClickException(
+                f"internal error (a bug in costmodel, please report it with the command "
+                f"`{command}`): {type(err).__name__}: {str(err)[:300]}"
+            )
             error.exit_code = 3
             raise error from None
 
@@ -121,8 +134,12 @@ class PositiveNumber(click.ParamType):
         elif self.allow_inf and isinstance(value, str) and value.strip().lower() == "inf":
             return float("inf")
         elif not isinstance(value, str) or not DECIMAL.fullmatch(value):
-            self.fail(f"{value!r} is not a positive decimal number (e.g. 50 or 2.5"
-                      + (", or inf)" if self.allow_inf else ")"), param, ctx)
+            self.fail(
+                f"{value!r} is not a positive decimal number (e.g. 50 or 2.5"
+                + (", or inf)" if self.allow_inf else ")"),
+                param,
+                ctx,
+            )
         else:
             number = float(value)
         if not 0 < number < float("inf") and not (self.allow_inf and number == float("inf")):
@@ -157,8 +174,12 @@ class Count(click.ParamType):
             text = str(value)
             number = whole(text)
             if number is None:
-                self.fail(f"{value!r} is not a whole number: ASCII digits without a leading zero, optionally one "
-                          "suffix (k, m, g = 1000^n; K, M, G = 1024^n), e.g. 4096 or 128k", param, ctx)
+                self.fail(
+                    f"{value!r} is not a whole number: ASCII digits without a leading zero, optionally one "
+                    "suffix (k, m, g = 1000^n; K, M, G = 1024^n), e.g. 4096 or 128k",
+                    param,
+                    ctx,
+                )
         if not self.least <= number <= MAX_DIM:
             self.fail(f"{value} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
         return number
@@ -168,8 +189,17 @@ Positive = Count(1)
 NonNegative = Count(0)
 
 #: Dtype spellings of torch and serving engines -> costmodel's names.
-DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
-                 "float8": "fp8", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "e4m3": "fp8"}
+DTYPE_ALIASES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "float": "fp32",
+    "float8": "fp8",
+    "fp8_e4m3": "fp8",
+    "float8_e4m3fn": "fp8",
+    "e4m3": "fp8",
+}
 
 
 class DtypeChoice(click.Choice):
@@ -205,7 +235,7 @@ DIM_OPTIONS = {
     "batch": f"batch size b [default: {DEFAULTS['batch']}]",
     "seq": f"query positions n (tokens generated in generate mode) [default: {DEFAULTS['seq']}; 1 in incremental]",
     "context": "memory positions m (cached positions before the step in incremental mode) "
-               f"[default: {DEFAULTS['context']}; = seq in batched]",
+    f"[default: {DEFAULTS['context']}; = seq in batched]",
     "d_model": f"model dimension d [default: {DEFAULTS['d_model']}]",
     "heads": f"query heads h [default: {DEFAULTS['heads']}]",
     "head_dim": "key dimension per head k [default: d/h]",
@@ -221,8 +251,9 @@ def dim_options(func):
     """One option per numeric dimension (--batch, --seq, ...); --context may be 0 (an empty cache)."""
     for name, text in reversed(DIM_OPTIONS.items()):
         kind = NonNegative if name == "context" else Positive
-        func = click.option(f"--{name.replace('_', '-')}", *OPTION_ALIASES.get(name, ()), name, type=kind,
-                            help=text)(func)
+        func = click.option(f"--{name.replace('_', '-')}", *OPTION_ALIASES.get(name, ()), name, type=kind, help=text)(
+            func
+        )
     return func
 
 
@@ -235,14 +266,26 @@ def _options(*options):
         for option in reversed(options):
             func = option(func)
         return func
+
     return apply
 
 
-dtype_option = click.option("--dtype", type=DtypeChoice(DTYPES), default=DEFAULTS["dtype"], show_default=True,
-                            help="storage and math dtype (sets bytes per element; bfloat16, float16, float32 also)")
+dtype_option = click.option(
+    "--dtype",
+    type=DtypeChoice(DTYPES),
+    default=DEFAULTS["dtype"],
+    show_default=True,
+    help="storage and math dtype (sets bytes per element; bfloat16, float16, float32 also)",
+)
 FORMATS = ("table", "json", "csv", "markdown")
-format_option = click.option("--format", "fmt", type=choices(FORMATS), default="table", show_default=True,
-                             help="how to print: an aligned table, JSON, CSV or a markdown table")
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=choices(FORMATS),
+    default="table",
+    show_default=True,
+    help="how to print: an aligned table, JSON, CSV or a markdown table",
+)
 
 
 def output_format(fmt: str, as_json: bool) -> str:
@@ -273,10 +316,12 @@ def emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> No
 groups_option = click.option("--groups", "-g", type=Positive, help="key/value heads of GQA (default gcd(heads, 8))")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON (--format json)")
 routing_option = click.option(
-    "--routing", metavar="ROUTING",
+    "--routing",
+    metavar="ROUTING",
     help="with a mixture-of-experts --model: how the router spreads tokens over the experts: uniform (each token's "
-         "experts at random; the default), balanced (every expert the same share) or power-law:ALPHA (skewed; the "
-         "busiest device is timed)")
+    "experts at random; the default), balanced (every expert the same share) or power-law:ALPHA (skewed; the "
+    "busiest device is timed)",
+)
 
 
 def variant_option(values, text: str, **kwargs):
@@ -290,41 +335,79 @@ def sweep_spec(spec: str, dims) -> tuple[str, str]:
     name, sep, text = spec.partition("=")
     name = name.replace("-", "_")
     if not sep or name not in dims:
-        raise CostModelError(f"invalid --sweep {spec!r}; expected DIM=RANGE with DIM one of "
-                             f"{', '.join(d.replace('_', '-') for d in dims)}")
+        raise CostModelError(
+            f"invalid --sweep {spec!r}; expected DIM=RANGE with DIM one of "
+            f"{', '.join(d.replace('_', '-') for d in dims)}"
+        )
     return name, text
 
 
-max_points_option = click.option("--max-points", type=click.IntRange(1, 10**7), default=DEFAULTS["max_points"],
-                                 show_default=True,
-                                 help="the most points a --sweep or --range may hold")
+max_points_option = click.option(
+    "--max-points",
+    type=click.IntRange(1, 10**7),
+    default=DEFAULTS["max_points"],
+    show_default=True,
+    help="the most points a --sweep or --range may hold",
+)
 
 #: Devices to price on, the same option for every command that prices.
-gpus_option = click.option("--gpu", "gpus", multiple=True, required=True, type=Name(),
-                           help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path; repeat to "
-                                "compare devices")
+gpus_option = click.option(
+    "--gpu",
+    "gpus",
+    multiple=True,
+    required=True,
+    type=Name(),
+    help="hardware id or alias (a100, h100, tpu-v5e, ...) or a YAML profile path; repeat to compare devices",
+)
 #: The mechanism switches of the fitted time model.
-timing_option = click.option("--timing", type=choices(TIMINGS), default=DEFAULTS["timing"], show_default=True,
-                             help="the time predicted: a CUDA-graph replay (what serving engines run), kernel "
-                                  "durations only, or host wall time around eager ops")
-without_option = click.option("--without", "without", multiple=True, type=choices((*MECHANISMS, "all")),
-                              help="switch a fitted mechanism off to see its share (repeatable; all: the datasheet "
-                                   "roofline)")
+timing_option = click.option(
+    "--timing",
+    type=choices(TIMINGS),
+    default=DEFAULTS["timing"],
+    show_default=True,
+    help="the time predicted: a CUDA-graph replay (what serving engines run), kernel "
+    "durations only, or host wall time around eager ops",
+)
+without_option = click.option(
+    "--without",
+    "without",
+    multiple=True,
+    type=choices((*MECHANISMS, "all")),
+    help="switch a fitted mechanism off to see its share (repeatable; all: the datasheet roofline)",
+)
 
 
 workload_options = _options(
-    click.option("--mode", type=choices(PREDICT_MODES), default=DEFAULTS["mode"], show_default=True,
-                 help="batched attention (prefill), one decode step, or n decode steps"),
+    click.option(
+        "--mode",
+        type=choices(PREDICT_MODES),
+        default=DEFAULTS["mode"],
+        show_default=True,
+        help="batched attention (prefill), one decode step, or n decode steps",
+    ),
     dim_options,
     dtype_option,
     click.option("--layers", type=Positive, default=DEFAULTS["layers"], show_default=True, help="attention layers"),
-    click.option("--execution", type=choices(EXECUTIONS),
-                 help=f"every op its own kernel, or flash-style fused attention "
-                      f"[default: {DEFAULTS['execution']}; {DEFAULTS['model_execution']} with --model]"),
-    click.option("--overlap", type=choices(OVERLAPS), default=DEFAULTS["overlap"], show_default=True,
-                 help="op time = max(compute, memory) or their sum"),
-    click.option("--cache-append", type=choices(CACHE_APPENDS), default=DEFAULTS["cache_append"], show_default=True,
-                 help="KV-cache append in place, or a full copy"),
+    click.option(
+        "--execution",
+        type=choices(EXECUTIONS),
+        help=f"every op its own kernel, or flash-style fused attention "
+        f"[default: {DEFAULTS['execution']}; {DEFAULTS['model_execution']} with --model]",
+    ),
+    click.option(
+        "--overlap",
+        type=choices(OVERLAPS),
+        default=DEFAULTS["overlap"],
+        show_default=True,
+        help="op time = max(compute, memory) or their sum",
+    ),
+    click.option(
+        "--cache-append",
+        type=choices(CACHE_APPENDS),
+        default=DEFAULTS["cache_append"],
+        show_default=True,
+        help="KV-cache append in place, or a full copy",
+    ),
     timing_option,
     without_option,
 )

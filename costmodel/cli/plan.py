@@ -6,10 +6,20 @@ from __future__ import annotations
 import click
 
 from costmodel.cli.html import html_option
-from costmodel.cli.options import (FilePath, OnceCommand, Positive, PositiveNumber, choices, emit,
-                                   format_option, gpus_option, json_option, output_format, routing_option)
-from costmodel.core.vocab import ENGINE_NAMES
-from costmodel.core.vocab import DTYPES, WEIGHT_DTYPES
+from costmodel.cli.options import (
+    FilePath,
+    OnceCommand,
+    Positive,
+    PositiveNumber,
+    choices,
+    emit,
+    format_option,
+    gpus_option,
+    json_option,
+    output_format,
+    routing_option,
+)
+from costmodel.core.vocab import DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
 
 
 @click.command("plan", cls=OnceCommand)
@@ -20,19 +30,47 @@ from costmodel.core.vocab import DTYPES, WEIGHT_DTYPES
 @click.option("--output-len", type=Positive, required=True, help="generated tokens of a request")
 @click.option("--ttft-ms", type=PositiveNumber(), help="target mean time to first token, milliseconds")
 @click.option("--tpot-ms", type=PositiveNumber(), help="target mean time per output token, milliseconds")
-@click.option("--engine", "engine_name", type=choices(ENGINE_NAMES), default="vllm", show_default=True,
-              help="the serving engine of every worker")
+@click.option(
+    "--engine",
+    "engine_name",
+    type=choices(ENGINE_NAMES),
+    default="vllm",
+    show_default=True,
+    help="the serving engine of every worker",
+)
 @click.option("--weight-dtype", type=choices(WEIGHT_DTYPES), help="the weights' storage [default: the checkpoint's]")
-@click.option("--kv-dtype", type=choices(DTYPES), help="the KV cache's dtype [default: the engine's for the checkpoint]")
-@click.option("--max-concurrency", type=Positive, default=256, show_default=True,
-              help="the most clients per replica (per deployment, disaggregated) a layout is loaded with")
+@click.option(
+    "--kv-dtype", type=choices(DTYPES), help="the KV cache's dtype [default: the engine's for the checkpoint]"
+)
+@click.option(
+    "--max-concurrency",
+    type=Positive,
+    default=256,
+    show_default=True,
+    help="the most clients per replica (per deployment, disaggregated) a layout is loaded with",
+)
 @click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf, .html)")
 @routing_option
 @format_option
 @json_option
 @html_option(silent=("plot_path",))
-def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, engine_name, weight_dtype, kv_dtype,
-         max_concurrency, plot_path, routing, fmt, as_json) -> None:
+def plan(
+    gpus,
+    model_name,
+    devices,
+    input_len,
+    output_len,
+    ttft_ms,
+    tpot_ms,
+    engine_name,
+    weight_dtype,
+    kv_dtype,
+    max_concurrency,
+    plot_path,
+    routing,
+    fmt,
+    as_json,
+) -> None:
     """Every way to serve a model on --gpus devices, and the best under latency targets.
 
     Enumerates aggregated layouts (tensor parallel, replicas, pipeline stages; expert parallel and attention data
@@ -44,10 +82,10 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
 
     Example: costmodel plan --model llama-3.1-70b --gpu h100 --gpus 8 --input-len 2048 --output-len 512 --tpot-ms 50
     """
-    from costmodel.hardware.catalog import load_profile
     from costmodel.deploy.planner import plan as run_plan
-    from costmodel.render.plots import check_output
+    from costmodel.hardware.catalog import load_profile
     from costmodel.model.presets import load_model
+    from costmodel.render.plots import check_output
 
     fmt = output_format(fmt, as_json)
     if plot_path is not None:
@@ -56,12 +94,28 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
     if routing is not None:
         m = m.with_routing(routing)
     hws = [load_profile(g) for g in gpus]
-    result = run_plan(m, hws, devices=devices, input_len=input_len, output_len=output_len, engine_name=engine_name,
-                      weight_dtype=weight_dtype, kv_dtype=kv_dtype, max_concurrency=max_concurrency,
-                      ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
-                      tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None)
-    given = dict(model=model_name, input_len=input_len, output_len=output_len, engine=engine_name,
-                 weight_dtype=weight_dtype, kv_dtype=kv_dtype, routing=routing)
+    result = run_plan(
+        m,
+        hws,
+        devices=devices,
+        input_len=input_len,
+        output_len=output_len,
+        engine_name=engine_name,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        max_concurrency=max_concurrency,
+        ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
+        tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
+    )
+    given = dict(
+        model=model_name,
+        input_len=input_len,
+        output_len=output_len,
+        engine=engine_name,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        routing=routing,
+    )
     dumped = result.model_dump(mode="json")
     for point in dumped["front"] + dumped["best"]:
         point["command"] = point_command(point, **given)
@@ -78,12 +132,26 @@ def plan(gpus, model_name, devices, input_len, output_len, ttft_ms, tpot_ms, eng
             click.echo(line)
 
 
-def point_command(point: dict, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype,
-                  kv_dtype, routing) -> list[str]:
+def point_command(
+    point: dict, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype, kv_dtype, routing
+) -> list[str]:
     """The ``costmodel predict`` arguments that price one of a plan's points alone: its layout on its device under
     its clients (every replica's, with ``--replicas``), the same numbers as the plan's."""
-    cmd = ["predict", "--gpu", point["device"], "--model", model, "--engine", engine, "--concurrency",
-           str(point["concurrency"]), "--input-len", str(input_len), "--output-len", str(output_len)]
+    cmd = [
+        "predict",
+        "--gpu",
+        point["device"],
+        "--model",
+        model,
+        "--engine",
+        engine,
+        "--concurrency",
+        str(point["concurrency"]),
+        "--input-len",
+        str(input_len),
+        "--output-len",
+        str(output_len),
+    ]
     if point["mode"] == "agg":
         cmd += ["--tp", str(point["tp"])]
         cmd += ["--replicas", str(point["replicas"])] if point["replicas"] > 1 else []
@@ -91,9 +159,17 @@ def point_command(point: dict, *, model: str, input_len: int, output_len: int, e
         cmd += ["--attention-dp", str(point["attention_dp"])] if point["attention_dp"] > 1 else []
         cmd += ["--pipeline-parallel-size", str(point["pipeline_parallel"])] if point["pipeline_parallel"] > 1 else []
     else:
-        cmd += ["--disaggregated", "--prefill-tp", str(point["prefill_tp"]), "--prefill-workers",
-                str(point["prefill_workers"]), "--decode-tp", str(point["decode_tp"]), "--decode-workers",
-                str(point["decode_workers"])]
+        cmd += [
+            "--disaggregated",
+            "--prefill-tp",
+            str(point["prefill_tp"]),
+            "--prefill-workers",
+            str(point["prefill_workers"]),
+            "--decode-tp",
+            str(point["decode_tp"]),
+            "--decode-workers",
+            str(point["decode_workers"]),
+        ]
         cmd += ["--prefill-expert-parallel"] if point["expert_parallel"] and point["prefill_tp"] > 1 else []
         cmd += ["--decode-expert-parallel"] if point["expert_parallel"] else []
         cmd += ["--decode-attention-dp", str(point["decode_attention_dp"])] if point["decode_attention_dp"] > 1 else []
@@ -102,12 +178,17 @@ def point_command(point: dict, *, model: str, input_len: int, output_len: int, e
 
 def _given_flags(weight_dtype, kv_dtype, routing) -> list[str]:
     """The precision and routing flags of a point's commands, those given."""
-    return [part for flag, value in (("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype),
-                                     ("--routing", routing)) if value is not None for part in (flag, value)]
+    return [
+        part
+        for flag, value in (("--weight-dtype", weight_dtype), ("--kv-dtype", kv_dtype), ("--routing", routing))
+        if value is not None
+        for part in (flag, value)
+    ]
 
 
-def step_command(point: dict, m, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype,
-                 kv_dtype, routing) -> list[str] | None:
+def step_command(
+    point: dict, m, *, model: str, input_len: int, output_len: int, engine: str, weight_dtype, kv_dtype, routing
+) -> list[str] | None:
     """The ``costmodel predict`` arguments of one decode step of a point's decoding engine (an aggregated replica, or
     a disaggregated decode worker): each of its tensor-parallel groups' share of the clients (its attention data
     parallel groups' each) decoding at the mean context (prompt + half the output), its experts spread over its
@@ -118,10 +199,24 @@ def step_command(point: dict, m, *, model: str, input_len: int, output_len: int,
     if point["pipeline_parallel"] > 1:
         return None
     agg = point["mode"] == "agg"
-    tp, engines, dp = ((point["tp"], point["replicas"], point["attention_dp"]) if agg else
-                       (point["decode_tp"], point["decode_workers"], point["decode_attention_dp"]))
-    cmd = ["predict", "--gpu", point["device"], "--model", model, "--tp", str(tp), "--batch",
-           str(max(point["concurrency"] // (engines * dp), 1)), "--context", str(input_len + output_len // 2)]
+    tp, engines, dp = (
+        (point["tp"], point["replicas"], point["attention_dp"])
+        if agg
+        else (point["decode_tp"], point["decode_workers"], point["decode_attention_dp"])
+    )
+    cmd = [
+        "predict",
+        "--gpu",
+        point["device"],
+        "--model",
+        model,
+        "--tp",
+        str(tp),
+        "--batch",
+        str(max(point["concurrency"] // (engines * dp), 1)),
+        "--context",
+        str(input_len + output_len // 2),
+    ]
     cmd += ["--expert-parallel"] if point["expert_parallel"] else []
     cmd += ["--attention-dp", str(dp)] if dp > 1 else []
     return cmd + _given_flags(weight_dtype, kv_dtype or checkpoint_kv_dtype(m, engine, weight_dtype), routing)

@@ -7,21 +7,45 @@ from __future__ import annotations
 import click
 
 from costmodel.cli.html import html_option
-from costmodel.core.files import wrote
-from costmodel.cli.options import (check_writable, choices, csv_to_stdout, dtype_option, echo_lines, emit, emit_json,
-                                   emit_records, format_option, gpus_option, json_option, Name, OnceCommand,
-                                   output_format, Positive, PositiveNumber, sweep_spec, timing_option,
-                                   variant_option, without_option, write_csv)
+from costmodel.cli.options import (
+    Name,
+    OnceCommand,
+    Positive,
+    PositiveNumber,
+    check_writable,
+    choices,
+    csv_to_stdout,
+    dtype_option,
+    echo_lines,
+    emit,
+    emit_json,
+    emit_records,
+    format_option,
+    gpus_option,
+    json_option,
+    output_format,
+    sweep_spec,
+    timing_option,
+    variant_option,
+    without_option,
+    write_csv,
+)
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import ENGINE_NAMES
-from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, DTYPES, EXECUTIONS, MLA_FORMS, WEIGHT_DTYPES
+from costmodel.core.files import wrote
+from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, DTYPES, ENGINE_NAMES, EXECUTIONS, MLA_FORMS, WEIGHT_DTYPES
 
 #: What a whole-model sweep may vary.
 MODEL_SWEEP_DIMS = ("batch", "context", "input_len", "output_len")
 
 
-def load_layouts(model_name: str, variant: str | None, groups: int | None, kv_heads: int | None,
-                 variants: bool = False, routing: str | None = None) -> list:
+def load_layouts(
+    model_name: str,
+    variant: str | None,
+    groups: int | None,
+    kv_heads: int | None,
+    variants: bool = False,
+    routing: str | None = None,
+) -> list:
     """The model (re-priced with ``--kv-heads`` or ``--variant``, its experts routed as ``--routing`` says), and
     with ``variants`` also its MHA, GQA, MQA and MLA versions."""
     from costmodel.model.presets import load_model
@@ -46,9 +70,17 @@ def load_layouts(model_name: str, variant: str | None, groups: int | None, kv_he
 
 def conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form) -> dict:
     """The pricing conventions of a whole-model command's options (:func:`costmodel.model.step.pricing`)."""
-    return {"dtype": dtype, "execution": execution or DEFAULTS["model_execution"], "tp": tp, "overlap": overlap,
-            "timing": timing, "without": without, "weight_dtype": weight_dtype, "kv_dtype": kv_dtype,
-            "mla_form": mla_form}
+    return {
+        "dtype": dtype,
+        "execution": execution or DEFAULTS["model_execution"],
+        "tp": tp,
+        "overlap": overlap,
+        "timing": timing,
+        "without": without,
+        "weight_dtype": weight_dtype,
+        "kv_dtype": kv_dtype,
+        "mla_form": mla_form,
+    }
 
 
 def model_records(p) -> list[dict]:
@@ -56,41 +88,112 @@ def model_records(p) -> list[dict]:
     out = []
     for phase in ("decode", "prefill"):
         ph = getattr(p, phase)
-        out += [{"device": p.hardware.id, "model": p.model.id, "phase": phase, "section": o.section, "op": o.name,
-                 "kernels": o.count, "flops": o.flops, "bytes": o.bytes, "time_s": o.time_s, "bound": o.bound}
-                for o in ph.ops]
+        out += [
+            {
+                "device": p.hardware.id,
+                "model": p.model.id,
+                "phase": phase,
+                "section": o.section,
+                "op": o.name,
+                "kernels": o.count,
+                "flops": o.flops,
+                "bytes": o.bytes,
+                "time_s": o.time_s,
+                "bound": o.bound,
+            }
+            for o in ph.ops
+        ]
         if ph.all_reduce_s:
-            out.append({"device": p.hardware.id, "model": p.model.id, "phase": phase, "section": "tensor parallel",
-                        "op": "all-reduce", "kernels": ph.all_reduces, "flops": 0.0, "bytes": None,
-                        "time_s": ph.all_reduce_s, "bound": None})
-        out.append({"device": p.hardware.id, "model": p.model.id, "phase": phase, "section": "total", "op": "",
-                    "kernels": None, "flops": ph.flops, "bytes": ph.bytes, "time_s": ph.time_s, "bound": None})
+            out.append(
+                {
+                    "device": p.hardware.id,
+                    "model": p.model.id,
+                    "phase": phase,
+                    "section": "tensor parallel",
+                    "op": "all-reduce",
+                    "kernels": ph.all_reduces,
+                    "flops": 0.0,
+                    "bytes": None,
+                    "time_s": ph.all_reduce_s,
+                    "bound": None,
+                }
+            )
+        out.append(
+            {
+                "device": p.hardware.id,
+                "model": p.model.id,
+                "phase": phase,
+                "section": "total",
+                "op": "",
+                "kernels": None,
+                "flops": ph.flops,
+                "bytes": ph.bytes,
+                "time_s": ph.time_s,
+                "bound": None,
+            }
+        )
     return out
 
 
 def summary_record(p) -> dict:
     """One row per (device, model layout): TPOT, TTFT, throughput and memory."""
     mem = p.memory
-    return {"device": p.hardware.id, "model": p.model.id, "attention": p.model.attention, "batch": p.workload.batch,
-            "context": p.workload.context, "devices": p.hardware.devices, "tpot_s": p.total.tpot_s,
-            "ttft_s": p.total.ttft_s, "tokens_per_s": p.total.tokens_per_s,
-            "kv_cache_bytes_per_device": mem.kv_cache_bytes_per_device,
-            "weight_bytes_per_device": mem.weight_bytes_per_device, "capacity_bytes": mem.capacity_bytes,
-            "fits": mem.fits, "max_batch": mem.max_batch, "max_context": mem.max_context}
+    return {
+        "device": p.hardware.id,
+        "model": p.model.id,
+        "attention": p.model.attention,
+        "batch": p.workload.batch,
+        "context": p.workload.context,
+        "devices": p.hardware.devices,
+        "tpot_s": p.total.tpot_s,
+        "ttft_s": p.total.ttft_s,
+        "tokens_per_s": p.total.tokens_per_s,
+        "kv_cache_bytes_per_device": mem.kv_cache_bytes_per_device,
+        "weight_bytes_per_device": mem.weight_bytes_per_device,
+        "capacity_bytes": mem.capacity_bytes,
+        "fits": mem.fits,
+        "max_batch": mem.max_batch,
+        "max_context": mem.max_context,
+    }
 
 
 def request_record(r) -> dict:
-    return {"device": r.hardware.id, "model": r.model, "attention": r.attention, "batch": r.batch,
-            "input_len": r.input_len, "output_len": r.output_len, "devices": r.tp, "ttft_s": r.ttft_s,
-            "tpot_first_s": r.tpot_first_s, "tpot_last_s": r.tpot_last_s, "tpot_mean_s": r.tpot_mean_s,
-            "e2e_s": r.e2e_s, "tokens_per_s_per_sequence": r.tokens_per_s_per_sequence,
-            "tokens_per_s_per_device": r.tokens_per_s_per_device,
-            "memory_bytes_per_device": r.kv_cache_bytes_per_device + r.weight_bytes_per_device,
-            "capacity_bytes": r.capacity_bytes, "fits": r.fits}
+    return {
+        "device": r.hardware.id,
+        "model": r.model,
+        "attention": r.attention,
+        "batch": r.batch,
+        "input_len": r.input_len,
+        "output_len": r.output_len,
+        "devices": r.tp,
+        "ttft_s": r.ttft_s,
+        "tpot_first_s": r.tpot_first_s,
+        "tpot_last_s": r.tpot_last_s,
+        "tpot_mean_s": r.tpot_mean_s,
+        "e2e_s": r.e2e_s,
+        "tokens_per_s_per_sequence": r.tokens_per_s_per_sequence,
+        "tokens_per_s_per_device": r.tokens_per_s_per_device,
+        "memory_bytes_per_device": r.kv_cache_bytes_per_device + r.weight_bytes_per_device,
+        "capacity_bytes": r.capacity_bytes,
+        "fits": r.fits,
+    }
 
 
-def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_len, output_len, sweep_spec,
-                   csv_path, max_points, source, pricing: dict) -> None:
+def predict_models(
+    hws: list,
+    layouts: list,
+    fmt: str,
+    *,
+    batch,
+    context,
+    input_len,
+    output_len,
+    sweep_spec,
+    csv_path,
+    max_points,
+    source,
+    pricing: dict,
+) -> None:
     """``costmodel predict --model``: one model (or its layouts) on one or more devices; a request with
     --input-len/--output-len; a whole-model sweep with --sweep."""
     from costmodel.render.models import devices_table, request_table
@@ -102,23 +205,45 @@ def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_
     if csv_path is not None and not sweep_spec:
         raise CostModelError("--csv needs --sweep DIM=RANGE")
     if sweep_spec:
-        return sweep_models(hws, layouts, fmt, sweep_spec, csv_path=csv_path, max_points=max_points, batch=batch,
-                            context=context, input_len=input_len, output_len=output_len, pricing=pricing)
+        return sweep_models(
+            hws,
+            layouts,
+            fmt,
+            sweep_spec,
+            csv_path=csv_path,
+            max_points=max_points,
+            batch=batch,
+            context=context,
+            input_len=input_len,
+            output_len=output_len,
+            pricing=pricing,
+        )
     if input_len is not None:
         from costmodel.model.requests import request
 
-        results = [request(m, hw, batch=batch or 1, input_len=input_len, output_len=output_len, **pricing)
-                   for hw in hws for m in layouts]
-        emit(fmt, [r.model_dump(mode="json") for r in results], [request_record(r) for r in results],
-              lambda: request_table(results), single=len(results) == 1)
+        results = [
+            request(m, hw, batch=batch or 1, input_len=input_len, output_len=output_len, **pricing)
+            for hw in hws
+            for m in layouts
+        ]
+        emit(
+            fmt,
+            [r.model_dump(mode="json") for r in results],
+            [request_record(r) for r in results],
+            lambda: request_table(results),
+            single=len(results) == 1,
+        )
         return
     from costmodel.model.step import predict_model
 
     given = {k: v for k, v in (("batch", batch), ("context", context)) if v is not None}
     results = [predict_model(m, hw, source=source, **given, **pricing) for hw in hws for m in layouts]
     if fmt in ("csv", "markdown"):
-        records = [r for p in results for r in model_records(p)] if len(results) == 1 else \
-            [summary_record(p) for p in results]
+        records = (
+            [r for p in results for r in model_records(p)]
+            if len(results) == 1
+            else [summary_record(p) for p in results]
+        )
         emit_records(records, fmt)
     elif fmt == "json":
         dumped = [p.model_dump(mode="json") for p in results]
@@ -127,11 +252,24 @@ def predict_models(hws: list, layouts: list, fmt: str, *, batch, context, input_
         click.echo(str(results[0]) if len(results) == 1 else devices_table(results))
 
 
-def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max_points, batch, context, input_len,
-                 output_len, pricing: dict, plot_path=None) -> list[dict]:
+def sweep_models(
+    hws: list,
+    layouts: list,
+    fmt: str,
+    spec: str,
+    *,
+    csv_path,
+    max_points,
+    batch,
+    context,
+    input_len,
+    output_len,
+    pricing: dict,
+    plot_path=None,
+) -> list[dict]:
     """A whole-model sweep over batch, context, input or output length: one row per (device, layout, value)."""
-    from costmodel.model.requests import model_sweep
     from costmodel.attention.sweeps import parse_range
+    from costmodel.model.requests import model_sweep
     from costmodel.render.models import model_sweep_table
 
     name, text = sweep_spec(spec, MODEL_SWEEP_DIMS)
@@ -145,8 +283,9 @@ def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max
     if csv_path is not None:
         check_writable(csv_path)
         fmt = csv_to_stdout(csv_path, fmt) if plot_path is None else fmt
-    records = model_sweep(layouts, hws, name, values, batch=batch, context=context, input_len=input_len,
-                          output_len=output_len, **pricing)
+    records = model_sweep(
+        layouts, hws, name, values, batch=batch, context=context, input_len=input_len, output_len=output_len, **pricing
+    )
     if csv_path is not None:
         write_csv(csv_path, records)
     if plot_path is None and fmt != "none":
@@ -159,17 +298,32 @@ def sweep_models(hws: list, layouts: list, fmt: str, spec: str, *, csv_path, max
 def model_options(func):
     """The options of a whole-model prediction shared by predict, capacity and sweep."""
     options = [
-        click.option("--model", "model_name", type=Name(), help="preset id or alias (llama-3-8b, ...), a config.json or a folder"),
-        click.option("--tp", "--tensor-parallel-size", "-tp", "tp", type=Positive, default=DEFAULTS["tp"],
-                     show_default=True, help="with --model: tensor-parallel devices"),
+        click.option(
+            "--model", "model_name", type=Name(), help="preset id or alias (llama-3-8b, ...), a config.json or a folder"
+        ),
+        click.option(
+            "--tp",
+            "--tensor-parallel-size",
+            "-tp",
+            "tp",
+            type=Positive,
+            default=DEFAULTS["tp"],
+            show_default=True,
+            help="with --model: tensor-parallel devices",
+        ),
         click.option("--kv-heads", type=Positive, help="with --model: re-price it with this many key/value heads"),
-        click.option("--weight-dtype", type=choices(WEIGHT_DTYPES),
-                     help="with --model: projection weights' storage (int4: groups of 128 with 16-bit scales) "
-                          "[default: the config's quantization, else --dtype]"),
+        click.option(
+            "--weight-dtype",
+            type=choices(WEIGHT_DTYPES),
+            help="with --model: projection weights' storage (int4: groups of 128 with 16-bit scales) "
+            "[default: the config's quantization, else --dtype]",
+        ),
         click.option("--kv-dtype", type=choices(DTYPES), help="with --model: the KV cache's dtype [default: --dtype]"),
-        click.option("--mla-form", type=choices(MLA_FORMS),
-                     help="with an MLA --model: one form for decode and prefill [default: absorbed decode, "
-                          "naive prefill]"),
+        click.option(
+            "--mla-form",
+            type=choices(MLA_FORMS),
+            help="with an MLA --model: one form for decode and prefill [default: absorbed decode, naive prefill]",
+        ),
         click.option("--input-len", type=Positive, help="with --model: prompt tokens of a request"),
         click.option("--output-len", type=Positive, help="with --model: generated tokens of a request"),
     ]
@@ -185,33 +339,93 @@ def model_options(func):
 @click.option("--groups", "-g", type=Positive, help="key/value heads of --variant gqa")
 @click.option("--tpot-ms", type=PositiveNumber(), help="target mean time per output token, milliseconds")
 @click.option("--ttft-ms", type=PositiveNumber(), help="target time to first token, milliseconds")
-@click.option("--price-per-hour", type=PositiveNumber(), help="price of one device-hour: adds the cost per million output tokens")
-@click.option("--variants/--no-variants", default=True, show_default=True,
-              help="also the model's MHA, GQA and MQA versions, side by side")
+@click.option(
+    "--price-per-hour", type=PositiveNumber(), help="price of one device-hour: adds the cost per million output tokens"
+)
+@click.option(
+    "--variants/--no-variants",
+    default=True,
+    show_default=True,
+    help="also the model's MHA, GQA and MQA versions, side by side",
+)
 @dtype_option
-@click.option("--execution", type=choices(EXECUTIONS), default=DEFAULTS["model_execution"], show_default=True,
-              help="unfused or flash-style fused attention")
+@click.option(
+    "--execution",
+    type=choices(EXECUTIONS),
+    default=DEFAULTS["model_execution"],
+    show_default=True,
+    help="unfused or flash-style fused attention",
+)
 @timing_option
 @without_option
-@click.option("--batching", type=choices(("continuous", "static")), default="continuous", show_default=True,
-              help="continuous: the most clients an engine serves under load; static: the largest batch of "
-                   "requests prefilled together, then decoded")
-@click.option("--engine", "engine_name", type=choices(ENGINE_NAMES), default="vllm", show_default=True,
-              help="with --batching continuous: the serving engine")
-@click.option("--load", "load", type=choices(("concurrency", "request-rate")), default="concurrency",
-              show_default=True, help="with --batching continuous: search the most closed-loop clients, or the "
-                                      "highest Poisson arrival rate")
-@click.option("--statistic", type=choices(("mean", "p90")), default="mean", show_default=True,
-              help="with --batching continuous: hold the mean or the p90 of TTFT and TPOT to the targets")
-@click.option("--evaluator", type=choices(("simulation", "steady-state")),
-              help="with --batching continuous: how each concurrency is priced [default: the closed form for "
-                   "means, the simulation for p90]")
+@click.option(
+    "--batching",
+    type=choices(("continuous", "static")),
+    default="continuous",
+    show_default=True,
+    help="continuous: the most clients an engine serves under load; static: the largest batch of "
+    "requests prefilled together, then decoded",
+)
+@click.option(
+    "--engine",
+    "engine_name",
+    type=choices(ENGINE_NAMES),
+    default="vllm",
+    show_default=True,
+    help="with --batching continuous: the serving engine",
+)
+@click.option(
+    "--load",
+    "load",
+    type=choices(("concurrency", "request-rate")),
+    default="concurrency",
+    show_default=True,
+    help="with --batching continuous: search the most closed-loop clients, or the highest Poisson arrival rate",
+)
+@click.option(
+    "--statistic",
+    type=choices(("mean", "p90")),
+    default="mean",
+    show_default=True,
+    help="with --batching continuous: hold the mean or the p90 of TTFT and TPOT to the targets",
+)
+@click.option(
+    "--evaluator",
+    type=choices(("simulation", "steady-state")),
+    help="with --batching continuous: how each concurrency is priced [default: the closed form for "
+    "means, the simulation for p90]",
+)
 @format_option
 @json_option
 @html_option()
-def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, input_len, output_len, variant, groups,
-             tpot_ms, ttft_ms, price_per_hour, variants, dtype, execution, timing, without, batching, engine_name,
-             load, statistic, evaluator, fmt, as_json) -> None:
+def capacity(
+    gpus,
+    model_name,
+    tp,
+    kv_heads,
+    weight_dtype,
+    kv_dtype,
+    mla_form,
+    input_len,
+    output_len,
+    variant,
+    groups,
+    tpot_ms,
+    ttft_ms,
+    price_per_hour,
+    variants,
+    dtype,
+    execution,
+    timing,
+    without,
+    batching,
+    engine_name,
+    load,
+    statistic,
+    evaluator,
+    fmt,
+    as_json,
+) -> None:
     """The most a model serves under latency targets, per device and attention layout.
 
     For requests of --input-len prompt and --output-len generated tokens: with continuous batching (the
@@ -234,53 +448,137 @@ def capacity(gpus, model_name, tp, kv_heads, weight_dtype, kv_dtype, mla_form, i
     hws = [load_profile(g) for g in gpus]
     layouts = load_layouts(model_name, variant, groups, kv_heads)
     if batching == "continuous":
-        return _load_capacity(hws, layouts[0], fmt, input_len=input_len, output_len=output_len, tpot_ms=tpot_ms,
-                              ttft_ms=ttft_ms, price_per_hour=price_per_hour, variants=variants,
-                              engine_name=engine_name, statistic=statistic, evaluator=evaluator, tp=tp,
-                              weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing, load=load)
+        return _load_capacity(
+            hws,
+            layouts[0],
+            fmt,
+            input_len=input_len,
+            output_len=output_len,
+            tpot_ms=tpot_ms,
+            ttft_ms=ttft_ms,
+            price_per_hour=price_per_hour,
+            variants=variants,
+            engine_name=engine_name,
+            statistic=statistic,
+            evaluator=evaluator,
+            tp=tp,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            timing=timing,
+            load=load,
+        )
     if statistic != "mean" or evaluator is not None or load != "concurrency":
         raise CostModelError("--statistic, --evaluator and --load apply with --batching continuous")
-    report = run_capacity(layouts[0], hws, input_len=input_len, output_len=output_len,
-                          tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
-                          ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None, price_per_hour=price_per_hour,
-                          variants=variants, **conventions(dtype, execution, tp, DEFAULTS["overlap"], timing, without,
-                                                           weight_dtype, kv_dtype, mla_form))
-    records = [{"device": p.device, "model": p.model, "attention": p.attention, "batch": p.batch, "binds": p.binds,
-                "memory_batch": p.memory_batch, "ttft_s": p.request.ttft_s if p.request else None,
-                "tpot_mean_s": p.request.tpot_mean_s if p.request else None,
-                "tokens_per_s_per_device": p.request.tokens_per_s_per_device if p.request else None,
-                "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
+    report = run_capacity(
+        layouts[0],
+        hws,
+        input_len=input_len,
+        output_len=output_len,
+        tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
+        ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
+        price_per_hour=price_per_hour,
+        variants=variants,
+        **conventions(dtype, execution, tp, DEFAULTS["overlap"], timing, without, weight_dtype, kv_dtype, mla_form),
+    )
+    records = [
+        {
+            "device": p.device,
+            "model": p.model,
+            "attention": p.attention,
+            "batch": p.batch,
+            "binds": p.binds,
+            "memory_batch": p.memory_batch,
+            "ttft_s": p.request.ttft_s if p.request else None,
+            "tpot_mean_s": p.request.tpot_mean_s if p.request else None,
+            "tokens_per_s_per_device": p.request.tokens_per_s_per_device if p.request else None,
+            "cost_per_million_tokens": p.cost_per_million_tokens,
+        }
+        for p in report.points
+    ]
     emit(fmt, [report.model_dump(mode="json")], records, lambda: capacity_table(report), single=True)
 
 
-def _load_capacity(hws, m, fmt, *, input_len, output_len, tpot_ms, ttft_ms, price_per_hour, variants, engine_name,
-                   statistic, evaluator, tp, weight_dtype, kv_dtype, timing, load) -> None:
+def _load_capacity(
+    hws,
+    m,
+    fmt,
+    *,
+    input_len,
+    output_len,
+    tpot_ms,
+    ttft_ms,
+    price_per_hour,
+    variants,
+    engine_name,
+    statistic,
+    evaluator,
+    tp,
+    weight_dtype,
+    kv_dtype,
+    timing,
+    load,
+) -> None:
     from costmodel.deploy.capacity import load_capacity
     from costmodel.render.serving import load_capacity_table
 
     if tpot_ms is None and ttft_ms is None:
         raise CostModelError("capacity under load needs a target: --tpot-ms, --ttft-ms or both")
-    report = load_capacity(m, hws, input_len=input_len, output_len=output_len, engine_name=engine_name,
-                           tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
-                           ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None, statistic=statistic,
-                           evaluator=evaluator, price_per_hour=price_per_hour, variants=variants, tp=tp,
-                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, timing=timing, load=load)
-    records = [{"device": p.device, "model": p.model, "attention": p.attention, "concurrency": p.concurrency,
-                "request_rate": p.request_rate, "binds": p.binds, "ttft_s": p.at.ttft_s if p.at else None,
-                "tpot_s": p.at.tpot_s if p.at else None,
-                "output_tokens_per_s_per_device": p.at.output_tokens_per_s_per_device if p.at else None,
-                "cost_per_million_tokens": p.cost_per_million_tokens} for p in report.points]
+    report = load_capacity(
+        m,
+        hws,
+        input_len=input_len,
+        output_len=output_len,
+        engine_name=engine_name,
+        tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
+        ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
+        statistic=statistic,
+        evaluator=evaluator,
+        price_per_hour=price_per_hour,
+        variants=variants,
+        tp=tp,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        timing=timing,
+        load=load,
+    )
+    records = [
+        {
+            "device": p.device,
+            "model": p.model,
+            "attention": p.attention,
+            "concurrency": p.concurrency,
+            "request_rate": p.request_rate,
+            "binds": p.binds,
+            "ttft_s": p.at.ttft_s if p.at else None,
+            "tpot_s": p.at.tpot_s if p.at else None,
+            "output_tokens_per_s_per_device": p.at.output_tokens_per_s_per_device if p.at else None,
+            "cost_per_million_tokens": p.cost_per_million_tokens,
+        }
+        for p in report.points
+    ]
     emit(fmt, [report.model_dump(mode="json")], records, lambda: load_capacity_table(report), single=True)
 
 
-def plot_model_sweep(hws, layouts, spec, outs, csv_path, max_points, batch, context, input_len, output_len,
-                     pricing) -> None:
+def plot_model_sweep(
+    hws, layouts, spec, outs, csv_path, max_points, batch, context, input_len, output_len, pricing
+) -> None:
     """``costmodel sweep --model``: throughput against latency, one curve per (device, layout)."""
     from costmodel.render.plots import draw_throughput_latency, save
 
-    records = sweep_models(hws, layouts, "table", spec, csv_path=csv_path, max_points=max_points, batch=batch,
-                           context=context, input_len=input_len, output_len=output_len, pricing=pricing,
-                           plot_path=outs[0])
+    records = sweep_models(
+        hws,
+        layouts,
+        "table",
+        spec,
+        csv_path=csv_path,
+        max_points=max_points,
+        batch=batch,
+        context=context,
+        input_len=input_len,
+        output_len=output_len,
+        pricing=pricing,
+        plot_path=outs[0],
+    )
     fig = draw_throughput_latency(records, sweep_spec(spec, MODEL_SWEEP_DIMS)[0])
     for path in outs:  # one figure, saved to each file
         save(fig, path, data=records)

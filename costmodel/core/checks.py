@@ -28,13 +28,19 @@ def count(name: str, value, least: int = 1, most: int = MAX_DIM, optional: bool 
     return int(value)
 
 
-def number(name: str, value, *, least: float = 0.0, inclusive: bool = False, most: float = math.inf,
-           optional: bool = False):
+def number(
+    name: str, value, *, least: float = 0.0, inclusive: bool = False, most: float = math.inf, optional: bool = False
+):
     """A finite real number above ``least`` (or at least ``least`` when ``inclusive``), at most ``most``."""
     if value is None and optional:
         return None
-    ok = (not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(value)
-          and (value >= least if inclusive else value > least) and value <= most)
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, Real)
+        and math.isfinite(value)
+        and (value >= least if inclusive else value > least)
+        and value <= most
+    )
     if not ok:
         bound = f"at least {least:g}" if inclusive else ("positive" if least == 0 else f"above {least:g}")
         bound += f" and at most {most:g}" if math.isfinite(most) else ""
@@ -67,8 +73,11 @@ def instance(name: str, value, kind: type, what: str):
 
 def names(name: str, value) -> tuple[str, ...]:
     """A list or tuple of strings (a single string is refused: it would be read letter by letter)."""
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)) or \
-            not all(isinstance(v, str) for v in value):
+    if (
+        isinstance(value, str)
+        or not isinstance(value, (list, tuple, set, frozenset))
+        or not all(isinstance(v, str) for v in value)
+    ):
         raise CostModelError(f"{name} must be a list of names, got {_shown(value)}")
     return tuple(value)
 

@@ -45,8 +45,9 @@ def read_text(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise CostModelError(f"{what} {path} is not UTF-8 text (byte {err.start}: {data[err.start]:#04x}); "
-                             "save it as UTF-8") from None
+        raise CostModelError(
+            f"{what} {path} is not UTF-8 text (byte {err.start}: {data[err.start]:#04x}); save it as UTF-8"
+        ) from None
 
 
 def check_depth(text: str, origin: str) -> None:
@@ -100,7 +101,9 @@ def _loader():
 
     Loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789."))
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
     return Loader
 
 
@@ -122,6 +125,7 @@ def load_json(text: str, origin: str):
     import json
 
     check_depth(text, origin)
+
     def unique(pairs):
         out = dict(pairs)
         if len(out) < len(pairs):
@@ -166,7 +170,9 @@ def check_folder(path: str) -> str:
         if not stat.S_ISREG(st.st_mode):
             raise CostModelError(f"cannot write {path}: it exists and is not a regular file")
         if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
-            raise CostModelError(f"cannot write {path}: the file is read-only (make it writable or choose another path)")
+            raise CostModelError(
+                f"cannot write {path}: the file is read-only (make it writable or choose another path)"
+            )
     try:
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".costmodel-probe-")
     except OSError as err:

@@ -22,6 +22,6 @@ def command_line(ctx: click.Context, skip=()) -> list[str]:
             chosen = [o for o in (on if value else off) if o.startswith("--")] or list(on if value else off)
             out += chosen[:1] if (value or off) else []
             continue
-        for v in (value if param.multiple else [value]):
+        for v in value if param.multiple else [value]:
             out += [names[0], str(v)]
     return out

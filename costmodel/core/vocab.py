@@ -54,8 +54,16 @@ CACHE_APPENDS: tuple[str, ...] = get_args(CacheAppend)
 OVERLAPS: tuple[str, ...] = get_args(Overlap)
 
 #: Workload parameters (the names of :meth:`costmodel.Workload.create`) -> dimension symbol; all sweepable.
-PARAMETER_DIMS: dict[str, str] = {"batch": "b", "seq": "n", "context": "m", "d_model": "d", "heads": "h",
-                                  "groups": "g", "head_dim": "k", "value_dim": "v"}
+PARAMETER_DIMS: dict[str, str] = {
+    "batch": "b",
+    "seq": "n",
+    "context": "m",
+    "d_model": "d",
+    "heads": "h",
+    "groups": "g",
+    "head_dim": "k",
+    "value_dim": "v",
+}
 SWEEP_DIMS = PARAMETER_DIMS
 
 #: A whole number as the command line and a sweep's range take it: ASCII digits (no sign, spaces, underscores,
@@ -79,8 +87,12 @@ MAX_DIM = 1 << 40
 #: Key/value heads of GQA when none are given: gcd(h, 8), the 8 of Llama 2 70B and Llama 3.
 DEFAULT_GQA_GROUPS = 8
 
-VARIANT_NAMES = {"mha": "multi-head (g = h)", "mqa": "multi-query (g = 1)", "gqa": "grouped-query",
-                 "mla": "multi-head latent"}
+VARIANT_NAMES = {
+    "mha": "multi-head (g = h)",
+    "mqa": "multi-query (g = 1)",
+    "gqa": "grouped-query",
+    "mla": "multi-head latent",
+}
 #: Variants of the symbolic core: the grouped-query family and multi-head latent attention (costmodel.counts.mla).
 DERIVE_VARIANTS: tuple[str, ...] = (*VARIANTS, "mla")
 #: The two forms of multi-head latent attention: attend in latent space, or materialise keys and values.
@@ -165,9 +177,21 @@ def variant_label(variant: str, g: int) -> str:
 #: positions, 16 sequences, bf16. A whole model runs its attention fused, an attention workload the
 #: paper's unfused program.
 DEFAULTS: dict[str, object] = {
-    "variant": "mha", "mode": "incremental", "batch": 16, "context": 4096, "seq": 4096, "d_model": 4096,
-    "heads": 32, "dtype": "bf16", "layers": 1, "execution": "unfused", "model_execution": "fused",
-    "cache_append": "inplace", "overlap": "max", "tp": 1, "timing": "graph",
+    "variant": "mha",
+    "mode": "incremental",
+    "batch": 16,
+    "context": 4096,
+    "seq": 4096,
+    "d_model": 4096,
+    "heads": 32,
+    "dtype": "bf16",
+    "layers": 1,
+    "execution": "unfused",
+    "model_execution": "fused",
+    "cache_append": "inplace",
+    "overlap": "max",
+    "tp": 1,
+    "timing": "graph",
     # points in one sweep: 10,000 print in about a second; more is allowed when asked for
     "max_points": 10_000,
 }

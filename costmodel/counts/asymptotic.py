@@ -91,9 +91,7 @@ PAPER_CLAIMS: dict[tuple[str, str], PaperClaim] = {
         for mode in ("generate", "incremental")
     },
     **{
-        (mode, "mqa"): PaperClaim(
-            f"Shazeer 2019, Section 3.1 ({_GEN})", "Θ", 1 / S.d + S.n / (S.d * S.h) + 1 / S.b
-        )
+        (mode, "mqa"): PaperClaim(f"Shazeer 2019, Section 3.1 ({_GEN})", "Θ", 1 / S.d + S.n / (S.d * S.h) + 1 / S.b)
         for mode in ("generate", "incremental")
     },
     **{
@@ -148,8 +146,10 @@ def analyze(report: CostReport) -> Asymptotics:
     if report.substitutions or report.mode not in ("batched", "incremental", "generate"):
         from costmodel.core.errors import CostModelError
 
-        raise CostModelError("report must be symbolic (no dimensions given numbers) and of mode batched, incremental "
-                             f"or generate; got mode {report.mode} with {dict(report.substitutions) or 'no'} numbers")
+        raise CostModelError(
+            "report must be symbolic (no dimensions given numbers) and of mode batched, incremental "
+            f"or generate; got mode {report.mode} with {dict(report.substitutions) or 'no'} numbers"
+        )
     assumed = BASE_ASSUMPTIONS + (MLA_ASSUMPTIONS if report.variant == "mla" else ())
     base = _constraints(assumed, report.kv_heads)
     flops, memory = (sympy.expand(e.subs(PAPER_SUBS)) for e in (report.flops, report.memory_elements))
@@ -243,8 +243,11 @@ def theta(expr: sympy.Expr, constraints: Constraints) -> sympy.Expr:
     kept: list[sympy.Expr] = []
     for i, t in enumerate(positive):
         # dropped if a later term dominates it, or an earlier kept one does (ties keep the first)
-        if any(dominated(t, s, constraints) and (j < i or not dominated(s, t, constraints))
-               for j, s in enumerate(positive) if j != i and (j > i or s in kept)):
+        if any(
+            dominated(t, s, constraints) and (j < i or not dominated(s, t, constraints))
+            for j, s in enumerate(positive)
+            if j != i and (j > i or s in kept)
+        ):
             continue
         kept.append(t)
     for coeff, mono in terms:

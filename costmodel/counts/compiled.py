@@ -47,7 +47,7 @@ class Compiled:
         """(flops per op, elements per op, weight elements, cache elements) at ``args``."""
         values = self.counts(*args)
         n = len(self.names)
-        return values[:n], values[n:2 * n], values[2 * n], values[2 * n + 1]
+        return values[:n], values[n : 2 * n], values[2 * n], values[2 * n + 1]
 
     def at(self, dims: dict[str, int]) -> tuple[list, list, object, object]:
         """:meth:`evaluate` at named dimensions (``{"b": 1, "m": 4096, ...}``)."""
@@ -81,16 +81,22 @@ class Compiled:
         traffic stored in the weight and the cache dtypes (the rest is in the activation dtype)."""
         values = self.storage_counts(*self._args(dims))
         n = len(self.names)
-        return values[:n], values[n:2 * n]
+        return values[:n], values[n : 2 * n]
 
     def params(self, dims: dict) -> list:
         """The parameters each op reads at ``dims`` (its ``P_*`` and ``W_*`` operands)."""
-        return self.storage_counts(*self._args(dims))[2 * len(self.names):]
+        return self.storage_counts(*self._args(dims))[2 * len(self.names) :]
 
 
 @lru_cache(maxsize=64)
-def compile_program(variant: str, mode: str, execution: str = "unfused", cache_append: str = "inplace",
-                    form: str = "absorbed", q_lora: bool = False) -> Compiled:
+def compile_program(
+    variant: str,
+    mode: str,
+    execution: str = "unfused",
+    cache_append: str = "inplace",
+    form: str = "absorbed",
+    q_lora: bool = False,
+) -> Compiled:
     """The program's exact counts, compiled once into a single numpy function (``form`` and ``q_lora``
     choose the program of multi-head latent attention, :mod:`costmodel.counts.mla`).
 
@@ -143,10 +149,17 @@ def _load(key: str) -> Compiled | None:
         if hashlib.sha256(body.encode()).hexdigest() != data["sha256"]:
             return None  # a damaged file: derive again
         c = data["compiled"]
-        return Compiled(names=tuple(c["names"]), kinds=tuple(c["kinds"]), einsums=tuple(c["einsums"]),
-                        gemms=tuple(c["gemms"]), counts=_function(c["counts"]), gemm_counts=_function(c["gemm_counts"]),
-                        args=tuple(c["args"]), storage_counts=_function(c["storage_counts"]),
-                        grouped=tuple(c["grouped"]))
+        return Compiled(
+            names=tuple(c["names"]),
+            kinds=tuple(c["kinds"]),
+            einsums=tuple(c["einsums"]),
+            gemms=tuple(c["gemms"]),
+            counts=_function(c["counts"]),
+            gemm_counts=_function(c["gemm_counts"]),
+            args=tuple(c["args"]),
+            storage_counts=_function(c["storage_counts"]),
+            grouped=tuple(c["grouped"]),
+        )
     except (OSError, ValueError, KeyError, TypeError, SyntaxError):
         return None
 
@@ -158,10 +171,18 @@ def _store(key: str, compiled: Compiled, sources: dict) -> None:
     folder = cache_folder()
     if folder is None:
         return
-    body = {"names": list(compiled.names), "kinds": list(compiled.kinds), "einsums": list(compiled.einsums),
-            "gemms": list(compiled.gemms), "args": list(compiled.args), "grouped": list(compiled.grouped), **sources}
-    text = json.dumps({"sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
-                       "compiled": body})
+    body = {
+        "names": list(compiled.names),
+        "kinds": list(compiled.kinds),
+        "einsums": list(compiled.einsums),
+        "gemms": list(compiled.gemms),
+        "args": list(compiled.args),
+        "grouped": list(compiled.grouped),
+        **sources,
+    }
+    text = json.dumps(
+        {"sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), "compiled": body}
+    )
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".program-", suffix=".json")
@@ -183,12 +204,13 @@ def _derive(variant, mode, execution, cache_append, form, q_lora) -> tuple[Compi
     """The program derived with sympy and compiled; the sources of its functions where they are plain
     arithmetic (None where one needed sympy's lambdify, which is not kept on disk)."""
     from costmodel.counts import symbols as S
-    from costmodel.counts.exact import sum_steps, program_counts
+    from costmodel.counts.exact import program_counts, sum_steps
     from costmodel.counts.ops import gemm_dims
     from costmodel.counts.program import build_program, op_class
 
     if variant == "mla":
-        from costmodel.counts.mla import ARGS as args, build_mla_program
+        from costmodel.counts.mla import ARGS as args
+        from costmodel.counts.mla import build_mla_program
 
         program = build_mla_program(mode, form, q_lora=q_lora, execution=execution)
     else:
@@ -197,16 +219,26 @@ def _derive(variant, mode, execution, cache_append, form, q_lora) -> tuple[Compi
     report = program_counts(program, simplify=False)  # the program built once, its counts from it
     weights, cache = program.resident_elements()
     gemms = tuple(gemm_dims(o) if o.kind == "einsum" else None for o in program.ops)
-    exprs = [o.flops for o in report.ops] + [o.memory_elements for o in report.ops] + [weights, cache,
-                                                                                      program.bias_elements()]
+    exprs = (
+        [o.flops for o in report.ops]
+        + [o.memory_elements for o in report.ops]
+        + [weights, cache, program.bias_elements()]
+    )
     # projection weights are stored in the weight dtype; norm weights (W_*) stay in the activation dtype
     stored = [_stored(o, lambda t: t.name.startswith("P_")) for o in program.ops]
     stored += [_stored(o, lambda t: _is_cache(t, program)) for o in program.ops]
     stored += [_params(o) for o in program.ops]
     if program.summed_over_steps:
         stored = [sum_steps(e) for e in stored]
-    return _assemble([o.name for o in report.ops], [op_class(o, mode) for o in program.ops],
-                     [o.einsum for o in report.ops], gemms, exprs, stored, args)
+    return _assemble(
+        [o.name for o in report.ops],
+        [op_class(o, mode) for o in program.ops],
+        [o.einsum for o in report.ops],
+        gemms,
+        exprs,
+        stored,
+        args,
+    )
 
 
 @lru_cache(maxsize=64)
@@ -228,11 +260,21 @@ def compile_block(block: str, *params) -> Compiled:
     gemms = [gemm_dims(o) if o.kind == "einsum" else grouped_dims(o) if o.kind == "grouped" else None for o in ops]
     exprs = [o.flops for o in ops] + [o.memory_elements for o in ops]
     exprs += [sympy.Add(*(_params(o) for o in ops)), sympy.Integer(0), sympy.Add(*(bias_elements(o) for o in ops))]
-    stored = ([_stored(o, lambda t: t.name.startswith("P_")) for o in ops]
-              + [_stored(o, lambda t: t.name.startswith("cache_")) for o in ops] + [_params(o) for o in ops])
-    compiled, sources = _assemble([o.name for o in ops], ["projection" if g else o.kind for o, g in zip(ops, gemms)],
-                                  [o.einsum for o in ops], gemms, exprs, stored, args,
-                                  grouped=[o.kind == "grouped" for o in ops])
+    stored = (
+        [_stored(o, lambda t: t.name.startswith("P_")) for o in ops]
+        + [_stored(o, lambda t: t.name.startswith("cache_")) for o in ops]
+        + [_params(o) for o in ops]
+    )
+    compiled, sources = _assemble(
+        [o.name for o in ops],
+        ["projection" if g else o.kind for o, g in zip(ops, gemms)],
+        [o.einsum for o in ops],
+        gemms,
+        exprs,
+        stored,
+        args,
+        grouped=[o.kind == "grouped" for o in ops],
+    )
     if sources is not None:
         _store(key, compiled, sources)
     return compiled
@@ -243,13 +285,22 @@ def _assemble(names, kinds, einsums, gemms, exprs, stored, args, grouped=None) -
     arithmetic (None where one needed sympy's lambdify, which is not kept on disk)."""
     import sympy
 
-    functions = {"counts": exprs, "gemm_counts": [x for g in gemms if g for x in g] or [sympy.Integer(0)],
-                 "storage_counts": stored}
+    functions = {
+        "counts": exprs,
+        "gemm_counts": [x for g in gemms if g for x in g] or [sympy.Integer(0)],
+        "storage_counts": stored,
+    }
     made = {name: _numeric_function(e, args) for name, e in functions.items()}
     compiled = Compiled(
-        names=tuple(names), kinds=tuple(kinds), einsums=tuple(einsums), gemms=tuple(g is not None for g in gemms),
-        counts=made["counts"][0], gemm_counts=made["gemm_counts"][0], args=tuple(s.name for s in args),
-        storage_counts=made["storage_counts"][0], grouped=tuple(grouped or (False,) * len(names)),
+        names=tuple(names),
+        kinds=tuple(kinds),
+        einsums=tuple(einsums),
+        gemms=tuple(g is not None for g in gemms),
+        counts=made["counts"][0],
+        gemm_counts=made["gemm_counts"][0],
+        args=tuple(s.name for s in args),
+        storage_counts=made["storage_counts"][0],
+        grouped=tuple(grouped or (False,) * len(names)),
     )
     sources = {name: source for name, (_, source) in made.items()}
     return compiled, (sources if all(sources.values()) else None)
@@ -289,8 +340,9 @@ def _numeric_function(exprs: list, args: tuple):
     exprs = [sympy.sympify(e) for e in exprs]  # a size product of no factors is the number 1
     for e in exprs:
         extra = e.free_symbols - set(args)
-        if extra or any(not (a.is_Add or a.is_Mul or a.is_Pow or a.is_Symbol or a.is_Number)
-                        for a in sympy.preorder_traversal(e)):
+        if extra or any(
+            not (a.is_Add or a.is_Mul or a.is_Pow or a.is_Symbol or a.is_Number) for a in sympy.preorder_traversal(e)
+        ):
             return sympy.lambdify(args, exprs, modules="numpy"), None
     body = ", ".join(f"({sympy.sstr(e)})" for e in exprs)
     source = f"lambda {', '.join(s.name for s in args)}: [{body}]"

@@ -15,11 +15,11 @@ from functools import cached_property, lru_cache
 import sympy
 
 from costmodel.core import checks
-from costmodel.counts import symbols as S
 from costmodel.core.errors import CostModelError
+from costmodel.core.vocab import MAX_DIM, MLA_FORMS, check_divisible, choice, dtype_bytes
+from costmodel.counts import symbols as S
 from costmodel.counts.ops import ELEMENTWISE_FLOPS
 from costmodel.counts.program import STEP, Program, build_program
-from costmodel.core.vocab import MAX_DIM, MLA_FORMS, check_divisible, choice, dtype_bytes
 
 #: Dimensions that can be given numbers (``g`` comes from the variant and ``groups``).
 NUMERIC_DIMS: tuple[str, ...] = ("b", "n", "m", "d", "h", "k", "v")
@@ -153,8 +153,9 @@ def derive(
     return program_counts(program, dtype, dims, simplify)
 
 
-def program_counts(program: Program, dtype: str = "bf16", dims: Mapping[str, int] | None = None,
-                   simplify: bool = True) -> CostReport:
+def program_counts(
+    program: Program, dtype: str = "bf16", dims: Mapping[str, int] | None = None, simplify: bool = True
+) -> CostReport:
     """The exact counts of a built program (:func:`derive` builds it from a variant and mode)."""
     width = dtype_bytes(dtype)
     mode = program.mode
@@ -244,8 +245,11 @@ def conventions(program: Program, dtype: str, width: int, subs: Mapping) -> tupl
         "as torch FlopCounterMode counts)",
         f"elementwise FLOPs per output element: {ew}",
         "memory: every op reads each operand and writes its output once"
-        + (" (unfused: intermediates go through memory)" if program.execution == "unfused" else
-           "; fused attention reads q, K, V once and writes o (logits and weights stay on chip, mask made in kernel)"),
+        + (
+            " (unfused: intermediates go through memory)"
+            if program.execution == "unfused"
+            else "; fused attention reads q, K, V once and writes o (logits and weights stay on chip, mask made in kernel)"
+        ),
         f"bytes = memory elements x {width} ({dtype})",
     ]
     if program.mode in ("incremental", "generate"):
@@ -265,10 +269,13 @@ def conventions(program: Program, dtype: str, width: int, subs: Mapping) -> tupl
         lines.append(
             f"multi-head latent attention (DeepSeek-V2), {program.form} form: a cache row is one latent of rank c "
             "plus one rotary key of p dimensions, shared by all h heads; "
-            + ("per-head keys (k + p) and values (v) are materialised from the cached latents"
-               if program.form == "naive" else
-               "the key and value up-projections are absorbed into the query and the output, so attention "
-               "runs over the cache rows (multi-query attention with key dimension c + p, value dimension c)"))
+            + (
+                "per-head keys (k + p) and values (v) are materialised from the cached latents"
+                if program.form == "naive"
+                else "the key and value up-projections are absorbed into the query and the output, so attention "
+                "runs over the cache rows (multi-query attention with key dimension c + p, value dimension c)"
+            )
+        )
         lines.append("norms of the latents: RMSNorm, 4 FLOPs per element; rotary embeddings are not in the program")
     if program.kv_heads == S.g:
         lines.append("g key/value heads, g divides h")

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import sympy
 
+from costmodel.core.vocab import EXECUTIONS, choice
+from costmodel.core.vocab import MLA_FORMS as FORMS
 from costmodel.counts import symbols as S
 from costmodel.counts.ops import ELEMENTWISE_FLOPS, Op, Tensor
 from costmodel.counts.program import Program, fuse_attention
-from costmodel.core.vocab import EXECUTIONS, MLA_FORMS as FORMS, choice
 
 #: FLOPs per element of an RMSNorm (square, sum, scale, weight), as :data:`costmodel.counts.step_program.NORM_FLOPS`.
 RMS_FLOPS = 4
@@ -35,11 +36,26 @@ ARGS = (S.b, S.n, S.m, S.d, S.h, S.k, S.v, S.c, S.p, S.l)
 
 
 def _sizes(memory: sympy.Expr) -> dict[str, sympy.Expr]:
-    return {"b": S.b, "n": S.n, "m": memory, "d": S.d, "h": S.h, "k": S.k, "v": S.v, "c": S.c, "p": S.p,
-            "l": S.l, "e": S.k + S.p, "f": S.c + S.p, "j": S.k + S.v}
+    return {
+        "b": S.b,
+        "n": S.n,
+        "m": memory,
+        "d": S.d,
+        "h": S.h,
+        "k": S.k,
+        "v": S.v,
+        "c": S.c,
+        "p": S.p,
+        "l": S.l,
+        "e": S.k + S.p,
+        "f": S.c + S.p,
+        "j": S.k + S.v,
+    }
 
 
-def build_mla_program(mode: str, form: str = "absorbed", *, q_lora: bool = False, execution: str = "unfused") -> Program:
+def build_mla_program(
+    mode: str, form: str = "absorbed", *, q_lora: bool = False, execution: str = "unfused"
+) -> Program:
     """The MLA program of one decode step (``incremental``: x [b, d] appends one latent to a cache of m
     positions and attends to m + 1) or of batched attention (``batched``: X [b, n, d] over the latents of
     M [b, m, d], with the paper's [b, h, n, m] mask), in the ``naive`` or ``absorbed`` form; ``generate``
@@ -57,29 +73,43 @@ def build_mla_program(mode: str, form: str = "absorbed", *, q_lora: bool = False
     x = T("x" if decode else "X", "b" + Q + "d")
     ops: list[Op] = []
     if q_lora:
-        ops += [Op("q_down", "einsum", (x, T("P_qa", "dl")), T("q_latent", "b" + Q + "l")),
-                Op("q_norm", "elementwise", (T("q_latent", "b" + Q + "l"), T("W_qnorm", "l")),
-                   T("q_latent", "b" + Q + "l"), RMS_FLOPS),
-                Op("q_proj", "einsum", (T("q_latent", "b" + Q + "l"), T("P_qb", "lhe")), T("q", "bh" + Q + "e"))]
+        ops += [
+            Op("q_down", "einsum", (x, T("P_qa", "dl")), T("q_latent", "b" + Q + "l")),
+            Op(
+                "q_norm",
+                "elementwise",
+                (T("q_latent", "b" + Q + "l"), T("W_qnorm", "l")),
+                T("q_latent", "b" + Q + "l"),
+                RMS_FLOPS,
+            ),
+            Op("q_proj", "einsum", (T("q_latent", "b" + Q + "l"), T("P_qb", "lhe")), T("q", "bh" + Q + "e")),
+        ]
     else:
         ops.append(Op("q_proj", "einsum", (x, T("P_q", "dhe")), T("q", "bh" + Q + "e")))
     if decode:  # the new position's latent and rotary key, normed and appended to the cache
-        ops += [Op("kv_down", "einsum", (x, T("P_kva", "df")), T("kv_new", "bf")),
-                Op("kv_norm", "elementwise", (T("kv_new:c", "bc"), T("W_kvnorm", "c")), T("kv_new:c", "bc"),
-                   RMS_FLOPS),
-                Op("kv_append", "copy", (T("kv_new", "bf"),), T("KV[m]", "bf"))]
+        ops += [
+            Op("kv_down", "einsum", (x, T("P_kva", "df")), T("kv_new", "bf")),
+            Op("kv_norm", "elementwise", (T("kv_new:c", "bc"), T("W_kvnorm", "c")), T("kv_new:c", "bc"), RMS_FLOPS),
+            Op("kv_append", "copy", (T("kv_new", "bf"),), T("KV[m]", "bf")),
+        ]
     else:  # the latents of all m memory positions
-        ops += [Op("kv_down", "einsum", (T("M", "bmd"), T("P_kva", "df")), T("KV", "bmf")),
-                Op("kv_norm", "elementwise", (T("KV:c", "bmc"), T("W_kvnorm", "c")), T("KV:c", "bmc"), RMS_FLOPS)]
+        ops += [
+            Op("kv_down", "einsum", (T("M", "bmd"), T("P_kva", "df")), T("KV", "bmf")),
+            Op("kv_norm", "elementwise", (T("KV:c", "bmc"), T("W_kvnorm", "c")), T("KV:c", "bmc"), RMS_FLOPS),
+        ]
     logits = T("logits", "bh" + Q + "m")
     if form == "naive":
-        ops += [Op("kv_up", "einsum", (T("KV:c", "bmc"), T("P_kvb", "chj")), T("KVup", "bhmj")),
-                Op("k_concat", "copy", (T("KVup:k", "bhmk"), T("KV:p", "bmp")), T("K", "bhme")),
-                Op("logits", "einsum", (T("q", "bh" + Q + "e"), T("K", "bhme")), logits)]
+        ops += [
+            Op("kv_up", "einsum", (T("KV:c", "bmc"), T("P_kvb", "chj")), T("KVup", "bhmj")),
+            Op("k_concat", "copy", (T("KVup:k", "bhmk"), T("KV:p", "bmp")), T("K", "bhme")),
+            Op("logits", "einsum", (T("q", "bh" + Q + "e"), T("K", "bhme")), logits),
+        ]
         value = T("KVup:v", "bhmv")
     else:
-        ops += [Op("q_absorb", "einsum", (T("q:k", "bh" + Q + "k"), T("P_kvb:k", "chk")), T("q_cat:c", "bh" + Q + "c")),
-                Op("logits", "einsum", (T("q_cat", "bh" + Q + "f"), T("KV", "bmf")), logits)]
+        ops += [
+            Op("q_absorb", "einsum", (T("q:k", "bh" + Q + "k"), T("P_kvb:k", "chk")), T("q_cat:c", "bh" + Q + "c")),
+            Op("logits", "einsum", (T("q_cat", "bh" + Q + "f"), T("KV", "bmf")), logits),
+        ]
         value = T("KV:c", "bmc")
     ops.append(Op("scale", "elementwise", (logits,), logits, ELEMENTWISE_FLOPS["scale"]))
     if not decode:
@@ -89,13 +119,22 @@ def build_mla_program(mode: str, form: str = "absorbed", *, q_lora: bool = False
     if form == "naive":
         ops.append(Op("weighted_sum", "einsum", (weights, value), T("o", "bh" + Q + "v")))
     else:
-        ops += [Op("weighted_sum", "einsum", (weights, value), T("o_latent", "bh" + Q + "c")),
-                Op("v_absorb", "einsum", (T("o_latent", "bh" + Q + "c"), T("P_kvb:v", "chv")), T("o", "bh" + Q + "v"))]
+        ops += [
+            Op("weighted_sum", "einsum", (weights, value), T("o_latent", "bh" + Q + "c")),
+            Op("v_absorb", "einsum", (T("o_latent", "bh" + Q + "c"), T("P_kvb:v", "chv")), T("o", "bh" + Q + "v")),
+        ]
     ops.append(Op("out_proj", "einsum", (T("o", "bh" + Q + "v"), T("P_o", "hvd")), T("y", "b" + Q + "d")))
     if execution == "fused":
         ops = fuse_attention(ops)
-    return Program(variant="mla", mode=mode, kv_heads=sympy.Integer(1), ops=tuple(ops), execution=execution,
-                   cache_names=("KV",), form=form)
+    return Program(
+        variant="mla",
+        mode=mode,
+        kv_heads=sympy.Integer(1),
+        ops=tuple(ops),
+        execution=execution,
+        cache_names=("KV",),
+        form=form,
+    )
 
 
 def mla_attention_dims(dims: dict, form: str) -> dict:

@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-
 OpKind = Literal["einsum", "elementwise", "copy", "fused", "grouped"]
 
 
@@ -118,9 +117,14 @@ def is_weight(tensor: Tensor) -> bool:
 def bias_elements(op: Op) -> object:
     """Elements of the bias a projection would add: the weight's axes that survive into the output
     (``h k`` of ``bd,hdk->bhk``; ``d`` of ``bhv,hdv->bd``); 0 for ops without a weight."""
-    return _sum([0 * op.output.elements] + [_prod(size for letter, size in zip(t.indices, t.shape)
-                                                    if letter in op.output.indices)
-                                              for t in op.inputs if op.kind == "einsum" and is_weight(t)])
+    return _sum(
+        [0 * op.output.elements]
+        + [
+            _prod(size for letter, size in zip(t.indices, t.shape) if letter in op.output.indices)
+            for t in op.inputs
+            if op.kind == "einsum" and is_weight(t)
+        ]
+    )
 
 
 def gemm_dims(op: Op) -> tuple[object, object, object, object]:

@@ -24,11 +24,20 @@ from dataclasses import dataclass
 
 import sympy
 
+from costmodel.core.vocab import (
+    CACHE_APPENDS,
+    EXECUTIONS,
+    MODES,
+    VARIANTS,
+    CacheAppend,
+    Execution,
+    Mode,
+    Variant,
+    check_groups,
+    choice,
+)
 from costmodel.counts import symbols as S
 from costmodel.counts.ops import ELEMENTWISE_FLOPS, Op, Tensor, bias_elements, is_weight
-from costmodel.core.vocab import (CACHE_APPENDS, EXECUTIONS, MODES, VARIANTS, CacheAppend, Execution, Mode, Variant,
-                             check_groups, choice)
-
 
 #: The ops a flash-style kernel runs on chip: logits and weights never reach memory.
 FUSED_ATTENTION_OPS = ("logits", "scale", "mask", "softmax", "weighted_sum")
@@ -64,9 +73,14 @@ class Program:
         tensors = {t.name: t for op in _flatten(self.ops) for t in (*op.inputs, op.output)}
         weights = sympy.Add(*(t.elements for t in tensors.values() if is_weight(t)))
         # a cache read only through views (``KV:c``, ``KV:p``) is the sum of its disjoint views
-        cache = sympy.Add(*(tensors[name].elements if name in tensors else
-                            sympy.Add(*(t.elements for key, t in tensors.items() if key.startswith(name + ":")))
-                            for name in self.cache_names))
+        cache = sympy.Add(
+            *(
+                tensors[name].elements
+                if name in tensors
+                else sympy.Add(*(t.elements for key, t in tensors.items() if key.startswith(name + ":")))
+                for name in self.cache_names
+            )
+        )
         if self.summed_over_steps:
             cache = cache.subs(S.m, S.n - 1)
         return weights, cache
@@ -137,8 +151,9 @@ def build_program(
         ops = _attention_ops(G, batch="b", query="", from_cache=True, cache_append=cache_append)
     if execution == "fused":
         ops = fuse_attention(ops)
-    return Program(variant=variant, mode=mode, kv_heads=G, ops=tuple(ops), cache_append=cache_append,
-                   execution=execution)
+    return Program(
+        variant=variant, mode=mode, kv_heads=G, ops=tuple(ops), cache_append=cache_append, execution=execution
+    )
 
 
 def fuse_attention(ops: list[Op]) -> list[Op]:

@@ -61,23 +61,29 @@ def _ffn(gated: bool, prefix: str) -> list[Op]:
 
 def _norms(norm: str, count: int, rows) -> list[Op]:
     x = {"t": rows, "d": d}
-    return [_op(f"{norm_name(norm)}_{i}", "elementwise", [("x", x), ("W_norm", {"d": d})], ("y", x), NORM_FLOPS[norm])
-            for i in range(count)]
+    return [
+        _op(f"{norm_name(norm)}_{i}", "elementwise", [("x", x), ("W_norm", {"d": d})], ("y", x), NORM_FLOPS[norm])
+        for i in range(count)
+    ]
 
 
 def layer(norm: str, norms: int, gated: bool) -> list[Op]:
     """A layer's ``norms`` norms, its residual adds (one op; a layer runs two) and its dense feed-forward block."""
     x = {"t": t, "d": d}
-    return [*_norms(norm, norms, t), _op("residuals", "elementwise", [("x", x), ("a", x)], ("y", x), 1),
-            *_ffn(gated, "ffn")]
+    return [
+        *_norms(norm, norms, t),
+        _op("residuals", "elementwise", [("x", x), ("a", x)], ("y", x), 1),
+        *_ffn(gated, "ffn"),
+    ]
 
 
 def ffn(gated: bool, prefix: str, gate: bool = False) -> list[Op]:
     """A feed-forward block (``prefix``: the ops' names), and the sigmoid gate of a model's shared experts."""
     ops = _ffn(gated, prefix)
     if gate:
-        ops.append(_op("shared_gate", "einsum", [("x", {"t": t, "d": d}), ("W_sg", {"d": d, "e": 1})],
-                       ("s", {"t": t, "e": 1})))
+        ops.append(
+            _op("shared_gate", "einsum", [("x", {"t": t, "d": d}), ("W_sg", {"d": d, "e": 1})], ("s", {"t": t, "e": 1}))
+        )
     return ops
 
 
@@ -87,13 +93,21 @@ def moe(gated: bool) -> list[Op]:
     return [
         _op("router", "einsum", [("x", {"t": t, "d": d}), ("W_router", {"d": d, "e": e})], ("s", {"t": t, "e": e})),
         _op("router_softmax", "elementwise", [("s", {"t": t, "e": e})], ("p", {"t": t, "e": e}), SOFTMAX_FLOPS),
-        _op("experts_gate_up", "grouped", [("x", {"r": r, "d": d}), ("P_up", {"u": u, "d": d, "f": up})],
-            ("h", {"r": r, "f": up})),
+        _op(
+            "experts_gate_up",
+            "grouped",
+            [("x", {"r": r, "d": d}), ("P_up", {"u": u, "d": d, "f": up})],
+            ("h", {"r": r, "f": up}),
+        ),
         # a kernel whose buffers span all v routed rows writes zeros for the v - r routed to other devices
         _op("experts_zero_fill", "copy", [], ("0", {"v": v - r, "f": up + d})),
         _op("experts_act", "elementwise", [("h", {"v": v, "f": up})], ("a", {"v": v, "c": c}), ACT_FLOPS[gated]),
-        _op("experts_down", "grouped", [("a", {"r": r, "c": c}), ("P_down", {"u": u, "c": c, "d": d})],
-            ("y", {"r": r, "d": d})),
+        _op(
+            "experts_down",
+            "grouped",
+            [("a", {"r": r, "c": c}), ("P_down", {"u": u, "c": c, "d": d})],
+            ("y", {"r": r, "d": d}),
+        ),
         # a multiply and an add per element of each of a token's top rows
         _op("experts_combine", "elementwise", [("y", {"v": v, "d": d})], ("z", {"t": t, "d": d}), 2 * top),
     ]
@@ -104,8 +118,13 @@ def head(norm: str) -> list[Op]:
     x_in, x_out = {"t": t, "d": d}, {"t": o, "d": d}  # index t: the rows of each op
     return [
         _op("embed", "copy", [("E[tokens]", x_in)], ("x", x_in)),
-        _op(f"final_{norm_name(norm)}", "elementwise", [("x", x_out), ("W_norm", {"d": d})], ("y", x_out),
-            NORM_FLOPS[norm]),
+        _op(
+            f"final_{norm_name(norm)}",
+            "elementwise",
+            [("x", x_out), ("W_norm", {"d": d})],
+            ("y", x_out),
+            NORM_FLOPS[norm],
+        ),
         _op("lm_head", "einsum", [("x", x_out), ("W_out", {"d": d, "w": w})], ("logits", {"t": o, "w": w})),
     ]
 
@@ -119,8 +138,10 @@ def rope() -> list[Op]:
 def cross_kv() -> list[Op]:
     """The cross-attention keys and values of ``t`` source tokens, projected once at prefill."""
     kv = {"t": t, "d": d}
-    return [_op(name, "einsum", [("M", kv), ("P", {"d": d, "g": g, "k": k})], ("KV", {"t": t, "g": g, "k": k}))
-            for name in ("cross_k_proj", "cross_v_proj")]
+    return [
+        _op(name, "einsum", [("M", kv), ("P", {"d": d, "g": g, "k": k})], ("KV", {"t": t, "g": g, "k": k}))
+        for name in ("cross_k_proj", "cross_v_proj")
+    ]
 
 
 def kv_write() -> list[Op]:

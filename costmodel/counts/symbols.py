@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import sympy
 
-
 b, n, m, d, h, g, k, v = sympy.symbols("b n m d h g k v", positive=True, integer=True)
 c, p, l = sympy.symbols("c p l", positive=True, integer=True)  # noqa: E741 - the dimension's name
 

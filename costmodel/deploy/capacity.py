@@ -15,10 +15,10 @@ from typing import Literal
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
-from costmodel.hardware.profile import HardwareProfile
-from costmodel.engine.reports import LoadPrediction
-from costmodel.model.presets import ModelPreset
 from costmodel.core.reports import Report
+from costmodel.engine.reports import LoadPrediction
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.model.presets import ModelPreset
 
 LoadBinding = Literal["tpot", "ttft", "kv cache", "sequence limit", "concurrency limit", "saturation"]
 #: A rate search stops when its bracket is this share of the engine's most.
@@ -59,8 +59,11 @@ class LoadCapacityReport(Report):
 
 
 def _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator) -> str:
-    for name, value, most in (("tpot_s", tpot_s, 86400), ("ttft_s", ttft_s, 86400),
-                              ("price_per_hour", price_per_hour, 1e6)):
+    for name, value, most in (
+        ("tpot_s", tpot_s, 86400),
+        ("ttft_s", ttft_s, 86400),
+        ("price_per_hour", price_per_hour, 1e6),
+    ):
         checks.number(name, value, most=most, optional=True)
     if statistic not in ("mean", "p90"):
         raise CostModelError(f"statistic must be mean or p90, got {statistic!r}")
@@ -88,10 +91,21 @@ def _cost(point: LoadPrediction | None, price_per_hour) -> float | None:
     return price_per_hour / 3600 / point.output_tokens_per_s_per_device * 1e6
 
 
-def highest_rate(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int,
-                 engine_name: str = "vllm", tpot_s: float | None = None, ttft_s: float | None = None,
-                 statistic: str = "mean", evaluator: str | None = None, price_per_hour: float | None = None,
-                 num_requests: int | None = None, **serving) -> LoadCapacityPoint:
+def highest_rate(
+    m: ModelPreset,
+    hw: HardwareProfile,
+    *,
+    input_len: int,
+    output_len: int,
+    engine_name: str = "vllm",
+    tpot_s: float | None = None,
+    ttft_s: float | None = None,
+    statistic: str = "mean",
+    evaluator: str | None = None,
+    price_per_hour: float | None = None,
+    num_requests: int | None = None,
+    **serving,
+) -> LoadCapacityPoint:
     """The highest Poisson arrival rate (requests per second) meeting the targets (``statistic``: ``mean`` or
     ``p90`` of TTFT and TPOT), below the most the engine completes ("saturation" where nothing else binds first),
     to :data:`RATE_PRECISION` of it; ``num_requests`` per simulated point (the simulation's default: 1,000)."""
@@ -102,16 +116,34 @@ def highest_rate(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_
 
     def at(rate: float) -> LoadPrediction:
         if rate not in cache:
-            cache[rate] = serve(m, hw, input_len=input_len, output_len=output_len, engine_name=engine_name,
-                                request_rate=rate, num_requests=num_requests or 1000, evaluator=evaluator, **serving)
+            cache[rate] = serve(
+                m,
+                hw,
+                input_len=input_len,
+                output_len=output_len,
+                engine_name=engine_name,
+                request_rate=rate,
+                num_requests=num_requests or 1000,
+                evaluator=evaluator,
+                **serving,
+            )
         return cache[rate]
 
     def fails(rate: float) -> LoadBinding | None:
         p = at(rate)
         return "saturation" if p.overloaded else _misses(p, statistic, tpot_s, ttft_s)
 
-    most = serve(m, hw, input_len=input_len, output_len=output_len, engine_name=engine_name, request_rate=1.0,
-                 num_requests=1, evaluator="steady-state", **serving).saturation_requests_per_s
+    most = serve(
+        m,
+        hw,
+        input_len=input_len,
+        output_len=output_len,
+        engine_name=engine_name,
+        request_rate=1.0,
+        num_requests=1,
+        evaluator="steady-state",
+        **serving,
+    ).saturation_requests_per_s
     lo, hi, binds = most * RATE_PRECISION, most, "saturation"
     first = fails(lo)
     if first is not None:
@@ -123,15 +155,33 @@ def highest_rate(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_
             lo, hi, binds = (mid, hi, binds) if why is None else (lo, mid, why)
         best = lo
     point = at(best) if best else None
-    return LoadCapacityPoint(device=hw.id, model=m.id, attention=m.attention_label, concurrency=None,
-                             request_rate=best, binds=binds, at=point,
-                             cost_per_million_tokens=_cost(point, price_per_hour))
+    return LoadCapacityPoint(
+        device=hw.id,
+        model=m.id,
+        attention=m.attention_label,
+        concurrency=None,
+        request_rate=best,
+        binds=binds,
+        at=point,
+        cost_per_million_tokens=_cost(point, price_per_hour),
+    )
 
 
-def largest_concurrency(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int,
-                        engine_name: str = "vllm", tpot_s: float | None = None, ttft_s: float | None = None,
-                        statistic: str = "mean", evaluator: str | None = None, price_per_hour: float | None = None,
-                        max_concurrency: int = MAX_CONCURRENCY, **serving) -> LoadCapacityPoint:
+def largest_concurrency(
+    m: ModelPreset,
+    hw: HardwareProfile,
+    *,
+    input_len: int,
+    output_len: int,
+    engine_name: str = "vllm",
+    tpot_s: float | None = None,
+    ttft_s: float | None = None,
+    statistic: str = "mean",
+    evaluator: str | None = None,
+    price_per_hour: float | None = None,
+    max_concurrency: int = MAX_CONCURRENCY,
+    **serving,
+) -> LoadCapacityPoint:
     """The most clients meeting the targets (``statistic``: ``mean`` or ``p90`` of TTFT and TPOT)."""
     from costmodel.engine.served import REQUESTS_PER_CLIENT, serve
 
@@ -142,8 +192,17 @@ def largest_concurrency(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     def at(c: int) -> LoadPrediction:
         if c not in cache:
             n = max(REQUESTS_PER_CLIENT * c, 64) if evaluator == "simulation" else None
-            cache[c] = serve(m, hw, input_len=input_len, output_len=output_len, engine_name=engine_name,
-                             concurrency=c, num_requests=n, evaluator=evaluator, **serving)
+            cache[c] = serve(
+                m,
+                hw,
+                input_len=input_len,
+                output_len=output_len,
+                engine_name=engine_name,
+                concurrency=c,
+                num_requests=n,
+                evaluator=evaluator,
+                **serving,
+            )
         return cache[c]
 
     def fails(c: int) -> LoadBinding | None:
@@ -173,14 +232,33 @@ def largest_concurrency(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
             lo, hi, binds = (mid, hi, binds) if why is None else (lo, mid, why)
         best = lo
     point = at(best) if best else None
-    return LoadCapacityPoint(device=hw.id, model=m.id, attention=m.attention_label, concurrency=best, binds=binds,
-                             at=point, cost_per_million_tokens=_cost(point, price_per_hour))
+    return LoadCapacityPoint(
+        device=hw.id,
+        model=m.id,
+        attention=m.attention_label,
+        concurrency=best,
+        binds=binds,
+        at=point,
+        cost_per_million_tokens=_cost(point, price_per_hour),
+    )
 
 
-def load_capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: int, output_len: int,
-                  engine_name: str = "vllm", tpot_s: float | None = None, ttft_s: float | None = None,
-                  statistic: str = "mean", evaluator: str | None = None, price_per_hour: float | None = None,
-                  variants: bool = True, load: str = "concurrency", **serving) -> LoadCapacityReport:
+def load_capacity(
+    m: ModelPreset,
+    devices: list[HardwareProfile],
+    *,
+    input_len: int,
+    output_len: int,
+    engine_name: str = "vllm",
+    tpot_s: float | None = None,
+    ttft_s: float | None = None,
+    statistic: str = "mean",
+    evaluator: str | None = None,
+    price_per_hour: float | None = None,
+    variants: bool = True,
+    load: str = "concurrency",
+    **serving,
+) -> LoadCapacityReport:
     """:func:`largest_concurrency` (``load`` "concurrency") or :func:`highest_rate` (``load`` "request-rate") on
     every device, for the model and (``variants``) its MHA, GQA and MQA versions."""
     from costmodel.engine.served import NoRoomForOneRequest
@@ -199,35 +277,78 @@ def load_capacity(m: ModelPreset, devices: list[HardwareProfile], *, input_len: 
     for hw in devices:
         for layout in layouts:
             try:
-                points.append(search(layout, hw, input_len=input_len, output_len=output_len,
-                                     engine_name=engine_name, tpot_s=tpot_s, ttft_s=ttft_s, statistic=statistic,
-                                     evaluator=evaluator, price_per_hour=price_per_hour, **serving))
+                points.append(
+                    search(
+                        layout,
+                        hw,
+                        input_len=input_len,
+                        output_len=output_len,
+                        engine_name=engine_name,
+                        tpot_s=tpot_s,
+                        ttft_s=ttft_s,
+                        statistic=statistic,
+                        evaluator=evaluator,
+                        price_per_hour=price_per_hour,
+                        **serving,
+                    )
+                )
             except NoRoomForOneRequest:
-                points.append(LoadCapacityPoint(device=hw.id, model=layout.id, attention=layout.attention_label,
-                                                concurrency=0 if load == "concurrency" else None,
-                                                request_rate=0.0 if load == "request-rate" else None,
-                                                binds="kv cache", at=None, cost_per_million_tokens=None))
+                points.append(
+                    LoadCapacityPoint(
+                        device=hw.id,
+                        model=layout.id,
+                        attention=layout.attention_label,
+                        concurrency=0 if load == "concurrency" else None,
+                        request_rate=0.0 if load == "request-rate" else None,
+                        binds="kv cache",
+                        at=None,
+                        cost_per_million_tokens=None,
+                    )
+                )
     searched = (
         f"continuous batching in {engine_name} (costmodel predict --engine): the most closed-loop clients whose "
         f"{statistic} TTFT and TPOT meet the targets and that the engine runs all at once; 'binds' is what fails "
         "with one more client (kv cache or sequence limit: the engine cannot hold every client, and more clients "
-        "only queue)" if load == "concurrency" else
-        f"continuous batching in {engine_name} (costmodel predict --engine): the highest Poisson arrival rate whose "
+        "only queue)"
+        if load == "concurrency"
+        else f"continuous batching in {engine_name} (costmodel predict --engine): the highest Poisson arrival rate whose "
         f"{statistic} TTFT and TPOT meet the targets, to {RATE_PRECISION:.0%} of the most the engine completes with "
         "every sequence it holds running; 'binds' is what fails at a higher rate (saturation: the arrivals reach that "
-        "most, and the queue grows for as long as they come)")
-    how = (" (means only" + ("; an arrival's wait for the iteration it lands in and its prompt's queue in closed "
-                             "form, within 10% of the simulation up to 80% of saturation, lower than it nearer)"
-                             if load == "request-rate" else ")") if used == "steady-state" else
-           " (10 requests per client, at least 64, the first wave included)" if load == "concurrency" else
-           " (1,000 requests per rate)")
+        "most, and the queue grows for as long as they come)"
+    )
+    how = (
+        " (means only"
+        + (
+            "; an arrival's wait for the iteration it lands in and its prompt's queue in closed "
+            "form, within 10% of the simulation up to 80% of saturation, lower than it nearer)"
+            if load == "request-rate"
+            else ")"
+        )
+        if used == "steady-state"
+        else " (10 requests per client, at least 64, the first wave included)"
+        if load == "concurrency"
+        else " (1,000 requests per rate)"
+    )
     assumptions = [
         searched,
         f"evaluated by the {used}{how}",
         "throughput per device: output tokens per second over the run / devices"
-        + ("; cost per million output tokens = price per device-hour x 1e6 / 3600 / throughput per device"
-           if price_per_hour is not None else ""),
+        + (
+            "; cost per million output tokens = price per device-hour x 1e6 / 3600 / throughput per device"
+            if price_per_hour is not None
+            else ""
+        ),
     ]
-    return LoadCapacityReport(engine=engine_name, input_len=input_len, output_len=output_len, load=load,
-                              statistic=statistic, evaluator=used, tpot_target_s=tpot_s, ttft_target_s=ttft_s,
-                              price_per_hour=price_per_hour, points=points, assumptions=assumptions)
+    return LoadCapacityReport(
+        engine=engine_name,
+        input_len=input_len,
+        output_len=output_len,
+        load=load,
+        statistic=statistic,
+        evaluator=used,
+        tpot_target_s=tpot_s,
+        ttft_target_s=ttft_s,
+        price_per_hour=price_per_hour,
+        points=points,
+        assumptions=assumptions,
+    )

@@ -30,16 +30,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.core import checks
-from costmodel.price.bands import Band, served as served_bands, served_assumption
-from costmodel.engine.config import engine
 from costmodel.core.errors import CostModelError
-from costmodel.hardware.profile import HardwareProfile
-from costmodel.engine.reports import Stats, assumptions as pool_assumptions
-from costmodel.model.step import model_hardware, pricing
-from costmodel.model.presets import ModelPreset
 from costmodel.core.reports import DeviceSummary, Report
+from costmodel.engine.config import engine
+from costmodel.engine.reports import Stats
+from costmodel.engine.reports import assumptions as pool_assumptions
 from costmodel.engine.served import Setup, checked_load, checkpoint_kv_dtype, lengths, mean_length
 from costmodel.engine.simulate import arrival_times
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.model.presets import ModelPreset
+from costmodel.model.step import model_hardware, pricing
+from costmodel.price.bands import Band, served_assumption
+from costmodel.price.bands import served as served_bands
 
 #: Engines whose prefill (context) workers run without the overlap scheduler in a disaggregated deployment while
 #: their decode workers keep it: TensorRT-LLM's disaggregated-serving guide (trtllm-serve) gives the context servers
@@ -156,17 +158,28 @@ class DisaggPrediction(Report):
 
     def record(self) -> dict:
         """One flat row: the layout, the client's latencies and the throughput."""
+
         def pool(s: PoolSummary) -> str:
             groups = f" ({s.attention_dp} attention DP groups each)" if s.attention_dp > 1 else ""
             return f"{s.workers} x {s.tp} {s.hardware.id}{groups}"
 
-        return {"model": self.model, "engine": self.engine, "prefill": pool(self.prefill), "decode": pool(self.decode),
-                "concurrency": self.concurrency, "request_rate": self.request_rate,
-                "ttft_s": self.ttft_s, "ttft_p90_s": self.ttft.p90, "tpot_s": self.tpot_s,
-                "tpot_p90_s": self.tpot.p90, "e2e_s": self.e2e_s, "requests_per_s": self.requests_per_s,
-                "output_tokens_per_s_per_device": self.output_tokens_per_s_per_device,
-                "output_tokens_per_s_per_user": self.output_tokens_per_s_per_user,
-                "kv_transfer_s": self.kv_transfer.time_s}
+        return {
+            "model": self.model,
+            "engine": self.engine,
+            "prefill": pool(self.prefill),
+            "decode": pool(self.decode),
+            "concurrency": self.concurrency,
+            "request_rate": self.request_rate,
+            "ttft_s": self.ttft_s,
+            "ttft_p90_s": self.ttft.p90,
+            "tpot_s": self.tpot_s,
+            "tpot_p90_s": self.tpot.p90,
+            "e2e_s": self.e2e_s,
+            "requests_per_s": self.requests_per_s,
+            "output_tokens_per_s_per_device": self.output_tokens_per_s_per_device,
+            "output_tokens_per_s_per_user": self.output_tokens_per_s_per_user,
+            "kv_transfer_s": self.kv_transfer.time_s,
+        }
 
     def __str__(self) -> str:
         from costmodel.price.bands import served_label
@@ -182,15 +195,24 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
     domain = hw_p.domain
     if same and hw_p.interconnect_bytes_per_s is not None and domain is not None and devices <= domain:
         lat = hw_p.interconnect_latency_s.value if hw_p.interconnect_latency_s is not None else 0.0
-        return (f"{hw_p.interconnect or 'interconnect'} inside one {domain}-device domain",
-                hw_p.interconnect_bytes_per_s.value / 2, lat)
+        return (
+            f"{hw_p.interconnect or 'interconnect'} inside one {domain}-device domain",
+            hw_p.interconnect_bytes_per_s.value / 2,
+            lat,
+        )
     missing = [h.id for h in {hw_p.id: hw_p, hw_d.id: hw_d}.values() if h.scale_out_bytes_per_s is None]
     if missing:
-        why = ("the pools are different devices" if not same else
-               f"{devices} devices do not fit one scale-up domain" if domain is not None else
-               f"{hw_p.id} states no scale-up domain (scale_up_devices)")
-        raise CostModelError(f"the KV cache crosses the network ({why}), and {', '.join(missing)} states no "
-                             "network bandwidth per device (scale_out_bytes_per_s); give --kv-link-bandwidth")
+        why = (
+            "the pools are different devices"
+            if not same
+            else f"{devices} devices do not fit one scale-up domain"
+            if domain is not None
+            else f"{hw_p.id} states no scale-up domain (scale_up_devices)"
+        )
+        raise CostModelError(
+            f"the KV cache crosses the network ({why}), and {', '.join(missing)} states no "
+            "network bandwidth per device (scale_out_bytes_per_s); give --kv-link-bandwidth"
+        )
     bw = min(hw_p.scale_out_bytes_per_s.value, hw_d.scale_out_bytes_per_s.value)
     lat = max((h.scale_out_latency_s.value for h in (hw_p, hw_d) if h.scale_out_latency_s is not None), default=0.0)
     return "each device's network port", bw, lat
@@ -207,8 +229,21 @@ class _Req:
         self.queued = arrival  # when it joined its current worker's queue
 
 
-def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, concurrency, request_rate,
-              transfer_s, seed: int, check: bool = False, burstiness: float = 1.0) -> dict:
+def _simulate(
+    pre: Setup,
+    dec: Setup,
+    p: Pool,
+    d: Pool,
+    *,
+    prompts,
+    outputs,
+    concurrency,
+    request_rate,
+    transfer_s,
+    seed: int,
+    check: bool = False,
+    burstiness: float = 1.0,
+) -> dict:
     n = len(prompts)
     reqs: list[_Req] = []
     events: list = []  # (time, order, kind, payload)
@@ -338,8 +373,12 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             chunks.append((r.done, c))
             batch.append((r, c))
             room -= c
-        it = pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=chunks,
-                            outputs=sum(1 for r, c in batch if r.done + c == r.prompt))
+        it = pre.table.time(
+            decode_seqs=0,
+            decode_context_sum=0.0,
+            chunks=chunks,
+            outputs=sum(1 for r, c in batch if r.done + c == r.prompt),
+        )
         dt = pre.wall(it.total_s, len(batch))
         p_busy[w] = True
         push(t + dt, "prefilled", (w, batch, dt))
@@ -358,8 +397,13 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             r = back.popleft()
             run.append(r)
             d_ctx[w] += cached(r)
-        while q and len(run) < seqs_d and not back and (first_reserve or d_pages[w] + pages_of(q[0]) <= pages_total) \
-                and q[0].queued <= seen:
+        while (
+            q
+            and len(run) < seqs_d
+            and not back
+            and (first_reserve or d_pages[w] + pages_of(q[0]) <= pages_total)
+            and q[0].queued <= seen
+        ):
             r = q.popleft()
             d_wait_pages[w] -= held_pages(r)
             run.append(r)
@@ -422,8 +466,11 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             p_iters += 1
             p_seqs += len(batch)
             p_time[w] += dt
-            if check and (sum(c for _, c in batch) > budget_p or len(batch) > seqs_p
-                          or sum(r.prompt for r, _ in batch) > pre.kv_tokens):
+            if check and (
+                sum(c for _, c in batch) > budget_p
+                or len(batch) > seqs_p
+                or sum(r.prompt for r, _ in batch) > pre.kv_tokens
+            ):
                 violations.append(("prefill budget", t))
             for r, c in batch:
                 r.done += c
@@ -467,8 +514,11 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
             d_iters += steps
             d_seqs += steps * len(run)
             d_time[w] += dt
-            over = (d_ctx[w] + steps * len(run) + page * d_wait_pages[w] > dec.kv_tokens if first_reserve
-                    else d_pages[w] > pages_total)
+            over = (
+                d_ctx[w] + steps * len(run) + page * d_wait_pages[w] > dec.kv_tokens
+                if first_reserve
+                else d_pages[w] > pages_total
+            )
             if check and (len(run) > seqs_d or over):
                 violations.append(("decode limits", t))
             d_ctx[w] += steps * len(run)
@@ -485,19 +535,48 @@ def _simulate(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, con
                     still.append(r)
             d_run[w] = still
             start_decode(w, t, t - last if dec.eng.lag else None)
-    return {"reqs": reqs, "p_iters": p_iters, "p_seqs": p_seqs, "p_time": p_time, "d_iters": d_iters,
-            "d_seqs": d_seqs, "d_time": d_time, "waits": waits, "violations": violations, "retractions": retractions}
+    return {
+        "reqs": reqs,
+        "p_iters": p_iters,
+        "p_seqs": p_seqs,
+        "p_time": p_time,
+        "d_iters": d_iters,
+        "d_seqs": d_seqs,
+        "d_time": d_time,
+        "waits": waits,
+        "violations": violations,
+        "retractions": retractions,
+    }
 
 
-def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int,
-                        prefill: Pool, decode: Pool, engine_name: str = "vllm", concurrency: int | None = None,
-                        request_rate: float | None = None, num_requests: int | None = None,
-                        warmup_requests: int = 0, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                        timing: str = "graph", kv_link_bytes_per_s: float | None = None,
-                        mxfp4_activations: str | None = None,
-                        overheads: dict | None = None, evaluator: str = "simulation", seed: int = 0,
-                        check: bool = False, frontend: str = "dynamo", input_dist: str = "fixed",
-                        output_dist: str = "fixed", spread: float = 0.0, burstiness: float = 1.0) -> DisaggPrediction:
+def serve_disaggregated(
+    m: ModelPreset,
+    hw: HardwareProfile,
+    *,
+    input_len: int,
+    output_len: int,
+    prefill: Pool,
+    decode: Pool,
+    engine_name: str = "vllm",
+    concurrency: int | None = None,
+    request_rate: float | None = None,
+    num_requests: int | None = None,
+    warmup_requests: int = 0,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    timing: str = "graph",
+    kv_link_bytes_per_s: float | None = None,
+    mxfp4_activations: str | None = None,
+    overheads: dict | None = None,
+    evaluator: str = "simulation",
+    seed: int = 0,
+    check: bool = False,
+    frontend: str = "dynamo",
+    input_dist: str = "fixed",
+    output_dist: str = "fixed",
+    spread: float = 0.0,
+    burstiness: float = 1.0,
+) -> DisaggPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
     ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
     its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or arrivals at ``request_rate``
@@ -510,11 +589,21 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     if evaluator == "steady-state" and concurrency is None:
-        raise CostModelError("the steady-state form of disaggregated serving takes a concurrency (a closed loop); "
-                             "simulate a request rate")
-    n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests,
-                     burstiness=burstiness)
+        raise CostModelError(
+            "the steady-state form of disaggregated serving takes a concurrency (a closed loop); "
+            "simulate a request rate"
+        )
+    n = checked_load(
+        m,
+        hw,
+        input_len=input_len,
+        output_len=output_len,
+        concurrency=concurrency,
+        request_rate=request_rate,
+        num_requests=num_requests,
+        warmup_requests=warmup_requests,
+        burstiness=burstiness,
+    )
     for name, pool in (("prefill", prefill), ("decode", decode)):
         if not isinstance(pool, Pool):
             raise CostModelError(f"{name} must be a Pool(tp=..., workers=...), got {type(pool).__name__}")
@@ -523,9 +612,11 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
         checks.count(f"{name} attention dp", pool.attention_dp)
         if pool.gpu is not None:
             checks.instance(f"{name} gpu", pool.gpu, HardwareProfile, "a HardwareProfile (load_profile(...))")
-    if kv_link_bytes_per_s is not None and (isinstance(kv_link_bytes_per_s, bool)
-                                            or not isinstance(kv_link_bytes_per_s, (int, float))
-                                            or not 1e6 <= kv_link_bytes_per_s < 1e16):
+    if kv_link_bytes_per_s is not None and (
+        isinstance(kv_link_bytes_per_s, bool)
+        or not isinstance(kv_link_bytes_per_s, (int, float))
+        or not 1e6 <= kv_link_bytes_per_s < 1e16
+    ):
         raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     total = n + warmup_requests
@@ -536,12 +627,23 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
         dev = pool.gpu or hw
         eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
-            max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs,
-            mxfp4_activations=mxfp4_activations)
+            max_num_batched_tokens=pool.max_num_batched_tokens,
+            max_num_seqs=pool.max_num_seqs,
+            mxfp4_activations=mxfp4_activations,
+        )
         if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
             eng = eng.with_flags(async_scheduling=False)
-        pr = pricing(m, dev, tp=pool.tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                     expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp, **eng.kernels)
+        pr = pricing(
+            m,
+            dev,
+            tp=pool.tp,
+            timing=timing,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            expert_parallel=pool.expert_parallel,
+            attention_dp=pool.attention_dp,
+            **eng.kernels,
+        )
         setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads, frontend=frontend))
     pre, dec = setups
     devices = prefill.devices() + decode.devices()
@@ -550,54 +652,145 @@ def serve_disaggregated(m: ModelPreset, hw: HardwareProfile, *, input_len: int, 
     else:
         link, bw, lat = kv_link(pre.pr.hw, dec.pr.hw, devices)
     per_device = max(pre.kv_per_token, dec.kv_per_token) * mean_in
-    transfer = KvTransfer(bytes_per_request=dec.kv_per_token * decode.tp * mean_in, bytes_per_device=per_device,
-                          link=link, link_bytes_per_s=bw, latency_s=lat, time_s=lat + per_device / bw)
+    transfer = KvTransfer(
+        bytes_per_request=dec.kv_per_token * decode.tp * mean_in,
+        bytes_per_device=per_device,
+        link=link,
+        link_bytes_per_s=bw,
+        latency_s=lat,
+        time_s=lat + per_device / bw,
+    )
 
     if evaluator == "steady-state":
-        got = steady_state(pre, dec, prefill, decode, concurrency=concurrency, input_len=mean_in,
-                           output_len=mean_out, transfer_s=transfer.time_s)
+        got = steady_state(
+            pre,
+            dec,
+            prefill,
+            decode,
+            concurrency=concurrency,
+            input_len=mean_in,
+            output_len=mean_out,
+            transfer_s=transfer.time_s,
+        )
     else:
-        got = _simulated(pre, dec, prefill, decode, prompts=prompts, outputs=outputs, input_len=mean_in,
-                         warmup=warmup_requests, concurrency=concurrency, request_rate=request_rate,
-                         transfer_s=transfer.time_s, seed=seed, check=check, burstiness=burstiness)
+        got = _simulated(
+            pre,
+            dec,
+            prefill,
+            decode,
+            prompts=prompts,
+            outputs=outputs,
+            input_len=mean_in,
+            warmup=warmup_requests,
+            concurrency=concurrency,
+            request_rate=request_rate,
+            transfer_s=transfer.time_s,
+            seed=seed,
+            check=check,
+            burstiness=burstiness,
+        )
     most = None
     if request_rate is not None:  # an open loop: the most the pools complete (their capacities, the closed form's)
-        most = steady_state(pre, dec, prefill, decode, concurrency=1, input_len=mean_in, output_len=mean_out,
-                            transfer_s=transfer.time_s)["most"]
-    summaries = [PoolSummary(
-        role=role, hardware=model_hardware(s.pr), tp=pool.tp, workers=pool.workers, attention_dp=pool.attention_dp,
-        devices=pool.devices(),
-        max_num_seqs=s.eng.max_num_seqs, max_num_batched_tokens=s.eng.max_num_batched_tokens,
-        kv_cache_tokens=s.kv_tokens, kv_cache_bytes_per_token=s.kv_per_token, mean_batch=got[role]["mean_batch"],
-        busy_share=got[role]["busy_share"], iterations=got[role]["iterations"])
-        for role, pool, s in (("prefill", prefill, pre), ("decode", decode, dec))]
+        most = steady_state(
+            pre, dec, prefill, decode, concurrency=1, input_len=mean_in, output_len=mean_out, transfer_s=transfer.time_s
+        )["most"]
+    summaries = [
+        PoolSummary(
+            role=role,
+            hardware=model_hardware(s.pr),
+            tp=pool.tp,
+            workers=pool.workers,
+            attention_dp=pool.attention_dp,
+            devices=pool.devices(),
+            max_num_seqs=s.eng.max_num_seqs,
+            max_num_batched_tokens=s.eng.max_num_batched_tokens,
+            kv_cache_tokens=s.kv_tokens,
+            kv_cache_bytes_per_token=s.kv_per_token,
+            mean_batch=got[role]["mean_batch"],
+            busy_share=got[role]["busy_share"],
+            iterations=got[role]["iterations"],
+        )
+        for role, pool, s in (("prefill", prefill, pre), ("decode", decode, dec))
+    ]
     ttft = got["ttft"]
     ttft_band, tpot_band = served_bands(pre.eng.name, m.moe is not None, "disagg", ttft.mean, got["tpot"].mean)
     return DisaggPrediction(
-        model=m.id, model_name=m.name, engine=pre.eng.name, engine_version=pre.eng.version, evaluator=evaluator,
-        prefill=summaries[0], decode=summaries[1], devices=devices, concurrency=concurrency,
-        request_rate=request_rate, num_requests=n, input_len=float(prompts.mean()), output_len=float(outputs.mean()),
-        ttft_s=ttft.mean, tpot_s=got["tpot"].mean, e2e_s=got["e2e"].mean, ttft=ttft, tpot=got["tpot"],
-        e2e=got["e2e"], ttft_band=ttft_band, tpot_band=tpot_band,
-        ttft_split=TtftSplit(queue_s=got["queue_s"], prefill_s=got["prefill_s"], transfer_s=transfer.time_s,
-                             front_end_s=pre.request_s),
-        kv_transfer=transfer, requests_per_s=got["requests_per_s"],
+        model=m.id,
+        model_name=m.name,
+        engine=pre.eng.name,
+        engine_version=pre.eng.version,
+        evaluator=evaluator,
+        prefill=summaries[0],
+        decode=summaries[1],
+        devices=devices,
+        concurrency=concurrency,
+        request_rate=request_rate,
+        num_requests=n,
+        input_len=float(prompts.mean()),
+        output_len=float(outputs.mean()),
+        ttft_s=ttft.mean,
+        tpot_s=got["tpot"].mean,
+        e2e_s=got["e2e"].mean,
+        ttft=ttft,
+        tpot=got["tpot"],
+        e2e=got["e2e"],
+        ttft_band=ttft_band,
+        tpot_band=tpot_band,
+        ttft_split=TtftSplit(
+            queue_s=got["queue_s"], prefill_s=got["prefill_s"], transfer_s=transfer.time_s, front_end_s=pre.request_s
+        ),
+        kv_transfer=transfer,
+        requests_per_s=got["requests_per_s"],
         output_tokens_per_s=got["requests_per_s"] * float(outputs.mean()),
         output_tokens_per_s_per_device=got["requests_per_s"] * float(outputs.mean()) / devices,
-        output_tokens_per_s_per_user=got["per_user"], decode_waits=got["waits"],
-        saturation_requests_per_s=most[0] if most else None, saturation_binds=most[1] if most else None,
+        output_tokens_per_s_per_user=got["per_user"],
+        decode_waits=got["waits"],
+        saturation_requests_per_s=most[0] if most else None,
+        saturation_binds=most[1] if most else None,
         overloaded=bool(most) and request_rate >= most[0],
         burstiness=burstiness,
-        assumptions=[*_assumptions(pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests,
-                                   evaluator, burstiness), served_assumption(ttft_band, pre.pr.hw.id)])
+        assumptions=[
+            *_assumptions(
+                pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests, evaluator, burstiness
+            ),
+            served_assumption(ttft_band, pre.pr.hw.id),
+        ],
+    )
 
 
-def _simulated(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, input_len, warmup, concurrency,
-               request_rate, transfer_s, seed, check, burstiness: float = 1.0) -> dict:
+def _simulated(
+    pre: Setup,
+    dec: Setup,
+    p: Pool,
+    d: Pool,
+    *,
+    prompts,
+    outputs,
+    input_len,
+    warmup,
+    concurrency,
+    request_rate,
+    transfer_s,
+    seed,
+    check,
+    burstiness: float = 1.0,
+) -> dict:
     """The simulation's per-request times as the report's statistics (``input_len``: the mean prompt, whose prefill
     alone the report's queueing is measured against)."""
-    sim = _simulate(pre, dec, p, d, prompts=prompts, outputs=outputs, concurrency=concurrency,
-                    request_rate=request_rate, transfer_s=transfer_s, seed=seed, check=check, burstiness=burstiness)
+    sim = _simulate(
+        pre,
+        dec,
+        p,
+        d,
+        prompts=prompts,
+        outputs=outputs,
+        concurrency=concurrency,
+        request_rate=request_rate,
+        transfer_s=transfer_s,
+        seed=seed,
+        check=check,
+        burstiness=burstiness,
+    )
     if check and sim["violations"]:
         raise AssertionError(f"limits broken: {sim['violations'][:3]}")
     kept = sim["reqs"][warmup:]
@@ -612,18 +805,31 @@ def _simulated(pre: Setup, dec: Setup, p: Pool, d: Pool, *, prompts, outputs, in
     e2e = finish - arrival + front
     span = float(finish.max() - arrival.min())
     prefill_alone = _prefill_time(pre, input_len)
-    return {"ttft": Stats.of(first - arrival + front), "tpot": Stats.of(tpot), "e2e": Stats.of(e2e),
-            "queue_s": float(np.mean(prefilled - arrival)) - prefill_alone, "prefill_s": prefill_alone,
-            "requests_per_s": len(kept) / span, "per_user": float(np.mean(out / np.maximum(e2e, 1e-12))),
-            "waits": int(sim["waits"]),
-            "prefill": {"mean_batch": sim["p_seqs"] / max(sim["p_iters"], 1), "iterations": sim["p_iters"],
-                        "busy_share": float(np.mean(sim["p_time"])) / max(span, 1e-12)},
-            "decode": {"mean_batch": sim["d_seqs"] / max(sim["d_iters"], 1), "iterations": sim["d_iters"],
-                       "busy_share": float(np.mean(sim["d_time"])) / max(span, 1e-12)}}
+    return {
+        "ttft": Stats.of(first - arrival + front),
+        "tpot": Stats.of(tpot),
+        "e2e": Stats.of(e2e),
+        "queue_s": float(np.mean(prefilled - arrival)) - prefill_alone,
+        "prefill_s": prefill_alone,
+        "requests_per_s": len(kept) / span,
+        "per_user": float(np.mean(out / np.maximum(e2e, 1e-12))),
+        "waits": int(sim["waits"]),
+        "prefill": {
+            "mean_batch": sim["p_seqs"] / max(sim["p_iters"], 1),
+            "iterations": sim["p_iters"],
+            "busy_share": float(np.mean(sim["p_time"])) / max(span, 1e-12),
+        },
+        "decode": {
+            "mean_batch": sim["d_seqs"] / max(sim["d_iters"], 1),
+            "iterations": sim["d_iters"],
+            "busy_share": float(np.mean(sim["d_time"])) / max(span, 1e-12),
+        },
+    }
 
 
-def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, input_len: int, output_len: int,
-                 transfer_s: float) -> dict:
+def steady_state(
+    pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, input_len: int, output_len: int, transfer_s: float
+) -> dict:
     """Means of a closed loop of ``concurrency`` clients in steady state, in closed form.
 
     A request cycles through its prefill ``s_p`` (alone on a worker), the transfer, and ``k = osl - 1`` decode
@@ -642,8 +848,11 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     s_p = _prefill_time(pre, isl)
     budget = pre.eng.max_num_batched_tokens
     m = max(1, min(pre.eng.max_num_seqs, budget // isl, pre.kv_tokens // isl)) if isl <= budget else 1
-    t_m = pre.wall(pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(0, isl)] * m, outputs=m).total_s,
-                   m) if m > 1 else s_p
+    t_m = (
+        pre.wall(pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(0, isl)] * m, outputs=m).total_s, m)
+        if m > 1
+        else s_p
+    )
     x_prefill = p.engines * m / t_m
     page = dec.eng.page_size
     if dec.eng.name in DECODE_RESERVES_FIRST:
@@ -699,11 +908,23 @@ def steady_state(pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, 
     def means(v: float) -> Stats:
         return Stats(mean=v, median=v, p90=v, p99=v)
 
-    return {"ttft": means(ttft), "tpot": means(tpot), "e2e": means(e2e), "queue_s": wait_p, "prefill_s": s_p,
-            "requests_per_s": x, "per_user": osl / e2e, "waits": None, "most": saturation(x_prefill, x_decode),
-            "prefill": {"mean_batch": 1.0 if x < x_prefill else float(m), "iterations": None,
-                        "busy_share": min(1.0, x * s_p / p.engines) if x < x_prefill else 1.0},
-            "decode": {"mean_batch": b, "iterations": None, "busy_share": min(1.0, b)}}
+    return {
+        "ttft": means(ttft),
+        "tpot": means(tpot),
+        "e2e": means(e2e),
+        "queue_s": wait_p,
+        "prefill_s": s_p,
+        "requests_per_s": x,
+        "per_user": osl / e2e,
+        "waits": None,
+        "most": saturation(x_prefill, x_decode),
+        "prefill": {
+            "mean_batch": 1.0 if x < x_prefill else float(m),
+            "iterations": None,
+            "busy_share": min(1.0, x * s_p / p.engines) if x < x_prefill else 1.0,
+        },
+        "decode": {"mean_batch": b, "iterations": None, "busy_share": min(1.0, b)},
+    }
 
 
 def saturation(x_prefill: float, x_decode: float) -> tuple[float, str]:
@@ -717,8 +938,12 @@ def _prefill_time(pre: Setup, prompt: int) -> float:
     t, done, budget = 0.0, 0, pre.eng.max_num_batched_tokens
     while done < prompt:
         c = min(budget, prompt - done)
-        t += pre.wall(pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(done, c)],
-                                     outputs=int(done + c == prompt)).total_s, 1)
+        t += pre.wall(
+            pre.table.time(
+                decode_seqs=0, decode_context_sum=0.0, chunks=[(done, c)], outputs=int(done + c == prompt)
+            ).total_s,
+            1,
+        )
         done += c
     return t
 
@@ -729,21 +954,36 @@ def _groups(pool: Pool) -> str:
 
 def _scheduled(eng) -> str:
     """When an engine plans its iterations, in words."""
-    return ("scheduled while the one before runs (a request that comes during iteration n joins n+2)" if eng.lag
-            else "scheduled as the one before ends (a request that comes during iteration n joins n+1)")
+    return (
+        "scheduled while the one before runs (a request that comes during iteration n joins n+2)"
+        if eng.lag
+        else "scheduled as the one before ends (a request that comes during iteration n joins n+1)"
+    )
 
 
-def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, request_rate, warmup,
-                 evaluator: str, burstiness: float = 1.0) -> list[str]:
+def _assumptions(
+    pre,
+    dec,
+    p: Pool,
+    d: Pool,
+    transfer: KvTransfer,
+    concurrency,
+    request_rate,
+    warmup,
+    evaluator: str,
+    burstiness: float = 1.0,
+) -> list[str]:
     load = pool_assumptions(dec, "simulation", concurrency, request_rate, warmup, burstiness=burstiness)[2]
-    admitted = (f"whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap pre-allocation), "
-                "admitting it where the worker can still hand out the prompt and a headroom of "
-                f"{dec.eng.reserved_decode_tokens} tokens beside the headroom of every request it holds; a request "
-                "that finds no decode worker with room waits before its prefill, in TTFT; the running requests grow a "
-                "token a step, and where the next step does not fit the one with the fewest tokens out is retracted "
-                "(its cache freed) and resumes first once it fits"
-                if dec.eng.name in DECODE_RESERVES_FIRST else
-                "and pages for its whole context (reserved: no preemption)")
+    admitted = (
+        f"whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap pre-allocation), "
+        "admitting it where the worker can still hand out the prompt and a headroom of "
+        f"{dec.eng.reserved_decode_tokens} tokens beside the headroom of every request it holds; a request "
+        "that finds no decode worker with room waits before its prefill, in TTFT; the running requests grow a "
+        "token a step, and where the next step does not fit the one with the fewest tokens out is retracted "
+        "(its cache freed) and resumes first once it fits"
+        if dec.eng.name in DECODE_RESERVES_FIRST
+        else "and pages for its whole context (reserved: no preemption)"
+    )
     return [
         f"disaggregated: {p.workers} prefill worker(s) of {_groups(p)}{p.tp} x {pre.pr.hw.id} and {d.workers} decode "
         f"worker(s) of {_groups(d)}{d.tp} x {dec.pr.hw.id}, each group an engine {pre.eng.name} {pre.eng.version} "
@@ -764,9 +1004,13 @@ def _assumptions(pre, dec, p: Pool, d: Pool, transfer: KvTransfer, concurrency, 
         f"front end's latency ({pre.request_s * 1e3:.2f} ms: {pre.front_end_how}) added to TTFT",
         "TTFT = queueing + prefill + KV transfer + front end; TPOT = (end - first token) / (output tokens - 1)",
         f"prefill workers' iterations {_scheduled(pre.eng)}; decode workers' {_scheduled(dec.eng)}"
-        + (" (TensorRT-LLM's context servers run without its overlap scheduler: its disaggregated-serving guide)"
-           if pre.eng.name in PREFILL_POOL_WITHOUT_OVERLAP else ""),
-        "iteration-level simulation" if evaluator == "simulation" else
-        "steady-state closed form (means only: prefill alone or batched when the pool binds, decode at the mean "
+        + (
+            " (TensorRT-LLM's context servers run without its overlap scheduler: its disaggregated-serving guide)"
+            if pre.eng.name in PREFILL_POOL_WITHOUT_OVERLAP
+            else ""
+        ),
+        "iteration-level simulation"
+        if evaluator == "simulation"
+        else "steady-state closed form (means only: prefill alone or batched when the pool binds, decode at the mean "
         "context, waiting by Little's law past the tighter pool's capacity)",
     ]

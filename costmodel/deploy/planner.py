@@ -18,17 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.core import checks
-from costmodel.price.bands import Band
 from costmodel.core.errors import CostModelError
+from costmodel.core.reports import Report
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
-from costmodel.core.reports import Report
+from costmodel.price.bands import Band
 
 #: What a plan does not enumerate yet, stated in every plan.
-NOT_ENUMERATED = ("pipeline parallel in a disaggregated pool, attention data parallel in its prefill pool or with "
-                  "replicas",
-                  "expert parallel over groups other than the tensor-parallel one (or all the devices, with "
-                  "attention data parallel)")
+NOT_ENUMERATED = (
+    "pipeline parallel in a disaggregated pool, attention data parallel in its prefill pool or with replicas",
+    "expert parallel over groups other than the tensor-parallel one (or all the devices, with attention data parallel)",
+)
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,9 @@ class Layout:
         if self.mode == "agg":
             return f"{self.replicas} x TP{self.tp}{ep}"
         groups = f"DP{self.decode_attention_dp} x " if self.decode_attention_dp > 1 else ""
-        return (f"{self.prefill_workers}P x TP{self.prefill_tp} + {self.decode_workers}D x {groups}TP{self.decode_tp}"
-                f"{ep}")
+        return (
+            f"{self.prefill_workers}P x TP{self.prefill_tp} + {self.decode_workers}D x {groups}TP{self.decode_tp}{ep}"
+        )
 
 
 class PlanPoint(Report):
@@ -131,63 +132,142 @@ def _powers(n: int) -> list[int]:
 def layouts(m: ModelPreset, n: int) -> list[Layout]:
     """Every aggregated and disaggregated layout over ``n`` devices, tensor-parallel sizes powers of two."""
     eps = (False, True) if m.moe else (False,)
-    out = [Layout("agg", tp=t, replicas=n // t, expert_parallel=ep) for t in _powers(n) for ep in eps
-           if not (ep and t == 1)]
+    out = [
+        Layout("agg", tp=t, replicas=n // t, expert_parallel=ep)
+        for t in _powers(n)
+        for ep in eps
+        if not (ep and t == 1)
+    ]
     # pipeline parallel: n / t stages of t devices (one replica)
-    out += [Layout("agg", tp=t, pipeline_parallel=n // t, expert_parallel=ep) for t in _powers(n) for ep in eps
-            if n // t > 1 and not (ep and t == 1) and n // t <= m.layers]
+    out += [
+        Layout("agg", tp=t, pipeline_parallel=n // t, expert_parallel=ep)
+        for t in _powers(n)
+        for ep in eps
+        if n // t > 1 and not (ep and t == 1) and n // t <= m.layers
+    ]
     if m.moe:  # attention data parallel: n / t groups, the experts over all n devices (whole, or width-sharded)
-        out += [Layout("agg", tp=t, attention_dp=n // t, expert_parallel=ep) for t in _powers(n) if n // t > 1
-                for ep in eps]
+        out += [
+            Layout("agg", tp=t, attention_dp=n // t, expert_parallel=ep) for t in _powers(n) if n // t > 1 for ep in eps
+        ]
     for tp_p in _powers(n):
         for tp_d in _powers(n):
             for workers_p in range(1, n // tp_p + 1):
                 left = n - tp_p * workers_p
                 if left >= tp_d and left % tp_d == 0:
-                    out += [Layout("disagg", prefill_tp=tp_p, prefill_workers=workers_p, decode_tp=tp_d,
-                                   decode_workers=left // tp_d, expert_parallel=ep)
-                            for ep in eps if not (ep and min(tp_p, tp_d) == 1)]
+                    out += [
+                        Layout(
+                            "disagg",
+                            prefill_tp=tp_p,
+                            prefill_workers=workers_p,
+                            decode_tp=tp_d,
+                            decode_workers=left // tp_d,
+                            expert_parallel=ep,
+                        )
+                        for ep in eps
+                        if not (ep and min(tp_p, tp_d) == 1)
+                    ]
                     if m.moe and left // tp_d > 1:  # one decode worker of attention data parallel groups
-                        out += [Layout("disagg", prefill_tp=tp_p, prefill_workers=workers_p, decode_tp=tp_d,
-                                       decode_workers=1, decode_attention_dp=left // tp_d, expert_parallel=ep)
-                                for ep in eps]
+                        out += [
+                            Layout(
+                                "disagg",
+                                prefill_tp=tp_p,
+                                prefill_workers=workers_p,
+                                decode_tp=tp_d,
+                                decode_workers=1,
+                                decode_attention_dp=left // tp_d,
+                                expert_parallel=ep,
+                            )
+                            for ep in eps
+                        ]
     return out
 
 
-def price_point(m: ModelPreset, hw: HardwareProfile, layout: Layout, concurrency: int, *, input_len: int,
-                output_len: int, engine_name: str, weight_dtype, kv_dtype, targets,
-                evaluator: str = "simulation") -> PlanPoint:
+def price_point(
+    m: ModelPreset,
+    hw: HardwareProfile,
+    layout: Layout,
+    concurrency: int,
+    *,
+    input_len: int,
+    output_len: int,
+    engine_name: str,
+    weight_dtype,
+    kv_dtype,
+    targets,
+    evaluator: str = "simulation",
+) -> PlanPoint:
     """One layout under ``concurrency`` clients in all (spread evenly over an aggregated layout's replicas)."""
     from costmodel.deploy.disagg import Pool, serve_disaggregated
     from costmodel.engine.served import serve
 
-    kw = dict(input_len=input_len, output_len=output_len, engine_name=engine_name, weight_dtype=weight_dtype,
-              kv_dtype=kv_dtype, evaluator=evaluator)
+    kw = dict(
+        input_len=input_len,
+        output_len=output_len,
+        engine_name=engine_name,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        evaluator=evaluator,
+    )
     if layout.mode == "agg":
-        p = serve(m, hw, concurrency=concurrency // layout.replicas, tp=layout.tp,
-                  expert_parallel=layout.expert_parallel, attention_dp=layout.attention_dp,
-                  pipeline_parallel=layout.pipeline_parallel, **kw)
+        p = serve(
+            m,
+            hw,
+            concurrency=concurrency // layout.replicas,
+            tp=layout.tp,
+            expert_parallel=layout.expert_parallel,
+            attention_dp=layout.attention_dp,
+            pipeline_parallel=layout.pipeline_parallel,
+            **kw,
+        )
     else:
-        p = serve_disaggregated(m, hw, concurrency=concurrency,
-                                prefill=Pool(tp=layout.prefill_tp, workers=layout.prefill_workers,
-                                             expert_parallel=layout.expert_parallel and layout.prefill_tp > 1),
-                                decode=Pool(tp=layout.decode_tp, workers=layout.decode_workers,
-                                            expert_parallel=layout.expert_parallel,
-                                            attention_dp=layout.decode_attention_dp), **kw)
+        p = serve_disaggregated(
+            m,
+            hw,
+            concurrency=concurrency,
+            prefill=Pool(
+                tp=layout.prefill_tp,
+                workers=layout.prefill_workers,
+                expert_parallel=layout.expert_parallel and layout.prefill_tp > 1,
+            ),
+            decode=Pool(
+                tp=layout.decode_tp,
+                workers=layout.decode_workers,
+                expert_parallel=layout.expert_parallel,
+                attention_dp=layout.decode_attention_dp,
+            ),
+            **kw,
+        )
     full = kv_cache_full(p, input_len, output_len)
     ttft_t, tpot_t = targets
-    meets = None if targets == (None, None) else (
-        (ttft_t is None or p.ttft_s <= ttft_t) and (tpot_t is None or p.tpot_s <= tpot_t))
-    return PlanPoint(device=hw.id, layout=layout.describe(), mode=layout.mode, tp=layout.tp,
-                     replicas=layout.replicas, expert_parallel=layout.expert_parallel,
-                     attention_dp=layout.attention_dp, pipeline_parallel=layout.pipeline_parallel,
-                     prefill_tp=layout.prefill_tp, prefill_workers=layout.prefill_workers,
-                     decode_tp=layout.decode_tp, decode_workers=layout.decode_workers,
-                     decode_attention_dp=layout.decode_attention_dp, concurrency=concurrency,
-                     ttft_s=p.ttft_s, tpot_s=p.tpot_s,
-                     output_tokens_per_s_per_device=p.output_tokens_per_s_per_device,
-                     output_tokens_per_s_per_user=p.output_tokens_per_s_per_user, meets_targets=meets,
-                     ttft_band=p.ttft_band, tpot_band=p.tpot_band, kv_cache_full=full)
+    meets = (
+        None
+        if targets == (None, None)
+        else ((ttft_t is None or p.ttft_s <= ttft_t) and (tpot_t is None or p.tpot_s <= tpot_t))
+    )
+    return PlanPoint(
+        device=hw.id,
+        layout=layout.describe(),
+        mode=layout.mode,
+        tp=layout.tp,
+        replicas=layout.replicas,
+        expert_parallel=layout.expert_parallel,
+        attention_dp=layout.attention_dp,
+        pipeline_parallel=layout.pipeline_parallel,
+        prefill_tp=layout.prefill_tp,
+        prefill_workers=layout.prefill_workers,
+        decode_tp=layout.decode_tp,
+        decode_workers=layout.decode_workers,
+        decode_attention_dp=layout.decode_attention_dp,
+        concurrency=concurrency,
+        ttft_s=p.ttft_s,
+        tpot_s=p.tpot_s,
+        output_tokens_per_s_per_device=p.output_tokens_per_s_per_device,
+        output_tokens_per_s_per_user=p.output_tokens_per_s_per_user,
+        meets_targets=meets,
+        ttft_band=p.ttft_band,
+        tpot_band=p.tpot_band,
+        kv_cache_full=full,
+    )
 
 
 def kv_cache_full(p, input_len: int, output_len: int) -> bool:
@@ -217,8 +297,9 @@ def pareto(points: list[PlanPoint]) -> list[PlanPoint]:
 SATURATION = 0.02
 
 
-def sweep(m: ModelPreset, hw: HardwareProfile, layout: Layout, *, max_concurrency: int,
-          evaluator: str = "steady-state", **kw) -> tuple[list[PlanPoint], str | None]:
+def sweep(
+    m: ModelPreset, hw: HardwareProfile, layout: Layout, *, max_concurrency: int, evaluator: str = "steady-state", **kw
+) -> tuple[list[PlanPoint], str | None]:
     """``layout`` under a closed loop of clients doubling from one per engine (:attr:`Layout.units`) until its
     throughput per device saturates or the clients reach ``max_concurrency`` per engine: its points, and the
     reason it cannot serve (None where it can)."""
@@ -249,15 +330,25 @@ def near_front(points: list[PlanPoint], slack: float) -> list[PlanPoint]:
     out = []
     for p in points:
         dev, user = p.output_tokens_per_s_per_device * (1 + slack), p.output_tokens_per_s_per_user * (1 + slack)
-        if not any(q.output_tokens_per_s_per_device > dev and q.output_tokens_per_s_per_user > user
-                   for q in points):
+        if not any(q.output_tokens_per_s_per_device > dev and q.output_tokens_per_s_per_user > user for q in points):
             out.append(p)
     return out
 
 
-def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len: int, output_len: int,
-         engine_name: str = "vllm", weight_dtype: str | None = None, kv_dtype: str | None = None,
-         ttft_s: float | None = None, tpot_s: float | None = None, max_concurrency: int = 256) -> Plan:
+def plan(
+    m: ModelPreset,
+    hws: list[HardwareProfile],
+    *,
+    devices: int,
+    input_len: int,
+    output_len: int,
+    engine_name: str = "vllm",
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    ttft_s: float | None = None,
+    tpot_s: float | None = None,
+    max_concurrency: int = 256,
+) -> Plan:
     """Every layout of ``m`` on ``devices`` of each of ``hws``, priced under load; the front and the best."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.count("devices", devices)
@@ -274,8 +365,14 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
     if m.architecture != "decoder":
         raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
     targets = (ttft_s, tpot_s)
-    kw = dict(input_len=input_len, output_len=output_len, engine_name=engine_name, weight_dtype=weight_dtype,
-              kv_dtype=kv_dtype, targets=targets)
+    kw = dict(
+        input_len=input_len,
+        output_len=output_len,
+        engine_name=engine_name,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        targets=targets,
+    )
     points, fronts, best, skipped = [], [], [], []
     for hw in hws:
         # 1. every layout swept in closed form
@@ -305,24 +402,49 @@ def plan(m: ModelPreset, hws: list[HardwareProfile], *, devices: int, input_len:
         if ok:
             best.append(max(ok, key=lambda p: p.output_tokens_per_s_per_device))
     if not points:
-        raise CostModelError(f"no layout of {m.id} on {devices} device(s) of {', '.join(h.id for h in hws)} can "
-                             f"serve a request of {input_len} + {output_len} tokens: "
-                             + "; ".join(sorted({s.reason for s in skipped}))[:400])
-    return Plan(model=m.id, model_name=m.name, devices=devices, input_len=input_len, output_len=output_len,
-                engine=engine_name, ttft_target_s=ttft_s, tpot_target_s=tpot_s, points=points, front=fronts,
-                best=best, skipped=skipped, assumptions=[
-                    f"layouts of {devices} device(s): aggregated (tensor parallel, replicas sharing the clients "
-                    "evenly" + (", routed experts sharded or expert parallel over the tensor-parallel group; and "
-                                "attention data parallel, the experts over all the devices" if m.moe else "")
-                    + "; pipeline parallel over stages of tensor-parallel groups), and disaggregated prefill and "
-                    "decode pools" + ("; a decode worker also as attention data parallel groups, the experts over "
-                                      "all its devices" if m.moe else "") + "; "
-                    f"tensor-parallel sizes powers of two; not enumerated: {', '.join(NOT_ENUMERATED)}",
-                    f"each layout under a closed loop of clients doubling from one (per replica) until its "
-                    f"throughput per device grows by less than 2% or the clients reach {max_concurrency} per "
-                    "replica, in the engine model's steady-state closed form; the points within 5% of that front "
-                    "and the best under the targets, with half and twice their clients, then simulated (costmodel "
-                    "predict --engine with --concurrency, and --disaggregated for the pools): the points shown",
-                    "the front: per device kind, the points no other point of that kind matches or beats on both "
-                    "output tokens/s per device and per user; the best: the most tokens/s per device whose mean "
-                    "TTFT and TPOT meet the targets"])
+        raise CostModelError(
+            f"no layout of {m.id} on {devices} device(s) of {', '.join(h.id for h in hws)} can "
+            f"serve a request of {input_len} + {output_len} tokens: "
+            + "; ".join(sorted({s.reason for s in skipped}))[:400]
+        )
+    return Plan(
+        model=m.id,
+        model_name=m.name,
+        devices=devices,
+        input_len=input_len,
+        output_len=output_len,
+        engine=engine_name,
+        ttft_target_s=ttft_s,
+        tpot_target_s=tpot_s,
+        points=points,
+        front=fronts,
+        best=best,
+        skipped=skipped,
+        assumptions=[
+            f"layouts of {devices} device(s): aggregated (tensor parallel, replicas sharing the clients "
+            "evenly"
+            + (
+                ", routed experts sharded or expert parallel over the tensor-parallel group; and "
+                "attention data parallel, the experts over all the devices"
+                if m.moe
+                else ""
+            )
+            + "; pipeline parallel over stages of tensor-parallel groups), and disaggregated prefill and "
+            "decode pools"
+            + (
+                "; a decode worker also as attention data parallel groups, the experts over all its devices"
+                if m.moe
+                else ""
+            )
+            + "; "
+            f"tensor-parallel sizes powers of two; not enumerated: {', '.join(NOT_ENUMERATED)}",
+            f"each layout under a closed loop of clients doubling from one (per replica) until its "
+            f"throughput per device grows by less than 2% or the clients reach {max_concurrency} per "
+            "replica, in the engine model's steady-state closed form; the points within 5% of that front "
+            "and the best under the targets, with half and twice their clients, then simulated (costmodel "
+            "predict --engine with --concurrency, and --disaggregated for the pools): the points shown",
+            "the front: per device kind, the points no other point of that kind matches or beats on both "
+            "output tokens/s per device and per user; the best: the most tokens/s per device whose mean "
+            "TTFT and TPOT meet the targets",
+        ],
+    )

@@ -19,51 +19,56 @@ from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import ENGINE_NAMES, MXFP4_ACTIVATIONS, choice
 
-
 GIB = 1 << 30
 
-_VLLM = ("vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OpenAI API server on a device "
-         "of at least 70 GiB that is not an A100: max_num_batched_tokens 8192, max_num_seqs 1024; otherwise 2048 "
-         "and 256), vllm/config/cache.py (block_size 16, gpu_memory_utilization 0.9), V1 engine: chunked prefill "
-         "always on, a running request preempted when no block is free (enable_prefix_caching on by default in the "
-         "V1 engine: the preempted request's blocks stay cached and are found again when it is rescheduled; "
-         "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted); mixture-of-experts "
-         "layers in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an "
-         "expert map marks other devices' experts -1, the Triton kernel writes zeros for their rows, and the "
-         "activation and moe_sum run over every routed row of the batch; vllm/config/scheduler.py async_scheduling "
-         "False: each iteration scheduled after the last one ends; MXFP4 experts on Blackwell in "
-         "vllm/model_executor/layers/quantization/mxfp4.py get_mxfp4_backend: with FlashInfer and no "
-         "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, SM100_FI_MXFP4_BF16 (bf16 activations, the weights dequantized in "
-         "TensorRT-LLM's kernel); tensor-parallel all-reduces through vllm/distributed/communication_op.py "
-         "tensor_model_parallel_all_reduce, which picks by the device and the size its custom kernel, torch's "
-         "symmetric-memory all-reduce or NCCL (vllm/distributed/device_communicators/all_reduce_utils.py, "
-         "VLLM_ALLREDUCE_USE_SYMM_MEM 1: on SM 10.0 the custom kernel up to 1-2 MiB, symmetric memory up to 8 MiB "
-         "at 2 GPUs, 32 MiB at 4, 128 MiB at 8; on SM 9.0 the custom kernel up to 64 MiB at 2 GPUs and 32 MiB at 4), "
-         "the entry point aiconfigurator's vLLM all-reduce table times (collector/collect_all_reduce.py)")
-_SGLANG = ("SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_settings: chunked_prefill_size 2048 "
-           "under 35 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; mem_fraction_static (memory - reserved) / "
-           "memory with 512 MiB + 1.5 MiB per chunk token + 2 MiB per CUDA-graph batch (cuda_graph_max_bs 256 at tp "
-           "< 4, 512 from tp 4 on an 80 GB class GPU) + tp/8 GiB reserved, at least 10 GiB above 60 GiB (0.835 at tp "
-           "1 on an H100); page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
-           "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the "
-           "rows routed to the device's experts; disable_overlap_schedule False: the overlap event loop schedules the "
-           "next batch while the last one runs; flashinfer_mxfp4_moe_precision 'default': MXFP4 experts on Blackwell "
-           "take their activations through mxfp8_quantize, 'bf16' the other choice); a disaggregated decode server "
-           "(python/sglang/srt/disaggregation/decode.py DecodePreallocQueue) pre-allocates a request's prompt and keeps "
-           "num_reserved_decode_tokens 512 (SGLANG_NUM_RESERVED_DECODE_TOKENS) of headroom per request it holds "
-           "(_allocatable_tokens), retracting running requests when the cache fills and resuming them first)")
-_TRTLLM = ("TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
-           "8192, max_batch_size 2048, KvCacheConfig free_gpu_memory_fraction 0.9 and tokens_per_block 32, "
-           "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
-           "pages for its prompt and all its output can be reserved; CUTLASS MoE over the rows permuted to the "
-           "device's experts); TorchLlmArgs disable_overlap_scheduler False: PyExecutor's overlap loop schedules and "
-           "launches iteration n+1 before it processes iteration n's results; a block-scaled FP8 checkpoint's linear "
-           "layers in tensorrt_llm/_torch/modules/linear.py FP8BlockScalesLinearMethod: fp8_quantize_1x128, then "
-           "fp8_block_scaling_gemm, on SM90 TensorRT-LLM's own CUTLASS kernel with a swapped-operand path for small M "
-           "(not vLLM's DeepGEMM path the block-scaled GEMM class was fitted on: priced as the per-tensor FP8 class, "
-           "vLLM's quantize kernel and CUTLASS SM90 GEMM, the nearest measured kernel); gpt-oss's MXFP4 experts on "
-           "Blackwell with MXFP8 activations, the recommended configuration of examples/models/core/gpt_oss/README.md "
-           "(MMA UTCQMMA; bf16 activations on Hopper)")
+_VLLM = (
+    "vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OpenAI API server on a device "
+    "of at least 70 GiB that is not an A100: max_num_batched_tokens 8192, max_num_seqs 1024; otherwise 2048 "
+    "and 256), vllm/config/cache.py (block_size 16, gpu_memory_utilization 0.9), V1 engine: chunked prefill "
+    "always on, a running request preempted when no block is free (enable_prefix_caching on by default in the "
+    "V1 engine: the preempted request's blocks stay cached and are found again when it is rescheduled; "
+    "vllm/v1/core/sched/scheduler.py admits no waiting request in a step that preempted); mixture-of-experts "
+    "layers in vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts: under expert parallel an "
+    "expert map marks other devices' experts -1, the Triton kernel writes zeros for their rows, and the "
+    "activation and moe_sum run over every routed row of the batch; vllm/config/scheduler.py async_scheduling "
+    "False: each iteration scheduled after the last one ends; MXFP4 experts on Blackwell in "
+    "vllm/model_executor/layers/quantization/mxfp4.py get_mxfp4_backend: with FlashInfer and no "
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, SM100_FI_MXFP4_BF16 (bf16 activations, the weights dequantized in "
+    "TensorRT-LLM's kernel); tensor-parallel all-reduces through vllm/distributed/communication_op.py "
+    "tensor_model_parallel_all_reduce, which picks by the device and the size its custom kernel, torch's "
+    "symmetric-memory all-reduce or NCCL (vllm/distributed/device_communicators/all_reduce_utils.py, "
+    "VLLM_ALLREDUCE_USE_SYMM_MEM 1: on SM 10.0 the custom kernel up to 1-2 MiB, symmetric memory up to 8 MiB "
+    "at 2 GPUs, 32 MiB at 4, 128 MiB at 8; on SM 9.0 the custom kernel up to 64 MiB at 2 GPUs and 32 MiB at 4), "
+    "the entry point aiconfigurator's vLLM all-reduce table times (collector/collect_all_reduce.py)"
+)
+_SGLANG = (
+    "SGLang v0.5 python/sglang/srt/server_args.py _handle_gpu_memory_settings: chunked_prefill_size 2048 "
+    "under 35 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above; mem_fraction_static (memory - reserved) / "
+    "memory with 512 MiB + 1.5 MiB per chunk token + 2 MiB per CUDA-graph batch (cuda_graph_max_bs 256 at tp "
+    "< 4, 512 from tp 4 on an 80 GB class GPU) + tp/8 GiB reserved, at least 10 GiB above 60 GiB (0.835 at tp "
+    "1 on an H100); page_size 1, max_running_requests from the pool; requests retracted (recomputed) when "
+    "the pool runs out; a prefill batch runs alone (enable_mixed_chunk False); expert-parallel MoE over the "
+    "rows routed to the device's experts; disable_overlap_schedule False: the overlap event loop schedules the "
+    "next batch while the last one runs; flashinfer_mxfp4_moe_precision 'default': MXFP4 experts on Blackwell "
+    "take their activations through mxfp8_quantize, 'bf16' the other choice); a disaggregated decode server "
+    "(python/sglang/srt/disaggregation/decode.py DecodePreallocQueue) pre-allocates a request's prompt and keeps "
+    "num_reserved_decode_tokens 512 (SGLANG_NUM_RESERVED_DECODE_TOKENS) of headroom per request it holds "
+    "(_allocatable_tokens), retracting running requests when the cache fills and resuming them first)"
+)
+_TRTLLM = (
+    "TensorRT-LLM v1.0 (PyTorch backend, trtllm-serve) tensorrt_llm/llmapi/llm_args.py: max_num_tokens "
+    "8192, max_batch_size 2048, KvCacheConfig free_gpu_memory_fraction 0.9 and tokens_per_block 32, "
+    "enable_chunked_prefill False, capacity scheduler GUARANTEED_NO_EVICT (a request is admitted only when "
+    "pages for its prompt and all its output can be reserved; CUTLASS MoE over the rows permuted to the "
+    "device's experts); TorchLlmArgs disable_overlap_scheduler False: PyExecutor's overlap loop schedules and "
+    "launches iteration n+1 before it processes iteration n's results; a block-scaled FP8 checkpoint's linear "
+    "layers in tensorrt_llm/_torch/modules/linear.py FP8BlockScalesLinearMethod: fp8_quantize_1x128, then "
+    "fp8_block_scaling_gemm, on SM90 TensorRT-LLM's own CUTLASS kernel with a swapped-operand path for small M "
+    "(not vLLM's DeepGEMM path the block-scaled GEMM class was fitted on: priced as the per-tensor FP8 class, "
+    "vLLM's quantize kernel and CUTLASS SM90 GEMM, the nearest measured kernel); gpt-oss's MXFP4 experts on "
+    "Blackwell with MXFP8 activations, the recommended configuration of examples/models/core/gpt_oss/README.md "
+    "(MMA UTCQMMA; bf16 activations on Hopper)"
+)
 
 
 @dataclass(frozen=True)
@@ -101,27 +106,50 @@ class EngineConfig:
     reserved_decode_tokens: int = 0
 
     #: the engine's own name for each setting (its server argument or config key)
-    FLAGS = {"max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size",
-                                        "trtllm": "max_num_tokens"},
-             "max_num_seqs": {"vllm": "max_num_seqs", "sglang": "max_running_requests", "trtllm": "max_batch_size"},
-             "memory_fraction": {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static",
-                                 "trtllm": "free_gpu_memory_fraction"},
-             "page_size": {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
-             "chunked_prefill": {"vllm": "enable_chunked_prefill", "sglang": "chunked_prefill_size",
-                                 "trtllm": "enable_chunked_prefill"},
-             "prefix_caching": {"vllm": "enable_prefix_caching", "sglang": "disable_radix_cache (inverted)",
-                                "trtllm": "enable_block_reuse"},
-             "async_scheduling": {"vllm": "async_scheduling", "sglang": "disable_overlap_schedule (inverted)",
-                                  "trtllm": "disable_overlap_scheduler (inverted)"},
-             "mxfp4_activations": {"vllm": "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 (environment)",
-                                   "sglang": "flashinfer_mxfp4_moe_precision ('default': mxfp8)",
-                                   "trtllm": "quant_algo (W4A8_MXFP4_MXFP8: mxfp8; W4A16_MXFP4: bf16)"}}
+    FLAGS = {
+        "max_num_batched_tokens": {
+            "vllm": "max_num_batched_tokens",
+            "sglang": "chunked_prefill_size",
+            "trtllm": "max_num_tokens",
+        },
+        "max_num_seqs": {"vllm": "max_num_seqs", "sglang": "max_running_requests", "trtllm": "max_batch_size"},
+        "memory_fraction": {
+            "vllm": "gpu_memory_utilization",
+            "sglang": "mem_fraction_static",
+            "trtllm": "free_gpu_memory_fraction",
+        },
+        "page_size": {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
+        "chunked_prefill": {
+            "vllm": "enable_chunked_prefill",
+            "sglang": "chunked_prefill_size",
+            "trtllm": "enable_chunked_prefill",
+        },
+        "prefix_caching": {
+            "vllm": "enable_prefix_caching",
+            "sglang": "disable_radix_cache (inverted)",
+            "trtllm": "enable_block_reuse",
+        },
+        "async_scheduling": {
+            "vllm": "async_scheduling",
+            "sglang": "disable_overlap_schedule (inverted)",
+            "trtllm": "disable_overlap_scheduler (inverted)",
+        },
+        "mxfp4_activations": {
+            "vllm": "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 (environment)",
+            "sglang": "flashinfer_mxfp4_moe_precision ('default': mxfp8)",
+            "trtllm": "quant_algo (W4A8_MXFP4_MXFP8: mxfp8; W4A16_MXFP4: bf16)",
+        },
+    }
 
     @property
     def kernels(self) -> dict:
         """The pricing conventions (:func:`costmodel.model.step.pricing`) this engine's own kernels set."""
-        return {"moe_kernel": self.moe_kernel, "block_fp8_linear": self.block_fp8_linear,
-                "mxfp4_activations": self.mxfp4_activations, "all_reduce": self.all_reduce}
+        return {
+            "moe_kernel": self.moe_kernel,
+            "block_fp8_linear": self.block_fp8_linear,
+            "mxfp4_activations": self.mxfp4_activations,
+            "all_reduce": self.all_reduce,
+        }
 
     @property
     def lag(self) -> int:
@@ -146,18 +174,25 @@ class EngineConfig:
         return replace(self, **update)
 
     def describe(self) -> str:
-        return (f"{self.name} {self.version}: up to {self.max_num_batched_tokens} tokens and {self.max_num_seqs} "
-                f"sequences per iteration, prefill {'in chunks' if self.chunked_prefill else 'whole'}, KV pages of "
-                f"{self.page_size} token{'s' if self.page_size != 1 else ''}, "
-                f"memory fraction {self.memory_fraction:g}, "
-                + ("requests admitted with their whole output reserved" if self.reserve_output else
-                   "a request preempted when the cache runs out, "
-                   + ("its KV kept in the prefix cache for its return" if self.prefix_caching else
-                      "and recomputed"))
-                + (", each iteration scheduled while the one before runs (a request that comes during iteration n "
-                   "starts in n+2)" if self.async_scheduling else
-                   ", each iteration scheduled as the one before ends (a request that comes during iteration n starts "
-                   "in n+1)"))
+        return (
+            f"{self.name} {self.version}: up to {self.max_num_batched_tokens} tokens and {self.max_num_seqs} "
+            f"sequences per iteration, prefill {'in chunks' if self.chunked_prefill else 'whole'}, KV pages of "
+            f"{self.page_size} token{'s' if self.page_size != 1 else ''}, "
+            f"memory fraction {self.memory_fraction:g}, "
+            + (
+                "requests admitted with their whole output reserved"
+                if self.reserve_output
+                else "a request preempted when the cache runs out, "
+                + ("its KV kept in the prefix cache for its return" if self.prefix_caching else "and recomputed")
+            )
+            + (
+                ", each iteration scheduled while the one before runs (a request that comes during iteration n "
+                "starts in n+2)"
+                if self.async_scheduling
+                else ", each iteration scheduled as the one before ends (a request that comes during iteration n starts "
+                "in n+1)"
+            )
+        )
 
 
 def _sglang_memory(capacity_bytes: float, tp: int) -> tuple[int, float]:
@@ -190,14 +225,53 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
         raise CostModelError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
     big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()  # an "80 GB" part is 74.5 GiB
     if name == "vllm":
-        return EngineConfig("vllm", "0.12", 8192 if big else 2048, 1024 if big else 256, 0.9, 16, True, False, True,
-                            _VLLM, prefix_caching=True, moe_kernel="fused", all_reduce="engine")
+        return EngineConfig(
+            "vllm",
+            "0.12",
+            8192 if big else 2048,
+            1024 if big else 256,
+            0.9,
+            16,
+            True,
+            False,
+            True,
+            _VLLM,
+            prefix_caching=True,
+            moe_kernel="fused",
+            all_reduce="engine",
+        )
     if name == "sglang":
         chunk, fraction = _sglang_memory(capacity_bytes, tp)
-        return EngineConfig("sglang", "0.5", chunk, 4096, fraction, 1, True, False, False, _SGLANG,
-                            async_scheduling=True, mxfp4_activations="mxfp8", reserved_decode_tokens=512)
-    return EngineConfig("trtllm", "1.0", 8192, 2048, 0.9, 32, False, True, True, _TRTLLM, async_scheduling=True,
-                        block_fp8_linear="gemm_fp8", mxfp4_activations="mxfp8")
+        return EngineConfig(
+            "sglang",
+            "0.5",
+            chunk,
+            4096,
+            fraction,
+            1,
+            True,
+            False,
+            False,
+            _SGLANG,
+            async_scheduling=True,
+            mxfp4_activations="mxfp8",
+            reserved_decode_tokens=512,
+        )
+    return EngineConfig(
+        "trtllm",
+        "1.0",
+        8192,
+        2048,
+        0.9,
+        32,
+        False,
+        True,
+        True,
+        _TRTLLM,
+        async_scheduling=True,
+        block_fp8_linear="gemm_fp8",
+        mxfp4_activations="mxfp8",
+    )
 
 
 def default_kv_dtype(name: str, weight_dtype: str | None) -> str | None:

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.model.ops import COLLECTIVES, SELF_ATTENTION
-from costmodel.model.step import Pricing, op_time, phase_ops
 from costmodel.model.presets import ModelPreset
+from costmodel.model.step import Pricing, op_time, phase_ops
 
 #: Grid points per doubling of each size (and every size up to 16 exactly).
 GRID_POINTS = 6
@@ -139,10 +139,15 @@ class IterationTable:
     def per_token(self, tokens, others=None):
         """(compute, communication) of the ops that follow the tokens: ``tokens`` of this group, and under attention
         data parallel ``others`` per other group (default: as many as this one) through the routed experts."""
-        gathered = np.asarray(tokens, float) * self.dp if others is None else \
-            np.asarray(tokens, float) + (self.dp - 1) * np.asarray(others, float)
-        return (self._on(self.t_grid, self.token, tokens) + self._on(self.g_grid, self.moe, gathered),
-                self._on(self.t_grid, self.comm, tokens) + self._on(self.g_grid, self.moe_comm, gathered))
+        gathered = (
+            np.asarray(tokens, float) * self.dp
+            if others is None
+            else np.asarray(tokens, float) + (self.dp - 1) * np.asarray(others, float)
+        )
+        return (
+            self._on(self.t_grid, self.token, tokens) + self._on(self.g_grid, self.moe, gathered),
+            self._on(self.t_grid, self.comm, tokens) + self._on(self.g_grid, self.moe_comm, gathered),
+        )
 
     def head_time(self, rows):
         return self._on(self.d_grid, self.head, rows)
@@ -152,6 +157,7 @@ class IterationTable:
         gives an array of times)."""
         if seqs <= 0:
             return np.zeros(np.shape(mean_context))
+
         def row(i):
             return np.interp(mean_context, self.c_grid, self.decode_attention[i])
 
@@ -166,8 +172,15 @@ class IterationTable:
         """Attention of the first ``n`` positions of a prompt (causal): a chunk [s, s+c) costs A(s+c) - A(s)."""
         return self._on(self.c_grid, self.prompt_attention, n)
 
-    def time(self, *, decode_seqs: int, decode_context_sum: float, chunks: list[tuple[int, int]],
-             outputs: int, others: float | None = None) -> IterationTime:
+    def time(
+        self,
+        *,
+        decode_seqs: int,
+        decode_context_sum: float,
+        chunks: list[tuple[int, int]],
+        outputs: int,
+        others: float | None = None,
+    ) -> IterationTime:
         """An iteration of ``decode_seqs`` decode tokens after ``decode_context_sum`` cached positions in all,
         prefill ``chunks`` (start, length), and ``outputs`` rows through the head (``others``:
         :meth:`per_token`)."""
@@ -177,13 +190,16 @@ class IterationTable:
             return IterationTime(0.0, 0.0, 0.0)
         k, tok, comm = self._round(tokens, decode_seqs + len(chunks), others)
         share = prefill_tokens / tokens
-        chunk_attention = sum(float(self.prompt_attention_time(s + c) - self.prompt_attention_time(s))
-                              for s, c in chunks) / k
-        dec_attention = (float(self.decode_attention_time(decode_seqs / k, decode_context_sum / decode_seqs))
-                         if decode_seqs else 0.0)
+        chunk_attention = (
+            sum(float(self.prompt_attention_time(s + c) - self.prompt_attention_time(s)) for s, c in chunks) / k
+        )
+        dec_attention = (
+            float(self.decode_attention_time(decode_seqs / k, decode_context_sum / decode_seqs)) if decode_seqs else 0.0
+        )
         head = float(self.head_time(outputs / k)) * (1 + (k - 1) * (outputs > 0))
-        return IterationTime(prefill_s=tok * share + chunk_attention,
-                             decode_s=tok * (1 - share) + dec_attention + head, comm_s=comm)
+        return IterationTime(
+            prefill_s=tok * share + chunk_attention, decode_s=tok * (1 - share) + dec_attention + head, comm_s=comm
+        )
 
     def _round(self, tokens, sequences: int, others) -> tuple[int, float, float]:
         """(micro-batches, compute, communication) of the per-token ops of ``tokens`` tokens of ``sequences``

@@ -7,9 +7,10 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from costmodel.model.step import gemm_classes, model_hardware
-from costmodel.price.bands import Band, served as served_bands, served_assumption
 from costmodel.core.reports import DeviceSummary, Report
+from costmodel.model.step import gemm_classes, model_hardware
+from costmodel.price.bands import Band, served_assumption
+from costmodel.price.bands import served as served_bands
 
 
 class Stats(Report):
@@ -124,8 +125,18 @@ class Saturation(NamedTuple):
     binds: str
 
 
-def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int = 0, in_flight: int | None = None,
-                most: Saturation | None = None, burstiness: float = 1.0, **measured) -> LoadPrediction:
+def load_report(
+    setup,
+    evaluator: str,
+    concurrency,
+    request_rate,
+    *,
+    warmup: int = 0,
+    in_flight: int | None = None,
+    most: Saturation | None = None,
+    burstiness: float = 1.0,
+    **measured,
+) -> LoadPrediction:
     """A report of what an evaluator ``measured`` (the load's own fields of :class:`LoadPrediction`: the
     latency statistics, throughput, batch, KV use and time split), with the setup's device, engine and
     assumptions; the means at the top are the statistics' means. ``most``: one engine's saturation, for an open
@@ -134,45 +145,85 @@ def load_report(setup, evaluator: str, concurrency, request_rate, *, warmup: int
     # the groups of attention data parallel and the replicas: one was evaluated, all are reported
     dp = pr.dp * setup.replicas
     if most is not None:  # open loop: does one engine keep up with its share of the arrivals?
-        measured |= {"saturation_requests_per_s": most.requests_per_s * dp, "saturation_sequences": most.sequences,
-                     "saturation_binds": most.binds, "overloaded": request_rate >= most.requests_per_s}
+        measured |= {
+            "saturation_requests_per_s": most.requests_per_s * dp,
+            "saturation_sequences": most.sequences,
+            "saturation_binds": most.binds,
+            "overloaded": request_rate >= most.requests_per_s,
+        }
     if dp > 1:
         concurrency = concurrency * dp if concurrency is not None else None
         in_flight = in_flight * dp if in_flight is not None else None
         request_rate = request_rate * dp if request_rate is not None else None
         measured = measured | {k: measured[k] * dp for k in ("num_requests", "requests_per_s", "output_tokens_per_s")}
-    ttft_band, tpot_band = served_bands(eng.name, m.moe is not None, "agg", measured["ttft"].mean,
-                                        measured["tpot"].mean)
+    ttft_band, tpot_band = served_bands(
+        eng.name, m.moe is not None, "agg", measured["ttft"].mean, measured["tpot"].mean
+    )
     return LoadPrediction(
-        hardware=model_hardware(pr), model=m.id, model_name=m.name,
-        engine=EngineSummary(name=eng.name, version=eng.version, max_num_batched_tokens=eng.max_num_batched_tokens,
-                             max_num_seqs=eng.max_num_seqs, memory_fraction=eng.memory_fraction,
-                             page_size=eng.page_size, chunked_prefill=eng.chunked_prefill,
-                             prefix_caching=eng.prefix_caching, async_scheduling=eng.async_scheduling,
-                             mixes_prefill_and_decode=eng.mixes, reserves_output=eng.reserve_output,
-                             iteration_overhead_s=setup.iteration_s, request_overhead_s=setup.request_s,
-                             host_per_layer_s=setup.layer_s, host_per_layer_sequence_s=setup.layer_seq_s,
-                             kv_cache_tokens=setup.kv_tokens, kv_cache_bytes_per_token=setup.kv_per_token,
-                             source=eng.source),
-        evaluator=evaluator, concurrency=concurrency, request_rate=request_rate, tp=pr.tp, attention_dp=pr.dp,
+        hardware=model_hardware(pr),
+        model=m.id,
+        model_name=m.name,
+        engine=EngineSummary(
+            name=eng.name,
+            version=eng.version,
+            max_num_batched_tokens=eng.max_num_batched_tokens,
+            max_num_seqs=eng.max_num_seqs,
+            memory_fraction=eng.memory_fraction,
+            page_size=eng.page_size,
+            chunked_prefill=eng.chunked_prefill,
+            prefix_caching=eng.prefix_caching,
+            async_scheduling=eng.async_scheduling,
+            mixes_prefill_and_decode=eng.mixes,
+            reserves_output=eng.reserve_output,
+            iteration_overhead_s=setup.iteration_s,
+            request_overhead_s=setup.request_s,
+            host_per_layer_s=setup.layer_s,
+            host_per_layer_sequence_s=setup.layer_seq_s,
+            kv_cache_tokens=setup.kv_tokens,
+            kv_cache_bytes_per_token=setup.kv_per_token,
+            source=eng.source,
+        ),
+        evaluator=evaluator,
+        concurrency=concurrency,
+        request_rate=request_rate,
+        tp=pr.tp,
+        attention_dp=pr.dp,
         pipeline_parallel=pr.pp,
-        ttft_s=measured["ttft"].mean, tpot_s=measured["tpot"].mean, e2e_s=measured["e2e"].mean,
-        ttft_band=ttft_band, tpot_band=tpot_band,
+        ttft_s=measured["ttft"].mean,
+        tpot_s=measured["tpot"].mean,
+        e2e_s=measured["e2e"].mean,
+        ttft_band=ttft_band,
+        tpot_band=tpot_band,
         replicas=setup.replicas,
-        output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp * pr.pp), **measured,
+        output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp * pr.pp),
+        **measured,
         burstiness=burstiness,
-        assumptions=[*assumptions(setup, evaluator, concurrency, request_rate, warmup, in_flight, burstiness),
-                     served_assumption(ttft_band, pr.hw.id)])
+        assumptions=[
+            *assumptions(setup, evaluator, concurrency, request_rate, warmup, in_flight, burstiness),
+            served_assumption(ttft_band, pr.hw.id),
+        ],
+    )
 
 
 def _group_line(setup) -> list[str]:
     dp, replicas = setup.pr.dp, setup.replicas
-    out = [f"attention data parallel: {dp} engines of {setup.pr.tp} device(s), each with 1/{dp} of the clients "
-           "(or of the request rate) and of the requests; one is evaluated and the throughput counts all"] \
-        if dp > 1 else []
-    return out + ([f"data parallel: {replicas} replicas of the deployment behind a router, each with 1/{replicas} of "
-                   "the clients (or of the request rate) and of the requests, sharing nothing; one is evaluated and "
-                   "the throughput counts all"] if replicas > 1 else [])
+    out = (
+        [
+            f"attention data parallel: {dp} engines of {setup.pr.tp} device(s), each with 1/{dp} of the clients "
+            "(or of the request rate) and of the requests; one is evaluated and the throughput counts all"
+        ]
+        if dp > 1
+        else []
+    )
+    return out + (
+        [
+            f"data parallel: {replicas} replicas of the deployment behind a router, each with 1/{replicas} of "
+            "the clients (or of the request rate) and of the requests, sharing nothing; one is evaluated and "
+            "the throughput counts all"
+        ]
+        if replicas > 1
+        else []
+    )
 
 
 def open_loop_line(request_rate: float, burstiness: float, evaluator: str) -> str:
@@ -183,29 +234,45 @@ def open_loop_line(request_rate: float, burstiness: float, evaluator: str) -> st
     elif burstiness == float("inf"):
         kind = "evenly spaced arrivals"
     else:
-        kind = (f"arrivals with gamma-distributed gaps of shape {burstiness:g} "
-                f"({'burstier' if burstiness < 1 else 'more even'} than Poisson)")
-    return (f"open loop: {kind} at {request_rate:g} requests/s, the times scaled so the last request goes at "
-            "requests / rate, as vLLM's bench serve sends them"
-            + ("; the closed form's means do not depend on how the arrivals bunch"
-               if evaluator == "steady-state" and burstiness != 1 else ""))
+        kind = (
+            f"arrivals with gamma-distributed gaps of shape {burstiness:g} "
+            f"({'burstier' if burstiness < 1 else 'more even'} than Poisson)"
+        )
+    return (
+        f"open loop: {kind} at {request_rate:g} requests/s, the times scaled so the last request goes at "
+        "requests / rate, as vLLM's bench serve sends them"
+        + (
+            "; the closed form's means do not depend on how the arrivals bunch"
+            if evaluator == "steady-state" and burstiness != 1
+            else ""
+        )
+    )
 
 
-def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 0, in_flight=None,
-                burstiness: float = 1.0) -> list[str]:
+def assumptions(
+    setup, evaluator: str, concurrency, request_rate, warmup: int = 0, in_flight=None, burstiness: float = 1.0
+) -> list[str]:
     eng = setup.eng
-    load = (f"closed loop: {concurrency} clients start at time 0, each sends its next request when the last one "
-            "finishes" if concurrency is not None else open_loop_line(request_rate, burstiness, evaluator))
+    load = (
+        f"closed loop: {concurrency} clients start at time 0, each sends its next request when the last one finishes"
+        if concurrency is not None
+        else open_loop_line(request_rate, burstiness, evaluator)
+    )
     if in_flight is not None:  # fewer connections than clients (costmodel.engine.served.serve)
-        load += (f"; the benchmark client holds {in_flight} connections: at most {in_flight} requests in flight, the "
-                 "others waiting in the client with their clock running (TTFT and end-to-end include the wait)")
+        load += (
+            f"; the benchmark client holds {in_flight} connections: at most {in_flight} requests in flight, the "
+            "others waiting in the client with their clock running (TTFT and end-to-end include the wait)"
+        )
     return [
         f"engine {eng.describe()}",
         f"KV cache: {setup.kv_tokens:,} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "
         f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device, in "
         f"{setup.pr.kv_dtype}; "
-        + (f"the routed experts' weights in {setup.pr.weight_dtype}, the rest in {setup.pr.dtype}"
-           if setup.pr.precision.experts_only else f"weights in {setup.pr.weight_dtype}")
+        + (
+            f"the routed experts' weights in {setup.pr.weight_dtype}, the rest in {setup.pr.dtype}"
+            if setup.pr.precision.experts_only
+            else f"weights in {setup.pr.weight_dtype}"
+        )
         + (f", GEMMs at the {setup.pr.gemm_dtype} peak ({gemm_classes(setup.pr)})" if setup.pr.gemm_dtype else ""),
         load,
         *_group_line(setup),
@@ -220,6 +287,7 @@ def assumptions(setup, evaluator: str, concurrency, request_rate, warmup: int = 
         "one finishes there)",
         "TPOT per request: (end - first token) / (output tokens - 1), as benchmark clients report it; means over "
         + (f"the requests after {warmup} warm-up requests" if warmup else "all requests, the first wave included"),
-        "iteration-level simulation" if evaluator == "simulation" else
-        "steady-state closed form (means only: every running sequence at the mean context, prefill spread evenly)",
+        "iteration-level simulation"
+        if evaluator == "simulation"
+        else "steady-state closed form (means only: every running sequence at the mean context, prefill spread evenly)",
     ]

@@ -13,17 +13,23 @@ from functools import lru_cache
 import numpy as np
 
 from costmodel.core import checks
-from costmodel.core.vocab import ENGINE_TITLES
-from costmodel.engine.config import (EngineConfig, activation_bytes, default_kv_dtype, engine,
-                               kv_budget_bytes, kv_capacity_tokens)
 from costmodel.core.errors import CostModelError
-from costmodel.hardware.profile import HardwareProfile
+from costmodel.core.vocab import ENGINE_TITLES
+from costmodel.engine.config import (
+    EngineConfig,
+    activation_bytes,
+    default_kv_dtype,
+    engine,
+    kv_budget_bytes,
+    kv_capacity_tokens,
+)
 from costmodel.engine.iteration import IterationTable
+from costmodel.engine.reports import LoadPrediction, Stats, TimeSplit, load_report
+from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.memory import kv_bytes, weight_bytes
+from costmodel.model.presets import ModelPreset
 from costmodel.model.step import Pricing, pricing
 from costmodel.model.step import step_assumptions as model_assumptions
-from costmodel.model.presets import ModelPreset
-from costmodel.engine.reports import LoadPrediction, Stats, TimeSplit, load_report
 
 #: Requests a benchmark sends per client when none is given: NVIDIA's genai-perf examples use a request
 #: count of ten times the concurrency.
@@ -192,8 +198,17 @@ class Setup:
     """A model, a device (or tp devices) and an engine, made ready to run load: the pricing, the engine's KV
     capacity and the iteration table."""
 
-    def __init__(self, m: ModelPreset, pr: Pricing, eng: EngineConfig, *, max_context: int,
-                 overheads: dict | None = None, replicas: int = 1, frontend: str = "dynamo"):
+    def __init__(
+        self,
+        m: ModelPreset,
+        pr: Pricing,
+        eng: EngineConfig,
+        *,
+        max_context: int,
+        overheads: dict | None = None,
+        replicas: int = 1,
+        frontend: str = "dynamo",
+    ):
         self.m, self.pr, self.eng = m, pr, eng
         self.replicas = replicas  # copies of the deployment sharing the load, one evaluated
         self.weights, self.kv_per_token, self.kv_budget, self.kv_tokens = kv_room(m, pr, eng)
@@ -202,21 +217,30 @@ class Setup:
             raise NoRoomForOneRequest(
                 f"{m.id} on {pr.tp * pr.pp} x {pr.hw.id} under {eng.name}: weights {self.weights / 1e9:.1f} GB per device "
                 f"leave a KV cache of {max(self.kv_tokens, 0):,} tokens, less than one request's {max_context:,}; "
-                + (f"raise tp (tp {fits} holds one) or the memory fraction" if fits else
-                   "raise tp or the memory fraction"))
+                + (
+                    f"raise tp (tp {fits} holds one) or the memory fraction"
+                    if fits
+                    else "raise tp or the memory fraction"
+                )
+            )
         # the table reaches as many sequences as the engine can run, whatever this load asks, so that loads on
         # the same setup share it
         seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))
         self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
         # the time model, the parallel layout and the experts' routing, as a model prediction states them
-        self.pr_lines = [line for line in model_assumptions(m, pr)
-                         if line.startswith(("time = ", "tensor parallel", "attention data parallel",
-                                             "mixture of experts", "pipeline parallel"))]
+        self.pr_lines = [
+            line
+            for line in model_assumptions(m, pr)
+            if line.startswith(
+                ("time = ", "tensor parallel", "attention data parallel", "mixture of experts", "pipeline parallel")
+            )
+        ]
         self.pr_lines += kernels_line(pr, eng)
         o = overheads if overheads is not None else OVERHEADS[eng.name]
         self.iteration_s = float(o["iteration_s"])
-        self.request_s, self.front_end_how = (front_end(eng.name, frontend) if overheads is None
-                                              else (float(o["request_s"]), "as given"))
+        self.request_s, self.front_end_how = (
+            front_end(eng.name, frontend) if overheads is None else (float(o["request_s"]), "as given")
+        )
         self.layer_s, self.layer_seq_s = float(o.get("layer_s", 0.0)), float(o.get("layer_seq_s", 0.0))
         self.layers = m.layers / pr.pp  # a pipeline stage's process runs its own layers
 
@@ -230,10 +254,15 @@ class Setup:
         """The host's time per iteration as an assumption states it ("" where the engine has none fitted)."""
         if not (self.layer_s or self.layer_seq_s):
             return ""
-        how = ("which the overlap scheduler runs beside the GPU's work (the iteration takes the longer)"
-               if self.eng.async_scheduling else "before the GPU's work")
-        return (f"; the host's time per iteration, {self.layers:g} layers x ({self.layer_s * 1e3:.3f} ms + "
-                f"{self.layer_seq_s * 1e6:.2f} µs per running sequence), {how}")
+        how = (
+            "which the overlap scheduler runs beside the GPU's work (the iteration takes the longer)"
+            if self.eng.async_scheduling
+            else "before the GPU's work"
+        )
+        return (
+            f"; the host's time per iteration, {self.layers:g} layers x ({self.layer_s * 1e3:.3f} ms + "
+            f"{self.layer_seq_s * 1e6:.2f} µs per running sequence), {how}"
+        )
 
     def wall(self, gpu, sequences):
         """An iteration's time from its GPU work (seconds, or an array of them) and its running sequences: the
@@ -275,8 +304,18 @@ def kernels_line(pr: Pricing, eng: EngineConfig) -> list[str]:
     return [line]
 
 
-def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, concurrency, request_rate,
-                 num_requests, warmup_requests, burstiness: float = 1.0) -> int:
+def checked_load(
+    m: ModelPreset,
+    hw: HardwareProfile,
+    *,
+    input_len,
+    output_len,
+    concurrency,
+    request_rate,
+    num_requests,
+    warmup_requests,
+    burstiness: float = 1.0,
+) -> int:
     """Every check of a load's arguments; the number of measured requests (ten per client by default)."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
@@ -286,12 +325,15 @@ def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, 
         raise CostModelError("give one of concurrency (closed loop) and request_rate (Poisson arrivals)")
     if concurrency is not None:
         checks.count("concurrency", concurrency)
-    if request_rate is not None and (isinstance(request_rate, bool) or not isinstance(request_rate, (int, float))
-                                     or not 0 < request_rate < 1e9):
+    if request_rate is not None and (
+        isinstance(request_rate, bool) or not isinstance(request_rate, (int, float)) or not 0 < request_rate < 1e9
+    ):
         raise CostModelError(f"request rate must be a positive number of requests per second, got {request_rate!r}")
     if isinstance(burstiness, bool) or not isinstance(burstiness, (int, float)) or not burstiness > 0:
-        raise CostModelError(f"burstiness must be a positive number (1: Poisson arrivals; below 1 burstier, above 1 "
-                             f"more even; inf: evenly spaced), got {burstiness!r}")
+        raise CostModelError(
+            f"burstiness must be a positive number (1: Poisson arrivals; below 1 burstier, above 1 "
+            f"more even; inf: evenly spaced), got {burstiness!r}"
+        )
     if burstiness != 1 and request_rate is None:
         raise CostModelError("burstiness shapes an open loop's arrivals: give a request rate, not a concurrency")
     if m.architecture != "decoder":
@@ -300,8 +342,9 @@ def checked_load(m: ModelPreset, hw: HardwareProfile, *, input_len, output_len, 
     checks.count("num_requests", n)
     checks.count("warmup_requests", warmup_requests, least=0)
     if n + warmup_requests > MAX_REQUESTS:
-        raise CostModelError(f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got "
-                             f"{n + warmup_requests}")
+        raise CostModelError(
+            f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got {n + warmup_requests}"
+        )
     return n
 
 
@@ -312,19 +355,46 @@ def checkpoint_kv_dtype(m: ModelPreset, engine_name: str, weight_dtype: str | No
     return default_kv_dtype(engine_name, weight_dtype or quant)
 
 
-def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: int, engine_name: str = "vllm",
-          concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
-          warmup_requests: int = 0, burstiness: float = 1.0,
-          tp: int = 1, expert_parallel: bool = False, attention_dp: int = 1, pipeline_parallel: int = 1,
-          expert_parallel_size: int | None = None, replicas: int = 1,
-          weight_dtype: str | None = None,
-          kv_dtype: str | None = None, timing: str = "graph",
-          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-          memory_fraction: float | None = None, page_size: int | None = None, chunked_prefill: bool | None = None,
-          prefix_caching: bool | None = None, async_scheduling: bool | None = None,
-          mxfp4_activations: str | None = None, input_dist: str = "fixed", output_dist: str = "fixed",
-          spread: float = 0.0, input_values=None, output_values=None, evaluator: str = "simulation", overheads: dict | None = None,
-          seed: int = 0, client_connections: int | None = None, frontend: str = "dynamo") -> LoadPrediction:
+def serve(
+    m: ModelPreset,
+    hw: HardwareProfile,
+    *,
+    input_len: int,
+    output_len: int,
+    engine_name: str = "vllm",
+    concurrency: int | None = None,
+    request_rate: float | None = None,
+    num_requests: int | None = None,
+    warmup_requests: int = 0,
+    burstiness: float = 1.0,
+    tp: int = 1,
+    expert_parallel: bool = False,
+    attention_dp: int = 1,
+    pipeline_parallel: int = 1,
+    expert_parallel_size: int | None = None,
+    replicas: int = 1,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    timing: str = "graph",
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    memory_fraction: float | None = None,
+    page_size: int | None = None,
+    chunked_prefill: bool | None = None,
+    prefix_caching: bool | None = None,
+    async_scheduling: bool | None = None,
+    mxfp4_activations: str | None = None,
+    input_dist: str = "fixed",
+    output_dist: str = "fixed",
+    spread: float = 0.0,
+    input_values=None,
+    output_values=None,
+    evaluator: str = "simulation",
+    overheads: dict | None = None,
+    seed: int = 0,
+    client_connections: int | None = None,
+    frontend: str = "dynamo",
+) -> LoadPrediction:
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
     ``concurrency`` clients or arrivals at ``request_rate`` per second (Poisson, or with ``burstiness`` as vLLM's
@@ -340,33 +410,60 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     ``frontend``: the front end the requests pass, whose latency is added to TTFT (:data:`FRONTENDS`)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
-    n = checked_load(m, hw, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                     request_rate=request_rate, num_requests=num_requests, warmup_requests=warmup_requests,
-                     burstiness=burstiness)
+    n = checked_load(
+        m,
+        hw,
+        input_len=input_len,
+        output_len=output_len,
+        concurrency=concurrency,
+        request_rate=request_rate,
+        num_requests=num_requests,
+        warmup_requests=warmup_requests,
+        burstiness=burstiness,
+    )
     checks.count("client_connections", client_connections, optional=True)
     if client_connections is not None and concurrency is None:
-        raise CostModelError("client_connections caps a closed loop's requests in flight: give a concurrency, not a "
-                             "request rate")
+        raise CostModelError(
+            "client_connections caps a closed loop's requests in flight: give a concurrency, not a request rate"
+        )
     checks.count("attention_dp", attention_dp)
     checks.count("replicas", replicas)
     for share, what, each in ((replicas, "replicas", "replica"), (attention_dp, "attention_dp", "group")):
         if share == 1:  # else one engine's share of the load
             continue
         if concurrency is not None and concurrency % share:
-            raise CostModelError(f"concurrency {concurrency} must be a multiple of {what} {share} (each {each} takes "
-                                 "an even share of the clients)")
+            raise CostModelError(
+                f"concurrency {concurrency} must be a multiple of {what} {share} (each {each} takes "
+                "an even share of the clients)"
+            )
         concurrency = concurrency // share if concurrency is not None else None
         client_connections = max(1, client_connections // share) if client_connections is not None else None
         request_rate = request_rate / share if request_rate is not None else None
         n, warmup_requests = max(1, n // share), warmup_requests // share
     eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).with_flags(
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, memory_fraction=memory_fraction,
-        page_size=page_size, chunked_prefill=chunked_prefill, prefix_caching=prefix_caching,
-        async_scheduling=async_scheduling, mxfp4_activations=mxfp4_activations)
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        memory_fraction=memory_fraction,
+        page_size=page_size,
+        chunked_prefill=chunked_prefill,
+        prefix_caching=prefix_caching,
+        async_scheduling=async_scheduling,
+        mxfp4_activations=mxfp4_activations,
+    )
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
-    pr = pricing(m, hw, tp=tp, timing=timing, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                 expert_parallel=expert_parallel, attention_dp=attention_dp, pipeline_parallel=pipeline_parallel,
-                 expert_parallel_size=expert_parallel_size, **eng.kernels)
+    pr = pricing(
+        m,
+        hw,
+        tp=tp,
+        timing=timing,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        expert_parallel=expert_parallel,
+        attention_dp=attention_dp,
+        pipeline_parallel=pipeline_parallel,
+        expert_parallel_size=expert_parallel_size,
+        **eng.kernels,
+    )
     total = n + warmup_requests
     prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
     outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
@@ -378,14 +475,30 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
     if evaluator == "steady-state":
         from costmodel.engine.steady import steady_state
 
-        return steady_state(setup, concurrency=concurrency, request_rate=request_rate,
-                            input_len=mean_length(prompts), output_len=mean_length(outputs), num_requests=n,
-                            in_flight=in_flight, burstiness=burstiness)
+        return steady_state(
+            setup,
+            concurrency=concurrency,
+            request_rate=request_rate,
+            input_len=mean_length(prompts),
+            output_len=mean_length(outputs),
+            num_requests=n,
+            in_flight=in_flight,
+            burstiness=burstiness,
+        )
     from costmodel.engine.simulate import client_queue, simulate
 
-    res = simulate(setup.table, eng, kv_tokens=setup.kv_tokens, prompts=prompts, outputs=outputs,
-                   concurrency=in_flight or concurrency, request_rate=request_rate, burstiness=burstiness,
-                   wall=setup.wall, seed=seed)
+    res = simulate(
+        setup.table,
+        eng,
+        kv_tokens=setup.kv_tokens,
+        prompts=prompts,
+        outputs=outputs,
+        concurrency=in_flight or concurrency,
+        request_rate=request_rate,
+        burstiness=burstiness,
+        wall=setup.wall,
+        seed=seed,
+    )
     if in_flight is not None:
         res = client_queue(res, concurrency)
     most = None
@@ -393,12 +506,23 @@ def serve(m: ModelPreset, hw: HardwareProfile, *, input_len: int, output_len: in
         from costmodel.engine.steady import saturation
 
         most = saturation(setup, input_len=mean_length(prompts), output_len=mean_length(outputs))
-    return report_of(setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight, most,
-                     burstiness)
+    return report_of(
+        setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight, most, burstiness
+    )
 
 
-def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, warmup: int = 0,
-              in_flight: int | None = None, most=None, burstiness: float = 1.0) -> LoadPrediction:
+def report_of(
+    setup: Setup,
+    res,
+    concurrency,
+    request_rate,
+    prompts,
+    outputs,
+    warmup: int = 0,
+    in_flight: int | None = None,
+    most=None,
+    burstiness: float = 1.0,
+) -> LoadPrediction:
     """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics
     (``in_flight``: the client's connections, where fewer than its clients: :func:`serve`; ``most``: an open
     loop's saturation, :func:`costmodel.engine.steady.saturation`)."""
@@ -410,16 +534,31 @@ def report_of(setup: Setup, res, concurrency, request_rate, prompts, outputs, wa
     decode_tokens = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s])
     stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
     return load_report(
-        setup, "simulation", concurrency, request_rate, warmup=warmup, in_flight=in_flight, most=most,
+        setup,
+        "simulation",
+        concurrency,
+        request_rate,
+        warmup=warmup,
+        in_flight=in_flight,
+        most=most,
         burstiness=burstiness,
         num_requests=len(prompts),
-        input_len=float(np.mean(prompts)), output_len=float(np.mean(outputs)),
-        ttft=Stats.of(kept.ttft + setup.request_s), tpot=Stats.of(kept.tpot),
-        itl=Stats.of(times[stepped], decode_tokens[stepped]), e2e=Stats.of(e2e), requests_per_s=len(prompts) / span,
+        input_len=float(np.mean(prompts)),
+        output_len=float(np.mean(outputs)),
+        ttft=Stats.of(kept.ttft + setup.request_s),
+        tpot=Stats.of(kept.tpot),
+        itl=Stats.of(times[stepped], decode_tokens[stepped]),
+        e2e=Stats.of(e2e),
+        requests_per_s=len(prompts) / span,
         output_tokens_per_s=float(np.sum(outputs)) / span,
         output_tokens_per_s_per_user=float(np.mean(outputs / np.maximum(e2e, 1e-12))),
-        mean_batch=res.seq_iterations / max(res.iterations, 1), max_batch=res.seqs_max,
-        kv_use_max=res.kv_pages_max / max(res.kv_pages, 1), preemptions=res.preemptions,
-        prefill_iteration_share=res.prefill_iterations / max(res.iterations, 1), iterations=res.iterations,
-        time_split=TimeSplit(prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s,
-                             overhead_s=res.overhead_s))
+        mean_batch=res.seq_iterations / max(res.iterations, 1),
+        max_batch=res.seqs_max,
+        kv_use_max=res.kv_pages_max / max(res.kv_pages, 1),
+        preemptions=res.preemptions,
+        prefill_iteration_share=res.prefill_iterations / max(res.iterations, 1),
+        iterations=res.iterations,
+        time_split=TimeSplit(
+            prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s, overhead_s=res.overhead_s
+        ),
+    )

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.engine.config import EngineConfig
 from costmodel.core.errors import CostModelError
+from costmodel.engine.config import EngineConfig
 from costmodel.engine.iteration import IterationTable
 
 
@@ -88,8 +88,9 @@ class SimResult:
     def after(self, warmup: int) -> SimResult:
         """The same run with its first ``warmup`` requests left out of the per-request times."""
         kept = slice(warmup, None)
-        return dataclasses.replace(self, arrival=self.arrival[kept], first=self.first[kept],
-                                   finish=self.finish[kept], output=self.output[kept])
+        return dataclasses.replace(
+            self, arrival=self.arrival[kept], first=self.first[kept], finish=self.finish[kept], output=self.output[kept]
+        )
 
     def record(self, times: np.ndarray, decode: int, running: int, tokens: int, kv_used: int) -> None:
         """Iterations of ``times`` seconds, each with ``decode`` decode tokens, ``running`` sequences and
@@ -145,17 +146,30 @@ def arrival_times(n: int, request_rate: float, burstiness: float = 1.0, seed: in
     return t * (n / request_rate / t[-1])
 
 
-def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompts: np.ndarray,
-             outputs: np.ndarray, concurrency: int | None = None, request_rate: float | None = None,
-             burstiness: float = 1.0, overhead_s: float = 0.0, seed: int = 0, check: bool = False,
-             wall=None) -> SimResult:
+def simulate(
+    table: IterationTable,
+    eng: EngineConfig,
+    *,
+    kv_tokens: int,
+    prompts: np.ndarray,
+    outputs: np.ndarray,
+    concurrency: int | None = None,
+    request_rate: float | None = None,
+    burstiness: float = 1.0,
+    overhead_s: float = 0.0,
+    seed: int = 0,
+    check: bool = False,
+    wall=None,
+) -> SimResult:
     """Run ``len(prompts)`` requests through the engine. ``check``: record every violated invariant (token
     budget, sequence limit, KV pages) instead of trusting them. ``wall(gpu, sequences)``: an iteration's time
     from its GPU work and its running sequences (:meth:`costmodel.engine.served.Setup.wall`); by default the work plus
     ``overhead_s``."""
     if wall is None:
+
         def wall(gpu, sequences):
             return gpu + overhead_s
+
     n = len(prompts)
     ratio = float(np.mean(prompts)) / max(float(np.mean(outputs)), 1.0)  # prompt tokens per output token
     if (concurrency is None) == (request_rate is None):
@@ -165,11 +179,14 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
     budget, seq_limit = eng.max_num_batched_tokens, eng.max_num_seqs
     need_whole = int(max(prompts)) + (int(max(outputs)) if eng.reserve_output else 1)
     if _pages(need_whole, page) > pages_total:
-        raise CostModelError(f"one request of {need_whole} tokens needs {_pages(need_whole, page)} KV pages; the "
-                             f"engine has {pages_total} ({kv_tokens} tokens) on this device")
+        raise CostModelError(
+            f"one request of {need_whole} tokens needs {_pages(need_whole, page)} KV pages; the "
+            f"engine has {pages_total} ({kv_tokens} tokens) on this device"
+        )
     if not eng.chunked_prefill and int(max(prompts)) > budget:
-        raise CostModelError(f"a prompt of {int(max(prompts))} tokens exceeds the token budget {budget} and "
-                             "chunked prefill is off")
+        raise CostModelError(
+            f"a prompt of {int(max(prompts))} tokens exceeds the token budget {budget} and chunked prefill is off"
+        )
     reqs = [_Request(i, 0.0, int(p), int(o)) for i, (p, o) in enumerate(zip(prompts, outputs))]
     for r in reqs:
         r.target = r.prompt
@@ -247,8 +264,12 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
         # with nothing left running, the queue's head may start
         preempted = preempted and bool(running)
         # decode-only stretch: nothing to prefill, and nothing can be admitted before a request finishes
-        can_admit = (not preempted and bool(waiting) and len(running) < seq_limit and
-                     _admission(waiting[0], eng, free, page, budget - (len(decoding) if eng.mixes else 0)) is not None)
+        can_admit = (
+            not preempted
+            and bool(waiting)
+            and len(running) < seq_limit
+            and _admission(waiting[0], eng, free, page, budget - (len(decoding) if eng.mixes else 0)) is not None
+        )
         if decoding and not prefilling and not can_admit and not preempted:
             steps = min(r.output - r.produced for r in decoding)
             if not eng.reserve_output:
@@ -320,11 +341,16 @@ def simulate(table: IterationTable, eng: EngineConfig, *, kv_tokens: int, prompt
             room -= c
         outputs_rows = sum(1 for r, c in starting if r.done + c == r.target)
         if not decode_now and not chunks:
-            raise CostModelError("the engine cannot schedule any request: raise the token budget, the sequence "
-                                 "limit or the KV cache")
-        it = table.time(decode_seqs=len(decode_now), decode_context_sum=sum(r.prompt + r.produced for r in decode_now),
-                        chunks=chunks, outputs=len(decode_now) + outputs_rows,
-                        others=table.others_for(len(running), ratio))
+            raise CostModelError(
+                "the engine cannot schedule any request: raise the token budget, the sequence limit or the KV cache"
+            )
+        it = table.time(
+            decode_seqs=len(decode_now),
+            decode_context_sum=sum(r.prompt + r.produced for r in decode_now),
+            chunks=chunks,
+            outputs=len(decode_now) + outputs_rows,
+            others=table.others_for(len(running), ratio),
+        )
         dt = float(wall(it.total_s, len(running)))
         tokens = len(decode_now) + sum(c for _, c in chunks)
         res.prefill_tokens += tokens - len(decode_now)
@@ -383,8 +409,10 @@ def _admission(r: _Request, eng: EngineConfig, free: int, page: int, room: int) 
 
 def _page_steps(decoding: list[_Request], free: int, page: int, steps: int) -> int:
     """The most decode steps (at most ``steps``) whose new pages fit in ``free``."""
+
     def need(k: int) -> int:
         return sum(_pages(r.prompt + r.produced + k, page) - r.pages for r in decoding)
+
     if need(steps) <= free:
         return steps
     lo, hi = 0, steps

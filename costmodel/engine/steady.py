@@ -76,15 +76,30 @@ def saturation(setup, *, input_len: int, output_len: int, in_flight: int | None 
     """The most requests per second one engine of ``setup`` completes: every sequence it can hold running (the
     closed loop of that many clients, as :func:`steady_state` prices it), their number and what limits it."""
     cap, binds = _cap(setup, input_len, output_len, in_flight)
-    p = steady_state(setup, concurrency=cap, request_rate=None, input_len=input_len, output_len=output_len,
-                     num_requests=cap, in_flight=in_flight)
+    p = steady_state(
+        setup,
+        concurrency=cap,
+        request_rate=None,
+        input_len=input_len,
+        output_len=output_len,
+        num_requests=cap,
+        in_flight=in_flight,
+    )
     # the closed loop's time in the engine, without the front end's latency (it does not hold the engine)
     return Saturation(cap / (p.ttft_s - setup.request_s + (output_len - 1) * p.tpot_s), cap, binds)
 
 
-def steady_state(setup, *, concurrency: int | None, request_rate: float | None, input_len: int,
-                 output_len: int, num_requests: int, in_flight: int | None = None,
-                 burstiness: float = 1.0) -> LoadPrediction:
+def steady_state(
+    setup,
+    *,
+    concurrency: int | None,
+    request_rate: float | None,
+    input_len: int,
+    output_len: int,
+    num_requests: int,
+    in_flight: int | None = None,
+    burstiness: float = 1.0,
+) -> LoadPrediction:
     """Means of ``setup``'s engine under the load, in closed form (the module's docstring); an open loop's
     ``burstiness`` is only reported: the means here do not depend on how the arrivals bunch."""
     eng, table = setup.eng, setup.table
@@ -93,8 +108,9 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     cap, binds = _cap(setup, isl, osl, in_flight)
     ctx = isl + osl / 2
 
-    def iteration(decode: float, prompt_tokens: float, outputs: float, start: int = 0, others=None,
-                  running: float = 1.0) -> float:
+    def iteration(
+        decode: float, prompt_tokens: float, outputs: float, start: int = 0, others=None, running: float = 1.0
+    ) -> float:
         """An iteration of ``decode`` decode tokens and ``prompt_tokens`` of prompts: whole prompts, then a part
         (or, from ``start``, the chunk of one prompt that begins there), with ``running`` sequences; ``others``: what
         each other attention data parallel group runs (:meth:`IterationTable.others_for`)."""
@@ -105,8 +121,12 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
             chunks.append((start, c))
             left -= c
             start = 0
-        return setup.wall(table.time(decode_seqs=d, decode_context_sum=d * ctx, chunks=chunks,
-                                     outputs=d + int(round(outputs)), others=others).total_s, running)
+        return setup.wall(
+            table.time(
+                decode_seqs=d, decode_context_sum=d * ctx, chunks=chunks, outputs=d + int(round(outputs)), others=others
+            ).total_s,
+            running,
+        )
 
     def times(b: float, waits: bool = False) -> Times:
         b_dec = max(b - 1, 0)
@@ -117,12 +137,15 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         dec = setup.wall(float(table.decode_run(max(int(round(b)), 1), max(int(round(b)), 1) * ctx, 1, others)[0]), b)
         if k > 1:  # a prompt longer than the room: its chunks fill k iterations, each after the ones before
             # (the others' prompts sharing those iterations are left out: TTFT up to ~17% low here)
-            tagged = sum(iteration(b_dec, min(room, isl - i * room), i == k - 1, start=i * room, others=others,
-                                   running=b) for i in range(k))
+            tagged = sum(
+                iteration(b_dec, min(room, isl - i * room), i == k - 1, start=i * room, others=others, running=b)
+                for i in range(k)
+            )
             load = starts * isl  # prompt tokens per iteration, on average
             f = min(1.0, load / room) if eng.mixes else k * b / (osl - 1 + k * b)
-            avg = (iteration(b_dec, min(load / f, room), starts / f, others=others, running=b) if eng.mixes
-                   else tagged / k)
+            avg = (
+                iteration(b_dec, min(load / f, room), starts / f, others=others, running=b) if eng.mixes else tagged / k
+            )
         else:
             f = min(1.0, starts) if eng.mixes else starts / (1 + starts)
             # a prompt shares its iteration with the others starting then (size-biased: its own plus the mean)
@@ -139,9 +162,10 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
         # the iteration times weighted by their length (f of them carrying prompts, avg long, the rest dec), and the
         # time one prompt's prefill adds to its iterations (alone where the engine does not mix; a prompt of k > 1
         # chunks has them alone already in tagged)
-        landed = (f * avg ** 2 + (1 - f) * dec ** 2) / (2 * (f * avg + (1 - f) * dec))
+        landed = (f * avg**2 + (1 - f) * dec**2) / (2 * (f * avg + (1 - f) * dec))
         alone = (tagged if k > 1 else iteration(b_dec, min(isl, room), 1, others=others, running=b)) - (
-            k * dec if eng.mixes else 0.0)
+            k * dec if eng.mixes else 0.0
+        )
         return Times(tagged, tpot, f, step, landed, max(alone, 0.0))
 
     def first(t: Times) -> float:
@@ -195,10 +219,28 @@ def steady_state(setup, *, concurrency: int | None, request_rate: float | None, 
     out_tps = rps * osl
     one = lambda x: Stats(mean=x, median=x, p90=x, p99=x)  # noqa: E731 - a closed form has means only
     return load_report(
-        setup, "steady-state", concurrency, request_rate, in_flight=in_flight, most=most, burstiness=burstiness,
+        setup,
+        "steady-state",
+        concurrency,
+        request_rate,
+        in_flight=in_flight,
+        most=most,
+        burstiness=burstiness,
         num_requests=num_requests,
-        input_len=float(isl), output_len=float(osl), ttft=one(ttft), tpot=one(tpot), itl=one(tpot), e2e=one(e2e),
-        requests_per_s=rps, output_tokens_per_s=out_tps, output_tokens_per_s_per_user=osl / e2e, mean_batch=float(b),
-        max_batch=int(math.ceil(b)), kv_use_max=b * peak / max(setup.kv_tokens, 1), preemptions=0,
-        prefill_iteration_share=f, iterations=int(num_requests * osl / max(b, 1)),
-        time_split=TimeSplit(prefill_s=0.0, decode_s=0.0, comm_s=0.0, overhead_s=0.0))
+        input_len=float(isl),
+        output_len=float(osl),
+        ttft=one(ttft),
+        tpot=one(tpot),
+        itl=one(tpot),
+        e2e=one(e2e),
+        requests_per_s=rps,
+        output_tokens_per_s=out_tps,
+        output_tokens_per_s_per_user=osl / e2e,
+        mean_batch=float(b),
+        max_batch=int(math.ceil(b)),
+        kv_use_max=b * peak / max(setup.kv_tokens, 1),
+        preemptions=0,
+        prefill_iteration_share=f,
+        iterations=int(num_requests * osl / max(b, 1)),
+        time_split=TimeSplit(prefill_s=0.0, decode_s=0.0, comm_s=0.0, overhead_s=0.0),
+    )

@@ -15,7 +15,6 @@ from costmodel.core.errors import CostModelError
 from costmodel.core.files import load_yaml, read_text
 from costmodel.hardware.profile import HardwareProfile
 
-
 #: Short names that resolve to a documented default variant (also listed in each file's aliases).
 PACKAGE = "costmodel.hardware_profiles"
 
@@ -25,9 +24,7 @@ def profile_key(name: str) -> str:
 
 
 def _profile_files() -> list:
-    return sorted(
-        (f for f in resources.files(PACKAGE).iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name
-    )
+    return sorted((f for f in resources.files(PACKAGE).iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name)
 
 
 @lru_cache(maxsize=64)
@@ -72,8 +69,11 @@ def profile_index() -> dict[str, object]:
 def fitted_profiles() -> tuple[HardwareProfile, ...]:
     """The shipped profiles with fitted efficiency parameters (only their files are parsed)."""
     files = [f for f in _profile_files() if "\nefficiency:" in f.read_text(encoding="utf-8")]
-    return tuple(p for p in (_parse(f.read_text(encoding="utf-8"), f.name) for f in files)
-                 if p.efficiency is not None and p.architecture is not None)
+    return tuple(
+        p
+        for p in (_parse(f.read_text(encoding="utf-8"), f.name) for f in files)
+        if p.efficiency is not None and p.architecture is not None
+    )
 
 
 def device_name_key(name: str) -> str:

@@ -69,14 +69,18 @@ Everything works on numpy arrays, so a validation over 100,000 published timings
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 
-from typing import get_args
-
-from costmodel.hardware.profile import (ATTENTION_KERNEL_KINDS, EfficiencyClassName, GemmClassName, KernelFacts,
-                                prefill_tile)
 from costmodel.core.vocab import MECHANISMS, TIMINGS
+from costmodel.hardware.profile import (
+    ATTENTION_KERNEL_KINDS,
+    EfficiencyClassName,
+    GemmClassName,
+    KernelFacts,
+    prefill_tile,
+)
 
 CLASSES: tuple[str, ...] = get_args(EfficiencyClassName)
 
@@ -84,19 +88,36 @@ CLASSES: tuple[str, ...] = get_args(EfficiencyClassName)
 DEFAULT_KERNELS = KernelFacts()
 
 #: Op class of each kind of program op (:func:`costmodel.counts.program.op_class`); softmax is a row reduction.
-PROGRAM_CLASS = {"projection": "gemm", "attention": "attention_einsum", "fused_decode": "decode_attention",
-                 "fused_prefill": "prefill_attention", "elementwise": "elementwise", "copy": "copy"}
+PROGRAM_CLASS = {
+    "projection": "gemm",
+    "attention": "attention_einsum",
+    "fused_decode": "decode_attention",
+    "fused_prefill": "prefill_attention",
+    "elementwise": "elementwise",
+    "copy": "copy",
+}
 #: A class a device has no fit for takes another's: an fp8 GEMM (one scale per tensor) the bf16 GEMM's, a block-
 #: scaled fp8 GEMM the per-tensor one's; a mixture of experts' grouped GEMMs the dense GEMM's of their weights (weight-
 #: only 4-bit experts, ``moe_w4a16``, the bf16 dense GEMM's: a dense GEMM that dequantizes its weights); an
 #: unfused attention's einsums are batched GEMMs; a cache write, a gated activation and a rotary embedding are
 #: elementwise kernels; a LayerNorm and a softmax are row reductions like an RMSNorm. A parent class without a timing
 #: convention's fixed cost takes its first child's here that has one (the launch of a kernel of the same kind).
-FALLBACK = {"gemm_fp8": "gemm", "gemm_fp8_block": "gemm_fp8", "gemm_nvfp4": "gemm_fp8_block", "moe": "gemm",
-            "moe_fp8": "gemm_fp8", "moe_fp8_block": "gemm_fp8_block", "moe_nvfp4": "gemm_nvfp4", "moe_w4a16": "gemm",
-            "attention_einsum": "gemm",
-            "copy": "elementwise", "activation": "elementwise", "rotary": "elementwise", "layernorm": "norm",
-            "softmax": "norm"}
+FALLBACK = {
+    "gemm_fp8": "gemm",
+    "gemm_fp8_block": "gemm_fp8",
+    "gemm_nvfp4": "gemm_fp8_block",
+    "moe": "gemm",
+    "moe_fp8": "gemm_fp8",
+    "moe_fp8_block": "gemm_fp8_block",
+    "moe_nvfp4": "gemm_nvfp4",
+    "moe_w4a16": "gemm",
+    "attention_einsum": "gemm",
+    "copy": "elementwise",
+    "activation": "elementwise",
+    "rotary": "elementwise",
+    "layernorm": "norm",
+    "softmax": "norm",
+}
 #: The kernel class of a GEMM whose weights and activations are both low precision, by the weights' format (a
 #: checkpoint's, or a published table's ``gemm_dtype``): fp8 with one scale per tensor or per 128 x 128 block,
 #: NVFP4 (fp4 with an FP8 scale per 16).
@@ -251,8 +272,17 @@ def m_tiles(batch, M, tm, m_blocks: dict | None = None, cluster=1):
     return out
 
 
-def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,
-                    kernels: KernelFacts = DEFAULT_KERNELS, m_blocks: dict | None = None):
+def gemm_candidates(
+    batch,
+    M,
+    K,
+    N,
+    sms: float,
+    small_tile_exponent: float,
+    k_overhead: float = 0.0,
+    kernels: KernelFacts = DEFAULT_KERNELS,
+    m_blocks: dict | None = None,
+):
     """(FLOPs, split-K chunks) of every configuration a library can run a GEMM in: each tile of
     ``kernels.gemm_tiles``, in whole waves of whole tiles at the largest tile's rate, with the reduction split over the
     SMs when there are too few tiles to fill them (chunks of at least ``kernels.split_k_min``) and without
@@ -264,8 +294,10 @@ def gemm_candidates(batch, M, K, N, sms: float, small_tile_exponent: float, k_ov
         split = np.clip(np.floor(sms / np.maximum(tiles, 1)), 1, np.maximum(np.floor(K / kernels.split_k_min), 1))
         for splits in (split, np.ones_like(split)):
             waves = np.ceil(tiles * splits / sms)
-            yield (waves * sms * tm * tn * (K / splits + k_overhead) * 2 / (tm * tn / largest) ** small_tile_exponent,
-                   splits)
+            yield (
+                waves * sms * tm * tn * (K / splits + k_overhead) * 2 / (tm * tn / largest) ** small_tile_exponent,
+                splits,
+            )
 
 
 def _whole(tiles, cluster):
@@ -298,8 +330,19 @@ def dispatched_tiles(rules, M, K, N) -> tuple[np.ndarray, ...]:
     return tm, tn, per, cm, cn
 
 
-def dispatched_flops(rules, batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float,
-                     largest: float, m_blocks: dict | None = None, keyed=None) -> np.ndarray:
+def dispatched_flops(
+    rules,
+    batch,
+    M,
+    K,
+    N,
+    sms: float,
+    small_tile_exponent: float,
+    k_overhead: float,
+    largest: float,
+    m_blocks: dict | None = None,
+    keyed=None,
+) -> np.ndarray:
     """FLOPs (at the largest tile's rate) of a GEMM whose tile a fixed dispatch chooses: whole waves of its tiles
     over the SMs, the whole reduction in each; a tile of a pair of SMs takes two of them, each with half its rows
     (``m_blocks``: :func:`m_tiles`; ``keyed``: what the rules' M bounds are matched on where it is not ``M``, a
@@ -307,16 +350,33 @@ def dispatched_flops(rules, batch, M, K, N, sms: float, small_tile_exponent: flo
     tm, tn, per, cm, cn = dispatched_tiles(rules, M if keyed is None else keyed, K, N)
     tiles = m_tiles(batch, M, tm, m_blocks, cm) * _whole(np.ceil(np.asarray(N, float) / tn), cn)
     waves = np.ceil(tiles * per / sms)
-    return (waves * sms * tm / per * tn * (np.asarray(K, float) + k_overhead) * 2
-            / (tm * tn / largest) ** small_tile_exponent)
+    return (
+        waves
+        * sms
+        * tm
+        / per
+        * tn
+        * (np.asarray(K, float) + k_overhead)
+        * 2
+        / (tm * tn / largest) ** small_tile_exponent
+    )
 
 
-def gemm_tiled_flops(batch, M, K, N, sms: float, small_tile_exponent: float, k_overhead: float = 0.0,
-                     kernels: KernelFacts = DEFAULT_KERNELS):
+def gemm_tiled_flops(
+    batch,
+    M,
+    K,
+    N,
+    sms: float,
+    small_tile_exponent: float,
+    k_overhead: float = 0.0,
+    kernels: KernelFacts = DEFAULT_KERNELS,
+):
     """FLOPs a GEMM costs in its cheapest configuration of :func:`gemm_candidates` (an optimising library
     picks it), as if done at the largest tile's rate."""
-    return np.minimum.reduce([c for c, _ in gemm_candidates(batch, M, K, N, sms, small_tile_exponent, k_overhead,
-                                                            kernels)])
+    return np.minimum.reduce(
+        [c for c, _ in gemm_candidates(batch, M, K, N, sms, small_tile_exponent, k_overhead, kernels)]
+    )
 
 
 def systolic_flops(flops, shape: dict, tile) -> np.ndarray:
@@ -335,6 +395,7 @@ def systolic_flops(flops, shape: dict, tile) -> np.ndarray:
     def scale(m, k, n):
         m, k, n = (np.maximum(np.asarray(x, float), 1) for x in (m, k, n))
         return np.maximum(m, rows) / m * (np.ceil(k / rows) * rows / k) * (np.ceil(n / cols) * cols / n)
+
     if "M" in shape:
         return flops * scale(shape["M"], shape["K"], shape["N"])
     if "k" not in shape:
@@ -351,8 +412,7 @@ def _streamed(nbytes, eff, bandwidth: float, on) -> np.ndarray:
     if "bandwidth" not in on:
         return nbytes / bandwidth
     with np.errstate(divide="ignore"):
-        ramp = np.where(nbytes > 0, (eff.bandwidth_half_bytes / np.maximum(nbytes, 1.0)) ** eff.bandwidth_exponent,
-                        0)
+        ramp = np.where(nbytes > 0, (eff.bandwidth_half_bytes / np.maximum(nbytes, 1.0)) ** eff.bandwidth_exponent, 0)
     return nbytes / (bandwidth * eff.bandwidth_ceiling) * (1 + ramp)
 
 
@@ -361,13 +421,26 @@ def takes_turns(cls: str, eff, kernels: KernelFacts = DEFAULT_KERNELS) -> bool:
     say so (``overlap`` "sum"), or it is a prompt's attention in a synchronous kernel
     (:data:`costmodel.hardware.profile.ATTENTION_KERNEL_KINDS`), whose warps wait for each key and value block before
     multiplying it."""
-    return eff.overlap == "sum" or (cls == "prefill_attention"
-                                    and ATTENTION_KERNEL_KINDS.get(kernels.decode_kernel) == "synchronous")
+    return eff.overlap == "sum" or (
+        cls == "prefill_attention" and ATTENTION_KERNEL_KINDS.get(kernels.decode_kernel) == "synchronous"
+    )
 
 
-def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, timing: str, flops, nbytes,
-                shape: dict, on: frozenset | set = frozenset(MECHANISMS), overlap: str = "max",
-                kernels: KernelFacts = DEFAULT_KERNELS) -> Times:
+def class_times(
+    cls: str,
+    eff,
+    *,
+    peak: float,
+    bandwidth: float,
+    sms: float,
+    timing: str,
+    flops,
+    nbytes,
+    shape: dict,
+    on: frozenset | set = frozenset(MECHANISMS),
+    overlap: str = "max",
+    kernels: KernelFacts = DEFAULT_KERNELS,
+) -> Times:
     """Predicted time of ops of class ``cls`` (arrays broadcast): see the module docstring.
 
     ``shape`` holds what the class's mechanisms need: ``batch, M, K, N`` (gemm); ``b, g, positions``
@@ -384,7 +457,8 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
     if eff.pack_passes and "bandwidth" in on and shape and "width" in shape:
         # a CPU GEMM packs its K x N operand into panels (read, written, read again); GEMV (M = 1) does not
         nbytes = nbytes + eff.pack_passes * (np.asarray(shape["M"]) > 1) * (
-            np.asarray(shape["batch"], float) * shape["K"] * shape["N"] * shape["width"])
+            np.asarray(shape["batch"], float) * shape["K"] * shape["N"] * shape["width"]
+        )
     fixed = eff.fixed_s.get(timing, 0.0) if "fixed" in on else 0.0
     overlap = "sum" if takes_turns(cls, eff, kernels) else overlap
     rate = peak * (eff.compute_efficiency if "compute" in on else 1.0)
@@ -403,8 +477,14 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         elif "tiles" in on:
             pairs = np.ceil(n / B) * np.ceil(m / keys) * B * keys
         tiles = heads * np.ceil(n / B)
-        if (eff.pack_gqa and np.all(np.asarray(keys) == B) and "tiles" in on and "causal" in on
-                and shape.get("window") is None and "g" in shape):
+        if (
+            eff.pack_gqa
+            and np.all(np.asarray(keys) == B)
+            and "tiles" in on
+            and "causal" in on
+            and shape.get("window") is None
+            and "g" in shape
+        ):
             # the query heads of a group share one tile (rows: positions x heads), B / r positions a tile;
             # tile i of ceil(n r / B) reads ceil((i + 1) / r) key blocks (a prompt: queries from position 0)
             r = np.asarray(shape["h"], float) / np.asarray(shape["g"], float)
@@ -412,7 +492,7 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
             q, rest = np.floor(T / r), T - np.floor(T / r) * r
             blocks = r * q * (q + 1) / 2 + rest * (q + 1)
             packed = (r > 1) & (n == m)
-            pairs = np.where(packed, blocks * B ** 2 / r, pairs)
+            pairs = np.where(packed, blocks * B**2 / r, pairs)
             tiles = np.where(packed, np.asarray(shape["b"], float) * shape["g"] * T, tiles)
         work = work * pairs / np.maximum(n * m, 1)
         if "tiles" in on:
@@ -437,9 +517,17 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         # the library runs the configuration that finishes first; a split-K product reduces its partial
         # sums in a second kernel (split_s)
         best = None
-        for cost, splits in gemm_candidates(shape["batch"], shape["M"], shape["K"], shape["N"], sms,
-                                            eff.small_tile_exponent, eff.tile_k_overhead, kernels,
-                                            shape.get("m_blocks")):
+        for cost, splits in gemm_candidates(
+            shape["batch"],
+            shape["M"],
+            shape["K"],
+            shape["N"],
+            sms,
+            eff.small_tile_exponent,
+            eff.tile_k_overhead,
+            kernels,
+            shape.get("m_blocks"),
+        ):
             c, extra = cost / rate, eff.split_s * (splits > 1)
             total = (np.maximum(c, memory) if overlap == "max" else c + memory) + extra
             if best is None:
@@ -454,11 +542,26 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         # expert's rows); any other product keeps the library's choice
         batch = np.asarray(shape["batch"])
         for dispatch, where, scaling, largest, keyed in (
-                (kernels.gemm_dispatch.get(cls), batch == 1, eff.small_tile_exponent, kernels.largest_tile, None),
-                (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0, shape.get("tokens"))):
+            (kernels.gemm_dispatch.get(cls), batch == 1, eff.small_tile_exponent, kernels.largest_tile, None),
+            (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0, shape.get("tokens")),
+        ):
             if dispatch is not None:
-                c = dispatched_flops(dispatch.rules, batch, shape["M"], shape["K"], shape["N"], sms, scaling,
-                                     eff.tile_k_overhead, largest, shape.get("m_blocks"), keyed) / rate
+                c = (
+                    dispatched_flops(
+                        dispatch.rules,
+                        batch,
+                        shape["M"],
+                        shape["K"],
+                        shape["N"],
+                        sms,
+                        scaling,
+                        eff.tile_k_overhead,
+                        largest,
+                        shape.get("m_blocks"),
+                        keyed,
+                    )
+                    / rate
+                )
                 compute, split_k = np.where(where, c, compute), np.where(where, 0.0, split_k)
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:
@@ -487,8 +590,13 @@ def class_times(cls: str, eff, *, peak: float, bandwidth: float, sms: float, tim
         # written in the narrow format, at the class's achieved-bandwidth curve
         elements = np.asarray(shape["batch"], float) * np.asarray(shape["M"], float) * np.asarray(shape["K"], float)
         units = units + _streamed(elements * ((shape.get("width") or 2.0) + QUANTIZED_WIDTH[cls]), eff, bandwidth, on)
-    if (cls == "prefill_attention" and "cache_write" in on and shape and "write_bytes" in shape
-            and eff.cache_write_ceiling):
+    if (
+        cls == "prefill_attention"
+        and "cache_write" in on
+        and shape
+        and "write_bytes" in shape
+        and eff.cache_write_ceiling
+    ):
         # a second kernel of the same call: the prompt's keys and values are read and written into the cache
         units = units + np.asarray(shape["write_bytes"], float) / (bandwidth * eff.cache_write_ceiling)
     body = np.maximum(compute, memory) if overlap == "max" else compute + memory
@@ -508,9 +616,22 @@ def class_peak(hw, cls: str, dtype: str) -> float:
     return hw.vector_peak(dtype) if cls in VECTOR_CLASSES else hw.peak(dtype)
 
 
-__all__ = ["MECHANISMS", "TIMINGS", "CLASSES", "DEFAULT_KERNELS", "Times", "class_times", "class_peak",
-           "causal_pairs", "gemm_tiled_flops", "gemm_candidates", "dispatched_tiles", "efficiency_class",
-           "decode_shape", "systolic_flops"]
+__all__ = [
+    "MECHANISMS",
+    "TIMINGS",
+    "CLASSES",
+    "DEFAULT_KERNELS",
+    "Times",
+    "class_times",
+    "class_peak",
+    "causal_pairs",
+    "gemm_tiled_flops",
+    "gemm_candidates",
+    "dispatched_tiles",
+    "efficiency_class",
+    "decode_shape",
+    "systolic_flops",
+]
 
 
 #: FlashAttention-2's split-KV heuristic: at most this many splits, and ``num_splits_heuristic`` sizes them against
@@ -565,6 +686,13 @@ def op_shape(cls: str, dims: dict, mode: str, gemm: dict | None, name: str = "",
     if cls == "prefill_attention":
         # the cache write reads the n new keys and values of every key/value head and writes them
         kv = dims["g"] * (dims["k"] + dims.get("v", dims["k"]))
-        return PrefillShape(dims["b"], dims["h"], dims["g"], dims["n"], dims["m"],
-                            write_bytes=2 * np.asarray(dims["b"]) * dims["n"] * kv * width, k=dims["k"])
+        return PrefillShape(
+            dims["b"],
+            dims["h"],
+            dims["g"],
+            dims["n"],
+            dims["m"],
+            write_bytes=2 * np.asarray(dims["b"]) * dims["n"] * kv * width,
+            k=dims["k"],
+        )
     return None

@@ -88,14 +88,42 @@ class Tile(_Strict):
 
 #: Op classes of the fitted prediction model (see :data:`costmodel.hardware.mechanisms.EFFICIENCY_CLASS`).
 #: In this order, a parent class before the classes that fall back to it (costmodel.hardware.mechanisms.FALLBACK).
-EfficiencyClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "moe", "moe_fp8", "moe_fp8_block",
-                              "moe_nvfp4", "moe_w4a16", "attention_einsum", "decode_attention", "prefill_attention",
-                              "norm", "layernorm", "softmax", "elementwise", "activation", "rotary", "copy"]
+EfficiencyClassName = Literal[
+    "gemm",
+    "gemm_fp8",
+    "gemm_fp8_block",
+    "gemm_nvfp4",
+    "moe",
+    "moe_fp8",
+    "moe_fp8_block",
+    "moe_nvfp4",
+    "moe_w4a16",
+    "attention_einsum",
+    "decode_attention",
+    "prefill_attention",
+    "norm",
+    "layernorm",
+    "softmax",
+    "elementwise",
+    "activation",
+    "rotary",
+    "copy",
+]
 #: The classes priced as matrix products (tiles, waves, split-K): the only ones a GEMM dispatch can name. ``moe*``:
 #: a mixture of experts' grouped expert GEMMs, in the engine's fused MoE kernel, per weight format (``moe_w4a16``:
 #: weight-only 4-bit experts, dequantized to the activation dtype in the kernel's main loop).
-GemmClassName = Literal["gemm", "gemm_fp8", "gemm_fp8_block", "gemm_nvfp4", "moe", "moe_fp8", "moe_fp8_block",
-                        "moe_nvfp4", "moe_w4a16", "attention_einsum"]
+GemmClassName = Literal[
+    "gemm",
+    "gemm_fp8",
+    "gemm_fp8_block",
+    "gemm_nvfp4",
+    "moe",
+    "moe_fp8",
+    "moe_fp8_block",
+    "moe_nvfp4",
+    "moe_w4a16",
+    "attention_einsum",
+]
 
 
 class TileRule(_Strict):
@@ -140,54 +168,68 @@ def _rules(*rules) -> tuple[TileRule, ...]:
 #: (``kernels.gemm_dispatch: {gemm_fp8: vllm_sm90_fp8}``); a profile may give rules of its own instead.
 GEMM_DISPATCHES = {
     "vllm_sm90_fp8": GemmDispatch(
-        rules=_rules({"m_max": 16, "n_max": 1280, "tile": (16, 64), "cluster": (2, 1)},
-                     {"m_max": 16, "tile": (16, 64)},
-                     {"m_max": 64, "n_max": 1280, "tile": (16, 64), "cluster": (4, 1)},
-                     {"m_max": 64, "tile": (64, 64)}, {"m_max": 128, "tile": (64, 128), "cluster": (2, 1)},
-                     {"tile": (128, 128), "cluster": (2, 1)}),
+        rules=_rules(
+            {"m_max": 16, "n_max": 1280, "tile": (16, 64), "cluster": (2, 1)},
+            {"m_max": 16, "tile": (16, 64)},
+            {"m_max": 64, "n_max": 1280, "tile": (16, 64), "cluster": (4, 1)},
+            {"m_max": 64, "tile": (64, 64)},
+            {"m_max": 128, "tile": (64, 128), "cluster": (2, 1)},
+            {"tile": (128, 128), "cluster": (2, 1)},
+        ),
         source="vLLM cutlass_scaled_mm on SM90 (vllm-project/vllm csrc/quantization/w8a8/cutlass/c3x/"
-               "scaled_mm_sm90_fp8_dispatch.cuh @68f442e): M <= 16 a 64 x 16 tile with A and B swapped (16 rows of "
-               "M, 64 columns of N), cluster 1 x 2 of the swapped problem (2 tiles along M) for N <= 1280, 1 x 1 "
-               "above; M <= 64 the same tile, cluster 1 x 4 (4 along M) for N <= 1280, else 64 x 64 swapped, "
-               "cluster 1 x 1; M <= 128 64 x 128, cluster 2 x 1; larger M 128 x 128, cluster 2 x 1; persistent "
-               "(CUTLASS's tile scheduler rounds the grid of tiles up to whole clusters), no split-K"),
+        "scaled_mm_sm90_fp8_dispatch.cuh @68f442e): M <= 16 a 64 x 16 tile with A and B swapped (16 rows of "
+        "M, 64 columns of N), cluster 1 x 2 of the swapped problem (2 tiles along M) for N <= 1280, 1 x 1 "
+        "above; M <= 64 the same tile, cluster 1 x 4 (4 along M) for N <= 1280, else 64 x 64 swapped, "
+        "cluster 1 x 1; M <= 128 64 x 128, cluster 2 x 1; larger M 128 x 128, cluster 2 x 1; persistent "
+        "(CUTLASS's tile scheduler rounds the grid of tiles up to whole clusters), no split-K",
+    ),
     "vllm_sm100_fp8": GemmDispatch(
-        rules=_rules({"m_max": 16, "tile": (32, 128), "sms": 2, "cluster": (1, 2)},
-                     {"m_min": 64, "m_max": 64, "k_max": 4095, "tile": (64, 64)},
-                     {"m_max": 64, "tile": (64, 128), "sms": 2, "cluster": (1, 2)},
-                     {"m_max": 256, "tile": (128, 128), "sms": 2},
-                     {"tile": (256, 128), "sms": 2, "cluster": (1, 2)}),
+        rules=_rules(
+            {"m_max": 16, "tile": (32, 128), "sms": 2, "cluster": (1, 2)},
+            {"m_min": 64, "m_max": 64, "k_max": 4095, "tile": (64, 64)},
+            {"m_max": 64, "tile": (64, 128), "sms": 2, "cluster": (1, 2)},
+            {"m_max": 256, "tile": (128, 128), "sms": 2},
+            {"tile": (256, 128), "sms": 2, "cluster": (1, 2)},
+        ),
         source="vLLM cutlass_scaled_mm on the SM100 family, SM 10.x (vllm-project/vllm csrc/quantization/w8a8/"
-               "cutlass/c3x/scaled_mm_sm100_fp8_dispatch.cuh @487e7b0): M <= 16 a 128 x 32 tile with A and B "
-               "swapped (32 rows of M, 128 columns of N), cluster 4 x 1; M <= 64 128 x 64 swapped (64 rows, 128 "
-               "columns), cluster 4 x 1, except M = 64 with K < 4096, 64 x 64 unswapped, cluster 1 x 1; M <= 256 "
-               "128 x 128, cluster 2 x 1; larger M 256 x 128, cluster 2 x 2; persistent, no split-K. Each with "
-               "KernelScheduleAuto, which runs a tile on a pair of SMs (2-SM MMA) when the cluster's M is even and "
-               "the tile's M a multiple of 128 (NVIDIA/cutlass include/cutlass/gemm/collective/builders/"
-               "sm100_common.inl, sm100_make_trivial_tiled_mma): every configuration but the 64 x 64 one. A cluster "
-               "holds one pair along M (the 2-SM tile) and, for the 4 x 1 swapped and 2 x 2 clusters, two tiles "
-               "along N: the grid of tiles is rounded up to an even count along N"),
+        "cutlass/c3x/scaled_mm_sm100_fp8_dispatch.cuh @487e7b0): M <= 16 a 128 x 32 tile with A and B "
+        "swapped (32 rows of M, 128 columns of N), cluster 4 x 1; M <= 64 128 x 64 swapped (64 rows, 128 "
+        "columns), cluster 4 x 1, except M = 64 with K < 4096, 64 x 64 unswapped, cluster 1 x 1; M <= 256 "
+        "128 x 128, cluster 2 x 1; larger M 256 x 128, cluster 2 x 2; persistent, no split-K. Each with "
+        "KernelScheduleAuto, which runs a tile on a pair of SMs (2-SM MMA) when the cluster's M is even and "
+        "the tile's M a multiple of 128 (NVIDIA/cutlass include/cutlass/gemm/collective/builders/"
+        "sm100_common.inl, sm100_make_trivial_tiled_mma): every configuration but the 64 x 64 one. A cluster "
+        "holds one pair along M (the 2-SM tile) and, for the 4 x 1 swapped and 2 x 2 clusters, two tiles "
+        "along N: the grid of tiles is rounded up to an even count along N",
+    ),
     "vllm_fused_moe_block_fp8": GemmDispatch(
         rules=_rules({"m_max": 64, "tile": (16, 128)}, {"tile": (64, 128)}),
         source="vLLM's Triton fused_moe kernel for block-scaled FP8 experts without a tuned configuration, vLLM "
-               "0.17 and later (vllm/model_executor/layers/fused_moe/fused_moe.py get_default_config as vllm-project/"
-               "vllm PR 34846, merged 2026-02-18, left it; dtype fp8_w8a8 with a block_shape): BLOCK_SIZE_M 16 for a "
-               "call of at most 64 tokens, else 64; BLOCK_SIZE_N block_shape[0] = 128, BLOCK_SIZE_K block_shape[1] = "
-               "128, SPLIT_K 1; each expert's rows padded to whole blocks of BLOCK_SIZE_M rows "
-               "(moe_align_block_size). Before that PR BLOCK_SIZE_M was 64 whatever the token count. A tuned file in "
-               "fused_moe/configs/ (E=..,N=..,device_name=..,dtype=fp8_w8a8,block_shape=[128,128].json) replaces "
-               "it; for NVIDIA_B200 the folder holds such files only for E=16, N=4096 and E=128, N=384"),
+        "0.17 and later (vllm/model_executor/layers/fused_moe/fused_moe.py get_default_config as vllm-project/"
+        "vllm PR 34846, merged 2026-02-18, left it; dtype fp8_w8a8 with a block_shape): BLOCK_SIZE_M 16 for a "
+        "call of at most 64 tokens, else 64; BLOCK_SIZE_N block_shape[0] = 128, BLOCK_SIZE_K block_shape[1] = "
+        "128, SPLIT_K 1; each expert's rows padded to whole blocks of BLOCK_SIZE_M rows "
+        "(moe_align_block_size). Before that PR BLOCK_SIZE_M was 64 whatever the token count. A tuned file in "
+        "fused_moe/configs/ (E=..,N=..,device_name=..,dtype=fp8_w8a8,block_shape=[128,128].json) replaces "
+        "it; for NVIDIA_B200 the folder holds such files only for E=16, N=4096 and E=128, N=384",
+    ),
     "vllm_fused_moe": GemmDispatch(
-        rules=_rules({"m_max": 32, "tile": (16, 64)}, {"m_max": 64, "tile": (32, 64)},
-                     {"m_max": 96, "tile": (32, 128)}, {"m_max": 512, "tile": (64, 128)}, {"tile": (128, 128)}),
+        rules=_rules(
+            {"m_max": 32, "tile": (16, 64)},
+            {"m_max": 64, "tile": (32, 64)},
+            {"m_max": 96, "tile": (32, 128)},
+            {"m_max": 512, "tile": (64, 128)},
+            {"tile": (128, 128)},
+        ),
         source="vLLM's Triton fused_moe kernel for bf16 and per-tensor FP8 experts without a tuned configuration, "
-               "vLLM 0.17 and later (vllm/model_executor/layers/fused_moe/fused_moe.py get_default_config as "
-               "vllm-project/vllm PR 34846, merged 2026-02-18, left it): BLOCK_SIZE_M 16 for a call of at most 32 "
-               "tokens, 32 up to 96, 64 up to 512, 128 above; BLOCK_SIZE_N 64 up to 64 tokens, else 128; SPLIT_K 1; "
-               "each expert's rows padded to whole blocks of BLOCK_SIZE_M rows (moe_align_block_size). A tuned file "
-               "in fused_moe/configs/ (E=..,N=..,device_name=..[,dtype=fp8_w8a8].json) replaces it; for NVIDIA_B200 "
-               "the folder holds bf16 files for E=128 with N=1024, 1856, 192 and 384 and fp8 ones for E=128 with "
-               "N=1024 and 2048"),
+        "vLLM 0.17 and later (vllm/model_executor/layers/fused_moe/fused_moe.py get_default_config as "
+        "vllm-project/vllm PR 34846, merged 2026-02-18, left it): BLOCK_SIZE_M 16 for a call of at most 32 "
+        "tokens, 32 up to 96, 64 up to 512, 128 above; BLOCK_SIZE_N 64 up to 64 tokens, else 128; SPLIT_K 1; "
+        "each expert's rows padded to whole blocks of BLOCK_SIZE_M rows (moe_align_block_size). A tuned file "
+        "in fused_moe/configs/ (E=..,N=..,device_name=..[,dtype=fp8_w8a8].json) replaces it; for NVIDIA_B200 "
+        "the folder holds bf16 files for E=128 with N=1024, 1856, 192 and 384 and fp8 ones for E=128 with "
+        "N=1024 and 2048",
+    ),
 }
 
 
@@ -224,8 +266,11 @@ DECODE_LAUNCHES = {"flash_attention_2": {"combine": 1, "copies": 2}}
 #: costs 0.04-0.05 SM-cycles on the H100 and B200 (score_s x SMs x clock of each device's prefill fit), against the
 #: 0.133 FlashAttention-2's instructions take on the A100 (:data:`SOFTMAX_WORK`), which the A100's table (one head
 #: dimension) fits as well as its own fit's 0.06.
-ATTENTION_KERNEL_KINDS = {"flash_attention_2": "synchronous", "flash_attention_3": "warp_specialized",
-                          "flashinfer": "warp_specialized"}
+ATTENTION_KERNEL_KINDS = {
+    "flash_attention_2": "synchronous",
+    "flash_attention_3": "warp_specialized",
+    "flashinfer": "warp_specialized",
+}
 #: Whether a kernel's prompt call puts the query heads of a key/value group into the rows of one tile (the
 #: ``pack_gqa`` of a prefill fit), where its source says. FlashAttention-3 as vLLM calls it (a paged cache,
 #: variable-length queries) packs them: Dao-AILab/flash-attention hopper/flash_api.cpp ``get_pack_gqa`` ("Always
@@ -306,7 +351,8 @@ class KernelFacts(_Strict):
     whose libraries differ states its own."""
 
     gemm_tiles: tuple[tuple[Count, Count], ...] = Field(
-        ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)), min_length=1)
+        ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)), min_length=1
+    )
     split_k_min: Count = 256
     #: efficiency classes whose kernel dispatches its tile by shape (e.g. vLLM's CUTLASS fp8 GEMM): rules, or the
     #: name of one of :data:`GEMM_DISPATCHES`
@@ -318,9 +364,11 @@ class KernelFacts(_Strict):
     prefill_block: Count = 128
     #: the decode attention kernel vLLM runs here (:data:`DECODE_KERNELS`); None: as the device it borrows from
     decode_kernel: DecodeKernel | None = None
-    source: str = ("CUTLASS 3 / cuBLAS GEMM threadblock tiles for SM80 and later (64 to 256 rows and columns; "
-                   "split-K slices of at least 256); FlashAttention-2 split-KV decode blocks of 128 positions and "
-                   "forward tiles of 128 query rows (head dimension <= 128)")
+    source: str = (
+        "CUTLASS 3 / cuBLAS GEMM threadblock tiles for SM80 and later (64 to 256 rows and columns; "
+        "split-K slices of at least 256); FlashAttention-2 split-KV decode blocks of 128 positions and "
+        "forward tiles of 128 query rows (head dimension <= 128)"
+    )
 
     @field_validator("gemm_dispatch", "grouped_dispatch", mode="before")
     @classmethod
@@ -438,8 +486,12 @@ class Efficiency(_Strict):
 
         from costmodel.core.vocab import ENGINE_TITLES
 
-        found = {f"{ENGINE_TITLES[m.group(1)]} {m.group(2)}"
-                 for d in self.data for m in [re.search(r"_(vllm|sglang|trtllm)_(\d+(?:\.\d+)*)_", d)] if m}
+        found = {
+            f"{ENGINE_TITLES[m.group(1)]} {m.group(2)}"
+            for d in self.data
+            for m in [re.search(r"_(vllm|sglang|trtllm)_(\d+(?:\.\d+)*)_", d)]
+            if m
+        }
         return tuple(sorted(found))
 
     @property
@@ -464,10 +516,13 @@ class CollectiveCurve(_Strict):
     def _both_or_neither(self):
         if (self.large_latency_s is None) != (self.large_bus_bytes_per_s is None):
             raise ValueError("large_latency_s and large_bus_bytes_per_s come together (the second line) or not at all")
-        if self.large_latency_s is not None and not (self.large_latency_s > self.latency_s
-                                                     and self.large_bus_bytes_per_s > self.bus_bytes_per_s):
-            raise ValueError("the second line (the large buffers') needs more latency and more bandwidth than the "
-                             "first, or one line is the faster at every size")
+        if self.large_latency_s is not None and not (
+            self.large_latency_s > self.latency_s and self.large_bus_bytes_per_s > self.bus_bytes_per_s
+        ):
+            raise ValueError(
+                "the second line (the large buffers') needs more latency and more bandwidth than the "
+                "first, or one line is the faster at every size"
+            )
         return self
 
     def parts(self, volume, scale: float = 1.0):
@@ -495,7 +550,8 @@ class Collectives(_Strict):
     method: str
     curves: dict[Literal["nccl", "custom_graph", "custom_eager"], dict[int, CollectiveCurve]] = Field(min_length=1)
     ops: dict[Literal["all_gather", "reduce_scatter", "all_to_all"], dict[int, CollectiveCurve]] = Field(
-        default_factory=dict)
+        default_factory=dict
+    )
     error: dict[str, FitError] = Field(default_factory=dict)  # per "implementation/GPUs" and "collective/GPUs"
 
 
@@ -506,7 +562,9 @@ class Noise(_Strict):
     cores: Count
     threads: Count
     median_spread: _number(0.0, 1e6) | None
-    speed_since_calibration: _number(0.0, 1e6, low_open=True) | None = None  # read bandwidth now over the calibrated profile's
+    speed_since_calibration: _number(0.0, 1e6, low_open=True) | None = (
+        None  # read bandwidth now over the calibrated profile's
+    )
     busy: bool
     warning: str | None = None
 
@@ -556,25 +614,28 @@ class HardwareProfile(_Strict):
     @model_validator(mode="after")
     def _efficiency_needs_architecture(self) -> HardwareProfile:
         if self.efficiency is not None and self.architecture is None:
-            raise ValueError("efficiency: fitted parameters need architecture.compute_units (the tile, wave and "
-                             "work-unit mechanisms count in them); add the architecture block")
+            raise ValueError(
+                "efficiency: fitted parameters need architecture.compute_units (the tile, wave and "
+                "work-unit mechanisms count in them); add the architecture block"
+            )
         return self
 
     @model_validator(mode="after")
     def _network_needs_a_domain(self) -> HardwareProfile:
-        if (self.scale_out_bytes_per_s is not None or self.scale_out_latency_s is not None) and \
-                self.scale_up_devices is None:
-            raise ValueError("scale_out_bytes_per_s and scale_out_latency_s describe the network out of a scale-up "
-                             "domain: give scale_up_devices (the devices one domain joins) too")
+        if (
+            self.scale_out_bytes_per_s is not None or self.scale_out_latency_s is not None
+        ) and self.scale_up_devices is None:
+            raise ValueError(
+                "scale_out_bytes_per_s and scale_out_latency_s describe the network out of a scale-up "
+                "domain: give scale_up_devices (the devices one domain joins) too"
+            )
         return self
 
     @model_validator(mode="after")
     def _sources_resolve(self) -> HardwareProfile:
         for field, item in self.sourced_items():
             if item.source not in self.sources:
-                raise ValueError(
-                    f"{field}: source {item.source!r} is not a key of sources ({', '.join(self.sources)})"
-                )
+                raise ValueError(f"{field}: source {item.source!r} is not a key of sources ({', '.join(self.sources)})")
         return self
 
     def sourced_items(self) -> Iterator[tuple[str, Sourced | Tile]]:
@@ -587,9 +648,19 @@ class HardwareProfile(_Strict):
                 yield "architecture.clock_hz", self.architecture.clock_hz
             if self.architecture.sfu_per_sm_clock is not None:
                 yield "architecture.sfu_per_sm_clock", self.architecture.sfu_per_sm_clock
-        for name in ("memory_bandwidth_bytes_per_s", "memory_capacity_bytes", "device_memory_bytes",
-                     "on_chip_memory_bytes", "launch_overhead_s", "interconnect_bytes_per_s", "interconnect_latency_s",
-                     "scale_up_devices", "scale_out_bytes_per_s", "scale_out_latency_s", "matrix_tile"):
+        for name in (
+            "memory_bandwidth_bytes_per_s",
+            "memory_capacity_bytes",
+            "device_memory_bytes",
+            "on_chip_memory_bytes",
+            "launch_overhead_s",
+            "interconnect_bytes_per_s",
+            "interconnect_latency_s",
+            "scale_up_devices",
+            "scale_out_bytes_per_s",
+            "scale_out_latency_s",
+            "matrix_tile",
+        ):
             item = getattr(self, name)
             if item is not None:
                 yield name, item
@@ -633,9 +704,11 @@ class HardwareProfile(_Strict):
         """(bytes per second one way, latency per step) of one device's network port, for ``what`` crossing the
         scale-up domain; an error naming the fields where the profile states them not."""
         if self.scale_out_bytes_per_s is None or self.scale_out_latency_s is None:
-            raise CostModelError(f"{what} crosses the {self.domain}-device scale-up domain of {self.id} and needs the "
-                                 "network bandwidth and latency per device (scale_out_bytes_per_s, "
-                                 f"scale_out_latency_s), which {self.id} does not state")
+            raise CostModelError(
+                f"{what} crosses the {self.domain}-device scale-up domain of {self.id} and needs the "
+                "network bandwidth and latency per device (scale_out_bytes_per_s, "
+                f"scale_out_latency_s), which {self.id} does not state"
+            )
         return self.scale_out_bytes_per_s.value, self.scale_out_latency_s.value
 
     @property
@@ -659,5 +732,3 @@ class HardwareProfile(_Strict):
     def ridge_point(self, dtype: str) -> float:
         """Arithmetic intensity (FLOPs/byte) where the compute and memory roofs meet."""
         return self.peak(dtype) / self.bandwidth
-
-

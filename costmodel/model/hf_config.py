@@ -34,39 +34,62 @@ def _count(cfg: dict, path: str, keys: tuple[str, ...], default=None):
 
 #: Keys of layers the model cannot price, and what they are.
 UNSUPPORTED_KEYS = {
-    "state_size": "state-space (Mamba) layers", "ssm_state_size": "state-space (Mamba) layers",
-    "mamba_d_state": "state-space (Mamba) layers", "time_step_rank": "state-space (Mamba) layers",
-    "ssm_cfg": "state-space layers", "layers_block_type": "hybrid attention/state-space layers",
+    "state_size": "state-space (Mamba) layers",
+    "ssm_state_size": "state-space (Mamba) layers",
+    "mamba_d_state": "state-space (Mamba) layers",
+    "time_step_rank": "state-space (Mamba) layers",
+    "ssm_cfg": "state-space layers",
+    "layers_block_type": "hybrid attention/state-space layers",
     "attn_layer_period": "hybrid attention/state-space layers",
     "hybrid_override_pattern": "hybrid attention/state-space layers",
     "full_attention_interval": "hybrid linear/full attention layers",
-    "linear_num_key_heads": "linear attention layers", "attention_hidden_size": "recurrent (RWKV) layers",
-    "type_vocab_size": "an encoder-only (BERT-style) model", "cross_attention_layers": "cross-attention to images",
+    "linear_num_key_heads": "linear attention layers",
+    "attention_hidden_size": "recurrent (RWKV) layers",
+    "type_vocab_size": "an encoder-only (BERT-style) model",
+    "cross_attention_layers": "cross-attention to images",
 }
 #: Model types and architecture names (lower case, a substring) the model cannot price, whatever keys a config
 #: gives: state-space, recurrent and hybrid families, and encoder-only models.
 UNSUPPORTED_TYPES = {
-    "mamba": "state-space (Mamba) layers", "jamba": "hybrid attention/state-space layers",
-    "zamba": "hybrid attention/state-space layers", "bamba": "hybrid attention/state-space layers",
-    "nemotron_h": "hybrid attention/state-space layers", "nemotronh": "hybrid attention/state-space layers",
-    "granitemoehybrid": "hybrid attention/state-space layers", "plamo2": "hybrid attention/state-space layers",
-    "falcon_h1": "hybrid attention/state-space layers", "falconh1": "hybrid attention/state-space layers",
-    "rwkv": "recurrent (RWKV) layers", "recurrent_gemma": "recurrent layers", "recurrentgemma": "recurrent layers",
-    "xlstm": "recurrent (xLSTM) layers", "retnet": "retention layers", "hyena": "long-convolution layers",
-    "lfm2": "hybrid convolution/attention layers", "minimax_m1": "hybrid linear/full attention layers",
-    "qwen3_next": "hybrid linear/full attention layers", "qwen3next": "hybrid linear/full attention layers",
-    "bert": "an encoder-only (BERT-style) model", "roberta": "an encoder-only (BERT-style) model",
-    "deberta": "an encoder-only (BERT-style) model", "electra": "an encoder-only (BERT-style) model",
+    "mamba": "state-space (Mamba) layers",
+    "jamba": "hybrid attention/state-space layers",
+    "zamba": "hybrid attention/state-space layers",
+    "bamba": "hybrid attention/state-space layers",
+    "nemotron_h": "hybrid attention/state-space layers",
+    "nemotronh": "hybrid attention/state-space layers",
+    "granitemoehybrid": "hybrid attention/state-space layers",
+    "plamo2": "hybrid attention/state-space layers",
+    "falcon_h1": "hybrid attention/state-space layers",
+    "falconh1": "hybrid attention/state-space layers",
+    "rwkv": "recurrent (RWKV) layers",
+    "recurrent_gemma": "recurrent layers",
+    "recurrentgemma": "recurrent layers",
+    "xlstm": "recurrent (xLSTM) layers",
+    "retnet": "retention layers",
+    "hyena": "long-convolution layers",
+    "lfm2": "hybrid convolution/attention layers",
+    "minimax_m1": "hybrid linear/full attention layers",
+    "qwen3_next": "hybrid linear/full attention layers",
+    "qwen3next": "hybrid linear/full attention layers",
+    "bert": "an encoder-only (BERT-style) model",
+    "roberta": "an encoder-only (BERT-style) model",
+    "deberta": "an encoder-only (BERT-style) model",
+    "electra": "an encoder-only (BERT-style) model",
 }
 #: The activations of gated (GLU) feed-forward blocks: SiLU is SwiGLU in every decoder that uses it.
 GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
-SUPPORTED = ("decoder-only transformers with dense or mixture-of-experts feed-forward blocks, grouped-query or "
-             "multi-head latent attention, full or sliding-window layers; T5-style encoder-decoders")
+SUPPORTED = (
+    "decoder-only transformers with dense or mixture-of-experts feed-forward blocks, grouped-query or "
+    "multi-head latent attention, full or sliding-window layers; T5-style encoder-decoders"
+)
 
 
 def _activation(cfg: dict) -> str:
-    return str(_first(cfg, "hidden_act", "hidden_activation", "activation_function", "feed_forward_proj",
-                      "activation", default="")).lower()
+    return str(
+        _first(
+            cfg, "hidden_act", "hidden_activation", "activation_function", "feed_forward_proj", "activation", default=""
+        )
+    ).lower()
 
 
 def _gated(cfg: dict) -> bool:
@@ -74,8 +97,12 @@ def _gated(cfg: dict) -> bool:
     GeGLU, which Gemma's configs name by their ``hidden_activation`` key and architecture."""
     act = _activation(cfg)
     names = [str(a).lower() for a in cfg.get("architectures") or ()] + [str(cfg.get("model_type", "")).lower()]
-    return (act.startswith("gated") or any(a in act for a in GATED_ACTIVATIONS) or "hidden_activation" in cfg
-            or any(n.startswith("gemma") for n in names))
+    return (
+        act.startswith("gated")
+        or any(a in act for a in GATED_ACTIVATIONS)
+        or "hidden_activation" in cfg
+        or any(n.startswith("gemma") for n in names)
+    )
 
 
 def _refuse_unsupported(cfg: dict, path: str) -> None:
@@ -84,8 +111,11 @@ def _refuse_unsupported(cfg: dict, path: str) -> None:
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise CostModelError(f"{path}: architectures must be a list of names, got {archs!r}"[:200])
     what = UNSUPPORTED_KEYS[found] if found else None
-    if what is None and archs and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"))
-                                          for a in archs):
+    if (
+        what is None
+        and archs
+        and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in archs)
+    ):
         what = f"architecture {archs[0]} (not a generating model)"
     types = {str(t) for t in cfg.get("layer_types") or ()} - {"full_attention", "sliding_attention"}
     if what is None and types:
@@ -94,8 +124,10 @@ def _refuse_unsupported(cfg: dict, path: str) -> None:
     typed = next((t for t in UNSUPPORTED_TYPES for n in names if t in n.replace("-", "_")), None)
     if what is None and typed is not None:
         where = next(n for n in names if typed in n.replace("-", "_"))
-        raise CostModelError(f"{path}: cannot model {UNSUPPORTED_TYPES[typed]} (model type or architecture {where!r}); "
-                             f"supported: {SUPPORTED}")
+        raise CostModelError(
+            f"{path}: cannot model {UNSUPPORTED_TYPES[typed]} (model type or architecture {where!r}); "
+            f"supported: {SUPPORTED}"
+        )
     if what is not None:
         where = f" (key {found})" if found else ""
         raise CostModelError(f"{path}: cannot model {what}{where}; supported: {SUPPORTED}")
@@ -117,13 +149,20 @@ def _quantization(q, path: str) -> dict | None:
         return {"weight_dtype": "fp8", "group_size": 0, "method": method or "fp8"}
     if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
         group = int(q.get("group_size", 16) or 16)
-        return {"weight_dtype": "nvfp4", "group_size": group,
-                "method": f"modelopt NVFP4 (an FP8 scale per {group}); every projection read as NVFP4, the "
-                          "checkpoint's excluded modules included"}
+        return {
+            "weight_dtype": "nvfp4",
+            "group_size": group,
+            "method": f"modelopt NVFP4 (an FP8 scale per {group}); every projection read as NVFP4, the "
+            "checkpoint's excluded modules included",
+        }
     if method == "mxfp4":  # transformers' and vLLM's MXFP4 checkpoints (gpt-oss): the routed experts only
-        return {"weight_dtype": "mxfp4", "group_size": 32, "scope": "experts",
-                "method": "mxfp4 (an 8-bit power-of-two scale per 32) on the routed experts; the other projections "
-                          "in the activation dtype (modules_to_not_convert)"}
+        return {
+            "weight_dtype": "mxfp4",
+            "group_size": 32,
+            "scope": "experts",
+            "method": "mxfp4 (an 8-bit power-of-two scale per 32) on the routed experts; the other projections "
+            "in the activation dtype (modules_to_not_convert)",
+        }
     if method == "bitsandbytes":
         if q.get("load_in_4bit"):
             return {"weight_dtype": "int4", "group_size": 64, "method": "bitsandbytes 4-bit (blocks of 64)"}
@@ -133,9 +172,11 @@ def _quantization(q, path: str) -> dict | None:
     if method in ("awq", "gptq", "autoround", "auto-round") and bits in (4, 8):
         group = q.get("group_size", q.get("q_group_size", 128))
         return {"weight_dtype": f"int{bits}", "group_size": max(int(group), 0), "method": method}
-    raise CostModelError(f"{path}: cannot read quantization_config with quant_method {method or '(none)'!r} "
-                         f"and bits {bits!r}; supported: awq and gptq with 4 or 8 bits, fp8, bitsandbytes, "
-                         "modelopt NVFP4, mxfp4")
+    raise CostModelError(
+        f"{path}: cannot read quantization_config with quant_method {method or '(none)'!r} "
+        f"and bits {bits!r}; supported: awq and gptq with 4 or 8 bits, fp8, bitsandbytes, "
+        "modelopt NVFP4, mxfp4"
+    )
 
 
 def _moe(cfg: dict, path: str, layers: int, count) -> dict | None:
@@ -145,8 +186,10 @@ def _moe(cfg: dict, path: str, layers: int, count) -> dict | None:
     top_k = count("num_experts_per_tok", "moe_top_k", "num_selected_experts")
     width = count("moe_intermediate_size", "expert_intermediate_size", "intermediate_size", "ffn_hidden_size")
     if top_k is None or width is None:
-        raise CostModelError(f"{path}: {experts} experts but no num_experts_per_tok or expert width "
-                             "(moe_intermediate_size or intermediate_size)")
+        raise CostModelError(
+            f"{path}: {experts} experts but no num_experts_per_tok or expert width "
+            "(moe_intermediate_size or intermediate_size)"
+        )
     shared = count("shared_expert_intermediate_size", default=0)
     if not shared and cfg.get("n_shared_experts"):
         shared = count("n_shared_experts") * width
@@ -165,9 +208,15 @@ def _moe(cfg: dict, path: str, layers: int, count) -> dict | None:
         moe_layers = (layers - 1) // every - (dense_first + every - 1) // every + 1 if dense_first < layers else 0
     if moe_layers == 0:
         return None
-    return {"experts": experts, "experts_per_token": top_k, "expert_d_ff": width, "shared_d_ff": shared,
-            "shared_gate": bool(shared) and "shared_expert_intermediate_size" in cfg,
-            "router_bias": str(cfg.get("topk_method", "")).lower() == "noaux_tc", "layers": moe_layers}
+    return {
+        "experts": experts,
+        "experts_per_token": top_k,
+        "expert_d_ff": width,
+        "shared_d_ff": shared,
+        "shared_gate": bool(shared) and "shared_expert_intermediate_size" in cfg,
+        "router_bias": str(cfg.get("topk_method", "")).lower() == "noaux_tc",
+        "layers": moe_layers,
+    }
 
 
 def _windows(cfg: dict, layers: int, path: str) -> tuple[int | None, int]:
@@ -177,8 +226,11 @@ def _windows(cfg: dict, layers: int, path: str) -> tuple[int | None, int]:
     if window is None or cfg.get("use_sliding_window") is False:
         return None, 0
     if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_DIM:
-        raise CostModelError(f"{path}: field sliding_window must be an integer from 1 to {MAX_DIM} (null for no "
-                             f"window), got {window!r}"[:200])
+        raise CostModelError(
+            f"{path}: field sliding_window must be an integer from 1 to {MAX_DIM} (null for no window), got {window!r}"[
+                :200
+            ]
+        )
     types = cfg.get("layer_types")
     if types:
         local = sum(1 for t in types[:layers] if t == "sliding_attention")
@@ -224,11 +276,20 @@ def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
     heads = count("num_attention_heads", "n_head", "num_heads")
     layers = count("num_hidden_layers", "n_layer", "num_decoder_layers", "num_layers")
     vocab = count("vocab_size")
-    missing = [name for name, value in (("hidden_size", d), ("num_attention_heads", heads),
-                                        ("num_hidden_layers", layers), ("vocab_size", vocab)) if value is None]
+    missing = [
+        name
+        for name, value in (
+            ("hidden_size", d),
+            ("num_attention_heads", heads),
+            ("num_hidden_layers", layers),
+            ("vocab_size", vocab),
+        )
+        if value is None
+    ]
     if missing:
-        raise CostModelError(f"{path}: cannot read {', '.join(missing)} (nor its other usual names); "
-                             f"supported: {SUPPORTED}")
+        raise CostModelError(
+            f"{path}: cannot read {', '.join(missing)} (nor its other usual names); supported: {SUPPORTED}"
+        )
     new_falcon = cfg.get("new_decoder_architecture", False)
     if cfg.get("multi_query") and not new_falcon:
         kv = 1
@@ -237,9 +298,19 @@ def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
     enc_dec = bool(cfg.get("is_encoder_decoder", False))
     gated = _gated(cfg)
     gpt2_style = "n_embd" in cfg  # GPT-2's key names: Conv1D layers with biases, learned positions
-    rotary = not cfg.get("alibi", False) and any(cfg.get(k) is not None for k in (
-        "rope_theta", "rope_parameters", "rotary_dim", "rotary_pct", "rotary_emb_base", "rope_scaling",
-        "partial_rotary_factor", "qk_rope_head_dim"))
+    rotary = not cfg.get("alibi", False) and any(
+        cfg.get(k) is not None
+        for k in (
+            "rope_theta",
+            "rope_parameters",
+            "rotary_dim",
+            "rotary_pct",
+            "rotary_emb_base",
+            "rope_scaling",
+            "partial_rotary_factor",
+            "qk_rope_head_dim",
+        )
+    )
     bias = next((bool(cfg[k]) for k in ("bias", "use_bias", "enable_bias", "attention_bias") if k in cfg), gpt2_style)
     parallel = bool(cfg.get("parallel_attn", False) or cfg.get("use_parallel_residual", False))
     norms = None
@@ -251,9 +322,13 @@ def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
         norms = 4  # Gemma 2 and later: a norm before and after attention and the feed-forward block
     mla = None
     if cfg.get("kv_lora_rank") is not None:  # a rank of 0 is an error (count), never "no latent"
-        mla = {"kv_rank": count("kv_lora_rank"), "rope_dim": count("qk_rope_head_dim"),
-               "nope_dim": count("qk_nope_head_dim"), "value_dim": count("v_head_dim"),
-               "q_rank": count("q_lora_rank")}
+        mla = {
+            "kv_rank": count("kv_lora_rank"),
+            "rope_dim": count("qk_rope_head_dim"),
+            "nope_dim": count("qk_nope_head_dim"),
+            "value_dim": count("v_head_dim"),
+            "q_rank": count("q_lora_rank"),
+        }
         if None in (mla["rope_dim"], mla["nope_dim"], mla["value_dim"]):
             raise CostModelError(f"{path}: kv_lora_rank without qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
     window, local = _windows(cfg, layers, path)
@@ -266,22 +341,31 @@ def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
         "id": str(name or p.parent.name or p.stem).replace("/", "_").replace("-", "_").lower() or "hf_config",
         "name": f"{name or p.parent.name or p.name} (from {p.name})",
         "architecture": "encoder-decoder" if enc_dec else "decoder",
-        "d_model": d, "layers": layers, "heads": heads, "kv_heads": kv,
+        "d_model": d,
+        "layers": layers,
+        "heads": heads,
+        "kv_heads": kv,
         "encoder_layers": count("num_layers", "encoder_layers", default=layers) if enc_dec else 0,
         "head_dim": head_dim,
         "d_ff": count("intermediate_size", "ffn_hidden_size", "n_inner", "d_ff", "ffn_dim", default=4 * d),
-        "ffn_gated": gated, "vocab": vocab,
+        "ffn_gated": gated,
+        "vocab": vocab,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", not (enc_dec and gated))),
-        "norm": "rmsnorm" if "rms_norm_eps" in cfg or enc_dec else
-                "layernorm" if any(k in cfg for k in ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"))
-                else "rmsnorm",
+        "norm": "rmsnorm"
+        if "rms_norm_eps" in cfg or enc_dec
+        else "layernorm"
+        if any(k in cfg for k in ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"))
+        else "rmsnorm",
         "bias": bias,
         "learned_positions": count("n_positions", default=0) if not rotary and not cfg.get("alibi") else 0,
-        "parallel_block": parallel, "layer_norms": norms,
+        "parallel_block": parallel,
+        "layer_norms": norms,
         # rotary embeddings: a rotary base or fraction in the config (ALiBi models have neither)
         "rope": rotary,
-        "mla": mla, "moe": _moe(cfg, path, layers, count),
-        "sliding_window": window, "local_layers": local,
+        "mla": mla,
+        "moe": _moe(cfg, path, layers, count),
+        "sliding_window": window,
+        "local_layers": local,
         "quantization": _quantization(cfg.get("quantization_config"), path),
         "source": f"Hugging Face config {p}",
         "notes": "; ".join(notes),

@@ -5,12 +5,11 @@ storage width of quantised weights; the largest batch and context that fit.
 
 from __future__ import annotations
 
-from costmodel.counts.compiled import compile_block, compile_program
 from costmodel.core.fits import largest_count
-from costmodel.model.presets import ModelPreset
 from costmodel.core.vocab import choice
-
-from costmodel.model.ops import NORM_PARAMS, compiled_block, shape_dims, local_context, moe_dims
+from costmodel.counts.compiled import compile_block, compile_program
+from costmodel.model.ops import NORM_PARAMS, compiled_block, local_context, moe_dims, shape_dims
+from costmodel.model.presets import ModelPreset
 
 
 def _attention_blocks(m: ModelPreset) -> list[tuple[int, int]]:
@@ -57,15 +56,21 @@ def param_groups(m: ModelPreset) -> dict[str, int]:
         other += dense * layer.bias_elements(dims)
     if m.moe:  # the router's and the shared experts' gate's weights are other parameters
         moe = m.moe
-        for block, at in (_routed_block(m), (compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate)),
-                                             {"t": 1, "d": m.d_model, "f": moe.shared_d_ff})):
+        for block, at in (
+            _routed_block(m),
+            (
+                compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate)),
+                {"t": 1, "d": m.d_model, "f": moe.shared_d_ff},
+            ),
+        ):
             for _, p_, w in _weights(m, block, at):
                 proj, other = proj + moe.layers * p_, other + moe.layers * w
         other += moe.layers * moe.routed_experts * moe.router_bias
     if m.architecture == "encoder-decoder":  # its layers' weights, norms and biases; its final norm
         enc = compile_block("layer", m.norm, 2, m.ffn_gated)
-        proj += m.encoder_layers * (sum(p_ + w for _, p_, w in _weights(m, enc, dims))
-                                    + (enc.bias_elements(dims) if m.bias else 0))
+        proj += m.encoder_layers * (
+            sum(p_ + w for _, p_, w in _weights(m, enc, dims)) + (enc.bias_elements(dims) if m.bias else 0)
+        )
         other += m.d_model * NORM_PARAMS[m.norm]
     head = compile_block("head", m.norm)
     # the final norm's weights (the output projection is an embedding, counted below)
@@ -97,8 +102,12 @@ def model_facts(m: ModelPreset) -> dict:
     KV-cache bytes per token in bf16, from the programs."""
     groups = param_groups(m)
     kv = (kv_cache_elements(m, 1, 1, 1) - kv_cache_elements(m, 1, 0, 1)) * 2
-    return {"params": sum(groups.values()), "groups": groups, "active_params": active_params(m),
-            "kv_bytes_per_token_bf16": kv}
+    return {
+        "params": sum(groups.values()),
+        "groups": groups,
+        "active_params": active_params(m),
+        "kv_bytes_per_token_bf16": kv,
+    }
 
 
 def active_params(m: ModelPreset) -> int:
@@ -120,14 +129,26 @@ def kv_cache_elements(m: ModelPreset, batch: int, context: int, source: int) -> 
     if local:
         total += local * compiled.resident(shape_dims(m, g, b=batch, ctx=local_context(m, context)))[1]
     if m.architecture == "encoder-decoder":
-        total += m.layers * compile_program("gqa", "batched").resident(shape_dims(m, m.cross_kv, b=batch, ctx=source))[1]
+        total += (
+            m.layers * compile_program("gqa", "batched").resident(shape_dims(m, m.cross_kv, b=batch, ctx=source))[1]
+        )
     return int(total)
+
 
 #: Bits per stored element of each weight dtype (the elements; group scales are added by group size).
 
 
-WEIGHT_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp8_block": 8, "int8": 8, "int4": 4, "mxfp4": 4,
-               "nvfp4": 4}
+WEIGHT_BITS = {
+    "fp32": 32,
+    "bf16": 16,
+    "fp16": 16,
+    "fp8": 8,
+    "fp8_block": 8,
+    "int8": 8,
+    "int4": 4,
+    "mxfp4": 4,
+    "nvfp4": 4,
+}
 
 #: Bits a scale group stores besides its weights: a 16-bit scale and a zero point of the weights' width
 #: (AWQ's and GPTQ's layouts).
@@ -165,6 +186,7 @@ def largest_batch_in_memory(dev: ModelPreset, pr, context: int, source: int) -> 
     """The largest batch whose weights and KV cache after a step at ``context`` fit one device (the cache is
     linear in the batch)."""
     return largest_count(pr.hw.capacity - weight_bytes(dev, pr), kv_bytes(dev, pr, 1, context, source))
+
 
 #: Group size assumed for int4 and int8 weights asked for on the command line (AWQ's and GPTQ's default).
 

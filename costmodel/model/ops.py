@@ -16,11 +16,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from costmodel.counts.compiled import compile_block, compile_program
 from costmodel.core.errors import CostModelError
+from costmodel.counts.compiled import compile_block, compile_program
+from costmodel.counts.ops import norm_name
 from costmodel.model.presets import ModelPreset
 from costmodel.price.op import KernelOp, Precision, program_ops
-from costmodel.counts.ops import norm_name
 
 #: Parameters per norm weight element: RMSNorm has a scale, LayerNorm a scale and a shift.
 NORM_PARAMS = {"rmsnorm": 1, "layernorm": 2}
@@ -49,8 +49,9 @@ def _num(x):
     return np.asarray(x, float) if np.ndim(x) else float(x)
 
 
-def _step_ops(section: str, compiled, dims: dict, count, precision: Precision, mode: str = "batched",
-              **kernel) -> list[StepOp]:
+def _step_ops(
+    section: str, compiled, dims: dict, count, precision: Precision, mode: str = "batched", **kernel
+) -> list[StepOp]:
     """A compiled program's ops at ``dims`` as step ops of ``count(name)`` kernels each (none: left out)."""
     out = []
     for op, shape, einsum, weighted in program_ops(compiled, dims, mode, precision, **kernel):
@@ -75,32 +76,55 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size:
         if not m.moe:
             raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
         if t % ep_size or dp > 1:
-            raise CostModelError(f"an expert-parallel size of {ep_size} must divide tp {t} (without attention data "
-                                 "parallel)")
+            raise CostModelError(
+                f"an expert-parallel size of {ep_size} must divide tp {t} (without attention data parallel)"
+            )
         sharded = device_slice(m, t)
         width = t // ep_size
         if m.moe.experts % ep_size or m.moe.expert_d_ff % width:
-            raise CostModelError(f"{ep_size} expert-parallel groups of {width} must divide the {m.moe.experts} experts "
-                                 f"and their width {m.moe.expert_d_ff} of {m.id}")
-        return sharded.model_copy(update={"moe": sharded.moe.model_copy(update={
-            "experts": m.moe.experts // ep_size, "expert_ranks": ep_size, "expert_d_ff": m.moe.expert_d_ff // width})})
+            raise CostModelError(
+                f"{ep_size} expert-parallel groups of {width} must divide the {m.moe.experts} experts "
+                f"and their width {m.moe.expert_d_ff} of {m.id}"
+            )
+        return sharded.model_copy(
+            update={
+                "moe": sharded.moe.model_copy(
+                    update={
+                        "experts": m.moe.experts // ep_size,
+                        "expert_ranks": ep_size,
+                        "expert_d_ff": m.moe.expert_d_ff // width,
+                    }
+                )
+            }
+        )
     ep = ep or (ep_size == t and t > 1)
     if ep and not m.moe:
         raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
     if dp > 1 and not m.moe:
-        raise CostModelError(f"attention data parallel applies to mixture-of-experts models (their experts run over "
-                             f"every group's devices); {m.id} has none: its groups would be independent replicas")
+        raise CostModelError(
+            f"attention data parallel applies to mixture-of-experts models (their experts run over "
+            f"every group's devices); {m.id} has none: its groups would be independent replicas"
+        )
     if dp > 1 and ep and m.moe.experts % (dp * t):
-        raise CostModelError(f"expert parallel over {dp} x {t} devices must divide the {m.moe.experts} experts of "
-                             f"{m.id}")
+        raise CostModelError(
+            f"expert parallel over {dp} x {t} devices must divide the {m.moe.experts} experts of {m.id}"
+        )
     if dp > 1 and not ep and m.moe.expert_d_ff % (dp * t):
-        raise CostModelError(f"the experts' width sharded over {dp} x {t} devices: {dp * t} must divide expert d_ff "
-                             f"{m.moe.expert_d_ff} of {m.id}")
+        raise CostModelError(
+            f"the experts' width sharded over {dp} x {t} devices: {dp * t} must divide expert d_ff "
+            f"{m.moe.expert_d_ff} of {m.id}"
+        )
     if t == 1:
         if dp > 1:
-            return m.model_copy(update={"moe": m.moe.model_copy(update={"experts": m.moe.experts // dp,
-                                                                        "expert_ranks": dp} if ep else
-                                                                       {"expert_d_ff": m.moe.expert_d_ff // dp})})
+            return m.model_copy(
+                update={
+                    "moe": m.moe.model_copy(
+                        update={"experts": m.moe.experts // dp, "expert_ranks": dp}
+                        if ep
+                        else {"expert_d_ff": m.moe.expert_d_ff // dp}
+                    )
+                }
+            )
         return m
     if m.heads % t:
         raise CostModelError(f"tp {t} must divide the {m.heads} query heads of {m.id}")
@@ -116,24 +140,37 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size:
         if width % t:
             raise CostModelError(f"tp {t} must divide {name} {width} of {m.id}")
     share = lambda g: max(g // t, 1)  # noqa: E731
-    update = {"heads": m.heads // t, "kv_heads": share(m.kv_heads), "d_ff": m.d_ff // t,
-              "vocab": math.ceil(m.vocab / t), "encoder_kv_heads": share(m.enc_kv), "cross_kv_heads": share(m.cross_kv)}
+    update = {
+        "heads": m.heads // t,
+        "kv_heads": share(m.kv_heads),
+        "d_ff": m.d_ff // t,
+        "vocab": math.ceil(m.vocab / t),
+        "encoder_kv_heads": share(m.enc_kv),
+        "cross_kv_heads": share(m.cross_kv),
+    }
     if m.mla:
         update["kv_heads"] = m.heads // t
     if m.moe and ep:
-        update["moe"] = m.moe.model_copy(update={"experts": m.moe.experts // (t * dp), "expert_ranks": t * dp,
-                                                 "shared_d_ff": m.moe.shared_d_ff // t})
+        update["moe"] = m.moe.model_copy(
+            update={"experts": m.moe.experts // (t * dp), "expert_ranks": t * dp, "shared_d_ff": m.moe.shared_d_ff // t}
+        )
     elif m.moe:
-        update["moe"] = m.moe.model_copy(update={"expert_d_ff": m.moe.expert_d_ff // (t * dp),
-                                                 "shared_d_ff": m.moe.shared_d_ff // t})
+        update["moe"] = m.moe.model_copy(
+            update={"expert_d_ff": m.moe.expert_d_ff // (t * dp), "shared_d_ff": m.moe.shared_d_ff // t}
+        )
     return m.model_copy(update=update)
 
 
 def shape_dims(m: ModelPreset, g: int, b: int = 1, n: int = 1, ctx: int = 0) -> dict[str, int]:
     dims = {"b": b, "n": n, "m": ctx, "d": m.d_model, "h": m.heads, "g": g, "k": m.head_dim, "v": m.head_dim}
     if m.mla:
-        dims |= {"k": m.mla.nope_dim, "v": m.mla.value_dim, "c": m.mla.kv_rank, "p": m.mla.rope_dim,
-                 "l": m.mla.q_rank or 1}
+        dims |= {
+            "k": m.mla.nope_dim,
+            "v": m.mla.value_dim,
+            "c": m.mla.kv_rank,
+            "p": m.mla.rope_dim,
+            "l": m.mla.q_rank or 1,
+        }
     return dims
 
 
@@ -152,9 +189,22 @@ def compiled_block(m: ModelPreset, mode: str, execution: str, cache_append: str,
     return compile_program("mla", mode, execution, "inplace", form, m.mla.q_rank is not None), form
 
 
-def _attention_ops(section: str, m: ModelPreset, g: int, mode: str, b: int, n: int, ctx, execution: str,
-                   count: int, precision: Precision, skip=(), cache_append: str = "inplace",
-                   window: int | None = None, mla_form: str | None = None) -> list[StepOp]:
+def _attention_ops(
+    section: str,
+    m: ModelPreset,
+    g: int,
+    mode: str,
+    b: int,
+    n: int,
+    ctx,
+    execution: str,
+    count: int,
+    precision: Precision,
+    skip=(),
+    cache_append: str = "inplace",
+    window: int | None = None,
+    mla_form: str | None = None,
+) -> list[StepOp]:
     compiled, form = compiled_block(m, mode, execution, cache_append, mla_form)
     dims = shape_dims(m, g, b, n, ctx)
     kernel_dims = None
@@ -162,20 +212,33 @@ def _attention_ops(section: str, m: ModelPreset, g: int, mode: str, b: int, n: i
         from costmodel.counts.mla import mla_attention_dims
 
         kernel_dims = mla_attention_dims(dims, form)
-    return _step_ops(section, compiled, dims, lambda name: 0 if name in skip else count, precision, mode,
-                     kernel_dims=kernel_dims, window=window)
+    return _step_ops(
+        section,
+        compiled,
+        dims,
+        lambda name: 0 if name in skip else count,
+        precision,
+        mode,
+        kernel_dims=kernel_dims,
+        window=window,
+    )
 
 
-def _layer_ops(section: str, m: ModelPreset, tokens, count: int, precision: Precision, norms: int,
-               ffn_layers: int | None = None) -> list[StepOp]:
+def _layer_ops(
+    section: str, m: ModelPreset, tokens, count: int, precision: Precision, norms: int, ffn_layers: int | None = None
+) -> list[StepOp]:
     """Norms and residual adds (one after attention, one after the FFN) of ``count`` layers, and the dense
     FFN of ``ffn_layers`` of them."""
     ffn_layers = count if ffn_layers is None else ffn_layers
     block = compile_block("layer", m.norm, norms, m.ffn_gated)
     norm = norm_name(m.norm)
-    return _step_ops(section, block, {"t": tokens, "d": m.d_model, "f": m.d_ff},
-                     lambda name: 2 * count if name == "residuals" else count if name.startswith(norm) else ffn_layers,
-                     precision)
+    return _step_ops(
+        section,
+        block,
+        {"t": tokens, "d": m.d_model, "f": m.d_ff},
+        lambda name: 2 * count if name == "residuals" else count if name.startswith(norm) else ffn_layers,
+        precision,
+    )
 
 
 def experts_touched(experts: int, top_k: int, tokens):
@@ -210,7 +273,7 @@ def _power_law_load(experts: int, top: int, ranks: int, alpha: float, tokens: in
     lo, hi = (1.0, 0.8 * tokens) if rows > experts else (0.01, 2.0)
     u = np.random.default_rng(0).random((POWER_LAW_DRAWS, experts))
     a = 1.0 - alpha
-    x = ((hi ** a - lo ** a) * u + lo ** a) ** (1.0 / a)
+    x = ((hi**a - lo**a) * u + lo**a) ** (1.0 / a)
     loads = np.round(x / x.sum(axis=1, keepdims=True) * rows)
     for draw in loads:  # the rows rounding gained or lost, as the collector puts them back
         _restore_total(draw, rows)
@@ -256,8 +319,12 @@ def routed_load(moe, tokens):
 def _power_law_loads(moe, tokens) -> list[tuple]:
     """:func:`_power_law_load` of every token count of ``tokens`` (a number or an array), flattened."""
     alpha = float(moe.routing.split(":")[1])
-    return [_power_law_load(moe.routed_experts, moe.experts_per_token, moe.expert_ranks, alpha,
-                            max(1, int(round(float(n))))) for n in np.ravel(tokens)]
+    return [
+        _power_law_load(
+            moe.routed_experts, moe.experts_per_token, moe.expert_ranks, alpha, max(1, int(round(float(n))))
+        )
+        for n in np.ravel(tokens)
+    ]
 
 
 def routed_blocks(moe, tokens) -> dict | None:
@@ -267,8 +334,10 @@ def routed_blocks(moe, tokens) -> dict | None:
     if not moe.routing.startswith("power-law"):
         return None
     blocks = np.array([b for _, _, b in _power_law_loads(moe, tokens)])
-    return {tm: blocks[:, i].reshape(np.shape(tokens)) if np.ndim(tokens) else float(blocks[0, i])
-            for i, tm in enumerate(ROW_TILES)}
+    return {
+        tm: blocks[:, i].reshape(np.shape(tokens)) if np.ndim(tokens) else float(blocks[0, i])
+        for i, tm in enumerate(ROW_TILES)
+    }
 
 
 def moe_dims(m: ModelPreset, tokens, dp: int = 1, spans_all: bool = False) -> dict:
@@ -282,28 +351,45 @@ def moe_dims(m: ModelPreset, tokens, dp: int = 1, spans_all: bool = False) -> di
     moe = m.moe
     seen = tokens * dp
     rows, touched = routed_load(moe, seen)
-    dims = {"t": tokens, "d": m.d_model, "e": moe.routed_experts, "r": rows, "u": touched, "c": moe.expert_d_ff,
-            "top": moe.experts_per_token, "v": seen * moe.experts_per_token if spans_all else rows,
-            "called": seen if spans_all else rows / moe.experts_per_token}
+    dims = {
+        "t": tokens,
+        "d": m.d_model,
+        "e": moe.routed_experts,
+        "r": rows,
+        "u": touched,
+        "c": moe.expert_d_ff,
+        "top": moe.experts_per_token,
+        "v": seen * moe.experts_per_token if spans_all else rows,
+        "called": seen if spans_all else rows / moe.experts_per_token,
+    }
     blocks = routed_blocks(moe, seen)
     return dims if blocks is None else dims | {"blocks": blocks}
 
 
-def moe_ops(m: ModelPreset, tokens, count: int, precision: Precision, dp: int = 1,
-             spans_all: bool = False) -> list[StepOp]:
+def moe_ops(
+    m: ModelPreset, tokens, count: int, precision: Precision, dp: int = 1, spans_all: bool = False
+) -> list[StepOp]:
     """The mixture-of-experts block of ``count`` layers over ``tokens`` tokens: the routed block
     (:func:`costmodel.counts.step_program.moe`; ``spans_all``: :func:`moe_dims`), and the shared experts as a dense FFN.
     The zeros written for other devices' rows are written by the grouped kernels: no launch of their own."""
     moe = m.moe
     dims = moe_dims(m, tokens, dp, spans_all)
     walked = bool(np.any(np.asarray(dims["v"]) > np.asarray(dims["r"])))
-    ops = [dataclasses.replace(s, op=dataclasses.replace(s.op, launches=0)) if s.name == "experts_zero_fill" else s
-           for s in _step_ops("experts", compile_block("moe", m.ffn_gated), dims,
-                              lambda name: 0 if name == "experts_zero_fill" and not walked else count, precision)]
+    ops = [
+        dataclasses.replace(s, op=dataclasses.replace(s.op, launches=0)) if s.name == "experts_zero_fill" else s
+        for s in _step_ops(
+            "experts",
+            compile_block("moe", m.ffn_gated),
+            dims,
+            lambda name: 0 if name == "experts_zero_fill" and not walked else count,
+            precision,
+        )
+    ]
     if moe.shared_d_ff:
         shared = compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate))
-        ops += _step_ops("experts", shared, {"t": tokens, "d": m.d_model, "f": moe.shared_d_ff}, lambda name: count,
-                         precision)
+        ops += _step_ops(
+            "experts", shared, {"t": tokens, "d": m.d_model, "f": moe.shared_d_ff}, lambda name: count, precision
+        )
     return ops
 
 
@@ -314,9 +400,19 @@ def local_context(m: ModelPreset, ctx):
     return np.minimum(ctx, m.sliding_window - 1) if np.ndim(ctx) else min(ctx, m.sliding_window - 1)
 
 
-def step_ops(m: ModelPreset, phase: str, b: int, ctx, source: int, precision, execution: str,
-             cache_append: str = "inplace", mla_form: str | None = None, dp: int = 1,
-             moe_spans_all: bool = False) -> list[StepOp]:
+def step_ops(
+    m: ModelPreset,
+    phase: str,
+    b: int,
+    ctx,
+    source: int,
+    precision,
+    execution: str,
+    cache_append: str = "inplace",
+    mla_form: str | None = None,
+    dp: int = 1,
+    moe_spans_all: bool = False,
+) -> list[StepOp]:
     """Every op of one decode step (``phase="decode"``: one token per sequence after ``ctx`` cached
     positions) or of the prefill of a ``ctx``-token prompt (encoder over ``source`` tokens first).
     Local (sliding-window) layers attend to at most ``sliding_window`` positions; mixture-of-experts
@@ -331,30 +427,76 @@ def step_ops(m: ModelPreset, phase: str, b: int, ctx, source: int, precision, ex
         section = "self-attention" if window is None else "local attention"
         if phase == "decode":
             c = ctx if window is None else local_context(m, ctx)
-            ops += _attention_ops(section, m, m.kv_heads, "incremental", b, 1, c, execution, count, precision,
-                                  cache_append=cache_append, mla_form=mla_form)
+            ops += _attention_ops(
+                section,
+                m,
+                m.kv_heads,
+                "incremental",
+                b,
+                1,
+                c,
+                execution,
+                count,
+                precision,
+                cache_append=cache_append,
+                mla_form=mla_form,
+            )
         else:
-            ops += _attention_ops(section, m, m.kv_heads, "batched", b, ctx, ctx, execution, count, precision,
-                                  window=window, mla_form=mla_form)
+            ops += _attention_ops(
+                section,
+                m,
+                m.kv_heads,
+                "batched",
+                b,
+                ctx,
+                ctx,
+                execution,
+                count,
+                precision,
+                window=window,
+                mla_form=mla_form,
+            )
     tokens = b if phase == "decode" else b * ctx
     if m.architecture == "encoder-decoder":
         # cross-attention reads the K and V of the source, projected once at prefill
         n_cross = 1 if phase == "decode" else ctx
-        ops += _attention_ops("cross-attention", m, m.cross_kv, "batched", b, n_cross, source, execution, L,
-                              precision, skip=("k_proj", "v_proj", "mask"))
+        ops += _attention_ops(
+            "cross-attention",
+            m,
+            m.cross_kv,
+            "batched",
+            b,
+            n_cross,
+            source,
+            execution,
+            L,
+            precision,
+            skip=("k_proj", "v_proj", "mask"),
+        )
     moe_layers = m.moe.layers if m.moe else 0
     ops += _layer_ops("ffn and norms", m, tokens, L, precision, m.norms_per_layer, ffn_layers=L - moe_layers)
     if moe_layers:
         ops += moe_ops(m, tokens, moe_layers, precision, dp, moe_spans_all)
     if phase == "prefill" and m.architecture == "encoder-decoder":
         enc = m.model_copy(update={"kv_heads": m.enc_kv})
-        ops += _attention_ops("encoder", enc, m.enc_kv, "batched", b, source, source, execution, m.encoder_layers,
-                              precision)
+        ops += _attention_ops(
+            "encoder", enc, m.enc_kv, "batched", b, source, source, execution, m.encoder_layers, precision
+        )
         ops += _layer_ops("encoder", enc, b * source, m.encoder_layers, precision, 2)
-        ops += _step_ops("cross-attention", compile_block("cross_kv"),
-                         {"t": b * source, "d": m.d_model, "g": m.cross_kv, "k": m.head_dim}, lambda name: L, precision)
-    ops += _step_ops("head", compile_block("head", m.norm), {"t": tokens, "o": b, "d": m.d_model, "w": m.vocab},
-                     lambda name: 1, precision)
+        ops += _step_ops(
+            "cross-attention",
+            compile_block("cross_kv"),
+            {"t": b * source, "d": m.d_model, "g": m.cross_kv, "k": m.head_dim},
+            lambda name: L,
+            precision,
+        )
+    ops += _step_ops(
+        "head",
+        compile_block("head", m.norm),
+        {"t": tokens, "o": b, "d": m.d_model, "w": m.vocab},
+        lambda name: 1,
+        precision,
+    )
     return ops
 
 
@@ -368,9 +510,13 @@ COLLECTIVES = "tensor parallel"
 #: as one kernel (reshape_and_cache).
 
 
-ENGINE_FUSIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "ffn_gate_up": ("ffn_gate", "ffn_up"),
-                  "shared_gate_up": ("shared_gate", "shared_up"), "qkv_a_proj": ("q_down", "kv_down"),
-                  "kv_append": ("k_append", "v_append")}
+ENGINE_FUSIONS = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "ffn_gate_up": ("ffn_gate", "ffn_up"),
+    "shared_gate_up": ("shared_gate", "shared_up"),
+    "qkv_a_proj": ("q_down", "kv_down"),
+    "kv_append": ("k_append", "v_append"),
+}
 
 
 def engine_ops(ops: list[StepOp], m: ModelPreset, tokens, precision) -> list[StepOp]:
@@ -388,8 +534,13 @@ def engine_ops(ops: list[StepOp], m: ModelPreset, tokens, precision) -> list[Ste
             out.append(_merge(fused, group))
         if s.name == "q_proj" and m.rope and s.section in SELF_ATTENTION:
             heads, dim = (m.heads + 1, m.mla.rope_dim) if m.mla else (m.heads + m.kv_heads, m.head_dim)
-            out += _step_ops(s.section, compile_block("rope"), {"t": tokens, "j": heads, "p": dim},
-                             lambda name: s.count, Precision.of(precision))
+            out += _step_ops(
+                s.section,
+                compile_block("rope"),
+                {"t": tokens, "j": heads, "p": dim},
+                lambda name: s.count,
+                Precision.of(precision),
+            )
     return out
 
 
@@ -403,8 +554,13 @@ def prompt_cache_writes(ops: list[StepOp], m: ModelPreset, tokens, precision) ->
     for s in ops:
         out.append(s)
         if s.name == "attention" and s.section in SELF_ATTENTION:
-            out += _step_ops(s.section, compile_block("kv_write"), {"t": tokens, "g": m.kv_heads, "k": 2 * m.head_dim},
-                             lambda name: s.count, precision)
+            out += _step_ops(
+                s.section,
+                compile_block("kv_write"),
+                {"t": tokens, "g": m.kv_heads, "k": 2 * m.head_dim},
+                lambda name: s.count,
+                precision,
+            )
     return out
 
 
@@ -414,8 +570,16 @@ def reduces_per_layer(m: ModelPreset) -> int:
     return 1 if m.parallel_block else 2
 
 
-def tensor_parallel(ops: list[StepOp], m: ModelPreset, t: int, tokens, encoder_tokens: int, act: float,
-                    dp: int = 1, all_reduce: str = "custom") -> list[StepOp]:
+def tensor_parallel(
+    ops: list[StepOp],
+    m: ModelPreset,
+    t: int,
+    tokens,
+    encoder_tokens: int,
+    act: float,
+    dp: int = 1,
+    all_reduce: str = "custom",
+) -> list[StepOp]:
     """The ops of one of ``t`` devices (the ops of :func:`device_slice`'s model) with the collectives the
     sharding needs inserted: an all-reduce of each layer's ``tokens x d`` output per sharded block
     (:func:`reduces_per_layer`), and at a prefill two per encoder layer over its ``encoder_tokens``. Under
@@ -427,13 +591,17 @@ def tensor_parallel(ops: list[StepOp], m: ModelPreset, t: int, tokens, encoder_t
     out = list(ops)
     if dp > 1:
         gathered = _num(dp * tokens * m.d_model * act)
-        out += [StepOp(COLLECTIVES, m.moe.layers, KernelOp(kind, name, "bf16", 0.0, gathered, devices=dp,
-                                                           span=dp * t))
-                for kind, name in (("all_gather", "moe_dispatch"), ("reduce_scatter", "moe_combine"))]
+        out += [
+            StepOp(COLLECTIVES, m.moe.layers, KernelOp(kind, name, "bf16", 0.0, gathered, devices=dp, span=dp * t))
+            for kind, name in (("all_gather", "moe_dispatch"), ("reduce_scatter", "moe_combine"))
+        ]
     if t == 1:
         return out
-    reduce = lambda name, rows, count: StepOp(COLLECTIVES, count, KernelOp(  # noqa: E731
-        "all_reduce", name, "bf16", 0.0, _num(rows * m.d_model * act), devices=t, all_reduce=all_reduce))
+    reduce = lambda name, rows, count: StepOp(  # noqa: E731
+        COLLECTIVES,
+        count,
+        KernelOp("all_reduce", name, "bf16", 0.0, _num(rows * m.d_model * act), devices=t, all_reduce=all_reduce),
+    )
     out = [*out, reduce("all_reduce", tokens, reduces_per_layer(m) * m.layers)]
     if encoder_tokens:
         out.append(reduce("encoder_all_reduce", encoder_tokens, 2 * m.encoder_layers))
@@ -444,13 +612,18 @@ def _merge(name: str, group: list[StepOp]) -> StepOp:
     first = group[0]
     flops = sum(s.op.flops for s in group)
     if first.shape is None:  # the cache writes: one kernel moving what both moved
-        return StepOp(first.section, first.count, dataclasses.replace(
-            first.op, name=name, flops=flops, bytes=sum(s.op.bytes for s in group)))
+        return StepOp(
+            first.section,
+            first.count,
+            dataclasses.replace(first.op, name=name, flops=flops, bytes=sum(s.op.bytes for s in group)),
+        )
     g = first.shape
     if not all(np.array_equal(getattr(s.shape, x), getattr(g, x)) for s in group for x in ("batch", "M", "K")):
         raise CostModelError(f"cannot fuse {', '.join(s.name for s in group)}: their inputs differ")
     shared_input = g.batch * g.M * g.K * g.width
-    op = dataclasses.replace(first.op, name=name, flops=flops,
-                             bytes=sum(s.op.bytes for s in group) - (len(group) - 1) * shared_input)
-    return StepOp(first.section, first.count, op, dataclasses.replace(g, N=sum(s.shape.N for s in group)), None,
-                  first.weighted)
+    op = dataclasses.replace(
+        first.op, name=name, flops=flops, bytes=sum(s.op.bytes for s in group) - (len(group) - 1) * shared_input
+    )
+    return StepOp(
+        first.section, first.count, op, dataclasses.replace(g, N=sum(s.shape.N for s in group)), None, first.weighted
+    )

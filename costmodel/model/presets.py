@@ -54,14 +54,21 @@ class MoEShape(BaseModel):
     shared_gate: bool = False  # a sigmoid gate of width 1 on the shared expert (Qwen2-MoE)
     router_bias: bool = False  # a per-expert score bias (DeepSeek-V3's auxiliary-loss-free balancing)
     layers: int = Field(ge=1, le=MAX_DIM, description="layers with this block; the others have the dense FFN")
-    expert_ranks: int = Field(default=1, ge=1, le=MAX_DIM,
-                              description="devices the routed experts are spread over (expert parallel): a device "
-                                          "slice holds experts / expert_ranks of them; 1 in a preset")
-    routing: str = Field(default="uniform", pattern=ROUTING_PATTERN,
-                         description="how the router spreads a batch's tokens over the experts: uniform (each "
-                                     "token's experts drawn at random), balanced (every expert the same share, "
-                                     "as many distinct experts as rows allow) or power-law:ALPHA (expert loads "
-                                     "drawn from a power law of exponent ALPHA > 1, the busiest device timed)")
+    expert_ranks: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_DIM,
+        description="devices the routed experts are spread over (expert parallel): a device "
+        "slice holds experts / expert_ranks of them; 1 in a preset",
+    )
+    routing: str = Field(
+        default="uniform",
+        pattern=ROUTING_PATTERN,
+        description="how the router spreads a batch's tokens over the experts: uniform (each "
+        "token's experts drawn at random), balanced (every expert the same share, "
+        "as many distinct experts as rows allow) or power-law:ALPHA (expert loads "
+        "drawn from a power law of exponent ALPHA > 1, the busiest device timed)",
+    )
 
     @property
     def routed_experts(self) -> int:
@@ -84,8 +91,10 @@ class Quantization(BaseModel):
     group_size: int = Field(default=0, ge=0, le=MAX_DIM, description="weights per scale group (0: per channel)")
     method: str = ""
     scope: Literal["all", "experts"] = Field(
-        default="all", description="the projection weights stored so: all of them, or the routed experts' only "
-                                   "(the other projections at the activation dtype, as gpt-oss's MXFP4 checkpoint)")
+        default="all",
+        description="the projection weights stored so: all of them, or the routed experts' only "
+        "(the other projections at the activation dtype, as gpt-oss's MXFP4 checkpoint)",
+    )
 
 
 class ModelPreset(BaseModel):
@@ -114,8 +123,9 @@ class ModelPreset(BaseModel):
     learned_positions: int = Field(default=0, ge=0, le=MAX_DIM)
     parallel_block: bool = False
     rope: bool = False  # rotary position embeddings applied to q and k of every new token
-    layer_norms: int | None = Field(default=None, ge=0, le=8,
-                                    description="norms per decoder layer (default: 1 for a parallel block, else 2)")
+    layer_norms: int | None = Field(
+        default=None, ge=0, le=8, description="norms per decoder layer (default: 1 for a parallel block, else 2)"
+    )
     mla: MLAShape | None = None
     moe: MoEShape | None = None
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_DIM)
@@ -127,8 +137,11 @@ class ModelPreset(BaseModel):
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelPreset:
-        for name, g in (("kv_heads", self.kv_heads), ("encoder_kv_heads", self.encoder_kv_heads),
-                        ("cross_kv_heads", self.cross_kv_heads)):
+        for name, g in (
+            ("kv_heads", self.kv_heads),
+            ("encoder_kv_heads", self.encoder_kv_heads),
+            ("cross_kv_heads", self.cross_kv_heads),
+        ):
             if g is not None and self.heads % g:
                 raise ValueError(f"{name} {g} does not divide heads {self.heads}")
         if (self.architecture == "encoder-decoder") != (self.encoder_layers > 0):
@@ -179,15 +192,18 @@ class ModelPreset(BaseModel):
         if self.moe is None:
             raise CostModelError(f"routing applies to mixture-of-experts models; {self.id} has none")
         if not isinstance(routing, str) or not re.match(ROUTING_PATTERN, routing):
-            raise CostModelError(f"routing must be uniform, balanced or power-law:ALPHA with ALPHA > 1 (e.g. "
-                                 f"power-law:1.2), got {routing!r}")
+            raise CostModelError(
+                f"routing must be uniform, balanced or power-law:ALPHA with ALPHA > 1 (e.g. "
+                f"power-law:1.2), got {routing!r}"
+            )
         return self.model_copy(update={"moe": self.moe.model_copy(update={"routing": routing})})
 
     def _what_if(self, update: dict) -> ModelPreset:
         """The model with another attention layout: named as such, and no longer the published count."""
         changed = self.model_copy(update=update)
-        return changed.model_copy(update={"name": f"{self.name}, as {changed.attention_label}",
-                                          "published_params": None})
+        return changed.model_copy(
+            update={"name": f"{self.name}, as {changed.attention_label}", "published_params": None}
+        )
 
     def with_variant(self, variant: str, groups: int | None = None) -> ModelPreset:
         """The same model with MHA, MQA, GQA (``groups`` key/value heads, default gcd(h, 8)) or MLA: a
@@ -201,8 +217,12 @@ class ModelPreset(BaseModel):
             if self.architecture != "decoder":
                 raise CostModelError(f"variant mla applies to decoder-only models; {self.id} is {self.architecture}")
             k = self.head_dim
-            shape = MLAShape(kv_rank=MLA_WHAT_IF["kv_rank"] * k, rope_dim=max(int(MLA_WHAT_IF["rope_dim"] * k), 1),
-                             nope_dim=k, value_dim=k)
+            shape = MLAShape(
+                kv_rank=MLA_WHAT_IF["kv_rank"] * k,
+                rope_dim=max(int(MLA_WHAT_IF["rope_dim"] * k), 1),
+                nope_dim=k,
+                value_dim=k,
+            )
             return self._what_if({"mla": shape, "kv_heads": self.heads})
         return self.with_kv_heads(kv_heads(variant, self.heads, groups))
 
@@ -220,6 +240,7 @@ MLA_WHAT_IF = {"kv_rank": 4, "rope_dim": 0.5}
 
 
 # --- loading -----------------------------------------------------------------------------------------
+
 
 def _key(name: str) -> str:
     """A preset name as the index holds it: lower case, ``_`` as ``-``."""
@@ -300,8 +321,10 @@ def load_model(name: str) -> ModelPreset:
     if f is None:
         close = difflib.get_close_matches(name.lower(), list(_files()), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise CostModelError(f"unknown model {name!r}{hint} (presets: {', '.join(preset_ids())}; "
-                             "a Hugging Face config.json path also works)")
+        raise CostModelError(
+            f"unknown model {name!r}{hint} (presets: {', '.join(preset_ids())}; "
+            "a Hugging Face config.json path also works)"
+        )
     return _parsed(f.read_text(encoding="utf-8"), f.name)
 
 

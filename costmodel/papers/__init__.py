@@ -1,2 +1,1 @@
-"""The papers' numbers reproduced (Shazeer 2019, GQA 2023, DeepSeek-V2) from the floors below.
-"""
+"""The papers' numbers reproduced (Shazeer 2019, GQA 2023, DeepSeek-V2) from the floors below."""

@@ -15,22 +15,22 @@ from dataclasses import dataclass, replace
 from costmodel.core.vocab import dtype_bytes
 from costmodel.counts.asymptotic import analyze
 from costmodel.counts.exact import derive
-from costmodel.hardware.profile import HardwareProfile
 from costmodel.hardware.catalog import load_profile
+from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.ops import StepOp, step_ops
-from costmodel.model.step import predict_model
-from costmodel.price.origin import TimeModel
 from costmodel.model.presets import ModelPreset, load_model
+from costmodel.model.step import predict_model
 from costmodel.price.op import Conventions, KernelOp, price
+from costmodel.price.origin import TimeModel
 
 # Shazeer 2019, Section 4.3 and Table 2 (TPUv2-microseconds per output token, decoder)
 PAPER_US_PER_TOKEN = {"mha": 46.0, "mqa": 3.8}
 #: Table 2's local-attention rows: decoder self-attention over the last LOCAL_POSITIONS positions only.
 PAPER_LOCAL_US_PER_TOKEN = {"mha": 23.0, "mqa": 3.3}
 LOCAL_POSITIONS = 32
-BOARD_CHIPS = 4          # one TPUv2 board: 8 cores on 4 chips
-BOARD_BATCH = 1024       # sequences decoded together (128 per core)
-TARGET_POSITIONS = 128   # decoder self-attention memory padded to 128 so every step costs the same
+BOARD_CHIPS = 4  # one TPUv2 board: 8 cores on 4 chips
+BOARD_BATCH = 1024  # sequences decoded together (128 per core)
+TARGET_POSITIONS = 128  # decoder self-attention memory padded to 128 so every step costs the same
 SOURCE_POSITIONS = 128
 #: The decoder's self-attention cache writes (the ops a cache copy multiplies).
 CACHE_APPENDS = ("k_append", "v_append")
@@ -68,28 +68,46 @@ def steps(final: Mechanisms = Mechanisms()) -> list[tuple[str, Mechanisms]]:
     """The plain roofline, then each mechanism switched on in ``final`` added in turn."""
     out = [("plain roofline (bf16, in-place cache, no padding)", Mechanisms.none())]
     current = Mechanisms.none()
-    for field, label in (("f32_storage", "+ f32 storage"), ("concat_cache", "+ tf.concat cache copy"),
-                         ("tile_padding", "+ matrix-unit tile padding")):
+    for field, label in (
+        ("f32_storage", "+ f32 storage"),
+        ("concat_cache", "+ tf.concat cache copy"),
+        ("tile_padding", "+ matrix-unit tile padding"),
+    ):
         if getattr(final, field):
             current = replace(current, **{field: True})
             out.append((label, current))
         if field == "concat_cache" and final.concat_cache and final.cache_copies > 1:
             current = replace(current, cache_copies=final.cache_copies)
-            out.append(("+ cache transposed and back (tensor2tensor on TPU)" if final.cache_copies == 2 else
-                        f"+ {final.cache_copies} cache copies per step", current))
+            out.append(
+                (
+                    "+ cache transposed and back (tensor2tensor on TPU)"
+                    if final.cache_copies == 2
+                    else f"+ {final.cache_copies} cache copies per step",
+                    current,
+                )
+            )
     if final.f32_storage and final.f32_passes > 1:
         current = replace(current, f32_passes=final.f32_passes)
         out.append((f"+ f32 matmuls as {final.f32_passes} bf16 passes", current))
     return out
 
 
-def decoder_step_s(model: ModelPreset, hw: HardwareProfile, batch: int, mech: Mechanisms,
-                   positions: int = TARGET_POSITIONS) -> tuple[float, list]:
+def decoder_step_s(
+    model: ModelPreset, hw: HardwareProfile, batch: int, mech: Mechanisms, positions: int = TARGET_POSITIONS
+) -> tuple[float, list]:
     """One decoder step on one chip (self-attention memory of ``positions``): every op's roofline time under the
     mechanisms, summed."""
     dtype = "fp32" if mech.f32_storage else "bf16"
-    ops: list[StepOp] = step_ops(model, "decode", batch, positions - 1, SOURCE_POSITIONS,
-                                 dtype_bytes(dtype), "unfused", "concat" if mech.concat_cache else "inplace")
+    ops: list[StepOp] = step_ops(
+        model,
+        "decode",
+        batch,
+        positions - 1,
+        SOURCE_POSITIONS,
+        dtype_bytes(dtype),
+        "unfused",
+        "concat" if mech.concat_cache else "inplace",
+    )
     peak = hw.peak("bf16") / (mech.f32_passes if mech.f32_storage else 1)
     # the datasheet roofline with the launch cost, and the matrix unit's whole passes where tile padding is on
     conv = Conventions(TimeModel(None, "graph", frozenset({"fixed", "tiles"} if mech.tile_padding else {"fixed"})))
@@ -110,16 +128,29 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
     ratios = []
     for variant in ("mha", "mqa", "gqa"):
         a = analyze(derive(variant, "generate"))
-        ratios.append({"variant": variant, "derived": str(a.ratio), "paper": str(a.claim.ratio),
-                       "paper_holds": bool(a.claim_holds or a.extra_assumptions),
-                       "extra_assumption": a.extra_assumptions[0] if a.extra_assumptions else None,
-                       "derived_with_extra": str(a.ratio_with_extra) if a.ratio_with_extra is not None else None})
+        ratios.append(
+            {
+                "variant": variant,
+                "derived": str(a.ratio),
+                "paper": str(a.claim.ratio),
+                "paper_holds": bool(a.claim_holds or a.extra_assumptions),
+                "extra_assumption": a.extra_assumptions[0] if a.extra_assumptions else None,
+                "derived_with_extra": str(a.ratio_with_extra) if a.ratio_with_extra is not None else None,
+            }
+        )
     models = {"mha": load_model("wmt_transformer_mha"), "mqa": load_model("wmt_transformer_mqa")}
     table = []
     for label, mech in steps(final):
         us = {v: decoder_step_s(m, hw, batch, mech)[0] / BOARD_BATCH * 1e6 for v, m in models.items()}
-        table.append({"model": label, "mha_us_per_token": us["mha"], "mqa_us_per_token": us["mqa"],
-                      "ratio": us["mha"] / us["mqa"], "mechanisms": mech.__dict__})
+        table.append(
+            {
+                "model": label,
+                "mha_us_per_token": us["mha"],
+                "mqa_us_per_token": us["mqa"],
+                "ratio": us["mha"] / us["mqa"],
+                "mechanisms": mech.__dict__,
+            }
+        )
     local = {v: decoder_step_s(m, hw, batch, final, LOCAL_POSITIONS)[0] / BOARD_BATCH * 1e6 for v, m in models.items()}
     full = {"mha": table[-1]["mha_us_per_token"], "mqa": table[-1]["mqa_us_per_token"]}
     span = TARGET_POSITIONS - LOCAL_POSITIONS
@@ -127,19 +158,28 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
         "asymptotic": ratios,
         "table2": table,
         # what one more self-attention position costs per token, from the paper's full and local rows and the model's
-        "local": {"positions": LOCAL_POSITIONS, "paper": PAPER_LOCAL_US_PER_TOKEN,
-                  "model": {f"{v}_us_per_token": t for v, t in local.items()},
-                  "us_per_position": {
-                      "paper": {v: (PAPER_US_PER_TOKEN[v] - PAPER_LOCAL_US_PER_TOKEN[v]) / span for v in local},
-                      "model": {v: (full[v] - local[v]) / span for v in local}}},
-        "paper": {"mha_us_per_token": PAPER_US_PER_TOKEN["mha"], "mqa_us_per_token": PAPER_US_PER_TOKEN["mqa"],
-                  "ratio": PAPER_US_PER_TOKEN["mha"] / PAPER_US_PER_TOKEN["mqa"]},
-        "setup": (f"WMT Transformer decoder step (6 layers, d 1024, 8 heads of 128, self-attention memory "
-                  f"{TARGET_POSITIONS}, source {SOURCE_POSITIONS}, vocabulary 32768) on one TPUv2 board: "
-                  f"{BOARD_BATCH} sequences over {BOARD_CHIPS} chips ({batch} per chip, data parallel), "
-                  f"{hw.name}: {hw.peak('bf16') / 1e12:g} TFLOP/s bf16, {hw.bandwidth / 1e9:g} GB/s per chip, "
-                  f"matrix tile {'x'.join(map(str, hw.matrix_tile.shape)) if hw.matrix_tile else 'none'}; "
-                  f"time per token = chip step time / {BOARD_BATCH}"),
+        "local": {
+            "positions": LOCAL_POSITIONS,
+            "paper": PAPER_LOCAL_US_PER_TOKEN,
+            "model": {f"{v}_us_per_token": t for v, t in local.items()},
+            "us_per_position": {
+                "paper": {v: (PAPER_US_PER_TOKEN[v] - PAPER_LOCAL_US_PER_TOKEN[v]) / span for v in local},
+                "model": {v: (full[v] - local[v]) / span for v in local},
+            },
+        },
+        "paper": {
+            "mha_us_per_token": PAPER_US_PER_TOKEN["mha"],
+            "mqa_us_per_token": PAPER_US_PER_TOKEN["mqa"],
+            "ratio": PAPER_US_PER_TOKEN["mha"] / PAPER_US_PER_TOKEN["mqa"],
+        },
+        "setup": (
+            f"WMT Transformer decoder step (6 layers, d 1024, 8 heads of 128, self-attention memory "
+            f"{TARGET_POSITIONS}, source {SOURCE_POSITIONS}, vocabulary 32768) on one TPUv2 board: "
+            f"{BOARD_BATCH} sequences over {BOARD_CHIPS} chips ({batch} per chip, data parallel), "
+            f"{hw.name}: {hw.peak('bf16') / 1e12:g} TFLOP/s bf16, {hw.bandwidth / 1e9:g} GB/s per chip, "
+            f"matrix tile {'x'.join(map(str, hw.matrix_tile.shape)) if hw.matrix_tile else 'none'}; "
+            f"time per token = chip step time / {BOARD_BATCH}"
+        ),
     }
 
 
@@ -151,8 +191,15 @@ PAPER_S_PER_SAMPLE = {1: 0.24, 8: 0.28, 64: 1.51}
 GQA2023_EXECUTION = "fused"
 
 
-def gqa2023(groups=GROUPS, hw: HardwareProfile | None = None, chips: int = 8, source: int = 2048,
-            output: int = 512, max_batch_per_chip: int = 32, sample_every: int = 32) -> dict:
+def gqa2023(
+    groups=GROUPS,
+    hw: HardwareProfile | None = None,
+    chips: int = 8,
+    source: int = 2048,
+    output: int = 512,
+    max_batch_per_chip: int = 32,
+    sample_every: int = 32,
+) -> dict:
     """T5-XXL decoder with g key/value groups (encoder MHA) on TPU v4: chip-seconds per sample.
 
     Tensor parallel over ``chips``; the batch is the largest that fits, up to ``max_batch_per_chip`` x
@@ -164,28 +211,59 @@ def gqa2023(groups=GROUPS, hw: HardwareProfile | None = None, chips: int = 8, so
     """
     hw = hw or load_profile("tpu_v4")
     base = load_model("t5_xxl")
-    run = dict(hw=hw, chips=chips, source=source, output=output, max_batch_per_chip=max_batch_per_chip,
-               sample_every=sample_every)
+    run = dict(
+        hw=hw,
+        chips=chips,
+        source=source,
+        output=output,
+        max_batch_per_chip=max_batch_per_chip,
+        sample_every=sample_every,
+    )
     rows = [_gqa_row(base, g, **run) for g in groups]
     done = {r["groups"]: r for r in rows}
     steps = []
-    for label, without in (("datasheet roofline (launch cost per kernel)", ("tiles",)),
-                           (f"+ matrix-unit passes (whole {' x '.join(map(str, hw.systolic_tile or ()))} tiles)", ())):
-        got = {g: done[g] if g in done and not without else _gqa_row(base, g, without=without, **run)
-               for g in PAPER_S_PER_SAMPLE}
-        steps.append({"model": label, "without": list(without),
-                      **{f"g{g}_chip_ms_per_sample": r.get("chip_ms_per_sample") for g, r in got.items()}})
-    return {"rows": rows, "steps": steps, "chips": chips,
-            "setup": (f"T5 XXL (24+24 layers, d 4096, 64 heads of 64, gated d_ff 10240), decoder self- "
-                      f"and cross-attention with g groups, encoder MHA; input {source}, output {output}; "
-                      f"{chips} x {hw.name} tensor parallel, batch = largest that fits up to "
-                      f"{max_batch_per_chip} per chip; {GQA2023_EXECUTION} attention; chip-milliseconds per sample"),
-            "paper": "Ainslie et al. 2023, Table 1 (T_infer of MQA-XXL, GQA-8-XXL and MHA-XXL)",
-            "execution": GQA2023_EXECUTION}
+    for label, without in (
+        ("datasheet roofline (launch cost per kernel)", ("tiles",)),
+        (f"+ matrix-unit passes (whole {' x '.join(map(str, hw.systolic_tile or ()))} tiles)", ()),
+    ):
+        got = {
+            g: done[g] if g in done and not without else _gqa_row(base, g, without=without, **run)
+            for g in PAPER_S_PER_SAMPLE
+        }
+        steps.append(
+            {
+                "model": label,
+                "without": list(without),
+                **{f"g{g}_chip_ms_per_sample": r.get("chip_ms_per_sample") for g, r in got.items()},
+            }
+        )
+    return {
+        "rows": rows,
+        "steps": steps,
+        "chips": chips,
+        "setup": (
+            f"T5 XXL (24+24 layers, d 4096, 64 heads of 64, gated d_ff 10240), decoder self- "
+            f"and cross-attention with g groups, encoder MHA; input {source}, output {output}; "
+            f"{chips} x {hw.name} tensor parallel, batch = largest that fits up to "
+            f"{max_batch_per_chip} per chip; {GQA2023_EXECUTION} attention; chip-milliseconds per sample"
+        ),
+        "paper": "Ainslie et al. 2023, Table 1 (T_infer of MQA-XXL, GQA-8-XXL and MHA-XXL)",
+        "execution": GQA2023_EXECUTION,
+    }
 
 
-def _gqa_row(base: ModelPreset, g: int, *, hw, chips: int, source: int, output: int, max_batch_per_chip: int,
-             sample_every: int, without=()) -> dict:
+def _gqa_row(
+    base: ModelPreset,
+    g: int,
+    *,
+    hw,
+    chips: int,
+    source: int,
+    output: int,
+    max_batch_per_chip: int,
+    sample_every: int,
+    without=(),
+) -> dict:
     """One row of :func:`gqa2023`: the model with ``g`` key/value groups, its batch, prefill and decode."""
     m = base.model_copy(update={"kv_heads": g, "cross_kv_heads": g, "encoder_kv_heads": base.heads})
     batch = max_batch_per_chip * chips
@@ -200,9 +278,14 @@ def _gqa_row(base: ModelPreset, g: int, *, hw, chips: int, source: int, output: 
     decode += times[-1]  # the last step itself
     prefill = predict_model(m, hw, batch=batch, context=1, **run).prefill.time_s
     total = prefill + decode
-    return {"groups": g, "batch": batch, "prefill_s": prefill, "decode_s": decode,
-            "chip_ms_per_sample": total * chips / batch * 1e3,
-            "paper_chip_ms_per_sample": PAPER_S_PER_SAMPLE[g] * 1e3 if g in PAPER_S_PER_SAMPLE else None}
+    return {
+        "groups": g,
+        "batch": batch,
+        "prefill_s": prefill,
+        "decode_s": decode,
+        "chip_ms_per_sample": total * chips / batch * 1e3,
+        "paper_chip_ms_per_sample": PAPER_S_PER_SAMPLE[g] * 1e3 if g in PAPER_S_PER_SAMPLE else None,
+    }
 
 
 #: DeepSeek-V2 (arXiv 2405.04434), Section 3.2.3 and Figure 1: against DeepSeek 67B, the KV cache reduced by 93.3%
@@ -213,8 +296,14 @@ DEEPSEEK2024_PAPER = {"kv_reduction": 0.933, "throughput_ratio": 5.76, "v2_token
 DEEPSEEK2024_KV_BITS = 6
 
 
-def deepseek2024(hw: HardwareProfile | None = None, devices: int = 8, input_len: int = 1024,
-                 output_len: int = 1024, max_concurrency: int = 1024, engine_name: str = "vllm") -> dict:
+def deepseek2024(
+    hw: HardwareProfile | None = None,
+    devices: int = 8,
+    input_len: int = 1024,
+    output_len: int = 1024,
+    max_concurrency: int = 1024,
+    engine_name: str = "vllm",
+) -> dict:
     """DeepSeek-V2 against DeepSeek 67B: the KV cache per token counted from both programs, and the most output
     tokens/s each serves on ``devices`` x ``hw`` over the aggregated layouts :func:`costmodel.deploy.planner.layouts`
     enumerates (closed form, clients doubling until the throughput stops growing), DeepSeek-V2 in FP8 weights and
@@ -228,34 +317,66 @@ def deepseek2024(hw: HardwareProfile | None = None, devices: int = 8, input_len:
     v2_quantized = kv[v2.id] * DEEPSEEK2024_KV_BITS / 16
 
     def best(m, weight_dtype, kv_dtype, only=None):
-        points = [pt for layout in layouts(m, devices)
-                  if layout.mode == "agg" and (only is None or layout.describe() == only)
-                  for pt in sweep(m, hw, layout, max_concurrency=max_concurrency, input_len=input_len,
-                                  output_len=output_len, engine_name=engine_name, weight_dtype=weight_dtype,
-                                  kv_dtype=kv_dtype, targets=(None, None))[0]]
+        points = [
+            pt
+            for layout in layouts(m, devices)
+            if layout.mode == "agg" and (only is None or layout.describe() == only)
+            for pt in sweep(
+                m,
+                hw,
+                layout,
+                max_concurrency=max_concurrency,
+                input_len=input_len,
+                output_len=output_len,
+                engine_name=engine_name,
+                weight_dtype=weight_dtype,
+                kv_dtype=kv_dtype,
+                targets=(None, None),
+            )[0]
+        ]
         return max(points, key=lambda p: p.output_tokens_per_s_per_device, default=None)
 
     rows = []
-    for name, m, wd, kd, only in (("DeepSeek 67B", base, "bf16", "bf16", None),
-                                  ("DeepSeek-V2", v2, "fp8", "fp8", None),
-                                  ("DeepSeek-V2, tensor parallel only", v2, "fp8", "fp8", f"1 x TP{devices} EP")):
+    for name, m, wd, kd, only in (
+        ("DeepSeek 67B", base, "bf16", "bf16", None),
+        ("DeepSeek-V2", v2, "fp8", "fp8", None),
+        ("DeepSeek-V2, tensor parallel only", v2, "fp8", "fp8", f"1 x TP{devices} EP"),
+    ):
         pt = best(m, wd, kd, only)
-        rows.append({"model": name, "weights": wd, "kv_cache": kd, "layout": pt.layout if pt else None,
-                     "clients": pt.concurrency if pt else None,
-                     "tokens_per_s": pt.output_tokens_per_s_per_device * devices if pt else None,
-                     "tpot_s": pt.tpot_s if pt else None})
+        rows.append(
+            {
+                "model": name,
+                "weights": wd,
+                "kv_cache": kd,
+                "layout": pt.layout if pt else None,
+                "clients": pt.concurrency if pt else None,
+                "tokens_per_s": pt.output_tokens_per_s_per_device * devices if pt else None,
+                "tpot_s": pt.tpot_s if pt else None,
+            }
+        )
     base_tps = rows[0]["tokens_per_s"]
     for r in rows:
         r["ratio"] = r["tokens_per_s"] / base_tps if r["tokens_per_s"] and base_tps else None
     return {
-        "kv_bytes_per_token": {"deepseek_llm_67b": kv[base.id], "deepseek_v2_bf16": kv[v2.id],
-                               "deepseek_v2_6bit": v2_quantized},
-        "kv_reduction": {"bf16": 1 - kv[v2.id] / kv[base.id], "fp8": 1 - kv[v2.id] / 2 / kv[base.id],
-                         "6bit": 1 - v2_quantized / kv[base.id]},
-        "throughput": rows, "paper": DEEPSEEK2024_PAPER, "devices": devices, "hw": hw.id,
-        "setup": (f"{devices} x {hw.name}, served by {engine_name} (closed form), requests of {input_len} + "
-                  f"{output_len} tokens, the most output tokens/s over the aggregated layouts (tensor parallel, "
-                  "replicas and pipeline stages; for DeepSeek-V2 also experts spread over the devices and attention "
-                  "data parallel), clients doubling up to "
-                  f"{max_concurrency} per replica; DeepSeek 67B in BF16, DeepSeek-V2 in FP8 with an FP8 cache"),
+        "kv_bytes_per_token": {
+            "deepseek_llm_67b": kv[base.id],
+            "deepseek_v2_bf16": kv[v2.id],
+            "deepseek_v2_6bit": v2_quantized,
+        },
+        "kv_reduction": {
+            "bf16": 1 - kv[v2.id] / kv[base.id],
+            "fp8": 1 - kv[v2.id] / 2 / kv[base.id],
+            "6bit": 1 - v2_quantized / kv[base.id],
+        },
+        "throughput": rows,
+        "paper": DEEPSEEK2024_PAPER,
+        "devices": devices,
+        "hw": hw.id,
+        "setup": (
+            f"{devices} x {hw.name}, served by {engine_name} (closed form), requests of {input_len} + "
+            f"{output_len} tokens, the most output tokens/s over the aggregated layouts (tensor parallel, "
+            "replicas and pipeline stages; for DeepSeek-V2 also experts spread over the devices and attention "
+            "data parallel), clients doubling up to "
+            f"{max_concurrency} per replica; DeepSeek 67B in BF16, DeepSeek-V2 in FP8 with an FP8 cache"
+        ),
     }

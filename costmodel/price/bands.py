@@ -21,12 +21,16 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
-from costmodel.hardware.mechanisms import FALLBACK, MECHANISMS
 from costmodel.core.reports import Report
+from costmodel.hardware.mechanisms import FALLBACK, MECHANISMS
 
 #: How each route is said.
-ROUTES = {"fitted": "fitted on the device", "within": "transferred within a GPU generation",
-          "across": "transferred across GPU generations", "datasheet": "datasheet roofline"}
+ROUTES = {
+    "fitted": "fitted on the device",
+    "within": "transferred within a GPU generation",
+    "across": "transferred across GPU generations",
+    "datasheet": "datasheet roofline",
+}
 #: The measured route whose ranges a route takes.
 MEASURED_AS = {"fitted": "fitted", "within": "across", "across": "across", "datasheet": "datasheet"}
 
@@ -135,17 +139,26 @@ def assumption(bands, hw=None) -> list[str]:
         return []
     ways = [w for w in ROUTES if any(w in b.route.split(", ") for b in found)]
     cover = table()["held_out_coverage"]
-    held = "; ".join(f"{w} {min(cover[m].values()):.0%}-{max(cover[m].values()):.0%}"
-                     for w, m in ((w, MEASURED_AS[w]) for w in ways))
-    within = (" (no two measured GPUs share a generation: within a generation takes the range measured across "
-              "generations)" if "within" in ways else "")
-    return ["range: measured / predicted of published kernel timings of the op's class, priced the way this device "
-            "prices it (" + "; ".join(f"{w}: {ROUTES[w]}, {label(w)}" for w in ways) + f"){within}, between the "
-            "route's percentiles, the narrowest whose ranges derived without a GPU hold 80% of its rows, on the A100, "
-            "H100 and B200 tables (costmodel/error_bands.yaml); a total adds its ops' ranges; with percentiles and "
-            f"ends derived without one GPU they held {held} of that GPU's rows"
-            + ("" if hw is None or hw.vendor == "NVIDIA" else
-               f"; no {hw.vendor} device is measured there: its range is NVIDIA GPUs' under the same route")]
+    held = "; ".join(
+        f"{w} {min(cover[m].values()):.0%}-{max(cover[m].values()):.0%}" for w, m in ((w, MEASURED_AS[w]) for w in ways)
+    )
+    within = (
+        " (no two measured GPUs share a generation: within a generation takes the range measured across generations)"
+        if "within" in ways
+        else ""
+    )
+    return [
+        "range: measured / predicted of published kernel timings of the op's class, priced the way this device "
+        "prices it (" + "; ".join(f"{w}: {ROUTES[w]}, {label(w)}" for w in ways) + f"){within}, between the "
+        "route's percentiles, the narrowest whose ranges derived without a GPU hold 80% of its rows, on the A100, "
+        "H100 and B200 tables (costmodel/error_bands.yaml); a total adds its ops' ranges; with percentiles and "
+        f"ends derived without one GPU they held {held} of that GPU's rows"
+        + (
+            ""
+            if hw is None or hw.vendor == "NVIDIA"
+            else f"; no {hw.vendor} device is measured there: its range is NVIDIA GPUs' under the same route"
+        )
+    ]
 
 
 @lru_cache(maxsize=1)
@@ -162,8 +175,13 @@ def served_keys(engine: str, kind: str, mode: str) -> list[tuple[str, str, str]]
     since what an engine does beside the kernels (its scheduler, its front end, the benchmark client it is measured
     with) moves a served prediction more than the model's kind does (held out, a model's rows fall inside ranges
     derived this way 86% of the time for TTFT, against 78% with the kind first: benchmarks/serving_bands.py)."""
-    return [(engine, kind, mode), (engine, "all", mode), ("all", kind, mode), ("all", "all", mode),
-            ("all", "all", "all")]
+    return [
+        (engine, kind, mode),
+        (engine, "all", mode),
+        ("all", kind, mode),
+        ("all", "all", mode),
+        ("all", "all", "all"),
+    ]
 
 
 def served(engine: str, moe: bool, mode: str, ttft_s: float, tpot_s: float) -> tuple[Band, Band]:
@@ -175,10 +193,10 @@ def served(engine: str, moe: bool, mode: str, ttft_s: float, tpot_s: float) -> t
         if key in found:
             b = found[key]
             basis = _served_basis(key, b["ttft"]["n"])
-            return (Band(low_s=ttft_s * b["ttft"]["low"], high_s=ttft_s * b["ttft"]["high"], route="served",
-                         basis=basis),
-                    Band(low_s=tpot_s * b["tpot"]["low"], high_s=tpot_s * b["tpot"]["high"], route="served",
-                         basis=basis))
+            return (
+                Band(low_s=ttft_s * b["ttft"]["low"], high_s=ttft_s * b["ttft"]["high"], route="served", basis=basis),
+                Band(low_s=tpot_s * b["tpot"]["low"], high_s=tpot_s * b["tpot"]["high"], route="served", basis=basis),
+            )
     raise KeyError("served_bands.yaml has no 'all' range")  # the shipped file always has one
 
 
@@ -203,9 +221,14 @@ def _served_basis(key: tuple[str, str, str], n: int) -> str:
 def served_assumption(ttft: Band, device: str) -> str:
     """The assumption line of a served prediction's ranges."""
     held = served_table()["held_out_coverage"]["all"]
-    where = "" if device == "h100_sxm" else (f"; measured on H100s: on {device} the kernels' own error "
-                                             "(fitted or transferred) comes on top")
-    return (f"TTFT and TPOT ranges ({served_label()}): measured / predicted over the {ttft.basis} in NVIDIA's "
-            f"silicon sample, each predicted as this prediction is, the percentiles the narrowest whose ranges derived "
-            f"without a model hold 80% of its rows (costmodel/served_bands.yaml); chosen and derived without a model, "
-            f"they held {held['ttft']:.0%} of its TTFTs and {held['tpot']:.0%} of its TPOTs{where}")
+    where = (
+        ""
+        if device == "h100_sxm"
+        else (f"; measured on H100s: on {device} the kernels' own error (fitted or transferred) comes on top")
+    )
+    return (
+        f"TTFT and TPOT ranges ({served_label()}): measured / predicted over the {ttft.basis} in NVIDIA's "
+        f"silicon sample, each predicted as this prediction is, the percentiles the narrowest whose ranges derived "
+        f"without a model hold 80% of its rows (costmodel/served_bands.yaml); chosen and derived without a model, "
+        f"they held {held['ttft']:.0%} of its TTFTs and {held['tpot']:.0%} of its TPOTs{where}"
+    )

@@ -19,10 +19,21 @@ from typing import NamedTuple
 
 import numpy as np
 
-from costmodel.hardware.mechanisms import (MOE_GEMM, PROGRAM_CLASS, W4A16_MAX_WIDTH, W4A16_MOE, class_peak, class_times,
-                                  decode_shape, efficiency_class, ring_all_reduce, systolic_flops, w4a16_small_call)
-from costmodel.price.origin import Resolved, TimeModel, time_model
+from costmodel.hardware.mechanisms import (
+    MOE_GEMM,
+    PROGRAM_CLASS,
+    W4A16_MAX_WIDTH,
+    W4A16_MOE,
+    class_peak,
+    class_times,
+    decode_shape,
+    efficiency_class,
+    ring_all_reduce,
+    systolic_flops,
+    w4a16_small_call,
+)
 from costmodel.hardware.shapes import fields, one_query
+from costmodel.price.origin import Resolved, TimeModel, time_model
 
 
 @dataclass(frozen=True)
@@ -97,9 +108,20 @@ class OpTime:
 
 
 def _fitted(op: KernelOp, cls: str, params, shape, hw, conv: Conventions):
-    t = class_times(cls, params, peak=op.peak or class_peak(hw, cls, op.dtype), bandwidth=hw.bandwidth,
-                    sms=hw.architecture.compute_units.value, timing=conv.timing, flops=op.flops, nbytes=op.bytes,
-                    shape=shape, on=conv.model.on, overlap=conv.overlap, kernels=hw.kernels)
+    t = class_times(
+        cls,
+        params,
+        peak=op.peak or class_peak(hw, cls, op.dtype),
+        bandwidth=hw.bandwidth,
+        sms=hw.architecture.compute_units.value,
+        timing=conv.timing,
+        flops=op.flops,
+        nbytes=op.bytes,
+        shape=shape,
+        on=conv.model.on,
+        overlap=conv.overlap,
+        kernels=hw.kernels,
+    )
     return t.compute, t.memory, (t.fixed + t.units) * op.launches, t.body
 
 
@@ -124,9 +146,16 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
         if small.all():
             return dense
         own = price(dataclasses.replace(op, small_call=False), shape, hw, conv)
-        return OpTime(*(np.where(small, a, b) for a, b in zip((dense.compute, dense.memory, dense.overhead, dense.time),
-                                                            (own.compute, own.memory, own.overhead, own.time))),
-                      own.cls)
+        return OpTime(
+            *(
+                np.where(small, a, b)
+                for a, b in zip(
+                    (dense.compute, dense.memory, dense.overhead, dense.time),
+                    (own.compute, own.memory, own.overhead, own.time),
+                )
+            ),
+            own.cls,
+        )
     cls = op.cls
     resolved: Resolved | None = conv.model.resolved if conv.model.active else None
     if params is None and cls is not None and resolved is not None:
@@ -137,8 +166,9 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
         one = one_query(shape) if cls == "prefill_attention" else np.asarray(False)
         if decode is not None and np.any(one):
             alone = _fitted(op, "decode_attention", decode, decode_shape(shape), hw, conv)
-            compute, memory, overhead, body = (np.where(one, a, b) for a, b in
-                                               zip(alone, (compute, memory, overhead, body)))
+            compute, memory, overhead, body = (
+                np.where(one, a, b) for a, b in zip(alone, (compute, memory, overhead, body))
+            )
         return _finish(compute, memory, overhead, body + overhead, cls)
     # the datasheet roofline: the dtype's peak (the vector peak for elementwise ops), the profile's bandwidth, and
     # the profile's launch cost per kernel unless the fixed-cost mechanism is off (--without all: the bare roofline);
@@ -173,8 +203,12 @@ def measured_collectives(hw):
     from costmodel.price.origin import reference_for
 
     ref = reference_for(hw)
-    if ref is None or ref.collectives is None or hw.interconnect_bytes_per_s is None or \
-            ref.interconnect_bytes_per_s is None:
+    if (
+        ref is None
+        or ref.collectives is None
+        or hw.interconnect_bytes_per_s is None
+        or ref.interconnect_bytes_per_s is None
+    ):
         return None
     return ref.collectives, hw.interconnect_bytes_per_s.value / ref.interconnect_bytes_per_s.value, ref.id
 
@@ -211,8 +245,10 @@ def _all_reduce(op: KernelOp, hw, conv: Conventions) -> OpTime:
         return _all_reduce_in_domain(op, hw, conv)
     domain = hw.domain
     if op.devices % domain:
-        raise CostModelError(f"tensor parallel over {op.devices} x {hw.id} crosses its {domain}-device scale-up "
-                             f"domain and is not a whole number of {domain}-device domains")
+        raise CostModelError(
+            f"tensor parallel over {op.devices} x {hw.id} crosses its {domain}-device scale-up "
+            f"domain and is not a whole number of {domain}-device domains"
+        )
     bandwidth, step = hw.network(f"tensor parallel over {op.devices} devices")
     inner = _all_reduce_in_domain(dataclasses.replace(op, devices=domain), hw, conv, cross_node=True)
     # the slowest hop paces the ring: the network port, or the in-domain links where those are slower
@@ -247,8 +283,9 @@ def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool 
         return _finish(0.0, transfer, latency, transfer + latency, None)
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: tensor parallelism needs both")
-    transfer, latency = ring_all_reduce(op.bytes, op.devices, hw.interconnect_bytes_per_s.value / 2,
-                                        hw.interconnect_latency_s.value)
+    transfer, latency = ring_all_reduce(
+        op.bytes, op.devices, hw.interconnect_bytes_per_s.value / 2, hw.interconnect_latency_s.value
+    )
     return _finish(0.0, transfer, latency * op.launches, transfer + latency * op.launches, None)
 
 
@@ -291,8 +328,7 @@ class Precision:
         their GEMMs in the activation dtype."""
         if not self.experts_only:
             return self
-        return dataclasses.replace(self, weight=self.dense_weight, gemm_dtype=None, gemm_kernel=None,
-                                   dense_weight=None)
+        return dataclasses.replace(self, weight=self.dense_weight, gemm_dtype=None, gemm_kernel=None, dense_weight=None)
 
     def experts_class(self, weighted: bool = True) -> str | None:
         """The kernel class of a mixture of experts' grouped GEMMs: the engine's MoE kernel of the weights' format
@@ -368,8 +404,9 @@ def _send(op: KernelOp, hw) -> OpTime:
     return _finish(0.0, transfer, lat * op.launches, transfer + lat * op.launches, None)
 
 
-def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=1, *, kernel_dims=None,
-                window=None) -> list[ProgramOp]:
+def program_ops(
+    compiled, dims: dict, mode: str, precision: Precision, launches=1, *, kernel_dims=None, window=None
+) -> list[ProgramOp]:
     """Every op of a compiled program (attention, or a block of a model step) at ``dims`` (numbers, or arrays
     for a sweep): what a prediction, a sweep and a model step price, by the same loop. ``kernel_dims`` are
     the dimensions of the attention kernel where they differ from the program's (multi-head latent
@@ -380,9 +417,17 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
     weights, cache = compiled.storage(dims)
     out = []
     outside = precision.outside_experts()
-    for name, kind, einsum, f, e, w, c, gemm, grouped in zip(compiled.names, compiled.kinds, compiled.einsums, flops,
-                                                             elements, weights, cache, compiled.gemm_shapes(dims),
-                                                             compiled.grouped):
+    for name, kind, einsum, f, e, w, c, gemm, grouped in zip(
+        compiled.names,
+        compiled.kinds,
+        compiled.einsums,
+        flops,
+        elements,
+        weights,
+        cache,
+        compiled.gemm_shapes(dims),
+        compiled.grouped,
+    ):
         # the routed experts' grouped products in the checkpoint's format; every other op as the rest of it is stored
         p = precision if grouped else outside
         # a product with weight operands, however many of them an entry of an array reads (a step that routes no
@@ -404,8 +449,7 @@ def program_ops(compiled, dims: dict, mode: str, precision: Precision, launches=
             if grouped and "called" in dims:  # the tokens the layer's kernel is given
                 gemm["tokens"] = dims["called"]
         cls = efficiency_class(kind, name)
-        shape = op_shape(cls, dims if kernel_dims is None or gemm is not None else kernel_dims, mode, gemm, name,
-                         p.act)
+        shape = op_shape(cls, dims if kernel_dims is None or gemm is not None else kernel_dims, mode, gemm, name, p.act)
         if window is not None and cls == "prefill_attention":
             shape = dataclasses.replace(shape, window=window)
         out.append(ProgramOp(op, shape, einsum, weighted))

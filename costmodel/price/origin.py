@@ -9,9 +9,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from costmodel.hardware.mechanisms import (CLASSES, FALLBACK, GEMMS, LOW_PRECISION_GEMM, MECHANISMS, MOE_GEMM, TIMINGS,
-                                  VECTOR_CLASSES, WEIGHT_MATH)
-
+from costmodel.hardware.mechanisms import (
+    CLASSES,
+    FALLBACK,
+    GEMMS,
+    LOW_PRECISION_GEMM,
+    MECHANISMS,
+    MOE_GEMM,
+    TIMINGS,
+    VECTOR_CLASSES,
+    WEIGHT_MATH,
+)
 
 #: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
 #: same generation, else the nearest older one, else the nearest newer one.
@@ -72,16 +80,21 @@ def reference_for(hw, exclude=(), cls: str | None = None):
     gen = GENERATIONS.index(hw.architecture.generation)
     from costmodel.hardware.catalog import fitted_profiles
 
-    fitted = [p for p in fitted_profiles() if p.architecture.generation in GENERATIONS and p.id != hw.id
-              and p.id not in exclude]
+    fitted = [
+        p
+        for p in fitted_profiles()
+        if p.architecture.generation in GENERATIONS and p.id != hw.id and p.id not in exclude
+    ]
     if not fitted:
         return None
     kind = attention_kind(hw) if cls in ATTENTION_CLASSES else None
     if kind is not None:
         fitted = [p for p in fitted if attention_kind(p) == kind] or fitted
+
     def rank(p):
         other = GENERATIONS.index(p.architecture.generation)
         return (other != gen, other > gen, abs(other - gen), p.id)
+
     return min(fitted, key=rank)
 
 
@@ -127,15 +140,19 @@ def transfer(eff, src, dst, cls: str | None = None):
         ceiling = min(1.0, eff.bandwidth_ceiling * vector_bandwidth_scale(src, dst))
         half = eff.bandwidth_half_bytes * ceiling * dst.bandwidth / (eff.bandwidth_ceiling * src.bandwidth)
         return eff.model_copy(update={"bandwidth_ceiling": ceiling, "bandwidth_half_bytes": half, "fitted": ()})
-    fixed = ({k: v * per_clock for k, v in eff.fixed_s.items()} if cls in CLOCKED_FIXED_COST else eff.fixed_s)
-    return eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
-                                  "fixed_s": fixed,
-                                  "unit_sm_s": eff.unit_sm_s * per_clock,
-                                  "combine_split_s": eff.combine_split_s * per_clock,
-                                  "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock,
-                                  "score_s": eff.score_s * per_clock * sms,
-                                  "tile_s": eff.tile_s * per_clock,
-                                  "fitted": ()})
+    fixed = {k: v * per_clock for k, v in eff.fixed_s.items()} if cls in CLOCKED_FIXED_COST else eff.fixed_s
+    return eff.model_copy(
+        update={
+            "bandwidth_half_bytes": eff.bandwidth_half_bytes * dst.bandwidth / src.bandwidth,
+            "fixed_s": fixed,
+            "unit_sm_s": eff.unit_sm_s * per_clock,
+            "combine_split_s": eff.combine_split_s * per_clock,
+            "unsplit_sm_bandwidth": eff.unsplit_sm_bandwidth / per_clock,
+            "score_s": eff.score_s * per_clock * sms,
+            "tile_s": eff.tile_s * per_clock,
+            "fitted": (),
+        }
+    )
 
 
 def vector_bandwidth_scale(src, dst) -> float:
@@ -187,10 +204,16 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     # spent what its own took (TRANSFER_RULE): the half-bandwidth bytes as fitted, not scaled as the same kernel's on
     # wider memory, and the unit time by the SMs' bandwidth shares, not by the clocks
     per_clock, _ = _ratios(ref, hw)
-    eff = eff.model_copy(update={"bandwidth_half_bytes": eff.bandwidth_half_bytes * ref.bandwidth / hw.bandwidth,
-                                 "unit_sm_s": eff.unit_sm_s / per_clock * _sm_share(ref) / _sm_share(hw)})
-    where = where.noted(f" (its bandwidth ramp kept in bytes and its work unit's time at each SM's share of the "
-                        f"bandwidth: {mine.replace('_', ' ')}, not {theirs.replace('_', ' ')})")
+    eff = eff.model_copy(
+        update={
+            "bandwidth_half_bytes": eff.bandwidth_half_bytes * ref.bandwidth / hw.bandwidth,
+            "unit_sm_s": eff.unit_sm_s / per_clock * _sm_share(ref) / _sm_share(hw),
+        }
+    )
+    where = where.noted(
+        f" (its bandwidth ramp kept in bytes and its work unit's time at each SM's share of the "
+        f"bandwidth: {mine.replace('_', ' ')}, not {theirs.replace('_', ' ')})"
+    )
     if DECODE_KERNELS[mine] == eff.split_kv:
         return eff, where
     update = {"split_kv": DECODE_KERNELS[mine]}
@@ -199,8 +222,9 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
         # a work unit whose context is not split is streamed by one SM, which draws no more than its share of the
         # memory; a reference whose kernel always splits has no fitted rate for it
         update["unsplit_sm_bandwidth"] = share = _sm_share(hw)
-        where = where.noted(f"; an unsplit context streamed by one SM at its share of the bandwidth "
-                            f"({share / 1e9:.1f} GB/s)")
+        where = where.noted(
+            f"; an unsplit context streamed by one SM at its share of the bandwidth ({share / 1e9:.1f} GB/s)"
+        )
     if gemm is None and ref.efficiency is not None:
         gemm = ref.efficiency.classes.get("gemm")
     # a small kernel of this device: the reference's GEMM class carried here, its fixed cost at this clock
@@ -208,8 +232,10 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     if mine in DECODE_LAUNCHES and launch is not None:
         n = DECODE_LAUNCHES[mine]
         update |= {"split_s": n["combine"] * launch, "group_copy_s": n["copies"] * launch}
-        where = where.noted(f"; its combine kernel and its query's copies in and out at {ref.id}'s fixed cost of a "
-                            f"small kernel each at this clock ({launch * 1e6:.2f} µs, its GEMM class's)")
+        where = where.noted(
+            f"; its combine kernel and its query's copies in and out at {ref.id}'s fixed cost of a "
+            f"small kernel each at this clock ({launch * 1e6:.2f} µs, its GEMM class's)"
+        )
     return eff.model_copy(update=update), where
 
 
@@ -248,16 +274,24 @@ def _own_softmax(eff, where, hw, ref):
         return eff, where
     sms, clock = arch.compute_units.value, (arch.clock_hz or ref_clock).value
     if mine == "synchronous" and theirs != mine:
-        return (eff.model_copy(update={"score_s": own / (sms * clock)}),
-                where.noted(f"; a score's softmax at {hw.id}'s own units ({own:.3f} SM cycles: "
-                            f"{arch.kernels.decode_kernel.replace('_', ' ')} runs it between its matrix products)"))
+        return (
+            eff.model_copy(update={"score_s": own / (sms * clock)}),
+            where.noted(
+                f"; a score's softmax at {hw.id}'s own units ({own:.3f} SM cycles: "
+                f"{arch.kernels.decode_kernel.replace('_', ' ')} runs it between its matrix products)"
+            ),
+        )
     theirs_cycles = _softmax_cycles(ref, clock)
     if mine != theirs or theirs_cycles is None or abs(own / theirs_cycles - 1) < 1e-9:
         return eff, where
     ratio = own / theirs_cycles
-    return (eff.model_copy(update={"score_s": eff.score_s * ratio}),
-            where.noted(f"; a score's softmax {ratio:.2f}x the SM cycles of {ref.id}'s ({own:.3f} against "
-                        f"{theirs_cycles:.3f} at each device's FP32 lanes and special-function units)"))
+    return (
+        eff.model_copy(update={"score_s": eff.score_s * ratio}),
+        where.noted(
+            f"; a score's softmax {ratio:.2f}x the SM cycles of {ref.id}'s ({own:.3f} against "
+            f"{theirs_cycles:.3f} at each device's FP32 lanes and special-function units)"
+        ),
+    )
 
 
 def _own_prefill_tiles(eff, where, hw, ref):
@@ -275,8 +309,9 @@ def _own_prefill_tiles(eff, where, hw, ref):
     pack = PREFILL_PACKS_GQA.get(mine)
     if pack is not None and pack != eff.pack_gqa:
         update["pack_gqa"] = pack
-        said.append(f"a group's query heads {'in' if pack else 'not in'} one tile, as {mine.replace('_', ' ')} "
-                    f"tiles them")
+        said.append(
+            f"a group's query heads {'in' if pack else 'not in'} one tile, as {mine.replace('_', ' ')} tiles them"
+        )
     ctas, theirs_ctas = PREFILL_CTAS_PER_SM.get(mine), PREFILL_CTAS_PER_SM.get(theirs)
     if ctas is not None and theirs_ctas is not None and ctas > theirs_ctas and eff.tile_s:
         update["tile_s"] = 0.0
@@ -352,8 +387,10 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
         if group not in found:
             r = reference_for(hw, seen, cls) if reference == "auto" else reference
             # what the reference itself predicts with: its own fit, and what it borrows (never from here)
-            found[group] = r, (resolve(r, timing, "auto" if reference == "auto" else None, seen)
-                               if r is not None else None)
+            found[group] = (
+                r,
+                (resolve(r, timing, "auto" if reference == "auto" else None, seen) if r is not None else None),
+            )
         return found[group]
 
     def ref(cls):
@@ -381,8 +418,11 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
                 classes[cls], origin[cls] = classes[other], origin[other].noted(f" (its {other} class)")
             continue
         eff = mine if mine is not None else transfer(theirs, ref(cls), hw, cls)
-        where = (Origin("fitted", hw.id) if mine is not None else
-                 Origin("transferred", ref(cls).id, via=lookup(cls)[1].origin[cls]))
+        where = (
+            Origin("fitted", hw.id)
+            if mine is not None
+            else Origin("transferred", ref(cls).id, via=lookup(cls)[1].origin[cls])
+        )
         if mine is None:
             eff, where = _own_kernel(eff, where, hw, ref(cls), cls, timing)
         if timing not in eff.fixed_s:
@@ -397,8 +437,9 @@ def resolve(hw, timing: str, reference="auto", _seen: frozenset = frozenset()) -
                 # a class fitted under another convention only: the launch of its parent class's kernels
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: classes[other].fixed_s[timing]}})
                 where = where.noted(f" ({timing} fixed cost of its {other} class)")
-            elif child := next((c for c, parent in FALLBACK.items() if parent == cls and c in own
-                                and timing in own[c].fixed_s), None):
+            elif child := next(
+                (c for c, parent in FALLBACK.items() if parent == cls and c in own and timing in own[c].fixed_s), None
+            ):
                 # or of its first child class fitted under that convention (an RMSNorm launched like a LayerNorm)
                 eff = eff.model_copy(update={"fixed_s": {**eff.fixed_s, timing: own[child].fixed_s[timing]}})
                 where = where.noted(f" ({timing} fixed cost of its {child} class)")

@@ -58,8 +58,10 @@ def _document(title: str, body: str) -> str:
 def _command(argv: list[str], verb: str) -> str:
     """The command as the page gives it, with a button that copies it."""
     command = shlex.join(["costmodel", *argv])
-    return (f'{verb} <code id="command">{html.escape(command)}</code>\n'
-            '<button type="button" onclick="copyCommand()">copy the command</button>')
+    return (
+        f'{verb} <code id="command">{html.escape(command)}</code>\n'
+        '<button type="button" onclick="copyCommand()">copy the command</button>'
+    )
 
 
 def _data(data, what: str) -> tuple[str, str]:
@@ -67,9 +69,11 @@ def _data(data, what: str) -> tuple[str, str]:
     dumped = json.dumps(data, indent=1)
     download = base64.b64encode(dumped.encode("utf-8")).decode("ascii")
     embedded = dumped.replace("</", "<\\/")
-    return (f'<a class="button" download="costmodel.json" href="data:application/json;base64,{download}">'
-            f"download the {what}</a>",
-            f'<script type="application/json" id="data">{embedded}</script>\n<pre>{html.escape(dumped)}</pre>')
+    return (
+        f'<a class="button" download="costmodel.json" href="data:application/json;base64,{download}">'
+        f"download the {what}</a>",
+        f'<script type="application/json" id="data">{embedded}</script>\n<pre>{html.escape(dumped)}</pre>',
+    )
 
 
 def _svg(fig) -> str:
@@ -80,7 +84,7 @@ def _svg(fig) -> str:
     fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | None]]):
@@ -93,11 +97,20 @@ def _op_chart(title: str, rows: list[tuple[str, float, float | None, float | Non
     ax.barh(names, times, color="#4c72b0", gid="ops")
     ranged = [(i, r) for i, r in enumerate(rows) if r[2] is not None]
     if ranged:
-        ax.errorbar([rows[i][1] * 1e3 for i, _ in ranged], [i for i, _ in ranged],
-                    xerr=[[(r[1] - r[2]) * 1e3 for _, r in ranged], [(r[3] - r[1]) * 1e3 for _, r in ranged]],
-                    fmt="none", ecolor="black", elinewidth=1, capsize=3, gid="bands")
+        ax.errorbar(
+            [rows[i][1] * 1e3 for i, _ in ranged],
+            [i for i, _ in ranged],
+            xerr=[[(r[1] - r[2]) * 1e3 for _, r in ranged], [(r[3] - r[1]) * 1e3 for _, r in ranged]],
+            fmt="none",
+            ecolor="black",
+            elinewidth=1,
+            capsize=3,
+            gid="bands",
+        )
     ax.invert_yaxis()
-    ax.set(xlabel="time (ms); whiskers: the measured range of measured / predicted (costmodel.price.bands)", title=title)
+    ax.set(
+        xlabel="time (ms); whiskers: the measured range of measured / predicted (costmodel.price.bands)", title=title
+    )
     ax.grid(True, axis="x", alpha=0.3)
     return fig
 
@@ -107,8 +120,12 @@ def _capacity_chart(data: dict):
     plt = _pyplot()
     points = [p for p in data["points"] if p.get("at")]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(points) + 1.4), layout="constrained")
-    ax.barh([f"{p['device']}, {p['attention']} ({p['concurrency']} clients)" for p in points],
-            [p["at"]["output_tokens_per_s_per_device"] for p in points], color="#4c72b0", gid="capacity")
+    ax.barh(
+        [f"{p['device']}, {p['attention']} ({p['concurrency']} clients)" for p in points],
+        [p["at"]["output_tokens_per_s_per_device"] for p in points],
+        color="#4c72b0",
+        gid="capacity",
+    )
     ax.invert_yaxis()
     ax.set(xlabel="output tokens/s per device at the most clients under the targets", title=data.get("engine", ""))
     ax.grid(True, axis="x", alpha=0.3)
@@ -127,14 +144,30 @@ def _roofline_chart(item: dict):
     intensity = [o["flops"] / o["bytes"] for o in ops]
     lo, hi = min(intensity + [1.0]) / 2, max(intensity + [hw["ridge_point_flops_per_byte"]]) * 2
     x = np.geomspace(lo, hi, 200)
-    ax.plot(x, np.minimum(hw["peak_flops_per_s"], hw["memory_bandwidth_bytes_per_s"] * x), color="black",
-            label=f"roof: {hw['dtype']} peak, memory bandwidth", gid="roofline")
-    ax.scatter(intensity, [o["flops"] / o["time_s"] for o in ops], color="#4c72b0", zorder=3,
-               label="each op at its predicted time", gid="roofline_ops")
+    ax.plot(
+        x,
+        np.minimum(hw["peak_flops_per_s"], hw["memory_bandwidth_bytes_per_s"] * x),
+        color="black",
+        label=f"roof: {hw['dtype']} peak, memory bandwidth",
+        gid="roofline",
+    )
+    ax.scatter(
+        intensity,
+        [o["flops"] / o["time_s"] for o in ops],
+        color="#4c72b0",
+        zorder=3,
+        label="each op at its predicted time",
+        gid="roofline_ops",
+    )
     for o, i in zip(ops, intensity):
         ax.annotate(o["name"], (i, o["flops"] / o["time_s"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOPs per byte)", ylabel="FLOPs per second",
-           title=f"{hw['id']}: {item['model']['name']} decode step, per device")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (FLOPs per byte)",
+        ylabel="FLOPs per second",
+        title=f"{hw['id']}: {item['model']['name']} decode step, per device",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -167,16 +200,19 @@ def charts(data) -> list[str]:
         elif "ops" in item and "workload" in item and "variant" in item["workload"]:
             w = item["workload"]
             rows = [(o["name"], o["time_s"], *_band(o)) for o in item["ops"]]
-            out.append(_svg(_op_chart(f"{item['hardware']['id']}: {w['variant'].upper()} (g={w['g']}), per layer",
-                                      rows)))
+            out.append(
+                _svg(_op_chart(f"{item['hardware']['id']}: {w['variant'].upper()} (g={w['g']}), per layer", rows))
+            )
         elif "decode" in item and "ops" in item["decode"]:
             rows = [(f"{o['section']}: {o['name']}", o["time_s"], *_band(o)) for o in item["decode"]["ops"]]
             out.append(_svg(_op_chart(f"{item['hardware']['id']}: {item['model']['name']} decode step", rows)))
             out.append(_svg(_roofline_chart(item)))
         elif "ttft_s" in item and ("tpot_s" in item or "tpot_mean_s" in item):
             tpot = "tpot_s" if "tpot_s" in item else "tpot_mean_s"
-            rows = [(name, item[value], *_band({"band": item.get(band)}))
-                    for value, band, name in (("ttft_s", "ttft_band", "TTFT (mean)"), (tpot, "tpot_band", "TPOT (mean)"))]
+            rows = [
+                (name, item[value], *_band({"band": item.get(band)}))
+                for value, band, name in (("ttft_s", "ttft_band", "TTFT (mean)"), (tpot, "tpot_band", "TPOT (mean)"))
+            ]
             device = item.get("hardware", {}).get("id", "")
             out.append(_svg(_op_chart(f"{item.get('model_name', item.get('model', ''))} on {device}", rows)))
     return out
@@ -196,8 +232,10 @@ def _query(argv: list[str]) -> str:
 
 def _linked(argv: list[str]) -> str:
     """A command, with the query of the web page's view of it (made a link there)."""
-    return (f'<code class="point" data-query="{html.escape(_query(argv))}">'
-            f"{html.escape(shlex.join(['costmodel', *argv]))}</code>")
+    return (
+        f'<code class="point" data-query="{html.escape(_query(argv))}">'
+        f"{html.escape(shlex.join(['costmodel', *argv]))}</code>"
+    )
 
 
 def _points(data) -> str:
@@ -209,8 +247,10 @@ def _points(data) -> str:
         f"<li>{html.escape(p['device'])}, {html.escape(p['layout'])}, {p['concurrency']} clients: TTFT "
         f"{duration(p['ttft_s'], 4)}, TPOT {duration(p['tpot_s'], 4)}, {p['output_tokens_per_s_per_device']:,.0f} "
         f"tokens/s per device: {_linked(p['command'])}"
-        + (f"; its decode step: {_linked(p['step_command'])}" if p.get("step_command") else "") + "</li>"
-        for p in rows)
+        + (f"; its decode step: {_linked(p['step_command'])}" if p.get("step_command") else "")
+        + "</li>"
+        for p in rows
+    )
     return f"<h2>The front, point by point</h2>\n<ul>\n{lines}\n</ul>"
 
 
@@ -219,15 +259,19 @@ def _csv_link(csv: str | None) -> str:
     if not csv:
         return ""
     download = base64.b64encode(csv.encode("utf-8")).decode("ascii")
-    return (f'<a class="button" download="costmodel.csv" href="data:text/csv;base64,{download}">download the rows '
-            "as CSV</a>")
+    return (
+        f'<a class="button" download="costmodel.csv" href="data:text/csv;base64,{download}">download the rows '
+        "as CSV</a>"
+    )
 
 
 def _related(related) -> str:
     """Other commands' pages beside this one: (heading, what it shows, its arguments) each (a link on the web
     page)."""
-    return "".join(f"<h2>{html.escape(heading)}</h2>\n<p>{html.escape(what)}: {_linked(argv)}</p>\n"
-                   for heading, what, argv in related)
+    return "".join(
+        f"<h2>{html.escape(heading)}</h2>\n<p>{html.escape(what)}: {_linked(argv)}</p>\n"
+        for heading, what, argv in related
+    )
 
 
 def page(title: str, argv: list[str], table: str, data, csv: str | None = None, related=()) -> str:
@@ -236,16 +280,19 @@ def page(title: str, argv: list[str], table: str, data, csv: str | None = None, 
     link, shown = _data(data, "JSON")
     link += _csv_link(csv)
     figures = "\n".join(f'<div class="figure">{svg}</div>' for svg in charts(data))
-    return _document(title, f"""<p>{_command(argv, "The same numbers print with")}
+    return _document(
+        title,
+        f"""<p>{_command(argv, "The same numbers print with")}
 {link}</p>
 <h2>Charts</h2>
-{figures or '<p>(no chart for this prediction)</p>'}
+{figures or "<p>(no chart for this prediction)</p>"}
 {_points(data)}
 {_related(related)}
 <h2>Table</h2>
 <pre id="table">{html.escape(table)}</pre>
 <h2>JSON</h2>
-{shown}""")
+{shown}""",
+    )
 
 
 def figure_page(fig, data=None) -> str:
@@ -254,7 +301,8 @@ def figure_page(fig, data=None) -> str:
     import click
 
     title = (fig._suptitle.get_text() if fig._suptitle is not None else "") or next(
-        (ax.get_title() for ax in fig.axes if ax.get_title()), "costmodel figure")
+        (ax.get_title() for ax in fig.axes if ax.get_title()), "costmodel figure"
+    )
     ctx = click.get_current_context(silent=True)
     body = []
     if ctx is not None:

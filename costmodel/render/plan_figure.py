@@ -15,10 +15,15 @@ def draw_plan(plan):
     plt = _pyplot()
     data = plan.model_dump(mode="json") if hasattr(plan, "model_dump") else plan
     fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
-    xy = lambda pts: ([p["output_tokens_per_s_per_user"] for p in pts],  # noqa: E731
-                      [p["output_tokens_per_s_per_device"] for p in pts])
-    targets = [f"{name} <= {data[key] * 1e3:g} ms" for key, name in (("ttft_target_s", "TTFT"), ("tpot_target_s", "TPOT"))
-               if data.get(key) is not None]
+    xy = lambda pts: (  # noqa: E731
+        [p["output_tokens_per_s_per_user"] for p in pts],
+        [p["output_tokens_per_s_per_device"] for p in pts],
+    )
+    targets = [
+        f"{name} <= {data[key] * 1e3:g} ms"
+        for key, name in (("ttft_target_s", "TTFT"), ("tpot_target_s", "TPOT"))
+        if data.get(key) is not None
+    ]
     for i, device in enumerate(dict.fromkeys(p["device"] for p in data["points"])):
         color = f"C{i}"
         mine = lambda key: [p for p in data.get(key) or [] if p["device"] == device]  # noqa: E731
@@ -32,29 +37,68 @@ def draw_plan(plan):
         ranged = [(p, rate_range(p, data["output_len"])) for p in front]
         ranged = [(p, r) for p, r in ranged if r is not None]
         if ranged:
-            edge = [(p["output_tokens_per_s_per_user"] * f, p["output_tokens_per_s_per_device"] * f)
-                    for p, f in [(p, r[0]) for p, r in ranged] + [(p, r[1]) for p, r in ranged[::-1]]]
-            ax.fill([e[0] for e in edge], [e[1] for e in edge], color=color, alpha=0.15, lw=0,
-                    label=f"{device}: range of measured means", gid=f"band:{device}")
+            edge = [
+                (p["output_tokens_per_s_per_user"] * f, p["output_tokens_per_s_per_device"] * f)
+                for p, f in [(p, r[0]) for p, r in ranged] + [(p, r[1]) for p, r in ranged[::-1]]
+            ]
+            ax.fill(
+                [e[0] for e in edge],
+                [e[1] for e in edge],
+                color=color,
+                alpha=0.15,
+                lw=0,
+                label=f"{device}: range of measured means",
+                gid=f"band:{device}",
+            )
         full = [p for p in mine("points") if p.get("kv_cache_full")]
         if full:
-            ax.scatter(*xy(full), marker="x", s=36, color="black", zorder=5,
-                       label=f"{device}: KV cache full (the memory limit)", gid=f"kv_full:{device}")
+            ax.scatter(
+                *xy(full),
+                marker="x",
+                s=36,
+                color="black",
+                zorder=5,
+                label=f"{device}: KV cache full (the memory limit)",
+                gid=f"kv_full:{device}",
+            )
         for p in front:
-            ax.annotate(f"{p['layout']}, c={p['concurrency']}",
-                        (p["output_tokens_per_s_per_user"], p["output_tokens_per_s_per_device"]),
-                        xytext=(3, 3), textcoords="offset points", fontsize=6, color="0.3")
+            ax.annotate(
+                f"{p['layout']}, c={p['concurrency']}",
+                (p["output_tokens_per_s_per_user"], p["output_tokens_per_s_per_device"]),
+                xytext=(3, 3),
+                textcoords="offset points",
+                fontsize=6,
+                color="0.3",
+            )
         if targets:
             missed = [p for p in front if not p.get("meets_targets")]
             if missed:
-                ax.scatter(*xy(missed), s=60, facecolors="white", edgecolors="#c44e52", zorder=3,
-                           label=f"{device}: misses the targets", gid=f"misses:{device}")
+                ax.scatter(
+                    *xy(missed),
+                    s=60,
+                    facecolors="white",
+                    edgecolors="#c44e52",
+                    zorder=3,
+                    label=f"{device}: misses the targets",
+                    gid=f"misses:{device}",
+                )
             for b in mine("best"):
-                ax.scatter(*xy([b]), marker="*", s=220, color=color, edgecolors="black", zorder=4,
-                           label=f"{device}: best under the targets, {b['layout']}", gid=f"best:{device}")
-    ax.set(xlabel="output tokens/s per user", ylabel="output tokens/s per device",
-           title=f"{data['model_name']} on {data['devices']} devices, {data['engine']}: requests of "
-                 f"{data['input_len']} + {data['output_len']} tokens" + (f"\n({', '.join(targets)})" if targets else ""))
+                ax.scatter(
+                    *xy([b]),
+                    marker="*",
+                    s=220,
+                    color=color,
+                    edgecolors="black",
+                    zorder=4,
+                    label=f"{device}: best under the targets, {b['layout']}",
+                    gid=f"best:{device}",
+                )
+    ax.set(
+        xlabel="output tokens/s per user",
+        ylabel="output tokens/s per device",
+        title=f"{data['model_name']} on {data['devices']} devices, {data['engine']}: requests of "
+        f"{data['input_len']} + {data['output_len']} tokens" + (f"\n({', '.join(targets)})" if targets else ""),
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=7)
     return fig

@@ -71,18 +71,41 @@ def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: 
         ax.plot([lo, ridge], [lo * bw, peak], gid=f"memory_roof:{hw.id}", **style)
         ax.plot([ridge, hi], [peak, peak], gid=f"compute_roof:{hw.id}", **style)
         ax.plot([ridge], [peak], marker="|", ms=12, gid=f"ridge:{hw.id}", **style)
-        ax.annotate(f"ridge {ridge:.0f}", (ridge, peak), xytext=(0, 8), textcoords="offset points", ha="center",
-                    fontsize=7.5, color=style["color"])
-        ax.annotate(si(bw, "B/s"), (lo, lo * bw), xytext=(4, 7), textcoords="offset points", fontsize=7.5,
-                    color=style["color"])
-        roof_handles.append(Line2D([], [], **style, label=f"{hw.name}\n{si(peak, 'FLOP/s')} {dtype}, "
-                                                          f"{si(bw, 'B/s')}, ridge {ridge:.0f} FLOP/B"))
+        ax.annotate(
+            f"ridge {ridge:.0f}",
+            (ridge, peak),
+            xytext=(0, 8),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7.5,
+            color=style["color"],
+        )
+        ax.annotate(
+            si(bw, "B/s"), (lo, lo * bw), xytext=(4, 7), textcoords="offset points", fontsize=7.5, color=style["color"]
+        )
+        roof_handles.append(
+            Line2D(
+                [],
+                [],
+                **style,
+                label=f"{hw.name}\n{si(peak, 'FLOP/s')} {dtype}, {si(bw, 'B/s')}, ridge {ridge:.0f} FLOP/B",
+            )
+        )
     # concentric markers: MHA largest, MQA smallest, so variants at one point all stay visible
     size = {"mha": 11, "gqa": 8, "mqa": 5}
     labels: dict[tuple, list[str]] = {}
     for p in sorted(points, key=lambda q: -size[q.variant]):
-        ax.plot([p.intensity], [p.attainable], ls="none", marker=MARKERS[p.mode], ms=size[p.variant],
-                mfc=COLORS[p.variant], mec="white", mew=0.7, gid=f"op:{p.variant}:{p.mode}:{p.op}")
+        ax.plot(
+            [p.intensity],
+            [p.attainable],
+            ls="none",
+            marker=MARKERS[p.mode],
+            ms=size[p.variant],
+            mfc=COLORS[p.variant],
+            mec="white",
+            mew=0.7,
+            gid=f"op:{p.variant}:{p.mode}:{p.op}",
+        )
         key = (round(math.log10(p.intensity), 2), round(math.log10(p.attainable), 2))
         if _short(p.op) not in labels.setdefault(key, []):
             labels[key].append(_short(p.op))
@@ -93,19 +116,57 @@ def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: 
         while any(abs(lx - px) < 0.45 and abs(y - py) < 0.12 for px, py in placed):
             y -= 0.12
         placed.append((lx, y))
-        ax.annotate(", ".join(ops), (10**lx, 10**ly), xytext=(10**(lx + 0.06), 10**(y - 0.03)),
-                    textcoords="data", fontsize=7, color="0.25", va="top")
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), xlabel="arithmetic intensity (FLOP/byte)",
-           ylabel="attainable throughput (FLOP/s)", title=title)
+        ax.annotate(
+            ", ".join(ops),
+            (10**lx, 10**ly),
+            xytext=(10 ** (lx + 0.06), 10 ** (y - 0.03)),
+            textcoords="data",
+            fontsize=7,
+            color="0.25",
+            va="top",
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(lo, hi),
+        xlabel="arithmetic intensity (FLOP/byte)",
+        ylabel="attainable throughput (FLOP/s)",
+        title=title,
+    )
     ax.grid(True, which="major", alpha=0.3)
-    handles = [Line2D([], [], ls="none", marker="o", ms=7, mfc=COLORS[v], mec="white",
-                      label=f"{NAMES[v]} (g={next(w.g for w in workloads if w.variant == v)})")
-               for v in dict.fromkeys(w.variant for w in workloads)]
-    handles += [Line2D([], [], ls="none", marker=MARKERS[m], ms=7, mfc="0.5", mec="white",
-                       label={"incremental": "decode step", "batched": "prefill (batched)",
-                              "generate": "generate"}[m]) for m in dict.fromkeys(w.mode for w in workloads)]
-    fig.legend(handles=roof_handles + handles, loc="outside right upper", frameon=False, fontsize=8,
-               title=f"roofs; ops on {hws[0].name}" if len(hws) > 1 else "roof and ops")
+    handles = [
+        Line2D(
+            [],
+            [],
+            ls="none",
+            marker="o",
+            ms=7,
+            mfc=COLORS[v],
+            mec="white",
+            label=f"{NAMES[v]} (g={next(w.g for w in workloads if w.variant == v)})",
+        )
+        for v in dict.fromkeys(w.variant for w in workloads)
+    ]
+    handles += [
+        Line2D(
+            [],
+            [],
+            ls="none",
+            marker=MARKERS[m],
+            ms=7,
+            mfc="0.5",
+            mec="white",
+            label={"incremental": "decode step", "batched": "prefill (batched)", "generate": "generate"}[m],
+        )
+        for m in dict.fromkeys(w.mode for w in workloads)
+    ]
+    fig.legend(
+        handles=roof_handles + handles,
+        loc="outside right upper",
+        frameon=False,
+        fontsize=8,
+        title=f"roofs; ops on {hws[0].name}" if len(hws) > 1 else "roof and ops",
+    )
     return fig
 
 
@@ -113,18 +174,31 @@ def _short(op: str) -> str:
     return op.replace("weighted_sum", "w_sum").replace("_proj", "")
 
 
-def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: str, values, records: list[dict],
-               limits: list, title: str, more=()):
+def draw_sweep(
+    hw: HardwareProfile,
+    workloads: list[Workload],
+    name: str,
+    dim: str,
+    values,
+    records: list[dict],
+    limits: list,
+    title: str,
+    more=(),
+):
     """Latency (and tokens/s when decoding) against the swept dimension, one curve per variant; ``more``:
     (device, records, limits) of further devices, drawn in the same colours with other line styles."""
     plt = _pyplot()
 
     decoding = workloads[0].mode != "batched"
-    fig, axes = plt.subplots(1, 2 if decoding else 1, figsize=(11 if decoding else 6.5, 4.6), layout="constrained",
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, 2 if decoding else 1, figsize=(11 if decoding else 6.5, 4.6), layout="constrained", squeeze=False
+    )
     span = max(values) / max(min(values), 1)
-    per = {"incremental": "per decode step", "generate": f"for {workloads[0].n} decode steps",
-           "batched": "per prefill"}[workloads[0].mode]
+    per = {
+        "incremental": "per decode step",
+        "generate": f"for {workloads[0].n} decode steps",
+        "batched": "per prefill",
+    }[workloads[0].mode]
     runs = [(hw, records, limits), *more]
     styles = ["-", "--", "-.", (0, (1, 1))]
     for k, (device, device_records, device_limits) in enumerate(runs):
@@ -140,22 +214,49 @@ def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: s
             for ax, (key, scale, ylabel) in zip(axes[0], series):
                 ys = [r[key] * scale for r in rec]
                 fit_x = [x for x, r in zip(xs, rec) if r["fits"]]
-                ax.plot(fit_x, [y for y, r in zip(ys, rec) if r["fits"]], marker=MARKERS[w.mode], ms=4,
-                        color=COLORS[w.variant], ls=styles[k % len(styles)], label=label,
-                        gid=f"curve:{gid_tag}{w.variant}:{key}")
+                ax.plot(
+                    fit_x,
+                    [y for y, r in zip(ys, rec) if r["fits"]],
+                    marker=MARKERS[w.mode],
+                    ms=4,
+                    color=COLORS[w.variant],
+                    ls=styles[k % len(styles)],
+                    label=label,
+                    gid=f"curve:{gid_tag}{w.variant}:{key}",
+                )
                 if key == "time_s" and all(r.get("low_s") is not None for r in rec) and len(runs) == 1:
-                    ax.fill_between(xs, [r["low_s"] * scale for r in rec], [r["high_s"] * scale for r in rec],
-                                    color=COLORS[w.variant], alpha=0.15, lw=0, gid=f"band:{w.variant}:{key}")
+                    ax.fill_between(
+                        xs,
+                        [r["low_s"] * scale for r in rec],
+                        [r["high_s"] * scale for r in rec],
+                        color=COLORS[w.variant],
+                        alpha=0.15,
+                        lw=0,
+                        gid=f"band:{w.variant}:{key}",
+                    )
                 over = [(x, y) for x, y, r in zip(xs, ys, rec) if not r["fits"]]
                 if over:
                     if fit_x:
                         over.insert(0, (fit_x[-1], ys[len(fit_x) - 1]))
-                    ax.plot(*zip(*over), ls=":", color=COLORS[w.variant], alpha=0.6,
-                            gid=f"no_fit:{gid_tag}{w.variant}:{key}")
+                    ax.plot(
+                        *zip(*over),
+                        ls=":",
+                        color=COLORS[w.variant],
+                        alpha=0.6,
+                        gid=f"no_fit:{gid_tag}{w.variant}:{key}",
+                    )
                 if limit.x is not None:
                     y = limit.time_s * scale if key == "time_s" else _tokens(w, name, limit.x, limit.time_s)
-                    ax.plot([limit.x], [y], marker="X", ms=10, color=COLORS[w.variant], mec="black", ls="none",
-                            gid=f"memory_limit:{gid_tag}{w.variant}:{key}")
+                    ax.plot(
+                        [limit.x],
+                        [y],
+                        marker="X",
+                        ms=10,
+                        color=COLORS[w.variant],
+                        mec="black",
+                        ls="none",
+                        gid=f"memory_limit:{gid_tag}{w.variant}:{key}",
+                    )
                 ax.set(xlabel=f"{name} ({dim})", ylabel=ylabel)
                 if span >= 10:
                     from matplotlib.ticker import FuncFormatter
@@ -166,12 +267,20 @@ def draw_sweep(hw: HardwareProfile, workloads: list[Workload], name: str, dim: s
                     ax.set_yscale("log")
                 ax.grid(True, which="major", alpha=0.3)
     capacities = ", ".join(dict.fromkeys(si(d.capacity, "B") for d, _, _ in runs))
-    axes[0][0].plot([], [], marker="X", ms=9, color="0.5", mec="black", ls="none",
-                    label=f"last point that fits in {capacities}")
+    axes[0][0].plot(
+        [], [], marker="X", ms=9, color="0.5", mec="black", ls="none", label=f"last point that fits in {capacities}"
+    )
     axes[0][0].plot([], [], ls=":", color="0.5", label="does not fit")
     if len(runs) == 1 and records and records[0].get("low_s") is not None:
-        axes[0][0].fill_between([], [], [], color="0.5", alpha=0.15, lw=0,
-                                label="measured range of measured / predicted (costmodel.price.bands)")
+        axes[0][0].fill_between(
+            [],
+            [],
+            [],
+            color="0.5",
+            alpha=0.15,
+            lw=0,
+            label="measured range of measured / predicted (costmodel.price.bands)",
+        )
     axes[0][0].legend(loc="best", fontsize=8)
     fig.suptitle(title)
     return fig
@@ -206,15 +315,31 @@ def draw_predicted_vs_measured(rows: list[dict], title: str, band: float = 0.2):
     values = [r[k] for r in rows for k in ("measured_s", "predicted_s")]
     lo, hi = min(values) / 1.5, max(values) * 1.5
     line = np.geomspace(lo, hi, 50)
-    ax.fill_between(line, line * (1 - band), line * (1 + band), color="0.85", gid="band",
-                    label=f"±{band:.0%}")
+    ax.fill_between(line, line * (1 - band), line * (1 + band), color="0.85", gid="band", label=f"±{band:.0%}")
     ax.plot(line, line, color="0.3", lw=1, gid="identity", label="predicted = measured")
     for i, group in enumerate(dict.fromkeys(r["group"] for r in rows)):
         sel = [r for r in rows if r["group"] == group]
-        ax.plot([r["measured_s"] for r in sel], [r["predicted_s"] for r in sel], ls="none", marker="o", ms=5,
-                color=f"C{i}", alpha=0.8, label=group, gid=f"points:{group}")
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time (s)",
-           ylabel="predicted time (s)", title=title, aspect="equal")
+        ax.plot(
+            [r["measured_s"] for r in sel],
+            [r["predicted_s"] for r in sel],
+            ls="none",
+            marker="o",
+            ms=5,
+            color=f"C{i}",
+            alpha=0.8,
+            label=group,
+            gid=f"points:{group}",
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(lo, hi),
+        ylim=(lo, hi),
+        xlabel="measured time (s)",
+        ylabel="predicted time (s)",
+        title=title,
+        aspect="equal",
+    )
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     return fig
@@ -227,22 +352,45 @@ def draw_groups(result: dict):
     rows = [r for r in result["rows"] if r.get("chip_ms_per_sample") is not None]
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     xs = [r["groups"] for r in rows]
-    ax.plot(xs, [r["chip_ms_per_sample"] for r in rows], marker="o", color=COLORS["gqa"], gid="time_per_sample",
-            label="predicted, total")
-    ax.plot(xs, [r["prefill_s"] * 1e3 * r["chip_ms_per_sample"] / ((r["prefill_s"] + r["decode_s"]) * 1e3)
-                 for r in rows], ls="--", color="0.5", gid="prefill_share", label="of which encoder (prefill)")
+    ax.plot(
+        xs,
+        [r["chip_ms_per_sample"] for r in rows],
+        marker="o",
+        color=COLORS["gqa"],
+        gid="time_per_sample",
+        label="predicted, total",
+    )
+    ax.plot(
+        xs,
+        [r["prefill_s"] * 1e3 * r["chip_ms_per_sample"] / ((r["prefill_s"] + r["decode_s"]) * 1e3) for r in rows],
+        ls="--",
+        color="0.5",
+        gid="prefill_share",
+        label="of which encoder (prefill)",
+    )
     chips = result.get("chips", 1)
     if chips > 1:
         ax.axvline(chips, ls=":", color="0.4", gid="replication_limit")
-        ax.annotate(f"g <= {chips}: each of the {chips} chips holds\none K/V head (replicated)", (chips, 0),
-                    xytext=(-6, 12), textcoords="offset points", ha="right", fontsize=8, color="0.3")
+        ax.annotate(
+            f"g <= {chips}: each of the {chips} chips holds\none K/V head (replicated)",
+            (chips, 0),
+            xytext=(-6, 12),
+            textcoords="offset points",
+            ha="right",
+            fontsize=8,
+            color="0.3",
+        )
     ax.set_xscale("log", base=2)
     from matplotlib.ticker import FuncFormatter
 
     ax.xaxis.set_major_formatter(FuncFormatter(_count))
-    ax.set(xlabel="key/value groups g (1 = MQA, 64 = MHA)", ylabel="time per sample (chip-ms)", ylim=(0, None),
-           title=f"T5 XXL on {chips} TPU v4 chips (tensor parallel): time per sample\n"
-                 + result["setup"].split(";")[1].strip())
+    ax.set(
+        xlabel="key/value groups g (1 = MQA, 64 = MHA)",
+        ylabel="time per sample (chip-ms)",
+        ylim=(0, None),
+        title=f"T5 XXL on {chips} TPU v4 chips (tensor parallel): time per sample\n"
+        + result["setup"].split(";")[1].strip(),
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     return fig
@@ -263,28 +411,73 @@ def draw_throughput_latency(records: list[dict], dim: str):
         label = attention if len(devices) == 1 else f"{device}, {attention}"
         fit = [r for r in rec if r["fits"]]
         over = [r for r in rec if not r["fits"]]
-        ax.plot([r["tpot_s"] * 1e3 for r in fit], [r["tokens_per_s_per_device"] for r in fit], marker="o", ms=4,
-                color=color, label=label, gid=f"curve:{device}:{attention}")
+        ax.plot(
+            [r["tpot_s"] * 1e3 for r in fit],
+            [r["tokens_per_s_per_device"] for r in fit],
+            marker="o",
+            ms=4,
+            color=color,
+            label=label,
+            gid=f"curve:{device}:{attention}",
+        )
         ranged = [r for r in fit if r.get("tpot_low_s") is not None]
         if ranged:
-            ax.errorbar([r["tpot_s"] * 1e3 for r in ranged], [r["tokens_per_s_per_device"] for r in ranged],
-                        xerr=[[(r["tpot_s"] - r["tpot_low_s"]) * 1e3 for r in ranged],
-                              [(r["tpot_high_s"] - r["tpot_s"]) * 1e3 for r in ranged]],
-                        fmt="none", ecolor=color, alpha=0.35, elinewidth=1, capsize=2,
-                        gid=f"band:{device}:{attention}")
+            ax.errorbar(
+                [r["tpot_s"] * 1e3 for r in ranged],
+                [r["tokens_per_s_per_device"] for r in ranged],
+                xerr=[
+                    [(r["tpot_s"] - r["tpot_low_s"]) * 1e3 for r in ranged],
+                    [(r["tpot_high_s"] - r["tpot_s"]) * 1e3 for r in ranged],
+                ],
+                fmt="none",
+                ecolor=color,
+                alpha=0.35,
+                elinewidth=1,
+                capsize=2,
+                gid=f"band:{device}:{attention}",
+            )
         if over:
             line = ([fit[-1]] if fit else []) + over
-            ax.plot([r["tpot_s"] * 1e3 for r in line], [r["tokens_per_s_per_device"] for r in line], ls=":",
-                    marker="o", ms=4, mfc="white", color=color, alpha=0.7, gid=f"no_fit:{device}:{attention}")
+            ax.plot(
+                [r["tpot_s"] * 1e3 for r in line],
+                [r["tokens_per_s_per_device"] for r in line],
+                ls=":",
+                marker="o",
+                ms=4,
+                mfc="white",
+                color=color,
+                alpha=0.7,
+                gid=f"no_fit:{device}:{attention}",
+            )
         if fit and over:
             last = fit[-1]
-            ax.plot([last["tpot_s"] * 1e3], [last["tokens_per_s_per_device"]], marker="X", ms=10, color=color,
-                    mec="black", ls="none", gid=f"memory_limit:{device}:{attention}")
-            ax.annotate(f"{dim.replace('_', ' ')} {last[dim]}", (last["tpot_s"] * 1e3, last["tokens_per_s_per_device"]),
-                        xytext=(5, -10), textcoords="offset points", fontsize=7.5, color=color)
+            ax.plot(
+                [last["tpot_s"] * 1e3],
+                [last["tokens_per_s_per_device"]],
+                marker="X",
+                ms=10,
+                color=color,
+                mec="black",
+                ls="none",
+                gid=f"memory_limit:{device}:{attention}",
+            )
+            ax.annotate(
+                f"{dim.replace('_', ' ')} {last[dim]}",
+                (last["tpot_s"] * 1e3, last["tokens_per_s_per_device"]),
+                xytext=(5, -10),
+                textcoords="offset points",
+                fontsize=7.5,
+                color=color,
+            )
     for r in records[:: max(len(records) // 12, 1)]:
-        ax.annotate(str(r[dim]), (r["tpot_s"] * 1e3, r["tokens_per_s_per_device"]), xytext=(3, 3),
-                    textcoords="offset points", fontsize=6.5, color="0.4")
+        ax.annotate(
+            str(r[dim]),
+            (r["tpot_s"] * 1e3, r["tokens_per_s_per_device"]),
+            xytext=(3, 3),
+            textcoords="offset points",
+            fontsize=6.5,
+            color="0.4",
+        )
     xs = [r["tpot_s"] * 1e3 for r in records]
     ys = [r["tokens_per_s_per_device"] for r in records]
     if max(xs) / min(xs) >= 10:
@@ -292,23 +485,35 @@ def draw_throughput_latency(records: list[dict], dim: str):
     if max(ys) / min(ys) >= 10:
         ax.set_yscale("log")
     first = records[0]
-    what = (f"requests of {first['input_len']} + {first['output_len']} tokens (mean TPOT)"
-            if "e2e_s" in first else f"decode step at context {first.get('context')}")
+    what = (
+        f"requests of {first['input_len']} + {first['output_len']} tokens (mean TPOT)"
+        if "e2e_s" in first
+        else f"decode step at context {first.get('context')}"
+    )
     from matplotlib.ticker import FuncFormatter
 
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         axis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
-    ax.set(xlabel="latency per output token (ms)", ylabel="throughput (output tokens/s per device)",
-           title=f"{first['model']} on {', '.join(devices)}: throughput against latency over "
-                 f"{dim.replace('_', ' ')}\n{what}")
+    ax.set(
+        xlabel="latency per output token (ms)",
+        ylabel="throughput (output tokens/s per device)",
+        title=f"{first['model']} on {', '.join(devices)}: throughput against latency over "
+        f"{dim.replace('_', ' ')}\n{what}",
+    )
     ax.plot([], [], marker="X", ms=9, color="0.5", mec="black", ls="none", label="last point that fits in memory")
     ax.plot([], [], ls=":", marker="o", mfc="white", color="0.5", label="does not fit")
     if any(r.get("tpot_low_s") is not None for r in records):
-        ax.errorbar([], [], xerr=[], fmt="none", ecolor="0.5", alpha=0.5, capsize=2,
-                    label="measured range of the latency (costmodel.price.bands)")
+        ax.errorbar(
+            [],
+            [],
+            xerr=[],
+            fmt="none",
+            ecolor="0.5",
+            alpha=0.5,
+            capsize=2,
+            label="measured range of the latency (costmodel.price.bands)",
+        )
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return fig
-
-

@@ -15,33 +15,66 @@ def tokens(x: float) -> str:
 
 
 def load_records(p) -> list[dict]:
-    return [{"device": p.hardware.id, "devices": p.tp, "model": p.model, "engine": p.engine.name,
-             "concurrency": p.concurrency, "request_rate": p.request_rate, "input_len": p.input_len,
-             "output_len": p.output_len, "ttft_s": p.ttft_s, "ttft_p90_s": p.ttft.p90, "tpot_s": p.tpot_s,
-             "tpot_p90_s": p.tpot.p90, "itl_p99_s": p.itl.p99, "e2e_s": p.e2e_s, "requests_per_s": p.requests_per_s,
-             "output_tokens_per_s": p.output_tokens_per_s,
-             "output_tokens_per_s_per_device": p.output_tokens_per_s_per_device,
-             "output_tokens_per_s_per_user": p.output_tokens_per_s_per_user, "mean_batch": p.mean_batch,
-             "kv_use_max": p.kv_use_max, "preemptions": p.preemptions,
-             "saturation_requests_per_s": p.saturation_requests_per_s, "overloaded": p.overloaded,
-             "evaluator": p.evaluator}]
+    return [
+        {
+            "device": p.hardware.id,
+            "devices": p.tp,
+            "model": p.model,
+            "engine": p.engine.name,
+            "concurrency": p.concurrency,
+            "request_rate": p.request_rate,
+            "input_len": p.input_len,
+            "output_len": p.output_len,
+            "ttft_s": p.ttft_s,
+            "ttft_p90_s": p.ttft.p90,
+            "tpot_s": p.tpot_s,
+            "tpot_p90_s": p.tpot.p90,
+            "itl_p99_s": p.itl.p99,
+            "e2e_s": p.e2e_s,
+            "requests_per_s": p.requests_per_s,
+            "output_tokens_per_s": p.output_tokens_per_s,
+            "output_tokens_per_s_per_device": p.output_tokens_per_s_per_device,
+            "output_tokens_per_s_per_user": p.output_tokens_per_s_per_user,
+            "mean_batch": p.mean_batch,
+            "kv_use_max": p.kv_use_max,
+            "preemptions": p.preemptions,
+            "saturation_requests_per_s": p.saturation_requests_per_s,
+            "overloaded": p.overloaded,
+            "evaluator": p.evaluator,
+        }
+    ]
 
 
 def _band_line(p, label: str) -> str:
     """Where a measured mean is expected to fall; ``label``: the percentiles the served ranges span
     (:func:`costmodel.price.bands.served_label`)."""
-    return (f"{label} of a measured mean (over the {p.ttft_band.basis}): TTFT "
-            f"{si_range(p.ttft_band.low_s, p.ttft_band.high_s, 's')}, TPOT "
-            f"{si_range(p.tpot_band.low_s, p.tpot_band.high_s, 's')}"
-            + ("; measured on deployments that kept up with their load, not on an overloaded one"
-               if p.overloaded else ""))
+    return (
+        f"{label} of a measured mean (over the {p.ttft_band.basis}): TTFT "
+        f"{si_range(p.ttft_band.low_s, p.ttft_band.high_s, 's')}, TPOT "
+        f"{si_range(p.tpot_band.low_s, p.tpot_band.high_s, 's')}"
+        + ("; measured on deployments that kept up with their load, not on an overloaded one" if p.overloaded else "")
+    )
 
 
 def load_table(results: list, band_label: str) -> str:
     """One line per prediction, then the first one's latency percentiles, time split and assumptions;
     ``band_label``: the percentiles its served ranges span."""
-    head = ["device", "engine", "load", "TTFT", "TTFT p90", "TPOT", "TPOT p90", "ITL p99", "e2e", "req/s",
-            "tok/s/device", "tok/s/user", "batch", "KV use"]
+    head = [
+        "device",
+        "engine",
+        "load",
+        "TTFT",
+        "TTFT p90",
+        "TPOT",
+        "TPOT p90",
+        "ITL p99",
+        "e2e",
+        "req/s",
+        "tok/s/device",
+        "tok/s/user",
+        "batch",
+        "KV use",
+    ]
     rows = [tuple(head)]
     for p in results:
         load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
@@ -52,13 +85,29 @@ def load_table(results: list, band_label: str) -> str:
             devices = f"{p.attention_dp} x {devices} (attention DP)"
         if p.replicas > 1:
             devices = f"{p.replicas} x {devices} (replicas)"
-        rows.append((devices, p.engine.name, load, _ms(p.ttft_s),
-                     _ms(p.ttft.p90), _ms(p.tpot_s), _ms(p.tpot.p90), _ms(p.itl.p99), _ms(p.e2e_s),
-                     f"{p.requests_per_s:.3g}", f"{p.output_tokens_per_s_per_device:,.0f}",
-                     f"{p.output_tokens_per_s_per_user:.1f}", f"{p.mean_batch:.1f}", f"{p.kv_use_max:.0%}"))
+        rows.append(
+            (
+                devices,
+                p.engine.name,
+                load,
+                _ms(p.ttft_s),
+                _ms(p.ttft.p90),
+                _ms(p.tpot_s),
+                _ms(p.tpot.p90),
+                _ms(p.itl.p99),
+                _ms(p.e2e_s),
+                f"{p.requests_per_s:.3g}",
+                f"{p.output_tokens_per_s_per_device:,.0f}",
+                f"{p.output_tokens_per_s_per_user:.1f}",
+                f"{p.mean_batch:.1f}",
+                f"{p.kv_use_max:.0%}",
+            )
+        )
     p = results[0]
-    title = (f"{p.model_name} [{p.model}] served by {p.engine.name} {p.engine.version}: {p.num_requests} requests of "
-             f"{tokens(p.input_len)} + {tokens(p.output_len)} tokens ({p.evaluator})")
+    title = (
+        f"{p.model_name} [{p.model}] served by {p.engine.name} {p.engine.version}: {p.num_requests} requests of "
+        f"{tokens(p.input_len)} + {tokens(p.output_len)} tokens ({p.evaluator})"
+    )
     s = p.time_split
     busy = s.prefill_s + s.decode_s + s.comm_s + s.overhead_s
     lines = [title, "", *aligned(rows, right=set(range(3, 14))), ""]
@@ -67,10 +116,12 @@ def load_table(results: list, band_label: str) -> str:
     if p.overloaded:
         lines.append(overload_line(p))
     if busy > 0:
-        lines.append(f"engine time: prefill {s.prefill_s / busy:.0%}, decode {s.decode_s / busy:.0%}, "
-                     f"communication {s.comm_s / busy:.0%}, fixed costs {s.overhead_s / busy:.0%}; "
-                     f"{p.prefill_iteration_share:.0%} of {p.iterations:,} iterations carried prefill; "
-                     f"{p.preemptions:,} preemptions")
+        lines.append(
+            f"engine time: prefill {s.prefill_s / busy:.0%}, decode {s.decode_s / busy:.0%}, "
+            f"communication {s.comm_s / busy:.0%}, fixed costs {s.overhead_s / busy:.0%}; "
+            f"{p.prefill_iteration_share:.0%} of {p.iterations:,} iterations carried prefill; "
+            f"{p.preemptions:,} preemptions"
+        )
     lines += [line for q in results for line in _mean_above_p90(q, len(results) > 1)]
     lines += ["", "Columns:", *LOAD_LEGEND, "", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
     return "\n".join(lines)
@@ -95,9 +146,11 @@ def _mean_above_p90(p, named: bool) -> list[str]:
     for name, mean, p90 in (("TTFT", p.ttft_s, p.ttft.p90), ("TPOT", p.tpot_s, p.tpot.p90)):
         if mean > p90:
             who = f" ({p.hardware.id}, {p.engine.name})" if named else ""
-            out.append(f"{name}'s mean{who} lies above its p90: the first wave's requests, sent together when the "
-                       "run starts, wait far longer than the rest, and those few long waits pull the mean past "
-                       "nine requests in ten")
+            out.append(
+                f"{name}'s mean{who} lies above its p90: the first wave's requests, sent together when the "
+                "run starts, wait far longer than the rest, and those few long waits pull the mean past "
+                "nine requests in ten"
+            )
     return out
 
 
@@ -110,43 +163,82 @@ def overload_line(p) -> str:
         if p.saturation_binds == "decode pool":
             times = "the waits for a decode slot, after the first token (in TPOT and end-to-end),"
     else:
-        held = {"sequence limit": "its sequence limit", "kv cache": "its KV cache",
-                "client connections": "the client's connections"}.get(p.saturation_binds, p.saturation_binds)
+        held = {
+            "sequence limit": "its sequence limit",
+            "kv cache": "its KV cache",
+            "client connections": "the client's connections",
+        }.get(p.saturation_binds, p.saturation_binds)
         each = " per engine" if p.attention_dp * p.replicas > 1 else ""
         how = f"with the most sequences running ({p.saturation_sequences}{each}, as many as {held} holds)"
-    return (f"overloaded: requests arrive at {p.request_rate:g}/s, more than the {p.saturation_requests_per_s:.3g}/s "
-            f"the deployment completes {how}: its queue grows for as long as requests arrive, so {times} are "
-            f"those of these {p.num_requests} requests and grow with their number; below "
-            f"{p.saturation_requests_per_s:.3g} requests/s it settles")
+    return (
+        f"overloaded: requests arrive at {p.request_rate:g}/s, more than the {p.saturation_requests_per_s:.3g}/s "
+        f"the deployment completes {how}: its queue grows for as long as requests arrive, so {times} are "
+        f"those of these {p.num_requests} requests and grow with their number; below "
+        f"{p.saturation_requests_per_s:.3g} requests/s it settles"
+    )
 
 
 def load_capacity_table(report) -> str:
     """One line per device and layout: the most clients, what binds, latency and throughput there."""
-    targets = ", ".join(t for t in (
-        f"TPOT <= {_ms(report.tpot_target_s)}" if report.tpot_target_s is not None else "",
-        f"TTFT <= {_ms(report.ttft_target_s)}" if report.ttft_target_s is not None else "") if t)
-    lines = [f"served by {report.engine}: requests of {report.input_len:,} + {report.output_len:,} tokens, "
-             f"{report.statistic} {targets}", ""]
+    targets = ", ".join(
+        t
+        for t in (
+            f"TPOT <= {_ms(report.tpot_target_s)}" if report.tpot_target_s is not None else "",
+            f"TTFT <= {_ms(report.ttft_target_s)}" if report.ttft_target_s is not None else "",
+        )
+        if t
+    )
+    lines = [
+        f"served by {report.engine}: requests of {report.input_len:,} + {report.output_len:,} tokens, "
+        f"{report.statistic} {targets}",
+        "",
+    ]
     rate = report.load == "request-rate"
-    rows = [("device", "model", "attention", "req/s" if rate else "clients", "binds", "TTFT", "TPOT", "batch",
-             "tok/s/device", "tok/s/user") + (("$/M tokens",) if report.price_per_hour is not None else ())]
+    rows = [
+        (
+            "device",
+            "model",
+            "attention",
+            "req/s" if rate else "clients",
+            "binds",
+            "TTFT",
+            "TPOT",
+            "batch",
+            "tok/s/device",
+            "tok/s/user",
+        )
+        + (("$/M tokens",) if report.price_per_hour is not None else ())
+    ]
     for pt in report.points:
         p = pt.at
         stat = (lambda s: s.p90) if report.statistic == "p90" else (lambda s: s.mean)
-        cells = (pt.device, pt.model, pt.attention, f"{pt.request_rate:.3g}" if rate else str(pt.concurrency),
-                 pt.binds or "-",
-                 _ms(stat(p.ttft)) if p else "-", _ms(stat(p.tpot)) if p else "-",
-                 f"{p.mean_batch:.1f}" if p else "-", f"{p.output_tokens_per_s_per_device:,.0f}" if p else "-",
-                 f"{p.output_tokens_per_s_per_user:.1f}" if p else "-")
+        cells = (
+            pt.device,
+            pt.model,
+            pt.attention,
+            f"{pt.request_rate:.3g}" if rate else str(pt.concurrency),
+            pt.binds or "-",
+            _ms(stat(p.ttft)) if p else "-",
+            _ms(stat(p.tpot)) if p else "-",
+            f"{p.mean_batch:.1f}" if p else "-",
+            f"{p.output_tokens_per_s_per_device:,.0f}" if p else "-",
+            f"{p.output_tokens_per_s_per_user:.1f}" if p else "-",
+        )
         if report.price_per_hour is not None:
             cells += (f"{pt.cost_per_million_tokens:.3g}" if pt.cost_per_million_tokens is not None else "-",)
         rows.append(cells)
     lines += aligned(rows, right=set(range(3, len(rows[0]))) - {4})
-    lines += ["", "Columns:", f"  - {'req/s: the highest request rate' if rate else 'clients: the most clients'} "
-              f"under the targets ({report.statistic}s); binds: what stops more; TTFT, TPOT: their "
-              f"{report.statistic}s there; batch: sequences in an iteration, mean; tok/s/device: output tokens a "
-              "second per device; tok/s/user: a request's output tokens over its whole time",
-              "", "Assumptions:", *[f"  - {a}" for a in report.assumptions]]
+    lines += [
+        "",
+        "Columns:",
+        f"  - {'req/s: the highest request rate' if rate else 'clients: the most clients'} "
+        f"under the targets ({report.statistic}s); binds: what stops more; TTFT, TPOT: their "
+        f"{report.statistic}s there; batch: sequences in an iteration, mean; tok/s/device: output tokens a "
+        "second per device; tok/s/user: a request's output tokens over its whole time",
+        "",
+        "Assumptions:",
+        *[f"  - {a}" for a in report.assumptions],
+    ]
     return "\n".join(lines)
 
 
@@ -160,48 +252,98 @@ def disagg_table(p, band_label: str) -> str:
     """A disaggregated deployment: its pools, the client's latencies and where TTFT went; ``band_label``: the
     percentiles its served ranges span."""
     load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
-    title = (f"{p.model_name} [{p.model}] served disaggregated by {p.engine} {p.engine_version}: {p.num_requests} "
-             f"requests of {tokens(p.input_len)} + {tokens(p.output_len)} tokens, {load}, {p.devices} devices")
+    title = (
+        f"{p.model_name} [{p.model}] served disaggregated by {p.engine} {p.engine_version}: {p.num_requests} "
+        f"requests of {tokens(p.input_len)} + {tokens(p.output_len)} tokens, {load}, {p.devices} devices"
+    )
     rows = [("pool", "workers", "devices each", "batch limit", "token budget", "KV tokens", "mean batch", "busy")]
     for s in (p.prefill, p.decode):
-        rows.append((s.role, str(s.workers), worker_devices(s), str(s.max_num_seqs),
-                     str(s.max_num_batched_tokens), f"{s.kv_cache_tokens:,}", f"{s.mean_batch:.1f}",
-                     f"{s.busy_share:.0%}"))
-    lat = [("TTFT", "TTFT p90", "TPOT", "TPOT p90", "e2e", "req/s", "tok/s/device", "tok/s/user"),
-           (_ms(p.ttft_s), _ms(p.ttft.p90), _ms(p.tpot_s), _ms(p.tpot.p90), _ms(p.e2e_s), f"{p.requests_per_s:.3g}",
-            f"{p.output_tokens_per_s_per_device:,.0f}", f"{p.output_tokens_per_s_per_user:.1f}")]
+        rows.append(
+            (
+                s.role,
+                str(s.workers),
+                worker_devices(s),
+                str(s.max_num_seqs),
+                str(s.max_num_batched_tokens),
+                f"{s.kv_cache_tokens:,}",
+                f"{s.mean_batch:.1f}",
+                f"{s.busy_share:.0%}",
+            )
+        )
+    lat = [
+        ("TTFT", "TTFT p90", "TPOT", "TPOT p90", "e2e", "req/s", "tok/s/device", "tok/s/user"),
+        (
+            _ms(p.ttft_s),
+            _ms(p.ttft.p90),
+            _ms(p.tpot_s),
+            _ms(p.tpot.p90),
+            _ms(p.e2e_s),
+            f"{p.requests_per_s:.3g}",
+            f"{p.output_tokens_per_s_per_device:,.0f}",
+            f"{p.output_tokens_per_s_per_user:.1f}",
+        ),
+    ]
     s = p.ttft_split
-    lines = [title, "", *aligned(rows, right=set(range(1, 8))), "", *aligned(lat, right=set(range(8))), "",
-             f"TTFT = queueing {_ms(s.queue_s)} + prefill {_ms(s.prefill_s)} + KV transfer {_ms(s.transfer_s)} + "
-             f"front end {_ms(s.front_end_s)}" + (f"; {p.decode_waits} requests waited for a decode slot or pages"
-                                                  if p.decode_waits is not None else ""),
-             *([_band_line(p, band_label)] if p.ttft_band is not None else []),
-             *([overload_line(p)] if p.overloaded else []),
-             "", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
+    lines = [
+        title,
+        "",
+        *aligned(rows, right=set(range(1, 8))),
+        "",
+        *aligned(lat, right=set(range(8))),
+        "",
+        f"TTFT = queueing {_ms(s.queue_s)} + prefill {_ms(s.prefill_s)} + KV transfer {_ms(s.transfer_s)} + "
+        f"front end {_ms(s.front_end_s)}"
+        + (f"; {p.decode_waits} requests waited for a decode slot or pages" if p.decode_waits is not None else ""),
+        *([_band_line(p, band_label)] if p.ttft_band is not None else []),
+        *([overload_line(p)] if p.overloaded else []),
+        "",
+        "Assumptions:",
+        *[f"  - {a}" for a in p.assumptions],
+    ]
     return "\n".join(lines)
 
 
 def plan_table(plan) -> str:
     """Per device kind: the front's points with their layouts, the best under the targets, what was skipped."""
-    targets = ", ".join(t for t in (f"TTFT <= {_ms(plan.ttft_target_s)}" if plan.ttft_target_s else "",
-                                    f"TPOT <= {_ms(plan.tpot_target_s)}" if plan.tpot_target_s else "") if t)
-    lines = [f"{plan.model_name} [{plan.model}] on {plan.devices} devices, served by {plan.engine}: requests of "
-             f"{plan.input_len:,} + {plan.output_len:,} tokens" + (f", targets {targets} (means)" if targets else "")]
+    targets = ", ".join(
+        t
+        for t in (
+            f"TTFT <= {_ms(plan.ttft_target_s)}" if plan.ttft_target_s else "",
+            f"TPOT <= {_ms(plan.tpot_target_s)}" if plan.tpot_target_s else "",
+        )
+        if t
+    )
+    lines = [
+        f"{plan.model_name} [{plan.model}] on {plan.devices} devices, served by {plan.engine}: requests of "
+        f"{plan.input_len:,} + {plan.output_len:,} tokens" + (f", targets {targets} (means)" if targets else "")
+    ]
     for device in dict.fromkeys(p.device for p in plan.points):
-        rows = [("layout", "clients", "TTFT", "TPOT", "tok/s/device", "tok/s/user") +
-                (("meets",) if targets else ())]
+        rows = [("layout", "clients", "TTFT", "TPOT", "tok/s/device", "tok/s/user") + (("meets",) if targets else ())]
         for p in (q for q in plan.front if q.device == device):
-            rows.append((p.layout, str(p.concurrency), _ms(p.ttft_s), _ms(p.tpot_s),
-                         f"{p.output_tokens_per_s_per_device:,.0f}", f"{p.output_tokens_per_s_per_user:.1f}") +
-                        (("yes" if p.meets_targets else "no",) if targets else ()))
-        lines += ["", f"{device}: the front (no point better on both tokens/s per device and per user)",
-                  *aligned(rows, right=set(range(1, 6)))]
+            rows.append(
+                (
+                    p.layout,
+                    str(p.concurrency),
+                    _ms(p.ttft_s),
+                    _ms(p.tpot_s),
+                    f"{p.output_tokens_per_s_per_device:,.0f}",
+                    f"{p.output_tokens_per_s_per_user:.1f}",
+                )
+                + (("yes" if p.meets_targets else "no",) if targets else ())
+            )
+        lines += [
+            "",
+            f"{device}: the front (no point better on both tokens/s per device and per user)",
+            *aligned(rows, right=set(range(1, 6))),
+        ]
         best = [p for p in plan.best if p.device == device]
         if best:
             b = best[0]
-            lines.append(f"best under the targets{_unconstrained(plan)}: {b.layout} at {b.concurrency} clients, "
-                         f"{b.output_tokens_per_s_per_device:,.0f} tok/s/device, {b.output_tokens_per_s_per_user:.1f} "
-                         f"tok/s/user (TTFT {_ms(b.ttft_s)}, TPOT {_ms(b.tpot_s)})")
+            lines.append(
+                f"best under the targets{_unconstrained(plan)}: {b.layout} at {b.concurrency} clients, "
+                f"{b.output_tokens_per_s_per_device:,.0f} tok/s/device, {b.output_tokens_per_s_per_user:.1f} "
+                f"tok/s/user (TTFT {_ms(b.ttft_s)}, TPOT {_ms(b.tpot_s)})"
+            )
         elif targets:
             lines.append("best under the targets: none of the points meets them")
         skipped = [s for s in plan.skipped if s.device == device]
@@ -209,13 +351,21 @@ def plan_table(plan) -> str:
             reasons: dict[str, int] = {}
             for s in skipped:
                 reasons[s.reason] = reasons.get(s.reason, 0) + 1
-            lines.append(f"{len(skipped)} layouts left out: " + "; ".join(
-                f"{r} ({n} layout{'s' if n > 1 else ''})" for r, n in reasons.items()))
-    lines += ["", "Columns:", "  - layout: devices and how the model is split over them; clients: the closed "
-              "loop's clients at that point; TTFT, TPOT: means; tok/s/device: output tokens a second per device; "
-              "tok/s/user: a request's output tokens over its whole time"
-              + ("; meets: whether the point's means meet the targets" if targets else ""),
-              "", "Assumptions:", *[f"  - {a}" for a in plan.assumptions]]
+            lines.append(
+                f"{len(skipped)} layouts left out: "
+                + "; ".join(f"{r} ({n} layout{'s' if n > 1 else ''})" for r, n in reasons.items())
+            )
+    lines += [
+        "",
+        "Columns:",
+        "  - layout: devices and how the model is split over them; clients: the closed "
+        "loop's clients at that point; TTFT, TPOT: means; tok/s/device: output tokens a second per device; "
+        "tok/s/user: a request's output tokens over its whole time"
+        + ("; meets: whether the point's means meet the targets" if targets else ""),
+        "",
+        "Assumptions:",
+        *[f"  - {a}" for a in plan.assumptions],
+    ]
     return "\n".join(lines)
 
 

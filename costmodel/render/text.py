@@ -4,6 +4,7 @@ the other renderers share; they format typed reports and import no producer."""
 from __future__ import annotations
 
 import textwrap
+
 from costmodel.core.vocab import VARIANT_NAMES, variant_label
 
 
@@ -62,8 +63,10 @@ def asymptotic_lines(asym) -> list[str]:
         lines.append(f"                     holds: {how}")
     elif asym.extra_assumptions:
         lines += textwrap.wrap(
-            "holds only with an extra assumption: " + asym.extra_assumptions[0], 100,
-            initial_indent=" " * 21, subsequent_indent=" " * 23,
+            "holds only with an extra assumption: " + asym.extra_assumptions[0],
+            100,
+            initial_indent=" " * 21,
+            subsequent_indent=" " * 23,
         )
         lines.append(f"                     under it: Θ({asym.ratio_with_extra})")
     else:
@@ -99,6 +102,7 @@ def latex(report, asym=None) -> str:
 
 
 # --- predictions ---------------------------------------------------------------------------------------
+
 
 def aligned(rows: list[tuple[str, ...]], right=(), indent: str = "", rules=()) -> list[str]:
     """Rows as aligned columns: columns in ``right`` right-justified, the rest left; a rule of dashes
@@ -149,7 +153,7 @@ def duration(x: float, digits: int = 3) -> str:
         return "-" + duration(-x, digits)
     scale, name, shown = _time_unit(x, digits)
     value = shown / scale
-    return f"{value:,.0f} {name}" if value >= 10 ** digits else f"{_figures(value, digits)} {name}"
+    return f"{value:,.0f} {name}" if value >= 10**digits else f"{_figures(value, digits)} {name}"
 
 
 def count(n: float) -> str:
@@ -158,8 +162,17 @@ def count(n: float) -> str:
 
 
 #: SI prefixes, largest first: (scale, prefix).
-PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "µ"),
-            (1e-9, "n"))
+PREFIXES = (
+    (1e15, "P"),
+    (1e12, "T"),
+    (1e9, "G"),
+    (1e6, "M"),
+    (1e3, "k"),
+    (1, ""),
+    (1e-3, "m"),
+    (1e-6, "µ"),
+    (1e-9, "n"),
+)
 
 
 def si(x: float, unit: str = "", digits: int = 3) -> str:
@@ -175,7 +188,7 @@ def si(x: float, unit: str = "", digits: int = 3) -> str:
             if i and float(f"{x / scale:.{digits}g}") >= 1000:  # rounds up to the next prefix: 999.7 k is 1 M
                 scale, p = PREFIXES[i - 1]
             value = x / scale
-            return f"{_figures(value, digits) if value < 10 ** digits else f'{value:,.0f}'} {p}{unit}".rstrip()
+            return f"{_figures(value, digits) if value < 10**digits else f'{value:,.0f}'} {p}{unit}".rstrip()
     return f"{x:.{digits}g} {unit}".rstrip()
 
 
@@ -208,16 +221,19 @@ def workload_line(w) -> str:
     heads = f"h={w.h}" + ("" if w.variant == "mha" else "")
     kv = f"k={w.k}, v={w.v}" if w.k != w.v else f"k=v={w.k}"
     layers = f"{w.layers} layer" + ("s" if w.layers > 1 else "")
-    return (f"{MODE_TEXT[w.mode].format(m=w.m, n=w.n)}: b={w.b}, d={w.d}, {heads}, {kv}, {w.dtype}, "
-            f"{layers}, {w.execution}")
+    return (
+        f"{MODE_TEXT[w.mode].format(m=w.m, n=w.n)}: b={w.b}, d={w.d}, {heads}, {kv}, {w.dtype}, {layers}, {w.execution}"
+    )
 
 
 def hardware_line(hw: dict) -> str:
     tag = " (measured)" if hw.measured else ""
-    return (f"{hw.name} [{hw.id}]{tag}: {hw.dtype} peak {si(hw.peak_flops_per_s, 'FLOP/s')}, "
-            f"memory {si(hw.memory_bandwidth_bytes_per_s, 'B/s')}, datasheet ridge {hw.ridge_point_flops_per_byte:.0f} "
-            f"FLOP/B, capacity {si(hw.memory_capacity_bytes, 'B')}, "
-            + (hw.efficiency if hw.efficiency else f"launch {hw.launch_overhead_s * 1e6:g} µs"))
+    return (
+        f"{hw.name} [{hw.id}]{tag}: {hw.dtype} peak {si(hw.peak_flops_per_s, 'FLOP/s')}, "
+        f"memory {si(hw.memory_bandwidth_bytes_per_s, 'B/s')}, datasheet ridge {hw.ridge_point_flops_per_byte:.0f} "
+        f"FLOP/B, capacity {si(hw.memory_capacity_bytes, 'B')}, "
+        + (hw.efficiency if hw.efficiency else f"launch {hw.launch_overhead_s * 1e6:g} µs")
+    )
 
 
 def _variant_label(w) -> str:
@@ -236,38 +252,69 @@ def op_table(p) -> list[str]:
     rows = [head]
     ridge = p.hardware.ridge_point_flops_per_byte
     for r in p.ops:
-        rows.append((r.name, r.einsum or "", si(r.flops), si(r.bytes, "B"), f"{r.intensity:.3g}",
-                     si(r.compute_s, "s"), si(r.memory_s, "s"), si(r.launch_s, "s"), si(r.time_s, "s"),
-                     band_cell(r.band), bound_cell(r.bound, r.intensity, ridge)))
+        rows.append(
+            (
+                r.name,
+                r.einsum or "",
+                si(r.flops),
+                si(r.bytes, "B"),
+                f"{r.intensity:.3g}",
+                si(r.compute_s, "s"),
+                si(r.memory_s, "s"),
+                si(r.launch_s, "s"),
+                si(r.time_s, "s"),
+                band_cell(r.band),
+                bound_cell(r.bound, r.intensity, ridge),
+            )
+        )
     t = p.total
     per_layer = " per layer" if p.workload.layers > 1 else ""
-    rows.append((f"total{per_layer and ' x' + str(p.workload.layers)}", "", si(t.flops), si(t.bytes, "B"),
-                 f"{t.flops / t.bytes:.3g}", si(t.compute_s, "s"), si(t.memory_s, "s"), si(t.launch_s, "s"),
-                 si(t.time_s, "s"), band_cell(t.band), bound_cell(t.bound, t.flops / t.bytes, ridge)))
+    rows.append(
+        (
+            f"total{per_layer and ' x' + str(p.workload.layers)}",
+            "",
+            si(t.flops),
+            si(t.bytes, "B"),
+            f"{t.flops / t.bytes:.3g}",
+            si(t.compute_s, "s"),
+            si(t.memory_s, "s"),
+            si(t.launch_s, "s"),
+            si(t.time_s, "s"),
+            band_cell(t.band),
+            bound_cell(t.bound, t.flops / t.bytes, ridge),
+        )
+    )
     return aligned(rows, right={2, 3, 4, 5, 6, 7, 8, 9}, rules=(1, -1))
 
 
 def op_legend(ridge: float) -> list[str]:
     """What an op table's columns mean."""
-    return [f"  - FLOP/B: FLOPs per byte moved; compute, memory: the op's FLOPs and bytes each alone at this "
-            "device's fitted rates for its kernel; overhead: fixed costs per call (launch, second kernels); time: "
-            "the op as priced (the first assumption); range: where its measured time is expected to fall (the "
-            "assumption that begins 'range')",
-            f"  - bound: the longer of compute and memory at the fitted rates; * where the datasheet ridge "
-            f"({ridge:.0f} FLOP/B) says the other: at this shape the kernel reaches a small share of its peak "
-            "(compute*) or of its bandwidth (memory*)"]
+    return [
+        "  - FLOP/B: FLOPs per byte moved; compute, memory: the op's FLOPs and bytes each alone at this "
+        "device's fitted rates for its kernel; overhead: fixed costs per call (launch, second kernels); time: "
+        "the op as priced (the first assumption); range: where its measured time is expected to fall (the "
+        "assumption that begins 'range')",
+        f"  - bound: the longer of compute and memory at the fitted rates; * where the datasheet ridge "
+        f"({ridge:.0f} FLOP/B) says the other: at this shape the kernel reaches a small share of its peak "
+        "(compute*) or of its bandwidth (memory*)",
+    ]
 
 
 def summary_legend(p) -> list[str]:
     """What the side-by-side summary's columns mean, for ``p``'s workload."""
     w, ctx = p.workload, p.memory.context_dim
-    per = ("time: the whole batched call" if w.mode == "batched" else
-           f"time/token: the time for each of the b={w.b} sequences to gain one token (one decode step)")
-    return [f"  - {per}; tokens/s: tokens the batch gains a second through this one attention layer alone, "
-            "not a whole model's rate",
-            "  - KV cache, weights: this layer's bytes (the weights of its projections); fits: both fit in the "
-            f"device's memory; max batch: the largest batch that fits at this context; max {ctx}: the longest "
-            f"{'context (cached positions)' if ctx == 'm' else 'sequence'} that fits at this batch"]
+    per = (
+        "time: the whole batched call"
+        if w.mode == "batched"
+        else f"time/token: the time for each of the b={w.b} sequences to gain one token (one decode step)"
+    )
+    return [
+        f"  - {per}; tokens/s: tokens the batch gains a second through this one attention layer alone, "
+        "not a whole model's rate",
+        "  - KV cache, weights: this layer's bytes (the weights of its projections); fits: both fit in the "
+        f"device's memory; max batch: the largest batch that fits at this context; max {ctx}: the longest "
+        f"{'context (cached positions)' if ctx == 'm' else 'sequence'} that fits at this batch",
+    ]
 
 
 def prediction_table(preds: list) -> str:
@@ -278,34 +325,59 @@ def prediction_table(preds: list) -> str:
         lines += [_variant_label(p.workload), *op_table(p), ""]
     base = first.total.time_s
     per = "time/token" if first.workload.mode != "batched" else "time"
-    head = ("variant", per, "range", "speed-up", "tokens/s", "KV cache", "weights", "fits", "max batch",
-            f"max {first.memory.context_dim}")
+    head = (
+        "variant",
+        per,
+        "range",
+        "speed-up",
+        "tokens/s",
+        "KV cache",
+        "weights",
+        "fits",
+        "max batch",
+        f"max {first.memory.context_dim}",
+    )
     rows = [head]
     for p in preds:
         t, mem = p.total, p.memory
         scale = (t.per_token_s or t.time_s) / t.time_s
         span = band_cell(t.band and t.band.scaled(scale))
-        rows.append((_variant_label(p.workload), si(t.per_token_s or t.time_s, "s"), span, f"{base / t.time_s:.2f}x",
-                     si(t.tokens_per_s), si(mem.kv_cache_bytes, "B"), si(mem.weight_bytes, "B"),
-                     "yes" if mem.fits else "NO", count(mem.max_batch), count(mem.max_context)))
+        rows.append(
+            (
+                _variant_label(p.workload),
+                si(t.per_token_s or t.time_s, "s"),
+                span,
+                f"{base / t.time_s:.2f}x",
+                si(t.tokens_per_s),
+                si(mem.kv_cache_bytes, "B"),
+                si(mem.weight_bytes, "B"),
+                "yes" if mem.fits else "NO",
+                count(mem.max_batch),
+                count(mem.max_context),
+            )
+        )
     lines += aligned(rows, right=range(1, len(head)))
     lines += ["", "Columns:", *op_legend(first.hardware.ridge_point_flops_per_byte), *summary_legend(first)]
     lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
     if len(preds) > 1:
-        lines.append(f"  - speed-up: time of {_variant_label(first.workload)} / time of each variant, same device and workload")
+        lines.append(
+            f"  - speed-up: time of {_variant_label(first.workload)} / time of each variant, same device and workload"
+        )
     return "\n".join(lines)
 
 
 def sweep_table(sw) -> str:
     """Time per step (or call) of each variant at each swept value; ``*`` where memory does not fit."""
     hw, name, values = sw.hardware, sw.parameter, sw.values
-    lines = [f"{hw.name} [{hw.id}], sweep of {name} ({sw.dim}); time per step or call"
-             + (f" ({hw.efficiency})" if hw.efficiency else " (datasheet roofline)")
-             + "; * = does not fit in memory"]
+    lines = [
+        f"{hw.name} [{hw.id}], sweep of {name} ({sw.dim}); time per step or call"
+        + (f" ({hw.efficiency})" if hw.efficiency else " (datasheet roofline)")
+        + "; * = does not fit in memory"
+    ]
     labels = [_variant_label(w) if name != "groups" else w.variant.upper() for w in sw.workloads]
     rows = [(name, *labels)]
     for i, x in enumerate(values):
-        cells = [si(r["time_s"], "s") + ("" if r["fits"] else " *") for r in sw.records[i::len(values)]]
+        cells = [si(r["time_s"], "s") + ("" if r["fits"] else " *") for r in sw.records[i :: len(values)]]
         rows.append((str(x), *cells))
     lines += aligned(rows, right=range(len(rows[0])))
     return "\n".join(lines)
@@ -314,26 +386,37 @@ def sweep_table(sw) -> str:
 def validation_summary(report: dict) -> str:
     """Error per group and profile, the speed-ups, and the FLOP cross-check."""
     env = report["environment"]
-    lines = [f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}",
-             f"timing: {env['timing_method']}",
-             f"{len(report['rows'])} rows (ops and whole steps), {len(report['skipped'])} skipped (cases or dtypes); "
-             f"FLOP cross-check (FlopCounterMode = symbolic): {'all passed' if report['flop_check_passed'] else 'FAILED'}",
-             ""]
+    lines = [
+        f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}",
+        f"timing: {env['timing_method']}",
+        f"{len(report['rows'])} rows (ops and whole steps), {len(report['skipped'])} skipped (cases or dtypes); "
+        f"FLOP cross-check (FlopCounterMode = symbolic): {'all passed' if report['flop_check_passed'] else 'FAILED'}",
+        "",
+    ]
     names = list(report["summary"])
     head = ("group", "n", *[f"{name} median |err|" for name in names], *[f"{name} p90 |err|" for name in names])
     rows = [head]
     for group, stats in report["summary"][names[0]].items():
         per = [report["summary"][name][group] for name in names]
-        rows.append((group, str(stats["n"]), *[f"{p['median_abs_error_pct']:.0f}%" for p in per],
-                     *[f"{p['p90_abs_error_pct']:.0f}%" for p in per]))
+        rows.append(
+            (
+                group,
+                str(stats["n"]),
+                *[f"{p['median_abs_error_pct']:.0f}%" for p in per],
+                *[f"{p['p90_abs_error_pct']:.0f}%" for p in per],
+            )
+        )
     lines += aligned(rows, right=range(1, len(head)))
     lines += ["", "speed-up over MHA of the whole step, measured and predicted:"]
     for sp in report["speedups"]:
         shape = f"b={sp['b']}, m={sp['m']}" if sp["mode"] == "incremental" else f"n=m={sp['n']}"
-        predicted = ", ".join(f"{name} {sp[f'predicted_{name}']:.2f}x ({sp[f'error_{name}_pct']:+.0f}%)"
-                              for name in names)
-        lines.append(f"  {sp['variant'].upper()} (g={sp['g']}) {sp['mode']} {shape} {sp['dtype']} {sp['execution']}: "
-                     f"measured {sp['measured']:.2f}x; predicted {predicted}")
+        predicted = ", ".join(
+            f"{name} {sp[f'predicted_{name}']:.2f}x ({sp[f'error_{name}_pct']:+.0f}%)" for name in names
+        )
+        lines.append(
+            f"  {sp['variant'].upper()} (g={sp['g']}) {sp['mode']} {shape} {sp['dtype']} {sp['execution']}: "
+            f"measured {sp['measured']:.2f}x; predicted {predicted}"
+        )
     for skip in report["skipped"]:
         if "variant" not in skip:  # a whole dtype
             lines.append(f"  skipped dtype {skip['dtype']}: {skip['reason']}")
@@ -344,8 +427,11 @@ def validation_summary(report: dict) -> str:
 
 def shazeer_table(r: dict) -> str:
     """The asymptotic ratios and Table 2's decoder time per token, model beside paper."""
-    lines = ["Shazeer 2019, 'Fast Transformer Decoding: One Write-Head is All You Need'", "",
-             "Memory/arithmetic of incremental decoding across n calls (derived | paper):"]
+    lines = [
+        "Shazeer 2019, 'Fast Transformer Decoding: One Write-Head is All You Need'",
+        "",
+        "Memory/arithmetic of incremental decoding across n calls (derived | paper):",
+    ]
     for a in r["asymptotic"]:
         how = "holds" if a["extra_assumption"] is None else f"holds if {a['extra_assumption'].split(':')[0]}"
         derived = a["derived_with_extra"] or a["derived"]
@@ -355,26 +441,36 @@ def shazeer_table(r: dict) -> str:
     p = r["paper"]
     lines += ["", "Table 2, decoder, TPUv2-microseconds per output token:", "  " + r["setup"], ""]
     head = ("model", "multi-head", "multi-query", "ratio")
-    rows = [head, ("paper (Table 2)", f"{p['mha_us_per_token']:.1f} µs", f"{p['mqa_us_per_token']:.1f} µs",
-                   f"{p['ratio']:.1f}x")]
-    rows += [(t["model"], f"{t['mha_us_per_token']:.1f} µs", f"{t['mqa_us_per_token']:.2f} µs", f"{t['ratio']:.2f}x")
-             for t in r["table2"]]
+    rows = [
+        head,
+        ("paper (Table 2)", f"{p['mha_us_per_token']:.1f} µs", f"{p['mqa_us_per_token']:.1f} µs", f"{p['ratio']:.1f}x"),
+    ]
+    rows += [
+        (t["model"], f"{t['mha_us_per_token']:.1f} µs", f"{t['mqa_us_per_token']:.2f} µs", f"{t['ratio']:.2f}x")
+        for t in r["table2"]
+    ]
     lines += aligned(rows, right=range(1, 4), indent="  ")
     last = r["table2"][-1]
-    lines += ["", f"The plain roofline gives {r['table2'][0]['ratio']:.1f}x; with every mechanism, "
-              f"{last['ratio']:.1f}x against the paper's {p['ratio']:.1f}x "
-              f"(multi-head {last['mha_us_per_token'] / p['mha_us_per_token']:.0%} of the paper's time, "
-              f"multi-query {last['mqa_us_per_token'] / p['mqa_us_per_token']:.0%}). What is left is not explained "
-              "by these mechanisms; switch each off with --no-... to see its share."]
+    lines += [
+        "",
+        f"The plain roofline gives {r['table2'][0]['ratio']:.1f}x; with every mechanism, "
+        f"{last['ratio']:.1f}x against the paper's {p['ratio']:.1f}x "
+        f"(multi-head {last['mha_us_per_token'] / p['mha_us_per_token']:.0%} of the paper's time, "
+        f"multi-query {last['mqa_us_per_token'] / p['mqa_us_per_token']:.0%}). What is left is not explained "
+        "by these mechanisms; switch each off with --no-... to see its share.",
+    ]
     loc = r["local"]
     per, paper = loc["us_per_position"], loc["paper"]
-    lines += ["", f"Table 2's local rows (self-attention over the last {loc['positions']} positions): paper "
-              f"{paper['mha']:.1f} / {paper['mqa']:.1f} µs, model {loc['model']['mha_us_per_token']:.1f} / "
-              f"{loc['model']['mqa_us_per_token']:.2f} µs. One more self-attention position costs multi-head "
-              f"{per['paper']['mha']:.3f} µs per token in the paper and {per['model']['mha']:.3f} µs in the model "
-              f"({per['paper']['mha'] / per['model']['mha']:.1f}x), multi-query {per['paper']['mqa']:.4f} and "
-              f"{per['model']['mqa']:.4f} µs: the multi-head gap grows with the cache, a cost per cached "
-              "position and head that none of the mechanisms above carries."]
+    lines += [
+        "",
+        f"Table 2's local rows (self-attention over the last {loc['positions']} positions): paper "
+        f"{paper['mha']:.1f} / {paper['mqa']:.1f} µs, model {loc['model']['mha_us_per_token']:.1f} / "
+        f"{loc['model']['mqa_us_per_token']:.2f} µs. One more self-attention position costs multi-head "
+        f"{per['paper']['mha']:.3f} µs per token in the paper and {per['model']['mha']:.3f} µs in the model "
+        f"({per['paper']['mha'] / per['model']['mha']:.1f}x), multi-query {per['paper']['mqa']:.4f} and "
+        f"{per['model']['mqa']:.4f} µs: the multi-head gap grows with the cache, a cost per cached "
+        "position and head that none of the mechanisms above carries.",
+    ]
     return "\n".join(lines)
 
 
@@ -386,17 +482,30 @@ def gqa_table(r: dict) -> str:
         if x.get("chip_ms_per_sample") is None:
             rows.append((str(x["groups"]), "0", "", "", "does not fit", paper))
         else:
-            rows.append((str(x["groups"]), str(x["batch"]), si(x["prefill_s"], "s"), si(x["decode_s"], "s"),
-                         f"{x['chip_ms_per_sample']:.0f}", paper))
+            rows.append(
+                (
+                    str(x["groups"]),
+                    str(x["batch"]),
+                    si(x["prefill_s"], "s"),
+                    si(x["decode_s"], "s"),
+                    f"{x['chip_ms_per_sample']:.0f}",
+                    paper,
+                )
+            )
     lines += aligned(rows, right=range(6), indent="  ")
     ours = {x["groups"]: x.get("chip_ms_per_sample") for x in r["rows"]}
     if all(ours.get(g) for g in (1, 8, 64)):
         paper = {x["groups"]: x["paper_chip_ms_per_sample"] for x in r["rows"] if x.get("paper_chip_ms_per_sample")}
-        lines += ["", f"  paper: {r['paper']}",
-                  f"  multi-head / multi-query: model {ours[64] / ours[1]:.2f}x, paper {paper[64] / paper[1]:.2f}x; "
-                  f"8 groups / multi-query: model {ours[8] / ours[1]:.2f}x, paper {paper[8] / paper[1]:.2f}x"]
-        steps = [("model, chip-ms per sample", "MQA", "8 groups", "MHA", "MHA / MQA"),
-                 ("paper (Table 1)", *(f"{paper[g]:.0f}" for g in (1, 8, 64)), f"{paper[64] / paper[1]:.2f}x")]
+        lines += [
+            "",
+            f"  paper: {r['paper']}",
+            f"  multi-head / multi-query: model {ours[64] / ours[1]:.2f}x, paper {paper[64] / paper[1]:.2f}x; "
+            f"8 groups / multi-query: model {ours[8] / ours[1]:.2f}x, paper {paper[8] / paper[1]:.2f}x",
+        ]
+        steps = [
+            ("model, chip-ms per sample", "MQA", "8 groups", "MHA", "MHA / MQA"),
+            ("paper (Table 1)", *(f"{paper[g]:.0f}" for g in (1, 8, 64)), f"{paper[64] / paper[1]:.2f}x"),
+        ]
         for step in r.get("steps", ()):
             ms = [step[f"g{g}_chip_ms_per_sample"] for g in (1, 8, 64)]
             if all(ms):
@@ -466,10 +575,20 @@ def attention_records(hw, comparison) -> list[dict]:
     out = []
     for p in comparison:
         base = {"device": hw.id, "variant": p.workload.variant, "g": p.workload.g}
-        out += [{**base, "op": o.name, "flops": o.flops, "bytes": o.bytes, "time_s": o.time_s, "bound": o.bound}
-                for o in p.ops]
-        out.append({**base, "op": "total (all layers)", "flops": p.total.flops, "bytes": p.total.bytes,
-                    "time_s": p.total.time_s, "bound": p.total.bound})
+        out += [
+            {**base, "op": o.name, "flops": o.flops, "bytes": o.bytes, "time_s": o.time_s, "bound": o.bound}
+            for o in p.ops
+        ]
+        out.append(
+            {
+                **base,
+                "op": "total (all layers)",
+                "flops": p.total.flops,
+                "bytes": p.total.bytes,
+                "time_s": p.total.time_s,
+                "bound": p.total.bound,
+            }
+        )
     return out
 
 
@@ -477,26 +596,41 @@ def attention_devices_table(hws, comparisons) -> str:
     """One attention workload on several devices: one row per device and variant."""
     w = comparisons[0][0].workload
     lines = [workload_line(w), ""]
-    rows = [("device", "variant", "time", "range", "tokens/s", "bound", "speed-up", "KV + weights", "capacity",
-             "fits")]
+    rows = [("device", "variant", "time", "range", "tokens/s", "bound", "speed-up", "KV + weights", "capacity", "fits")]
     for hw, comp in zip(hws, comparisons):
         base = comp[0].total.time_s
         for p in comp:
             mem = p.memory
-            rows.append((hw.id, variant_label(p.workload.variant, p.workload.g), si(p.total.time_s, "s"),
-                         band_cell(p.total.band), si(p.total.tokens_per_s), p.total.bound,
-                         f"{base / p.total.time_s:.2f}x", si(mem.kv_cache_bytes + mem.weight_bytes, "B"),
-                         capacity_text(mem.capacity_bytes), "yes" if mem.fits else "NO"))
+            rows.append(
+                (
+                    hw.id,
+                    variant_label(p.workload.variant, p.workload.g),
+                    si(p.total.time_s, "s"),
+                    band_cell(p.total.band),
+                    si(p.total.tokens_per_s),
+                    p.total.bound,
+                    f"{base / p.total.time_s:.2f}x",
+                    si(mem.kv_cache_bytes + mem.weight_bytes, "B"),
+                    capacity_text(mem.capacity_bytes),
+                    "yes" if mem.fits else "NO",
+                )
+            )
     lines += aligned(rows, right={2, 3, 4, 6, 7, 8})
-    per = ("the whole batched call" if w.mode == "batched"
-           else f"one decode step (each of the b={w.b} sequences gains a token)")
-    lines += ["", "Columns:",
-              f"  - time: {per} through this one attention layer; range: where its measured time is expected to "
-              "fall (80% of published kernel timings); tokens/s: tokens the batch gains a second through this "
-              "layer alone, not a whole model's rate",
-              "  - bound: the longer of its ops' compute and memory at the device's fitted rates; speed-up: over "
-              "each device's first variant; KV + weights: this layer's bytes against the device's capacity (with "
-              "one device, every op and the assumptions are printed)"]
+    per = (
+        "the whole batched call"
+        if w.mode == "batched"
+        else f"one decode step (each of the b={w.b} sequences gains a token)"
+    )
+    lines += [
+        "",
+        "Columns:",
+        f"  - time: {per} through this one attention layer; range: where its measured time is expected to "
+        "fall (80% of published kernel timings); tokens/s: tokens the batch gains a second through this "
+        "layer alone, not a whole model's rate",
+        "  - bound: the longer of its ops' compute and memory at the device's fitted rates; speed-up: over "
+        "each device's first variant; KV + weights: this layer's bytes against the device's capacity (with "
+        "one device, every op and the assumptions are printed)",
+    ]
     return "\n".join(lines)
 
 
@@ -504,15 +638,17 @@ def sweeps_table(sweeps) -> str:
     """One attention sweep on several devices: one row per value, one column per (device, variant)."""
     first = sweeps[0]
     name, values = first.parameter, first.values
-    lines = [f"sweep of {name} ({first.dim}) on {', '.join(sw.hardware.id for sw in sweeps)}; time per step or "
-             "call (each device's time model: " + "; ".join(
-                 f"{sw.hardware.id} {sw.hardware.efficiency or 'datasheet roofline'}" for sw in sweeps)
-             + "); * = does not fit in memory"]
+    lines = [
+        f"sweep of {name} ({first.dim}) on {', '.join(sw.hardware.id for sw in sweeps)}; time per step or "
+        "call (each device's time model: "
+        + "; ".join(f"{sw.hardware.id} {sw.hardware.efficiency or 'datasheet roofline'}" for sw in sweeps)
+        + "); * = does not fit in memory"
+    ]
     head, columns = [name], []
     for sw in sweeps:
         for i, w in enumerate(sw.workloads):
             head.append(f"{sw.hardware.id} " + (_variant_label(w) if name != "groups" else w.variant.upper()))
-            columns.append(sw.records[i * len(values):(i + 1) * len(values)])
+            columns.append(sw.records[i * len(values) : (i + 1) * len(values)])
     rows = [tuple(head)]
     for j, x in enumerate(values):
         rows.append((str(x), *[si(col[j]["time_s"], "s") + ("" if col[j]["fits"] else " *") for col in columns]))
@@ -523,20 +659,31 @@ def sweeps_table(sweeps) -> str:
 def deepseek_table(result: dict) -> str:
     """DeepSeek-V2 against DeepSeek 67B: the KV cache per token and the most generation throughput."""
     kv, red, paper = result["kv_bytes_per_token"], result["kv_reduction"], result["paper"]
-    lines = ["KV cache per token (every layer, counted from the programs):",
-             f"  DeepSeek 67B (GQA, 8 kv heads of 128, 95 layers, bf16)    {kv['deepseek_llm_67b']:>9,.0f} bytes",
-             f"  DeepSeek-V2 (MLA latent 512 + rotary key 64, 60 layers)    {kv['deepseek_v2_bf16']:>9,.0f} bytes in bf16,"
-             f" {kv['deepseek_v2_6bit']:,.0f} at 6 bits",
-             f"  reduction: {red['bf16']:.1%} in bf16, {red['fp8']:.1%} in fp8, {red['6bit']:.1%} at 6 bits "
-             f"(paper: {paper['kv_reduction']:.1%}, with the cache at 6 bits)", "",
-             f"Most generation throughput on {result['devices']} x {result['hw']} (paper: DeepSeek-V2 over "
-             f"{paper['v2_tokens_per_s'] / 1e3:.0f}K tokens/s, {paper['throughput_ratio']}x DeepSeek 67B):"]
+    lines = [
+        "KV cache per token (every layer, counted from the programs):",
+        f"  DeepSeek 67B (GQA, 8 kv heads of 128, 95 layers, bf16)    {kv['deepseek_llm_67b']:>9,.0f} bytes",
+        f"  DeepSeek-V2 (MLA latent 512 + rotary key 64, 60 layers)    {kv['deepseek_v2_bf16']:>9,.0f} bytes in bf16,"
+        f" {kv['deepseek_v2_6bit']:,.0f} at 6 bits",
+        f"  reduction: {red['bf16']:.1%} in bf16, {red['fp8']:.1%} in fp8, {red['6bit']:.1%} at 6 bits "
+        f"(paper: {paper['kv_reduction']:.1%}, with the cache at 6 bits)",
+        "",
+        f"Most generation throughput on {result['devices']} x {result['hw']} (paper: DeepSeek-V2 over "
+        f"{paper['v2_tokens_per_s'] / 1e3:.0f}K tokens/s, {paper['throughput_ratio']}x DeepSeek 67B):",
+    ]
     rows = [("model", "weights", "KV", "layout", "clients", "tokens/s", "TPOT", "x 67B")]
     for r in result["throughput"]:
-        rows.append((r["model"], r["weights"], r["kv_cache"], r["layout"] or "-", str(r["clients"] or "-"),
-                     f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-",
-                     f"{r['tpot_s'] * 1e3:.1f} ms" if r["tpot_s"] else "-",
-                     f"{r['ratio']:.2f}" if r["ratio"] else "-"))
+        rows.append(
+            (
+                r["model"],
+                r["weights"],
+                r["kv_cache"],
+                r["layout"] or "-",
+                str(r["clients"] or "-"),
+                f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-",
+                f"{r['tpot_s'] * 1e3:.1f} ms" if r["tpot_s"] else "-",
+                f"{r['ratio']:.2f}" if r["ratio"] else "-",
+            )
+        )
     lines += aligned(rows, right={4, 5, 6, 7}, indent="  ")
     lines += ["", f"Setup: {result['setup']}"]
     return "\n".join(lines)

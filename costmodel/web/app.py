@@ -23,9 +23,13 @@ from costmodel.web.jobs import Busy, Limits, OverLimit, WorkerPool
 #: Names of this machine's loopback address, which a browser on it may use for a server bound there.
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 #: Sent with every answer: no other site may frame the page, embed an answer or guess its type; no referrer leaves.
-SAFE_HEADERS = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
-                (b"cross-origin-resource-policy", b"same-origin"), (b"referrer-policy", b"no-referrer"),
-                (b"cache-control", b"no-store")]
+SAFE_HEADERS = [
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
 #: Seconds a client refused for a full queue is told to wait.
 RETRY_AFTER_S = 5
 
@@ -58,8 +62,10 @@ def refusal(scope, hosts: frozenset[str]) -> tuple[int, str] | None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
     host = headers.get("host", "")
     if host.lower() not in hosts:
-        return 400, (f"this server answers requests addressed to {', '.join(sorted(hosts))}, not Host "
-                     f"{excerpt(host)} (a page of another site may not reach it through its own name)")
+        return 400, (
+            f"this server answers requests addressed to {', '.join(sorted(hosts))}, not Host "
+            f"{excerpt(host)} (a page of another site may not reach it through its own name)"
+        )
     if not scope["path"].startswith(("/api/", "/report/")):
         return None
     site = headers.get("sec-fetch-site")
@@ -128,8 +134,9 @@ def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), lim
             return Response(status_code=499)
         code, text = result
         if code != 0:
-            return PlainTextResponse(text if text.startswith("Error:") else f"Error: {text}",
-                                     status_code=500 if code == 3 else 400)
+            return PlainTextResponse(
+                text if text.startswith("Error:") else f"Error: {text}", status_code=500 if code == 3 else 400
+            )
         return Response(text, media_type="application/json") if output == "json" else HTMLResponse(text)
 
     async def api(request):
@@ -152,8 +159,12 @@ def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), lim
         finally:
             pool.close()
 
-    routes = [Route("/", index), Route("/api/{command}", api), Route("/report/{command}", report),
-              Route("/{path:path}", missing)]
+    routes = [
+        Route("/", index),
+        Route("/api/{command}", api),
+        Route("/report/{command}", report),
+        Route("/{path:path}", missing),
+    ]
     guarded = Guard(Starlette(routes=routes, lifespan=lifespan), host_names(host, port, allowed_hosts))
     guarded.pool = pool
     return guarded
@@ -170,8 +181,11 @@ def page(cli) -> str:
 
     devices = "".join(f'<option value="{html.escape(i)}">{html.escape(i)}</option>' for i in profile_ids())
     models = "".join(f'<option value="{html.escape(i)}">' for i in preset_ids())
-    return (PAGE.replace("{{devices}}", devices).replace("{{models}}", models)
-            .replace("{{options}}", json.dumps(web_fields(cli)).replace("</", "<\\/")))
+    return (
+        PAGE.replace("{{devices}}", devices)
+        .replace("{{models}}", models)
+        .replace("{{options}}", json.dumps(web_fields(cli)).replace("</", "<\\/"))
+    )
 
 
 __all__ = ["COMMANDS", "app", "page"]

@@ -70,36 +70,91 @@ CHOICE, FLAG = Field("choice"), Field("flag")
 #: (``tp`` or ``tensor-parallel-size``). A parameter not listed never goes over the web.
 FIELDS: dict[str, Field] = {
     # one attention layer
-    "variant": CHOICE, "groups": _count(MAX_HEADS), "mode": CHOICE, "batch": _count(MAX_WIDTH),
-    "seq": _count(MAX_TOKENS), "context": _count(MAX_TOKENS), "d_model": _count(MAX_WIDTH),
-    "heads": _count(MAX_HEADS), "head_dim": _count(MAX_HEADS), "value_dim": _count(MAX_HEADS), "dtype": CHOICE,
-    "layers": _count(MAX_HEADS), "execution": CHOICE, "overlap": CHOICE, "cache_append": CHOICE, "timing": CHOICE,
+    "variant": CHOICE,
+    "groups": _count(MAX_HEADS),
+    "mode": CHOICE,
+    "batch": _count(MAX_WIDTH),
+    "seq": _count(MAX_TOKENS),
+    "context": _count(MAX_TOKENS),
+    "d_model": _count(MAX_WIDTH),
+    "heads": _count(MAX_HEADS),
+    "head_dim": _count(MAX_HEADS),
+    "value_dim": _count(MAX_HEADS),
+    "dtype": CHOICE,
+    "layers": _count(MAX_HEADS),
+    "execution": CHOICE,
+    "overlap": CHOICE,
+    "cache_append": CHOICE,
+    "timing": CHOICE,
     "without": Field("choice", repeat=16),
-    "kv_rank": _count(MAX_WIDTH), "rope_dim": _count(MAX_HEADS), "q_rank": _count(MAX_WIDTH), "form": CHOICE,
-    "q_lora": FLAG, "asymptotic": FLAG, "as_latex": FLAG,
+    "kv_rank": _count(MAX_WIDTH),
+    "rope_dim": _count(MAX_HEADS),
+    "q_rank": _count(MAX_WIDTH),
+    "form": CHOICE,
+    "q_lora": FLAG,
+    "asymptotic": FLAG,
+    "as_latex": FLAG,
     # a model and its devices
-    "gpus": Field("gpu", repeat=MAX_GPUS), "decode_gpu": Field("gpu"), "model_name": Field("model"),
-    "tp": _count(MAX_DEVICES), "kv_heads": _count(MAX_HEADS), "weight_dtype": CHOICE, "kv_dtype": CHOICE,
-    "mla_form": CHOICE, "input_len": _count(MAX_TOKENS), "output_len": _count(MAX_TOKENS),
-    "source": _count(MAX_TOKENS), "variants": FLAG, "routing": Field("routing"), "mxfp4_activations": CHOICE,
+    "gpus": Field("gpu", repeat=MAX_GPUS),
+    "decode_gpu": Field("gpu"),
+    "model_name": Field("model"),
+    "tp": _count(MAX_DEVICES),
+    "kv_heads": _count(MAX_HEADS),
+    "weight_dtype": CHOICE,
+    "kv_dtype": CHOICE,
+    "mla_form": CHOICE,
+    "input_len": _count(MAX_TOKENS),
+    "output_len": _count(MAX_TOKENS),
+    "source": _count(MAX_TOKENS),
+    "variants": FLAG,
+    "routing": Field("routing"),
+    "mxfp4_activations": CHOICE,
     # an engine under load
-    "engine_name": CHOICE, "concurrency": _count(MAX_CLIENTS), "client_connections": _count(MAX_CLIENTS),
-    "request_rate": _number(1e6), "burstiness": _number(1e3), "num_requests": _count(MAX_REQUESTS),
-    "warmup_requests": _count(MAX_REQUESTS, 0), "max_num_batched_tokens": _count(MAX_TOKENS),
-    "max_num_seqs": _count(MAX_CLIENTS), "memory_fraction": _number(1), "page_size": _count(MAX_HEADS),
-    "chunked_prefill": FLAG, "prefix_caching": FLAG, "async_scheduling": FLAG,
-    "length_dist": CHOICE, "spread": Field("number", 0.99, 0), "frontend": CHOICE, "evaluator": CHOICE,
+    "engine_name": CHOICE,
+    "concurrency": _count(MAX_CLIENTS),
+    "client_connections": _count(MAX_CLIENTS),
+    "request_rate": _number(1e6),
+    "burstiness": _number(1e3),
+    "num_requests": _count(MAX_REQUESTS),
+    "warmup_requests": _count(MAX_REQUESTS, 0),
+    "max_num_batched_tokens": _count(MAX_TOKENS),
+    "max_num_seqs": _count(MAX_CLIENTS),
+    "memory_fraction": _number(1),
+    "page_size": _count(MAX_HEADS),
+    "chunked_prefill": FLAG,
+    "prefix_caching": FLAG,
+    "async_scheduling": FLAG,
+    "length_dist": CHOICE,
+    "spread": Field("number", 0.99, 0),
+    "frontend": CHOICE,
+    "evaluator": CHOICE,
     # layouts
-    "expert_parallel": FLAG, "expert_parallel_size": _count(MAX_DEVICES), "attention_dp": _count(MAX_DEVICES),
-    "replicas": _count(MAX_DEVICES), "pipeline_parallel": _count(MAX_DEVICES), "disaggregated": FLAG,
-    "prefill_tp": _count(MAX_DEVICES), "prefill_workers": _count(MAX_DEVICES),
-    "prefill_max_num_seqs": _count(MAX_CLIENTS), "prefill_expert_parallel": FLAG,
-    "prefill_attention_dp": _count(MAX_DEVICES), "decode_tp": _count(MAX_DEVICES),
-    "decode_workers": _count(MAX_DEVICES), "decode_max_num_seqs": _count(MAX_CLIENTS),
-    "decode_expert_parallel": FLAG, "decode_attention_dp": _count(MAX_DEVICES), "kv_link_bandwidth": _number(1e15),
+    "expert_parallel": FLAG,
+    "expert_parallel_size": _count(MAX_DEVICES),
+    "attention_dp": _count(MAX_DEVICES),
+    "replicas": _count(MAX_DEVICES),
+    "pipeline_parallel": _count(MAX_DEVICES),
+    "disaggregated": FLAG,
+    "prefill_tp": _count(MAX_DEVICES),
+    "prefill_workers": _count(MAX_DEVICES),
+    "prefill_max_num_seqs": _count(MAX_CLIENTS),
+    "prefill_expert_parallel": FLAG,
+    "prefill_attention_dp": _count(MAX_DEVICES),
+    "decode_tp": _count(MAX_DEVICES),
+    "decode_workers": _count(MAX_DEVICES),
+    "decode_max_num_seqs": _count(MAX_CLIENTS),
+    "decode_expert_parallel": FLAG,
+    "decode_attention_dp": _count(MAX_DEVICES),
+    "kv_link_bandwidth": _number(1e15),
     # targets, capacity and plans
-    "tpot_ms": _number(1e7), "ttft_ms": _number(1e7), "price_per_hour": _number(1e6), "batching": CHOICE,
-    "load": CHOICE, "statistic": CHOICE, "devices": _count(MAX_DEVICES), "max_concurrency": _count(MAX_CLIENTS),
+    "tpot_ms": _number(1e7),
+    "ttft_ms": _number(1e7),
+    "price_per_hour": _number(1e6),
+    "batching": CHOICE,
+    "load": CHOICE,
+    "statistic": CHOICE,
+    "devices": _count(MAX_DEVICES),
+    "max_concurrency": _count(MAX_CLIENTS),
 }
 #: Parameters that name a file or choose the output: the API answers JSON (``/api/``) or the page (``/report/``)
 #: and reads and writes no file a request names.
@@ -180,11 +235,15 @@ def _param(command: str, params: dict, key: str):
     """The parameter a query key names (any of its long option names), if it goes over the web."""
     param = next((p for p in params.values() if key in _long(p)), None)
     if param is None:
-        raise CostModelError(f"{command} takes no field {excerpt(key)}; it takes "
-                             f"{', '.join(sorted(_long(p)[0] for p in params.values() if p.name in FIELDS))}")
+        raise CostModelError(
+            f"{command} takes no field {excerpt(key)}; it takes "
+            f"{', '.join(sorted(_long(p)[0] for p in params.values() if p.name in FIELDS))}"
+        )
     if param.name in FILES_AND_OUTPUT:
-        raise CostModelError(f"field {key!r} names a file or chooses the output, and does not go over the web: "
-                             "/api/ answers JSON and /report/ the page")
+        raise CostModelError(
+            f"field {key!r} names a file or chooses the output, and does not go over the web: "
+            "/api/ answers JSON and /report/ the page"
+        )
     if param.name not in FIELDS:
         raise CostModelError(f"field {key!r} does not go over the web (the command line takes it)")
     return param
@@ -223,14 +282,17 @@ def _checked(param, field: Field, key: str, value: str) -> str:
 
     if field.kind == "count":
         if not _WHOLE.fullmatch(value) or not field.least <= int(value) <= field.most:
-            raise CostModelError(f"field {key!r}: {excerpt(value)} is not a whole number from {field.least:,} to "
-                                 f"{int(field.most):,}")
+            raise CostModelError(
+                f"field {key!r}: {excerpt(value)} is not a whole number from {field.least:,} to {int(field.most):,}"
+            )
         return value
     if field.kind == "number":
         number = float(value) if _DECIMAL.fullmatch(value) else math.nan
         if not (field.least < number <= field.most or number == field.least == 0):
-            raise CostModelError(f"field {key!r}: {excerpt(value)} is not a decimal number above {field.least:g} "
-                                 f"and at most {field.most:g}")
+            raise CostModelError(
+                f"field {key!r}: {excerpt(value)} is not a decimal number above {field.least:g} "
+                f"and at most {field.most:g}"
+            )
         return value
     if field.kind == "choice":
         choices = [str(c) for c in param.type.choices]
@@ -243,7 +305,10 @@ def _checked(param, field: Field, key: str, value: str) -> str:
         return value
     known = is_listed(value) if field.kind == "gpu" else is_preset(value)
     if not known:
-        what = ("a shipped profile's id or alias (`costmodel hardware list`)" if field.kind == "gpu"
-                else "a preset's id or alias (a model of one's own is a pasted config.json, config=<its text>)")
+        what = (
+            "a shipped profile's id or alias (`costmodel hardware list`)"
+            if field.kind == "gpu"
+            else "a preset's id or alias (a model of one's own is a pasted config.json, config=<its text>)"
+        )
         raise CostModelError(f"field {key!r}: {excerpt(value)} is not {what}; over the web it is never a path")
     return value

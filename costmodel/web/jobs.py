@@ -103,8 +103,12 @@ def _serve(conn, cli: tuple[str, str], memory_bytes: int, answer_bytes: int) -> 
 class _Worker:
     def __init__(self, context, cli: tuple[str, str], limits: Limits):
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, cli, limits.memory_bytes, limits.answer_bytes),
-                                       daemon=True, name="costmodel-web-worker")
+        self.process = context.Process(
+            target=_serve,
+            args=(child, cli, limits.memory_bytes, limits.answer_bytes),
+            daemon=True,
+            name="costmodel-web-worker",
+        )
         self.process.start()
         child.close()
 
@@ -181,8 +185,10 @@ class WorkerPool:
             while not self._done(worker):
                 if time.monotonic() > deadline:
                     self.cut += 1
-                    raise OverLimit(f"the computation passed the server's time limit of {self.limits.seconds:g} s "
-                                    "(costmodel serve --time-limit)")
+                    raise OverLimit(
+                        f"the computation passed the server's time limit of {self.limits.seconds:g} s "
+                        "(costmodel serve --time-limit)"
+                    )
                 if await gone():
                     self.cut += 1
                     return None
@@ -215,15 +221,19 @@ class WorkerPool:
 
     def _over(self, code: str) -> str:
         if code == "memory":
-            return (f"the computation ran out of memory (a worker may use {self.limits.memory_bytes >> 20:,} MiB; "
-                    "costmodel serve --memory-limit)")
+            return (
+                f"the computation ran out of memory (a worker may use {self.limits.memory_bytes >> 20:,} MiB; "
+                "costmodel serve --memory-limit)"
+            )
         return f"the answer is larger than {self.limits.answer_bytes >> 20} MiB; ask for fewer points or devices"
 
     def _enter(self) -> object:
         with self._lock:
             if self._running + len(self._waiting) >= self.limits.workers + self.limits.queue:
-                raise Busy(f"the server is busy: {self._running} computations running and {len(self._waiting)} "
-                           f"waiting, its most (costmodel serve --workers, --queue); try again shortly")
+                raise Busy(
+                    f"the server is busy: {self._running} computations running and {len(self._waiting)} "
+                    f"waiting, its most (costmodel serve --workers, --queue); try again shortly"
+                )
             ticket = object()
             self._waiting.append(ticket)
             return ticket
