@@ -977,7 +977,7 @@ def _assumptions(
     admitted = (
         f"whose prompt's pages the worker reserved before its prefill (SGLang's bootstrap pre-allocation), "
         "admitting it where the worker can still hand out the prompt and a headroom of "
-        f"{dec.eng.reserved_decode_tokens} tokens beside the headroom of every request it holds; a request "
+        f"{dec.eng.reserved_decode_tokens:,} tokens beside the headroom of every request it holds; a request "
         "that finds no decode worker with room waits before its prefill, in TTFT; the running requests grow a "
         "token a step, and where the next step does not fit the one with the fewest tokens out is retracted "
         "(its cache freed) and resumes first once it fits"
@@ -995,7 +995,7 @@ def _assumptions(
         f"{transfer.bytes_per_device / 1e6:.1f} MB the most one device sends or receives, over {transfer.link} at "
         f"{transfer.link_bytes_per_s / 1e9:.0f} GB/s one way: {transfer.time_s * 1e3:.2f} ms; every device moves "
         "its own shard at once, and the transfer holds neither pool",
-        f"decode workers ({dec.kv_tokens} KV tokens each) take a request with a free slot (of "
+        f"decode workers ({dec.kv_tokens:,} KV tokens each) take a request with a free slot (of "
         f"{dec.eng.max_num_seqs}) {admitted}; the request goes to the decode worker with the fewest requests; its "
         "first token came from the prefill worker",
         load,

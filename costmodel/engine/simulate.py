@@ -181,7 +181,7 @@ def simulate(
     if _pages(need_whole, page) > pages_total:
         raise CostModelError(
             f"one request of {need_whole} tokens needs {_pages(need_whole, page)} KV pages; the "
-            f"engine has {pages_total} ({kv_tokens} tokens) on this device"
+            f"engine has {pages_total:,} ({kv_tokens:,} tokens) on this device"
         )
     if not eng.chunked_prefill and int(max(prompts)) > budget:
         raise CostModelError(

@@ -27,7 +27,15 @@ def hardware_table(profiles, status: dict[str, str]) -> str:
                 ", ".join(p.aliases),
             )
         )
-    return "\n".join(aligned(rows))
+    legend = [
+        "",
+        "Columns:",
+        "  - bf16/fp16, fp8: the datasheet's dense peak (- where the device has no such unit); memory BW, capacity: "
+        "the datasheet's; on-chip: its last-level cache or SRAM",
+        "  - efficiency: where its kernel parameters come from: fitted on published timings (how many parameters), "
+        "from another device by the transfer rule, both, or the datasheet roofline alone",
+    ]
+    return "\n".join([*aligned(rows), *legend])
 
 
 def hardware_detail(p, reference: str | None = None, attention: tuple[str, str] | None = None) -> str:

@@ -297,10 +297,23 @@ def disagg_table(p, band_label: str) -> str:
         *([_band_line(p, band_label)] if p.ttft_band is not None else []),
         *([overload_line(p)] if p.overloaded else []),
         "",
+        "Columns:",
+        *DISAGG_LEGEND,
+        "",
         "Assumptions:",
         *[f"  - {a}" for a in p.assumptions],
     ]
     return "\n".join(lines)
+
+
+#: What a disaggregated deployment's tables mean.
+DISAGG_LEGEND = [
+    "  - pool: prefill or decode workers; devices each: one worker's devices and layout; batch limit, token budget: "
+    "the engine's sequence limit and tokens an iteration; KV tokens: one worker's cache; mean batch: sequences in "
+    "an iteration, mean; busy: the share of the run a worker spent in iterations",
+    "  - TTFT, TPOT, e2e: means over requests (p90: the 90th percentile); req/s, tok/s/device: completed a second "
+    "(output tokens per device of both pools); tok/s/user: a request's output tokens over its whole time",
+]
 
 
 def plan_table(plan) -> str:
