@@ -1,4 +1,4 @@
-"""What one expensive request costs everyone else on ``costmodel serve``: the server is started as a user starts it
+"""What one expensive request costs everyone else on ``costmodel web``: the server is started as a user starts it
 (its own process, default limits but the time limit), and this prints
 
 - a cheap request's latency (one attention layer's ``predict --gpu a100``) alone, and while an expensive one (a
@@ -64,7 +64,7 @@ def main() -> None:
             sys.executable,
             "-m",
             "costmodel",
-            "serve",
+            "web",
             "--port",
             str(port),
             "--time-limit",

@@ -1,4 +1,4 @@
-"""Draws docs/web.png: the local web page (``costmodel serve``) in headless Chromium, driven by Selenium, at a view
+"""Draws docs/web.png: the local web page (``costmodel web``) in headless Chromium, driven by Selenium, at a view
 given as the page's query. Needs the web and test extras and Debian's chromium and chromium-driver.
 
     python docs/web_screenshot.py "command=plan&gpu=h100_sxm&gpu=a100_80gb_sxm&model=llama-3.1-70b&gpus=4\

@@ -119,9 +119,9 @@ def quick(command: str) -> str:
 #: Commands that take a minute or more of this machine: the ``device``-marked run runs them as shown;
 #: ``validate --serving`` is checked on a small file of deployments in tests/test_served.py.
 SLOW = ("costmodel validate --serving",)
-#: Commands that do not end: `costmodel serve` listens until stopped (tests/test_web.py serves its app and drives a
+#: Commands that do not end: `costmodel web` listens until stopped (tests/test_web.py serves its app and drives a
 #: browser against it).
-LISTENS = ("costmodel serve",)
+LISTENS = ("costmodel web", "costmodel serve")
 
 
 def test_indented_commands_run(tmp_path, monkeypatch, quick_cpu_run):

@@ -1,4 +1,4 @@
-"""`costmodel serve`: the JSON API is the command line (its answer equals `--json` for the same fields), a bad
+"""`costmodel web`: the JSON API is the command line (its answer equals `--json` for the same fields), a bad
 field answers an `Error:` line naming it with 400, nothing outside the page, the API and the reports is served,
 the server listens on this machine only unless told otherwise, and 200 requests at once are each answered or
 refused with Retry-After, never left hanging. What the server refuses for safety: tests/test_web_security.py."""
@@ -156,10 +156,11 @@ def test_the_page_holds_every_device_and_keeps_its_state_in_the_url(client):
 
 
 def test_the_server_listens_on_this_machine_only_by_default():
-    from costmodel.cli.commands import serve
+    from costmodel.cli.web import serve, web
 
-    host = next(p for p in serve.params if p.name == "host")
-    assert host.default == "127.0.0.1"
+    for command in (web, serve):
+        host = next(p for p in command.params if p.name == "host")
+        assert host.default == "127.0.0.1"
 
 
 @pytest.fixture(scope="module")

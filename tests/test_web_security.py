@@ -1,4 +1,4 @@
-"""What `costmodel serve` refuses: every request that once wrote or read the user's files, a Host that is not the
+"""What `costmodel web` refuses: every request that once wrote or read the user's files, a Host that is not the
 server's (DNS rebinding), a computation asked by another site's page, and work past its limits; a long computation
 is cut at its time limit or when its client leaves, and a cheap request is answered while an expensive one runs.
 
@@ -281,11 +281,23 @@ def test_a_host_beyond_this_machine_is_warned_of(monkeypatch):
 
     uvicorn = pytest.importorskip("uvicorn")
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
-    beyond = CliRunner().invoke(main, ["serve", "--host", "0.0.0.0"])
+    beyond = CliRunner().invoke(main, ["web", "--host", "0.0.0.0"])
     assert beyond.exit_code == 0 and "Warning: listening on 0.0.0.0" in beyond.output
     assert "no authentication" in beyond.output
-    here = CliRunner().invoke(main, ["serve"])
+    here = CliRunner().invoke(main, ["web"])
     assert here.exit_code == 0 and "Warning" not in here.output
+
+
+def test_the_former_name_still_serves_with_a_note(monkeypatch):
+    """`costmodel serve` runs the same server for one more release, and says it is now `costmodel web`."""
+    from click.testing import CliRunner
+
+    uvicorn = pytest.importorskip("uvicorn")
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda application, **k: served.append(k))
+    old = CliRunner().invoke(main, ["serve", "--port", "8123"])
+    assert old.exit_code == 0 and "Note: `costmodel serve` is now `costmodel web`" in old.output
+    assert served == [{"host": "127.0.0.1", "port": 8123, "log_level": "warning"}]
 
 
 def _until(condition, timeout: float = 60) -> None:

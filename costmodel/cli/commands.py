@@ -10,6 +10,7 @@ import click
 
 from costmodel import __version__
 from costmodel.cli import figures as cli_figures
+from costmodel.cli import web as cli_web
 from costmodel.cli.html import html_option
 from costmodel.cli.load import LOAD_KEYS, engine_options, predict_load, step_layout, wants_load
 from costmodel.cli.options import (
@@ -590,79 +591,9 @@ def models_show(name, as_json) -> None:
         click.echo(model_detail(m, model_facts(m)))
 
 
-@main.command()
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    help="the address to listen on (127.0.0.1: this machine only; the page has no authentication)",
-)
-@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="the port to listen on")
-@click.option(
-    "--allowed-host",
-    "allowed_hosts",
-    multiple=True,
-    metavar="NAME",
-    help="a further name the page is reached by (with --host beyond this machine: its name or address)",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 64),
-    default=2,
-    show_default=True,
-    help="computations run at once, each in a process of its own",
-)
-@click.option(
-    "--queue",
-    type=click.IntRange(0, 1024),
-    default=8,
-    show_default=True,
-    help="requests that wait for a worker; past them a request gets 503 with Retry-After",
-)
-@click.option(
-    "--time-limit",
-    type=click.FloatRange(0.1, 86400),
-    default=120.0,
-    show_default=True,
-    help="seconds one computation may run before it is cut (the request gets 422)",
-)
-@click.option(
-    "--memory-limit",
-    type=click.IntRange(64, 1 << 20),
-    default=4096,
-    show_default=True,
-    help="MiB of memory one computation may take beyond a worker's own",
-)
-def serve(host, port, allowed_hosts, workers, queue, time_limit, memory_limit) -> None:
-    """A local web page over the command line, and its commands as a JSON API (GET /api/<command>?<field>=<value>
-    answers `costmodel <command> ... --json`). It answers this machine's browser and the page itself only; see
-    docs/web.md. Needs the web extra: python -m pip install -e ".[web]" in the checkout.
-
-    Example: costmodel serve --port 8000
-    """
-    try:
-        import uvicorn
-
-        from costmodel.web.app import app, is_loopback
-        from costmodel.web.jobs import Limits
-    except ImportError as err:
-        raise CostModelError(
-            f"costmodel serve needs the web extra ({err.name} is not installed): "
-            'python -m pip install -e ".[web]" in the checkout'
-        ) from None
-    limits = Limits(workers=workers, queue=queue, seconds=time_limit, memory_bytes=memory_limit << 20)
-    application = app(main, host=host, port=port, allowed_hosts=allowed_hosts, limits=limits)
-    if not is_loopback(host):
-        click.echo(
-            f"Warning: listening on {host}, beyond this machine: the page has no authentication, and "
-            "anyone who can reach this address and port can use it",
-            err=True,
-        )
-    click.echo(f"costmodel on http://{host}:{port}/ (Ctrl-C stops it)")
-    uvicorn.run(application, host=host, port=port, log_level="warning")
-
-
 for command in (
+    cli_web.web,
+    cli_web.serve,
     capacity,
     plan_command,
     cli_figures.roofline,

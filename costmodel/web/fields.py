@@ -1,4 +1,4 @@
-"""What a request to ``costmodel serve`` may ask: an allow-list of typed, bounded fields, from which the server
+"""What a request to ``costmodel web`` may ask: an allow-list of typed, bounded fields, from which the server
 builds the command it runs.
 
 A query's keys are fields, never command-line flags passed through: each key must name an option of the chosen

@@ -1,4 +1,4 @@
-"""The computations behind ``costmodel serve``, each run in a worker process, so that no request can hold the
+"""The computations behind ``costmodel web``, each run in a worker process, so that no request can hold the
 server: a computation is cut at its time limit, dropped when its client leaves, and held to a memory limit, and a
 small queue in front of the workers refuses what it cannot hold.
 
@@ -187,7 +187,7 @@ class WorkerPool:
                     self.cut += 1
                     raise OverLimit(
                         f"the computation passed the server's time limit of {self.limits.seconds:g} s "
-                        "(costmodel serve --time-limit)"
+                        "(costmodel web --time-limit)"
                     )
                 if await gone():
                     self.cut += 1
@@ -223,7 +223,7 @@ class WorkerPool:
         if code == "memory":
             return (
                 f"the computation ran out of memory (a worker may use {self.limits.memory_bytes >> 20:,} MiB; "
-                "costmodel serve --memory-limit)"
+                "costmodel web --memory-limit)"
             )
         return f"the answer is larger than {self.limits.answer_bytes >> 20} MiB; ask for fewer points or devices"
 
@@ -232,7 +232,7 @@ class WorkerPool:
             if self._running + len(self._waiting) >= self.limits.workers + self.limits.queue:
                 raise Busy(
                     f"the server is busy: {self._running} computations running and {len(self._waiting)} "
-                    f"waiting, its most (costmodel serve --workers, --queue); try again shortly"
+                    f"waiting, its most (costmodel web --workers, --queue); try again shortly"
                 )
             ticket = object()
             self._waiting.append(ticket)
