@@ -2,7 +2,7 @@
 vLLM's measured fused MoE layers (aiconfigurator's moe/ tables: 12 layer shapes on the H100, 19 on the B200;
 tensor- or expert-parallel groups of up to 8), per GPU and weight format:
 
-* balanced routing, with the profile as it is (its MoE classes fitted on these rows: benchmarks/fit_published.py);
+* balanced routing, with the profile as it is (its MoE classes fitted on these rows: scripts/fit_published.py);
 * the same rows priced with the device's dense GEMM class instead (no MoE fit), which shows what the fit adds;
 * a fit on half the layer shapes, scored on the other half (shapes that fit did not see);
 * power-law routing (exponents 1.01 and 1.2: the busiest device timed), which no fit saw;

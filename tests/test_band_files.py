@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 def _shipped(name: str) -> dict:

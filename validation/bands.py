@@ -2,13 +2,13 @@
 timings, per kernel class and per *route* (how the device's parameters for that class came to be):
 
 - ``fitted``: the device's own parameters, fitted on these rows (in-sample; the fits' half-split held-out errors
-  are within a point of them, benchmarks/fit_published.py --holdout);
+  are within a point of them, scripts/fit_published.py --holdout);
 - ``across``: parameters fitted on a GPU of another generation, carried over by
   :data:`costmodel.price.origin.TRANSFER_RULE` (A100, H100 and B200 each priced from each other's fit);
 - ``datasheet``: no fitted parameters, the datasheet roofline with the profile's launch cost per kernel.
 
 :func:`ratios` collects them, :func:`quantiles` reduces a set to its p10, median and p90, and :func:`coverage` says
-what share of other ratios a band holds. ``benchmarks/error_bands.py`` writes the bands shipped in
+what share of other ratios a band holds. ``scripts/error_bands.py`` writes the bands shipped in
 ``costmodel/error_bands.yaml`` and scores each band on the GPU its data left out.
 """
 

@@ -38,7 +38,7 @@ MAX_REQUESTS = 1_000_000
 
 
 # --- fitted engine overheads -------------------------------------------------------------------------
-#: A serving engine's fixed costs on top of the GPU's work, fitted by benchmarks/fit_serving.py on the 579
+#: A serving engine's fixed costs on top of the GPU's work, fitted by scripts/fit_serving.py on the 579
 #: expressible dense-model H100 rows of aiconfigurator's silicon sample (ai-dynamo/aiconfigurator@095f58a), by least
 #: absolute percentage error (|predicted / measured - 1|, the statistic the error tables report): per iteration
 #: (scheduling, sampling, input preparation), and per request the front end's
@@ -62,7 +62,7 @@ MAX_REQUESTS = 1_000_000
 #: TensorRT-LLM's host time per iteration (``layer_s``, ``layer_seq_s``: Setup.host_s): its measured TPOTs at 32-128
 #: clients stop falling with more GPUs, at a floor per layer that Llama-3.1-8B (32 layers) and Qwen3-32B (64) share;
 #: its overlap scheduler runs the host beside the GPU, so an iteration takes the longer of the two. Fitted by
-#: benchmarks/fit_host_time.py on the TPOTs of the 357 dense rows (least absolute log error, a grid of 0-120 us and
+#: scripts/fit_host_time.py on the TPOTs of the 357 dense rows (least absolute log error, a grid of 0-120 us and
 #: 0-2.5 us): 80 us per layer and 1.5 us per layer and running sequence, the same on either model's rows alone but
 #: for the second on Llama-3.1-8B's (1.25 us). The other engines have none fitted (zero). The fixed costs above,
 #: refitted with it in place, came out the same (0.5 ms, 102 ms then), and no TTFT median moved (docs/serving.md).
@@ -78,7 +78,7 @@ OVERHEADS = {
 #: ``sglang.launch_server``, ``trtllm-serve``).
 FRONTENDS = ("dynamo", "engine")
 #: The engine's own server's front-end latency where it was measured apart from Dynamo's: vLLM's, fitted by
-#: benchmarks/fit_serving.py beside vLLM's Dynamo front end (one iteration cost for both) on the 45 Llama-3.1-70B
+#: scripts/fit_serving.py beside vLLM's Dynamo front end (one iteration cost for both) on the 45 Llama-3.1-70B
 #: rows of InferenceX's runs (vllm serve and its benchmark_serving.py client, lengths drawn as it draws them:
 #: validation.serving.INFERENCEX_SPREAD), by the same loss as the others: 0.5 ms (1 ms by absolute log error), where
 #: the 93 Qwen3-32B rows behind Dynamo give 41.5 ms. The other engines' own servers are not measured apart here and

@@ -7,12 +7,12 @@ bias turns with its direction, the range is 1 / x to x, x a percentile of the er
 Routes: ``fitted`` (the device's own fit), ``within`` (parameters carried from a fitted GPU of the same
 generation), ``across`` (from a GPU of another generation), ``datasheet`` (no fitted parameters: the datasheet
 roofline). The ranges are measured, not assumed: ``costmodel/error_bands.yaml``, written by
-``benchmarks/error_bands.py`` from the A100, H100 and B200 tables (:mod:`costmodel.validation.bands`). No two
+``scripts/error_bands.py`` from the A100, H100 and B200 tables (:mod:`costmodel.validation.bands`). No two
 measured GPUs share a generation there, so ``within`` takes the ``across`` range (wider than it needs to be);
 a class no table measures takes its route's range over every class.
 
 A served prediction's mean TTFT and TPOT carry the range of measured deployments (``costmodel/served_bands.yaml``,
-``benchmarks/serving_bands.py``) at the narrowest percentiles whose ranges, derived without a model, hold 80% of
+``scripts/serving_bands.py``) at the narrowest percentiles whose ranges, derived without a model, hold 80% of
 that model's rows.
 """
 
@@ -174,7 +174,7 @@ def served_keys(engine: str, kind: str, mode: str) -> list[tuple[str, str, str]]
     or "disagg"; "all" for any): the engine's own deployments of any model before other engines' of the same kind,
     since what an engine does beside the kernels (its scheduler, its front end, the benchmark client it is measured
     with) moves a served prediction more than the model's kind does (held out, a model's rows fall inside ranges
-    derived this way 86% of the time for TTFT, against 78% with the kind first: benchmarks/serving_bands.py)."""
+    derived this way 86% of the time for TTFT, against 78% with the kind first: scripts/serving_bands.py)."""
     return [
         (engine, kind, mode),
         (engine, "all", mode),

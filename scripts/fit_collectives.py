@@ -2,7 +2,7 @@
 of every GPU with published collective tables and write them into its profile; print each curve's error on its
 own table and, carried by the transfer rule from the H100's curves, on the other GPUs' tables.
 
-    python benchmarks/fit_collectives.py ../shared/measurements/aiconfigurator/comm [--write]
+    python scripts/fit_collectives.py ../shared/measurements/aiconfigurator/comm [--write]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ METHOD = (
     "the faster of two such lines (large_latency_s, large_bus_bytes_per_s: the protocol or algorithm the "
     "implementation switches to for large buffers) where two fit better: each line fitted by least squares on "
     "log time over a grid of latencies and bandwidths, the split of the sizes between them the one of least "
-    "error (benchmarks/fit_collectives.py); the 16-bit NCCL rows, the bf16 rows of the custom all-reduce of "
+    "error (scripts/fit_collectives.py); the 16-bit NCCL rows, the bf16 rows of the custom all-reduce of "
     "vLLM"
 )
 

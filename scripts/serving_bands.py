@@ -5,7 +5,7 @@ rows (costmodel.validation.bands.calibrated_tails); and how well
 ranges calibrated and derived without a model cover its rows (nested: the model saw neither the choice of
 percentiles nor the ranges), beside the p10-p90 ranges' coverage.
 
-    python benchmarks/serving_bands.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv [--write]
+    python scripts/serving_bands.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv [--write]
 
 The rows are predicted as `costmodel validate --serving FILE` predicts them (about 40 s), or read from its
 --json output (a path ending in .json). --write writes costmodel/served_bands.yaml, the ranges served
@@ -52,7 +52,7 @@ def to_yaml(sets: dict, tails: dict, nested: dict, plain: dict, source: str) -> 
             f"`tails` percent out (below, above), of {list(TAIL_GRID)} the pair that leaves the most out (then "
             f"gives the narrowest range over every row) while ranges derived without a model hold at least "
             f"{TARGET:.0%} of that model's rows; the engines' fixed costs were fitted on "
-            "the dense aggregated rows (benchmarks/fit_serving.py); benchmarks/serving_bands.py"
+            "the dense aggregated rows (scripts/fit_serving.py); scripts/serving_bands.py"
         ),
         "tails": {m: list(t) for m, t in tails.items()},
         "held_out_coverage": _coverage(nested),

@@ -4,7 +4,7 @@ transferred across a GPU generation, datasheet roofline) and kernel class, the r
 GPU, hold 80% of its rows; across generations 1 / x to x, x a percentile of the error either way), and how well
 bands whose percentiles and ends were both derived without one GPU cover that GPU's rows (beside p10-p90 bands').
 
-    python benchmarks/error_bands.py [MEASUREMENTS_DIR] [--write]
+    python scripts/error_bands.py [MEASUREMENTS_DIR] [--write]
 
 MEASUREMENTS_DIR defaults to ../shared/measurements (the aiconfigurator, Vidur and LLMCompass tables of the A100,
 H100 and B200; host-timed eager rows are left out). --write writes costmodel/error_bands.yaml, the bands
@@ -119,7 +119,7 @@ def to_yaml(b: dict, tails: dict, cover: dict, plain: dict, data: list[str]) -> 
             "generation by the transfer rule "
             "(costmodel.price.origin.TRANSFER_RULE); datasheet: the datasheet roofline and the profile's launch "
             "cost per kernel; all: every class of the route pooled, for classes no table measures; "
-            "benchmarks/error_bands.py"
+            "scripts/error_bands.py"
         ),
         "tails": {route: list(t) for route, t in tails.items()},
         "held_out_coverage": _coverage(cover),

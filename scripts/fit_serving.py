@@ -1,11 +1,11 @@
 """Fit each engine's two fixed costs (per iteration, and the front end's per-request delay) on measured
 deployments, and report the fit's error on the models it did not see.
 
-    python benchmarks/fit_serving.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv
+    python scripts/fit_serving.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv
 
 Every expressible row of a dense model is simulated (the aggregated mixture-of-experts rows are held out, and
 scored with the fit) at each
-per-iteration cost of a grid, with the engine's host time as shipped (benchmarks/fit_host_time.py fits it); the
+per-iteration cost of a grid, with the engine's host time as shipped (scripts/fit_host_time.py fits it); the
 front-end delay enters a row's TTFT additively, so for each grid value its best value is found by a 1-D search,
 without simulating again. The objective is the sum of absolute percentage errors
 of TTFT and TPOT, |predicted / measured - 1|: the statistic the error tables report and the targets name (and the

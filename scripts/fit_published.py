@@ -2,7 +2,7 @@
 blocks into the profiles, and report how well a fit on one GPU predicts another through the transfer rule (A100 and
 H100 both ways, H100 and B200 both ways: each scored on a GPU that fit did not see).
 
-    python benchmarks/fit_published.py [MEASUREMENTS_DIR] [--gpus=a100_80gb_sxm,h100_sxm,b200] [--write] [--holdout]
+    python scripts/fit_published.py [MEASUREMENTS_DIR] [--gpus=a100_80gb_sxm,h100_sxm,b200] [--write] [--holdout]
 
 It also prints the measured ratio of the A100 GEMM shapes that two sources both timed (Vidur over
 aiconfigurator), which shows how far the tables themselves disagree.
@@ -55,7 +55,7 @@ PRIMARY = {
 }
 METHOD = (
     "least squares on log(predicted/measured), Levenberg-Marquardt from 3 starts, "
-    "benchmarks/fit_published.py; shape parameters on the primary source of each class "
+    "scripts/fit_published.py; shape parameters on the primary source of each class "
     "(aiconfigurator for GEMM and attention, Vidur for RMSNorm and elementwise ops, LLMCompass for "
     "torch's softmax and LayerNorm), then each other "
     "timing convention's fixed cost alone; a class's parameters are fitted on the rows its kernel runs "

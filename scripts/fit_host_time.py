@@ -3,11 +3,11 @@
 TensorRT-LLM's overlap scheduler runs the host beside the GPU) on one model's measured deployments, and score it
 on the others.
 
-    python benchmarks/fit_host_time.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv
+    python scripts/fit_host_time.py ../shared/measurements/serving/silicon_sample_h100_sxm.csv
 
 Every aggregated TensorRT-LLM row is simulated at each point of a grid (the engine's other fixed costs as
 shipped). The objective is the sum of absolute log errors of TPOT, which the host time moves (TTFT is printed
-beside it). ``--ape`` takes absolute percentage errors, |predicted / measured - 1|, as benchmarks/fit_serving.py
+beside it). ``--ape`` takes absolute percentage errors, |predicted / measured - 1|, as scripts/fit_serving.py
 does for the fixed costs; on TPOT, whose errors are a few percent, the two agree but for the part per sequence
 on both dense models' rows: 1.25 us by the percentage, 1.5 us by the log, and 1.25 us scores worse on the rows
 no fit saw (TensorRT-LLM's mixture-of-experts TPOT 9.7% median against 8.6%; the iteration cost fitted on
