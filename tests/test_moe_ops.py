@@ -392,6 +392,14 @@ def test_the_default_fused_moe_tiles_follow_vllm_get_default_config():
     assert moe_dims(m, 40)["called"] == pytest.approx(moe_dims(m, 40)["r"] / m.moe.experts_per_token)
 
 
+def _experts_said(lines: list[str]) -> str:
+    """What a step's assumptions say of its experts: the mixture-of-experts line and, where there is one, the
+    sentence after it on how their products run."""
+    i = next(i for i, a in enumerate(lines) if a.startswith("mixture of experts"))
+    after = lines[i + 1] if i + 1 < len(lines) and "experts' products" in lines[i + 1] else ""
+    return f"{lines[i]} {after}".strip()
+
+
 def test_the_grouped_tile_is_stated_where_the_device_takes_it():
     """A model prediction says when its experts' products run the tile vLLM's configuration gives the call's tokens:
     where the device's kernel facts name a grouped dispatch for the experts' class, and only there."""
@@ -401,8 +409,7 @@ def test_the_grouped_tile_is_stated_where_the_device_takes_it():
 
     def stated(gpu, weight_dtype=None):
         pr = pricing(m, costmodel.load_profile(gpu), tp=8, weight_dtype=weight_dtype)
-        line = next(a for a in step_assumptions(m, pr) if a.startswith("mixture of experts"))
-        return "grouped_dispatch" in line
+        return "grouped_dispatch" in _experts_said(step_assumptions(m, pr))
 
     assert stated("h100") and stated("h100", "fp8_block") and stated("b200", "fp8")
     assert not stated("b200", "nvfp4")  # FlashInfer's kernel: no grouped dispatch named for moe_nvfp4
@@ -501,11 +508,7 @@ def test_the_w4a16_pricing_is_stated_as_the_device_has_it():
     m = costmodel.load_model("openai/gpt-oss-120b")
 
     def said(gpu):
-        return next(
-            a
-            for a in step_assumptions(m, pricing(m, costmodel.load_profile(gpu), tp=4))
-            if a.startswith("mixture of experts")
-        )
+        return _experts_said(step_assumptions(m, pricing(m, costmodel.load_profile(gpu), tp=4)))
 
     assert "in the moe_w4a16 class" in said("h100") and "in the moe_w4a16 class" in said("h200")
     assert "no W4A16 MoE kernel measured for this device" in said("a100")

@@ -253,13 +253,11 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
             "with no launch cost, a lower bound on time"
         ]
     off = [m for m in MECHANISMS if m not in model.on]
-    origins = sorted({f"{cls}: {o}" for cls, o in model.resolved.origin.items()})
     lines = [
-        f"time = fixed cost per call ({model.timing} timing) + max(compute at the fitted efficiency with "
-        "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + second kernels (decode "
-        "work units and split-KV combine, split-K reduction, a prefill's cache write, a low-precision layer's "
-        "input quantize); "
-        "mechanisms on: " + ", ".join(sorted(model.on)) + (f"; off: {', '.join(off)}" if off else "")
+        f"time per op: a fixed cost per call ({model.timing} timing) + the longer of compute and memory at the "
+        "fitted rates + any second kernels (costmodel explain time-model); mechanisms on: "
+        + ", ".join(sorted(model.on))
+        + (f"; off: {', '.join(off)}" if off else "")
     ]
     serial = sorted(cls for cls, eff in model.resolved.classes.items() if eff.overlap == "sum")
     if serial:
@@ -267,12 +265,36 @@ def mechanism_lines(hw: HardwareProfile, model) -> list[str]:
             "compute + memory instead of max for the classes whose kernel does one after the other: "
             + ", ".join(serial)
         )
-    lines.append("efficiency parameters: " + "; ".join(origins))
+    lines.append(efficiency_line(model.resolved.origin))
     if any(o.kind == "transferred" for o in model.resolved.origin.values()):
-        from costmodel.price.origin import TRANSFER_RULE
-
-        lines.append(f"transfer rule: {TRANSFER_RULE}")
+        lines.append(
+            "transfer rule: a fitted device's fractions of peak carried to this one; fixed costs and SM times "
+            "follow the clock, a vector kernel's bandwidth SMs x clock (costmodel explain transfer-rule)"
+        )
     return lines
+
+
+def efficiency_line(origins: dict) -> str:
+    """Where the kernel classes' parameters come from, one clause per origin: ``fitted on h100_sxm: gemm, ...;
+    transferred from a100_80gb_sxm: activation, ...`` (each class's own notes: costmodel explain efficiency)."""
+    by: dict[str, list[str]] = {}
+    for cls, origin in sorted(origins.items()):
+        by.setdefault(f"{origin.kind} {'on' if origin.kind == 'fitted' else 'from'} {origin.device}", []).append(cls)
+    return (
+        "efficiency parameters: "
+        + "; ".join(f"{where}: {', '.join(classes)}" for where, classes in by.items())
+        + " (each class's origin: costmodel explain efficiency)"
+    )
+
+
+def time_model_text(timing: str = "graph") -> str:
+    """The whole time model in words (costmodel explain time-model), under a ``timing`` convention."""
+    return (
+        f"time = fixed cost per call ({timing} timing) + max(compute at the fitted efficiency with "
+        "tile and wave quantization, bytes at the fitted achieved-bandwidth curve) + second kernels (decode "
+        "work units and split-KV combine, split-K reduction, a prefill's cache write, a low-precision layer's "
+        "input quantize)"
+    )
 
 
 def assumptions(w: Workload, hw: HardwareProfile, overlap: str, model=None) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from costmodel import __version__
+from costmodel.cli import explain as cli_explain
 from costmodel.cli import figures as cli_figures
 from costmodel.cli import web as cli_web
 from costmodel.cli.html import html_option
@@ -592,6 +593,7 @@ def models_show(name, as_json) -> None:
 
 
 for command in (
+    cli_explain.explain,
     cli_web.web,
     cli_web.serve,
     capacity,

@@ -654,8 +654,9 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
             f"mixture of experts in {e.layers} of {m.layers} layers: {e.experts} experts, {e.experts_per_token} "
             f"per token, {routing}; all experts resident in memory"
             + (f"; shared experts of width {e.shared_d_ff}" if e.shared_d_ff else "")
-            + tiled
         )
+        if tiled:  # how the experts' products run, a sentence of its own
+            out.append(tiled.removeprefix("; "))
     if m.sliding_window:
         out.append(
             f"{m.local_layers} of {m.layers} layers attend within a sliding window of {m.sliding_window} "

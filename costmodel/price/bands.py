@@ -148,17 +148,25 @@ def assumption(bands, hw=None) -> list[str]:
         else ""
     )
     return [
-        "range: measured / predicted of published kernel timings of the op's class, priced the way this device "
-        "prices it (" + "; ".join(f"{w}: {ROUTES[w]}, {label(w)}" for w in ways) + f"){within}, between the "
-        "route's percentiles, the narrowest whose ranges derived without a GPU hold 80% of its rows, on the A100, "
-        "H100 and B200 tables (costmodel/error_bands.yaml); a total adds its ops' ranges; with percentiles and "
-        f"ends derived without one GPU they held {held} of that GPU's rows"
+        "range: where 80% of measured times fall, from published kernel timings of the op's class priced as this "
+        "device prices it (" + "; ".join(f"{w}: {label(w)}" for w in ways) + f"){within}; a total adds its ops' "
+        f"ranges; held out, they held {held} of a GPU's rows (costmodel explain ranges)"
         + (
             ""
             if hw is None or hw.vendor == "NVIDIA"
             else f"; no {hw.vendor} device is measured there: its range is NVIDIA GPUs' under the same route"
         )
     ]
+
+
+#: How a kernel prediction's range is derived (costmodel explain ranges).
+RANGES_TEXT = (
+    "range: measured / predicted of published kernel timings of the op's class, priced the way the device prices "
+    "it: fitted on the device, transferred within or across GPU generations, or the datasheet roofline (a route "
+    "each); between the route's percentiles, the narrowest whose ranges derived without a GPU hold 80% of its "
+    "rows, on the A100, H100 and B200 tables (costmodel/error_bands.yaml, derived by scripts/error_bands.py); a "
+    "total adds its ops' ranges; a device of another vendor takes NVIDIA GPUs' range under the same route"
+)
 
 
 @lru_cache(maxsize=1)
@@ -227,8 +235,17 @@ def served_assumption(ttft: Band, device: str) -> str:
         else (f"; measured on H100s: on {device} the kernels' own error (fitted or transferred) comes on top")
     )
     return (
-        f"TTFT and TPOT ranges ({served_label()}): measured / predicted over the {ttft.basis} in NVIDIA's "
-        f"silicon sample, each predicted as this prediction is, the percentiles the narrowest whose ranges derived "
-        f"without a model hold 80% of its rows (costmodel/served_bands.yaml); chosen and derived without a model, "
-        f"they held {held['ttft']:.0%} of its TTFTs and {held['tpot']:.0%} of its TPOTs{where}"
+        f"TTFT and TPOT ranges ({served_label()}): where 80% of measured means fall, from the {ttft.basis} in "
+        f"NVIDIA's silicon sample; held out by model, they held {held['ttft']:.0%} of its TTFTs and "
+        f"{held['tpot']:.0%} of its TPOTs{where} (costmodel explain served-ranges)"
     )
+
+
+#: How a served prediction's ranges are derived (costmodel explain served-ranges).
+SERVED_RANGES_TEXT = (
+    "TTFT and TPOT ranges: measured / predicted over the measured deployments of the same engine and kind (dense "
+    "or mixture of experts, aggregated or disaggregated) in NVIDIA's silicon sample, each predicted as the "
+    "prediction is, between the percentiles the narrowest whose ranges derived without a model hold 80% of its "
+    "rows (costmodel/served_bands.yaml, derived by scripts/serving_bands.py); on another device than the H100 the "
+    "kernels' own error (fitted or transferred) comes on top"
+)
