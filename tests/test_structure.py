@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -422,3 +423,19 @@ def test_the_device_reaches_every_report_in_one_shape():
     assert all(type(r.hardware) is DeviceSummary and r.hardware.efficiency is None for r in reports)
     assert reports[2].hardware.devices == 4 and reports[0].hardware.devices == 1
     assert "datasheet roofline" in str(reports[3])
+
+
+@pytest.mark.parametrize("name", ["predict", "capacity"])
+def test_help_groups_every_option_in_a_named_panel(name):
+    """predict's 74 options and capacity's 27 are listed by what they ask: every option in a named panel (none
+    left over), each once, the panels in their order."""
+    command = main.commands[name]
+    ctx = click.Context(command, info_name=name)
+    assert {p.name for p in command.params} <= set(command.panels)
+    out = CliRunner().invoke(main, [name, "--help"]).output
+    titles = [line[:-1] for line in out.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    assert titles == list(dict.fromkeys(command.panels.values())) and "Other options" not in out
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)[0]
+        listed = [line for line in out.splitlines() if re.match(re.escape(record) + r"(\s|$)", line.strip())]
+        assert len(listed) == 1, record

@@ -592,6 +592,128 @@ def models_show(name, as_json) -> None:
         click.echo(model_detail(m, model_facts(m)))
 
 
+#: predict's options by what they ask, as its --help lists them.
+predict.panels = {
+    **dict.fromkeys(("gpus", "fmt", "as_json", "html_path"), "Devices and output"),
+    **dict.fromkeys(
+        (
+            "variant",
+            "groups",
+            "mode",
+            "batch",
+            "seq",
+            "context",
+            "d_model",
+            "heads",
+            "head_dim",
+            "value_dim",
+            "dtype",
+            "layers",
+            "execution",
+            "overlap",
+            "cache_append",
+            "timing",
+            "without",
+            "sweep_spec",
+            "csv_path",
+            "max_points",
+        ),
+        "One attention layer (the default), and sweeps",
+    ),
+    **dict.fromkeys(
+        (
+            "model_name",
+            "model_config",
+            "tp",
+            "kv_heads",
+            "weight_dtype",
+            "kv_dtype",
+            "mla_form",
+            "input_len",
+            "output_len",
+            "source",
+            "variants",
+            "routing",
+            "mxfp4_activations",
+        ),
+        "A whole model (--model): one step, or one request with --input-len and --output-len",
+    ),
+    **dict.fromkeys(
+        (
+            "engine_name",
+            "concurrency",
+            "client_connections",
+            "request_rate",
+            "burstiness",
+            "num_requests",
+            "warmup_requests",
+            "length_dist",
+            "spread",
+            "lengths_file",
+            "frontend",
+            "evaluator",
+        ),
+        "Served under load (--engine with --concurrency or --request-rate)",
+    ),
+    **dict.fromkeys(
+        (
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "memory_fraction",
+            "page_size",
+            "chunked_prefill",
+            "prefix_caching",
+            "async_scheduling",
+        ),
+        "Engine flags (each engine's own default where not set)",
+    ),
+    **dict.fromkeys(
+        ("expert_parallel", "expert_parallel_size", "attention_dp", "replicas", "pipeline_parallel"), "Layout"
+    ),
+    **dict.fromkeys(
+        (
+            "disaggregated",
+            "prefill_tp",
+            "prefill_workers",
+            "prefill_max_num_seqs",
+            "prefill_expert_parallel",
+            "prefill_attention_dp",
+            "decode_tp",
+            "decode_workers",
+            "decode_max_num_seqs",
+            "decode_expert_parallel",
+            "decode_attention_dp",
+            "decode_gpu",
+            "kv_link_bandwidth",
+        ),
+        "Disaggregated prefill and decode pools (--disaggregated)",
+    ),
+}
+
+#: capacity's options by what they ask, as its --help lists them.
+capacity.panels = {
+    **dict.fromkeys(("gpus", "fmt", "as_json", "html_path"), "Devices and output"),
+    **dict.fromkeys(
+        (
+            "model_name",
+            "tp",
+            "kv_heads",
+            "weight_dtype",
+            "kv_dtype",
+            "mla_form",
+            "input_len",
+            "output_len",
+            "variant",
+            "groups",
+            "variants",
+        ),
+        "The model and its requests",
+    ),
+    **dict.fromkeys(("tpot_ms", "ttft_ms", "statistic", "load", "price_per_hour"), "Targets and cost"),
+    **dict.fromkeys(("batching", "engine_name", "evaluator"), "How it is served"),
+    **dict.fromkeys(("dtype", "execution", "timing", "without"), "The kernels' time model"),
+}
+
 for command in (
     cli_explain.explain,
     cli_web.web,

@@ -59,13 +59,32 @@ def repeated_option(command: click.Command, args: list[str]) -> str | None:
 
 
 class OnceCommand(click.Command):
-    """A command whose single-valued options may not be given twice with different values."""
+    """A command whose single-valued options may not be given twice with different values; where it has
+    ``panels`` (parameter name -> title), its help lists the options in those panels, in the order of their first
+    parameter, and any other under "Other options"."""
+
+    panels: dict[str, str] | None = None
 
     def parse_args(self, ctx, args):
         problem = repeated_option(self, list(args))
         if problem is not None:
             raise click.UsageError(problem, ctx)
         return super().parse_args(ctx, args)
+
+    def format_options(self, ctx, formatter):
+        if not self.panels:
+            return super().format_options(ctx, formatter)
+        groups: dict[str, list] = {}
+        first = next(iter(self.panels.values()))
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:  # --help goes in the first panel
+                title = first if param is self.get_help_option(ctx) else self.panels.get(param.name, "Other options")
+                groups.setdefault(title, []).append(record)
+        for title in [*dict.fromkeys(self.panels.values()), "Other options"]:
+            if title in groups:
+                with formatter.section(title):
+                    formatter.write_dl(groups[title])
 
 
 class ErrorLineGroup(click.Group):
