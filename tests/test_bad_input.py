@@ -162,9 +162,9 @@ def test_long_gpu_name_is_an_unknown_profile():
 
 
 MALFORMED_PROFILES = {
-    "binary junk": (b"\x00\xff\xfe junk \x80\x81", "is not UTF-8 text (byte 1: 0xff); save it as UTF-8"),
-    "latin-1": ("name: caf\u00e9\n".encode("latin-1"), "is not UTF-8 text (byte 9: 0xe9); save it as UTF-8"),
-    "utf-16": ("id: x\n".encode("utf-16"), "is not UTF-8 text (byte 0: 0xff); save it as UTF-8"),
+    "binary junk": (b"\x00\xff\xfe junk \x80\x81", "is not UTF-8 text (line 1, byte 1: 0xff); save it as UTF-8"),
+    "latin-1": ("name: caf\u00e9\n".encode("latin-1"), "is not UTF-8 text (line 1, byte 9: 0xe9); save it as UTF-8"),
+    "utf-16": ("id: x\n".encode("utf-16"), "is not UTF-8 text (line 1, byte 0: 0xff); save it as UTF-8"),
     "deep block": (
         ("a:\n" + "".join(" " * i + "a:\n" for i in range(1, 200))).encode(),
         "nested more than 32 levels deep",

@@ -19,8 +19,6 @@ attention row carries the ``costmodel predict`` arguments whose ``--json`` print
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -101,9 +99,9 @@ class Table:
 
 
 def _rows(path: Path) -> list[dict]:
-    from costmodel.core.files import read_text
+    from costmodel.core.files import read_csv
 
-    return list(csv.DictReader(io.StringIO(read_text(str(path), "published table", MAX_TABLE_BYTES))))
+    return read_csv(str(path), "published table", MAX_TABLE_BYTES)[1]
 
 
 def _column(rows: list[dict], key: str, path: Path, convert=float) -> np.ndarray:

@@ -17,7 +17,6 @@ workers, size and batch. A row of InferenceX's runs (:func:`inferencex_run`) is 
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from collections import Counter, defaultdict
@@ -505,27 +504,28 @@ def _stage(row: dict, prefix: str) -> Stage | str:
     return Stage(tp, workers, _whole(row, prefix + "batch_size"), ep > 1 and not hybrid, dp, pp, ep if hybrid else 0)
 
 
+#: The largest deployments file read (NVIDIA's H100 sample is 0.3 MB).
+MAX_DEPLOYMENTS_BYTES = 64 << 20
+
+
 def read(path: str | Path) -> tuple[list[Deployment], list[dict]]:
     """The file's deployments and its skipped rows (``id``, ``reason``)."""
-    try:
-        f = open(path, newline="", encoding="utf-8")
-    except OSError as err:
-        raise CostModelError(f"cannot read deployments file {str(path)!r}: {err.strerror}") from None
-    with f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise CostModelError(
-                f"deployments file {str(path)!r} lacks the column(s) {', '.join(missing)} "
-                "(the layout of aiconfigurator's silicon_sample.csv)"
-            )
-        rows, skipped = [], []
-        for i, row in enumerate(reader):
-            got = parse(row)
-            if isinstance(got, str):
-                skipped.append({"id": row.get("id") or f"row {i + 2}", "reason": got})
-            else:
-                rows.append(got)
+    from costmodel.core.files import read_csv
+
+    columns, table = read_csv(str(path), "deployments file", MAX_DEPLOYMENTS_BYTES)
+    missing = [c for c in COLUMNS if c not in columns]
+    if missing:
+        raise CostModelError(
+            f"deployments file {str(path)!r} lacks the column(s) {', '.join(missing)} "
+            "(the layout of aiconfigurator's silicon_sample.csv)"
+        )
+    rows, skipped = [], []
+    for i, row in enumerate(table):
+        got = parse(row)
+        if isinstance(got, str):
+            skipped.append({"id": row.get("id") or f"row {i + 2}", "reason": got})
+        else:
+            rows.append(got)
     return rows, skipped
 
 

@@ -45,9 +45,35 @@ def read_text(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
         raise CostModelError(
-            f"{what} {path} is not UTF-8 text (byte {err.start}: {data[err.start]:#04x}); save it as UTF-8"
+            f"{what} {path} is not UTF-8 text (line {line}, byte {err.start}: {data[err.start]:#04x}); save it as UTF-8"
         ) from None
+
+
+def read_csv(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> tuple[list[str], list[dict]]:
+    """(columns, rows as dicts) of the CSV file ``path``: UTF-8 (with or without a byte-order mark), any line
+    ending; a file that is not text, a NUL byte, a row the csv module cannot read or a column named twice is an
+    error naming the file and the line (``what`` names the file's kind)."""
+    import csv
+    import io
+
+    text = read_text(path, what, limit).removeprefix("\ufeff")
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise CostModelError(f"{what} {path}: line {line}: a NUL byte: binary data, not a table")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, [])
+        seen: set[str] = set()
+        twice = next((c for c in header if c in seen or seen.add(c)), None)
+        if twice is not None:
+            raise CostModelError(f"{what} {path}: line 1: the column {twice[:40]!r} is named twice")
+        # as csv.DictReader reads them: empty lines skipped, a short row's missing fields None
+        rows = [dict(zip(header, line + [None] * (len(header) - len(line)))) for line in reader if line]
+    except csv.Error as err:
+        raise CostModelError(f"{what} {path}: line {reader.line_num}: {err}") from None
+    return header, rows
 
 
 def check_depth(text: str, origin: str) -> None:

@@ -11,5 +11,6 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "figure.dpi": 110})
+    # svg.hashsalt: an SVG's clip-path ids from a fixed salt, so the same figure writes the same bytes
+    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "figure.dpi": 110, "svg.hashsalt": "costmodel"})
     return plt

@@ -105,6 +105,31 @@ def _gated(cfg: dict) -> bool:
     )
 
 
+#: The config keys read as true or false: each must be a JSON boolean (a string "false" is not false, and 0 or 1
+#: is not a flag), or absent.
+FLAG_KEYS = (
+    "tie_word_embeddings",
+    "is_encoder_decoder",
+    "multi_query",
+    "new_decoder_architecture",
+    "alibi",
+    "parallel_attn",
+    "use_parallel_residual",
+    "bias",
+    "use_bias",
+    "enable_bias",
+    "attention_bias",
+)
+
+
+def _check_flags(cfg: dict, path: str) -> None:
+    for key in FLAG_KEYS:
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, bool):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+            raise CostModelError(f"{path}: field {key} must be true or false, got {shown}")
+
+
 def _refuse_unsupported(cfg: dict, path: str) -> None:
     found = next((key for key in UNSUPPORTED_KEYS if cfg.get(key) not in (None, False)), None)
     archs = cfg.get("architectures") or []
@@ -270,6 +295,7 @@ def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
     if isinstance(cfg.get("text_config"), dict):  # a multimodal model: its language model
         cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
         notes.append("the language model of a multimodal config (text_config); vision layers not priced")
+    _check_flags(cfg, path)
     _refuse_unsupported(cfg, path)
     count = lambda *keys, default=None: _count(cfg, path, keys, default)  # noqa: E731
     d = count("hidden_size", "n_embd", "d_model")

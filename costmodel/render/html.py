@@ -78,10 +78,12 @@ def _data(data, what: str) -> tuple[str, str]:
 
 def _svg(fig) -> str:
     """A matplotlib figure as inline SVG (no XML declaration, no DOCTYPE)."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
+    with matplotlib.rc_context({"svg.hashsalt": "costmodel"}):  # the same figure, the same ids: the same bytes
+        fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]
