@@ -69,7 +69,8 @@ def error_of(*args) -> str:
         ),
         (
             ["predict", "--gpu", "a100", "--d-model", str(10**155)],
-            "Error: Invalid value for '--d-model': 1" + "0" * 155 + " is not in the range 1<=x<=1099511627776.",
+            "Error: Invalid value for '--d-model': '1" + "0" * 19 + "'... (156 characters) is not in the range "
+            "1<=x<=1099511627776.",
         ),
     ],
 )
@@ -411,3 +412,13 @@ def test_validation_missing_from_a_source_tree_is_one_error_line(run_cli, monkey
     assert result.exit_code != 0
     assert "Error: costmodel.validation is not importable here" in result.output
     assert "pip install -e ." in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("option", ["--batch", "--context"])
+def test_five_thousand_digits_are_out_of_range_not_a_bug(option):
+    """Python will not convert a 5,000-digit string to an integer (exit 3 before); the option is out of range, and
+    the error quotes its start and length, not 5,000 characters."""
+    result = CliRunner().invoke(main, ["predict", "--gpu", "a100", option, "9" * 5000])
+    assert result.exit_code == 2 and "internal error" not in result.output
+    assert "'99999999999999999999'... (5,000 characters) is not in the range " in result.output
+    assert len(result.output) < 600

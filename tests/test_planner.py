@@ -383,3 +383,16 @@ def test_a_decoding_engines_step_is_its_decode_iteration(run_cli, model, point):
         )
         is None
     )
+
+
+def test_a_plan_past_its_stated_maximum_is_refused_before_any_work():
+    """`--gpus 1099511627776` was accepted and searched; past 256 devices a plan is an Error line at once."""
+    from click.testing import CliRunner
+
+    from costmodel.cli.commands import main
+    from costmodel.deploy.planner import MAX_PLAN_DEVICES
+
+    args = ["plan", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "64"]
+    result = CliRunner().invoke(main, [*args, "--gpus", "1099511627776"])
+    assert result.exit_code == 1 and MAX_PLAN_DEVICES == 256
+    assert result.output.strip() == "Error: devices must be an integer from 1 to 256, got 1099511627776"

@@ -15,6 +15,7 @@ from costmodel.core.vocab import (
     DEFAULTS,
     DTYPES,
     EXECUTIONS,
+    MAX_DIGITS,
     MAX_DIM,
     MECHANISMS,
     OVERLAPS,
@@ -138,6 +139,15 @@ def emit_json(data) -> None:
     click.echo(text)
 
 
+def excerpt(value, limit: int = 40, quote: bool = True) -> str:
+    """``value`` as an error quotes it: whole up to ``limit`` characters (in quotes where ``quote``), else its
+    start and its length."""
+    text = str(value)
+    if len(text) > limit:
+        return f"{text[:20]!r}... ({len(text):,} characters)"
+    return repr(text) if quote else text
+
+
 class PositiveNumber(click.ParamType):
     """A positive, finite decimal number in ASCII digits (``50``, ``2.5``, ``1e3``; no ``inf``, ``nan`` or
     other scripts' digits); ``allow_inf``: ``inf`` too."""
@@ -154,7 +164,7 @@ class PositiveNumber(click.ParamType):
             return float("inf")
         elif not isinstance(value, str) or not DECIMAL.fullmatch(value):
             self.fail(
-                f"{value!r} is not a positive decimal number (e.g. 50 or 2.5"
+                f"{excerpt(value)} is not a positive decimal number (e.g. 50 or 2.5"
                 + (", or inf)" if self.allow_inf else ")"),
                 param,
                 ctx,
@@ -162,7 +172,7 @@ class PositiveNumber(click.ParamType):
         else:
             number = float(value)
         if not 0 < number < float("inf") and not (self.allow_inf and number == float("inf")):
-            self.fail(f"{value!r} is not a positive, finite number", param, ctx)
+            self.fail(f"{excerpt(value)} is not a positive, finite number", param, ctx)
         return number
 
 
@@ -192,15 +202,17 @@ class Count(click.ParamType):
         else:
             text = str(value)
             number = whole(text)
+            if number is None and text.isascii() and text.isdigit() and len(text) > MAX_DIGITS:  # too many to read
+                self.fail(f"{excerpt(value, quote=False)} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
             if number is None:
                 self.fail(
-                    f"{value!r} is not a whole number: ASCII digits without a leading zero, optionally one "
+                    f"{excerpt(value)} is not a whole number: ASCII digits without a leading zero, optionally one "
                     "suffix (k, m, g = 1000^n; K, M, G = 1024^n), e.g. 4096 or 128k",
                     param,
                     ctx,
                 )
         if not self.least <= number <= MAX_DIM:
-            self.fail(f"{value} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
+            self.fail(f"{excerpt(value, quote=False)} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
         return number
 
 

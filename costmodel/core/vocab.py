@@ -75,10 +75,18 @@ DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|\.[0-9]+([eE][-+]?[0-
 SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 
 
+#: The most digits a whole number is read with: far past any count (2^40 has 13), short of what Python refuses to
+#: convert (4,300 digits).
+MAX_DIGITS = 1000
+
+
 def whole(text: str) -> int | None:
-    """``text`` as a whole number of :data:`WHOLE`, or None when it is not one."""
+    """``text`` as a whole number of :data:`WHOLE`, or None when it is not one (or has more than
+    :data:`MAX_DIGITS` digits)."""
     match = WHOLE.fullmatch(text) if isinstance(text, str) else None
-    return None if match is None else int(match["digits"]) * SUFFIXES.get(match["suffix"], 1)
+    if match is None or len(match["digits"]) > MAX_DIGITS:
+        return None
+    return int(match["digits"]) * SUFFIXES.get(match["suffix"], 1)
 
 
 #: The largest dimension or count accepted anywhere (2^40): products of a few stay exact in floats.

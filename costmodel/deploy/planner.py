@@ -335,6 +335,11 @@ def near_front(points: list[PlanPoint], slack: float) -> list[PlanPoint]:
     return out
 
 
+#: The most devices a plan searches (32 nodes of 8): the layouts grow with the divisors of the count and each is
+#: priced under load, so a larger count is refused before any work rather than searched for hours.
+MAX_PLAN_DEVICES = 256
+
+
 def plan(
     m: ModelPreset,
     hws: list[HardwareProfile],
@@ -351,7 +356,7 @@ def plan(
 ) -> Plan:
     """Every layout of ``m`` on ``devices`` of each of ``hws``, priced under load; the front and the best."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
-    checks.count("devices", devices)
+    checks.count("devices", devices, most=MAX_PLAN_DEVICES)
     checks.count("input_len", input_len)
     checks.count("output_len", output_len)
     checks.count("max_concurrency", max_concurrency)
