@@ -96,6 +96,7 @@ def test_no_time_prints_ks_or_an_exponent_and_each_reads_back(seconds):
     "args,columns",
     [
         (["hardware", "list"], ["bf16/fp16, fp8:", "on-chip:", "efficiency:"]),
+        (["models", "list"], ["active:", "KV/token:", "features:"]),
         (
             [
                 "predict",

@@ -220,7 +220,15 @@ def models_table(presets, facts: dict[str, dict]) -> str:
                 ", ".join(_model_features(m)),
             )
         )
-    return "\n".join(aligned(rows, right={2, 3, 4, 5, 7}))
+    legend = [
+        "",
+        "Columns:",
+        "  - params: every parameter; active: those one token runs through (= where all of them); attention: "
+        "MHA, GQA or MQA with g key/value heads, or MLA's latent and rotary widths; KV/token: the KV cache one "
+        "token takes over every layer, in bf16; features: mixture of experts (experts x per token), windows, "
+        "encoder-decoder",
+    ]
+    return "\n".join([*aligned(rows, right={2, 3, 4, 5, 7}), *legend])
 
 
 def model_detail(m, facts: dict) -> str:
