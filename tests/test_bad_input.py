@@ -422,3 +422,43 @@ def test_five_thousand_digits_are_out_of_range_not_a_bug(option):
     assert result.exit_code == 2 and "internal error" not in result.output
     assert "'99999999999999999999'... (5,000 characters) is not in the range " in result.output
     assert len(result.output) < 600
+
+
+@pytest.mark.parametrize("field", ["cross_kv_heads", "encoder_kv_heads"])
+def test_zero_key_value_heads_is_an_error_not_a_division(field):
+    """A preset with no cross-attention key/value heads divided the heads by zero (exit 3); the schema refuses it,
+    naming the field (the preset reader turns that into one Error line)."""
+    from pydantic import ValidationError
+
+    from costmodel.model.presets import ModelPreset, load_model
+
+    data = {**load_model("t5-xxl").model_dump(), field: 0}
+    with pytest.raises(ValidationError, match=f"{field}\n  Input should be greater than or equal to 1"):
+        ModelPreset.model_validate(data)
+    assert ModelPreset.model_validate({**data, field: 8})  # a divisor of its 64 heads is taken
+
+
+def test_a_name_with_dollar_signs_draws_as_written(tmp_path):
+    """A config whose name holds `$\\frac{$` stopped the page's figure with a TeX parse error (exit 3); the name is
+    drawn as text."""
+    import json
+
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "hidden_size": 1024,
+                "intermediate_size": 4096,
+                "num_attention_heads": 16,
+                "num_hidden_layers": 4,
+                "vocab_size": 32000,
+                "rms_norm_eps": 1e-5,
+                "rope_theta": 10000.0,
+                "_name_or_path": "x$\\frac{$y",
+            }
+        )
+    )
+    page = tmp_path / "p.html"
+    result = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", str(config), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert "x$\\frac{$y" in page.read_text(encoding="utf-8")

@@ -111,8 +111,8 @@ class ModelPreset(BaseModel):
     encoder_layers: int = Field(default=0, ge=0, le=MAX_DIM)
     heads: int = Field(ge=1, le=MAX_DIM)
     kv_heads: int = Field(ge=1, le=MAX_DIM, description="key/value heads of decoder self-attention")
-    encoder_kv_heads: int | None = None
-    cross_kv_heads: int | None = None
+    encoder_kv_heads: int | None = Field(default=None, ge=1, le=MAX_DIM)
+    cross_kv_heads: int | None = Field(default=None, ge=1, le=MAX_DIM)
     head_dim: int = Field(ge=1, le=MAX_DIM)
     d_ff: int = Field(ge=1, le=MAX_DIM)
     ffn_gated: bool
