@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from costmodel.core.checks import excerpt
 from costmodel.core.errors import CostModelError
 from costmodel.core.invocation import command_line  # noqa: F401 - the commands' own, where they take it from
 from costmodel.core.vocab import (
@@ -137,15 +138,6 @@ def emit_json(data) -> None:
     except ValueError:
         raise CostModelError("a result is not finite (a count or time overflowed); use smaller dimensions") from None
     click.echo(text)
-
-
-def excerpt(value, limit: int = 40, quote: bool = True) -> str:
-    """``value`` as an error quotes it: whole up to ``limit`` characters (in quotes where ``quote``), else its
-    start and its length."""
-    text = str(value)
-    if len(text) > limit:
-        return f"{text[:20]!r}... ({len(text):,} characters)"
-    return repr(text) if quote else text
 
 
 class PositiveNumber(click.ParamType):

@@ -586,3 +586,28 @@ def plot_model_sweep(
 
 
 __all__ = ["capacity", "conventions", "predict_models", "plot_model_sweep", "model_options", "load_layouts"]
+
+
+#: capacity's options by what they ask, as its --help lists them.
+capacity.panels = {
+    **dict.fromkeys(("gpus", "fmt", "as_json", "html_path"), "Devices and output"),
+    **dict.fromkeys(
+        (
+            "model_name",
+            "tp",
+            "kv_heads",
+            "weight_dtype",
+            "kv_dtype",
+            "mla_form",
+            "input_len",
+            "output_len",
+            "variant",
+            "groups",
+            "variants",
+        ),
+        "The model and its requests",
+    ),
+    **dict.fromkeys(("tpot_ms", "ttft_ms", "statistic", "load", "price_per_hour"), "Targets and cost"),
+    **dict.fromkeys(("batching", "engine_name", "evaluator"), "How it is served"),
+    **dict.fromkeys(("dtype", "execution", "timing", "without"), "The kernels' time model"),
+}

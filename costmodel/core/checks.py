@@ -14,6 +14,15 @@ from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import MAX_DIM
 
 
+def excerpt(value, limit: int = 40, quote: bool = True) -> str:
+    """``value`` as an error quotes what was given: whole up to ``limit`` characters (a string in quotes where
+    ``quote``), else its first 20 and its length, so no error repeats a long input."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > limit:
+        return f"{text[:20]!r}... ({len(text):,} characters)"
+    return repr(text) if quote and isinstance(value, str) else text
+
+
 def _shown(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

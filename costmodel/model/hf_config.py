@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePath
 
+from costmodel.core.checks import excerpt
 from costmodel.core.errors import CostModelError
 from costmodel.core.files import load_json, read_text
 from costmodel.core.vocab import MAX_DIM
@@ -126,8 +127,7 @@ def _check_flags(cfg: dict, path: str) -> None:
     for key in FLAG_KEYS:
         value = cfg.get(key)
         if value is not None and not isinstance(value, bool):
-            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-            raise CostModelError(f"{path}: field {key} must be true or false, got {shown}")
+            raise CostModelError(f"{path}: field {key} must be true or false, got {excerpt(value)}")
 
 
 def _refuse_unsupported(cfg: dict, path: str) -> None:

@@ -78,12 +78,10 @@ def _data(data, what: str) -> tuple[str, str]:
 
 def _svg(fig) -> str:
     """A matplotlib figure as inline SVG (no XML declaration, no DOCTYPE)."""
-    import matplotlib
     import matplotlib.pyplot as plt
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": "costmodel"}):  # the same figure, the same ids: the same bytes
-        fig.savefig(buf, format="svg", metadata={"Date": None})
+    fig.savefig(buf, format="svg", metadata={"Date": None})  # ids from core.mpl's fixed salt: the same bytes
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]

@@ -46,11 +46,9 @@ def save(fig, path: str, data=None) -> None:
 
         write_text(path, figure_page(fig, data))
         return
-    import matplotlib
-
-    # the same figure gives the same bytes: no dates in SVG or PDF, a fixed SVG id salt
+    # the same figure gives the same bytes: no dates in SVG or PDF (its ids from core.mpl's fixed salt)
     metadata = {".svg": {"Date": None}, ".pdf": {"CreationDate": None, "ModDate": None}}.get(suffix)
-    with atomic_path(path) as tmp, matplotlib.rc_context({"svg.hashsalt": "costmodel"}):
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format=suffix[1:], bbox_inches="tight", metadata=metadata)
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import html
 import ipaddress
 
-from costmodel.web.fields import COMMANDS, MAX_QUERY_BYTES, excerpt, job, web_fields
+from costmodel.core.checks import excerpt
+from costmodel.web.fields import COMMANDS, MAX_QUERY_BYTES, job, web_fields
 from costmodel.web.jobs import Busy, Limits, OverLimit, WorkerPool
 
 #: Names of this machine's loopback address, which a browser on it may use for a server bound there.

@@ -17,6 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from costmodel.core.checks import excerpt
 from costmodel.core.errors import CostModelError
 
 #: The commands the API answers (each prints ``--json``) and whose ``--html`` page ``/report/`` answers.
@@ -174,11 +175,6 @@ class Job:
 
     args: tuple[str, ...]
     config: str | None = None
-
-
-def excerpt(value: str, limit: int = 40) -> str:
-    """``value`` quoted as an error shows it: at most ``limit`` characters."""
-    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def job(cli, command: str, query: list[tuple[str, str]], output: str) -> Job:

@@ -147,8 +147,7 @@ class WorkerPool:
     def alive(self) -> int:
         """Worker processes alive now."""
         with self._lock:
-            self._started = [w for w in self._started if w.process.is_alive()]
-            return len(self._started)
+            return sum(w.process.is_alive() for w in self._started)
 
     def _start(self) -> _Worker:
         worker = _Worker(self._context, self._cli, self.limits)
@@ -165,9 +164,16 @@ class WorkerPool:
     def close(self) -> None:
         """End every worker, busy ones too (their requests then fail)."""
         with self._lock:
-            started, self._idle = self._started, []
+            started, self._idle = list(self._started), []
         for worker in started:
-            worker.kill()
+            self._discard(worker)
+
+    def _discard(self, worker: _Worker) -> None:
+        """End ``worker``'s process and forget it (the only way to stop a computation mid-way)."""
+        worker.kill()
+        with self._lock:
+            if worker in self._started:
+                self._started.remove(worker)
 
     async def run(self, job: Job, gone: Callable[[], Awaitable[bool]]) -> tuple[int, str] | None:
         """(exit code, printed text) of ``job`` in a worker, or None when ``gone()`` says the client left first.
@@ -194,15 +200,16 @@ class WorkerPool:
                     return None
                 await asyncio.sleep(POLL_S)
             code, text = self._answer(worker)
+            if code != "memory":  # a worker out of memory (or ended) is replaced; any other serves on
+                with self._lock:
+                    self._idle.append(worker)
+                worker = None
             if code in ("memory", "size"):
                 raise OverLimit(self._over(code))
-            with self._lock:
-                self._idle.append(worker)
-            worker = None
             return code, text
         finally:
-            if worker is not None:  # cut, left or broken: the only way to stop it is to end its process
-                worker.kill()
+            if worker is not None:  # cut, left or broken
+                self._discard(worker)
             self._leave(ticket, started)
 
     @staticmethod
@@ -260,5 +267,6 @@ class WorkerPool:
                 worker = self._idle.pop()
                 if worker.process.is_alive():
                     return worker
+                self._started.remove(worker)
                 worker.kill()
         return await asyncio.get_running_loop().run_in_executor(None, self._start)
