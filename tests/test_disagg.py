@@ -422,16 +422,23 @@ def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
     end at 5.9 ms, or 6.9 ms under the overlap. Its first token is the prefill worker's either way."""
     from types import SimpleNamespace
 
-    from costmodel.deploy.disagg import _simulate
+    from costmodel.deploy.pools import simulate
 
     def setup(lag, table):
         eng = SimpleNamespace(
-            name="vllm", max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=lag, reserved_decode_tokens=0
+            chunked_prefill=True,
+            reserve_output=False,
+            name="vllm",
+            max_num_batched_tokens=10,
+            max_num_seqs=8,
+            page_size=16,
+            lag=lag,
+            reserved_decode_tokens=0,
         )
         return SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
 
     table = _Fixed(0.6e-3, 1e-3)
-    sim = _simulate(
+    sim = simulate(
         setup(0, table),
         setup(int(overlapped), table),
         Pool(tp=1, workers=1),
@@ -444,8 +451,8 @@ def test_a_decode_worker_under_the_overlap_scheduler_by_hand(overlapped):
         seed=0,
         check=True,
     )
-    assert sim["violations"] == []
-    reqs = sim["reqs"]
+    assert sim.violations == []
+    reqs = sim.reqs
     assert [r.arrival for r in reqs] == pytest.approx([0.0, 0.0, 2.9e-3])
     assert [r.first for r in reqs] == pytest.approx([0.9e-3, 1.5e-3, 3.8e-3])
     late = 1e-3 if overlapped else 0.0
@@ -462,15 +469,22 @@ def test_where_a_request_waits_for_decode_pages_by_hand(name):
     first token: decode 2.9-4.9, TPOT (4.9 - 1.5) / 2 = 1.7 ms."""
     from types import SimpleNamespace
 
-    from costmodel.deploy.disagg import _simulate
+    from costmodel.deploy.pools import simulate
 
     eng = SimpleNamespace(
-        name=name, max_num_batched_tokens=10, max_num_seqs=8, page_size=16, lag=0, reserved_decode_tokens=0
+        chunked_prefill=True,
+        reserve_output=False,
+        name=name,
+        max_num_batched_tokens=10,
+        max_num_seqs=8,
+        page_size=16,
+        lag=0,
+        reserved_decode_tokens=0,
     )
     table = _Fixed(0.6e-3, 1e-3)
     pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
     dec = SimpleNamespace(eng=eng, kv_tokens=16, table=table, iteration_s=0.0, wall=_no_host)
-    sim = _simulate(
+    sim = simulate(
         pre,
         dec,
         Pool(),
@@ -483,8 +497,8 @@ def test_where_a_request_waits_for_decode_pages_by_hand(name):
         seed=0,
         check=True,
     )
-    assert sim["violations"] == [] and sim["waits"] == 1
-    r0, r1 = sim["reqs"]
+    assert sim.violations == [] and sim.waits == 1
+    r0, r1 = sim.reqs
     assert (r0.first, r0.finish) == pytest.approx((0.9e-3, 2.9e-3))
     if name == "sglang":
         assert (r1.prefilled, r1.first, r1.finish) == pytest.approx((3.5e-3, 3.8e-3, 5.8e-3))
@@ -520,15 +534,22 @@ def test_sglang_decode_preallocation_and_retraction_by_hand():
     resumes and finishes 7.9-11.9. The cache never overflows and every token is produced once."""
     from types import SimpleNamespace
 
-    from costmodel.deploy.disagg import _simulate
+    from costmodel.deploy.pools import simulate
 
     eng = SimpleNamespace(
-        name="sglang", max_num_batched_tokens=10, max_num_seqs=8, page_size=1, lag=0, reserved_decode_tokens=2
+        chunked_prefill=True,
+        reserve_output=False,
+        name="sglang",
+        max_num_batched_tokens=10,
+        max_num_seqs=8,
+        page_size=1,
+        lag=0,
+        reserved_decode_tokens=2,
     )
     table = _Fixed(0.6e-3, 1e-3)
     pre = SimpleNamespace(eng=eng, kv_tokens=4096, table=table, iteration_s=0.0, wall=_no_host)
     dec = SimpleNamespace(eng=eng, kv_tokens=30, table=table, iteration_s=0.0, wall=_no_host)
-    sim = _simulate(
+    sim = simulate(
         pre,
         dec,
         Pool(),
@@ -541,11 +562,11 @@ def test_sglang_decode_preallocation_and_retraction_by_hand():
         seed=0,
         check=True,
     )
-    assert sim["violations"] == [] and sim["waits"] == 0 and sim["retractions"] == 1
-    r0, r1 = sim["reqs"]
+    assert sim.violations == [] and sim.waits == 0 and sim.D.retractions == 1
+    r0, r1 = sim.reqs
     assert (r0.prefilled, r0.first, r0.finish) == pytest.approx((0.6e-3, 0.9e-3, 7.9e-3))
     assert (r1.prefilled, r1.first, r1.finish) == pytest.approx((1.2e-3, 1.5e-3, 11.9e-3))
-    assert sim["d_seqs"] == 2 * (8 - 1)  # every decode token once, the retracted request's included
+    assert sim.D.seqs == 2 * (8 - 1)  # every decode token once, the retracted request's included
     # with no headroom to keep and a cache for one whole context only, request 1 waits before its prefill
     small = SimpleNamespace(
         eng=SimpleNamespace(**{**vars(eng), "reserved_decode_tokens": 0}),
@@ -554,7 +575,7 @@ def test_sglang_decode_preallocation_and_retraction_by_hand():
         iteration_s=0.0,
         wall=_no_host,
     )
-    one = _simulate(
+    one = simulate(
         pre,
         small,
         Pool(),
@@ -567,7 +588,7 @@ def test_sglang_decode_preallocation_and_retraction_by_hand():
         seed=0,
         check=True,
     )
-    assert one["violations"] == [] and one["reqs"][1].first > one["reqs"][0].first + 1e-3
+    assert one.violations == [] and one.reqs[1].first > one.reqs[0].first + 1e-3
 
 
 @pytest.mark.parametrize("isl, osl, binds", [(8192, 64, "prefill pool"), (512, 512, "decode pool")])

@@ -313,7 +313,7 @@ def test_arrivals_beyond_what_the_engine_completes_overload_it(llama, h100, eval
 def test_arrivals_are_sent_as_vllms_bench_serve_sends_them(burstiness):
     """Gaps of a gamma distribution of shape k have a coefficient of variation 1/sqrt(k) (1: Poisson; inf: none);
     the times are scaled so the last request goes at n / rate, so the rate is the asked one whatever the draw."""
-    from costmodel.engine.simulate import arrival_times
+    from costmodel.engine.load import arrival_times
 
     n, rate = 20000, 7.0
     t = arrival_times(n, rate, burstiness, seed=3)
@@ -1579,3 +1579,43 @@ def test_the_token_budget_bounds_the_requests_decoding_at_once(llama, h100):
     )
     decoding = decoding_requests(128, p.ttft_s, p.tpot_s, 128)
     assert decoding == pytest.approx(2048 * 127 / (4096 + 127), rel=0.05)
+
+
+def test_the_admission_rule_by_hand():
+    """The one rule both simulations schedule by: a budget of 100 tokens, 2 sequences, 16-token pages."""
+    from costmodel.engine.scheduler import Admission, fewest_out, newest, pages
+
+    chunks = Admission(budget=100, seq_limit=2, page=16, chunked=True, reserve_output=False)
+    whole = Admission(budget=100, seq_limit=2, page=16, chunked=False, reserve_output=True)
+    assert pages(0, 16) == 0 and pages(1, 16) == 1 and pages(16, 16) == 1 and pages(17, 16) == 2
+    assert chunks.chunk(250, 100) == 100 and chunks.chunk(30, 100) == 30 and chunks.chunk(30, 0) is None
+    assert whole.chunk(250, 100) is None and whole.chunk(100, 100) == 100
+    assert chunks.has_slot(1) and not chunks.has_slot(2)
+    # paging: a 40-token prompt's first 40 cached tokens take 3 pages; reserving: prompt and output, 50 tokens, 4
+    assert chunks.admit(40, 10, 0, 40, free=3, room=100) == (40, 3)
+    assert chunks.admit(40, 10, 0, 40, free=2, room=100) is None
+    assert whole.admit(40, 10, 0, 40, free=4, room=100) == (40, 4)
+    assert whole.admit(40, 10, 0, 40, free=3, room=100) is None
+    # two sequences of 16 and 30 cached tokens holding 1 and 2 pages; 1 page free: the first grows a page at step
+    # 1 (17 tokens), the second at step 3 (33): 2 steps fit
+    assert chunks.steps_within([(16, 1), (30, 2)], free=1, steps=10) == 2
+    assert chunks.steps_within([(16, 1), (30, 2)], free=5, steps=10) == 10
+    reqs = [dict(n=0, out=5, prompt=10), dict(n=1, out=2, prompt=10), dict(n=2, out=2, prompt=40)]
+    assert newest(reqs, lambda r: r["n"])["n"] == 2
+    assert fewest_out(reqs, lambda r: r["out"], lambda r: r["prompt"])["n"] == 2
+
+
+def test_one_rule_admits_for_both_simulations(monkeypatch):
+    """Single-pool and disaggregated simulations both take their prompt chunks from Admission.chunk: a rule
+    that halves every chunk shows in both."""
+    from costmodel.deploy.disagg import Pool, serve_disaggregated
+    from costmodel.engine import scheduler
+
+    m, hw = costmodel.load_model("llama-3-8b"), costmodel.load_profile("h100")
+    kw = dict(input_len=1000, output_len=4, concurrency=1, num_requests=2)
+    agg_before = serve(m, hw, **kw).ttft_s
+    dis_before = serve_disaggregated(m, hw, prefill=Pool(), decode=Pool(), **kw).ttft_s
+    original = scheduler.Admission.chunk
+    monkeypatch.setattr(scheduler.Admission, "chunk", lambda self, left, room: original(self, left, min(room, 500)))
+    assert serve(m, hw, **kw).ttft_s > agg_before * 1.01
+    assert serve_disaggregated(m, hw, prefill=Pool(), decode=Pool(), **kw).ttft_s > dis_before * 1.01

@@ -23,64 +23,21 @@ cost. Load is a closed loop of ``concurrency`` clients or Poisson arrivals, as f
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
-from dataclasses import dataclass
-
 import numpy as np
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import DeviceSummary, Report
+from costmodel.deploy.pools import DECODE_RESERVES_FIRST, PREFILL_POOL_WITHOUT_OVERLAP, Pool, prefill_time, simulated
 from costmodel.engine.config import engine
 from costmodel.engine.reports import Stats
 from costmodel.engine.reports import assumptions as pool_assumptions
 from costmodel.engine.served import Setup, checked_load, checkpoint_kv_dtype, lengths, mean_length
-from costmodel.engine.simulate import arrival_times
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
 from costmodel.model.step import model_hardware, pricing
 from costmodel.price.bands import Band, served_assumption
 from costmodel.price.bands import served as served_bands
-
-#: Engines whose prefill (context) workers run without the overlap scheduler in a disaggregated deployment while
-#: their decode workers keep it: TensorRT-LLM's disaggregated-serving guide (trtllm-serve) gives the context servers
-#: ``disable_overlap_scheduler: True`` ("not yet supported in disaggregated context server architectures") and the
-#: generation servers the default. SGLang runs its overlap loops in both roles (event_loop_overlap_disagg_prefill,
-#: event_loop_overlap_disagg_decode); vLLM 0.12 schedules without overlap in both.
-PREFILL_POOL_WITHOUT_OVERLAP = ("trtllm",)
-#: Engines whose decode worker reserves a request's KV pages before its prefill runs: SGLang's bootstrap
-#: (python/sglang/srt/disaggregation/decode.py DecodePreallocQueue: "pre-allocate kv once there is available kv";
-#: prefill.py PrefillBootstrapQueue holds a request until "bootstrap (handshake and preallocation)" is done, then
-#: runs its forward), so a request that finds the decode pool full waits before its prefill, in TTFT. TensorRT-LLM's
-#: disaggregated server sends a request to a context server first and to a generation server with the result,
-#: whose scheduler then admits it (wait after the first token, in TPOT); vLLM's KV connectors likewise.
-DECODE_RESERVES_FIRST = ("sglang",)
-
-
-@dataclass(frozen=True)
-class Pool:
-    """One side of a disaggregated deployment: ``workers`` engines of ``tp`` devices each (of ``gpu``, the
-    deployment's device when None), with the engine's limits where given; a worker of a mixture of experts may be
-    ``attention_dp`` groups of ``tp`` devices with the experts over all of them (whole with ``expert_parallel``,
-    else each expert's width sharded), each group taking its own requests (the other groups of the worker taken as
-    loaded like it)."""
-
-    tp: int = 1
-    workers: int = 1
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    expert_parallel: bool = False
-    gpu: HardwareProfile | None = None
-    attention_dp: int = 1  # each worker: this many attention data parallel groups of tp devices, experts over all
-
-    def devices(self) -> int:
-        return self.tp * self.attention_dp * self.workers
-
-    @property
-    def engines(self) -> int:
-        """The engines requests are spread over: every attention data parallel group of every worker."""
-        return self.workers * self.attention_dp
 
 
 class PoolSummary(Report):
@@ -218,337 +175,6 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
     return "each device's network port", bw, lat
 
 
-class _Req:
-    __slots__ = ("arrival", "prompt", "output", "done", "prefilled", "first", "finish", "queued", "worker")
-
-    def __init__(self, arrival, prompt, output):
-        self.arrival, self.prompt, self.output = arrival, prompt, output
-        self.worker = -1  # the decode worker that reserved its pages (engines of DECODE_RESERVES_FIRST)
-        self.done = 0
-        self.prefilled = self.first = self.finish = -1.0
-        self.queued = arrival  # when it joined its current worker's queue
-
-
-def _simulate(
-    pre: Setup,
-    dec: Setup,
-    p: Pool,
-    d: Pool,
-    *,
-    prompts,
-    outputs,
-    concurrency,
-    request_rate,
-    transfer_s,
-    seed: int,
-    check: bool = False,
-    burstiness: float = 1.0,
-) -> dict:
-    n = len(prompts)
-    reqs: list[_Req] = []
-    events: list = []  # (time, order, kind, payload)
-    order = 0
-
-    def push(t, kind, x):
-        nonlocal order
-        heapq.heappush(events, (t, order, kind, x))
-        order += 1
-
-    def new_request(t):
-        r = _Req(t, int(prompts[len(reqs)]), int(outputs[len(reqs)]))
-        reqs.append(r)
-        push(t, "arrive", r)
-
-    if concurrency is not None:
-        for _ in range(min(concurrency, n)):
-            new_request(0.0)
-    else:
-        for t in arrival_times(n, request_rate, burstiness, seed):
-            new_request(float(t))
-
-    # prefill workers
-    p_queue = [deque() for _ in range(p.engines)]
-    p_left = [0] * p.engines  # prompt tokens waiting or in flight
-    p_busy = [False] * p.engines
-    p_time = np.zeros(p.engines)
-    p_iters = p_seqs = 0
-    budget_p, seqs_p = pre.eng.max_num_batched_tokens, pre.eng.max_num_seqs
-    # decode workers
-    d_run: list[list[_Req]] = [[] for _ in range(d.engines)]
-    d_wait = [deque() for _ in range(d.engines)]
-    d_busy = [False] * d.engines
-    d_ctx = [0] * d.engines  # cached positions of the running sequences, all together
-    d_pages = [0] * d.engines
-    d_wait_pages = [0] * d.engines  # pages the waiting requests will take
-    d_time = np.zeros(d.engines)
-    d_iters = d_seqs = 0
-    # each busy decode worker's planned run: (start, step ends, step times); a "decoded" event counts only while its
-    # number is the worker's latest (a request that reaches the worker cuts the run short: :func:`cut`)
-    d_plan: list = [None] * d.engines
-    d_token = [0] * d.engines
-    waits = 0  # requests that reached a decode worker with no slot or pages for them
-    page = dec.eng.page_size
-    pages_total = dec.kv_tokens // page
-    seqs_d = dec.eng.max_num_seqs
-    violations = []
-    first_reserve = dec.eng.name in DECODE_RESERVES_FIRST
-    d_held = [0] * d.engines  # reserved first: requests a decode worker holds pages for, from before their prefill
-    gate: deque = deque()  # reserved first: requests waiting for a decode worker with room, before their prefill
-    # reserved first (SGLang): a held request has pages for its prompt; running ones grow a token a step within the
-    # cache, every held request keeping `reserve_tokens` of headroom at admission; retracted ones wait to resume
-    reserve_tokens = dec.eng.reserved_decode_tokens
-    retracted: list[deque] = [deque() for _ in range(d.engines)]
-    retractions = 0
-
-    def pages_of(r):
-        return -(-(r.prompt + r.output) // page)
-
-    def held_pages(r):
-        """Pages a decode worker holds for a request before it runs: reserved first, its prompt's; else its whole
-        context's."""
-        return -(-r.prompt // page) if first_reserve else pages_of(r)
-
-    def cached(r) -> int:
-        """The tokens a running request's cache holds: its prompt, its first token and those decoded since."""
-        return r.prompt + 1 + r.done
-
-    def need(r) -> int:
-        """A retracted request's tokens and headroom to resume."""
-        return cached(r) + reserve_tokens
-
-    def allocatable(j, count_retracted: bool = True) -> int:
-        """Reserved first: the tokens decode worker ``j`` may still hand out (SGLang's _allocatable_tokens): its cache
-        less the running sequences' tokens, the held prompts' pages, a headroom per request it holds, and (with
-        ``count_retracted``) what its retracted requests need to resume."""
-        back = sum(need(r) for r in retracted[j]) if count_retracted else 0
-        return dec.kv_tokens - d_ctx[j] - page * d_wait_pages[j] - reserve_tokens * d_held[j] - back
-
-    def finish(r, t):
-        r.finish = t
-        if concurrency is not None and len(reqs) < n:
-            new_request(t)
-
-    def reserve(r) -> bool:
-        """Reserved first: the decode worker with the fewest requests among those that can take ``r`` (its prompt's
-        pages and the headroom within what the worker may hand out) holds its prompt's pages (its ``worker``), or
-        False where none can."""
-        room = [j for j in range(d.engines) if page * held_pages(r) + reserve_tokens <= allocatable(j)]
-        if not room:
-            return False
-        r.worker = min(room, key=lambda j: (d_held[j], j))
-        d_held[r.worker] += 1
-        d_wait_pages[r.worker] += held_pages(r)
-        return True
-
-    def to_prefill(r, t):
-        w = min(range(p.engines), key=lambda j: (p_left[j], j))
-        r.queued = t
-        p_queue[w].append(r)
-        p_left[w] += r.prompt
-        if not p_busy[w]:
-            start_prefill(w, t)
-
-    def released(w, t):
-        """A request left decode worker ``w``: reserved first, the waiting requests that now fit go to prefill."""
-        if first_reserve:
-            d_held[w] -= 1
-            while gate and reserve(gate[0]):
-                to_prefill(gate.popleft(), t)
-
-    def start_prefill(w, t, seen=None):
-        """The worker's next iteration at ``t``, of the requests that had reached it by ``seen`` (an overlap
-        scheduler planned it while the last one ran; an idle worker takes what it has)."""
-        q = p_queue[w]
-        if not q:
-            p_busy[w] = False
-            return
-        if seen is None or q[0].queued > seen:
-            seen = t
-        chunks, batch, room, held = [], [], budget_p, 0
-        for r in q:
-            if len(batch) == seqs_p or room == 0 or held + r.prompt > pre.kv_tokens or r.queued > seen:
-                break
-            held += r.prompt  # a prompt's whole cache stays on the worker until it is sent
-            c = min(r.prompt - r.done, room)
-            chunks.append((r.done, c))
-            batch.append((r, c))
-            room -= c
-        it = pre.table.time(
-            decode_seqs=0,
-            decode_context_sum=0.0,
-            chunks=chunks,
-            outputs=sum(1 for r, c in batch if r.done + c == r.prompt),
-        )
-        dt = pre.wall(it.total_s, len(batch))
-        p_busy[w] = True
-        push(t + dt, "prefilled", (w, batch, dt))
-
-    def start_decode(w, t, seen=None):
-        """The worker's next decode iterations from ``t``, admitting the requests that had reached it by ``seen``
-        (an overlap scheduler planned the iteration while the last one ran; an idle worker takes what it has)."""
-        nonlocal retractions
-        run, q = d_run[w], d_wait[w]
-        if seen is None or not run:
-            seen = t
-        back = retracted[w]
-        # reserved first: a retracted request resumes before any other joins, once the worker can hand out its
-        # tokens and headroom (an idle worker takes it back whatever the headroom: it alone fits its cache)
-        while back and len(run) < seqs_d and (not run or need(back[0]) <= allocatable(w, count_retracted=False)):
-            r = back.popleft()
-            run.append(r)
-            d_ctx[w] += cached(r)
-        while (
-            q
-            and len(run) < seqs_d
-            and not back
-            and (first_reserve or d_pages[w] + pages_of(q[0]) <= pages_total)
-            and q[0].queued <= seen
-        ):
-            r = q.popleft()
-            d_wait_pages[w] -= held_pages(r)
-            run.append(r)
-            d_ctx[w] += r.prompt + 1
-            if not first_reserve:
-                d_pages[w] += pages_of(r)
-        # reserved first: the running sequences grow within the cache; where the next step does not fit, the request
-        # with the fewest tokens out (the longest prompt among equals) is retracted, its cache freed
-        fit = None
-        while first_reserve and run:
-            fit = (dec.kv_tokens - page * d_wait_pages[w] - d_ctx[w]) // len(run)
-            if fit >= 1:
-                break
-            victim = min(run, key=lambda r: (r.done, -r.prompt))
-            run.remove(victim)
-            d_ctx[w] -= cached(victim)
-            back.append(victim)
-            retractions += 1
-        if not run:
-            d_busy[w] = False
-            return
-        d_busy[w] = True
-        # decode-only iterations until the first running request finishes, or until a request that reaches the
-        # worker meanwhile joins (cut)
-        k = min(r.output - 1 - r.done for r in run)
-        if fit is not None:
-            k = min(k, fit)
-        if q and q[0].queued > seen:  # one came while the last iteration ran: it joins after the next one
-            k = 1
-        times = dec.wall(dec.table.decode_run(len(run), d_ctx[w], k), len(run))
-        plan(w, t, t + np.cumsum(times), times)
-
-    def plan(w, t, ends, times):
-        d_plan[w] = (t, ends, times)
-        d_token[w] += 1
-        push(float(ends[-1]), "decoded", (w, d_token[w]))
-
-    def cut(w, t):
-        """A request reached busy decode worker ``w`` at ``t``: its run ends where the request is admitted if there
-        is room: with the iteration under way (an iteration that ends at ``t`` is under way), or under an overlap
-        scheduler with the first iteration that starts at ``t`` or later (planned once the request was there)."""
-        start, ends, times = d_plan[w]
-        if dec.eng.lag:
-            steps = int(np.searchsorted(np.concatenate(([start], ends[:-1])), t, side="left")) + 1
-        else:
-            steps = int(np.searchsorted(ends, t, side="left")) + 1
-        if steps < len(ends):
-            plan(w, start, ends[:steps], times[:steps])
-
-    while events:
-        t, _, kind, x = heapq.heappop(events)
-        if kind == "arrive":
-            if first_reserve and (gate or not reserve(x)):
-                waits += 1
-                gate.append(x)
-            else:
-                to_prefill(x, t)
-        elif kind == "prefilled":
-            w, batch, dt = x
-            p_iters += 1
-            p_seqs += len(batch)
-            p_time[w] += dt
-            if check and (
-                sum(c for _, c in batch) > budget_p
-                or len(batch) > seqs_p
-                or sum(r.prompt for r, _ in batch) > pre.kv_tokens
-            ):
-                violations.append(("prefill budget", t))
-            for r, c in batch:
-                r.done += c
-                p_left[w] -= c
-                if r.done == r.prompt:
-                    p_queue[w].remove(r)
-                    r.prefilled = t
-                    r.first = t + transfer_s
-                    r.done = 0  # now: decode tokens produced after the first
-                    push(r.first, "transferred", r)
-            start_prefill(w, t, t - dt if pre.eng.lag else None)
-        elif kind == "transferred":
-            r = x
-            if r.output == 1:
-                if first_reserve:
-                    d_wait_pages[r.worker] -= held_pages(r)
-                    released(r.worker, t)
-                finish(r, t)
-                continue
-            if first_reserve:
-                w = r.worker
-                waits += len(d_run[w]) + len(d_wait[w]) >= seqs_d
-            else:
-                w = min(range(d.engines), key=lambda j: (len(d_run[j]) + len(d_wait[j]), j))
-                held = len(d_run[w]) + len(d_wait[w])
-                d_wait_pages[w] += pages_of(r)
-                waits += held >= seqs_d or d_pages[w] + d_wait_pages[w] > pages_total
-            r.queued = t
-            d_wait[w].append(r)
-            if not d_busy[w]:
-                start_decode(w, t)
-            else:
-                cut(w, t)
-        else:  # decoded
-            w, token = x
-            if token != d_token[w]:
-                continue  # a run cut short: its own event is the one that counts
-            start, ends, times = d_plan[w]
-            steps, dt, last = len(ends), float(ends[-1] - start), float(times[-1])
-            run = d_run[w]
-            d_iters += steps
-            d_seqs += steps * len(run)
-            d_time[w] += dt
-            over = (
-                d_ctx[w] + steps * len(run) + page * d_wait_pages[w] > dec.kv_tokens
-                if first_reserve
-                else d_pages[w] > pages_total
-            )
-            if check and (len(run) > seqs_d or over):
-                violations.append(("decode limits", t))
-            d_ctx[w] += steps * len(run)
-            still = []
-            for r in run:
-                r.done += steps
-                if r.done == r.output - 1:
-                    d_ctx[w] -= cached(r)
-                    if not first_reserve:
-                        d_pages[w] -= pages_of(r)
-                    released(w, t)
-                    finish(r, t)
-                else:
-                    still.append(r)
-            d_run[w] = still
-            start_decode(w, t, t - last if dec.eng.lag else None)
-    return {
-        "reqs": reqs,
-        "p_iters": p_iters,
-        "p_seqs": p_seqs,
-        "p_time": p_time,
-        "d_iters": d_iters,
-        "d_seqs": d_seqs,
-        "d_time": d_time,
-        "waits": waits,
-        "violations": violations,
-        "retractions": retractions,
-    }
-
-
 def serve_disaggregated(
     m: ModelPreset,
     hw: HardwareProfile,
@@ -580,7 +206,7 @@ def serve_disaggregated(
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
     ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
     its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or arrivals at ``request_rate``
-    (Poisson, or as ``burstiness`` bunches them: :func:`costmodel.engine.simulate.arrival_times`). ``kv_link_bytes_per_s``
+    (Poisson, or as ``burstiness`` bunches them: :func:`costmodel.engine.load.arrival_times`). ``kv_link_bytes_per_s``
     overrides the link the KV cache crosses (one way, per device).
     ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only). ``frontend``:
     the front end the requests pass (:data:`costmodel.engine.served.FRONTENDS`), its latency added to TTFT. ``input_dist``,
@@ -646,6 +272,11 @@ def serve_disaggregated(
         )
         setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads, frontend=frontend))
     pre, dec = setups
+    if not pre.eng.chunked_prefill and int(prompts.max()) > pre.eng.max_num_batched_tokens:
+        raise CostModelError(
+            f"a prompt of {int(prompts.max())} tokens exceeds the prefill workers' token budget "
+            f"{pre.eng.max_num_batched_tokens} and chunked prefill is off"
+        )
     devices = prefill.devices() + decode.devices()
     if kv_link_bytes_per_s is not None:
         link, bw, lat = "as given", float(kv_link_bytes_per_s), 0.0
@@ -673,7 +304,7 @@ def serve_disaggregated(
             transfer_s=transfer.time_s,
         )
     else:
-        got = _simulated(
+        got = simulated(
             pre,
             dec,
             prefill,
@@ -758,75 +389,6 @@ def serve_disaggregated(
     )
 
 
-def _simulated(
-    pre: Setup,
-    dec: Setup,
-    p: Pool,
-    d: Pool,
-    *,
-    prompts,
-    outputs,
-    input_len,
-    warmup,
-    concurrency,
-    request_rate,
-    transfer_s,
-    seed,
-    check,
-    burstiness: float = 1.0,
-) -> dict:
-    """The simulation's per-request times as the report's statistics (``input_len``: the mean prompt, whose prefill
-    alone the report's queueing is measured against)."""
-    sim = _simulate(
-        pre,
-        dec,
-        p,
-        d,
-        prompts=prompts,
-        outputs=outputs,
-        concurrency=concurrency,
-        request_rate=request_rate,
-        transfer_s=transfer_s,
-        seed=seed,
-        check=check,
-        burstiness=burstiness,
-    )
-    if check and sim["violations"]:
-        raise AssertionError(f"limits broken: {sim['violations'][:3]}")
-    kept = sim["reqs"][warmup:]
-    arrival = np.array([r.arrival for r in kept])
-    prefilled = np.array([r.prefilled for r in kept])
-    first = np.array([r.first for r in kept])
-    finish = np.array([r.finish for r in kept])
-    out = np.array([r.output for r in kept])
-    front = pre.request_s
-    more = out > 1
-    tpot = (finish[more] - first[more]) / (out[more] - 1)
-    e2e = finish - arrival + front
-    span = float(finish.max() - arrival.min())
-    prefill_alone = _prefill_time(pre, input_len)
-    return {
-        "ttft": Stats.of(first - arrival + front),
-        "tpot": Stats.of(tpot),
-        "e2e": Stats.of(e2e),
-        "queue_s": float(np.mean(prefilled - arrival)) - prefill_alone,
-        "prefill_s": prefill_alone,
-        "requests_per_s": len(kept) / span,
-        "per_user": float(np.mean(out / np.maximum(e2e, 1e-12))),
-        "waits": int(sim["waits"]),
-        "prefill": {
-            "mean_batch": sim["p_seqs"] / max(sim["p_iters"], 1),
-            "iterations": sim["p_iters"],
-            "busy_share": float(np.mean(sim["p_time"])) / max(span, 1e-12),
-        },
-        "decode": {
-            "mean_batch": sim["d_seqs"] / max(sim["d_iters"], 1),
-            "iterations": sim["d_iters"],
-            "busy_share": float(np.mean(sim["d_time"])) / max(span, 1e-12),
-        },
-    }
-
-
 def steady_state(
     pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, input_len: int, output_len: int, transfer_s: float
 ) -> dict:
@@ -845,7 +407,7 @@ def steady_state(
     isl, osl = input_len, output_len
     k = osl - 1
     ctx = isl + osl / 2
-    s_p = _prefill_time(pre, isl)
+    s_p = prefill_time(pre, isl)
     budget = pre.eng.max_num_batched_tokens
     m = max(1, min(pre.eng.max_num_seqs, budget // isl, pre.kv_tokens // isl)) if isl <= budget else 1
     t_m = (
@@ -931,21 +493,6 @@ def saturation(x_prefill: float, x_decode: float) -> tuple[float, str]:
     """The most requests per second a disaggregated deployment completes, the lesser of its pools' (each busy all
     the time: :func:`steady_state`), and which pool that is."""
     return (x_prefill, "prefill pool") if x_prefill <= x_decode else (x_decode, "decode pool")
-
-
-def _prefill_time(pre: Setup, prompt: int) -> float:
-    """One prompt alone through a prefill worker: its chunks, iteration by iteration."""
-    t, done, budget = 0.0, 0, pre.eng.max_num_batched_tokens
-    while done < prompt:
-        c = min(budget, prompt - done)
-        t += pre.wall(
-            pre.table.time(
-                decode_seqs=0, decode_context_sum=0.0, chunks=[(done, c)], outputs=int(done + c == prompt)
-            ).total_s,
-            1,
-        )
-        done += c
-    return t
 
 
 def _groups(pool: Pool) -> str:

@@ -228,7 +228,7 @@ def _group_line(setup) -> list[str]:
 
 def open_loop_line(request_rate: float, burstiness: float, evaluator: str) -> str:
     """How an open loop's requests are sent, as vLLM's bench serve sends them
-    (:func:`costmodel.engine.simulate.arrival_times`)."""
+    (:func:`costmodel.engine.load.arrival_times`)."""
     if burstiness == 1:
         kind = "Poisson arrivals"
     elif burstiness == float("inf"):

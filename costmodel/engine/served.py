@@ -398,7 +398,7 @@ def serve(
     """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
     from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
     ``concurrency`` clients or arrivals at ``request_rate`` per second (Poisson, or with ``burstiness`` as vLLM's
-    ``bench serve --burstiness`` draws them: :func:`costmodel.engine.simulate.arrival_times`). ``warmup_requests`` more run
+    ``bench serve --burstiness`` draws them: :func:`costmodel.engine.load.arrival_times`). ``warmup_requests`` more run
     first and are left out of the statistics (aiperf's ``--warmup-request-count``). With ``attention_dp`` groups
     of ``tp`` devices (attention data parallel, experts spread over all of them), each group is an engine with
     an even share of the clients (or of the rate) and of the requests; one is simulated and the report counts

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -42,6 +41,8 @@ import numpy as np
 from costmodel.core.errors import CostModelError
 from costmodel.engine.config import EngineConfig
 from costmodel.engine.iteration import IterationTable
+from costmodel.engine.load import arrival_times
+from costmodel.engine.scheduler import Admission, newest
 
 
 @dataclass
@@ -132,20 +133,6 @@ def client_queue(res: SimResult, clients: int) -> SimResult:
     return dataclasses.replace(res, arrival=arrival)
 
 
-def arrival_times(n: int, request_rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
-    """When an open loop's ``n`` requests are sent, as vLLM's ``bench serve`` sends them
-    (vllm/benchmarks/serve.py ``get_request``): gaps drawn from a gamma distribution of shape ``burstiness`` and
-    mean ``1 / request_rate`` (1: Poisson arrivals; below 1 burstier, above 1 more even; infinite: evenly spaced),
-    summed, then scaled so that the last request goes at ``n / request_rate`` (its "normalize_factor": the
-    rate is the asked one whatever the draw)."""
-    if math.isinf(burstiness):
-        gaps = np.full(n, 1.0 / request_rate)
-    else:
-        gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), n)
-    t = np.cumsum(gaps)
-    return t * (n / request_rate / t[-1])
-
-
 def simulate(
     table: IterationTable,
     eng: EngineConfig,
@@ -170,175 +157,214 @@ def simulate(
         def wall(gpu, sequences):
             return gpu + overhead_s
 
-    n = len(prompts)
-    ratio = float(np.mean(prompts)) / max(float(np.mean(outputs)), 1.0)  # prompt tokens per output token
     if (concurrency is None) == (request_rate is None):
         raise CostModelError("give a concurrency or a request rate, not both")
-    pages_total = kv_tokens // eng.page_size
-    page = eng.page_size
-    budget, seq_limit = eng.max_num_batched_tokens, eng.max_num_seqs
+    rule = Admission.of(eng)
+    pages_total = kv_tokens // rule.page
     need_whole = int(max(prompts)) + (int(max(outputs)) if eng.reserve_output else 1)
-    if _pages(need_whole, page) > pages_total:
+    if rule.pages(need_whole) > pages_total:
         raise CostModelError(
-            f"one request of {need_whole} tokens needs {_pages(need_whole, page)} KV pages; the "
+            f"one request of {need_whole} tokens needs {rule.pages(need_whole)} KV pages; the "
             f"engine has {pages_total:,} ({kv_tokens:,} tokens) on this device"
         )
-    if not eng.chunked_prefill and int(max(prompts)) > budget:
+    if not eng.chunked_prefill and int(max(prompts)) > rule.budget:
         raise CostModelError(
-            f"a prompt of {int(max(prompts))} tokens exceeds the token budget {budget} and chunked prefill is off"
+            f"a prompt of {int(max(prompts))} tokens exceeds the token budget {rule.budget} and chunked prefill is off"
         )
-    reqs = [_Request(i, 0.0, int(p), int(o)) for i, (p, o) in enumerate(zip(prompts, outputs))]
-    for r in reqs:
-        r.target = r.prompt
-    pending: list[tuple[float, int]] = []  # (arrival, request) of requests not yet in the queue
-    if request_rate is not None:
-        for r, a in zip(reqs, arrival_times(n, request_rate, burstiness, seed)):
-            r.arrival = float(a)
-            pending.append((r.arrival, r.i))
-        heapq.heapify(pending)
-    issued = min(concurrency, n) if concurrency is not None else n
-    if concurrency is not None:
-        for r in reqs[:issued]:
-            heapq.heappush(pending, (0.0, r.i))
-    waiting: deque[_Request] = deque()
-    running: list[_Request] = []
-    free = pages_total
-    clock = 0.0
-    finished = 0
-    res = SimResult(np.zeros(n), np.zeros(n), np.zeros(n), np.array(outputs, float), 0, 0, kv_pages=pages_total)
-    admitted = 0
-    # when the iteration about to run was scheduled: its own start, or under an overlap scheduler the start of
-    # the iteration before it (None: the engine was idle, and schedules as a request comes)
-    last_start: float | None = None
-    lag = eng.lag
+    run = _Engine(table, eng, rule, pages_total, prompts, outputs, wall, check)
+    run.load(concurrency, request_rate, burstiness, seed)
+    return run.run()
 
-    def finish(r: _Request) -> None:
-        nonlocal free, finished, issued
-        r.finish = clock
-        free += r.pages
+
+class _Engine:
+    """One engine's queue, running batch and KV pages as :func:`simulate` advances them."""
+
+    def __init__(self, table, eng, rule: Admission, pages_total: int, prompts, outputs, wall, check: bool):
+        self.table, self.eng, self.rule, self.wall, self.check = table, eng, rule, wall, check
+        self.n = len(prompts)
+        self.ratio = float(np.mean(prompts)) / max(float(np.mean(outputs)), 1.0)  # prompt tokens per output token
+        self.reqs = [_Request(i, 0.0, int(p), int(o)) for i, (p, o) in enumerate(zip(prompts, outputs))]
+        for r in self.reqs:
+            r.target = r.prompt
+        self.pending: list[tuple[float, int]] = []  # (arrival, request) of requests not yet in the queue
+        self.waiting: deque[_Request] = deque()
+        self.running: list[_Request] = []
+        self.pages_total = self.free = pages_total
+        self.clock = 0.0
+        self.finished = self.admitted = 0
+        self.closed_loop = False
+        self.issued = self.n
+        n = self.n
+        self.res = SimResult(
+            np.zeros(n), np.zeros(n), np.zeros(n), np.array(outputs, float), 0, 0, kv_pages=pages_total
+        )
+        # when the iteration about to run was scheduled: its own start, or under an overlap scheduler the start of
+        # the iteration before it (None: the engine was idle, and schedules as a request comes)
+        self.last_start: float | None = None
+
+    def load(self, concurrency, request_rate, burstiness, seed) -> None:
+        if request_rate is not None:
+            for r, a in zip(self.reqs, arrival_times(self.n, request_rate, burstiness, seed)):
+                r.arrival = float(a)
+                self.pending.append((r.arrival, r.i))
+            heapq.heapify(self.pending)
+        if concurrency is not None:
+            self.closed_loop = True
+            self.issued = min(concurrency, self.n)
+            for r in self.reqs[: self.issued]:
+                heapq.heappush(self.pending, (0.0, r.i))
+
+    def finish(self, r: _Request) -> None:
+        r.finish = self.clock
+        self.free += r.pages
         r.pages = 0
-        finished += 1
-        if concurrency is not None and issued < n:
-            nxt = reqs[issued]
-            nxt.arrival = clock
-            heapq.heappush(pending, (clock, nxt.i))
-            issued += 1
+        self.finished += 1
+        if self.closed_loop and self.issued < self.n:
+            nxt = self.reqs[self.issued]
+            nxt.arrival = self.clock
+            heapq.heappush(self.pending, (self.clock, nxt.i))
+            self.issued += 1
 
-    while finished < n:
-        seen = last_start if (lag and last_start is not None) else clock  # the scheduling point
-        while pending and pending[0][0] <= seen:
-            waiting.append(reqs[heapq.heappop(pending)[1]])
-        if not running and not waiting:
-            clock = max(clock, pending[0][0])
-            last_start = None
-            continue
-        decoding = [r for r in running if r.done == r.target]
-        prefilling = [r for r in running if r.done < r.target]
-        # a decode token that opens a new page takes one; preempt the newest running request when none is free
-        preempted = False
-        if not eng.reserve_output:
-            while True:
-                need = sum(1 for r in decoding if r.prompt + r.produced >= r.pages * page)
-                if need <= free or not running:
-                    break
-                victim = max(running, key=lambda r: r.admitted_at)
-                running.remove(victim)
-                free += victim.pages
-                victim.pages = 0
-                # a decoding request returns to compute its last token and carry on; under prefix caching its KV
-                # is found in the pages it freed, otherwise everything it had cached is computed again
-                if victim.done == victim.target:
-                    res.resumed += 1
-                    victim.target = victim.prompt + victim.produced
-                    victim.done = victim.target - 1
-                if not eng.prefix_caching:
-                    res.recomputed_tokens += victim.done
-                    victim.done = 0
-                waiting.appendleft(victim)
-                res.preemptions += 1
-                preempted = True
-                decoding = [r for r in running if r.done == r.target]
-                prefilling = [r for r in running if r.done < r.target]
-        # an iteration that preempted admits nothing new (vLLM v1/core/sched/scheduler.py: waiting requests are
-        # scheduled only when no running one was preempted), so the freed pages first serve the running requests;
-        # with nothing left running, the queue's head may start
-        preempted = preempted and bool(running)
-        # decode-only stretch: nothing to prefill, and nothing can be admitted before a request finishes
-        can_admit = (
-            not preempted
-            and bool(waiting)
-            and len(running) < seq_limit
-            and _admission(waiting[0], eng, free, page, budget - (len(decoding) if eng.mixes else 0)) is not None
-        )
-        if decoding and not prefilling and not can_admit and not preempted:
-            steps = min(r.output - r.produced for r in decoding)
-            if not eng.reserve_output:
-                steps = _page_steps(decoding, free, page, steps)
-            if steps >= 1:
-                d = len(decoding)
-                ctx = sum(r.prompt + r.produced for r in decoding)
-                others = table.others_for(len(running), ratio)
-                gpu = table.decode_run(d, ctx, steps, others)
-                times = wall(gpu, d)
-                if pending:  # stop before the first iteration scheduled after the next arrival
-                    ends = clock + np.cumsum(times)
-                    planned = ends - times if lag else ends  # when each iteration's successor is scheduled
-                    steps = min(steps, int(np.searchsorted(planned, pending[0][0])) + 1)
-                    times, gpu = times[:steps], gpu[:steps]
-                for r in decoding:
-                    grown = _pages(r.prompt + r.produced + steps, page)
-                    if not eng.reserve_output:
-                        free -= grown - r.pages
-                        r.pages = grown
-                    r.produced += steps
-                comm = table.decode_comm(d, others) * steps  # the collectives of these steps
-                last_start = clock + float(times[:-1].sum())
-                clock += float(times.sum())
-                res.decode_s += float(gpu.sum()) - comm
-                res.comm_s += comm
-                res.overhead_s += float(times.sum() - gpu.sum())
-                res.record(times, d, d, d, pages_total - free)
-                for r in [r for r in decoding if r.produced >= r.output]:
-                    running.remove(r)
-                    finish(r)
+    def run(self) -> SimResult:
+        while self.finished < self.n:
+            seen = self.last_start if (self.eng.lag and self.last_start is not None) else self.clock
+            while self.pending and self.pending[0][0] <= seen:
+                self.waiting.append(self.reqs[heapq.heappop(self.pending)[1]])
+            if not self.running and not self.waiting:
+                self.clock = max(self.clock, self.pending[0][0])
+                self.last_start = None
                 continue
-        # one iteration
-        prefill_only = not eng.mixes and (can_admit or bool(prefilling))
-        decode_now = [] if prefill_only else decoding
-        room = budget - len(decode_now)
-        chunks: list[tuple[int, int]] = []
+            preempted = False if self.eng.reserve_output else self.preempt()
+            # an iteration that preempted admits nothing new (vLLM v1/core/sched/scheduler.py: waiting requests are
+            # scheduled only when no running one was preempted), so the freed pages first serve the running
+            # requests; with nothing left running, the queue's head may start
+            preempted = preempted and bool(self.running)
+            decoding = [r for r in self.running if r.done == r.target]
+            prefilling = [r for r in self.running if r.done < r.target]
+            can_admit = not preempted and self.can_admit(len(decoding) if self.eng.mixes else 0)
+            # decode-only stretch: nothing to prefill, and nothing can be admitted before a request finishes
+            if decoding and not prefilling and not can_admit and not preempted and self.stretch(decoding):
+                continue
+            prefill_only = not self.eng.mixes and (can_admit or bool(prefilling))
+            self.iteration([] if prefill_only else decoding, prefilling, preempted)
+        res = self.res
+        for r in self.reqs:
+            res.arrival[r.i], res.first[r.i], res.finish[r.i] = r.arrival, r.first, r.finish
+        return res
+
+    def preempt(self) -> bool:
+        """A decode token that opens a new page takes one; the newest running request is preempted while too few
+        are free. Whether any was."""
+        page, res, preempted = self.rule.page, self.res, False
+        while True:
+            decoding = [r for r in self.running if r.done == r.target]
+            need = sum(1 for r in decoding if r.prompt + r.produced >= r.pages * page)
+            if need <= self.free or not self.running:
+                return preempted
+            victim = newest(self.running, lambda r: r.admitted_at)
+            self.running.remove(victim)
+            self.free += victim.pages
+            victim.pages = 0
+            # a decoding request returns to compute its last token and carry on; under prefix caching its KV
+            # is found in the pages it freed, otherwise everything it had cached is computed again
+            if victim.done == victim.target:
+                res.resumed += 1
+                victim.target = victim.prompt + victim.produced
+                victim.done = victim.target - 1
+            if not self.eng.prefix_caching:
+                res.recomputed_tokens += victim.done
+                victim.done = 0
+            self.waiting.appendleft(victim)
+            res.preemptions += 1
+            preempted = True
+
+    def can_admit(self, decode_tokens: int) -> bool:
+        """Whether the queue's head may start beside ``decode_tokens`` decode tokens."""
+        if not self.waiting or not self.rule.has_slot(len(self.running)):
+            return False
+        return self.admission(self.waiting[0], self.rule.budget - decode_tokens) is not None
+
+    def admission(self, r: _Request, room: int) -> tuple[int, int] | None:
+        return self.rule.admit(r.prompt, r.output, r.done, r.target - r.done, self.free, room)
+
+    def stretch(self, decoding: list[_Request]) -> bool:
+        """Decode-only iterations advanced at once, up to the first finish, the first page that does not fit or
+        the first iteration scheduled after the next arrival; False when not even one fits."""
+        steps = min(r.output - r.produced for r in decoding)
+        if not self.eng.reserve_output:
+            contexts = [(r.prompt + r.produced, r.pages) for r in decoding]
+            steps = self.rule.steps_within(contexts, self.free, steps)
+        if steps < 1:
+            return False
+        table, res, lag = self.table, self.res, self.eng.lag
+        d = len(decoding)
+        ctx = sum(r.prompt + r.produced for r in decoding)
+        others = table.others_for(len(self.running), self.ratio)
+        gpu = table.decode_run(d, ctx, steps, others)
+        times = self.wall(gpu, d)
+        if self.pending:  # stop before the first iteration scheduled after the next arrival
+            ends = self.clock + np.cumsum(times)
+            planned = ends - times if lag else ends  # when each iteration's successor is scheduled
+            steps = min(steps, int(np.searchsorted(planned, self.pending[0][0])) + 1)
+            times, gpu = times[:steps], gpu[:steps]
+        for r in decoding:
+            grown = self.rule.pages(r.prompt + r.produced + steps)
+            if not self.eng.reserve_output:
+                self.free -= grown - r.pages
+                r.pages = grown
+            r.produced += steps
+        comm = table.decode_comm(d, others) * steps  # the collectives of these steps
+        self.last_start = self.clock + float(times[:-1].sum())
+        self.clock += float(times.sum())
+        res.decode_s += float(gpu.sum()) - comm
+        res.comm_s += comm
+        res.overhead_s += float(times.sum() - gpu.sum())
+        res.record(times, d, d, d, self.pages_total - self.free)
+        for r in [r for r in decoding if r.produced >= r.output]:
+            self.running.remove(r)
+            self.finish(r)
+        return True
+
+    def batch(self, decode_now, prefilling, preempted) -> list[tuple[_Request, int]]:
+        """(request, tokens) of the prompt chunks that ride in the next iteration beside ``decode_now``: the
+        running prompts' next chunks, then the queue's head while the rule admits it; pages taken as they go."""
+        rule, room = self.rule, self.rule.budget - len(decode_now)
         starting: list[tuple[_Request, int]] = []
         for r in decode_now:
-            if not eng.reserve_output and r.prompt + r.produced >= r.pages * page:
+            if not self.eng.reserve_output and r.prompt + r.produced >= r.pages * rule.page:
                 r.pages += 1
-                free -= 1
+                self.free -= 1
         for r in prefilling:
-            c = min(r.target - r.done, room)
-            if not eng.reserve_output:  # no more than the free pages hold
-                c = min(c, (r.pages + free) * page - r.done)
-            if c <= 0 or (not eng.chunked_prefill and c < r.target - r.done):
+            cap = room if self.eng.reserve_output else min(room, (r.pages + self.free) * rule.page - r.done)
+            c = rule.chunk(r.target - r.done, cap)  # no more than the budget and the free pages hold
+            if c is None:
                 break
-            extra = max(_pages(r.done + c, page) - r.pages, 0)
+            extra = max(rule.pages(r.done + c) - r.pages, 0)
             r.pages += extra
-            free -= extra
-            chunks.append((r.done, c))
+            self.free -= extra
             starting.append((r, c))
             room -= c
-        while waiting and len(running) < seq_limit and not preempted:
-            r = waiting[0]
-            admit = _admission(r, eng, free, page, room)
+        while self.waiting and rule.has_slot(len(self.running)) and not preempted:
+            r = self.waiting[0]
+            admit = self.admission(r, room)
             if admit is None:
                 break
             c, want = admit
-            waiting.popleft()
+            self.waiting.popleft()
             r.pages += want
-            free -= want
-            r.admitted_at = admitted
-            admitted += 1
-            running.append(r)
-            chunks.append((r.done, c))
+            self.free -= want
+            r.admitted_at = self.admitted
+            self.admitted += 1
+            self.running.append(r)
             starting.append((r, c))
             room -= c
+        return starting
+
+    def iteration(self, decode_now, prefilling, preempted) -> None:
+        """One iteration: ``decode_now``'s decode tokens and the prompt chunks :meth:`batch` takes."""
+        table, res = self.table, self.res
+        starting = self.batch(decode_now, prefilling, preempted)
+        chunks = [(r.done, c) for r, c in starting]
         outputs_rows = sum(1 for r, c in starting if r.done + c == r.target)
         if not decode_now and not chunks:
             raise CostModelError(
@@ -349,26 +375,21 @@ def simulate(
             decode_context_sum=sum(r.prompt + r.produced for r in decode_now),
             chunks=chunks,
             outputs=len(decode_now) + outputs_rows,
-            others=table.others_for(len(running), ratio),
+            others=table.others_for(len(self.running), self.ratio),
         )
-        dt = float(wall(it.total_s, len(running)))
+        dt = float(self.wall(it.total_s, len(self.running)))
         tokens = len(decode_now) + sum(c for _, c in chunks)
         res.prefill_tokens += tokens - len(decode_now)
-        last_start = clock
-        if check:
-            if tokens > budget:
-                res.violations.append(f"iteration {res.iterations}: {tokens} tokens > budget {budget}")
-            if len(running) > seq_limit:
-                res.violations.append(f"iteration {res.iterations}: {len(running)} sequences > {seq_limit}")
-            if free < 0:
-                res.violations.append(f"iteration {res.iterations}: KV pages overdrawn by {-free}")
-        clock += dt
+        self.last_start = self.clock
+        if self.check:
+            self.audit(tokens)
+        self.clock += dt
         res.prefill_s += it.prefill_s
         res.decode_s += it.decode_s
         res.comm_s += it.comm_s
         res.overhead_s += dt - it.total_s
         res.prefill_iterations += 1 if chunks else 0
-        res.record(np.array([dt]), len(decode_now), len(running), tokens, pages_total - free)
+        res.record(np.array([dt]), len(decode_now), len(self.running), tokens, self.pages_total - self.free)
         done_now = []
         for r in decode_now:
             r.produced += 1
@@ -378,48 +399,20 @@ def simulate(
             r.done += c
             if r.done == r.target:
                 if r.first < 0:
-                    r.first = clock
+                    r.first = self.clock
                 r.produced += 1
                 if r.produced >= r.output:
                     done_now.append(r)
         for r in done_now:
-            running.remove(r)
-            finish(r)
-    for r in reqs:
-        res.arrival[r.i], res.first[r.i], res.finish[r.i] = r.arrival, r.first, r.finish
-    return res
+            self.running.remove(r)
+            self.finish(r)
 
-
-def _pages(tokens: int, page: int) -> int:
-    """KV pages that hold ``tokens`` tokens."""
-    return -(-tokens // page)
-
-
-def _admission(r: _Request, eng: EngineConfig, free: int, page: int, room: int) -> tuple[int, int] | None:
-    """(first chunk, pages to take) of a waiting request starting with ``room`` tokens of the budget left and
-    ``free`` pages; None when it cannot start now."""
-    if room <= 0:
-        return None
-    c = min(r.target - r.done, room)
-    if not eng.chunked_prefill and c < r.target:
-        return None
-    want = _pages(r.prompt + r.output, page) if eng.reserve_output else _pages(r.done + c, page)
-    return (c, want) if want <= free else None
-
-
-def _page_steps(decoding: list[_Request], free: int, page: int, steps: int) -> int:
-    """The most decode steps (at most ``steps``) whose new pages fit in ``free``."""
-
-    def need(k: int) -> int:
-        return sum(_pages(r.prompt + r.produced + k, page) - r.pages for r in decoding)
-
-    if need(steps) <= free:
-        return steps
-    lo, hi = 0, steps
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if need(mid) <= free:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    def audit(self, tokens: int) -> None:
+        """Record the iteration's broken limits (``check``)."""
+        res, rule = self.res, self.rule
+        if tokens > rule.budget:
+            res.violations.append(f"iteration {res.iterations}: {tokens} tokens > budget {rule.budget}")
+        if len(self.running) > rule.seq_limit:
+            res.violations.append(f"iteration {res.iterations}: {len(self.running)} sequences > {rule.seq_limit}")
+        if self.free < 0:
+            res.violations.append(f"iteration {res.iterations}: KV pages overdrawn by {-self.free}")
