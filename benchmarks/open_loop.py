@@ -8,6 +8,7 @@ beyond that most, where both say the engine is overloaded. Prints ratios (closed
 from __future__ import annotations
 
 import costmodel
+from costmodel import Layout, Load
 from costmodel.engine.served import serve
 
 #: (model, tensor-parallel size, prompt tokens, output tokens)
@@ -23,14 +24,15 @@ def main() -> None:
     for engine_name in ("vllm", "sglang", "trtllm"):
         for name, tp, isl, osl in CASES:
             m = costmodel.load_model(name)
-            kw = dict(input_len=isl, output_len=osl, tp=tp, engine_name=engine_name)
+            kw = dict(layout=Layout(tp=tp), engine_name=engine_name)
             most = serve(
-                m, hw, request_rate=1.0, num_requests=1, evaluator="steady-state", **kw
+                m, hw, Load(isl, osl, request_rate=1.0, num_requests=1), evaluator="steady-state", **kw
             ).saturation_requests_per_s
             cells = []
             for share in SHARES:
-                sim = serve(m, hw, request_rate=share * most, num_requests=REQUESTS, **kw)
-                cf = serve(m, hw, request_rate=share * most, num_requests=REQUESTS, evaluator="steady-state", **kw)
+                load = Load(isl, osl, request_rate=share * most, num_requests=REQUESTS)
+                sim = serve(m, hw, load, **kw)
+                cf = serve(m, hw, load, evaluator="steady-state", **kw)
                 cells.append(f"{cf.ttft_s / sim.ttft_s:.2f} / {cf.tpot_s / sim.tpot_s:.2f}")
             print(f"  {engine_name:8} {name:14} {most:6.2f}/s   " + "  ".join(f"{c:>13}" for c in cells))
     print("  (each cell: TTFT ratio / TPOT ratio)")
@@ -40,10 +42,12 @@ def main() -> None:
     )
     for name, tp, isl, osl in CASES:
         m = costmodel.load_model(name)
-        kw = dict(input_len=isl, output_len=osl, tp=tp)
-        most = serve(m, hw, request_rate=1.0, num_requests=1, evaluator="steady-state", **kw).saturation_requests_per_s
-        sim = serve(m, hw, request_rate=1.5 * most, num_requests=REQUESTS, **kw)
-        cf = serve(m, hw, request_rate=1.5 * most, num_requests=REQUESTS, evaluator="steady-state", **kw)
+        layout = Layout(tp=tp)
+        once = Load(isl, osl, request_rate=1.0, num_requests=1)
+        most = serve(m, hw, once, layout=layout, evaluator="steady-state").saturation_requests_per_s
+        load = Load(isl, osl, request_rate=1.5 * most, num_requests=REQUESTS)
+        sim = serve(m, hw, load, layout=layout)
+        cf = serve(m, hw, load, layout=layout, evaluator="steady-state")
         print(
             f"  vllm     {name:14} overloaded {sim.overloaded}/{cf.overloaded}: simulation "
             f"{sim.requests_per_s / most:.2f} x most, closed form {cf.requests_per_s / most:.2f}; TTFT "

@@ -12,6 +12,7 @@ import sys
 import time
 
 import costmodel
+from costmodel import Layout, Load
 from costmodel.engine.served import serve
 
 
@@ -27,7 +28,7 @@ def median_time(fn, runs: int = 5) -> float:
 def main() -> None:
     hw = costmodel.load_profile("h100")
     m = costmodel.load_model("Qwen/Qwen3-32B")
-    kw = dict(input_len=1024, output_len=512, engine_name="vllm", concurrency=64, tp=2, num_requests=1000)
+    kw = dict(load=Load(1024, 512, concurrency=64, num_requests=1000), engine_name="vllm", layout=Layout(tp=2))
     t0 = time.perf_counter()
     serve(m, hw, **kw)
     first = time.perf_counter() - t0
@@ -56,7 +57,7 @@ def main() -> None:
     cli = median_time(lambda: subprocess.run(cmd, check=True, capture_output=True), runs=3)
     from costmodel.deploy.capacity import highest_rate, largest_concurrency
 
-    cap = dict(input_len=2048, output_len=512, tpot_s=0.05, ttft_s=0.5)
+    cap = dict(requests=Load(2048, 512), tpot_s=0.05, ttft_s=0.5)
     l8 = costmodel.load_model("llama-3.1-8b")
     mean_search = median_time(lambda: largest_concurrency(l8, hw, **cap), runs=3)
     p90_search = median_time(lambda: largest_concurrency(l8, hw, statistic="p90", **cap), runs=3)
@@ -74,9 +75,7 @@ def main() -> None:
     print(f"  request rate, p90, 1,000 requests a rate:        {rate_p90:.2f} s")
     from costmodel.deploy.disagg import Pool, serve_disaggregated
 
-    dis = dict(
-        input_len=1024, output_len=512, concurrency=64, num_requests=1000, prefill=Pool(workers=2), decode=Pool(tp=2)
-    )
+    dis = dict(load=Load(1024, 512, concurrency=64, num_requests=1000), prefill=Pool(workers=2), decode=Pool(tp=2))
     dis_sim = median_time(lambda: serve_disaggregated(m, hw, **dis))
     dis_cf = median_time(lambda: serve_disaggregated(m, hw, **dis, evaluator="steady-state"))
     print(

@@ -44,10 +44,13 @@ _API = {
     "CapacityReport": "costmodel.model.requests",
     "serve": "costmodel.engine.served",  # a served model under load: continuous batching in an engine
     "LoadPrediction": "costmodel.engine.reports",
+    "Load": "costmodel.engine.load",  # what a benchmark client sends: lengths, clients or a rate, warm-up
+    "Layout": "costmodel.engine.layout",  # where the engines sit: tp, pp, ep, attention dp, replicas
+    "EngineFlags": "costmodel.engine.config",  # the engine settings a user sets (None: the engine's default)
     "load_capacity": "costmodel.deploy.capacity",  # the most clients, or the highest rate, under targets
     "LoadCapacityReport": "costmodel.deploy.capacity",
     "serve_disaggregated": "costmodel.deploy.disagg",  # prefill and decode pools, the KV cache moving between them
-    "Pool": "costmodel.deploy.disagg",
+    "Pool": "costmodel.deploy.pools",
     "DisaggPrediction": "costmodel.deploy.disagg",
     "plan": "costmodel.deploy.planner",  # every layout on N devices, the front and the best
     "Plan": "costmodel.deploy.planner",

@@ -9,6 +9,7 @@ skewed power law (the busiest device timed).
 from __future__ import annotations
 
 import costmodel
+from costmodel import Layout, Load
 
 if __name__ == "__main__":
     hw = costmodel.load_profile("h100")
@@ -20,12 +21,9 @@ if __name__ == "__main__":
             p = costmodel.serve(
                 base.with_routing(routing),
                 hw,
-                tp=8,
-                expert_parallel=expert_parallel,
+                Load(concurrency=32, input_len=2048, output_len=256),
+                layout=Layout(tp=8, expert_parallel=expert_parallel),
                 engine_name="vllm",
-                concurrency=32,
-                input_len=2048,
-                output_len=256,
             )
             print(
                 f"{label:22s} {routing:14s} {p.ttft_s * 1e3:7.0f} ms {p.tpot_s * 1e3:6.1f} ms "

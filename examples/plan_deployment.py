@@ -9,6 +9,7 @@ its TTFT split into queueing, prefill, KV transfer and front end. Writes plan.pn
 from pathlib import Path
 
 import costmodel
+from costmodel import Load
 from costmodel.render.plan_figure import draw_plan
 from costmodel.render.plots import save
 
@@ -26,9 +27,7 @@ if __name__ == "__main__":
         served = costmodel.serve_disaggregated(
             model,
             gpus[0],
-            input_len=2048,
-            output_len=512,
-            concurrency=best.concurrency,
+            Load(input_len=2048, output_len=512, concurrency=best.concurrency),
             prefill=costmodel.Pool(tp=best.prefill_tp, workers=best.prefill_workers),
             decode=costmodel.Pool(tp=best.decode_tp, workers=best.decode_workers),
         )

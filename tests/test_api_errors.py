@@ -3,6 +3,7 @@ function's arguments x None, a wrong type, a negative number, NaN, infinity and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -125,34 +126,27 @@ CALLS = {
         dict(
             m=LLAMA,
             hw=H100,
-            input_len=16,
-            output_len=4,
-            concurrency=2,
-            num_requests=4,
-            tp=1,
+            load=costmodel.Load(16, 4, concurrency=2, num_requests=4, burstiness=1.0),
+            layout=costmodel.Layout(tp=1),
             engine_name="vllm",
-            burstiness=1.0,
         ),
-        {"num_requests"},
+        {"load.num_requests"},
     ),
     "serve_disaggregated": (
         costmodel.serve_disaggregated,
         dict(
             m=LLAMA,
             hw=H100,
-            input_len=16,
-            output_len=4,
+            load=costmodel.Load(16, 4, concurrency=2, num_requests=4),
             prefill=costmodel.Pool(),
             decode=costmodel.Pool(tp=2),
             engine_name="sglang",
-            concurrency=2,
-            num_requests=4,
             weight_dtype=None,
             kv_dtype=None,
             kv_link_bytes_per_s=None,
             evaluator="simulation",
         ),
-        {"num_requests", "weight_dtype", "kv_dtype", "kv_link_bytes_per_s"},
+        {"load.num_requests", "weight_dtype", "kv_dtype", "kv_link_bytes_per_s"},
     ),
     "plan": (
         costmodel.plan,
@@ -190,8 +184,7 @@ CALLS = {
         dict(
             m=LLAMA,
             devices=[H100],
-            input_len=16,
-            output_len=4,
+            requests=costmodel.Load(16, 4),
             engine_name="vllm",
             tpot_s=0.05,
             ttft_s=None,
@@ -224,9 +217,31 @@ SAID = {
 BAD = {"None": None, "wrong type": object(), "negative": -1, "NaN": math.nan, "inf": math.inf, "huge": 2**80}
 
 
+#: The typed objects' fields each call is tried with, as "argument.field" (Load, Layout: checked where used).
+NESTED = {
+    "serve": {"load": ("input_len", "output_len", "concurrency", "num_requests", "burstiness"), "layout": ("tp",)},
+    "serve_disaggregated": {"load": ("input_len", "output_len", "concurrency", "num_requests")},
+    "load_capacity": {"requests": ("input_len", "output_len")},
+}
+
+
+def _args(fname: str, kwargs: dict):
+    yield from kwargs
+    for arg, names in NESTED.get(fname, {}).items():
+        yield from (f"{arg}.{name}" for name in names)
+
+
+def _with(kwargs: dict, arg: str, value) -> dict:
+    """``kwargs`` with ``arg`` (or a typed object's field, "argument.field") set to ``value``."""
+    if "." not in arg:
+        return {**kwargs, arg: value}
+    outer, name = arg.split(".")
+    return {**kwargs, outer: dataclasses.replace(kwargs[outer], **{name: value})}
+
+
 def _cases():
     for fname, (_, kwargs, optional) in CALLS.items():
-        for arg in kwargs:
+        for arg in _args(fname, kwargs):
             for label, value in BAD.items():
                 if value is None and arg in optional:
                     continue
@@ -258,7 +273,8 @@ def test_bad_argument_raises_costmodel_error_naming_it(fname, arg, label):
     if arg == "dims":
         value = {"b": value}
     with pytest.raises(CostModelError) as err:
-        function(**{**kwargs, arg: value})
+        function(**_with(kwargs, arg, value))
+    arg = arg.split(".")[-1]
     said = SAID.get(arg, arg)
     assert any(s in str(err.value) for s in (said, arg, arg.replace("_", " "))), str(err.value)
 

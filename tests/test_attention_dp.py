@@ -11,6 +11,7 @@ from costmodel.engine.served import serve
 from costmodel.model.ops import device_slice
 from costmodel.model.step import phase_ops, pricing
 from costmodel.price.op import Conventions, KernelOp, price
+from tests.kwargs import split
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -93,16 +94,16 @@ def test_served_report_counts_every_group(qwen, h100):
     kw = dict(
         input_len=512, output_len=32, engine_name="vllm", tp=4, expert_parallel=True, weight_dtype="fp8", overheads=OFF
     )
-    p = serve(qwen, h100, concurrency=8, attention_dp=2, num_requests=160, **kw)
+    p = serve(qwen, h100, **split(concurrency=8, attention_dp=2, num_requests=160, **kw))
     assert p.concurrency == 8 and p.attention_dp == 2 and p.num_requests == 160
     assert p.output_tokens_per_s_per_device == pytest.approx(p.output_tokens_per_s / 8, rel=1e-12)
     assert p.requests_per_s * p.e2e_s == pytest.approx(8, rel=0.05)
     assert p.max_batch <= 4
     with pytest.raises(CostModelError, match="multiple of attention_dp"):
-        serve(qwen, h100, concurrency=7, attention_dp=2, **kw)
+        serve(qwen, h100, **split(concurrency=7, attention_dp=2, **kw))
     long = kw | {"output_len": 128}
-    sim = serve(qwen, h100, concurrency=8, attention_dp=2, num_requests=160, warmup_requests=16, **long)
-    steady = serve(qwen, h100, concurrency=8, attention_dp=2, evaluator="steady-state", **long)
+    sim = serve(qwen, h100, **split(concurrency=8, attention_dp=2, num_requests=160, warmup_requests=16, **long))
+    steady = serve(qwen, h100, **split(concurrency=8, attention_dp=2, evaluator="steady-state", **long))
     assert steady.tpot_s == pytest.approx(sim.tpot_s, rel=0.05)
     assert steady.requests_per_s == pytest.approx(sim.requests_per_s, rel=0.05)
 
@@ -112,7 +113,7 @@ def test_one_group_is_today(qwen, h100):
     kw = dict(
         input_len=512, output_len=32, concurrency=4, tp=4, expert_parallel=True, weight_dtype="fp8", num_requests=20
     )
-    a, b = serve(qwen, h100, **kw), serve(qwen, h100, attention_dp=1, **kw)
+    a, b = serve(qwen, h100, **split(**kw)), serve(qwen, h100, **split(attention_dp=1, **kw))
     assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s)
     from costmodel.engine.config import engine
     from costmodel.engine.served import Setup

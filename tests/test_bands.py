@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from costmodel import Load
 from costmodel.attention.roofline import predict
 from costmodel.attention.sweeps import sweep
 from costmodel.attention.workload import Workload
@@ -295,11 +296,8 @@ def test_a_served_prediction_carries_its_groups_measured_range():
     p = serve(
         load_model("llama-3-8b"),
         load_profile("h100"),
-        input_len=512,
-        output_len=64,
+        Load(input_len=512, output_len=64, concurrency=4, num_requests=8),
         engine_name="sglang",
-        concurrency=4,
-        num_requests=8,
     )
     b = by_key[("sglang", "dense", "agg")]
     assert p.ttft_band.low_s == pytest.approx(p.ttft_s * b["ttft"]["low"])

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 import costmodel
+from costmodel import Load
 from costmodel.core.errors import CostModelError
 from costmodel.deploy.disagg import Pool, kv_link, serve_disaggregated
 from costmodel.engine.iteration import exact_time
 from costmodel.model.step import all_reduce_s, pricing
+from tests.kwargs import split
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -30,12 +32,9 @@ def test_one_client_ttft_is_prefill_plus_transfer(llama, h100):
     p = serve_disaggregated(
         llama,
         h100,
-        input_len=isl,
-        output_len=osl,
+        Load(input_len=isl, output_len=osl, concurrency=1, num_requests=3),
         prefill=Pool(),
         decode=Pool(),
-        concurrency=1,
-        num_requests=3,
         overheads=OFF,
     )
     pr = pricing(llama, h100)
@@ -58,12 +57,9 @@ def test_transferred_bytes_follow_the_shards(llama, h100):
     p = serve_disaggregated(
         llama,
         h100,
-        input_len=1024,
-        output_len=8,
+        Load(input_len=1024, output_len=8, concurrency=1, num_requests=2),
         prefill=Pool(tp=1),
         decode=Pool(tp=2),
-        concurrency=1,
-        num_requests=2,
         overheads=OFF,
     )
     assert p.kv_transfer.bytes_per_request == pytest.approx(_kv_by_hand(llama, 1024), rel=1e-9)
@@ -72,12 +68,9 @@ def test_transferred_bytes_follow_the_shards(llama, h100):
     f8 = serve_disaggregated(
         llama,
         h100,
-        input_len=1024,
-        output_len=8,
+        Load(input_len=1024, output_len=8, concurrency=1, num_requests=2),
         prefill=Pool(tp=2),
         decode=Pool(tp=2),
-        concurrency=1,
-        num_requests=2,
         overheads=OFF,
         kv_dtype="fp8",
     )
@@ -93,13 +86,10 @@ def test_littles_law_and_tokens(llama, h100, engine_name):
     p = serve_disaggregated(
         llama,
         h100,
-        input_len=700,
-        output_len=osl,
+        Load(input_len=700, output_len=osl, concurrency=c, num_requests=n),
         engine_name=engine_name,
         prefill=Pool(workers=2, max_num_seqs=2, max_num_batched_tokens=1024),
         decode=Pool(workers=3, max_num_seqs=6),
-        concurrency=c,
-        num_requests=n,
         overheads=OFF,
         check=True,
     )
@@ -115,7 +105,7 @@ def test_drawn_lengths_conserve_tokens(llama, h100):
     token of every request is produced once (the decode iterations carry the sum of the drawn outputs less one
     each), the report's lengths are the drawn means, tokens out per second are the requests' rate times the mean
     output, and Little's law holds; the same seed draws the same lengths, so the run repeats exactly."""
-    from costmodel.engine.served import lengths
+    from costmodel.engine.load import lengths
 
     c, n = 16, 320
     kw = dict(
@@ -131,14 +121,14 @@ def test_drawn_lengths_conserve_tokens(llama, h100):
         output_dist="range",
         spread=0.2,
     )
-    p = serve_disaggregated(llama, h100, **kw)
+    p = serve_disaggregated(llama, h100, **split(**kw))
     prompts, outputs = lengths("range", 700, n, spread=0.2), lengths("range", 48, n, spread=0.2, seed=1)
     assert p.input_len == pytest.approx(prompts.mean()) and p.output_len == pytest.approx(outputs.mean())
     assert 0.8 * 700 <= p.input_len < 700
     assert p.decode.mean_batch * p.decode.iterations == pytest.approx((outputs - 1).sum(), rel=1e-9)
     assert p.output_tokens_per_s == pytest.approx(p.requests_per_s * outputs.mean(), rel=1e-12)
     assert p.requests_per_s * p.e2e_s == pytest.approx(c, rel=0.05)
-    assert serve_disaggregated(llama, h100, **kw).ttft_s == p.ttft_s
+    assert serve_disaggregated(llama, h100, **split(**kw)).ttft_s == p.ttft_s
 
 
 def test_queueing_grows_with_load(llama, h100):
@@ -148,11 +138,9 @@ def test_queueing_grows_with_load(llama, h100):
         p = serve_disaggregated(
             llama,
             h100,
-            input_len=4000,
-            output_len=64,
+            Load(input_len=4000, output_len=64, concurrency=c),
             prefill=Pool(max_num_seqs=1),
             decode=Pool(),
-            concurrency=c,
             overheads=OFF,
         )
         s = p.ttft_split
@@ -261,8 +249,8 @@ def test_closed_form_agrees_with_the_simulation(llama, h100, pools, engine_name)
     for isl, osl in ((1024, 256), (4096, 512)):
         for c in (1, 16, 64):
             kw = dict(input_len=isl, output_len=osl, prefill=pre, decode=dec, concurrency=c, engine_name=engine_name)
-            sim = serve_disaggregated(llama, h100, num_requests=max(200, 10 * c), warmup_requests=c, **kw)
-            cf = serve_disaggregated(llama, h100, evaluator="steady-state", **kw)
+            sim = serve_disaggregated(llama, h100, **split(num_requests=max(200, 10 * c), warmup_requests=c, **kw))
+            cf = serve_disaggregated(llama, h100, **split(evaluator="steady-state", **kw))
             assert cf.tpot_s == pytest.approx(sim.tpot_s, rel=0.05), (isl, osl, c)
             assert cf.requests_per_s == pytest.approx(sim.requests_per_s, rel=0.10), (isl, osl, c)
             assert cf.ttft_s <= sim.ttft_s * 1.01, (isl, osl, c)
@@ -270,7 +258,12 @@ def test_closed_form_agrees_with_the_simulation(llama, h100, pools, engine_name)
                 assert cf.ttft_s == pytest.approx(sim.ttft_s, rel=0.01)
     with pytest.raises(costmodel.CostModelError, match="concurrency"):
         serve_disaggregated(
-            llama, h100, input_len=64, output_len=8, prefill=pre, decode=dec, request_rate=1.0, evaluator="steady-state"
+            llama,
+            h100,
+            Load(input_len=64, output_len=8, request_rate=1.0),
+            prefill=pre,
+            decode=dec,
+            evaluator="steady-state",
         )
 
 
@@ -296,12 +289,9 @@ def test_attention_data_parallel_pools(h100):
     p = serve_disaggregated(
         m,
         h100,
-        input_len=512,
-        output_len=osl,
+        Load(input_len=512, output_len=osl, concurrency=c, num_requests=n),
         prefill=Pool(tp=2, workers=2),
         decode=pool,
-        concurrency=c,
-        num_requests=n,
         overheads=OFF,
         check=True,
     )
@@ -312,12 +302,9 @@ def test_attention_data_parallel_pools(h100):
     one = serve_disaggregated(
         m,
         h100,
-        input_len=512,
-        output_len=osl,
+        Load(input_len=512, output_len=osl, concurrency=1, num_requests=2),
         prefill=Pool(),
         decode=pool,
-        concurrency=1,
-        num_requests=2,
         overheads=OFF,
     )
     pr = pricing(m, h100, tp=1, attention_dp=4, expert_parallel=True)
@@ -326,24 +313,18 @@ def test_attention_data_parallel_pools(h100):
     alone = serve_disaggregated(
         m,
         h100,
-        input_len=512,
-        output_len=osl,
+        Load(input_len=512, output_len=osl, concurrency=1, num_requests=2),
         prefill=Pool(),
         decode=Pool(tp=1),
-        concurrency=1,
-        num_requests=2,
         overheads=OFF,
     )
     assert one.tpot_s != pytest.approx(alone.tpot_s, rel=0.01)  # the groups' collectives and gathered experts
     sharded = serve_disaggregated(
         m,
         h100,
-        input_len=512,
-        output_len=osl,
+        Load(input_len=512, output_len=osl, concurrency=1, num_requests=2),
         prefill=Pool(),
-        concurrency=1,
         decode=Pool(tp=1, workers=1, attention_dp=4, max_num_seqs=3),
-        num_requests=2,
         overheads=OFF,
     )
     pr = pricing(m, h100, tp=1, attention_dp=4)
@@ -353,11 +334,9 @@ def test_attention_data_parallel_pools(h100):
         serve_disaggregated(
             costmodel.load_model("llama-3-8b"),
             h100,
-            input_len=64,
-            output_len=8,
+            Load(input_len=64, output_len=8, concurrency=1),
             prefill=Pool(attention_dp=2),
             decode=Pool(),
-            concurrency=1,
         )
 
 
@@ -518,7 +497,7 @@ def test_tensorrt_llms_context_servers_run_without_the_overlap_scheduler(llama, 
         decode=Pool(tp=1, workers=1),
     )
     for name, prefill, decode in (("trtllm", False, True), ("sglang", True, True), ("vllm", False, False)):
-        got = serve_disaggregated(llama, h100, engine_name=name, **kw)
+        got = serve_disaggregated(llama, h100, **split(engine_name=name, **kw))
         (line,) = [a for a in got.assumptions if a.startswith("prefill workers' iterations")]
         pre, dec = line.split("; decode workers'")
         assert ("while the one before runs" in pre, "while the one before runs" in dec) == (prefill, decode), name
@@ -597,10 +576,10 @@ def test_arrivals_beyond_what_the_pools_complete_overload_them(llama, h100, isl,
     1.5 times it complete requests at about that rate, not the arrivals', and are said to overload it; at half of
     it they do not, and complete at the arrivals' rate."""
     kw = dict(input_len=isl, output_len=osl, prefill=Pool(), decode=Pool(max_num_seqs=16))
-    most = serve_disaggregated(llama, h100, request_rate=1.0, num_requests=4, **kw)
+    most = serve_disaggregated(llama, h100, **split(request_rate=1.0, num_requests=4, **kw))
     assert most.saturation_binds == binds and not most.overloaded
     x = most.saturation_requests_per_s
-    over = serve_disaggregated(llama, h100, request_rate=1.5 * x, num_requests=1500, **kw)
+    over = serve_disaggregated(llama, h100, **split(request_rate=1.5 * x, num_requests=1500, **kw))
     assert over.overloaded and over.requests_per_s == pytest.approx(x, rel=0.1)
-    under = serve_disaggregated(llama, h100, request_rate=0.5 * x, num_requests=400, **kw)
+    under = serve_disaggregated(llama, h100, **split(request_rate=0.5 * x, num_requests=400, **kw))
     assert not under.overloaded and under.requests_per_s == pytest.approx(0.5 * x, rel=0.15)

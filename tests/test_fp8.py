@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import costmodel
+from costmodel import Layout, Load
 from costmodel.validation.fit import predict_table
 from costmodel.validation.published import Table, attention_counts, read_folder
 
@@ -148,7 +149,11 @@ def test_tensorrt_llm_runs_a_block_scaled_checkpoints_dense_layers_in_its_own_ke
     with pytest.raises(costmodel.CostModelError, match="block fp8 linear kernel"):
         pricing(m, hw, block_fp8_linear="gemm")
     served = costmodel.serve(
-        m, hw, engine_name="trtllm", tp=4, concurrency=4, input_len=256, output_len=16, expert_parallel=True
+        m,
+        hw,
+        Load(concurrency=4, input_len=256, output_len=16),
+        layout=Layout(tp=4, expert_parallel=True),
+        engine_name="trtllm",
     )
     assert any("priced as the per-tensor FP8 class" in a for a in served.assumptions)
 

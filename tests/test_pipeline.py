@@ -8,6 +8,7 @@ from costmodel.core.errors import CostModelError
 from costmodel.engine.config import engine
 from costmodel.engine.served import Setup, serve
 from costmodel.model.step import phase_ops, pricing
+from tests.kwargs import split
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -43,11 +44,11 @@ def test_the_round_is_the_model_over_a_micro_batch(llama, h100):
 
 def test_one_client_pays_the_sends(llama, h100):
     kw = dict(input_len=512, output_len=33, concurrency=1, num_requests=3, overheads=OFF)
-    a = serve(llama, h100, **kw)
-    b = serve(llama, h100, pipeline_parallel=2, **kw)
+    a = serve(llama, h100, **split(**kw))
+    b = serve(llama, h100, **split(pipeline_parallel=2, **kw))
     assert b.tpot_s == pytest.approx(a.tpot_s + _send(4096 * 2), rel=1e-6)
     assert b.pipeline_parallel == 2 and b.output_tokens_per_s_per_device == pytest.approx(b.output_tokens_per_s / 2)
-    assert serve(llama, h100, pipeline_parallel=1, **kw).tpot_s == a.tpot_s
+    assert serve(llama, h100, **split(pipeline_parallel=1, **kw)).tpot_s == a.tpot_s
 
 
 def test_sends_between_nodes(h100):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import costmodel
+from costmodel import Layout, Load
 from costmodel.deploy.disagg import Pool, serve_disaggregated
 from costmodel.deploy.planner import layouts, plan
 from costmodel.engine.served import serve
@@ -83,20 +84,14 @@ def test_front_points_repriced_alone(small_plan):
             r = serve(
                 m,
                 hw,
-                tp=f.tp,
-                concurrency=f.concurrency // f.replicas,
-                input_len=1024,
-                output_len=64,
-                expert_parallel=f.expert_parallel,
-                attention_dp=f.attention_dp,
+                Load(concurrency=f.concurrency // f.replicas, input_len=1024, output_len=64),
+                layout=Layout(tp=f.tp, expert_parallel=f.expert_parallel, attention_dp=f.attention_dp),
             )
         else:
             r = serve_disaggregated(
                 m,
                 hw,
-                input_len=1024,
-                output_len=64,
-                concurrency=f.concurrency,
+                Load(input_len=1024, output_len=64, concurrency=f.concurrency),
                 prefill=Pool(tp=f.prefill_tp, workers=f.prefill_workers),
                 decode=Pool(tp=f.decode_tp, workers=f.decode_workers),
             )
@@ -248,7 +243,11 @@ def test_the_memory_limit_is_where_the_cache_cannot_hold_the_clients():
     for q in p.points:
         assert q.mode == "agg" and q.replicas == 1
         kv_tokens = serve(
-            m, hw, tp=q.tp, concurrency=q.concurrency, input_len=4096, output_len=1024, evaluator="steady-state"
+            m,
+            hw,
+            Load(concurrency=q.concurrency, input_len=4096, output_len=1024),
+            layout=Layout(tp=q.tp),
+            evaluator="steady-state",
         ).engine.kv_cache_tokens
         if (q.concurrency + 1) * request <= kv_tokens:
             assert not q.kv_cache_full, q

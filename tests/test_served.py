@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 
 import costmodel
+from costmodel import EngineFlags, Layout, Load
 from costmodel.core.errors import CostModelError
 from costmodel.engine.config import engine, kv_capacity_tokens
 from costmodel.engine.iteration import exact_time
 from costmodel.engine.served import Setup, serve
 from costmodel.engine.simulate import simulate
 from costmodel.model.step import pricing
+from tests.kwargs import split
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
 
@@ -33,7 +35,7 @@ def llama(h100):
 def test_one_client_is_one_request(llama, h100):
     """At concurrency 1 (overheads off) the TTFT is the prompt's prefill and every TPOT a lone decode step,
     both priced without the iteration table's grid."""
-    p = serve(llama, h100, input_len=1000, output_len=50, concurrency=1, num_requests=3, overheads=OFF)
+    p = serve(llama, h100, Load(input_len=1000, output_len=50, concurrency=1, num_requests=3), overheads=OFF)
     pr = pricing(llama, h100)
     assert p.ttft_s == pytest.approx(exact_time(llama, pr, decode_seqs=0, decode_context=0, prompt=1000), rel=0.02)
     steps = [exact_time(llama, pr, decode_seqs=1, decode_context=1000 + i, prompt=0) for i in range(1, 50)]
@@ -49,15 +51,17 @@ def test_littles_law_and_tokens(llama, h100, engine_name):
     p = serve(
         llama,
         h100,
-        input_len=512,
-        output_len=64,
+        Load(
+            input_len=512,
+            output_len=64,
+            concurrency=c,
+            num_requests=n,
+            input_dist="uniform",
+            output_dist="uniform",
+            spread=0.5,
+        ),
         engine_name=engine_name,
-        concurrency=c,
-        num_requests=n,
         overheads=OFF,
-        input_dist="uniform",
-        output_dist="uniform",
-        spread=0.5,
     )
     assert p.requests_per_s * p.e2e_s == pytest.approx(c, rel=0.05)
     assert p.output_tokens_per_s == pytest.approx(p.requests_per_s * p.output_len, rel=1e-9)
@@ -135,18 +139,16 @@ def test_closed_form_agrees_with_simulation(h100, engine_name, model, tp, c, isl
     """Steady-state means (the requests after the first wave and before the last; lengths spread so requests
     do not move in lock-step; every client fits the cache and the sequence limit): the closed form within
     :data:`AGREEMENT` of the simulation's TTFT and TPOT."""
-    from costmodel.engine.served import lengths
+    from costmodel.engine.load import lengths
 
     m = costmodel.load_model(model)
     over = {"iteration_s": 0.002, "request_s": 0.0}
     cf = serve(
         m,
         h100,
-        input_len=isl,
-        output_len=osl,
+        Load(input_len=isl, output_len=osl, concurrency=c),
+        layout=Layout(tp=tp),
         engine_name=engine_name,
-        concurrency=c,
-        tp=tp,
         overheads=over,
         evaluator="steady-state",
     )
@@ -181,10 +183,10 @@ def test_the_hosts_time_by_hand(llama, h100, engine_name):
         overheads=OFF | host,
     )
     assert llama.layers == 32 and st.host_s([1, 4]).tolist() == pytest.approx([48e-3, 96e-3])
-    without = serve(llama, h100, overheads=OFF, **kw).tpot_s
+    without = serve(llama, h100, **split(overheads=OFF, **kw)).tpot_s
     assert without < 48e-3 / 5
     for evaluator in ("simulation", "steady-state"):
-        got = serve(llama, h100, overheads=OFF | host, evaluator=evaluator, **kw).tpot_s
+        got = serve(llama, h100, **split(overheads=OFF | host, evaluator=evaluator, **kw)).tpot_s
         assert got == pytest.approx(48e-3 if engine_name == "trtllm" else without + 48e-3, rel=1e-3), evaluator
 
 
@@ -195,29 +197,25 @@ def test_the_hosts_time_by_hand(llama, h100, engine_name):
 def test_closed_form_agrees_with_simulation_where_the_host_binds(h100, model, tp, c, isl, osl):
     """As :func:`test_closed_form_agrees_with_simulation`, with TensorRT-LLM's host time (about its fitted size,
     :data:`costmodel.engine.served.OVERHEADS`) binding at large batches on many GPUs."""
-    from costmodel.engine.served import lengths
+    from costmodel.engine.load import lengths
 
     m = costmodel.load_model(model)
     over = {"iteration_s": 0.002, "request_s": 0.0, "layer_s": 80e-6, "layer_seq_s": 1.5e-6}
     cf = serve(
         m,
         h100,
-        input_len=isl,
-        output_len=osl,
+        Load(input_len=isl, output_len=osl, concurrency=c),
+        layout=Layout(tp=tp),
         engine_name="trtllm",
-        concurrency=c,
-        tp=tp,
         overheads=over,
         evaluator="steady-state",
     )
     gpu_bound = serve(
         m,
         h100,
-        input_len=isl,
-        output_len=osl,
+        Load(input_len=isl, output_len=osl, concurrency=c),
+        layout=Layout(tp=tp),
         engine_name="trtllm",
-        concurrency=c,
-        tp=tp,
         overheads={"iteration_s": 0.002, "request_s": 0.0},
         evaluator="steady-state",
     )
@@ -268,19 +266,19 @@ def test_presets_match_published_parameters():
 
 def test_bad_load_is_refused(llama, h100):
     with pytest.raises(CostModelError, match="concurrency"):
-        serve(llama, h100, input_len=10, output_len=10)
+        serve(llama, h100, Load(input_len=10, output_len=10))
     with pytest.raises(CostModelError, match="request rate"):
-        serve(llama, h100, input_len=10, output_len=10, request_rate=-1)
+        serve(llama, h100, Load(input_len=10, output_len=10, request_rate=-1))
     with pytest.raises(CostModelError, match="unknown engine"):
-        serve(llama, h100, input_len=10, output_len=10, concurrency=1, engine_name="tgi")
+        serve(llama, h100, Load(input_len=10, output_len=10, concurrency=1), engine_name="tgi")
     with pytest.raises(CostModelError, match="KV cache"):
-        serve(costmodel.load_model("llama-3.1-70b"), h100, input_len=10, output_len=10, concurrency=1)
+        serve(costmodel.load_model("llama-3.1-70b"), h100, Load(input_len=10, output_len=10, concurrency=1))
     with pytest.raises(CostModelError, match="max_num_seqs"):
-        serve(llama, h100, input_len=10, output_len=10, concurrency=1, max_num_seqs=0)
+        serve(llama, h100, Load(input_len=10, output_len=10, concurrency=1), flags=EngineFlags(max_num_seqs=0))
 
 
 def test_open_loop_runs(llama, h100):
-    p = serve(llama, h100, input_len=256, output_len=32, request_rate=5.0, num_requests=100, overheads=OFF)
+    p = serve(llama, h100, Load(input_len=256, output_len=32, request_rate=5.0, num_requests=100), overheads=OFF)
     # a light load: nearly every request alone, so TTFT close to one prefill
     assert p.requests_per_s == pytest.approx(5.0, rel=0.35)
     assert p.ttft.median < 3 * exact_time(llama, pricing(llama, h100), decode_seqs=0, decode_context=0, prompt=256)
@@ -293,18 +291,18 @@ def test_arrivals_beyond_what_the_engine_completes_overload_it(llama, h100, eval
     arrivals', and the mean TTFT is the queue's over the run (request i waits about i (1/X - 1/rate)), which the
     closed form and the simulation agree on; at half the rate neither is overloaded."""
     kw = dict(input_len=512, output_len=64, overheads=OFF, max_num_seqs=8)
-    closed = serve(llama, h100, concurrency=8, num_requests=1600, evaluator="simulation", **kw)
-    light = serve(llama, h100, request_rate=1.0, num_requests=20, evaluator=evaluator, **kw)
+    closed = serve(llama, h100, **split(concurrency=8, num_requests=1600, evaluator="simulation", **kw))
+    light = serve(llama, h100, **split(request_rate=1.0, num_requests=20, evaluator=evaluator, **kw))
     most = light.saturation_requests_per_s
     assert (light.saturation_sequences, light.saturation_binds, light.overloaded) == (8, "sequence limit", False)
     assert most == pytest.approx(closed.requests_per_s, rel=0.05)
     n = 2000
-    over = serve(llama, h100, request_rate=1.5 * most, num_requests=n, evaluator=evaluator, **kw)
+    over = serve(llama, h100, **split(request_rate=1.5 * most, num_requests=n, evaluator=evaluator, **kw))
     assert over.overloaded and over.saturation_requests_per_s == pytest.approx(most, rel=1e-9)
     assert over.requests_per_s == pytest.approx(most, rel=0.05)
     queue = (n - 8) / 2 * (1 / most - 1 / (1.5 * most))  # the mean wait of a deterministic queue, by hand
     assert over.ttft_s == pytest.approx(queue, rel=0.15)
-    under = serve(llama, h100, request_rate=0.5 * most, num_requests=400, evaluator=evaluator, **kw)
+    under = serve(llama, h100, **split(request_rate=0.5 * most, num_requests=400, evaluator=evaluator, **kw))
     assert not under.overloaded and under.ttft_s < 0.1
     assert under.requests_per_s == pytest.approx(0.5 * most, rel=0.2 if evaluator == "simulation" else 1e-9)
 
@@ -326,11 +324,11 @@ def test_burstier_arrivals_queue_longer(llama, h100, run_cli):
     """At the same mean rate, bunched arrivals wait for each other: the simulated TTFT's p90 rises as the
     burstiness falls, and the throughput stays the rate's; the closed form's means do not see it."""
     kw = dict(input_len=2048, output_len=256, request_rate=10.0, num_requests=1500, overheads=OFF)
-    runs = {b: serve(llama, h100, burstiness=b, **kw) for b in (0.25, 1.0, math.inf)}
+    runs = {b: serve(llama, h100, **split(burstiness=b, **kw)) for b in (0.25, 1.0, math.inf)}
     assert runs[0.25].ttft.p90 > 1.5 * runs[1.0].ttft.p90 > 1.5 * runs[math.inf].ttft.p90
     for p in runs.values():
         assert p.requests_per_s == pytest.approx(10.0, rel=0.05) and p.burstiness in runs
-    closed = [serve(llama, h100, burstiness=b, evaluator="steady-state", **kw).ttft_s for b in (0.25, 1.0)]
+    closed = [serve(llama, h100, **split(burstiness=b, evaluator="steady-state", **kw)).ttft_s for b in (0.25, 1.0)]
     assert closed[0] == closed[1]
     args = [
         "predict",
@@ -361,11 +359,11 @@ def test_closed_form_agrees_with_simulation_on_open_loops(h100, engine_name):
         m = costmodel.load_model(name)
         kw = dict(input_len=isl, output_len=osl, tp=tp, engine_name=engine_name)
         most = serve(
-            m, h100, request_rate=1.0, num_requests=1, evaluator="steady-state", **kw
+            m, h100, **split(request_rate=1.0, num_requests=1, evaluator="steady-state", **kw)
         ).saturation_requests_per_s
         for share in (0.3, 0.8):
-            sim = serve(m, h100, request_rate=share * most, num_requests=3000, **kw)
-            cf = serve(m, h100, request_rate=share * most, num_requests=3000, evaluator="steady-state", **kw)
+            sim = serve(m, h100, **split(request_rate=share * most, num_requests=3000, **kw))
+            cf = serve(m, h100, **split(request_rate=share * most, num_requests=3000, evaluator="steady-state", **kw))
             assert cf.ttft_s == pytest.approx(sim.ttft_s, rel=0.1), (name, share)
             assert cf.tpot_s == pytest.approx(sim.tpot_s, rel=0.05), (name, share)
 
@@ -658,10 +656,10 @@ def test_capacity_is_the_edge_of_the_targets(llama, h100):
     from costmodel.deploy.capacity import largest_concurrency
 
     for kw in ({"tpot_s": 0.02}, {"ttft_s": 0.1}, {"tpot_s": 0.05}):
-        pt = largest_concurrency(llama, h100, input_len=2048, output_len=512, **kw)
+        pt = largest_concurrency(llama, h100, Load(2048, 512), **kw)
         c = pt.concurrency
-        here = serve(llama, h100, input_len=2048, output_len=512, concurrency=c, evaluator="steady-state")
-        more = serve(llama, h100, input_len=2048, output_len=512, concurrency=c + 1, evaluator="steady-state")
+        here = serve(llama, h100, Load(input_len=2048, output_len=512, concurrency=c), evaluator="steady-state")
+        more = serve(llama, h100, Load(input_len=2048, output_len=512, concurrency=c + 1), evaluator="steady-state")
         assert here.tpot_s <= kw.get("tpot_s", 1e9) and here.ttft_s <= kw.get("ttft_s", 1e9)
         assert here.max_batch >= c
         broken = {
@@ -684,18 +682,17 @@ def test_the_highest_rate_is_the_edge_of_the_targets(llama, h100, statistic):
     kw = dict(input_len=1024, output_len=128)
     binds = set()
     for targets in ({"tpot_s": 0.02}, {"ttft_s": 0.15}, {"tpot_s": 0.2}):
-        pt = highest_rate(llama, h100, statistic=statistic, num_requests=300, **kw, **targets)
+        pt = highest_rate(llama, h100, Load(1024, 128, num_requests=300), statistic=statistic, **targets)
         most = serve(
-            llama, h100, request_rate=1.0, num_requests=1, evaluator="steady-state", **kw
+            llama, h100, **split(request_rate=1.0, num_requests=1, evaluator="steady-state", **kw)
         ).saturation_requests_per_s
-        here = serve(llama, h100, request_rate=pt.request_rate, num_requests=300, evaluator=evaluator, **kw)
+        here = serve(llama, h100, **split(request_rate=pt.request_rate, num_requests=300, evaluator=evaluator, **kw))
         higher = serve(
             llama,
             h100,
-            request_rate=pt.request_rate + 2 * RATE_PRECISION * most,
-            num_requests=300,
-            evaluator=evaluator,
-            **kw,
+            **split(
+                request_rate=pt.request_rate + 2 * RATE_PRECISION * most, num_requests=300, evaluator=evaluator, **kw
+            ),
         )
         assert pt.concurrency is None and 0 < pt.request_rate < most and not here.overloaded
         assert get(here.tpot) <= targets.get("tpot_s", 1e9) and get(here.ttft) <= targets.get("ttft_s", 1e9)
@@ -825,8 +822,8 @@ def test_warmup_requests_leave_the_first_wave_out(llama, h100):
     """All clients start at once, so the first wave queues for prefill: leaving it out (as aiperf's warm-up
     count does) lowers the mean TTFT to the steady one, and the statistics count only the measured requests."""
     kw = dict(input_len=2000, output_len=64, concurrency=16, num_requests=160, overheads=OFF)
-    cold = serve(llama, h100, **kw)
-    warm = serve(llama, h100, **kw, warmup_requests=16)
+    cold = serve(llama, h100, **split(**kw))
+    warm = serve(llama, h100, **split(**kw, warmup_requests=16))
     assert warm.num_requests == cold.num_requests == 160
     assert warm.ttft_s < cold.ttft_s
     assert warm.requests_per_s * warm.e2e_s == pytest.approx(16, rel=0.05)  # Little's law in the measured window
@@ -1176,8 +1173,7 @@ def test_capacity_where_the_weights_leave_no_cache():
     report = load_capacity(
         costmodel.load_model("llama-3-70b"),
         [costmodel.load_profile("l4")],
-        input_len=512,
-        output_len=64,
+        Load(512, 64),
         tpot_s=0.1,
         variants=False,
     )
@@ -1238,11 +1234,8 @@ def test_a_served_prediction_says_whose_kernels_it_prices(llama):
         p = serve(
             llama,
             costmodel.load_profile(gpu),
-            input_len=128,
-            output_len=8,
+            Load(input_len=128, output_len=8, concurrency=2, num_requests=4),
             engine_name=engine_name,
-            concurrency=2,
-            num_requests=4,
         )
         return [a for a in p.assumptions if a.startswith("kernel times")]
 
@@ -1321,8 +1314,8 @@ def test_replicas_share_the_clients(llama, h100, evaluator):
     the throughput four times one's (Little's law: clients = requests/s x end-to-end time, for both), per device
     the same, and every request counted."""
     kw = dict(input_len=1024, output_len=128, evaluator=evaluator, engine_name="vllm")
-    one = serve(llama, h100, concurrency=8, **kw)
-    four = serve(llama, h100, concurrency=32, replicas=4, **kw)
+    one = serve(llama, h100, **split(concurrency=8, **kw))
+    four = serve(llama, h100, **split(concurrency=32, replicas=4, **kw))
     assert (four.ttft_s, four.tpot_s, four.e2e_s) == (one.ttft_s, one.tpot_s, one.e2e_s)
     assert four.requests_per_s == pytest.approx(4 * one.requests_per_s)
     assert four.output_tokens_per_s_per_device == pytest.approx(one.output_tokens_per_s_per_device)
@@ -1330,7 +1323,7 @@ def test_replicas_share_the_clients(llama, h100, evaluator):
     assert four.requests_per_s * four.e2e_s == pytest.approx(32, rel=0.1)
     assert any(a.startswith("data parallel: 4 replicas") for a in four.assumptions)
     with pytest.raises(CostModelError, match="multiple of replicas 4"):
-        serve(llama, h100, concurrency=30, replicas=4, **kw)
+        serve(llama, h100, **split(concurrency=30, replicas=4, **kw))
 
 
 def test_a_clients_connections_by_hand():
@@ -1356,9 +1349,9 @@ def test_fewer_connections_than_clients(llama, h100, evaluator):
     (TPOT as at that concurrency), the others wait in the client: Little's law over the client's requests holds
     (throughput x end-to-end = clients), and the two evaluators agree."""
     kw = dict(input_len=512, output_len=64, engine_name="vllm", num_requests=600, evaluator=evaluator)
-    alone = serve(llama, h100, concurrency=24, **kw)
-    assert serve(llama, h100, concurrency=24, client_connections=24, **kw).model_dump() == alone.model_dump()
-    capped = serve(llama, h100, concurrency=60, client_connections=24, **kw)
+    alone = serve(llama, h100, **split(concurrency=24, **kw))
+    assert serve(llama, h100, **split(concurrency=24, client_connections=24, **kw)).model_dump() == alone.model_dump()
+    capped = serve(llama, h100, **split(concurrency=60, client_connections=24, **kw))
     assert capped.tpot_s == pytest.approx(alone.tpot_s, rel=0.02)
     assert capped.requests_per_s * capped.e2e_s == pytest.approx(60, rel=0.05)
     assert capped.ttft_s > alone.ttft_s + (60 - 24) / capped.requests_per_s * 0.9
@@ -1373,14 +1366,16 @@ def test_connections_agree_across_evaluators(llama, h100):
         ev: serve(
             llama,
             h100,
-            input_len=512,
-            output_len=64,
-            concurrency=60,
-            client_connections=24,
-            num_requests=1800,
-            warmup_requests=120,
-            evaluator=ev,
-            **(spread if ev == "simulation" else {}),
+            **split(
+                input_len=512,
+                output_len=64,
+                concurrency=60,
+                client_connections=24,
+                num_requests=1800,
+                warmup_requests=120,
+                evaluator=ev,
+                **spread if ev == "simulation" else {},
+            ),
         )
         for ev in ("simulation", "steady-state")
     }
@@ -1392,7 +1387,7 @@ def test_connections_agree_across_evaluators(llama, h100):
 
 def test_connections_need_a_closed_loop(llama, h100, run_cli):
     with pytest.raises(CostModelError, match="client_connections"):
-        serve(llama, h100, input_len=512, output_len=64, request_rate=2.0, client_connections=10)
+        serve(llama, h100, Load(input_len=512, output_len=64, request_rate=2.0, client_connections=10))
     out = run_cli(
         "predict",
         "--gpu",
@@ -1436,7 +1431,7 @@ def test_range_lengths_are_drawn_as_benchmark_serving_draws_them():
     """``range`` draws uniform integers from int(len x (1 - spread)) to len, both ends included (vLLM's
     benchmark_serving.py ``sample_uniform`` with --random-range-ratio 0.8 for spread 0.2): 1024 gives 819..1024, each
     value about equally often, mean (819 + 1024) / 2."""
-    from costmodel.engine.served import lengths
+    from costmodel.engine.load import lengths
 
     x = lengths("range", 1024, 200_000, spread=0.2, seed=3)
     assert x.min() == 819 and x.max() == 1024  # int(1024 * 0.8) = int(819.2)
@@ -1455,17 +1450,17 @@ def test_the_engine_front_end_moves_ttft_by_its_latency_alone(llama, h100):
     from costmodel.engine.served import ENGINE_FRONT_END_S, OVERHEADS
 
     kw = dict(input_len=512, output_len=32, concurrency=4, num_requests=16)
-    dyn, own = (serve(llama, h100, engine_name="vllm", frontend=f, **kw) for f in ("dynamo", "engine"))
+    dyn, own = (serve(llama, h100, **split(engine_name="vllm", frontend=f, **kw)) for f in ("dynamo", "engine"))
     gap = OVERHEADS["vllm"]["request_s"] - ENGINE_FRONT_END_S["vllm"]
     assert dyn.ttft_s - own.ttft_s == pytest.approx(gap, abs=1e-12)
     assert dyn.e2e_s - own.e2e_s == pytest.approx(gap, abs=1e-12)
     assert dyn.tpot_s == own.tpot_s and dyn.requests_per_s == own.requests_per_s
     assert any("the engine's own server, fitted on its own deployments" in a for a in own.assumptions)
-    sg = [serve(llama, h100, engine_name="sglang", frontend=f, **kw) for f in ("dynamo", "engine")]
+    sg = [serve(llama, h100, **split(engine_name="sglang", frontend=f, **kw)) for f in ("dynamo", "engine")]
     assert sg[0].ttft_s == sg[1].ttft_s
     assert any("not measured apart from Dynamo's" in a for a in sg[1].assumptions)
     with pytest.raises(costmodel.CostModelError, match="unknown frontend 'nginx'"):
-        serve(llama, h100, frontend="nginx", **kw)
+        serve(llama, h100, **split(frontend="nginx", **kw))
 
 
 def test_an_inferencex_run_is_predicted_as_its_recipe_and_client_ran_it(tmp_path, run_cli):
@@ -1569,12 +1564,9 @@ def test_the_token_budget_bounds_the_requests_decoding_at_once(llama, h100):
     p = serve(
         llama,
         h100,
-        input_len=4096,
-        output_len=128,
+        Load(input_len=4096, output_len=128, concurrency=128, num_requests=640),
+        flags=EngineFlags(max_num_batched_tokens=2048),
         engine_name="vllm",
-        concurrency=128,
-        num_requests=640,
-        max_num_batched_tokens=2048,
         overheads=OFF,
     )
     decoding = decoding_requests(128, p.ttft_s, p.tpot_s, 128)
@@ -1613,9 +1605,9 @@ def test_one_rule_admits_for_both_simulations(monkeypatch):
 
     m, hw = costmodel.load_model("llama-3-8b"), costmodel.load_profile("h100")
     kw = dict(input_len=1000, output_len=4, concurrency=1, num_requests=2)
-    agg_before = serve(m, hw, **kw).ttft_s
-    dis_before = serve_disaggregated(m, hw, prefill=Pool(), decode=Pool(), **kw).ttft_s
+    agg_before = serve(m, hw, **split(**kw)).ttft_s
+    dis_before = serve_disaggregated(m, hw, **split(prefill=Pool(), decode=Pool(), **kw)).ttft_s
     original = scheduler.Admission.chunk
     monkeypatch.setattr(scheduler.Admission, "chunk", lambda self, left, room: original(self, left, min(room, 500)))
-    assert serve(m, hw, **kw).ttft_s > agg_before * 1.01
-    assert serve_disaggregated(m, hw, prefill=Pool(), decode=Pool(), **kw).ttft_s > dis_before * 1.01
+    assert serve(m, hw, **split(**kw)).ttft_s > agg_before * 1.01
+    assert serve_disaggregated(m, hw, **split(prefill=Pool(), decode=Pool(), **kw)).ttft_s > dis_before * 1.01

@@ -256,11 +256,12 @@ class Stage:
             out += ["--replicas", str(self.replicas)]
         return out
 
-    def serve_args(self) -> dict:
-        """The :func:`costmodel.engine.served.serve` arguments of an aggregated row's layout."""
-        return dict(
+    def layout(self):
+        """An aggregated row's :class:`costmodel.engine.layout.Layout`."""
+        from costmodel.engine.layout import Layout
+
+        return Layout(
             tp=self.tp,
-            max_num_seqs=self.batch,
             expert_parallel=self.expert_parallel,
             attention_dp=self.attention_dp,
             pipeline_parallel=self.pipeline_parallel,
@@ -535,6 +536,8 @@ AIPERF_ROUNDS = {"warmup": 2, "measured": 50}
 
 
 def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simulation", protocol: str = "plain"):
+    from costmodel.engine.config import EngineFlags
+    from costmodel.engine.load import Load
     from costmodel.engine.served import serve
     from costmodel.hardware.catalog import load_profile
     from costmodel.model.presets import load_model
@@ -548,48 +551,30 @@ def predict(d: Deployment, overheads: dict | None = None, evaluator: str = "simu
         else {}
     )
     drawn = dict(input_dist="range", output_dist="range", spread=d.spread) if d.spread else {}
-    if d.prefill is not None:
-        from costmodel.deploy.disagg import serve_disaggregated
-
-        return serve_disaggregated(
-            load_model(d.model_name),
-            load_profile(profile_of(d.system)),
-            input_len=d.isl,
-            output_len=d.osl,
-            prefill=d.prefill.pool(),
-            decode=d.decode.pool(),
-            engine_name=d.backend,
-            concurrency=d.concurrency,
-            weight_dtype=d.weight_dtype,
-            kv_dtype=d.kv_dtype,
-            overheads=overheads,
-            evaluator=evaluator,
-            mxfp4_activations=d.mxfp4_activations,
-            frontend=d.frontend,
-            **drawn,
-            **rounds,
-        )
-    return serve(
-        load_model(d.model_name),
-        load_profile(profile_of(d.system)),
-        input_len=d.isl,
-        output_len=d.osl,
+    load = Load(d.isl, d.osl, concurrency=d.concurrency, **drawn, **rounds)
+    common = dict(
         engine_name=d.backend,
-        concurrency=d.concurrency,
         weight_dtype=d.weight_dtype,
         kv_dtype=d.kv_dtype,
         overheads=overheads,
         evaluator=evaluator,
+        frontend=d.frontend,
+    )
+    m, hw = load_model(d.model_name), load_profile(profile_of(d.system))
+    if d.prefill is not None:
+        from costmodel.deploy.disagg import serve_disaggregated
+
+        flags = EngineFlags(mxfp4_activations=d.mxfp4_activations)
+        return serve_disaggregated(m, hw, load, prefill=d.prefill.pool(), decode=d.decode.pool(), flags=flags, **common)
+    flags = EngineFlags(
+        max_num_seqs=d.layout.batch,
         mxfp4_activations=d.mxfp4_activations,
         max_num_batched_tokens=d.max_num_batched_tokens,
         memory_fraction=d.memory_fraction,
         async_scheduling=d.async_scheduling,
         prefix_caching=d.prefix_caching,
-        frontend=d.frontend,
-        **d.layout.serve_args(),
-        **drawn,
-        **rounds,
     )
+    return serve(m, hw, load, layout=d.layout.layout(), flags=flags, **common)
 
 
 def decoding_requests(clients: int, ttft_s: float, tpot_s: float, output_len: int) -> float:

@@ -363,6 +363,9 @@ def wants_load(load: dict) -> bool:
 
 def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, output_len, pricing: dict) -> None:
     """Every model layout on every device under the load."""
+    from costmodel.engine.config import EngineFlags
+    from costmodel.engine.layout import Layout
+    from costmodel.engine.load import Load
     from costmodel.engine.served import serve
     from costmodel.render.serving import load_records, load_table
 
@@ -403,44 +406,38 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     ]
     if ignored:
         raise CostModelError(f"{ignored[0]} does not apply to a served model (the engine runs its own kernels)")
-    kw = (
-        dict(
-            input_len=input_len,
-            output_len=output_len,
-            engine_name=load["engine_name"] or "vllm",
-            concurrency=load["concurrency"],
-            request_rate=load["request_rate"],
-            num_requests=load["num_requests"],
-            warmup_requests=load["warmup_requests"],
-            burstiness=load["burstiness"],
-            tp=pricing["tp"],
-            expert_parallel=load["expert_parallel"],
-            attention_dp=load["attention_dp"] or 1,
-            pipeline_parallel=load["pipeline_parallel"] or 1,
-            replicas=load["replicas"] or 1,
-            expert_parallel_size=load["expert_parallel_size"],
-            weight_dtype=pricing.get("weight_dtype"),
-            kv_dtype=pricing.get("kv_dtype"),
-            timing=pricing.get("timing", "graph"),
-            max_num_batched_tokens=load["max_num_batched_tokens"],
-            max_num_seqs=load["max_num_seqs"],
-            memory_fraction=load["memory_fraction"],
-            page_size=load["page_size"],
-            chunked_prefill=load["chunked_prefill"],
-            prefix_caching=load["prefix_caching"],
-            async_scheduling=load["async_scheduling"],
-            mxfp4_activations=load["mxfp4_activations"],
-            input_dist=load["length_dist"],
-            output_dist=load["length_dist"],
-            spread=load["spread"],
-            evaluator=load["evaluator"],
-            client_connections=load["client_connections"],
-            frontend=load["frontend"],
-        )
-        | values
+    requests = Load(
+        input_len,
+        output_len,
+        concurrency=load["concurrency"],
+        request_rate=load["request_rate"],
+        num_requests=load["num_requests"],
+        warmup_requests=load["warmup_requests"],
+        burstiness=load["burstiness"],
+        input_dist=load["length_dist"],
+        output_dist=load["length_dist"],
+        spread=load["spread"],
+        client_connections=load["client_connections"],
+    ).with_(**values)
+    layout = Layout(
+        tp=pricing["tp"],
+        expert_parallel=load["expert_parallel"],
+        attention_dp=load["attention_dp"] or 1,
+        pipeline_parallel=load["pipeline_parallel"] or 1,
+        replicas=load["replicas"] or 1,
+        expert_parallel_size=load["expert_parallel_size"],
+    )
+    flags = EngineFlags(**{k: load[k] for k in EngineFlags.__dataclass_fields__})
+    kw = dict(
+        engine_name=load["engine_name"] or "vllm",
+        weight_dtype=pricing.get("weight_dtype"),
+        kv_dtype=pricing.get("kv_dtype"),
+        timing=pricing.get("timing", "graph"),
+        evaluator=load["evaluator"],
+        frontend=load["frontend"],
     )
     if load["disaggregated"]:
-        predict_disaggregated(hws, layouts, fmt, load, kw)
+        predict_disaggregated(hws, layouts, fmt, load, requests, layout, flags, kw)
         return
     pooled = [f"{r}_{k}" for r in ("prefill", "decode") for k in POOL_KEYS if load[f"{r}_{k}"] not in (None, False)]
     pooled += [k for k in ("decode_gpu", "kv_link_bandwidth") if load[k] is not None]
@@ -448,7 +445,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         raise CostModelError(f"--{pooled[0].replace('_', '-')} applies with --disaggregated")
     from costmodel.price.bands import served_label
 
-    results = [serve(m, hw, **kw) for hw in hws for m in layouts]
+    results = [serve(m, hw, requests, layout=layout, flags=flags, **kw) for hw in hws for m in layouts]
     emit(
         fmt,
         [r.model_dump(mode="json") for r in results],
@@ -458,36 +455,35 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     )
 
 
-def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: dict) -> None:
-    """Every model layout with its prefill pool on every device, decode on --decode-gpu or the same device."""
+def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, requests, layout, flags, kw: dict) -> None:
+    """Every model layout with its prefill pool on every device, decode on --decode-gpu or the same device
+    (``requests``, ``layout``, ``flags``: :func:`predict_load`'s Load, Layout and EngineFlags)."""
     from costmodel.deploy.disagg import Pool, serve_disaggregated
+    from costmodel.engine.config import EngineFlags
     from costmodel.hardware.catalog import load_profile
 
-    unsupported = [
-        (flag, kw.get(key))
-        for flag, key, default in (
-            ("--max-num-seqs", "max_num_seqs", None),
-            ("--gpu-memory-utilization", "memory_fraction", None),
-            ("--block-size", "page_size", None),
-            ("--enable-chunked-prefill", "chunked_prefill", None),
-            ("--enable-prefix-caching", "prefix_caching", None),
-            ("--async-scheduling", "async_scheduling", None),
-            ("--expert-parallel", "expert_parallel", False),
-            ("--attention-dp", "attention_dp", 1),
-            ("--replicas", "replicas", 1),
-            ("--pipeline-parallel-size", "pipeline_parallel", 1),
-            ("--expert-parallel-size", "expert_parallel_size", None),
-            ("--lengths-file", "input_values", None),
-            ("--client-connections", "client_connections", None),
-        )
-        if kw.get(key, default) != default
-    ]
+    given = {
+        "--max-num-seqs": flags.max_num_seqs is not None,
+        "--gpu-memory-utilization": flags.memory_fraction is not None,
+        "--block-size": flags.page_size is not None,
+        "--enable-chunked-prefill": flags.chunked_prefill is not None,
+        "--enable-prefix-caching": flags.prefix_caching is not None,
+        "--async-scheduling": flags.async_scheduling is not None,
+        "--expert-parallel": layout.expert_parallel,
+        "--attention-dp": layout.attention_dp != 1,
+        "--replicas": layout.replicas != 1,
+        "--pipeline-parallel-size": layout.pipeline_parallel != 1,
+        "--expert-parallel-size": layout.expert_parallel_size is not None,
+        "--lengths-file": requests.input_values is not None,
+        "--client-connections": requests.client_connections is not None,
+    }
+    unsupported = [flag for flag, on in given.items() if on]
     if unsupported:
         hint = {
             "--max-num-seqs": "; give --prefill-max-num-seqs and --decode-max-num-seqs",
             "--expert-parallel": "; give --prefill-expert-parallel and --decode-expert-parallel",
         }
-        flag = unsupported[0][0]
+        flag = unsupported[0]
         raise CostModelError(
             f"{flag} does not apply with --disaggregated (each pool takes the engine's defaults "
             f"for it; lengths fixed or drawn by --length-dist){hint.get(flag, '')}"
@@ -496,10 +492,10 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
 
     def pool(role: str, gpu=None) -> Pool:
         return Pool(
-            tp=load[f"{role}_tp"] or kw["tp"],
+            tp=load[f"{role}_tp"] or layout.tp,
             workers=load[f"{role}_workers"] or 1,
             max_num_seqs=load[f"{role}_max_num_seqs"],
-            max_num_batched_tokens=kw["max_num_batched_tokens"],
+            max_num_batched_tokens=flags.max_num_batched_tokens,
             expert_parallel=load[f"{role}_expert_parallel"],
             gpu=gpu,
             attention_dp=load[f"{role}_attention_dp"] or 1,
@@ -509,26 +505,12 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, kw: di
         serve_disaggregated(
             m,
             hw,
-            input_len=kw["input_len"],
-            output_len=kw["output_len"],
+            requests,
             prefill=pool("prefill"),
             decode=pool("decode", decode_hw),
-            engine_name=kw["engine_name"],
-            concurrency=kw["concurrency"],
-            request_rate=kw["request_rate"],
-            num_requests=kw["num_requests"],
-            warmup_requests=kw["warmup_requests"],
-            burstiness=kw["burstiness"],
-            weight_dtype=kw["weight_dtype"],
-            kv_dtype=kw["kv_dtype"],
-            timing=kw["timing"],
+            flags=EngineFlags(mxfp4_activations=flags.mxfp4_activations),
             kv_link_bytes_per_s=load["kv_link_bandwidth"],
-            mxfp4_activations=kw["mxfp4_activations"],
-            evaluator=kw["evaluator"],
-            frontend=kw["frontend"],
-            input_dist=kw["input_dist"],
-            output_dist=kw["output_dist"],
-            spread=kw["spread"],
+            **kw,
         )
         for hw in hws
         for m in layouts

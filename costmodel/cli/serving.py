@@ -519,6 +519,8 @@ def _load_capacity(
     load,
 ) -> None:
     from costmodel.deploy.capacity import load_capacity
+    from costmodel.engine.layout import Layout
+    from costmodel.engine.load import Load
     from costmodel.render.serving import load_capacity_table
 
     if tpot_ms is None and ttft_ms is None:
@@ -526,8 +528,7 @@ def _load_capacity(
     report = load_capacity(
         m,
         hws,
-        input_len=input_len,
-        output_len=output_len,
+        Load(input_len, output_len),
         engine_name=engine_name,
         tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
         ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
@@ -535,7 +536,7 @@ def _load_capacity(
         evaluator=evaluator,
         price_per_hour=price_per_hour,
         variants=variants,
-        tp=tp,
+        layout=Layout(tp=tp),
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
         timing=timing,

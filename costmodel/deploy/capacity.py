@@ -16,6 +16,7 @@ from typing import Literal
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import Report
+from costmodel.engine.load import REQUESTS_PER_CLIENT, Load
 from costmodel.engine.reports import LoadPrediction
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
@@ -94,21 +95,20 @@ def _cost(point: LoadPrediction | None, price_per_hour) -> float | None:
 def highest_rate(
     m: ModelPreset,
     hw: HardwareProfile,
+    requests: Load,
     *,
-    input_len: int,
-    output_len: int,
     engine_name: str = "vllm",
     tpot_s: float | None = None,
     ttft_s: float | None = None,
     statistic: str = "mean",
     evaluator: str | None = None,
     price_per_hour: float | None = None,
-    num_requests: int | None = None,
     **serving,
 ) -> LoadCapacityPoint:
     """The highest Poisson arrival rate (requests per second) meeting the targets (``statistic``: ``mean`` or
     ``p90`` of TTFT and TPOT), below the most the engine completes ("saturation" where nothing else binds first),
-    to :data:`RATE_PRECISION` of it; ``num_requests`` per simulated point (the simulation's default: 1,000)."""
+    to :data:`RATE_PRECISION` of it; ``requests``: their lengths (its rate the search's; its ``num_requests`` per
+    simulated point, 1,000 when None); ``serving``: :func:`costmodel.engine.served.serve`'s other arguments."""
     from costmodel.engine.served import serve
 
     evaluator = _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
@@ -116,34 +116,16 @@ def highest_rate(
 
     def at(rate: float) -> LoadPrediction:
         if rate not in cache:
-            cache[rate] = serve(
-                m,
-                hw,
-                input_len=input_len,
-                output_len=output_len,
-                engine_name=engine_name,
-                request_rate=rate,
-                num_requests=num_requests or 1000,
-                evaluator=evaluator,
-                **serving,
-            )
+            load = requests.with_(concurrency=None, request_rate=rate, num_requests=requests.num_requests or 1000)
+            cache[rate] = serve(m, hw, load, engine_name=engine_name, evaluator=evaluator, **serving)
         return cache[rate]
 
     def fails(rate: float) -> LoadBinding | None:
         p = at(rate)
         return "saturation" if p.overloaded else _misses(p, statistic, tpot_s, ttft_s)
 
-    most = serve(
-        m,
-        hw,
-        input_len=input_len,
-        output_len=output_len,
-        engine_name=engine_name,
-        request_rate=1.0,
-        num_requests=1,
-        evaluator="steady-state",
-        **serving,
-    ).saturation_requests_per_s
+    once = requests.with_(concurrency=None, request_rate=1.0, num_requests=1)
+    most = serve(m, hw, once, engine_name=engine_name, evaluator="steady-state", **serving).saturation_requests_per_s
     lo, hi, binds = most * RATE_PRECISION, most, "saturation"
     first = fails(lo)
     if first is not None:
@@ -170,9 +152,8 @@ def highest_rate(
 def largest_concurrency(
     m: ModelPreset,
     hw: HardwareProfile,
+    requests: Load,
     *,
-    input_len: int,
-    output_len: int,
     engine_name: str = "vllm",
     tpot_s: float | None = None,
     ttft_s: float | None = None,
@@ -182,8 +163,9 @@ def largest_concurrency(
     max_concurrency: int = MAX_CONCURRENCY,
     **serving,
 ) -> LoadCapacityPoint:
-    """The most clients meeting the targets (``statistic``: ``mean`` or ``p90`` of TTFT and TPOT)."""
-    from costmodel.engine.served import REQUESTS_PER_CLIENT, serve
+    """The most clients meeting the targets (``statistic``: ``mean`` or ``p90`` of TTFT and TPOT); ``requests``:
+    their lengths (its clients the search's)."""
+    from costmodel.engine.served import serve
 
     evaluator = _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
     checks.count("max_concurrency", max_concurrency)
@@ -192,17 +174,8 @@ def largest_concurrency(
     def at(c: int) -> LoadPrediction:
         if c not in cache:
             n = max(REQUESTS_PER_CLIENT * c, 64) if evaluator == "simulation" else None
-            cache[c] = serve(
-                m,
-                hw,
-                input_len=input_len,
-                output_len=output_len,
-                engine_name=engine_name,
-                concurrency=c,
-                num_requests=n,
-                evaluator=evaluator,
-                **serving,
-            )
+            load = requests.with_(concurrency=c, request_rate=None, num_requests=n)
+            cache[c] = serve(m, hw, load, engine_name=engine_name, evaluator=evaluator, **serving)
         return cache[c]
 
     def fails(c: int) -> LoadBinding | None:
@@ -246,9 +219,8 @@ def largest_concurrency(
 def load_capacity(
     m: ModelPreset,
     devices: list[HardwareProfile],
+    requests: Load,
     *,
-    input_len: int,
-    output_len: int,
     engine_name: str = "vllm",
     tpot_s: float | None = None,
     ttft_s: float | None = None,
@@ -270,6 +242,7 @@ def load_capacity(
     if load not in ("concurrency", "request-rate"):
         raise CostModelError(f"load must be concurrency or request-rate, got {load!r}")
     checks.flag("variants", variants)
+    checks.instance("requests", requests, Load, "a Load(input_len, output_len): the requests' lengths")
     used = _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
     search = largest_concurrency if load == "concurrency" else highest_rate
     layouts = with_variants(m) if variants else [m]
@@ -281,8 +254,7 @@ def load_capacity(
                     search(
                         layout,
                         hw,
-                        input_len=input_len,
-                        output_len=output_len,
+                        requests,
                         engine_name=engine_name,
                         tpot_s=tpot_s,
                         ttft_s=ttft_s,
@@ -341,8 +313,8 @@ def load_capacity(
     ]
     return LoadCapacityReport(
         engine=engine_name,
-        input_len=input_len,
-        output_len=output_len,
+        input_len=requests.input_len,
+        output_len=requests.output_len,
         load=load,
         statistic=statistic,
         evaluator=used,

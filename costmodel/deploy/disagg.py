@@ -29,10 +29,11 @@ from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import DeviceSummary, Report
 from costmodel.deploy.pools import DECODE_RESERVES_FIRST, PREFILL_POOL_WITHOUT_OVERLAP, Pool, prefill_time, simulated
-from costmodel.engine.config import engine
+from costmodel.engine.config import EngineFlags, engine
+from costmodel.engine.load import Load, mean_length
 from costmodel.engine.reports import Stats
 from costmodel.engine.reports import assumptions as pool_assumptions
-from costmodel.engine.served import Setup, checked_load, checkpoint_kv_dtype, lengths, mean_length
+from costmodel.engine.served import Setup, checked_load, checkpoint_kv_dtype
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
 from costmodel.model.step import model_hardware, pricing
@@ -178,58 +179,42 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
 def serve_disaggregated(
     m: ModelPreset,
     hw: HardwareProfile,
+    load: Load,
     *,
-    input_len: int,
-    output_len: int,
     prefill: Pool,
     decode: Pool,
     engine_name: str = "vllm",
-    concurrency: int | None = None,
-    request_rate: float | None = None,
-    num_requests: int | None = None,
-    warmup_requests: int = 0,
+    flags: EngineFlags = EngineFlags(),
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
     timing: str = "graph",
     kv_link_bytes_per_s: float | None = None,
-    mxfp4_activations: str | None = None,
     overheads: dict | None = None,
     evaluator: str = "simulation",
-    seed: int = 0,
     check: bool = False,
     frontend: str = "dynamo",
-    input_dist: str = "fixed",
-    output_dist: str = "fixed",
-    spread: float = 0.0,
-    burstiness: float = 1.0,
 ) -> DisaggPrediction:
-    """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens served by
-    ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of ``engine_name`` (each pool on
-    its ``gpu``, else ``hw``), under a closed loop of ``concurrency`` clients or arrivals at ``request_rate``
-    (Poisson, or as ``burstiness`` bunches them: :func:`costmodel.engine.load.arrival_times`). ``kv_link_bytes_per_s``
-    overrides the link the KV cache crosses (one way, per device).
+    """``load``'s requests served by ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of
+    ``engine_name`` (each pool on its ``gpu``, else ``hw``; each pool's limits on the :class:`Pool`, the engine's
+    other ``flags`` for both). ``kv_link_bytes_per_s`` overrides the link the KV cache crosses (one way, per device).
     ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only). ``frontend``:
-    the front end the requests pass (:data:`costmodel.engine.served.FRONTENDS`), its latency added to TTFT. ``input_dist``,
-    ``output_dist``, ``spread``: the requests' lengths drawn as :func:`costmodel.engine.served.lengths` draws them (the
-    closed form takes their means; each request's KV transfer is priced at the mean prompt's)."""
+    the front end the requests pass (:data:`costmodel.engine.served.FRONTENDS`), its latency added to TTFT. Lengths
+    drawn as :func:`costmodel.engine.load.lengths` draws them (the closed form takes their means; each request's KV
+    transfer is priced at the mean prompt's)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
+    n = checked_load(m, hw, load)
+    concurrency, request_rate = load.concurrency, load.request_rate
+    warmup_requests, burstiness = load.warmup_requests, load.burstiness
     if evaluator == "steady-state" and concurrency is None:
         raise CostModelError(
             "the steady-state form of disaggregated serving takes a concurrency (a closed loop); "
             "simulate a request rate"
         )
-    n = checked_load(
-        m,
-        hw,
-        input_len=input_len,
-        output_len=output_len,
-        concurrency=concurrency,
-        request_rate=request_rate,
-        num_requests=num_requests,
-        warmup_requests=warmup_requests,
-        burstiness=burstiness,
-    )
+    checks.instance("flags", flags, EngineFlags, "EngineFlags(...)")
+    pooled = sorted(set(flags.settings()) & {"max_num_seqs", "max_num_batched_tokens"})
+    if pooled:
+        raise CostModelError(f"{', '.join(pooled)} is set per pool: give it on Pool(...) for prefill and decode")
     for name, pool in (("prefill", prefill), ("decode", decode)):
         if not isinstance(pool, Pool):
             raise CostModelError(f"{name} must be a Pool(tp=..., workers=...), got {type(pool).__name__}")
@@ -245,17 +230,13 @@ def serve_disaggregated(
     ):
         raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
-    total = n + warmup_requests
-    prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed)
-    outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1)
+    prompts, outputs = load.lengths(n + warmup_requests)
     mean_in, mean_out = mean_length(prompts), mean_length(outputs)
     setups = []
     for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
         dev = pool.gpu or hw
         eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
-            max_num_batched_tokens=pool.max_num_batched_tokens,
-            max_num_seqs=pool.max_num_seqs,
-            mxfp4_activations=mxfp4_activations,
+            **flags.settings(), max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs
         )
         if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
             eng = eng.with_flags(async_scheduling=False)
@@ -316,7 +297,7 @@ def serve_disaggregated(
             concurrency=concurrency,
             request_rate=request_rate,
             transfer_s=transfer.time_s,
-            seed=seed,
+            seed=load.seed,
             check=check,
             burstiness=burstiness,
         )

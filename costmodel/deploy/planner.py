@@ -15,11 +15,13 @@ reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import Report
+from costmodel.engine.layout import Layout
+from costmodel.engine.load import Load
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
 from costmodel.price.bands import Band
@@ -29,48 +31,6 @@ NOT_ENUMERATED = (
     "pipeline parallel in a disaggregated pool, attention data parallel in its prefill pool or with replicas",
     "expert parallel over groups other than the tensor-parallel one (or all the devices, with attention data parallel)",
 )
-
-
-@dataclass(frozen=True)
-class Layout:
-    """One way to place a model on devices: aggregated (``tp``, ``replicas``) or disaggregated (the pools)."""
-
-    mode: str  # "agg" or "disagg"
-    tp: int = 1
-    replicas: int = 1
-    expert_parallel: bool = False
-    attention_dp: int = 1  # aggregated: groups of tp devices with their own requests, experts over all
-    pipeline_parallel: int = 1  # aggregated: stages of tp devices, the layers split among them
-    prefill_tp: int = 0
-    prefill_workers: int = 0
-    decode_tp: int = 0
-    decode_workers: int = 0
-    decode_attention_dp: int = 1  # disaggregated: a decode worker's groups of decode_tp devices, experts over all
-
-    @property
-    def devices(self) -> int:
-        if self.mode == "agg":
-            return self.tp * self.replicas * self.attention_dp * self.pipeline_parallel
-        return self.prefill_tp * self.prefill_workers + self.decode_tp * self.decode_workers * self.decode_attention_dp
-
-    @property
-    def units(self) -> int:
-        """The engines a load is spread over evenly (replicas, attention-data-parallel groups); a disaggregated
-        deployment takes its clients whole."""
-        return self.replicas * self.attention_dp if self.mode == "agg" else 1
-
-    def describe(self) -> str:
-        ep = " EP" if self.expert_parallel else ""
-        if self.mode == "agg" and self.pipeline_parallel > 1:
-            return f"TP{self.tp} x PP{self.pipeline_parallel}{ep}"
-        if self.mode == "agg" and self.attention_dp > 1:
-            return f"DP{self.attention_dp} x TP{self.tp}{ep}"
-        if self.mode == "agg":
-            return f"{self.replicas} x TP{self.tp}{ep}"
-        groups = f"DP{self.decode_attention_dp} x " if self.decode_attention_dp > 1 else ""
-        return (
-            f"{self.prefill_workers}P x TP{self.prefill_tp} + {self.decode_workers}D x {groups}TP{self.decode_tp}{ep}"
-        )
 
 
 class PlanPoint(Report):
@@ -200,30 +160,15 @@ def price_point(
     from costmodel.deploy.disagg import Pool, serve_disaggregated
     from costmodel.engine.served import serve
 
-    kw = dict(
-        input_len=input_len,
-        output_len=output_len,
-        engine_name=engine_name,
-        weight_dtype=weight_dtype,
-        kv_dtype=kv_dtype,
-        evaluator=evaluator,
-    )
-    if layout.mode == "agg":
-        p = serve(
-            m,
-            hw,
-            concurrency=concurrency // layout.replicas,
-            tp=layout.tp,
-            expert_parallel=layout.expert_parallel,
-            attention_dp=layout.attention_dp,
-            pipeline_parallel=layout.pipeline_parallel,
-            **kw,
-        )
+    kw = dict(engine_name=engine_name, weight_dtype=weight_dtype, kv_dtype=kv_dtype, evaluator=evaluator)
+    if layout.mode == "agg":  # one replica, with its share of the clients
+        load = Load(input_len, output_len, concurrency=concurrency // layout.replicas)
+        p = serve(m, hw, load, layout=replace(layout, replicas=1), **kw)
     else:
         p = serve_disaggregated(
             m,
             hw,
-            concurrency=concurrency,
+            Load(input_len, output_len, concurrency=concurrency),
             prefill=Pool(
                 tp=layout.prefill_tp,
                 workers=layout.prefill_workers,

@@ -13,7 +13,7 @@ counted in whole pages per sequence.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
@@ -69,6 +69,25 @@ _TRTLLM = (
     "Blackwell with MXFP8 activations, the recommended configuration of examples/models/core/gpt_oss/README.md "
     "(MMA UTCQMMA; bf16 activations on Hopper)"
 )
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """The engine settings a user sets, each None for the engine's own default on the device (their names in each
+    engine: :attr:`EngineConfig.FLAGS`)."""
+
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    memory_fraction: float | None = None
+    page_size: int | None = None
+    chunked_prefill: bool | None = None
+    prefix_caching: bool | None = None
+    async_scheduling: bool | None = None
+    mxfp4_activations: str | None = None
+
+    def settings(self) -> dict:
+        """The settings given (not None), by field name."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import ENGINE_TITLES
 from costmodel.engine.config import (
     EngineConfig,
+    EngineFlags,
     activation_bytes,
     default_kv_dtype,
     engine,
@@ -24,18 +25,14 @@ from costmodel.engine.config import (
     kv_capacity_tokens,
 )
 from costmodel.engine.iteration import IterationTable
+from costmodel.engine.layout import Layout
+from costmodel.engine.load import MAX_REQUESTS, REQUESTS_PER_CLIENT, Load, mean_length
 from costmodel.engine.reports import LoadPrediction, Stats, TimeSplit, load_report
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.memory import kv_bytes, weight_bytes
 from costmodel.model.presets import ModelPreset
 from costmodel.model.step import Pricing, pricing
 from costmodel.model.step import step_assumptions as model_assumptions
-
-#: Requests a benchmark sends per client when none is given: NVIDIA's genai-perf examples use a request
-#: count of ten times the concurrency.
-REQUESTS_PER_CLIENT = 10
-MAX_REQUESTS = 1_000_000
-
 
 # --- fitted engine overheads -------------------------------------------------------------------------
 #: A serving engine's fixed costs on top of the GPU's work, fitted by scripts/fit_serving.py on the 579
@@ -97,36 +94,6 @@ def front_end(engine_name: str, frontend: str = "dynamo") -> tuple[float, str]:
     if engine_name in ENGINE_FRONT_END_S:
         return ENGINE_FRONT_END_S[engine_name], "the engine's own server, fitted on its own deployments"
     return dynamo, "the engine's own server, not measured apart from Dynamo's: Dynamo's value"
-
-
-def lengths(kind: str, mean: int, n: int, *, spread: float = 0.0, seed: int = 0, values=None) -> np.ndarray:
-    """``n`` request lengths: ``fixed`` at ``mean``; ``uniform`` over mean(1 ± spread); ``range``: uniform
-    integers from int(mean x (1 - spread)) (at least 1) to ``mean`` itself, as the random dataset of vLLM's benchmark_serving.py
-    (before vllm bench serve) and InferenceX's copy of it draw lengths for ``--random-range-ratio`` 1 - spread
-    (``sample_uniform``: lower = int(len x ratio), upper = len); ``normal`` with sd spread x mean (at least 1);
-    ``file``: ``values`` drawn in order, cycled."""
-    rng = np.random.default_rng(seed)
-    if kind == "fixed":
-        return np.full(n, mean, dtype=np.int64)
-    if kind == "uniform":
-        lo, hi = max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
-        return rng.integers(lo, hi + 1, n)
-    if kind == "range":
-        return rng.integers(max(1, int(mean * (1 - spread))), mean + 1, n)  # at least one token, as sglang's draws
-    if kind == "normal":
-        return np.maximum(1, np.round(rng.normal(mean, spread * mean, n))).astype(np.int64)
-    if kind == "file":
-        v = np.asarray(values, dtype=np.int64)
-        if v.size == 0 or (v < 1).any():
-            raise CostModelError("a lengths file needs whole numbers >= 1")
-        return np.resize(v, n)
-    raise CostModelError(f"unknown length distribution {kind!r}; known: fixed, uniform, range, normal, file")
-
-
-def mean_length(values) -> int:
-    """The whole-token mean of drawn lengths (the given length itself where they are fixed), as the closed forms take
-    them: a range below the given length has a lower mean."""
-    return max(1, round(float(np.mean(values))))
 
 
 class NoRoomForOneRequest(CostModelError):
@@ -304,23 +271,14 @@ def kernels_line(pr: Pricing, eng: EngineConfig) -> list[str]:
     return [line]
 
 
-def checked_load(
-    m: ModelPreset,
-    hw: HardwareProfile,
-    *,
-    input_len,
-    output_len,
-    concurrency,
-    request_rate,
-    num_requests,
-    warmup_requests,
-    burstiness: float = 1.0,
-) -> int:
-    """Every check of a load's arguments; the number of measured requests (ten per client by default)."""
+def checked_load(m: ModelPreset, hw: HardwareProfile, load: Load) -> int:
+    """Every check of a load; the number of measured requests (ten per client by default)."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
-    checks.count("input_len", input_len)
-    checks.count("output_len", output_len)
+    checks.instance("load", load, Load, "a Load(input_len=..., output_len=..., concurrency=...)")
+    checks.count("input_len", load.input_len)
+    checks.count("output_len", load.output_len)
+    concurrency, request_rate, burstiness = load.concurrency, load.request_rate, load.burstiness
     if (concurrency is None) == (request_rate is None):
         raise CostModelError("give one of concurrency (closed loop) and request_rate (Poisson arrivals)")
     if concurrency is not None:
@@ -338,14 +296,42 @@ def checked_load(
         raise CostModelError("burstiness shapes an open loop's arrivals: give a request rate, not a concurrency")
     if m.architecture != "decoder":
         raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
-    n = num_requests if num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
+    n = load.num_requests if load.num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
     checks.count("num_requests", n)
-    checks.count("warmup_requests", warmup_requests, least=0)
-    if n + warmup_requests > MAX_REQUESTS:
+    checks.count("warmup_requests", load.warmup_requests, least=0)
+    if n + load.warmup_requests > MAX_REQUESTS:
         raise CostModelError(
-            f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got {n + warmup_requests}"
+            f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got {n + load.warmup_requests}"
+        )
+    checks.count("client_connections", load.client_connections, optional=True)
+    if load.client_connections is not None and concurrency is None:
+        raise CostModelError(
+            "client_connections caps a closed loop's requests in flight: give a concurrency, not a request rate"
         )
     return n
+
+
+def engine_share(load: Load, n: int, layout: Layout) -> tuple[Load, int]:
+    """One engine's even share of ``load`` (``n`` measured requests) under ``layout``'s replicas and attention
+    data parallel groups: the clients (or the rate), the connections and the requests."""
+    checks.count("attention_dp", layout.attention_dp)
+    checks.count("replicas", layout.replicas)
+    for share, what, each in ((layout.replicas, "replicas", "replica"), (layout.attention_dp, "attention_dp", "group")):
+        if share == 1:
+            continue
+        c, conn, rate = load.concurrency, load.client_connections, load.request_rate
+        if c is not None and c % share:
+            raise CostModelError(
+                f"concurrency {c} must be a multiple of {what} {share} (each {each} takes an even share of the clients)"
+            )
+        load = load.with_(
+            concurrency=c // share if c is not None else None,
+            client_connections=max(1, conn // share) if conn is not None else None,
+            request_rate=rate / share if rate is not None else None,
+            warmup_requests=load.warmup_requests // share,
+        )
+        n = max(1, n // share)
+    return load, n
 
 
 def checkpoint_kv_dtype(m: ModelPreset, engine_name: str, weight_dtype: str | None) -> str | None:
@@ -358,97 +344,39 @@ def checkpoint_kv_dtype(m: ModelPreset, engine_name: str, weight_dtype: str | No
 def serve(
     m: ModelPreset,
     hw: HardwareProfile,
+    load: Load,
     *,
-    input_len: int,
-    output_len: int,
+    layout: Layout = Layout(),
     engine_name: str = "vllm",
-    concurrency: int | None = None,
-    request_rate: float | None = None,
-    num_requests: int | None = None,
-    warmup_requests: int = 0,
-    burstiness: float = 1.0,
-    tp: int = 1,
-    expert_parallel: bool = False,
-    attention_dp: int = 1,
-    pipeline_parallel: int = 1,
-    expert_parallel_size: int | None = None,
-    replicas: int = 1,
+    flags: EngineFlags = EngineFlags(),
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
     timing: str = "graph",
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    memory_fraction: float | None = None,
-    page_size: int | None = None,
-    chunked_prefill: bool | None = None,
-    prefix_caching: bool | None = None,
-    async_scheduling: bool | None = None,
-    mxfp4_activations: str | None = None,
-    input_dist: str = "fixed",
-    output_dist: str = "fixed",
-    spread: float = 0.0,
-    input_values=None,
-    output_values=None,
     evaluator: str = "simulation",
     overheads: dict | None = None,
-    seed: int = 0,
-    client_connections: int | None = None,
     frontend: str = "dynamo",
 ) -> LoadPrediction:
-    """``num_requests`` requests of ``input_len`` prompt and ``output_len`` output tokens (or lengths drawn
-    from a distribution around them) served by ``engine_name`` on ``tp`` x ``hw`` under a closed loop of
-    ``concurrency`` clients or arrivals at ``request_rate`` per second (Poisson, or with ``burstiness`` as vLLM's
-    ``bench serve --burstiness`` draws them: :func:`costmodel.engine.load.arrival_times`). ``warmup_requests`` more run
-    first and are left out of the statistics (aiperf's ``--warmup-request-count``). With ``attention_dp`` groups
-    of ``tp`` devices (attention data parallel, experts spread over all of them), each group is an engine with
-    an even share of the clients (or of the rate) and of the requests; one is simulated and the report counts
-    all. ``replicas`` copies of the whole deployment behind a router (data parallel) share the load the same way.
-    ``client_connections``: the benchmark client holds at most that many connections, so at most that many of the
-    closed loop's requests are in flight and the others wait in the client, their clock running (an aiohttp client
+    """``load``'s requests served by ``engine_name`` (its ``flags`` set, the others its defaults for the device) on
+    ``hw`` placed as ``layout`` (aggregated). With ``attention_dp`` groups of ``tp`` devices (attention data
+    parallel, experts spread over all of them), each group is an engine with an even share of the clients (or of the
+    rate) and of the requests; one is simulated and the report counts all. ``replicas`` copies of the whole
+    deployment behind a router (data parallel) share the load the same way. A client with fewer
+    ``client_connections`` than clients keeps the others' requests waiting, their clock running (an aiohttp client
     holds 100 unless told otherwise, aiohttp.TCPConnector's ``limit``: gpustack/gpustack PR 2324, "TTFT degrades when
     concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT).
+    ``evaluator``: "simulation" (:mod:`costmodel.engine.simulate`) or "steady-state" (:mod:`costmodel.engine.steady`).
     ``frontend``: the front end the requests pass, whose latency is added to TTFT (:data:`FRONTENDS`)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
-    n = checked_load(
-        m,
-        hw,
-        input_len=input_len,
-        output_len=output_len,
-        concurrency=concurrency,
-        request_rate=request_rate,
-        num_requests=num_requests,
-        warmup_requests=warmup_requests,
-        burstiness=burstiness,
-    )
-    checks.count("client_connections", client_connections, optional=True)
-    if client_connections is not None and concurrency is None:
-        raise CostModelError(
-            "client_connections caps a closed loop's requests in flight: give a concurrency, not a request rate"
-        )
-    checks.count("attention_dp", attention_dp)
-    checks.count("replicas", replicas)
-    for share, what, each in ((replicas, "replicas", "replica"), (attention_dp, "attention_dp", "group")):
-        if share == 1:  # else one engine's share of the load
-            continue
-        if concurrency is not None and concurrency % share:
-            raise CostModelError(
-                f"concurrency {concurrency} must be a multiple of {what} {share} (each {each} takes "
-                "an even share of the clients)"
-            )
-        concurrency = concurrency // share if concurrency is not None else None
-        client_connections = max(1, client_connections // share) if client_connections is not None else None
-        request_rate = request_rate / share if request_rate is not None else None
-        n, warmup_requests = max(1, n // share), warmup_requests // share
+    checks.instance("layout", layout, Layout, "a Layout(tp=..., ...)")
+    checks.instance("flags", flags, EngineFlags, "EngineFlags(max_num_seqs=..., ...)")
+    if layout.mode != "agg":
+        raise CostModelError("serve() places a model aggregated; a disaggregated layout goes to serve_disaggregated()")
+    n = checked_load(m, hw, load)
+    load, n = engine_share(load, n, layout)
+    tp = layout.tp
     eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).with_flags(
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        memory_fraction=memory_fraction,
-        page_size=page_size,
-        chunked_prefill=chunked_prefill,
-        prefix_caching=prefix_caching,
-        async_scheduling=async_scheduling,
-        mxfp4_activations=mxfp4_activations,
+        **flags.settings()
     )
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     pr = pricing(
@@ -458,20 +386,25 @@ def serve(
         timing=timing,
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
-        expert_parallel=expert_parallel,
-        attention_dp=attention_dp,
-        pipeline_parallel=pipeline_parallel,
-        expert_parallel_size=expert_parallel_size,
+        expert_parallel=layout.expert_parallel,
+        attention_dp=layout.attention_dp,
+        pipeline_parallel=layout.pipeline_parallel,
+        expert_parallel_size=layout.expert_parallel_size,
         **eng.kernels,
     )
-    total = n + warmup_requests
-    prompts = lengths(input_dist, input_len, total, spread=spread, seed=seed, values=input_values)
-    outputs = lengths(output_dist, output_len, total, spread=spread, seed=seed + 1, values=output_values)
+    prompts, outputs = load.lengths(n + load.warmup_requests)
     max_ctx = int(prompts.max() + outputs.max())
-    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=replicas, frontend=frontend)
+    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=layout.replicas, frontend=frontend)
+    return _run(setup, load, n, prompts, outputs, evaluator)
+
+
+def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str) -> LoadPrediction:
+    """One engine's share of the load through the closed form or the simulation."""
+    concurrency, request_rate, burstiness = load.concurrency, load.request_rate, load.burstiness
     # a client with fewer connections than clients keeps the others' requests waiting: the engine sees a closed
     # loop of as many requests as connections (None: every client's request in flight)
-    in_flight = client_connections if client_connections and client_connections < concurrency else None
+    conn = load.client_connections
+    in_flight = conn if conn and conn < concurrency else None
     if evaluator == "steady-state":
         from costmodel.engine.steady import steady_state
 
@@ -489,7 +422,7 @@ def serve(
 
     res = simulate(
         setup.table,
-        eng,
+        setup.eng,
         kv_tokens=setup.kv_tokens,
         prompts=prompts,
         outputs=outputs,
@@ -497,7 +430,7 @@ def serve(
         request_rate=request_rate,
         burstiness=burstiness,
         wall=setup.wall,
-        seed=seed,
+        seed=load.seed,
     )
     if in_flight is not None:
         res = client_queue(res, concurrency)
@@ -507,7 +440,7 @@ def serve(
 
         most = saturation(setup, input_len=mean_length(prompts), output_len=mean_length(outputs))
     return report_of(
-        setup, res, concurrency, request_rate, prompts, outputs, warmup_requests, in_flight, most, burstiness
+        setup, res, concurrency, request_rate, prompts, outputs, load.warmup_requests, in_flight, most, burstiness
     )
 
 
