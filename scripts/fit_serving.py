@@ -152,6 +152,13 @@ def main(path: str) -> None:
                 f"{test} (n {n}): TTFT {t50:.1%} (p90 {t90:.1%}), TPOT {p50:.1%} (p90 {p90:.1%})"
             )
     print(json.dumps(shipped, indent=1))
+    if "--write" in sys.argv:  # the shipped values: costmodel/engine/overheads.yaml
+        from overheads_file import write
+
+        write(
+            {e: {"iteration_s": v["iteration_s"], "request_s": v["request_s"]["dynamo"]} for e, v in shipped.items()},
+            {e: v["request_s"]["engine"] for e, v in shipped.items() if "engine" in v["request_s"]},
+        )
 
 
 if __name__ == "__main__":

@@ -169,3 +169,30 @@ def test_the_same_command_writes_the_same_page(tmp_path, args):
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
         pages.append(page.read_bytes())
     assert pages[0] == pages[1] and b"clip-path" in pages[0]
+
+
+def test_the_fitted_overheads_are_the_fit_scripts_file(tmp_path, monkeypatch):
+    """costmodel/engine/overheads.yaml is as scripts/overheads_file.py writes it: writing back the values it holds
+    leaves it byte for byte, and the engine reads those values (not numbers restated in code)."""
+    import importlib.util
+    import shutil
+
+    import yaml
+
+    from costmodel.engine.served import ENGINE_FRONT_END_S, OVERHEADS
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("overheads_file", root / "scripts" / "overheads_file.py")
+    writer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writer)
+    copy = tmp_path / "overheads.yaml"
+    shutil.copy(writer.FILE, copy)
+    monkeypatch.setattr(writer, "FILE", copy)
+    data = yaml.safe_load(copy.read_text(encoding="utf-8"))
+    writer.write(data["engines"], data["engine_front_end_s"])
+    assert copy.read_text(encoding="utf-8") == (root / "costmodel" / "engine" / "overheads.yaml").read_text(
+        encoding="utf-8"
+    )
+    assert OVERHEADS == data["engines"] and ENGINE_FRONT_END_S == data["engine_front_end_s"]
+    assert set(OVERHEADS) == {"vllm", "sglang", "trtllm"}
+    assert all({"iteration_s", "request_s"} <= set(v) for v in OVERHEADS.values())

@@ -29,58 +29,39 @@ from costmodel.engine.layout import Layout
 from costmodel.engine.load import MAX_REQUESTS, REQUESTS_PER_CLIENT, Load, mean_length
 from costmodel.engine.reports import LoadPrediction, Stats, TimeSplit, load_report
 from costmodel.hardware.profile import HardwareProfile
+from costmodel.model.assumptions import step_assumptions as model_assumptions
 from costmodel.model.memory import kv_bytes, weight_bytes
 from costmodel.model.presets import ModelPreset
-from costmodel.model.step import Pricing, pricing
-from costmodel.model.step import step_assumptions as model_assumptions
+from costmodel.model.pricing import Pricing, pricing
 
 # --- fitted engine overheads -------------------------------------------------------------------------
-#: A serving engine's fixed costs on top of the GPU's work, fitted by scripts/fit_serving.py on the 579
-#: expressible dense-model H100 rows of aiconfigurator's silicon sample (ai-dynamo/aiconfigurator@095f58a), by least
-#: absolute percentage error (|predicted / measured - 1|, the statistic the error tables report): per iteration
-#: (scheduling, sampling, input preparation), and per request the front end's
-#: latency (HTTP, tokenization, the first token streamed back), added to TTFT (it does not hold the engine: the
-#: fit treats it as additive, and so does the prediction). Per iteration from a grid of 0, 0.5, 1, 1.5, 2 and
-#: 3 ms: 1.5 ms for vLLM, 0.5 ms for SGLang and 0.5 ms for TensorRT-LLM. The front end, each fitted on the rows that
-#: ran behind Dynamo's (ENGINE_FRONT_END_S: an engine's own server): 85 ms for SGLang (84 Qwen3-32B rows); 74.5 ms
-#: for TensorRT-LLM (357 rows, with the token budget aiconfigurator's generator gives it:
-#: validation.serving.dynamo_budget, and its overlap scheduler; 75.5 ms on its Qwen3 rows alone, 73.5 ms on its
-#: Llama rows alone, 0.5 ms per iteration both); 41.5 ms for vLLM (93 Qwen3-32B rows, with the 2048-token budget of
-#: the vLLM engines Dynamo starts). Least absolute log error, the former loss (``--log``), gave 1 ms for SGLang and
-#: 90.5 ms, 104.5 ms for TensorRT-LLM (101.5 and 111 ms on either model alone) and 43 ms for vLLM: it weighs a TTFT
-#: predicted at a third of the measured (the rows held back before the engine, docs/serving.md) as much as one
-#: predicted at three times it, and those rows pulled the front end up over the many it then over-predicted. All
-#: with vLLM's all-reduce on its own entry point's curve (costmodel.engine.config), the vector kernels carried by SMs x clock
-#: (costmodel.price.origin.TRANSFER_RULE), the collectives' two-line curves (costmodel.hardware.profile.CollectiveCurve), the fp8
-#: GEMM's input quantize kernel (costmodel.hardware.mechanisms,
-#: ``quantize``) and a prompt's cache write as a kernel of its own where the device's prompt-attention fit holds none
-#: (costmodel.model.ops.prompt_cache_writes). docs/serving.md gives each fit's error on the rows it did not see.
-#:
-#: TensorRT-LLM's host time per iteration (``layer_s``, ``layer_seq_s``: Setup.host_s): its measured TPOTs at 32-128
-#: clients stop falling with more GPUs, at a floor per layer that Llama-3.1-8B (32 layers) and Qwen3-32B (64) share;
-#: its overlap scheduler runs the host beside the GPU, so an iteration takes the longer of the two. Fitted by
-#: scripts/fit_host_time.py on the TPOTs of the 357 dense rows (least absolute log error, a grid of 0-120 us and
-#: 0-2.5 us): 80 us per layer and 1.5 us per layer and running sequence, the same on either model's rows alone but
-#: for the second on Llama-3.1-8B's (1.25 us). The other engines have none fitted (zero). The fixed costs above,
-#: refitted with it in place, came out the same (0.5 ms, 102 ms then), and no TTFT median moved (docs/serving.md).
-OVERHEADS = {
-    "vllm": {"iteration_s": 0.0015, "request_s": 0.0415},
-    "sglang": {"iteration_s": 0.0005, "request_s": 0.085},
-    "trtllm": {"iteration_s": 0.0005, "request_s": 0.0745, "layer_s": 80e-6, "layer_seq_s": 1.5e-6},
-}
 
+
+def _fitted() -> dict:
+    """``costmodel/engine/overheads.yaml``: the fits, their data and method (written by scripts/fit_serving.py and
+    scripts/fit_host_time.py)."""
+    from importlib import resources
+
+    import yaml
+
+    text = resources.files("costmodel.engine").joinpath("overheads.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+_FITTED = _fitted()
+#: A serving engine's fixed costs on top of the GPU's work, by engine: per iteration (``iteration_s``), per
+#: request behind Dynamo's frontend (``request_s``, added to TTFT) and TensorRT-LLM's host time per layer
+#: (``layer_s``, ``layer_seq_s``: Setup.host_s). Fitted on aiconfigurator's H100 silicon sample; the fits' data and
+#: method: ``costmodel/engine/overheads.yaml``; their errors on rows they did not see: docs/serving.md.
+OVERHEADS: dict[str, dict[str, float]] = _FITTED["engines"]
 #: The front ends a request can pass before the engine: ``dynamo`` (Dynamo's frontend and router, as
 #: aiconfigurator's collection deploys every engine; the front-end latencies of :data:`OVERHEADS` were fitted on
 #: those rows) or ``engine`` (the engine's own OpenAI server, as InferenceX's recipes start it: ``vllm serve``,
 #: ``sglang.launch_server``, ``trtllm-serve``).
 FRONTENDS = ("dynamo", "engine")
-#: The engine's own server's front-end latency where it was measured apart from Dynamo's: vLLM's, fitted by
-#: scripts/fit_serving.py beside vLLM's Dynamo front end (one iteration cost for both) on the 45 Llama-3.1-70B
-#: rows of InferenceX's runs (vllm serve and its benchmark_serving.py client, lengths drawn as it draws them:
-#: validation.serving.INFERENCEX_SPREAD), by the same loss as the others: 0.5 ms (1 ms by absolute log error), where
-#: the 93 Qwen3-32B rows behind Dynamo give 41.5 ms. The other engines' own servers are not measured apart here and
-#: take Dynamo's value (stated in the assumptions).
-ENGINE_FRONT_END_S = {"vllm": 0.0005}
+#: The engine's own server's front-end latency where it was measured apart from Dynamo's (overheads.yaml); the
+#: other engines' own servers take Dynamo's value (stated in the assumptions).
+ENGINE_FRONT_END_S: dict[str, float] = _FITTED["engine_front_end_s"]
 
 
 def front_end(engine_name: str, frontend: str = "dynamo") -> tuple[float, str]:
