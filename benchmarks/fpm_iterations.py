@@ -29,7 +29,7 @@ from costmodel.engine.config import engine
 from costmodel.engine.iteration import IterationTable
 from costmodel.hardware.catalog import load_profile
 from costmodel.model.presets import load_model
-from costmodel.model.step import pricing
+from costmodel.model.pricing import pricing
 
 #: (what, prefill tokens, prefill requests, positions the chunks start after in all, decode sequences, their
 #: cached positions in all, {tp: measured ms})

@@ -9,7 +9,8 @@ import costmodel
 from costmodel.core.errors import CostModelError
 from costmodel.engine.served import serve
 from costmodel.model.ops import device_slice
-from costmodel.model.step import phase_ops, pricing
+from costmodel.model.pricing import pricing
+from costmodel.model.step import phase_ops
 from costmodel.price.op import Conventions, KernelOp, price
 from tests.kwargs import split
 

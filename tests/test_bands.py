@@ -310,7 +310,7 @@ def test_a_served_prediction_carries_its_groups_measured_range():
 
 def test_the_decode_kernels_split_is_what_each_devices_fit_found():
     from costmodel.hardware.catalog import fitted_profiles
-    from costmodel.hardware.profile import DECODE_KERNELS
+    from costmodel.hardware.kernels import DECODE_KERNELS
 
     seen = set()
     for p in fitted_profiles():
@@ -378,8 +378,9 @@ def test_a_decode_fit_carried_to_another_kernel_keeps_its_ramp_in_bytes_and_time
 
 
 def test_a_requests_ranges_come_from_its_prefill_and_its_decode_step():
+    from costmodel.model.pricing import pricing
     from costmodel.model.requests import request
-    from costmodel.model.step import phase_time, pricing
+    from costmodel.model.step import phase_time
 
     m, hw = load_model("llama-3-8b"), load_profile("a100")
     r = request(m, hw, batch=4, input_len=1024, output_len=64)
@@ -554,8 +555,8 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
     runs one CTA an SM, so the H100's fit carried there keeps its per-tile time, clock-scaled, unpacked; a device of
     the reference's kernel (the H200 from the H100) keeps the reference's. The mechanism itself counts the tiles: a
     16-token prompt of 64 query heads over 8 groups runs 8 times the tiles unpacked."""
+    from costmodel.hardware.kernels import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
     from costmodel.hardware.mechanisms import class_times
-    from costmodel.hardware.profile import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
     from costmodel.price.origin import resolve, transfer
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")

@@ -90,7 +90,8 @@ def test_vllms_all_reduce_is_its_own_entry_points_curve_at_every_size():
     and NCCL above. A 42 MiB all-reduce over 8 B200s (a 4096-token prompt of a 5120-wide model): by hand."""
     from costmodel.engine.config import engine
     from costmodel.model.presets import load_model
-    from costmodel.model.step import phase_ops, pricing
+    from costmodel.model.pricing import pricing
+    from costmodel.model.step import phase_ops
 
     hw = costmodel.load_profile("b200")
     conv = Conventions.of(hw, "graph")

@@ -12,7 +12,7 @@ from costmodel import Load
 from costmodel.core.errors import CostModelError
 from costmodel.deploy.disagg import Pool, kv_link, serve_disaggregated
 from costmodel.engine.iteration import exact_time
-from costmodel.model.step import all_reduce_s, pricing
+from costmodel.model.pricing import all_reduce_s, pricing
 from tests.kwargs import split
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
@@ -191,7 +191,7 @@ def test_all_reduce_across_nodes_by_hand(h100):
 def test_a_cross_node_all_reduce_is_stated(llama, h100):
     """The assumptions of a step whose tensor-parallel group spans nodes say how its all-reduce is priced: the
     ring over all 16 devices at the 50 GB/s port; a group inside one node keeps the fitted curves' line."""
-    from costmodel.model.step import step_assumptions
+    from costmodel.model.assumptions import step_assumptions
 
     across = " ".join(step_assumptions(llama, pricing(llama, h100, tp=16)))
     assert "NCCL's ring over all 16 devices" in across and "(50 GB/s one way" in across

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from costmodel.hardware.catalog import load_profile
+from costmodel.model.engine_ops import engine_ops
 from costmodel.model.memory import param_count
-from costmodel.model.ops import engine_ops, step_ops
+from costmodel.model.ops import step_ops
 from costmodel.model.presets import load_model
 from costmodel.model.step import predict_model
 from costmodel.price.op import Precision

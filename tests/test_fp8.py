@@ -107,7 +107,8 @@ def test_fp8_kv_decode_attention_is_the_bf16_kernel_reading_one_byte(tables):
 
 
 def test_a_block_scaled_checkpoint_runs_the_block_scaled_class():
-    from costmodel.model.step import op_time, phase_ops, pricing
+    from costmodel.model.pricing import pricing
+    from costmodel.model.step import op_time, phase_ops
 
     m = costmodel.load_model("Qwen/Qwen3-32B-FP8")
     pr = pricing(m, costmodel.load_profile("h100"))
@@ -122,7 +123,8 @@ def test_tensorrt_llm_runs_a_block_scaled_checkpoints_dense_layers_in_its_own_ke
     per-tensor class); its experts stay in the block-scaled MoE class. vLLM and SGLang keep the block-scaled class
     their tables measure. A serving prediction reaches the step through the engine."""
     from costmodel.engine.config import engine
-    from costmodel.model.step import op_time, phase_ops, pricing
+    from costmodel.model.pricing import pricing
+    from costmodel.model.step import op_time, phase_ops
     from costmodel.price.op import KernelOp, price
 
     m, hw = costmodel.load_model("Qwen/Qwen3-235B-A22B-FP8"), costmodel.load_profile("h100")
@@ -198,8 +200,9 @@ def test_the_input_quantize_kernel():
 def test_vllms_fp8_gemm_runs_the_tile_its_dispatch_picks():
     """The per-tensor fp8 GEMM's tile is vLLM's fixed dispatch (by hand from scaled_mm_sm90/sm100_fp8_dispatch.cuh),
     in whole waves and never split over K; its time counts those tiles."""
-    from costmodel.hardware.mechanisms import class_times, dispatched_tiles
-    from costmodel.hardware.profile import GemmDispatch, TileRule
+    from costmodel.hardware.kernels import GemmDispatch, TileRule
+    from costmodel.hardware.mechanisms import class_times
+    from costmodel.hardware.tiles import dispatched_tiles
     from costmodel.price.origin import resolve
 
     h100, b200 = costmodel.load_profile("h100"), costmodel.load_profile("b200")

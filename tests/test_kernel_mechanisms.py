@@ -14,8 +14,9 @@ from click.testing import CliRunner
 
 from costmodel.cli.commands import main
 from costmodel.hardware.catalog import load_profile
-from costmodel.hardware.mechanisms import DEFAULT_KERNELS, class_times, efficiency_class, gemm_candidates
+from costmodel.hardware.mechanisms import DEFAULT_KERNELS, class_times, efficiency_class
 from costmodel.hardware.profile import ClassEfficiency
+from costmodel.hardware.tiles import gemm_candidates
 
 PREFILL_BLOCK = DEFAULT_KERNELS.prefill_block
 from costmodel.price.origin import resolve, time_model  # noqa: E402
@@ -233,7 +234,7 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
     inside = class_times("prefill_attention", ClassEfficiency(cache_write_ceiling=0.5), **kw)
     # read and write 2 sequences x 1000 tokens x 2 KV heads x (k + v = 256) x 2 bytes at half of 1 TB/s
     assert inside.units - outside.units == pytest.approx(2 * 2 * 1000 * 2 * 256 * 2 / 0.5e12)
-    from costmodel.hardware.mechanisms import op_shape
+    from costmodel.hardware.op_shapes import op_shape
 
     got = op_shape(
         "prefill_attention",
@@ -248,7 +249,8 @@ def test_a_prefill_call_that_writes_the_cache_pays_for_it():
 
 def test_a_prompt_whose_attention_call_does_not_write_the_cache_writes_it_in_a_kernel_of_its_own(tmp_path):
     from costmodel.model.presets import load_model
-    from costmodel.model.step import phase_ops, pricing
+    from costmodel.model.pricing import pricing
+    from costmodel.model.step import phase_ops
     from costmodel.validation.published import read_folder
 
     # vLLM 0.16 moved the write out of the attention backends' forward: a 0.19 prompt table holds none, 0.14 does
@@ -375,7 +377,7 @@ def test_flash_attention_2_splits_a_grouped_context_as_its_heuristic_says():
     the first eligible count at 85% of that. Sixteen sequences of 8 heads over 255 positions: 128 blocks of rows,
     2 key blocks: one split or two fill 0.59 of a wave alike, so one. 256 sequences of 1 head: 256 blocks of rows
     fill 80% of 216 slots, so none; a call with as many key/value heads as query heads is never split."""
-    from costmodel.hardware.mechanisms import fa2_splits
+    from costmodel.hardware.shapes import fa2_splits
 
     got = fa2_splits([1, 1, 16, 256, 1], [1, 8, 8, 1, 32], 32, [16383, 16383, 255, 4095, 16383], 108)
     assert got.tolist() == [128.0, 26.0, 1.0, 1.0, 1.0]
@@ -385,7 +387,7 @@ def test_flash_attention_2s_combine_reads_its_splits_one_after_another():
     """A decode call priced for FlashAttention-2 pays its combine kernel's cost per split (combine_split_s) times the
     splits its heuristic cuts, besides the combine kernel itself (split_s), and no combine where the heuristic does
     not split; the same parameters on a FlashAttention-3 device add nothing of it."""
-    from costmodel.hardware.profile import KernelFacts
+    from costmodel.hardware.kernels import KernelFacts
 
     eff = ClassEfficiency(
         fixed_s={"graph": 5e-6},

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from costmodel.cli.commands import main
 from costmodel.hardware.catalog import load_all, load_profile
-from costmodel.hardware.mechanisms import DEFAULT_KERNELS, causal_pairs, class_times, gemm_tiled_flops
+from costmodel.hardware.mechanisms import DEFAULT_KERNELS, class_times
 from costmodel.hardware.profile import ClassEfficiency
+from costmodel.hardware.tiles import causal_pairs, gemm_tiled_flops
 
 DECODE_BLOCK = DEFAULT_KERNELS.decode_block
 from costmodel.price.origin import attention_kind, reference_for, resolve, time_model  # noqa: E402
@@ -40,7 +41,7 @@ def _brute_blocks(n, m, rows, keys, window=None):
 
 
 def test_rectangular_causal_blocks_equal_a_brute_force_count():
-    from costmodel.hardware.mechanisms import blocked_causal_pairs, windowed_pairs
+    from costmodel.hardware.tiles import blocked_causal_pairs, windowed_pairs
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -62,7 +63,7 @@ def test_flash_attention_2_prompt_tiles_are_its_split_kv_forwards():
     """vLLM's FlashAttention-2 call reads a paged cache, so every prompt runs run_mha_fwd_splitkv_dispatch: 64 query
     rows, 256 / 128 / 64 key positions at head dimension <= 64 / <= 128 / above; other kernels keep the profile's
     square block."""
-    from costmodel.hardware.profile import prefill_tile
+    from costmodel.hardware.kernels import prefill_tile
 
     a100, h100 = load_profile("a100"), load_profile("h100")
     assert prefill_tile(a100.kernels, 128) == (64, 128)
@@ -77,7 +78,7 @@ def test_a_synchronous_prompt_kernel_adds_its_loads_to_its_products_by_hand():
     """One 64-token prompt of one head (d 128) on 10 SMs: FlashAttention-2's one 64 x 128 tile does 64 x 128
     pairs of 4 x 128 FLOPs at one SM's tenth of a 1e15 peak; its bytes at 1e12 B/s follow, not beside, the
     products. A warp-specialized kernel's square 128 tile overlaps them."""
-    from costmodel.hardware.profile import KernelFacts
+    from costmodel.hardware.kernels import KernelFacts
 
     eff = ClassEfficiency()
     shape = {"b": 1, "h": 1, "g": 1, "n": 64, "m": 64, "k": 128}

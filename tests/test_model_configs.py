@@ -14,8 +14,9 @@ from costmodel.cli.commands import main
 from costmodel.core.errors import CostModelError
 from costmodel.hardware.catalog import load_profile
 from costmodel.model.memory import active_params, kv_cache_elements, param_count, param_groups, weight_width
-from costmodel.model.ops import device_slice, experts_touched, step_ops
+from costmodel.model.ops import device_slice, step_ops
 from costmodel.model.presets import load_model
+from costmodel.model.routing import experts_touched
 from costmodel.model.step import predict_model
 
 # --- parameter counts: transformers' configuration classes, models instantiated on the meta device -----
@@ -383,7 +384,7 @@ def test_kv_heads_and_mla_what_ifs():
 
 
 def test_parallel_block_pays_one_all_reduce_per_layer():
-    from costmodel.model.step import all_reduce_s
+    from costmodel.model.pricing import all_reduce_s
 
     hw = load_profile("tpu_v4")
     palm = load_model("palm_540b")

@@ -12,7 +12,8 @@ from costmodel.core.errors import CostModelError
 from costmodel.hardware.catalog import load_profile
 from costmodel.model.memory import param_count
 from costmodel.model.presets import load_model, preset_ids
-from costmodel.model.step import all_reduce_s, predict_model
+from costmodel.model.pricing import all_reduce_s
+from costmodel.model.step import predict_model
 
 REQUIRED = [
     "wmt_transformer_mha",

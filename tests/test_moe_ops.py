@@ -13,7 +13,8 @@ import pytest
 import costmodel
 from costmodel.core.errors import CostModelError
 from costmodel.counts.ops import Op, Tensor
-from costmodel.model.ops import experts_touched, moe_ops
+from costmodel.model.ops import moe_ops
+from costmodel.model.routing import experts_touched
 from costmodel.price.op import Precision
 
 
@@ -144,7 +145,7 @@ def test_routing_sets_the_rows_and_experts_of_the_busiest_device():
     expected count; a power law conserves the rows (each draw's rounding put back, as the collector does: even one
     token's 8 rows over 128 experts, each of whose loads rounds to zero) and never touches more than the device
     holds."""
-    from costmodel.model.ops import routed_load
+    from costmodel.model.routing import routed_load
 
     moe = costmodel.load_model("qwen3-235b-a22b").moe.model_copy(update={"experts": 32, "expert_ranks": 4})
     balanced, uniform = (moe.model_copy(update={"routing": r}) for r in ("balanced", "uniform"))
@@ -168,7 +169,7 @@ def test_skewed_rows_fill_whole_blocks_of_each_expert():
     of its own: the blocks of each tile height are at least the rows in one piece (ceil(rows / height)) and the
     touched experts (one block each at least), at most one per row, and fewer as the blocks grow. Balanced and
     uniform routing give none (their experts' rows are the mean per touched expert)."""
-    from costmodel.model.ops import ROW_TILES, routed_blocks, routed_load
+    from costmodel.model.routing import ROW_TILES, routed_blocks, routed_load
 
     moe = costmodel.load_model("qwen3-235b-a22b").moe.model_copy(update={"experts": 128, "expert_ranks": 1})
     assert routed_blocks(moe, 64) is None and routed_blocks(moe.model_copy(update={"routing": "balanced"}), 64) is None
@@ -186,8 +187,8 @@ def test_skewed_rows_fill_whole_blocks_of_each_expert():
 def test_a_grouped_products_blocks_by_hand():
     """Two experts of 1 and 127 rows in 64-row tiles: 1 + 2 = 3 blocks down M, where two products of the mean 64
     rows would fill 2; the library's candidates and a fixed dispatch count the same blocks."""
-    from costmodel.hardware.mechanisms import dispatched_flops, gemm_candidates, m_tiles
-    from costmodel.hardware.profile import GemmDispatch, TileRule
+    from costmodel.hardware.kernels import GemmDispatch, TileRule
+    from costmodel.hardware.tiles import dispatched_flops, gemm_candidates, m_tiles
 
     blocks = {64: 3.0, 128: 2.0}
     assert m_tiles(2, 64, 64) == 2 and m_tiles(2, 64, 64, blocks) == 3 and m_tiles(2, 64, 32, blocks) == 4
@@ -206,7 +207,8 @@ def test_an_arrays_entries_are_priced_alone(model, gpu, tp, weights):
     """A step's MoE block over an array of token counts prices each entry as it would alone, an entry that routes
     no rows (no tokens) included: the weight format of the expert GEMMs is the op's, not each entry's; MXFP4 experts
     on an H100 on either side of vLLM's W4A16 kernel switch (192 tokens at 4 of 128 experts) in one array."""
-    from costmodel.model.step import op_time, pricing
+    from costmodel.model.pricing import pricing
+    from costmodel.model.step import op_time
 
     m = costmodel.load_model(model)
     hw = costmodel.load_profile(gpu)
@@ -363,8 +365,8 @@ def test_the_default_fused_moe_tiles_follow_vllm_get_default_config():
     512, 128 above, BLOCK_SIZE_N 64 up to 64 tokens and 128 above; block-scaled FP8 16 x 128 up to 64 tokens, then
     64 x 128. The tokens reach a grouped product's shape from the layer (what the kernel is called on, all the tokens
     under vLLM's expert map)."""
-    from costmodel.hardware.mechanisms import dispatched_tiles
-    from costmodel.hardware.profile import GEMM_DISPATCHES
+    from costmodel.hardware.kernels import GEMM_DISPATCHES
+    from costmodel.hardware.tiles import dispatched_tiles
     from costmodel.model.ops import moe_dims
 
     def tile(name, tokens):
@@ -403,7 +405,8 @@ def _experts_said(lines: list[str]) -> str:
 def test_the_grouped_tile_is_stated_where_the_device_takes_it():
     """A model prediction says when its experts' products run the tile vLLM's configuration gives the call's tokens:
     where the device's kernel facts name a grouped dispatch for the experts' class, and only there."""
-    from costmodel.model.step import pricing, step_assumptions
+    from costmodel.model.assumptions import step_assumptions
+    from costmodel.model.pricing import pricing
 
     m = costmodel.load_model("qwen3-235b-a22b")
 
@@ -440,7 +443,8 @@ def test_the_w4a16_kernel_switch_follows_vllms_rule_by_hand():
     small call is priced as the dense GEMM of its weights exactly (the H100's prefill of gpt-oss's MXFP4 experts
     against the same profile without its W4A16 fit); a large one in the fitted Triton class, slower."""
     from costmodel.hardware.mechanisms import W4A16_MOE, w4a16_small_call
-    from costmodel.model.step import phase_time, pricing
+    from costmodel.model.pricing import pricing
+    from costmodel.model.step import phase_time
     from costmodel.validation.moe_layers import with_classes
 
     assert w4a16_small_call(192, 4, 128) and not w4a16_small_call(193, 4, 128)
@@ -503,7 +507,8 @@ def test_the_w4a16_pricing_is_stated_as_the_device_has_it():
     """A device with a W4A16 MoE fit (the H100, and the H200 carried from it) says its 4-bit experts' prompt-sized
     calls run in that class; one without (the A100) says they are dense GEMMs and that no such kernel was measured
     for it: the statement follows the parameters, not the device's name."""
-    from costmodel.model.step import pricing, step_assumptions
+    from costmodel.model.assumptions import step_assumptions
+    from costmodel.model.pricing import pricing
 
     m = costmodel.load_model("openai/gpt-oss-120b")
 

@@ -144,8 +144,9 @@ def test_a_tensor_parallel_all_reduce_is_priced_by_the_same_path():
 def test_tensor_parallelism_is_a_transformation_of_the_program():
     """A TP-4 step is the one-device program of the sliced model with the all-reduces inserted: one row of 2 x 32
     all-reduces of b x d activations, priced like any op; a TP-1 step has none."""
-    from costmodel.model.ops import COLLECTIVES
-    from costmodel.model.step import phase_ops, pricing
+    from costmodel.model.engine_ops import COLLECTIVES
+    from costmodel.model.pricing import pricing
+    from costmodel.model.step import phase_ops
 
     m = costmodel.load_model("llama-3-8b")
     rows = phase_ops(m, pricing(m, H100, tp=4), "decode", B, CTX, 1)

@@ -7,7 +7,8 @@ import costmodel
 from costmodel.core.errors import CostModelError
 from costmodel.engine.config import engine
 from costmodel.engine.served import Setup, serve
-from costmodel.model.step import phase_ops, pricing
+from costmodel.model.pricing import pricing
+from costmodel.model.step import phase_ops
 from tests.kwargs import split
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}

@@ -196,7 +196,7 @@ def test_a_points_decode_step_is_its_engines_decode_iteration(run_cli):
     batch and context, which the simulation interpolates from its grid."""
     from costmodel.engine.config import engine
     from costmodel.engine.served import Setup
-    from costmodel.model.step import pricing
+    from costmodel.model.pricing import pricing
 
     r = run_cli(
         "plan",
@@ -338,7 +338,7 @@ def test_a_decoding_engines_step_is_its_decode_iteration(run_cli, model, point):
     from costmodel.cli.plan import step_command
     from costmodel.engine.config import engine
     from costmodel.engine.served import Setup
-    from costmodel.model.step import pricing
+    from costmodel.model.pricing import pricing
 
     m, hw = costmodel.load_model(model), costmodel.load_profile("h100")
     cmd = step_command(

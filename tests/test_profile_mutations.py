@@ -158,7 +158,7 @@ def test_exponents_without_a_point_are_numbers():
 def test_figures_survive_the_edges_of_every_accepted_range(tmp_path, edge):
     """A profile at the ends of the accepted ranges still prices and draws its roofline."""
     from costmodel.attention.figures import roofline_points
-    from costmodel.hardware.profile import ByteRate, Bytes, FlopRate
+    from costmodel.hardware.units import ByteRate, Bytes, FlopRate
     from costmodel.render.plots import draw_roofline, save
 
     def bound(kind, i):

@@ -64,7 +64,7 @@ def test_mechanisms_can_be_switched_off():
 def test_tile_padding_by_hand():
     """A systolic array of 128 x 128 holds a tile of its stationary operand for at least 128 cycles: a product of
     M rows over a K x N operand costs max(M, 128) rows of ceil(K / 128) x ceil(N / 128) whole tiles."""
-    from costmodel.hardware.mechanisms import systolic_flops
+    from costmodel.hardware.tiles import systolic_flops
 
     tile = (128, 128)
     # 2048 per-head matrix-vector products (M = 1, K = N = 128) each take a whole 128-row pass

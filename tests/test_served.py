@@ -16,7 +16,7 @@ from costmodel.engine.config import engine, kv_capacity_tokens
 from costmodel.engine.iteration import exact_time
 from costmodel.engine.served import Setup, serve
 from costmodel.engine.simulate import simulate
-from costmodel.model.step import pricing
+from costmodel.model.pricing import pricing
 from tests.kwargs import split
 
 OFF = {"iteration_s": 0.0, "request_s": 0.0}
@@ -1042,7 +1042,7 @@ def test_aiconfigurators_trtllm_engines_keep_their_templates_kv_share():
     reproduces the prediction's setting."""
     from costmodel.engine.config import engine
     from costmodel.engine.served import Setup
-    from costmodel.model.step import pricing
+    from costmodel.model.pricing import pricing
     from costmodel.validation.serving import DYNAMO_TRTLLM_KV_FRACTION, parse
 
     trt = _row(backend="trtllm", batch_size="8.0", isl="1024", silicon_data_source="silicon_concurrency=8")

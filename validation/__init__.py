@@ -130,7 +130,7 @@ def validate_command(
             curves,
             lambda: finish(device, quick, *measured, curves=curves),
         )
-    from costmodel.render.text import validation_summary
+    from costmodel.render.papers import validation_summary
     from costmodel.validation.run import validate
 
     report = validate(device, profiles, quick, progress, threads, calibration, timing)
@@ -198,7 +198,7 @@ def published_command(
     if fmt == "none":
         pass
     elif fmt in ("csv", "markdown"):
-        from costmodel.render.text import records_csv, records_markdown
+        from costmodel.render.records import records_csv, records_markdown
 
         yield (records_csv if fmt == "csv" else records_markdown)(report["summary"]).rstrip("\n")
     else:

@@ -224,7 +224,8 @@ class CurveRun:
 
         from costmodel.core.vocab import dtype_bytes
         from costmodel.counts.compiled import compile_program
-        from costmodel.hardware.mechanisms import efficiency_class, op_shape
+        from costmodel.hardware.mechanisms import efficiency_class
+        from costmodel.hardware.op_shapes import op_shape
         from costmodel.hardware.profile import HardwareProfile
         from costmodel.hardware.shapes import fields
         from costmodel.validation.fit import errors, fit_overlap, predict_table

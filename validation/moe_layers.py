@@ -143,7 +143,8 @@ def predict(table: MoETable, hw) -> np.ndarray:
     the tokens routed as the table's distribution says, through the table's kernel (vLLM's Triton fused_moe spans
     every routed row; FlashInfer's NVFP4 kernel only those of the device's experts)."""
     from costmodel.model.ops import moe_ops
-    from costmodel.model.step import op_time, pricing
+    from costmodel.model.pricing import pricing
+    from costmodel.model.step import op_time
 
     m = block_model(table.shape)
     m = m.model_copy(update={"moe": m.moe.model_copy(update={"routing": table.routing})})

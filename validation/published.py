@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.core.errors import CostModelError
-from costmodel.hardware.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH, decode_shape
+from costmodel.hardware.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH
+from costmodel.hardware.op_shapes import decode_shape
 
 AIC = re.compile(
     r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"

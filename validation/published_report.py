@@ -22,7 +22,8 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
     """The least time any kernel can take: the FLOPs it must do (causal pairs only for prefill) at the
     dense peak. Bytes are not bounded by the HBM bandwidth: unflushed working sets under the L2 size
     are served from L2."""
-    from costmodel.hardware.mechanisms import causal_pairs, class_peak
+    from costmodel.hardware.mechanisms import class_peak
+    from costmodel.hardware.tiles import causal_pairs
 
     flops = table.flops
     if table.priced_class == "prefill_attention":  # (a one-query prefill, priced as decode, has one pair)

@@ -728,7 +728,7 @@ def serving_command(path: str, json_path: str | None, plot_path: str | None, fmt
     quiet = json_path == "-"
     if not quiet:
         if fmt in ("csv", "markdown"):
-            from costmodel.render.text import records_csv, records_markdown
+            from costmodel.render.records import records_csv, records_markdown
 
             yield (records_csv if fmt == "csv" else records_markdown)(report["summary"]).rstrip("\n")
         else:

@@ -443,7 +443,7 @@ def attention_predict(hws: list, chosen: list, one_variant: bool, fmt: str, over
         dumped = [d[0] if one_variant else d for d in dumped]
         emit_json(dumped[0] if len(hws) == 1 else dumped)
     elif fmt in ("csv", "markdown"):
-        from costmodel.render.text import attention_records
+        from costmodel.render.records import attention_records
 
         emit_records([row for hw, r in zip(hws, results) for row in attention_records(hw, r)], fmt)
     elif len(hws) == 1:
@@ -500,7 +500,7 @@ def stream_sweep(hws: list, plans: list, fmt: str, csv_path: str | None) -> None
     import json
 
     from costmodel.core.files import atomic_path
-    from costmodel.render.text import records_csv, records_markdown
+    from costmodel.render.records import records_csv, records_markdown
 
     def chunks():
         for hw, plan in zip(hws, plans):

@@ -465,7 +465,7 @@ def reproduce_shazeer(f32_storage, concat_cache, tile_padding, f32_passes, cache
     Example: costmodel reproduce shazeer2019
     """
     from costmodel.papers.reproduce import Mechanisms, shazeer2019
-    from costmodel.render.text import shazeer_table
+    from costmodel.render.papers import shazeer_table
 
     result = shazeer2019(Mechanisms(f32_storage, concat_cache, tile_padding, f32_passes, cache_copies))
     if as_json:
@@ -499,7 +499,7 @@ def reproduce_deepseek(gpu, devices, input_len, output_len, as_json) -> None:
     """
     from costmodel.hardware.catalog import load_profile
     from costmodel.papers.reproduce import deepseek2024
-    from costmodel.render.text import deepseek_table
+    from costmodel.render.papers import deepseek_table
 
     result = deepseek2024(load_profile(gpu), devices=devices, input_len=input_len, output_len=output_len)
     if as_json:
@@ -519,7 +519,7 @@ def reproduce_gqa(tp, plot_path, fmt, as_json) -> None:
     Example: costmodel reproduce gqa2023 --plot gqa.png
     """
     from costmodel.papers.reproduce import gqa2023
-    from costmodel.render.text import gqa_table
+    from costmodel.render.papers import gqa_table
 
     if plot_path is not None:
         from costmodel.render.plots import check_output

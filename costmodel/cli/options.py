@@ -320,7 +320,7 @@ def output_format(fmt: str, as_json: bool) -> str:
 
 def emit_records(records: list[dict], fmt: str) -> None:
     """Rows of a table as CSV or markdown."""
-    from costmodel.render.text import records_csv, records_markdown
+    from costmodel.render.records import records_csv, records_markdown
 
     click.echo((records_csv if fmt == "csv" else records_markdown)(records), nl=fmt != "csv")
 

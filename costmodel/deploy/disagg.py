@@ -36,7 +36,8 @@ from costmodel.engine.reports import assumptions as pool_assumptions
 from costmodel.engine.served import Setup, checked_load, checkpoint_kv_dtype
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
-from costmodel.model.step import model_hardware, pricing
+from costmodel.model.pricing import pricing
+from costmodel.model.reports import model_hardware
 from costmodel.price.bands import Band, served_assumption
 from costmodel.price.bands import served as served_bands
 

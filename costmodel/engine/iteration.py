@@ -33,9 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.model.ops import COLLECTIVES, SELF_ATTENTION
+from costmodel.model.engine_ops import COLLECTIVES, SELF_ATTENTION
 from costmodel.model.presets import ModelPreset
-from costmodel.model.step import Pricing, op_time, phase_ops
+from costmodel.model.pricing import Pricing
+from costmodel.model.step import op_time, phase_ops
 
 #: Grid points per doubling of each size (and every size up to 16 exactly).
 GRID_POINTS = 6

@@ -8,7 +8,8 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from costmodel.core.reports import DeviceSummary, Report
-from costmodel.model.step import gemm_classes, model_hardware
+from costmodel.model.assumptions import gemm_classes
+from costmodel.model.reports import model_hardware
 from costmodel.price.bands import Band, served_assumption
 from costmodel.price.bands import served as served_bands
 

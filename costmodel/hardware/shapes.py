@@ -110,3 +110,31 @@ def one_query(shape) -> object:
 
 
 __all__ = ["GemmShape", "DecodeShape", "PrefillShape", "MaskShape", "Shape", "fields", "one_query"]
+
+
+#: FlashAttention-2's split-KV heuristic: at most this many splits, and ``num_splits_heuristic`` sizes them against
+#: twice the SMs (its CTAs of 128 threads run two to an SM).
+FA2_MAX_SPLITS, FA2_CTAS_PER_SM = 128, 2
+
+
+def fa2_splits(b, g, h, positions, sms, block: int = 128) -> np.ndarray:
+    """The splits FlashAttention-2 cuts a decode call's contexts into (vllm-project/flash-attention
+    csrc/flash_attn/flash_api.cpp ``set_params_splitkv`` and ``num_splits_heuristic``): a call whose query heads
+    share a key/value head runs the group's heads as the query rows (``seqlenq_ngroups_swapped``), so its work is
+    b x g x ceil((h / g) / 64) blocks of 64 rows over ceil(positions / block) key blocks; no split where those
+    blocks fill 80% of twice the SMs, else the fewest splits whose waves over twice the SMs are 85% as full as
+    the fullest, among the counts that cut the key blocks differently from one fewer (at most 128, the SMs twice
+    over or the key blocks). A call with as many key/value heads as query heads is not split (1)."""
+    b, g, h, p = np.broadcast_arrays(*(np.asarray(x, float) for x in (b, g, h, positions)))
+    units = b * g * np.ceil(h / np.maximum(g, 1) / 64)
+    blocks = np.ceil(p / block)
+    slots = FA2_CTAS_PER_SM * float(sms)
+    s = np.arange(1, FA2_MAX_SPLITS + 1, dtype=float)
+    top = np.minimum(np.minimum(FA2_MAX_SPLITS, slots), blocks)[..., None]
+    nb = blocks[..., None]
+    eligible = (s <= top) & ((s == 1) | (np.ceil(nb / s) != np.ceil(nb / np.maximum(s - 1, 1))))
+    waves = units[..., None] * s / slots
+    eff = np.where(eligible, waves / np.ceil(waves), 0.0)
+    good = eligible & (eff >= 0.85 * eff.max(axis=-1, keepdims=True))
+    chosen = np.where(good.any(axis=-1), np.argmax(good, axis=-1) + 1, 1).astype(float)
+    return np.where((units >= 0.8 * slots) | (h == g), 1.0, chosen)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from costmodel.core.errors import CostModelError
 from costmodel.counts.compiled import compile_block, compile_program
 from costmodel.counts.ops import norm_name
 from costmodel.model.presets import ModelPreset
+from costmodel.model.routing import routed_blocks, routed_load
 from costmodel.price.op import KernelOp, Precision, program_ops
 
 #: Parameters per norm weight element: RMSNorm has a scale, LayerNorm a scale and a shift.
@@ -44,12 +44,12 @@ class StepOp:
         return self.op.name
 
 
-def _num(x):
+def as_number(x):
     """A float, or a float array where a dimension (the context of a request's steps) is an array."""
     return np.asarray(x, float) if np.ndim(x) else float(x)
 
 
-def _step_ops(
+def program_step_ops(
     section: str, compiled, dims: dict, count, precision: Precision, mode: str = "batched", **kernel
 ) -> list[StepOp]:
     """A compiled program's ops at ``dims`` as step ops of ``count(name)`` kernels each (none: left out)."""
@@ -57,7 +57,7 @@ def _step_ops(
     for op, shape, einsum, weighted in program_ops(compiled, dims, mode, precision, **kernel):
         n = count(op.name)
         if n:
-            op = dataclasses.replace(op, flops=_num(op.flops), bytes=_num(op.bytes))
+            op = dataclasses.replace(op, flops=as_number(op.flops), bytes=as_number(op.bytes))
             out.append(StepOp(section, n, op, shape, einsum, weighted))
     return out
 
@@ -212,7 +212,7 @@ def _attention_ops(
         from costmodel.counts.mla import mla_attention_dims
 
         kernel_dims = mla_attention_dims(dims, form)
-    return _step_ops(
+    return program_step_ops(
         section,
         compiled,
         dims,
@@ -232,112 +232,13 @@ def _layer_ops(
     ffn_layers = count if ffn_layers is None else ffn_layers
     block = compile_block("layer", m.norm, norms, m.ffn_gated)
     norm = norm_name(m.norm)
-    return _step_ops(
+    return program_step_ops(
         section,
         block,
         {"t": tokens, "d": m.d_model, "f": m.d_ff},
         lambda name: 2 * count if name == "residuals" else count if name.startswith(norm) else ffn_layers,
         precision,
     )
-
-
-def experts_touched(experts: int, top_k: int, tokens):
-    """Expected distinct experts ``tokens`` tokens route to when each picks ``top_k`` of ``experts``
-    uniformly at random: E (1 - (1 - k/E)^T). One token touches k; a large batch touches them all."""
-    return experts * (1 - (1 - top_k / experts) ** tokens)
-
-
-def local_experts_touched(moe, tokens):
-    """Distinct experts of one device that ``tokens`` tokens route to: each of its experts is touched with the
-    probability 1 - (1 - k/E)^T of the whole model's E experts."""
-    return moe.experts * (1 - (1 - moe.experts_per_token / moe.routed_experts) ** tokens)
-
-
-#: Draws of a power-law routing averaged (fixed seed: the same answer every time).
-POWER_LAW_DRAWS = 64
-#: The tile heights (rows of M) in whose whole blocks a grouped kernel's experts are counted under skewed routing.
-ROW_TILES = (16, 32, 64, 128, 256)
-
-
-@lru_cache(maxsize=4096)
-def _power_law_load(experts: int, top: int, ranks: int, alpha: float, tokens: int) -> tuple[float, float, tuple]:
-    """(rows, experts touched, blocks) of the busiest of ``ranks`` devices, each holding a contiguous 1/ranks of
-    the ``experts``, when ``tokens`` tokens' ``top`` rows fall on experts in proportion to loads drawn from a power
-    law of exponent ``alpha`` over [1, 0.8 T] (over [0.01, 2] when there are fewer rows than experts), rounded to
-    whole rows, the total kept (:func:`_restore_total`): the mean over :data:`POWER_LAW_DRAWS` draws. This is how
-    aiconfigurator's MoE tables make their skewed routing (collector/helper.py power_law_logits_v3), timing the
-    busiest device. ``blocks``: for each height
-    of :data:`ROW_TILES`, the whole blocks of that many rows its experts' rows fill, each expert's own (a grouped
-    kernel pads every expert's rows to whole blocks: vLLM's moe_align_block_size)."""
-    rows = tokens * top
-    lo, hi = (1.0, 0.8 * tokens) if rows > experts else (0.01, 2.0)
-    u = np.random.default_rng(0).random((POWER_LAW_DRAWS, experts))
-    a = 1.0 - alpha
-    x = ((hi**a - lo**a) * u + lo**a) ** (1.0 / a)
-    loads = np.round(x / x.sum(axis=1, keepdims=True) * rows)
-    for draw in loads:  # the rows rounding gained or lost, as the collector puts them back
-        _restore_total(draw, rows)
-    loads = loads.reshape(POWER_LAW_DRAWS, ranks, experts // ranks)
-    per_rank = loads.sum(axis=2)
-    busiest = per_rank.argmax(axis=1)
-    chosen = loads[np.arange(POWER_LAW_DRAWS), busiest]
-    blocks = tuple(float(np.ceil(chosen / tm).sum(axis=1).mean()) for tm in ROW_TILES)
-    return float(per_rank.max(axis=1).mean()), float((chosen > 0).sum(axis=1).mean()), blocks
-
-
-def _restore_total(loads: np.ndarray, total: int) -> None:
-    """Rounded loads brought back to ``total`` rows in place, as the collector does (power_law_logits_v3): a row
-    each to the busiest experts in turn where rounding lost rows, a row each from the least busy expert that has
-    one (else the busiest) where it gained them."""
-    delta = int(total - loads.sum())
-    order = np.argsort(-loads, kind="stable")
-    for i in range(abs(delta)):
-        if delta > 0:
-            loads[order[i % len(order)]] += 1
-        else:
-            j = order[-(i % len(order)) - 1]
-            loads[j if loads[j] > 0 else int(np.argmax(loads))] -= 1
-
-
-def routed_load(moe, tokens):
-    """(rows routed to the busiest device's experts, distinct experts of its own they touch) when ``tokens``
-    tokens are routed as ``moe.routing`` says: ``uniform``, T k / ranks rows and
-    :func:`local_experts_touched`; ``balanced``, T k / ranks rows on as many distinct experts as there are rows
-    (at most the device's); ``power-law:ALPHA``, :func:`_power_law_load`."""
-    rows = tokens * moe.experts_per_token / moe.expert_ranks
-    if moe.routing == "uniform":
-        return rows, local_experts_touched(moe, tokens)
-    if moe.routing == "balanced":
-        return rows, np.minimum(moe.experts, rows)
-    pairs = [(rows, touched) for rows, touched, _ in _power_law_loads(moe, tokens)]
-    if not np.ndim(tokens):
-        return pairs[0]
-    pairs = np.array(pairs).reshape(*np.shape(tokens), 2)
-    return pairs[..., 0], pairs[..., 1]
-
-
-def _power_law_loads(moe, tokens) -> list[tuple]:
-    """:func:`_power_law_load` of every token count of ``tokens`` (a number or an array), flattened."""
-    alpha = float(moe.routing.split(":")[1])
-    return [
-        _power_law_load(
-            moe.routed_experts, moe.experts_per_token, moe.expert_ranks, alpha, max(1, int(round(float(n))))
-        )
-        for n in np.ravel(tokens)
-    ]
-
-
-def routed_blocks(moe, tokens) -> dict | None:
-    """Under power-law routing, for each tile height of :data:`ROW_TILES`, the whole blocks of that many rows the
-    busiest device's experts fill, each expert's rows padded on their own (an array over ``tokens``); None under
-    uniform and balanced routing, whose experts' rows the mean per touched expert gives."""
-    if not moe.routing.startswith("power-law"):
-        return None
-    blocks = np.array([b for _, _, b in _power_law_loads(moe, tokens)])
-    return {
-        tm: blocks[:, i].reshape(np.shape(tokens)) if np.ndim(tokens) else float(blocks[0, i])
-        for i, tm in enumerate(ROW_TILES)
-    }
 
 
 def moe_dims(m: ModelPreset, tokens, dp: int = 1, spans_all: bool = False) -> dict:
@@ -377,7 +278,7 @@ def moe_ops(
     walked = bool(np.any(np.asarray(dims["v"]) > np.asarray(dims["r"])))
     ops = [
         dataclasses.replace(s, op=dataclasses.replace(s.op, launches=0)) if s.name == "experts_zero_fill" else s
-        for s in _step_ops(
+        for s in program_step_ops(
             "experts",
             compile_block("moe", m.ffn_gated),
             dims,
@@ -387,7 +288,7 @@ def moe_ops(
     ]
     if moe.shared_d_ff:
         shared = compile_block("ffn", m.ffn_gated, "shared", bool(moe.shared_gate))
-        ops += _step_ops(
+        ops += program_step_ops(
             "experts", shared, {"t": tokens, "d": m.d_model, "f": moe.shared_d_ff}, lambda name: count, precision
         )
     return ops
@@ -483,14 +384,14 @@ def step_ops(
             "encoder", enc, m.enc_kv, "batched", b, source, source, execution, m.encoder_layers, precision
         )
         ops += _layer_ops("encoder", enc, b * source, m.encoder_layers, precision, 2)
-        ops += _step_ops(
+        ops += program_step_ops(
             "cross-attention",
             compile_block("cross_kv"),
             {"t": b * source, "d": m.d_model, "g": m.cross_kv, "k": m.head_dim},
             lambda name: L,
             precision,
         )
-    ops += _step_ops(
+    ops += program_step_ops(
         "head",
         compile_block("head", m.norm),
         {"t": tokens, "o": b, "d": m.d_model, "w": m.vocab},
@@ -500,130 +401,6 @@ def step_ops(
     return ops
 
 
-#: The sections of a step whose attention reads the decoder's own cache (full and sliding-window layers).
-SELF_ATTENTION = ("self-attention", "local attention")
-#: The section of the collectives tensor parallelism inserts into a step.
-COLLECTIVES = "tensor parallel"
-
 #: Projections serving engines run as one GEMM over the concatenated weights (vLLM's QKVParallelLinear,
 #: MergedColumnParallelLinear, and MLA's fused q_a/kv_a projection), and the K and V cache writes they run
 #: as one kernel (reshape_and_cache).
-
-
-ENGINE_FUSIONS = {
-    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
-    "ffn_gate_up": ("ffn_gate", "ffn_up"),
-    "shared_gate_up": ("shared_gate", "shared_up"),
-    "qkv_a_proj": ("q_down", "kv_down"),
-    "kv_append": ("k_append", "v_append"),
-}
-
-
-def engine_ops(ops: list[StepOp], m: ModelPreset, tokens, precision) -> list[StepOp]:
-    """A step's ops as serving engines run them: the :data:`ENGINE_FUSIONS` merged (one read of their
-    shared input; FLOPs and weights unchanged), and rotary embeddings of the new q and k where the model
-    has them (:func:`costmodel.counts.step_program.rope`; MLA rotates the p rotary dimensions of every query head
-    and of the one shared key)."""
-    out: list[StepOp] = []
-    for s in ops:
-        fused = next((name for name, parts in ENGINE_FUSIONS.items() if s.name in parts), None)
-        group = [x for x in ops if x.section == s.section and fused and x.name in ENGINE_FUSIONS[fused]]
-        if fused is None or len(group) < 2:
-            out.append(s)
-        elif s is group[0]:
-            out.append(_merge(fused, group))
-        if s.name == "q_proj" and m.rope and s.section in SELF_ATTENTION:
-            heads, dim = (m.heads + 1, m.mla.rope_dim) if m.mla else (m.heads + m.kv_heads, m.head_dim)
-            out += _step_ops(
-                s.section,
-                compile_block("rope"),
-                {"t": tokens, "j": heads, "p": dim},
-                lambda name: s.count,
-                Precision.of(precision),
-            )
-    return out
-
-
-def prompt_cache_writes(ops: list[StepOp], m: ModelPreset, tokens, precision) -> list[StepOp]:
-    """A prefill's ops with the prompt's keys and values written into the cache by a kernel of their own after each
-    self-attention (:func:`costmodel.counts.step_program.kv_write`), for an engine whose attention call does not write
-    them (an MLA latent is left as its program has it)."""
-    if m.mla is not None:
-        return ops
-    out: list[StepOp] = []
-    for s in ops:
-        out.append(s)
-        if s.name == "attention" and s.section in SELF_ATTENTION:
-            out += _step_ops(
-                s.section,
-                compile_block("kv_write"),
-                {"t": tokens, "g": m.kv_heads, "k": 2 * m.head_dim},
-                lambda name: s.count,
-                precision,
-            )
-    return out
-
-
-def reduces_per_layer(m: ModelPreset) -> int:
-    """All-reduces per layer under tensor parallelism: a parallel block adds attention and FFN outputs before
-    one; a sequential layer needs two."""
-    return 1 if m.parallel_block else 2
-
-
-def tensor_parallel(
-    ops: list[StepOp],
-    m: ModelPreset,
-    t: int,
-    tokens,
-    encoder_tokens: int,
-    act: float,
-    dp: int = 1,
-    all_reduce: str = "custom",
-) -> list[StepOp]:
-    """The ops of one of ``t`` devices (the ops of :func:`device_slice`'s model) with the collectives the
-    sharding needs inserted: an all-reduce of each layer's ``tokens x d`` output per sharded block
-    (:func:`reduces_per_layer`), and at a prefill two per encoder layer over its ``encoder_tokens``. Under
-    attention data parallel over ``dp`` groups, each mixture-of-experts layer gathers the hidden states of every
-    group's tokens before its experts and scatters their sum back after (vLLM's all-gather / reduce-scatter
-    dispatch): an all-gather and a reduce-scatter of the ``dp x tokens x d`` buffer over the device's ``dp``
-    peers, spread over all ``dp x t`` devices; the same whether the experts sit whole on the devices or sharded by
-    width (either way a token's output is a sum over devices of every group)."""
-    out = list(ops)
-    if dp > 1:
-        gathered = _num(dp * tokens * m.d_model * act)
-        out += [
-            StepOp(COLLECTIVES, m.moe.layers, KernelOp(kind, name, "bf16", 0.0, gathered, devices=dp, span=dp * t))
-            for kind, name in (("all_gather", "moe_dispatch"), ("reduce_scatter", "moe_combine"))
-        ]
-    if t == 1:
-        return out
-    reduce = lambda name, rows, count: StepOp(  # noqa: E731
-        COLLECTIVES,
-        count,
-        KernelOp("all_reduce", name, "bf16", 0.0, _num(rows * m.d_model * act), devices=t, all_reduce=all_reduce),
-    )
-    out = [*out, reduce("all_reduce", tokens, reduces_per_layer(m) * m.layers)]
-    if encoder_tokens:
-        out.append(reduce("encoder_all_reduce", encoder_tokens, 2 * m.encoder_layers))
-    return out
-
-
-def _merge(name: str, group: list[StepOp]) -> StepOp:
-    first = group[0]
-    flops = sum(s.op.flops for s in group)
-    if first.shape is None:  # the cache writes: one kernel moving what both moved
-        return StepOp(
-            first.section,
-            first.count,
-            dataclasses.replace(first.op, name=name, flops=flops, bytes=sum(s.op.bytes for s in group)),
-        )
-    g = first.shape
-    if not all(np.array_equal(getattr(s.shape, x), getattr(g, x)) for s in group for x in ("batch", "M", "K")):
-        raise CostModelError(f"cannot fuse {', '.join(s.name for s in group)}: their inputs differ")
-    shared_input = g.batch * g.M * g.K * g.width
-    op = dataclasses.replace(
-        first.op, name=name, flops=flops, bytes=sum(s.op.bytes for s in group) - (len(group) - 1) * shared_input
-    )
-    return StepOp(
-        first.section, first.count, op, dataclasses.replace(g, N=sum(s.shape.N for s in group)), None, first.weighted
-    )

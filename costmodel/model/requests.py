@@ -26,7 +26,9 @@ from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.memory import kv_bytes, largest_batch_in_memory, weight_bytes
 from costmodel.model.ops import device_slice
 from costmodel.model.presets import ModelPreset
-from costmodel.model.step import Pricing, decode_times, model_hardware, phase_time, pricing
+from costmodel.model.pricing import Pricing, pricing
+from costmodel.model.reports import model_hardware
+from costmodel.model.step import decode_times, phase_time
 from costmodel.price.bands import Band
 from costmodel.price.bands import total as band_total
 

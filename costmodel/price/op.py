@@ -26,13 +26,13 @@ from costmodel.hardware.mechanisms import (
     W4A16_MOE,
     class_peak,
     class_times,
-    decode_shape,
     efficiency_class,
     ring_all_reduce,
-    systolic_flops,
     w4a16_small_call,
 )
+from costmodel.hardware.op_shapes import decode_shape
 from costmodel.hardware.shapes import fields, one_query
+from costmodel.hardware.tiles import systolic_flops
 from costmodel.price.origin import Resolved, TimeModel, time_model
 
 
@@ -411,7 +411,7 @@ def program_ops(
     for a sweep): what a prediction, a sweep and a model step price, by the same loop. ``kernel_dims`` are
     the dimensions of the attention kernel where they differ from the program's (multi-head latent
     attention), ``window`` a local layer's sliding window."""
-    from costmodel.hardware.mechanisms import op_shape
+    from costmodel.hardware.op_shapes import op_shape
 
     flops, elements, _, _ = compiled.at(dims)
     weights, cache = compiled.storage(dims)

@@ -67,7 +67,7 @@ TRANSFER_RULE = (
 def attention_kind(p) -> str | None:
     """The kind of attention kernel a profile's engine runs (:data:`costmodel.hardware.profile.ATTENTION_KERNEL_KINDS`), or
     None where the profile names no kernel."""
-    from costmodel.hardware.profile import ATTENTION_KERNEL_KINDS
+    from costmodel.hardware.kernels import ATTENTION_KERNEL_KINDS
 
     return ATTENTION_KERNEL_KINDS.get(p.architecture.kernels.decode_kernel) if p.architecture is not None else None
 
@@ -194,7 +194,7 @@ def _own_decode_kernel(eff, where, hw, ref, timing: str, gemm=None):
     and its query's copies in and out) has each priced at the reference's fixed cost of a small kernel under
     ``timing`` (its GEMM class's, the one fitted cost of a kernel that does little) at this device's clock
     (:data:`CLOCKED_FIXED_COST`), in place of the reference's own combine cost."""
-    from costmodel.hardware.profile import DECODE_KERNELS, DECODE_LAUNCHES
+    from costmodel.hardware.kernels import DECODE_KERNELS, DECODE_LAUNCHES
 
     mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
     if mine is None or theirs is None or mine == theirs:
@@ -243,7 +243,7 @@ def _softmax_cycles(p, clock: float | None = None) -> float | None:
     """SM cycles of the online softmax's instructions per attention score on ``p``
     (:data:`costmodel.hardware.profile.SOFTMAX_WORK`) at its FP32 lanes and special-function units per SM (``clock``: the
     clock its FP32 lanes are read at where ``p`` states none); None where its FP32 peak or clock is unknown."""
-    from costmodel.hardware.profile import SOFTMAX_WORK
+    from costmodel.hardware.kernels import SOFTMAX_WORK
 
     arch = p.architecture
     clock = arch.clock_hz.value if arch.clock_hz is not None else clock
@@ -300,7 +300,7 @@ def _own_prefill_tiles(eff, where, hw, ref):
     (:data:`costmodel.hardware.profile.PREFILL_PACKS_GQA`, where it is stated), and a kernel that runs more CTAs on an SM than
     the reference's (:data:`costmodel.hardware.profile.PREFILL_CTAS_PER_SM`) pays none of the reference's per-tile fill and
     drain (``tile_s``): its CTAs' starts and ends run beside each other's main loops."""
-    from costmodel.hardware.profile import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
+    from costmodel.hardware.kernels import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
 
     mine, theirs = hw.architecture.kernels.decode_kernel, ref.architecture.kernels.decode_kernel
     if mine is None or theirs is None or mine == theirs:
