@@ -23,7 +23,7 @@ from pathlib import Path
 
 import costmodel
 from costmodel.hardware.mechanisms import W4A16_MOE, w4a16_small_call
-from costmodel.price.origin import transfer
+from costmodel.price.transfer import transfer
 from costmodel.validation.moe_layers import (
     TABLES,
     dense_class,

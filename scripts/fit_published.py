@@ -23,7 +23,7 @@ import numpy as np
 from costmodel.hardware.catalog import load_profile
 from costmodel.hardware.mechanisms import FALLBACK
 from costmodel.hardware.profile import ClassEfficiency, Efficiency
-from costmodel.price.origin import carried, transfer
+from costmodel.price.transfer import carried, transfer
 from costmodel.validation.fit import SHARED, errors, fit_class, predict_table, unfitted_write_s
 from costmodel.validation.moe_layers import TABLES as MOE_TABLES
 from costmodel.validation.moe_layers import errors as moe_errors

@@ -400,7 +400,7 @@ def test_a_carried_fixed_cost_is_sm_time_for_matrix_products_and_decode_attentio
     clock (costmodel.price.origin.CLOCKED_FIXED_COST): the H100's (1.98 GHz) on the A100 (1.41 GHz) is 1.98 / 1.41 of
     itself, on the B200 (1.965 GHz) 1.98 / 1.965; a prompt attention call's is the reference's as fitted, and so is
     a vector class's (the A100's norm carried to the H100)."""
-    from costmodel.price.origin import transfer
+    from costmodel.price.transfer import transfer
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
     for dst, clock in ((a100, 1.41e9), (b200, 1.965e9)):
@@ -428,7 +428,8 @@ def test_flash_attention_2s_own_kernels_are_priced_when_carried_from_another_ker
     A100's clock (2.466 µs x 1.98 / 1.41 GHz), not the H100's own combine cost; the A100's own fit is untouched (its
     6.04 µs of copies: 2.7 of its own 2.21 µs graph launches), and a kernel with no launches counted
     (FlashAttention-3 carried from the A100) keeps the reference's."""
-    from costmodel.price.origin import carried, resolve
+    from costmodel.price.origin import resolve
+    from costmodel.price.transfer import carried
 
     a100, h100 = load_profile("a100"), load_profile("h100")
     launch = h100.efficiency.classes["gemm"].fixed_s["graph"] * 1.98e9 / 1.41e9
@@ -524,7 +525,8 @@ def test_a_synchronous_kernels_softmax_is_its_instructions_at_the_devices_units(
     cycles. The A100's table (one head dimension) cannot tell a score's cost from the products' rate: its fit with a
     score pinned at the count is as good as its free fit, and pinned at twice the count it is clearly worse, so the
     count lies inside what the measurements allow. A device whose kernel hides it keeps the reference's."""
-    from costmodel.price.origin import carried, resolve, transfer
+    from costmodel.price.origin import resolve
+    from costmodel.price.transfer import carried, transfer
 
     a100, h100 = load_profile("a100"), load_profile("h100")
     cycles = 4.5 / (19.5e12 / (2 * 108 * 1.41e9)) + 1 / 16
@@ -557,7 +559,8 @@ def test_a_prompt_kernel_carried_to_another_tiles_its_queries_as_that_kernel_doe
     16-token prompt of 64 query heads over 8 groups runs 8 times the tiles unpacked."""
     from costmodel.hardware.kernels import PREFILL_CTAS_PER_SM, PREFILL_PACKS_GQA
     from costmodel.hardware.mechanisms import class_times
-    from costmodel.price.origin import resolve, transfer
+    from costmodel.price.origin import resolve
+    from costmodel.price.transfer import transfer
 
     a100, h100, b200 = load_profile("a100"), load_profile("h100"), load_profile("b200")
     assert PREFILL_PACKS_GQA == {"flash_attention_2": False, "flash_attention_3": True, "flashinfer": False}
@@ -609,7 +612,8 @@ def test_a_scores_softmax_carried_between_kernels_of_one_kind_scales_with_the_de
     datasheet FP32 peak (75 TFLOP/s over 148 SMs at 2.032 GHz: 124.7 FMAs per SM per clock) counts as 128 lanes.
     Devices with the reference's units (the H200 from the H100) keep its cost; without its special-function fact the
     B300 prices a score as the B200 does."""
-    from costmodel.price.origin import _softmax_cycles, resolve, transfer
+    from costmodel.price.origin import resolve
+    from costmodel.price.transfer import _softmax_cycles, transfer
 
     b200, b300, h100 = load_profile("b200"), load_profile("b300"), load_profile("h100")
     assert 75e12 / (2 * 148 * 2.032e9) == pytest.approx(124.7, abs=0.05)

@@ -74,7 +74,7 @@ def test_kernel_assumptions_read_in_one_pass(args):
 
 
 def test_the_transfer_rule_is_whole_behind_its_name():
-    from costmodel.price.origin import TRANSFER_RULE
+    from costmodel.price.transfer import TRANSFER_RULE
 
     shown = CliRunner().invoke(main, ["explain", "transfer-rule"]).output
     assert TRANSFER_RULE in shown and len(TRANSFER_RULE) > 1000

@@ -47,7 +47,7 @@ def test_fp8_classes_carry_to_the_b200(tables, cls):
     """The B200's fp8 GEMM tables, priced with the H100's fp8 classes through the transfer rule (the check the
     B200's own fit does not see): within 25% median, and the B200's own fit closer (docs/validation.md states
     each)."""
-    from costmodel.price.origin import transfer
+    from costmodel.price.transfer import transfer
 
     hw, h100 = costmodel.load_profile("b200"), costmodel.load_profile("h100")
     ts = [t for t in tables if t.profile == "b200" and t.priced_class == cls]
@@ -61,7 +61,8 @@ def test_the_nvfp4_table_and_its_fitted_class(tables):
     """The B200's NVFP4 linear layers: FLOPs 2MNK at the fp4 peak, bytes counted as a model step counts them (input
     and output in bf16, weights 4 bits and an FP8 scale per 16; by hand on a row), fitted as their own class; the
     block-scaled fp8 class it would fall back to (transferred from the H100) is more than 5x as far off."""
-    from costmodel.price.origin import resolve, transfer
+    from costmodel.price.origin import resolve
+    from costmodel.price.transfer import transfer
 
     hw = costmodel.load_profile("b200")
     ts = [t for t in tables if t.profile == "b200" and t.priced_class == "gemm_nvfp4"]

@@ -302,7 +302,7 @@ def test_a_device_without_activation_fits_uses_its_elementwise_ones():
     res = resolve(cpu, "eager")
     assert res.get("activation") is res.get("elementwise") is res.get("rotary")
     # on the H100 they are transferred from the A100's own fits, not its elementwise one
-    from costmodel.price.origin import vector_bandwidth_scale
+    from costmodel.price.transfer import vector_bandwidth_scale
 
     h100 = resolve(load_profile("h100"), "graph")
     a100 = load_profile("a100").efficiency.classes

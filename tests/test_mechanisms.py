@@ -16,9 +16,10 @@ from costmodel.hardware.catalog import load_all, load_profile
 from costmodel.hardware.mechanisms import DEFAULT_KERNELS, class_times
 from costmodel.hardware.profile import ClassEfficiency
 from costmodel.hardware.tiles import causal_pairs, gemm_tiled_flops
+from costmodel.price.origin import reference_for, resolve, time_model
+from costmodel.price.transfer import attention_kind
 
 DECODE_BLOCK = DEFAULT_KERNELS.decode_block
-from costmodel.price.origin import attention_kind, reference_for, resolve, time_model  # noqa: E402
 
 
 def test_causal_pairs_equal_a_brute_force_count():
@@ -167,7 +168,7 @@ def test_transfer_rule_for_a_gpu_without_data():
 
 def test_a_vector_kernel_carries_its_bandwidth_per_sm_cycle_not_its_fraction_of_the_datasheet():
     from costmodel.hardware.mechanisms import VECTOR_CLASSES
-    from costmodel.price.origin import transfer, vector_bandwidth_scale
+    from costmodel.price.transfer import transfer, vector_bandwidth_scale
 
     h100, b200, h200 = load_profile("h100_sxm"), load_profile("b200"), load_profile("h200_sxm")
     # by hand from the datasheets: 148 SMs at 1.965 GHz over 8 TB/s against 132 at 1.98 GHz over 3.35 TB/s

@@ -14,7 +14,8 @@ from costmodel.attention.sweeps import check_sweep, sweep
 from costmodel.attention.workload import Workload
 from costmodel.cli.commands import main
 from costmodel.hardware.catalog import load_profile
-from costmodel.render.plots import draw_predicted_vs_measured, draw_roofline, draw_sweep
+from costmodel.render.plots import draw_roofline, draw_sweep
+from costmodel.render.serving_plots import draw_predicted_vs_measured
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -185,7 +186,7 @@ def test_sweep_figure_shades_each_variants_range_at_the_model_numbers():
 def test_throughput_latency_figure_draws_each_points_latency_range():
     from costmodel.model.presets import load_model
     from costmodel.model.requests import model_sweep, request
-    from costmodel.render.plots import draw_throughput_latency
+    from costmodel.render.serving_plots import draw_throughput_latency
 
     m, hw = load_model("llama-3-8b"), load_profile("h100")
     records = model_sweep([m], [hw], "batch", [1, 8], input_len=512, output_len=32)

@@ -210,7 +210,7 @@ def test_model_sweep_cli_csv_and_plot(tmp_path):
 
 
 def test_throughput_latency_figure_has_a_curve_per_layout_and_the_memory_limit():
-    from costmodel.render.plots import draw_throughput_latency
+    from costmodel.render.serving_plots import draw_throughput_latency
 
     layouts = [load_model("llama_3_8b"), load_model("llama_3_8b").with_variant("mha")]
     records = model_sweep(layouts, [load_profile("h100")], "batch", [1, 4, 16, 64, 256], context=4096)

@@ -92,7 +92,8 @@ def test_a_gpu_calibration_prices_each_class_at_its_measured_kernel():
     from costmodel.counts.compiled import compile_program
     from costmodel.hardware.mechanisms import efficiency_class
     from costmodel.hardware.profile import HardwareProfile
-    from costmodel.price.op import Conventions, Precision, price, program_ops
+    from costmodel.price.op import Conventions, Precision, price
+    from costmodel.price.program_ops import program_ops
     from costmodel.validation.class_kernels import MEASURED_CLASSES, measure_op_classes, measured_efficiency
 
     peak, read = 50e9, 10e9  # deliberately not this machine's: the fractions are of the stated ceilings

@@ -150,7 +150,8 @@ def validate_command(
         write_profile(save_path, report["calibrated_profile"])
         yield from wrote(save_path)
     if plot_path is not None:
-        from costmodel.render.plots import draw_predicted_vs_measured, save
+        from costmodel.render.plots import save
+        from costmodel.render.serving_plots import draw_predicted_vs_measured
 
         name = "calibrated" if "calibrated" in report["summary"] else "datasheet"
         rows = [
@@ -214,7 +215,8 @@ def published_command(
         write_text(json_path, json.dumps({"rows": report["rows"], "summary": report["summary"]}, indent=None))
         yield from wrote(json_path)
     if plot_path is not None:
-        from costmodel.render.plots import draw_predicted_vs_measured, save
+        from costmodel.render.plots import save
+        from costmodel.render.serving_plots import draw_predicted_vs_measured
 
         rows = [
             {"measured_s": r["measured_s"], "predicted_s": r["predicted_s"], "group": f"{r['gpu']} {r['op_class']}"}

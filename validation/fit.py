@@ -162,7 +162,7 @@ def unfitted_write_s(table, hw, eff, gemm=None, on=frozenset(MECHANISMS)) -> np.
         or "write_bytes" not in (table.shape or {})
     ):
         return 0.0
-    from costmodel.price.origin import small_kernel_s
+    from costmodel.price.transfer import small_kernel_s
 
     launch = (small_kernel_s(gemm, table.timing) or 0.0) if "fixed" in on else 0.0
     seconds = launch + np.asarray(table.shape["write_bytes"], float) / hw.bandwidth

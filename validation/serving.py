@@ -738,7 +738,8 @@ def serving_command(path: str, json_path: str | None, plot_path: str | None, fmt
         if not quiet:
             yield from wrote(json_path)
     if plot_path is not None:
-        from costmodel.render.plots import draw_predicted_vs_measured, save
+        from costmodel.render.plots import save
+        from costmodel.render.serving_plots import draw_predicted_vs_measured
 
         rows = [
             {

@@ -27,8 +27,9 @@ from costmodel.hardware.profile import HardwareProfile
 from costmodel.price.bands import Band, band
 from costmodel.price.bands import assumption as band_assumption
 from costmodel.price.bands import total as band_total
-from costmodel.price.op import Conventions, Precision, price, program_ops
+from costmodel.price.op import Conventions, Precision, price
 from costmodel.price.origin import time_model
+from costmodel.price.program_ops import program_ops
 
 Overlap = Literal["max", "sum"]
 #: The dimension that grows the KV cache in each mode (the one "largest context" solves for).

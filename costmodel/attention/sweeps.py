@@ -20,8 +20,9 @@ from costmodel.core.vocab import DECIMAL, DEFAULTS, MAX_DIM, OVERLAPS, SWEEP_DIM
 from costmodel.counts.compiled import ARG_NAMES, compile_program
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.price.bands import band
-from costmodel.price.op import Conventions, Precision, price, program_ops
+from costmodel.price.op import Conventions, Precision, price
 from costmodel.price.origin import time_model
+from costmodel.price.program_ops import program_ops
 
 #: The most points one range may hold unless told otherwise; more is refused before any work.
 MAX_POINTS: int = DEFAULTS["max_points"]

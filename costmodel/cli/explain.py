@@ -24,7 +24,7 @@ def text(topic: str, gpu: str | None) -> str:
 
         return time_model_text()
     if topic == "transfer-rule":
-        from costmodel.price.origin import TRANSFER_RULE
+        from costmodel.price.transfer import TRANSFER_RULE
 
         return f"transfer rule: {TRANSFER_RULE}"
     if topic in ("ranges", "served-ranges"):

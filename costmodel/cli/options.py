@@ -3,125 +3,23 @@ the small helpers that write files. Imports nothing heavy."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from costmodel.core.checks import excerpt
+from costmodel.cli.click_types import Count
 from costmodel.core.errors import CostModelError
 from costmodel.core.invocation import command_line  # noqa: F401 - the commands' own, where they take it from
 from costmodel.core.vocab import (
     CACHE_APPENDS,
-    DECIMAL,
     DEFAULTS,
     DTYPES,
     EXECUTIONS,
-    MAX_DIGITS,
-    MAX_DIM,
     MECHANISMS,
     OVERLAPS,
     PREDICT_MODES,
     TIMINGS,
-    whole,
 )
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def repeated_option(command: click.Command, args: list[str]) -> str | None:
-    """The first option of ``command`` that ``args`` give twice with different values (a single-valued option
-    keeps only its last value, so a conflict would pass silently), described for an error; else None."""
-    takes = {}
-    for param in command.params:
-        if isinstance(param, click.Option) and not param.multiple and not param.count:
-            for opt in (*param.opts, *param.secondary_opts):
-                takes[opt] = param
-    seen: dict[str, tuple[str, str]] = {}
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if token == "--":
-            break
-        opt, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-        param = takes.get(opt)
-        if param is not None:
-            if param.is_flag:
-                value = opt
-            elif eq:
-                value = inline
-            else:
-                value = args[i + 1] if i + 1 < len(args) else ""
-                i += 1
-            before = seen.get(param.name)
-            if before is not None and before[1] != value:
-                return f"{before[0]} is given twice with different values ({before[1]!r} and {value!r}); give it once"
-            seen[param.name] = (opt, value)
-        i += 1
-    return None
-
-
-class OnceCommand(click.Command):
-    """A command whose single-valued options may not be given twice with different values; where it has
-    ``panels`` (parameter name -> title), its help lists the options in those panels, in the order of their first
-    parameter, and any other under "Other options"."""
-
-    panels: dict[str, str] | None = None
-
-    def parse_args(self, ctx, args):
-        problem = repeated_option(self, list(args))
-        if problem is not None:
-            raise click.UsageError(problem, ctx)
-        return super().parse_args(ctx, args)
-
-    def format_options(self, ctx, formatter):
-        if not self.panels:
-            return super().format_options(ctx, formatter)
-        groups: dict[str, list] = {}
-        first = next(iter(self.panels.values()))
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
-            if record is not None:  # --help goes in the first panel
-                title = first if param is self.get_help_option(ctx) else self.panels.get(param.name, "Other options")
-                groups.setdefault(title, []).append(record)
-        for title in [*dict.fromkeys(self.panels.values()), "Other options"]:
-            if title in groups:
-                with formatter.section(title):
-                    formatter.write_dl(groups[title])
-
-
-class ErrorLineGroup(click.Group):
-    """Turns a :class:`CostModelError` into one ``Error:`` line and exit status 1; anything else that
-    escapes a command is a bug, reported in one line with the command that reproduces it (exit 3). Its
-    commands are :class:`OnceCommand` and its groups of the same kind."""
-
-    command_class = OnceCommand
-    group_class = type
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except CostModelError as err:
-            raise click.ClickException(str(err)) from None
-        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
-            raise
-        except BrokenPipeError:  # the reader of standard output went away (``| head``): nothing left to say
-            import os
-
-            try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            except (OSError, ValueError, AttributeError):  # not a real file (a test's runner)
-                pass
-            raise SystemExit(1) from None
-        except Exception as err:  # noqa: BLE001 - the one place that reports bugs without a traceback
-            import shlex
-
-            command = shlex.join(["costmodel", *sys.argv[1:]]) if sys.argv[1:] else "costmodel"
-            error = click.ClickException(
-                f"internal error (a bug in costmodel, please report it with the command "
-                f"`{command}`): {type(err).__name__}: {str(err)[:300]}"
-            )
-            error.exit_code = 3
-            raise error from None
 
 
 def echo_lines(lines) -> None:
@@ -140,34 +38,6 @@ def emit_json(data) -> None:
     click.echo(text)
 
 
-class PositiveNumber(click.ParamType):
-    """A positive, finite decimal number in ASCII digits (``50``, ``2.5``, ``1e3``; no ``inf``, ``nan`` or
-    other scripts' digits); ``allow_inf``: ``inf`` too."""
-
-    name = "number"
-
-    def __init__(self, allow_inf: bool = False):
-        self.allow_inf = allow_inf
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, float):
-            number = value
-        elif self.allow_inf and isinstance(value, str) and value.strip().lower() == "inf":
-            return float("inf")
-        elif not isinstance(value, str) or not DECIMAL.fullmatch(value):
-            self.fail(
-                f"{excerpt(value)} is not a positive decimal number (e.g. 50 or 2.5"
-                + (", or inf)" if self.allow_inf else ")"),
-                param,
-                ctx,
-            )
-        else:
-            number = float(value)
-        if not 0 < number < float("inf") and not (self.allow_inf and number == float("inf")):
-            self.fail(f"{excerpt(value)} is not a positive, finite number", param, ctx)
-        return number
-
-
 class Name(click.ParamType):
     """A name or path that is not empty (an unset shell variable gives an empty one)."""
 
@@ -177,35 +47,6 @@ class Name(click.ParamType):
         if not isinstance(value, str) or not value.strip():
             self.fail(f"{value!r} is empty; give a name or a path", param, ctx)
         return value
-
-
-class Count(click.ParamType):
-    """A whole number, optionally with a size suffix as serving engines write it (vLLM's convention): k, m,
-    g are powers of 1000 and K, M, G powers of 1024, so ``--context 128k`` is 128000 and ``128K`` 131072."""
-
-    name = "integer"
-
-    def __init__(self, least: int = 1):
-        self.least = least
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int) and not isinstance(value, bool):
-            number = value
-        else:
-            text = str(value)
-            number = whole(text)
-            if number is None and text.isascii() and text.isdigit() and len(text) > MAX_DIGITS:  # too many to read
-                self.fail(f"{excerpt(value, quote=False)} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
-            if number is None:
-                self.fail(
-                    f"{excerpt(value)} is not a whole number: ASCII digits without a leading zero, optionally one "
-                    "suffix (k, m, g = 1000^n; K, M, G = 1024^n), e.g. 4096 or 128k",
-                    param,
-                    ctx,
-                )
-        if not self.least <= number <= MAX_DIM:
-            self.fail(f"{excerpt(value, quote=False)} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
-        return number
 
 
 Positive = Count(1)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import click
 
+from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
 from costmodel.cli.options import (
     FilePath,
-    OnceCommand,
     Positive,
-    PositiveNumber,
     choices,
     emit,
     format_option,

@@ -17,25 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.deploy.workers import DecodePool, PrefillPool, Request
 from costmodel.engine.load import arrival_times
 from costmodel.engine.reports import Stats
-from costmodel.engine.scheduler import Admission, fewest_out
 from costmodel.engine.served import Setup
 from costmodel.hardware.profile import HardwareProfile
-
-#: Engines whose prefill (context) workers run without the overlap scheduler in a disaggregated deployment while
-#: their decode workers keep it: TensorRT-LLM's disaggregated-serving guide (trtllm-serve) gives the context servers
-#: ``disable_overlap_scheduler: True`` ("not yet supported in disaggregated context server architectures") and the
-#: generation servers the default. SGLang runs its overlap loops in both roles (event_loop_overlap_disagg_prefill,
-#: event_loop_overlap_disagg_decode); vLLM 0.12 schedules without overlap in both.
-PREFILL_POOL_WITHOUT_OVERLAP = ("trtllm",)
-#: Engines whose decode worker reserves a request's KV pages before its prefill runs: SGLang's bootstrap
-#: (python/sglang/srt/disaggregation/decode.py DecodePreallocQueue: "pre-allocate kv once there is available kv";
-#: prefill.py PrefillBootstrapQueue holds a request until "bootstrap (handshake and preallocation)" is done, then
-#: runs its forward), so a request that finds the decode pool full waits before its prefill, in TTFT. TensorRT-LLM's
-#: disaggregated server sends a request to a context server first and to a generation server with the result,
-#: whose scheduler then admits it (wait after the first token, in TPOT); vLLM's KV connectors likewise.
-DECODE_RESERVES_FIRST = ("sglang",)
 
 
 @dataclass(frozen=True)
@@ -63,144 +49,6 @@ class Pool:
         return self.workers * self.attention_dp
 
 
-class _Req:
-    __slots__ = ("arrival", "prompt", "output", "done", "prefilled", "first", "finish", "queued", "worker")
-
-    def __init__(self, arrival, prompt, output):
-        self.arrival, self.prompt, self.output = arrival, prompt, output
-        self.worker = -1  # the decode worker that reserved its pages (engines of DECODE_RESERVES_FIRST)
-        self.done = 0
-        self.prefilled = self.first = self.finish = -1.0
-        self.queued = arrival  # when it joined its current worker's queue
-
-
-class _Prefill:
-    """The prefill pool: each worker's queue, and the iterations it ran."""
-
-    def __init__(self, pre: Setup, engines: int):
-        self.setup, self.rule = pre, Admission.of(pre.eng)
-        self.queue = [deque() for _ in range(engines)]
-        self.left = [0] * engines  # prompt tokens waiting or in flight
-        self.busy = [False] * engines
-        self.time = np.zeros(engines)
-        self.iters = self.seqs = 0
-
-    def batch(self, w: int, seen: float) -> list[tuple[_Req, int]]:
-        """(request, tokens) of worker ``w``'s next iteration: the queue's prompts that had reached it by ``seen``,
-        while the rule admits them and their whole caches (held until sent) fit the worker's."""
-        batch, room, held = [], self.rule.budget, 0
-        for r in self.queue[w]:
-            c = self.rule.chunk(r.prompt - r.done, room)
-            if not self.rule.has_slot(len(batch)) or c is None or held + r.prompt > self.setup.kv_tokens:
-                break
-            if r.queued > seen:
-                break
-            held += r.prompt
-            batch.append((r, c))
-            room -= c
-        return batch
-
-
-class _Decode:
-    """The decode pool: each worker's running and waiting requests, cache and planned run."""
-
-    def __init__(self, dec: Setup, engines: int):
-        self.setup, self.rule = dec, Admission.of(dec.eng)
-        self.run: list[list[_Req]] = [[] for _ in range(engines)]
-        self.wait = [deque() for _ in range(engines)]
-        self.busy = [False] * engines
-        self.ctx = [0] * engines  # cached positions of the running sequences, all together
-        self.pages = [0] * engines
-        self.wait_pages = [0] * engines  # pages the waiting requests will take
-        self.time = np.zeros(engines)
-        self.iters = self.seqs = 0
-        # each busy worker's planned run: (start, step ends, step times); a "decoded" event counts only while its
-        # number is the worker's latest (a request that reaches the worker cuts the run short)
-        self.plan: list = [None] * engines
-        self.token = [0] * engines
-        self.pages_total = dec.kv_tokens // self.rule.page
-        self.first_reserve = dec.eng.name in DECODE_RESERVES_FIRST
-        # reserved first (SGLang): a held request has pages for its prompt; running ones grow a token a step within
-        # the cache, every held request keeping `reserve_tokens` of headroom at admission; retracted ones wait
-        self.held = [0] * engines  # requests a worker holds pages for, from before their prefill
-        self.reserve_tokens = dec.eng.reserved_decode_tokens
-        self.retracted: list[deque] = [deque() for _ in range(engines)]
-        self.retractions = 0
-
-    def pages_of(self, r: _Req) -> int:
-        return self.rule.pages(r.prompt + r.output)
-
-    def held_pages(self, r: _Req) -> int:
-        """Pages a decode worker holds for a request before it runs: reserved first, its prompt's; else its whole
-        context's."""
-        return self.rule.pages(r.prompt) if self.first_reserve else self.pages_of(r)
-
-    @staticmethod
-    def cached(r: _Req) -> int:
-        """The tokens a running request's cache holds: its prompt, its first token and those decoded since."""
-        return r.prompt + 1 + r.done
-
-    def need(self, r: _Req) -> int:
-        """A retracted request's tokens and headroom to resume."""
-        return self.cached(r) + self.reserve_tokens
-
-    def allocatable(self, j: int, count_retracted: bool = True) -> int:
-        """Reserved first: the tokens worker ``j`` may still hand out (SGLang's _allocatable_tokens): its cache
-        less the running sequences' tokens, the held prompts' pages, a headroom per request it holds, and (with
-        ``count_retracted``) what its retracted requests need to resume."""
-        back = sum(self.need(r) for r in self.retracted[j]) if count_retracted else 0
-        return (
-            self.setup.kv_tokens
-            - self.ctx[j]
-            - self.rule.page * self.wait_pages[j]
-            - self.reserve_tokens * self.held[j]
-            - back
-        )
-
-    def admits(self, w: int, r: _Req) -> bool:
-        """Whether worker ``w`` takes waiting request ``r`` now: a free slot and, unless it holds the pages
-        already, pages for its whole context."""
-        if not self.rule.has_slot(len(self.run[w])):
-            return False
-        return self.first_reserve or self.pages[w] + self.pages_of(r) <= self.pages_total
-
-    def join(self, w: int, seen: float) -> None:
-        """Worker ``w``'s retracted requests resume first, once it can hand out their tokens and headroom (an idle
-        worker takes one back whatever the headroom: it alone fits the cache); then the requests that had reached
-        it by ``seen``, in order, while the rule admits them."""
-        run, q, back = self.run[w], self.wait[w], self.retracted[w]
-        while (
-            back
-            and self.rule.has_slot(len(run))
-            and (not run or self.need(back[0]) <= self.allocatable(w, count_retracted=False))
-        ):
-            r = back.popleft()
-            run.append(r)
-            self.ctx[w] += self.cached(r)
-        while q and not back and self.admits(w, q[0]) and q[0].queued <= seen:
-            r = q.popleft()
-            self.wait_pages[w] -= self.held_pages(r)
-            run.append(r)
-            self.ctx[w] += r.prompt + 1
-            if not self.first_reserve:
-                self.pages[w] += self.pages_of(r)
-
-    def retract(self, w: int) -> int | None:
-        """Reserved first: the steps every running sequence of worker ``w`` can still grow within the cache,
-        retracting (:func:`costmodel.engine.scheduler.fewest_out`) while not even one fits; None otherwise."""
-        run, fit = self.run[w], None
-        while self.first_reserve and run:
-            fit = (self.setup.kv_tokens - self.rule.page * self.wait_pages[w] - self.ctx[w]) // len(run)
-            if fit >= 1:
-                break
-            victim = fewest_out(run, lambda r: r.done, lambda r: r.prompt)
-            run.remove(victim)
-            self.ctx[w] -= self.cached(victim)
-            self.retracted[w].append(victim)
-            self.retractions += 1
-        return fit
-
-
 class _Pools:
     """The event loop of :func:`simulate`: arrivals, prefill iterations, transfers and decode runs."""
 
@@ -209,11 +57,11 @@ class _Pools:
         self.p_engines, self.d_engines = p.engines, d.engines
         self.prompts, self.outputs, self.n = prompts, outputs, len(prompts)
         self.concurrency, self.transfer_s, self.check = concurrency, transfer_s, check
-        self.reqs: list[_Req] = []
+        self.reqs: list[Request] = []
         self.events: list = []  # (time, order, kind, payload)
         self.order = 0
-        self.P = _Prefill(pre, p.engines)
-        self.D = _Decode(dec, d.engines)
+        self.P = PrefillPool(pre, p.engines)
+        self.D = DecodePool(dec, d.engines)
         self.waits = 0  # requests that reached a decode worker with no slot or pages for them
         self.violations: list = []
         self.gate: deque = deque()  # reserved first: requests waiting for a decode worker with room, before prefill
@@ -223,16 +71,16 @@ class _Pools:
         self.order += 1
 
     def new_request(self, t) -> None:
-        r = _Req(t, int(self.prompts[len(self.reqs)]), int(self.outputs[len(self.reqs)]))
+        r = Request(t, int(self.prompts[len(self.reqs)]), int(self.outputs[len(self.reqs)]))
         self.reqs.append(r)
         self.push(t, "arrive", r)
 
-    def finish(self, r: _Req, t) -> None:
+    def finish(self, r: Request, t) -> None:
         r.finish = t
         if self.concurrency is not None and len(self.reqs) < self.n:
             self.new_request(t)
 
-    def reserve(self, r: _Req) -> bool:
+    def reserve(self, r: Request) -> bool:
         """Reserved first: the decode worker with the fewest requests among those that can take ``r`` (its prompt's
         pages and the headroom within what the worker may hand out) holds its prompt's pages (its ``worker``), or
         False where none can."""
@@ -247,7 +95,7 @@ class _Pools:
         D.wait_pages[r.worker] += D.held_pages(r)
         return True
 
-    def to_prefill(self, r: _Req, t) -> None:
+    def to_prefill(self, r: Request, t) -> None:
         P = self.P
         w = min(range(self.p_engines), key=lambda j: (P.left[j], j))
         r.queued = t
@@ -324,7 +172,7 @@ class _Pools:
         if steps < len(ends):
             self.plan(w, start, ends[:steps], times[:steps])
 
-    def arrived(self, r: _Req, t) -> None:
+    def arrived(self, r: Request, t) -> None:
         if self.D.first_reserve and (self.gate or not self.reserve(r)):
             self.waits += 1
             self.gate.append(r)
@@ -353,7 +201,7 @@ class _Pools:
                 self.push(r.first, "transferred", r)
         self.start_prefill(w, t, t - dt if pre.eng.lag else None)
 
-    def transferred(self, r: _Req, t) -> None:
+    def transferred(self, r: Request, t) -> None:
         D = self.D
         if r.output == 1:
             if D.first_reserve:

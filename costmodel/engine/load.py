@@ -8,7 +8,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from costmodel.core import checks
 from costmodel.core.errors import CostModelError
+from costmodel.engine.layout import Layout
+from costmodel.hardware.profile import HardwareProfile
+from costmodel.model.presets import ModelPreset
 
 #: Requests a benchmark sends per client when none is given: NVIDIA's genai-perf examples use a request
 #: count of ten times the concurrency.
@@ -97,3 +101,66 @@ def arrival_times(n: int, request_rate: float, burstiness: float = 1.0, seed: in
         gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), n)
     t = np.cumsum(gaps)
     return t * (n / request_rate / t[-1])
+
+
+def checked_load(m: ModelPreset, hw: HardwareProfile, load: Load) -> int:
+    """Every check of a load; the number of measured requests (ten per client by default)."""
+    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
+    checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    checks.instance("load", load, Load, "a Load(input_len=..., output_len=..., concurrency=...)")
+    checks.count("input_len", load.input_len)
+    checks.count("output_len", load.output_len)
+    concurrency, request_rate, burstiness = load.concurrency, load.request_rate, load.burstiness
+    if (concurrency is None) == (request_rate is None):
+        raise CostModelError("give one of concurrency (closed loop) and request_rate (Poisson arrivals)")
+    if concurrency is not None:
+        checks.count("concurrency", concurrency)
+    if request_rate is not None and (
+        isinstance(request_rate, bool) or not isinstance(request_rate, (int, float)) or not 0 < request_rate < 1e9
+    ):
+        raise CostModelError(f"request rate must be a positive number of requests per second, got {request_rate!r}")
+    if isinstance(burstiness, bool) or not isinstance(burstiness, (int, float)) or not burstiness > 0:
+        raise CostModelError(
+            f"burstiness must be a positive number (1: Poisson arrivals; below 1 burstier, above 1 "
+            f"more even; inf: evenly spaced), got {burstiness!r}"
+        )
+    if burstiness != 1 and request_rate is None:
+        raise CostModelError("burstiness shapes an open loop's arrivals: give a request rate, not a concurrency")
+    if m.architecture != "decoder":
+        raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
+    n = load.num_requests if load.num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)
+    checks.count("num_requests", n)
+    checks.count("warmup_requests", load.warmup_requests, least=0)
+    if n + load.warmup_requests > MAX_REQUESTS:
+        raise CostModelError(
+            f"num_requests + warmup_requests must be at most {MAX_REQUESTS}, got {n + load.warmup_requests}"
+        )
+    checks.count("client_connections", load.client_connections, optional=True)
+    if load.client_connections is not None and concurrency is None:
+        raise CostModelError(
+            "client_connections caps a closed loop's requests in flight: give a concurrency, not a request rate"
+        )
+    return n
+
+
+def engine_share(load: Load, n: int, layout: Layout) -> tuple[Load, int]:
+    """One engine's even share of ``load`` (``n`` measured requests) under ``layout``'s replicas and attention
+    data parallel groups: the clients (or the rate), the connections and the requests."""
+    checks.count("attention_dp", layout.attention_dp)
+    checks.count("replicas", layout.replicas)
+    for share, what, each in ((layout.replicas, "replicas", "replica"), (layout.attention_dp, "attention_dp", "group")):
+        if share == 1:
+            continue
+        c, conn, rate = load.concurrency, load.client_connections, load.request_rate
+        if c is not None and c % share:
+            raise CostModelError(
+                f"concurrency {c} must be a multiple of {what} {share} (each {each} takes an even share of the clients)"
+            )
+        load = load.with_(
+            concurrency=c // share if c is not None else None,
+            client_connections=max(1, conn // share) if conn is not None else None,
+            request_rate=rate / share if rate is not None else None,
+            warmup_requests=load.warmup_requests // share,
+        )
+        n = max(1, n // share)
+    return load, n

@@ -20,7 +20,8 @@ from costmodel.counts.compiled import compile_block, compile_program
 from costmodel.counts.ops import norm_name
 from costmodel.model.presets import ModelPreset
 from costmodel.model.routing import routed_blocks, routed_load
-from costmodel.price.op import KernelOp, Precision, program_ops
+from costmodel.price.op import KernelOp, Precision
+from costmodel.price.program_ops import program_ops
 
 #: Parameters per norm weight element: RMSNorm has a scale, LayerNorm a scale and a shift.
 NORM_PARAMS = {"rmsnorm": 1, "layernorm": 2}

@@ -236,7 +236,7 @@ def hardware_line(hw: dict) -> str:
     )
 
 
-def _variant_label(w) -> str:
+def workload_label(w) -> str:
     return variant_label(w.variant, w.g)
 
 
@@ -322,7 +322,7 @@ def prediction_table(preds: list) -> str:
     first = preds[0]
     lines = [hardware_line(first.hardware), "workload: " + workload_line(first.workload), ""]
     for p in preds:
-        lines += [_variant_label(p.workload), *op_table(p), ""]
+        lines += [workload_label(p.workload), *op_table(p), ""]
     base = first.total.time_s
     per = "time/token" if first.workload.mode != "batched" else "time"
     head = (
@@ -344,7 +344,7 @@ def prediction_table(preds: list) -> str:
         span = band_cell(t.band and t.band.scaled(scale))
         rows.append(
             (
-                _variant_label(p.workload),
+                workload_label(p.workload),
                 si(t.per_token_s or t.time_s, "s"),
                 span,
                 f"{base / t.time_s:.2f}x",
@@ -361,7 +361,7 @@ def prediction_table(preds: list) -> str:
     lines += ["", "Assumptions:", *(f"  - {a}" for a in first.assumptions)]
     if len(preds) > 1:
         lines.append(
-            f"  - speed-up: time of {_variant_label(first.workload)} / time of each variant, same device and workload"
+            f"  - speed-up: time of {workload_label(first.workload)} / time of each variant, same device and workload"
         )
     return "\n".join(lines)
 
@@ -374,7 +374,7 @@ def sweep_table(sw) -> str:
         + (f" ({hw.efficiency})" if hw.efficiency else " (datasheet roofline)")
         + "; * = does not fit in memory"
     ]
-    labels = [_variant_label(w) if name != "groups" else w.variant.upper() for w in sw.workloads]
+    labels = [workload_label(w) if name != "groups" else w.variant.upper() for w in sw.workloads]
     rows = [(name, *labels)]
     for i, x in enumerate(values):
         cells = [si(r["time_s"], "s") + ("" if r["fits"] else " *") for r in sw.records[i :: len(values)]]
@@ -390,67 +390,3 @@ def capacity_text(nbytes: float) -> str:
     if nbytes % 2**30 == 0 and nbytes % 10**9:
         return f"{gib:.3g} GiB"
     return si(nbytes, "B")
-
-
-def attention_devices_table(hws, comparisons) -> str:
-    """One attention workload on several devices: one row per device and variant."""
-    w = comparisons[0][0].workload
-    lines = [workload_line(w), ""]
-    rows = [("device", "variant", "time", "range", "tokens/s", "bound", "speed-up", "KV + weights", "capacity", "fits")]
-    for hw, comp in zip(hws, comparisons):
-        base = comp[0].total.time_s
-        for p in comp:
-            mem = p.memory
-            rows.append(
-                (
-                    hw.id,
-                    variant_label(p.workload.variant, p.workload.g),
-                    si(p.total.time_s, "s"),
-                    band_cell(p.total.band),
-                    si(p.total.tokens_per_s),
-                    p.total.bound,
-                    f"{base / p.total.time_s:.2f}x",
-                    si(mem.kv_cache_bytes + mem.weight_bytes, "B"),
-                    capacity_text(mem.capacity_bytes),
-                    "yes" if mem.fits else "NO",
-                )
-            )
-    lines += aligned(rows, right={2, 3, 4, 6, 7, 8})
-    per = (
-        "the whole batched call"
-        if w.mode == "batched"
-        else f"one decode step (each of the b={w.b} sequences gains a token)"
-    )
-    lines += [
-        "",
-        "Columns:",
-        f"  - time: {per} through this one attention layer; range: where its measured time is expected to "
-        "fall (80% of published kernel timings); tokens/s: tokens the batch gains a second through this "
-        "layer alone, not a whole model's rate",
-        "  - bound: the longer of its ops' compute and memory at the device's fitted rates; speed-up: over "
-        "each device's first variant; KV + weights: this layer's bytes against the device's capacity (with "
-        "one device, every op and the assumptions are printed)",
-    ]
-    return "\n".join(lines)
-
-
-def sweeps_table(sweeps) -> str:
-    """One attention sweep on several devices: one row per value, one column per (device, variant)."""
-    first = sweeps[0]
-    name, values = first.parameter, first.values
-    lines = [
-        f"sweep of {name} ({first.dim}) on {', '.join(sw.hardware.id for sw in sweeps)}; time per step or "
-        "call (each device's time model: "
-        + "; ".join(f"{sw.hardware.id} {sw.hardware.efficiency or 'datasheet roofline'}" for sw in sweeps)
-        + "); * = does not fit in memory"
-    ]
-    head, columns = [name], []
-    for sw in sweeps:
-        for i, w in enumerate(sw.workloads):
-            head.append(f"{sw.hardware.id} " + (_variant_label(w) if name != "groups" else w.variant.upper()))
-            columns.append(sw.records[i * len(values) : (i + 1) * len(values)])
-    rows = [tuple(head)]
-    for j, x in enumerate(values):
-        rows.append((str(x), *[si(col[j]["time_s"], "s") + ("" if col[j]["fits"] else " *") for col in columns]))
-    lines += aligned(rows, right=range(len(head)))
-    return "\n".join(lines)

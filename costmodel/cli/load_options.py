@@ -1,0 +1,285 @@
+"""The options of a served model under load (`costmodel predict --engine`, `costmodel plan`, the web page's fields), by what each sets."""
+
+from __future__ import annotations
+
+import click
+
+from costmodel.cli.click_types import PositiveNumber
+from costmodel.cli.options import FilePath, NonNegative, Positive, choices
+from costmodel.core.vocab import ENGINE_NAMES, MXFP4_ACTIVATIONS
+
+
+class Fraction(click.ParamType):
+    name = "FRACTION"
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number in (0, 1]", param, ctx)
+        if not 0 < x <= 1:
+            self.fail(f"{value!r} is not in (0, 1]", param, ctx)
+        return x
+
+
+#: The engine and the load: clients or a rate, how many requests, the warm-up.
+LOAD_OPTIONS = [
+    click.option(
+        "--engine",
+        "engine_name",
+        type=choices(ENGINE_NAMES),
+        help="with --model: serve it with this engine's continuous batching under load "
+        "(--concurrency or --request-rate) [default with either: vllm]",
+    ),
+    click.option(
+        "--concurrency",
+        "--max-concurrency",
+        "concurrency",
+        type=Positive,
+        help="closed loop: clients, each sending its next request when its last one finishes",
+    ),
+    click.option(
+        "--client-connections",
+        type=Positive,
+        help="with --concurrency: the benchmark client's connections, the most requests in flight; the "
+        "others wait in the client, their clock running (an aiohttp client holds 100 unless told "
+        "otherwise) [default: one per client]",
+    ),
+    click.option("--request-rate", type=PositiveNumber(), help="open loop: Poisson arrivals, requests per second"),
+    click.option(
+        "--burstiness",
+        type=PositiveNumber(allow_inf=True),
+        default=1.0,
+        show_default=True,
+        help="with --request-rate: the arrivals' gaps gamma-distributed with this shape, as vLLM's bench "
+        "serve draws them (1: Poisson; below 1 burstier, above 1 more even; inf: evenly spaced)",
+    ),
+    click.option(
+        "--num-requests",
+        "--num-prompts",
+        "num_requests",
+        type=Positive,
+        help="requests in the run [default: 10 per client; 1,000 at a request rate]",
+    ),
+    click.option(
+        "--warmup-requests",
+        "--warmup-request-count",
+        "warmup_requests",
+        type=NonNegative,
+        default=0,
+        show_default=True,
+        help="requests run first and left out of the statistics",
+    ),
+]
+
+
+#: The engine's settings (costmodel.engine.config.EngineFlags), under each engine's own names.
+FLAG_OPTIONS = [
+    click.option(
+        "--max-num-batched-tokens",
+        "--max-num-tokens",
+        "--chunked-prefill-size",
+        "max_num_batched_tokens",
+        type=Positive,
+        help="the engine's token budget per iteration",
+    ),
+    click.option(
+        "--max-num-seqs",
+        "--max-batch-size",
+        "--max-running-requests",
+        "max_num_seqs",
+        type=Positive,
+        help="the engine's limit of running sequences",
+    ),
+    click.option(
+        "--gpu-memory-utilization",
+        "--mem-fraction-static",
+        "--free-gpu-memory-fraction",
+        "memory_fraction",
+        type=Fraction(),
+        help="the engine's memory fraction for weights and cache "
+        "(vLLM, SGLang) or of free memory for the cache (TensorRT-LLM)",
+    ),
+    click.option(
+        "--block-size", "--page-size", "--tokens-per-block", "page_size", type=Positive, help="tokens per KV page"
+    ),
+    click.option(
+        "--enable-chunked-prefill/--no-enable-chunked-prefill",
+        "chunked_prefill",
+        default=None,
+        help="split prompts over iterations [default: the engine's]",
+    ),
+    click.option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        "prefix_caching",
+        default=None,
+        help="a preempted request's KV stays cached for its return instead of being recomputed "
+        "[default: on for vLLM, off for SGLang and TensorRT-LLM]",
+    ),
+    click.option(
+        "--async-scheduling/--no-async-scheduling",
+        "async_scheduling",
+        default=None,
+        help="the engine schedules each iteration while the one before runs, so a request that comes "
+        "during an iteration starts an iteration later (SGLang's overlap schedule, TensorRT-LLM's "
+        "overlap scheduler) [default: on for SGLang and TensorRT-LLM, off for vLLM]",
+    ),
+    click.option(
+        "--mxfp4-activations",
+        type=choices(MXFP4_ACTIVATIONS),
+        help="how MXFP4 experts take their activations on a GPU with FP4 math: bf16 (the weights "
+        "dequantized in the kernel) or mxfp8 (an fp8-rate MMA) [default: bf16 for vLLM, mxfp8 for "
+        "SGLang and TensorRT-LLM]",
+    ),
+]
+
+
+#: The requests' lengths and the front end they pass.
+LENGTH_OPTIONS = [
+    click.option(
+        "--length-dist",
+        type=choices(("fixed", "uniform", "range", "normal")),
+        default="fixed",
+        show_default=True,
+        help="request lengths around --input-len and --output-len; range: uniform "
+        "from (1 - spread) x the length up to the length itself, as the random dataset of vLLM's "
+        "benchmark_serving.py and InferenceX's draws them (--random-range-ratio 1 - spread)",
+    ),
+    click.option(
+        "--spread",
+        type=click.FloatRange(0, 0.99),
+        default=0.0,
+        show_default=True,
+        help="with --length-dist uniform: half-width; range: the share below the length; normal: "
+        "standard deviation (a share of the mean)",
+    ),
+    click.option(
+        "--frontend",
+        type=choices(("dynamo", "engine")),
+        default="dynamo",
+        show_default=True,
+        help="the front end the requests pass, whose latency is added to TTFT: Dynamo's frontend, or "
+        "the engine's own OpenAI server (vllm serve; the other engines' own servers are not "
+        "measured apart and take Dynamo's value)",
+    ),
+    click.option(
+        "--lengths-file",
+        type=FilePath(),
+        metavar="FILE",
+        help="request lengths, one request per line: prompt and output tokens (CSV or spaces); the "
+        "requests take them in order, cycled",
+    ),
+]
+
+
+#: Where the engines sit (costmodel.engine.layout.Layout) and how they are evaluated.
+LAYOUT_OPTIONS = [
+    click.option(
+        "--expert-parallel/--no-expert-parallel",
+        "--enable-expert-parallel",
+        "expert_parallel",
+        default=False,
+        show_default=True,
+        help="a mixture of experts' routed experts spread over the --tp devices (expert parallel, "
+        "attention still tensor parallel) instead of every expert sharded",
+    ),
+    click.option(
+        "--expert-parallel-size",
+        "--moe-ep-size",
+        "expert_parallel_size",
+        type=Positive,
+        help="a mixture of experts' routed experts in this many expert-parallel groups within the --tp "
+        "devices, each group sharding its experts' width (TensorRT-LLM's moe_expert_parallel_size; "
+        "--tp: --expert-parallel)",
+    ),
+    click.option(
+        "--attention-dp",
+        "--data-parallel-size",
+        "--dp-size",
+        "attention_dp",
+        type=Positive,
+        help="attention data parallel over this many groups of --tp devices, each an engine with its "
+        "own requests, a mixture of experts' routed experts over all of them: whole experts with "
+        "--expert-parallel, else every expert's width sharded (vLLM's data parallel without "
+        "--enable-expert-parallel) [default: 1]",
+    ),
+    click.option(
+        "--replicas",
+        type=Positive,
+        help="data parallel: copies of the deployment behind a router, each with an even share of the "
+        "clients (or of the request rate) [default: 1]",
+    ),
+    click.option(
+        "--pipeline-parallel-size",
+        "--pp",
+        "--pp-size",
+        "pipeline_parallel",
+        type=Positive,
+        help="pipeline stages of --tp devices each, the layers split among them [default: 1]",
+    ),
+    click.option(
+        "--evaluator",
+        type=choices(("simulation", "steady-state")),
+        default="simulation",
+        show_default=True,
+        help="iteration-level simulation, or the steady-state closed form",
+    ),
+]
+
+
+#: Disaggregated pools: each pool's workers, devices and limits, and the KV link.
+POOL_OPTIONS = [
+    click.option(
+        "--disaggregated",
+        is_flag=True,
+        default=False,
+        help="prefill and decode on separate pools of workers, the KV cache moving between them "
+        "(--prefill-* and --decode-* set each pool)",
+    ),
+    *[
+        opt
+        for role in ("prefill", "decode")
+        for opt in (
+            click.option(
+                f"--{role}-tp",
+                type=Positive,
+                help=f"with --disaggregated: devices of a {role} worker [default: --tp]",
+            ),
+            click.option(f"--{role}-workers", type=Positive, help=f"with --disaggregated: {role} workers [default: 1]"),
+            click.option(
+                f"--{role}-max-num-seqs",
+                type=Positive,
+                help=f"with --disaggregated: a {role} worker's limit of sequences [default: the engine's]",
+            ),
+            click.option(
+                f"--{role}-expert-parallel",
+                is_flag=True,
+                default=False,
+                help=f"with --disaggregated: a {role} worker spreads the routed experts over its devices",
+            ),
+            click.option(
+                f"--{role}-attention-dp",
+                type=Positive,
+                help=f"with --disaggregated: a {role} worker is this many attention data parallel "
+                "groups of its tp devices, each with its own requests, the routed experts over all of "
+                f"them (whole with --{role}-expert-parallel, else each expert's width sharded) "
+                "[default: 1]",
+            ),
+        )
+    ],
+    click.option("--decode-gpu", metavar="GPU", help="with --disaggregated: the decode pool's device [default: --gpu]"),
+    click.option(
+        "--kv-link-bandwidth",
+        type=PositiveNumber(),
+        metavar="BYTES_PER_S",
+        help="with --disaggregated: bytes per second one way per device of the link the KV cache "
+        "crosses [default: the profiles' interconnect or network port]",
+    ),
+]
+
+
+def engine_options(func):
+    """The options of a served model under load, in the order its --help lists them."""
+    for option in reversed([*LOAD_OPTIONS, *FLAG_OPTIONS, *LENGTH_OPTIONS, *LAYOUT_OPTIONS, *POOL_OPTIONS]):
+        func = option(func)
+    return func
