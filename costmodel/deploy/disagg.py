@@ -23,16 +23,14 @@ cost. Load is a closed loop of ``concurrency`` clients or Poisson arrivals, as f
 
 from __future__ import annotations
 
-import numpy as np
-
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.deploy.disagg_reports import DisaggPrediction, KvTransfer, PoolSummary, TtftSplit
-from costmodel.deploy.pools import Pool, prefill_time, simulated
+from costmodel.deploy.disagg_steady import steady_state
+from costmodel.deploy.pools import Pool, simulated
 from costmodel.deploy.workers import DECODE_RESERVES_FIRST, PREFILL_POOL_WITHOUT_OVERLAP
 from costmodel.engine.config import EngineFlags, engine
 from costmodel.engine.load import Load, checked_load, mean_length
-from costmodel.engine.reports import Stats
 from costmodel.engine.reports import assumptions as pool_assumptions
 from costmodel.engine.served import Setup, checkpoint_kv_dtype
 from costmodel.hardware.profile import HardwareProfile
@@ -101,126 +99,47 @@ def serve_disaggregated(
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, load)
-    concurrency, request_rate = load.concurrency, load.request_rate
-    warmup_requests, burstiness = load.warmup_requests, load.burstiness
-    if evaluator == "steady-state" and concurrency is None:
+    if evaluator == "steady-state" and load.concurrency is None:
         raise CostModelError(
             "the steady-state form of disaggregated serving takes a concurrency (a closed loop); "
             "simulate a request rate"
         )
-    checks.instance("flags", flags, EngineFlags, "EngineFlags(...)")
-    pooled = sorted(set(flags.settings()) & {"max_num_seqs", "max_num_batched_tokens"})
-    if pooled:
-        raise CostModelError(f"{', '.join(pooled)} is set per pool: give it on Pool(...) for prefill and decode")
-    for name, pool in (("prefill", prefill), ("decode", decode)):
-        if not isinstance(pool, Pool):
-            raise CostModelError(f"{name} must be a Pool(tp=..., workers=...), got {type(pool).__name__}")
-        checks.count(f"{name} tp", pool.tp)
-        checks.count(f"{name} workers", pool.workers)
-        checks.count(f"{name} attention dp", pool.attention_dp)
-        if pool.gpu is not None:
-            checks.instance(f"{name} gpu", pool.gpu, HardwareProfile, "a HardwareProfile (load_profile(...))")
-    if kv_link_bytes_per_s is not None and (
-        isinstance(kv_link_bytes_per_s, bool)
-        or not isinstance(kv_link_bytes_per_s, (int, float))
-        or not 1e6 <= kv_link_bytes_per_s < 1e16
-    ):
-        raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
+    _checked(flags, prefill, decode, kv_link_bytes_per_s)
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
-    prompts, outputs = load.lengths(n + warmup_requests)
-    mean_in, mean_out = mean_length(prompts), mean_length(outputs)
-    setups = []
-    for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
-        dev = pool.gpu or hw
-        eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
-            **flags.settings(), max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs
-        )
-        if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
-            eng = eng.with_flags(async_scheduling=False)
-        pr = pricing(
-            m,
-            dev,
-            tp=pool.tp,
-            timing=timing,
-            weight_dtype=weight_dtype,
-            kv_dtype=kv_dtype,
-            expert_parallel=pool.expert_parallel,
-            attention_dp=pool.attention_dp,
-            **eng.kernels,
-        )
-        setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads, frontend=frontend))
-    pre, dec = setups
+    prompts, outputs = load.lengths(n + load.warmup_requests)
+    mean_in = mean_length(prompts)
+    pre, dec = _setups(
+        m,
+        hw,
+        prefill,
+        decode,
+        engine_name,
+        flags,
+        prompts,
+        outputs,
+        timing,
+        weight_dtype,
+        kv_dtype,
+        overheads,
+        frontend,
+    )
     if not pre.eng.chunked_prefill and int(prompts.max()) > pre.eng.max_num_batched_tokens:
         raise CostModelError(
             f"a prompt of {int(prompts.max())} tokens exceeds the prefill workers' token budget "
             f"{pre.eng.max_num_batched_tokens} and chunked prefill is off"
         )
     devices = prefill.devices() + decode.devices()
-    if kv_link_bytes_per_s is not None:
-        link, bw, lat = "as given", float(kv_link_bytes_per_s), 0.0
-    else:
-        link, bw, lat = kv_link(pre.pr.hw, dec.pr.hw, devices)
-    per_device = max(pre.kv_per_token, dec.kv_per_token) * mean_in
-    transfer = KvTransfer(
-        bytes_per_request=dec.kv_per_token * decode.tp * mean_in,
-        bytes_per_device=per_device,
-        link=link,
-        link_bytes_per_s=bw,
-        latency_s=lat,
-        time_s=lat + per_device / bw,
-    )
+    transfer = _transfer(pre, dec, decode, devices, mean_in, kv_link_bytes_per_s)
 
-    if evaluator == "steady-state":
-        got = steady_state(
-            pre,
-            dec,
-            prefill,
-            decode,
-            concurrency=concurrency,
-            input_len=mean_in,
-            output_len=mean_out,
-            transfer_s=transfer.time_s,
-        )
-    else:
-        got = simulated(
-            pre,
-            dec,
-            prefill,
-            decode,
-            prompts=prompts,
-            outputs=outputs,
-            input_len=mean_in,
-            warmup=warmup_requests,
-            concurrency=concurrency,
-            request_rate=request_rate,
-            transfer_s=transfer.time_s,
-            seed=load.seed,
-            check=check,
-            burstiness=burstiness,
-        )
-    most = None
-    if request_rate is not None:  # an open loop: the most the pools complete (their capacities, the closed form's)
-        most = steady_state(
-            pre, dec, prefill, decode, concurrency=1, input_len=mean_in, output_len=mean_out, transfer_s=transfer.time_s
-        )["most"]
-    summaries = [
-        PoolSummary(
-            role=role,
-            hardware=model_hardware(s.pr),
-            tp=pool.tp,
-            workers=pool.workers,
-            attention_dp=pool.attention_dp,
-            devices=pool.devices(),
-            max_num_seqs=s.eng.max_num_seqs,
-            max_num_batched_tokens=s.eng.max_num_batched_tokens,
-            kv_cache_tokens=s.kv_tokens,
-            kv_cache_bytes_per_token=s.kv_per_token,
-            mean_batch=got[role]["mean_batch"],
-            busy_share=got[role]["busy_share"],
-            iterations=got[role]["iterations"],
-        )
-        for role, pool, s in (("prefill", prefill, pre), ("decode", decode, dec))
-    ]
+    got, most = _evaluate(pre, dec, prefill, decode, load, prompts, outputs, transfer, evaluator, check)
+    return _report(m, pre, dec, prefill, decode, load, n, prompts, outputs, transfer, evaluator, got, most)
+
+
+def _report(m, pre, dec, prefill: Pool, decode: Pool, load: Load, n, prompts, outputs, transfer, evaluator, got, most):
+    """The deployment's report from the evaluation's statistics (:func:`_evaluate`)."""
+    summaries = _summaries(pre, dec, prefill, decode, got)
+    devices = prefill.devices() + decode.devices()
+    concurrency, request_rate, burstiness = load.concurrency, load.request_rate, load.burstiness
     ttft = got["ttft"]
     ttft_band, tpot_band = served_bands(pre.eng.name, m.moe is not None, "disagg", ttft.mean, got["tpot"].mean)
     return DisaggPrediction(
@@ -260,117 +179,157 @@ def serve_disaggregated(
         burstiness=burstiness,
         assumptions=[
             *_assumptions(
-                pre, dec, prefill, decode, transfer, concurrency, request_rate, warmup_requests, evaluator, burstiness
+                pre,
+                dec,
+                prefill,
+                decode,
+                transfer,
+                concurrency,
+                request_rate,
+                load.warmup_requests,
+                evaluator,
+                burstiness,
             ),
             served_assumption(ttft_band, pre.pr.hw.id),
         ],
     )
 
 
-def steady_state(
-    pre: Setup, dec: Setup, p: Pool, d: Pool, *, concurrency: int, input_len: int, output_len: int, transfer_s: float
-) -> dict:
-    """Means of a closed loop of ``concurrency`` clients in steady state, in closed form.
-
-    A request cycles through its prefill ``s_p`` (alone on a worker), the transfer, and ``k = osl - 1`` decode
-    iterations of ``tau(b)`` at ``b`` sequences per decode worker (at the mean context ``isl + osl / 2``; by
-    Little's law ``b = X k tau(b) / D`` for a throughput of ``X`` requests per second). Unhindered, ``X = C /
-    (s_p + transfer + k tau(b))``. The prefill pool serves at most ``P m / t(m)`` requests per second (a busy
-    worker batches ``m`` waiting prompts, up to its limits), the decode pool at most ``D cap / (k tau(cap))``
-    (``cap``: its sequence limit or its KV cache at each request's peak, or, where the decode worker reserves first,
-    at each request's mean tokens and headroom); past either the clients wait, by
-    Little's law ``C / X`` less the cycle, for a prefill worker (in TTFT) or a decode slot (in TPOT; in TTFT where
-    the decode worker reserves its pages before the prefill, :data:`DECODE_RESERVES_FIRST`, and pages bind). Under an
-    overlap scheduler a request joins a busy decode worker one iteration later (in TPOT)."""
-    isl, osl = input_len, output_len
-    k = osl - 1
-    ctx = isl + osl / 2
-    s_p = prefill_time(pre, isl)
-    budget = pre.eng.max_num_batched_tokens
-    m = max(1, min(pre.eng.max_num_seqs, budget // isl, pre.kv_tokens // isl)) if isl <= budget else 1
-    t_m = (
-        pre.wall(pre.table.time(decode_seqs=0, decode_context_sum=0.0, chunks=[(0, isl)] * m, outputs=m).total_s, m)
-        if m > 1
-        else s_p
-    )
-    x_prefill = p.engines * m / t_m
-    page = dec.eng.page_size
-    if dec.eng.name in DECODE_RESERVES_FIRST:
-        # its requests hold their tokens so far (on average the prompt and half the output) and a headroom each
-        fit = int(dec.kv_tokens // (isl + osl / 2 + dec.eng.reserved_decode_tokens))
+def _evaluate(
+    pre, dec, prefill: Pool, decode: Pool, load: Load, prompts, outputs, transfer: KvTransfer, evaluator, check
+):
+    """(the report's statistics, an open loop's saturation and what binds it) by the closed form or the simulation."""
+    if evaluator == "steady-state":
+        got = steady_state(
+            pre,
+            dec,
+            prefill,
+            decode,
+            concurrency=load.concurrency,
+            input_len=mean_length(prompts),
+            output_len=mean_length(outputs),
+            transfer_s=transfer.time_s,
+        )
     else:
-        fit = dec.kv_tokens // (page * -(-(isl + osl) // page))  # requests whose pages a decode worker holds
-    cap = max(1, min(dec.eng.max_num_seqs, fit))
-
-    grid = np.unique(np.concatenate([np.geomspace(1, cap, 64), np.arange(1, min(cap, 16) + 1)]))
-    taus = dec.wall(np.array([float(dec.table.decode_run(b, b * ctx, 1)[0]) for b in grid]), grid)
-
-    def tau(b: float) -> float:
-        return float(np.interp(min(max(b, 1.0), cap), grid, taus))
-
-    def occupancy(x: float) -> float:
-        """Sequences per decode worker at throughput x: the least b >= 1 with b = x k tau(b) / D (Little's law),
-        the limit where none is."""
-        gap = grid - x * k * taus / d.engines
-        if gap[0] >= 0:
-            return max(x * k * taus[0] / d.engines, 0.0)
-        up = np.nonzero(gap >= 0)[0]
-        if not up.size:
-            return float(cap)
-        i = up[0]
-        w = -gap[i - 1] / (gap[i] - gap[i - 1])
-        return float(grid[i - 1] + w * (grid[i] - grid[i - 1]))
-
-    x_decode = d.engines * cap / (k * tau(cap)) if k else float("inf")
-    x = concurrency / (s_p + transfer_s + k * tau(1.0))
-    for _ in range(100):
-        b = occupancy(x)
-        new = concurrency / (s_p + transfer_s + k * tau(b))
-        if abs(new - x) <= 1e-9 * new:
-            break
-        x = 0.5 * (x + new)
-    x = min(x, x_prefill, x_decode)
-    b = occupancy(x)
-    slack = max(0.0, concurrency / x - (s_p + transfer_s + k * tau(b)))
-    # the clients wait before the prefill where it binds, or where the decode pool's pages bind and its engine
-    # reserves them before the prefill; for a decode slot (a sequence limit), after the first token
-    before_prefill = x_prefill <= x_decode or (dec.eng.name in DECODE_RESERVES_FIRST and fit < dec.eng.max_num_seqs)
-    wait_p, wait_d = (slack, 0.0) if before_prefill else (0.0, slack)
-    front = pre.request_s
-    # an overlap scheduler plans a worker's next iteration while one runs: a request that finds the worker busy
-    # joins an iteration later. A decode worker at b >= 1 is always busy; a prefill worker's queueing below its
-    # capacity, that lag's included, is left out like the rest of it (the TTFT here is a lower bound)
-    late_d = dec.eng.lag * tau(b) if b >= 1 else 0.0
-    ttft = s_p + wait_p + transfer_s + front
-    tpot = tau(b) + ((wait_d + late_d) / k if k else 0.0)
-    e2e = ttft + k * tpot
-
-    def means(v: float) -> Stats:
-        return Stats(mean=v, median=v, p90=v, p99=v)
-
-    return {
-        "ttft": means(ttft),
-        "tpot": means(tpot),
-        "e2e": means(e2e),
-        "queue_s": wait_p,
-        "prefill_s": s_p,
-        "requests_per_s": x,
-        "per_user": osl / e2e,
-        "waits": None,
-        "most": saturation(x_prefill, x_decode),
-        "prefill": {
-            "mean_batch": 1.0 if x < x_prefill else float(m),
-            "iterations": None,
-            "busy_share": min(1.0, x * s_p / p.engines) if x < x_prefill else 1.0,
-        },
-        "decode": {"mean_batch": b, "iterations": None, "busy_share": min(1.0, b)},
-    }
+        got = simulated(
+            pre,
+            dec,
+            prefill,
+            decode,
+            prompts=prompts,
+            outputs=outputs,
+            input_len=mean_length(prompts),
+            warmup=load.warmup_requests,
+            concurrency=load.concurrency,
+            request_rate=load.request_rate,
+            transfer_s=transfer.time_s,
+            seed=load.seed,
+            check=check,
+            burstiness=load.burstiness,
+        )
+    most = None
+    if load.request_rate is not None:  # an open loop: the most the pools complete (their capacities, the closed form's)
+        most = steady_state(
+            pre,
+            dec,
+            prefill,
+            decode,
+            concurrency=1,
+            input_len=mean_length(prompts),
+            output_len=mean_length(outputs),
+            transfer_s=transfer.time_s,
+        )["most"]
+    return got, most
 
 
-def saturation(x_prefill: float, x_decode: float) -> tuple[float, str]:
-    """The most requests per second a disaggregated deployment completes, the lesser of its pools' (each busy all
-    the time: :func:`steady_state`), and which pool that is."""
-    return (x_prefill, "prefill pool") if x_prefill <= x_decode else (x_decode, "decode pool")
+def _checked(flags: EngineFlags, prefill: Pool, decode: Pool, kv_link_bytes_per_s) -> None:
+    """The engine flags (the pools' limits go on each Pool), the pools and the link's bandwidth, checked."""
+    checks.instance("flags", flags, EngineFlags, "EngineFlags(...)")
+    pooled = sorted(set(flags.settings()) & {"max_num_seqs", "max_num_batched_tokens"})
+    if pooled:
+        raise CostModelError(f"{', '.join(pooled)} is set per pool: give it on Pool(...) for prefill and decode")
+    for name, pool in (("prefill", prefill), ("decode", decode)):
+        if not isinstance(pool, Pool):
+            raise CostModelError(f"{name} must be a Pool(tp=..., workers=...), got {type(pool).__name__}")
+        checks.count(f"{name} tp", pool.tp)
+        checks.count(f"{name} workers", pool.workers)
+        checks.count(f"{name} attention dp", pool.attention_dp)
+        if pool.gpu is not None:
+            checks.instance(f"{name} gpu", pool.gpu, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    if kv_link_bytes_per_s is not None and (
+        isinstance(kv_link_bytes_per_s, bool)
+        or not isinstance(kv_link_bytes_per_s, (int, float))
+        or not 1e6 <= kv_link_bytes_per_s < 1e16
+    ):
+        raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
+
+
+def _setups(
+    m, hw, prefill, decode, engine_name, flags, prompts, outputs, timing, weight_dtype, kv_dtype, overheads, frontend
+):
+    """Each pool's engine on its device, priced (:class:`costmodel.engine.served.Setup`): the prefill pool's and
+    the decode pool's."""
+    setups = []
+    for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
+        dev = pool.gpu or hw
+        eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
+            **flags.settings(), max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs
+        )
+        if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
+            eng = eng.with_flags(async_scheduling=False)
+        pr = pricing(
+            m,
+            dev,
+            tp=pool.tp,
+            timing=timing,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            expert_parallel=pool.expert_parallel,
+            attention_dp=pool.attention_dp,
+            **eng.kernels,
+        )
+        setups.append(Setup(m, pr, eng, max_context=max_context, overheads=overheads, frontend=frontend))
+    return setups
+
+
+def _transfer(pre: Setup, dec: Setup, decode: Pool, devices: int, mean_in: int, kv_link_bytes_per_s) -> KvTransfer:
+    """The mean prompt's KV cache crossing from the prefill pool to the decode pool: every device sends or
+    receives its own shard at once, over the link between them (:func:`kv_link`) or one as given."""
+    if kv_link_bytes_per_s is not None:
+        link, bw, lat = "as given", float(kv_link_bytes_per_s), 0.0
+    else:
+        link, bw, lat = kv_link(pre.pr.hw, dec.pr.hw, devices)
+    per_device = max(pre.kv_per_token, dec.kv_per_token) * mean_in
+    return KvTransfer(
+        bytes_per_request=dec.kv_per_token * decode.tp * mean_in,
+        bytes_per_device=per_device,
+        link=link,
+        link_bytes_per_s=bw,
+        latency_s=lat,
+        time_s=lat + per_device / bw,
+    )
+
+
+def _summaries(pre: Setup, dec: Setup, prefill: Pool, decode: Pool, got: dict) -> list[PoolSummary]:
+    """Each pool as the report states it, with the run's (or the closed form's) batch, busy share and iterations."""
+    return [
+        PoolSummary(
+            role=role,
+            hardware=model_hardware(s.pr),
+            tp=pool.tp,
+            workers=pool.workers,
+            attention_dp=pool.attention_dp,
+            devices=pool.devices(),
+            max_num_seqs=s.eng.max_num_seqs,
+            max_num_batched_tokens=s.eng.max_num_batched_tokens,
+            kv_cache_tokens=s.kv_tokens,
+            kv_cache_bytes_per_token=s.kv_per_token,
+            mean_batch=got[role]["mean_batch"],
+            busy_share=got[role]["busy_share"],
+            iterations=got[role]["iterations"],
+        )
+        for role, pool, s in (("prefill", prefill, pre), ("decode", decode, dec))
+    ]
 
 
 def _groups(pool: Pool) -> str:

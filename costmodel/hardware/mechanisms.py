@@ -253,131 +253,164 @@ def class_times(
     work = flops
     beyond, longest = 0.0, 0.0  # SM time beyond the matrix products (tile prologues, softmax scores)
     if cls == "prefill_attention" and shape:
-        B, keys = prefill_tile(kernels, shape.get("k"))  # query rows and key positions of a tile
-        n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
-        heads = np.asarray(shape["b"], float) * shape["h"]
-        per_pair = work / np.maximum(heads * n * m, 1)  # FLOPs of one query-key pair of one head
-        pairs = n * m
-        if "causal" in on and shape.get("window") is not None:
-            pairs = windowed_pairs(n, m, shape["window"], "tiles" in on, B, keys)
-        elif "causal" in on:
-            pairs = blocked_causal_pairs(n, m, B, keys) if "tiles" in on else causal_pairs(n, m)
-        elif "tiles" in on:
-            pairs = np.ceil(n / B) * np.ceil(m / keys) * B * keys
-        tiles = heads * np.ceil(n / B)
-        if (
-            eff.pack_gqa
-            and np.all(np.asarray(keys) == B)
-            and "tiles" in on
-            and "causal" in on
-            and shape.get("window") is None
-            and "g" in shape
-        ):
-            # the query heads of a group share one tile (rows: positions x heads), B / r positions a tile;
-            # tile i of ceil(n r / B) reads ceil((i + 1) / r) key blocks (a prompt: queries from position 0)
-            r = np.asarray(shape["h"], float) / np.asarray(shape["g"], float)
-            T = np.ceil(n * r / B)
-            q, rest = np.floor(T / r), T - np.floor(T / r) * r
-            blocks = r * q * (q + 1) / 2 + rest * (q + 1)
-            packed = (r > 1) & (n == m)
-            pairs = np.where(packed, blocks * B**2 / r, pairs)
-            tiles = np.where(packed, np.asarray(shape["b"], float) * shape["g"] * T, tiles)
-        work = work * pairs / np.maximum(n * m, 1)
-        if "tiles" in on:
-            waves = np.ceil(tiles / sms) * sms / np.maximum(tiles, 1)
-            work = work * waves
-            pairs = pairs * waves
-            # one SM computes a query tile alone: the tile with the most key blocks (the last, under a
-            # causal mask; at most the window's span) bounds the kernel however many SMs there are
-            last = np.ceil(m / keys)  # key blocks of the last query tile
-            if "causal" in on and shape.get("window") is not None:
-                last = np.minimum(last, np.ceil((np.asarray(shape["window"], float) - 1) / keys) + 1)
-            tile_pairs = last * B * keys
-            longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0)) + eff.tile_s
-            # every tile's prologue and epilogue (pipeline fill and drain, its queries loaded and its output
-            # stored) is SM time its blocks do not hide, in whole waves
-            beyond = eff.tile_s * np.ceil(tiles / sms)
-        if "compute" in on:
-            beyond = beyond + eff.score_s * heads * pairs
+        work, beyond, longest = _prefill_work(work, shape, eff, sms, rate, on, kernels)
     compute = np.maximum(work / rate + beyond, longest)
     memory = _streamed(nbytes, eff, bandwidth, on)
     if cls in GEMMS and "tiles" in on and shape:
-        # the library runs the configuration that finishes first; a split-K product reduces its partial
-        # sums in a second kernel (split_s)
-        best = None
-        for cost, splits in gemm_candidates(
-            shape["batch"],
-            shape["M"],
-            shape["K"],
-            shape["N"],
-            sms,
-            eff.small_tile_exponent,
-            eff.tile_k_overhead,
-            kernels,
-            shape.get("m_blocks"),
-        ):
-            c, extra = cost / rate, eff.split_s * (splits > 1)
-            total = (np.maximum(c, memory) if overlap == "max" else c + memory) + extra
-            if best is None:
-                best, compute, split_k = total, c, extra
-            else:
-                faster = total < best
-                compute, split_k = np.where(faster, c, compute), np.where(faster, extra, split_k)
-                best = np.minimum(best, total)
-        # a kernel whose dispatch fixes its tile runs it, unsplit: a single product (gemm_dispatch, a tile scaled
-        # against the library's largest like the candidates above), or every expert's product of a grouped kernel
-        # (grouped_dispatch, at the class's own rate, its configuration chosen by the tokens of the call, not one
-        # expert's rows); any other product keeps the library's choice
-        batch = np.asarray(shape["batch"])
-        for dispatch, where, scaling, largest, keyed in (
-            (kernels.gemm_dispatch.get(cls), batch == 1, eff.small_tile_exponent, kernels.largest_tile, None),
-            (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0, shape.get("tokens")),
-        ):
-            if dispatch is not None:
-                c = (
-                    dispatched_flops(
-                        dispatch.rules,
-                        batch,
-                        shape["M"],
-                        shape["K"],
-                        shape["N"],
-                        sms,
-                        scaling,
-                        eff.tile_k_overhead,
-                        largest,
-                        shape.get("m_blocks"),
-                        keyed,
-                    )
-                    / rate
-                )
-                compute, split_k = np.where(where, c, compute), np.where(where, 0.0, split_k)
+        compute, split_k = _gemm_choice(cls, shape, eff, sms, rate, memory, overlap, kernels, compute, split_k)
     units = split_k
     if cls == "decode_attention" and "work_units" in on and shape:
-        count = np.asarray(shape["b"], float) * shape["g"]
-        split = np.asarray(shape["positions"]) > kernels.decode_block
-        if eff.split_kv == "grouped" and "h" in shape:
-            # a group of one query head is not split: one SM streams each work unit's whole context
-            unsplit = np.asarray(shape["h"]) == np.asarray(shape["g"])
-            split = split & ~unsplit
-            # packing the group's queries is a transpose that is a copy in and out once there is more than
-            # one sequence and more than one key/value head
-            packed = ~unsplit & (np.asarray(shape["b"]) > 1) & (np.asarray(shape["g"]) > 1)
-            fixed = fixed + eff.group_copy_s * packed
-            if eff.unsplit_sm_bandwidth:
-                stream = np.ceil(count / sms) * nbytes / np.maximum(count, 1) / eff.unsplit_sm_bandwidth
-                memory = np.where(unsplit, np.maximum(memory, stream), memory)
-        combine = eff.split_s
-        if eff.combine_split_s and kernels.decode_kernel == "flash_attention_2" and "h" in shape:
-            # FlashAttention-2 splits a grouped context as its heuristic says, and its combine kernel reads the
-            # splits' partial outputs one after another (one cache round trip each)
-            splits = fa2_splits(shape["b"], shape["g"], shape["h"], shape["positions"], sms, kernels.decode_block)
-            split, combine = splits > 1, eff.split_s + eff.combine_split_s * splits
-        units = eff.unit_sm_s * count / sms + combine * split
+        units, memory, fixed = _decode_units(shape, eff, nbytes, memory, fixed, sms, kernels)
+    units = units + _second_kernels(cls, shape, eff, bandwidth, on)
+    body = np.maximum(compute, memory) if overlap == "max" else compute + memory
+    return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units, body=body)
+
+
+def _prefill_work(work, shape: dict, eff, sms, rate, on, kernels: KernelFacts):
+    """A prompt attention call's (work, SM time beyond its matrix products, the longest tile's time): the score
+    pairs its tiles compute under the mask and the window, in whole waves, a group's heads packed in one tile
+    where the kernel does, every tile's prologue and epilogue, and the softmax's time per score."""
+    beyond, longest = 0.0, 0.0
+    B, keys = prefill_tile(kernels, shape.get("k"))  # query rows and key positions of a tile
+    n, m = np.asarray(shape["n"], float), np.asarray(shape["m"], float)
+    heads = np.asarray(shape["b"], float) * shape["h"]
+    per_pair = work / np.maximum(heads * n * m, 1)  # FLOPs of one query-key pair of one head
+    pairs = n * m
+    if "causal" in on and shape.get("window") is not None:
+        pairs = windowed_pairs(n, m, shape["window"], "tiles" in on, B, keys)
+    elif "causal" in on:
+        pairs = blocked_causal_pairs(n, m, B, keys) if "tiles" in on else causal_pairs(n, m)
+    elif "tiles" in on:
+        pairs = np.ceil(n / B) * np.ceil(m / keys) * B * keys
+    tiles = heads * np.ceil(n / B)
+    if (
+        eff.pack_gqa
+        and np.all(np.asarray(keys) == B)
+        and "tiles" in on
+        and "causal" in on
+        and shape.get("window") is None
+        and "g" in shape
+    ):
+        # the query heads of a group share one tile (rows: positions x heads), B / r positions a tile;
+        # tile i of ceil(n r / B) reads ceil((i + 1) / r) key blocks (a prompt: queries from position 0)
+        r = np.asarray(shape["h"], float) / np.asarray(shape["g"], float)
+        T = np.ceil(n * r / B)
+        q, rest = np.floor(T / r), T - np.floor(T / r) * r
+        blocks = r * q * (q + 1) / 2 + rest * (q + 1)
+        packed = (r > 1) & (n == m)
+        pairs = np.where(packed, blocks * B**2 / r, pairs)
+        tiles = np.where(packed, np.asarray(shape["b"], float) * shape["g"] * T, tiles)
+    work = work * pairs / np.maximum(n * m, 1)
+    if "tiles" in on:
+        waves = np.ceil(tiles / sms) * sms / np.maximum(tiles, 1)
+        work = work * waves
+        pairs = pairs * waves
+        # one SM computes a query tile alone: the tile with the most key blocks (the last, under a
+        # causal mask; at most the window's span) bounds the kernel however many SMs there are
+        last = np.ceil(m / keys)  # key blocks of the last query tile
+        if "causal" in on and shape.get("window") is not None:
+            last = np.minimum(last, np.ceil((np.asarray(shape["window"], float) - 1) / keys) + 1)
+        tile_pairs = last * B * keys
+        longest = tile_pairs * sms * (per_pair / rate + (eff.score_s if "compute" in on else 0.0)) + eff.tile_s
+        # every tile's prologue and epilogue (pipeline fill and drain, its queries loaded and its output
+        # stored) is SM time its blocks do not hide, in whole waves
+        beyond = eff.tile_s * np.ceil(tiles / sms)
+    if "compute" in on:
+        beyond = beyond + eff.score_s * heads * pairs
+    return work, beyond, longest
+
+
+def _gemm_choice(cls: str, shape: dict, eff, sms, rate, memory, overlap: str, kernels: KernelFacts, compute, split_k):
+    """(compute, split-K reduction time) of a matrix product: the library's fastest configuration, or the one a
+    kernel's dispatch fixes (``compute``, ``split_k``: where neither applies)."""
+    # the library runs the configuration that finishes first; a split-K product reduces its partial
+    # sums in a second kernel (split_s)
+    best = None
+    for cost, splits in gemm_candidates(
+        shape["batch"],
+        shape["M"],
+        shape["K"],
+        shape["N"],
+        sms,
+        eff.small_tile_exponent,
+        eff.tile_k_overhead,
+        kernels,
+        shape.get("m_blocks"),
+    ):
+        c, extra = cost / rate, eff.split_s * (splits > 1)
+        total = (np.maximum(c, memory) if overlap == "max" else c + memory) + extra
+        if best is None:
+            best, compute, split_k = total, c, extra
+        else:
+            faster = total < best
+            compute, split_k = np.where(faster, c, compute), np.where(faster, extra, split_k)
+            best = np.minimum(best, total)
+    # a kernel whose dispatch fixes its tile runs it, unsplit: a single product (gemm_dispatch, a tile scaled
+    # against the library's largest like the candidates above), or every expert's product of a grouped kernel
+    # (grouped_dispatch, at the class's own rate, its configuration chosen by the tokens of the call, not one
+    # expert's rows); any other product keeps the library's choice
+    batch = np.asarray(shape["batch"])
+    for dispatch, where, scaling, largest, keyed in (
+        (kernels.gemm_dispatch.get(cls), batch == 1, eff.small_tile_exponent, kernels.largest_tile, None),
+        (kernels.grouped_dispatch.get(cls), batch > 1, 0.0, 1.0, shape.get("tokens")),
+    ):
+        if dispatch is not None:
+            c = (
+                dispatched_flops(
+                    dispatch.rules,
+                    batch,
+                    shape["M"],
+                    shape["K"],
+                    shape["N"],
+                    sms,
+                    scaling,
+                    eff.tile_k_overhead,
+                    largest,
+                    shape.get("m_blocks"),
+                    keyed,
+                )
+                / rate
+            )
+            compute, split_k = np.where(where, c, compute), np.where(where, 0.0, split_k)
+    return compute, split_k
+
+
+def _decode_units(shape: dict, eff, nbytes, memory, fixed, sms, kernels: KernelFacts):
+    """(work units' SM time and split combines, memory time, fixed cost) of a decode attention call: its
+    (sequence, key/value head) work units over the SMs, a split context's combine, a group's packing copies and
+    an unsplit context streamed by one SM."""
+    count = np.asarray(shape["b"], float) * shape["g"]
+    split = np.asarray(shape["positions"]) > kernels.decode_block
+    if eff.split_kv == "grouped" and "h" in shape:
+        # a group of one query head is not split: one SM streams each work unit's whole context
+        unsplit = np.asarray(shape["h"]) == np.asarray(shape["g"])
+        split = split & ~unsplit
+        # packing the group's queries is a transpose that is a copy in and out once there is more than
+        # one sequence and more than one key/value head
+        packed = ~unsplit & (np.asarray(shape["b"]) > 1) & (np.asarray(shape["g"]) > 1)
+        fixed = fixed + eff.group_copy_s * packed
+        if eff.unsplit_sm_bandwidth:
+            stream = np.ceil(count / sms) * nbytes / np.maximum(count, 1) / eff.unsplit_sm_bandwidth
+            memory = np.where(unsplit, np.maximum(memory, stream), memory)
+    combine = eff.split_s
+    if eff.combine_split_s and kernels.decode_kernel == "flash_attention_2" and "h" in shape:
+        # FlashAttention-2 splits a grouped context as its heuristic says, and its combine kernel reads the
+        # splits' partial outputs one after another (one cache round trip each)
+        splits = fa2_splits(shape["b"], shape["g"], shape["h"], shape["positions"], sms, kernels.decode_block)
+        split, combine = splits > 1, eff.split_s + eff.combine_split_s * splits
+    units = eff.unit_sm_s * count / sms + combine * split
+    return units, memory, fixed
+
+
+def _second_kernels(cls: str, shape: dict, eff, bandwidth, on):
+    """The time of the kernels a call runs beside its own: a low-precision product's input quantize, a prompt's
+    cache write."""
+    extra = 0.0
     if cls in QUANTIZED_WIDTH and eff.quantize_input and "quantize" in on and shape and "M" in shape:
         # the activations' quantize kernel: the M x K input read at its width (bf16 unless the shape says) and
         # written in the narrow format, at the class's achieved-bandwidth curve
         elements = np.asarray(shape["batch"], float) * np.asarray(shape["M"], float) * np.asarray(shape["K"], float)
-        units = units + _streamed(elements * ((shape.get("width") or 2.0) + QUANTIZED_WIDTH[cls]), eff, bandwidth, on)
+        extra = extra + _streamed(elements * ((shape.get("width") or 2.0) + QUANTIZED_WIDTH[cls]), eff, bandwidth, on)
     if (
         cls == "prefill_attention"
         and "cache_write" in on
@@ -386,9 +419,8 @@ def class_times(
         and eff.cache_write_ceiling
     ):
         # a second kernel of the same call: the prompt's keys and values are read and written into the cache
-        units = units + np.asarray(shape["write_bytes"], float) / (bandwidth * eff.cache_write_ceiling)
-    body = np.maximum(compute, memory) if overlap == "max" else compute + memory
-    return Times(fixed=fixed, compute=compute, memory=memory, units=units, time=fixed + body + units, body=body)
+        extra = extra + np.asarray(shape["write_bytes"], float) / (bandwidth * eff.cache_write_ceiling)
+    return extra
 
 
 def ring_all_reduce(nbytes, devices: int, one_way_bandwidth: float, latency: float) -> tuple:
