@@ -6,6 +6,8 @@ command imports what it uses.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import click
 
 from costmodel import __version__
@@ -47,6 +49,39 @@ def main() -> None:
     """Exact FLOP and memory costs of MHA, GQA and MQA attention, and what they cost on an accelerator."""
 
 
+#: predict's own parameters; the other options are the workload's dimensions (--batch, --context, ...).
+PREDICT_PARAMS = (
+    "gpus",
+    "variant",
+    "groups",
+    "mode",
+    "dtype",
+    "layers",
+    "execution",
+    "overlap",
+    "cache_append",
+    "timing",
+    "without",
+    "sweep_spec",
+    "csv_path",
+    "max_points",
+    "model_name",
+    "tp",
+    "kv_heads",
+    "weight_dtype",
+    "kv_dtype",
+    "mla_form",
+    "input_len",
+    "output_len",
+    "model_config",
+    "source",
+    "variants",
+    "routing",
+    "fmt",
+    "as_json",
+)
+
+
 @main.command()
 @gpus_option
 @variant_option(
@@ -78,37 +113,7 @@ def main() -> None:
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON (--format json; an array when several are compared)")
 @html_option(refuse={"sweep_spec": "--sweep (`costmodel sweep --out FILE` draws a sweep)", "csv_path": "--csv"})
-def predict(
-    gpus,
-    variant,
-    groups,
-    mode,
-    dtype,
-    layers,
-    execution,
-    overlap,
-    cache_append,
-    timing,
-    without,
-    sweep_spec,
-    csv_path,
-    max_points,
-    model_name,
-    tp,
-    kv_heads,
-    weight_dtype,
-    kv_dtype,
-    mla_form,
-    input_len,
-    output_len,
-    model_config,
-    source,
-    variants,
-    routing,
-    fmt,
-    as_json,
-    **dims,
-) -> None:
+def predict(**options) -> None:
     """Predict per-op and total latency of attention, or of a whole model, on one or more devices.
 
     With no workload flags: one decode step of a 7-8B-class layer (d 4096, 32 heads, head dim 128,
@@ -124,100 +129,117 @@ def predict(
     """
     from costmodel.hardware.catalog import load_profile
 
-    load = {k: dims.pop(k) for k in LOAD_KEYS}
-    fmt = output_format(fmt, as_json)
-    hws = [load_profile(g) for g in gpus]
-    if model_name and model_config:
+    load = {k: options.pop(k) for k in LOAD_KEYS}
+    o = SimpleNamespace(**{k: options.pop(k) for k in PREDICT_PARAMS})
+    dims = options  # the workload's dimensions (--batch, --context, --heads, ...)
+    fmt = output_format(o.fmt, o.as_json)
+    hws = [load_profile(g) for g in o.gpus]
+    if o.model_name and o.model_config:
         raise CostModelError("give --model or --model-config, not both")
-    if model_name or model_config:
-        extra = {k: v for k, v in dims.items() if v is not None and k not in ("batch", "context")}
-        extra |= {"layers": layers} if layers != 1 else {}
-        extra |= {"mode": mode} if mode.lower() != "incremental" else {}
-        if extra:
-            flag = "--" + next(iter(extra)).replace("_", "-")
-            raise CostModelError(
-                f"{flag} does not apply with --model (the model sets its shape; "
-                "--batch, --context, --source, --dtype, --execution, --tp and --variant/--groups do)"
-            )
-        from costmodel.cli.serving import conventions, load_layouts, predict_models
-
-        layouts = load_layouts(model_config or model_name, variant, groups, kv_heads, variants, routing)
-        step = step_layout(load)
-        if wants_load(load):
-            if sweep_spec or dims["batch"] is not None or dims["context"] is not None:
-                raise CostModelError(
-                    "--sweep, --batch and --context do not apply to a served model (the engine "
-                    "forms its own batches; --max-num-seqs limits them)"
-                )
-            predict_load(
-                hws,
-                layouts,
-                fmt,
-                load,
-                input_len=input_len,
-                output_len=output_len,
-                pricing=conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form),
-            )
-            return
-        predict_models(
-            hws,
-            layouts,
-            fmt,
-            batch=dims["batch"],
-            context=dims["context"],
-            input_len=input_len,
-            output_len=output_len,
-            sweep_spec=sweep_spec,
-            csv_path=csv_path,
-            max_points=max_points,
-            source=source,
-            pricing=conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form)
-            | step,
-        )
+    if o.model_name or o.model_config:
+        _predict_models(hws, fmt, load, dims, o)
         return
     if wants_load(load):
         raise CostModelError("--engine, --concurrency and --request-rate apply with --model")
+    _predict_attention(hws, fmt, dims, o)
+
+
+def _predict_models(hws, fmt, load: dict, dims: dict, o) -> None:
+    """predict --model: a model's step or request, or served under load (``o``: predict's parameters)."""
+    extra = {k: v for k, v in dims.items() if v is not None and k not in ("batch", "context")}
+    extra |= {"layers": o.layers} if o.layers != 1 else {}
+    extra |= {"mode": o.mode} if o.mode.lower() != "incremental" else {}
+    if extra:
+        flag = "--" + next(iter(extra)).replace("_", "-")
+        raise CostModelError(
+            f"{flag} does not apply with --model (the model sets its shape; "
+            "--batch, --context, --source, --dtype, --execution, --tp and --variant/--groups do)"
+        )
+    from costmodel.cli.serving import conventions, load_layouts, predict_models
+
+    layouts = load_layouts(o.model_config or o.model_name, o.variant, o.groups, o.kv_heads, o.variants, o.routing)
+    step = step_layout(load)
+    if wants_load(load):
+        if o.sweep_spec or dims["batch"] is not None or dims["context"] is not None:
+            raise CostModelError(
+                "--sweep, --batch and --context do not apply to a served model (the engine "
+                "forms its own batches; --max-num-seqs limits them)"
+            )
+        predict_load(
+            hws,
+            layouts,
+            fmt,
+            load,
+            input_len=o.input_len,
+            output_len=o.output_len,
+            pricing=conventions(
+                o.dtype, o.execution, o.tp, o.overlap, o.timing, o.without, o.weight_dtype, o.kv_dtype, o.mla_form
+            ),
+        )
+        return
+    predict_models(
+        hws,
+        layouts,
+        fmt,
+        batch=dims["batch"],
+        context=dims["context"],
+        input_len=o.input_len,
+        output_len=o.output_len,
+        sweep_spec=o.sweep_spec,
+        csv_path=o.csv_path,
+        max_points=o.max_points,
+        source=o.source,
+        pricing=conventions(
+            o.dtype, o.execution, o.tp, o.overlap, o.timing, o.without, o.weight_dtype, o.kv_dtype, o.mla_form
+        )
+        | step,
+    )
+
+
+def _predict_attention(hws, fmt, dims: dict, o) -> None:
+    """predict without --model: attention workloads, one prediction per device or a sweep (``o``: predict's
+    parameters)."""
     model_only = [
         flag
         for flag, value in (
-            ("--tp", tp != 1 or None),
-            ("--source", source),
-            ("--kv-heads", kv_heads),
-            ("--weight-dtype", weight_dtype),
-            ("--kv-dtype", kv_dtype),
-            ("--mla-form", mla_form),
-            ("--input-len", input_len),
-            ("--output-len", output_len),
-            ("--variants", variants or None),
-            ("--routing", routing),
+            ("--tp", o.tp != 1 or None),
+            ("--source", o.source),
+            ("--kv-heads", o.kv_heads),
+            ("--weight-dtype", o.weight_dtype),
+            ("--kv-dtype", o.kv_dtype),
+            ("--mla-form", o.mla_form),
+            ("--input-len", o.input_len),
+            ("--output-len", o.output_len),
+            ("--variants", o.variants or None),
+            ("--routing", o.routing),
         )
         if value
     ]
     if model_only:
         raise CostModelError(f"{model_only[0]} applies with --model")
-    if variant and variant.lower() == "mla":
+    if o.variant and o.variant.lower() == "mla":
         raise CostModelError(
             "--variant mla applies with --model (a model gives the latent's widths) or in "
             "`costmodel derive --variant mla`"
         )
-    if csv_path is not None and not sweep_spec:
+    if o.csv_path is not None and not o.sweep_spec:
         raise CostModelError("--csv needs --sweep DIM=RANGE")
     from costmodel.attention.workload import workloads
 
     chosen = workloads(
-        variant,
-        groups,
-        mode,
-        dtype=dtype,
-        layers=layers,
-        execution=execution or DEFAULTS["execution"],
-        cache_append=cache_append,
+        o.variant,
+        o.groups,
+        o.mode,
+        dtype=o.dtype,
+        layers=o.layers,
+        execution=o.execution or DEFAULTS["execution"],
+        cache_append=o.cache_append,
         **given(dims),
     )
-    if sweep_spec:
-        attention_sweep(hws, chosen, sweep_spec, fmt, csv_path, overlap, max_points, timing, without)
+    if o.sweep_spec:
+        attention_sweep(hws, chosen, o.sweep_spec, fmt, o.csv_path, o.overlap, o.max_points, o.timing, o.without)
     else:
-        attention_predict(hws, chosen, bool(variant), fmt, overlap, timing, without)
+        attention_predict(hws, chosen, bool(o.variant), fmt, o.overlap, o.timing, o.without)
 
 
 #: predict's options by what they ask, as its --help lists them.

@@ -89,6 +89,94 @@ def saturation(setup, *, input_len: int, output_len: int, in_flight: int | None 
     return Saturation(cap / (p.ttft_s - setup.request_s + (output_len - 1) * p.tpot_s), cap, binds)
 
 
+class _Form:
+    """One engine's iterations at a steady running count, in closed form (the module's docstring)."""
+
+    def __init__(self, setup, isl: int, osl: int):
+        self.setup, self.eng, self.table = setup, setup.eng, setup.table
+        self.isl, self.osl, self.ctx = isl, osl, isl + osl / 2
+
+    def iteration(
+        self, decode: float, prompt_tokens: float, outputs: float, start: int = 0, others=None, running: float = 1.0
+    ) -> float:
+        """An iteration of ``decode`` decode tokens and ``prompt_tokens`` of prompts: whole prompts, then a part
+        (or, from ``start``, the chunk of one prompt that begins there), with ``running`` sequences; ``others``: what
+        each other attention data parallel group runs (:meth:`IterationTable.others_for`)."""
+        d = int(round(decode)) if self.eng.mixes else 0
+        chunks, left = [], int(round(prompt_tokens))
+        while left > 0:
+            c = min(self.isl - start, left)
+            chunks.append((start, c))
+            left -= c
+            start = 0
+        return self.setup.wall(
+            self.table.time(
+                decode_seqs=d,
+                decode_context_sum=d * self.ctx,
+                chunks=chunks,
+                outputs=d + int(round(outputs)),
+                others=others,
+            ).total_s,
+            running,
+        )
+
+    def times(self, b: float, waits: bool = False) -> Times:
+        b_dec = max(b - 1, 0)
+        room = self.eng.max_num_batched_tokens - (b_dec if self.eng.mixes else 0)
+        k = math.ceil(self.isl / max(room, 1))
+        starts = b / (self.osl - 1 + k) if self.osl > 1 else b / k  # requests starting per iteration
+        others = self.table.others_for(
+            b, self.isl / self.osl
+        )  # attention data parallel: the other groups, copies of this one
+        dec = self.setup.wall(
+            float(self.table.decode_run(max(int(round(b)), 1), max(int(round(b)), 1) * self.ctx, 1, others)[0]), b
+        )
+        if k > 1:  # a prompt longer than the room: its chunks fill k iterations, each after the ones before
+            # (the others' prompts sharing those iterations are left out: TTFT up to ~17% low here)
+            tagged = sum(
+                self.iteration(
+                    b_dec, min(room, self.isl - i * room), i == k - 1, start=i * room, others=others, running=b
+                )
+                for i in range(k)
+            )
+            load = starts * self.isl  # prompt tokens per iteration, on average
+            f = min(1.0, load / room) if self.eng.mixes else k * b / (self.osl - 1 + k * b)
+            avg = (
+                self.iteration(b_dec, min(load / f, room), starts / f, others=others, running=b)
+                if self.eng.mixes
+                else tagged / k
+            )
+        else:
+            f = min(1.0, starts) if self.eng.mixes else starts / (1 + starts)
+            # a prompt shares its iteration with the others starting then (size-biased: its own plus the mean)
+            tagged = self.iteration(b_dec, min(self.isl * (1 + starts), room), 1 + starts, others=others, running=b)
+            avg = self.iteration(
+                b_dec, min(self.isl * max(starts, 1.0), room), max(starts, 1.0), others=others, running=b
+            )
+        if self.eng.mixes:
+            tpot = f * avg + (1 - f) * dec
+        else:  # every prompt's own iterations stall the decoding sequences: about b prompts per lifetime
+            tpot = dec + b * k * self.iteration(0, self.isl, 1, others=others, running=b) / max(self.osl - 1, 1)
+        step = tpot if self.eng.mixes else dec
+        if not waits:
+            return Times(tagged, tpot, f, step)
+        # an open loop's waits (the module's docstring): the rest of the iteration an arrival lands in, the mean of
+        # the iteration times weighted by their length (f of them carrying prompts, avg long, the rest dec), and the
+        # time one prompt's prefill adds to its iterations (alone where the engine does not mix; a prompt of k > 1
+        # chunks has them alone already in tagged)
+        landed = (f * avg**2 + (1 - f) * dec**2) / (2 * (f * avg + (1 - f) * dec))
+        alone = (tagged if k > 1 else self.iteration(b_dec, min(self.isl, room), 1, others=others, running=b)) - (
+            k * dec if self.eng.mixes else 0.0
+        )
+        return Times(tagged, tpot, f, step, landed, max(alone, 0.0))
+
+    def first(self, t: Times) -> float:
+        """A closed loop's first-token time in the engine: the prompt's iterations, half a decode iteration waited
+        out where the engine does not mix (a request comes while one runs), an iteration more under an overlap
+        scheduler."""
+        return t.tagged + (self.eng.lag + (0 if self.eng.mixes else 0.5)) * t.step
+
+
 def steady_state(
     setup,
     *,
@@ -102,119 +190,15 @@ def steady_state(
 ) -> LoadPrediction:
     """Means of ``setup``'s engine under the load, in closed form (the module's docstring); an open loop's
     ``burstiness`` is only reported: the means here do not depend on how the arrivals bunch."""
-    eng, table = setup.eng, setup.table
     isl, osl = input_len, output_len
     peak = isl + osl
     cap, binds = _cap(setup, isl, osl, in_flight)
-    ctx = isl + osl / 2
-
-    def iteration(
-        decode: float, prompt_tokens: float, outputs: float, start: int = 0, others=None, running: float = 1.0
-    ) -> float:
-        """An iteration of ``decode`` decode tokens and ``prompt_tokens`` of prompts: whole prompts, then a part
-        (or, from ``start``, the chunk of one prompt that begins there), with ``running`` sequences; ``others``: what
-        each other attention data parallel group runs (:meth:`IterationTable.others_for`)."""
-        d = int(round(decode)) if eng.mixes else 0
-        chunks, left = [], int(round(prompt_tokens))
-        while left > 0:
-            c = min(isl - start, left)
-            chunks.append((start, c))
-            left -= c
-            start = 0
-        return setup.wall(
-            table.time(
-                decode_seqs=d, decode_context_sum=d * ctx, chunks=chunks, outputs=d + int(round(outputs)), others=others
-            ).total_s,
-            running,
-        )
-
-    def times(b: float, waits: bool = False) -> Times:
-        b_dec = max(b - 1, 0)
-        room = eng.max_num_batched_tokens - (b_dec if eng.mixes else 0)
-        k = math.ceil(isl / max(room, 1))
-        starts = b / (osl - 1 + k) if osl > 1 else b / k  # requests starting per iteration
-        others = table.others_for(b, isl / osl)  # attention data parallel: the other groups, copies of this one
-        dec = setup.wall(float(table.decode_run(max(int(round(b)), 1), max(int(round(b)), 1) * ctx, 1, others)[0]), b)
-        if k > 1:  # a prompt longer than the room: its chunks fill k iterations, each after the ones before
-            # (the others' prompts sharing those iterations are left out: TTFT up to ~17% low here)
-            tagged = sum(
-                iteration(b_dec, min(room, isl - i * room), i == k - 1, start=i * room, others=others, running=b)
-                for i in range(k)
-            )
-            load = starts * isl  # prompt tokens per iteration, on average
-            f = min(1.0, load / room) if eng.mixes else k * b / (osl - 1 + k * b)
-            avg = (
-                iteration(b_dec, min(load / f, room), starts / f, others=others, running=b) if eng.mixes else tagged / k
-            )
-        else:
-            f = min(1.0, starts) if eng.mixes else starts / (1 + starts)
-            # a prompt shares its iteration with the others starting then (size-biased: its own plus the mean)
-            tagged = iteration(b_dec, min(isl * (1 + starts), room), 1 + starts, others=others, running=b)
-            avg = iteration(b_dec, min(isl * max(starts, 1.0), room), max(starts, 1.0), others=others, running=b)
-        if eng.mixes:
-            tpot = f * avg + (1 - f) * dec
-        else:  # every prompt's own iterations stall the decoding sequences: about b prompts per lifetime
-            tpot = dec + b * k * iteration(0, isl, 1, others=others, running=b) / max(osl - 1, 1)
-        step = tpot if eng.mixes else dec
-        if not waits:
-            return Times(tagged, tpot, f, step)
-        # an open loop's waits (the module's docstring): the rest of the iteration an arrival lands in, the mean of
-        # the iteration times weighted by their length (f of them carrying prompts, avg long, the rest dec), and the
-        # time one prompt's prefill adds to its iterations (alone where the engine does not mix; a prompt of k > 1
-        # chunks has them alone already in tagged)
-        landed = (f * avg**2 + (1 - f) * dec**2) / (2 * (f * avg + (1 - f) * dec))
-        alone = (tagged if k > 1 else iteration(b_dec, min(isl, room), 1, others=others, running=b)) - (
-            k * dec if eng.mixes else 0.0
-        )
-        return Times(tagged, tpot, f, step, landed, max(alone, 0.0))
-
-    def first(t: Times) -> float:
-        """A closed loop's first-token time in the engine: the prompt's iterations, half a decode iteration waited
-        out where the engine does not mix (a request comes while one runs), an iteration more under an overlap
-        scheduler."""
-        return t.tagged + (lag + (0 if eng.mixes else 0.5)) * t.step
-
-    lag = eng.lag  # an overlap scheduler starts a request an iteration later
+    form = _Form(setup, isl, osl)
     most = None  # an open loop's saturation
     if concurrency is not None:
-        b = min(concurrency, cap)
-        t = times(b)
-        ttft, tpot, f = first(t), t.tpot, t.f
-        run = ttft + (osl - 1) * tpot
-        rate = b / run
-        wait = max(concurrency / rate - run, 0.0) if concurrency > b else 0.0
-        ttft += wait + setup.request_s
-        rps = concurrency / (ttft + (osl - 1) * tpot)
+        b, ttft, tpot, f, rps = _closed_loop(form, concurrency, cap)
     else:
-        # open loop: the running count follows Little's law, B = rate x time in the engine
-        b = 1.0
-        for _ in range(50):
-            at = min(b, cap)
-            ttft, tpot, f, step = times(at)[:4]
-            b_new = request_rate * (ttft + (osl - 1) * tpot)
-            if abs(b_new - b) < 1e-3 * max(b, 1):
-                b = b_new
-                break
-            b = 0.5 * b + 0.5 * b_new
-        # every sequence running, as in the closed loop of cap clients: does the engine keep up with the arrivals?
-        full = times(cap)
-        most = Saturation(cap / (first(full) + (osl - 1) * full.tpot), cap, binds)
-        if request_rate >= most.requests_per_s:
-            # overloaded: the engine completes its most, the queue grows for as long as requests arrive (the
-            # module's docstring); the TTFT is that of these num_requests
-            ttft, tpot, f = first(full), full.tpot, full.f
-            ttft += max((num_requests - cap) / 2 * (1 / most.requests_per_s - 1 / request_rate), 0.0)
-            rps = most.requests_per_s
-        else:
-            # Poisson arrivals land inside an iteration and wait out its rest, and queue for the prefill behind
-            # the prompts that came before them: an M/D/1 queue of one prompt's prefill time (the module's
-            # docstring)
-            landed, alone = times(at, waits=True)[4:]
-            busy = min(request_rate * alone, 0.99)
-            ttft += lag * step + landed + busy * alone / (2 * (1 - busy))
-            rps = request_rate
-        b = min(b, cap)
-        ttft += setup.request_s
+        b, ttft, tpot, f, rps, most = _open_loop(form, request_rate, num_requests, cap, binds)
     e2e = ttft + (osl - 1) * tpot
     out_tps = rps * osl
     one = lambda x: Stats(mean=x, median=x, p90=x, p99=x)  # noqa: E731 - a closed form has means only
@@ -244,3 +228,55 @@ def steady_state(
         iterations=int(num_requests * osl / max(b, 1)),
         time_split=TimeSplit(prefill_s=0.0, decode_s=0.0, comm_s=0.0, overhead_s=0.0),
     )
+
+
+def _closed_loop(form: _Form, concurrency: int, cap: int):
+    """(running sequences, TTFT, TPOT, share of iterations carrying prompts, requests per second) of a closed loop
+    of ``concurrency`` clients, at most ``cap`` of them running."""
+    setup, osl = form.setup, form.osl
+    b = min(concurrency, cap)
+    t = form.times(b)
+    ttft, tpot, f = form.first(t), t.tpot, t.f
+    run = ttft + (osl - 1) * tpot
+    rate = b / run
+    wait = max(concurrency / rate - run, 0.0) if concurrency > b else 0.0
+    ttft += wait + setup.request_s
+    rps = concurrency / (ttft + (osl - 1) * tpot)
+    return b, ttft, tpot, f, rps
+
+
+def _open_loop(form: _Form, request_rate: float, num_requests: int, cap: int, binds: str):
+    """(running sequences, TTFT, TPOT, share of iterations carrying prompts, requests per second, saturation) of
+    arrivals at ``request_rate``: the running count by Little's law, the waits of an M/D/1 queue, or the growing
+    queue past the most the engine completes."""
+    setup, osl = form.setup, form.osl
+    # open loop: the running count follows Little's law, B = rate x time in the engine
+    b = 1.0
+    for _ in range(50):
+        at = min(b, cap)
+        ttft, tpot, f, step = form.times(at)[:4]
+        b_new = request_rate * (ttft + (osl - 1) * tpot)
+        if abs(b_new - b) < 1e-3 * max(b, 1):
+            b = b_new
+            break
+        b = 0.5 * b + 0.5 * b_new
+    # every sequence running, as in the closed loop of cap clients: does the engine keep up with the arrivals?
+    full = form.times(cap)
+    most = Saturation(cap / (form.first(full) + (osl - 1) * full.tpot), cap, binds)
+    if request_rate >= most.requests_per_s:
+        # overloaded: the engine completes its most, the queue grows for as long as requests arrive (the
+        # module's docstring); the TTFT is that of these num_requests
+        ttft, tpot, f = form.first(full), full.tpot, full.f
+        ttft += max((num_requests - cap) / 2 * (1 / most.requests_per_s - 1 / request_rate), 0.0)
+        rps = most.requests_per_s
+    else:
+        # Poisson arrivals land inside an iteration and wait out its rest, and queue for the prefill behind
+        # the prompts that came before them: an M/D/1 queue of one prompt's prefill time (the module's
+        # docstring)
+        landed, alone = form.times(at, waits=True)[4:]
+        busy = min(request_rate * alone, 0.99)
+        ttft += setup.eng.lag * step + landed + busy * alone / (2 * (1 - busy))
+        rps = request_rate
+    b = min(b, cap)
+    ttft += setup.request_s
+    return b, ttft, tpot, f, rps, most

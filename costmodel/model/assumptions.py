@@ -44,7 +44,9 @@ def gemm_classes(pr: Pricing) -> str:
 
 
 def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
-    dtype, weight_dtype, group, gemm_dtype, mla_form = pr.dtype, pr.weight_dtype, pr.group, pr.gemm_dtype, pr.mla_form
+    """The assumptions of a whole-model prediction, one short sentence each: the kernels, the attention, the
+    experts, the window, the dtypes and the layout over devices."""
+    mla_form = pr.mla_form
     out = [
         "decode step: one token per sequence after `context` cached positions; prefill: a `context`-token prompt",
         *mechanism_lines(pr.hw, pr.model),
@@ -68,6 +70,21 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
             f"multi-head latent attention: one cached latent of {m.mla.kv_rank} plus a rotary key of "
             f"{m.mla.rope_dim} per position and layer, shared by all heads; {forms}"
         )
+    out += _moe_lines(m, pr)
+    if m.sliding_window:
+        out.append(
+            f"{m.local_layers} of {m.layers} layers attend within a sliding window of {m.sliding_window} "
+            "positions and cache only those (decode reads at most the window; the prefill kernel skips "
+            "key blocks outside it)"
+        )
+    out.append(_storage_line(m, pr))
+    out += _layout_lines(m, pr)
+    return out
+
+
+def _moe_lines(m: ModelPreset, pr: Pricing) -> list[str]:
+    """How a mixture of experts routes its tokens and runs its experts' products."""
+    out = []
     if m.moe:
         e = m.moe
         routing = (
@@ -110,12 +127,12 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
         )
         if tiled:  # how the experts' products run, a sentence of its own
             out.append(tiled.removeprefix("; "))
-    if m.sliding_window:
-        out.append(
-            f"{m.local_layers} of {m.layers} layers attend within a sliding window of {m.sliding_window} "
-            "positions and cache only those (decode reads at most the window; the prefill kernel skips "
-            "key blocks outside it)"
-        )
+    return out
+
+
+def _storage_line(m: ModelPreset, pr: Pricing) -> str:
+    """The dtypes: weights (and their groups' scales), the cache, the activations and the math."""
+    dtype, weight_dtype, group, gemm_dtype = pr.dtype, pr.weight_dtype, pr.group, pr.gemm_dtype
     width = weight_width(weight_dtype, group)
     scale = {"mxfp4": "an 8-bit power-of-two scale", "nvfp4": "an 8-bit (FP8) scale"}.get(
         weight_dtype, "a 16-bit scale and a zero point"
@@ -140,10 +157,15 @@ def step_assumptions(m: ModelPreset, pr: Pricing) -> list[str]:
             f"engine's own kernels, priced in the dense {pr.precision.moe_kernel} class), other math in "
             f"{dtype}"
         )
-    out.append(
+    return (
         f"storage: {stored}; embeddings, norms and routers in {dtype}; KV cache in {pr.kv_dtype}; "
         f"activations in {dtype}; {math_dtype}; no framework memory"
     )
+
+
+def _layout_lines(m: ModelPreset, pr: Pricing) -> list[str]:
+    """The devices: tensor parallel and its all-reduces, pipeline stages, attention data parallel groups."""
+    out = []
     if pr.tp > 1:
         from costmodel.price.op import collective_curves
 
