@@ -74,47 +74,9 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size:
     ``t`` (TensorRT-LLM's moe_ep_size, with moe_tp_size = t / ep_size): E/ep_size experts, each 1/(t/ep_size) of
     its width."""
     if ep_size and ep_size not in (1, t):
-        if not m.moe:
-            raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
-        if t % ep_size or dp > 1:
-            raise CostModelError(
-                f"an expert-parallel size of {ep_size} must divide tp {t} (without attention data parallel)"
-            )
-        sharded = device_slice(m, t)
-        width = t // ep_size
-        if m.moe.experts % ep_size or m.moe.expert_d_ff % width:
-            raise CostModelError(
-                f"{ep_size} expert-parallel groups of {width} must divide the {m.moe.experts} experts "
-                f"and their width {m.moe.expert_d_ff} of {m.id}"
-            )
-        return sharded.model_copy(
-            update={
-                "moe": sharded.moe.model_copy(
-                    update={
-                        "experts": m.moe.experts // ep_size,
-                        "expert_ranks": ep_size,
-                        "expert_d_ff": m.moe.expert_d_ff // width,
-                    }
-                )
-            }
-        )
+        return _expert_groups(m, t, dp, ep_size)
     ep = ep or (ep_size == t and t > 1)
-    if ep and not m.moe:
-        raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
-    if dp > 1 and not m.moe:
-        raise CostModelError(
-            f"attention data parallel applies to mixture-of-experts models (their experts run over "
-            f"every group's devices); {m.id} has none: its groups would be independent replicas"
-        )
-    if dp > 1 and ep and m.moe.experts % (dp * t):
-        raise CostModelError(
-            f"expert parallel over {dp} x {t} devices must divide the {m.moe.experts} experts of {m.id}"
-        )
-    if dp > 1 and not ep and m.moe.expert_d_ff % (dp * t):
-        raise CostModelError(
-            f"the experts' width sharded over {dp} x {t} devices: {dp * t} must divide expert d_ff "
-            f"{m.moe.expert_d_ff} of {m.id}"
-        )
+    _check_experts(m, t, ep, dp)
     if t == 1:
         if dp > 1:
             return m.model_copy(
@@ -127,19 +89,7 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size:
                 }
             )
         return m
-    if m.heads % t:
-        raise CostModelError(f"tp {t} must divide the {m.heads} query heads of {m.id}")
-    for name, g in (("kv heads", m.kv_heads), ("cross kv heads", m.cross_kv), ("encoder kv heads", m.enc_kv)):
-        if g % t and t % g:
-            raise CostModelError(f"tp {t} and the {g} {name} of {m.id}: one must divide the other")
-    widths = [("d_ff", m.d_ff)]
-    if m.moe:
-        widths += [("shared expert d_ff", m.moe.shared_d_ff)] + ([] if ep else [("expert d_ff", m.moe.expert_d_ff)])
-        if ep and m.moe.experts % t:
-            raise CostModelError(f"expert parallel over {t} devices must divide the {m.moe.experts} experts of {m.id}")
-    for name, width in widths:
-        if width % t:
-            raise CostModelError(f"tp {t} must divide {name} {width} of {m.id}")
+    _check_tensor_parallel(m, t, ep)
     share = lambda g: max(g // t, 1)  # noqa: E731
     update = {
         "heads": m.heads // t,
@@ -160,6 +110,74 @@ def device_slice(m: ModelPreset, t: int, ep: bool = False, dp: int = 1, ep_size:
             update={"expert_d_ff": m.moe.expert_d_ff // (t * dp), "shared_d_ff": m.moe.shared_d_ff // t}
         )
     return m.model_copy(update=update)
+
+
+def _expert_groups(m: ModelPreset, t: int, dp: int, ep_size: int) -> ModelPreset:
+    """One of ``t`` devices with the routed experts in ``ep_size`` groups (TensorRT-LLM's moe_ep_size, with
+    moe_tp_size = t / ep_size): E/ep_size experts, each 1/(t/ep_size) of its width."""
+    if not m.moe:
+        raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
+    if t % ep_size or dp > 1:
+        raise CostModelError(
+            f"an expert-parallel size of {ep_size} must divide tp {t} (without attention data parallel)"
+        )
+    sharded = device_slice(m, t)
+    width = t // ep_size
+    if m.moe.experts % ep_size or m.moe.expert_d_ff % width:
+        raise CostModelError(
+            f"{ep_size} expert-parallel groups of {width} must divide the {m.moe.experts} experts "
+            f"and their width {m.moe.expert_d_ff} of {m.id}"
+        )
+    return sharded.model_copy(
+        update={
+            "moe": sharded.moe.model_copy(
+                update={
+                    "experts": m.moe.experts // ep_size,
+                    "expert_ranks": ep_size,
+                    "expert_d_ff": m.moe.expert_d_ff // width,
+                }
+            )
+        }
+    )
+
+
+def _check_experts(m: ModelPreset, t: int, ep: bool, dp: int) -> None:
+    """Expert parallel and attention data parallel apply to a mixture of experts whose experts (or their width)
+    the devices divide."""
+    if ep and not m.moe:
+        raise CostModelError(f"expert parallel applies to mixture-of-experts models; {m.id} has none")
+    if dp > 1 and not m.moe:
+        raise CostModelError(
+            f"attention data parallel applies to mixture-of-experts models (their experts run over "
+            f"every group's devices); {m.id} has none: its groups would be independent replicas"
+        )
+    if dp > 1 and ep and m.moe.experts % (dp * t):
+        raise CostModelError(
+            f"expert parallel over {dp} x {t} devices must divide the {m.moe.experts} experts of {m.id}"
+        )
+    if dp > 1 and not ep and m.moe.expert_d_ff % (dp * t):
+        raise CostModelError(
+            f"the experts' width sharded over {dp} x {t} devices: {dp * t} must divide expert d_ff "
+            f"{m.moe.expert_d_ff} of {m.id}"
+        )
+
+
+def _check_tensor_parallel(m: ModelPreset, t: int, ep: bool) -> None:
+    """``t`` divides the query heads, the widths and (expert parallel) the experts; the key/value heads and ``t``
+    divide one another."""
+    if m.heads % t:
+        raise CostModelError(f"tp {t} must divide the {m.heads} query heads of {m.id}")
+    for name, g in (("kv heads", m.kv_heads), ("cross kv heads", m.cross_kv), ("encoder kv heads", m.enc_kv)):
+        if g % t and t % g:
+            raise CostModelError(f"tp {t} and the {g} {name} of {m.id}: one must divide the other")
+    widths = [("d_ff", m.d_ff)]
+    if m.moe:
+        widths += [("shared expert d_ff", m.moe.shared_d_ff)] + ([] if ep else [("expert d_ff", m.moe.expert_d_ff)])
+        if ep and m.moe.experts % t:
+            raise CostModelError(f"expert parallel over {t} devices must divide the {m.moe.experts} experts of {m.id}")
+    for name, width in widths:
+        if width % t:
+            raise CostModelError(f"tp {t} must divide {name} {width} of {m.id}")
 
 
 def shape_dims(m: ModelPreset, g: int, b: int = 1, n: int = 1, ctx: int = 0) -> dict[str, int]:
@@ -320,6 +338,43 @@ def step_ops(
     Local (sliding-window) layers attend to at most ``sliding_window`` positions; mixture-of-experts
     layers run the expert block instead of the dense FFN. ``precision``: a :class:`Precision`, or one width."""
     precision = Precision.of(precision)
+    L = m.layers
+    ops = _self_attention_ops(m, phase, b, ctx, precision, execution, cache_append, mla_form)
+    tokens = b if phase == "decode" else b * ctx
+    if m.architecture == "encoder-decoder":
+        # cross-attention reads the K and V of the source, projected once at prefill
+        n_cross = 1 if phase == "decode" else ctx
+        ops += _attention_ops(
+            "cross-attention",
+            m,
+            m.cross_kv,
+            "batched",
+            b,
+            n_cross,
+            source,
+            execution,
+            L,
+            precision,
+            skip=("k_proj", "v_proj", "mask"),
+        )
+    moe_layers = m.moe.layers if m.moe else 0
+    ops += _layer_ops("ffn and norms", m, tokens, L, precision, m.norms_per_layer, ffn_layers=L - moe_layers)
+    if moe_layers:
+        ops += moe_ops(m, tokens, moe_layers, precision, dp, moe_spans_all)
+    if phase == "prefill" and m.architecture == "encoder-decoder":
+        ops += _encoder_ops(m, b, source, execution, precision)
+    ops += program_step_ops(
+        "head",
+        compile_block("head", m.norm),
+        {"t": tokens, "o": b, "d": m.d_model, "w": m.vocab},
+        lambda name: 1,
+        precision,
+    )
+    return ops
+
+
+def _self_attention_ops(m: ModelPreset, phase, b, ctx, precision, execution, cache_append, mla_form) -> list[StepOp]:
+    """The self-attention of every layer: global layers over the whole context, local ones within their window."""
     L, local = m.layers, m.local_layers
     groups = [(L - local, None), (local, m.sliding_window)]
     ops: list[StepOp] = []
@@ -358,45 +413,24 @@ def step_ops(
                 window=window,
                 mla_form=mla_form,
             )
-    tokens = b if phase == "decode" else b * ctx
-    if m.architecture == "encoder-decoder":
-        # cross-attention reads the K and V of the source, projected once at prefill
-        n_cross = 1 if phase == "decode" else ctx
-        ops += _attention_ops(
-            "cross-attention",
-            m,
-            m.cross_kv,
-            "batched",
-            b,
-            n_cross,
-            source,
-            execution,
-            L,
-            precision,
-            skip=("k_proj", "v_proj", "mask"),
-        )
-    moe_layers = m.moe.layers if m.moe else 0
-    ops += _layer_ops("ffn and norms", m, tokens, L, precision, m.norms_per_layer, ffn_layers=L - moe_layers)
-    if moe_layers:
-        ops += moe_ops(m, tokens, moe_layers, precision, dp, moe_spans_all)
-    if phase == "prefill" and m.architecture == "encoder-decoder":
-        enc = m.model_copy(update={"kv_heads": m.enc_kv})
-        ops += _attention_ops(
-            "encoder", enc, m.enc_kv, "batched", b, source, source, execution, m.encoder_layers, precision
-        )
-        ops += _layer_ops("encoder", enc, b * source, m.encoder_layers, precision, 2)
-        ops += program_step_ops(
-            "cross-attention",
-            compile_block("cross_kv"),
-            {"t": b * source, "d": m.d_model, "g": m.cross_kv, "k": m.head_dim},
-            lambda name: L,
-            precision,
-        )
+    return ops
+
+
+def _encoder_ops(m: ModelPreset, b, source, execution, precision) -> list[StepOp]:
+    """An encoder-decoder's prefill: the encoder over the source, and the source's cross-attention keys and values
+    projected once."""
+    L = m.layers
+    ops: list[StepOp] = []
+    enc = m.model_copy(update={"kv_heads": m.enc_kv})
+    ops += _attention_ops(
+        "encoder", enc, m.enc_kv, "batched", b, source, source, execution, m.encoder_layers, precision
+    )
+    ops += _layer_ops("encoder", enc, b * source, m.encoder_layers, precision, 2)
     ops += program_step_ops(
-        "head",
-        compile_block("head", m.norm),
-        {"t": tokens, "o": b, "d": m.d_model, "w": m.vocab},
-        lambda name: 1,
+        "cross-attention",
+        compile_block("cross_kv"),
+        {"t": b * source, "d": m.d_model, "g": m.cross_kv, "k": m.head_dim},
+        lambda name: L,
         precision,
     )
     return ops

@@ -126,72 +126,18 @@ def pricing(
         mla_form = choice("mla form", mla_form, MLA_FORMS)
         if m.mla is None:
             raise CostModelError(f"mla form applies to MLA models; {m.id} has {m.attention_label}")
-    quant = m.quantization
-    group = 0
-    if weight_dtype is not None:
-        weight_dtype = choice("weight dtype", weight_dtype, WEIGHT_DTYPES)
-    # the checkpoint's own storage where no other is asked for: its group size, and whether it quantizes only the
-    # routed experts (their GEMMs in its format, every other projection at the activation width)
-    own = quant is not None and weight_dtype in (None, quant.weight_dtype)
-    if own:
-        weight_dtype, group = quant.weight_dtype, quant.group_size
-    elif weight_dtype is not None:
-        group = DEFAULT_GROUP.get(weight_dtype, 0)
-    weight_dtype = weight_dtype or dtype
+    weight_dtype, group, own = _storage(m, dtype, weight_dtype)
     kv_dtype = choice("kv dtype", kv_dtype, DTYPES) if kv_dtype else dtype
     model = time_model(hw, timing, without)
     hw.peak(dtype)
-    checks.flag("expert_parallel", expert_parallel)
-    checks.count("attention_dp", attention_dp)
-    checks.count("pipeline_parallel", pipeline_parallel)
-    if pipeline_parallel > 1 and attention_dp > 1:
-        raise CostModelError("pipeline parallel with attention data parallel is not modelled; give one of them")
-    if pipeline_parallel > m.layers:
-        raise CostModelError(f"pipeline parallel {pipeline_parallel} exceeds the {m.layers} layers of {m.id}")
-    if expert_parallel_size is not None:
-        checks.count("expert_parallel_size", expert_parallel_size)
-        if expert_parallel_size > tp:
-            raise CostModelError(
-                f"expert parallel size {expert_parallel_size} exceeds tp {tp} (the experts are spread "
-                "within the tensor-parallel group)"
-            )
-        expert_parallel = expert_parallel or expert_parallel_size == tp > 1
-    ep_size = expert_parallel_size or 0
+    expert_parallel, ep_size = _layout(m, tp, expert_parallel, attention_dp, pipeline_parallel, expert_parallel_size)
     moe_kernel = choice("moe kernel", moe_kernel, MOE_KERNELS)
     if moe_kernel == "fused" and weight_dtype in ROUTED_FORMATS:
         moe_kernel = "routed"
     device_slice(m, tp, expert_parallel, attention_dp, ep_size)  # a layout the model cannot take: an error first
-    # W8A8 (W4A4): 8-bit weights run their GEMMs at the 8-bit peak where the device has one, NVFP4 weights at the
-    # fp4 peak (Blackwell); int4, MXFP4 (W4A16) and wider weights, and NVFP4 on a device without fp4 math, are
-    # dequantized to the activation dtype in the kernel
-    math = WEIGHT_MATH.get(weight_dtype)
-    gemm_dtype = math if math in hw.peak_flops_per_s else None
-    kernel = LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None
-    moe = expert_dtype = None
-    if kernel == "gemm_fp8_block":
-        # the engine's kernel for a block-scaled checkpoint's dense layers; its experts keep the block-scaled MoE class
-        kernel = choice("block fp8 linear kernel", block_fp8_linear, BLOCK_FP8_LINEAR)
-        moe = MOE_GEMM["gemm_fp8_block"]
-    mxfp4_activations = choice("mxfp4 activations", mxfp4_activations, MXFP4_ACTIVATIONS)
     all_reduce = choice("all-reduce", all_reduce, ALL_REDUCES)
-    if weight_dtype == "mxfp4" and mxfp4_activations == "mxfp8" and {"fp4", "fp8"} <= set(hw.peak_flops_per_s):
-        # MXFP8 x MXFP4 experts: FP4 math's f8f6f4 MMA at the fp8 rate, in the engine's own kernels (TensorRT-LLM's),
-        # priced as dense GEMMs, like weight-only quantized experts; the checkpoint's other layers stay bf16
-        expert_dtype, moe = "fp8", "gemm"
-    # a checkpoint that stores only its routed experts so: every other projection at the activation width, its
-    # GEMMs in the activation dtype (Precision.outside_experts)
-    experts_only = own and quant.scope == "experts"
-    precision = Precision(
-        dtype_bytes(dtype),
-        weight_width(weight_dtype, group),
-        dtype_bytes(kv_dtype),
-        dtype,
-        gemm_dtype,
-        kernel,
-        moe,
-        expert_dtype,
-        dtype_bytes(dtype) if experts_only else None,
-    )
+    experts_only = own and m.quantization.scope == "experts"
+    precision = _precision(hw, dtype, weight_dtype, group, kv_dtype, block_fp8_linear, mxfp4_activations, experts_only)
     return Pricing(
         hw,
         dtype,
@@ -211,4 +157,80 @@ def pricing(
         ep_size if 1 < ep_size < tp else 0,
         moe_kernel,
         all_reduce,
+    )
+
+
+def _storage(m: ModelPreset, dtype: str, weight_dtype: str | None) -> tuple[str, int, bool]:
+    """(weight dtype, group size, whether it is the checkpoint's own storage): the checkpoint's own where no other is
+    asked for (its group size, and whether it quantizes only the routed experts), else the asked one with its
+    default group."""
+    quant = m.quantization
+    group = 0
+    if weight_dtype is not None:
+        weight_dtype = choice("weight dtype", weight_dtype, WEIGHT_DTYPES)
+    # the checkpoint's own storage where no other is asked for: its group size, and whether it quantizes only the
+    # routed experts (their GEMMs in its format, every other projection at the activation width)
+    own = quant is not None and weight_dtype in (None, quant.weight_dtype)
+    if own:
+        weight_dtype, group = quant.weight_dtype, quant.group_size
+    elif weight_dtype is not None:
+        group = DEFAULT_GROUP.get(weight_dtype, 0)
+    weight_dtype = weight_dtype or dtype
+    return weight_dtype, group, own
+
+
+def _layout(
+    m: ModelPreset, tp: int, expert_parallel: bool, attention_dp: int, pipeline_parallel: int, expert_parallel_size
+):
+    """(expert parallel, expert-parallel group size) of a layout, checked against the model."""
+    checks.flag("expert_parallel", expert_parallel)
+    checks.count("attention_dp", attention_dp)
+    checks.count("pipeline_parallel", pipeline_parallel)
+    if pipeline_parallel > 1 and attention_dp > 1:
+        raise CostModelError("pipeline parallel with attention data parallel is not modelled; give one of them")
+    if pipeline_parallel > m.layers:
+        raise CostModelError(f"pipeline parallel {pipeline_parallel} exceeds the {m.layers} layers of {m.id}")
+    if expert_parallel_size is not None:
+        checks.count("expert_parallel_size", expert_parallel_size)
+        if expert_parallel_size > tp:
+            raise CostModelError(
+                f"expert parallel size {expert_parallel_size} exceeds tp {tp} (the experts are spread "
+                "within the tensor-parallel group)"
+            )
+        expert_parallel = expert_parallel or expert_parallel_size == tp > 1
+    return expert_parallel, expert_parallel_size or 0
+
+
+def _precision(
+    hw, dtype, weight_dtype, group, kv_dtype, block_fp8_linear, mxfp4_activations, experts_only
+) -> Precision:
+    """Widths and kernel classes of the weights, the cache and the math (a checkpoint that stores only its routed
+    experts so, ``experts_only``: every other projection at the activation width, its GEMMs in the activation
+    dtype, Precision.outside_experts)."""
+    # W8A8 (W4A4): 8-bit weights run their GEMMs at the 8-bit peak where the device has one, NVFP4 weights at the
+    # fp4 peak (Blackwell); int4, MXFP4 (W4A16) and wider weights, and NVFP4 on a device without fp4 math, are
+    # dequantized to the activation dtype in the kernel
+    math = WEIGHT_MATH.get(weight_dtype)
+    gemm_dtype = math if math in hw.peak_flops_per_s else None
+    kernel = LOW_PRECISION_GEMM.get(weight_dtype) if gemm_dtype else None
+    moe = expert_dtype = None
+    if kernel == "gemm_fp8_block":
+        # the engine's kernel for a block-scaled checkpoint's dense layers; its experts keep the block-scaled MoE class
+        kernel = choice("block fp8 linear kernel", block_fp8_linear, BLOCK_FP8_LINEAR)
+        moe = MOE_GEMM["gemm_fp8_block"]
+    mxfp4_activations = choice("mxfp4 activations", mxfp4_activations, MXFP4_ACTIVATIONS)
+    if weight_dtype == "mxfp4" and mxfp4_activations == "mxfp8" and {"fp4", "fp8"} <= set(hw.peak_flops_per_s):
+        # MXFP8 x MXFP4 experts: FP4 math's f8f6f4 MMA at the fp8 rate, in the engine's own kernels (TensorRT-LLM's),
+        # priced as dense GEMMs, like weight-only quantized experts; the checkpoint's other layers stay bf16
+        expert_dtype, moe = "fp8", "gemm"
+    return Precision(
+        dtype_bytes(dtype),
+        weight_width(weight_dtype, group),
+        dtype_bytes(kv_dtype),
+        dtype,
+        gemm_dtype,
+        kernel,
+        moe,
+        expert_dtype,
+        dtype_bytes(dtype) if experts_only else None,
     )

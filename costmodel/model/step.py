@@ -204,36 +204,10 @@ def predict_model(
     fixed_source, source = source, source or context
     dev = pr.slice(m)
     phases = {phase: phase_time(m, pr, phase, batch, context, source) for phase in ("decode", "prefill")}
-    weights = weight_bytes(dev, pr)
-    kv = kv_bytes(dev, pr, batch, context, source)
-    free = hw.capacity - weights
-    unlimited = m.local_layers == m.layers and m.architecture == "decoder"
-    max_context = (
-        None
-        if unlimited and free > kv_bytes(dev, pr, batch, m.sliding_window, 1)
-        else largest_fitting(lambda c: weights + kv_bytes(dev, pr, batch, c, fixed_source or max(c, 1)) <= hw.capacity)
-    )
     tpot = phases["decode"].time_s
-    per_token = kv_bytes(m, pr, 1, 1, source) - kv_bytes(m, pr, 1, 0, source)
     return ModelPrediction(
         hardware=model_hardware(pr),
-        model=ModelShape(
-            id=m.id,
-            name=m.name,
-            params=param_count(m),
-            active_params=active_params(m),
-            published_params=m.published_params,
-            layers=m.layers,
-            heads=m.heads,
-            kv_heads=m.kv_heads,
-            head_dim=m.head_dim,
-            kv_heads_per_device=dev.kv_heads,
-            attention=m.attention_label,
-            moe=m.moe.model_dump() if m.moe else None,
-            mla=m.mla.model_dump() if m.mla else None,
-            sliding_window=m.sliding_window,
-            local_layers=m.local_layers,
-        ),
+        model=_shape(m, dev),
         workload=ModelWorkload(
             batch=batch,
             context=context,
@@ -251,15 +225,54 @@ def predict_model(
         decode=phases["decode"],
         prefill=phases["prefill"],
         total=ModelTotals(tpot_s=tpot, ttft_s=phases["prefill"].time_s, tokens_per_s=batch / tpot),
-        memory=ModelMemory(
-            kv_cache_bytes_per_token=per_token,
-            kv_cache_bytes=kv,
-            kv_cache_bytes_per_device=kv,
-            weight_bytes_per_device=weights,
-            capacity_bytes=hw.capacity,
-            fits=kv + weights <= hw.capacity,
-            max_batch=largest_batch_in_memory(dev, pr, context, source),
-            max_context=max_context,
-        ),
+        memory=_memory(m, dev, pr, hw, batch, context, source, fixed_source),
         assumptions=step_assumptions(m, pr) + band_assumption((o.band for ph in phases.values() for o in ph.ops), hw),
+    )
+
+
+def _shape(m: ModelPreset, dev: ModelPreset) -> ModelShape:
+    """The model as the report states it (``dev``: what one device holds)."""
+    return ModelShape(
+        id=m.id,
+        name=m.name,
+        params=param_count(m),
+        active_params=active_params(m),
+        published_params=m.published_params,
+        layers=m.layers,
+        heads=m.heads,
+        kv_heads=m.kv_heads,
+        head_dim=m.head_dim,
+        kv_heads_per_device=dev.kv_heads,
+        attention=m.attention_label,
+        moe=m.moe.model_dump() if m.moe else None,
+        mla=m.mla.model_dump() if m.mla else None,
+        sliding_window=m.sliding_window,
+        local_layers=m.local_layers,
+    )
+
+
+def _memory(
+    m: ModelPreset, dev: ModelPreset, pr, hw: HardwareProfile, batch, context, source, fixed_source
+) -> ModelMemory:
+    """Weights and KV cache per device, and the largest batch and context that fit (``fixed_source``: an
+    encoder-decoder's source length where given, else it follows the context)."""
+    weights = weight_bytes(dev, pr)
+    kv = kv_bytes(dev, pr, batch, context, source)
+    free = hw.capacity - weights
+    unlimited = m.local_layers == m.layers and m.architecture == "decoder"
+    max_context = (
+        None
+        if unlimited and free > kv_bytes(dev, pr, batch, m.sliding_window, 1)
+        else largest_fitting(lambda c: weights + kv_bytes(dev, pr, batch, c, fixed_source or max(c, 1)) <= hw.capacity)
+    )
+    per_token = kv_bytes(m, pr, 1, 1, source) - kv_bytes(m, pr, 1, 0, source)
+    return ModelMemory(
+        kv_cache_bytes_per_token=per_token,
+        kv_cache_bytes=kv,
+        kv_cache_bytes_per_device=kv,
+        weight_bytes_per_device=weights,
+        capacity_bytes=hw.capacity,
+        fits=kv + weights <= hw.capacity,
+        max_batch=largest_batch_in_memory(dev, pr, context, source),
+        max_context=max_context,
     )
