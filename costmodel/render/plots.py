@@ -56,39 +56,12 @@ def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: 
     """Log-log attainable FLOP/s against intensity: each device's roofs, every op of ``points``
     (:func:`costmodel.attention.figures.roofline_points` on the first device) as a marker."""
     plt = _pyplot()
-    from matplotlib.lines import Line2D
 
     dtype = workloads[0].dtype
     xs = [p.intensity for p in points] + [hw.ridge_point(dtype) for hw in hws]
     lo, hi = min(xs) / 4, max(xs) * 8
     fig, ax = plt.subplots(figsize=(10, 5.8), layout="constrained")
-    roof_handles = []
-    for i, hw in enumerate(hws):
-        peak, bw, ridge = hw.peak(dtype), hw.bandwidth, hw.ridge_point(dtype)
-        style = dict(color="0.15" if i == 0 else f"C{i + 4}", lw=1.6, ls="-" if i == 0 else "--")
-        ax.plot([lo, ridge], [lo * bw, peak], gid=f"memory_roof:{hw.id}", **style)
-        ax.plot([ridge, hi], [peak, peak], gid=f"compute_roof:{hw.id}", **style)
-        ax.plot([ridge], [peak], marker="|", ms=12, gid=f"ridge:{hw.id}", **style)
-        ax.annotate(
-            f"ridge {ridge:.0f}",
-            (ridge, peak),
-            xytext=(0, 8),
-            textcoords="offset points",
-            ha="center",
-            fontsize=7.5,
-            color=style["color"],
-        )
-        ax.annotate(
-            si(bw, "B/s"), (lo, lo * bw), xytext=(4, 7), textcoords="offset points", fontsize=7.5, color=style["color"]
-        )
-        roof_handles.append(
-            Line2D(
-                [],
-                [],
-                **style,
-                label=f"{hw.name}\n{si(peak, 'FLOP/s')} {dtype}, {si(bw, 'B/s')}, ridge {ridge:.0f} FLOP/B",
-            )
-        )
+    roof_handles = [_roof(ax, i, hw, dtype, lo, hi) for i, hw in enumerate(hws)]
     # concentric markers: MHA largest, MQA smallest, so variants at one point all stay visible
     size = {"mha": 11, "gqa": 8, "mqa": 5}
     labels: dict[tuple, list[str]] = {}
@@ -107,6 +80,58 @@ def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: 
         key = (round(math.log10(p.intensity), 2), round(math.log10(p.attainable), 2))
         if _short(p.op) not in labels.setdefault(key, []):
             labels[key].append(_short(p.op))
+    _op_labels(ax, labels)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(lo, hi),
+        xlabel="arithmetic intensity (FLOP/byte)",
+        ylabel="attainable throughput (FLOP/s)",
+        title=title,
+    )
+    ax.grid(True, which="major", alpha=0.3)
+    handles = _op_handles(workloads)
+    fig.legend(
+        handles=roof_handles + handles,
+        loc="outside right upper",
+        frameon=False,
+        fontsize=8,
+        title=f"roofs; ops on {hws[0].name}" if len(hws) > 1 else "roof and ops",
+    )
+    return fig
+
+
+def _roof(ax, i: int, hw: HardwareProfile, dtype: str, lo: float, hi: float):
+    """Device ``i``'s memory and compute roofs and its ridge, drawn; its legend entry."""
+    from matplotlib.lines import Line2D
+
+    peak, bw, ridge = hw.peak(dtype), hw.bandwidth, hw.ridge_point(dtype)
+    style = dict(color="0.15" if i == 0 else f"C{i + 4}", lw=1.6, ls="-" if i == 0 else "--")
+    ax.plot([lo, ridge], [lo * bw, peak], gid=f"memory_roof:{hw.id}", **style)
+    ax.plot([ridge, hi], [peak, peak], gid=f"compute_roof:{hw.id}", **style)
+    ax.plot([ridge], [peak], marker="|", ms=12, gid=f"ridge:{hw.id}", **style)
+    ax.annotate(
+        f"ridge {ridge:.0f}",
+        (ridge, peak),
+        xytext=(0, 8),
+        textcoords="offset points",
+        ha="center",
+        fontsize=7.5,
+        color=style["color"],
+    )
+    ax.annotate(
+        si(bw, "B/s"), (lo, lo * bw), xytext=(4, 7), textcoords="offset points", fontsize=7.5, color=style["color"]
+    )
+    return Line2D(
+        [],
+        [],
+        **style,
+        label=f"{hw.name}\n{si(peak, 'FLOP/s')} {dtype}, {si(bw, 'B/s')}, ridge {ridge:.0f} FLOP/B",
+    )
+
+
+def _op_labels(ax, labels: dict) -> None:
+    """The ops' names beside their markers, each moved down while it would overlap one already placed."""
     placed: list[tuple[float, float]] = []
     for (lx, ly), ops in sorted(labels.items()):
         # move a label down while it would overlap one already placed (0.45 decade wide, 0.12 tall)
@@ -123,15 +148,12 @@ def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: 
             color="0.25",
             va="top",
         )
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlim=(lo, hi),
-        xlabel="arithmetic intensity (FLOP/byte)",
-        ylabel="attainable throughput (FLOP/s)",
-        title=title,
-    )
-    ax.grid(True, which="major", alpha=0.3)
+
+
+def _op_handles(workloads: list[Workload]) -> list:
+    """Legend entries of the variants (colours) and modes (markers)."""
+    from matplotlib.lines import Line2D
+
     handles = [
         Line2D(
             [],
@@ -158,14 +180,7 @@ def draw_roofline(hws: list[HardwareProfile], workloads: list[Workload], title: 
         )
         for m in dict.fromkeys(w.mode for w in workloads)
     ]
-    fig.legend(
-        handles=roof_handles + handles,
-        loc="outside right upper",
-        frameon=False,
-        fontsize=8,
-        title=f"roofs; ops on {hws[0].name}" if len(hws) > 1 else "roof and ops",
-    )
-    return fig
+    return handles
 
 
 def _short(op: str) -> str:
@@ -204,66 +219,13 @@ def draw_sweep(
         gid_tag = f"{device.id}:" if len(runs) > 1 else ""
         for w, limit in zip(workloads, device_limits):
             rec = [r for r in device_records if r["variant"] == w.variant]
-            xs = [r[name] for r in rec]
             label = tag + f"{NAMES[w.variant]}" + (f" (g={w.g})" if name != "groups" else "")
             series = [("time_s", 1e3, f"latency {per} (ms)")]
             if decoding:
                 series.append(("tokens_per_s", 1.0, "throughput (tokens/s)"))
             for ax, (key, scale, ylabel) in zip(axes[0], series):
-                ys = [r[key] * scale for r in rec]
-                fit_x = [x for x, r in zip(xs, rec) if r["fits"]]
-                ax.plot(
-                    fit_x,
-                    [y for y, r in zip(ys, rec) if r["fits"]],
-                    marker=MARKERS[w.mode],
-                    ms=4,
-                    color=COLORS[w.variant],
-                    ls=styles[k % len(styles)],
-                    label=label,
-                    gid=f"curve:{gid_tag}{w.variant}:{key}",
-                )
-                if key == "time_s" and all(r.get("low_s") is not None for r in rec) and len(runs) == 1:
-                    ax.fill_between(
-                        xs,
-                        [r["low_s"] * scale for r in rec],
-                        [r["high_s"] * scale for r in rec],
-                        color=COLORS[w.variant],
-                        alpha=0.15,
-                        lw=0,
-                        gid=f"band:{w.variant}:{key}",
-                    )
-                over = [(x, y) for x, y, r in zip(xs, ys, rec) if not r["fits"]]
-                if over:
-                    if fit_x:
-                        over.insert(0, (fit_x[-1], ys[len(fit_x) - 1]))
-                    ax.plot(
-                        *zip(*over),
-                        ls=":",
-                        color=COLORS[w.variant],
-                        alpha=0.6,
-                        gid=f"no_fit:{gid_tag}{w.variant}:{key}",
-                    )
-                if limit.x is not None:
-                    y = limit.time_s * scale if key == "time_s" else _tokens(w, name, limit.x, limit.time_s)
-                    ax.plot(
-                        [limit.x],
-                        [y],
-                        marker="X",
-                        ms=10,
-                        color=COLORS[w.variant],
-                        mec="black",
-                        ls="none",
-                        gid=f"memory_limit:{gid_tag}{w.variant}:{key}",
-                    )
-                ax.set(xlabel=f"{name} ({dim})", ylabel=ylabel)
-                if span >= 10:
-                    from matplotlib.ticker import FuncFormatter
-
-                    ax.set_xscale("log", base=2)
-                    ax.xaxis.set_major_formatter(FuncFormatter(count_of))
-                if key == "time_s" and max(ys) / min(ys) >= 10 or key == "tokens_per_s" and max(ys) / min(ys) >= 10:
-                    ax.set_yscale("log")
-                ax.grid(True, which="major", alpha=0.3)
+                style = (styles[k % len(styles)], label, gid_tag, len(runs) == 1)
+                _sweep_curve(ax, key, scale, ylabel, w, limit, rec, name, dim, span, style)
     capacities = ", ".join(dict.fromkeys(si(d.capacity, "B") for d, _, _ in runs))
     axes[0][0].plot(
         [], [], marker="X", ms=9, color="0.5", mec="black", ls="none", label=f"last point that fits in {capacities}"
@@ -282,6 +244,68 @@ def draw_sweep(
     axes[0][0].legend(loc="best", fontsize=8)
     fig.suptitle(title)
     return fig
+
+
+def _sweep_curve(ax, key: str, scale: float, ylabel: str, w, limit, rec: list[dict], name: str, dim: str, span, style):
+    """One variant's ``key`` (latency or tokens/s) against the swept values: the points that fit, the measured
+    range (one device alone), those past the memory limit dotted, the last that fits marked; ``style``: (line
+    style, label, gid prefix, whether this device is drawn alone)."""
+    ls, label, gid_tag, alone = style
+    xs = [r[name] for r in rec]
+    ys = [r[key] * scale for r in rec]
+    fit_x = [x for x, r in zip(xs, rec) if r["fits"]]
+    ax.plot(
+        fit_x,
+        [y for y, r in zip(ys, rec) if r["fits"]],
+        marker=MARKERS[w.mode],
+        ms=4,
+        color=COLORS[w.variant],
+        ls=ls,
+        label=label,
+        gid=f"curve:{gid_tag}{w.variant}:{key}",
+    )
+    if key == "time_s" and all(r.get("low_s") is not None for r in rec) and alone:
+        ax.fill_between(
+            xs,
+            [r["low_s"] * scale for r in rec],
+            [r["high_s"] * scale for r in rec],
+            color=COLORS[w.variant],
+            alpha=0.15,
+            lw=0,
+            gid=f"band:{w.variant}:{key}",
+        )
+    over = [(x, y) for x, y, r in zip(xs, ys, rec) if not r["fits"]]
+    if over:
+        if fit_x:
+            over.insert(0, (fit_x[-1], ys[len(fit_x) - 1]))
+        ax.plot(
+            *zip(*over),
+            ls=":",
+            color=COLORS[w.variant],
+            alpha=0.6,
+            gid=f"no_fit:{gid_tag}{w.variant}:{key}",
+        )
+    if limit.x is not None:
+        y = limit.time_s * scale if key == "time_s" else _tokens(w, name, limit.x, limit.time_s)
+        ax.plot(
+            [limit.x],
+            [y],
+            marker="X",
+            ms=10,
+            color=COLORS[w.variant],
+            mec="black",
+            ls="none",
+            gid=f"memory_limit:{gid_tag}{w.variant}:{key}",
+        )
+    ax.set(xlabel=f"{name} ({dim})", ylabel=ylabel)
+    if span >= 10:
+        from matplotlib.ticker import FuncFormatter
+
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(count_of))
+    if key == "time_s" and max(ys) / min(ys) >= 10 or key == "tokens_per_s" and max(ys) / min(ys) >= 10:
+        ax.set_yscale("log")
+    ax.grid(True, which="major", alpha=0.3)
 
 
 def count_of(x: float, _pos=None) -> str:

@@ -113,69 +113,9 @@ def draw_throughput_latency(records: list[dict], dim: str):
     curves = list(dict.fromkeys((r["device"], r["attention"]) for r in records))
     devices = list(dict.fromkeys(r["device"] for r in records))
     for i, (device, attention) in enumerate(curves):
-        rec = [r for r in records if r["device"] == device and r["attention"] == attention]
-        color = f"C{i}"
-        label = attention if len(devices) == 1 else f"{device}, {attention}"
-        fit = [r for r in rec if r["fits"]]
-        over = [r for r in rec if not r["fits"]]
-        ax.plot(
-            [r["tpot_s"] * 1e3 for r in fit],
-            [r["tokens_per_s_per_device"] for r in fit],
-            marker="o",
-            ms=4,
-            color=color,
-            label=label,
-            gid=f"curve:{device}:{attention}",
+        _curve(
+            ax, records, device, attention, f"C{i}", attention if len(devices) == 1 else f"{device}, {attention}", dim
         )
-        ranged = [r for r in fit if r.get("tpot_low_s") is not None]
-        if ranged:
-            ax.errorbar(
-                [r["tpot_s"] * 1e3 for r in ranged],
-                [r["tokens_per_s_per_device"] for r in ranged],
-                xerr=[
-                    [(r["tpot_s"] - r["tpot_low_s"]) * 1e3 for r in ranged],
-                    [(r["tpot_high_s"] - r["tpot_s"]) * 1e3 for r in ranged],
-                ],
-                fmt="none",
-                ecolor=color,
-                alpha=0.35,
-                elinewidth=1,
-                capsize=2,
-                gid=f"band:{device}:{attention}",
-            )
-        if over:
-            line = ([fit[-1]] if fit else []) + over
-            ax.plot(
-                [r["tpot_s"] * 1e3 for r in line],
-                [r["tokens_per_s_per_device"] for r in line],
-                ls=":",
-                marker="o",
-                ms=4,
-                mfc="white",
-                color=color,
-                alpha=0.7,
-                gid=f"no_fit:{device}:{attention}",
-            )
-        if fit and over:
-            last = fit[-1]
-            ax.plot(
-                [last["tpot_s"] * 1e3],
-                [last["tokens_per_s_per_device"]],
-                marker="X",
-                ms=10,
-                color=color,
-                mec="black",
-                ls="none",
-                gid=f"memory_limit:{device}:{attention}",
-            )
-            ax.annotate(
-                f"{dim.replace('_', ' ')} {last[dim]}",
-                (last["tpot_s"] * 1e3, last["tokens_per_s_per_device"]),
-                xytext=(5, -10),
-                textcoords="offset points",
-                fontsize=7.5,
-                color=color,
-            )
     for r in records[:: max(len(records) // 12, 1)]:
         ax.annotate(
             str(r[dim]),
@@ -185,23 +125,13 @@ def draw_throughput_latency(records: list[dict], dim: str):
             fontsize=6.5,
             color="0.4",
         )
-    xs = [r["tpot_s"] * 1e3 for r in records]
-    ys = [r["tokens_per_s_per_device"] for r in records]
-    if max(xs) / min(xs) >= 10:
-        ax.set_xscale("log")
-    if max(ys) / min(ys) >= 10:
-        ax.set_yscale("log")
+    _scales(ax, records)
     first = records[0]
     what = (
         f"requests of {first['input_len']} + {first['output_len']} tokens (mean TPOT)"
         if "e2e_s" in first
         else f"decode step at context {first.get('context')}"
     )
-    from matplotlib.ticker import FuncFormatter
-
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-        axis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
     ax.set(
         xlabel="latency per output token (ms)",
         ylabel="throughput (output tokens/s per device)",
@@ -224,3 +154,84 @@ def draw_throughput_latency(records: list[dict], dim: str):
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return fig
+
+
+def _curve(ax, records: list[dict], device: str, attention: str, color: str, label: str, dim: str) -> None:
+    """One (device, attention layout)'s points: those that fit joined, their measured ranges, those past the
+    memory limit hollow on a dotted line, and the last that fits marked."""
+    rec = [r for r in records if r["device"] == device and r["attention"] == attention]
+    fit = [r for r in rec if r["fits"]]
+    over = [r for r in rec if not r["fits"]]
+    ax.plot(
+        [r["tpot_s"] * 1e3 for r in fit],
+        [r["tokens_per_s_per_device"] for r in fit],
+        marker="o",
+        ms=4,
+        color=color,
+        label=label,
+        gid=f"curve:{device}:{attention}",
+    )
+    ranged = [r for r in fit if r.get("tpot_low_s") is not None]
+    if ranged:
+        ax.errorbar(
+            [r["tpot_s"] * 1e3 for r in ranged],
+            [r["tokens_per_s_per_device"] for r in ranged],
+            xerr=[
+                [(r["tpot_s"] - r["tpot_low_s"]) * 1e3 for r in ranged],
+                [(r["tpot_high_s"] - r["tpot_s"]) * 1e3 for r in ranged],
+            ],
+            fmt="none",
+            ecolor=color,
+            alpha=0.35,
+            elinewidth=1,
+            capsize=2,
+            gid=f"band:{device}:{attention}",
+        )
+    if over:
+        line = ([fit[-1]] if fit else []) + over
+        ax.plot(
+            [r["tpot_s"] * 1e3 for r in line],
+            [r["tokens_per_s_per_device"] for r in line],
+            ls=":",
+            marker="o",
+            ms=4,
+            mfc="white",
+            color=color,
+            alpha=0.7,
+            gid=f"no_fit:{device}:{attention}",
+        )
+    if fit and over:
+        last = fit[-1]
+        ax.plot(
+            [last["tpot_s"] * 1e3],
+            [last["tokens_per_s_per_device"]],
+            marker="X",
+            ms=10,
+            color=color,
+            mec="black",
+            ls="none",
+            gid=f"memory_limit:{device}:{attention}",
+        )
+        ax.annotate(
+            f"{dim.replace('_', ' ')} {last[dim]}",
+            (last["tpot_s"] * 1e3, last["tokens_per_s_per_device"]),
+            xytext=(5, -10),
+            textcoords="offset points",
+            fontsize=7.5,
+            color=color,
+        )
+
+
+def _scales(ax, records: list[dict]) -> None:
+    """Log axes where the values span a decade or more, their ticks as plain numbers."""
+    xs = [r["tpot_s"] * 1e3 for r in records]
+    ys = [r["tokens_per_s_per_device"] for r in records]
+    if max(xs) / min(xs) >= 10:
+        ax.set_xscale("log")
+    if max(ys) / min(ys) >= 10:
+        ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        axis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
