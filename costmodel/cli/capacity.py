@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
@@ -90,34 +92,7 @@ from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, ENGINE_NAMES, EXECUT
 @format_option
 @json_option
 @html_option()
-def capacity(
-    gpus,
-    model_name,
-    tp,
-    kv_heads,
-    weight_dtype,
-    kv_dtype,
-    mla_form,
-    input_len,
-    output_len,
-    variant,
-    groups,
-    tpot_ms,
-    ttft_ms,
-    price_per_hour,
-    variants,
-    dtype,
-    execution,
-    timing,
-    without,
-    batching,
-    engine_name,
-    load,
-    statistic,
-    evaluator,
-    fmt,
-    as_json,
-) -> None:
+def capacity(**options) -> None:
     """The most a model serves under latency targets, per device and attention layout.
 
     For requests of --input-len prompt and --output-len generated tokens: with continuous batching (the
@@ -128,49 +103,52 @@ def capacity(
 
     Example: costmodel capacity --gpu h100 --model llama-3-8b --input-len 2048 --output-len 512 --tpot-ms 50
     """
+    o = SimpleNamespace(**options)
     from costmodel.hardware.catalog import load_profile
     from costmodel.model.requests import capacity as run_capacity
     from costmodel.render.models import capacity_table
 
-    fmt = output_format(fmt, as_json)
-    if not model_name:
+    o.fmt = output_format(o.fmt, o.as_json)
+    if not o.model_name:
         raise CostModelError("capacity needs --model (a preset, a config.json or a folder)")
-    if input_len is None or output_len is None:
+    if o.input_len is None or o.output_len is None:
         raise CostModelError("capacity needs --input-len and --output-len (the requests it serves)")
-    hws = [load_profile(g) for g in gpus]
-    layouts = load_layouts(model_name, variant, groups, kv_heads)
-    if batching == "continuous":
+    hws = [load_profile(g) for g in o.gpus]
+    layouts = load_layouts(o.model_name, o.variant, o.groups, o.kv_heads)
+    if o.batching == "continuous":
         return _load_capacity(
             hws,
             layouts[0],
-            fmt,
-            input_len=input_len,
-            output_len=output_len,
-            tpot_ms=tpot_ms,
-            ttft_ms=ttft_ms,
-            price_per_hour=price_per_hour,
-            variants=variants,
-            engine_name=engine_name,
-            statistic=statistic,
-            evaluator=evaluator,
-            tp=tp,
-            weight_dtype=weight_dtype,
-            kv_dtype=kv_dtype,
-            timing=timing,
-            load=load,
+            o.fmt,
+            input_len=o.input_len,
+            output_len=o.output_len,
+            tpot_ms=o.tpot_ms,
+            ttft_ms=o.ttft_ms,
+            price_per_hour=o.price_per_hour,
+            variants=o.variants,
+            engine_name=o.engine_name,
+            statistic=o.statistic,
+            evaluator=o.evaluator,
+            tp=o.tp,
+            weight_dtype=o.weight_dtype,
+            kv_dtype=o.kv_dtype,
+            timing=o.timing,
+            load=o.load,
         )
-    if statistic != "mean" or evaluator is not None or load != "concurrency":
+    if o.statistic != "mean" or o.evaluator is not None or o.load != "concurrency":
         raise CostModelError("--statistic, --evaluator and --load apply with --batching continuous")
     report = run_capacity(
         layouts[0],
         hws,
-        input_len=input_len,
-        output_len=output_len,
-        tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
-        ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
-        price_per_hour=price_per_hour,
-        variants=variants,
-        **conventions(dtype, execution, tp, DEFAULTS["overlap"], timing, without, weight_dtype, kv_dtype, mla_form),
+        input_len=o.input_len,
+        output_len=o.output_len,
+        tpot_s=o.tpot_ms / 1e3 if o.tpot_ms is not None else None,
+        ttft_s=o.ttft_ms / 1e3 if o.ttft_ms is not None else None,
+        price_per_hour=o.price_per_hour,
+        variants=o.variants,
+        **conventions(
+            o.dtype, o.execution, o.tp, DEFAULTS["overlap"], o.timing, o.without, o.weight_dtype, o.kv_dtype, o.mla_form
+        ),
     )
     records = [
         {
@@ -187,7 +165,7 @@ def capacity(
         }
         for p in report.points
     ]
-    emit(fmt, [report.model_dump(mode="json")], records, lambda: capacity_table(report), single=True)
+    emit(o.fmt, [report.model_dump(mode="json")], records, lambda: capacity_table(report), single=True)
 
 
 def _load_capacity(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import click
 
 from costmodel.cli.html import html_option
@@ -61,23 +63,7 @@ from costmodel.core.vocab import CACHE_APPENDS, DERIVE_VARIANTS, MLA_FORMS, MODE
 @format_option
 @json_option
 @html_option()
-def derive(
-    variant,
-    groups,
-    mode,
-    kv_rank,
-    rope_dim,
-    q_rank,
-    form,
-    q_lora,
-    dtype,
-    cache_append,
-    asymptotic,
-    as_latex,
-    fmt,
-    as_json,
-    **dims,
-) -> None:
+def derive(**options) -> None:
     """Derive exact per-op FLOP and memory counts of an attention program.
 
     Counts come from the einsum shapes of the paper's programs (Shazeer 2019), one grouped-query program
@@ -85,39 +71,51 @@ def derive(
 
     Example: costmodel derive --variant mqa --mode generate --asymptotic
     """
+    o = SimpleNamespace(**{k: options.pop(k) for k in _DERIVE_PARAMS})
+    dims = options
     from costmodel.core.vocab import PARAMETER_DIMS
     from costmodel.counts.exact import derive as derive_counts
-    from costmodel.render.text import latex, table
 
-    mla = {"c": kv_rank, "p": rope_dim, "l": q_rank}
-    if variant.lower() != "mla":
+    mla = {"c": o.kv_rank, "p": o.rope_dim, "l": o.q_rank}
+    _check_mla_flags(o)
+    o.fmt = output_format(o.fmt, o.as_json)
+    o.as_json = o.fmt == "json"
+    report = derive_counts(
+        o.variant,
+        o.mode,
+        groups=o.groups,
+        dtype=o.dtype,
+        cache_append=o.cache_append,
+        dims={PARAMETER_DIMS[k]: v for k, v in given(dims).items()} | given(mla),
+        form=o.form or MLA_FORMS[0],
+        q_lora=o.q_lora,
+    )
+    asym, beside = _asymptotic(report, o.asymptotic)
+    _emit(report, asym, beside, o)
+
+
+def _check_mla_flags(o) -> None:
+    """The latent's flags apply to --variant mla, and --q-rank with --q-lora."""
+    if o.variant.lower() != "mla":
         used = [
             flag
             for flag, value in (
-                ("--kv-rank", kv_rank),
-                ("--rope-dim", rope_dim),
-                ("--q-rank", q_rank),
-                ("--form", form),
-                ("--q-lora", q_lora or None),
+                ("--kv-rank", o.kv_rank),
+                ("--rope-dim", o.rope_dim),
+                ("--q-rank", o.q_rank),
+                ("--form", o.form),
+                ("--q-lora", o.q_lora or None),
             )
             if value is not None
         ]
         if used:
             raise CostModelError(f"{used[0]} applies to --variant mla only")
-    elif q_rank is not None and not q_lora:
+    elif o.q_rank is not None and not o.q_lora:
         raise CostModelError("--q-rank needs --q-lora (queries through a latent)")
-    fmt = output_format(fmt, as_json)
-    as_json = fmt == "json"
-    report = derive_counts(
-        variant,
-        mode,
-        groups=groups,
-        dtype=dtype,
-        cache_append=cache_append,
-        dims={PARAMETER_DIMS[k]: v for k, v in given(dims).items()} | given(mla),
-        form=form or MLA_FORMS[0],
-        q_lora=q_lora,
-    )
+
+
+def _asymptotic(report, asymptotic: bool):
+    """(the Θ forms under the paper's assumptions, and for MLA the grouped-query family's ratios beside them)."""
     asym = None
     if asymptotic:
         from costmodel.counts.asymptotic import analyze
@@ -134,7 +132,14 @@ def derive(
         from costmodel.counts.asymptotic import asymptotic_ratio
 
         beside = {v: asymptotic_ratio(v, report.mode) for v in ("mha", "gqa", "mqa")}
-    if as_json:
+    return asym, beside
+
+
+def _emit(report, asym, beside: dict, o) -> None:
+    """The counts as JSON, CSV or Markdown records, a table or LaTeX."""
+    from costmodel.render.text import latex, table
+
+    if o.as_json:
         out = report.model_dump()
         if asym is not None:
             out["asymptotic_ratio"] = str(asym.ratio)
@@ -143,16 +148,16 @@ def derive(
             if beside:
                 out["asymptotic"]["beside"] = {v: str(r) for v, r in beside.items()}
         emit_json(out)
-    elif fmt in ("csv", "markdown"):
+    elif o.fmt in ("csv", "markdown"):
         emit_records(
             [
                 {
-                    "op": o.name,
-                    "einsum": o.einsum or f"({o.kind})",
-                    "flops": str(o.flops),
-                    "memory_elements": str(o.memory_elements),
+                    "op": op.name,
+                    "einsum": op.einsum or f"({op.kind})",
+                    "flops": str(op.flops),
+                    "memory_elements": str(op.memory_elements),
                 }
-                for o in report.ops
+                for op in report.ops
             ]
             + [
                 {
@@ -162,11 +167,30 @@ def derive(
                     "memory_elements": str(report.memory_elements),
                 }
             ],
-            fmt,
+            o.fmt,
         )
     else:
-        click.echo(latex(report, asym) if as_latex else table(report, asym))
-        if beside and not as_latex:
+        click.echo(latex(report, asym) if o.as_latex else table(report, asym))
+        if beside and not o.as_latex:
             click.echo("  beside it, under the paper's assumptions:")
             for v, ratio in beside.items():
                 click.echo(f"    {v.upper()}  memory/arithmetic  Θ({ratio})")
+
+
+#: derive's own parameters; the others are the workload's dimensions
+_DERIVE_PARAMS = (
+    "variant",
+    "groups",
+    "mode",
+    "kv_rank",
+    "rope_dim",
+    "q_rank",
+    "form",
+    "q_lora",
+    "dtype",
+    "cache_append",
+    "asymptotic",
+    "as_latex",
+    "fmt",
+    "as_json",
+)

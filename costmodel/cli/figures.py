@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import click
 
@@ -134,35 +135,7 @@ def roofline(gpus, groups, dtype, execution, out, **dims) -> None:
 @max_points_option
 @model_options
 @click.option("--variants", is_flag=True, help="with --model: also its MHA, GQA, MQA and MLA versions, one curve each")
-def sweep_plot(
-    gpus,
-    x_name,
-    range_text,
-    variant,
-    groups,
-    mode,
-    dtype,
-    layers,
-    execution,
-    overlap,
-    cache_append,
-    timing,
-    without,
-    out,
-    html_path,
-    csv_path,
-    max_points,
-    model_name,
-    tp,
-    kv_heads,
-    weight_dtype,
-    kv_dtype,
-    mla_form,
-    input_len,
-    output_len,
-    variants,
-    **dims,
-) -> None:
+def sweep_plot(**options) -> None:
     """Plot predicted latency (and tokens/s when decoding) against one dimension, per variant; with --model,
     a whole model's throughput against latency, one point per swept value and one curve per layout or device.
 
@@ -170,83 +143,124 @@ def sweep_plot(
 
     Example: costmodel sweep --gpu h100 --x context --range 128:32768:x2 --out sweep.png
     """
+    o = SimpleNamespace(**{k: options.pop(k) for k in _SWEEP_PLOT_PARAMS})
+    dims = options
     from costmodel.attention.figures import memory_limits
     from costmodel.attention.sweeps import sweep
     from costmodel.attention.workload import workloads
     from costmodel.hardware.catalog import load_profile
     from costmodel.render.plots import draw_sweep, save
 
-    outs = figure_files(out, html_path)
-    x_name = x_name.lower().replace("-", "_")
-    if model_name:
-        from costmodel.cli.serving import conventions, load_layouts, plot_model_sweep
-
-        if x_name not in ("batch", "context", "input_len", "output_len"):
-            raise CostModelError(
-                f"--x {x_name} does not apply with --model; use batch, context, input-len or output-len"
-            )
-        layouts = load_layouts(model_name, variant, groups, kv_heads, variants)
-        plot_model_sweep(
-            [load_profile(g) for g in gpus],
-            layouts,
-            f"{x_name}={range_text}",
-            outs,
-            csv_path,
-            max_points,
-            dims["batch"],
-            dims["context"],
-            input_len,
-            output_len,
-            conventions(dtype, execution, tp, overlap, timing, without, weight_dtype, kv_dtype, mla_form),
-        )
+    outs = figure_files(o.out, o.html_path)
+    o.x_name = o.x_name.lower().replace("-", "_")
+    if o.model_name:
+        _model_sweep(o, dims, outs)
         return
-    if x_name in ("input_len", "output_len"):
-        raise CostModelError(f"--x {x_name.replace('_', '-')} needs --model")
-    if csv_path is not None:
-        check_writable(csv_path)
-    hws = [load_profile(g) for g in gpus]
+    if o.x_name in ("input_len", "output_len"):
+        raise CostModelError(f"--x {o.x_name.replace('_', '-')} needs --model")
+    if o.csv_path is not None:
+        check_writable(o.csv_path)
+    hws = [load_profile(g) for g in o.gpus]
     hw = hws[0]
-    if x_name == "groups" and not variant:
-        variant = "gqa"
+    if o.x_name == "groups" and not o.variant:
+        o.variant = "gqa"
     chosen = workloads(
-        variant,
-        groups,
-        mode,
-        dtype=dtype,
-        layers=layers,
-        execution=execution or DEFAULTS["execution"],
-        cache_append=cache_append,
+        o.variant,
+        o.groups,
+        o.mode,
+        dtype=o.dtype,
+        layers=o.layers,
+        execution=o.execution or DEFAULTS["execution"],
+        cache_append=o.cache_append,
         **given(dims),
     )
     from costmodel.price.origin import time_model
 
     runs = []
     for device in hws:
-        result = sweep(chosen, device, x_name, range_text, overlap, max_points, timing, without)
+        result = sweep(chosen, device, o.x_name, o.range_text, o.overlap, o.max_points, o.timing, o.without)
         limits = memory_limits(
-            device, chosen, result.dim, result.values, result.linked, overlap, time_model(device, timing, without)
+            device, chosen, result.dim, result.values, result.linked, o.overlap, time_model(device, o.timing, o.without)
         )
         runs.append((device, result, limits))
     _, result, limits = runs[0]
-    w = chosen[0]
+    title = _sweep_title(hws, chosen[0], result.dim)
+    records = result.records if len(runs) == 1 else [{"device": d.id, **r} for d, res, _ in runs for r in res.records]
+    if o.csv_path is not None:
+        write_csv(o.csv_path, records)
+    more = [(d, res.records, lim) for d, res, lim in runs[1:]]
+    fig = draw_sweep(hw, chosen, o.x_name, result.dim, result.values, result.records, limits, title, more)
+    for path in outs:  # one figure, saved to each file
+        save(fig, path, data=records)
+    echo_lines(wrote(*outs, o.csv_path))
+
+
+def _model_sweep(o, dims: dict, outs: list) -> None:
+    """sweep --model: a whole model's throughput against latency over the swept value."""
+    from costmodel.cli.serving import conventions, load_layouts, plot_model_sweep
+    from costmodel.hardware.catalog import load_profile
+
+    if o.x_name not in ("batch", "context", "input_len", "output_len"):
+        raise CostModelError(f"--x {o.x_name} does not apply with --model; use batch, context, input-len or output-len")
+    layouts = load_layouts(o.model_name, o.variant, o.groups, o.kv_heads, o.variants)
+    plot_model_sweep(
+        [load_profile(g) for g in o.gpus],
+        layouts,
+        f"{o.x_name}={o.range_text}",
+        outs,
+        o.csv_path,
+        o.max_points,
+        dims["batch"],
+        dims["context"],
+        o.input_len,
+        o.output_len,
+        conventions(o.dtype, o.execution, o.tp, o.overlap, o.timing, o.without, o.weight_dtype, o.kv_dtype, o.mla_form),
+    )
+
+
+def _sweep_title(hws: list, w, dim: str) -> str:
+    """An attention sweep's title: the devices, the mode, the fixed dimensions and the layers."""
     fixed = ", ".join(
         f"{k}={getattr(w, k)}"
         for k in ("b", "n", "m")
-        if k != result.dim and not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate")
+        if k != dim and not (k == "n" and w.mode == "incremental") and not (k == "m" and w.mode == "generate")
     )
     what = {"incremental": "decode step", "generate": "generate", "batched": "prefill"}[w.mode]
-    title = (
+    return (
         f"{' vs '.join(d.name for d in hws)}: attention only, {what}, {fixed}, {title_dims(w)}, "
         f"{w.layers} layer{'s' * (w.layers > 1)}"
     )
-    records = result.records if len(runs) == 1 else [{"device": d.id, **r} for d, res, _ in runs for r in res.records]
-    if csv_path is not None:
-        write_csv(csv_path, records)
-    more = [(d, res.records, lim) for d, res, lim in runs[1:]]
-    fig = draw_sweep(hw, chosen, x_name, result.dim, result.values, result.records, limits, title, more)
-    for path in outs:  # one figure, saved to each file
-        save(fig, path, data=records)
-    echo_lines(wrote(*outs, csv_path))
+
+
+#: sweep_plot's own parameters; the others are the workload's dimensions
+_SWEEP_PLOT_PARAMS = (
+    "gpus",
+    "x_name",
+    "range_text",
+    "variant",
+    "groups",
+    "mode",
+    "dtype",
+    "layers",
+    "execution",
+    "overlap",
+    "cache_append",
+    "timing",
+    "without",
+    "out",
+    "html_path",
+    "csv_path",
+    "max_points",
+    "model_name",
+    "tp",
+    "kv_heads",
+    "weight_dtype",
+    "kv_dtype",
+    "mla_form",
+    "input_len",
+    "output_len",
+    "variants",
+)
 
 
 def figure_files(out: str | None, html_path: str | None) -> list[str]:

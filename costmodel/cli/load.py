@@ -120,32 +120,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         raise CostModelError(
             "a served model needs --input-len and --output-len (the requests' lengths), or --lengths-file"
         )
-    if load["concurrency"] is None and load["request_rate"] is None:
-        raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
-    if load["concurrency"] is not None and load["request_rate"] is not None:
-        raise CostModelError("give --concurrency or --request-rate, not both")
-    if load["burstiness"] != 1.0 and load["request_rate"] is None:
-        raise CostModelError("--burstiness applies with --request-rate (an open loop's arrivals)")
-    if load["client_connections"] is not None and load["concurrency"] is None:
-        raise CostModelError("--client-connections applies with --concurrency (a closed loop's requests in flight)")
-    if pricing.get("dtype") not in (None, "bf16", "fp16"):
-        raise CostModelError(
-            f"--dtype {pricing['dtype']} does not apply to a served model (activations in bf16; "
-            "--weight-dtype and --kv-dtype set the quantisation)"
-        )
-    # an engine runs fused attention, the overlap rule and every mechanism of the device's time model
-    ignored = [
-        flag
-        for flag, given in (
-            ("--execution", pricing.get("execution") not in (None, "fused")),
-            ("--overlap", pricing.get("overlap") not in (None, "max")),
-            ("--without", bool(pricing.get("without"))),
-            ("--mla-form", pricing.get("mla_form") is not None),
-        )
-        if given
-    ]
-    if ignored:
-        raise CostModelError(f"{ignored[0]} does not apply to a served model (the engine runs its own kernels)")
+    _check_load(load, pricing)
     requests = Load(
         input_len,
         output_len,
@@ -289,3 +264,34 @@ def read_lengths(path: str) -> tuple[list[int], list[int]]:
     if not prompts:
         raise CostModelError(f"{path}: no request lengths (two whole numbers per line)")
     return prompts, outputs
+
+
+def _check_load(load: dict, pricing: dict) -> None:
+    """A served model's load options agree (a closed or an open loop, each with its own options), and the
+    kernel conventions an engine fixes are not asked to change."""
+    if load["concurrency"] is None and load["request_rate"] is None:
+        raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
+    if load["concurrency"] is not None and load["request_rate"] is not None:
+        raise CostModelError("give --concurrency or --request-rate, not both")
+    if load["burstiness"] != 1.0 and load["request_rate"] is None:
+        raise CostModelError("--burstiness applies with --request-rate (an open loop's arrivals)")
+    if load["client_connections"] is not None and load["concurrency"] is None:
+        raise CostModelError("--client-connections applies with --concurrency (a closed loop's requests in flight)")
+    if pricing.get("dtype") not in (None, "bf16", "fp16"):
+        raise CostModelError(
+            f"--dtype {pricing['dtype']} does not apply to a served model (activations in bf16; "
+            "--weight-dtype and --kv-dtype set the quantisation)"
+        )
+    # an engine runs fused attention, the overlap rule and every mechanism of the device's time model
+    ignored = [
+        flag
+        for flag, given in (
+            ("--execution", pricing.get("execution") not in (None, "fused")),
+            ("--overlap", pricing.get("overlap") not in (None, "max")),
+            ("--without", bool(pricing.get("without"))),
+            ("--mla-form", pricing.get("mla_form") is not None),
+        )
+        if given
+    ]
+    if ignored:
+        raise CostModelError(f"{ignored[0]} does not apply to a served model (the engine runs its own kernels)")

@@ -325,29 +325,10 @@ def plan(
     )
     points, fronts, best, skipped = [], [], [], []
     for hw in hws:
-        # 1. every layout swept in closed form
-        screened = []
-        for layout in layouts(m, devices):
-            swept, reason = sweep(m, hw, layout, max_concurrency=max_concurrency, **kw)
-            screened += [(layout, pt) for pt in swept]
-            if reason is not None:
-                skipped.append(SkippedLayout(device=hw.id, layout=layout.describe(), reason=reason))
-        # 2. the closed form's front (to within its error against the simulation) and best, with their
-        # neighbouring loads, simulated
-        chosen = near_front([pt for _, pt in screened], SCREEN_SLACK)
-        ok = [pt for _, pt in screened if pt.meets_targets]
-        if ok:
-            chosen.append(max(ok, key=lambda p: p.output_tokens_per_s_per_device))
-        picked = {(pt.layout, pt.concurrency) for pt in chosen}
-        candidates = {}
-        for layout, pt in screened:
-            c = pt.concurrency
-            for near in (c // 2, c, c * 2):
-                if (pt.layout, c) in picked and layout.units <= near <= max_concurrency * layout.units:
-                    candidates[(pt.layout, near)] = (layout, near)
-        mine = [price_point(m, hw, layout, c, **kw) for layout, c in candidates.values()]
+        mine, skips = _plan_device(m, hw, devices, max_concurrency, kw)
         points += mine
         fronts += pareto(mine)
+        skipped += skips
         ok = [p for p in mine if p.meets_targets]
         if ok:
             best.append(max(ok, key=lambda p: p.output_tokens_per_s_per_device))
@@ -370,31 +351,63 @@ def plan(
         front=fronts,
         best=best,
         skipped=skipped,
-        assumptions=[
-            f"layouts of {devices} device(s): aggregated (tensor parallel, replicas sharing the clients "
-            "evenly"
-            + (
-                ", routed experts sharded or expert parallel over the tensor-parallel group; and "
-                "attention data parallel, the experts over all the devices"
-                if m.moe
-                else ""
-            )
-            + "; pipeline parallel over stages of tensor-parallel groups), and disaggregated prefill and "
-            "decode pools"
-            + (
-                "; a decode worker also as attention data parallel groups, the experts over all its devices"
-                if m.moe
-                else ""
-            )
-            + "; "
-            f"tensor-parallel sizes powers of two; not enumerated: {', '.join(NOT_ENUMERATED)}",
-            f"each layout under a closed loop of clients doubling from one (per replica) until its "
-            f"throughput per device grows by less than 2% or the clients reach {max_concurrency} per "
-            "replica, in the engine model's steady-state closed form; the points within 5% of that front "
-            "and the best under the targets, with half and twice their clients, then simulated (costmodel "
-            "predict --engine with --concurrency, and --disaggregated for the pools): the points shown",
-            "the front: per device kind, the points no other point of that kind matches or beats on both "
-            "output tokens/s per device and per user; the best: the most tokens/s per device whose mean "
-            "TTFT and TPOT meet the targets",
-        ],
+        assumptions=_plan_assumptions(m, devices, max_concurrency),
     )
+
+
+def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurrency: int, kw: dict):
+    """(simulated points, skipped layouts) on one device kind: every layout swept in closed form, then the closed
+    form's front (to within its error against the simulation) and best, with their neighbouring loads, simulated."""
+    skipped = []
+    # 1. every layout swept in closed form
+    screened = []
+    for layout in layouts(m, devices):
+        swept, reason = sweep(m, hw, layout, max_concurrency=max_concurrency, **kw)
+        screened += [(layout, pt) for pt in swept]
+        if reason is not None:
+            skipped.append(SkippedLayout(device=hw.id, layout=layout.describe(), reason=reason))
+    # 2. the closed form's front (to within its error against the simulation) and best, with their
+    # neighbouring loads, simulated
+    chosen = near_front([pt for _, pt in screened], SCREEN_SLACK)
+    ok = [pt for _, pt in screened if pt.meets_targets]
+    if ok:
+        chosen.append(max(ok, key=lambda p: p.output_tokens_per_s_per_device))
+    picked = {(pt.layout, pt.concurrency) for pt in chosen}
+    candidates = {}
+    for layout, pt in screened:
+        c = pt.concurrency
+        for near in (c // 2, c, c * 2):
+            if (pt.layout, c) in picked and layout.units <= near <= max_concurrency * layout.units:
+                candidates[(pt.layout, near)] = (layout, near)
+    return [price_point(m, hw, layout, c, **kw) for layout, c in candidates.values()], skipped
+
+
+def _plan_assumptions(m: ModelPreset, devices: int, max_concurrency: int) -> list[str]:
+    """What a plan enumerates and how it chooses, in words."""
+    return [
+        f"layouts of {devices} device(s): aggregated (tensor parallel, replicas sharing the clients "
+        "evenly"
+        + (
+            ", routed experts sharded or expert parallel over the tensor-parallel group; and "
+            "attention data parallel, the experts over all the devices"
+            if m.moe
+            else ""
+        )
+        + "; pipeline parallel over stages of tensor-parallel groups), and disaggregated prefill and "
+        "decode pools"
+        + (
+            "; a decode worker also as attention data parallel groups, the experts over all its devices"
+            if m.moe
+            else ""
+        )
+        + "; "
+        f"tensor-parallel sizes powers of two; not enumerated: {', '.join(NOT_ENUMERATED)}",
+        f"each layout under a closed loop of clients doubling from one (per replica) until its "
+        f"throughput per device grows by less than 2% or the clients reach {max_concurrency} per "
+        "replica, in the engine model's steady-state closed form; the points within 5% of that front "
+        "and the best under the targets, with half and twice their clients, then simulated (costmodel "
+        "predict --engine with --concurrency, and --disaggregated for the pools): the points shown",
+        "the front: per device kind, the points no other point of that kind matches or beats on both "
+        "output tokens/s per device and per user; the best: the most tokens/s per device whose mean "
+        "TTFT and TPOT meet the targets",
+    ]

@@ -298,24 +298,7 @@ def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
     _check_flags(cfg, path)
     _refuse_unsupported(cfg, path)
     count = lambda *keys, default=None: _count(cfg, path, keys, default)  # noqa: E731
-    d = count("hidden_size", "n_embd", "d_model")
-    heads = count("num_attention_heads", "n_head", "num_heads")
-    layers = count("num_hidden_layers", "n_layer", "num_decoder_layers", "num_layers")
-    vocab = count("vocab_size")
-    missing = [
-        name
-        for name, value in (
-            ("hidden_size", d),
-            ("num_attention_heads", heads),
-            ("num_hidden_layers", layers),
-            ("vocab_size", vocab),
-        )
-        if value is None
-    ]
-    if missing:
-        raise CostModelError(
-            f"{path}: cannot read {', '.join(missing)} (nor its other usual names); supported: {SUPPORTED}"
-        )
+    d, heads, layers, vocab = _required(path, count)
     new_falcon = cfg.get("new_decoder_architecture", False)
     if cfg.get("multi_query") and not new_falcon:
         kv = 1
@@ -323,40 +306,8 @@ def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
         kv = count("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
     enc_dec = bool(cfg.get("is_encoder_decoder", False))
     gated = _gated(cfg)
-    gpt2_style = "n_embd" in cfg  # GPT-2's key names: Conv1D layers with biases, learned positions
-    rotary = not cfg.get("alibi", False) and any(
-        cfg.get(k) is not None
-        for k in (
-            "rope_theta",
-            "rope_parameters",
-            "rotary_dim",
-            "rotary_pct",
-            "rotary_emb_base",
-            "rope_scaling",
-            "partial_rotary_factor",
-            "qk_rope_head_dim",
-        )
-    )
-    bias = next((bool(cfg[k]) for k in ("bias", "use_bias", "enable_bias", "attention_bias") if k in cfg), gpt2_style)
-    parallel = bool(cfg.get("parallel_attn", False) or cfg.get("use_parallel_residual", False))
-    norms = None
-    if parallel and cfg.get("use_parallel_residual"):
-        norms = 2  # GPT-NeoX: both norms read the block's input
-    elif parallel and new_falcon:
-        norms = count("num_ln_in_parallel_attn", default=2)
-    elif "pre_feedforward_layernorm" in cfg or cfg.get("query_pre_attn_scalar") is not None:
-        norms = 4  # Gemma 2 and later: a norm before and after attention and the feed-forward block
-    mla = None
-    if cfg.get("kv_lora_rank") is not None:  # a rank of 0 is an error (count), never "no latent"
-        mla = {
-            "kv_rank": count("kv_lora_rank"),
-            "rope_dim": count("qk_rope_head_dim"),
-            "nope_dim": count("qk_nope_head_dim"),
-            "value_dim": count("v_head_dim"),
-            "q_rank": count("q_lora_rank"),
-        }
-        if None in (mla["rope_dim"], mla["nope_dim"], mla["value_dim"]):
-            raise CostModelError(f"{path}: kv_lora_rank without qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
+    rotary, bias, parallel, norms = _block(cfg, count)
+    mla = _mla(cfg, path, count)
     window, local = _windows(cfg, layers, path)
     head_dim = count("head_dim", "d_kv", default=d // heads if d % heads == 0 else None)
     if mla:
@@ -399,3 +350,71 @@ def hf_config_fields(text: str, p: PurePath) -> tuple[dict, str]:
     if data["head_dim"] is None:
         raise CostModelError(f"{path}: cannot read head_dim, and hidden_size {d} is not divisible by heads {heads}")
     return data, str(p)
+
+
+def _block(cfg: dict, count) -> tuple[bool, bool, bool, int | None]:
+    """(rotary embeddings, biases, parallel attention and feed-forward, norms per layer) of a layer."""
+    new_falcon = cfg.get("new_decoder_architecture", False)
+    gpt2_style = "n_embd" in cfg  # GPT-2's key names: Conv1D layers with biases, learned positions
+    rotary = not cfg.get("alibi", False) and any(
+        cfg.get(k) is not None
+        for k in (
+            "rope_theta",
+            "rope_parameters",
+            "rotary_dim",
+            "rotary_pct",
+            "rotary_emb_base",
+            "rope_scaling",
+            "partial_rotary_factor",
+            "qk_rope_head_dim",
+        )
+    )
+    bias = next((bool(cfg[k]) for k in ("bias", "use_bias", "enable_bias", "attention_bias") if k in cfg), gpt2_style)
+    parallel = bool(cfg.get("parallel_attn", False) or cfg.get("use_parallel_residual", False))
+    norms = None
+    if parallel and cfg.get("use_parallel_residual"):
+        norms = 2  # GPT-NeoX: both norms read the block's input
+    elif parallel and new_falcon:
+        norms = count("num_ln_in_parallel_attn", default=2)
+    elif "pre_feedforward_layernorm" in cfg or cfg.get("query_pre_attn_scalar") is not None:
+        norms = 4  # Gemma 2 and later: a norm before and after attention and the feed-forward block
+    return rotary, bias, parallel, norms
+
+
+def _mla(cfg: dict, path: str, count) -> dict | None:
+    """Multi-head latent attention's ranks and widths, None where the config has no latent."""
+    if cfg.get("kv_lora_rank") is None:  # a rank of 0 is an error (count), never "no latent"
+        return None
+    mla = {
+        "kv_rank": count("kv_lora_rank"),
+        "rope_dim": count("qk_rope_head_dim"),
+        "nope_dim": count("qk_nope_head_dim"),
+        "value_dim": count("v_head_dim"),
+        "q_rank": count("q_lora_rank"),
+    }
+    if None in (mla["rope_dim"], mla["nope_dim"], mla["value_dim"]):
+        raise CostModelError(f"{path}: kv_lora_rank without qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
+    return mla
+
+
+def _required(path: str, count) -> tuple[int, int, int, int]:
+    """The widths every config must give (under one of their usual names): hidden size, heads, layers, vocabulary."""
+    d = count("hidden_size", "n_embd", "d_model")
+    heads = count("num_attention_heads", "n_head", "num_heads")
+    layers = count("num_hidden_layers", "n_layer", "num_decoder_layers", "num_layers")
+    vocab = count("vocab_size")
+    missing = [
+        name
+        for name, value in (
+            ("hidden_size", d),
+            ("num_attention_heads", heads),
+            ("num_hidden_layers", layers),
+            ("vocab_size", vocab),
+        )
+        if value is None
+    ]
+    if missing:
+        raise CostModelError(
+            f"{path}: cannot read {', '.join(missing)} (nor its other usual names); supported: {SUPPORTED}"
+        )
+    return d, heads, layers, vocab
