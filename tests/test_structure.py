@@ -439,3 +439,25 @@ def test_help_groups_every_option_in_a_named_panel(name):
         record = param.get_help_record(ctx)[0]
         listed = [line for line in out.splitlines() if re.match(re.escape(record) + r"(\s|$)", line.strip())]
         assert len(listed) == 1, record
+
+
+#: The size a newcomer reads in one sitting: a module of the package, a function (lines, docstrings included).
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 80
+
+
+def test_no_module_or_function_past_its_size():
+    """Every module of costmodel/ within MAX_MODULE_LINES and every function within MAX_FUNCTION_LINES: a long one
+    is split where its steps are, not grown."""
+    long_modules, long_functions = [], []
+    for name, path in MODULES.items():
+        if not name.startswith("costmodel.") or name.startswith("costmodel.validation"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long_modules.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{name}.{node.name}: {size} lines")
+    assert not long_modules and not long_functions, long_modules + long_functions

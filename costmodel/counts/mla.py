@@ -71,32 +71,7 @@ def build_mla_program(
     T = lambda name, idx: Tensor(name, idx, tuple(sz[i] for i in idx))  # noqa: E731
     Q = "" if decode else "n"
     x = T("x" if decode else "X", "b" + Q + "d")
-    ops: list[Op] = []
-    if q_lora:
-        ops += [
-            Op("q_down", "einsum", (x, T("P_qa", "dl")), T("q_latent", "b" + Q + "l")),
-            Op(
-                "q_norm",
-                "elementwise",
-                (T("q_latent", "b" + Q + "l"), T("W_qnorm", "l")),
-                T("q_latent", "b" + Q + "l"),
-                RMS_FLOPS,
-            ),
-            Op("q_proj", "einsum", (T("q_latent", "b" + Q + "l"), T("P_qb", "lhe")), T("q", "bh" + Q + "e")),
-        ]
-    else:
-        ops.append(Op("q_proj", "einsum", (x, T("P_q", "dhe")), T("q", "bh" + Q + "e")))
-    if decode:  # the new position's latent and rotary key, normed and appended to the cache
-        ops += [
-            Op("kv_down", "einsum", (x, T("P_kva", "df")), T("kv_new", "bf")),
-            Op("kv_norm", "elementwise", (T("kv_new:c", "bc"), T("W_kvnorm", "c")), T("kv_new:c", "bc"), RMS_FLOPS),
-            Op("kv_append", "copy", (T("kv_new", "bf"),), T("KV[m]", "bf")),
-        ]
-    else:  # the latents of all m memory positions
-        ops += [
-            Op("kv_down", "einsum", (T("M", "bmd"), T("P_kva", "df")), T("KV", "bmf")),
-            Op("kv_norm", "elementwise", (T("KV:c", "bmc"), T("W_kvnorm", "c")), T("KV:c", "bmc"), RMS_FLOPS),
-        ]
+    ops = _projections(T, x, Q, decode, q_lora)
     logits = T("logits", "bh" + Q + "m")
     if form == "naive":
         ops += [
@@ -135,6 +110,38 @@ def build_mla_program(
         cache_names=("KV",),
         form=form,
     )
+
+
+def _projections(T, x, Q: str, decode: bool, q_lora: bool) -> list[Op]:
+    """The queries (through a latent with ``q_lora``) and the latents: one new position's appended to the cache when
+    decoding, every memory position's in batched attention (``T``: a tensor of the program's sizes)."""
+    ops: list[Op] = []
+    if q_lora:
+        ops += [
+            Op("q_down", "einsum", (x, T("P_qa", "dl")), T("q_latent", "b" + Q + "l")),
+            Op(
+                "q_norm",
+                "elementwise",
+                (T("q_latent", "b" + Q + "l"), T("W_qnorm", "l")),
+                T("q_latent", "b" + Q + "l"),
+                RMS_FLOPS,
+            ),
+            Op("q_proj", "einsum", (T("q_latent", "b" + Q + "l"), T("P_qb", "lhe")), T("q", "bh" + Q + "e")),
+        ]
+    else:
+        ops.append(Op("q_proj", "einsum", (x, T("P_q", "dhe")), T("q", "bh" + Q + "e")))
+    if decode:  # the new position's latent and rotary key, normed and appended to the cache
+        ops += [
+            Op("kv_down", "einsum", (x, T("P_kva", "df")), T("kv_new", "bf")),
+            Op("kv_norm", "elementwise", (T("kv_new:c", "bc"), T("W_kvnorm", "c")), T("kv_new:c", "bc"), RMS_FLOPS),
+            Op("kv_append", "copy", (T("kv_new", "bf"),), T("KV[m]", "bf")),
+        ]
+    else:  # the latents of all m memory positions
+        ops += [
+            Op("kv_down", "einsum", (T("M", "bmd"), T("P_kva", "df")), T("KV", "bmf")),
+            Op("kv_norm", "elementwise", (T("KV:c", "bmc"), T("W_kvnorm", "c")), T("KV:c", "bmc"), RMS_FLOPS),
+        ]
+    return ops
 
 
 def mla_attention_dims(dims: dict, form: str) -> dict:

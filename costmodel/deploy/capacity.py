@@ -277,6 +277,24 @@ def load_capacity(
                         cost_per_million_tokens=None,
                     )
                 )
+    assumptions = _capacity_assumptions(engine_name, statistic, load, used, price_per_hour)
+    return LoadCapacityReport(
+        engine=engine_name,
+        input_len=requests.input_len,
+        output_len=requests.output_len,
+        load=load,
+        statistic=statistic,
+        evaluator=used,
+        tpot_target_s=tpot_s,
+        ttft_target_s=ttft_s,
+        price_per_hour=price_per_hour,
+        points=points,
+        assumptions=assumptions,
+    )
+
+
+def _capacity_assumptions(engine_name: str, statistic: str, load: str, used: str, price_per_hour) -> list[str]:
+    """How a capacity under load was searched and evaluated, in words."""
     searched = (
         f"continuous batching in {engine_name} (costmodel predict --engine): the most closed-loop clients whose "
         f"{statistic} TTFT and TPOT meet the targets and that the engine runs all at once; 'binds' is what fails "
@@ -311,16 +329,4 @@ def load_capacity(
             else ""
         ),
     ]
-    return LoadCapacityReport(
-        engine=engine_name,
-        input_len=requests.input_len,
-        output_len=requests.output_len,
-        load=load,
-        statistic=statistic,
-        evaluator=used,
-        tpot_target_s=tpot_s,
-        ttft_target_s=ttft_s,
-        price_per_hour=price_per_hour,
-        points=points,
-        assumptions=assumptions,
-    )
+    return assumptions

@@ -309,12 +309,44 @@ def deepseek2024(
     enumerates (closed form, clients doubling until the throughput stops growing), DeepSeek-V2 in FP8 weights and
     an FP8 cache (the nearest dtype to the paper's 6 bits), DeepSeek 67B in BF16. The paper states neither the
     requests' lengths nor the engine: ``input_len`` + ``output_len`` and ``engine_name`` are assumptions."""
-    from costmodel.deploy.planner import layouts, sweep
-
     hw = hw or load_profile("h800")
     v2, base = load_model("deepseek-v2"), load_model("deepseek-llm-67b")
     kv = {m.id: predict_model(m, hw, batch=1, context=1).memory.kv_cache_bytes_per_token for m in (v2, base)}
     v2_quantized = kv[v2.id] * DEEPSEEK2024_KV_BITS / 16
+
+    rows = _deepseek_rows(hw, v2, base, devices, input_len, output_len, max_concurrency, engine_name)
+    base_tps = rows[0]["tokens_per_s"]
+    for r in rows:
+        r["ratio"] = r["tokens_per_s"] / base_tps if r["tokens_per_s"] and base_tps else None
+    return {
+        "kv_bytes_per_token": {
+            "deepseek_llm_67b": kv[base.id],
+            "deepseek_v2_bf16": kv[v2.id],
+            "deepseek_v2_6bit": v2_quantized,
+        },
+        "kv_reduction": {
+            "bf16": 1 - kv[v2.id] / kv[base.id],
+            "fp8": 1 - kv[v2.id] / 2 / kv[base.id],
+            "6bit": 1 - v2_quantized / kv[base.id],
+        },
+        "throughput": rows,
+        "paper": DEEPSEEK2024_PAPER,
+        "devices": devices,
+        "hw": hw.id,
+        "setup": (
+            f"{devices} x {hw.name}, served by {engine_name} (closed form), requests of {input_len} + "
+            f"{output_len} tokens, the most output tokens/s over the aggregated layouts (tensor parallel, "
+            "replicas and pipeline stages; for DeepSeek-V2 also experts spread over the devices and attention "
+            "data parallel), clients doubling up to "
+            f"{max_concurrency} per replica; DeepSeek 67B in BF16, DeepSeek-V2 in FP8 with an FP8 cache"
+        ),
+    }
+
+
+def _deepseek_rows(hw, v2, base, devices, input_len, output_len, max_concurrency, engine_name) -> list[dict]:
+    """The most output tokens/s of DeepSeek 67B in BF16 and DeepSeek-V2 in FP8 (over every aggregated layout, then
+    tensor parallel alone) in closed form."""
+    from costmodel.deploy.planner import layouts, sweep
 
     def best(m, weight_dtype, kv_dtype, only=None):
         points = [
@@ -354,29 +386,4 @@ def deepseek2024(
                 "tpot_s": pt.tpot_s if pt else None,
             }
         )
-    base_tps = rows[0]["tokens_per_s"]
-    for r in rows:
-        r["ratio"] = r["tokens_per_s"] / base_tps if r["tokens_per_s"] and base_tps else None
-    return {
-        "kv_bytes_per_token": {
-            "deepseek_llm_67b": kv[base.id],
-            "deepseek_v2_bf16": kv[v2.id],
-            "deepseek_v2_6bit": v2_quantized,
-        },
-        "kv_reduction": {
-            "bf16": 1 - kv[v2.id] / kv[base.id],
-            "fp8": 1 - kv[v2.id] / 2 / kv[base.id],
-            "6bit": 1 - v2_quantized / kv[base.id],
-        },
-        "throughput": rows,
-        "paper": DEEPSEEK2024_PAPER,
-        "devices": devices,
-        "hw": hw.id,
-        "setup": (
-            f"{devices} x {hw.name}, served by {engine_name} (closed form), requests of {input_len} + "
-            f"{output_len} tokens, the most output tokens/s over the aggregated layouts (tensor parallel, "
-            "replicas and pipeline stages; for DeepSeek-V2 also experts spread over the devices and attention "
-            "data parallel), clients doubling up to "
-            f"{max_concurrency} per replica; DeepSeek 67B in BF16, DeepSeek-V2 in FP8 with an FP8 cache"
-        ),
-    }
+    return rows

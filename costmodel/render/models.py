@@ -9,39 +9,9 @@ from costmodel.render.text import aligned, band_cell, capacity_text, count, si
 def model_table(p) -> str:
     """A model's decode step op by op, then TPOT, TTFT and memory."""
     m, w, mem, hw = p.model, p.workload, p.memory, p.hardware
-    devices = f"{hw.devices} devices (tensor parallel)" if hw.devices > 1 else "1 device"
-    if w.attention_dp > 1:
-        devices = (
-            f"{hw.devices * w.attention_dp} devices ({w.attention_dp} attention data parallel groups of "
-            f"{hw.devices}{', tensor parallel' if hw.devices > 1 else ''})"
-        )
+    devices, attention, extras, dtypes = _model_header(p)
     published = f" (published {_params(m.published_params)})" if m.published_params else ""
-    kv_note = f", {m.kv_heads_per_device} per device" if hw.devices > 1 else ""
     active = f", {_params(m.active_params)} active per token" if m.active_params != m.params else ""
-    if m.mla:
-        attention = f"{m.heads} heads, {m.attention}"
-    else:
-        attention = f"{m.heads} heads, {m.kv_heads} key/value heads{kv_note}, head dim {m.head_dim}"
-    extras = []
-    if m.moe:
-        extras.append(
-            f"{m.moe['experts']} experts, {m.moe['experts_per_token']} per token, in {m.moe['layers']} layers"
-        )
-    if m.sliding_window:
-        extras.append(f"{m.local_layers} layers in a {m.sliding_window}-position window")
-    dtypes = (
-        w.dtype
-        if w.weight_dtype == w.dtype == w.kv_dtype
-        else (
-            f"{w.dtype} activations, "
-            + (
-                f"{w.weight_dtype} routed experts ({w.dtype} other weights)"
-                if w.weight_scope == "experts"
-                else f"{w.weight_dtype} weights"
-            )
-            + f", {w.kv_dtype} KV cache"
-        )
-    )
     lines = [
         f"{hw.name} [{hw.id}], {dtypes}, {devices}",
         f"{m.name} [{m.id}]: {_params(m.params)} parameters{published}{active}; {m.layers} layers, {attention}"
@@ -52,27 +22,7 @@ def model_table(p) -> str:
         "",
         "decode step (one token per sequence), per device:",
     ]
-    head = ("section", "op", "kernels", "FLOPs", "bytes", "time", "range", "bound")
-    rows = [head] + [
-        (o.section, o.name, str(o.count), si(o.flops), si(o.bytes, "B"), si(o.time_s, "s"), band_cell(o.band), o.bound)
-        for o in p.decode.ops
-    ]
-    if p.decode.all_reduce_s:
-        rows.append(
-            ("tensor parallel", "all-reduce", str(p.decode.all_reduces), "", "", si(p.decode.all_reduce_s, "s"), "", "")
-        )
-    rows.append(
-        (
-            "total",
-            "",
-            "",
-            si(p.decode.flops),
-            si(p.decode.bytes, "B"),
-            si(p.decode.time_s, "s"),
-            band_cell(p.decode.band),
-            "",
-        )
-    )
+    rows = _decode_rows(p)
     lines += aligned(rows, right={2, 3, 4, 5, 6}, rules=(1, -1))
     t = p.total
     span = lambda b: f" (range {band_cell(b)})" if b is not None else ""  # noqa: E731
@@ -99,6 +49,69 @@ def model_table(p) -> str:
         *(f"  - {a}" for a in p.assumptions),
     ]
     return "\n".join(lines)
+
+
+def _model_header(p) -> tuple[str, str, list[str], str]:
+    """(the devices, the attention, the experts and windows, the dtypes) of a model's table, in words."""
+    m, w, hw = p.model, p.workload, p.hardware
+    devices = f"{hw.devices} devices (tensor parallel)" if hw.devices > 1 else "1 device"
+    if w.attention_dp > 1:
+        devices = (
+            f"{hw.devices * w.attention_dp} devices ({w.attention_dp} attention data parallel groups of "
+            f"{hw.devices}{', tensor parallel' if hw.devices > 1 else ''})"
+        )
+    kv_note = f", {m.kv_heads_per_device} per device" if hw.devices > 1 else ""
+    if m.mla:
+        attention = f"{m.heads} heads, {m.attention}"
+    else:
+        attention = f"{m.heads} heads, {m.kv_heads} key/value heads{kv_note}, head dim {m.head_dim}"
+    extras = []
+    if m.moe:
+        extras.append(
+            f"{m.moe['experts']} experts, {m.moe['experts_per_token']} per token, in {m.moe['layers']} layers"
+        )
+    if m.sliding_window:
+        extras.append(f"{m.local_layers} layers in a {m.sliding_window}-position window")
+    dtypes = (
+        w.dtype
+        if w.weight_dtype == w.dtype == w.kv_dtype
+        else (
+            f"{w.dtype} activations, "
+            + (
+                f"{w.weight_dtype} routed experts ({w.dtype} other weights)"
+                if w.weight_scope == "experts"
+                else f"{w.weight_dtype} weights"
+            )
+            + f", {w.kv_dtype} KV cache"
+        )
+    )
+    return devices, attention, extras, dtypes
+
+
+def _decode_rows(p) -> list[tuple]:
+    """The decode step's rows: every op, the all-reduces, the total."""
+    head = ("section", "op", "kernels", "FLOPs", "bytes", "time", "range", "bound")
+    rows = [head] + [
+        (o.section, o.name, str(o.count), si(o.flops), si(o.bytes, "B"), si(o.time_s, "s"), band_cell(o.band), o.bound)
+        for o in p.decode.ops
+    ]
+    if p.decode.all_reduce_s:
+        rows.append(
+            ("tensor parallel", "all-reduce", str(p.decode.all_reduces), "", "", si(p.decode.all_reduce_s, "s"), "", "")
+        )
+    rows.append(
+        (
+            "total",
+            "",
+            "",
+            si(p.decode.flops),
+            si(p.decode.bytes, "B"),
+            si(p.decode.time_s, "s"),
+            band_cell(p.decode.band),
+            "",
+        )
+    )
+    return rows
 
 
 def _params(x: float) -> str:
