@@ -64,7 +64,7 @@ from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, ENGINE_NAMES, EXECUT
     "--engine",
     "engine_name",
     type=choices(ENGINE_NAMES),
-    default="vllm",
+    default=DEFAULTS["engine"],
     show_default=True,
     help="with --batching continuous: the serving engine",
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from costmodel.cli.options import emit
 from costmodel.core.errors import CostModelError
+from costmodel.core.vocab import DEFAULTS
 
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = (
@@ -144,7 +145,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     )
     flags = EngineFlags(**{k: load[k] for k in EngineFlags.__dataclass_fields__})
     kw = dict(
-        engine_name=load["engine_name"] or "vllm",
+        engine_name=load["engine_name"] or DEFAULTS["engine"],
         weight_dtype=pricing.get("weight_dtype"),
         kv_dtype=pricing.get("kv_dtype"),
         timing=pricing.get("timing", "graph"),

@@ -18,7 +18,7 @@ from costmodel.cli.options import (
     output_format,
     routing_option,
 )
-from costmodel.core.vocab import DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
+from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
 
 
 @click.command("plan", cls=OnceCommand)
@@ -33,7 +33,7 @@ from costmodel.core.vocab import DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
     "--engine",
     "engine_name",
     type=choices(ENGINE_NAMES),
-    default="vllm",
+    default=DEFAULTS["engine"],
     show_default=True,
     help="the serving engine of every worker",
 )

@@ -200,6 +200,8 @@ DEFAULTS: dict[str, object] = {
     "overlap": "max",
     "tp": 1,
     "timing": "graph",
+    # the engine a served model runs in when none is named (costmodel predict --engine)
+    "engine": "vllm",
     # points in one sweep: 10,000 print in about a second; more is allowed when asked for
     "max_points": 10_000,
 }

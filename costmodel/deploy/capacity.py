@@ -16,6 +16,7 @@ from typing import Literal
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import Report
+from costmodel.core.vocab import DEFAULTS
 from costmodel.engine.load import REQUESTS_PER_CLIENT, Load
 from costmodel.engine.reports import LoadPrediction
 from costmodel.hardware.profile import HardwareProfile
@@ -97,7 +98,7 @@ def highest_rate(
     hw: HardwareProfile,
     requests: Load,
     *,
-    engine_name: str = "vllm",
+    engine_name: str = DEFAULTS["engine"],
     tpot_s: float | None = None,
     ttft_s: float | None = None,
     statistic: str = "mean",
@@ -154,7 +155,7 @@ def largest_concurrency(
     hw: HardwareProfile,
     requests: Load,
     *,
-    engine_name: str = "vllm",
+    engine_name: str = DEFAULTS["engine"],
     tpot_s: float | None = None,
     ttft_s: float | None = None,
     statistic: str = "mean",
@@ -221,7 +222,7 @@ def load_capacity(
     devices: list[HardwareProfile],
     requests: Load,
     *,
-    engine_name: str = "vllm",
+    engine_name: str = DEFAULTS["engine"],
     tpot_s: float | None = None,
     ttft_s: float | None = None,
     statistic: str = "mean",

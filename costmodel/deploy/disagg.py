@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
+from costmodel.core.vocab import DEFAULTS
 from costmodel.deploy.disagg_reports import DisaggPrediction, KvTransfer, PoolSummary, TtftSplit
 from costmodel.deploy.disagg_steady import steady_state
 from costmodel.deploy.pools import Pool, simulated
@@ -78,7 +79,7 @@ def serve_disaggregated(
     *,
     prefill: Pool,
     decode: Pool,
-    engine_name: str = "vllm",
+    engine_name: str = DEFAULTS["engine"],
     flags: EngineFlags = EngineFlags(),
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,

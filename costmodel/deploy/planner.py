@@ -20,6 +20,7 @@ from dataclasses import replace
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import Report
+from costmodel.core.vocab import DEFAULTS
 from costmodel.engine.layout import Layout
 from costmodel.engine.load import Load
 from costmodel.hardware.profile import HardwareProfile
@@ -292,7 +293,7 @@ def plan(
     devices: int,
     input_len: int,
     output_len: int,
-    engine_name: str = "vllm",
+    engine_name: str = DEFAULTS["engine"],
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
     ttft_s: float | None = None,

@@ -14,7 +14,7 @@ import numpy as np
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import ENGINE_TITLES
+from costmodel.core.vocab import DEFAULTS, ENGINE_TITLES
 from costmodel.engine.config import (
     EngineConfig,
     EngineFlags,
@@ -265,7 +265,7 @@ def serve(
     load: Load,
     *,
     layout: Layout = Layout(),
-    engine_name: str = "vllm",
+    engine_name: str = DEFAULTS["engine"],
     flags: EngineFlags = EngineFlags(),
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from costmodel.core.vocab import dtype_bytes
+from costmodel.core.vocab import DEFAULTS, dtype_bytes
 from costmodel.counts.asymptotic import analyze
 from costmodel.counts.exact import derive
 from costmodel.hardware.catalog import load_profile
@@ -302,7 +302,7 @@ def deepseek2024(
     input_len: int = 1024,
     output_len: int = 1024,
     max_concurrency: int = 1024,
-    engine_name: str = "vllm",
+    engine_name: str = DEFAULTS["engine"],
 ) -> dict:
     """DeepSeek-V2 against DeepSeek 67B: the KV cache per token counted from both programs, and the most output
     tokens/s each serves on ``devices`` x ``hw`` over the aggregated layouts :func:`costmodel.deploy.planner.layouts`
