@@ -168,3 +168,41 @@ class Count(click.ParamType):
         if not self.least <= number <= MAX_DIM:
             self.fail(f"{excerpt(value, quote=False)} is not in the range {self.least}<=x<={MAX_DIM}.", param, ctx)
         return number
+
+
+#: The most load points one curve may hold.
+MAX_LOAD_POINTS = 256
+
+
+class Loads(click.ParamType):
+    """One load or a curve of them: a whole number, a comma list (``1,4,16,64``) or a range (``1:256:x2``) of
+    clients (``number="count"``); a positive number or a comma list of them (requests per second,
+    ``number="rate"``). A tuple, in the order given, at most :data:`MAX_LOAD_POINTS` long."""
+
+    def __init__(self, number: str = "count"):
+        self.number = number
+        self.name = "integers" if number == "count" else "numbers"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        text = str(value)
+        if self.number == "count" and ":" in text:
+            from costmodel.attention.sweeps import parse_range
+
+            try:
+                values = tuple(parse_range(text, MAX_LOAD_POINTS))
+            except CostModelError as err:
+                if "more than the limit" in str(err):
+                    self.fail(
+                        f"{excerpt(value)} gives more than {MAX_LOAD_POINTS} loads; use a coarser step", param, ctx
+                    )
+                self.fail(str(err), param, ctx)
+        else:
+            one = Count(1) if self.number == "count" else PositiveNumber()
+            values = tuple(one.convert(part.strip(), param, ctx) for part in text.split(","))
+        if not 1 <= len(values) <= MAX_LOAD_POINTS:
+            self.fail(f"{excerpt(value)} gives {len(values)} loads; give 1 to {MAX_LOAD_POINTS}", param, ctx)
+        if len(set(values)) != len(values):
+            self.fail(f"{excerpt(value)} names a load twice", param, ctx)
+        return values

@@ -47,6 +47,7 @@ LOAD_KEYS = (
     "decode_attention_dp",
     "decode_gpu",
     "kv_link_bandwidth",
+    "plot_path",
 )
 #: The options of a disaggregated deployment's pools.
 POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel", "attention_dp")
@@ -104,8 +105,6 @@ def wants_load(load: dict) -> bool:
 
 def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, output_len, pricing: dict) -> None:
     """Every model layout on every device under the load."""
-    from costmodel.engine.config import EngineFlags
-    from costmodel.engine.layout import Layout
     from costmodel.engine.load import Load
     from costmodel.engine.served import serve
     from costmodel.render.serving import load_records, load_table
@@ -122,11 +121,16 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
             "a served model needs --input-len and --output-len (the requests' lengths), or --lengths-file"
         )
     _check_load(load, pricing)
+    if load["plot_path"] is not None:
+        from costmodel.render.plots import check_output
+
+        check_output(load["plot_path"])
+    loads = load_points(load)
     requests = Load(
         input_len,
         output_len,
-        concurrency=load["concurrency"],
-        request_rate=load["request_rate"],
+        concurrency=loads[0][0],
+        request_rate=loads[0][1],
         num_requests=load["num_requests"],
         warmup_requests=load["warmup_requests"],
         burstiness=load["burstiness"],
@@ -135,25 +139,18 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         spread=load["spread"],
         client_connections=load["client_connections"],
     ).with_(**values)
-    layout = Layout(
-        tp=pricing["tp"],
-        expert_parallel=load["expert_parallel"],
-        attention_dp=load["attention_dp"] or 1,
-        pipeline_parallel=load["pipeline_parallel"] or 1,
-        replicas=load["replicas"] or 1,
-        expert_parallel_size=load["expert_parallel_size"],
-    )
-    flags = EngineFlags(**{k: load[k] for k in EngineFlags.__dataclass_fields__})
-    kw = dict(
-        engine_name=load["engine_name"] or DEFAULTS["engine"],
-        weight_dtype=pricing.get("weight_dtype"),
-        kv_dtype=pricing.get("kv_dtype"),
-        timing=pricing.get("timing", "graph"),
-        evaluator=load["evaluator"],
-        frontend=load["frontend"],
-    )
+    layout, flags, kw = _engine_setup(load, pricing)
     if load["disaggregated"]:
-        predict_disaggregated(hws, layouts, fmt, load, requests, layout, flags, kw)
+        predict_disaggregated(
+            hws,
+            layouts,
+            fmt,
+            load,
+            [requests.with_(concurrency=c, request_rate=r) for c, r in loads],
+            layout,
+            flags,
+            kw,
+        )
         return
     pooled = [f"{r}_{k}" for r in ("prefill", "decode") for k in POOL_KEYS if load[f"{r}_{k}"] not in (None, False)]
     pooled += [k for k in ("decode_gpu", "kv_link_bandwidth") if load[k] is not None]
@@ -161,19 +158,30 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         raise CostModelError(f"--{pooled[0].replace('_', '-')} applies with --disaggregated")
     from costmodel.price.bands import served_label
 
-    results = [serve(m, hw, requests, layout=layout, flags=flags, **kw) for hw in hws for m in layouts]
+    results = [
+        serve(m, hw, requests.with_(concurrency=c, request_rate=r), layout=layout, flags=flags, **kw)
+        for hw in hws
+        for m in layouts
+        for c, r in loads
+    ]
+    curve = len(loads) > 1
+    if load["plot_path"] is not None:
+        draw_curve(results, load["plot_path"])
     emit(
         fmt,
-        [r.model_dump(mode="json") for r in results],
+        [{"points": [r.model_dump(mode="json") for r in results]}]
+        if curve
+        else [r.model_dump(mode="json") for r in results],
         [rec for r in results for rec in load_records(r)],
         lambda: load_table(results, served_label()),
-        single=len(results) == 1,
+        single=len(results) == 1 or curve,
     )
 
 
-def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, requests, layout, flags, kw: dict) -> None:
+def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, curve, layout, flags, kw: dict) -> None:
     """Every model layout with its prefill pool on every device, decode on --decode-gpu or the same device
-    (``requests``, ``layout``, ``flags``: :func:`predict_load`'s Load, Layout and EngineFlags)."""
+    (``curve``: a Load per load point; ``layout``, ``flags``: :func:`predict_load`'s Layout and EngineFlags)."""
+    requests = curve[0]
     from costmodel.deploy.disagg import Pool, serve_disaggregated
     from costmodel.engine.config import EngineFlags
     from costmodel.hardware.catalog import load_profile
@@ -221,7 +229,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, reques
         serve_disaggregated(
             m,
             hw,
-            requests,
+            point,
             prefill=pool("prefill"),
             decode=pool("decode", decode_hw),
             flags=EngineFlags(mxfp4_activations=flags.mxfp4_activations),
@@ -230,10 +238,15 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, reques
         )
         for hw in hws
         for m in layouts
+        for point in curve
     ]
+    if load["plot_path"] is not None:
+        draw_curve(results, load["plot_path"])
     emit(
         fmt,
-        [r.model_dump(mode="json") for r in results],
+        [{"points": [r.model_dump(mode="json") for r in results]}]
+        if len(curve) > 1
+        else [r.model_dump(mode="json") for r in results],
         [r.record() for r in results],
         lambda: "\n\n".join(str(r) for r in results),
         single=len(results) == 1,
@@ -296,3 +309,49 @@ def _check_load(load: dict, pricing: dict) -> None:
     ]
     if ignored:
         raise CostModelError(f"{ignored[0]} does not apply to a served model (the engine runs its own kernels)")
+
+
+def load_points(load: dict) -> list[tuple[int | None, float | None]]:
+    """(concurrency, request rate) of each load point --concurrency or --request-rate names (one, or a curve)."""
+    if load["concurrency"] is not None and load["request_rate"] is not None:
+        raise CostModelError("give --concurrency or --request-rate, not both")
+    if load["concurrency"] is not None:
+        return [(c, None) for c in load["concurrency"]]
+    if load["request_rate"] is not None:
+        return [(None, r) for r in load["request_rate"]]
+    raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
+
+
+def draw_curve(results: list, path) -> None:
+    """The load curve's figure (:func:`costmodel.render.serving_plots.draw_load_curve`) written to ``path``."""
+    from costmodel.render.plots import check_output, save
+    from costmodel.render.serving_plots import draw_load_curve
+
+    check_output(path)
+    dumped = [r.model_dump(mode="json") for r in results]
+    save(draw_load_curve(dumped), path, data={"points": dumped})
+
+
+def _engine_setup(load: dict, pricing: dict):
+    """(Layout, EngineFlags, serve()'s other arguments) from the load options and the pricing conventions."""
+    from costmodel.engine.config import EngineFlags
+    from costmodel.engine.layout import Layout
+
+    layout = Layout(
+        tp=pricing["tp"],
+        expert_parallel=load["expert_parallel"],
+        attention_dp=load["attention_dp"] or 1,
+        pipeline_parallel=load["pipeline_parallel"] or 1,
+        replicas=load["replicas"] or 1,
+        expert_parallel_size=load["expert_parallel_size"],
+    )
+    flags = EngineFlags(**{k: load[k] for k in EngineFlags.__dataclass_fields__})
+    kw = dict(
+        engine_name=load["engine_name"] or DEFAULTS["engine"],
+        weight_dtype=pricing.get("weight_dtype"),
+        kv_dtype=pricing.get("kv_dtype"),
+        timing=pricing.get("timing", "graph"),
+        evaluator=load["evaluator"],
+        frontend=load["frontend"],
+    )
+    return layout, flags, kw

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli.click_types import PositiveNumber
+from costmodel.cli.click_types import Loads, PositiveNumber
 from costmodel.cli.options import FilePath, NonNegative, Positive, choices
 from costmodel.core.vocab import ENGINE_NAMES, MXFP4_ACTIVATIONS
 
@@ -35,8 +35,9 @@ LOAD_OPTIONS = [
         "--concurrency",
         "--max-concurrency",
         "concurrency",
-        type=Positive,
-        help="closed loop: clients, each sending its next request when its last one finishes",
+        type=Loads("count"),
+        help="closed loop: clients, each sending its next request when its last one finishes; a comma list "
+        "(1,4,16,64) or a range (1:256:x2) draws the load curve, one row per load",
     ),
     click.option(
         "--client-connections",
@@ -45,7 +46,11 @@ LOAD_OPTIONS = [
         "others wait in the client, their clock running (an aiohttp client holds 100 unless told "
         "otherwise) [default: one per client]",
     ),
-    click.option("--request-rate", type=PositiveNumber(), help="open loop: Poisson arrivals, requests per second"),
+    click.option(
+        "--request-rate",
+        type=Loads("rate"),
+        help="open loop: Poisson arrivals, requests per second; a comma list (1,2,5,10) draws the load curve",
+    ),
     click.option(
         "--burstiness",
         type=PositiveNumber(allow_inf=True),
@@ -69,6 +74,14 @@ LOAD_OPTIONS = [
         default=0,
         show_default=True,
         help="requests run first and left out of the statistics",
+    ),
+    click.option(
+        "--plot",
+        "plot_path",
+        type=str,
+        metavar="FILE",
+        help="with --engine: write the load's figure (.png, .svg, .pdf, .html): tokens/s per GPU against tokens/s "
+        "per user, TTFT and TPOT against the load, one line per configuration",
     ),
 ]
 

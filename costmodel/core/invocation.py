@@ -23,5 +23,9 @@ def command_line(ctx: click.Context, skip=()) -> list[str]:
             out += chosen[:1] if (value or off) else []
             continue
         for v in value if param.multiple else [value]:
-            out += [names[0], str(v)]
+            # a list-valued option (a load curve's loads) as the comma list it was given as
+            out += [
+                names[0],
+                ",".join(str(x) for x in v) if isinstance(v, tuple) else str(v),
+            ]
     return out

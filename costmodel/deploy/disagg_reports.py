@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import computed_field
+
 from costmodel.core.reports import DeviceSummary, Report
 from costmodel.engine.reports import Stats
 from costmodel.price.bands import Band
@@ -110,3 +112,10 @@ class DisaggPrediction(Report):
         from costmodel.render.serving import disagg_table
 
         return disagg_table(self, served_label())
+
+    @computed_field
+    @property
+    def output_tokens_per_s_per_gpu(self) -> float:
+        """Output tokens per second per GPU, as load curves and recommendations state it (every device here is a
+        GPU): ``output_tokens_per_s_per_device``."""
+        return self.output_tokens_per_s_per_device

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 import numpy as np
+from pydantic import computed_field
 
 from costmodel.core.reports import DeviceSummary, Report
 from costmodel.model.assumptions import gemm_classes
@@ -115,6 +116,13 @@ class LoadPrediction(Report):
         from costmodel.render.serving import load_table
 
         return load_table([self], served_label())
+
+    @computed_field
+    @property
+    def output_tokens_per_s_per_gpu(self) -> float:
+        """Output tokens per second per GPU, as load curves and recommendations state it (every device here is a
+        GPU): ``output_tokens_per_s_per_device``."""
+        return self.output_tokens_per_s_per_device
 
 
 class Saturation(NamedTuple):

@@ -57,7 +57,7 @@ def _band_line(p, label: str) -> str:
 
 
 def load_table(results: list, band_label: str) -> str:
-    """One line per prediction, then the first one's latency percentiles, time split and assumptions;
+    """One line per prediction (a load curve's: one per load), then the first one's latency percentiles, time split and assumptions;
     ``band_label``: the percentiles its served ranges span."""
     head = [
         "device",
@@ -104,8 +104,10 @@ def load_table(results: list, band_label: str) -> str:
             )
         )
     p = results[0]
+    counts = sorted({r.num_requests for r in results})
+    many = f"{p.num_requests} requests" if len(counts) == 1 else f"{counts[0]:,}-{counts[-1]:,} requests a load"
     title = (
-        f"{p.model_name} [{p.model}] served by {p.engine.name} {p.engine.version}: {p.num_requests} requests of "
+        f"{p.model_name} [{p.model}] served by {p.engine.name} {p.engine.version}: {many} of "
         f"{tokens(p.input_len)} + {tokens(p.output_len)} tokens ({p.evaluator})"
     )
     s = p.time_split

@@ -235,3 +235,67 @@ def _scales(ax, records: list[dict]) -> None:
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         axis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
+
+
+def _configuration(r: dict) -> str:
+    """A load curve's configuration in words: devices, layout and engine (a served or a disaggregated report)."""
+    engine = r["engine"]["name"] if isinstance(r["engine"], dict) else r["engine"]
+    if "prefill" in r:  # disaggregated
+        pools = [f"{p['workers']}x{p['tp']} {p['hardware']['id']}" for p in (r["prefill"], r["decode"])]
+        return f"{r['model']} {' + '.join(pools)} {engine}"
+    devices = r["tp"] * r.get("attention_dp", 1) * r.get("pipeline_parallel", 1) * r.get("replicas", 1)
+    return f"{r['model']} {devices} x {r['hardware']['id']} (TP{r['tp']}) {engine}"
+
+
+def draw_load_curve(points: list[dict]):
+    """A load curve (reports as JSON, one per load point): output tokens/s per GPU against tokens/s per user, and
+    mean TTFT and TPOT against the load, one line per configuration."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
+    closed = points[0]["concurrency"] is not None
+    configurations = list(dict.fromkeys(_configuration(r) for r in points))
+    for i, name in enumerate(configurations):
+        mine = [r for r in points if _configuration(r) == name]
+        x = [r["concurrency"] if closed else r["request_rate"] for r in mine]
+        left.plot(
+            [r["output_tokens_per_s_per_user"] for r in mine],
+            [r["output_tokens_per_s_per_device"] for r in mine],
+            marker="o",
+            ms=4,
+            color=f"C{i}",
+            label=name,
+            gid=f"throughput:{i}",
+        )
+        for r, load in zip(mine, x):
+            left.annotate(
+                str(load),
+                (r["output_tokens_per_s_per_user"], r["output_tokens_per_s_per_device"]),
+                xytext=(3, 3),
+                textcoords="offset points",
+                fontsize=6.5,
+                color="0.4",
+            )
+        right.plot(x, [r["ttft_s"] * 1e3 for r in mine], marker="o", ms=4, color=f"C{i}", gid=f"ttft:{i}")
+        right.plot(x, [r["tpot_s"] * 1e3 for r in mine], marker="s", ms=4, ls="--", color=f"C{i}", gid=f"tpot:{i}")
+    left.set(xlabel="output tokens/s per user", ylabel="output tokens/s per GPU", title="throughput against speed")
+    right.set(
+        xlabel="concurrency (clients)" if closed else "request rate (requests/s)",
+        ylabel="ms",
+        title="mean TTFT (solid) and TPOT (dashed) against load",
+    )
+    from matplotlib.ticker import FuncFormatter
+
+    loads = [r["concurrency"] if closed else r["request_rate"] for r in points]
+    if max(loads) / min(loads) >= 10:
+        right.set_xscale("log", base=2 if closed else 10)
+    if max(r["ttft_s"] for r in points) / min(r["tpot_s"] for r in points) >= 10:
+        right.set_yscale("log")
+    for ax in (left, right):
+        ax.grid(True, which="major", alpha=0.3)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            axis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+    left.legend(loc="best", fontsize=7)
+    first = points[0]
+    fig.suptitle(f"{first['model_name']}: requests of {first['input_len']:g} + {first['output_len']:g} tokens")
+    return fig
