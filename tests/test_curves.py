@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from costmodel.cli.commands import main
 
-BASE = ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--engine", "vllm", "--input-len", "1024"]
+BASE = ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--engine", "vllm"]
 
 
 def run(*args):
@@ -18,14 +18,14 @@ def run(*args):
 
 @pytest.fixture(scope="module")
 def curve():
-    r = run("--output-len", "256", "--concurrency", "1:256:x2", "--json")
+    r = run("--input-len", "1024", "--output-len", "256", "--concurrency", "1:256:x2", "--json")
     assert r.exit_code == 0, r.output
     return json.loads(r.output)["points"]
 
 
 def test_a_curve_point_is_the_single_prediction_at_its_load(curve):
     for c in (1, 16, 256):
-        one = run("--output-len", "256", "--concurrency", str(c), "--json")
+        one = run("--input-len", "1024", "--output-len", "256", "--concurrency", str(c), "--json")
         assert one.exit_code == 0, one.output
         [point] = [p for p in curve if p["concurrency"] == c]
         assert point == json.loads(one.output)
@@ -54,7 +54,19 @@ def test_littles_law_at_every_point(curve):
 
 def test_an_open_loop_curve_and_its_plot(tmp_path):
     out = tmp_path / "curve.svg"
-    r = run("--output-len", "128", "--request-rate", "1,4,16", "--num-requests", "200", "--plot", str(out), "--json")
+    r = run(
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--request-rate",
+        "1,4,16",
+        "--num-requests",
+        "200",
+        "--plot",
+        str(out),
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     points = json.loads(r.output)["points"]
     assert [p["request_rate"] for p in points] == [1.0, 4.0, 16.0]
@@ -76,6 +88,44 @@ def test_an_open_loop_curve_and_its_plot(tmp_path):
     ],
 )
 def test_a_bad_curve_is_one_error_line(value, said, tmp_path):
-    r = run("--output-len", "64", "--concurrency", value, "--plot", str(tmp_path / "c.png"))
+    r = run("--input-len", "1024", "--output-len", "64", "--concurrency", value, "--plot", str(tmp_path / "c.png"))
     assert r.exit_code != 0 and said in r.output and "Traceback" not in r.output
     assert not (tmp_path / "c.png").exists()
+
+
+# --- engine flags as the engines spell them ---------------------------------------------------------------------
+
+
+def test_kv_cache_dtype_and_max_model_len_as_vllm_spells_them():
+    """--kv-cache-dtype fp8 is --kv-dtype fp8 (auto: the default); --max-model-len is the engine's own limit,
+    not the workload's context: accepted within it, a longer request refused, and a limit past the KV cache
+    refused as vLLM refuses to start."""
+    base = ["--output-len", "64", "--concurrency", "4", "--json"]
+    fp8 = run("--input-len", "512", *base, "--kv-cache-dtype", "fp8", "--max-model-len", "8192")
+    same = run("--input-len", "512", *base, "--kv-dtype", "fp8")
+    auto = run("--input-len", "512", *base, "--kv-cache-dtype", "auto")
+    plain = run("--input-len", "512", *base)
+    assert fp8.exit_code == 0, fp8.output
+    assert json.loads(fp8.output)["tpot_s"] == json.loads(same.output)["tpot_s"]
+    assert json.loads(auto.output) == json.loads(plain.output)
+    assert json.loads(fp8.output)["tpot_s"] < json.loads(plain.output)["tpot_s"]  # half the cache bytes to read
+    longer = run("--input-len", "9000", *base, "--max-model-len", "8192")
+    assert longer.exit_code == 1 and "9,064 tokens" in longer.output and "max_model_len 8,192" in longer.output
+    huge = CliRunner().invoke(
+        main,
+        [
+            "predict",
+            "--gpu",
+            "l4",
+            "--model",
+            "llama-3-8b",
+            "--engine",
+            "sglang",
+            "--input-len",
+            "512",
+            *base,
+            "--max-model-len",
+            "900000",
+        ],
+    )
+    assert huge.exit_code == 1 and "context_length 900,000" in huge.output and "does not start" in huge.output

@@ -228,7 +228,7 @@ def test_throughput_latency_figure_has_a_curve_per_layout_and_the_memory_limit()
         (["--context", "128k"], ["--context", "128000"]),
         (["--context", "32K"], ["--context", "32768"]),
         (["--batch-size", "8"], ["--batch", "8"]),
-        (["--max-model-len", "8192"], ["--context", "8192"]),
+        (["--kv-cache-dtype", "fp8_e4m3"], ["--kv-dtype", "fp8"]),
         (["--dtype", "bfloat16"], ["--dtype", "bf16"]),
         (["--dtype", "float16"], ["--dtype", "fp16"]),
     ],

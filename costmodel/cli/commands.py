@@ -311,6 +311,7 @@ predict.panels = {
             "max_num_seqs",
             "memory_fraction",
             "page_size",
+            "max_model_len",
             "chunked_prefill",
             "prefix_caching",
             "async_scheduling",

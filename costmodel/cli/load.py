@@ -20,6 +20,7 @@ LOAD_KEYS = (
     "max_num_seqs",
     "memory_fraction",
     "page_size",
+    "max_model_len",
     "chunked_prefill",
     "prefix_caching",
     "async_scheduling",

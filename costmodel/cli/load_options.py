@@ -117,6 +117,15 @@ FLAG_OPTIONS = [
         "--block-size", "--page-size", "--tokens-per-block", "page_size", type=Positive, help="tokens per KV page"
     ),
     click.option(
+        "--max-model-len",
+        "--context-length",
+        "--max-seq-len",
+        "max_model_len",
+        type=Positive,
+        help="the longest request (prompt and output) the engine takes: a longer one is refused, and the engine "
+        "will not start unless one such request fits its KV cache [default: the model's]",
+    ),
+    click.option(
         "--enable-chunked-prefill/--no-enable-chunked-prefill",
         "chunked_prefill",
         default=None,

@@ -63,6 +63,7 @@ DTYPE_ALIASES = {
     "fp8_e4m3": "fp8",
     "float8_e4m3fn": "fp8",
     "e4m3": "fp8",
+    "fp8_e5m2": "fp8",
 }
 
 
@@ -75,6 +76,16 @@ class DtypeChoice(click.Choice):
     def convert(self, value, param, ctx):
         if isinstance(value, str):
             value = DTYPE_ALIASES.get(value.lower(), value)
+        return super().convert(value, param, ctx)
+
+
+class KvDtypeChoice(DtypeChoice):
+    """The KV cache's dtype as vLLM and SGLang spell it (``--kv-cache-dtype``): a dtype, or ``auto`` (the
+    engine's default for the checkpoint, as not giving it)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.lower() == "auto":
+            return None
         return super().convert(value, param, ctx)
 
 
@@ -108,7 +119,7 @@ DIM_OPTIONS = {
 
 
 #: Engine spellings accepted for the same options (vLLM's and SGLang's flags).
-OPTION_ALIASES = {"batch": ("--batch-size",), "context": ("--max-model-len",)}
+OPTION_ALIASES = {"batch": ("--batch-size",)}
 
 
 def dim_options(func):

@@ -9,6 +9,7 @@ from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
 from costmodel.cli.options import (
     FilePath,
+    KvDtypeChoice,
     Positive,
     choices,
     emit,
@@ -39,7 +40,11 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
 )
 @click.option("--weight-dtype", type=choices(WEIGHT_DTYPES), help="the weights' storage [default: the checkpoint's]")
 @click.option(
-    "--kv-dtype", type=choices(DTYPES), help="the KV cache's dtype [default: the engine's for the checkpoint]"
+    "--kv-dtype",
+    "--kv-cache-dtype",
+    "kv_dtype",
+    type=KvDtypeChoice(DTYPES),
+    help="the KV cache's dtype (auto: the default) [default: the engine's for the checkpoint]",
 )
 @click.option(
     "--max-concurrency",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from costmodel.cli.options import (
+    KvDtypeChoice,
     Name,
     Positive,
     check_writable,
@@ -307,7 +308,14 @@ def model_options(func):
             help="with --model: projection weights' storage (int4: groups of 128 with 16-bit scales) "
             "[default: the config's quantization, else --dtype]",
         ),
-        click.option("--kv-dtype", type=choices(DTYPES), help="with --model: the KV cache's dtype [default: --dtype]"),
+        click.option(
+            "--kv-dtype",
+            "--kv-cache-dtype",
+            "kv_dtype",
+            type=KvDtypeChoice(DTYPES),
+            help="with --model: the KV cache's dtype (fp8, fp8_e4m3, bf16, ...; auto: the default) [default: --dtype, "
+            "or the engine's for the checkpoint]",
+        ),
         click.option(
             "--mla-form",
             type=choices(MLA_FORMS),

@@ -33,7 +33,7 @@ from costmodel.deploy.workers import DECODE_RESERVES_FIRST, PREFILL_POOL_WITHOUT
 from costmodel.engine.config import EngineFlags, engine
 from costmodel.engine.load import Load, checked_load, mean_length
 from costmodel.engine.reports import assumptions as pool_assumptions
-from costmodel.engine.served import Setup, checkpoint_kv_dtype
+from costmodel.engine.served import Setup, checkpoint_kv_dtype, model_len
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
 from costmodel.model.pricing import pricing
@@ -124,6 +124,8 @@ def serve_disaggregated(
         overheads,
         frontend,
     )
+    for setup in (pre, dec):
+        model_len(setup.eng, setup, prompts, outputs)
     if not pre.eng.chunked_prefill and int(prompts.max()) > pre.eng.max_num_batched_tokens:
         raise CostModelError(
             f"a prompt of {int(prompts.max())} tokens exceeds the prefill workers' token budget "

@@ -84,6 +84,7 @@ class EngineFlags:
     prefix_caching: bool | None = None
     async_scheduling: bool | None = None
     mxfp4_activations: str | None = None
+    max_model_len: int | None = None
 
     def settings(self) -> dict:
         """The settings given (not None), by field name."""
@@ -123,6 +124,9 @@ class EngineConfig:
     # a disaggregated decode worker that reserves a request's cache before its prefill (costmodel.deploy.disagg
     # DECODE_RESERVES_FIRST) keeps this many tokens of headroom per request it holds
     reserved_decode_tokens: int = 0
+    # the longest request (prompt and output) the engine takes; None: the model's own context length. vLLM and
+    # SGLang refuse a longer request, and refuse to start when one such request does not fit the KV cache
+    max_model_len: int | None = None
 
     #: the engine's own name for each setting (its server argument or config key)
     FLAGS = {
@@ -138,6 +142,7 @@ class EngineConfig:
             "trtllm": "free_gpu_memory_fraction",
         },
         "page_size": {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
+        "max_model_len": {"vllm": "max_model_len", "sglang": "context_length", "trtllm": "max_seq_len"},
         "chunked_prefill": {
             "vllm": "enable_chunked_prefill",
             "sglang": "chunked_prefill_size",

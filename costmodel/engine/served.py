@@ -313,6 +313,7 @@ def serve(
     prompts, outputs = load.lengths(n + load.warmup_requests)
     max_ctx = int(prompts.max() + outputs.max())
     setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=layout.replicas, frontend=frontend)
+    model_len(eng, setup, prompts, outputs)
     return _run(setup, load, n, prompts, outputs, evaluator)
 
 
@@ -413,3 +414,23 @@ def report_of(
             prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s, overhead_s=res.overhead_s
         ),
     )
+
+
+def model_len(eng: EngineConfig, setup: Setup, prompts, outputs) -> None:
+    """An engine with a model length (``max_model_len``) refuses a longer request, and refuses to start when one
+    request that long does not fit its KV cache (vLLM's check at start-up: "The model's max seq len ... is larger
+    than the maximum number of tokens that can be stored in KV cache")."""
+    limit = eng.max_model_len
+    if limit is None:
+        return
+    name = eng.FLAGS["max_model_len"][eng.name]
+    longest = int((prompts + outputs).max())
+    if longest > limit:
+        raise CostModelError(
+            f"a request of {longest:,} tokens (prompt and output) is longer than {name} {limit:,}: {eng.name} refuses it"
+        )
+    if limit > setup.kv_tokens:
+        raise CostModelError(
+            f"{name} {limit:,} is more than the {setup.kv_tokens:,} tokens the KV cache holds on this device: "
+            f"{eng.name} does not start; lower {name} or give the cache more memory"
+        )

@@ -122,6 +122,7 @@ FIELDS: dict[str, Field] = {
     "max_num_seqs": _count(MAX_CLIENTS),
     "memory_fraction": _number(1),
     "page_size": _count(MAX_HEADS),
+    "max_model_len": _count(MAX_TOKENS),
     "chunked_prefill": FLAG,
     "prefix_caching": FLAG,
     "async_scheduling": FLAG,
