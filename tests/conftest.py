@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 
 import pytest
+
+# Nothing in the tests reaches the Hugging Face Hub, and no developer's own cache changes a result: the Hub is off
+# and the cache an empty folder (tests/test_hub.py builds the caches it reads).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="costmodel-hf-cache-")
 
 from costmodel.counts import symbols as S
 

@@ -319,11 +319,16 @@ def load_model(name: str) -> ModelPreset:
         owned = {v for k, v in _files().items() if k.endswith("/" + _key(name))}
         f = owned.pop() if len(owned) == 1 else None
     if f is None:
+        from costmodel.model.hub import is_repo_id
+
+        repo, _, revision = name.partition("@")
+        if is_repo_id(repo):  # a Hugging Face Hub id that no preset has: its config.json, cached or fetched
+            return load_hub_model(repo, revision or "main")
         close = difflib.get_close_matches(name.lower(), list(_files()), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise CostModelError(
             f"unknown model {name!r}{hint} (presets: {', '.join(preset_ids())}; "
-            "a Hugging Face config.json path also works)"
+            "a Hugging Face config.json path, or a Hub id ORG/NAME[@REVISION], also works)"
         )
     return _parsed(f.read_text(encoding="utf-8"), f.name)
 
@@ -333,6 +338,19 @@ def _parsed(text: str, origin: str) -> ModelPreset:
     """The preset a file's ``text`` holds, parsed and validated once per text (a preset is frozen: every caller may
     share it)."""
     return _validated(load_yaml(text, origin), origin)
+
+
+def load_hub_model(repo_id: str, revision: str = "main") -> ModelPreset:
+    """A Hugging Face Hub model by id: its ``config.json`` from the local cache or fetched
+    (:func:`costmodel.model.hub.config_path`), read as :func:`load_hf_config` reads one, named by the id."""
+    from costmodel.core.files import read_text
+    from costmodel.model.hf_config import hf_config_fields
+    from costmodel.model.hub import config_path
+
+    path = config_path(repo_id, revision)
+    data, _ = hf_config_fields(read_text(str(path), "model config"), PurePath(repo_id, "config.json"))
+    data["source"] = f"Hugging Face Hub {repo_id}@{revision} config.json ({path})"
+    return _validated(data, f"{repo_id}/config.json")
 
 
 def load_hf_config(path: str) -> ModelPreset:
