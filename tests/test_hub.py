@@ -58,7 +58,9 @@ def test_a_cached_hub_model_is_read_like_its_config_file(hub, tmp_path):
     local.write_text(json.dumps(TINY))
     same = costmodel.load_model(str(local))
     assert (m.d_model, m.heads, m.kv_heads, m.layers, m.d_ff, m.vocab) == (2048, 32, 4, 22, 5632, 32000)
-    assert m.model_dump(exclude={"id", "name", "source"}) == same.model_dump(exclude={"id", "name", "source"})
+    named = {"id", "name", "source", "aliases"}
+    assert m.model_dump(exclude=named) == same.model_dump(exclude=named)
+    assert m.aliases == ("acme/tiny-llama",)  # the name an engine loads it by (costmodel.deploy.launch.hub_id)
     assert "acme/tiny-llama@main" in m.source and "0123abcd" in m.source
 
 

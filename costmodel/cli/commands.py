@@ -37,6 +37,7 @@ from costmodel.cli.options import (
     workload_options,
 )
 from costmodel.cli.plan import plan as plan_command
+from costmodel.cli.recommend import recommend
 from costmodel.cli.reproduce import reproduce
 from costmodel.cli.serving import model_options
 from costmodel.core.errors import CostModelError
@@ -244,7 +245,7 @@ def _predict_attention(hws, fmt, dims: dict, o) -> None:
 
 #: predict's options by what they ask, as its --help lists them.
 predict.panels = {
-    **dict.fromkeys(("gpus", "fmt", "as_json", "html_path", "plot_path"), "Devices and output"),
+    **dict.fromkeys(("gpus", "fmt", "as_json", "html_path", "plot_path", "show_launch"), "Devices and output"),
     **dict.fromkeys(
         (
             "variant",
@@ -343,6 +344,7 @@ predict.panels = {
 
 for command in (
     derive,
+    recommend,
     hardware,
     models,
     cli_explain.explain,

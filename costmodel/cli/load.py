@@ -49,6 +49,7 @@ LOAD_KEYS = (
     "decode_gpu",
     "kv_link_bandwidth",
     "plot_path",
+    "show_launch",
 )
 #: The options of a disaggregated deployment's pools.
 POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel", "attention_dp")
@@ -66,6 +67,7 @@ LOAD_DEFAULTS = {
     "disaggregated": False,
     "prefill_expert_parallel": False,
     "decode_expert_parallel": False,
+    "show_launch": False,
 }
 #: The flag of each load option whose name is not its key's.
 LOAD_FLAGS = {
@@ -76,6 +78,8 @@ LOAD_FLAGS = {
     "prefix_caching": "--enable-prefix-caching",
     "async_scheduling": "--async-scheduling",
     "mxfp4_activations": "--mxfp4-activations",
+    "show_launch": "--launch",
+    "plot_path": "--plot",
 }
 
 
@@ -168,13 +172,18 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     curve = len(loads) > 1
     if load["plot_path"] is not None:
         draw_curve(results, load["plot_path"])
+    dumped = [r.model_dump(mode="json") for r in results]
+    table = load_table(results, served_label()) if fmt == "table" else ""
+    if load["show_launch"]:
+        by_id = {m.id: m for m in layouts}
+        for d, r in zip(dumped, results):
+            d |= launch_lines(by_id[r.model], r, layout, flags, kw)
+        table += "".join(f"\n\nlaunch: {d['launch']}\nmeasure: {d['bench']}" for d in dumped)
     emit(
         fmt,
-        [{"points": [r.model_dump(mode="json") for r in results]}]
-        if curve
-        else [r.model_dump(mode="json") for r in results],
+        [{"points": dumped}] if curve else dumped,
         [rec for r in results for rec in load_records(r)],
-        lambda: load_table(results, served_label()),
+        lambda: table,
         single=len(results) == 1 or curve,
     )
 
@@ -356,3 +365,27 @@ def _engine_setup(load: dict, pricing: dict):
         frontend=load["frontend"],
     )
     return layout, flags, kw
+
+
+def launch_lines(m, p, layout, flags, kw: dict) -> dict:
+    """The launch command of one replica of prediction ``p`` and the benchmark command that would measure it."""
+    import shlex
+    from dataclasses import replace
+
+    from costmodel.deploy.launch import bench, engine_settings, hub_id, launch
+    from costmodel.engine.config import engine
+    from costmodel.engine.served import checkpoint_kv_dtype
+    from costmodel.hardware.catalog import load_profile
+
+    hw = load_profile(p.hardware.id)
+    default = engine(p.engine.name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=layout.tp)
+    settings = engine_settings(p.engine) | {"max_model_len": flags.max_model_len}
+    kv = kw["kv_dtype"] or checkpoint_kv_dtype(m, p.engine.name, kw["weight_dtype"])
+    own = m.quantization.weight_dtype if m.quantization is not None else None
+    quant = "fp8" if kw["weight_dtype"] == "fp8" and own != "fp8" else None
+    argv = launch(p.engine.name, hub_id(m), replace(layout, replicas=1), settings, engine_settings(default), kv, quant)
+    share = dict(concurrency=p.concurrency) if p.concurrency is not None else dict(request_rate=p.request_rate)
+    measure = bench(
+        p.engine.name, hub_id(m), round(p.input_len), round(p.output_len), **share, num_requests=p.num_requests
+    )
+    return {"launch": shlex.join(argv), "bench": shlex.join(measure)}

@@ -76,6 +76,14 @@ LOAD_OPTIONS = [
         help="requests run first and left out of the statistics",
     ),
     click.option(
+        "--launch",
+        "show_launch",
+        is_flag=True,
+        default=False,
+        help="with --engine: the engine's own launch command of each configuration (one replica) and the vllm bench "
+        "serve command that would measure it",
+    ),
+    click.option(
         "--plot",
         "plot_path",
         type=str,

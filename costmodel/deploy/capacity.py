@@ -60,7 +60,7 @@ class LoadCapacityReport(Report):
         return load_capacity_table(self)
 
 
-def _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator) -> str:
+def checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator) -> str:
     for name, value, most in (
         ("tpot_s", tpot_s, 86400),
         ("ttft_s", ttft_s, 86400),
@@ -77,7 +77,7 @@ def _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator) -> st
     return evaluator
 
 
-def _misses(p: LoadPrediction, statistic: str, tpot_s, ttft_s) -> LoadBinding | None:
+def misses(p: LoadPrediction, statistic: str, tpot_s, ttft_s) -> LoadBinding | None:
     ttft = p.ttft.p90 if statistic == "p90" else p.ttft_s
     tpot = p.tpot.p90 if statistic == "p90" else p.tpot_s
     if tpot_s is not None and tpot > tpot_s:
@@ -112,7 +112,7 @@ def highest_rate(
     simulated point, 1,000 when None); ``serving``: :func:`costmodel.engine.served.serve`'s other arguments."""
     from costmodel.engine.served import serve
 
-    evaluator = _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
+    evaluator = checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
     cache: dict[float, LoadPrediction] = {}
 
     def at(rate: float) -> LoadPrediction:
@@ -123,7 +123,7 @@ def highest_rate(
 
     def fails(rate: float) -> LoadBinding | None:
         p = at(rate)
-        return "saturation" if p.overloaded else _misses(p, statistic, tpot_s, ttft_s)
+        return "saturation" if p.overloaded else misses(p, statistic, tpot_s, ttft_s)
 
     once = requests.with_(concurrency=None, request_rate=1.0, num_requests=1)
     most = serve(m, hw, once, engine_name=engine_name, evaluator="steady-state", **serving).saturation_requests_per_s
@@ -168,7 +168,7 @@ def largest_concurrency(
     their lengths (its clients the search's)."""
     from costmodel.engine.served import serve
 
-    evaluator = _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
+    evaluator = checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
     checks.count("max_concurrency", max_concurrency)
     cache: dict[int, LoadPrediction] = {}
 
@@ -183,7 +183,7 @@ def largest_concurrency(
         p = at(c)
         if p.max_batch < c:  # the engine never holds every client: the others only queue
             return "sequence limit" if p.engine.max_num_seqs < c else "kv cache"
-        return _misses(p, statistic, tpot_s, ttft_s)
+        return misses(p, statistic, tpot_s, ttft_s)
 
     first = fails(1)
     if first is not None:
@@ -244,7 +244,7 @@ def load_capacity(
         raise CostModelError(f"load must be concurrency or request-rate, got {load!r}")
     checks.flag("variants", variants)
     checks.instance("requests", requests, Load, "a Load(input_len, output_len): the requests' lengths")
-    used = _checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
+    used = checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
     search = largest_concurrency if load == "concurrency" else highest_rate
     layouts = with_variants(m) if variants else [m]
     points = []

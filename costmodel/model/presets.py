@@ -350,6 +350,7 @@ def load_hub_model(repo_id: str, revision: str = "main") -> ModelPreset:
     path = config_path(repo_id, revision)
     data, _ = hf_config_fields(read_text(str(path), "model config"), PurePath(repo_id, "config.json"))
     data["source"] = f"Hugging Face Hub {repo_id}@{revision} config.json ({path})"
+    data["aliases"] = [repo_id]
     return _validated(data, f"{repo_id}/config.json")
 
 

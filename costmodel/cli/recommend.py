@@ -1,0 +1,208 @@
+"""``costmodel recommend``: the fewest GPUs, and the layout, that serve a load under latency targets, with the
+engine's launch command."""
+
+from __future__ import annotations
+
+import click
+
+from costmodel.cli.click_types import OnceCommand, PositiveNumber
+from costmodel.cli.load_options import FLAG_OPTIONS
+from costmodel.cli.options import (
+    KvDtypeChoice,
+    Positive,
+    choices,
+    emit,
+    format_option,
+    gpus_option,
+    json_option,
+    output_format,
+)
+from costmodel.core.errors import CostModelError
+from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
+
+
+def _flag_options(func):
+    for option in reversed(FLAG_OPTIONS):
+        func = option(func)
+    return func
+
+
+@click.command("recommend", cls=OnceCommand)
+@gpus_option
+@click.option("--model", "model_name", required=True, help="preset id or alias, a Hub id, a config.json or a folder")
+@click.option("--input-len", type=Positive, required=True, help="prompt tokens of a request")
+@click.option("--output-len", type=Positive, required=True, help="generated tokens of a request")
+@click.option("--request-rate", type=PositiveNumber(), help="the load: requests per second arriving (Poisson)")
+@click.option("--concurrency", type=Positive, help="the load: clients in a closed loop")
+@click.option("--ttft-ms", type=PositiveNumber(), help="target time to first token, milliseconds")
+@click.option("--tpot-ms", type=PositiveNumber(), help="target time per output token, milliseconds")
+@click.option(
+    "--statistic",
+    type=choices(("mean", "p90")),
+    default="mean",
+    show_default=True,
+    help="the targets hold for the mean (closed form) or the p90 (simulated) of TTFT and TPOT",
+)
+@click.option("--price-per-hour", type=PositiveNumber(), help="price of one GPU-hour: the answer's cost per hour")
+@click.option("--max-gpus", type=Positive, default=64, show_default=True, help="the most GPUs of one kind searched")
+@click.option("--num-requests", type=Positive, help="requests per simulated point [default: 1,000 a rate]")
+@click.option(
+    "--engine",
+    "engine_name",
+    type=choices(ENGINE_NAMES),
+    default=DEFAULTS["engine"],
+    show_default=True,
+    help="the serving engine",
+)
+@click.option("--weight-dtype", type=choices(WEIGHT_DTYPES), help="the weights' storage [default: the checkpoint's]")
+@click.option(
+    "--kv-dtype",
+    "--kv-cache-dtype",
+    "kv_dtype",
+    type=KvDtypeChoice(DTYPES),
+    help="the KV cache's dtype (auto: the default) [default: the engine's for the checkpoint]",
+)
+@_flag_options
+@format_option
+@json_option
+def recommend(**options) -> None:
+    """The fewest GPUs that serve a load under TTFT and TPOT targets, the layout, and how to launch it.
+
+    Searches every --gpu kind's engine units (tensor parallel over 1-8 GPUs; for a mixture of experts expert
+    parallel and attention data parallel; pipeline stages past one node) for the most one unit serves under the
+    targets, adds replicas for the load, and prices the answer again as a whole. Prints the answer, the `costmodel
+    predict` arguments that reprice it, the engine's launch command (vllm serve, sglang.launch_server,
+    trtllm-serve), the `vllm bench serve` command that would measure it, and every candidate.
+
+    Example: costmodel recommend --model llama-3.1-70b --gpu h100 --gpu h200 --input-len 2048 --output-len 512
+    --request-rate 10 --ttft-ms 2000 --tpot-ms 50
+    """
+    from costmodel.deploy.recommend import recommend as run
+    from costmodel.engine.config import EngineFlags
+    from costmodel.engine.load import Load
+    from costmodel.hardware.catalog import load_profile
+    from costmodel.model.presets import load_model
+
+    o = options
+    fmt = output_format(o.pop("fmt"), o.pop("as_json"))
+    if (o["request_rate"] is None) == (o["concurrency"] is None):
+        raise CostModelError("give the load to serve: --request-rate R or --concurrency C, one of them")
+    if o["ttft_ms"] is None and o["tpot_ms"] is None:
+        raise CostModelError("recommend needs a target: --ttft-ms, --tpot-ms or both")
+    flags = EngineFlags(**{k: o.pop(k) for k in EngineFlags.__dataclass_fields__ if k in o})
+    rec = run(
+        load_model(o["model_name"]),
+        [load_profile(g) for g in o["gpus"]],
+        Load(
+            o["input_len"],
+            o["output_len"],
+            concurrency=o["concurrency"],
+            request_rate=o["request_rate"],
+            num_requests=o["num_requests"],
+        ),
+        engine_name=o["engine_name"],
+        flags=flags,
+        ttft_s=o["ttft_ms"] / 1e3 if o["ttft_ms"] is not None else None,
+        tpot_s=o["tpot_ms"] / 1e3 if o["tpot_ms"] is not None else None,
+        statistic=o["statistic"],
+        price_per_gpu_hour=o["price_per_hour"],
+        max_gpus=o["max_gpus"],
+        weight_dtype=o["weight_dtype"],
+        kv_dtype=o["kv_dtype"],
+    )
+    from costmodel.deploy.launch import hub_id
+    from costmodel.engine.layout import Layout
+
+    unit = Layout(
+        tp=rec.tp,
+        expert_parallel=rec.expert_parallel,
+        attention_dp=rec.attention_dp,
+        pipeline_parallel=rec.pipeline_parallel,
+    )
+    best = next(c for c in rec.candidates if c.gpu == rec.gpu and c.layout == rec.layout).model_copy(
+        update={"replicas": rec.replicas}
+    )
+    kw = dict(engine_name=rec.engine, flags=flags, weight_dtype=o["weight_dtype"], kv_dtype=o["kv_dtype"])
+    targets = dict(evaluator=rec.evaluator)
+    requests = Load(
+        o["input_len"],
+        o["output_len"],
+        concurrency=o["concurrency"],
+        request_rate=o["request_rate"],
+        num_requests=o["num_requests"],
+    )
+    hw = load_profile(rec.gpu)
+    rec = rec.model_copy(
+        update={"command": _command(hw, hub_id(load_model(o["model_name"])), requests, unit, best, targets, kw)}
+    )
+    dumped = rec.model_dump(mode="json")
+    emit(fmt, [dumped], [c.model_dump(mode="json") for c in rec.candidates], lambda: str(rec), single=True)
+
+
+#: recommend's options by what they ask, as its --help lists them.
+recommend.panels = {
+    **dict.fromkeys(("gpus", "fmt", "as_json"), "Devices and output"),
+    **dict.fromkeys(
+        ("model_name", "input_len", "output_len", "weight_dtype", "kv_dtype"), "The model and its requests"
+    ),
+    **dict.fromkeys(("request_rate", "concurrency", "num_requests"), "The load"),
+    **dict.fromkeys(("ttft_ms", "tpot_ms", "statistic", "price_per_hour", "max_gpus"), "Targets and search"),
+    **dict.fromkeys(
+        (
+            "engine_name",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "memory_fraction",
+            "page_size",
+            "max_model_len",
+            "chunked_prefill",
+            "prefix_caching",
+            "async_scheduling",
+            "mxfp4_activations",
+        ),
+        "The engine and its flags",
+    ),
+}
+
+
+def _command(hw, model_name: str, requests, unit, best, targets: dict, kw: dict) -> list[str]:
+    """The ``costmodel predict`` arguments that price the answer again."""
+    engine_name = kw["engine_name"]
+    command = [
+        "predict",
+        "--gpu",
+        hw.id,
+        "--model",
+        model_name,
+        "--engine",
+        engine_name,
+        "--tp",
+        str(unit.tp),
+        "--input-len",
+        str(requests.input_len),
+        "--output-len",
+        str(requests.output_len),
+        "--evaluator",
+        targets["evaluator"],
+    ]
+    command += (
+        ["--concurrency", str(requests.concurrency)]
+        if requests.concurrency
+        else ["--request-rate", f"{requests.request_rate:g}"]
+    )
+    if requests.num_requests:
+        command += ["--num-requests", str(requests.num_requests)]
+    for flag, value, default in (
+        ("--replicas", best.replicas, 1),
+        ("--attention-dp", unit.attention_dp, 1),
+        ("--pipeline-parallel-size", unit.pipeline_parallel, 1),
+    ):
+        command += [flag, str(value)] if value != default else []
+    command += ["--expert-parallel"] if unit.expert_parallel else []
+    for key, value in kw["flags"].settings().items():
+        command += ["--" + key.replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value)]
+    if kw["weight_dtype"]:
+        command += ["--weight-dtype", kw["weight_dtype"]]
+    if kw["kv_dtype"]:
+        command += ["--kv-dtype", kw["kv_dtype"]]
+    return command

@@ -1,0 +1,254 @@
+"""A predicted configuration as the engine's own launch command, and the benchmark command that would measure it.
+
+Each flag is the engine's documented spelling (:data:`ENGINE_FLAGS`, with the source file that declares it):
+
+- vLLM 0.12 ``vllm serve`` (vllm/engine/arg_utils.py EngineArgs.add_cli_args; ``vllm bench serve`` in
+  vllm/benchmarks/serve.py and datasets.py);
+- SGLang 0.5 ``python -m sglang.launch_server`` (python/sglang/srt/server_args.py ServerArgs.add_cli_args; with
+  ``--enable-dp-attention`` its ``--tp-size`` counts every device of the data parallel groups);
+- TensorRT-LLM 1.x ``trtllm-serve`` (tensorrt_llm/commands/serve.py: --tp_size, --pp_size, --ep_size,
+  --max_batch_size, --max_num_tokens, --max_seq_len, --kv_cache_free_gpu_memory_fraction,
+  --enable_chunked_prefill; the KV cache's dtype, attention data parallel and the overlap scheduler are settings
+  of its ``--extra_llm_api_options`` YAML, written beside the command).
+
+A deployment of ``replicas`` copies is that many launches behind a router; the command is one replica's.
+:func:`parse` reads a command back into the engine, layout and settings it states (the round trip the tests hold).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from costmodel.core.errors import CostModelError
+from costmodel.engine.config import EngineFlags
+from costmodel.engine.layout import Layout
+
+#: Every flag a launch command here may carry, by engine: our setting -> the engine's flag.
+ENGINE_FLAGS = {
+    "vllm": {
+        "tp": "--tensor-parallel-size",
+        "pipeline_parallel": "--pipeline-parallel-size",
+        "attention_dp": "--data-parallel-size",
+        "expert_parallel": "--enable-expert-parallel",
+        "max_num_batched_tokens": "--max-num-batched-tokens",
+        "max_num_seqs": "--max-num-seqs",
+        "memory_fraction": "--gpu-memory-utilization",
+        "page_size": "--block-size",
+        "max_model_len": "--max-model-len",
+        "kv_dtype": "--kv-cache-dtype",
+        "quantization": "--quantization",
+        "prefix_caching": ("--enable-prefix-caching", "--no-enable-prefix-caching"),
+        "async_scheduling": ("--async-scheduling", "--no-async-scheduling"),
+    },
+    "sglang": {
+        "tp": "--tp-size",
+        "pipeline_parallel": "--pp-size",
+        "attention_dp": "--dp-size",
+        "dp_attention": "--enable-dp-attention",
+        "expert_parallel": "--ep-size",
+        "max_num_batched_tokens": "--chunked-prefill-size",
+        "max_num_seqs": "--max-running-requests",
+        "memory_fraction": "--mem-fraction-static",
+        "page_size": "--page-size",
+        "max_model_len": "--context-length",
+        "kv_dtype": "--kv-cache-dtype",
+        "quantization": "--quantization",
+        "prefix_caching": ("", "--disable-radix-cache"),
+        "async_scheduling": ("", "--disable-overlap-schedule"),
+    },
+    "trtllm": {
+        "tp": "--tp_size",
+        "pipeline_parallel": "--pp_size",
+        "expert_parallel": "--ep_size",
+        "max_num_batched_tokens": "--max_num_tokens",
+        "max_num_seqs": "--max_batch_size",
+        "memory_fraction": "--kv_cache_free_gpu_memory_fraction",
+        "max_model_len": "--max_seq_len",
+        "chunked_prefill": ("--enable_chunked_prefill", ""),
+    },
+}
+#: The program each engine is launched by.
+PROGRAMS = {"vllm": ["vllm", "serve"], "sglang": ["python", "-m", "sglang.launch_server"], "trtllm": ["trtllm-serve"]}
+#: The KV dtypes as the engines name them (vLLM's and SGLang's --kv-cache-dtype).
+KV_DTYPES = {"fp8": "fp8_e4m3", "bf16": "auto", "fp16": "auto", "fp32": "auto"}
+
+
+def hub_id(model) -> str:
+    """The name an engine loads ``model`` by: its Hugging Face id where a preset or a Hub model has one."""
+    return next((a for a in model.aliases if "/" in a), model.id)
+
+
+def launch(
+    engine_name: str,
+    model_name: str,
+    layout: Layout,
+    settings: dict,
+    defaults: dict,
+    kv_dtype: str | None = None,
+    quantization: str | None = None,
+) -> list[str]:
+    """The launch command (argv) of one replica of ``layout`` under ``engine_name`` with ``settings`` (the engine's
+    resolved settings, :func:`engine_settings`): every number stated, a switch only where it differs from the
+    engine's ``defaults``; ``kv_dtype``: costmodel's name of the cache's dtype where it is not the checkpoint's;
+    ``quantization``: weights quantized as the engine loads them (``fp8``), where the checkpoint is not."""
+    if engine_name not in ENGINE_FLAGS:
+        raise CostModelError(f"no launch command for engine {engine_name!r}; known: {', '.join(ENGINE_FLAGS)}")
+    if layout.mode != "agg":
+        raise CostModelError("a launch command is one engine's; a disaggregated deployment launches each pool")
+    names = ENGINE_FLAGS[engine_name]
+    argv = (
+        [*PROGRAMS[engine_name], model_name]
+        if engine_name != "sglang"
+        else [*PROGRAMS[engine_name], "--model-path", model_name]
+    )
+    dp = layout.attention_dp
+    tp = layout.tp * dp if engine_name == "sglang" and dp > 1 else layout.tp
+    argv += [names["tp"], str(tp)]
+    if layout.pipeline_parallel > 1:
+        argv += [names["pipeline_parallel"], str(layout.pipeline_parallel)]
+    if dp > 1:
+        if "attention_dp" not in names:
+            raise CostModelError(f"{engine_name}'s attention data parallel is set in its YAML options, not a flag")
+        argv += [names["attention_dp"], str(dp)]
+        if engine_name == "sglang":
+            argv.append(names["dp_attention"])
+    if layout.expert_parallel:
+        argv += [names["expert_parallel"]] if engine_name == "vllm" else [names["expert_parallel"], str(tp)]
+    for key in ("max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "max_model_len"):
+        value = settings.get(key)
+        if value is not None and key in names:
+            argv += [names[key], f"{value:g}" if isinstance(value, float) else str(value)]
+    if kv_dtype is not None and "kv_dtype" in names:
+        argv += [names["kv_dtype"], KV_DTYPES.get(kv_dtype, kv_dtype)]
+    if quantization is not None and "quantization" in names:
+        argv += [names["quantization"], quantization]
+    for key in ("prefix_caching", "async_scheduling", "chunked_prefill"):
+        if key in names and settings.get(key) is not None and settings[key] != defaults.get(key):
+            flag = names[key][0 if settings[key] else 1]
+            if not flag:
+                raise CostModelError(
+                    f"{engine_name} has no launch flag that turns {key} {'on' if settings[key] else 'off'}"
+                )
+            argv.append(flag)
+    unsaid = [
+        k
+        for k in ("page_size", "prefix_caching", "async_scheduling")
+        if k not in names and settings.get(k) is not None and settings[k] != defaults.get(k)
+    ]
+    if unsaid:
+        raise CostModelError(
+            f"{engine_name} takes {', '.join(unsaid)} in its --extra_llm_api_options YAML, not as a launch flag"
+        )
+    return argv
+
+
+def parse(argv: list[str]) -> tuple[str, str, Layout, dict, str | None]:
+    """(engine, model, layout, settings, kv dtype) a launch command of :func:`launch` states."""
+    engine_name = next((e for e, p in PROGRAMS.items() if argv[: len(p)] == p), None)
+    if engine_name is None:
+        raise CostModelError(f"not a launch command of a known engine: {shlex.join(argv[:3])}")
+    rest = argv[len(PROGRAMS[engine_name]) :]
+    if engine_name == "sglang":
+        model, rest = rest[1], rest[2:]
+    else:
+        model, rest = rest[0], rest[1:]
+    flags = {v: k for k, v in ENGINE_FLAGS[engine_name].items() if isinstance(v, str)}
+    toggles = {
+        flag: (k, i == 0)
+        for k, v in ENGINE_FLAGS[engine_name].items()
+        if isinstance(v, tuple)
+        for i, flag in enumerate(v)
+        if flag
+    }
+    got: dict = {}
+    i = 0
+    while i < len(rest):
+        flag = rest[i]
+        if flag in toggles:
+            key, on = toggles[flag]
+            got[key] = on
+            i += 1
+        elif flags.get(flag) in ("expert_parallel",) and engine_name == "vllm" or flags.get(flag) == "dp_attention":
+            got[flags[flag]] = True
+            i += 1
+        elif flag in flags:
+            got[flags[flag]] = rest[i + 1]
+            i += 2
+        else:
+            raise CostModelError(f"{flag} is not a flag {engine_name} is launched with here")
+    dp = int(got.pop("attention_dp", 1))
+    got.pop("dp_attention", None)
+    tp = int(got.pop("tp"))
+    layout = Layout(
+        tp=tp // dp if engine_name == "sglang" else tp,
+        attention_dp=dp,
+        pipeline_parallel=int(got.pop("pipeline_parallel", 1)),
+        expert_parallel="expert_parallel" in got and got.pop("expert_parallel") is not None,
+    )
+    kv = got.pop("kv_dtype", None)
+    kv = {v: k for k, v in KV_DTYPES.items() if v != "auto"}.get(kv, None if kv == "auto" else kv)
+    got.pop("quantization", None)
+    settings = {
+        k: (float(v) if k == "memory_fraction" else int(v)) if isinstance(v, str) else v for k, v in got.items()
+    }
+    return engine_name, model, layout, settings, kv
+
+
+def engine_settings(eng) -> dict:
+    """The settings of a resolved engine (an EngineConfig or the report's EngineSummary) a launch command states."""
+    keys = (
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "memory_fraction",
+        "page_size",
+        "chunked_prefill",
+        "prefix_caching",
+        "async_scheduling",
+    )
+    out = {k: getattr(eng, k) for k in keys}
+    out["max_model_len"] = getattr(eng, "max_model_len", None)
+    return out
+
+
+def flags_of(settings: dict) -> EngineFlags:
+    """The EngineFlags that set an engine to ``settings``."""
+    return EngineFlags(**{k: v for k, v in settings.items() if k in EngineFlags.__dataclass_fields__})
+
+
+def bench(
+    engine_name: str,
+    model_name: str,
+    input_len: int,
+    output_len: int,
+    *,
+    concurrency=None,
+    request_rate=None,
+    num_requests: int | None = None,
+) -> list[str]:
+    """``vllm bench serve`` against the launched server, with the load the prediction assumed (random prompts of
+    fixed lengths; vllm/benchmarks/serve.py and datasets.py's flags)."""
+    argv = [
+        "vllm",
+        "bench",
+        "serve",
+        "--model",
+        model_name,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "0",
+        "--ignore-eos",
+    ]
+    if engine_name == "sglang":
+        argv += ["--backend", "sglang", "--port", "30000"]
+    if concurrency is not None:
+        argv += ["--max-concurrency", str(concurrency), "--request-rate", "inf"]
+    else:
+        argv += ["--request-rate", f"{request_rate:g}"]
+    if num_requests is not None:
+        argv += ["--num-prompts", str(num_requests)]
+    return [*argv, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"]

@@ -1,0 +1,205 @@
+"""costmodel recommend: the fewest GPUs under targets, checked by pricing the answer and one GPU fewer directly;
+launch commands in the engines' documented flags, read back into the same engine."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+import costmodel
+from costmodel.cli.commands import main
+from costmodel.deploy.capacity import misses
+from costmodel.deploy.launch import engine_settings, flags_of, launch, parse
+from costmodel.deploy.recommend import recommend, units
+from costmodel.engine.config import engine
+from costmodel.engine.layout import Layout
+from costmodel.engine.load import Load
+
+#: Each engine's launch flags as its own sources declare them (read there, not in costmodel.deploy.launch):
+#: vLLM 0.12 vllm/engine/arg_utils.py EngineArgs.add_cli_args (booleans as argparse.BooleanOptionalAction, so
+#: --no-X too); SGLang 0.5 python/sglang/srt/server_args.py ServerArgs.add_cli_args; TensorRT-LLM
+#: tensorrt_llm/commands/serve.py (NVIDIA/TensorRT-LLM@00209af: the click options of `serve`).
+DOCUMENTED = {
+    "vllm": {
+        "--tensor-parallel-size",
+        "--pipeline-parallel-size",
+        "--data-parallel-size",
+        "--enable-expert-parallel",
+        "--max-num-batched-tokens",
+        "--max-num-seqs",
+        "--gpu-memory-utilization",
+        "--block-size",
+        "--max-model-len",
+        "--kv-cache-dtype",
+        "--quantization",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--async-scheduling",
+        "--no-async-scheduling",
+    },
+    "sglang": {
+        "--model-path",
+        "--tp-size",
+        "--pp-size",
+        "--dp-size",
+        "--enable-dp-attention",
+        "--ep-size",
+        "--chunked-prefill-size",
+        "--max-running-requests",
+        "--mem-fraction-static",
+        "--page-size",
+        "--context-length",
+        "--kv-cache-dtype",
+        "--quantization",
+        "--disable-radix-cache",
+        "--disable-overlap-schedule",
+    },
+    "trtllm": {
+        "--tp_size",
+        "--pp_size",
+        "--ep_size",
+        "--max_batch_size",
+        "--max_num_tokens",
+        "--max_seq_len",
+        "--kv_cache_free_gpu_memory_fraction",
+        "--enable_chunked_prefill",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def contract():
+    args = [
+        "recommend",
+        "--model",
+        "llama-3.1-70b",
+        "--gpu",
+        "h100",
+        "--gpu",
+        "h200",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "512",
+        "--request-rate",
+        "10",
+        "--ttft-ms",
+        "2000",
+        "--tpot-ms",
+        "50",
+        "--json",
+    ]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_the_answer_reprices_within_the_targets(contract):
+    assert {"gpu", "gpus", "command", "launch"} <= set(contract)
+    assert contract["gpu"] in ("h100_sxm", "h200_sxm") and isinstance(contract["gpus"], int)
+    assert contract["command"][0] == "predict" and isinstance(contract["launch"], str)
+    again = CliRunner().invoke(main, [*contract["command"], "--json"])
+    assert again.exit_code == 0, again.output
+    p = json.loads(again.output)
+    assert p["ttft_s"] <= 2.0 and p["tpot_s"] <= 0.05 and not p["overloaded"]
+    assert p["request_rate"] == 10 and p["tp"] * p["replicas"] == contract["gpus"]
+
+
+def _fewer_fails(rec, m, hws, requests, statistic, evaluator, targets):
+    """Every unit searched, on every device kind, with as many replicas as one GPU fewer than the answer holds
+    (the most that share the load evenly), priced directly: each misses a target or is overloaded."""
+    for hw in hws:
+        for unit in units(m, rec.gpus - 1):
+            r = (rec.gpus - 1) // unit.devices
+            if requests.concurrency:
+                while r and requests.concurrency % r:
+                    r -= 1
+            if not r:
+                continue
+            try:
+                p = costmodel.serve(m, hw, requests, layout=replace(unit, replicas=r), evaluator=evaluator)
+            except costmodel.CostModelError:
+                continue  # a layout the model cannot take
+            assert p.overloaded or misses(p, statistic, targets.get("tpot_s"), targets.get("ttft_s")), (hw.id, unit, r)
+
+
+@pytest.mark.parametrize(
+    "requests,targets",
+    [
+        (Load(1024, 256, request_rate=30.0), dict(tpot_s=0.02)),
+        (Load(1024, 256, concurrency=96), dict(ttft_s=0.5, tpot_s=0.02)),
+    ],
+    ids=["open loop", "closed loop"],
+)
+def test_one_gpu_fewer_misses_the_targets_means(requests, targets):
+    m, hws = costmodel.load_model("llama-3-8b"), [costmodel.load_profile("h100"), costmodel.load_profile("a100")]
+    rec = recommend(m, hws, requests, **targets)
+    assert rec.gpus >= 2 and not misses(rec.at, "mean", targets.get("tpot_s"), targets.get("ttft_s"))
+    _fewer_fails(rec, m, hws, requests, "mean", "steady-state", targets)
+
+
+def test_one_gpu_fewer_misses_the_targets_p90_simulated():
+    m, hws = costmodel.load_model("llama-3-8b"), [costmodel.load_profile("h100")]
+    requests = Load(512, 128, request_rate=40.0, num_requests=300)
+    targets = dict(tpot_s=0.012)
+    rec = recommend(m, hws, requests, statistic="p90", max_gpus=8, **targets)
+    assert rec.evaluator == "simulation" and rec.at.tpot.p90 <= 0.012
+    _fewer_fails(rec, m, hws, requests, "p90", "simulation", targets)
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize(
+    "layout,settings",
+    [
+        (Layout(tp=4), {}),
+        (Layout(tp=2, pipeline_parallel=2), dict(max_num_seqs=64, max_num_batched_tokens=4096)),
+        (Layout(tp=8, expert_parallel=True), dict(memory_fraction=0.8, max_model_len=8192)),
+        (Layout(tp=1, attention_dp=4, expert_parallel=True), dict(async_scheduling=False)),
+        (Layout(tp=2), dict(prefix_caching=False, async_scheduling=True, page_size=32)),
+    ],
+    ids=["tp", "pp", "ep", "attention dp", "switches"],
+)
+def test_launch_commands_use_documented_flags_and_read_back(engine_name, layout, settings):
+    """The command's flags are all in the engine's own sources; parsed back, it states the same layout, and the
+    engine set up from what it states is the one the prediction assumed."""
+    hw = costmodel.load_profile("h100")
+    default = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=layout.tp)
+    if engine_name == "trtllm" and layout.attention_dp > 1:
+        pytest.skip("TensorRT-LLM sets attention data parallel in its YAML options, not a flag")
+    if engine_name == "trtllm" and "page_size" in settings:
+        pytest.skip("TensorRT-LLM sets tokens_per_block in its YAML options, not a flag")
+    flags = flags_of(settings)
+    resolved = default.with_flags(**flags.settings())
+    argv = launch(engine_name, "acme/model", layout, engine_settings(resolved), engine_settings(default), "fp8")
+    named = {a for a in argv if a.startswith("--")}
+    assert named <= DOCUMENTED[engine_name], named - DOCUMENTED[engine_name]
+    name, model, back, stated, kv = parse(shlex.split(shlex.join(argv)))
+    assert (name, model) == (engine_name, "acme/model")
+    assert (back.tp, back.attention_dp, back.pipeline_parallel, back.expert_parallel) == (
+        layout.tp,
+        layout.attention_dp,
+        layout.pipeline_parallel,
+        layout.expert_parallel,
+    )
+    assert default.with_flags(**flags_of(stated).settings()) == resolved
+    assert kv == ("fp8" if engine_name != "trtllm" else None)
+
+
+@pytest.mark.parametrize(
+    "extra,said",
+    [
+        (["--tpot-ms", "50"], "--request-rate R or --concurrency C"),
+        (["--request-rate", "5"], "needs a target"),
+        (["--request-rate", "100000", "--tpot-ms", "1", "--max-gpus", "8"], "serves"),
+    ],
+)
+def test_a_recommendation_it_cannot_make_is_one_error_line(extra, said):
+    r = CliRunner().invoke(
+        main,
+        ["recommend", "--model", "llama-3-8b", "--gpu", "h100", "--input-len", "512", "--output-len", "64", *extra],
+    )
+    assert r.exit_code == 1 and said in r.output and "Traceback" not in r.output
