@@ -129,3 +129,105 @@ def test_kv_cache_dtype_and_max_model_len_as_vllm_spells_them():
         ],
     )
     assert huge.exit_code == 1 and "context_length 900,000" in huge.output and "does not start" in huge.output
+
+
+def test_plan_and_capacity_take_the_engine_flags():
+    """--max-num-seqs 16 on capacity: no more than 16 clients, the sequence limit binding; on plan: each point's
+    command carries it and prices the point again to the same TTFT and TPOT."""
+    cap = CliRunner().invoke(
+        main,
+        [
+            "capacity",
+            "--gpu",
+            "h100",
+            "--model",
+            "llama-3-8b",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "128",
+            "--tpot-ms",
+            "30",
+            "--max-num-seqs",
+            "16",
+            "--json",
+        ],
+    )
+    assert cap.exit_code == 0, cap.output
+    points = json.loads(cap.output)["points"]
+    assert points and all(p["concurrency"] <= 16 for p in points)
+    assert "sequence limit" in {p["binds"] for p in points}
+    plan = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            "--gpu",
+            "h100",
+            "--gpus",
+            "2",
+            "--model",
+            "llama-3-8b",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "128",
+            "--max-num-seqs",
+            "32",
+            "--max-concurrency",
+            "64",
+            "--json",
+        ],
+    )
+    assert plan.exit_code == 0, plan.output
+    front = json.loads(plan.output)["front"]
+    for point in front:
+        assert "32" in point["command"][-4:]
+        run_again = CliRunner().invoke(main, [*point["command"], "--json"])
+        assert run_again.exit_code == 0, (point["command"], run_again.output)
+        again = json.loads(run_again.output)
+        assert again["ttft_s"] == pytest.approx(point["ttft_s"], rel=1e-9)
+        assert again["tpot_s"] == pytest.approx(point["tpot_s"], rel=1e-9)
+
+
+def test_a_disaggregated_plan_point_with_flags_reprices_from_its_command():
+    """A disaggregated layout priced by the planner with a sequence limit and a memory fraction, and the command
+    the plan gives for it (the limit on each pool): the same TTFT and TPOT."""
+    import costmodel
+    from costmodel.cli.load_options import flag_arguments
+    from costmodel.cli.plan import point_command, pooled
+    from costmodel.deploy.planner import price_point
+    from costmodel.engine.config import EngineFlags
+    from costmodel.engine.layout import Layout
+
+    m, hw = costmodel.load_model("llama-3-8b"), costmodel.load_profile("h100")
+    layout = Layout("disagg", prefill_tp=1, prefill_workers=1, decode_tp=1, decode_workers=1)
+    flags = dict(max_num_seqs=4, memory_fraction=0.8)
+    pt = price_point(
+        m,
+        hw,
+        layout,
+        8,
+        input_len=512,
+        output_len=64,
+        engine_name="vllm",
+        weight_dtype=None,
+        kv_dtype=None,
+        targets=(None, None),
+        flags=EngineFlags(**flags),
+    )
+    command = point_command(
+        pt.model_dump(mode="json"),
+        model="llama-3-8b",
+        input_len=512,
+        output_len=64,
+        engine="vllm",
+        weight_dtype=None,
+        kv_dtype=None,
+        routing=None,
+    )
+    command += pooled(flag_arguments(flags), "disagg")
+    assert "--prefill-max-num-seqs" in command and "--max-num-seqs" not in command
+    r = CliRunner().invoke(main, [*command, "--json"])
+    assert r.exit_code == 0, r.output
+    again = json.loads(r.output)
+    assert (again["ttft_s"], again["tpot_s"]) == pytest.approx((pt.ttft_s, pt.tpot_s), rel=1e-9)

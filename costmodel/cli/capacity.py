@@ -8,6 +8,7 @@ import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
+from costmodel.cli.load_options import engine_flag_options
 from costmodel.cli.options import (
     Positive,
     choices,
@@ -89,6 +90,7 @@ from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, ENGINE_NAMES, EXECUT
     help="with --batching continuous: how each concurrency is priced [default: the closed form for "
     "means, the simulation for p90]",
 )
+@engine_flag_options
 @format_option
 @json_option
 @html_option()
@@ -103,6 +105,9 @@ def capacity(**options) -> None:
 
     Example: costmodel capacity --gpu h100 --model llama-3-8b --input-len 2048 --output-len 512 --tpot-ms 50
     """
+    from costmodel.engine.config import EngineFlags
+
+    flags = EngineFlags(**{k: options.pop(k) for k in EngineFlags.__dataclass_fields__ if k in options})
     o = SimpleNamespace(**options)
     from costmodel.hardware.catalog import load_profile
     from costmodel.model.requests import capacity as run_capacity
@@ -115,6 +120,8 @@ def capacity(**options) -> None:
         raise CostModelError("capacity needs --input-len and --output-len (the requests it serves)")
     hws = [load_profile(g) for g in o.gpus]
     layouts = load_layouts(o.model_name, o.variant, o.groups, o.kv_heads)
+    if o.batching != "continuous" and flags.settings():
+        raise CostModelError("engine flags (--max-num-seqs, ...) apply with --batching continuous (an engine)")
     if o.batching == "continuous":
         return _load_capacity(
             hws,
@@ -133,6 +140,7 @@ def capacity(**options) -> None:
             weight_dtype=o.weight_dtype,
             kv_dtype=o.kv_dtype,
             timing=o.timing,
+            flags=flags,
             load=o.load,
         )
     if o.statistic != "mean" or o.evaluator is not None or o.load != "concurrency":
@@ -187,6 +195,7 @@ def _load_capacity(
     kv_dtype,
     timing,
     load,
+    flags,
 ) -> None:
     from costmodel.deploy.capacity import load_capacity
     from costmodel.engine.layout import Layout
@@ -207,6 +216,7 @@ def _load_capacity(
         price_per_hour=price_per_hour,
         variants=variants,
         layout=Layout(tp=tp),
+        flags=flags,
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
         timing=timing,
@@ -251,5 +261,19 @@ capacity.panels = {
     ),
     **dict.fromkeys(("tpot_ms", "ttft_ms", "statistic", "load", "price_per_hour"), "Targets and cost"),
     **dict.fromkeys(("batching", "engine_name", "evaluator"), "How it is served"),
+    **dict.fromkeys(
+        (
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "memory_fraction",
+            "page_size",
+            "max_model_len",
+            "chunked_prefill",
+            "prefix_caching",
+            "async_scheduling",
+            "mxfp4_activations",
+        ),
+        "Engine flags (each engine's own default where not set)",
+    ),
     **dict.fromkeys(("dtype", "execution", "timing", "without"), "The kernels' time model"),
 }

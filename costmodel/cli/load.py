@@ -192,17 +192,13 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, curve,
     """Every model layout with its prefill pool on every device, decode on --decode-gpu or the same device
     (``curve``: a Load per load point; ``layout``, ``flags``: :func:`predict_load`'s Layout and EngineFlags)."""
     requests = curve[0]
+    from dataclasses import replace
+
     from costmodel.deploy.disagg import Pool, serve_disaggregated
-    from costmodel.engine.config import EngineFlags
     from costmodel.hardware.catalog import load_profile
 
     given = {
         "--max-num-seqs": flags.max_num_seqs is not None,
-        "--gpu-memory-utilization": flags.memory_fraction is not None,
-        "--block-size": flags.page_size is not None,
-        "--enable-chunked-prefill": flags.chunked_prefill is not None,
-        "--enable-prefix-caching": flags.prefix_caching is not None,
-        "--async-scheduling": flags.async_scheduling is not None,
         "--expert-parallel": layout.expert_parallel,
         "--attention-dp": layout.attention_dp != 1,
         "--replicas": layout.replicas != 1,
@@ -219,8 +215,8 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, curve,
         }
         flag = unsupported[0]
         raise CostModelError(
-            f"{flag} does not apply with --disaggregated (each pool takes the engine's defaults "
-            f"for it; lengths fixed or drawn by --length-dist){hint.get(flag, '')}"
+            f"{flag} does not apply with --disaggregated (each pool is one engine of its own layout; lengths "
+            f"fixed or drawn by --length-dist){hint.get(flag, '')}"
         )
     decode_hw = load_profile(load["decode_gpu"]) if load["decode_gpu"] else None
 
@@ -242,7 +238,7 @@ def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, curve,
             point,
             prefill=pool("prefill"),
             decode=pool("decode", decode_hw),
-            flags=EngineFlags(mxfp4_activations=flags.mxfp4_activations),
+            flags=replace(flags, max_num_seqs=None, max_num_batched_tokens=None),
             kv_link_bytes_per_s=load["kv_link_bandwidth"],
             **kw,
         )

@@ -313,3 +313,27 @@ def engine_options(func):
     for option in reversed([*LOAD_OPTIONS, *FLAG_OPTIONS, *LENGTH_OPTIONS, *LAYOUT_OPTIONS, *POOL_OPTIONS]):
         func = option(func)
     return func
+
+
+def engine_flag_options(func):
+    """The engine's settings alone (:data:`FLAG_OPTIONS`), for commands that search layouts (plan, capacity,
+    recommend)."""
+    for option in reversed(FLAG_OPTIONS):
+        func = option(func)
+    return func
+
+
+def flag_arguments(settings: dict) -> list[str]:
+    """The engine settings given (``settings``: FLAG_OPTIONS' parameters) as ``costmodel predict`` arguments, each by
+    its first long name."""
+    names = {}
+    for option in FLAG_OPTIONS:
+        param = option(lambda: None).__click_params__[0]
+        names[param.name] = (param.opts[0], param.secondary_opts[0] if param.secondary_opts else None, param.is_flag)
+    out = []
+    for key, value in settings.items():
+        if value is None or key not in names:
+            continue
+        on, off, is_flag = names[key]
+        out += [on if value else off] if is_flag else [on, str(value)]
+    return out

@@ -7,6 +7,7 @@ import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
+from costmodel.cli.load_options import engine_flag_options, flag_arguments
 from costmodel.cli.options import (
     FilePath,
     KvDtypeChoice,
@@ -54,6 +55,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
     help="the most clients per replica (per deployment, disaggregated) a layout is loaded with",
 )
 @click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf, .html)")
+@engine_flag_options
 @routing_option
 @format_option
 @json_option
@@ -74,6 +76,7 @@ def plan(
     routing,
     fmt,
     as_json,
+    **engine_flags,
 ) -> None:
     """Every way to serve a model on --gpus devices, and the best under latency targets.
 
@@ -87,6 +90,7 @@ def plan(
     Example: costmodel plan --model llama-3.1-70b --gpu h100 --gpus 8 --input-len 2048 --output-len 512 --tpot-ms 50
     """
     from costmodel.deploy.planner import plan as run_plan
+    from costmodel.engine.config import EngineFlags
     from costmodel.hardware.catalog import load_profile
     from costmodel.model.presets import load_model
     from costmodel.render.plots import check_output
@@ -110,6 +114,7 @@ def plan(
         max_concurrency=max_concurrency,
         ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
         tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
+        flags=EngineFlags(**engine_flags),
     )
     given = dict(
         model=model_name,
@@ -120,9 +125,10 @@ def plan(
         kv_dtype=kv_dtype,
         routing=routing,
     )
+    flag_args = flag_arguments(engine_flags)
     dumped = result.model_dump(mode="json")
     for point in dumped["front"] + dumped["best"]:
-        point["command"] = point_command(point, **given)
+        point["command"] = point_command(point, **given) + pooled(flag_args, point["mode"])
         point["step_command"] = step_command(point, m, **given)
     if plot_path is not None:
         from costmodel.core.files import wrote
@@ -227,3 +233,12 @@ def step_command(
 
 
 __all__ = ["plan", "point_command", "step_command"]
+
+
+def pooled(args: list[str], mode: str) -> list[str]:
+    """A plan's engine flags for one point's command: a disaggregated point's sequence limit on each pool."""
+    if mode == "agg" or "--max-num-seqs" not in args:
+        return args
+    i = args.index("--max-num-seqs")
+    n = args[i + 1]
+    return [*args[:i], *args[i + 2 :], "--prefill-max-num-seqs", n, "--decode-max-num-seqs", n]

@@ -21,6 +21,7 @@ from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import Report
 from costmodel.core.vocab import DEFAULTS
+from costmodel.engine.config import EngineFlags
 from costmodel.engine.layout import Layout
 from costmodel.engine.load import Load
 from costmodel.hardware.profile import HardwareProfile
@@ -156,15 +157,18 @@ def price_point(
     kv_dtype,
     targets,
     evaluator: str = "simulation",
+    flags: EngineFlags = EngineFlags(),
 ) -> PlanPoint:
-    """One layout under ``concurrency`` clients in all (spread evenly over an aggregated layout's replicas)."""
+    """One layout under ``concurrency`` clients in all (spread evenly over an aggregated layout's replicas), the
+    engine's ``flags`` set (a disaggregated pool's token budget and sequence limit on each Pool)."""
     from costmodel.deploy.disagg import Pool, serve_disaggregated
     from costmodel.engine.served import serve
 
     kw = dict(engine_name=engine_name, weight_dtype=weight_dtype, kv_dtype=kv_dtype, evaluator=evaluator)
+    limits = dict(max_num_seqs=flags.max_num_seqs, max_num_batched_tokens=flags.max_num_batched_tokens)
     if layout.mode == "agg":  # one replica, with its share of the clients
         load = Load(input_len, output_len, concurrency=concurrency // layout.replicas)
-        p = serve(m, hw, load, layout=replace(layout, replicas=1), **kw)
+        p = serve(m, hw, load, layout=replace(layout, replicas=1), flags=flags, **kw)
     else:
         p = serve_disaggregated(
             m,
@@ -174,13 +178,16 @@ def price_point(
                 tp=layout.prefill_tp,
                 workers=layout.prefill_workers,
                 expert_parallel=layout.expert_parallel and layout.prefill_tp > 1,
+                **limits,
             ),
             decode=Pool(
                 tp=layout.decode_tp,
                 workers=layout.decode_workers,
                 expert_parallel=layout.expert_parallel,
                 attention_dp=layout.decode_attention_dp,
+                **limits,
             ),
+            flags=replace(flags, max_num_seqs=None, max_num_batched_tokens=None),
             **kw,
         )
     full = kv_cache_full(p, input_len, output_len)
@@ -299,8 +306,10 @@ def plan(
     ttft_s: float | None = None,
     tpot_s: float | None = None,
     max_concurrency: int = 256,
+    flags: EngineFlags = EngineFlags(),
 ) -> Plan:
-    """Every layout of ``m`` on ``devices`` of each of ``hws``, priced under load; the front and the best."""
+    """Every layout of ``m`` on ``devices`` of each of ``hws``, priced under load; the front and the best (every
+    engine with ``flags`` set)."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.count("devices", devices, most=MAX_PLAN_DEVICES)
     checks.count("input_len", input_len)
@@ -323,6 +332,7 @@ def plan(
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
         targets=targets,
+        flags=flags,
     )
     points, fronts, best, skipped = [], [], [], []
     for hw in hws:
