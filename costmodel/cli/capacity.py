@@ -8,7 +8,7 @@ import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
-from costmodel.cli.load_options import engine_flag_options
+from costmodel.cli.load_options import ENGINE_FLAG_KEYS, engine_flag_options
 from costmodel.cli.options import (
     Positive,
     choices,
@@ -261,19 +261,6 @@ capacity.panels = {
     ),
     **dict.fromkeys(("tpot_ms", "ttft_ms", "statistic", "load", "price_per_hour"), "Targets and cost"),
     **dict.fromkeys(("batching", "engine_name", "evaluator"), "How it is served"),
-    **dict.fromkeys(
-        (
-            "max_num_batched_tokens",
-            "max_num_seqs",
-            "memory_fraction",
-            "page_size",
-            "max_model_len",
-            "chunked_prefill",
-            "prefix_caching",
-            "async_scheduling",
-            "mxfp4_activations",
-        ),
-        "Engine flags (each engine's own default where not set)",
-    ),
+    **dict.fromkeys(ENGINE_FLAG_KEYS, "Engine flags (each engine's own default where not set)"),
     **dict.fromkeys(("dtype", "execution", "timing", "without"), "The kernels' time model"),
 }

@@ -337,3 +337,7 @@ def flag_arguments(settings: dict) -> list[str]:
         on, off, is_flag = names[key]
         out += [on if value else off] if is_flag else [on, str(value)]
     return out
+
+
+#: The parameter names of :data:`FLAG_OPTIONS`, for commands' --help panels.
+ENGINE_FLAG_KEYS = tuple(option(lambda: None).__click_params__[0].name for option in FLAG_OPTIONS)

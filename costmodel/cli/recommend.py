@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
-from costmodel.cli.load_options import FLAG_OPTIONS
+from costmodel.cli.load_options import ENGINE_FLAG_KEYS, engine_flag_options
 from costmodel.cli.options import (
     KvDtypeChoice,
     Positive,
@@ -19,12 +19,6 @@ from costmodel.cli.options import (
 )
 from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
-
-
-def _flag_options(func):
-    for option in reversed(FLAG_OPTIONS):
-        func = option(func)
-    return func
 
 
 @click.command("recommend", cls=OnceCommand)
@@ -62,7 +56,7 @@ def _flag_options(func):
     type=KvDtypeChoice(DTYPES),
     help="the KV cache's dtype (auto: the default) [default: the engine's for the checkpoint]",
 )
-@_flag_options
+@engine_flag_options
 @format_option
 @json_option
 def recommend(**options) -> None:
@@ -147,21 +141,7 @@ recommend.panels = {
     ),
     **dict.fromkeys(("request_rate", "concurrency", "num_requests"), "The load"),
     **dict.fromkeys(("ttft_ms", "tpot_ms", "statistic", "price_per_hour", "max_gpus"), "Targets and search"),
-    **dict.fromkeys(
-        (
-            "engine_name",
-            "max_num_batched_tokens",
-            "max_num_seqs",
-            "memory_fraction",
-            "page_size",
-            "max_model_len",
-            "chunked_prefill",
-            "prefix_caching",
-            "async_scheduling",
-            "mxfp4_activations",
-        ),
-        "The engine and its flags",
-    ),
+    **dict.fromkeys(("engine_name", *ENGINE_FLAG_KEYS), "The engine and its flags"),
 }
 
 
