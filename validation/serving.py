@@ -626,38 +626,70 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
-def validate_serving(path: str | Path, *, overheads: dict | None = None, progress=None) -> dict:
-    """``{"rows", "skipped", "summary"}`` for a deployments file."""
+def _price(d: Deployment, overheads: dict | None) -> tuple[dict | None, dict | None]:
+    """(the row, None) of one deployment priced, or (None, why it was skipped)."""
     from costmodel.engine.served import NoRoomForOneRequest
 
+    try:
+        p = predict(d, overheads)
+    except NoRoomForOneRequest as err:  # counted apart: the weights leave no cache for one request
+        return None, {"id": d.id, "reason": f"too big for its devices: {err}"}
+    except CostModelError as err:
+        return None, {"id": d.id, "reason": f"cannot be priced: {err}"}
+    row = {
+        "id": d.id,
+        "system": d.system,
+        "backend": d.backend,
+        "model_path": d.model_path,
+        "mode": d.mode,
+        "measured_ttft_s": d.ttft_s,
+        "predicted_ttft_s": p.ttft_s,
+        "measured_tpot_s": d.tpot_s,
+        "predicted_tpot_s": p.tpot_s,
+        "command": d.command(),
+    }
+    return row | ({"assumed": list(d.assumed)} if d.assumed else {}), None
+
+
+def _price_chunk(args) -> list:
+    chunk, overheads = args
+    return [_price(d, overheads) for d in chunk]
+
+
+def validate_serving(path: str | Path, *, overheads: dict | None = None, workers: int | None = None) -> dict:
+    """``{"rows", "skipped", "summary"}`` for a deployments file, priced over ``workers`` processes (every core
+    by default; 1: in this process), in the file's order, with a progress bar on a terminal."""
+    import os
+
+    from costmodel.core.progress import bar
+
     deployments, skipped = read(path)
-    rows = []
-    for i, d in enumerate(deployments):
-        try:
-            p = predict(d, overheads)
-        except NoRoomForOneRequest as err:  # counted apart: the weights leave no cache for one request
-            skipped.append({"id": d.id, "reason": f"too big for its devices: {err}"})
-            continue
-        except CostModelError as err:
-            skipped.append({"id": d.id, "reason": f"cannot be priced: {err}"})
-            continue
-        rows.append(
-            {
-                "id": d.id,
-                "system": d.system,
-                "backend": d.backend,
-                "model_path": d.model_path,
-                "mode": d.mode,
-                "measured_ttft_s": d.ttft_s,
-                "predicted_ttft_s": p.ttft_s,
-                "measured_tpot_s": d.tpot_s,
-                "predicted_tpot_s": p.tpot_s,
-                "command": d.command(),
-            }
-            | ({"assumed": list(d.assumed)} if d.assumed else {})
-        )
-        if progress:
-            progress(i + 1, len(deployments))
+    workers = max(1, min(workers or os.cpu_count() or 1, len(deployments) // 20 or 1))
+    # the costliest first (a simulation's work grows with its clients' output tokens), in small chunks, so that no
+    # process is left with the slowest rows at the end; the results back in the file's order
+    order = sorted(range(len(deployments)), key=lambda i: -(deployments[i].concurrency or 1) * deployments[i].osl)
+    chunks = [order[i : i + 4] for i in range(0, len(order), 4)]
+    priced: list = [None] * len(deployments)
+    with bar(len(deployments), "deployments") as advance:
+        if workers == 1:
+            results = (_price_chunk(([deployments[i] for i in c], overheads)) for c in chunks)
+            for chunk, got in zip(chunks, results):
+                for i, one in zip(chunk, got):
+                    priced[i] = one
+                advance(len(chunk))
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
+                tasks = [([deployments[i] for i in c], overheads) for c in chunks]
+                for chunk, got in zip(chunks, pool.map(_price_chunk, tasks)):
+                    for i, one in zip(chunk, got):
+                        priced[i] = one
+                    advance(len(chunk))
+    rows = [row for row, _ in priced if row is not None]
+    skipped += [why for _, why in priced if why is not None]
     return {
         "rows": rows,
         "skipped": skipped,

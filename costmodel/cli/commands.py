@@ -46,8 +46,12 @@ from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, SWEEP_DIMS
 
 @click.group(cls=ErrorLineGroup, context_settings=CONTEXT)
 @click.version_option(version=__version__, package_name="costmodel-llm")
-def main() -> None:
+@click.option("--quiet", "-q", is_flag=True, help="no progress bars (they show only on a terminal, on stderr)")
+def main(quiet: bool) -> None:
     """Exact FLOP and memory costs of MHA, GQA and MQA attention, and what they cost on an accelerator."""
+    from costmodel.core import progress
+
+    progress.QUIET = quiet
 
 
 #: predict's own parameters; the other options are the workload's dimensions (--batch, --context, ...).

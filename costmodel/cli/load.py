@@ -111,7 +111,6 @@ def wants_load(load: dict) -> bool:
 def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, output_len, pricing: dict) -> None:
     """Every model layout on every device under the load."""
     from costmodel.engine.load import Load
-    from costmodel.engine.served import serve
     from costmodel.render.serving import load_records, load_table
 
     values = {}
@@ -163,12 +162,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         raise CostModelError(f"--{pooled[0].replace('_', '-')} applies with --disaggregated")
     from costmodel.price.bands import served_label
 
-    results = [
-        serve(m, hw, requests.with_(concurrency=c, request_rate=r), layout=layout, flags=flags, **kw)
-        for hw in hws
-        for m in layouts
-        for c, r in loads
-    ]
+    results = _serve_all(hws, layouts, loads, requests, layout, flags, kw)
     curve = len(loads) > 1
     if load["plot_path"] is not None:
         draw_curve(results, load["plot_path"])
@@ -385,3 +379,19 @@ def launch_lines(m, p, layout, flags, kw: dict) -> dict:
         p.engine.name, hub_id(m), round(p.input_len), round(p.output_len), **share, num_requests=p.num_requests
     )
     return {"launch": shlex.join(argv), "bench": shlex.join(measure)}
+
+
+def _serve_all(hws, layouts, loads, requests, layout, flags, kw: dict) -> list:
+    """Every device, model layout and load point served, a progress bar on a terminal."""
+    from costmodel.core.progress import bar
+    from costmodel.engine.served import serve
+
+    results = []
+    with bar(len(hws) * len(layouts) * len(loads), "loads") as advance:
+        for hw in hws:
+            for m in layouts:
+                for c, r in loads:
+                    point = requests.with_(concurrency=c, request_rate=r)
+                    results.append(serve(m, hw, point, layout=layout, flags=flags, **kw))
+                    advance()
+    return results

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
+from costmodel.core.progress import bar
 from costmodel.core.reports import Report
 from costmodel.core.vocab import DEFAULTS
 from costmodel.engine.config import EngineFlags
@@ -336,7 +337,8 @@ def plan(
     )
     points, fronts, best, skipped = [], [], [], []
     for hw in hws:
-        mine, skips = _plan_device(m, hw, devices, max_concurrency, kw)
+        with bar(len(layouts(m, devices)), f"layouts on {hw.id}") as advance:
+            mine, skips = _plan_device(m, hw, devices, max_concurrency, kw, advance)
         points += mine
         fronts += pareto(mine)
         skipped += skips
@@ -366,7 +368,7 @@ def plan(
     )
 
 
-def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurrency: int, kw: dict):
+def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurrency: int, kw: dict, advance):
     """(simulated points, skipped layouts) on one device kind: every layout swept in closed form, then the closed
     form's front (to within its error against the simulation) and best, with their neighbouring loads, simulated."""
     skipped = []

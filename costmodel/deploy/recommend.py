@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
+from costmodel.core.progress import bar
 from costmodel.core.reports import Report
 from costmodel.core.vocab import DEFAULTS
 from costmodel.deploy.capacity import checked_targets, highest_rate, largest_concurrency, misses
@@ -151,35 +152,40 @@ def recommend(
     load = requests.concurrency if closed else requests.request_rate
     targets = dict(tpot_s=tpot_s, ttft_s=ttft_s, statistic=statistic, evaluator=used)
     kw = dict(engine_name=engine_name, flags=flags, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-    candidates = []
     for hw in hws:
         checks.instance("hws", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
-        for unit in units(m, max_gpus):
-            per, binds = _per_unit(
-                m, hw, unit, requests.with_(concurrency=None, request_rate=None), closed, targets, kw
-            )
-            r = _replicas(load, per, closed) if per else None
-            gpus = unit.devices * r if r else None
-            if gpus is not None and gpus > max_gpus:
-                r = gpus = None
-            cost = gpus * price_per_gpu_hour if gpus and price_per_gpu_hour is not None else None
-            candidates.append(
-                Candidate(
-                    gpu=hw.id,
-                    layout=unit.describe(),
-                    unit_gpus=unit.devices,
-                    tp=unit.tp,
-                    expert_parallel=unit.expert_parallel,
-                    attention_dp=unit.attention_dp,
-                    pipeline_parallel=unit.pipeline_parallel,
-                    per_unit=per,
-                    binds=binds,
-                    replicas=r,
-                    gpus=gpus,
-                    cost_per_hour=cost,
-                )
-            )
+    searched = [(hw, unit) for hw in hws for unit in units(m, max_gpus)]
+    with bar(len(searched), "engine units") as advance:
+        candidates = [
+            _candidate(m, hw, unit, requests, closed, load, targets, kw, price_per_gpu_hour, max_gpus, advance)
+            for hw, unit in searched
+        ]
     return _choose(m, hws, requests, candidates, targets, kw, price_per_gpu_hour, max_gpus)
+
+
+def _candidate(m, hw, unit, requests, closed, load, targets, kw, price_per_gpu_hour, max_gpus, advance) -> Candidate:
+    """One engine unit on one device kind: what it serves, and the replicas and GPUs the load needs."""
+    per, binds = _per_unit(m, hw, unit, requests.with_(concurrency=None, request_rate=None), closed, targets, kw)
+    r = _replicas(load, per, closed) if per else None
+    gpus = unit.devices * r if r else None
+    if gpus is not None and gpus > max_gpus:
+        r = gpus = None
+    cost = gpus * price_per_gpu_hour if gpus and price_per_gpu_hour is not None else None
+    advance()
+    return Candidate(
+        gpu=hw.id,
+        layout=unit.describe(),
+        unit_gpus=unit.devices,
+        tp=unit.tp,
+        expert_parallel=unit.expert_parallel,
+        attention_dp=unit.attention_dp,
+        pipeline_parallel=unit.pipeline_parallel,
+        per_unit=per,
+        binds=binds,
+        replicas=r,
+        gpus=gpus,
+        cost_per_hour=cost,
+    )
 
 
 def _choose(m, hws, requests, candidates, targets, kw, price, max_gpus) -> Recommendation:
