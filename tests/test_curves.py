@@ -231,3 +231,49 @@ def test_a_disaggregated_plan_point_with_flags_reprices_from_its_command():
     assert r.exit_code == 0, r.output
     again = json.loads(r.output)
     assert (again["ttft_s"], again["tpot_s"]) == pytest.approx((pt.ttft_s, pt.tpot_s), rel=1e-9)
+
+
+def test_vllm_bench_serve_spellings():
+    """--random-input-len, --random-output-len and --random-range-ratio R mean --input-len, --output-len and
+    --length-dist range --spread 1-R (R = 1: fixed lengths); with --length-dist as well they are refused."""
+    bench = run(
+        "--concurrency",
+        "8",
+        "--random-input-len",
+        "1024",
+        "--random-output-len",
+        "128",
+        "--random-range-ratio",
+        "0.5",
+        "--json",
+    )
+    ours = run(
+        "--concurrency",
+        "8",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--length-dist",
+        "range",
+        "--spread",
+        "0.5",
+        "--json",
+    )
+    assert bench.exit_code == 0 and json.loads(bench.output) == json.loads(ours.output)
+    one = run("--concurrency", "8", "--input-len", "1024", "--output-len", "128", "--random-range-ratio", "1", "--json")
+    fixed = run("--concurrency", "8", "--input-len", "1024", "--output-len", "128", "--json")
+    assert json.loads(one.output) == json.loads(fixed.output)
+    both = run(
+        "--concurrency",
+        "8",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--random-range-ratio",
+        "0.5",
+        "--length-dist",
+        "uniform",
+    )
+    assert both.exit_code == 1 and "--random-range-ratio" in both.output

@@ -303,6 +303,7 @@ predict.panels = {
             "num_requests",
             "warmup_requests",
             "length_dist",
+            "random_range_ratio",
             "spread",
             "lengths_file",
             "frontend",

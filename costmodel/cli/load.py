@@ -26,6 +26,7 @@ LOAD_KEYS = (
     "async_scheduling",
     "mxfp4_activations",
     "length_dist",
+    "random_range_ratio",
     "spread",
     "lengths_file",
     "evaluator",
@@ -125,6 +126,11 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
             "a served model needs --input-len and --output-len (the requests' lengths), or --lengths-file"
         )
     _check_load(load, pricing)
+    ratio = load["random_range_ratio"]
+    if ratio is not None:  # vllm bench serve's lengths: uniform from ratio x the length to the length
+        if load["length_dist"] != "fixed" or load["spread"]:
+            raise CostModelError("--random-range-ratio sets --length-dist range and --spread; give one or the other")
+        load = load | (dict(length_dist="range", spread=1 - ratio) if ratio < 1 else {})
     if load["plot_path"] is not None:
         from costmodel.render.plots import check_output
 

@@ -176,6 +176,12 @@ LENGTH_OPTIONS = [
         "benchmark_serving.py and InferenceX's draws them (--random-range-ratio 1 - spread)",
     ),
     click.option(
+        "--random-range-ratio",
+        type=click.FloatRange(0.01, 1.0),
+        help="vllm bench serve's spelling: lengths drawn uniformly from ratio x the length up to the length "
+        "(--length-dist range --spread 1-ratio; 1: fixed)",
+    ),
+    click.option(
         "--spread",
         type=click.FloatRange(0, 0.99),
         default=0.0,

@@ -321,8 +321,20 @@ def model_options(func):
             type=choices(MLA_FORMS),
             help="with an MLA --model: one form for decode and prefill [default: absorbed decode, naive prefill]",
         ),
-        click.option("--input-len", type=Positive, help="with --model: prompt tokens of a request"),
-        click.option("--output-len", type=Positive, help="with --model: generated tokens of a request"),
+        click.option(
+            "--input-len",
+            "--random-input-len",
+            "input_len",
+            type=Positive,
+            help="with --model: prompt tokens of a request",
+        ),
+        click.option(
+            "--output-len",
+            "--random-output-len",
+            "output_len",
+            type=Positive,
+            help="with --model: generated tokens of a request",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
