@@ -277,3 +277,27 @@ def test_vllm_bench_serve_spellings():
         "uniform",
     )
     assert both.exit_code == 1 and "--random-range-ratio" in both.output
+
+
+def test_goodput_counts_the_requests_that_meet_every_objective():
+    """Objectives every request meets: goodput is the throughput; none: 0; TTFT at its own p90: about 90% of the
+    requests meet it (the p90 is a request's TTFT); a second objective never raises it; the closed form, which has
+    no requests, reports none."""
+    import costmodel
+    from costmodel.engine.load import Load
+
+    m, hw = costmodel.load_model("llama-3-8b"), costmodel.load_profile("h100")
+    base = Load(1024, 128, concurrency=64, num_requests=640)
+    plain = costmodel.serve(m, hw, base)
+    loose = costmodel.serve(m, hw, base.with_(goodput=(("ttft", 100.0), ("tpot", 100.0))))
+    tight = costmodel.serve(m, hw, base.with_(goodput=(("tpot", 1e-6),)))
+    p90 = costmodel.serve(m, hw, base.with_(goodput=(("ttft", plain.ttft.p90),)))
+    both = costmodel.serve(m, hw, base.with_(goodput=(("ttft", plain.ttft.p90), ("tpot", plain.tpot.median))))
+    assert loose.goodput_requests_per_s == pytest.approx(plain.requests_per_s)
+    assert tight.goodput_requests_per_s == 0
+    assert 0.88 * plain.requests_per_s <= p90.goodput_requests_per_s <= 0.93 * plain.requests_per_s
+    assert both.goodput_requests_per_s <= p90.goodput_requests_per_s
+    closed = costmodel.serve(m, hw, base.with_(goodput=(("ttft", 1.0),)), evaluator="steady-state")
+    assert closed.goodput_requests_per_s is None
+    r = run("--concurrency", "64", "--input-len", "1024", "--output-len", "128", "--goodput", "ttft:200,tpot:x")
+    assert r.exit_code == 2 and "METRIC:MILLISECONDS" in r.output

@@ -206,3 +206,27 @@ class Loads(click.ParamType):
         if len(set(values)) != len(values):
             self.fail(f"{excerpt(value)} names a load twice", param, ctx)
         return values
+
+
+class Objectives(click.ParamType):
+    """vllm bench serve's ``--goodput``: ``ttft:200 tpot:50`` (or with commas), each a metric (ttft, tpot, e2el) and
+    its limit in milliseconds; as (metric, seconds) pairs."""
+
+    name = "objectives"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        out = {}
+        for part in str(value).replace(",", " ").split():
+            metric, sep, ms = part.partition(":")
+            if not sep or metric.lower() not in ("ttft", "tpot", "e2el") or not DECIMAL.fullmatch(ms) or float(ms) <= 0:
+                self.fail(
+                    f"{excerpt(part)} is not METRIC:MILLISECONDS with METRIC ttft, tpot or e2el (e.g. ttft:200)",
+                    param,
+                    ctx,
+                )
+            out[metric.lower()] = float(ms) / 1e3
+        if not out:
+            self.fail("give at least one objective, e.g. ttft:200 tpot:50", param, ctx)
+        return tuple(out.items())

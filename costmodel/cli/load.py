@@ -51,6 +51,7 @@ LOAD_KEYS = (
     "kv_link_bandwidth",
     "plot_path",
     "show_launch",
+    "goodput",
 )
 #: The options of a disaggregated deployment's pools.
 POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel", "attention_dp")
@@ -148,6 +149,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         output_dist=load["length_dist"],
         spread=load["spread"],
         client_connections=load["client_connections"],
+        goodput=load["goodput"] or (),
     ).with_(**values)
     layout, flags, kw = _engine_setup(load, pricing)
     if load["disaggregated"]:

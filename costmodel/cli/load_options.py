@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli.click_types import Loads, PositiveNumber
+from costmodel.cli.click_types import Loads, Objectives, PositiveNumber
 from costmodel.cli.options import FilePath, NonNegative, Positive, choices
 from costmodel.core.vocab import ENGINE_NAMES, MXFP4_ACTIVATIONS
 
@@ -74,6 +74,13 @@ LOAD_OPTIONS = [
         default=0,
         show_default=True,
         help="requests run first and left out of the statistics",
+    ),
+    click.option(
+        "--goodput",
+        type=Objectives(),
+        metavar="OBJECTIVES",
+        help="with --engine: count the requests a second that meet every objective, as vllm bench serve's "
+        "--goodput: 'ttft:200 tpot:50' (milliseconds; metrics ttft, tpot, e2el; simulated runs)",
     ),
     click.option(
         "--launch",

@@ -31,9 +31,10 @@ from costmodel.deploy.disagg_steady import steady_state
 from costmodel.deploy.pools import Pool, simulated
 from costmodel.deploy.workers import DECODE_RESERVES_FIRST, PREFILL_POOL_WITHOUT_OVERLAP
 from costmodel.engine.config import EngineFlags, engine
+from costmodel.engine.limits import model_len
 from costmodel.engine.load import Load, checked_load, mean_length
 from costmodel.engine.reports import assumptions as pool_assumptions
-from costmodel.engine.served import Setup, checkpoint_kv_dtype, model_len
+from costmodel.engine.served import Setup, checkpoint_kv_dtype
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
 from costmodel.model.pricing import pricing

@@ -27,7 +27,8 @@ class Load:
     second (Poisson, or bunched by ``burstiness``: :func:`arrival_times`). ``num_requests`` are measured (ten per
     client when None) after ``warmup_requests`` that run first and are left out (aiperf's
     ``--warmup-request-count``). ``client_connections``: the most requests the client keeps in flight (the
-    others wait in the client, their clock running). ``seed`` draws the lengths and the arrivals."""
+    others wait in the client, their clock running). ``seed`` draws the lengths and the arrivals. ``goodput``: the
+    service-level objectives whose met requests a second the report counts (vllm bench serve's ``--goodput``)."""
 
     input_len: int
     output_len: int
@@ -43,6 +44,9 @@ class Load:
     output_values: tuple | None = None
     client_connections: int | None = None
     seed: int = 0
+    # vllm bench serve's --goodput: (metric, seconds) pairs, metric ttft, tpot or e2el; the report counts the
+    # requests a second that meet all of them
+    goodput: tuple = ()
 
     def with_(self, **changes) -> Load:
         """This load with some fields changed."""

@@ -110,6 +110,10 @@ class LoadPrediction(Report):
     saturation_sequences: int | None = None
     saturation_binds: str | None = None
     overloaded: bool = False
+    # vllm bench serve's goodput: the requests a second meeting every objective (simulated runs only: the closed
+    # form has means, not requests); the objectives, metric -> seconds
+    goodput_requests_per_s: float | None = None
+    goodput_objectives: dict[str, float] | None = None
 
     def __str__(self) -> str:
         from costmodel.price.bands import served_label
@@ -165,6 +169,8 @@ def load_report(
         in_flight = in_flight * dp if in_flight is not None else None
         request_rate = request_rate * dp if request_rate is not None else None
         measured = measured | {k: measured[k] * dp for k in ("num_requests", "requests_per_s", "output_tokens_per_s")}
+        if measured.get("goodput_requests_per_s") is not None:
+            measured["goodput_requests_per_s"] *= dp
     ttft_band, tpot_band = served_bands(
         eng.name, m.moe is not None, "agg", measured["ttft"].mean, measured["tpot"].mean
     )

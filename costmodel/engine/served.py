@@ -26,6 +26,7 @@ from costmodel.engine.config import (
 )
 from costmodel.engine.iteration import IterationTable
 from costmodel.engine.layout import Layout
+from costmodel.engine.limits import model_len
 from costmodel.engine.load import Load, checked_load, engine_share, mean_length
 from costmodel.engine.reports import LoadPrediction, Stats, TimeSplit, load_report
 from costmodel.hardware.profile import HardwareProfile
@@ -359,7 +360,17 @@ def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str) -> 
 
         most = saturation(setup, input_len=mean_length(prompts), output_len=mean_length(outputs))
     return report_of(
-        setup, res, concurrency, request_rate, prompts, outputs, load.warmup_requests, in_flight, most, burstiness
+        setup,
+        res,
+        concurrency,
+        request_rate,
+        prompts,
+        outputs,
+        load.warmup_requests,
+        in_flight,
+        most,
+        burstiness,
+        goodput=load.goodput,
     )
 
 
@@ -374,14 +385,17 @@ def report_of(
     in_flight: int | None = None,
     most=None,
     burstiness: float = 1.0,
+    goodput: tuple = (),
 ) -> LoadPrediction:
     """The report of a simulated run; the first ``warmup`` requests ran but are left out of the statistics
     (``in_flight``: the client's connections, where fewer than its clients: :func:`serve`; ``most``: an open
-    loop's saturation, :func:`costmodel.engine.steady.saturation`)."""
+    loop's saturation, :func:`costmodel.engine.steady.saturation`; ``goodput``: (metric, seconds) objectives whose
+    met requests a second are counted)."""
     kept = res.after(warmup)
     prompts, outputs = prompts[warmup:], outputs[warmup:]
     e2e = kept.e2e + setup.request_s
     span = float(kept.finish.max() - kept.arrival.min())
+    met = _meets(kept, setup.request_s, goodput)
     times = np.concatenate([t for t, _ in res.iteration_s])
     decode_tokens = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s])
     stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
@@ -413,24 +427,19 @@ def report_of(
         time_split=TimeSplit(
             prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s, overhead_s=res.overhead_s
         ),
+        goodput_requests_per_s=float(met.sum()) / span if goodput else None,
+        goodput_objectives={k: float(v) for k, v in goodput} or None,
     )
 
 
-def model_len(eng: EngineConfig, setup: Setup, prompts, outputs) -> None:
-    """An engine with a model length (``max_model_len``) refuses a longer request, and refuses to start when one
-    request that long does not fit its KV cache (vLLM's check at start-up: "The model's max seq len ... is larger
-    than the maximum number of tokens that can be stored in KV cache")."""
-    limit = eng.max_model_len
-    if limit is None:
-        return
-    name = eng.FLAGS["max_model_len"][eng.name]
-    longest = int((prompts + outputs).max())
-    if longest > limit:
-        raise CostModelError(
-            f"a request of {longest:,} tokens (prompt and output) is longer than {name} {limit:,}: {eng.name} refuses it"
-        )
-    if limit > setup.kv_tokens:
-        raise CostModelError(
-            f"{name} {limit:,} is more than the {setup.kv_tokens:,} tokens the KV cache holds on this device: "
-            f"{eng.name} does not start; lower {name} or give the cache more memory"
-        )
+def _meets(kept, front_s: float, goodput: tuple) -> np.ndarray:
+    """Which requests meet every (metric, seconds) objective, as vllm bench serve counts goodput: TTFT (the front
+    end's latency included), TPOT (a request of one output token meets any), end-to-end latency."""
+    ok = np.ones(len(kept.arrival), bool)
+    more = kept.output > 1
+    tpot = np.zeros(len(kept.arrival))
+    tpot[more] = kept.tpot
+    values = {"ttft": kept.ttft + front_s, "tpot": tpot, "e2el": kept.e2e + front_s}
+    for metric, limit in goodput:
+        ok &= values[metric] <= limit
+    return ok

@@ -115,6 +115,9 @@ def load_table(results: list, band_label: str) -> str:
     lines = [title, "", *aligned(rows, right=set(range(3, 14))), ""]
     if p.ttft_band is not None:
         lines.append(_band_line(p, band_label))
+    if p.goodput_requests_per_s is not None:
+        said = ", ".join(f"{k.upper()} <= {v * 1e3:g} ms" for k, v in p.goodput_objectives.items())
+        lines.append(f"goodput: {p.goodput_requests_per_s:.3g} requests/s meet {said} (of {p.requests_per_s:.3g})")
     if p.overloaded:
         lines.append(overload_line(p))
     if busy > 0:
