@@ -151,27 +151,26 @@ def test_one_gpu_fewer_misses_the_targets_p90_simulated():
     _fewer_fails(rec, m, hws, requests, "p90", "simulation", targets)
 
 
-@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
-@pytest.mark.parametrize(
-    "layout,settings",
-    [
-        (Layout(tp=4), {}),
-        (Layout(tp=2, pipeline_parallel=2), dict(max_num_seqs=64, max_num_batched_tokens=4096)),
-        (Layout(tp=8, expert_parallel=True), dict(memory_fraction=0.8, max_model_len=8192)),
-        (Layout(tp=1, attention_dp=4, expert_parallel=True), dict(async_scheduling=False)),
-        (Layout(tp=2), dict(prefix_caching=False, async_scheduling=True, page_size=32)),
-    ],
-    ids=["tp", "pp", "ep", "attention dp", "switches"],
-)
-def test_launch_commands_use_documented_flags_and_read_back(engine_name, layout, settings):
+#: (layout, settings) of the launch commands tried, and what TensorRT-LLM takes only in its YAML options (tried on
+#: the other engines alone).
+LAUNCHES = {
+    "tp": (Layout(tp=4), {}),
+    "pp": (Layout(tp=2, pipeline_parallel=2), dict(max_num_seqs=64, max_num_batched_tokens=4096)),
+    "ep": (Layout(tp=8, expert_parallel=True), dict(memory_fraction=0.8, max_model_len=8192)),
+    "attention dp": (Layout(tp=1, attention_dp=4, expert_parallel=True), dict(async_scheduling=False)),
+    "switches": (Layout(tp=2), dict(prefix_caching=False, async_scheduling=True, page_size=32)),
+}
+YAML_ONLY = {("trtllm", "attention dp"), ("trtllm", "switches")}
+CASES = [(e, k) for e in ("vllm", "sglang", "trtllm") for k in LAUNCHES if (e, k) not in YAML_ONLY]
+
+
+@pytest.mark.parametrize("engine_name,case", CASES, ids=[f"{e}-{k}" for e, k in CASES])
+def test_launch_commands_use_documented_flags_and_read_back(engine_name, case):
     """The command's flags are all in the engine's own sources; parsed back, it states the same layout, and the
     engine set up from what it states is the one the prediction assumed."""
+    layout, settings = LAUNCHES[case]
     hw = costmodel.load_profile("h100")
     default = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=layout.tp)
-    if engine_name == "trtllm" and layout.attention_dp > 1:
-        pytest.skip("TensorRT-LLM sets attention data parallel in its YAML options, not a flag")
-    if engine_name == "trtllm" and "page_size" in settings:
-        pytest.skip("TensorRT-LLM sets tokens_per_block in its YAML options, not a flag")
     flags = flags_of(settings)
     resolved = default.with_flags(**flags.settings())
     argv = launch(engine_name, "acme/model", layout, engine_settings(resolved), engine_settings(default), "fp8")
@@ -203,3 +202,12 @@ def test_a_recommendation_it_cannot_make_is_one_error_line(extra, said):
         ["recommend", "--model", "llama-3-8b", "--gpu", "h100", "--input-len", "512", "--output-len", "64", *extra],
     )
     assert r.exit_code == 1 and said in r.output and "Traceback" not in r.output
+
+
+def test_what_tensorrt_llm_takes_only_in_yaml_is_refused_by_name():
+    hw = costmodel.load_profile("h100")
+    default = engine("trtllm", capacity_bytes=hw.engine_memory, device_name=hw.name, tp=2)
+    with pytest.raises(costmodel.CostModelError, match="page_size"):
+        launch("trtllm", "acme/m", Layout(tp=2), engine_settings(default) | {"page_size": 16}, engine_settings(default))
+    with pytest.raises(costmodel.CostModelError, match="YAML"):
+        launch("trtllm", "acme/m", Layout(tp=1, attention_dp=2), engine_settings(default), engine_settings(default))
