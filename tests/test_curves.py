@@ -301,3 +301,28 @@ def test_goodput_counts_the_requests_that_meet_every_objective():
     assert closed.goodput_requests_per_s is None
     r = run("--concurrency", "64", "--input-len", "1024", "--output-len", "128", "--goodput", "ttft:200,tpot:x")
     assert r.exit_code == 2 and "METRIC:MILLISECONDS" in r.output
+
+
+def test_metric_percentiles_as_vllm_bench_serve_asks():
+    """--metric-percentiles 50,90,99 gives each metric's median, p90 and p99 as the report's own statistics give
+    them (the same requests), ordered, with p100 the largest (a TTFT no request exceeds); past 100 is refused."""
+    r = run(
+        "--concurrency",
+        "32",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--metric-percentiles",
+        "50,90,99,100",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)
+    for metric, stats in (("ttft", p["ttft"]), ("tpot", p["tpot"]), ("itl", p["itl"]), ("e2el", p["e2e"])):
+        got = p["percentiles"][metric]
+        assert (got["p50"], got["p90"], got["p99"]) == pytest.approx((stats["median"], stats["p90"], stats["p99"]))
+        assert got["p50"] <= got["p90"] <= got["p99"] <= got["p100"]
+    assert p["percentiles"]["ttft"]["p100"] >= p["ttft"]["p99"]
+    bad = run("--concurrency", "32", "--input-len", "1024", "--output-len", "128", "--metric-percentiles", "50,190")
+    assert bad.exit_code == 1 and "(0, 100]" in bad.output

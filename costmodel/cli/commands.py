@@ -250,7 +250,8 @@ def _predict_attention(hws, fmt, dims: dict, o) -> None:
 #: predict's options by what they ask, as its --help lists them.
 predict.panels = {
     **dict.fromkeys(
-        ("gpus", "fmt", "as_json", "html_path", "plot_path", "show_launch", "goodput"), "Devices and output"
+        ("gpus", "fmt", "as_json", "html_path", "plot_path", "show_launch", "goodput", "metric_percentiles"),
+        "Devices and output",
     ),
     **dict.fromkeys(
         (

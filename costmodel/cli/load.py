@@ -52,6 +52,7 @@ LOAD_KEYS = (
     "plot_path",
     "show_launch",
     "goodput",
+    "metric_percentiles",
 )
 #: The options of a disaggregated deployment's pools.
 POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel", "attention_dp")
@@ -150,6 +151,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         spread=load["spread"],
         client_connections=load["client_connections"],
         goodput=load["goodput"] or (),
+        percentiles=_percentiles(load["metric_percentiles"]),
     ).with_(**values)
     layout, flags, kw = _engine_setup(load, pricing)
     if load["disaggregated"]:
@@ -403,3 +405,11 @@ def _serve_all(hws, layouts, loads, requests, layout, flags, kw: dict) -> list:
                     results.append(serve(m, hw, point, layout=layout, flags=flags, **kw))
                     advance()
     return results
+
+
+def _percentiles(ps) -> tuple:
+    """--metric-percentiles, each in (0, 100]."""
+    for p in ps or ():
+        if p > 100:
+            raise CostModelError(f"--metric-percentiles takes percentiles in (0, 100], got {p:g}")
+    return tuple(ps or ())

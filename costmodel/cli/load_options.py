@@ -83,6 +83,14 @@ LOAD_OPTIONS = [
         "--goodput: 'ttft:200 tpot:50' (milliseconds; metrics ttft, tpot, e2el; simulated runs)",
     ),
     click.option(
+        "--metric-percentiles",
+        "metric_percentiles",
+        type=Loads("rate"),
+        metavar="PERCENTILES",
+        help="with --engine: these percentiles of TTFT, TPOT, ITL and e2e latency, as vllm bench serve's "
+        "--metric-percentiles: 50,90,99 (simulated runs)",
+    ),
+    click.option(
         "--launch",
         "show_launch",
         is_flag=True,

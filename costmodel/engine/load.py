@@ -47,6 +47,8 @@ class Load:
     # vllm bench serve's --goodput: (metric, seconds) pairs, metric ttft, tpot or e2el; the report counts the
     # requests a second that meet all of them
     goodput: tuple = ()
+    # vllm bench serve's --metric-percentiles: the percentiles (0-100) of TTFT, TPOT, ITL and e2e the report gives
+    percentiles: tuple = ()
 
     def with_(self, **changes) -> Load:
         """This load with some fields changed."""

@@ -36,6 +36,21 @@ class Stats(Report):
         return cls(mean=float((x * w).sum() / w.sum()), median=q[0], p90=q[1], p99=q[2])
 
 
+def percentiles(x, ps, weights=None) -> dict[str, float]:
+    """``{"p50": ..., "p99.9": ...}`` of ``x`` at the percentiles ``ps`` (0-100), as :meth:`Stats.of` takes them:
+    numpy's linear interpolation, or the weighted value where ``weights`` (an inter-token latency per token)."""
+    x = np.asarray(x, float)
+    names = [f"p{p:g}" for p in ps]
+    if x.size == 0:
+        return dict.fromkeys(names, 0.0)
+    if weights is None:
+        return {n: float(v) for n, v in zip(names, np.percentile(x, list(ps)))}
+    w = np.asarray(weights, float)
+    order = np.argsort(x)
+    cum = np.cumsum(w[order]) / w.sum()
+    return {n: float(x[order][min(np.searchsorted(cum, p / 100), x.size - 1)]) for n, p in zip(names, ps)}
+
+
 class EngineSummary(Report):
     name: str
     version: str
@@ -114,6 +129,8 @@ class LoadPrediction(Report):
     # form has means, not requests); the objectives, metric -> seconds
     goodput_requests_per_s: float | None = None
     goodput_objectives: dict[str, float] | None = None
+    # vllm bench serve's --metric-percentiles: metric (ttft, tpot, itl, e2el) -> "pNN" -> seconds (simulated runs)
+    percentiles: dict[str, dict[str, float]] | None = None
 
     def __str__(self) -> str:
         from costmodel.price.bands import served_label
@@ -306,3 +323,84 @@ def assumptions(
         if evaluator == "simulation"
         else "steady-state closed form (means only: every running sequence at the mean context, prefill spread evenly)",
     ]
+
+
+def report_of(
+    setup,
+    res,
+    concurrency,
+    request_rate,
+    prompts,
+    outputs,
+    warmup: int = 0,
+    in_flight: int | None = None,
+    most=None,
+    burstiness: float = 1.0,
+    goodput: tuple = (),
+    ps: tuple = (),
+) -> LoadPrediction:
+    """The report of a simulated run of ``setup`` (:class:`costmodel.engine.served.Setup`); the first ``warmup``
+    requests ran but are left out of the statistics
+    (``in_flight``: the client's connections, where fewer than its clients: :func:`serve`; ``most``: an open
+    loop's saturation, :func:`costmodel.engine.steady.saturation`; ``goodput``: (metric, seconds) objectives whose
+    met requests a second are counted)."""
+    kept = res.after(warmup)
+    prompts, outputs = prompts[warmup:], outputs[warmup:]
+    e2e = kept.e2e + setup.request_s
+    span = float(kept.finish.max() - kept.arrival.min())
+    met = _meets(kept, setup.request_s, goodput)
+    times = np.concatenate([t for t, _ in res.iteration_s])
+    decode_tokens = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s])
+    stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
+    return load_report(
+        setup,
+        "simulation",
+        concurrency,
+        request_rate,
+        warmup=warmup,
+        in_flight=in_flight,
+        most=most,
+        burstiness=burstiness,
+        num_requests=len(prompts),
+        input_len=float(np.mean(prompts)),
+        output_len=float(np.mean(outputs)),
+        ttft=Stats.of(kept.ttft + setup.request_s),
+        tpot=Stats.of(kept.tpot),
+        itl=Stats.of(times[stepped], decode_tokens[stepped]),
+        e2e=Stats.of(e2e),
+        requests_per_s=len(prompts) / span,
+        output_tokens_per_s=float(np.sum(outputs)) / span,
+        output_tokens_per_s_per_user=float(np.mean(outputs / np.maximum(e2e, 1e-12))),
+        mean_batch=res.seq_iterations / max(res.iterations, 1),
+        max_batch=res.seqs_max,
+        kv_use_max=res.kv_pages_max / max(res.kv_pages, 1),
+        preemptions=res.preemptions,
+        prefill_iteration_share=res.prefill_iterations / max(res.iterations, 1),
+        iterations=res.iterations,
+        time_split=TimeSplit(
+            prefill_s=res.prefill_s, decode_s=res.decode_s, comm_s=res.comm_s, overhead_s=res.overhead_s
+        ),
+        goodput_requests_per_s=float(met.sum()) / span if goodput else None,
+        goodput_objectives={k: float(v) for k, v in goodput} or None,
+        percentiles={
+            "ttft": percentiles(kept.ttft + setup.request_s, ps),
+            "tpot": percentiles(kept.tpot, ps),
+            "itl": percentiles(times[stepped], ps, decode_tokens[stepped]),
+            "e2el": percentiles(e2e, ps),
+        }
+        if ps
+        else None,
+    )
+
+
+def _meets(kept, front_s: float, goodput: tuple) -> np.ndarray:
+    """Which requests meet every (metric, seconds) objective, as vllm bench serve counts goodput: TTFT (the front
+    end's latency included), TPOT (a request of one output token meets any), end-to-end latency."""
+    ok = np.ones(len(kept.arrival), bool)
+    more = kept.output > 1
+    tpot = np.zeros(len(kept.arrival))
+    tpot[more] = kept.tpot
+    values = {"ttft": kept.ttft + front_s, "tpot": tpot, "e2el": kept.e2e + front_s}
+    for metric, limit in goodput:
+        ok &= values[metric] <= limit
+    return ok

@@ -118,6 +118,9 @@ def load_table(results: list, band_label: str) -> str:
     if p.goodput_requests_per_s is not None:
         said = ", ".join(f"{k.upper()} <= {v * 1e3:g} ms" for k, v in p.goodput_objectives.items())
         lines.append(f"goodput: {p.goodput_requests_per_s:.3g} requests/s meet {said} (of {p.requests_per_s:.3g})")
+    if p.percentiles is not None:
+        for metric, values in p.percentiles.items():
+            lines.append(f"{metric.upper()} " + ", ".join(f"{k} {si(v, 's')}" for k, v in values.items()))
     if p.overloaded:
         lines.append(overload_line(p))
     if busy > 0:
