@@ -1,6 +1,6 @@
 """The disaggregated deployments of a silicon-sample file that record no worker counts, predicted under a stated
 assumption: one prefill and one decode worker of the recorded sizes. validate --serving takes it for SGLang's rows
-(SGLang's own deployment: costmodel.validation.serving.UNRECORDED_WORKERS) and refuses the others; for TensorRT-LLM's
+(SGLang's own deployment: costmodel.validation.launchers.UNRECORDED_WORKERS) and refuses the others; for TensorRT-LLM's
 DeepSeek-R1 rows it is known to be wrong, the same measurements appearing as DeepSeek-V3 rows with an
 attention-data-parallel prefill pool and two or three decode workers. No fit saw these rows.
 
@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.core.errors import CostModelError
-from costmodel.validation.serving import parse, predict
+from costmodel.validation.deployments import parse
+from costmodel.validation.serving import predict
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "measurements" / "serving" / "silicon_sample_h100_sxm.csv"
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from costmodel.validation.serving import read
+from costmodel.validation.deployments import read
 
 BANDS = ((16, "1-16"), (64, "32-64"), (1 << 30, "128+"))
 SMALLEST = 4

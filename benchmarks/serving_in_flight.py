@@ -23,7 +23,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from costmodel.validation.serving import decoding_requests, read
+from costmodel.validation.deployments import read
+from costmodel.validation.serving import decoding_requests
 
 FAR = 0.5  # |predicted / measured - 1| of TTFT beyond which a row is far off
 FULL = 0.8  # share of the slots decoding at or above which an engine ran its batch full

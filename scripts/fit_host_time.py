@@ -24,7 +24,8 @@ import sys
 import numpy as np
 
 from costmodel.engine.served import OVERHEADS
-from costmodel.validation.serving import predict, read
+from costmodel.validation.deployments import read
+from costmodel.validation.serving import predict
 
 LAYER_US = (0.0, 40.0, 60.0, 80.0, 100.0, 120.0)
 LAYER_SEQ_US = (0.0, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5)

@@ -15,7 +15,7 @@ predicted TTFT) set the front end. ``--log`` fits absolute log errors instead, |
 weigh a prediction at half the measured as one at twice it: there the rows predicted at a third or less of their
 measured TTFT pull the front end up, over the many rows it then over-predicts. The per-iteration cost is the
 engine's; the front-end delay is fitted apart for each front end its rows passed (Dynamo's, or the engine's own
-server: validation.serving.launched_by_dynamo). Three fits are printed: on all rows (what ships in
+server: validation.launchers.launched_by_dynamo). Three fits are printed: on all rows (what ships in
 costmodel.engine.served.OVERHEADS and ENGINE_FRONT_END_S), on the Qwen3 rows only (scored on the Llama rows), and on the
 Llama rows only (scored on the Qwen3 rows), where the scored rows passed a front end the fit saw. ``--aiperf``
 predicts each row as aiconfigurator's benchmark template runs it (2 warm-up and 50 measured requests per client)
@@ -31,7 +31,8 @@ from collections import defaultdict
 import numpy as np
 
 from costmodel.engine.served import OVERHEADS
-from costmodel.validation.serving import predict, read
+from costmodel.validation.deployments import read
+from costmodel.validation.serving import predict
 
 GRID_MS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0]
 

@@ -55,7 +55,8 @@ def test_one_engines_served_range_is_rederived():
     if not path.is_file():
         pytest.skip(f"the measured deployments are not beside this checkout ({path})")
     from costmodel.validation.bands import quantiles, served
-    from costmodel.validation.serving import predict, read
+    from costmodel.validation.deployments import read
+    from costmodel.validation.serving import predict
 
     deployments, _ = read(path)
     rows = []

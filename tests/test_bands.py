@@ -656,7 +656,7 @@ def test_a_held_out_prompt_call_that_writes_the_cache_pays_the_write_its_carried
     from costmodel.price.origin import resolve
     from costmodel.validation.bands import _times
     from costmodel.validation.fit import unfitted_write_s
-    from costmodel.validation.published import Table
+    from costmodel.validation.tables import Table
 
     a100, h100 = load_profile("a100"), load_profile("h100")
     write = 2 * 1024 * 8 * 256 * 2

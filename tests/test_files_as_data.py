@@ -66,7 +66,7 @@ def test_the_deployments_read_alike_with_a_bom_and_crlf(tmp_path):
     """The first 40 measured H100 deployments, as shipped and saved again with a BOM and CRLF: the same rows."""
     if not SERVING.is_file():
         pytest.skip(f"{SERVING} is not beside this checkout")
-    from costmodel.validation.serving import read
+    from costmodel.validation.deployments import read
 
     head = "".join(SERVING.read_text(encoding="utf-8").splitlines(keepends=True)[:41])
     plain = read(_write(tmp_path, head.encode(), "plain.csv"))

@@ -14,7 +14,8 @@ import pytest
 import costmodel
 from costmodel import Layout, Load
 from costmodel.validation.fit import predict_table
-from costmodel.validation.published import Table, attention_counts, read_folder
+from costmodel.validation.published import attention_counts, read_folder
+from costmodel.validation.tables import Table
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"
 

@@ -401,7 +401,7 @@ def test_a_kernel_that_streams_then_computes_adds_its_compute_and_memory_time():
 @pytest.mark.parametrize("way", ["max", "sum"])
 def test_a_cpu_class_fit_tells_a_kernel_that_overlaps_from_one_that_does_not(way):
     from costmodel.validation.fit import fit_overlap
-    from costmodel.validation.published import Table
+    from costmodel.validation.tables import Table
 
     hw = load_profile("epyc_9004_2vcpu")
     peak, bandwidth = hw.peak("fp32"), hw.bandwidth

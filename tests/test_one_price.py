@@ -13,7 +13,7 @@ from costmodel.hardware.shapes import DecodeShape, GemmShape, PrefillShape
 from costmodel.price.op import Conventions, KernelOp, price
 from costmodel.price.origin import time_model
 from costmodel.validation.fit import predict_table
-from costmodel.validation.published import Table
+from costmodel.validation.tables import Table
 
 H100 = costmodel.load_profile("h100")
 CONV = Conventions.of(H100)

@@ -615,7 +615,7 @@ def test_attention_data_parallel_rows_with_no_moe_sizes_run_as_their_engine_does
     """vLLM's data parallel without --enable-expert-parallel shards every expert over all DP x TP devices (its
     docs): a vLLM MoE row with attention data parallel and no MoE sizes is that layout (no --expert-parallel in
     its command); a TensorRT-LLM row the same is refused; recorded sizes of dp x tp say so for any engine."""
-    from costmodel.validation.serving import parse
+    from costmodel.validation.deployments import parse
 
     row = _row(
         model_path="Qwen/Qwen3-235B-A22B-FP8",
@@ -907,7 +907,7 @@ def test_mxfp4_weights_as_hopper_runs_them():
     and multiplied in bf16; the served rows of gpt-oss-120b are predicted on an H100 and on a GPU with FP4 math.
     FP4 rows of other models are NVFP4."""
     from costmodel.model.memory import weight_width
-    from costmodel.validation.serving import parse
+    from costmodel.validation.deployments import parse
 
     assert weight_width("mxfp4", 32) == (4 + 8 / 32) / 8
     pr = pricing(costmodel.load_model("gpt-oss-120b"), costmodel.load_profile("h100"), weight_dtype="mxfp4", tp=2)
@@ -1021,7 +1021,7 @@ def test_each_launcher_gives_the_engine_its_token_budget():
     gives TensorRT-LLM batch + isl + 1500 tokens in whole 32-token blocks (8 + 1024 + 1500 = 2532 -> 80 blocks =
     2560, by hand) and vLLM none of its own (vLLM's scheduler default, 2048); an engine's own server image keeps
     the engine's default; the command carries the budget."""
-    from costmodel.validation.serving import parse
+    from costmodel.validation.deployments import parse
 
     trt = _row(backend="trtllm", batch_size="8.0", isl="1024", silicon_data_source="silicon_concurrency=8")
     assert parse(trt).max_num_batched_tokens == 2560
@@ -1043,7 +1043,8 @@ def test_aiconfigurators_trtllm_engines_keep_their_templates_kv_share():
     from costmodel.engine.config import engine
     from costmodel.engine.served import Setup
     from costmodel.model.pricing import pricing
-    from costmodel.validation.serving import DYNAMO_TRTLLM_KV_FRACTION, parse
+    from costmodel.validation.deployments import parse
+    from costmodel.validation.launchers import DYNAMO_TRTLLM_KV_FRACTION
 
     trt = _row(backend="trtllm", batch_size="8.0", isl="1024", silicon_data_source="silicon_concurrency=8")
     d = parse(trt)
@@ -1064,7 +1065,8 @@ def test_aiconfigurators_trtllm_engines_keep_their_templates_kv_share():
 def test_the_published_systems_are_profiles():
     """Every system id the deployments files name maps to a shipped profile (the Blackwell Ultra and NVL72 parts
     included), through the profiles' ids and aliases, and a row on one of them is predicted with that profile."""
-    from costmodel.validation.serving import parse, profile_of
+    from costmodel.validation.deployments import parse
+    from costmodel.validation.launchers import profile_of
 
     systems = {
         "h100_sxm": "h100_sxm",
@@ -1094,7 +1096,7 @@ def test_rows_name_models_and_precisions_as_aiconfigurator_writes_them():
     aiconfigurator's mode names map to the formats they run (int4_wo as W4A16 int4); NVIDIA's quantized checkpoints
     are priced as the model their name carries, at the row's precision; a mode whose math is not modelled (w4afp8)
     and a checkpoint of an unknown model are refused by name."""
-    from costmodel.validation.serving import parse
+    from costmodel.validation.deployments import parse
 
     kimi = parse(
         _row(
@@ -1469,7 +1471,7 @@ def test_an_inferencex_run_is_predicted_as_its_recipe_and_client_ran_it(tmp_path
     prefix caching, lengths from 0.8 x to 1 x the row's, the vLLM server's own front end; with no image recorded it is
     still not a Dynamo launch (a row of aiconfigurator's own collection is). The command reproduces the prediction;
     a disaggregated InferenceX row draws its lengths alike."""
-    from costmodel.validation.serving import parse
+    from costmodel.validation.deployments import parse
 
     ix = _row(
         model_path="meta-llama/Llama-3.1-70B",
@@ -1524,7 +1526,7 @@ def test_an_inferencex_row_recorded_in_a_layout_its_recipe_does_not_run_is_predi
     records 4 attention data parallel groups of a quarter of the clients is predicted as the recipe's one server of
     all the clients (no --attention-dp in its command), and says so; the same row outside InferenceX's runs keeps
     its recorded layout."""
-    from costmodel.validation.serving import parse
+    from costmodel.validation.deployments import parse
 
     mm = _row(
         model_path="MiniMaxAI/MiniMax-M2.5",

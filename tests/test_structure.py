@@ -450,11 +450,11 @@ MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 80
 
 
 def test_no_module_or_function_past_its_size():
-    """Every module of costmodel/ within MAX_MODULE_LINES and every function within MAX_FUNCTION_LINES: a long one
-    is split where its steps are, not grown."""
+    """Every module of the package (validation/ too: it installs as costmodel.validation) within MAX_MODULE_LINES
+    and every function within MAX_FUNCTION_LINES: a long one is split where its steps are, not grown."""
     long_modules, long_functions = [], []
     for name, path in MODULES.items():
-        if not name.startswith("costmodel.") or name.startswith("costmodel.validation"):
+        if not name.startswith("costmodel."):
             continue
         text = path.read_text(encoding="utf-8")
         if len(text.splitlines()) > MAX_MODULE_LINES:

@@ -17,7 +17,7 @@ from costmodel.attention.workload import Workload  # noqa: E402
 from costmodel.cli.commands import main  # noqa: E402
 from costmodel.hardware.catalog import load_profile  # noqa: E402
 from costmodel.validation import run as validation_run  # noqa: E402
-from costmodel.validation.calibrate import CPU_FREE  # noqa: E402
+from costmodel.validation.curves import CPU_FREE  # noqa: E402
 from costmodel.validation.kernels import _CopyCounter, build_kernels, counted_flops  # noqa: E402
 
 
@@ -157,7 +157,7 @@ def test_a_class_kernels_rate_is_the_slope_beyond_its_fixed_cost():
 
 
 def test_a_calibration_keeps_the_fastest_peak_and_bandwidth_it_measured(quick_report):
-    from costmodel.validation.calibrate import keep_fastest
+    from costmodel.validation.curves import keep_fastest
 
     profile = {
         "peak_flops_per_s": {"fp32": {"value": 100e9}, "bf16": {"value": 1e9}},

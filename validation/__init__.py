@@ -120,7 +120,8 @@ def validate_command(
         profiles["calibrated"] = load_profile(profile_path)
     elif timing == "eager":
         # calibrate in the same run: the rates first, then the curves timed in the validation's own passes
-        from costmodel.validation.calibrate import CurveRun, finish, measure_profile
+        from costmodel.validation.calibrate import finish, measure_profile
+        from costmodel.validation.curves import CurveRun
 
         say("calibrating ...")
         measured = measure_profile(device, quick, threads)
@@ -150,21 +151,26 @@ def validate_command(
         write_profile(save_path, report["calibrated_profile"])
         yield from wrote(save_path)
     if plot_path is not None:
-        from costmodel.render.plots import save
-        from costmodel.render.serving_plots import draw_predicted_vs_measured
-
-        name = "calibrated" if "calibrated" in report["summary"] else "datasheet"
-        rows = [
-            {"measured_s": r["measured"]["median_s"], "predicted_s": r[f"predicted_{name}_s"], "group": r["group"]}
-            for r in report["rows"]
-        ]
-        env = report["environment"]
-        title = (
-            f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}, {timing} timing\n"
-            f"predicted ({name} profile) against measured, per op and whole step"
-        )
-        save(draw_predicted_vs_measured(rows, title), plot_path)
+        _plot(report, plot_path, timing)
         yield from wrote(plot_path)
+
+
+def _plot(report: dict, plot_path: str, timing: str) -> None:
+    """The validation's predicted against measured times, per op and whole step, written to ``plot_path``."""
+    from costmodel.render.plots import save
+    from costmodel.render.serving_plots import draw_predicted_vs_measured
+
+    name = "calibrated" if "calibrated" in report["summary"] else "datasheet"
+    rows = [
+        {"measured_s": r["measured"]["median_s"], "predicted_s": r[f"predicted_{name}_s"], "group": r["group"]}
+        for r in report["rows"]
+    ]
+    env = report["environment"]
+    title = (
+        f"{env['device_name']} ({env['backend']}), torch {env['torch_version']}, {timing} timing\n"
+        f"predicted ({name} profile) against measured, per op and whole step"
+    )
+    save(draw_predicted_vs_measured(rows, title), plot_path)
 
 
 def check_outputs(json_path: str | None, plot_path: str | None) -> None:

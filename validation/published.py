@@ -20,7 +20,6 @@ attention row carries the ``costmodel predict`` arguments whose ``--json`` print
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -29,89 +28,7 @@ import numpy as np
 from costmodel.core.errors import CostModelError
 from costmodel.hardware.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH
 from costmodel.hardware.op_shapes import decode_shape
-
-AIC = re.compile(
-    r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
-    r"(?P<table>generation_attention|context_attention|gemm)\.csv$"
-)
-#: The lower-precision GEMM tables (aiconfigurator's all_dtypes/): fp8 with one scale per tensor, fp8 with a
-#: scale per 128 x 128 block, and NVFP4 (fp4 weights and activations, an FP8 scale per 16; Blackwell).
-AIC_DTYPES = re.compile(
-    r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
-    r"(?P<table>gemm)_perf\.csv$"
-)
-VIDUR = re.compile(r"^(?P<system>[A-Za-z0-9]+)_mlp_ops\.csv$")
-LLMCOMPASS = re.compile(
-    r"^(?P<table>matmul|softmax|layernorm|gelu|transformer_prefill|transformer_decode)_"
-    r"(?P<system>[A-Za-z0-9]+)\.csv$"
-)
-#: How each source timed its ops.
-TIMING = {"aiconfigurator": "graph", "vidur": "kernels", "llmcompass": "eager"}
-#: Files larger than this are not read (the largest published table here is 3.4 MB).
-MAX_TABLE_BYTES = 64 << 20
-SHIPPED = "costmodel.validation"
-
-
-@dataclass
-class Table:
-    """Rows of one op class from one published file."""
-
-    source: str
-    gpu: str  # the table's system id
-    profile: str
-    op_class: str
-    timing: str
-    dtype: str
-    file: str
-    fields: dict[str, np.ndarray]  # the table's shape fields (and op names), per row
-    measured_s: np.ndarray
-    flops: np.ndarray
-    nbytes: np.ndarray
-    shape: dict = field(default_factory=dict)  # what the class's mechanisms need
-    count: np.ndarray | None = None  # ops per measured time (LLMCompass's Q_K_V is three GEMMs)
-    kernel: str | None = None  # the class whose kernel runs these rows, where not op_class's own
-
-    @property
-    def priced_class(self) -> str:
-        """The efficiency class the rows are priced with: a one-query prefill runs the decode kernel."""
-        return self.kernel or self.op_class
-
-    def __len__(self) -> int:
-        return len(self.measured_s)
-
-    def select(self, keep: np.ndarray) -> Table:
-        pick = lambda d: {k: (np.asarray(v)[keep] if np.ndim(v) else v) for k, v in d.items()}  # noqa: E731
-        return Table(
-            self.source,
-            self.gpu,
-            self.profile,
-            self.op_class,
-            self.timing,
-            self.dtype,
-            self.file,
-            pick(self.fields),
-            self.measured_s[keep],
-            self.flops[keep],
-            self.nbytes[keep],
-            pick(self.shape),
-            None if self.count is None else self.count[keep],
-            self.kernel,
-        )
-
-
-def _rows(path: Path) -> list[dict]:
-    from costmodel.core.files import read_csv
-
-    return read_csv(str(path), "published table", MAX_TABLE_BYTES)[1]
-
-
-def _column(rows: list[dict], key: str, path: Path, convert=float) -> np.ndarray:
-    try:
-        return np.array([convert(r[key]) for r in rows], dtype=float)
-    except KeyError:
-        raise CostModelError(f"{path}: no column {key!r}") from None
-    except (TypeError, ValueError) as err:
-        raise CostModelError(f"{path}: column {key!r}: {err}") from None
+from costmodel.validation.tables import AIC, AIC_DTYPES, LLMCOMPASS, SHIPPED, VIDUR, Table, table_column, table_rows
 
 
 def profile_for_system(system: str) -> str:
@@ -185,10 +102,10 @@ def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
     scale per 16."""
     from costmodel.model.memory import weight_width
 
-    rows = _rows(path)
+    rows = table_rows(path)
     profile = profile_for_system(m["system"])
-    t = _column(rows, "latency", path) * 1e-3
-    M, N, K = (_column(rows, c, path) for c in ("m", "n", "k"))
+    t = table_column(rows, "latency", path) * 1e-3
+    M, N, K = (table_column(rows, c, path) for c in ("m", "n", "k"))
     kind = np.array([r["gemm_dtype"] for r in rows])
     out = []
     for dtype, cls in LOW_PRECISION_GEMM.items():
@@ -235,12 +152,12 @@ def _writes_cache(framework: str, version: str) -> bool:
 
 
 def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
-    rows = _rows(path)
+    rows = table_rows(path)
     profile = profile_for_system(m["system"])
     base = dict(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", dtype="bf16", file=path.name)
-    t = _column(rows, "latency", path) * 1e-3
+    t = table_column(rows, "latency", path) * 1e-3
     if m["table"] == "gemm":
-        M, N, K = (_column(rows, c, path) for c in ("m", "n", "k"))
+        M, N, K = (table_column(rows, c, path) for c in ("m", "n", "k"))
         return [
             Table(
                 op_class="gemm",
@@ -252,12 +169,12 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
                 **base,
             )
         ]
-    b, h, g, k = (_column(rows, c, path) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
+    b, h, g, k = (table_column(rows, c, path) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
     if np.any(h % g):
         raise CostModelError(f"{path}: num_key_value_heads must divide num_heads")
     fields = {"batch_size": b, "num_heads": h, "num_key_value_heads": g, "head_dim": k}
     if m["table"] == "generation_attention":
-        S = _column(rows, "step", path)  # positions attended, the new one included
+        S = table_column(rows, "step", path)  # positions attended, the new one included
         flops, nbytes = attention_counts("incremental", b, np.ones_like(b), S - 1, h, g, k)
         return [
             Table(
@@ -270,7 +187,7 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
                 **base,
             )
         ]
-    s = _column(rows, "isl", path)
+    s = table_column(rows, "isl", path)
     flops, nbytes = attention_counts("batched", b, s, s, h, g, k)
     shape = {"b": b, "h": h, "g": g, "n": s, "m": s, "k": k}
     if _writes_cache(m["framework"], m["version"]):
@@ -327,10 +244,10 @@ def _vidur_ops(T, d, h, g, hd, f, t):
 
 
 def read_vidur(path: Path, m: re.Match) -> list[Table]:
-    rows = _rows(path)
+    rows = table_rows(path)
     profile = profile_for_system(m["system"])
     cols = {
-        c: _column(rows, c, path)
+        c: table_column(rows, c, path)
         for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens", "num_tensor_parallel_workers")
     }
     T, d, h, g, f, t = (
@@ -341,7 +258,7 @@ def read_vidur(path: Path, m: re.Match) -> list[Table]:
     by_class: dict[str, list] = {}
     for op, (cls, flops, elements, shape) in _vidur_ops(T, d, h, g, d / h, f, t).items():
         by_class.setdefault(cls, []).append(
-            (op, flops, elements, shape, _column(rows, f"time_stats.{op}.median", path) * 1e-3)
+            (op, flops, elements, shape, table_column(rows, f"time_stats.{op}.median", path) * 1e-3)
         )
     for cls, parts in by_class.items():
         cat = lambda get: np.concatenate([np.broadcast_to(get(p), T.shape) for p in parts])  # noqa: E731
@@ -404,13 +321,13 @@ def _gpt3_ops(prefill: bool):
 
 
 def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
-    rows = _rows(path)
+    rows = table_rows(path)
     profile = profile_for_system(m["system"].lower())
     base = dict(source="llmcompass", gpu=m["system"], profile=profile, timing="eager", dtype="fp16", file=path.name)
     table = m["table"]
     if table == "matmul":
-        M, N, K = (_column(rows, c, path) for c in ("M", "N", "K"))
-        t = _column(rows, "latency", path, _ms)
+        M, N, K = (table_column(rows, c, path) for c in ("M", "N", "K"))
+        t = table_column(rows, "latency", path, _ms)
         return [
             Table(
                 op_class="gemm",
@@ -423,8 +340,8 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
             )
         ]
     if table in ("softmax", "layernorm"):
-        M, N = _column(rows, "M", path), _column(rows, "N", path)
-        t = M * N / (_column(rows, "gelem_per_s", path) * 1e9)
+        M, N = table_column(rows, "M", path), table_column(rows, "N", path)
+        t = M * N / (table_column(rows, "gelem_per_s", path) * 1e9)
         # torch's softmax and layer_norm kernels, each priced with its own class
         return [
             Table(
@@ -437,8 +354,8 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
             )
         ]
     if table == "gelu":
-        E = _column(rows, "elements", path)
-        t = E / (_column(rows, "gelem_per_s", path) * 1e9)
+        E = table_column(rows, "elements", path)
+        t = E / (table_column(rows, "gelem_per_s", path) * 1e9)
         return [
             Table(
                 op_class="elementwise",
@@ -510,11 +427,9 @@ def shipped_folder() -> Path:
 
 
 __all__ = [
-    "Table",
     "read_folder",
     "shipped_folder",
     "attention_command",
     "attention_counts",
     "profile_for_system",
-    "TIMING",
 ]

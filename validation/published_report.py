@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.validation.published import Table, attention_command
+from costmodel.validation.published import attention_command
+from costmodel.validation.tables import Table
 
 
 def size_bin(table: Table) -> np.ndarray:

@@ -240,7 +240,7 @@ def speed_drift(device: str, calibrated: HardwareProfile | None, quick: bool) ->
     makes every calibrated prediction wrong by that factor."""
     if calibrated is None or calibrated.measured is None:
         return None
-    from costmodel.validation.calibrate import SIZES, read_bandwidth
+    from costmodel.validation.rates import SIZES, read_bandwidth
 
     timer = Timer(device, flush_bytes=0, budget_s=0.3)
     return read_bandwidth(device, SIZES[(device, quick)][1], timer) / calibrated.bandwidth
@@ -268,6 +268,42 @@ def native_dtypes(dtypes: tuple[str, ...], calibrated: HardwareProfile | None) -
         else:
             keep.append(dt)
     return tuple(keep), slow
+
+
+def _time_grid(cases: list, device: str, timer, passes: int, curves, progress, skipped: list) -> dict[int, list]:
+    """Each case's timings over ``passes`` passes of the whole grid, the calibration's ``curves`` timed among
+    them; a case that runs out of memory is skipped (added to ``skipped``) and timed no more."""
+    # every pass runs the whole grid before the next begins, so one case's passes are minutes apart; the
+    # calibration's workloads, when timed here, are spread evenly among the cases
+    work = [("case", i, (i + 0.5) / len(cases)) for i in range(len(cases))]
+    if curves is not None:
+        curves.alongside = f"the validation's grid ({len(cases)} cases, {passes} pass{'es' if passes > 1 else ''})"
+        work += [("curve", j, (j + 0.5) / len(curves.workloads)) for j in range(len(curves.workloads))]
+    work.sort(key=lambda item: item[2])
+    order = [(kind, i) for _ in range(passes) for kind, i, _ in work]
+    taken: dict[int, list] = {}
+    failed: set[int] = set()
+    for kind, i in progress(order) if progress else order:
+        if kind == "curve":
+            curves.time(i)
+            continue
+        if i in failed:
+            continue
+        try:
+            taken.setdefault(i, []).append(time_case(cases[i], device, timer))
+        except RuntimeError as err:  # torch.OutOfMemoryError is a subclass
+            if (
+                not isinstance(err, torch.OutOfMemoryError)
+                and "out of memory" not in str(err).lower()
+                and "not enough memory" not in str(err).lower()
+            ):
+                raise
+            skipped.append({**cases[i].model_dump(), "reason": f"out of memory: {str(err).splitlines()[0]}"})
+            failed.add(i)
+            taken.pop(i, None)
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    return taken
 
 
 def validate(
@@ -311,36 +347,7 @@ def validate(
     grid = dataclasses.replace(grid, dtypes=dtypes)
     cases = list(grid.workloads())
     rows, skipped = [], [{"dtype": dt, "reason": why} for dt, why in slow.items()]
-    # every pass runs the whole grid before the next begins, so one case's passes are minutes apart; the
-    # calibration's workloads, when timed here, are spread evenly among the cases
-    work = [("case", i, (i + 0.5) / len(cases)) for i in range(len(cases))]
-    if curves is not None:
-        curves.alongside = f"the validation's grid ({len(cases)} cases, {passes} pass{'es' if passes > 1 else ''})"
-        work += [("curve", j, (j + 0.5) / len(curves.workloads)) for j in range(len(curves.workloads))]
-    work.sort(key=lambda item: item[2])
-    order = [(kind, i) for _ in range(passes) for kind, i, _ in work]
-    taken: dict[int, list] = {}
-    failed: set[int] = set()
-    for kind, i in progress(order) if progress else order:
-        if kind == "curve":
-            curves.time(i)
-            continue
-        if i in failed:
-            continue
-        try:
-            taken.setdefault(i, []).append(time_case(cases[i], device, timer))
-        except RuntimeError as err:  # torch.OutOfMemoryError is a subclass
-            if (
-                not isinstance(err, torch.OutOfMemoryError)
-                and "out of memory" not in str(err).lower()
-                and "not enough memory" not in str(err).lower()
-            ):
-                raise
-            skipped.append({**cases[i].model_dump(), "reason": f"out of memory: {str(err).splitlines()[0]}"})
-            failed.add(i)
-            taken.pop(i, None)
-            if device == "cuda":
-                torch.cuda.empty_cache()
+    taken = _time_grid(cases, device, timer, passes, curves, progress, skipped)
     calibrated = finish() if finish is not None else None
     if calibrated is not None:
         profiles = {**profiles, "calibrated": HardwareProfile.model_validate(calibrated)}
