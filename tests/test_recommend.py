@@ -211,3 +211,37 @@ def test_what_tensorrt_llm_takes_only_in_yaml_is_refused_by_name():
         launch("trtllm", "acme/m", Layout(tp=2), engine_settings(default) | {"page_size": 16}, engine_settings(default))
     with pytest.raises(costmodel.CostModelError, match="YAML"):
         launch("trtllm", "acme/m", Layout(tp=1, attention_dp=2), engine_settings(default), engine_settings(default))
+
+
+def test_a_recommendation_with_engine_flags_reprices_from_its_command():
+    """Engine flags given to recommend ride into its command under predict's own names and reprice the answer
+    within the targets."""
+    args = [
+        "recommend",
+        "--model",
+        "llama-3-8b",
+        "--gpu",
+        "h100",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "256",
+        "--request-rate",
+        "20",
+        "--tpot-ms",
+        "20",
+        "--max-num-seqs",
+        "64",
+        "--gpu-memory-utilization",
+        "0.8",
+        "--no-enable-prefix-caching",
+        "--json",
+    ]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.output)
+    assert {"--max-num-seqs", "--gpu-memory-utilization", "--no-enable-prefix-caching"} <= set(rec["command"])
+    again = CliRunner().invoke(main, [*rec["command"], "--json"])
+    assert again.exit_code == 0, again.output
+    p = json.loads(again.output)
+    assert p["tpot_s"] <= 0.02 and p["engine"]["max_num_seqs"] == 64 and p["engine"]["memory_fraction"] == 0.8

@@ -369,26 +369,12 @@ def _engine_setup(load: dict, pricing: dict):
 
 def launch_lines(m, p, layout, flags, kw: dict) -> dict:
     """The launch command of one replica of prediction ``p`` and the benchmark command that would measure it."""
-    import shlex
-    from dataclasses import replace
-
-    from costmodel.deploy.launch import bench, engine_settings, hub_id, launch
-    from costmodel.engine.config import engine
-    from costmodel.engine.served import checkpoint_kv_dtype
+    from costmodel.deploy.launch import commands_for
     from costmodel.hardware.catalog import load_profile
 
-    hw = load_profile(p.hardware.id)
-    default = engine(p.engine.name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=layout.tp)
-    settings = engine_settings(p.engine) | {"max_model_len": flags.max_model_len}
-    kv = kw["kv_dtype"] or checkpoint_kv_dtype(m, p.engine.name, kw["weight_dtype"])
-    own = m.quantization.weight_dtype if m.quantization is not None else None
-    quant = "fp8" if kw["weight_dtype"] == "fp8" and own != "fp8" else None
-    argv = launch(p.engine.name, hub_id(m), replace(layout, replicas=1), settings, engine_settings(default), kv, quant)
     share = dict(concurrency=p.concurrency) if p.concurrency is not None else dict(request_rate=p.request_rate)
-    measure = bench(
-        p.engine.name, hub_id(m), round(p.input_len), round(p.output_len), **share, num_requests=p.num_requests
-    )
-    return {"launch": shlex.join(argv), "bench": shlex.join(measure)}
+    share["num_requests"] = p.num_requests
+    return commands_for(m, load_profile(p.hardware.id), layout, p, flags, kw["weight_dtype"], kw["kv_dtype"], share)
 
 
 def _serve_all(hws, layouts, loads, requests, layout, flags, kw: dict) -> list:

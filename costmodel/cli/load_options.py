@@ -347,18 +347,18 @@ def engine_flag_options(func):
 def flag_arguments(settings: dict) -> list[str]:
     """The engine settings given (``settings``: FLAG_OPTIONS' parameters) as ``costmodel predict`` arguments, each by
     its first long name."""
-    names = {}
-    for option in FLAG_OPTIONS:
-        param = option(lambda: None).__click_params__[0]
-        names[param.name] = (param.opts[0], param.secondary_opts[0] if param.secondary_opts else None, param.is_flag)
     out = []
-    for key, value in settings.items():
-        if value is None or key not in names:
+    for param in _FLAG_PARAMS:
+        value = settings.get(param.name)
+        if value is None:
             continue
-        on, off, is_flag = names[key]
-        out += [on if value else off] if is_flag else [on, str(value)]
+        if param.is_flag:
+            out.append(param.opts[0] if value else param.secondary_opts[0])
+        else:
+            out += [param.opts[0], str(value)]
     return out
 
 
-#: The parameter names of :data:`FLAG_OPTIONS`, for commands' --help panels.
-ENGINE_FLAG_KEYS = tuple(option(lambda: None).__click_params__[0].name for option in FLAG_OPTIONS)
+#: The click parameters :data:`FLAG_OPTIONS` declare, and their names (for commands' --help panels).
+_FLAG_PARAMS = tuple(option(lambda: None).__click_params__[0] for option in FLAG_OPTIONS)
+ENGINE_FLAG_KEYS = tuple(param.name for param in _FLAG_PARAMS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
-from costmodel.cli.load_options import ENGINE_FLAG_KEYS, engine_flag_options
+from costmodel.cli.load_options import ENGINE_FLAG_KEYS, engine_flag_options, flag_arguments
 from costmodel.cli.options import (
     KvDtypeChoice,
     Positive,
@@ -83,9 +83,10 @@ def recommend(**options) -> None:
         raise CostModelError("give the load to serve: --request-rate R or --concurrency C, one of them")
     if o["ttft_ms"] is None and o["tpot_ms"] is None:
         raise CostModelError("recommend needs a target: --ttft-ms, --tpot-ms or both")
-    flags = EngineFlags(**{k: o.pop(k) for k in EngineFlags.__dataclass_fields__ if k in o})
+    settings = {k: o.pop(k) for k in EngineFlags.__dataclass_fields__ if k in o}
+    m = load_model(o["model_name"])
     rec = run(
-        load_model(o["model_name"]),
+        m,
         [load_profile(g) for g in o["gpus"]],
         Load(
             o["input_len"],
@@ -95,7 +96,7 @@ def recommend(**options) -> None:
             num_requests=o["num_requests"],
         ),
         engine_name=o["engine_name"],
-        flags=flags,
+        flags=EngineFlags(**settings),
         ttft_s=o["ttft_ms"] / 1e3 if o["ttft_ms"] is not None else None,
         tpot_s=o["tpot_ms"] / 1e3 if o["tpot_ms"] is not None else None,
         statistic=o["statistic"],
@@ -104,31 +105,7 @@ def recommend(**options) -> None:
         weight_dtype=o["weight_dtype"],
         kv_dtype=o["kv_dtype"],
     )
-    from costmodel.deploy.launch import hub_id
-    from costmodel.engine.layout import Layout
-
-    unit = Layout(
-        tp=rec.tp,
-        expert_parallel=rec.expert_parallel,
-        attention_dp=rec.attention_dp,
-        pipeline_parallel=rec.pipeline_parallel,
-    )
-    best = next(c for c in rec.candidates if c.gpu == rec.gpu and c.layout == rec.layout).model_copy(
-        update={"replicas": rec.replicas}
-    )
-    kw = dict(engine_name=rec.engine, flags=flags, weight_dtype=o["weight_dtype"], kv_dtype=o["kv_dtype"])
-    targets = dict(evaluator=rec.evaluator)
-    requests = Load(
-        o["input_len"],
-        o["output_len"],
-        concurrency=o["concurrency"],
-        request_rate=o["request_rate"],
-        num_requests=o["num_requests"],
-    )
-    hw = load_profile(rec.gpu)
-    rec = rec.model_copy(
-        update={"command": _command(hw, hub_id(load_model(o["model_name"])), requests, unit, best, targets, kw)}
-    )
+    rec = rec.model_copy(update={"command": _command(rec, m, o, settings)})
     dumped = rec.model_dump(mode="json")
     emit(fmt, [dumped], [c.model_dump(mode="json") for c in rec.candidates], lambda: str(rec), single=True)
 
@@ -145,44 +122,26 @@ recommend.panels = {
 }
 
 
-def _command(hw, model_name: str, requests, unit, best, targets: dict, kw: dict) -> list[str]:
-    """The ``costmodel predict`` arguments that price the answer again."""
-    engine_name = kw["engine_name"]
-    command = [
-        "predict",
-        "--gpu",
-        hw.id,
-        "--model",
-        model_name,
-        "--engine",
-        engine_name,
-        "--tp",
-        str(unit.tp),
-        "--input-len",
-        str(requests.input_len),
-        "--output-len",
-        str(requests.output_len),
-        "--evaluator",
-        targets["evaluator"],
-    ]
+def _command(rec, m, o: dict, settings: dict) -> list[str]:
+    """The ``costmodel predict`` arguments that price the answer ``rec`` again (``o``: recommend's options,
+    ``settings``: its engine flags)."""
+    from costmodel.deploy.launch import hub_id
+
+    command = ["predict", "--gpu", rec.gpu, "--model", hub_id(m), "--engine", rec.engine, "--tp", str(rec.tp)]
+    command += ["--input-len", str(rec.input_len), "--output-len", str(rec.output_len), "--evaluator", rec.evaluator]
     command += (
-        ["--concurrency", str(requests.concurrency)]
-        if requests.concurrency
-        else ["--request-rate", f"{requests.request_rate:g}"]
+        ["--concurrency", str(rec.concurrency)] if rec.concurrency else ["--request-rate", f"{rec.request_rate:g}"]
     )
-    if requests.num_requests:
-        command += ["--num-requests", str(requests.num_requests)]
+    if o["num_requests"]:
+        command += ["--num-requests", str(o["num_requests"])]
     for flag, value, default in (
-        ("--replicas", best.replicas, 1),
-        ("--attention-dp", unit.attention_dp, 1),
-        ("--pipeline-parallel-size", unit.pipeline_parallel, 1),
+        ("--replicas", rec.replicas, 1),
+        ("--attention-dp", rec.attention_dp, 1),
+        ("--pipeline-parallel-size", rec.pipeline_parallel, 1),
     ):
         command += [flag, str(value)] if value != default else []
-    command += ["--expert-parallel"] if unit.expert_parallel else []
-    for key, value in kw["flags"].settings().items():
-        command += ["--" + key.replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value)]
-    if kw["weight_dtype"]:
-        command += ["--weight-dtype", kw["weight_dtype"]]
-    if kw["kv_dtype"]:
-        command += ["--kv-dtype", kw["kv_dtype"]]
+    command += ["--expert-parallel"] if rec.expert_parallel else []
+    command += flag_arguments(settings)
+    for flag, value in (("--weight-dtype", o["weight_dtype"]), ("--kv-dtype", o["kv_dtype"])):
+        command += [flag, value] if value else []
     return command

@@ -67,6 +67,8 @@ ENGINE_FLAGS = {
         "chunked_prefill": ("--enable_chunked_prefill", ""),
     },
 }
+#: Flags that take no value (the others take one).
+BARE_FLAGS = {"vllm": {"--enable-expert-parallel"}, "sglang": {"--enable-dp-attention"}}
 #: The program each engine is launched by.
 PROGRAMS = {"vllm": ["vllm", "serve"], "sglang": ["python", "-m", "sglang.launch_server"], "trtllm": ["trtllm-serve"]}
 #: The KV dtypes as the engines name them (vLLM's and SGLang's --kv-cache-dtype).
@@ -113,7 +115,8 @@ def launch(
         if engine_name == "sglang":
             argv.append(names["dp_attention"])
     if layout.expert_parallel:
-        argv += [names["expert_parallel"]] if engine_name == "vllm" else [names["expert_parallel"], str(tp)]
+        flag = names["expert_parallel"]
+        argv += [flag] if flag in BARE_FLAGS.get(engine_name, ()) else [flag, str(tp)]
     for key in ("max_num_batched_tokens", "max_num_seqs", "memory_fraction", "page_size", "max_model_len"):
         value = settings.get(key)
         if value is not None and key in names:
@@ -168,7 +171,7 @@ def parse(argv: list[str]) -> tuple[str, str, Layout, dict, str | None]:
             key, on = toggles[flag]
             got[key] = on
             i += 1
-        elif flags.get(flag) in ("expert_parallel",) and engine_name == "vllm" or flags.get(flag) == "dp_attention":
+        elif flag in BARE_FLAGS.get(engine_name, ()):
             got[flags[flag]] = True
             i += 1
         elif flag in flags:
@@ -252,3 +255,23 @@ def bench(
     if num_requests is not None:
         argv += ["--num-prompts", str(num_requests)]
     return [*argv, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"]
+
+
+def commands_for(m, hw, layout: Layout, served, flags: EngineFlags, weight_dtype, kv_dtype, share: dict) -> dict:
+    """``{"launch", "bench"}``: one replica of ``layout`` launched as prediction ``served`` (a LoadPrediction: its
+    resolved engine) assumed it, and the benchmark at that replica's ``share`` of the load (``concurrency`` or
+    ``request_rate``, and ``num_requests``)."""
+    from dataclasses import replace
+
+    from costmodel.engine.config import engine
+    from costmodel.engine.served import checkpoint_kv_dtype
+
+    name = served.engine.name
+    default = engine(name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=layout.tp)
+    settings = engine_settings(served.engine) | {"max_model_len": flags.max_model_len}
+    kv = kv_dtype or checkpoint_kv_dtype(m, name, weight_dtype)
+    own = m.quantization.weight_dtype if m.quantization is not None else None
+    online = "fp8" if weight_dtype == "fp8" and own != "fp8" else None  # weights quantized as loaded
+    argv = launch(name, hub_id(m), replace(layout, replicas=1), settings, engine_settings(default), kv, online)
+    measure = bench(name, hub_id(m), round(served.input_len), round(served.output_len), **share)
+    return {"launch": shlex.join(argv), "bench": shlex.join(measure)}

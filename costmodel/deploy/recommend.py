@@ -9,7 +9,6 @@ reprice it, the engine's launch command and the benchmark command that would mea
 from __future__ import annotations
 
 import math
-import shlex
 from dataclasses import replace
 
 from costmodel.core import checks
@@ -18,12 +17,12 @@ from costmodel.core.progress import bar
 from costmodel.core.reports import Report
 from costmodel.core.vocab import DEFAULTS
 from costmodel.deploy.capacity import checked_targets, highest_rate, largest_concurrency, misses
-from costmodel.deploy.launch import bench, engine_settings, hub_id, launch
-from costmodel.engine.config import EngineFlags, engine
+from costmodel.deploy.launch import commands_for
+from costmodel.engine.config import EngineFlags
 from costmodel.engine.layout import Layout
 from costmodel.engine.load import Load
 from costmodel.engine.reports import LoadPrediction
-from costmodel.engine.served import NoRoomForOneRequest, checkpoint_kv_dtype, serve
+from costmodel.engine.served import NoRoomForOneRequest, serve
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
 
@@ -226,19 +225,14 @@ def _choose(m, hws, requests, candidates, targets, kw, price, max_gpus) -> Recom
 def _recommendation(m, hw, requests, unit, best, at, candidates, targets, kw, price) -> Recommendation:
     """The answer with the commands that reprice, launch and measure it."""
     engine_name = kw["engine_name"]
-    model_name = hub_id(m)
-    default = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=unit.tp)
-    kv = kw["kv_dtype"] or checkpoint_kv_dtype(m, engine_name, kw["weight_dtype"])
-    settings = engine_settings(at.engine) | {"max_model_len": kw["flags"].max_model_len}
-    argv = launch(engine_name, model_name, unit, settings, engine_settings(default), kv, _online(m, kw["weight_dtype"]))
     closed = requests.concurrency is not None
     share = (
         dict(concurrency=requests.concurrency // best.replicas)
         if closed
         else dict(request_rate=requests.request_rate / best.replicas)
     )
-    measure = bench(
-        engine_name, model_name, requests.input_len, requests.output_len, **share, num_requests=at.num_requests
+    made = commands_for(
+        m, hw, unit, at, kw["flags"], kw["weight_dtype"], kw["kv_dtype"], share | {"num_requests": at.num_requests}
     )
     return Recommendation(
         model=m.id,
@@ -263,17 +257,11 @@ def _recommendation(m, hw, requests, unit, best, at, candidates, targets, kw, pr
         price_per_gpu_hour=price,
         cost_per_hour=best.gpus * price if price is not None else None,
         at=at,
-        launch=shlex.join(argv),
-        bench=shlex.join(measure),
+        launch=made["launch"],
+        bench=made["bench"],
         candidates=candidates,
         assumptions=_assumptions(best, closed),
     )
-
-
-def _online(m: ModelPreset, weight_dtype: str | None) -> str | None:
-    """The engine's --quantization where the weights are quantized as loaded (fp8 of a bf16 checkpoint)."""
-    own = m.quantization.weight_dtype if m.quantization is not None else None
-    return "fp8" if weight_dtype == "fp8" and own != "fp8" else None
 
 
 def _assumptions(best: Candidate, closed: bool) -> list[str]:

@@ -26,14 +26,10 @@ class Stats(Report):
         x = np.asarray(x, float)
         if x.size == 0:
             return cls(mean=0.0, median=0.0, p90=0.0, p99=0.0)
-        if weights is None:
-            q = np.percentile(x, [50, 90, 99])
-            return cls(mean=float(x.mean()), median=float(q[0]), p90=float(q[1]), p99=float(q[2]))
-        w = np.asarray(weights, float)
-        order = np.argsort(x)
-        cum = np.cumsum(w[order]) / w.sum()
-        q = [float(x[order][np.searchsorted(cum, p)]) for p in (0.5, 0.9, 0.99)]
-        return cls(mean=float((x * w).sum() / w.sum()), median=q[0], p90=q[1], p99=q[2])
+        q = percentiles(x, (50, 90, 99), weights)
+        w = None if weights is None else np.asarray(weights, float)
+        mean = float(x.mean()) if w is None else float((x * w).sum() / w.sum())
+        return cls(mean=mean, median=q["p50"], p90=q["p90"], p99=q["p99"])
 
 
 def percentiles(x, ps, weights=None) -> dict[str, float]:
