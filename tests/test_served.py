@@ -1592,10 +1592,10 @@ def test_the_admission_rule_by_hand():
     assert whole.admit(40, 10, 0, 40, free=3, room=100) is None
     # two sequences of 16 and 30 cached tokens holding 1 and 2 pages; 1 page free: the first grows a page at step
     # 1 (17 tokens), the second at step 3 (33): 2 steps fit
-    assert chunks.steps_within([(16, 1), (30, 2)], free=1, steps=10) == 2
-    assert chunks.steps_within([(16, 1), (30, 2)], free=5, steps=10) == 10
+    assert chunks.steps_within(np.array([16, 30]), np.array([1, 2]), free=1, steps=10) == 2
+    assert chunks.steps_within(np.array([16, 30]), np.array([1, 2]), free=5, steps=10) == 10
     reqs = [dict(n=0, out=5, prompt=10), dict(n=1, out=2, prompt=10), dict(n=2, out=2, prompt=40)]
-    assert newest(reqs, lambda r: r["n"])["n"] == 2
+    assert newest(np.array([3, 7, 5])) == 1
     assert fewest_out(reqs, lambda r: r["out"], lambda r: r["prompt"])["n"] == 2
 
 

@@ -157,35 +157,25 @@ def _price_chunk(args) -> list:
 def validate_serving(path: str | Path, *, overheads: dict | None = None, workers: int | None = None) -> dict:
     """``{"rows", "skipped", "summary"}`` for a deployments file, priced over ``workers`` processes (every core
     by default; 1: in this process), in the file's order, with a progress bar on a terminal."""
-    import os
-
+    from costmodel.core.parallel import run_all, workers_for
     from costmodel.core.progress import bar
 
     deployments, skipped = read(path)
-    workers = max(1, min(workers or os.cpu_count() or 1, len(deployments) // 20 or 1))
     # the costliest first (a simulation's work grows with its clients' output tokens), in small chunks, so that no
     # process is left with the slowest rows at the end; the results back in the file's order
     order = sorted(range(len(deployments)), key=lambda i: -(deployments[i].concurrency or 1) * deployments[i].osl)
     chunks = [order[i : i + 4] for i in range(0, len(order), 4)]
-    priced: list = [None] * len(deployments)
     with bar(len(deployments), "deployments") as advance:
-        if workers == 1:
-            results = (_price_chunk(([deployments[i] for i in c], overheads)) for c in chunks)
-            for chunk, got in zip(chunks, results):
-                for i, one in zip(chunk, got):
-                    priced[i] = one
-                advance(len(chunk))
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
-                tasks = [([deployments[i] for i in c], overheads) for c in chunks]
-                for chunk, got in zip(chunks, pool.map(_price_chunk, tasks)):
-                    for i, one in zip(chunk, got):
-                        priced[i] = one
-                    advance(len(chunk))
+        got = run_all(
+            _price_chunk,
+            [([deployments[i] for i in c], overheads) for c in chunks],
+            workers_for(len(deployments), 20, workers),
+            lambda results: advance(len(results)),
+        )
+    priced: list = [None] * len(deployments)
+    for chunk, results in zip(chunks, got):
+        for i, one in zip(chunk, results):
+            priced[i] = one
     rows = [row for row, _ in priced if row is not None]
     skipped += [why for _, why in priced if why is not None]
     return {

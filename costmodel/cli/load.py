@@ -377,20 +377,29 @@ def launch_lines(m, p, layout, flags, kw: dict) -> dict:
     return commands_for(m, load_profile(p.hardware.id), layout, p, flags, kw["weight_dtype"], kw["kv_dtype"], share)
 
 
-def _serve_all(hws, layouts, loads, requests, layout, flags, kw: dict) -> list:
-    """Every device, model layout and load point served, a progress bar on a terminal."""
-    from costmodel.core.progress import bar
+def _serve_point(task):
     from costmodel.engine.served import serve
 
-    results = []
-    with bar(len(hws) * len(layouts) * len(loads), "loads") as advance:
-        for hw in hws:
-            for m in layouts:
-                for c, r in loads:
-                    point = requests.with_(concurrency=c, request_rate=r)
-                    results.append(serve(m, hw, point, layout=layout, flags=flags, **kw))
-                    advance()
-    return results
+    m, hw, point, layout, flags, kw = task
+    return serve(m, hw, point, layout=layout, flags=flags, **kw)
+
+
+def _serve_all(hws, layouts, loads, requests, layout, flags, kw: dict) -> list:
+    """Every device, model layout and load point served, over every core when there are several (the points
+    past saturation, whose queues hold thousands of requests, first), a progress bar on a terminal."""
+    from costmodel.core.parallel import run_all, workers_for
+    from costmodel.core.progress import bar
+
+    points = [requests.with_(concurrency=c, request_rate=r) for c, r in loads]
+    tasks = [(m, hw, p, layout, flags, kw) for hw in hws for m in layouts for p in points]
+    with bar(len(tasks), "loads") as advance:
+        return run_all(
+            _serve_point,
+            tasks,
+            workers_for(len(tasks), 2),
+            lambda _: advance(),
+            costliest=lambda t: -(t[2].concurrency or t[2].request_rate or 0),
+        )
 
 
 def _percentiles(ps) -> tuple:

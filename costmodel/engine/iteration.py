@@ -29,6 +29,7 @@ Each part is priced at grid points of its sizes when the table is built, and int
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,6 +101,7 @@ class IterationTable:
     def __init__(self, m: ModelPreset, pr: Pricing, *, max_tokens: int, max_seqs: int, max_context: int):
         self.t_grid = _grid(max_tokens)
         self.d_grid = _grid(max_seqs)
+        self.d_list = self.d_grid.tolist()  # for bisect: a scalar search without an array around it
         self.c_grid = np.concatenate([[0.0], _grid(max_context)])
         # each part over its whole grid at once: the step's compiled programs evaluate arrays of sizes
         by_tokens = _parts(m, pr, "decode", self.t_grid.astype(np.int64), 1)
@@ -123,7 +125,7 @@ class IterationTable:
     # -- the parts, interpolated ------------------------------------------------------------------------
     def _on(self, grid: np.ndarray, values: np.ndarray, x):
         """Linear interpolation, 0 at 0, extrapolated linearly past the last point."""
-        if not np.ndim(x):  # one number (the simulation's every iteration): no arrays around it
+        if isinstance(x, (int, float, np.number)) or not np.ndim(x):  # one number (each simulated iteration's)
             x = float(x)
             if x <= 0:
                 return 0.0
@@ -164,7 +166,7 @@ class IterationTable:
 
         if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
             return row(0) * (seqs / self.d_grid[0])
-        i = int(np.clip(np.searchsorted(self.d_grid, seqs) - 1, 0, len(self.d_grid) - 2))
+        i = min(max(bisect.bisect_left(self.d_list, seqs) - 1, 0), len(self.d_grid) - 2)
         lo, hi = self.d_grid[i], self.d_grid[i + 1]
         w = (seqs - lo) / (hi - lo)
         return row(i) * (1 - w) + row(i + 1) * w

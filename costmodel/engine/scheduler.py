@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from costmodel.engine.config import EngineConfig
 
 
@@ -75,12 +77,12 @@ class Admission:
         want = self.start_pages(prompt, output, done + c)
         return (c, want) if want <= free else None
 
-    def steps_within(self, contexts: list[tuple[int, int]], free: int, steps: int) -> int:
-        """The most decode steps (at most ``steps``) whose new pages fit in ``free``, for running sequences of
-        (cached tokens, pages held)."""
+    def steps_within(self, cached: np.ndarray, held: np.ndarray, free: int, steps: int) -> int:
+        """The most decode steps (at most ``steps``) whose new pages fit in ``free``, for running sequences with
+        ``cached`` tokens in the cache and ``held`` pages (arrays, one entry per sequence)."""
 
         def need(k: int) -> int:
-            return sum(self.pages(cached + k) - held for cached, held in contexts)
+            return int((-(-(cached + k) // self.page) - held).sum())
 
         if need(steps) <= free:
             return steps
@@ -94,10 +96,10 @@ class Admission:
         return lo
 
 
-def newest(running: list, admitted_at) -> object:
-    """The request a paging engine preempts when a decode token finds no free page: the one admitted last
-    (vLLM v1/core/sched/scheduler.py pops the running queue's tail)."""
-    return max(running, key=admitted_at)
+def newest(admitted_at: np.ndarray) -> int:
+    """Which of the running requests, admitted at ``admitted_at``, a paging engine preempts when a decode token
+    finds no free page: the one admitted last (vLLM v1/core/sched/scheduler.py pops the running queue's tail)."""
+    return int(np.argmax(admitted_at))
 
 
 def fewest_out(running: list, out, prompt) -> object:
