@@ -8,7 +8,7 @@ import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
-from costmodel.cli.load_options import ENGINE_FLAG_KEYS, engine_flag_options
+from costmodel.cli.load_options import ENGINE_FLAG_KEYS, EngineChoice, engine_flag_options
 from costmodel.cli.options import (
     Positive,
     choices,
@@ -24,7 +24,7 @@ from costmodel.cli.options import (
 )
 from costmodel.cli.serving import conventions, load_layouts, model_options
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, ENGINE_NAMES, EXECUTIONS
+from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, EXECUTIONS
 
 
 @click.command("capacity", cls=OnceCommand)
@@ -64,7 +64,7 @@ from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, ENGINE_NAMES, EXECUT
 @click.option(
     "--engine",
     "engine_name",
-    type=choices(ENGINE_NAMES),
+    type=EngineChoice(),
     default=DEFAULTS["engine"],
     show_default=True,
     help="with --batching continuous: the serving engine",

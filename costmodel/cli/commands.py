@@ -316,6 +316,7 @@ predict.panels = {
     ),
     **dict.fromkeys(
         (
+            "engine_version",
             "max_num_batched_tokens",
             "max_num_seqs",
             "memory_fraction",

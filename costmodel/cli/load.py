@@ -16,6 +16,7 @@ LOAD_KEYS = (
     "burstiness",
     "num_requests",
     "warmup_requests",
+    "engine_version",
     "max_num_batched_tokens",
     "max_num_seqs",
     "memory_fraction",

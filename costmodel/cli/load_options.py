@@ -22,14 +22,44 @@ class Fraction(click.ParamType):
         return x
 
 
+class EngineChoice(click.ParamType):
+    """An engine's name, or ``name==release`` as pip spells a pinned release (``vllm==0.8.5``): the release goes
+    to ``--engine-version`` (:func:`engine_version`)."""
+
+    name = "ENGINE"
+    choices = ENGINE_NAMES  # the names alone, as the page's field offers them
+
+    def convert(self, value, param, ctx):
+        name, _, version = str(value).partition("==")
+        name = choices(ENGINE_NAMES).convert(name.strip(), param, ctx)
+        if version and ctx is not None:
+            given = ctx.params.get("engine_version")
+            if given is not None and given != version.strip():
+                self.fail(f"{value!r} names release {version.strip()}, --engine-version {given}", param, ctx)
+            ctx.meta["engine_version"] = ctx.params["engine_version"] = version.strip()
+        return name
+
+    def get_metavar(self, param, ctx=None):
+        return "[" + "|".join(ENGINE_NAMES) + "][==RELEASE]"
+
+
+def engine_version(ctx, param, value):
+    """--engine-version, or the release ``--engine name==release`` named (the two must agree)."""
+    pinned = ctx.meta.get("engine_version")
+    if value is not None and pinned is not None and value != pinned:
+        raise click.BadParameter(f"{value} differs from the release --engine names ({pinned})", ctx, param)
+    return value if value is not None else pinned
+
+
 #: The engine and the load: clients or a rate, how many requests, the warm-up.
 LOAD_OPTIONS = [
     click.option(
         "--engine",
         "engine_name",
-        type=choices(ENGINE_NAMES),
+        type=EngineChoice(),
         help="with --model: serve it with this engine's continuous batching under load "
-        "(--concurrency or --request-rate) [default with either: vllm]",
+        "(--concurrency or --request-rate) [default with either: vllm]; name==release (vllm==0.8.5) pins "
+        "the release whose defaults apply",
     ),
     click.option(
         "--concurrency",
@@ -111,6 +141,13 @@ LOAD_OPTIONS = [
 
 #: The engine's settings (costmodel.engine.config.EngineFlags), under each engine's own names.
 FLAG_OPTIONS = [
+    click.option(
+        "--engine-version",
+        "engine_version",
+        callback=engine_version,
+        help="the engine's release whose defaults apply: vllm 0.8.x or 0.9-0.12, sglang 0.4.0-0.4.6 or 0.5.x, "
+        "trtllm 1.0.x [default: the latest of these]",
+    ),
     click.option(
         "--max-num-batched-tokens",
         "--max-num-tokens",

@@ -7,7 +7,7 @@ import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
-from costmodel.cli.load_options import engine_flag_options, flag_arguments
+from costmodel.cli.load_options import EngineChoice, engine_flag_options, flag_arguments
 from costmodel.cli.options import (
     FilePath,
     KvDtypeChoice,
@@ -20,7 +20,7 @@ from costmodel.cli.options import (
     output_format,
     routing_option,
 )
-from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
+from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 
 
 @click.command("plan", cls=OnceCommand)
@@ -34,7 +34,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
 @click.option(
     "--engine",
     "engine_name",
-    type=choices(ENGINE_NAMES),
+    type=EngineChoice(),
     default=DEFAULTS["engine"],
     show_default=True,
     help="the serving engine of every worker",

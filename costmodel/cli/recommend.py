@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from costmodel.cli.click_types import OnceCommand, PositiveNumber
-from costmodel.cli.load_options import ENGINE_FLAG_KEYS, engine_flag_options, flag_arguments
+from costmodel.cli.load_options import ENGINE_FLAG_KEYS, EngineChoice, engine_flag_options, flag_arguments
 from costmodel.cli.options import (
     KvDtypeChoice,
     Positive,
@@ -18,7 +18,7 @@ from costmodel.cli.options import (
     output_format,
 )
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
+from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 
 
 @click.command("recommend", cls=OnceCommand)
@@ -43,7 +43,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, ENGINE_NAMES, WEIGHT_DTYPES
 @click.option(
     "--engine",
     "engine_name",
-    type=choices(ENGINE_NAMES),
+    type=EngineChoice(),
     default=DEFAULTS["engine"],
     show_default=True,
     help="the serving engine",

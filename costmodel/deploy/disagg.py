@@ -276,7 +276,13 @@ def _setups(
     setups = []
     for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
         dev = pool.gpu or hw
-        eng = engine(engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp).with_flags(
+        eng = engine(
+            engine_name,
+            capacity_bytes=dev.engine_memory,
+            device_name=dev.name,
+            tp=pool.tp,
+            version=flags.engine_version,
+        ).with_flags(
             **flags.settings(), max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs
         )
         if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:

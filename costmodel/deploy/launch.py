@@ -267,7 +267,9 @@ def commands_for(m, hw, layout: Layout, served, flags: EngineFlags, weight_dtype
     from costmodel.engine.served import checkpoint_kv_dtype
 
     name = served.engine.name
-    default = engine(name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=layout.tp)
+    default = engine(
+        name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=layout.tp, version=flags.engine_version
+    )
     settings = engine_settings(served.engine) | {"max_model_len": flags.max_model_len}
     kv = kv_dtype or checkpoint_kv_dtype(m, name, weight_dtype)
     own = m.quantization.weight_dtype if m.quantization is not None else None

@@ -70,6 +70,46 @@ _TRTLLM = (
     "(MMA UTCQMMA; bf16 activations on Hopper)"
 )
 
+_VLLM_08 = (
+    "vLLM v0.8 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 (the V1 engine, default from v0.8.0): "
+    "the OpenAI API server's max_num_batched_tokens 8192 and max_num_seqs 1024 on a device whose name holds "
+    "'h100' or 'h200', 2048 and 256 on any other (tests/engine/test_arg_utils.py test_defaults_with_usage_context "
+    "at that release); the rule by memory (at least 70 GiB, not an A100) replaced it with PR #17885 in v0.9. "
+    "Everything else as in "
+)
+_SGLANG_04 = (
+    "SGLang v0.4.4-0.4.6 python/sglang/srt/server_args.py ServerArgs.__post_init__: mem_fraction_static by tp "
+    "(0.88 at 1, 0.87 from 2, 0.85 from 4, 0.81 from 8, 0.79 from 16), chunked_prefill_size 2048 under 25 GB, "
+    "8192 otherwise; disable_overlap_schedule False, enable_mixed_chunk False, page_size 1 as in v0.5. "
+    "Everything else as in "
+)
+
+#: The releases each engine's defaults are written for: (first, last release, as they are written, the rule's
+#: name), newest last. A release outside them is refused: its defaults are not known here. The kernels are
+#: priced from the same measured tables whatever the release.
+RELEASES = {
+    "vllm": (((0, 8, 0), (0, 8, 99), "0.8.x", "0.8"), ((0, 9, 0), (0, 12, 99), "0.9-0.12", "0.12")),
+    "sglang": (((0, 4, 0), (0, 4, 6), "0.4.0-0.4.6", "0.4"), ((0, 5, 0), (0, 5, 99), "0.5.x", "0.5")),
+    "trtllm": (((1, 0, 0), (1, 0, 99), "1.0.x", "1.0"),),
+}
+
+
+def release(name: str, version: str | None) -> tuple[str, str]:
+    """(the release as given or the latest modelled, the rule of :data:`RELEASES` its defaults follow)."""
+    rules = RELEASES[name]
+    if version is None:
+        return rules[-1][3], rules[-1][3]
+    known = f"{name} " + ", ".join(written for _, _, written, _ in rules)
+    text = str(version).strip().removeprefix("v")
+    parts = text.split(".")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        raise CostModelError(f"engine version {version!r} is not a release like 0.10 or 0.10.1; known: {known}")
+    number = tuple(int(p) for p in parts) + (0,) * (3 - len(parts))
+    for first, last, _, rule in rules:
+        if first <= number <= last:
+            return text, rule
+    raise CostModelError(f"{name} {text}: defaults are known for {known}")
+
 
 @dataclass(frozen=True)
 class EngineFlags:
@@ -85,10 +125,13 @@ class EngineFlags:
     async_scheduling: bool | None = None
     mxfp4_activations: str | None = None
     max_model_len: int | None = None
+    # the engine's release whose defaults apply (:data:`RELEASES`); None: the latest modelled
+    engine_version: str | None = None
 
     def settings(self) -> dict:
-        """The settings given (not None), by field name."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The settings given (not None), by field name; the release is not a setting but chooses the defaults
+        (:func:`engine`'s ``version``)."""
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "engine_version"}
 
 
 @dataclass(frozen=True)
@@ -242,16 +285,31 @@ def _sglang_memory(capacity_bytes: float, tp: int) -> tuple[int, float]:
     return chunk, round((mib - reserved) / mib, 3)
 
 
-def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int = 1) -> EngineConfig:
+def _sglang_04_memory(capacity_bytes: float, tp: int) -> tuple[int, float]:
+    """SGLang 0.4's chunked_prefill_size (by the device's memory, in MiB as nvidia-smi reports it) and
+    mem_fraction_static (by tp alone)."""
+    chunk = 2048 if capacity_bytes / 2**20 < 25_000 else 8192
+    fraction = 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
+    return chunk, fraction
+
+
+def engine(
+    name: str, *, capacity_bytes: float, device_name: str = "", tp: int = 1, version: str | None = None
+) -> EngineConfig:
     """An engine's defaults on a device of ``capacity_bytes`` (its memory as the driver reports it:
-    :attr:`costmodel.hardware.profile.HardwareProfile.engine_memory`; some defaults depend on it, and on tp)."""
+    :attr:`costmodel.hardware.profile.HardwareProfile.engine_memory`; some defaults depend on it, and on tp) at
+    release ``version`` (:data:`RELEASES`; None: the latest modelled)."""
     if name not in ENGINE_NAMES:
         raise CostModelError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
-    big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()  # an "80 GB" part is 74.5 GiB
+    version, rule = release(name, version)
     if name == "vllm":
+        if rule == "0.8":
+            big = any(part in device_name.lower() for part in ("h100", "h200"))
+        else:  # an "80 GB" part is 74.5 GiB
+            big = capacity_bytes >= 70 * GIB * 0.93 and "a100" not in device_name.lower()
         return EngineConfig(
             "vllm",
-            "0.12",
+            version,
             8192 if big else 2048,
             1024 if big else 256,
             0.9,
@@ -259,16 +317,16 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
             True,
             False,
             True,
-            _VLLM,
+            _VLLM_08 + _VLLM if rule == "0.8" else _VLLM,
             prefix_caching=True,
             moe_kernel="fused",
             all_reduce="engine",
         )
     if name == "sglang":
-        chunk, fraction = _sglang_memory(capacity_bytes, tp)
+        chunk, fraction = _sglang_memory(capacity_bytes, tp) if rule == "0.5" else _sglang_04_memory(capacity_bytes, tp)
         return EngineConfig(
             "sglang",
-            "0.5",
+            version,
             chunk,
             4096,
             fraction,
@@ -276,14 +334,14 @@ def engine(name: str, *, capacity_bytes: float, device_name: str = "", tp: int =
             True,
             False,
             False,
-            _SGLANG,
+            _SGLANG if rule == "0.5" else _SGLANG_04 + _SGLANG,
             async_scheduling=True,
             mxfp4_activations="mxfp8",
             reserved_decode_tokens=512,
         )
     return EngineConfig(
         "trtllm",
-        "1.0",
+        version,
         8192,
         2048,
         0.9,

@@ -294,9 +294,9 @@ def serve(
     n = checked_load(m, hw, load)
     load, n = engine_share(load, n, layout)
     tp = layout.tp
-    eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp).with_flags(
-        **flags.settings()
-    )
+    eng = engine(
+        engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp, version=flags.engine_version
+    ).with_flags(**flags.settings())
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     pr = pricing(
         m,
