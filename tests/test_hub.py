@@ -4,6 +4,7 @@ out), never the network in tests (conftest turns the Hub off)."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 from click.testing import CliRunner
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 import costmodel
 from costmodel.cli.commands import main
 from costmodel.core.errors import CostModelError
+from costmodel.deploy.launch import parse
 
 #: A small Llama-style config.json (the keys transformers' LlamaConfig writes).
 TINY = {
@@ -154,6 +156,68 @@ def test_a_revision_and_a_ref(hub):
     cache(hub.parent / "hub", "acme/other", {**TINY, "num_hidden_layers": 4}, commit="feedbeef", ref="v1")
     assert costmodel.load_model("acme/other@v1").layers == 4
     assert costmodel.load_model("acme/other@feedbeef").layers == 4
+
+
+REVISED = {
+    "predict": ["predict", "--gpu", "h100", "--json"],
+    "plan": ["plan", "--gpu", "h100", "--gpus", "1", "--input-len", "64", "--output-len", "8"]
+    + ["--max-concurrency", "4", "--json"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(REVISED))
+def test_revision_reads_the_config_at_that_ref_either_side_of_model(hub, command):
+    """--revision v1 reads the snapshot refs/v1 points at (4 layers), not main's (22), whichever of --model and
+    --revision comes first: the same answer as ORG/NAME@v1."""
+    cache(hub, "acme/other", {**TINY, "num_hidden_layers": 4}, commit="feedbeef", ref="v1")
+    main_snapshot = hub / "models--acme--other" / "snapshots" / "0123abcd"
+    main_snapshot.mkdir()
+    (main_snapshot / "config.json").write_text(json.dumps(TINY))
+    (hub / "models--acme--other" / "refs" / "main").write_text("0123abcd")
+    runner = CliRunner()
+    plain = runner.invoke(main, [*REVISED[command], "--model", "acme/other"])
+    pinned = runner.invoke(main, [*REVISED[command], "--model", "acme/other@v1"])
+    assert plain.exit_code == pinned.exit_code == 0, plain.output + pinned.output
+    assert plain.output != pinned.output
+    if command == "predict":
+        assert json.loads(plain.output)["model"]["layers"] == 22
+        assert json.loads(pinned.output)["model"]["layers"] == 4
+    for order in (["--model", "acme/other", "--revision", "v1"], ["--revision", "v1", "--model", "acme/other"]):
+        r = runner.invoke(main, [*REVISED[command], *order])
+        assert r.exit_code == 0, r.output
+        assert r.output == pinned.output
+
+
+def test_a_revision_rides_into_launch_commands_and_recommend(hub):
+    """vLLM and SGLang are launched with --revision (read back as ORG/NAME@REVISION); trtllm-serve has no such
+    flag: one Error line saying to pass the downloaded folder. recommend's command names the revision too."""
+    cache(hub, "acme/other", {**TINY, "num_hidden_layers": 4}, commit="feedbeef", ref="v1")
+    served = ["predict", "--gpu", "h100", "--model", "acme/other", "--revision", "v1", "--concurrency", "1"]
+    served += ["--input-len", "64", "--output-len", "8", "--launch", "--json"]
+    for name in ("vllm", "sglang"):
+        r = CliRunner().invoke(main, [*served, "--engine", name])
+        assert r.exit_code == 0, r.output
+        argv = shlex.split(json.loads(r.output)["launch"])
+        assert argv[argv.index("--revision") + 1] == "v1"
+        assert parse(argv)[1] == "acme/other@v1"
+    r = CliRunner().invoke(main, [*served, "--engine", "trtllm"])
+    assert r.exit_code == 1 and "trtllm-serve takes no --revision" in r.output and "Traceback" not in r.output
+    args = ["recommend", "--gpu", "h100", "--model", "acme/other@v1", "--input-len", "64", "--output-len", "8"]
+    r = CliRunner().invoke(main, [*args, "--request-rate", "1", "--tpot-ms", "50", "--json"])
+    assert r.exit_code == 0, r.output
+    command = json.loads(r.output)["command"]
+    assert command[command.index("--revision") + 1] == "v1"
+
+
+def test_a_revision_that_does_not_fit_the_model_is_one_error(hub):
+    args = ["predict", "--gpu", "h100", "--input-len", "64", "--output-len", "8"]
+    for extra, said in (
+        (["--model", "llama-3-8b", "--revision", "v1"], "'llama-3-8b' is a preset"),
+        (["--model", "acme/tiny-llama@v2", "--revision", "v1"], "names revision v2, --revision v1"),
+        (["--revision", "v1", "--model", "./config.json"], "is not a Hub id"),
+    ):
+        r = CliRunner().invoke(main, [*args, *extra])
+        assert r.exit_code == 2 and said in r.output and "Traceback" not in r.output, r.output
 
 
 def test_uncached_offline_is_one_error_saying_how(hub):

@@ -246,6 +246,7 @@ capacity.panels = {
     **dict.fromkeys(
         (
             "model_name",
+            "revision",
             "tp",
             "kv_heads",
             "weight_dtype",

@@ -281,6 +281,7 @@ predict.panels = {
     **dict.fromkeys(
         (
             "model_name",
+            "revision",
             "model_config",
             "tp",
             "kv_heads",

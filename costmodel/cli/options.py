@@ -49,6 +49,53 @@ class Name(click.ParamType):
         return value
 
 
+def _pinned(name: str, revision: str, param, ctx) -> str:
+    """``name@revision``: a Hub id that no preset has, read at ``revision``."""
+    from costmodel.model.hub import is_repo_id
+    from costmodel.model.presets import is_preset
+
+    repo, _, given = name.partition("@")
+    if given and given != revision:
+        raise click.BadParameter(f"{name!r} names revision {given}, --revision {revision}", ctx, param)
+    if is_preset(repo) or not is_repo_id(repo):
+        raise click.BadParameter(
+            f"--revision reads a Hub model's config.json at a branch, tag or commit; {repo!r} is "
+            + ("a preset" if is_preset(repo) else "not a Hub id (ORG/NAME)"),
+            ctx,
+            param,
+        )
+    return f"{repo}@{revision}"
+
+
+class ModelName(Name):
+    """--model: a preset, a path or a Hub id, read at ``--revision`` when one is given (:func:`revision_option`)."""
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        revision = ctx.meta.get("revision") if ctx is not None else None
+        return _pinned(value, revision, param, ctx) if revision else value
+
+
+def _revision(ctx, param, value):
+    if value is not None:
+        if ctx.params.get("model_name") is not None:  # --model came first on the command line
+            ctx.params["model_name"] = _pinned(ctx.params["model_name"], value, param, ctx)
+        else:
+            ctx.meta["revision"] = value
+    return value
+
+
+def revision_option(func):
+    """--revision, vLLM's and SGLang's flag: the Hub model's branch, tag or commit (as ORG/NAME@REVISION)."""
+    return click.option(
+        "--revision",
+        callback=_revision,
+        expose_value=False,
+        help="with a Hub id as --model: the branch, tag or commit whose config.json is read (ORG/NAME@REVISION "
+        "says the same) [default: main]",
+    )(func)
+
+
 Positive = Count(1)
 NonNegative = Count(0)
 

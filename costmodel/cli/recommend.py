@@ -9,6 +9,7 @@ from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.load_options import ENGINE_FLAG_KEYS, EngineChoice, engine_flag_options, flag_arguments
 from costmodel.cli.options import (
     KvDtypeChoice,
+    ModelName,
     Positive,
     choices,
     emit,
@@ -16,6 +17,7 @@ from costmodel.cli.options import (
     gpus_option,
     json_option,
     output_format,
+    revision_option,
 )
 from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
@@ -23,7 +25,14 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 
 @click.command("recommend", cls=OnceCommand)
 @gpus_option
-@click.option("--model", "model_name", required=True, help="preset id or alias, a Hub id, a config.json or a folder")
+@click.option(
+    "--model",
+    "model_name",
+    type=ModelName(),
+    required=True,
+    help="preset id or alias, a Hub id (ORG/NAME[@REVISION]), a config.json or a folder",
+)
+@revision_option
 @click.option("--input-len", type=Positive, required=True, help="prompt tokens of a request")
 @click.option("--output-len", type=Positive, required=True, help="generated tokens of a request")
 @click.option("--request-rate", type=PositiveNumber(), help="the load: requests per second arriving (Poisson)")
@@ -114,7 +123,7 @@ def recommend(**options) -> None:
 recommend.panels = {
     **dict.fromkeys(("gpus", "fmt", "as_json"), "Devices and output"),
     **dict.fromkeys(
-        ("model_name", "input_len", "output_len", "weight_dtype", "kv_dtype"), "The model and its requests"
+        ("model_name", "revision", "input_len", "output_len", "weight_dtype", "kv_dtype"), "The model and its requests"
     ),
     **dict.fromkeys(("request_rate", "concurrency", "num_requests"), "The load"),
     **dict.fromkeys(("ttft_ms", "tpot_ms", "statistic", "price_per_hour", "max_gpus"), "Targets and search"),
@@ -128,6 +137,7 @@ def _command(rec, m, o: dict, settings: dict) -> list[str]:
     from costmodel.deploy.launch import hub_id
 
     command = ["predict", "--gpu", rec.gpu, "--model", hub_id(m), "--engine", rec.engine, "--tp", str(rec.tp)]
+    command += ["--revision", m.revision] if m.revision else []
     command += ["--input-len", str(rec.input_len), "--output-len", str(rec.output_len), "--evaluator", rec.evaluator]
     command += (
         ["--concurrency", str(rec.concurrency)] if rec.concurrency else ["--request-rate", f"{rec.request_rate:g}"]

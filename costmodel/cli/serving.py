@@ -8,7 +8,7 @@ import click
 
 from costmodel.cli.options import (
     KvDtypeChoice,
-    Name,
+    ModelName,
     Positive,
     check_writable,
     choices,
@@ -17,6 +17,7 @@ from costmodel.cli.options import (
     emit,
     emit_json,
     emit_records,
+    revision_option,
     sweep_spec,
     write_csv,
 )
@@ -289,8 +290,12 @@ def model_options(func):
     """The options of a whole-model prediction shared by predict, capacity and sweep."""
     options = [
         click.option(
-            "--model", "model_name", type=Name(), help="preset id or alias (llama-3-8b, ...), a config.json or a folder"
+            "--model",
+            "model_name",
+            type=ModelName(),
+            help="preset id or alias (llama-3-8b, ...), a Hub id (ORG/NAME[@REVISION]), a config.json or a folder",
         ),
+        revision_option,
         click.option(
             "--tp",
             "--tensor-parallel-size",

@@ -37,6 +37,7 @@ ENGINE_FLAGS = {
         "max_model_len": "--max-model-len",
         "kv_dtype": "--kv-cache-dtype",
         "quantization": "--quantization",
+        "revision": "--revision",
         "prefix_caching": ("--enable-prefix-caching", "--no-enable-prefix-caching"),
         "async_scheduling": ("--async-scheduling", "--no-async-scheduling"),
     },
@@ -53,6 +54,7 @@ ENGINE_FLAGS = {
         "max_model_len": "--context-length",
         "kv_dtype": "--kv-cache-dtype",
         "quantization": "--quantization",
+        "revision": "--revision",
         "prefix_caching": ("", "--disable-radix-cache"),
         "async_scheduling": ("", "--disable-overlap-schedule"),
     },
@@ -78,6 +80,19 @@ KV_DTYPES = {"fp8": "fp8_e4m3", "bf16": "auto", "fp16": "auto", "fp32": "auto"}
 def hub_id(model) -> str:
     """The name an engine loads ``model`` by: its Hugging Face id where a preset or a Hub model has one."""
     return next((a for a in model.aliases if "/" in a), model.id)
+
+
+def revision_flag(engine_name: str, model) -> list[str]:
+    """``--revision REV`` where ``model`` was read at a Hub revision other than main (vLLM's and SGLang's flag;
+    trtllm-serve has none: it takes the downloaded folder)."""
+    if model.revision is None:
+        return []
+    if engine_name == "trtllm":
+        raise CostModelError(
+            f"trtllm-serve takes no --revision: download {hub_id(model)} at {model.revision} "
+            "(huggingface-cli download --revision) and pass its folder as --model"
+        )
+    return [ENGINE_FLAGS[engine_name]["revision"], model.revision]
 
 
 def launch(
@@ -146,7 +161,8 @@ def launch(
 
 
 def parse(argv: list[str]) -> tuple[str, str, Layout, dict, str | None]:
-    """(engine, model, layout, settings, kv dtype) a launch command of :func:`launch` states."""
+    """(engine, model, layout, settings, kv dtype) a launch command of :func:`launch` states (the model as
+    ``ORG/NAME@REVISION`` where the command names a revision)."""
     engine_name = next((e for e, p in PROGRAMS.items() if argv[: len(p)] == p), None)
     if engine_name is None:
         raise CostModelError(f"not a launch command of a known engine: {shlex.join(argv[:3])}")
@@ -191,6 +207,8 @@ def parse(argv: list[str]) -> tuple[str, str, Layout, dict, str | None]:
     kv = got.pop("kv_dtype", None)
     kv = {v: k for k, v in KV_DTYPES.items() if v != "auto"}.get(kv, None if kv == "auto" else kv)
     got.pop("quantization", None)
+    revision = got.pop("revision", None)
+    model = f"{model}@{revision}" if revision else model
     settings = {
         k: (float(v) if k == "memory_fraction" else int(v)) if isinstance(v, str) else v for k, v in got.items()
     }
@@ -275,5 +293,6 @@ def commands_for(m, hw, layout: Layout, served, flags: EngineFlags, weight_dtype
     own = m.quantization.weight_dtype if m.quantization is not None else None
     online = "fp8" if weight_dtype == "fp8" and own != "fp8" else None  # weights quantized as loaded
     argv = launch(name, hub_id(m), replace(layout, replicas=1), settings, engine_settings(default), kv, online)
+    argv += revision_flag(name, m)
     measure = bench(name, hub_id(m), round(served.input_len), round(served.output_len), **share)
     return {"launch": shlex.join(argv), "bench": shlex.join(measure)}

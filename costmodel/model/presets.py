@@ -133,6 +133,8 @@ class ModelPreset(BaseModel):
     quantization: Quantization | None = None
     published_params: float | None = None
     source: str
+    # the Hub revision (branch, tag or commit) a Hub model's config.json was read at; None: main, or not a Hub model
+    revision: str | None = Field(default=None, pattern=r"^[\w.-]{1,96}$")
     notes: str = ""
 
     @model_validator(mode="after")
@@ -351,6 +353,7 @@ def load_hub_model(repo_id: str, revision: str = "main") -> ModelPreset:
     data, _ = hf_config_fields(read_text(str(path), "model config"), PurePath(repo_id, "config.json"))
     data["source"] = f"Hugging Face Hub {repo_id}@{revision} config.json ({path})"
     data["aliases"] = [repo_id]
+    data["revision"] = None if revision == "main" else revision
     return _validated(data, f"{repo_id}/config.json")
 
 
