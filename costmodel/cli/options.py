@@ -96,6 +96,18 @@ def revision_option(func):
     )(func)
 
 
+def model_option(func):
+    """--model, required, with --revision (the commands that search layouts: plan, recommend)."""
+    func = revision_option(func)
+    return click.option(
+        "--model",
+        "model_name",
+        type=ModelName(),
+        required=True,
+        help="preset id or alias, a Hub id (ORG/NAME[@REVISION]), a config.json or a folder",
+    )(func)
+
+
 Positive = Count(1)
 NonNegative = Count(0)
 

@@ -11,15 +11,14 @@ from costmodel.cli.load_options import EngineChoice, engine_flag_options, flag_a
 from costmodel.cli.options import (
     FilePath,
     KvDtypeChoice,
-    ModelName,
     Positive,
     choices,
     emit,
     format_option,
     gpus_option,
     json_option,
+    model_option,
     output_format,
-    revision_option,
     routing_option,
 )
 from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
@@ -27,14 +26,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 
 @click.command("plan", cls=OnceCommand)
 @gpus_option
-@click.option(
-    "--model",
-    "model_name",
-    type=ModelName(),
-    required=True,
-    help="preset id or alias, a Hub id (ORG/NAME[@REVISION]), a config.json or a folder",
-)
-@revision_option
+@model_option
 @click.option("--gpus", "devices", type=Positive, required=True, help="devices of each --gpu kind to place it on")
 @click.option("--input-len", type=Positive, required=True, help="prompt tokens of a request")
 @click.option("--output-len", type=Positive, required=True, help="generated tokens of a request")

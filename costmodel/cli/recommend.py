@@ -9,15 +9,14 @@ from costmodel.cli.click_types import OnceCommand, PositiveNumber
 from costmodel.cli.load_options import ENGINE_FLAG_KEYS, EngineChoice, engine_flag_options, flag_arguments
 from costmodel.cli.options import (
     KvDtypeChoice,
-    ModelName,
     Positive,
     choices,
     emit,
     format_option,
     gpus_option,
     json_option,
+    model_option,
     output_format,
-    revision_option,
 )
 from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
@@ -25,14 +24,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 
 @click.command("recommend", cls=OnceCommand)
 @gpus_option
-@click.option(
-    "--model",
-    "model_name",
-    type=ModelName(),
-    required=True,
-    help="preset id or alias, a Hub id (ORG/NAME[@REVISION]), a config.json or a folder",
-)
-@revision_option
+@model_option
 @click.option("--input-len", type=Positive, required=True, help="prompt tokens of a request")
 @click.option("--output-len", type=Positive, required=True, help="generated tokens of a request")
 @click.option("--request-rate", type=PositiveNumber(), help="the load: requests per second arriving (Poisson)")
