@@ -13,16 +13,19 @@ from click.testing import CliRunner
 import costmodel
 from costmodel.cli.commands import main
 from costmodel.deploy.capacity import misses
+from costmodel.deploy.disagg import Pool, serve_disaggregated
 from costmodel.deploy.launch import engine_settings, flags_of, launch, parse
-from costmodel.deploy.recommend import recommend, units
-from costmodel.engine.config import engine
+from costmodel.deploy.recommend import BUDGETS, recommend, units
+from costmodel.engine.config import EngineFlags, engine
 from costmodel.engine.layout import Layout
 from costmodel.engine.load import Load
 
 #: Each engine's launch flags as its own sources declare them (read there, not in costmodel.deploy.launch):
 #: vLLM 0.12 vllm/engine/arg_utils.py EngineArgs.add_cli_args (booleans as argparse.BooleanOptionalAction, so
 #: --no-X too); SGLang 0.5 python/sglang/srt/server_args.py ServerArgs.add_cli_args; TensorRT-LLM
-#: tensorrt_llm/commands/serve.py (NVIDIA/TensorRT-LLM@00209af: the click options of `serve`).
+#: tensorrt_llm/commands/serve.py (NVIDIA/TensorRT-LLM@00209af: the click options of `serve`). A disaggregated
+#: worker's role: vLLM's --kv-transfer-config (EngineArgs, KVTransferConfig), SGLang's --disaggregation-mode
+#: (ServerArgs.disaggregation_mode).
 DOCUMENTED = {
     "vllm": {
         "--tensor-parallel-size",
@@ -37,6 +40,7 @@ DOCUMENTED = {
         "--kv-cache-dtype",
         "--quantization",
         "--revision",
+        "--kv-transfer-config",
         "--enable-prefix-caching",
         "--no-enable-prefix-caching",
         "--async-scheduling",
@@ -57,6 +61,7 @@ DOCUMENTED = {
         "--kv-cache-dtype",
         "--quantization",
         "--revision",
+        "--disaggregation-mode",
         "--disable-radix-cache",
         "--disable-overlap-schedule",
     },
@@ -108,13 +113,68 @@ def test_the_answer_reprices_within_the_targets(contract):
     assert again.exit_code == 0, again.output
     p = json.loads(again.output)
     assert p["ttft_s"] <= 2.0 and p["tpot_s"] <= 0.05 and not p["overloaded"]
-    assert p["request_rate"] == 10 and p["tp"] * p["replicas"] == contract["gpus"]
+    devices = p["devices"] if contract["mode"] == "disagg" else p["tp"] * p["replicas"]
+    assert p["request_rate"] == 10 and devices == contract["gpus"]
+
+
+def test_a_disaggregated_answer_less_a_worker_in_either_pool_misses():
+    """Sized in closed form, simulated whole and trimmed: priced directly the answer's pools meet the targets, and
+    a prefill worker fewer or a decode worker fewer does not."""
+    m, hw = costmodel.load_model("llama-3.1-70b"), costmodel.load_profile("h200")
+    requests = Load(2048, 512, request_rate=10.0)
+    rec = recommend(m, [hw], requests, ttft_s=2.0, tpot_s=0.05)
+    assert (
+        rec.mode == "disagg" and rec.gpus == rec.prefill_workers * rec.prefill_tp + rec.decode_workers * rec.decode_tp
+    )
+
+    def priced(prefill_workers, decode_workers):
+        return serve_disaggregated(
+            m,
+            hw,
+            requests,
+            prefill=Pool(tp=rec.prefill_tp, workers=prefill_workers),
+            decode=Pool(tp=rec.decode_tp, workers=decode_workers),
+        )
+
+    answer = priced(rec.prefill_workers, rec.decode_workers)
+    assert not answer.overloaded and misses(answer, "mean", 0.05, 2.0) is None
+    assert answer.ttft_s == rec.at.ttft_s and answer.tpot_s == rec.at.tpot_s
+    for fewer in ((rec.prefill_workers - 1, rec.decode_workers), (rec.prefill_workers, rec.decode_workers - 1)):
+        if min(fewer) >= 1:
+            p = priced(*fewer)
+            assert p.overloaded or misses(p, "mean", 0.05, 2.0), fewer
+    # the launch: one line per pool, each flag in the engine's own sources, read back as the pool's engine
+    lines = rec.launch.splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["prefill", "decode"]
+    for line, tp in zip(lines, (rec.prefill_tp, rec.decode_tp)):
+        argv = shlex.split(line.split(": ", 1)[1])
+        assert {a for a in argv if a.startswith("--")} <= DOCUMENTED["vllm"]
+        assert argv[argv.index("--kv-transfer-config") + 1] == '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+        assert parse(argv)[2].tp == tp
+
+
+@pytest.mark.parametrize(
+    "engine_name, requests, why",
+    [
+        ("vllm", Load(1024, 256, concurrency=64), "a closed loop"),
+        ("trtllm", Load(1024, 256, request_rate=5.0), "YAML"),
+    ],
+)
+def test_disaggregated_pools_are_searched_for_a_rate_on_engines_launched_by_flags(engine_name, requests, why):
+    m, hws = costmodel.load_model("llama-3-8b"), [costmodel.load_profile("h100")]
+    rec = recommend(m, hws, requests, engine_name=engine_name, tpot_s=0.03)
+    assert rec.mode == "agg" and not [c for c in rec.candidates if c.mode == "disagg"]
+    assert any("disaggregated pools not searched" in a and why in a for a in rec.assumptions)
+    searched = recommend(m, hws, requests.with_(concurrency=None, request_rate=5.0), tpot_s=0.03)
+    assert [c for c in searched.candidates if c.mode == "disagg"]
 
 
 def _fewer_fails(rec, m, hws, requests, statistic, evaluator, targets):
-    """Every unit searched, on every device kind, with as many replicas as one GPU fewer than the answer holds
-    (the most that share the load evenly), priced directly: each misses a target or is overloaded."""
-    for hw in hws:
+    """Every unit searched, on every device kind and at every token budget searched, with as many replicas as one
+    GPU fewer than the answer holds (the most that share the load evenly), priced directly: each misses a target
+    or is overloaded."""
+    for hw, budget in ((hw, b) for hw in hws for b in (None, *BUDGETS)):
+        flags = EngineFlags(max_num_batched_tokens=budget)
         for unit in units(m, rec.gpus - 1):
             r = (rec.gpus - 1) // unit.devices
             if requests.concurrency:
@@ -123,10 +183,11 @@ def _fewer_fails(rec, m, hws, requests, statistic, evaluator, targets):
             if not r:
                 continue
             try:
-                p = costmodel.serve(m, hw, requests, layout=replace(unit, replicas=r), evaluator=evaluator)
+                p = costmodel.serve(m, hw, requests, layout=replace(unit, replicas=r), evaluator=evaluator, flags=flags)
             except costmodel.CostModelError:
                 continue  # a layout the model cannot take
-            assert p.overloaded or misses(p, statistic, targets.get("tpot_s"), targets.get("ttft_s")), (hw.id, unit, r)
+            missed = misses(p, statistic, targets.get("tpot_s"), targets.get("ttft_s"))
+            assert p.overloaded or missed, (hw.id, unit, r, budget)
 
 
 @pytest.mark.parametrize(

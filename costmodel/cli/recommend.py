@@ -128,7 +128,7 @@ def _command(rec, m, o: dict, settings: dict) -> list[str]:
     ``settings``: its engine flags)."""
     from costmodel.deploy.launch import hub_id
 
-    command = ["predict", "--gpu", rec.gpu, "--model", hub_id(m), "--engine", rec.engine, "--tp", str(rec.tp)]
+    command = ["predict", "--gpu", rec.gpu, "--model", hub_id(m), "--engine", rec.engine]
     command += ["--revision", m.revision] if m.revision else []
     command += ["--input-len", str(rec.input_len), "--output-len", str(rec.output_len), "--evaluator", rec.evaluator]
     command += (
@@ -136,13 +136,26 @@ def _command(rec, m, o: dict, settings: dict) -> list[str]:
     )
     if o["num_requests"]:
         command += ["--num-requests", str(o["num_requests"])]
-    for flag, value, default in (
-        ("--replicas", rec.replicas, 1),
-        ("--attention-dp", rec.attention_dp, 1),
-        ("--pipeline-parallel-size", rec.pipeline_parallel, 1),
-    ):
-        command += [flag, str(value)] if value != default else []
-    command += ["--expert-parallel"] if rec.expert_parallel else []
+    if rec.mode == "disagg":
+        command.append("--disaggregated")
+        for role in ("prefill", "decode"):
+            tp = getattr(rec, f"{role}_tp")
+            command += [f"--{role}-tp", str(tp), f"--{role}-workers", str(getattr(rec, f"{role}_workers"))]
+            command += [f"--{role}-expert-parallel"] if rec.expert_parallel and tp > 1 else []
+            if settings.get("max_num_seqs") is not None:
+                command += [f"--{role}-max-num-seqs", str(settings["max_num_seqs"])]
+        settings = {k: v for k, v in settings.items() if k != "max_num_seqs"}
+    else:
+        command += ["--tp", str(rec.tp)]
+        for flag, value, default in (
+            ("--replicas", rec.replicas, 1),
+            ("--attention-dp", rec.attention_dp, 1),
+            ("--pipeline-parallel-size", rec.pipeline_parallel, 1),
+        ):
+            command += [flag, str(value)] if value != default else []
+        command += ["--expert-parallel"] if rec.expert_parallel else []
+    if rec.max_num_batched_tokens is not None:
+        settings = settings | {"max_num_batched_tokens": rec.max_num_batched_tokens}
     command += flag_arguments(settings)
     for flag, value in (("--weight-dtype", o["weight_dtype"]), ("--kv-dtype", o["kv_dtype"])):
         command += [flag, value] if value else []

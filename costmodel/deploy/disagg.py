@@ -110,7 +110,7 @@ def serve_disaggregated(
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     prompts, outputs = load.lengths(n + load.warmup_requests)
     mean_in = mean_length(prompts)
-    pre, dec = _setups(
+    pre, dec = pool_setups(
         m,
         hw,
         prefill,
@@ -133,7 +133,7 @@ def serve_disaggregated(
             f"{pre.eng.max_num_batched_tokens} and chunked prefill is off"
         )
     devices = prefill.devices() + decode.devices()
-    transfer = _transfer(pre, dec, decode, devices, mean_in, kv_link_bytes_per_s)
+    transfer = transfer_of(pre, dec, decode, devices, mean_in, kv_link_bytes_per_s)
 
     got, most = _evaluate(pre, dec, prefill, decode, load, prompts, outputs, transfer, evaluator, check)
     return _report(m, pre, dec, prefill, decode, load, n, prompts, outputs, transfer, evaluator, got, most)
@@ -268,7 +268,16 @@ def _checked(flags: EngineFlags, prefill: Pool, decode: Pool, kv_link_bytes_per_
         raise CostModelError(f"KV link bandwidth must be bytes per second in [1e6, 1e16), got {kv_link_bytes_per_s!r}")
 
 
-def _setups(
+def pool_engine(engine_name: str, dev: HardwareProfile, pool: Pool, flags: EngineFlags, *, prefill: bool):
+    """The engine of one of a pool's workers on ``dev``: its defaults, the ``flags`` and the pool's own limits (a
+    prefill worker of an engine in :data:`PREFILL_POOL_WITHOUT_OVERLAP` without its overlap scheduler)."""
+    eng = engine(
+        engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp, version=flags.engine_version
+    ).with_flags(**flags.settings(), max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs)
+    return eng.with_flags(async_scheduling=False) if prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP else eng
+
+
+def pool_setups(
     m, hw, prefill, decode, engine_name, flags, prompts, outputs, timing, weight_dtype, kv_dtype, overheads, frontend
 ):
     """Each pool's engine on its device, priced (:class:`costmodel.engine.served.Setup`): the prefill pool's and
@@ -276,17 +285,7 @@ def _setups(
     setups = []
     for pool, max_context in ((prefill, int(prompts.max())), (decode, int(prompts.max() + outputs.max()))):
         dev = pool.gpu or hw
-        eng = engine(
-            engine_name,
-            capacity_bytes=dev.engine_memory,
-            device_name=dev.name,
-            tp=pool.tp,
-            version=flags.engine_version,
-        ).with_flags(
-            **flags.settings(), max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs
-        )
-        if pool is prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP:
-            eng = eng.with_flags(async_scheduling=False)
+        eng = pool_engine(engine_name, dev, pool, flags, prefill=pool is prefill)
         pr = pricing(
             m,
             dev,
@@ -302,7 +301,7 @@ def _setups(
     return setups
 
 
-def _transfer(pre: Setup, dec: Setup, decode: Pool, devices: int, mean_in: int, kv_link_bytes_per_s) -> KvTransfer:
+def transfer_of(pre: Setup, dec: Setup, decode: Pool, devices: int, mean_in: int, kv_link_bytes_per_s) -> KvTransfer:
     """The mean prompt's KV cache crossing from the prefill pool to the decode pool: every device sends or
     receives its own shard at once, over the link between them (:func:`kv_link`) or one as given."""
     if kv_link_bytes_per_s is not None:

@@ -28,8 +28,8 @@ def steady_state(
     isl, osl = input_len, output_len
     k = osl - 1
     ctx = isl + osl / 2
-    s_p, m, x_prefill = _prefill_pool(pre, p, isl)
-    fit, cap, tau, occupancy = _decode_pool(dec, d, isl, osl, ctx, k)
+    s_p, m, x_prefill = prefill_pool(pre, p, isl)
+    fit, cap, tau, occupancy = decode_pool(dec, d, isl, osl, ctx, k)
     x_decode = d.engines * cap / (k * tau(cap)) if k else float("inf")
     x = concurrency / (s_p + transfer_s + k * tau(1.0))
     for _ in range(100):
@@ -84,7 +84,7 @@ def _means(v: float) -> Stats:
     return Stats(mean=v, median=v, p90=v, p99=v)
 
 
-def _prefill_pool(pre: Setup, p: Pool, isl: int) -> tuple[float, int, float]:
+def prefill_pool(pre: Setup, p: Pool, isl: int) -> tuple[float, int, float]:
     """(one prompt alone through a prefill worker, the prompts a busy worker batches, the most requests per second
     the pool prefills)."""
     s_p = prefill_time(pre, isl)
@@ -99,7 +99,7 @@ def _prefill_pool(pre: Setup, p: Pool, isl: int) -> tuple[float, int, float]:
     return s_p, m, x_prefill
 
 
-def _decode_pool(dec: Setup, d: Pool, isl: int, osl: int, ctx: float, k: int):
+def decode_pool(dec: Setup, d: Pool, isl: int, osl: int, ctx: float, k: int):
     """(requests a decode worker's cache holds, the most it runs at once, its iteration time at b sequences
     ``tau(b)``, the sequences per worker at a throughput ``occupancy(x)``)."""
     page = dec.eng.page_size

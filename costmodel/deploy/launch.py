@@ -38,6 +38,7 @@ ENGINE_FLAGS = {
         "kv_dtype": "--kv-cache-dtype",
         "quantization": "--quantization",
         "revision": "--revision",
+        "kv_transfer_config": "--kv-transfer-config",
         "prefix_caching": ("--enable-prefix-caching", "--no-enable-prefix-caching"),
         "async_scheduling": ("--async-scheduling", "--no-async-scheduling"),
     },
@@ -55,6 +56,7 @@ ENGINE_FLAGS = {
         "kv_dtype": "--kv-cache-dtype",
         "quantization": "--quantization",
         "revision": "--revision",
+        "disaggregation_mode": "--disaggregation-mode",
         "prefix_caching": ("", "--disable-radix-cache"),
         "async_scheduling": ("", "--disable-overlap-schedule"),
     },
@@ -68,6 +70,19 @@ ENGINE_FLAGS = {
         "max_model_len": "--max_seq_len",
         "chunked_prefill": ("--enable_chunked_prefill", ""),
     },
+}
+#: How a worker of each engine takes its role in a disaggregated deployment, the KV cache crossing through the
+#: engine's own connector: vLLM's NixlConnector usage (docs/features/nixl_connector_usage.md, and the proxy of
+#: tests/v1/kv_connector/nixl_integration) launches both sides with --kv-transfer-config
+#: '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'; SGLang's PD disaggregation (server_args.py
+#: disaggregation_mode, its disaggregation tests) each side with --disaggregation-mode prefill|decode, behind its
+#: router. TensorRT-LLM's is set in the YAML of trtllm-serve disaggregated.
+POOL_ROLES = {
+    "vllm": {
+        role: ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
+        for role in ("prefill", "decode")
+    },
+    "sglang": {role: ["--disaggregation-mode", role] for role in ("prefill", "decode")},
 }
 #: Flags that take no value (the others take one).
 BARE_FLAGS = {"vllm": {"--enable-expert-parallel"}, "sglang": {"--enable-dp-attention"}}
@@ -207,6 +222,8 @@ def parse(argv: list[str]) -> tuple[str, str, Layout, dict, str | None]:
     kv = got.pop("kv_dtype", None)
     kv = {v: k for k, v in KV_DTYPES.items() if v != "auto"}.get(kv, None if kv == "auto" else kv)
     got.pop("quantization", None)
+    got.pop("kv_transfer_config", None)  # a disaggregated worker's role (POOL_ROLES)
+    got.pop("disaggregation_mode", None)
     revision = got.pop("revision", None)
     model = f"{model}@{revision}" if revision else model
     settings = {
@@ -296,3 +313,35 @@ def commands_for(m, hw, layout: Layout, served, flags: EngineFlags, weight_dtype
     argv += revision_flag(name, m)
     measure = bench(name, hub_id(m), round(served.input_len), round(served.output_len), **share)
     return {"launch": shlex.join(argv), "bench": shlex.join(measure)}
+
+
+def pool_commands(m, hw, served, prefill, decode, flags: EngineFlags, weight_dtype, kv_dtype) -> dict:
+    """``{"launch", "bench"}`` of a disaggregated deployment ``served`` (a DisaggPrediction of ``prefill`` and
+    ``decode`` Pools on ``hw``): each pool's worker command, one line each, with its role (:data:`POOL_ROLES`), and
+    the benchmark at the whole load through the router."""
+    from dataclasses import replace
+
+    from costmodel.deploy.disagg import pool_engine
+    from costmodel.deploy.pools import Pool
+    from costmodel.engine.served import checkpoint_kv_dtype
+
+    name = served.engine
+    if name not in POOL_ROLES:
+        raise CostModelError(f"{name}'s disaggregated serving is set up in its YAML, not with launch flags")
+    kv = kv_dtype or checkpoint_kv_dtype(m, name, weight_dtype)
+    own = m.quantization.weight_dtype if m.quantization is not None else None
+    online = "fp8" if weight_dtype == "fp8" and own != "fp8" else None
+    lines = []
+    for role, pool in (("prefill", prefill), ("decode", decode)):
+        bare = replace(flags, max_num_batched_tokens=None, max_num_seqs=None)
+        default = pool_engine(name, pool.gpu or hw, Pool(tp=pool.tp), bare, prefill=role == "prefill")
+        resolved = pool_engine(name, pool.gpu or hw, pool, flags, prefill=role == "prefill")
+        unit = Layout(tp=pool.tp, expert_parallel=pool.expert_parallel, attention_dp=pool.attention_dp)
+        argv = launch(name, hub_id(m), unit, engine_settings(resolved), engine_settings(default), kv, online)
+        argv += revision_flag(name, m) + POOL_ROLES[name][role]
+        lines.append(f"{role} (each of {pool.workers}): {shlex.join(argv)}")
+    share = dict(request_rate=served.request_rate) if served.request_rate else dict(concurrency=served.concurrency)
+    measure = bench(
+        name, hub_id(m), round(served.input_len), round(served.output_len), **share, num_requests=served.num_requests
+    )
+    return {"launch": "\n".join(lines), "bench": shlex.join(measure)}

@@ -394,39 +394,3 @@ def _unconstrained(plan) -> str:
     """The targets a plan was not given, named as unconstrained (its best may then take any TTFT or TPOT)."""
     free = [name for name, target in (("TTFT", plan.ttft_target_s), ("TPOT", plan.tpot_target_s)) if not target]
     return f" ({' and '.join(free)} unconstrained: no target given)" if free else ""
-
-
-def recommendation_table(rec) -> str:
-    """A recommendation: the answer, its latencies at the load, the commands, and the candidates it chose from."""
-    load = f"{rec.concurrency} clients" if rec.concurrency is not None else f"{rec.request_rate:g} requests/s"
-    targets = ", ".join(
-        f"{name} {rec.statistic} <= {value * 1e3:g} ms"
-        for name, value in (("TTFT", rec.ttft_target_s), ("TPOT", rec.tpot_target_s))
-        if value is not None
-    )
-    at = rec.at
-    cost = f", {rec.cost_per_hour:,.2f} per hour" if rec.cost_per_hour is not None else ""
-    lines = [
-        f"{rec.model_name} [{rec.model}] served by {rec.engine}: {load} of {rec.input_len:,} + {rec.output_len:,} tokens, {targets}",
-        "",
-        f"fewest GPUs: {rec.gpus} x {rec.gpu} ({rec.replicas} replica(s) of {rec.layout}){cost}",
-        f"at that load: TTFT {si(at.ttft_s, 's')} (p90 {si(at.ttft.p90, 's')}), TPOT {si(at.tpot_s, 's')} "
-        f"(p90 {si(at.tpot.p90, 's')}), {at.output_tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
-        f"({rec.evaluator})",
-        "",
-        "reprice: costmodel " + " ".join(rec.command),
-        f"launch (each replica): {rec.launch}",
-        f"measure (each replica): {rec.bench}",
-        "",
-    ]
-    rows = [("device", "unit", "per unit", "binds", "replicas", "GPUs")]
-    for c in sorted(rec.candidates, key=lambda c: (c.gpus is None, c.gpus or 0, c.gpu, c.unit_gpus)):
-        per = (
-            "-"
-            if c.per_unit is None
-            else (f"{c.per_unit:g} req/s" if rec.request_rate is not None else f"{c.per_unit:g} clients")
-        )
-        rows.append((c.gpu, c.layout, per, c.binds or "", str(c.replicas or "-"), str(c.gpus or "-")))
-    lines += aligned(rows, right={2, 4, 5}, rules=(1,))
-    lines += ["", "Assumptions:", *(f"  - {a}" for a in rec.assumptions)]
-    return "\n".join(lines)
