@@ -44,11 +44,16 @@ def measure(device: str, quick: bool = False) -> dict:
     n, buffer_bytes = SIZES[(device, quick)]
     timer = rates_timer(device, quick)
     peaks, sizes = {}, {}
-    for dt in measured_dtypes(device):
-        if device == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
-        sizes[dt] = size = matmul_size(device, dt, n, MATMUL_SECONDS[quick])
-        peaks[dt] = matmul_rate(device, dt, size, timer)
+    from costmodel.core.progress import bar
+
+    dtypes = measured_dtypes(device)
+    with bar(len(dtypes), "matmul dtypes") as advance:
+        for dt in dtypes:
+            if device == "cuda":
+                torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
+            sizes[dt] = size = matmul_size(device, dt, n, MATMUL_SECONDS[quick])
+            peaks[dt] = matmul_rate(device, dt, size, timer)
+            advance()
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
     read = read_bandwidth(device, buffer_bytes, timer)

@@ -115,20 +115,24 @@ def measure_op_classes(device: str, peaks: dict[str, float], quick: bool) -> dic
     timer = Timer(device, budget_s=0.1 if quick else 0.3, wall_budget=quick)
     classes: dict[str, dict] = {}
     fixed: dict[str, list[float]] = {}
-    for dtype in peaks:
-        tiny = {
-            kind: {q: (timer.time(fn).median_s, amount) for q, (fn, amount) in benches.items()}
-            for kind, benches in _class_benchmarks(device, dtype, TINY_BYTES).items()
-        }
-        for kind, benches in _class_benchmarks(device, dtype, large, peaks[dtype]).items():
-            entry = classes.setdefault(kind, {"flops_per_s": {}, "bandwidth_bytes_per_s": {}})
-            for quantity, (fn, amount) in benches.items():
-                key = "flops_per_s" if quantity == "flops" else "bandwidth_bytes_per_s"
-                tiny_s, tiny_amount = tiny[kind][quantity]
-                entry[key][dtype] = rate(amount, timer.time(fn).median_s, tiny_amount, tiny_s)
-            fixed.setdefault(kind, []).append(next(iter(tiny[kind].values()))[0])
-        if device == "cuda":
-            torch.cuda.empty_cache()
+    from costmodel.core.progress import bar
+
+    with bar(len(peaks), "op class dtypes") as advance:
+        for dtype in peaks:
+            tiny = {
+                kind: {q: (timer.time(fn).median_s, amount) for q, (fn, amount) in benches.items()}
+                for kind, benches in _class_benchmarks(device, dtype, TINY_BYTES).items()
+            }
+            for kind, benches in _class_benchmarks(device, dtype, large, peaks[dtype]).items():
+                entry = classes.setdefault(kind, {"flops_per_s": {}, "bandwidth_bytes_per_s": {}})
+                for quantity, (fn, amount) in benches.items():
+                    key = "flops_per_s" if quantity == "flops" else "bandwidth_bytes_per_s"
+                    tiny_s, tiny_amount = tiny[kind][quantity]
+                    entry[key][dtype] = rate(amount, timer.time(fn).median_s, tiny_amount, tiny_s)
+                fixed.setdefault(kind, []).append(next(iter(tiny[kind].values()))[0])
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            advance()
     for kind, times in fixed.items():
         classes[kind]["overhead_s"] = statistics.median(times)
     return {"classes": classes, "large_bytes": large, "timing_method": timer.method}

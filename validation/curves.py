@@ -214,8 +214,12 @@ def keep_fastest(profile: dict, rates: list[tuple[float, float]]) -> None:
 def fit_curves(device: str, profile: dict, quick: bool) -> tuple[dict, list[float]]:
     """Time the calibration's curves alone, every pass over all the workloads before the next (as the
     validation times its grid), and fit them (:meth:`CurveRun.fit`)."""
+    from costmodel.core.progress import bar
+
     run = CurveRun(device, quick)
-    for _ in range(run.passes):
-        for j in range(len(run.workloads)):
-            run.time(j)
+    with bar(run.passes * len(run.workloads), "curve timings") as advance:
+        for _ in range(run.passes):
+            for j in range(len(run.workloads)):
+                run.time(j)
+                advance()
     return run.fit(profile)

@@ -35,62 +35,65 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
 
 def validate_published(tables: list[Table], without=()) -> dict:
     """Rows (one per published timing) and summary rows per source x GPU x op class x size bin."""
+    from costmodel.core.progress import bar
     from costmodel.hardware.catalog import load_profile
     from costmodel.price.origin import time_model
     from costmodel.validation.fit import errors, predict_table, unfitted_write_s
 
     rows, groups, rejected = [], {}, {}
-    for table in tables:
-        hw = load_profile(table.profile)
-        model = time_model(hw, table.timing, without)
-        bound = roofline_bound(table, hw)
-        ok = table.measured_s >= bound * (1 - 1e-9)
-        if not ok.all():
-            key = f"{table.source}/{table.gpu}/{table.op_class}"
-            rejected[key] = rejected.get(key, 0) + int((~ok).sum())
-            table = table.select(ok)
-        eff = model.resolved.get(table.priced_class) if model.active else None
-        if eff is None:
-            from costmodel.hardware.profile import ClassEfficiency
+    with bar(len(tables), "published tables") as advance:
+        for table in tables:
+            hw = load_profile(table.profile)
+            model = time_model(hw, table.timing, without)
+            bound = roofline_bound(table, hw)
+            ok = table.measured_s >= bound * (1 - 1e-9)
+            if not ok.all():
+                key = f"{table.source}/{table.gpu}/{table.op_class}"
+                rejected[key] = rejected.get(key, 0) + int((~ok).sum())
+                table = table.select(ok)
+            eff = model.resolved.get(table.priced_class) if model.active else None
+            if eff is None:
+                from costmodel.hardware.profile import ClassEfficiency
 
-            eff = ClassEfficiency(fixed_s={table.timing: hw.launch_overhead})
-        on = model.on if model.active else frozenset({"fixed"})
-        predicted = predict_table(table, hw, eff, on=on) + unfitted_write_s(
-            table, hw, eff, model.resolved.get("gemm") if model.active else None, on
-        )
-        error = (predicted / table.measured_s - 1) * 100
-        bins = size_bin(table)
-        for i in range(len(table)):
-            row = {
-                "source": table.source,
-                "gpu": table.gpu,
-                "profile": table.profile,
-                "op_class": table.op_class,
-                **{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in table.fields.items()},
-                "measured_s": float(table.measured_s[i]),
-                "predicted_s": float(predicted[i]),
-                "error_pct": round(float(error[i]), 3),
-            }
-            if table.op_class in ("decode_attention", "prefill_attention"):
-                f = table.fields
-                mode = "incremental" if table.op_class == "decode_attention" else "batched"
-                s = int(f["step"][i]) if mode == "incremental" else int(f["isl"][i])
-                row["command"] = attention_command(
-                    table.profile,
-                    mode,
-                    int(f["batch_size"][i]),
-                    s,
-                    int(f["num_heads"][i]),
-                    int(f["num_key_value_heads"][i]),
-                    int(f["head_dim"][i]),
-                )
-            rows.append(row)
-        for bin_name in (*sorted(set(bins)), "all"):
-            keep = np.ones(len(table), bool) if bin_name == "all" else bins == bin_name
-            key = (table.source, table.gpu, table.op_class, bin_name)
-            g = groups.setdefault(key, [[], []])
-            g[0].append(predicted[keep])
-            g[1].append(table.measured_s[keep])
+                eff = ClassEfficiency(fixed_s={table.timing: hw.launch_overhead})
+            on = model.on if model.active else frozenset({"fixed"})
+            predicted = predict_table(table, hw, eff, on=on) + unfitted_write_s(
+                table, hw, eff, model.resolved.get("gemm") if model.active else None, on
+            )
+            error = (predicted / table.measured_s - 1) * 100
+            bins = size_bin(table)
+            for i in range(len(table)):
+                row = {
+                    "source": table.source,
+                    "gpu": table.gpu,
+                    "profile": table.profile,
+                    "op_class": table.op_class,
+                    **{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in table.fields.items()},
+                    "measured_s": float(table.measured_s[i]),
+                    "predicted_s": float(predicted[i]),
+                    "error_pct": round(float(error[i]), 3),
+                }
+                if table.op_class in ("decode_attention", "prefill_attention"):
+                    f = table.fields
+                    mode = "incremental" if table.op_class == "decode_attention" else "batched"
+                    s = int(f["step"][i]) if mode == "incremental" else int(f["isl"][i])
+                    row["command"] = attention_command(
+                        table.profile,
+                        mode,
+                        int(f["batch_size"][i]),
+                        s,
+                        int(f["num_heads"][i]),
+                        int(f["num_key_value_heads"][i]),
+                        int(f["head_dim"][i]),
+                    )
+                rows.append(row)
+            for bin_name in (*sorted(set(bins)), "all"):
+                keep = np.ones(len(table), bool) if bin_name == "all" else bins == bin_name
+                key = (table.source, table.gpu, table.op_class, bin_name)
+                g = groups.setdefault(key, [[], []])
+                g[0].append(predicted[keep])
+                g[1].append(table.measured_s[keep])
+            advance()
     summary = []
     for (source, gpu, op_class, bin_name), (pred, meas) in sorted(groups.items()):
         p, m = np.concatenate(pred), np.concatenate(meas)
