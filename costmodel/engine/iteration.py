@@ -121,6 +121,15 @@ class IterationTable:
         prompts = _parts(m, pr, "prefill", 1, self.c_grid[1:].astype(np.int64))["attention"]
         self.prompt_attention = np.concatenate([[0.0], np.broadcast_to(prompts, self.c_grid[1:].shape)])
         self._rounds: dict = {}  # (tokens, sequences, others) -> _round's answer, asked again and again
+        self._lists: dict = {}  # id of a grid or a row -> it as a list, for one number's interpolation
+        self.c_list = self.c_grid.tolist()
+        self.decode_rows = self.decode_attention.tolist()
+
+    def _listed(self, a: np.ndarray) -> list:
+        got = self._lists.get(id(a))
+        if got is None:
+            got = self._lists[id(a)] = a.tolist()
+        return got
 
     # -- the parts, interpolated ------------------------------------------------------------------------
     def _on(self, grid: np.ndarray, values: np.ndarray, x):
@@ -129,9 +138,10 @@ class IterationTable:
             x = float(x)
             if x <= 0:
                 return 0.0
-            if x > grid[-1] and len(grid) > 1:
-                return float(values[-1] + (values[-1] - values[-2]) / (grid[-1] - grid[-2]) * (x - grid[-1]))
-            return float(np.interp(x, grid, values))
+            xs, ys = self._listed(grid), self._listed(values)
+            if x > xs[-1] and len(xs) > 1:
+                return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (x - xs[-1])
+            return interp(x, xs, ys)
         x = np.asarray(x, float)
         y = np.interp(x, grid, values)
         if len(grid) > 1:
@@ -161,7 +171,11 @@ class IterationTable:
         if seqs <= 0:
             return np.zeros(np.shape(mean_context))
 
+        one = isinstance(mean_context, (int, float, np.number))
+
         def row(i):
+            if one:  # one number (each simulated iteration's): no arrays around it
+                return interp(float(mean_context), self.c_list, self.decode_rows[i])
             return np.interp(mean_context, self.c_grid, self.decode_attention[i])
 
         if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
@@ -234,6 +248,19 @@ class IterationTable:
         k, tok, comm = self._round(seqs, seqs, others)
         mean = (context_sum + seqs * np.arange(steps)) / seqs
         return tok + comm + self.decode_attention_time(seqs / k, mean) + float(self.head_time(seqs / k)) * k
+
+
+def interp(x: float, xs: list, ys: list) -> float:
+    """``np.interp(x, xs, ys)`` for one number, the same arithmetic (numpy's arr_interp: the end values outside
+    the grid, a grid point's own value on it, else the slope from the point below) without an array around it."""
+    if x < xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    j = bisect.bisect_right(xs, x) - 1
+    if xs[j] == x:
+        return ys[j]
+    return (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (x - xs[j]) + ys[j]
 
 
 def exact_time(m: ModelPreset, pr: Pricing, *, decode_seqs: int, decode_context: int, prompt: int) -> float:

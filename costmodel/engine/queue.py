@@ -37,6 +37,7 @@ class Engine:
         self.pending: list[tuple[float, int]] = []  # (arrival, request) of requests not yet in the queue
         self.waiting: deque[int] = deque()
         self.running = np.zeros(0, np.int64)  # in the order they were admitted
+        self.gone = np.zeros(self.n, bool)  # scratch: the requests leaving the batch (all False between uses)
         self.paging = not eng.reserve_output
         self.pages_total = self.free = pages_total
         self.clock = 0.0
@@ -63,7 +64,9 @@ class Engine:
         its next request."""
         if not len(ids):
             return
-        self.running = self.running[~np.isin(self.running, ids)]
+        self.gone[ids] = True
+        self.running = self.running[~self.gone[self.running]]
+        self.gone[ids] = False
         self.finish_at[ids] = self.clock
         self.free += int(self.pages[ids].sum())
         self.pages[ids] = 0
@@ -118,7 +121,10 @@ class Engine:
             k = newest(self.admitted_at[self.running])
             v = int(self.running[k])
             need -= bool(opens[k])
-            self.running, opens = np.delete(self.running, k), np.delete(opens, k)
+            if k == len(self.running) - 1:  # the newest is the last admitted: the batch's tail
+                self.running, opens = self.running[:-1], opens[:-1]
+            else:
+                self.running, opens = np.delete(self.running, k), np.delete(opens, k)
             self.free += int(self.pages[v])
             self.pages[v] = 0
             # a decoding request returns to compute its last token and carry on; under prefix caching its KV

@@ -43,10 +43,10 @@ def _fitted() -> dict:
     scripts/fit_host_time.py)."""
     from importlib import resources
 
-    import yaml
+    from costmodel.core.files import safe_yaml
 
     text = resources.files("costmodel.engine").joinpath("overheads.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return safe_yaml(text)
 
 
 _FITTED = _fitted()
@@ -217,6 +217,8 @@ class Setup:
         """An iteration's time from its GPU work (seconds, or an array of them) and its running sequences: the
         work plus the engine's fixed cost per iteration, and the host's time (:meth:`host_s`), which an overlap
         scheduler runs beside the GPU's (the iteration takes the longer) and any other scheduler before it."""
+        if isinstance(gpu, float) and not (self.layer_s or self.layer_seq_s):  # one iteration, no host time
+            return gpu + self.iteration_s
         t = np.asarray(gpu, float) + self.iteration_s
         if self.layer_s or self.layer_seq_s:
             host = self.host_s(sequences)

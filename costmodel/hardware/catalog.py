@@ -54,12 +54,12 @@ def _validated(data, origin: str) -> HardwareProfile:
 def profile_index() -> dict[str, object]:
     """Lookup key (id or alias, normalised) -> profile file, from each file's top-level ``id`` and ``aliases``
     lines alone (one profile is parsed and validated when it is asked for, not all of them)."""
-    import yaml
+    from costmodel.core.files import safe_yaml
 
     index: dict[str, object] = {}
     for f in _profile_files():
         lines = [line for line in f.read_text(encoding="utf-8").splitlines() if line.startswith(("id:", "aliases:"))]
-        head = yaml.load("\n".join(lines), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        head = safe_yaml("\n".join(lines))
         for name in (head["id"], *head.get("aliases", ())):
             index[profile_key(name)] = f
     return index

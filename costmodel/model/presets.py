@@ -252,12 +252,12 @@ def _key(name: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _files() -> dict[str, object]:
     """Every preset's id and aliases (lower case, ``_`` as ``-``) and its file, read once per process."""
-    import yaml
+    from costmodel.core.files import safe_yaml
 
     index = {}
     for f in resources.files(PACKAGE).iterdir():
         if f.name.endswith(".yaml"):
-            data = yaml.safe_load(f.read_text(encoding="utf-8"))
+            data = safe_yaml(f.read_text(encoding="utf-8"))
             for name in (data["id"], *data.get("aliases", ())):
                 index[_key(name)] = f
     return index

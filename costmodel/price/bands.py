@@ -54,9 +54,9 @@ class Band(Report):
 def table() -> dict:
     """The shipped ranges: ``bands[route][class] = {n, low, p50, high}``, each route's ``tails`` and how they were
     measured."""
-    import yaml
+    from costmodel.core.files import safe_yaml
 
-    return yaml.safe_load(resources.files("costmodel").joinpath("error_bands.yaml").read_text(encoding="utf-8"))
+    return safe_yaml(resources.files("costmodel").joinpath("error_bands.yaml").read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=64)
@@ -172,9 +172,9 @@ RANGES_TEXT = (
 @lru_cache(maxsize=1)
 def served_table() -> dict:
     """The shipped ranges of served predictions (``costmodel/served_bands.yaml``)."""
-    import yaml
+    from costmodel.core.files import safe_yaml
 
-    return yaml.safe_load(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
+    return safe_yaml(resources.files("costmodel").joinpath("served_bands.yaml").read_text(encoding="utf-8"))
 
 
 def served_keys(engine: str, kind: str, mode: str) -> list[tuple[str, str, str]]:
