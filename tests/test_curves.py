@@ -93,6 +93,48 @@ def test_a_bad_curve_is_one_error_line(value, said, tmp_path):
     assert not (tmp_path / "c.png").exists()
 
 
+def test_configurations_compared_are_each_the_single_prediction(tmp_path):
+    """Comma lists of --tp, --engine, --weight-dtype and --kv-cache-dtype compare their product: every point is the
+    prediction of that one configuration asked alone, each labelled in the table and the plot."""
+    base = ["predict", "--gpu", "h100", "--model", "llama-3-8b", "--input-len", "512", "--output-len", "64"]
+    out = tmp_path / "compare.svg"
+    listed = ["--tp", "1,2", "--engine", "vllm,sglang", "--weight-dtype", "bf16,fp8", "--concurrency", "4,16"]
+    r = CliRunner().invoke(main, [*base, *listed, "--json", "--plot", str(out)])
+    assert r.exit_code == 0, r.output
+    points = json.loads(r.output)["points"]
+    assert len(points) == 2 * 2 * 2 * 2
+    for p in points[::3]:
+        one = [*base, "--tp", str(p["tp"]), "--engine", p["engine"]["name"], "--weight-dtype", p["weight_dtype"]]
+        alone = CliRunner().invoke(main, [*one, "--concurrency", str(p["concurrency"]), "--json"])
+        assert alone.exit_code == 0, alone.output
+        assert json.loads(alone.output) == p
+    labels = {(p["tp"], p["engine"]["name"], p["weight_dtype"]) for p in points}
+    assert len(labels) == 8
+    svg = out.read_text()
+    assert all(f'id="throughput:{i}"' in svg for i in range(8)) and 'id="throughput:8"' not in svg
+    table = CliRunner().invoke(main, [*base, "--tp", "1", "--weight-dtype", "bf16,fp8", "--engine", "vllm"])
+    assert table.exit_code != 0  # a list needs a load
+    table = CliRunner().invoke(main, [*base, "--weight-dtype", "bf16,fp8", "--engine", "vllm", "--concurrency", "4"])
+    assert table.exit_code == 0, table.output
+    assert "engine weights/KV" in table.output and "vllm fp8/bf16" in table.output
+
+
+@pytest.mark.parametrize(
+    "args,said",
+    [
+        (["--model", "llama-3-8b", "--tp", "1,2"], "compares served configurations"),
+        (["--model", "llama-3-8b", "--tp", "1,1", "--engine", "vllm", "--concurrency", "4"], "twice"),
+        (["--model", "llama-3-8b", "--engine", "vllm==0.8,sglang", "--concurrency", "4"], "without a release"),
+    ],
+)
+def test_a_list_where_it_cannot_compare_is_one_error(args, said):
+    r = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--input-len", "64", "--output-len", "8", *args])
+    assert r.exit_code != 0 and said in r.output and "Traceback" not in r.output, r.output
+    capacity = ["capacity", "--gpu", "h100", "--model", "llama-3-8b", "--tp", "1,2", "--tpot-ms", "50"]
+    r = CliRunner().invoke(main, [*capacity, "--input-len", "64", "--output-len", "8"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
 # --- engine flags as the engines spell them ---------------------------------------------------------------------
 
 

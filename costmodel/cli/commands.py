@@ -164,6 +164,16 @@ def _predict_models(hws, fmt, load: dict, dims: dict, o) -> None:
 
     layouts = load_layouts(o.model_config or o.model_name, o.variant, o.groups, o.kv_heads, o.variants, o.routing)
     step = step_layout(load)
+    listed = [
+        f
+        for f, v in (("--tp", o.tp), ("--weight-dtype", o.weight_dtype), ("--kv-dtype", o.kv_dtype))
+        if isinstance(v, tuple)
+    ]
+    if listed and not wants_load(load):
+        raise CostModelError(
+            f"a comma list of {listed[0]} compares served configurations: give --engine with --concurrency or "
+            "--request-rate"
+        )
     if wants_load(load):
         if o.sweep_spec or dims["batch"] is not None or dims["context"] is not None:
             raise CostModelError(

@@ -154,8 +154,11 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         goodput=load["goodput"] or (),
         percentiles=_percentiles(load["metric_percentiles"]),
     ).with_(**values)
-    layout, flags, kw = _engine_setup(load, pricing)
+    configs = _configurations(load, pricing)
+    layout, flags, kw = configs[0]
     if load["disaggregated"]:
+        if len(configs) > 1:
+            raise CostModelError("comma lists of --tp, --engine and dtypes compare aggregated deployments")
         predict_disaggregated(
             hws,
             layouts,
@@ -167,21 +170,18 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
             kw,
         )
         return
-    pooled = [f"{r}_{k}" for r in ("prefill", "decode") for k in POOL_KEYS if load[f"{r}_{k}"] not in (None, False)]
-    pooled += [k for k in ("decode_gpu", "kv_link_bandwidth") if load[k] is not None]
-    if pooled:
-        raise CostModelError(f"--{pooled[0].replace('_', '-')} applies with --disaggregated")
+    _no_pools(load)
     from costmodel.price.bands import served_label
 
-    results = _serve_all(hws, layouts, loads, requests, layout, flags, kw)
-    curve = len(loads) > 1
+    results, setups = _serve_all(hws, layouts, loads, requests, configs)
+    curve = len(loads) > 1 or len(configs) > 1
     if load["plot_path"] is not None:
         draw_curve(results, load["plot_path"])
     dumped = [r.model_dump(mode="json") for r in results]
     table = load_table(results, served_label()) if fmt == "table" else ""
     if load["show_launch"]:
         by_id = {m.id: m for m in layouts}
-        for d, r in zip(dumped, results):
+        for d, r, (layout, flags, kw) in zip(dumped, results, setups):
             d |= launch_lines(by_id[r.model], r, layout, flags, kw)
         table += "".join(f"\n\nlaunch: {d['launch']}\nmeasure: {d['bench']}" for d in dumped)
     emit(
@@ -191,6 +191,14 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         lambda: table,
         single=len(results) == 1 or curve,
     )
+
+
+def _no_pools(load: dict) -> None:
+    """A pool's option given without --disaggregated: an error naming it."""
+    pooled = [f"{r}_{k}" for r in ("prefill", "decode") for k in POOL_KEYS if load[f"{r}_{k}"] not in (None, False)]
+    pooled += [k for k in ("decode_gpu", "kv_link_bandwidth") if load[k] is not None]
+    if pooled:
+        raise CostModelError(f"--{pooled[0].replace('_', '-')} applies with --disaggregated")
 
 
 def predict_disaggregated(hws: list, layouts: list, fmt: str, load: dict, curve, layout, flags, kw: dict) -> None:
@@ -385,22 +393,41 @@ def _serve_point(task):
     return serve(m, hw, point, layout=layout, flags=flags, **kw)
 
 
-def _serve_all(hws, layouts, loads, requests, layout, flags, kw: dict) -> list:
-    """Every device, model layout and load point served, over every core when there are several (the points
-    past saturation, whose queues hold thousands of requests, first), a progress bar on a terminal."""
+def _serve_all(hws, layouts, loads, requests, configs: list) -> tuple[list, list]:
+    """Every configuration (``configs``: (Layout, EngineFlags, serve()'s other arguments) each), device, model
+    layout and load point served, over every core when there are several (the points past saturation, whose queues
+    hold thousands of requests, first), a progress bar on a terminal; (the predictions, each one's configuration)."""
     from costmodel.core.parallel import run_all, workers_for
     from costmodel.core.progress import bar
 
     points = [requests.with_(concurrency=c, request_rate=r) for c, r in loads]
-    tasks = [(m, hw, p, layout, flags, kw) for hw in hws for m in layouts for p in points]
+    tasks = [(m, hw, p, *setup) for setup in configs for hw in hws for m in layouts for p in points]
     with bar(len(tasks), "loads") as advance:
-        return run_all(
+        results = run_all(
             _serve_point,
             tasks,
             workers_for(len(tasks), 2),
             lambda _: advance(),
             costliest=lambda t: -(t[2].concurrency or t[2].request_rate or 0),
         )
+    return results, [t[3:] for t in tasks]
+
+
+def _configurations(load: dict, pricing: dict) -> list:
+    """(Layout, EngineFlags, serve()'s other arguments) of every configuration the comma lists of --tp, --engine,
+    --weight-dtype and --kv-dtype name (their product; one where none is a list)."""
+    from itertools import product
+
+    def listed(value):
+        return value if isinstance(value, tuple) else (value,)
+
+    out = []
+    for tp, engine, weight, kv in product(
+        listed(pricing["tp"]), listed(load["engine_name"]), listed(pricing["weight_dtype"]), listed(pricing["kv_dtype"])
+    ):
+        one = pricing | dict(tp=tp, weight_dtype=weight, kv_dtype=kv)
+        out.append(_engine_setup(load | dict(engine_name=engine), one))
+    return out
 
 
 def _percentiles(ps) -> tuple:

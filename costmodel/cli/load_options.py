@@ -30,6 +30,15 @@ class EngineChoice(click.ParamType):
     choices = ENGINE_NAMES  # the names alone, as the page's field offers them
 
     def convert(self, value, param, ctx):
+        if "," in str(value) and ctx is not None and ctx.info_name == "predict":  # configurations compared
+            if "==" in str(value):
+                self.fail(
+                    f"{value!r}: a comma list names engines without a release (pin one with one engine)", param, ctx
+                )
+            names = tuple(choices(ENGINE_NAMES).convert(v.strip(), param, ctx) for v in str(value).split(","))
+            if len(set(names)) != len(names):
+                self.fail(f"{value!r} names an engine twice", param, ctx)
+            return names
         name, _, version = str(value).partition("==")
         name = choices(ENGINE_NAMES).convert(name.strip(), param, ctx)
         if version and ctx is not None:
@@ -59,7 +68,7 @@ LOAD_OPTIONS = [
         type=EngineChoice(),
         help="with --model: serve it with this engine's continuous batching under load "
         "(--concurrency or --request-rate) [default with either: vllm]; name==release (vllm==0.8.5) pins "
-        "the release whose defaults apply",
+        "the release whose defaults apply; a comma list (vllm,sglang) compares engines",
     ),
     click.option(
         "--concurrency",

@@ -160,6 +160,31 @@ class FilePath(click.Path):
         return super().convert(value, param, ctx)
 
 
+class ListOf(click.ParamType):
+    """One value of ``inner``; on ``costmodel predict`` also a comma list of them (a tuple): the configurations one
+    served prediction or load curve compares, each priced and labelled (:func:`costmodel.cli.load.predict_load`)."""
+
+    def __init__(self, inner: click.ParamType):
+        self.inner = inner
+        self.name = inner.name
+
+    @property
+    def choices(self):
+        """The inner type's choices (the page's field offers one value)."""
+        return getattr(self.inner, "choices", None)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and "," in value and ctx is not None and ctx.info_name == "predict":
+            items = [v.strip() for v in value.split(",")]
+            if len(set(items)) != len(items):
+                self.fail(f"{value!r} names a configuration twice", param, ctx)
+            return tuple(self.inner.convert(v, param, ctx) for v in items)
+        return self.inner.convert(value, param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return self.inner.get_metavar(param, ctx) if hasattr(self.inner, "get_metavar") else None
+
+
 def choices(values) -> click.Choice:
     return click.Choice(list(values), case_sensitive=False)
 

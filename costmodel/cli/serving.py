@@ -8,6 +8,7 @@ import click
 
 from costmodel.cli.options import (
     KvDtypeChoice,
+    ListOf,
     ModelName,
     Positive,
     check_writable,
@@ -301,25 +302,25 @@ def model_options(func):
             "--tensor-parallel-size",
             "-tp",
             "tp",
-            type=Positive,
+            type=ListOf(Positive),
             default=DEFAULTS["tp"],
             show_default=True,
-            help="with --model: tensor-parallel devices",
+            help="with --model: tensor-parallel devices; served, a comma list (2,4) compares them on one curve",
         ),
         click.option("--kv-heads", type=Positive, help="with --model: re-price it with this many key/value heads"),
         click.option(
             "--weight-dtype",
-            type=choices(WEIGHT_DTYPES),
-            help="with --model: projection weights' storage (int4: groups of 128 with 16-bit scales) "
-            "[default: the config's quantization, else --dtype]",
+            type=ListOf(choices(WEIGHT_DTYPES)),
+            help="with --model: projection weights' storage (int4: groups of 128 with 16-bit scales); served, a "
+            "comma list (bf16,fp8) compares them [default: the config's quantization, else --dtype]",
         ),
         click.option(
             "--kv-dtype",
             "--kv-cache-dtype",
             "kv_dtype",
-            type=KvDtypeChoice(DTYPES),
-            help="with --model: the KV cache's dtype (fp8, fp8_e4m3, bf16, ...; auto: the default) [default: --dtype, "
-            "or the engine's for the checkpoint]",
+            type=ListOf(KvDtypeChoice(DTYPES)),
+            help="with --model: the KV cache's dtype (fp8, fp8_e4m3, bf16, ...; auto: the default); served, a comma "
+            "list (auto,fp8) compares them [default: --dtype, or the engine's for the checkpoint]",
         ),
         click.option(
             "--mla-form",

@@ -92,6 +92,8 @@ class LoadPrediction(Report):
     attention_dp: int = 1
     pipeline_parallel: int = 1
     replicas: int = 1  # data parallel: engines behind a router, each with an even share of the load
+    weight_dtype: str | None = None  # the projection weights' storage as priced
+    kv_dtype: str | None = None  # the KV cache's dtype as priced
     burstiness: float = 1.0  # an open loop's arrivals: the gamma shape of their gaps (1: Poisson)
     ttft_s: float
     tpot_s: float
@@ -151,6 +153,30 @@ class Saturation(NamedTuple):
     binds: str
 
 
+def engine_summary(eng, setup) -> EngineSummary:
+    """The engine a served prediction ran, as its report states it: settings, fitted costs, KV cache."""
+    return EngineSummary(
+        name=eng.name,
+        version=eng.version,
+        max_num_batched_tokens=eng.max_num_batched_tokens,
+        max_num_seqs=eng.max_num_seqs,
+        memory_fraction=eng.memory_fraction,
+        page_size=eng.page_size,
+        chunked_prefill=eng.chunked_prefill,
+        prefix_caching=eng.prefix_caching,
+        async_scheduling=eng.async_scheduling,
+        mixes_prefill_and_decode=eng.mixes,
+        reserves_output=eng.reserve_output,
+        iteration_overhead_s=setup.iteration_s,
+        request_overhead_s=setup.request_s,
+        host_per_layer_s=setup.layer_s,
+        host_per_layer_sequence_s=setup.layer_seq_s,
+        kv_cache_tokens=setup.kv_tokens,
+        kv_cache_bytes_per_token=setup.kv_per_token,
+        source=eng.source,
+    )
+
+
 def load_report(
     setup,
     evaluator: str,
@@ -191,26 +217,9 @@ def load_report(
         hardware=model_hardware(pr),
         model=m.id,
         model_name=m.name,
-        engine=EngineSummary(
-            name=eng.name,
-            version=eng.version,
-            max_num_batched_tokens=eng.max_num_batched_tokens,
-            max_num_seqs=eng.max_num_seqs,
-            memory_fraction=eng.memory_fraction,
-            page_size=eng.page_size,
-            chunked_prefill=eng.chunked_prefill,
-            prefix_caching=eng.prefix_caching,
-            async_scheduling=eng.async_scheduling,
-            mixes_prefill_and_decode=eng.mixes,
-            reserves_output=eng.reserve_output,
-            iteration_overhead_s=setup.iteration_s,
-            request_overhead_s=setup.request_s,
-            host_per_layer_s=setup.layer_s,
-            host_per_layer_sequence_s=setup.layer_seq_s,
-            kv_cache_tokens=setup.kv_tokens,
-            kv_cache_bytes_per_token=setup.kv_per_token,
-            source=eng.source,
-        ),
+        weight_dtype=pr.weight_dtype,
+        kv_dtype=pr.kv_dtype,
+        engine=engine_summary(eng, setup),
         evaluator=evaluator,
         concurrency=concurrency,
         request_rate=request_rate,

@@ -56,6 +56,36 @@ def _band_line(p, label: str) -> str:
     )
 
 
+def _load_row(p, precisions: bool) -> tuple:
+    """One served prediction's line: devices, engine (and its dtypes where configurations compare them), load,
+    latencies, throughput, batch and KV use."""
+    load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
+    devices = f"{p.tp} x {p.hardware.id}" if p.tp > 1 else p.hardware.id
+    if p.pipeline_parallel > 1:
+        devices = f"{p.pipeline_parallel} x {devices} (pipeline)"
+    if p.attention_dp > 1:
+        devices = f"{p.attention_dp} x {devices} (attention DP)"
+    if p.replicas > 1:
+        devices = f"{p.replicas} x {devices} (replicas)"
+    engine = p.engine.name + (f" {p.weight_dtype}/{p.kv_dtype}" if precisions else "")
+    return (
+        devices,
+        engine,
+        load,
+        _ms(p.ttft_s),
+        _ms(p.ttft.p90),
+        _ms(p.tpot_s),
+        _ms(p.tpot.p90),
+        _ms(p.itl.p99),
+        _ms(p.e2e_s),
+        f"{p.requests_per_s:.3g}",
+        f"{p.output_tokens_per_s_per_device:,.0f}",
+        f"{p.output_tokens_per_s_per_user:.1f}",
+        f"{p.mean_batch:.1f}",
+        f"{p.kv_use_max:.0%}",
+    )
+
+
 def load_table(results: list, band_label: str) -> str:
     """One line per prediction (a load curve's: one per load), then the first one's latency percentiles, time split and assumptions;
     ``band_label``: the percentiles its served ranges span."""
@@ -75,39 +105,17 @@ def load_table(results: list, band_label: str) -> str:
         "batch",
         "KV use",
     ]
+    precisions = len({(r.weight_dtype, r.kv_dtype) for r in results}) > 1  # compared: each row says its own
+    if precisions:
+        head[1] = "engine weights/KV"
     rows = [tuple(head)]
-    for p in results:
-        load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.request_rate:g} req/s"
-        devices = f"{p.tp} x {p.hardware.id}" if p.tp > 1 else p.hardware.id
-        if p.pipeline_parallel > 1:
-            devices = f"{p.pipeline_parallel} x {devices} (pipeline)"
-        if p.attention_dp > 1:
-            devices = f"{p.attention_dp} x {devices} (attention DP)"
-        if p.replicas > 1:
-            devices = f"{p.replicas} x {devices} (replicas)"
-        rows.append(
-            (
-                devices,
-                p.engine.name,
-                load,
-                _ms(p.ttft_s),
-                _ms(p.ttft.p90),
-                _ms(p.tpot_s),
-                _ms(p.tpot.p90),
-                _ms(p.itl.p99),
-                _ms(p.e2e_s),
-                f"{p.requests_per_s:.3g}",
-                f"{p.output_tokens_per_s_per_device:,.0f}",
-                f"{p.output_tokens_per_s_per_user:.1f}",
-                f"{p.mean_batch:.1f}",
-                f"{p.kv_use_max:.0%}",
-            )
-        )
+    rows += [_load_row(p, precisions) for p in results]
     p = results[0]
     counts = sorted({r.num_requests for r in results})
     many = f"{p.num_requests} requests" if len(counts) == 1 else f"{counts[0]:,}-{counts[-1]:,} requests a load"
+    engines = ", ".join(dict.fromkeys(f"{r.engine.name} {r.engine.version}" for r in results))
     title = (
-        f"{p.model_name} [{p.model}] served by {p.engine.name} {p.engine.version}: {many} of "
+        f"{p.model_name} [{p.model}] served by {engines}: {many} of "
         f"{tokens(p.input_len)} + {tokens(p.output_len)} tokens ({p.evaluator})"
     )
     s = p.time_split

@@ -237,14 +237,16 @@ def _scales(ax, records: list[dict]) -> None:
         axis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
 
 
-def _configuration(r: dict) -> str:
-    """A load curve's configuration in words: devices, layout and engine (a served or a disaggregated report)."""
+def _configuration(r: dict, precisions: bool = False) -> str:
+    """A load curve's configuration in words: devices, layout and engine (a served or a disaggregated report), and
+    with ``precisions`` the weights' and the KV cache's dtypes."""
     engine = r["engine"]["name"] if isinstance(r["engine"], dict) else r["engine"]
     if "prefill" in r:  # disaggregated
         pools = [f"{p['workers']}x{p['tp']} {p['hardware']['id']}" for p in (r["prefill"], r["decode"])]
         return f"{r['model']} {' + '.join(pools)} {engine}"
     devices = r["tp"] * r.get("attention_dp", 1) * r.get("pipeline_parallel", 1) * r.get("replicas", 1)
-    return f"{r['model']} {devices} x {r['hardware']['id']} (TP{r['tp']}) {engine}"
+    dtypes = f" {r.get('weight_dtype')}/{r.get('kv_dtype')}" if precisions else ""
+    return f"{r['model']} {devices} x {r['hardware']['id']} (TP{r['tp']}) {engine}{dtypes}"
 
 
 def draw_load_curve(points: list[dict]):
@@ -253,9 +255,10 @@ def draw_load_curve(points: list[dict]):
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
     closed = points[0]["concurrency"] is not None
-    configurations = list(dict.fromkeys(_configuration(r) for r in points))
+    precisions = len({(r.get("weight_dtype"), r.get("kv_dtype")) for r in points}) > 1
+    configurations = list(dict.fromkeys(_configuration(r, precisions) for r in points))
     for i, name in enumerate(configurations):
-        mine = [r for r in points if _configuration(r) == name]
+        mine = [r for r in points if _configuration(r, precisions) == name]
         x = [r["concurrency"] if closed else r["request_rate"] for r in mine]
         left.plot(
             [r["output_tokens_per_s_per_user"] for r in mine],
