@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from costmodel.cli.commands import main
+from costmodel.core.checks import bounded_repr
 
 DATASHEET = os.path.join(os.path.dirname(__file__), "..", "hardware_profiles", "h100_sxm.yaml")
 
@@ -462,3 +463,26 @@ def test_a_name_with_dollar_signs_draws_as_written(tmp_path):
     result = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", str(config), "--html", str(page)])
     assert result.exit_code == 0, result.output
     assert "x$\\frac{$y" in page.read_text(encoding="utf-8")
+
+
+def test_a_billion_laughs_profile_is_quoted_without_writing_it_out(tmp_path):
+    """Nine lists of nine lists, nine deep, built from YAML aliases: 9^9 strings if written out. The error names
+    the field and quotes a few items of a few levels; the quote visits at most that many items."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    path = tmp_path / "lol.yaml"
+    path.write_text("\n".join([*lines, "id: *a8"]) + "\n")
+    r = CliRunner().invoke(main, ["predict", "--gpu", str(path)])
+    assert r.exit_code == 1 and "field id" in r.output and len(r.output) < 400, r.output
+
+    class Counted:
+        seen = 0
+
+        def __repr__(self):
+            Counted.seen += 1
+            return "x"
+
+    leaf = [Counted()] * 9
+    for _ in range(8):
+        leaf = [leaf] * 9
+    assert len(bounded_repr(leaf)) < 1000 and Counted.seen <= 4**3

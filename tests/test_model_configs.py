@@ -604,8 +604,23 @@ def test_gating_follows_the_activation_not_the_model_type(tmp_path):
     }
     for act, gated in (("silu", True), ("gelu_pytorch_tanh", False), ("gelu_new", False)):
         path = tmp_path / f"{act}.json"
-        path.write_text(json.dumps({**base, "model_type": "made_up", "hidden_act": act}))
+        path.write_text(json.dumps({**base, "model_type": "phi3", "hidden_act": act}))
         assert load_model(str(path)).ffn_gated is gated, act
+
+
+def test_a_model_type_the_reader_does_not_know_is_refused_not_priced_as_a_decoder(tmp_path):
+    """A config of Llama's keys under a type the reader does not know is one error naming the type and how to
+    price it anyway; the same config as llama, or with no model_type, is read by its keys."""
+    base = {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, "model_type": "made_up"}))
+    with pytest.raises(CostModelError, match="model type 'made_up' is not one the reader knows.*set model_type"):
+        load_model(str(path))
+    r = CliRunner().invoke(main, ["predict", "--gpu", "h100", "--model", str(path)])
+    assert r.exit_code == 1 and "made_up" in r.output and "Traceback" not in r.output
+    for fixed in ({**base, "model_type": "llama"}, base):
+        path.write_text(json.dumps(fixed))
+        assert load_model(str(path)).layers == 2
 
 
 # --- command line -----------------------------------------------------------------------------------

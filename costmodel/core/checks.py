@@ -14,17 +14,29 @@ from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import MAX_DIM
 
 
+def bounded_repr(value) -> str:
+    """``repr(value)`` cut short inside: a few items of each list or mapping, a few levels deep, so that a value
+    built from aliases (a YAML billion laughs: nine lists of nine lists, nine deep) is quoted at once instead of
+    being written out whole (reprlib, the standard library's bounded repr)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 4, 4, 4, 4
+    r.maxstring, r.maxother, r.maxlong = 60, 60, 40
+    return r.repr(value)
+
+
 def excerpt(value, limit: int = 40, quote: bool = True) -> str:
     """``value`` as an error quotes what was given: whole up to ``limit`` characters (a string in quotes where
     ``quote``), else its first 20 and its length, so no error repeats a long input."""
-    text = value if isinstance(value, str) else repr(value)
+    text = value if isinstance(value, str) else bounded_repr(value)
     if len(text) > limit:
         return f"{text[:20]!r}... ({len(text):,} characters)"
     return repr(text) if quote and isinstance(value, str) else text
 
 
 def _shown(value) -> str:
-    text = repr(value)
+    text = bounded_repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from costmodel.core.checks import bounded_repr
 from costmodel.core.errors import CostModelError
 from costmodel.core.files import load_yaml, read_text
 from costmodel.hardware.profile import HardwareProfile
@@ -45,7 +46,8 @@ def _validated(data, origin: str) -> HardwareProfile:
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
         whole = not first["loc"]  # a check of the whole profile: its input is the whole file
-        got = f" (got {first['input']!r})" if first["type"] not in ("missing", "extra_forbidden") and not whole else ""
+        shown = bounded_repr(first["input"])
+        got = f" (got {shown})" if first["type"] not in ("missing", "extra_forbidden") and not whole else ""
         msg = first["msg"].removeprefix("Value error, ")
         raise CostModelError(f"{origin}: field {where}: {msg}{got[:80]}{more}") from None
 

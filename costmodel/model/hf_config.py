@@ -79,6 +79,54 @@ UNSUPPORTED_TYPES = {
 }
 #: The activations of gated (GLU) feed-forward blocks: SiLU is SwiGLU in every decoder that uses it.
 GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
+#: The model types (config.json's model_type, as transformers names them) whose configs the reader reads: decoders
+#: of Llama's, GPT-2's, GPT-NeoX's, OPT's, BLOOM's and Falcon's key names, their mixture-of-experts and
+#: multi-head latent attention kin, and T5's encoder-decoders. Another type is refused rather than priced as
+#: a dense decoder it may not be; a config without a model_type is read by its keys.
+KNOWN_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "phi",
+    "phi3",
+    "phimoe",
+    "olmo",
+    "olmo2",
+    "olmoe",
+    "granite",
+    "granitemoe",
+    "internlm2",
+    "cohere",
+    "cohere2",
+    "stablelm",
+    "starcoder2",
+    "smollm3",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "glm4_moe",
+    "gpt_oss",
+    "minimax_m2",
+    "gpt2",
+    "gpt_bigcode",
+    "gpt_neox",
+    "gptj",
+    "opt",
+    "bloom",
+    "falcon",
+    "t5",
+    "mt5",
+    "umt5",
+)
+
 SUPPORTED = (
     "decoder-only transformers with dense or mixture-of-experts feed-forward blocks, grouped-query or "
     "multi-head latent attention, full or sliding-window layers; T5-style encoder-decoders"
@@ -156,6 +204,12 @@ def _refuse_unsupported(cfg: dict, path: str) -> None:
     if what is not None:
         where = f" (key {found})" if found else ""
         raise CostModelError(f"{path}: cannot model {what}{where}; supported: {SUPPORTED}")
+    kind = cfg.get("model_type")
+    if kind is not None and str(kind).lower() not in KNOWN_TYPES:
+        raise CostModelError(
+            f"{path}: model type {excerpt(kind)} is not one the reader knows ({', '.join(KNOWN_TYPES)}); where it "
+            "is a decoder of Llama's keys, set model_type to its nearest family (llama) to price it as one"
+        )
 
 
 def _quantization(q, path: str) -> dict | None:
