@@ -117,6 +117,12 @@ def test_configurations_compared_are_each_the_single_prediction(tmp_path):
     table = CliRunner().invoke(main, [*base, "--weight-dtype", "bf16,fp8", "--engine", "vllm", "--concurrency", "4"])
     assert table.exit_code == 0, table.output
     assert "engine weights/KV" in table.output and "vllm fp8/bf16" in table.output
+    csv = CliRunner().invoke(main, [*base, *listed, "--format", "csv"])
+    assert csv.exit_code == 0, csv.output
+    head, *rows = csv.output.strip().splitlines()
+    assert {"devices", "engine", "engine_version", "weight_dtype", "kv_dtype"} <= set(head.split(",")) and len(
+        rows
+    ) == 16
 
 
 @pytest.mark.parametrize(
