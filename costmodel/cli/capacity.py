@@ -18,6 +18,7 @@ from costmodel.cli.options import (
     gpus_option,
     json_option,
     output_format,
+    time_limit_option,
     timing_option,
     variant_option,
     without_option,
@@ -91,6 +92,7 @@ from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, EXECUTIONS
     "means, the simulation for p90]",
 )
 @engine_flag_options
+@time_limit_option
 @format_option
 @json_option
 @html_option()
@@ -142,6 +144,7 @@ def capacity(**options) -> None:
             timing=o.timing,
             flags=flags,
             load=o.load,
+            time_limit=o.time_limit,
         )
     if o.statistic != "mean" or o.evaluator is not None or o.load != "concurrency":
         raise CostModelError("--statistic, --evaluator and --load apply with --batching continuous")
@@ -158,22 +161,24 @@ def capacity(**options) -> None:
             o.dtype, o.execution, o.tp, DEFAULTS["overlap"], o.timing, o.without, o.weight_dtype, o.kv_dtype, o.mla_form
         ),
     )
-    records = [
-        {
-            "device": p.device,
-            "model": p.model,
-            "attention": p.attention,
-            "batch": p.batch,
-            "binds": p.binds,
-            "memory_batch": p.memory_batch,
-            "ttft_s": p.request.ttft_s if p.request else None,
-            "tpot_mean_s": p.request.tpot_mean_s if p.request else None,
-            "tokens_per_s_per_device": p.request.tokens_per_s_per_device if p.request else None,
-            "cost_per_million_tokens": p.cost_per_million_tokens,
-        }
-        for p in report.points
-    ]
+    records = [_static_record(p) for p in report.points]
     emit(o.fmt, [report.model_dump(mode="json")], records, lambda: capacity_table(report), single=True)
+
+
+def _static_record(p) -> dict:
+    """One point of a static-batching capacity as a CSV row."""
+    return {
+        "device": p.device,
+        "model": p.model,
+        "attention": p.attention,
+        "batch": p.batch,
+        "binds": p.binds,
+        "memory_batch": p.memory_batch,
+        "ttft_s": p.request.ttft_s if p.request else None,
+        "tpot_mean_s": p.request.tpot_mean_s if p.request else None,
+        "tokens_per_s_per_device": p.request.tokens_per_s_per_device if p.request else None,
+        "cost_per_million_tokens": p.cost_per_million_tokens,
+    }
 
 
 def _load_capacity(
@@ -196,6 +201,7 @@ def _load_capacity(
     timing,
     load,
     flags,
+    time_limit,
 ) -> None:
     from costmodel.deploy.capacity import load_capacity
     from costmodel.engine.layout import Layout
@@ -221,6 +227,7 @@ def _load_capacity(
         kv_dtype=kv_dtype,
         timing=timing,
         load=load,
+        time_limit=time_limit,
     )
     records = [
         {
@@ -260,7 +267,7 @@ capacity.panels = {
         ),
         "The model and its requests",
     ),
-    **dict.fromkeys(("tpot_ms", "ttft_ms", "statistic", "load", "price_per_hour"), "Targets and cost"),
+    **dict.fromkeys(("tpot_ms", "ttft_ms", "statistic", "load", "price_per_hour", "time_limit"), "Targets and cost"),
     **dict.fromkeys(("batching", "engine_name", "evaluator"), "How it is served"),
     **dict.fromkeys(ENGINE_FLAG_KEYS, "Engine flags (each engine's own default where not set)"),
     **dict.fromkeys(("dtype", "execution", "timing", "without"), "The kernels' time model"),

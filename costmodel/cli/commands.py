@@ -322,6 +322,7 @@ predict.panels = {
             "lengths_file",
             "frontend",
             "evaluator",
+            "time_limit",
         ),
         "Served under load (--engine with --concurrency or --request-rate)",
     ),

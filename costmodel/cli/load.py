@@ -3,12 +3,14 @@ load, parsed, checked and handed to :func:`costmodel.engine.served.serve`."""
 
 from __future__ import annotations
 
+from costmodel.cli.load_configs import configurations, draw_curve, launch_lines, serve_all
 from costmodel.cli.options import emit
+from costmodel.core.deadline import DEFAULT_S, limited
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import DEFAULTS
 
 #: The keys engine_options adds to a command's parameters.
 LOAD_KEYS = (
+    "time_limit",
     "engine_name",
     "concurrency",
     "client_connections",
@@ -61,6 +63,7 @@ POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel", "attention_dp")
 
 #: The load options' values when not given.
 LOAD_DEFAULTS = {
+    "time_limit": DEFAULT_S,
     "length_dist": "fixed",
     "spread": 0.0,
     "evaluator": "simulation",
@@ -134,10 +137,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         if load["length_dist"] != "fixed" or load["spread"]:
             raise CostModelError("--random-range-ratio sets --length-dist range and --spread; give one or the other")
         load = load | (dict(length_dist="range", spread=1 - ratio) if ratio < 1 else {})
-    if load["plot_path"] is not None:
-        from costmodel.render.plots import check_output
-
-        check_output(load["plot_path"])
+    _check_plot(load["plot_path"])
     loads = load_points(load)
     requests = Load(
         input_len,
@@ -154,7 +154,7 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         goodput=load["goodput"] or (),
         percentiles=_percentiles(load["metric_percentiles"]),
     ).with_(**values)
-    configs = _configurations(load, pricing)
+    configs = configurations(load, pricing)
     layout, flags, kw = configs[0]
     if load["disaggregated"]:
         if len(configs) > 1:
@@ -173,7 +173,8 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
     _no_pools(load)
     from costmodel.price.bands import served_label
 
-    results, setups = _serve_all(hws, layouts, loads, requests, configs)
+    deadline = limited(load["time_limit"])
+    results, setups = serve_all(hws, layouts, loads, requests, configs, deadline)
     curve = len(loads) > 1 or len(configs) > 1
     if load["plot_path"] is not None:
         draw_curve(results, load["plot_path"])
@@ -184,13 +185,21 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         for d, r, (layout, flags, kw) in zip(dumped, results, setups):
             d |= launch_lines(by_id[r.model], r, layout, flags, kw)
         table += "".join(f"\n\nlaunch: {d['launch']}\nmeasure: {d['bench']}" for d in dumped)
+    table = (deadline.stopped[:1].upper() + deadline.stopped[1:] + "\n\n" if deadline.stopped else "") + table
     emit(
         fmt,
-        [{"points": dumped}] if curve else dumped,
+        [{"points": dumped, **({"stopped": deadline.stopped} if deadline.stopped else {})}] if curve else dumped,
         [rec for r in results for rec in load_records(r)],
         lambda: table,
         single=len(results) == 1 or curve,
     )
+
+
+def _check_plot(path) -> None:
+    if path is not None:
+        from costmodel.render.plots import check_output
+
+        check_output(path)
 
 
 def _no_pools(load: dict) -> None:
@@ -339,95 +348,6 @@ def load_points(load: dict) -> list[tuple[int | None, float | None]]:
     if load["request_rate"] is not None:
         return [(None, r) for r in load["request_rate"]]
     raise CostModelError("--engine needs a load: --concurrency C (closed loop) or --request-rate R (Poisson)")
-
-
-def draw_curve(results: list, path) -> None:
-    """The load curve's figure (:func:`costmodel.render.serving_plots.draw_load_curve`) written to ``path``."""
-    from costmodel.render.plots import check_output, save
-    from costmodel.render.serving_plots import draw_load_curve
-
-    check_output(path)
-    dumped = [r.model_dump(mode="json") for r in results]
-    save(draw_load_curve(dumped), path, data={"points": dumped})
-
-
-def _engine_setup(load: dict, pricing: dict):
-    """(Layout, EngineFlags, serve()'s other arguments) from the load options and the pricing conventions."""
-    from costmodel.engine.config import EngineFlags
-    from costmodel.engine.layout import Layout
-
-    layout = Layout(
-        tp=pricing["tp"],
-        expert_parallel=load["expert_parallel"],
-        attention_dp=load["attention_dp"] or 1,
-        pipeline_parallel=load["pipeline_parallel"] or 1,
-        replicas=load["replicas"] or 1,
-        expert_parallel_size=load["expert_parallel_size"],
-    )
-    flags = EngineFlags(**{k: load[k] for k in EngineFlags.__dataclass_fields__})
-    kw = dict(
-        engine_name=load["engine_name"] or DEFAULTS["engine"],
-        weight_dtype=pricing.get("weight_dtype"),
-        kv_dtype=pricing.get("kv_dtype"),
-        timing=pricing.get("timing", "graph"),
-        evaluator=load["evaluator"],
-        frontend=load["frontend"],
-    )
-    return layout, flags, kw
-
-
-def launch_lines(m, p, layout, flags, kw: dict) -> dict:
-    """The launch command of one replica of prediction ``p`` and the benchmark command that would measure it."""
-    from costmodel.deploy.launch import commands_for
-    from costmodel.hardware.catalog import load_profile
-
-    share = dict(concurrency=p.concurrency) if p.concurrency is not None else dict(request_rate=p.request_rate)
-    share["num_requests"] = p.num_requests
-    return commands_for(m, load_profile(p.hardware.id), layout, p, flags, kw["weight_dtype"], kw["kv_dtype"], share)
-
-
-def _serve_point(task):
-    from costmodel.engine.served import serve
-
-    m, hw, point, layout, flags, kw = task
-    return serve(m, hw, point, layout=layout, flags=flags, **kw)
-
-
-def _serve_all(hws, layouts, loads, requests, configs: list) -> tuple[list, list]:
-    """Every configuration (``configs``: (Layout, EngineFlags, serve()'s other arguments) each), device, model
-    layout and load point served, over every core when there are several (the points past saturation, whose queues
-    hold thousands of requests, first), a progress bar on a terminal; (the predictions, each one's configuration)."""
-    from costmodel.core.parallel import run_all, workers_for
-    from costmodel.core.progress import bar
-
-    points = [requests.with_(concurrency=c, request_rate=r) for c, r in loads]
-    tasks = [(m, hw, p, *setup) for setup in configs for hw in hws for m in layouts for p in points]
-    with bar(len(tasks), "loads") as advance:
-        results = run_all(
-            _serve_point,
-            tasks,
-            workers_for(len(tasks), 2),
-            lambda _: advance(),
-            costliest=lambda t: -(t[2].concurrency or t[2].request_rate or 0),
-        )
-    return results, [t[3:] for t in tasks]
-
-
-def _configurations(load: dict, pricing: dict) -> list:
-    """(Layout, EngineFlags, serve()'s other arguments) of every configuration the comma lists of --tp, --engine,
-    --weight-dtype and --kv-dtype name (their product; one where none is a list)."""
-    from itertools import product
-
-    def listed(value):
-        return value if isinstance(value, tuple) else (value,)
-
-    out = []
-    for tp, engine, weight, kv in product(
-        listed(pricing["tp"]), listed(load["engine_name"]), listed(pricing["weight_dtype"]), listed(pricing["kv_dtype"])
-    ):
-        one = pricing | dict(tp=tp, weight_dtype=weight, kv_dtype=kv)
-        out.append(_engine_setup(load | dict(engine_name=engine), one))
-    return out
 
 
 def _percentiles(ps) -> tuple:

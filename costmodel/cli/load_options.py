@@ -6,6 +6,7 @@ import click
 
 from costmodel.cli.click_types import Loads, Objectives, PositiveNumber
 from costmodel.cli.options import FilePath, NonNegative, Positive, choices
+from costmodel.core.deadline import DEFAULT_S
 from costmodel.core.vocab import ENGINE_NAMES, MXFP4_ACTIVATIONS
 
 
@@ -62,6 +63,13 @@ def engine_version(ctx, param, value):
 
 #: The engine and the load: clients or a rate, how many requests, the warm-up.
 LOAD_OPTIONS = [
+    click.option(
+        "--time-limit",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_S,
+        show_default=True,
+        help="seconds a load curve may take; past it, the points priced so far, labelled as such",
+    ),
     click.option(
         "--engine",
         "engine_name",

@@ -108,6 +108,19 @@ def model_option(func):
     )(func)
 
 
+def time_limit_option(func):
+    """--time-limit: seconds a search may take; past it the command answers the best found so far, labelled."""
+    from costmodel.core.deadline import DEFAULT_S
+
+    return click.option(
+        "--time-limit",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_S,
+        show_default=True,
+        help="seconds the search may take; past it, the best found so far, labelled as such",
+    )(func)
+
+
 Positive = Count(1)
 NonNegative = Count(0)
 

@@ -20,6 +20,7 @@ from costmodel.cli.options import (
     model_option,
     output_format,
     routing_option,
+    time_limit_option,
 )
 from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 
@@ -58,6 +59,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 @click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf, .html)")
 @engine_flag_options
 @routing_option
+@time_limit_option
 @format_option
 @json_option
 @html_option(silent=("plot_path",))
@@ -75,6 +77,7 @@ def plan(
     max_concurrency,
     plot_path,
     routing,
+    time_limit,
     fmt,
     as_json,
     **engine_flags,
@@ -116,6 +119,7 @@ def plan(
         ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
         tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
         flags=EngineFlags(**engine_flags),
+        time_limit=time_limit,
     )
     given = dict(
         model=model_name,
@@ -131,16 +135,22 @@ def plan(
     for point in dumped["front"] + dumped["best"]:
         point["command"] = point_command(point, **given) + pooled(flag_args, point["mode"])
         point["step_command"] = step_command(point, m, **given)
-    if plot_path is not None:
+    _draw(dumped, plot_path)
+    emit(fmt, [dumped], dumped["front"], lambda: str(result), single=True)
+    if plot_path is not None and fmt == "table":
         from costmodel.core.files import wrote
+
+        for line in wrote(plot_path):
+            click.echo(line)
+
+
+def _draw(dumped: dict, plot_path) -> None:
+    """The plan's front as a figure, where --plot asks for one."""
+    if plot_path is not None:
         from costmodel.render.plan_figure import draw_plan
         from costmodel.render.plots import save
 
         save(draw_plan(dumped), plot_path, data=dumped)
-    emit(fmt, [dumped], dumped["front"], lambda: str(result), single=True)
-    if plot_path is not None and fmt == "table":
-        for line in wrote(plot_path):
-            click.echo(line)
 
 
 def point_command(

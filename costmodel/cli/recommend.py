@@ -17,6 +17,7 @@ from costmodel.cli.options import (
     json_option,
     model_option,
     output_format,
+    time_limit_option,
 )
 from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
@@ -58,6 +59,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
     help="the KV cache's dtype (auto: the default) [default: the engine's for the checkpoint]",
 )
 @engine_flag_options
+@time_limit_option
 @format_option
 @json_option
 def recommend(**options) -> None:
@@ -105,6 +107,7 @@ def recommend(**options) -> None:
         max_gpus=o["max_gpus"],
         weight_dtype=o["weight_dtype"],
         kv_dtype=o["kv_dtype"],
+        time_limit=o["time_limit"],
     )
     rec = rec.model_copy(update={"command": _command(rec, m, o, settings)})
     dumped = rec.model_dump(mode="json")
@@ -118,7 +121,9 @@ recommend.panels = {
         ("model_name", "revision", "input_len", "output_len", "weight_dtype", "kv_dtype"), "The model and its requests"
     ),
     **dict.fromkeys(("request_rate", "concurrency", "num_requests"), "The load"),
-    **dict.fromkeys(("ttft_ms", "tpot_ms", "statistic", "price_per_hour", "max_gpus"), "Targets and search"),
+    **dict.fromkeys(
+        ("ttft_ms", "tpot_ms", "statistic", "price_per_hour", "max_gpus", "time_limit"), "Targets and search"
+    ),
     **dict.fromkeys(("engine_name", *ENGINE_FLAG_KEYS), "The engine and its flags"),
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from costmodel.core import checks
+from costmodel.core.deadline import limited
 from costmodel.core.errors import CostModelError
 from costmodel.core.reports import Report
 from costmodel.core.vocab import DEFAULTS
@@ -53,6 +54,7 @@ class LoadCapacityReport(Report):
     price_per_hour: float | None
     points: list[LoadCapacityPoint]
     assumptions: list[str]
+    stopped: str | None = None  # the search passed its time limit: each point the best found so far
 
     def __str__(self) -> str:
         from costmodel.render.serving import load_capacity_table
@@ -93,6 +95,17 @@ def _cost(point: LoadPrediction | None, price_per_hour) -> float | None:
     return price_per_hour / 3600 / point.output_tokens_per_s_per_device * 1e6
 
 
+def _out_of_time(deadline, what: str) -> bool:
+    """Whether a search must stop at its deadline (noting it): its best so far is the answer."""
+    if deadline is None or not deadline.passed():
+        return False
+    deadline.stopped = (
+        f"stopped at the time limit ({deadline.seconds:g} s) before the {what} was narrowed down: each answer "
+        "is the highest that met the targets when the search stopped, not the search's whole answer"
+    )
+    return True
+
+
 def highest_rate(
     m: ModelPreset,
     hw: HardwareProfile,
@@ -104,6 +117,7 @@ def highest_rate(
     statistic: str = "mean",
     evaluator: str | None = None,
     price_per_hour: float | None = None,
+    deadline=None,
     **serving,
 ) -> LoadCapacityPoint:
     """The highest Poisson arrival rate (requests per second) meeting the targets (``statistic``: ``mean`` or
@@ -133,6 +147,8 @@ def highest_rate(
         best, binds = 0.0, first
     else:
         while hi - lo > RATE_PRECISION * most:
+            if _out_of_time(deadline, "rate"):
+                break
             mid = (lo + hi) / 2
             why = fails(mid)
             lo, hi, binds = (mid, hi, binds) if why is None else (lo, mid, why)
@@ -162,6 +178,7 @@ def largest_concurrency(
     evaluator: str | None = None,
     price_per_hour: float | None = None,
     max_concurrency: int = MAX_CONCURRENCY,
+    deadline=None,
     **serving,
 ) -> LoadCapacityPoint:
     """The most clients meeting the targets (``statistic``: ``mean`` or ``p90`` of TTFT and TPOT); ``requests``:
@@ -191,6 +208,8 @@ def largest_concurrency(
     else:
         lo, hi, binds = 1, None, None
         while hi is None:
+            if _out_of_time(deadline, "concurrency"):
+                break
             nxt = min(lo * 2, max_concurrency)
             if nxt == lo:
                 binds = "concurrency limit"
@@ -201,6 +220,8 @@ def largest_concurrency(
             else:
                 hi, binds = nxt, why
         while hi is not None and hi - lo > 1:
+            if _out_of_time(deadline, "concurrency"):
+                break
             mid = (lo + hi) // 2
             why = fails(mid)
             lo, hi, binds = (mid, hi, binds) if why is None else (lo, mid, why)
@@ -230,6 +251,7 @@ def load_capacity(
     price_per_hour: float | None = None,
     variants: bool = True,
     load: str = "concurrency",
+    time_limit: float | None = None,
     **serving,
 ) -> LoadCapacityReport:
     """:func:`largest_concurrency` (``load`` "concurrency") or :func:`highest_rate` (``load`` "request-rate") on
@@ -248,6 +270,7 @@ def load_capacity(
     search = largest_concurrency if load == "concurrency" else highest_rate
     layouts = with_variants(m) if variants else [m]
     points = []
+    deadline = limited(time_limit)
     for hw in devices:
         for layout in layouts:
             try:
@@ -262,6 +285,7 @@ def load_capacity(
                         statistic=statistic,
                         evaluator=evaluator,
                         price_per_hour=price_per_hour,
+                        deadline=deadline,
                         **serving,
                     )
                 )
@@ -279,7 +303,9 @@ def load_capacity(
                     )
                 )
     assumptions = _capacity_assumptions(engine_name, statistic, load, used, price_per_hour)
+    assumptions = [deadline.stopped, *assumptions] if deadline.stopped else assumptions
     return LoadCapacityReport(
+        stopped=deadline.stopped,
         engine=engine_name,
         input_len=requests.input_len,
         output_len=requests.output_len,

@@ -18,74 +18,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.core import checks
+from costmodel.core.deadline import limited
 from costmodel.core.errors import CostModelError
 from costmodel.core.progress import bar
-from costmodel.core.reports import Report
 from costmodel.core.vocab import DEFAULTS
+from costmodel.deploy.plan_reports import Plan, PlanPoint, SkippedLayout
 from costmodel.engine.config import EngineFlags
 from costmodel.engine.layout import Layout
 from costmodel.engine.load import Load
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
-from costmodel.price.bands import Band
 
 #: What a plan does not enumerate yet, stated in every plan.
 NOT_ENUMERATED = (
     "pipeline parallel in a disaggregated pool, attention data parallel in its prefill pool or with replicas",
     "expert parallel over groups other than the tensor-parallel one (or all the devices, with attention data parallel)",
 )
-
-
-class PlanPoint(Report):
-    device: str
-    layout: str
-    mode: str
-    tp: int
-    replicas: int
-    expert_parallel: bool
-    attention_dp: int
-    pipeline_parallel: int
-    prefill_tp: int
-    prefill_workers: int
-    decode_tp: int
-    decode_workers: int
-    decode_attention_dp: int
-    concurrency: int  # clients in all (per replica x replicas, aggregated)
-    ttft_s: float
-    tpot_s: float
-    output_tokens_per_s_per_device: float
-    output_tokens_per_s_per_user: float
-    meets_targets: bool | None  # None: no targets given
-    ttft_band: Band | None = None  # where a benchmark's mean TTFT is expected to fall (costmodel.price.bands.served)
-    tpot_band: Band | None = None
-    kv_cache_full: bool = False  # the memory limit: the KV cache had no room for another request (kv_cache_full)
-
-
-class SkippedLayout(Report):
-    device: str
-    layout: str
-    reason: str
-
-
-class Plan(Report):
-    model: str
-    model_name: str
-    devices: int
-    input_len: int
-    output_len: int
-    engine: str
-    ttft_target_s: float | None
-    tpot_target_s: float | None
-    points: list[PlanPoint]  # the simulated candidates
-    front: list[PlanPoint]  # per device kind: no point has another of its kind at least as good on both axes
-    best: list[PlanPoint]  # per device kind: the most tokens/s per device that meets the targets
-    skipped: list[SkippedLayout]
-    assumptions: list[str]
-
-    def __str__(self) -> str:
-        from costmodel.render.serving import plan_table
-
-        return plan_table(self)
 
 
 def _powers(n: int) -> list[int]:
@@ -308,9 +256,11 @@ def plan(
     tpot_s: float | None = None,
     max_concurrency: int = 256,
     flags: EngineFlags = EngineFlags(),
+    time_limit: float | None = None,
 ) -> Plan:
     """Every layout of ``m`` on ``devices`` of each of ``hws``, priced under load; the front and the best (every
-    engine with ``flags`` set)."""
+    engine with ``flags`` set). Past ``time_limit`` seconds no new layout or point is priced: the plan holds what
+    was, saying so."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
     checks.count("devices", devices, most=MAX_PLAN_DEVICES)
     checks.count("input_len", input_len)
@@ -320,9 +270,7 @@ def plan(
         raise CostModelError(f"hws must be a non-empty list of HardwareProfile (load_profile(...)), got {hws!r}"[:200])
     for hw in hws:
         checks.instance("hws", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
-    for name, t in (("ttft_s", ttft_s), ("tpot_s", tpot_s)):
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e6):
-            raise CostModelError(f"{name} must be a positive number of seconds, got {t!r}")
+    _check_targets(ttft_s, tpot_s)
     if m.architecture != "decoder":
         raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
     targets = (ttft_s, tpot_s)
@@ -336,9 +284,13 @@ def plan(
         flags=flags,
     )
     points, fronts, best, skipped = [], [], [], []
+    deadline = limited(time_limit)
     for hw in hws:
+        if points and deadline.passed():
+            deadline.stop(hws.index(hw), len(hws), "device kinds")
+            break
         with bar(len(layouts(m, devices)), f"layouts on {hw.id}") as advance:
-            mine, skips = _plan_device(m, hw, devices, max_concurrency, kw, advance)
+            mine, skips = _plan_device(m, hw, devices, max_concurrency, kw, advance, deadline)
         points += mine
         fronts += pareto(mine)
         skipped += skips
@@ -364,18 +316,34 @@ def plan(
         front=fronts,
         best=best,
         skipped=skipped,
-        assumptions=_plan_assumptions(m, devices, max_concurrency),
+        assumptions=[
+            *([deadline.stopped] if deadline.stopped else []),
+            *_plan_assumptions(m, devices, max_concurrency),
+        ],
+        stopped=deadline.stopped,
     )
 
 
-def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurrency: int, kw: dict, advance):
+def _check_targets(ttft_s, tpot_s) -> None:
+    for name, t in (("ttft_s", ttft_s), ("tpot_s", tpot_s)):
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e6):
+            raise CostModelError(f"{name} must be a positive number of seconds, got {t!r}")
+
+
+def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurrency: int, kw: dict, advance, deadline):
     """(simulated points, skipped layouts) on one device kind: every layout swept in closed form, then the closed
-    form's front (to within its error against the simulation) and best, with their neighbouring loads, simulated."""
+    form's front (to within its error against the simulation) and best, with their neighbouring loads, simulated;
+    past the ``deadline`` no new layout is swept and no new point simulated."""
     skipped = []
     # 1. every layout swept in closed form
     screened = []
-    for layout in layouts(m, devices):
+    every = layouts(m, devices)
+    for i, layout in enumerate(every):
+        if screened and deadline.passed():
+            deadline.stop(i, len(every), f"layouts on {hw.id}")
+            break
         swept, reason = sweep(m, hw, layout, max_concurrency=max_concurrency, **kw)
+        advance()
         screened += [(layout, pt) for pt in swept]
         if reason is not None:
             skipped.append(SkippedLayout(device=hw.id, layout=layout.describe(), reason=reason))
@@ -392,7 +360,13 @@ def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurre
         for near in (c // 2, c, c * 2):
             if (pt.layout, c) in picked and layout.units <= near <= max_concurrency * layout.units:
                 candidates[(pt.layout, near)] = (layout, near)
-    return [price_point(m, hw, layout, c, **kw) for layout, c in candidates.values()], skipped
+    priced = []
+    for layout, c in candidates.values():
+        if priced and deadline.passed():
+            deadline.stop(len(priced), len(candidates), f"front points on {hw.id} (every layout screened)")
+            break
+        priced.append(price_point(m, hw, layout, c, **kw))
+    return priced, skipped
 
 
 def _plan_assumptions(m: ModelPreset, devices: int, max_concurrency: int) -> list[str]:

@@ -15,6 +15,7 @@ import math
 from dataclasses import replace
 
 from costmodel.core import checks
+from costmodel.core.deadline import limited
 from costmodel.core.errors import CostModelError
 from costmodel.core.progress import bar
 from costmodel.core.vocab import DEFAULTS
@@ -128,9 +129,11 @@ def recommend(
     max_gpus: int = MAX_GPUS,
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
+    time_limit: float | None = None,
 ) -> Recommendation:
     """The fewest GPUs of ``hws`` that serve ``requests`` (its ``concurrency`` clients or ``request_rate``) under
-    the TTFT and TPOT targets (``statistic``: their ``mean`` or ``p90``), at most ``max_gpus``."""
+    the TTFT and TPOT targets (``statistic``: their ``mean`` or ``p90``), at most ``max_gpus``. Past
+    ``time_limit`` seconds the search takes no new layout and answers the best found so far, saying so."""
     if not isinstance(hws, (list, tuple)) or not hws:
         raise CostModelError(f"hws must be a non-empty list of HardwareProfile, got {hws!r}"[:200])
     checks.instance("requests", requests, Load, "a Load(input_len, output_len, request_rate=...)")
@@ -147,9 +150,11 @@ def recommend(
     pooled = recommend_disagg.searched(engine_name, requests) is None
     first = [(hw, unit, None) for hw in hws for unit in units(m, max_gpus)]
     common = (m, requests, closed, load, targets, kw, price_per_gpu_hour, max_gpus)
+    deadline = limited(time_limit)
     with bar(len(first) + (len(hws) if pooled else 0), "layouts") as advance:
-        candidates = _searched(first, common, advance)
-        for hw in hws if pooled else ():
+        priced = _searched(first, common, advance, deadline)
+        candidates = [c for c in priced if c is not None]
+        for hw in hws if pooled and not deadline.passed() else ():
             candidates += recommend_disagg.candidates(
                 m, hw, requests, TP_SIZES, targets, kw, max_gpus, price_per_gpu_hour
             )
@@ -158,16 +163,22 @@ def recommend(
         fewest = min((c.gpus for c in candidates if c.gpus is not None), default=max_gpus)
         near = [
             (hw, unit)
-            for (hw, unit, _), c in zip(first, candidates)
-            if (c.gpus or math.inf) <= BUDGET_REACH * fewest or (c.binds or "").startswith(("tpot", "ttft"))
+            for (hw, unit, _), c in zip(first, priced)
+            if c is not None
+            and ((c.gpus or math.inf) <= BUDGET_REACH * fewest or (c.binds or "").startswith(("tpot", "ttft")))
         ]
         more = [(hw, unit, budget) for hw, unit in near for budget in _budgets(hw, unit, kw)[1:]]
-        candidates += _searched(more, common, advance)
-    return _choose(m, hws, requests, candidates, targets, kw, price_per_gpu_hour, max_gpus)
+        if not deadline.passed():
+            candidates += [c for c in _searched(more, common, advance, deadline) if c is not None]
+    total = len(first) + len(more) + (len(hws) * len(TP_SIZES) ** 2 if pooled else 0)
+    if deadline.stopped is not None or len(candidates) < total:
+        deadline.stop(len(candidates), total, "layouts")
+    return _choose(m, hws, requests, candidates, targets, kw, price_per_gpu_hour, max_gpus, deadline)
 
 
-def _searched(searched: list, common: tuple, advance) -> list[Candidate]:
-    """Each (device, unit, token budget) of ``searched`` priced (:func:`_candidate`), over every core."""
+def _searched(searched: list, common: tuple, advance, deadline) -> list[Candidate | None]:
+    """Each (device, unit, token budget) of ``searched`` priced (:func:`_candidate`), over every core; None for
+    those the deadline left out."""
     from costmodel.core.parallel import run_all, workers_for
 
     return run_all(
@@ -175,6 +186,7 @@ def _searched(searched: list, common: tuple, advance) -> list[Candidate]:
         [(hw, unit, budget, common) for hw, unit, budget in searched],
         workers_for(len(searched), 4),
         lambda _: advance(),
+        deadline=deadline,
     )
 
 
@@ -233,7 +245,7 @@ def _rank(c: Candidate, load: float) -> tuple:
     return (c.gpus, c.cost_per_hour or 0.0, -((c.saturation or c.per_unit) * (c.replicas or 1) - load))
 
 
-def _choose(m, hws, requests, candidates, targets, kw, price, max_gpus) -> Recommendation:
+def _choose(m, hws, requests, candidates, targets, kw, price, max_gpus, deadline) -> Recommendation:
     """The fewest GPUs among the candidates, each priced again as a whole: an aggregated one with a replica more
     where the whole misses the targets at the search's edge; the disaggregated ones within reach of it grown and
     trimmed (:func:`costmodel.deploy.recommend_disagg.verified`)."""
@@ -247,7 +259,7 @@ def _choose(m, hws, requests, candidates, targets, kw, price, max_gpus) -> Recom
             break
     bound = answer[0].gpus if answer is not None else max_gpus
     pools = [c for c in feasible if c.mode == "disagg" and c.gpus <= DISAGG_REACH * bound][:DISAGG_TRIED]
-    for c in pools:
+    for c in pools if not deadline.passed() else ():
         hw = next(h for h in hws if h.id == c.gpu)
         best, at = recommend_disagg.verified(m, hw, requests, c, targets, kw, max_gpus)
         if best is not None and (answer is None or _rank(best, load) < _rank(answer[0], load)):
@@ -259,7 +271,10 @@ def _choose(m, hws, requests, candidates, targets, kw, price, max_gpus) -> Recom
             f"{load:g} {'clients' if closed else 'requests/s'} under the targets ({'; '.join(why)})"
         )
     best, at, hw = answer
-    return _recommendation(m, hw, requests, best, at, candidates, targets, kw, price)
+    rec = _recommendation(m, hw, requests, best, at, candidates, targets, kw, price)
+    if deadline.stopped is not None:
+        rec = rec.model_copy(update={"stopped": deadline.stopped, "assumptions": [deadline.stopped, *rec.assumptions]})
+    return rec
 
 
 def _whole(m, hws, requests, best: Candidate, targets, kw, max_gpus):

@@ -67,6 +67,7 @@ class Recommendation(Report):
     bench: str
     candidates: list[Candidate]
     assumptions: list[str]
+    stopped: str | None = None  # the search passed its time limit: what it left out (the answer is the best so far)
 
     def __str__(self) -> str:
         from costmodel.render.recommend import recommendation_table

@@ -83,48 +83,13 @@ GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
 #: of Llama's, GPT-2's, GPT-NeoX's, OPT's, BLOOM's and Falcon's key names, their mixture-of-experts and
 #: multi-head latent attention kin, and T5's encoder-decoders. Another type is refused rather than priced as
 #: a dense decoder it may not be; a config without a model_type is read by its keys.
-KNOWN_TYPES = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "gemma",
-    "gemma2",
-    "gemma3",
-    "gemma3_text",
-    "phi",
-    "phi3",
-    "phimoe",
-    "olmo",
-    "olmo2",
-    "olmoe",
-    "granite",
-    "granitemoe",
-    "internlm2",
-    "cohere",
-    "cohere2",
-    "stablelm",
-    "starcoder2",
-    "smollm3",
-    "deepseek_v2",
-    "deepseek_v3",
-    "kimi_k2",
-    "glm4_moe",
-    "gpt_oss",
-    "minimax_m2",
-    "gpt2",
-    "gpt_bigcode",
-    "gpt_neox",
-    "gptj",
-    "opt",
-    "bloom",
-    "falcon",
-    "t5",
-    "mt5",
-    "umt5",
+KNOWN_TYPES = tuple(
+    """
+    llama mistral mixtral qwen2 qwen2_moe qwen3 qwen3_moe gemma gemma2 gemma3 gemma3_text phi phi3
+    phimoe olmo olmo2 olmoe granite granitemoe internlm2 cohere cohere2 stablelm starcoder2 smollm3
+    deepseek_v2 deepseek_v3 kimi_k2 glm4_moe gpt_oss minimax_m2 gpt2 gpt_bigcode gpt_neox gptj opt bloom
+    falcon t5 mt5 umt5
+    """.split()
 )
 
 SUPPORTED = (

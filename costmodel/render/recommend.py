@@ -21,6 +21,7 @@ def recommendation_table(rec) -> str:
     each = " (each replica)" if rec.mode == "agg" else ""
     lines = [
         f"{rec.model_name} [{rec.model}] served by {rec.engine}: {load} of {rec.input_len:,} + {rec.output_len:,} tokens, {targets}",
+        *([f"{rec.stopped.upper()[:1]}{rec.stopped[1:]}"] if rec.stopped else []),
         "",
         f"fewest GPUs: {rec.gpus} x {rec.gpu} ({shape}{budget}){cost}",
         f"at that load: TTFT {si(at.ttft_s, 's')} (p90 {si(at.ttft.p90, 's')}), TPOT {si(at.tpot_s, 's')} "

@@ -210,6 +210,7 @@ def load_capacity_table(report) -> str:
     lines = [
         f"served by {report.engine}: requests of {report.input_len:,} + {report.output_len:,} tokens, "
         f"{report.statistic} {targets}",
+        *([report.stopped[:1].upper() + report.stopped[1:]] if report.stopped else []),
         "",
     ]
     rate = report.load == "request-rate"
@@ -347,7 +348,8 @@ def plan_table(plan) -> str:
     )
     lines = [
         f"{plan.model_name} [{plan.model}] on {plan.devices} devices, served by {plan.engine}: requests of "
-        f"{plan.input_len:,} + {plan.output_len:,} tokens" + (f", targets {targets} (means)" if targets else "")
+        f"{plan.input_len:,} + {plan.output_len:,} tokens" + (f", targets {targets} (means)" if targets else ""),
+        *([plan.stopped[:1].upper() + plan.stopped[1:]] if plan.stopped else []),
     ]
     for device in dict.fromkeys(p.device for p in plan.points):
         rows = [("layout", "clients", "TTFT", "TPOT", "tok/s/device", "tok/s/user") + (("meets",) if targets else ())]
