@@ -6,9 +6,16 @@ from types import SimpleNamespace
 
 import click
 
-from costmodel.cli.click_types import OnceCommand, PositiveNumber
+from costmodel.cli.click_types import EngineChoice, OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
-from costmodel.cli.load_options import ENGINE_FLAG_KEYS, EngineChoice, engine_flag_options
+from costmodel.cli.load import requests_of
+from costmodel.cli.load_options import (
+    ENGINE_FLAG_KEYS,
+    REQUEST_KEYS,
+    engine_flag_options,
+    request_arguments,
+    request_options,
+)
 from costmodel.cli.options import (
     Positive,
     choices,
@@ -92,6 +99,7 @@ from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, EXECUTIONS
     "means, the simulation for p90]",
 )
 @engine_flag_options
+@request_options("num_requests")
 @time_limit_option
 @format_option
 @json_option
@@ -145,7 +153,11 @@ def capacity(**options) -> None:
             flags=flags,
             load=o.load,
             time_limit=o.time_limit,
+            requests=requests_of(vars(o), o.input_len, o.output_len),
+            frontend=o.frontend,
         )
+    if request_arguments(vars(o)) or o.num_requests is not None:
+        raise CostModelError("the requests' lengths, count and front end apply with --batching continuous")
     if o.statistic != "mean" or o.evaluator is not None or o.load != "concurrency":
         raise CostModelError("--statistic, --evaluator and --load apply with --batching continuous")
     report = run_capacity(
@@ -202,10 +214,11 @@ def _load_capacity(
     load,
     flags,
     time_limit,
+    requests,
+    frontend,
 ) -> None:
     from costmodel.deploy.capacity import load_capacity
     from costmodel.engine.layout import Layout
-    from costmodel.engine.load import Load
     from costmodel.render.serving import load_capacity_table
 
     if tpot_ms is None and ttft_ms is None:
@@ -213,7 +226,7 @@ def _load_capacity(
     report = load_capacity(
         m,
         hws,
-        Load(input_len, output_len),
+        requests,
         engine_name=engine_name,
         tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
         ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
@@ -228,6 +241,7 @@ def _load_capacity(
         timing=timing,
         load=load,
         time_limit=time_limit,
+        frontend=frontend,
     )
     records = [
         {
@@ -268,6 +282,7 @@ capacity.panels = {
         "The model and its requests",
     ),
     **dict.fromkeys(("tpot_ms", "ttft_ms", "statistic", "load", "price_per_hour", "time_limit"), "Targets and cost"),
+    **dict.fromkeys(("num_requests", *REQUEST_KEYS), "The requests (with --batching continuous)"),
     **dict.fromkeys(("batching", "engine_name", "evaluator"), "How it is served"),
     **dict.fromkeys(ENGINE_FLAG_KEYS, "Engine flags (each engine's own default where not set)"),
     **dict.fromkeys(("dtype", "execution", "timing", "without"), "The kernels' time model"),

@@ -11,6 +11,7 @@ from costmodel.core.errors import CostModelError
 from costmodel.core.invocation import command_line  # noqa: F401 - the commands' own, where they take it from
 from costmodel.core.vocab import (
     DECIMAL,
+    ENGINE_NAMES,
     MAX_DIGITS,
     MAX_DIM,
     whole,
@@ -230,3 +231,44 @@ class Objectives(click.ParamType):
         if not out:
             self.fail("give at least one objective, e.g. ttft:200 tpot:50", param, ctx)
         return tuple(out.items())
+
+
+_ENGINES = click.Choice(list(ENGINE_NAMES), case_sensitive=False)
+
+
+class EngineChoice(click.ParamType):
+    """An engine's name, or ``name==release`` as pip spells a pinned release (``vllm==0.8.5``): the release goes
+    to ``--engine-version`` (:func:`engine_version`)."""
+
+    name = "ENGINE"
+    choices = ENGINE_NAMES  # the names alone, as the page's field offers them
+
+    def convert(self, value, param, ctx):
+        if "," in str(value) and ctx is not None and ctx.info_name == "predict":  # configurations compared
+            if "==" in str(value):
+                self.fail(
+                    f"{value!r}: a comma list names engines without a release (pin one with one engine)", param, ctx
+                )
+            names = tuple(_ENGINES.convert(v.strip(), param, ctx) for v in str(value).split(","))
+            if len(set(names)) != len(names):
+                self.fail(f"{value!r} names an engine twice", param, ctx)
+            return names
+        name, _, version = str(value).partition("==")
+        name = _ENGINES.convert(name.strip(), param, ctx)
+        if version and ctx is not None:
+            given = ctx.params.get("engine_version")
+            if given is not None and given != version.strip():
+                self.fail(f"{value!r} names release {version.strip()}, --engine-version {given}", param, ctx)
+            ctx.meta["engine_version"] = ctx.params["engine_version"] = version.strip()
+        return name
+
+    def get_metavar(self, param, ctx=None):
+        return "[" + "|".join(ENGINE_NAMES) + "][==RELEASE]"
+
+
+def engine_version(ctx, param, value):
+    """--engine-version, or the release ``--engine name==release`` named (the two must agree)."""
+    pinned = ctx.meta.get("engine_version")
+    if value is not None and pinned is not None and value != pinned:
+        raise click.BadParameter(f"{value} differs from the release --engine names ({pinned})", ctx, param)
+    return value if value is not None else pinned

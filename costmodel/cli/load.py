@@ -117,43 +117,19 @@ def wants_load(load: dict) -> bool:
 
 def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, output_len, pricing: dict) -> None:
     """Every model layout on every device under the load."""
-    from costmodel.engine.load import Load
     from costmodel.render.serving import load_records, load_table
 
-    values = {}
-    if load["lengths_file"] is not None:
-        if load["length_dist"] != "fixed":
-            raise CostModelError("--lengths-file gives the lengths; --length-dist does not apply with it")
-        prompts, outputs = read_lengths(load["lengths_file"])
-        values = dict(input_dist="file", output_dist="file", input_values=prompts, output_values=outputs)
-        input_len, output_len = round(sum(prompts) / len(prompts)), round(sum(outputs) / len(outputs))
-    if input_len is None or output_len is None:
-        raise CostModelError(
-            "a served model needs --input-len and --output-len (the requests' lengths), or --lengths-file"
-        )
     _check_load(load, pricing)
-    ratio = load["random_range_ratio"]
-    if ratio is not None:  # vllm bench serve's lengths: uniform from ratio x the length to the length
-        if load["length_dist"] != "fixed" or load["spread"]:
-            raise CostModelError("--random-range-ratio sets --length-dist range and --spread; give one or the other")
-        load = load | (dict(length_dist="range", spread=1 - ratio) if ratio < 1 else {})
     _check_plot(load["plot_path"])
     loads = load_points(load)
-    requests = Load(
-        input_len,
-        output_len,
+    requests = requests_of(load, input_len, output_len).with_(
         concurrency=loads[0][0],
         request_rate=loads[0][1],
-        num_requests=load["num_requests"],
-        warmup_requests=load["warmup_requests"],
-        burstiness=load["burstiness"],
-        input_dist=load["length_dist"],
-        output_dist=load["length_dist"],
-        spread=load["spread"],
         client_connections=load["client_connections"],
         goodput=load["goodput"] or (),
         percentiles=_percentiles(load["metric_percentiles"]),
-    ).with_(**values)
+    )
+    load = load | _ratio(load)
     configs = configurations(load, pricing)
     layout, flags, kw = configs[0]
     if load["disaggregated"]:
@@ -193,6 +169,47 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         lambda: table,
         single=len(results) == 1 or curve,
     )
+
+
+def _ratio(load: dict) -> dict:
+    """--random-range-ratio as the --length-dist and --spread it stands for (vllm bench serve's lengths: uniform
+    from ratio x the length up to the length)."""
+    ratio = load.get("random_range_ratio")
+    if ratio is None:
+        return {}
+    if load["length_dist"] != "fixed" or load["spread"]:
+        raise CostModelError("--random-range-ratio sets --length-dist range and --spread; give one or the other")
+    return dict(length_dist="range", spread=1 - ratio) if ratio < 1 else {}
+
+
+def requests_of(opts: dict, input_len, output_len):
+    """The requests the options describe (a Load without its clients or rate): their lengths, fixed, drawn around
+    --input-len and --output-len (--length-dist, --spread, --random-range-ratio) or read (--lengths-file); how many
+    and the warm-up; an open loop's burstiness. ``opts``: the options given, by parameter name (absent: default)."""
+    from costmodel.engine.load import Load
+
+    opts = opts | _ratio(opts)
+    values = {}
+    if opts.get("lengths_file") is not None:
+        if opts.get("length_dist", "fixed") != "fixed":
+            raise CostModelError("--lengths-file gives the lengths; --length-dist does not apply with it")
+        prompts, outputs = read_lengths(opts["lengths_file"])
+        values = dict(input_dist="file", output_dist="file", input_values=prompts, output_values=outputs)
+        input_len, output_len = round(sum(prompts) / len(prompts)), round(sum(outputs) / len(outputs))
+    if input_len is None or output_len is None:
+        raise CostModelError(
+            "a served model needs --input-len and --output-len (the requests' lengths), or --lengths-file"
+        )
+    return Load(
+        input_len,
+        output_len,
+        num_requests=opts.get("num_requests"),
+        warmup_requests=opts.get("warmup_requests") or 0,
+        burstiness=opts.get("burstiness", 1.0),
+        input_dist=opts.get("length_dist", "fixed"),
+        output_dist=opts.get("length_dist", "fixed"),
+        spread=opts.get("spread") or 0.0,
+    ).with_(**values)
 
 
 def _check_plot(path) -> None:

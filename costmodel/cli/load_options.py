@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli.click_types import Loads, Objectives, PositiveNumber
+from costmodel.cli.click_types import EngineChoice, Loads, Objectives, PositiveNumber, engine_version
 from costmodel.cli.options import FilePath, NonNegative, Positive, choices
 from costmodel.core.deadline import DEFAULT_S
-from costmodel.core.vocab import ENGINE_NAMES, MXFP4_ACTIVATIONS
+from costmodel.core.vocab import MXFP4_ACTIVATIONS
 
 
 class Fraction(click.ParamType):
@@ -21,44 +21,6 @@ class Fraction(click.ParamType):
         if not 0 < x <= 1:
             self.fail(f"{value!r} is not in (0, 1]", param, ctx)
         return x
-
-
-class EngineChoice(click.ParamType):
-    """An engine's name, or ``name==release`` as pip spells a pinned release (``vllm==0.8.5``): the release goes
-    to ``--engine-version`` (:func:`engine_version`)."""
-
-    name = "ENGINE"
-    choices = ENGINE_NAMES  # the names alone, as the page's field offers them
-
-    def convert(self, value, param, ctx):
-        if "," in str(value) and ctx is not None and ctx.info_name == "predict":  # configurations compared
-            if "==" in str(value):
-                self.fail(
-                    f"{value!r}: a comma list names engines without a release (pin one with one engine)", param, ctx
-                )
-            names = tuple(choices(ENGINE_NAMES).convert(v.strip(), param, ctx) for v in str(value).split(","))
-            if len(set(names)) != len(names):
-                self.fail(f"{value!r} names an engine twice", param, ctx)
-            return names
-        name, _, version = str(value).partition("==")
-        name = choices(ENGINE_NAMES).convert(name.strip(), param, ctx)
-        if version and ctx is not None:
-            given = ctx.params.get("engine_version")
-            if given is not None and given != version.strip():
-                self.fail(f"{value!r} names release {version.strip()}, --engine-version {given}", param, ctx)
-            ctx.meta["engine_version"] = ctx.params["engine_version"] = version.strip()
-        return name
-
-    def get_metavar(self, param, ctx=None):
-        return "[" + "|".join(ENGINE_NAMES) + "][==RELEASE]"
-
-
-def engine_version(ctx, param, value):
-    """--engine-version, or the release ``--engine name==release`` named (the two must agree)."""
-    pinned = ctx.meta.get("engine_version")
-    if value is not None and pinned is not None and value != pinned:
-        raise click.BadParameter(f"{value} differs from the release --engine names ({pinned})", ctx, param)
-    return value if value is not None else pinned
 
 
 #: The engine and the load: clients or a rate, how many requests, the warm-up.
@@ -388,6 +350,45 @@ def engine_options(func):
     for option in reversed([*LOAD_OPTIONS, *FLAG_OPTIONS, *LENGTH_OPTIONS, *LAYOUT_OPTIONS, *POOL_OPTIONS]):
         func = option(func)
     return func
+
+
+#: The requests' shape beside their load, on the commands that search layouts (plan, capacity, recommend).
+REQUEST_KEYS = (
+    "warmup_requests",
+    "burstiness",
+    "length_dist",
+    "random_range_ratio",
+    "spread",
+    "lengths_file",
+    "frontend",
+)
+
+
+def request_options(*more: str):
+    """Options of :data:`REQUEST_KEYS` (and ``more`` of the load options, such as num_requests), declared as
+    predict declares them, for a command that searches layouts."""
+
+    def decorate(func):
+        named = {option(lambda: None).__click_params__[0].name: option for option in [*LOAD_OPTIONS, *LENGTH_OPTIONS]}
+        for key in reversed((*more, *REQUEST_KEYS)):
+            func = named[key](func)
+        return func
+
+    return decorate
+
+
+def request_arguments(opts: dict) -> list[str]:
+    """The :data:`REQUEST_KEYS` options given (not at their defaults) as ``costmodel predict`` arguments, each by its
+    first long name."""
+    named = {option(lambda: None).__click_params__[0]: None for option in [*LOAD_OPTIONS, *LENGTH_OPTIONS]}
+    out = []
+    for param in named:
+        if param.name in REQUEST_KEYS and opts.get(param.name) not in (None, param.default):
+            out += [
+                param.opts[0],
+                f"{opts[param.name]:g}" if isinstance(opts[param.name], float) else str(opts[param.name]),
+            ]
+    return out
 
 
 def engine_flag_options(func):

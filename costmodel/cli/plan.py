@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli.click_types import OnceCommand, PositiveNumber
+from costmodel.cli.click_types import EngineChoice, OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
-from costmodel.cli.load_options import EngineChoice, engine_flag_options, flag_arguments
+from costmodel.cli.load import requests_of
+from costmodel.cli.load_options import (
+    REQUEST_KEYS,
+    engine_flag_options,
+    flag_arguments,
+    request_arguments,
+    request_options,
+)
 from costmodel.cli.options import (
     FilePath,
     KvDtypeChoice,
@@ -58,6 +65,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 )
 @click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf, .html)")
 @engine_flag_options
+@request_options("num_requests")
 @routing_option
 @time_limit_option
 @format_option
@@ -100,6 +108,8 @@ def plan(
     from costmodel.render.plots import check_output
 
     fmt = output_format(fmt, as_json)
+    asked = {k: engine_flags.pop(k) for k in ("num_requests", *REQUEST_KEYS)}
+    settings = engine_flags
     if plot_path is not None:
         check_output(plot_path)
     m = load_model(model_name)
@@ -118,8 +128,10 @@ def plan(
         max_concurrency=max_concurrency,
         ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
         tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
-        flags=EngineFlags(**engine_flags),
+        flags=EngineFlags(**settings),
         time_limit=time_limit,
+        requests=requests_of(asked, input_len, output_len),
+        frontend=asked["frontend"],
     )
     given = dict(
         model=model_name,
@@ -130,11 +142,8 @@ def plan(
         kv_dtype=kv_dtype,
         routing=routing,
     )
-    flag_args = flag_arguments(engine_flags)
     dumped = result.model_dump(mode="json")
-    for point in dumped["front"] + dumped["best"]:
-        point["command"] = point_command(point, **given) + pooled(flag_args, point["mode"])
-        point["step_command"] = step_command(point, m, **given)
+    _commands(dumped, m, given, flag_arguments(settings) + request_arguments(asked), asked["num_requests"])
     _draw(dumped, plot_path)
     emit(fmt, [dumped], dumped["front"], lambda: str(result), single=True)
     if plot_path is not None and fmt == "table":
@@ -142,6 +151,15 @@ def plan(
 
         for line in wrote(plot_path):
             click.echo(line)
+
+
+def _commands(dumped: dict, m, given: dict, flag_args: list, num_requests) -> None:
+    """Each front and best point's ``costmodel predict`` arguments (with the engine flags and the requests' options
+    given) and its model step's."""
+    flag_args = flag_args + (["--num-requests", str(num_requests)] if num_requests else [])
+    for point in dumped["front"] + dumped["best"]:
+        point["command"] = point_command(point, **given) + pooled(flag_args, point["mode"])
+        point["step_command"] = step_command(point, m, **given)
 
 
 def _draw(dumped: dict, plot_path) -> None:

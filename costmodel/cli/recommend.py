@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli.click_types import OnceCommand, PositiveNumber
-from costmodel.cli.load_options import ENGINE_FLAG_KEYS, EngineChoice, engine_flag_options, flag_arguments
+from costmodel.cli.click_types import EngineChoice, OnceCommand, PositiveNumber
+from costmodel.cli.load import requests_of
+from costmodel.cli.load_options import (
+    ENGINE_FLAG_KEYS,
+    REQUEST_KEYS,
+    engine_flag_options,
+    flag_arguments,
+    request_arguments,
+    request_options,
+)
 from costmodel.cli.options import (
     KvDtypeChoice,
     Positive,
@@ -59,6 +67,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
     help="the KV cache's dtype (auto: the default) [default: the engine's for the checkpoint]",
 )
 @engine_flag_options
+@request_options()
 @time_limit_option
 @format_option
 @json_option
@@ -76,7 +85,6 @@ def recommend(**options) -> None:
     """
     from costmodel.deploy.recommend import recommend as run
     from costmodel.engine.config import EngineFlags
-    from costmodel.engine.load import Load
     from costmodel.hardware.catalog import load_profile
     from costmodel.model.presets import load_model
 
@@ -91,12 +99,8 @@ def recommend(**options) -> None:
     rec = run(
         m,
         [load_profile(g) for g in o["gpus"]],
-        Load(
-            o["input_len"],
-            o["output_len"],
-            concurrency=o["concurrency"],
-            request_rate=o["request_rate"],
-            num_requests=o["num_requests"],
+        requests_of(o, o["input_len"], o["output_len"]).with_(
+            concurrency=o["concurrency"], request_rate=o["request_rate"]
         ),
         engine_name=o["engine_name"],
         flags=EngineFlags(**settings),
@@ -108,6 +112,7 @@ def recommend(**options) -> None:
         weight_dtype=o["weight_dtype"],
         kv_dtype=o["kv_dtype"],
         time_limit=o["time_limit"],
+        frontend=o["frontend"],
     )
     rec = rec.model_copy(update={"command": _command(rec, m, o, settings)})
     dumped = rec.model_dump(mode="json")
@@ -120,7 +125,7 @@ recommend.panels = {
     **dict.fromkeys(
         ("model_name", "revision", "input_len", "output_len", "weight_dtype", "kv_dtype"), "The model and its requests"
     ),
-    **dict.fromkeys(("request_rate", "concurrency", "num_requests"), "The load"),
+    **dict.fromkeys(("request_rate", "concurrency", "num_requests", *REQUEST_KEYS), "The load"),
     **dict.fromkeys(
         ("ttft_ms", "tpot_ms", "statistic", "price_per_hour", "max_gpus", "time_limit"), "Targets and search"
     ),
@@ -161,7 +166,7 @@ def _command(rec, m, o: dict, settings: dict) -> list[str]:
         command += ["--expert-parallel"] if rec.expert_parallel else []
     if rec.max_num_batched_tokens is not None:
         settings = settings | {"max_num_batched_tokens": rec.max_num_batched_tokens}
-    command += flag_arguments(settings)
+    command += flag_arguments(settings) + request_arguments(o)
     for flag, value in (("--weight-dtype", o["weight_dtype"]), ("--kv-dtype", o["kv_dtype"])):
         command += [flag, value] if value else []
     return command

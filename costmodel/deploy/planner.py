@@ -107,22 +107,27 @@ def price_point(
     targets,
     evaluator: str = "simulation",
     flags: EngineFlags = EngineFlags(),
+    requests: Load | None = None,
+    frontend: str = "dynamo",
 ) -> PlanPoint:
     """One layout under ``concurrency`` clients in all (spread evenly over an aggregated layout's replicas), the
-    engine's ``flags`` set (a disaggregated pool's token budget and sequence limit on each Pool)."""
+    engine's ``flags`` set (a disaggregated pool's token budget and sequence limit on each Pool); ``requests``:
+    their lengths and count where not ``input_len`` + ``output_len`` each."""
     from costmodel.deploy.disagg import Pool, serve_disaggregated
     from costmodel.engine.served import serve
 
     kw = dict(engine_name=engine_name, weight_dtype=weight_dtype, kv_dtype=kv_dtype, evaluator=evaluator)
+    kw["frontend"] = frontend
     limits = dict(max_num_seqs=flags.max_num_seqs, max_num_batched_tokens=flags.max_num_batched_tokens)
+    base = requests if requests is not None else Load(input_len, output_len)
     if layout.mode == "agg":  # one replica, with its share of the clients
-        load = Load(input_len, output_len, concurrency=concurrency // layout.replicas)
+        load = base.with_(concurrency=concurrency // layout.replicas, request_rate=None)
         p = serve(m, hw, load, layout=replace(layout, replicas=1), flags=flags, **kw)
     else:
         p = serve_disaggregated(
             m,
             hw,
-            Load(input_len, output_len, concurrency=concurrency),
+            base.with_(concurrency=concurrency, request_rate=None),
             prefill=Pool(
                 tp=layout.prefill_tp,
                 workers=layout.prefill_workers,
@@ -139,7 +144,11 @@ def price_point(
             flags=replace(flags, max_num_seqs=None, max_num_batched_tokens=None),
             **kw,
         )
-    full = kv_cache_full(p, input_len, output_len)
+    return _point(hw, layout, concurrency, p, targets, kv_cache_full(p, input_len, output_len))
+
+
+def _point(hw, layout, concurrency: int, p, targets, full: bool) -> PlanPoint:
+    """A priced layout (``p``, its prediction) as a plan's point: whether it meets the targets."""
     ttft_t, tpot_t = targets
     meets = (
         None
@@ -257,22 +266,14 @@ def plan(
     max_concurrency: int = 256,
     flags: EngineFlags = EngineFlags(),
     time_limit: float | None = None,
+    requests: Load | None = None,
+    frontend: str = "dynamo",
 ) -> Plan:
     """Every layout of ``m`` on ``devices`` of each of ``hws``, priced under load; the front and the best (every
-    engine with ``flags`` set). Past ``time_limit`` seconds no new layout or point is priced: the plan holds what
-    was, saying so."""
-    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
-    checks.count("devices", devices, most=MAX_PLAN_DEVICES)
-    checks.count("input_len", input_len)
-    checks.count("output_len", output_len)
-    checks.count("max_concurrency", max_concurrency)
-    if not isinstance(hws, (list, tuple)) or not hws:
-        raise CostModelError(f"hws must be a non-empty list of HardwareProfile (load_profile(...)), got {hws!r}"[:200])
-    for hw in hws:
-        checks.instance("hws", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
-    _check_targets(ttft_s, tpot_s)
-    if m.architecture != "decoder":
-        raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
+    engine with ``flags`` set; ``requests``: their lengths drawn, their count, where not fixed at ``input_len`` +
+    ``output_len``). Past ``time_limit`` seconds no new layout or point is priced: the plan holds what was, saying
+    so."""
+    _check_plan(m, hws, devices, input_len, output_len, max_concurrency, ttft_s, tpot_s)
     targets = (ttft_s, tpot_s)
     kw = dict(
         input_len=input_len,
@@ -282,6 +283,8 @@ def plan(
         kv_dtype=kv_dtype,
         targets=targets,
         flags=flags,
+        requests=requests,
+        frontend=frontend,
     )
     points, fronts, best, skipped = [], [], [], []
     deadline = limited(time_limit)
@@ -324,10 +327,22 @@ def plan(
     )
 
 
-def _check_targets(ttft_s, tpot_s) -> None:
+def _check_plan(m, hws, devices, input_len, output_len, max_concurrency, ttft_s, tpot_s) -> None:
+    """plan()'s arguments checked, each an error naming it."""
+    checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
+    checks.count("devices", devices, most=MAX_PLAN_DEVICES)
+    checks.count("input_len", input_len)
+    checks.count("output_len", output_len)
+    checks.count("max_concurrency", max_concurrency)
+    if not isinstance(hws, (list, tuple)) or not hws:
+        raise CostModelError(f"hws must be a non-empty list of HardwareProfile (load_profile(...)), got {hws!r}"[:200])
+    for hw in hws:
+        checks.instance("hws", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
     for name, t in (("ttft_s", ttft_s), ("tpot_s", tpot_s)):
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e6):
             raise CostModelError(f"{name} must be a positive number of seconds, got {t!r}")
+    if m.architecture != "decoder":
+        raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
 
 
 def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurrency: int, kw: dict, advance, deadline):

@@ -130,6 +130,7 @@ def recommend(
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
     time_limit: float | None = None,
+    frontend: str = "dynamo",
 ) -> Recommendation:
     """The fewest GPUs of ``hws`` that serve ``requests`` (its ``concurrency`` clients or ``request_rate``) under
     the TTFT and TPOT targets (``statistic``: their ``mean`` or ``p90``), at most ``max_gpus``. Past
@@ -144,7 +145,7 @@ def recommend(
     closed = requests.concurrency is not None
     load = requests.concurrency if closed else requests.request_rate
     targets = dict(tpot_s=tpot_s, ttft_s=ttft_s, statistic=statistic, evaluator=used)
-    kw = dict(engine_name=engine_name, flags=flags, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    kw = dict(engine_name=engine_name, flags=flags, weight_dtype=weight_dtype, kv_dtype=kv_dtype, frontend=frontend)
     for hw in hws:
         checks.instance("hws", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
     pooled = recommend_disagg.searched(engine_name, requests) is None

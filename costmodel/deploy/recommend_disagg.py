@@ -86,7 +86,7 @@ def _setup_kw(kw: dict) -> dict:
         weight_dtype=kw["weight_dtype"],
         kv_dtype=kw["kv_dtype"],
         overheads=None,
-        frontend="dynamo",
+        frontend=kw.get("frontend", "dynamo"),
     )
 
 
