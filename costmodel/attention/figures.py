@@ -51,18 +51,29 @@ def memory_limits(
 ) -> list[MemoryLimit]:
     """Where each variant runs out of memory along the sweep: exact for batch and context, from the
     swept points for other dimensions."""
+    import numpy as np
+
+    from costmodel.attention.sweeps import CHUNK
+
     out = []
+    values = np.asarray(values)
     for w in workloads:
-        r = sweep_arrays(w, hw, dim, values, overlap, linked, model)
-        fits = list(r["fits"])
-        if all(fits) or not any(fits):
-            out.append(MemoryLimit(w.variant, None, None, all(fits)))
+        # a chunk of the values at a time: a long sweep's memory does not grow with its points
+        any_fit, all_fit, last = False, True, None
+        for start in range(0, len(values), CHUNK):
+            part = values[start : start + CHUNK]
+            fits = np.asarray(sweep_arrays(w, hw, dim, part, overlap, linked, model)["fits"], bool)
+            any_fit, all_fit = any_fit or bool(fits.any()), all_fit and bool(fits.all())
+            if fits.any():
+                last = max(last if last is not None else part[fits].max(), part[fits].max())
+        if all_fit or not any_fit:
+            out.append(MemoryLimit(w.variant, None, None, all_fit))
             continue
         if dim in ("b", "m") or (dim == "n" and w.mode == "generate"):
             mem = memory_fit(compile_program(w.variant, w.mode, w.execution, w.cache_append), w, hw)
             x = mem.max_batch if dim == "b" else mem.max_context
         else:
-            x = max(v for v, f in zip(values, fits) if f)
+            x = last.item()
         t = float(sweep_arrays(w, hw, dim, [x], overlap, linked, model)["time_s"][0])
         out.append(MemoryLimit(w.variant, float(x), t, False))
     return out

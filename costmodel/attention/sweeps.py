@@ -332,3 +332,68 @@ def swept(plan: SweepPlan) -> Sweep:
         workloads=plan.workloads,
         records=records,
     )
+
+
+#: What a bin of :class:`Envelope` keeps: the record of each field's least or most value (its first, on a tie).
+PICKS = (
+    ("time_s", min),
+    ("time_s", max),
+    ("tokens_per_s", min),
+    ("tokens_per_s", max),
+    ("low_s", min),
+    ("high_s", max),
+)
+
+
+class Envelope:
+    """The records of a long sweep that a figure of it needs, gathered a chunk at a time: per variant, in each of
+    ``bins`` bins of the swept value (log-spaced where the values span more than a hundredfold), the records of the
+    least and the most latency and tokens/s and of the widest measured range, and the last record that fits in
+    memory with the first that does not. A variant of at most ``bins`` points keeps every record. Drawn from
+    these, a figure shows the envelope every point would, while memory stays that of a few thousand records."""
+
+    def __init__(self, values, name: str, bins: int = 2000):
+        import numpy as np
+
+        lo, hi = float(max(min(values), 1)), float(max(values))
+        self.name, self.bins, self.few = name, bins, len(values) <= bins
+        self.log = hi / lo > 100
+        self.lo, self.width = (np.log(lo), np.log(hi / lo) / bins) if self.log else (lo, max(hi - lo, 1) / bins)
+        self.kept: dict = {}  # (variant, bin) -> {record id: record}
+        self.edges: dict = {}  # variant -> [last record that fits, first that does not]
+
+    def _bin(self, x: float) -> int:
+        import math
+
+        at = (math.log(max(x, 1)) if self.log else x) - self.lo
+        return min(int(at / self.width), self.bins - 1) if self.width > 0 else 0
+
+    def add(self, chunk: list[dict]) -> None:
+        for r in chunk:
+            v = r["variant"]
+            edge = self.edges.setdefault(v, [None, None])
+            if r["fits"]:
+                edge[0] = r
+            elif edge[1] is None:
+                edge[1] = r
+            key = (v, r[self.name] if self.few else self._bin(r[self.name]))
+            kept = self.kept.setdefault(key, {})
+            if self.few:
+                kept[id(r)] = r
+                continue
+            for field, pick in PICKS:
+                value, best = r.get(field), kept.get((field, pick))
+                if value is not None and (best is None or pick(best[field], value) != best[field]):
+                    kept[(field, pick)] = r
+
+    def records(self) -> list[dict]:
+        """The records kept, each variant's in the order of the swept value."""
+        out: dict = {}
+        for (v, _), kept in self.kept.items():
+            for r in kept.values():
+                out.setdefault(v, {})[id(r)] = r
+        for v, (fits, over) in self.edges.items():
+            for r in (fits, over):
+                if r is not None:
+                    out.setdefault(v, {})[id(r)] = r
+        return [r for v in out for r in sorted(out[v].values(), key=lambda r: r[self.name])]

@@ -80,8 +80,9 @@ def attention_sweep(
         echo_lines(wrote(csv_path))
 
 
-def stream_sweep(hws: list, plans: list, fmt: str, csv_path: str | None) -> None:
-    """A sweep's records to the CSV file and to standard output (csv, markdown or json), a chunk at a time."""
+def stream_sweep(hws: list, plans: list, fmt: str, csv_path: str | None, each=None) -> None:
+    """A sweep's records to the CSV file and to standard output (csv, markdown or json), a chunk at a time;
+    ``each(i, chunk)``: also handed every chunk of the i-th device's records (a figure's envelope)."""
     import contextlib
     import csv
     import json
@@ -90,8 +91,10 @@ def stream_sweep(hws: list, plans: list, fmt: str, csv_path: str | None) -> None
     from costmodel.render.records import records_csv, records_markdown
 
     def chunks():
-        for hw, plan in zip(hws, plans):
+        for i, (hw, plan) in enumerate(zip(hws, plans)):
             for chunk in plan.chunks():
+                if each is not None:
+                    each(i, chunk)
                 yield [{"device": hw.id, **r} for r in chunk] if len(hws) > 1 else chunk
 
     with contextlib.ExitStack() as stack:

@@ -23,7 +23,6 @@ from costmodel.cli.options import (
     title_dims,
     variant_option,
     workload_options,
-    write_csv,
 )
 from costmodel.cli.serving import model_options
 from costmodel.core.errors import CostModelError
@@ -146,7 +145,7 @@ def sweep_plot(**options) -> None:
     o = SimpleNamespace(**{k: options.pop(k) for k in _SWEEP_PLOT_PARAMS})
     dims = options
     from costmodel.attention.figures import memory_limits
-    from costmodel.attention.sweeps import sweep
+    from costmodel.attention.sweeps import Envelope, plan_sweep
     from costmodel.attention.workload import workloads
     from costmodel.hardware.catalog import load_profile
     from costmodel.render.plots import draw_sweep, save
@@ -174,23 +173,31 @@ def sweep_plot(**options) -> None:
         cache_append=o.cache_append,
         **given(dims),
     )
+    from costmodel.cli.attention import stream_sweep
     from costmodel.price.origin import time_model
 
-    runs = []
-    for device in hws:
-        result = sweep(chosen, device, o.x_name, o.range_text, o.overlap, o.max_points, o.timing, o.without)
-        limits = memory_limits(
-            device, chosen, result.dim, result.values, result.linked, o.overlap, time_model(device, o.timing, o.without)
+    plans = [plan_sweep(chosen, d, o.x_name, o.range_text, o.overlap, o.max_points, o.timing, o.without) for d in hws]
+    # evaluated a chunk at a time, each chunk written to the CSV and reduced to what the figure needs, so that memory
+    # does not grow with the points
+    envelopes = [Envelope(plan.values, plan.parameter) for plan in plans]
+    stream_sweep(hws, plans, "table", o.csv_path, each=lambda i, chunk: envelopes[i].add(chunk))
+    runs = [
+        (
+            device,
+            plan,
+            envelope.records(),
+            memory_limits(
+                device, chosen, plan.dim, plan.values, plan.linked, o.overlap, time_model(device, o.timing, o.without)
+            ),
         )
-        runs.append((device, result, limits))
-    _, result, limits = runs[0]
-    title = _sweep_title(hws, chosen[0], result.dim)
-    records = result.records if len(runs) == 1 else [{"device": d.id, **r} for d, res, _ in runs for r in res.records]
-    if o.csv_path is not None:
-        write_csv(o.csv_path, records)
-    more = [(d, res.records, lim) for d, res, lim in runs[1:]]
-    fig = draw_sweep(hw, chosen, o.x_name, result.dim, result.values, result.records, limits, title, more)
-    for path in outs:  # one figure, saved to each file
+        for device, plan, envelope in zip(hws, plans, envelopes)
+    ]
+    _, plan, shown, limits = runs[0]
+    title = _sweep_title(hws, chosen[0], plan.dim)
+    records = shown if len(runs) == 1 else [{"device": d.id, **r} for d, _, recs, _ in runs for r in recs]
+    more = [(d, recs, lim) for d, _, recs, lim in runs[1:]]
+    fig = draw_sweep(hw, chosen, o.x_name, plan.dim, plan.values, shown, limits, title, more)
+    for path in outs:  # one figure, saved to each file (an HTML page with the points the figure draws)
         save(fig, path, data=records)
     echo_lines(wrote(*outs, o.csv_path))
 
