@@ -31,6 +31,7 @@ from costmodel.hardware.mechanisms import (
 from costmodel.hardware.op_shapes import decode_shape
 from costmodel.hardware.shapes import fields, one_query
 from costmodel.hardware.tiles import systolic_flops
+from costmodel.price.bounds import check
 from costmodel.price.origin import Resolved, TimeModel, time_model
 
 
@@ -155,6 +156,7 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
             own.cls,
         )
     cls = op.cls
+    trial = params is not None  # a fit trying parameters: its optimiser may wander under the bound
     resolved: Resolved | None = conv.model.resolved if conv.model.active else None
     if params is None and cls is not None and resolved is not None:
         params = resolved.get(cls)
@@ -167,6 +169,8 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
             compute, memory, overhead, body = (
                 np.where(one, a, b) for a, b in zip(alone, (compute, memory, overhead, body))
             )
+        if not trial:
+            check(op, shape, hw, body + overhead)
         return _finish(compute, memory, overhead, body + overhead, cls)
     # the datasheet roofline: the dtype's peak (the vector peak for elementwise ops), the profile's bandwidth, and
     # the profile's launch cost per kernel unless the fixed-cost mechanism is off (--without all: the bare roofline);
@@ -179,6 +183,7 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     memory = op.bytes / hw.bandwidth
     launch = hw.launch_overhead * op.launches if "fixed" in conv.model.on else 0.0
     body = compute + memory if conv.overlap == "sum" else np.maximum(compute, memory)
+    check(op, shape, hw, body + launch)
     return _finish(compute, memory, launch, body + launch, None)
 
 
