@@ -308,3 +308,22 @@ def test_a_recommendation_with_engine_flags_reprices_from_its_command():
     assert again.exit_code == 0, again.output
     p = json.loads(again.output)
     assert p["tpot_s"] <= 0.02 and p["engine"]["max_num_seqs"] == 64 and p["engine"]["memory_fraction"] == 0.8
+
+
+def test_a_disaggregated_answer_under_a_sequence_limit_launches_and_reprices_with_it():
+    """--max-num-seqs given to recommend is each pool's limit: every worker's launch line states it, and the
+    command's --prefill-max-num-seqs and --decode-max-num-seqs reprice the answer within its targets."""
+    args = ["recommend", "--model", "llama-3.1-70b", "--gpu", "h200", "--input-len", "2048", "--output-len", "512"]
+    args += ["--request-rate", "10", "--ttft-ms", "2000", "--tpot-ms", "50", "--max-num-seqs", "512", "--json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.output)
+    assert rec["mode"] == "disagg"
+    for line in rec["launch"].splitlines():
+        argv = shlex.split(line.split(": ", 1)[1])
+        assert argv[argv.index("--max-num-seqs") + 1] == "512"
+    again = CliRunner().invoke(main, [*rec["command"], "--json"])
+    assert again.exit_code == 0, again.output
+    p = json.loads(again.output)
+    assert p["ttft_s"] <= 2.0 and p["tpot_s"] <= 0.05 and not p["overloaded"]
+    assert p["prefill"]["max_num_seqs"] == p["decode"]["max_num_seqs"] == 512

@@ -65,7 +65,8 @@ def memory_limits(
             fits = np.asarray(sweep_arrays(w, hw, dim, part, overlap, linked, model)["fits"], bool)
             any_fit, all_fit = any_fit or bool(fits.any()), all_fit and bool(fits.all())
             if fits.any():
-                last = max(last if last is not None else part[fits].max(), part[fits].max())
+                top = part[fits].max()
+                last = top if last is None else max(last, top)
         if all_fit or not any_fit:
             out.append(MemoryLimit(w.variant, None, None, all_fit))
             continue

@@ -129,7 +129,6 @@ def predict_load(hws: list, layouts: list, fmt: str, load: dict, *, input_len, o
         goodput=load["goodput"] or (),
         percentiles=_percentiles(load["metric_percentiles"]),
     )
-    load = load | _ratio(load)
     configs = configurations(load, pricing)
     layout, flags, kw = configs[0]
     if load["disaggregated"]:
@@ -188,11 +187,12 @@ def requests_of(opts: dict, input_len, output_len):
     and the warm-up; an open loop's burstiness. ``opts``: the options given, by parameter name (absent: default)."""
     from costmodel.engine.load import Load
 
-    opts = opts | _ratio(opts)
     values = {}
     if opts.get("lengths_file") is not None:
-        if opts.get("length_dist", "fixed") != "fixed":
-            raise CostModelError("--lengths-file gives the lengths; --length-dist does not apply with it")
+        if opts.get("length_dist", "fixed") != "fixed" or opts.get("random_range_ratio") is not None:
+            raise CostModelError(
+                "--lengths-file gives the lengths; --length-dist and --random-range-ratio do not apply with it"
+            )
         prompts, outputs = read_lengths(opts["lengths_file"])
         values = dict(input_dist="file", output_dist="file", input_values=prompts, output_values=outputs)
         input_len, output_len = round(sum(prompts) / len(prompts)), round(sum(outputs) / len(outputs))
@@ -200,6 +200,7 @@ def requests_of(opts: dict, input_len, output_len):
         raise CostModelError(
             "a served model needs --input-len and --output-len (the requests' lengths), or --lengths-file"
         )
+    opts = opts | _ratio(opts)
     return Load(
         input_len,
         output_len,

@@ -369,9 +369,8 @@ def request_options(*more: str):
     predict declares them, for a command that searches layouts."""
 
     def decorate(func):
-        named = {option(lambda: None).__click_params__[0].name: option for option in [*LOAD_OPTIONS, *LENGTH_OPTIONS]}
         for key in reversed((*more, *REQUEST_KEYS)):
-            func = named[key](func)
+            func = _BY_NAME[key](func)
         return func
 
     return decorate
@@ -380,15 +379,7 @@ def request_options(*more: str):
 def request_arguments(opts: dict) -> list[str]:
     """The :data:`REQUEST_KEYS` options given (not at their defaults) as ``costmodel predict`` arguments, each by its
     first long name."""
-    named = {option(lambda: None).__click_params__[0]: None for option in [*LOAD_OPTIONS, *LENGTH_OPTIONS]}
-    out = []
-    for param in named:
-        if param.name in REQUEST_KEYS and opts.get(param.name) not in (None, param.default):
-            out += [
-                param.opts[0],
-                f"{opts[param.name]:g}" if isinstance(opts[param.name], float) else str(opts[param.name]),
-            ]
-    return out
+    return _arguments(_REQUEST_PARAMS, opts)
 
 
 def engine_flag_options(func):
@@ -402,10 +393,16 @@ def engine_flag_options(func):
 def flag_arguments(settings: dict) -> list[str]:
     """The engine settings given (``settings``: FLAG_OPTIONS' parameters) as ``costmodel predict`` arguments, each by
     its first long name."""
+    return _arguments(_FLAG_PARAMS, settings)
+
+
+def _arguments(params, values: dict) -> list[str]:
+    """``values`` (by parameter name) of ``params`` that are given and not their defaults, as command-line
+    arguments: a switch by its on or off name, any other by its first long name and the value."""
     out = []
-    for param in _FLAG_PARAMS:
-        value = settings.get(param.name)
-        if value is None:
+    for param in params:
+        value = values.get(param.name)
+        if value is None or value == param.default:
             continue
         if param.is_flag:
             out.append(param.opts[0] if value else param.secondary_opts[0])
@@ -414,6 +411,14 @@ def flag_arguments(settings: dict) -> list[str]:
     return out
 
 
+def _param(option) -> click.Parameter:
+    """The click parameter an option decorator declares."""
+    return option(lambda: None).__click_params__[0]
+
+
 #: The click parameters :data:`FLAG_OPTIONS` declare, and their names (for commands' --help panels).
-_FLAG_PARAMS = tuple(option(lambda: None).__click_params__[0] for option in FLAG_OPTIONS)
+_FLAG_PARAMS = tuple(_param(option) for option in FLAG_OPTIONS)
 ENGINE_FLAG_KEYS = tuple(param.name for param in _FLAG_PARAMS)
+#: The load and length options by parameter name, and those of :data:`REQUEST_KEYS`.
+_BY_NAME = {_param(option).name: option for option in [*LOAD_OPTIONS, *LENGTH_OPTIONS]}
+_REQUEST_PARAMS = tuple(_param(_BY_NAME[key]) for key in REQUEST_KEYS)

@@ -89,6 +89,20 @@ def misses(p: LoadPrediction, statistic: str, tpot_s, ttft_s) -> LoadBinding | N
     return None
 
 
+def short_of(p, statistic: str, tpot_s, ttft_s) -> LoadBinding | None:
+    """What keeps an open loop's prediction ``p`` from meeting the targets: "saturation" where the arrivals outpace
+    what the engine completes, else the target it misses (:func:`misses`); None where it meets them."""
+    return "saturation" if p.overloaded else misses(p, statistic, tpot_s, ttft_s)
+
+
+def saturation(m, hw, requests: Load, **serving) -> float:
+    """The most requests per second the engine completes serving ``requests``' lengths (the closed form's)."""
+    from costmodel.engine.served import serve
+
+    once = requests.with_(concurrency=None, request_rate=1.0, num_requests=1)
+    return serve(m, hw, once, evaluator="steady-state", **serving).saturation_requests_per_s
+
+
 def _cost(point: LoadPrediction | None, price_per_hour) -> float | None:
     if point is None or price_per_hour is None:
         return None
@@ -136,11 +150,9 @@ def highest_rate(
         return cache[rate]
 
     def fails(rate: float) -> LoadBinding | None:
-        p = at(rate)
-        return "saturation" if p.overloaded else misses(p, statistic, tpot_s, ttft_s)
+        return short_of(at(rate), statistic, tpot_s, ttft_s)
 
-    once = requests.with_(concurrency=None, request_rate=1.0, num_requests=1)
-    most = serve(m, hw, once, engine_name=engine_name, evaluator="steady-state", **serving).saturation_requests_per_s
+    most = saturation(m, hw, requests, engine_name=engine_name, **serving)
     lo, hi, binds = most * RATE_PRECISION, most, "saturation"
     first = fails(lo)
     if first is not None:

@@ -269,11 +269,13 @@ def _checked(flags: EngineFlags, prefill: Pool, decode: Pool, kv_link_bytes_per_
 
 
 def pool_engine(engine_name: str, dev: HardwareProfile, pool: Pool, flags: EngineFlags, *, prefill: bool):
-    """The engine of one of a pool's workers on ``dev``: its defaults, the ``flags`` and the pool's own limits (a
-    prefill worker of an engine in :data:`PREFILL_POOL_WITHOUT_OVERLAP` without its overlap scheduler)."""
+    """The engine of one of a pool's workers on ``dev``: its defaults, the ``flags`` and the pool's own limits, which
+    take the place of the flags' (a prefill worker of an engine in :data:`PREFILL_POOL_WITHOUT_OVERLAP` without its
+    overlap scheduler)."""
+    limits = {"max_num_batched_tokens": pool.max_num_batched_tokens, "max_num_seqs": pool.max_num_seqs}
     eng = engine(
         engine_name, capacity_bytes=dev.engine_memory, device_name=dev.name, tp=pool.tp, version=flags.engine_version
-    ).with_flags(**flags.settings(), max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs)
+    ).with_flags(**(flags.settings() | {k: v for k, v in limits.items() if v is not None}))
     return eng.with_flags(async_scheduling=False) if prefill and engine_name in PREFILL_POOL_WITHOUT_OVERLAP else eng
 
 

@@ -292,6 +292,16 @@ def bench(
     return [*argv, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"]
 
 
+def _precisions(m, name: str, weight_dtype, kv_dtype) -> tuple[str | None, str | None]:
+    """(the KV cache's dtype as the engine keeps it, ``fp8`` where the weights are quantized as the engine loads
+    them and the checkpoint is not)."""
+    from costmodel.engine.served import checkpoint_kv_dtype
+
+    own = m.quantization.weight_dtype if m.quantization is not None else None
+    online = "fp8" if weight_dtype == "fp8" and own != "fp8" else None
+    return kv_dtype or checkpoint_kv_dtype(m, name, weight_dtype), online
+
+
 def commands_for(m, hw, layout: Layout, served, flags: EngineFlags, weight_dtype, kv_dtype, share: dict) -> dict:
     """``{"launch", "bench"}``: one replica of ``layout`` launched as prediction ``served`` (a LoadPrediction: its
     resolved engine) assumed it, and the benchmark at that replica's ``share`` of the load (``concurrency`` or
@@ -299,16 +309,13 @@ def commands_for(m, hw, layout: Layout, served, flags: EngineFlags, weight_dtype
     from dataclasses import replace
 
     from costmodel.engine.config import engine
-    from costmodel.engine.served import checkpoint_kv_dtype
 
     name = served.engine.name
     default = engine(
         name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=layout.tp, version=flags.engine_version
     )
     settings = engine_settings(served.engine) | {"max_model_len": flags.max_model_len}
-    kv = kv_dtype or checkpoint_kv_dtype(m, name, weight_dtype)
-    own = m.quantization.weight_dtype if m.quantization is not None else None
-    online = "fp8" if weight_dtype == "fp8" and own != "fp8" else None  # weights quantized as loaded
+    kv, online = _precisions(m, name, weight_dtype, kv_dtype)
     argv = launch(name, hub_id(m), replace(layout, replicas=1), settings, engine_settings(default), kv, online)
     argv += revision_flag(name, m)
     measure = bench(name, hub_id(m), round(served.input_len), round(served.output_len), **share)
@@ -323,14 +330,11 @@ def pool_commands(m, hw, served, prefill, decode, flags: EngineFlags, weight_dty
 
     from costmodel.deploy.disagg import pool_engine
     from costmodel.deploy.pools import Pool
-    from costmodel.engine.served import checkpoint_kv_dtype
 
     name = served.engine
     if name not in POOL_ROLES:
         raise CostModelError(f"{name}'s disaggregated serving is set up in its YAML, not with launch flags")
-    kv = kv_dtype or checkpoint_kv_dtype(m, name, weight_dtype)
-    own = m.quantization.weight_dtype if m.quantization is not None else None
-    online = "fp8" if weight_dtype == "fp8" and own != "fp8" else None
+    kv, online = _precisions(m, name, weight_dtype, kv_dtype)
     lines = []
     for role, pool in (("prefill", prefill), ("decode", decode)):
         bare = replace(flags, max_num_batched_tokens=None, max_num_seqs=None)

@@ -20,7 +20,7 @@ from costmodel.core.errors import CostModelError
 from costmodel.core.progress import bar
 from costmodel.core.vocab import DEFAULTS
 from costmodel.deploy import recommend_disagg
-from costmodel.deploy.capacity import checked_targets, misses
+from costmodel.deploy.capacity import checked_targets, saturation, short_of
 from costmodel.deploy.launch import commands_for, pool_commands
 from costmodel.deploy.recommend_reports import Candidate, Recommendation
 from costmodel.engine.config import EngineFlags, engine
@@ -64,8 +64,9 @@ def units(m: ModelPreset, max_gpus: int) -> list[Layout]:
 
 def _replicas_needed(m, hw, unit: Layout, requests: Load, load: float, targets: dict, kw: dict, most_units: int):
     """(the fewest replicas of ``unit`` that serve ``load`` under the targets, each priced on its even share, what
-    misses with one fewer, the most requests/s one unit completes) or (None, why none within ``most_units``, ...). Searched over whole replicas, upward from
-    what the closed form's saturation allows (a replica more at a time, then doubling, then halving the gap)."""
+    misses with one fewer, the most requests/s one unit completes) or (None, why none within ``most_units``, ...).
+    Searched over whole replicas, upward from what the closed form's saturation allows (a replica more at a time,
+    then doubling, then halving the gap)."""
     closed = requests.concurrency is not None
     counts = [r for r in range(1, most_units + 1) if not closed or load % r == 0]
     if not counts:
@@ -74,8 +75,11 @@ def _replicas_needed(m, hw, unit: Layout, requests: Load, load: float, targets: 
 
     def fails(r: int) -> str | None:
         if r not in cache:
-            share = requests.with_(concurrency=load // r) if closed else requests.with_(request_rate=load / r)
-            share = share if closed else share.with_(num_requests=requests.num_requests or 1000)
+            share = (
+                requests.with_(concurrency=load // r)
+                if closed
+                else requests.with_(request_rate=load / r, num_requests=requests.num_requests or 1000)
+            )
             try:
                 p = serve(m, hw, share, layout=unit, evaluator=targets["evaluator"], **kw)
             except NoRoomForOneRequest:
@@ -83,11 +87,7 @@ def _replicas_needed(m, hw, unit: Layout, requests: Load, load: float, targets: 
             except CostModelError as err:  # a layout the model cannot take (heads, experts, memory)
                 cache[r] = str(err).split(";")[0][:120]
             else:
-                cache[r] = (
-                    "saturation"
-                    if p.overloaded
-                    else misses(p, targets["statistic"], targets["tpot_s"], targets["ttft_s"])
-                )
+                cache[r] = short_of(p, targets["statistic"], targets["tpot_s"], targets["ttft_s"])
         return cache[r]
 
     most = None if closed else _saturation(m, hw, unit, requests, kw)
@@ -107,9 +107,8 @@ def _replicas_needed(m, hw, unit: Layout, requests: Load, load: float, targets: 
 
 def _saturation(m, hw, unit: Layout, requests: Load, kw: dict) -> float:
     """The most requests per second one unit completes (the closed form's), 0 where it cannot hold a request."""
-    once = requests.with_(concurrency=None, request_rate=1.0, num_requests=1)
     try:
-        return serve(m, hw, once, layout=unit, evaluator="steady-state", **kw).saturation_requests_per_s
+        return saturation(m, hw, requests, layout=unit, **kw)
     except CostModelError:
         return 0.0
 
@@ -298,7 +297,7 @@ def _whole(m, hws, requests, best: Candidate, targets, kw, max_gpus):
             evaluator=targets["evaluator"],
             **_with_budget(kw, best.max_num_batched_tokens),
         )
-        if not at.overloaded and misses(at, targets["statistic"], targets["tpot_s"], targets["ttft_s"]) is None:
+        if short_of(at, targets["statistic"], targets["tpot_s"], targets["ttft_s"]) is None:
             return best.model_copy(update={"replicas": replicas, "gpus": unit.devices * replicas}), at, hw
         replicas += 1
         while closed and load % replicas:

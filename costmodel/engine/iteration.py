@@ -101,7 +101,6 @@ class IterationTable:
     def __init__(self, m: ModelPreset, pr: Pricing, *, max_tokens: int, max_seqs: int, max_context: int):
         self.t_grid = _grid(max_tokens)
         self.d_grid = _grid(max_seqs)
-        self.d_list = self.d_grid.tolist()  # for bisect: a scalar search without an array around it
         self.c_grid = np.concatenate([[0.0], _grid(max_context)])
         # each part over its whole grid at once: the step's compiled programs evaluate arrays of sizes
         by_tokens = _parts(m, pr, "decode", self.t_grid.astype(np.int64), 1)
@@ -121,15 +120,16 @@ class IterationTable:
         prompts = _parts(m, pr, "prefill", 1, self.c_grid[1:].astype(np.int64))["attention"]
         self.prompt_attention = np.concatenate([[0.0], np.broadcast_to(prompts, self.c_grid[1:].shape)])
         self._rounds: dict = {}  # (tokens, sequences, others) -> _round's answer, asked again and again
-        self._lists: dict = {}  # id of a grid or a row -> it as a list, for one number's interpolation
-        self.c_list = self.c_grid.tolist()
-        self.decode_rows = self.decode_attention.tolist()
+        self._lists: dict = {}  # id of a grid -> it as a list, for one number's interpolation and search
+        self.decode_rows = self.decode_attention.tolist()  # each sequence count's row, as lists
 
     def _listed(self, a: np.ndarray) -> list:
+        """``a`` (one of the table's grids) as a list, made once; the array is kept beside it, so its id is not
+        reused by another."""
         got = self._lists.get(id(a))
-        if got is None:
-            got = self._lists[id(a)] = a.tolist()
-        return got
+        if got is None or got[0] is not a:
+            got = self._lists[id(a)] = (a, a.tolist())
+        return got[1]
 
     # -- the parts, interpolated ------------------------------------------------------------------------
     def _on(self, grid: np.ndarray, values: np.ndarray, x):
@@ -175,12 +175,12 @@ class IterationTable:
 
         def row(i):
             if one:  # one number (each simulated iteration's): no arrays around it
-                return interp(float(mean_context), self.c_list, self.decode_rows[i])
+                return interp(float(mean_context), self._listed(self.c_grid), self.decode_rows[i])
             return np.interp(mean_context, self.c_grid, self.decode_attention[i])
 
         if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
             return row(0) * (seqs / self.d_grid[0])
-        i = min(max(bisect.bisect_left(self.d_list, seqs) - 1, 0), len(self.d_grid) - 2)
+        i = min(max(bisect.bisect_left(self._listed(self.d_grid), seqs) - 1, 0), len(self.d_grid) - 2)
         lo, hi = self.d_grid[i], self.d_grid[i + 1]
         w = (seqs - lo) / (hi - lo)
         return row(i) * (1 - w) + row(i + 1) * w

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel.hardware.mechanisms import PROGRAM_CLASS
 from costmodel.hardware.shapes import MaskShape, PrefillShape
 from costmodel.hardware.tiles import causal_pairs, windowed_pairs
 
@@ -42,8 +43,8 @@ def kernel_work(op, shape) -> tuple[object, object]:
 
 def check(op, shape, hw, time) -> None:
     """Raise :class:`PriceBoundError` where ``time`` (seconds, or an array) is under the bound of ``op`` on ``hw``."""
-    if op.kind not in ("projection", "attention", "elementwise", "copy", "fused_decode", "fused_prefill"):
-        return  # collectives and transfers are priced on their links' measured curves
+    if op.kind not in PROGRAM_CLASS:
+        return  # a program's ops only: a published table's rows (kinds named by their class) are what fits compare
     peak = op.peak or (hw.peak_flops_per_s[op.dtype].value if op.dtype in hw.peak_flops_per_s else None)
     flops, nbytes = kernel_work(op, shape)
     time = np.asarray(time, float)
