@@ -107,3 +107,60 @@ def quick_cpu_run(tmp_path_factory):
     finally:
         os.chdir(here)
     return folder, results
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The app served by Uvicorn on a free port of this machine: its base URL."""
+    import socket
+    import threading
+    import time
+
+    uvicorn = pytest.importorskip("uvicorn")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    from costmodel.cli.commands import main
+    from costmodel.web.app import app
+
+    server = uvicorn.Server(uvicorn.Config(app(main, port=port), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if server.started:
+            break
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def browser(tmp_path, served):
+    """A real Chromium (Debian's ``chromium``, headless, every host but this one unresolvable) driven through its
+    ``chromedriver`` by Selenium, against the served app: ``(driver, base URL)``. Skipped where the browser, its
+    driver or Selenium is not installed; nothing is downloaded."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.skip("no chromium and chromedriver on this machine (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="Selenium (the test extra)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1200,1000",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=chromedriver))
+    driver.set_page_load_timeout(120)
+    try:
+        yield driver, served
+    finally:
+        driver.quit()

@@ -209,8 +209,8 @@ def test_a_computation_past_its_memory_gets_422():
     """A worker held to one more MiB than it starts with runs out of memory on its first computation: 422 naming
     the limit, and the server answers on."""
     with TestClient(app(main, limits=Limits(workers=1, memory_bytes=1 << 20)), base_url=BASE) as c:
-        response = c.get("/api/predict", params=[("gpu", "h100"), ("model", "llama-3-8b")])
-        assert response.status_code == 422 and "ran out of memory" in response.text
+        response = c.get("/api/predict", params=EXPENSIVE)
+        assert response.status_code == 422 and "ran out of memory" in response.text, response.text[-500:]
         assert c.get("/").status_code == 200
 
 

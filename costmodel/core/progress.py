@@ -9,6 +9,20 @@ from contextlib import contextmanager
 
 #: Set by ``costmodel --quiet``.
 QUIET = False
+#: Told of every step where set (:func:`listen`): ``(done, total, what)``; the page shows it.
+_LISTENER = None
+
+
+@contextmanager
+def listen(callback):
+    """Within the block, every bar's steps are also told to ``callback(done, total, what)`` (the page's progress;
+    a computation in a worker of its own, so one listener at a time)."""
+    global _LISTENER
+    _LISTENER = callback
+    try:
+        yield
+    finally:
+        _LISTENER = None
 
 
 def shown() -> bool:
@@ -22,6 +36,16 @@ def shown() -> bool:
 def bar(total: int, what: str):
     """A callable ``advance(n=1)`` that moves a bar of ``total`` steps labelled ``what`` (a no-op where no bar is
     shown)."""
+    if _LISTENER is not None:
+        told, done = _LISTENER, [0]
+        told(0, total, what)
+
+        def advance(n=1):
+            done[0] += n
+            told(done[0], total, what)
+
+        yield advance
+        return
     if not shown():
         yield lambda n=1: None
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 import numpy as np
-from pydantic import computed_field
+from pydantic import Field, computed_field
 
 from costmodel.core.reports import DeviceSummary, Report
 from costmodel.model.assumptions import gemm_classes
@@ -129,6 +129,8 @@ class LoadPrediction(Report):
     goodput_objectives: dict[str, float] | None = None
     # vllm bench serve's --metric-percentiles: metric (ttft, tpot, itl, e2el) -> "pNN" -> seconds (simulated runs)
     percentiles: dict[str, dict[str, float]] | None = None
+    # a simulated run iteration by iteration (SimResult.timeline): not in the JSON, which it would outgrow
+    timeline: dict[str, list] | None = Field(None, exclude=True, repr=False)
 
     def __str__(self) -> str:
         from costmodel.price.bands import served_label
@@ -395,6 +397,7 @@ def report_of(
         }
         if ps
         else None,
+        timeline=res.timeline(),
     )
 
 

@@ -68,6 +68,7 @@ class SimResult:
     overhead_s: float = 0.0
     seq_iterations: float = 0.0  # sum over iterations of running sequences (mean batch = this / iterations)
     violations: list = field(default_factory=list)
+    stretches: list = field(default_factory=list)  # (running, prefill tokens, KV pages taken) of each stretch
 
     def after(self, warmup: int) -> SimResult:
         """The same run with its first ``warmup`` requests left out of the per-request times."""
@@ -82,9 +83,24 @@ class SimResult:
         self.iterations += len(times)
         self.seq_iterations += len(times) * running
         self.iteration_s.append((times, decode))
+        self.stretches.append((running, tokens - decode, kv_used))
         self.batch_tokens_max = max(self.batch_tokens_max, tokens)
         self.seqs_max = max(self.seqs_max, running)
         self.kv_pages_max = max(self.kv_pages_max, kv_used)
+
+    def timeline(self, points: int = 400) -> dict[str, list]:
+        """The run iteration by iteration, at most ``points`` iterations evenly spaced: when each ended (s), its
+        running sequences, its prefilled tokens and the share of KV pages taken after it."""
+        counts = np.array([len(t) for t, _ in self.iteration_s])
+        ends = np.cumsum(np.concatenate([t for t, _ in self.iteration_s]))
+        each = np.repeat(np.array(self.stretches, float).reshape(-1, 3), counts, axis=0)
+        at = np.unique(np.linspace(0, len(ends) - 1, min(points, len(ends))).round().astype(int))
+        return {
+            "t_s": ends[at].tolist(),
+            "batch": each[at, 0].astype(int).tolist(),
+            "prefill_tokens": each[at, 1].astype(int).tolist(),
+            "kv_use": (each[at, 2] / max(self.kv_pages, 1)).tolist(),
+        }
 
     @property
     def ttft(self) -> np.ndarray:

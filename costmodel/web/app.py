@@ -14,11 +14,12 @@ worker process under a time and memory limit, behind a small queue (:mod:`costmo
 
 from __future__ import annotations
 
-import html
 import ipaddress
 
 from costmodel.core.checks import excerpt
-from costmodel.web.fields import COMMANDS, MAX_QUERY_BYTES, job, web_fields
+from costmodel.web.api import Views
+from costmodel.web.api import routes as api_routes
+from costmodel.web.fields import COMMANDS, MAX_QUERY_BYTES, job
 from costmodel.web.jobs import Busy, Limits, OverLimit, WorkerPool
 
 #: Names of this machine's loopback address, which a browser on it may use for a server bound there.
@@ -67,7 +68,7 @@ def refusal(scope, hosts: frozenset[str]) -> tuple[int, str] | None:
             f"this server answers requests addressed to {', '.join(sorted(hosts))}, not Host "
             f"{excerpt(host)} (a page of another site may not reach it through its own name)"
         )
-    if not scope["path"].startswith(("/api/", "/report/")):
+    if not scope["path"].startswith(("/api/", "/report/", "/export")):
         return None
     site = headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
@@ -120,6 +121,7 @@ def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), lim
     from costmodel.core.errors import CostModelError
 
     pool = WorkerPool(cli, limits)
+    views = Views(pool)
 
     async def answer(request, output: str) -> Response:
         try:
@@ -147,7 +149,7 @@ def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), lim
         return await answer(request, "html")
 
     async def index(request):
-        return HTMLResponse(page(cli))
+        return HTMLResponse(page())
 
     async def missing(request):
         return JSONResponse({"error": f"no such path {excerpt(request.url.path)}"}, status_code=404)
@@ -161,6 +163,7 @@ def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), lim
             pool.close()
 
     routes = [
+        *api_routes(views),
         Route("/", index),
         Route("/api/{command}", api),
         Route("/report/{command}", report),
@@ -171,125 +174,11 @@ def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), lim
     return guarded
 
 
-def page(cli) -> str:
-    """The page: a form whose fields are the commands' web fields; submitting it puts in the URL those the chosen
-    command takes (a field another command's is left out), and the page shows the report of that URL's query (so a
-    link reproduces the view)."""
-    import json
+def page(cli=None) -> str:
+    """The page (:mod:`costmodel.web.page`): a form over the library's views whose state is its URL."""
+    from costmodel.web.page import render
 
-    from costmodel.hardware.catalog import profile_ids
-    from costmodel.model.presets import preset_ids
-
-    devices = "".join(f'<option value="{html.escape(i)}">{html.escape(i)}</option>' for i in profile_ids())
-    models = "".join(f'<option value="{html.escape(i)}">' for i in preset_ids())
-    return (
-        PAGE.replace("{{devices}}", devices)
-        .replace("{{models}}", models)
-        .replace("{{options}}", json.dumps(web_fields(cli)).replace("</", "<\\/"))
-    )
+    return render()
 
 
 __all__ = ["COMMANDS", "app", "page"]
-
-
-PAGE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>costmodel</title>
-<style>
-body { font-family: system-ui, sans-serif; margin: 1em 2em; color: #222; }
-form { display: flex; flex-wrap: wrap; gap: 0.6em 1.2em; align-items: end; }
-label { display: flex; flex-direction: column; font-size: 0.85em; }
-iframe { width: 100%; height: 80vh; border: 1px solid #ccc; margin-top: 1em; }
-#error { color: #a00; white-space: pre-wrap; }
-</style>
-</head>
-<body>
-<h1>costmodel</h1>
-<form id="form" method="get" action="/">
-<label>command <select name="command"><option>predict</option><option>capacity</option><option>plan</option>
-<option>derive</option></select></label>
-<label>devices <select name="gpu" multiple size="4">{{devices}}</select></label>
-<label>model <input name="model" list="models" placeholder="llama-3-8b"><datalist id="models">{{models}}</datalist></label>
-<label>or its config.json, pasted <textarea name="config" rows="2" cols="28"
-placeholder='{"hidden_size": 4096, ...}'></textarea></label>
-<label>tensor parallel <input name="tp" type="number" min="1"></label>
-<label>replicas <input name="replicas" type="number" min="1"></label>
-<label>pipeline stages <input name="pipeline-parallel-size" type="number" min="1"></label>
-<label>attention data parallel <input name="attention-dp" type="number" min="1"></label>
-<label>expert parallel <input name="expert-parallel" type="checkbox"></label>
-<label>GPUs to place it on (plan) <input name="gpus" type="number" min="1"></label>
-<label>engine <select name="engine"><option value="">(none: one step)</option><option>vllm</option>
-<option>sglang</option><option>trtllm</option></select></label>
-<label>clients <input name="concurrency" type="number" min="1"></label>
-<label>input tokens <input name="input-len" type="number" min="1"></label>
-<label>output tokens <input name="output-len" type="number" min="1"></label>
-<label>batch <input name="batch" type="number" min="1"></label>
-<label>context <input name="context" type="number" min="1"></label>
-<label>weights <select name="weight-dtype"><option value="">(the checkpoint's)</option><option>bf16</option>
-<option>fp8</option><option>fp8_block</option><option>int8</option><option>int4</option><option>mxfp4</option>
-<option>nvfp4</option></select></label>
-<label>KV cache <select name="kv-dtype"><option value="">(the engine's)</option><option>bf16</option>
-<option>fp8</option></select></label>
-<label>TPOT target (ms) <input name="tpot-ms" type="number" min="0" step="any"></label>
-<label>TTFT target (ms) <input name="ttft-ms" type="number" min="0" step="any"></label>
-<label>MHA, GQA, MQA and MLA side by side (predict) <input name="variants" type="checkbox"></label>
-<label>attention (derive) <select name="variant"><option value="">(the model's)</option><option>mha</option>
-<option>gqa</option><option>mqa</option><option>mla</option></select></label>
-<label>mode (derive) <select name="mode"><option value="">incremental</option><option>generate</option>
-<option>batched</option></select></label>
-<label>the &Theta; forms (derive) <input name="asymptotic" type="checkbox"></label>
-<button type="submit">show</button>
-</form>
-<p id="error"></p>
-<iframe id="report" title="report"></iframe>
-<script>
-const form = document.getElementById('form');
-const params = new URLSearchParams(window.location.search);
-for (const [key, value] of params) {
-  const field = form.elements[key];
-  if (!field) continue;
-  if (field.multiple) { for (const o of field.options) if (o.value === value) o.selected = true; }
-  else if (field.type === 'checkbox') field.checked = true;
-  else field.value = value;
-}
-const OPTIONS = {{options}};  // each command's options: a field another command's stays out of the URL
-form.addEventListener('submit', (event) => {
-  event.preventDefault();
-  const query = new URLSearchParams();
-  const takes = new Set(['command', ...OPTIONS[form.elements.command.value]]);
-  for (const field of form.elements) {
-    if (!field.name || !takes.has(field.name)) continue;
-    if (field.multiple) { for (const o of field.selectedOptions) query.append(field.name, o.value); }
-    else if (field.type === 'checkbox') { if (field.checked) query.append(field.name, ''); }
-    else if (field.value !== '') query.append(field.name, field.value);
-  }
-  window.location.search = query.toString();
-});
-const report = document.getElementById('report');
-report.addEventListener('load', () => {  // a plan's points open their own prediction
-  for (const code of report.contentDocument.querySelectorAll('code.point')) {
-    const a = report.contentDocument.createElement('a');
-    a.href = '/?' + code.dataset.query;
-    a.target = '_top';
-    code.replaceWith(a);
-    a.appendChild(code);
-  }
-});
-async function show() {
-  const command = params.get('command') || 'predict';
-  const query = new URLSearchParams(params);
-  query.delete('command');
-  if (![...query.keys()].length) return;
-  const response = await fetch('/report/' + command + '?' + query.toString());
-  const text = await response.text();
-  if (response.ok) { report.srcdoc = text; }
-  else { document.getElementById('error').textContent = text; }
-}
-show();
-</script>
-</body>
-</html>
-"""

@@ -26,6 +26,11 @@ from costmodel.web.fields import Job
 
 #: How often a waiting request looks at its worker, its turn and its client (seconds).
 POLL_S = 0.01
+#: What a computation past its address space prints: Python's MemoryError, or a library whose shared object could
+#: not be mapped (an import the limit stopped).
+OUT_OF_MEMORY = ("MemoryError", "failed to map segment")
+#: The shortest gap between two progress messages of one computation (seconds).
+PROGRESS_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -78,16 +83,57 @@ def _compute(cli, job: Job, answer_bytes: int) -> tuple[int | str, str]:
             result = CliRunner().invoke(cli, list(job.args))
         except MemoryError:
             return "memory", ""
-    if result.exit_code == 3 and "MemoryError" in result.output or isinstance(result.exception, MemoryError):
+    if (
+        result.exit_code == 3
+        and any(s in result.output for s in OUT_OF_MEMORY)
+        or isinstance(result.exception, MemoryError)
+    ):
         return "memory", ""
     if len(result.output) > answer_bytes:
         return "size", ""
     return result.exit_code, result.output
 
 
+@dataclass(frozen=True)
+class ViewJob:
+    """A view the page asks for: a :class:`costmodel.web.requests.ViewRequest` as JSON, computed through the
+    library (:func:`costmodel.web.views.compute`); the answer is the view as JSON."""
+
+    request: str
+
+
+def _view(conn, job: ViewJob, answer_bytes: int) -> tuple[int | str, str]:
+    """(0, the view's JSON), (1, "Error: ...") or (``"memory"`` or ``"size"``, "") for ``job``; its progress is sent
+    as ``("progress", (done, total, what))`` at most every :data:`PROGRESS_S` seconds, and at each end."""
+    import json
+
+    from costmodel.web.requests import ViewRequest
+    from costmodel.web.views import compute
+
+    last = [0.0]
+
+    def progress(done: int, total: int, what: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_S or done in (0, total):
+            last[0] = now
+            conn.send(("progress", (done, total, what)))
+
+    try:
+        text = json.dumps(compute(ViewRequest.model_validate_json(job.request), progress), allow_nan=False)
+    except MemoryError:
+        return "memory", ""
+    except ImportError as err:  # a library's shared object the address-space limit kept out
+        if OUT_OF_MEMORY[1] in str(err):
+            return "memory", ""
+        raise
+    except (CostModelError, ValueError) as err:
+        return 1, f"Error: {err}\n"
+    return ("size", "") if len(text) > answer_bytes else (0, text)
+
+
 def _serve(conn, cli: tuple[str, str], memory_bytes: int, answer_bytes: int) -> None:
-    """A worker: computes each job it is sent with the command-line group ``cli`` (its module and name) and sends
-    back its answer, until the server closes the pipe."""
+    """A worker: computes each job it is sent (a command line's with the group ``cli``, its module and name, or a
+    page's view) and sends back its answer, until the server closes the pipe."""
     import importlib
 
     group = getattr(importlib.import_module(cli[0]), cli[1])
@@ -97,7 +143,8 @@ def _serve(conn, cli: tuple[str, str], memory_bytes: int, answer_bytes: int) -> 
             job = conn.recv()
         except (EOFError, OSError):
             return
-        conn.send(_compute(group, job, answer_bytes))
+        answer = _view(conn, job, answer_bytes) if isinstance(job, ViewJob) else _compute(group, job, answer_bytes)
+        conn.send(("answer", answer))
 
 
 class _Worker:
@@ -129,7 +176,9 @@ class WorkerPool:
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         self._context = multiprocessing.get_context(method)
         if method == "forkserver":  # each worker starts with the command line imported
-            self._context.set_forkserver_preload([self._cli[0], __name__, "click.testing"])
+            self._context.set_forkserver_preload(
+                [self._cli[0], __name__, "click.testing", "costmodel.web.views", "costmodel.engine.served"]
+            )
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._waiting: collections.deque = collections.deque()
@@ -175,9 +224,12 @@ class WorkerPool:
             if worker in self._started:
                 self._started.remove(worker)
 
-    async def run(self, job: Job, gone: Callable[[], Awaitable[bool]]) -> tuple[int, str] | None:
-        """(exit code, printed text) of ``job`` in a worker, or None when ``gone()`` says the client left first.
-        :class:`Busy` when the queue is full; :class:`OverLimit` when the computation passes a limit."""
+    async def run(
+        self, job: Job | ViewJob, gone: Callable[[], Awaitable[bool]], progress=None
+    ) -> tuple[int, str] | None:
+        """(exit code, printed text) of ``job`` in a worker, or None when ``gone()`` says the client left first
+        (``progress(done, total, what)``: told of a view's steps). :class:`Busy` when the queue is full;
+        :class:`OverLimit` when the computation passes a limit."""
         ticket = self._enter()
         worker, started = None, False
         try:
@@ -188,7 +240,11 @@ class WorkerPool:
             worker = await self._worker()
             worker.conn.send(job)
             deadline = time.monotonic() + self.limits.seconds
-            while not self._done(worker):
+            while (message := self._message(worker)) is None or message[0] == "progress":
+                if message is not None:
+                    if progress is not None:
+                        progress(*message[1])
+                    continue
                 if time.monotonic() > deadline:
                     self.cut += 1
                     raise OverLimit(
@@ -199,7 +255,7 @@ class WorkerPool:
                     self.cut += 1
                     return None
                 await asyncio.sleep(POLL_S)
-            code, text = self._answer(worker)
+            code, text = message[1]
             if code != "memory":  # a worker out of memory (or ended) is replaced; any other serves on
                 with self._lock:
                     self._idle.append(worker)
@@ -213,18 +269,18 @@ class WorkerPool:
             self._leave(ticket, started)
 
     @staticmethod
-    def _done(worker: _Worker) -> bool:
-        """Whether ``worker`` has answered (or ended); :class:`Busy` when the server closed it meanwhile."""
+    def _message(worker: _Worker) -> tuple[str, tuple] | None:
+        """``worker``'s next message (``("progress", ...)`` or ``("answer", (code, text))``), or None while it has
+        none; :class:`Busy` when the server closed it meanwhile."""
         try:
-            return worker.conn.poll()
+            if not worker.conn.poll():
+                return None
         except OSError:  # closed by close(): the server is stopping
             raise Busy("the server is stopping; try again shortly") from None
-
-    def _answer(self, worker: _Worker):
         try:
             return worker.conn.recv()
         except (EOFError, OSError):  # the process ended: killed by the system, most likely for memory
-            return "memory", ""
+            return "answer", ("memory", "")
 
     def _over(self, code: str) -> str:
         if code == "memory":

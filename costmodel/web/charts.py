@@ -1,0 +1,209 @@
+"""The page's charts, as plotly.js figures (``{"id", "data", "layout"}`` in plotly's JSON schema), drawn from the
+library's reports. The page and the ``--html`` file give them to plotly.js, which ships inside the ``plotly``
+Python package (:func:`plotly_js`): hover shows each point's numbers, drag zooms, the legend toggles a series.
+Each trace carries its configuration's label in ``legendgroup`` so that compared configurations overlay.
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+@functools.cache
+def plotly_js() -> str | None:
+    """plotly.js, minified, from the installed ``plotly`` package (the ``web`` extra); None where it is missing."""
+    from importlib import resources
+
+    try:
+        return resources.files("plotly").joinpath("package_data", "plotly.min.js").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+
+
+def figure(ident: str, title: str, data: list[dict], x: str, y: str, **layout) -> dict:
+    """A figure: ``data`` (plotly traces) under ``title`` with axis titles ``x`` and ``y``; ``layout`` adds to or
+    replaces plotly layout keys (``xaxis_type="log"`` sets ``xaxis.type``)."""
+    spec = {
+        "title": {"text": title, "font": {"size": 14}},
+        "xaxis": {"title": {"text": x}},
+        "yaxis": {"title": {"text": y}},
+        "hovermode": "closest",
+        "margin": {"t": 48, "r": 24},
+        "legend": {"orientation": "h", "y": -0.2},
+    }
+    for key, value in layout.items():
+        axis, _, prop = key.partition("_")
+        if prop and axis in spec:
+            spec[axis][prop] = value
+        else:
+            spec[key] = value
+    return {"id": ident, "data": data, "layout": spec}
+
+
+def line(x, y, name: str, hover: str, text=None, **more) -> dict:
+    """A scatter trace of lines and points whose hover reads ``hover`` (a plotly hovertemplate)."""
+    trace = {"type": "scatter", "mode": "lines+markers", "x": list(x), "y": list(y), "name": name}
+    trace["hovertemplate"] = hover + "<extra>%{fullData.name}</extra>"
+    if text is not None:
+        trace["text"] = list(text)
+    return trace | more
+
+
+def ops_chart(phase: str, ops: list[dict]) -> dict:
+    """A step's time by op, stacked by section (each op's time over all its layers)."""
+    sections = list(dict.fromkeys(o["section"] for o in ops))
+    data = []
+    for section in sections:
+        mine = [o for o in ops if o["section"] == section]
+        data.append(
+            {
+                "type": "bar",
+                "name": section,
+                "x": [o["name"] for o in mine],
+                "y": [o["time_s"] * 1e6 for o in mine],
+                "customdata": [[o["bound"], o["flops"], o["bytes"]] for o in mine],
+                "hovertemplate": "%{x}: %{y:.4g} µs (%{customdata[0]}-bound)<br>%{customdata[1]:.3s} FLOP, "
+                "%{customdata[2]:.3s} B<extra>" + section + "</extra>",
+            }
+        )
+    return figure(f"ops-{phase}", f"{phase} step time by op", data, "op", "time (µs)", barmode="stack")
+
+
+def roofline_chart(hw, ops: dict[str, list[dict]], dtype: str) -> dict:
+    """The device's roofline (``dtype``'s peak, its memory bandwidth) with each op placed at its arithmetic
+    intensity (FLOP per byte moved) and the FLOP/s it reaches as priced."""
+    peak = hw.peak_flops_per_s[dtype].value
+    bandwidth = hw.memory_bandwidth_bytes_per_s.value
+    xs = [10 ** (k / 4) for k in range(-8, 21)]
+    data = [line(xs, [min(peak, bandwidth * x) / 1e12 for x in xs], f"{hw.id} roof ({dtype})", "%{y:.4g} TFLOP/s")]
+    data[0]["mode"] = "lines"
+    for phase, mine in ops.items():
+        placed = [o for o in mine if o["flops"] > 0 and o["bytes"] > 0 and o["time_s"] > 0]
+        data.append(
+            line(
+                [o["flops"] / o["bytes"] for o in placed],
+                [o["flops"] / o["time_s"] / 1e12 for o in placed],
+                phase,
+                "%{text}<br>%{x:.3g} FLOP/B, %{y:.4g} TFLOP/s",
+                text=[f"{o['section']}: {o['name']}" for o in placed],
+                mode="markers",
+            )
+        )
+    return figure(
+        "roofline", f"roofline of {hw.name}", data, "FLOP per byte", "TFLOP/s", xaxis_type="log", yaxis_type="log"
+    )
+
+
+def timeline_chart(timeline: dict) -> dict:
+    """A served run iteration by iteration: running sequences, prefilled tokens and KV pages taken, over time."""
+    t = timeline["t_s"]
+    rows = (
+        ("batch", "running sequences", "y", 1),
+        ("prefill_tokens", "prefill tokens", "y2", 1),
+        ("kv_use", "KV use (%)", "y3", 100),
+    )
+    data = [
+        line(t, [v * scale for v in timeline[key]], name, "%{x:.3f} s: %{y:.4g}", yaxis=axis, mode="lines")
+        for key, name, axis, scale in rows
+    ]
+    layout = {
+        "yaxis": {"title": {"text": "sequences"}, "domain": [0.7, 1]},
+        "yaxis2": {"title": {"text": "prefill tokens"}, "domain": [0.36, 0.64]},
+        "yaxis3": {"title": {"text": "KV use (%)"}, "domain": [0, 0.3]},
+    }
+    return figure("timeline", "the run iteration by iteration", data, "time (s)", "sequences", **layout)
+
+
+def curve_charts(points: list[dict], label: str) -> list[dict]:
+    """A load curve: output tokens/s per GPU against tokens/s per user, and TTFT and TPOT against the load."""
+    loads = [p["concurrency"] or p["request_rate"] for p in points]
+    axis = "clients" if points[0]["concurrency"] else "requests/s"
+    hover = f"{axis} %{{text}}<br>%{{x:.4g}} tok/s/user, %{{y:.4g}} tok/s/GPU"
+    throughput = line(
+        [p["output_tokens_per_s_per_user"] for p in points],
+        [p["output_tokens_per_s_per_gpu"] for p in points],
+        label,
+        hover,
+        text=loads,
+    )
+    latency = [
+        line(loads, [p[key] * 1e3 for p in points], f"{label} {name}", f"{axis} %{{x}}: %{{y:.4g}} ms")
+        for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"))
+    ]
+    return [
+        figure(
+            "throughput",
+            "throughput per GPU against speed per user",
+            [throughput],
+            "tokens/s per user",
+            "tokens/s per GPU",
+        ),
+        figure("latency", "TTFT and TPOT against load", latency, axis, "ms", xaxis_type="log", yaxis_type="log"),
+    ]
+
+
+def plan_chart(plan: dict) -> dict:
+    """A plan's points, each device's front with its measured range shaded, and the best under the targets."""
+    from costmodel.render.plan_figure import rate_range
+
+    data = []
+    hover = "%{text}<br>%{x:.4g} tok/s/user, %{y:.4g} tok/s/GPU"
+    for device in dict.fromkeys(p["device"] for p in plan["points"]):
+        mine = [p for p in plan["points"] if p["device"] == device]
+        front = sorted((p for p in plan["front"] if p["device"] == device), key=_user)
+        data.append(
+            line(
+                map(_user, mine),
+                map(_gpu, mine),
+                f"{device} points",
+                hover,
+                _labels(mine),
+                mode="markers",
+                marker={"size": 5, "opacity": 0.4},
+            )
+        )
+        ranges = [rate_range(p, plan["output_len"]) or (1.0, 1.0) for p in front]
+        for end, fill in ((0, None), (1, "tonexty")):
+            edge = [(_user(p) * r[end], _gpu(p) * r[end]) for p, r in zip(front, ranges)]
+            data.append(
+                line(
+                    [e[0] for e in edge],
+                    [e[1] for e in edge],
+                    f"{device} measured range",
+                    "%{x:.4g}, %{y:.4g}",
+                    mode="lines",
+                    line={"width": 0},
+                    fill=fill,
+                    showlegend=end == 1,
+                    legendgroup=f"{device} range",
+                    hoverinfo="skip",
+                )
+            )
+        data.append(line(map(_user, front), map(_gpu, front), f"{device} front", hover, _labels(front)))
+    if plan.get("best"):
+        best = plan["best"]
+        data.append(
+            line(
+                map(_user, best),
+                map(_gpu, best),
+                "best under the targets",
+                hover,
+                _labels(best),
+                mode="markers",
+                marker={"symbol": "star", "size": 16},
+            )
+        )
+    title = f"{plan['model_name']} on {plan['devices']} GPUs: every layout under load"
+    return figure("plan", title, data, "output tokens/s per user", "output tokens/s per GPU")
+
+
+def _user(p: dict) -> float:
+    return p["output_tokens_per_s_per_user"]
+
+
+def _gpu(p: dict) -> float:
+    return p["output_tokens_per_s_per_device"]
+
+
+def _labels(points: list[dict]) -> list[str]:
+    return [f"{p['device']} {p['layout']}, {p['concurrency']} clients" for p in points]

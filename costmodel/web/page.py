@@ -1,0 +1,46 @@
+"""The page (``costmodel/web/static/``: its HTML, style and script), filled in: the form's fields from the request's
+schema, the shipped devices and presets to choose from, and, for a saved view, the views themselves with plotly.js
+inline, so that one file holds a whole comparison and opens offline."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+
+from costmodel.web.charts import plotly_js
+
+
+def _static(name: str) -> str:
+    return resources.files("costmodel.web").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def _json(value) -> str:
+    """``value`` as JSON safe inside a ``<script>`` element: no ``<``, ``>`` or ``&`` of it is markup."""
+    text = json.dumps(value, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render(saved: dict | None = None) -> str:
+    """The page: served (``saved`` None: plotly.js from ``/static/plotly.min.js``), or one offline file holding
+    ``saved`` (``{"current": {"query", "view"}, "pins": [...]}``) with plotly.js inline."""
+    from costmodel.hardware.catalog import profile_ids
+    from costmodel.model.presets import preset_ids
+    from costmodel.web.requests import form
+
+    if saved is None:
+        plotly = '<script src="/static/plotly.min.js"></script>'
+    else:
+        script = plotly_js()
+        plotly = f"<script>{script}</script>" if script else ""
+    title = "costmodel" if saved is None else f"costmodel: {saved['current']['view']['title']}"
+    values = {
+        "title": title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"),
+        "style": _static("page.css"),
+        "plotly": plotly,
+        "form": _json(form()),
+        "choices": _json({"gpu": profile_ids(), "model": preset_ids()}),
+        "saved": _json(saved),
+        "script": _static("page.js"),
+    }
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], _static("page.html"))

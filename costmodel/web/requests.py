@@ -1,0 +1,220 @@
+"""What the page's JSON API takes: one typed request (:class:`ViewRequest`), validated by pydantic, whose fields
+are the command line's options under the same names (``input-len`` is ``--input-len``), grouped as a person thinks
+of them (:data:`GROUPS`): the model, the hardware and its layout, the engine, the load, the targets.
+
+Every field is typed and bounded (a shipped device or preset id, never a path; counts within the limits of
+:mod:`costmodel.web.fields`), so a request can neither name a file nor ask for unbounded work; a bad value is
+refused with the field named. :meth:`ViewRequest.command` is the command line that prints the same numbers.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from costmodel.core.vocab import DEFAULTS
+from costmodel.web.fields import MAX_CLIENTS, MAX_CONFIG_BYTES, MAX_DEVICES, MAX_GPUS, MAX_REQUESTS, MAX_TOKENS
+
+#: What the page shows: a model's step (no engine), its MHA, GQA, MQA and MLA versions side by side, a served run, a load curve, a plan, a recommendation.
+VIEWS = ("step", "variants", "served", "curve", "plan", "recommend")
+#: The most points on one load curve.
+MAX_CURVE_POINTS = 16
+
+WEIGHT_DTYPES = Literal["bf16", "fp8", "fp8_block", "int8", "int4", "mxfp4", "nvfp4"]
+#: The field groups, in the form's order, and the fields in each (by their names in a request).
+GROUPS = {
+    "view": ("view",),
+    "model": ("model", "config", "weight-dtype", "kv-dtype"),
+    "hardware and layout": (
+        "gpu",
+        "tp",
+        "pipeline-parallel-size",
+        "attention-dp",
+        "expert-parallel",
+        "replicas",
+        "gpus",
+        "max-gpus",
+    ),
+    "engine": (
+        "engine",
+        "engine-version",
+        "max-num-seqs",
+        "max-num-batched-tokens",
+        "gpu-memory-utilization",
+        "block-size",
+        "max-model-len",
+        "enable-chunked-prefill",
+        "enable-prefix-caching",
+        "evaluator",
+    ),
+    "load": (
+        "input-len",
+        "output-len",
+        "concurrency",
+        "request-rate",
+        "num-requests",
+        "burstiness",
+        "batch",
+        "context",
+        "max-concurrency",
+    ),
+    "targets": ("ttft-ms", "tpot-ms", "statistic", "price-per-hour"),
+}
+#: The fields each view reads (the others are left out of its command and its cache key).
+USES = {
+    "step": {"model", "config", "weight-dtype", "kv-dtype", "gpu", "tp", "attention-dp", "expert-parallel", "batch"}
+    | {"context"},
+    "served": {*GROUPS["model"], *GROUPS["hardware and layout"][:6], *GROUPS["engine"], *GROUPS["load"][:6]},
+    "plan": {*GROUPS["model"], "gpu", "gpus", *GROUPS["engine"][:-1], "input-len", "output-len", "num-requests"}
+    | {"burstiness", "max-concurrency", "ttft-ms", "tpot-ms"},
+    "recommend": {*GROUPS["model"], "gpu", "max-gpus", *GROUPS["engine"][:-1], *GROUPS["load"][:6]}
+    | {*GROUPS["targets"], "evaluator"},
+}
+USES["curve"] = USES["served"]
+USES["variants"] = USES["step"] - {"attention-dp", "expert-parallel"}
+
+Count = Annotated[int, Field(ge=1, le=MAX_CLIENTS)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Devices = Annotated[int, Field(ge=1, le=MAX_DEVICES)]
+
+
+class ViewRequest(BaseModel):
+    """One view's inputs. A field left out takes the default shown beside it on the page (None: the engine's or
+    the checkpoint's own, as on the command line)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    view: Literal["step", "variants", "served", "curve", "plan", "recommend"] = Field(
+        "served", description="what to show"
+    )
+    # the model
+    model: str | None = Field("llama-3.1-8b", max_length=128, description="a preset's id or alias")
+    config: str | None = Field(None, max_length=MAX_CONFIG_BYTES, description="or a config.json's text, pasted")
+    weight_dtype: WEIGHT_DTYPES | None = Field(None, alias="weight-dtype", description="weights (the checkpoint's)")
+    kv_dtype: Literal["bf16", "fp8"] | None = Field(None, alias="kv-dtype", description="KV cache (the engine's)")
+    # the hardware and its layout
+    gpu: list[str] = Field(["h100"], min_length=1, max_length=MAX_GPUS, description="devices (plan, recommend: each)")
+    tp: Devices = Field(1, description="tensor parallel")
+    pipeline_parallel_size: Devices = Field(1, alias="pipeline-parallel-size", description="pipeline stages")
+    attention_dp: Devices = Field(1, alias="attention-dp", description="attention data parallel groups")
+    expert_parallel: bool = Field(False, alias="expert-parallel", description="experts whole on devices")
+    replicas: Devices = Field(1, description="engines behind a router")
+    gpus: Devices = Field(8, description="GPUs to place the model on (plan)")
+    max_gpus: Annotated[int, Field(ge=1, le=1024)] = Field(64, alias="max-gpus", description="most GPUs (recommend)")
+    # the engine
+    engine: Literal["vllm", "sglang", "trtllm"] = Field("vllm", description="the serving engine")
+    engine_version: str | None = Field(
+        None, alias="engine-version", max_length=16, pattern=r"^[0-9][0-9a-z.]*$", description="release (latest)"
+    )
+    max_num_seqs: Count | None = Field(None, alias="max-num-seqs", description="sequences at once (engine's)")
+    max_num_batched_tokens: Tokens | None = Field(None, alias="max-num-batched-tokens", description="token budget")
+    gpu_memory_utilization: float | None = Field(
+        None, alias="gpu-memory-utilization", gt=0, le=1, description="memory share (engine's)"
+    )
+    block_size: Annotated[int, Field(ge=1, le=1024)] | None = Field(None, alias="block-size", description="KV page")
+    max_model_len: Tokens | None = Field(None, alias="max-model-len", description="longest request (engine's)")
+    enable_chunked_prefill: bool | None = Field(None, alias="enable-chunked-prefill", description="(engine's)")
+    enable_prefix_caching: bool | None = Field(None, alias="enable-prefix-caching", description="(engine's)")
+    evaluator: Literal["simulation", "steady-state"] | None = Field(None, description="(simulation)")
+    # the load
+    input_len: Tokens = Field(1024, alias="input-len", description="prompt tokens")
+    output_len: Tokens = Field(128, alias="output-len", description="output tokens")
+    concurrency: list[Count] | None = Field([16], max_length=MAX_CURVE_POINTS, description="clients (a curve: several)")
+    request_rate: list[Annotated[float, Field(gt=0, le=1e5)]] | None = Field(
+        None, alias="request-rate", max_length=MAX_CURVE_POINTS, description="requests/s, open loop (instead)"
+    )
+    num_requests: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] | None = Field(
+        None, alias="num-requests", description="measured (10 per client)"
+    )
+    burstiness: float = Field(1.0, gt=0, le=100, description="arrivals' gamma shape (1: Poisson)")
+    batch: Count = Field(DEFAULTS["batch"], description="sequences in the step (step)")
+    context: Tokens = Field(DEFAULTS["context"], description="cached positions (step)")
+    max_concurrency: Count = Field(256, alias="max-concurrency", description="most clients a plan tries")
+    # the targets
+    ttft_ms: float | None = Field(None, alias="ttft-ms", gt=0, le=1e7, description="TTFT target")
+    tpot_ms: float | None = Field(None, alias="tpot-ms", gt=0, le=1e7, description="TPOT target")
+    statistic: Literal["mean", "p90"] = Field("mean", description="of the targets (recommend)")
+    price_per_hour: float | None = Field(None, alias="price-per-hour", gt=0, le=1e4, description="$ per GPU-hour")
+
+    @field_validator("gpu")
+    @classmethod
+    def _shipped(cls, gpus: list[str]) -> list[str]:
+        from costmodel.hardware.catalog import is_listed
+
+        for gpu in gpus:
+            if not is_listed(gpu):
+                raise ValueError(f"{gpu[:40]!r} is not a shipped device (costmodel hardware list); never a path")
+        return gpus
+
+    @field_validator("model")
+    @classmethod
+    def _preset(cls, model: str | None) -> str | None:
+        from costmodel.model.presets import is_preset
+
+        if model not in (None, "") and not is_preset(model):
+            raise ValueError(f"{model[:40]!r} is not a preset (costmodel models list); paste a config.json instead")
+        return model or None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pasted_replaces_preset(cls, data):
+        if isinstance(data, dict) and data.get("config"):
+            data = {**data, "model": None}
+        if isinstance(data, dict) and (data.get("request-rate") or data.get("request_rate")):
+            data = {"concurrency": None, **data}  # a rate replaces the default clients
+        return data
+
+    @model_validator(mode="after")
+    def _one_load(self) -> ViewRequest:
+        if self.model is None and self.config is None:
+            raise ValueError("give a model: a preset (model) or a pasted config.json (config)")
+        if self.view in ("served", "curve", "recommend") and bool(self.concurrency) == bool(self.request_rate):
+            raise ValueError("give the load as clients (concurrency) or a request rate (request-rate), one of them")
+        if self.view in ("served", "recommend") and len(self.concurrency or self.request_rate) > 1:
+            raise ValueError(f"a {self.view} view takes one load; several are a curve (view=curve)")
+        return self
+
+    def used(self) -> dict:
+        """The fields this view reads, by their request names, as given or defaulted."""
+        return {k: v for k, v in self.model_dump(by_alias=True).items() if k in USES[self.view] or k == "view"}
+
+    def key(self) -> str:
+        """The cache key: the fields this view reads, canonical."""
+        import json
+
+        return json.dumps(self.used(), sort_keys=True)
+
+    def command(self) -> str:
+        """The command line that prints this view's numbers."""
+        verb = {"step": "predict", "variants": "predict", "served": "predict", "curve": "predict"}.get(
+            self.view, self.view
+        )
+        args = ["costmodel", verb]
+        defaults = ViewRequest.model_construct().model_dump(by_alias=True)
+        for name, value in self.used().items():
+            if name in ("view", "config") or value is None:
+                continue
+            if name in ("concurrency", "request-rate"):
+                args += [f"--{name}", ",".join(f"{v:g}" for v in value)]
+            elif name == "gpu":
+                args += [a for g in value for a in (f"--{name}", g)]
+            elif isinstance(value, bool):
+                if value != defaults[name]:
+                    args.append(f"--{name}" if value else f"--no-{name}")
+            elif name in ("model", "engine") or value != defaults[name]:
+                args += [f"--{name}", f"{value:g}" if isinstance(value, float) else str(value)]
+        if self.config is not None:
+            args += ["--model", "config.json"]
+        if self.view == "variants":
+            args.append(f"--{self.view}")  # the view is the option: --variants
+        return shlex.join(args)
+
+
+def form() -> dict:
+    """The form the page draws: each group's fields with their type, choices, bounds, default and description
+    (from the request's JSON schema, so the page and the API cannot disagree)."""
+    schema = ViewRequest.model_json_schema(by_alias=True)
+    props = schema["properties"]
+    return {group: {name: props[name] for name in names} for group, names in GROUPS.items()}
