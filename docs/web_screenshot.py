@@ -1,8 +1,8 @@
-"""Draws docs/web.png: the local web page (``costmodel web``) in headless Chromium, driven by Selenium, at a view
-given as the page's query. Needs the web and test extras and Debian's chromium and chromium-driver.
+"""Draws the page's screenshots for docs/web.md: each view of the local web page (``costmodel web``) in headless
+Chromium, driven by Selenium, from its URL; the result (its charts, tables and comparison) is what is captured.
+Needs the web and test extras and Debian's chromium and chromium-driver.
 
-    python docs/web_screenshot.py "command=plan&gpu=h100_sxm&gpu=a100_80gb_sxm&model=llama-3.1-70b&gpus=4\
-&input-len=4096&output-len=1024&tpot-ms=40" docs/web.png
+    python docs/web_screenshot.py            # every view in VIEWS, to docs/web_<name>.png
 """
 
 from __future__ import annotations
@@ -13,11 +13,18 @@ import sys
 import threading
 import time
 
+#: name -> the page's query: the README's served example, its load curve beside another TP size, a plan, a step.
+VIEWS = {
+    "served": "view=served&model=Qwen/Qwen3-32B&tp=2&concurrency=32&input-len=1024&output-len=512",
+    "curve": "view=curve&model=Qwen/Qwen3-32B&tp=4&concurrency=1,4,16,64&output-len=512"
+    "&pin=view%3Dcurve%26model%3DQwen%2FQwen3-32B%26tp%3D2%26concurrency%3D1%2C4%2C16%2C64%26output-len%3D512",
+    "plan": "view=plan&model=llama-3.1-70b&gpu=h100&gpu=a100&gpus=4&input-len=2048&output-len=512&tpot-ms=50",
+    "step": "view=step&model=llama-3.1-8b&gpu=h100&batch=16&context=4096",
+}
 
-def main(query: str, out: str) -> None:
+
+def _server():
     import uvicorn
-    from selenium import webdriver
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from costmodel.cli.commands import main as cli
     from costmodel.web.app import app
@@ -29,33 +36,36 @@ def main(query: str, out: str) -> None:
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)
+    return server, port
+
+
+def main(names: list[str]) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server, port = _server()
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--window-size=1280,1100",
-        "--hide-scrollbars",
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-    ):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,3000", "--hide-scrollbars"):
         options.add_argument(arg)
     driver = webdriver.Chrome(
         options=options, service=webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
     )
     try:
-        driver.get(f"http://127.0.0.1:{port}/?{query}")
-        WebDriverWait(driver, 300).until(
-            lambda d: d.execute_script(
-                "const f = document.getElementById('report').contentDocument;"
-                "return f && f.body && f.body.innerHTML.includes('<svg');"
+        for name in names or VIEWS:
+            driver.get(f"http://127.0.0.1:{port}/?{VIEWS[name]}")
+            WebDriverWait(driver, 600).until(
+                lambda d: d.execute_script(
+                    "return !document.getElementById('result').hidden && document.querySelector('.js-plotly-plot')"
+                )
             )
-        )
-        driver.save_screenshot(out)
+            time.sleep(0.5)  # plotly's transitions
+            driver.find_element("id", "result").screenshot(f"docs/web_{name}.png")
+            print(f"wrote docs/web_{name}.png")
     finally:
         driver.quit()
         server.should_exit = True
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(sys.argv[1:])

@@ -1,6 +1,7 @@
-"""``--html FILE`` for a command that prints a table and ``--json``: the command runs as asked, then writes one
-self-contained page of the same prediction (:mod:`costmodel.render.html`) from its own table, JSON and CSV: the one
-it printed, the others from quiet runs of the same call."""
+"""``--html FILE`` for a command that prints a table and ``--json``: the command runs once, as asked, and writes one
+self-contained page of the same prediction (:mod:`costmodel.render.html`) from its own table, JSON and CSV, all kept
+from that one run (:mod:`costmodel.cli.capture`); a command that prints through another path (derive)
+fills the others from quiet runs of the same call."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 
 import click
 
+from costmodel.cli.capture import capturing
 from costmodel.cli.options import FilePath, check_writable, command_line, echo_lines, output_format
 from costmodel.core.errors import CostModelError
 
@@ -46,8 +48,10 @@ def html_option(refuse: dict | None = None, silent: tuple[str, ...] = ()):
             if html_path != "-":  # on standard output the page is all that is printed
                 fmt = output_format(params["fmt"], params["as_json"])
                 if fmt in ("table", "json") and all(params.get(name) is None for name in silent):
-                    shown[fmt] = _captured(func, params)  # what the user sees is also what the page holds
+                    with capturing() as kept:
+                        shown[fmt] = _captured(func, params)  # what the user sees is also what the page holds
                     click.echo(shown[fmt], nl=False)
+                    shown = kept | shown  # the other formats of the same run, where the command emitted once
                 else:
                     func(**params)
             _write(func, html_path, params | {name: None for name in silent}, shown)
@@ -87,13 +91,20 @@ def _write(func, path: str, params: dict, shown: dict[str, str]) -> None:
     from costmodel.render.html import page
 
     ctx = click.get_current_context()
+    if not ("table" in shown and "json" in shown):  # one quiet run, kept in every format where it emits once
+        with capturing() as kept:
+            printed = _captured(func, params | {"fmt": "table", "as_json": False})
+        shown = {"table": printed} | kept | shown
     table, dumped = (
         shown.get(fmt) or _captured(func, params | {"fmt": fmt, "as_json": False}) for fmt in ("table", "json")
     )
-    try:  # the table's rows as `--format csv` prints them, where the command has them
-        csv = _captured(func, params | {"fmt": "csv", "as_json": False})
-    except CostModelError:
-        csv = None
+    if "csv" in shown:
+        csv = shown["csv"]
+    else:
+        try:  # the table's rows as `--format csv` prints them, where the command has them
+            csv = _captured(func, params | {"fmt": "csv", "as_json": False})
+        except CostModelError:
+            csv = None
     data = json.loads(dumped)
     argv = command_line(ctx, skip=("html_path", "fmt", "as_json"))
     title = next((line for line in table.splitlines() if line.strip()), f"costmodel {ctx.info_name}")

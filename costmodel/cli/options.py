@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from costmodel.cli import capture
 from costmodel.cli.click_types import Count
 from costmodel.core.errors import CostModelError
 from costmodel.core.invocation import command_line  # noqa: F401 - the commands' own, where they take it from
@@ -277,6 +278,8 @@ def emit_records(records: list[dict], fmt: str) -> None:
 def emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> None:
     """Reports in the chosen format: JSON (one object where ``single``, else an array), CSV or markdown rows, or
     the table ``table()`` renders."""
+    if capture.ON is not None:
+        capture.keep(dumped[0] if single else dumped, records, table)
     if fmt == "json":
         emit_json(dumped[0] if single else dumped)
     elif fmt in ("csv", "markdown"):

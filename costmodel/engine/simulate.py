@@ -89,17 +89,20 @@ class SimResult:
         self.kv_pages_max = max(self.kv_pages_max, kv_used)
 
     def timeline(self, points: int = 400) -> dict[str, list]:
-        """The run iteration by iteration, at most ``points`` iterations evenly spaced: when each ended (s), its
-        running sequences, its prefilled tokens and the share of KV pages taken after it."""
+        """The run iteration by iteration, in at most ``points`` spans of consecutive iterations: when each span
+        ended (s), and the most running sequences, prefilled tokens in one iteration and share of KV pages taken
+        over its iterations (so no prefill is lost between points)."""
         counts = np.array([len(t) for t, _ in self.iteration_s])
         ends = np.cumsum(np.concatenate([t for t, _ in self.iteration_s]))
         each = np.repeat(np.array(self.stretches, float).reshape(-1, 3), counts, axis=0)
-        at = np.unique(np.linspace(0, len(ends) - 1, min(points, len(ends))).round().astype(int))
+        starts = np.unique(np.linspace(0, len(ends), min(points, len(ends)) + 1).astype(int)[:-1])
+        most = np.maximum.reduceat(each, starts, axis=0)
+        last = np.append(starts[1:], len(ends)) - 1
         return {
-            "t_s": ends[at].tolist(),
-            "batch": each[at, 0].astype(int).tolist(),
-            "prefill_tokens": each[at, 1].astype(int).tolist(),
-            "kv_use": (each[at, 2] / max(self.kv_pages, 1)).tolist(),
+            "t_s": ends[last].tolist(),
+            "batch": most[:, 0].astype(int).tolist(),
+            "prefill_tokens": most[:, 1].astype(int).tolist(),
+            "kv_use": (most[:, 2] / max(self.kv_pages, 1)).tolist(),
         }
 
     @property

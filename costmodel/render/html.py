@@ -280,6 +280,10 @@ def page(title: str, argv: list[str], table: str, data, csv: str | None = None, 
     link, shown = _data(data, "JSON")
     link += _csv_link(csv)
     figures = "\n".join(f'<div class="figure">{svg}</div>' for svg in charts(data))
+    live = _interactive(data)
+    if live:  # the static charts stay, for print
+        static = f"<details><summary>static images (SVG)</summary>\n{figures}\n</details>" if figures else ""
+        figures = f"{live}\n{static}"
     return _document(
         title,
         f"""<p>{_command(argv, "The same numbers print with")}
@@ -292,6 +296,28 @@ def page(title: str, argv: list[str], table: str, data, csv: str | None = None, 
 <pre id="table">{html.escape(table)}</pre>
 <h2>JSON</h2>
 {shown}""",
+    )
+
+
+def _interactive(data) -> str:
+    """The JSON's interactive charts (:mod:`costmodel.render.interactive`) with plotly.js inline, or "" where plotly
+    is not installed or the JSON has none."""
+    from costmodel.render.interactive import from_report, plotly_js
+
+    script = plotly_js()
+    figures = from_report(data) if script else []
+    if not figures:
+        return ""
+    specs = json.dumps(figures, allow_nan=False).replace("<", "\\u003c").replace(">", "\\u003e")
+    divs = "".join(f'<div class="chart" id="chart-{i}" style="height:420px"></div>' for i in range(len(figures)))
+    draw = (
+        "const FIGURES = JSON.parse(document.getElementById('figures').textContent);"
+        "FIGURES.forEach((f, i) => Plotly.newPlot('chart-' + i, f.data, f.layout, {responsive: true, "
+        "displaylogo: false}));"
+    )
+    return (
+        f'{divs}\n<script>{script}</script>\n<script type="application/json" id="figures">{specs}</script>\n'
+        f"<script>{draw}</script>"
     )
 
 

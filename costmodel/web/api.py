@@ -253,7 +253,7 @@ def _pages(views: Views) -> list:
         return JSONResponse(fields())
 
     async def plotly(request):
-        from costmodel.web.charts import plotly_js
+        from costmodel.render.interactive import plotly_js
 
         script = plotly_js()
         if script is None:

@@ -8,7 +8,7 @@ import json
 import re
 from importlib import resources
 
-from costmodel.web.charts import plotly_js
+from costmodel.render.interactive import plotly_js
 
 
 def _static(name: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 
-from costmodel.web import charts
+from costmodel.render import interactive as charts
 from costmodel.web.requests import ViewRequest
 
 
@@ -113,7 +113,7 @@ def step_view(req: ViewRequest, m, hws) -> dict:
             _number("tokens_per_s", "decode tokens/s", "tok/s", p.total.tokens_per_s),
         ],
         "tables": [_table("ops", rows, OP_COLUMNS)],
-        "charts": [charts.roofline_chart(hw, ops, "bf16"), *(charts.ops_chart(ph, o) for ph, o in ops.items())],
+        "charts": [charts.roofline_chart(d["hardware"], ops), *(charts.ops_chart(ph, o) for ph, o in ops.items())],
         "report": d,
     }
 

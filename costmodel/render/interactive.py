@@ -1,7 +1,7 @@
-"""The page's charts, as plotly.js figures (``{"id", "data", "layout"}`` in plotly's JSON schema), drawn from the
-library's reports. The page and the ``--html`` file give them to plotly.js, which ships inside the ``plotly``
-Python package (:func:`plotly_js`): hover shows each point's numbers, drag zooms, the legend toggles a series.
-Each trace carries its configuration's label in ``legendgroup`` so that compared configurations overlay.
+"""Interactive charts, as plotly.js figures (``{"id", "data", "layout"}`` in plotly's JSON schema), drawn from the
+reports' JSON. The web page and the ``--html`` file give them to plotly.js, which ships inside the ``plotly``
+Python package (:func:`plotly_js`, the web extra): hover shows each point's numbers, drag zooms, the legend toggles
+a series. The page overlays compared configurations by naming each trace after its configuration.
 """
 
 from __future__ import annotations
@@ -69,13 +69,14 @@ def ops_chart(phase: str, ops: list[dict]) -> dict:
     return figure(f"ops-{phase}", f"{phase} step time by op", data, "op", "time (µs)", barmode="stack")
 
 
-def roofline_chart(hw, ops: dict[str, list[dict]], dtype: str) -> dict:
-    """The device's roofline (``dtype``'s peak, its memory bandwidth) with each op placed at its arithmetic
-    intensity (FLOP per byte moved) and the FLOP/s it reaches as priced."""
-    peak = hw.peak_flops_per_s[dtype].value
-    bandwidth = hw.memory_bandwidth_bytes_per_s.value
+def roofline_chart(device: dict, ops: dict[str, list[dict]]) -> dict:
+    """The device's roofline (``device``: a report's ``hardware``, its peak for the report's dtype and its memory
+    bandwidth) with each op placed at its arithmetic intensity (FLOP per byte moved) and the FLOP/s it reaches as
+    priced."""
+    peak, bandwidth = device["peak_flops_per_s"], device["memory_bandwidth_bytes_per_s"]
     xs = [10 ** (k / 4) for k in range(-8, 21)]
-    data = [line(xs, [min(peak, bandwidth * x) / 1e12 for x in xs], f"{hw.id} roof ({dtype})", "%{y:.4g} TFLOP/s")]
+    roof = [min(peak, bandwidth * x) / 1e12 for x in xs]
+    data = [line(xs, roof, f"{device['id']} roof ({device['dtype']})", "%{y:.4g} TFLOP/s")]
     data[0]["mode"] = "lines"
     for phase, mine in ops.items():
         placed = [o for o in mine if o["flops"] > 0 and o["bytes"] > 0 and o["time_s"] > 0]
@@ -89,13 +90,13 @@ def roofline_chart(hw, ops: dict[str, list[dict]], dtype: str) -> dict:
                 mode="markers",
             )
         )
-    return figure(
-        "roofline", f"roofline of {hw.name}", data, "FLOP per byte", "TFLOP/s", xaxis_type="log", yaxis_type="log"
-    )
+    title = f"roofline of {device['name']}"
+    return figure("roofline", title, data, "FLOP per byte", "TFLOP/s", xaxis_type="log", yaxis_type="log")
 
 
 def timeline_chart(timeline: dict) -> dict:
-    """A served run iteration by iteration: running sequences, prefilled tokens and KV pages taken, over time."""
+    """A served run iteration by iteration: running sequences, prefilled tokens and KV pages taken, over time (each
+    point the most over the iterations it spans)."""
     t = timeline["t_s"]
     rows = (
         ("batch", "running sequences", "y", 1),
@@ -107,11 +108,13 @@ def timeline_chart(timeline: dict) -> dict:
         for key, name, axis, scale in rows
     ]
     layout = {
+        "xaxis": {"title": {"text": "time (s)"}, "anchor": "y3"},
         "yaxis": {"title": {"text": "sequences"}, "domain": [0.7, 1]},
         "yaxis2": {"title": {"text": "prefill tokens"}, "domain": [0.36, 0.64]},
         "yaxis3": {"title": {"text": "KV use (%)"}, "domain": [0, 0.3]},
     }
-    return figure("timeline", "the run iteration by iteration", data, "time (s)", "sequences", **layout)
+    title = "the run iteration by iteration (each point the most over its span)"
+    return figure("timeline", title, data, "time (s)", "sequences", **layout)
 
 
 def curve_charts(points: list[dict], label: str) -> list[dict]:
@@ -207,3 +210,31 @@ def _gpu(p: dict) -> float:
 
 def _labels(points: list[dict]) -> list[str]:
     return [f"{p['device']} {p['layout']}, {p['concurrency']} clients" for p in points]
+
+
+def from_report(data) -> list[dict]:
+    """The interactive charts a command's JSON gives: a plan's front, a model step's roofline and ops, served runs'
+    load curves (one series per device, tensor-parallel size and engine)."""
+    items = data if isinstance(data, list) else [data]
+    items = [i for item in items for i in (item if isinstance(item, list) else [item]) if isinstance(i, dict)]
+    items = [p for item in items for p in (item["points"] if _curve(item) else [item])]
+    out = []
+    for item in items:
+        if "points" in item and "front" in item:
+            out.append(plan_chart(item))
+        elif "decode" in item and "ops" in item["decode"]:
+            ops = {phase: item[phase]["ops"] for phase in ("decode", "prefill") if phase in item}
+            out += [roofline_chart(item["hardware"], ops), *(ops_chart(ph, o) for ph, o in ops.items())]
+    served = [i for i in items if "output_tokens_per_s_per_gpu" in i and "engine" in i]
+    series: dict[str, list[dict]] = {}
+    for p in served:
+        series.setdefault(f"{p['hardware']['id']} tp{p['tp']} {p['engine']['name']}", []).append(p)
+    curves = [curve_charts(points, label) for label, points in series.items()]
+    for i, first in enumerate(curves[0] if curves else []):
+        out.append(first | {"data": [t for c in curves for t in c[i]["data"]]})
+    return out
+
+
+def _curve(item: dict) -> bool:
+    """Whether ``item`` is a load curve's JSON (its served points under ``points``)."""
+    return "points" in item and "front" not in item and all("ttft_s" in p for p in item["points"])
