@@ -156,7 +156,7 @@ def test_the_page_holds_every_device_and_model_and_fetches_nothing_from_elsewher
     choices = json.loads(re.search(r'<script type="application/json" id="choices">(.*?)</script>', page).group(1))
     assert choices == {"gpu": profile_ids(), "model": preset_ids()} and "tpu_v5e" in choices["gpu"]
     # every script is this server's: plotly.js from the installed package, the page's own inline
-    assert re.findall(r"<script src=\"([^\"]+)\"", page) == ["/static/plotly.min.js"]
+    assert re.findall(r"(?:src|href)=\"(/[^\"]+)\"", page) == ["/static/plotly.min.js"] and "<script src" not in page
     assert "http://" not in page and "https://" not in page
 
 

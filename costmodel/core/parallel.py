@@ -2,7 +2,7 @@
 
 Python's own process pool (:mod:`concurrent.futures`), forked where the platform allows (the work's tables,
 built before, come along without being pickled); in this process when one worker is asked for or the caller
-is itself a daemon worker (the page's), which may not start processes of its own.
+is itself a daemon process, which may not start processes of its own.
 """
 
 from __future__ import annotations

@@ -5,16 +5,19 @@ small queue in front of the workers refuses what it cannot hold.
 A worker is a process of its own (started by :mod:`multiprocessing`'s fork server, which has imported the command
 line once), running one command at a time and answering what it printed; it stays warm between requests, so a
 repeated computation reuses its caches. A worker whose computation passed its time limit, whose client left, or
-that ran out of memory is killed and replaced, which is the only way to stop Python code mid-computation. The
-standard library's process pools cannot cancel one running call, so this small pool is written here.
+that ran out of memory is killed and replaced, which is the only way to stop Python code mid-computation; it leads
+a process group of its own, so the processes a computation spreads over (a plan's layouts over every core) end
+with it. The standard library's process pools cannot cancel one running call, so this small pool is written here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -136,6 +139,8 @@ def _serve(conn, cli: tuple[str, str], memory_bytes: int, answer_bytes: int) -> 
     page's view) and sends back its answer, until the server closes the pipe."""
     import importlib
 
+    if hasattr(os, "setpgrp"):  # a group of its own: stopping it stops the processes it computes with too
+        os.setpgrp()
     group = getattr(importlib.import_module(cli[0]), cli[1])
     _limit_memory(memory_bytes)
     while True:
@@ -153,14 +158,18 @@ class _Worker:
         self.process = context.Process(
             target=_serve,
             args=(child, cli, limits.memory_bytes, limits.answer_bytes),
-            daemon=True,
+            daemon=False,  # it may compute over every core (costmodel.core.parallel); WorkerPool ends it
             name="costmodel-web-worker",
         )
         self.process.start()
         child.close()
 
     def kill(self) -> None:
-        self.process.kill()
+        """End the worker and every process it started (its process group)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (AttributeError, OSError):  # no process groups here, or it has ended
+            self.process.kill()
         self.process.join(timeout=5)
         self.conn.close()
 
@@ -176,9 +185,7 @@ class WorkerPool:
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         self._context = multiprocessing.get_context(method)
         if method == "forkserver":  # each worker starts with the command line imported
-            self._context.set_forkserver_preload(
-                [self._cli[0], __name__, "click.testing", "costmodel.web.views", "costmodel.engine.served"]
-            )
+            self._context.set_forkserver_preload([self._cli[0], __name__, "click.testing", "costmodel.web.warm"])
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._waiting: collections.deque = collections.deque()
@@ -186,6 +193,7 @@ class WorkerPool:
         self._started: list[_Worker] = []
         #: Computations stopped before their end (past their time limit, or their client gone).
         self.cut = 0
+        atexit.register(self.close)  # before multiprocessing's own exit, which would wait for the workers
 
     @property
     def busy(self) -> int:

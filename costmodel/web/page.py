@@ -29,7 +29,7 @@ def render(saved: dict | None = None) -> str:
     from costmodel.web.requests import form
 
     if saved is None:
-        plotly = '<script src="/static/plotly.min.js"></script>'
+        plotly = '<link rel="preload" href="/static/plotly.min.js" as="script">'  # run once the numbers show
     else:
         script = plotly_js()
         plotly = f"<script>{script}</script>" if script else ""
