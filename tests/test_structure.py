@@ -100,7 +100,7 @@ FLOORS = {
     "engine": {"core", "render", "hardware", "price", "counts", "attention", "model"},
     "deploy": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine"},
     "papers": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine", "deploy"},
-    "web": {"core", "render", "hardware", "model", "engine", "deploy"},
+    "web": {"core", "render", "hardware", "counts", "attention", "model", "engine", "deploy"},
     "validation": {"core", "render", "hardware", "price", "counts", "attention", "model", "engine", "deploy"},
     "cli": {
         "core",

@@ -54,16 +54,50 @@ def _printed(command: str) -> dict | list:
         ({"view": "served", "request-rate": [4.0], "tp": 2, **SMALL}, ("ttft_s", "tpot_s", "requests_per_s")),
         ({"view": "step", "model": "llama-3-8b", "batch": 8, "context": 1024}, ("total",)),
         ({"view": "variants", "model": "llama-3-8b", "batch": 4, "context": 512}, None),
+        ({"view": "attention", "batch": 32, "context": 8192}, None),
+        ({"view": "attention", "variant": "gqa", "groups": 4, "mode": "batched", "seq": 512}, None),
+        ({"view": "derive", "variant": "mqa", "mode": "generate"}, ("ops",)),
+        (
+            {"view": "served", "prefill-workers": 2, "decode-tp": 2, "request-rate": [4.0], **SMALL},
+            ("ttft_s", "tpot_s", "ttft_split", "kv_transfer"),
+        ),
+        (
+            {
+                "view": "served",
+                "length-dist": "uniform",
+                "spread": 0.5,
+                "warmup-requests": 4,
+                "frontend": "engine",
+                "client-connections": 4,
+                "async-scheduling": True,
+                **SMALL,
+            },
+            ("ttft_s", "tpot_s", "input_len", "num_requests"),
+        ),
         ({"view": "curve", "concurrency": [1, 4], **SMALL}, None),
         ({"view": "plan", "gpus": 2, "max-concurrency": 8, "tpot-ms": 30, **SMALL}, ("front", "best")),
         ({"view": "recommend", "request-rate": [2.0], "tpot-ms": 40, "max-gpus": 4, **SMALL}, ("gpus", "layout")),
     ],
-    ids=["served", "served-rate", "step", "variants", "curve", "plan", "recommend"],
+    ids=[
+        "served",
+        "served-rate",
+        "step",
+        "variants",
+        "attention",
+        "attention-gqa",
+        "derive",
+        "disagg",
+        "served-more",
+        "curve",
+        "plan",
+        "recommend",
+    ],
 )
 def test_a_view_is_what_its_command_line_prints(client, request_, keys):
     view = _view(client, request_)
     printed = _printed(view["command"])
-    if request_["view"] == "variants":  # the model and its other attentions, in order
+    if request_["view"] in ("variants", "attention"):  # the model and its other attentions, or the layer's, in order
+        printed = printed if isinstance(printed, list) else [printed]
         assert [p["total"] for p in printed] == [p["total"] for p in view["report"]]
     elif keys is None:  # a curve: every point
         assert [p["tpot_s"] for p in printed["points"]] == [p["tpot_s"] for p in view["report"]]
@@ -73,7 +107,7 @@ def test_a_view_is_what_its_command_line_prints(client, request_, keys):
         if isinstance(ours, list):  # the command line adds each point's own command to it
             theirs = [{k: t[k] for k in o} for o, t in zip(ours, theirs, strict=True)]
         assert ours == theirs, key
-    assert view["charts"] and all(c["data"] for c in view["charts"])
+    assert (view["charts"] and all(c["data"] for c in view["charts"])) or request_["view"] == "derive"
     for table in view["tables"]:  # every column named with its unit where it has one; rows hold only those
         assert all(set(row) == {c["key"] for c in table["columns"]} for row in table["rows"])
 

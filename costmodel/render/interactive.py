@@ -76,8 +76,7 @@ def roofline_chart(device: dict, ops: dict[str, list[dict]]) -> dict:
     peak, bandwidth = device["peak_flops_per_s"], device["memory_bandwidth_bytes_per_s"]
     xs = [10 ** (k / 4) for k in range(-8, 21)]
     roof = [min(peak, bandwidth * x) / 1e12 for x in xs]
-    data = [line(xs, roof, f"{device['id']} roof ({device['dtype']})", "%{y:.4g} TFLOP/s")]
-    data[0]["mode"] = "lines"
+    data = []
     for phase, mine in ops.items():
         placed = [o for o in mine if o["flops"] > 0 and o["bytes"] > 0 and o["time_s"] > 0]
         data.append(
@@ -90,6 +89,9 @@ def roofline_chart(device: dict, ops: dict[str, list[dict]]) -> dict:
                 mode="markers",
             )
         )
+    # the roof last, so each phase or attention keeps the colour it has in the other charts
+    data.append(line(xs, roof, f"{device['id']} roof ({device['dtype']})", "%{y:.4g} TFLOP/s", mode="lines"))
+    data[-1]["line"] = {"color": "#444"}
     title = f"roofline of {device['name']}"
     return figure("roofline", title, data, "FLOP per byte", "TFLOP/s", xaxis_type="log", yaxis_type="log")
 

@@ -26,7 +26,7 @@ def render(saved: dict | None = None) -> str:
     ``saved`` (``{"current": {"query", "view"}, "pins": [...]}``) with plotly.js inline."""
     from costmodel.hardware.catalog import profile_ids
     from costmodel.model.presets import preset_ids
-    from costmodel.web.requests import form
+    from costmodel.web.requests import USES, form
 
     if saved is None:
         plotly = '<link rel="preload" href="/static/plotly.min.js" as="script">'  # run once the numbers show
@@ -40,6 +40,7 @@ def render(saved: dict | None = None) -> str:
         "plotly": plotly,
         "form": _json(form()),
         "choices": _json({"gpu": profile_ids(), "model": preset_ids()}),
+        "uses": _json({view: sorted(names) for view, names in USES.items()}),
         "saved": _json(saved),
         "script": _static("page.js"),
     }

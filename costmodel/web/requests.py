@@ -15,10 +15,20 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from costmodel.core.vocab import DEFAULTS
-from costmodel.web.fields import MAX_CLIENTS, MAX_CONFIG_BYTES, MAX_DEVICES, MAX_GPUS, MAX_REQUESTS, MAX_TOKENS
+from costmodel.web.fields import (
+    MAX_CLIENTS,
+    MAX_CONFIG_BYTES,
+    MAX_DEVICES,
+    MAX_GPUS,
+    MAX_HEADS,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    MAX_WIDTH,
+)
 
-#: What the page shows: a model's step (no engine), its MHA, GQA, MQA and MLA versions side by side, a served run, a load curve, a plan, a recommendation.
-VIEWS = ("step", "variants", "served", "curve", "plan", "recommend")
+#: What the page shows: one attention layer's ops (MHA, GQA and MQA side by side, or one), its exact counts and Θ
+#: forms, a model's step (no engine), its MHA, GQA, MQA and MLA versions side by side, a served run, a load curve, a plan, a recommendation.
+VIEWS = ("attention", "derive", "step", "variants", "served", "curve", "plan", "recommend")
 #: The most points on one load curve.
 MAX_CURVE_POINTS = 16
 
@@ -27,6 +37,16 @@ WEIGHT_DTYPES = Literal["bf16", "fp8", "fp8_block", "int8", "int4", "mxfp4", "nv
 GROUPS = {
     "view": ("view",),
     "model": ("model", "config", "weight-dtype", "kv-dtype"),
+    "one attention layer (attention, derive)": (
+        "variant",
+        "groups",
+        "mode",
+        "seq",
+        "d-model",
+        "heads",
+        "head-dim",
+        "dtype",
+    ),
     "hardware and layout": (
         "gpu",
         "tp",
@@ -34,6 +54,10 @@ GROUPS = {
         "attention-dp",
         "expert-parallel",
         "replicas",
+        "prefill-tp",
+        "prefill-workers",
+        "decode-tp",
+        "decode-workers",
         "gpus",
         "max-gpus",
     ),
@@ -47,6 +71,7 @@ GROUPS = {
         "max-model-len",
         "enable-chunked-prefill",
         "enable-prefix-caching",
+        "async-scheduling",
         "evaluator",
     ),
     "load": (
@@ -56,6 +81,11 @@ GROUPS = {
         "request-rate",
         "num-requests",
         "burstiness",
+        "warmup-requests",
+        "length-dist",
+        "spread",
+        "client-connections",
+        "frontend",
         "batch",
         "context",
         "max-concurrency",
@@ -63,16 +93,20 @@ GROUPS = {
     "targets": ("ttft-ms", "tpot-ms", "statistic", "price-per-hour"),
 }
 #: The fields each view reads (the others are left out of its command and its cache key).
+_ATTENTION = set(GROUPS["one attention layer (attention, derive)"])
+_POOLS = {"prefill-tp", "prefill-workers", "decode-tp", "decode-workers"}
 USES = {
+    "attention": {"gpu", "batch", "context"} | _ATTENTION,
+    "derive": {"variant", "groups", "mode"},
     "step": {"model", "config", "weight-dtype", "kv-dtype", "gpu", "tp", "attention-dp", "expert-parallel", "batch"}
     | {"context"},
-    "served": {*GROUPS["model"], *GROUPS["hardware and layout"][:6], *GROUPS["engine"], *GROUPS["load"][:6]},
+    "served": {*GROUPS["model"], *GROUPS["hardware and layout"][:10], *GROUPS["engine"], *GROUPS["load"][:11]},
     "plan": {*GROUPS["model"], "gpu", "gpus", *GROUPS["engine"][:-1], "input-len", "output-len", "num-requests"}
     | {"burstiness", "max-concurrency", "ttft-ms", "tpot-ms"},
-    "recommend": {*GROUPS["model"], "gpu", "max-gpus", *GROUPS["engine"][:-1], *GROUPS["load"][:6]}
+    "recommend": {*GROUPS["model"], "gpu", "max-gpus", *GROUPS["engine"][:-1], *GROUPS["load"][:11]}
     | {*GROUPS["targets"], "evaluator"},
 }
-USES["curve"] = USES["served"]
+USES["curve"] = USES["served"] - _POOLS
 USES["variants"] = USES["step"] - {"attention-dp", "expert-parallel"}
 
 Count = Annotated[int, Field(ge=1, le=MAX_CLIENTS)]
@@ -86,7 +120,7 @@ class ViewRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    view: Literal["step", "variants", "served", "curve", "plan", "recommend"] = Field(
+    view: Literal["attention", "derive", "step", "variants", "served", "curve", "plan", "recommend"] = Field(
         "served", description="what to show"
     )
     # the model
@@ -94,6 +128,17 @@ class ViewRequest(BaseModel):
     config: str | None = Field(None, max_length=MAX_CONFIG_BYTES, description="or a config.json's text, pasted")
     weight_dtype: WEIGHT_DTYPES | None = Field(None, alias="weight-dtype", description="weights (the checkpoint's)")
     kv_dtype: Literal["bf16", "fp8"] | None = Field(None, alias="kv-dtype", description="KV cache (the engine's)")
+    # one attention layer, without a model
+    variant: Literal["mha", "gqa", "mqa"] | None = Field(None, description="attention (MHA, GQA, MQA side by side)")
+    groups: Annotated[int, Field(ge=1, le=MAX_HEADS)] | None = Field(None, description="GQA's KV heads (gcd(h, 8))")
+    mode: Literal["incremental", "batched", "generate"] = Field("incremental", description="decode step or prompt")
+    seq: Tokens | None = Field(None, description="new tokens (1 incremental, 4096 batched)")
+    d_model: Annotated[int, Field(ge=1, le=MAX_WIDTH)] = Field(
+        DEFAULTS["d_model"], alias="d-model", description="width"
+    )
+    heads: Annotated[int, Field(ge=1, le=MAX_HEADS)] = Field(DEFAULTS["heads"], description="query heads")
+    head_dim: Annotated[int, Field(ge=1, le=MAX_HEADS)] | None = Field(None, alias="head-dim", description="(d/h)")
+    dtype: Literal["fp32", "bf16", "fp16", "fp8"] = Field(DEFAULTS["dtype"], description="activations and cache")
     # the hardware and its layout
     gpu: list[str] = Field(["h100"], min_length=1, max_length=MAX_GPUS, description="devices (plan, recommend: each)")
     tp: Devices = Field(1, description="tensor parallel")
@@ -101,6 +146,10 @@ class ViewRequest(BaseModel):
     attention_dp: Devices = Field(1, alias="attention-dp", description="attention data parallel groups")
     expert_parallel: bool = Field(False, alias="expert-parallel", description="experts whole on devices")
     replicas: Devices = Field(1, description="engines behind a router")
+    prefill_tp: Devices | None = Field(None, alias="prefill-tp", description="prefill workers' TP (disaggregated)")
+    prefill_workers: Devices | None = Field(None, alias="prefill-workers", description="prefill workers")
+    decode_tp: Devices | None = Field(None, alias="decode-tp", description="decode workers' TP")
+    decode_workers: Devices | None = Field(None, alias="decode-workers", description="decode workers")
     gpus: Devices = Field(8, description="GPUs to place the model on (plan)")
     max_gpus: Annotated[int, Field(ge=1, le=1024)] = Field(64, alias="max-gpus", description="most GPUs (recommend)")
     # the engine
@@ -117,6 +166,7 @@ class ViewRequest(BaseModel):
     max_model_len: Tokens | None = Field(None, alias="max-model-len", description="longest request (engine's)")
     enable_chunked_prefill: bool | None = Field(None, alias="enable-chunked-prefill", description="(engine's)")
     enable_prefix_caching: bool | None = Field(None, alias="enable-prefix-caching", description="(engine's)")
+    async_scheduling: bool | None = Field(None, alias="async-scheduling", description="(engine's)")
     evaluator: Literal["simulation", "steady-state"] | None = Field(None, description="(simulation)")
     # the load
     input_len: Tokens = Field(1024, alias="input-len", description="prompt tokens")
@@ -129,8 +179,17 @@ class ViewRequest(BaseModel):
         None, alias="num-requests", description="measured (10 per client)"
     )
     burstiness: float = Field(1.0, gt=0, le=100, description="arrivals' gamma shape (1: Poisson)")
+    warmup_requests: Annotated[int, Field(ge=0, le=MAX_REQUESTS)] = Field(
+        0, alias="warmup-requests", description="run first, left out"
+    )
+    length_dist: Literal["fixed", "uniform", "range", "normal"] = Field(
+        "fixed", alias="length-dist", description="lengths around the two"
+    )
+    spread: float = Field(0.0, ge=0, le=1, description="the lengths' spread (a share)")
+    client_connections: Count | None = Field(None, alias="client-connections", description="client's in flight")
+    frontend: Literal["dynamo", "engine"] = Field("dynamo", description="the front end's latency")
     batch: Count = Field(DEFAULTS["batch"], description="sequences in the step (step)")
-    context: Tokens = Field(DEFAULTS["context"], description="cached positions (step)")
+    context: Tokens | None = Field(None, description="cached positions (4096; attention: by mode)")
     max_concurrency: Count = Field(256, alias="max-concurrency", description="most clients a plan tries")
     # the targets
     ttft_ms: float | None = Field(None, alias="ttft-ms", gt=0, le=1e7, description="TTFT target")
@@ -168,7 +227,7 @@ class ViewRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_load(self) -> ViewRequest:
-        if self.model is None and self.config is None:
+        if self.model is None and self.config is None and self.view not in ("attention", "derive"):
             raise ValueError("give a model: a preset (model) or a pasted config.json (config)")
         if self.view in ("served", "curve", "recommend") and bool(self.concurrency) == bool(self.request_rate):
             raise ValueError("give the load as clients (concurrency) or a request rate (request-rate), one of them")
@@ -188,9 +247,7 @@ class ViewRequest(BaseModel):
 
     def command(self) -> str:
         """The command line that prints this view's numbers."""
-        verb = {"step": "predict", "variants": "predict", "served": "predict", "curve": "predict"}.get(
-            self.view, self.view
-        )
+        verb = "predict" if self.view in ("attention", "step", "variants", "served", "curve") else self.view
         args = ["costmodel", verb]
         defaults = ViewRequest.model_construct().model_dump(by_alias=True)
         for name, value in self.used().items():
@@ -209,6 +266,10 @@ class ViewRequest(BaseModel):
             args += ["--model", "config.json"]
         if self.view == "variants":
             args.append(f"--{self.view}")  # the view is the option: --variants
+        if self.view == "derive":
+            args.append("--asymptotic")
+        if self.view == "served" and self.prefill_workers:
+            args.insert(args.index("--engine"), "--disaggregated")
         return shlex.join(args)
 
 

@@ -3,6 +3,7 @@
 'use strict';
 const SPEC = JSON.parse(document.getElementById('form-spec').textContent);
 const CHOICES = JSON.parse(document.getElementById('choices').textContent);
+const USES = JSON.parse(document.getElementById('uses').textContent);  // view -> the fields it reads
 const SAVED = JSON.parse(document.getElementById('saved').textContent);  // an offline file's views, or null
 const LISTS = ['gpu', 'concurrency', 'request-rate'];
 const form = document.getElementById('form');
@@ -43,7 +44,11 @@ function input(name, prop) {  // the control for one field
     const select = element('select', { name });
     const values = p.enum || ['true', 'false'];
     if (p.nullable) select.appendChild(element('option', { value: '' }, '(default)'));
-    for (const v of values) select.appendChild(element('option', { value: String(v) }, String(v)));
+    for (const v of values) {
+      const option = element('option', { value: String(v) }, String(v));
+      option.defaultSelected = v === p.default;  // what the form's reset comes back to
+      select.appendChild(option);
+    }
     return select;
   }
   if (p.type === 'boolean') return element('input', { name, type: 'checkbox' });
@@ -80,12 +85,21 @@ function buildForm() {
     }
     form.appendChild(set);
   }
+  form.elements.view.addEventListener('change', shownFields);
 }
 
-function readForm() {  // the fields given, as a query's pairs
+function shownFields() {  // only the fields the chosen view reads are shown, and go in its URL
+  const uses = new Set(['view', ...USES[form.elements.view.value]]);
+  for (const label of form.querySelectorAll('label[data-field]')) label.hidden = !uses.has(label.dataset.field);
+  for (const set of form.querySelectorAll('fieldset')) set.hidden = ![...set.querySelectorAll('label')].some((l) => !l.hidden);
+  return uses;
+}
+
+function readForm() {  // the fields given that the view reads, as a query's pairs
   const query = new URLSearchParams();
+  const uses = shownFields();
   for (const field of form.elements) {
-    if (!field.name) continue;
+    if (!field.name || !uses.has(field.name)) continue;
     if (field.type === 'checkbox') { if (field.checked) query.append(field.name, 'true'); }
     else if (field.value !== '') query.append(field.name, field.value);
   }
@@ -94,6 +108,7 @@ function readForm() {  // the fields given, as a query's pairs
 
 function fillForm(query) {
   form.reset();
+  form.elements.view.value = query.get('view') || 'served';
   for (const [key, value] of query) {
     const field = form.elements[key];
     if (!field) continue;
@@ -347,6 +362,7 @@ function start() {
   pinned = url.getAll('pin').map((query) => ({ query, view: null }));
   url.delete('pin');
   fillForm(url);
+  shownFields();
   if ([...url.keys()].length) show(url, false);
 }
 window.addEventListener('popstate', () => window.location.reload());

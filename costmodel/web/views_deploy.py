@@ -1,0 +1,110 @@
+"""The page's views of a deployment: every layout on N devices (a plan), and the fewest GPUs for a load."""
+
+from __future__ import annotations
+
+from costmodel.render import interactive as charts
+from costmodel.web.requests import ViewRequest
+from costmodel.web.view_parts import engine_flags, loads_of, number, requests_of, seconds, table
+
+
+def plan_view(req: ViewRequest, m, hws) -> dict:
+    """Every layout on ``gpus`` devices of each kind, under load; the front and the best."""
+    from costmodel.deploy.planner import plan
+
+    result = plan(
+        m,
+        hws,
+        devices=req.gpus,
+        input_len=req.input_len,
+        output_len=req.output_len,
+        engine_name=req.engine,
+        weight_dtype=req.weight_dtype,
+        kv_dtype=req.kv_dtype,
+        ttft_s=seconds(req.ttft_ms),
+        tpot_s=seconds(req.tpot_ms),
+        max_concurrency=req.max_concurrency,
+        flags=engine_flags(req),
+        requests=requests_of(req),
+        frontend=req.frontend,
+    )
+    d = result.model_dump(mode="json")
+    best = max(result.best or result.front, key=lambda p: p.output_tokens_per_s_per_device)
+    columns = (
+        ("device", "device", ""),
+        ("layout", "layout", ""),
+        ("concurrency", "clients", ""),
+        ("ttft_ms", "TTFT", "ms"),
+        ("tpot_ms", "TPOT", "ms"),
+        ("output_tokens_per_s_per_device", "throughput", "tok/s/GPU"),
+        ("output_tokens_per_s_per_user", "speed", "tok/s/user"),
+        ("meets_targets", "meets targets", ""),
+    )
+    rows = [p | {"ttft_ms": p["ttft_s"] * 1e3, "tpot_ms": p["tpot_s"] * 1e3} for p in d["front"]]
+    return {
+        "title": f"{m.name} on {req.gpus} GPUs of {', '.join(h.id for h in hws)}: every layout under load",
+        "summary": [
+            number(
+                "best_tok_s_gpu",
+                f"best ({best.device} {best.layout})",
+                "tok/s/GPU",
+                best.output_tokens_per_s_per_device,
+            ),
+            number("best_tok_s_user", "its speed", "tok/s/user", best.output_tokens_per_s_per_user),
+            number("points", "points priced", "", len(result.points)),
+        ],
+        "tables": [table("front", rows, columns)],
+        "charts": [charts.plan_chart(d)],
+        "report": d,
+    }
+
+
+def recommend_view(req: ViewRequest, m, hws) -> dict:
+    """The fewest GPUs that serve the load under the targets, and every candidate searched."""
+    from costmodel.deploy.recommend import recommend
+
+    rec = recommend(
+        m,
+        hws,
+        requests_of(req, **loads_of(req)[0]),
+        engine_name=req.engine,
+        flags=engine_flags(req),
+        ttft_s=seconds(req.ttft_ms),
+        tpot_s=seconds(req.tpot_ms),
+        statistic=req.statistic,
+        evaluator=req.evaluator,
+        price_per_gpu_hour=req.price_per_hour,
+        max_gpus=req.max_gpus,
+        weight_dtype=req.weight_dtype,
+        kv_dtype=req.kv_dtype,
+        frontend=req.frontend,
+    )
+    rows = [c.model_dump(mode="json") for c in rec.candidates]
+    columns = (
+        ("gpu", "device", ""),
+        ("layout", "unit", ""),
+        ("max_num_batched_tokens", "token budget", "tokens"),
+        ("unit_gpus", "GPUs per unit", ""),
+        ("per_unit", "served per unit", "clients or req/s"),
+        ("replicas", "units", ""),
+        ("gpus", "GPUs", ""),
+        ("binds", "what binds", ""),
+    )
+    ranked = [c for c in rows if c["gpus"]]
+    bars = {
+        "type": "bar",
+        "x": [f"{c['gpu']} {c['layout']}" for c in ranked],
+        "y": [c["gpus"] for c in ranked],
+        "name": "GPUs needed",
+        "hovertemplate": "%{x}: %{y} GPUs<extra></extra>",
+    }
+    return {
+        "title": f"{m.name}: the fewest GPUs of {', '.join(h.id for h in hws)} for the load",
+        "summary": [
+            number("gpus", f"GPUs ({rec.gpu} {rec.layout})", "", rec.gpus),
+            number("ttft_ms", "TTFT mean there", "ms", rec.at.ttft_s * 1e3),
+            number("tpot_ms", "TPOT mean there", "ms", rec.at.tpot_s * 1e3),
+        ],
+        "tables": [table("candidates", rows, columns)],
+        "charts": [charts.figure("candidates", "GPUs each candidate needs", [bars], "candidate", "GPUs")],
+        "report": rec.model_dump(mode="json"),
+    }
