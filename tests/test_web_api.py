@@ -222,3 +222,19 @@ def test_the_form_is_the_requests_schema(client):
     aliases = [f.alias or name for name, f in ViewRequest.model_fields.items()]
     assert sorted(names) == sorted(aliases) and len(names) == len(set(names))
     assert form["load"]["input-len"]["default"] == 1024 and form["engine"]["engine"]["default"] == "vllm"
+
+
+def test_a_plans_point_opens_its_own_served_view_with_its_numbers(client):
+    """Each front point's link is the page's served view of that layout under its clients: the same TTFT and TPOT
+    as the plan priced it."""
+    from urllib.parse import parse_qsl
+
+    from costmodel.web.api import from_query
+
+    plan = _view(client, {"view": "plan", "gpus": 2, "max-concurrency": 8, **SMALL})
+    rows = plan["tables"][0]["rows"]
+    assert rows and all(r["open"] for r in rows)
+    for row in rows[:: max(1, len(rows) // 3)]:
+        served = _view(client, from_query(parse_qsl(row["open"])))
+        assert served["report"]["ttft_s"] * 1e3 == pytest.approx(row["ttft_ms"], rel=1e-12)
+        assert served["report"]["tpot_s"] * 1e3 == pytest.approx(row["tpot_ms"], rel=1e-12)

@@ -153,7 +153,8 @@ def plan_chart(plan: dict) -> dict:
 
     data = []
     hover = "%{text}<br>%{x:.4g} tok/s/user, %{y:.4g} tok/s/GPU"
-    for device in dict.fromkeys(p["device"] for p in plan["points"]):
+    for i, device in enumerate(dict.fromkeys(p["device"] for p in plan["points"])):
+        color = PALETTE[i % len(PALETTE)]
         mine = [p for p in plan["points"] if p["device"] == device]
         front = sorted((p for p in plan["front"] if p["device"] == device), key=_user)
         data.append(
@@ -164,7 +165,7 @@ def plan_chart(plan: dict) -> dict:
                 hover,
                 _labels(mine),
                 mode="markers",
-                marker={"size": 5, "opacity": 0.4},
+                marker={"size": 5, "opacity": 0.4, "color": color},
             )
         )
         ranges = [rate_range(p, plan["output_len"]) or (1.0, 1.0) for p in front]
@@ -177,14 +178,16 @@ def plan_chart(plan: dict) -> dict:
                     f"{device} measured range",
                     "%{x:.4g}, %{y:.4g}",
                     mode="lines",
-                    line={"width": 0},
+                    line={"width": 0, "color": color},
+                    fillcolor=_faint(color),
                     fill=fill,
                     showlegend=end == 1,
                     legendgroup=f"{device} range",
                     hoverinfo="skip",
                 )
             )
-        data.append(line(map(_user, front), map(_gpu, front), f"{device} front", hover, _labels(front)))
+        front_line = line(map(_user, front), map(_gpu, front), f"{device} front", hover, _labels(front))
+        data.append(front_line | {"line": {"color": color}, "marker": {"color": color}})
     if plan.get("best"):
         best = plan["best"]
         data.append(
@@ -195,11 +198,21 @@ def plan_chart(plan: dict) -> dict:
                 hover,
                 _labels(best),
                 mode="markers",
-                marker={"symbol": "star", "size": 16},
+                marker={"symbol": "star", "size": 16, "color": "#222"},
             )
         )
     title = f"{plan['model_name']} on {plan['devices']} GPUs: every layout under load"
     return figure("plan", title, data, "output tokens/s per user", "output tokens/s per GPU")
+
+
+#: plotly's own first colours, one per device kind of a plan (its points, range and front alike).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def _faint(color: str) -> str:
+    """``color`` (#rrggbb) at a fifth of its opacity, for a shaded range."""
+    r, g, b = (int(color[k : k + 2], 16) for k in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, 0.2)"
 
 
 def _user(p: dict) -> float:

@@ -245,6 +245,18 @@ class ViewRequest(BaseModel):
 
         return json.dumps(self.used(), sort_keys=True)
 
+    def query(self) -> str:
+        """The page's URL query of this view: the fields it reads that differ from their defaults."""
+        from urllib.parse import urlencode
+
+        defaults = ViewRequest.model_construct().model_dump(by_alias=True)
+        pairs = [
+            (k, ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v) if isinstance(v, list) else v)
+            for k, v in self.used().items()
+            if v is not None and (v != defaults[k] or k == "view")
+        ]
+        return urlencode([(k, str(v).lower() if isinstance(v, bool) else v) for k, v in pairs])
+
     def command(self) -> str:
         """The command line that prints this view's numbers."""
         verb = "predict" if self.view in ("attention", "step", "variants", "served", "curve") else self.view

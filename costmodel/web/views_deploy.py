@@ -38,8 +38,12 @@ def plan_view(req: ViewRequest, m, hws) -> dict:
         ("output_tokens_per_s_per_device", "throughput", "tok/s/GPU"),
         ("output_tokens_per_s_per_user", "speed", "tok/s/user"),
         ("meets_targets", "meets targets", ""),
+        ("open", "served alone", ""),
     )
-    rows = [p | {"ttft_ms": p["ttft_s"] * 1e3, "tpot_ms": p["tpot_s"] * 1e3} for p in d["front"]]
+    rows = [
+        p | {"ttft_ms": p["ttft_s"] * 1e3, "tpot_ms": p["tpot_s"] * 1e3, "open": point_query(req, p)}
+        for p in d["front"]
+    ]
     return {
         "title": f"{m.name} on {req.gpus} GPUs of {', '.join(h.id for h in hws)}: every layout under load",
         "summary": [
@@ -56,6 +60,24 @@ def plan_view(req: ViewRequest, m, hws) -> dict:
         "charts": [charts.plan_chart(d)],
         "report": d,
     }
+
+
+def point_query(req: ViewRequest, point: dict) -> str | None:
+    """The page's query of a plan's point served alone (its device, layout and clients), or None for a pasted
+    model (whose config.json would make the link as long as the file)."""
+    if req.config is not None:
+        return None
+    fields = req.model_dump(by_alias=True) | {"view": "served", "gpu": [point["device"]]}
+    if point["mode"] == "disagg":
+        pools = {
+            k: point[k.replace("-", "_")] for k in ("prefill-tp", "prefill-workers", "decode-tp", "decode-workers")
+        }
+        fields |= pools | {"request-rate": None, "concurrency": [point["concurrency"]]}
+    else:
+        fields |= {k.replace("_", "-"): point[k] for k in ("tp", "replicas", "attention_dp")}
+        fields |= {"expert-parallel": point["expert_parallel"], "pipeline-parallel-size": point["pipeline_parallel"]}
+        fields |= {"request-rate": None, "concurrency": [point["concurrency"] // point["replicas"] * point["replicas"]]}
+    return ViewRequest.model_validate(fields).query()
 
 
 def recommend_view(req: ViewRequest, m, hws) -> dict:

@@ -257,8 +257,10 @@ function renderCharts(configs, names) {
     configs.forEach((c, i) => {
       const mine = c.view.charts.find((x) => x.id === chart.id);
       if (!mine) return;
-      for (const trace of mine.data) {
-        data.push(configs.length > 1 ? { ...trace, name: `${names[i]}: ${trace.name}`, legendgroup: names[i] } : trace);
+      for (const trace of mine.data) {  // each configuration its own dash, where a series has its colour fixed
+        const dash = ['solid', 'dash', 'dot', 'dashdot'][i % 4];
+        data.push(configs.length > 1 ? { ...trace, name: `${names[i]}: ${trace.name}`, legendgroup: names[i],
+          line: { ...(trace.line || {}), dash } } : trace);
       }
     });
     loadPlotly().then(() => window.Plotly ? Plotly.newPlot(div, data, chart.layout, { responsive: true, displaylogo: false })
@@ -276,7 +278,9 @@ function table(t) {  // a sortable table: a header's click sorts by it
       const tr = tbody.insertRow();
       for (const c of t.columns) {
         const td = tr.insertCell();
-        td.textContent = fmt(r[c.key]);
+        if (c.key === 'open' && r.open) {  // a link to this row's own view on the page
+          td.appendChild(element('a', { href: '?' + r.open }, 'open'));
+        } else td.textContent = fmt(r[c.key]);
         if (typeof r[c.key] !== 'number') td.className = 'text';
       }
     }
