@@ -238,3 +238,26 @@ def test_a_plans_point_opens_its_own_served_view_with_its_numbers(client):
         served = _view(client, from_query(parse_qsl(row["open"])))
         assert served["report"]["ttft_s"] * 1e3 == pytest.approx(row["ttft_ms"], rel=1e-12)
         assert served["report"]["tpot_s"] * 1e3 == pytest.approx(row["tpot_ms"], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "method,path,headers",
+    [
+        ("post", "/api/v1/jobs", {"origin": "http://evil.example"}),
+        ("post", "/api/v1/jobs", {"sec-fetch-site": "cross-site"}),
+        ("get", "/api/v1/view?view=step", {"sec-fetch-site": "same-site"}),
+        ("get", "/export?view=step", {"origin": "http://127.0.0.1:9999"}),
+    ],
+)
+def test_another_sites_page_may_not_compute_or_save(client, method, path, headers):
+    response = getattr(client, method)(
+        path, headers=headers, **({"json": {"view": "step"}} if method == "post" else {})
+    )
+    assert response.status_code == 403 and "another" in response.text
+    assert "access-control-allow-origin" not in response.headers
+
+
+def test_a_foreign_host_is_refused_before_the_api():
+    """DNS rebinding: a page elsewhere whose name points here sends its own Host, and gets 400."""
+    with TestClient(app(main), base_url="http://rebound.example:8000") as other:
+        assert other.post("/api/v1/jobs", json={"view": "step"}).status_code == 400
