@@ -1271,10 +1271,10 @@ class _EveryIteration:
     def others_for(self, running, ratio):
         return None
 
-    def decode_run(self, d, ctx, steps, others):
+    def decode_run(self, d, ctx, steps, others, per_step=1.0, slots=1):
         return np.full(steps, self.t)
 
-    def decode_comm(self, d, others):
+    def decode_comm(self, tokens, others, seqs=None):
         return 0.0
 
     def time(self, **kw):

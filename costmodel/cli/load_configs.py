@@ -21,6 +21,7 @@ def engine_setup(load: dict, pricing: dict):
     """(Layout, EngineFlags, serve()'s other arguments) from the load options and the pricing conventions."""
     from costmodel.engine.config import EngineFlags
     from costmodel.engine.layout import Layout
+    from costmodel.engine.speculation import parse
 
     layout = Layout(
         tp=pricing["tp"],
@@ -39,6 +40,9 @@ def engine_setup(load: dict, pricing: dict):
         evaluator=load["evaluator"],
         frontend=load["frontend"],
     )
+    spec = parse(load.get("speculative_config"), load.get("acceptance_length"), load.get("acceptance_rates"))
+    if spec is not None:
+        kw["speculation"] = spec
     return layout, flags, kw
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from costmodel.cli.click_types import EngineChoice, Loads, Objectives, PositiveNumber, engine_version
-from costmodel.cli.options import FilePath, NonNegative, Positive, choices
+from costmodel.cli.options import FilePath, ListOf, NonNegative, Positive, choices
 from costmodel.core.deadline import DEFAULT_S
 from costmodel.core.vocab import MXFP4_ACTIVATIONS
 
@@ -345,9 +345,35 @@ POOL_OPTIONS = [
 ]
 
 
+#: Speculative decoding (a served model's, simulated): the proposer and how many of its drafts are kept.
+SPECULATION_OPTIONS = [
+    click.option(
+        "--speculative-config",
+        "speculative_config",
+        metavar="JSON",
+        help="speculative decoding as vLLM's --speculative-config JSON takes it, e.g. "
+        '\'{"method": "mtp", "num_speculative_tokens": 3}\' (mtp, eagle, eagle3, ngram, draft_model with "model"; '
+        "SGLang's and TensorRT-LLM's keys also read)",
+    ),
+    click.option(
+        "--acceptance-length",
+        type=PositiveNumber(),
+        help="the mean tokens a verify step yields, the bonus token included (1 to k + 1; no engine's default)",
+    ),
+    click.option(
+        "--acceptance-rates",
+        type=ListOf(Fraction()),
+        metavar="P1,...",
+        help="instead of --acceptance-length: each draft position's chance to be kept, the ones before it kept",
+    ),
+]
+
+
 def engine_options(func):
     """The options of a served model under load, in the order its --help lists them."""
-    for option in reversed([*LOAD_OPTIONS, *FLAG_OPTIONS, *LENGTH_OPTIONS, *LAYOUT_OPTIONS, *POOL_OPTIONS]):
+    for option in reversed(
+        [*LOAD_OPTIONS, *FLAG_OPTIONS, *SPECULATION_OPTIONS, *LENGTH_OPTIONS, *LAYOUT_OPTIONS, *POOL_OPTIONS]
+    ):
         func = option(func)
     return func
 

@@ -197,12 +197,14 @@ class IterationTable:
         chunks: list[tuple[int, int]],
         outputs: int,
         others: float | None = None,
+        slots: int = 1,
     ) -> IterationTime:
         """An iteration of ``decode_seqs`` decode tokens after ``decode_context_sum`` cached positions in all,
         prefill ``chunks`` (start, length), and ``outputs`` rows through the head (``others``:
-        :meth:`per_token`)."""
+        :meth:`per_token`). ``slots``: positions each decode sequence scores (a speculative verify step's
+        ``k + 1``: every per-token op sees them all, the attention reads each sequence's cache once for them)."""
         prefill_tokens = sum(c for _, c in chunks)
-        tokens = decode_seqs + prefill_tokens
+        tokens = decode_seqs * slots + prefill_tokens
         if tokens == 0:
             return IterationTime(0.0, 0.0, 0.0)
         k, tok, comm = self._round(tokens, decode_seqs + len(chunks), others)
@@ -238,16 +240,21 @@ class IterationTable:
         prompt (mean prompt over mean output tokens). None with one group."""
         return running * (1 + prompt_per_output) if self.dp > 1 else None
 
-    def decode_comm(self, seqs: int, others: float | None = None) -> float:
-        """The communication of one decode-only iteration of ``seqs`` sequences."""
-        return self._round(seqs, seqs, others)[2]
+    def decode_comm(self, tokens: int, others: float | None = None, seqs: int | None = None) -> float:
+        """The communication of one decode-only iteration of ``tokens`` tokens (of ``seqs`` sequences: as many as
+        tokens unless a speculative verify step scores several per sequence)."""
+        return self._round(tokens, seqs or tokens, others)[2]
 
-    def decode_run(self, seqs: int, context_sum: float, steps: int, others: float | None = None) -> np.ndarray:
+    def decode_run(
+        self, seqs: int, context_sum: float, steps: int, others: float | None = None, per_step=1.0, slots: int = 1
+    ) -> np.ndarray:
         """The times of ``steps`` decode-only iterations of ``seqs`` sequences, the first after
-        ``context_sum`` cached positions in all (each step adds one per sequence; ``others``: :meth:`per_token`)."""
-        k, tok, comm = self._round(seqs, seqs, others)
-        mean = (context_sum + seqs * np.arange(steps)) / seqs
-        return tok + comm + self.decode_attention_time(seqs / k, mean) + float(self.head_time(seqs / k)) * k
+        ``context_sum`` cached positions in all (each step adds ``per_step`` per sequence, one unless speculative;
+        ``slots``: positions each step scores per sequence, :meth:`time`; ``others``: :meth:`per_token`)."""
+        k, tok, comm = self._round(seqs * slots, seqs, others)
+        mean = (context_sum + seqs * per_step * np.arange(steps)) / seqs
+        head = float(self.head_time(seqs * slots / k)) * k
+        return tok + comm + self.decode_attention_time(seqs / k, mean) + head
 
 
 def interp(x: float, xs: list, ys: list) -> float:

@@ -22,8 +22,14 @@ from costmodel.engine.scheduler import Admission, newest
 class Engine:
     """The scheduler's state; :meth:`run` fills ``res`` (a :class:`costmodel.engine.simulate.SimResult`)."""
 
-    def __init__(self, table, eng, rule: Admission, pages_total: int, prompts, outputs, wall, check: bool, res):
+    def __init__(
+        self, table, eng, rule: Admission, pages_total: int, prompts, outputs, wall, check: bool, res, spec=None
+    ):
         self.table, self.eng, self.rule, self.wall, self.check, self.res = table, eng, rule, wall, check, res
+        # speculative decoding (costmodel.engine.speculation): each decode step scores `slots` positions per
+        # sequence, yields the accepted tokens, and adds the proposer's time (spec.propose)
+        self.spec = spec
+        self.slots = spec.slots if spec is not None else 1
         self.n = len(prompts)
         self.ratio = float(np.mean(prompts)) / max(float(np.mean(outputs)), 1.0)  # prompt tokens per output token
         self.prompt = np.asarray(prompts, dtype=np.int64).copy()
@@ -31,6 +37,7 @@ class Engine:
         self.target = self.prompt.copy()  # tokens to prefill: the prompt, or prompt + produced after a preemption
         self.done = np.zeros(self.n, np.int64)  # of target prefilled
         self.produced = np.zeros(self.n, np.int64)
+        self.verified = np.zeros(self.n, np.int64)  # verify steps run (speculative decoding)
         self.pages = np.zeros(self.n, np.int64)
         self.admitted_at = np.full(self.n, -1, np.int64)
         self.arrival, self.first, self.finish_at = np.zeros(self.n), np.full(self.n, -1.0), np.full(self.n, -1.0)
@@ -98,7 +105,7 @@ class Engine:
                 ids = self.running
                 dec = self.done[ids] == self.target[ids]
             decoding, prefilling = ids[dec], ids[~dec]
-            can_admit = not preempted and self.can_admit(len(decoding) if self.eng.mixes else 0)
+            can_admit = not preempted and self.can_admit(len(decoding) * self.slots if self.eng.mixes else 0)
             # decode-only stretch: nothing to prefill, and nothing can be admitted before a request finishes
             if len(decoding) and not len(prefilling) and not can_admit and not preempted and self.stretch(decoding):
                 continue
@@ -107,20 +114,30 @@ class Engine:
         res.arrival, res.first, res.finish = self.arrival, self.first, self.finish_at
         return res
 
-    def opens_page(self, ids: np.ndarray) -> np.ndarray:
-        """Which of decoding requests ``ids`` decode a token that opens a new KV page this iteration."""
-        return self.prompt[ids] + self.produced[ids] >= self.pages[ids] * self.rule.page
+    def opens_pages(self, ids: np.ndarray) -> np.ndarray:
+        """The new KV pages each of decoding requests ``ids`` takes this iteration: those its next token (or a
+        verify step's ``slots`` positions) reaches past the pages it holds."""
+        reach = self.prompt[ids] + self.produced[ids] + self.slots
+        return np.maximum(-(-reach // self.rule.page) - self.pages[ids], 0)
+
+    def advance(self, ids: np.ndarray, steps: int) -> np.ndarray:
+        """The tokens ``steps`` decode steps bring each of ``ids``: one a step, or the accepted tokens of that many
+        verify steps (at most what each has left to produce)."""
+        if self.spec is None:
+            return np.full(len(ids), steps, np.int64)
+        got = self.spec.tokens(self.verified[ids] + steps) - self.spec.tokens(self.verified[ids])
+        return np.minimum(got, self.output[ids] - self.produced[ids])
 
     def preempt(self, decoding: np.ndarray) -> bool:
         """A decode token that opens a new page takes one; the newest running request is preempted while too few
         are free (``decoding``: which running requests decode). Whether any was."""
         res, preempted = self.res, False
-        opens = decoding & self.opens_page(self.running)
+        opens = np.where(decoding, self.opens_pages(self.running), 0)
         need = int(opens.sum())
         while need > self.free and len(self.running):
             k = newest(self.admitted_at[self.running])
             v = int(self.running[k])
-            need -= bool(opens[k])
+            need -= int(opens[k])
             if k == len(self.running) - 1:  # the newest is the last admitted: the batch's tail
                 self.running, opens = self.running[:-1], opens[:-1]
             else:
@@ -154,49 +171,54 @@ class Engine:
     def stretch(self, decoding: np.ndarray) -> bool:
         """Decode-only iterations advanced at once, up to the first finish, the first page that does not fit or
         the first iteration scheduled after the next arrival; False when not even one fits."""
-        d = len(decoding)
+        d, spec = len(decoding), self.spec
         produced = self.produced[decoding]
         left = self.output[decoding] - produced
         cached = self.prompt[decoding] + produced
-        steps = int(left.min())
+        steps = int(left.min()) if spec is None else int(spec.steps_for(self.verified[decoding], left).min())
+        per_step = 1.0 if spec is None else spec.acceptance
         if self.paging:
             held = self.pages[decoding]
-            steps = self.rule.steps_within(cached, held, self.free, steps)
+            steps = self.rule.steps_within(cached, held, self.free, steps, per_step, self.slots)
         if steps < 1:
             return False
         table, res, lag = self.table, self.res, self.eng.lag
         others = table.others_for(len(self.running), self.ratio)
-        gpu = table.decode_run(d, int(cached.sum()), steps, others)
+        gpu = table.decode_run(d, int(cached.sum()), steps, others, per_step, self.slots)
+        if spec is not None:
+            gpu = gpu + spec.propose(d, (int(cached.sum()) + d * per_step * np.arange(steps)) / d)
         times = self.wall(gpu, d)
         if self.pending:  # stop before the first iteration scheduled after the next arrival
             ends = self.clock + np.cumsum(times)
             planned = ends - times if lag else ends  # when each iteration's successor is scheduled
             steps = min(steps, int(np.searchsorted(planned, self.pending[0][0])) + 1)
             times, gpu = times[:steps], gpu[:steps]
-        if self.paging:
-            grown = -(-(cached + steps) // self.rule.page)
+        added = self.advance(decoding, steps)
+        if self.paging:  # what the last step wrote: its accepted tokens and the slots of the drafts it scored
+            grown = np.maximum(-(-(cached + added + self.slots - 1) // self.rule.page), held)
             self.free -= int((grown - held).sum())
             self.pages[decoding] = grown
-        self.produced[decoding] += steps
-        comm = table.decode_comm(d, others) * steps  # the collectives of these steps
+        self.produced[decoding] += added
+        self.verified[decoding] += steps
+        comm = table.decode_comm(d * self.slots, others, d) * steps  # the collectives of these steps
         self.last_start = self.clock + float(times[:-1].sum())
         self.clock += float(times.sum())
         res.decode_s += float(gpu.sum()) - comm
         res.comm_s += comm
         res.overhead_s += float(times.sum() - gpu.sum())
-        res.record(times, d, d, d, self.pages_total - self.free)
-        self.retire(decoding[left <= steps])
+        res.record(times, d, d, d * self.slots, self.pages_total - self.free)
+        self.retire(decoding[self.produced[decoding] >= self.output[decoding]])
         return True
 
     def batch(self, decode_now: np.ndarray, prefilling: np.ndarray, preempted: bool) -> list[tuple[int, int]]:
         """(request, tokens) of the prompt chunks that ride in the next iteration beside ``decode_now``: the
         running prompts' next chunks, then the queue's head while the rule admits it; pages taken as they go."""
-        rule, room = self.rule, self.rule.budget - len(decode_now)
+        rule, room = self.rule, self.rule.budget - len(decode_now) * self.slots
         starting: list[tuple[int, int]] = []
         if self.paging and len(decode_now):
-            opening = decode_now[self.opens_page(decode_now)]
-            self.pages[opening] += 1
-            self.free -= len(opening)
+            opening = self.opens_pages(decode_now)
+            self.pages[decode_now] += opening
+            self.free -= int(opening.sum())
         for v in prefilling.tolist():
             held, done = int(self.pages[v]), int(self.done[v])
             cap = min(room, (held + self.free) * rule.page - done) if self.paging else room
@@ -238,15 +260,18 @@ class Engine:
                 "the engine cannot schedule any request: raise the token budget, the sequence limit or the KV cache"
             )
         d, running = len(decode_now), len(self.running)
+        context_sum = int((self.prompt[decode_now] + self.produced[decode_now]).sum())
         it = table.time(
             decode_seqs=d,
-            decode_context_sum=int((self.prompt[decode_now] + self.produced[decode_now]).sum()),
+            decode_context_sum=context_sum,
             chunks=chunks,
-            outputs=d + outputs_rows,
+            outputs=d * self.slots + outputs_rows,
             others=table.others_for(running, self.ratio),
+            slots=self.slots,
         )
-        dt = float(self.wall(it.total_s, running))
-        tokens = d + sum(c for _, c in chunks)
+        gpu = it.total_s + (float(self.spec.propose(d, context_sum / d)) if self.spec is not None and d else 0.0)
+        dt = float(self.wall(gpu, running))
+        tokens = d * self.slots + sum(c for _, c in chunks)
         res.prefill_tokens += tokens - d
         self.last_start = self.clock
         if self.check:
@@ -255,10 +280,12 @@ class Engine:
         res.prefill_s += it.prefill_s
         res.decode_s += it.decode_s
         res.comm_s += it.comm_s
-        res.overhead_s += dt - it.total_s
+        res.decode_s += gpu - it.total_s  # the proposer's drafting
+        res.overhead_s += dt - gpu
         res.prefill_iterations += 1 if chunks else 0
         res.record(np.array([dt]), d, running, tokens, self.pages_total - self.free)
-        self.produced[decode_now] += 1
+        self.produced[decode_now] += self.advance(decode_now, 1)
+        self.verified[decode_now] += 1
         done_now = decode_now[self.produced[decode_now] >= self.output[decode_now]].tolist()
         for v, c in starting:
             self.done[v] += c

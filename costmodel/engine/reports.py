@@ -314,6 +314,7 @@ def assumptions(
         )
         + (f", GEMMs at the {setup.pr.gemm_dtype} peak ({gemm_classes(setup.pr)})" if setup.pr.gemm_dtype else ""),
         load,
+        *([setup.drafting.describe()] if getattr(setup, "drafting", None) is not None else []),
         *_group_line(setup),
         *setup.pr_lines,
         "continuous batching: each iteration runs the running sequences' decode tokens and prefill chunks of "

@@ -77,12 +77,17 @@ class Admission:
         want = self.start_pages(prompt, output, done + c)
         return (c, want) if want <= free else None
 
-    def steps_within(self, cached: np.ndarray, held: np.ndarray, free: int, steps: int) -> int:
+    def steps_within(
+        self, cached: np.ndarray, held: np.ndarray, free: int, steps: int, per_step: float = 1.0, slots: int = 1
+    ) -> int:
         """The most decode steps (at most ``steps``) whose new pages fit in ``free``, for running sequences with
-        ``cached`` tokens in the cache and ``held`` pages (arrays, one entry per sequence)."""
+        ``cached`` tokens in the cache and ``held`` pages (arrays, one entry per sequence). A step yields
+        ``per_step`` tokens and writes ``slots`` positions (speculative decoding: the accepted tokens, and the
+        verified drafts' slots; one and one otherwise)."""
 
         def need(k: int) -> int:
-            return int((-(-(cached + k) // self.page) - held).sum())
+            reach = cached + (k - 1 if per_step == 1.0 else int(np.ceil(per_step * (k - 1)))) + slots
+            return int(np.maximum(-(-reach // self.page) - held, 0).sum())
 
         if need(steps) <= free:
             return steps

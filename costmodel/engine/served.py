@@ -157,10 +157,12 @@ class Setup:
         overheads: dict | None = None,
         replicas: int = 1,
         frontend: str = "dynamo",
+        speculation=None,
     ):
         self.m, self.pr, self.eng = m, pr, eng
         self.replicas = replicas  # copies of the deployment sharing the load, one evaluated
         self.weights, self.kv_per_token, self.kv_budget, self.kv_tokens = kv_room(m, pr, eng)
+        draft = _draft(speculation, pr, eng, self)
         if self.kv_tokens < max_context:
             fits = _smallest_tp(m, pr, eng, max_context)
             raise NoRoomForOneRequest(
@@ -176,6 +178,12 @@ class Setup:
         # the same setup share it
         seqs = max(1, min(eng.max_num_seqs, self.kv_tokens // max(1, min(max_context, 512))))
         self.table = iteration_table(m, pr, eng.max_num_batched_tokens, seqs, max_context)
+        self.drafting = None
+        if speculation is not None:
+            from costmodel.engine.speculation import Drafting
+
+            draft_table = draft and iteration_table(draft[0], draft[1], eng.max_num_batched_tokens, seqs, max_context)
+            self.drafting = Drafting(speculation, self.table, m.layers, draft_table or None)
         # the time model, the parallel layout and the experts' routing, as a model prediction states them
         self.pr_lines = [
             line
@@ -224,6 +232,23 @@ class Setup:
             host = self.host_s(sequences)
             t = np.maximum(t, host) if self.eng.async_scheduling else t + host
         return t if np.ndim(t) else float(t)
+
+
+def _draft(speculation, pr: Pricing, eng: EngineConfig, setup: Setup):
+    """A draft model's (model, pricing) on the target's devices, its weights and KV cache taken from the target's
+    KV budget (``setup``'s KV tokens lowered to what both caches hold per token); None for any other proposer."""
+    if speculation is None or speculation.method != "draft":
+        return None
+    from costmodel.model.presets import load_model
+
+    dm = load_model(speculation.draft_model)
+    dp = pricing(dm, pr.hw, tp=pr.tp, **eng.kernels)  # the target's devices, engine kernels and time model
+    weights, per_token, _, _ = kv_room(dm, dp, eng)
+    setup.weights += weights
+    setup.kv_budget -= weights
+    setup.kv_per_token += per_token
+    setup.kv_tokens = kv_capacity_tokens(eng, max(setup.kv_budget, 0), setup.kv_per_token)
+    return dm, dp
 
 
 @lru_cache(maxsize=64)
@@ -276,6 +301,7 @@ def serve(
     evaluator: str = "simulation",
     overheads: dict | None = None,
     frontend: str = "dynamo",
+    speculation=None,
 ) -> LoadPrediction:
     """``load``'s requests served by ``engine_name`` (its ``flags`` set, the others its defaults for the device) on
     ``hw`` placed as ``layout`` (aggregated). With ``attention_dp`` groups of ``tp`` devices (attention data
@@ -286,7 +312,8 @@ def serve(
     holds 100 unless told otherwise, aiohttp.TCPConnector's ``limit``: gpustack/gpustack PR 2324, "TTFT degrades when
     concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT).
     ``evaluator``: "simulation" (:mod:`costmodel.engine.simulate`) or "steady-state" (:mod:`costmodel.engine.steady`).
-    ``frontend``: the front end the requests pass, whose latency is added to TTFT (:data:`FRONTENDS`)."""
+    ``frontend``: the front end the requests pass, whose latency is added to TTFT (:data:`FRONTENDS`).
+    ``speculation``: speculative decoding (:class:`costmodel.engine.speculation.Speculation`), simulated."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     checks.instance("layout", layout, Layout, "a Layout(tp=..., ...)")
@@ -315,7 +342,18 @@ def serve(
     )
     prompts, outputs = load.lengths(n + load.warmup_requests)
     max_ctx = int(prompts.max() + outputs.max())
-    setup = Setup(m, pr, eng, max_context=max_ctx, overheads=overheads, replicas=layout.replicas, frontend=frontend)
+    if speculation is not None and evaluator != "simulation":
+        raise CostModelError("speculative decoding is simulated: use the simulation evaluator (the default)")
+    setup = Setup(
+        m,
+        pr,
+        eng,
+        max_context=max_ctx,
+        overheads=overheads,
+        replicas=layout.replicas,
+        frontend=frontend,
+        speculation=speculation,
+    )
     model_len(eng, setup, prompts, outputs)
     return _run(setup, load, n, prompts, outputs, evaluator)
 
@@ -353,6 +391,7 @@ def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str) -> 
         burstiness=burstiness,
         wall=setup.wall,
         seed=load.seed,
+        spec=setup.drafting,
     )
     if in_flight is not None:
         res = client_queue(res, concurrency)

@@ -149,11 +149,12 @@ def simulate(
     seed: int = 0,
     check: bool = False,
     wall=None,
+    spec=None,
 ) -> SimResult:
     """Run ``len(prompts)`` requests through the engine. ``check``: record every violated invariant (token
     budget, sequence limit, KV pages) instead of trusting them. ``wall(gpu, sequences)``: an iteration's time
     from its GPU work and its running sequences (:meth:`costmodel.engine.served.Setup.wall`); by default the work plus
-    ``overhead_s``."""
+    ``overhead_s``. ``spec``: speculative decoding (:class:`costmodel.engine.speculation.Drafting`)."""
     if wall is None:
 
         def wall(gpu, sequences):
@@ -163,7 +164,7 @@ def simulate(
         raise CostModelError("give a concurrency or a request rate, not both")
     rule = Admission.of(eng)
     pages_total = kv_tokens // rule.page
-    need_whole = int(max(prompts)) + (int(max(outputs)) if eng.reserve_output else 1)
+    need_whole = int(max(prompts)) + (int(max(outputs)) if eng.reserve_output else 1 if spec is None else spec.slots)
     if rule.pages(need_whole) > pages_total:
         raise CostModelError(
             f"one request of {need_whole} tokens needs {rule.pages(need_whole)} KV pages; the "
@@ -175,6 +176,6 @@ def simulate(
         )
     n = len(prompts)
     res = SimResult(np.zeros(n), np.zeros(n), np.zeros(n), np.array(outputs, float), 0, 0, kv_pages=pages_total)
-    run = Engine(table, eng, rule, pages_total, prompts, outputs, wall, check, res)
+    run = Engine(table, eng, rule, pages_total, prompts, outputs, wall, check, res, spec)
     run.load(concurrency, request_rate, burstiness, seed)
     return run.run()
