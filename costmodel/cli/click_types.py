@@ -272,3 +272,16 @@ def engine_version(ctx, param, value):
     if value is not None and pinned is not None and value != pinned:
         raise click.BadParameter(f"{value} differs from the release --engine names ({pinned})", ctx, param)
     return value if value is not None else pinned
+
+
+class Fraction(click.ParamType):
+    name = "FRACTION"
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number in (0, 1]", param, ctx)
+        if not 0 < x <= 1:
+            self.fail(f"{value!r} is not in (0, 1]", param, ctx)
+        return x

@@ -340,6 +340,8 @@ predict.panels = {
             "speculative_config",
             "acceptance_length",
             "acceptance_rates",
+            "prefix_len",
+            "prefix_share",
         ),
         "Engine flags (each engine's own default where not set)",
     ),

@@ -31,6 +31,8 @@ LOAD_KEYS = (
     "speculative_config",
     "acceptance_length",
     "acceptance_rates",
+    "prefix_len",
+    "prefix_share",
     "length_dist",
     "random_range_ratio",
     "spread",
@@ -67,6 +69,7 @@ POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel", "attention_dp")
 #: The load options' values when not given.
 LOAD_DEFAULTS = {
     "time_limit": DEFAULT_S,
+    "prefix_len": 0,
     "length_dist": "fixed",
     "spread": 0.0,
     "evaluator": "simulation",
@@ -91,6 +94,8 @@ LOAD_FLAGS = {
     "speculative_config": "--speculative-config",
     "acceptance_length": "--acceptance-length",
     "acceptance_rates": "--acceptance-rates",
+    "prefix_len": "--prefix-len",
+    "prefix_share": "--prefix-share",
     "show_launch": "--launch",
     "plot_path": "--plot",
 }
@@ -216,7 +221,17 @@ def requests_of(opts: dict, input_len, output_len):
         input_dist=opts.get("length_dist", "fixed"),
         output_dist=opts.get("length_dist", "fixed"),
         spread=opts.get("spread") or 0.0,
+        prefix_len=opts.get("prefix_len") or 0,
+        prefix_share=_prefix_share(opts),
     ).with_(**values)
+
+
+def _prefix_share(opts: dict) -> float:
+    """--prefix-share, 1 (every request) where only --prefix-len is given, 0 without a prefix."""
+    share = opts.get("prefix_share")
+    if share is not None and not opts.get("prefix_len"):
+        raise CostModelError("--prefix-share goes with --prefix-len (the shared prefix's tokens)")
+    return (1.0 if share is None else share) if opts.get("prefix_len") else 0.0
 
 
 def _check_plot(path) -> None:

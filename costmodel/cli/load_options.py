@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli.click_types import EngineChoice, Loads, Objectives, PositiveNumber, engine_version
-from costmodel.cli.options import FilePath, ListOf, NonNegative, Positive, choices
+from costmodel.cli.click_types import EngineChoice, Fraction, Loads, Objectives, PositiveNumber, engine_version
+from costmodel.cli.options import FilePath, NonNegative, Positive, choices
 from costmodel.core.deadline import DEFAULT_S
 from costmodel.core.vocab import MXFP4_ACTIVATIONS
-
-
-class Fraction(click.ParamType):
-    name = "FRACTION"
-
-    def convert(self, value, param, ctx):
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number in (0, 1]", param, ctx)
-        if not 0 < x <= 1:
-            self.fail(f"{value!r} is not in (0, 1]", param, ctx)
-        return x
-
 
 #: The engine and the load: clients or a rate, how many requests, the warm-up.
 LOAD_OPTIONS = [
@@ -345,34 +331,12 @@ POOL_OPTIONS = [
 ]
 
 
-#: Speculative decoding (a served model's, simulated): the proposer and how many of its drafts are kept.
-SPECULATION_OPTIONS = [
-    click.option(
-        "--speculative-config",
-        "speculative_config",
-        metavar="JSON",
-        help="speculative decoding as vLLM's --speculative-config JSON takes it, e.g. "
-        '\'{"method": "mtp", "num_speculative_tokens": 3}\' (mtp, eagle, eagle3, ngram, draft_model with "model"; '
-        "SGLang's and TensorRT-LLM's keys also read)",
-    ),
-    click.option(
-        "--acceptance-length",
-        type=PositiveNumber(),
-        help="the mean tokens a verify step yields, the bonus token included (1 to k + 1; no engine's default)",
-    ),
-    click.option(
-        "--acceptance-rates",
-        type=ListOf(Fraction()),
-        metavar="P1,...",
-        help="instead of --acceptance-length: each draft position's chance to be kept, the ones before it kept",
-    ),
-]
-
-
 def engine_options(func):
     """The options of a served model under load, in the order its --help lists them."""
+    from costmodel.cli.feature_options import FEATURE_OPTIONS
+
     for option in reversed(
-        [*LOAD_OPTIONS, *FLAG_OPTIONS, *SPECULATION_OPTIONS, *LENGTH_OPTIONS, *LAYOUT_OPTIONS, *POOL_OPTIONS]
+        [*LOAD_OPTIONS, *FLAG_OPTIONS, *FEATURE_OPTIONS, *LENGTH_OPTIONS, *LAYOUT_OPTIONS, *POOL_OPTIONS]
     ):
         func = option(func)
     return func

@@ -156,12 +156,13 @@ def launch(
     if quantization is not None and "quantization" in names:
         argv += [names["quantization"], quantization]
     for key in ("prefix_caching", "async_scheduling", "chunked_prefill"):
-        if key in names and settings.get(key) is not None and settings[key] != defaults.get(key):
-            flag = names[key][0 if settings[key] else 1]
+        value, default = settings.get(key), defaults.get(key)
+        if key == "prefix_caching" and settings.get("reuse_prefix") is False:
+            value, default = False, True  # the switch turned prefix reuse off, which every engine has on
+        if key in names and value is not None and value != default:
+            flag = names[key][0 if value else 1]
             if not flag:
-                raise CostModelError(
-                    f"{engine_name} has no launch flag that turns {key} {'on' if settings[key] else 'off'}"
-                )
+                raise CostModelError(f"{engine_name} has no launch flag that turns {key} {'on' if value else 'off'}")
             argv.append(flag)
     unsaid = [
         k
@@ -245,6 +246,7 @@ def engine_settings(eng) -> dict:
     )
     out = {k: getattr(eng, k) for k in keys}
     out["max_model_len"] = getattr(eng, "max_model_len", None)
+    out["reuse_prefix"] = getattr(eng, "reuse_prefix", True)
     return out
 
 

@@ -20,6 +20,13 @@ from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import ENGINE_NAMES, MXFP4_ACTIVATIONS, choice
 
 GIB = 1 << 30
+#: Where each engine keeps prompts' KV pages for later requests by default.
+REUSE_PREFIX = (
+    "prefix reuse on by default: vLLM V1 enable_prefix_caching True (vllm/config/cache.py), SGLang's radix cache "
+    "(python/sglang/srt/server_args.py disable_radix_cache False), TensorRT-LLM's KV block reuse "
+    "(tensorrt_llm/llmapi/llm_args.py KvCacheConfig.enable_block_reuse True); whole pages only (vLLM and TensorRT-LLM "
+    "hash full blocks; SGLang's pages are one token)"
+)
 
 _VLLM = (
     "vLLM v0.10-0.12 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OpenAI API server on a device "
@@ -151,6 +158,10 @@ class EngineConfig:
     # a preempted request's KV stays in the prefix cache, in the pages it freed, and is found again when it
     # returns: only its last token is computed again (vLLM V1's default); else it is recomputed whole
     prefix_caching: bool = False
+    # a request whose prompt starts with whole KV pages another's prefill left in the cache finds them there and
+    # computes only the rest; on by default in every engine modelled (REUSE_PREFIX); --no-enable-prefix-caching turns
+    # it off, as it turns off the preempted request's reuse
+    reuse_prefix: bool = True
     # the mixture-of-experts kernel (costmodel.model.step.Pricing.moe_kernel): "fused" spans every routed row
     moe_kernel: str = "routed"
     # the scheduler plans iteration n+1 while iteration n runs (an overlap scheduler): a request that comes while
@@ -226,7 +237,7 @@ class EngineConfig:
     def with_flags(self, **settings) -> EngineConfig:
         """This engine with some settings changed (None: keep the default), each checked."""
         update = {k: v for k, v in settings.items() if v is not None}
-        for key, value in update.items():
+        for key, value in list(update.items()):
             if key not in self.FLAGS:
                 raise CostModelError(f"unknown engine setting {key!r}; settable: {', '.join(self.FLAGS)}")
             name = self.FLAGS[key][self.name]
@@ -234,6 +245,8 @@ class EngineConfig:
                 update[key] = checks.number(name, value, most=1.0)
             elif key in ("chunked_prefill", "prefix_caching", "async_scheduling"):
                 checks.flag(name, value)
+                if key == "prefix_caching":  # the same switch in each engine: shared prefixes and preemptions
+                    update["reuse_prefix"] = value
             elif key == "mxfp4_activations":
                 update[key] = choice(name, value, MXFP4_ACTIVATIONS)
             else:

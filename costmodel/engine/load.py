@@ -49,6 +49,16 @@ class Load:
     goodput: tuple = ()
     # vllm bench serve's --metric-percentiles: the percentiles (0-100) of TTFT, TPOT, ITL and e2e the report gives
     percentiles: tuple = ()
+    # a prefix shared by requests (a system prompt, a document): its tokens, the first of each sharing prompt, and the
+    # share of requests that start with it (spread evenly over the requests)
+    prefix_len: int = 0
+    prefix_share: float = 0.0
+
+    def shared(self, total: int) -> np.ndarray:
+        """Which of ``total`` requests start with the shared prefix: request i where floor((i + 1) share) passes
+        floor(i share), so that any first n of them hold the share within one request."""
+        i = np.arange(total)
+        return np.floor((i + 1) * self.prefix_share + 1e-9) > np.floor(i * self.prefix_share + 1e-9)
 
     def with_(self, **changes) -> Load:
         """This load with some fields changed."""
@@ -132,6 +142,9 @@ def checked_load(m: ModelPreset, hw: HardwareProfile, load: Load) -> int:
         )
     if burstiness != 1 and request_rate is None:
         raise CostModelError("burstiness shapes an open loop's arrivals: give a request rate, not a concurrency")
+    if load.prefix_len:
+        checks.count("prefix_len", load.prefix_len)
+        checks.number("prefix_share", load.prefix_share, most=1.0)
     if m.architecture != "decoder":
         raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
     n = load.num_requests if load.num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)

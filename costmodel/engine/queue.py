@@ -23,7 +23,18 @@ class Engine:
     """The scheduler's state; :meth:`run` fills ``res`` (a :class:`costmodel.engine.simulate.SimResult`)."""
 
     def __init__(
-        self, table, eng, rule: Admission, pages_total: int, prompts, outputs, wall, check: bool, res, spec=None
+        self,
+        table,
+        eng,
+        rule: Admission,
+        pages_total: int,
+        prompts,
+        outputs,
+        wall,
+        check: bool,
+        res,
+        spec=None,
+        prefix: tuple | None = None,
     ):
         self.table, self.eng, self.rule, self.wall, self.check, self.res = table, eng, rule, wall, check, res
         # speculative decoding (costmodel.engine.speculation): each decode step scores `slots` positions per
@@ -38,6 +49,12 @@ class Engine:
         self.done = np.zeros(self.n, np.int64)  # of target prefilled
         self.produced = np.zeros(self.n, np.int64)
         self.verified = np.zeros(self.n, np.int64)  # verify steps run (speculative decoding)
+        # a shared prefix (prefix): which requests start with it, and its whole pages, which the cache keeps once
+        # every request's prefill has passed them (resident) and lends to each later one (base: pages lent)
+        shares, tokens = prefix if prefix is not None and eng.reuse_prefix else (np.zeros(self.n, bool), 0)
+        self.shares, self.prefix_pages = np.asarray(shares, bool), int(tokens) // rule.page
+        self.base = np.zeros(self.n, np.int64)
+        self.resident, self.users = False, 0
         self.pages = np.zeros(self.n, np.int64)
         self.admitted_at = np.full(self.n, -1, np.int64)
         self.arrival, self.first, self.finish_at = np.zeros(self.n), np.full(self.n, -1.0), np.full(self.n, -1.0)
@@ -75,14 +92,36 @@ class Engine:
         self.running = self.running[~self.gone[self.running]]
         self.gone[ids] = False
         self.finish_at[ids] = self.clock
-        self.free += int(self.pages[ids].sum())
-        self.pages[ids] = 0
+        self.release(ids)
         self.finished += len(ids)
         for _ in range(len(ids)):
             if self.closed_loop and self.issued < self.n:
                 self.arrival[self.issued] = self.clock
                 heapq.heappush(self.pending, (self.clock, self.issued))
                 self.issued += 1
+
+    def release(self, ids) -> None:
+        """Free the pages ``ids`` hold, but the shared prefix's, which the cache keeps."""
+        self.free += int((self.pages[ids] - self.base[ids]).sum())
+        self.users -= int(np.count_nonzero(self.base[ids]))
+        self.pages[ids] = self.base[ids] = 0
+
+    def hit(self, v: int) -> int:
+        """The tokens request ``v`` finds cached at admission: the resident prefix's, beyond those it has done (at
+        least one prompt token is always computed)."""
+        if not (self.resident and self.shares[v]):
+            return 0
+        return max(min(self.prefix_pages * self.rule.page, int(self.target[v]) - 1) - int(self.done[v]), 0)
+
+    def evict(self) -> bool:
+        """Drop the resident prefix when no running request holds it (its pages the least recently used: every
+        other page is a running request's); whether it was."""
+        if not self.resident or self.users:
+            return False
+        self.resident = False
+        self.free += self.prefix_pages
+        self.res.prefix_evictions += 1
+        return True
 
     def run(self):
         res = self.res
@@ -134,6 +173,8 @@ class Engine:
         res, preempted = self.res, False
         opens = np.where(decoding, self.opens_pages(self.running), 0)
         need = int(opens.sum())
+        if need > self.free:
+            self.evict()
         while need > self.free and len(self.running):
             k = newest(self.admitted_at[self.running])
             v = int(self.running[k])
@@ -142,8 +183,7 @@ class Engine:
                 self.running, opens = self.running[:-1], opens[:-1]
             else:
                 self.running, opens = np.delete(self.running, k), np.delete(opens, k)
-            self.free += int(self.pages[v])
-            self.pages[v] = 0
+            self.release([v])
             # a decoding request returns to compute its last token and carry on; under prefix caching its KV
             # is found in the pages it freed, otherwise everything it had cached is computed again
             if self.done[v] == self.target[v]:
@@ -165,8 +205,16 @@ class Engine:
         return self.admission(self.waiting[0], self.rule.budget - decode_tokens) is not None
 
     def admission(self, v: int, room: int) -> tuple[int, int] | None:
-        prompt, done = int(self.prompt[v]), int(self.done[v])
-        return self.rule.admit(prompt, int(self.output[v]), done, int(self.target[v]) - done, self.free, room)
+        """(first chunk, pages to take, the prefix's included where it is lent) of waiting request ``v``, or None;
+        an unused resident prefix is evicted when its pages would let ``v`` start."""
+        skip = self.hit(v)
+        prompt, done = int(self.prompt[v]), int(self.done[v]) + skip
+        lent = self.prefix_pages if skip else 0
+        args = (prompt, int(self.output[v]), done, int(self.target[v]) - done)
+        got = self.rule.admit(*args, self.free + lent, room)
+        if got is None and not skip and self.evict():
+            got = self.rule.admit(*args, self.free, room)
+        return got
 
     def stretch(self, decoding: np.ndarray) -> bool:
         """Decode-only iterations advanced at once, up to the first finish, the first page that does not fit or
@@ -238,8 +286,14 @@ class Engine:
                 break
             c, want = admit
             self.waiting.popleft()
+            skip = self.hit(v)
+            if skip:  # the cached prefix is lent: its pages are not taken again, its tokens not computed
+                self.done[v] += skip
+                self.base[v], self.users = self.prefix_pages, self.users + 1
+                self.res.prefix_hits += 1
+                self.res.prefix_hit_tokens += skip
             self.pages[v] += want
-            self.free -= want
+            self.free -= want - self.base[v]
             self.admitted_at[v] = self.admitted
             self.admitted += 1
             admitted.append(v)
@@ -289,6 +343,9 @@ class Engine:
         done_now = decode_now[self.produced[decode_now] >= self.output[decode_now]].tolist()
         for v, c in starting:
             self.done[v] += c
+            if self.shares[v] and not self.resident and self.done[v] >= self.prefix_pages * self.rule.page > 0:
+                # its prefill passed the prefix: the cache keeps those pages, lent to it and to every later one
+                self.resident, self.base[v], self.users = True, self.prefix_pages, self.users + 1
             if self.done[v] == self.target[v]:
                 if self.first[v] < 0:
                     self.first[v] = self.clock

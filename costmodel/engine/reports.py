@@ -129,6 +129,8 @@ class LoadPrediction(Report):
     goodput_objectives: dict[str, float] | None = None
     # vllm bench serve's --metric-percentiles: metric (ttft, tpot, itl, e2el) -> "pNN" -> seconds (simulated runs)
     percentiles: dict[str, dict[str, float]] | None = None
+    # with a shared prefix: the share of the prompts' tokens found in the prefix cache (not computed)
+    prefix_hit_rate: float | None = None
     # a simulated run iteration by iteration (SimResult.timeline): not in the JSON, which it would outgrow
     timeline: dict[str, list] | None = Field(None, exclude=True, repr=False)
 
@@ -189,6 +191,7 @@ def load_report(
     in_flight: int | None = None,
     most: Saturation | None = None,
     burstiness: float = 1.0,
+    notes: tuple = (),
     **measured,
 ) -> LoadPrediction:
     """A report of what an evaluator ``measured`` (the load's own fields of :class:`LoadPrediction`: the
@@ -239,6 +242,7 @@ def load_report(
         burstiness=burstiness,
         assumptions=[
             *assumptions(setup, evaluator, concurrency, request_rate, warmup, in_flight, burstiness),
+            *notes,
             served_assumption(ttft_band, pr.hw.id),
         ],
     )
@@ -399,7 +403,27 @@ def report_of(
         if ps
         else None,
         timeline=res.timeline(),
+        **_prefix_report(setup, res),
     )
+
+
+def _prefix_report(setup, res) -> dict:
+    """A run with a shared prefix: its hit rate (prompt tokens found cached over all prompt tokens admitted) and
+    what the cache did, as an assumption."""
+    if not res.prefix_len:
+        return {}
+    from costmodel.engine.config import REUSE_PREFIX
+
+    found = res.prefix_hit_tokens
+    rate = found / max(found + res.prefill_tokens, 1)
+    how = (
+        f"{REUSE_PREFIX}: {res.prefix_hits} admissions found the first {res.prefix_len} tokens cached ("
+        f"{found:,} tokens, {rate:.1%} of the prompts' tokens, not computed; their chunks' attention still reads "
+        f"them); the prefix evicted {res.prefix_evictions} time(s) when no running request held it and pages ran out"
+        if setup.eng.reuse_prefix
+        else "prefix caching off: every prompt computed whole"
+    )
+    return {"prefix_hit_rate": rate, "notes": (how,)}
 
 
 def _meets(kept, front_s: float, goodput: tuple) -> np.ndarray:

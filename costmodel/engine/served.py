@@ -234,6 +234,20 @@ class Setup:
         return t if np.ndim(t) else float(t)
 
 
+def _prefix(load: Load, prompts) -> tuple | None:
+    """(which requests start with the load's shared prefix, its tokens), each of them longer than it; None without
+    one."""
+    if not load.prefix_len or not load.prefix_share:
+        return None
+    shared = load.shared(len(prompts))
+    if (prompts[shared] <= load.prefix_len).any():
+        raise CostModelError(
+            f"a shared prefix of {load.prefix_len} tokens needs longer prompts: a sharing request's prompt of "
+            f"{int(prompts[shared].min())} tokens holds no token of its own (raise --input-len or lower --prefix-len)"
+        )
+    return shared, load.prefix_len
+
+
 def _draft(speculation, pr: Pricing, eng: EngineConfig, setup: Setup):
     """A draft model's (model, pricing) on the target's devices, its weights and KV cache taken from the target's
     KV budget (``setup``'s KV tokens lowered to what both caches hold per token); None for any other proposer."""
@@ -344,6 +358,8 @@ def serve(
     max_ctx = int(prompts.max() + outputs.max())
     if speculation is not None and evaluator != "simulation":
         raise CostModelError("speculative decoding is simulated: use the simulation evaluator (the default)")
+    if load.prefix_len and evaluator != "simulation":
+        raise CostModelError("a shared prefix is simulated: use the simulation evaluator (the default)")
     setup = Setup(
         m,
         pr,
@@ -392,6 +408,7 @@ def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str) -> 
         wall=setup.wall,
         seed=load.seed,
         spec=setup.drafting,
+        prefix=_prefix(load, prompts),
     )
     if in_flight is not None:
         res = client_queue(res, concurrency)

@@ -68,6 +68,10 @@ class SimResult:
     overhead_s: float = 0.0
     seq_iterations: float = 0.0  # sum over iterations of running sequences (mean batch = this / iterations)
     violations: list = field(default_factory=list)
+    prefix_hits: int = 0  # admissions that found the shared prefix cached
+    prefix_hit_tokens: int = 0  # prompt tokens those admissions did not compute
+    prefix_evictions: int = 0
+    prefix_len: int = 0  # the load's shared prefix (0: none)
     stretches: list = field(default_factory=list)  # (running, prefill tokens, KV pages taken) of each stretch
 
     def after(self, warmup: int) -> SimResult:
@@ -150,11 +154,13 @@ def simulate(
     check: bool = False,
     wall=None,
     spec=None,
+    prefix: tuple | None = None,
 ) -> SimResult:
     """Run ``len(prompts)`` requests through the engine. ``check``: record every violated invariant (token
     budget, sequence limit, KV pages) instead of trusting them. ``wall(gpu, sequences)``: an iteration's time
     from its GPU work and its running sequences (:meth:`costmodel.engine.served.Setup.wall`); by default the work plus
-    ``overhead_s``. ``spec``: speculative decoding (:class:`costmodel.engine.speculation.Drafting`)."""
+    ``overhead_s``. ``spec``: speculative decoding (:class:`costmodel.engine.speculation.Drafting`). ``prefix``: (which
+    requests start with a shared prefix, its tokens), found in the cache where the engine reuses prefixes."""
     if wall is None:
 
         def wall(gpu, sequences):
@@ -176,6 +182,7 @@ def simulate(
         )
     n = len(prompts)
     res = SimResult(np.zeros(n), np.zeros(n), np.zeros(n), np.array(outputs, float), 0, 0, kv_pages=pages_total)
-    run = Engine(table, eng, rule, pages_total, prompts, outputs, wall, check, res, spec)
+    res.prefix_len = int(prefix[1]) if prefix is not None else 0
+    run = Engine(table, eng, rule, pages_total, prompts, outputs, wall, check, res, spec, prefix)
     run.load(concurrency, request_rate, burstiness, seed)
     return run.run()

@@ -1,0 +1,49 @@
+"""The engine features a served model may turn on, as ``costmodel predict`` takes them: speculative decoding
+(:mod:`costmodel.engine.speculation`) and a prefix its requests share (:attr:`costmodel.engine.load.Load.prefix_len`)."""
+
+from __future__ import annotations
+
+import click
+
+from costmodel.cli.click_types import Fraction, PositiveNumber
+from costmodel.cli.options import ListOf, NonNegative
+
+#: Speculative decoding (a served model's, simulated): the proposer and how many of its drafts are kept.
+SPECULATION_OPTIONS = [
+    click.option(
+        "--speculative-config",
+        "speculative_config",
+        metavar="JSON",
+        help="speculative decoding as vLLM's --speculative-config JSON takes it, e.g. "
+        '\'{"method": "mtp", "num_speculative_tokens": 3}\' (mtp, eagle, eagle3, ngram, draft_model with "model"; '
+        "SGLang's and TensorRT-LLM's keys also read)",
+    ),
+    click.option(
+        "--acceptance-length",
+        type=PositiveNumber(),
+        help="the mean tokens a verify step yields, the bonus token included (1 to k + 1; no engine's default)",
+    ),
+    click.option(
+        "--acceptance-rates",
+        type=ListOf(Fraction()),
+        metavar="P1,...",
+        help="instead of --acceptance-length: each draft position's chance to be kept, the ones before it kept",
+    ),
+]
+
+#: A prefix the requests share, found in the engine's prefix cache.
+PREFIX_OPTIONS = [
+    click.option(
+        "--prefix-len",
+        type=NonNegative,
+        default=0,
+        help="tokens of a prefix the requests' prompts start with (a system prompt, a document), which the engine's "
+        "prefix cache keeps (--enable-prefix-caching, on by default in every engine) [default: none]",
+    ),
+    click.option(
+        "--prefix-share",
+        type=Fraction(),
+        help="with --prefix-len: the share of requests that start with it, spread evenly [default: 1, every one]",
+    ),
+]
+FEATURE_OPTIONS = [*SPECULATION_OPTIONS, *PREFIX_OPTIONS]

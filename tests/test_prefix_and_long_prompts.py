@@ -1,0 +1,166 @@
+"""A shared prefix found in the prefix cache, and long prompts in chunks: a full hit leaves only the tail's prefill in
+TTFT, by hand from the iteration table; hits never take more pages than the pool holds (the prefix evicted when no
+running request holds it); prompt tokens are conserved (computed + found = admitted) and Little's law holds with
+prefix hits and speculation on together; a 128k-token prompt's chunks each attend to every earlier position; a
+request past the engine's model length or the KV cache is refused with the reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import costmodel
+from costmodel.cli.commands import main
+from costmodel.core.errors import CostModelError
+from costmodel.engine.config import engine
+from costmodel.engine.load import Load
+from costmodel.engine.served import Setup
+from costmodel.engine.simulate import simulate
+from costmodel.engine.speculation import parse
+from costmodel.model.pricing import pricing
+
+OFF = {"iteration_s": 0.0, "request_s": 0.0}
+
+
+def _setup(m, hw, engine_name="vllm", max_context=8192, spec=None, **flags):
+    eng = engine(engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name).with_flags(**flags)
+    return Setup(m, pricing(m, hw, **eng.kernels), eng, max_context=max_context, overheads=OFF, speculation=spec)
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+def test_a_full_hit_leaves_only_the_tails_prefill_in_ttft(llama, h100, engine_name):
+    """One client, every prompt 4,096 tokens starting with the same 3,584: the first request prefills all of it,
+    every later one only its last 512 (after 3,584 cached, whose attention it still reads)."""
+    st = _setup(llama, h100, engine_name)
+    n, prompt, prefix = 5, 4096, 3584
+    prompts, outputs = np.full(n, prompt), np.full(n, 2)
+    shared = Load(prompt, 2, prefix_len=prefix, prefix_share=1.0).shared(n)
+    res = simulate(
+        st.table,
+        st.eng,
+        kv_tokens=st.kv_tokens,
+        prompts=prompts,
+        outputs=outputs,
+        concurrency=1,
+        prefix=(shared, prefix),
+    )
+    whole = st.table.time(decode_seqs=0, decode_context_sum=0, chunks=[(0, prompt)], outputs=1).total_s
+    tail = st.table.time(decode_seqs=0, decode_context_sum=0, chunks=[(prefix, prompt - prefix)], outputs=1).total_s
+    ttft = res.first - res.arrival
+    assert ttft[0] == pytest.approx(whole, rel=1e-9)
+    assert ttft[1:] == pytest.approx(np.full(n - 1, tail), rel=1e-9)
+    assert res.prefix_hits == n - 1 and res.prefix_hit_tokens == (n - 1) * prefix
+    assert tail < whole / 4  # the tail's own tokens and their attention to the prefix
+
+
+def test_hits_never_take_more_pages_than_the_pool_holds(llama, h100):
+    """A pool of 12,000 tokens, three requests in four sharing a 6,144-token prefix of their 7,000: a request that
+    does not share it finds no room beside it, so the prefix is evicted once no running request holds it, and
+    cached again by the next sharing request's prefill; no iteration ever overdraws the pages, and every prompt
+    token is computed once or found: sum of prompts = prefilled - recomputed after preemptions + found."""
+    st = _setup(llama, h100, max_context=12_000)
+    n = 40
+    prompts, outputs = np.full(n, 7000), np.full(n, 16)
+    shared = Load(7000, 16, prefix_len=6144, prefix_share=0.75).shared(n)
+    res = simulate(
+        st.table,
+        st.eng,
+        kv_tokens=12_000,
+        prompts=prompts,
+        outputs=outputs,
+        concurrency=2,
+        check=True,
+        prefix=(shared, 6144),
+    )
+    assert res.violations == []
+    assert res.prefix_evictions >= 1 and res.prefix_hits >= 1
+    assert res.prefill_tokens - res.recomputed_tokens + res.prefix_hit_tokens == prompts.sum()
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+def test_tokens_and_littles_law_with_prefix_hits_and_speculation(llama, h100, engine_name):
+    """Random lengths, 70% of requests sharing a 1,024-token prefix, MTP drafting 3 with acceptance 2.2, a cache
+    that binds: invariants hold, prompt tokens are conserved, every request yields its output, C = X x W."""
+    spec = parse('{"method": "mtp", "num_speculative_tokens": 3}', 2.2)
+    st = _setup(llama, h100, engine_name, max_context=4096, spec=spec, max_num_batched_tokens=2048, max_num_seqs=16)
+    rng = np.random.default_rng(11)
+    n = 240
+    prompts, outputs = rng.integers(1100, 2000, n), rng.integers(2, 400, n)
+    shared = Load(1800, 200, prefix_len=1024, prefix_share=0.7).shared(n)
+    res = simulate(
+        st.table,
+        st.eng,
+        kv_tokens=9000,
+        prompts=prompts,
+        outputs=outputs,
+        concurrency=24,
+        check=True,
+        wall=st.wall,
+        spec=st.drafting,
+        prefix=(shared, 1024),
+    )
+    assert res.violations == [] and res.prefix_hits > n / 3
+    assert res.prefill_tokens + res.prefix_hit_tokens >= prompts.sum()  # preempted requests compute again
+    assert (res.finish > res.first).all()
+    assert np.mean(res.finish - res.arrival) * n / res.finish.max() == pytest.approx(24, rel=0.06)
+
+
+def test_the_switch_turns_hits_off_and_the_report_says_so(llama, h100):
+    load = costmodel.Load(4096, 64, concurrency=8, prefix_len=3584, prefix_share=1.0)
+    on = costmodel.serve(llama, h100, load)
+    off = costmodel.serve(llama, h100, load, flags=costmodel.EngineFlags(prefix_caching=False))
+    plain = costmodel.serve(llama, h100, costmodel.Load(4096, 64, concurrency=8))
+    assert off.ttft_s == plain.ttft_s and off.prefix_hit_rate == 0 and plain.prefix_hit_rate is None
+    assert on.ttft_s < 0.8 * plain.ttft_s and 0.8 < on.prefix_hit_rate < 3584 / 4096
+    assert any("found the first 3584 tokens cached" in a for a in on.assumptions)
+    assert any("prefix caching off" in a for a in off.assumptions)
+
+
+def test_the_command_lines_prefix_options():
+    args = "predict --gpu h100 --model llama-3.1-8b --engine vllm --concurrency 4 --input-len 4096 --json".split()
+    got = CliRunner().invoke(main, [*args, "--output-len", "32", "--enable-prefix-caching", "--prefix-len", "3584"])
+    assert got.exit_code == 0, got.output
+    assert '"prefix_hit_rate": 0.8' in got.output
+    long = CliRunner().invoke(main, [*args, "--output-len", "32", "--prefix-len", "4096"])
+    assert long.exit_code == 1 and "Error: a shared prefix of 4096 tokens needs longer prompts" in long.output
+    alone = CliRunner().invoke(main, [*args, "--output-len", "32", "--prefix-share", "0.5"])
+    assert alone.exit_code != 0 and "--prefix-share goes with --prefix-len" in alone.output
+
+
+def test_a_128k_prompts_chunks_attend_to_every_earlier_position(llama, h100):
+    """One 131,072-token prompt in chunks of the 8,192-token budget: its TTFT is the sum over its 16 chunks of their
+    iterations, each chunk's attention A(s + c) - A(s) against every earlier position; they add up to the whole
+    prompt's attention A(131,072), far above 16 lone chunks' 16 x A(8,192)."""
+    n, c = 131_072, 8192
+    st = _setup(llama, h100, max_context=n + 2)
+    res = simulate(
+        st.table, st.eng, kv_tokens=st.kv_tokens, prompts=np.array([n]), outputs=np.array([2]), concurrency=1
+    )
+    t = st.table
+    chunks = [
+        t.time(decode_seqs=0, decode_context_sum=0, chunks=[(s, c)], outputs=int(s + c == n)).total_s
+        for s in range(0, n, c)
+    ]
+    assert res.first[0] == pytest.approx(sum(chunks), rel=1e-9)
+    attention = sum(float(t.prompt_attention_time(s + c) - t.prompt_attention_time(s)) for s in range(0, n, c))
+    assert attention == pytest.approx(float(t.prompt_attention_time(n)), rel=1e-9)
+    assert attention > 10 * 16 * float(t.prompt_attention_time(c))
+
+
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        (["--max-model-len", "32768"], "longer than max_model_len 32,768"),
+        (["--gpu-memory-utilization", "0.2"], "KV cache of"),
+    ],
+)
+def test_a_request_that_cannot_fit_is_refused_with_the_reason(extra, words):
+    args = ["predict", "--gpu", "h100", "--model", "llama-3.1-8b", "--engine", "vllm", "--concurrency", "1"]
+    got = CliRunner().invoke(main, [*args, "--input-len", "65536", "--output-len", "128", *extra])
+    assert got.exit_code == 1 and got.output.startswith("Error:") and words in got.output, got.output
+
+
+def test_a_prefix_past_the_prompt_is_refused_by_the_library(llama, h100):
+    with pytest.raises(CostModelError, match="needs longer prompts"):
+        costmodel.serve(llama, h100, costmodel.Load(512, 16, concurrency=2, prefix_len=512, prefix_share=1.0))
