@@ -35,7 +35,7 @@ def test_a_full_hit_leaves_only_the_tails_prefill_in_ttft(llama, h100, engine_na
     st = _setup(llama, h100, engine_name)
     n, prompt, prefix = 5, 4096, 3584
     prompts, outputs = np.full(n, prompt), np.full(n, 2)
-    shared = Load(prompt, 2, prefix_len=prefix, prefix_share=1.0).shared(n)
+    shared = Load(prompt, 2, prefix_len=prefix, prefix_share=1.0).conversations(prompts, outputs)[1]
     res = simulate(
         st.table,
         st.eng,
@@ -43,7 +43,7 @@ def test_a_full_hit_leaves_only_the_tails_prefill_in_ttft(llama, h100, engine_na
         prompts=prompts,
         outputs=outputs,
         concurrency=1,
-        prefix=(shared, prefix),
+        prefix=shared,
     )
     whole = st.table.time(decode_seqs=0, decode_context_sum=0, chunks=[(0, prompt)], outputs=1).total_s
     tail = st.table.time(decode_seqs=0, decode_context_sum=0, chunks=[(prefix, prompt - prefix)], outputs=1).total_s
@@ -62,7 +62,7 @@ def test_hits_never_take_more_pages_than_the_pool_holds(llama, h100):
     st = _setup(llama, h100, max_context=12_000)
     n = 40
     prompts, outputs = np.full(n, 7000), np.full(n, 16)
-    shared = Load(7000, 16, prefix_len=6144, prefix_share=0.75).shared(n)
+    shared = Load(7000, 16, prefix_len=6144, prefix_share=0.75).conversations(prompts, outputs)[1]
     res = simulate(
         st.table,
         st.eng,
@@ -71,7 +71,7 @@ def test_hits_never_take_more_pages_than_the_pool_holds(llama, h100):
         outputs=outputs,
         concurrency=2,
         check=True,
-        prefix=(shared, 6144),
+        prefix=shared,
     )
     assert res.violations == []
     assert res.prefix_evictions >= 1 and res.prefix_hits >= 1
@@ -87,7 +87,7 @@ def test_tokens_and_littles_law_with_prefix_hits_and_speculation(llama, h100, en
     rng = np.random.default_rng(11)
     n = 240
     prompts, outputs = rng.integers(1100, 2000, n), rng.integers(2, 400, n)
-    shared = Load(1800, 200, prefix_len=1024, prefix_share=0.7).shared(n)
+    shared = Load(1800, 200, prefix_len=1024, prefix_share=0.7).conversations(prompts, outputs)[1]
     res = simulate(
         st.table,
         st.eng,
@@ -98,7 +98,7 @@ def test_tokens_and_littles_law_with_prefix_hits_and_speculation(llama, h100, en
         check=True,
         wall=st.wall,
         spec=st.drafting,
-        prefix=(shared, 1024),
+        prefix=shared,
     )
     assert res.violations == [] and res.prefix_hits > n / 3
     assert res.prefill_tokens + res.prefix_hit_tokens >= prompts.sum()  # preempted requests compute again
@@ -164,3 +164,40 @@ def test_a_request_that_cannot_fit_is_refused_with_the_reason(extra, words):
 def test_a_prefix_past_the_prompt_is_refused_by_the_library(llama, h100):
     with pytest.raises(CostModelError, match="needs longer prompts"):
         costmodel.serve(llama, h100, costmodel.Load(512, 16, concurrency=2, prefix_len=512, prefix_share=1.0))
+
+
+def test_a_conversations_turns_reuse_the_turns_before_by_hand(llama, h100):
+    """Conversations of 4 turns of 512 new prompt tokens and 128 output each: turn t's prompt is 640 t + 512 tokens
+    and it finds the 640 t before it cached (whole pages of 16), so the prompt tokens found are (640 + 1,280 +
+    1,920) / (512 + 1,152 + 1,792 + 2,432) = 3,840 / 5,888 of all, with a pool that never evicts."""
+    p = costmodel.serve(llama, h100, costmodel.Load(512, 128, concurrency=16, turns=4))
+    assert p.prefix_hit_rate == pytest.approx(3840 / 5888, rel=1e-12)
+    assert p.input_len == pytest.approx(5888 / 4) and p.num_requests == 160
+    off = costmodel.serve(
+        llama,
+        h100,
+        costmodel.Load(512, 128, concurrency=16, turns=4),
+        flags=costmodel.EngineFlags(prefix_caching=False),
+    )
+    assert off.prefix_hit_rate == 0 and off.ttft_s > p.ttft_s
+
+
+@pytest.mark.parametrize("loop", [dict(concurrency=6), dict(request_rate=3.0)])
+def test_a_turn_is_sent_as_the_turn_before_finishes(llama, h100, loop):
+    """Every turn after the first arrives exactly when its conversation's turn before finished; a closed loop of C
+    clients keeps C conversations going (C = X x W over the turns); the cache never overdraws the pool."""
+    st = _setup(llama, h100, max_context=8192)
+    turns, c = 3, 60
+    rng = np.random.default_rng(2)
+    prompts, outputs = rng.integers(200, 900, c * turns), rng.integers(10, 300, c * turns)
+    load = Load(500, 150, turns=turns, **loop)
+    prompts, prefix = load.conversations(prompts, outputs)
+    res = simulate(
+        st.table, st.eng, kv_tokens=20_000, prompts=prompts, outputs=outputs, check=True, prefix=prefix, **loop
+    )
+    assert res.violations == []
+    later = np.arange(len(prompts)) % turns > 0
+    assert (res.arrival[later] == res.finish[np.flatnonzero(later) - 1]).all()
+    if "concurrency" in loop:
+        assert np.mean(res.finish - res.arrival) * len(prompts) / res.finish.max() == pytest.approx(6, rel=0.08)
+    assert res.prefix_hits > 0

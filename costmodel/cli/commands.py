@@ -342,6 +342,7 @@ predict.panels = {
             "acceptance_rates",
             "prefix_len",
             "prefix_share",
+            "turns",
         ),
         "Engine flags (each engine's own default where not set)",
     ),

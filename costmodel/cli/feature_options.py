@@ -1,5 +1,6 @@
 """The engine features a served model may turn on, as ``costmodel predict`` takes them: speculative decoding
-(:mod:`costmodel.engine.speculation`) and a prefix its requests share (:attr:`costmodel.engine.load.Load.prefix_len`)."""
+(:mod:`costmodel.engine.speculation`), a prefix its requests share and conversations of several turns
+(:meth:`costmodel.engine.load.Load.conversations`), both found in the engine's prefix cache."""
 
 from __future__ import annotations
 
@@ -44,6 +45,15 @@ PREFIX_OPTIONS = [
         "--prefix-share",
         type=Fraction(),
         help="with --prefix-len: the share of requests that start with it, spread evenly [default: 1, every one]",
+    ),
+    click.option(
+        "--turns",
+        type=click.IntRange(1, 1000),
+        default=1,
+        help="conversations of this many turns: each turn's prompt holds the turns before (their prompts and "
+        "outputs) and its own --input-len tokens, sent as the turn before finishes; the prefix cache keeps each "
+        "conversation for its next turn (--num-requests and a --request-rate count turns and conversations) "
+        "[default: 1]",
     ),
 ]
 FEATURE_OPTIONS = [*SPECULATION_OPTIONS, *PREFIX_OPTIONS]

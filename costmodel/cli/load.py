@@ -33,6 +33,7 @@ LOAD_KEYS = (
     "acceptance_rates",
     "prefix_len",
     "prefix_share",
+    "turns",
     "length_dist",
     "random_range_ratio",
     "spread",
@@ -70,6 +71,7 @@ POOL_KEYS = ("tp", "workers", "max_num_seqs", "expert_parallel", "attention_dp")
 LOAD_DEFAULTS = {
     "time_limit": DEFAULT_S,
     "prefix_len": 0,
+    "turns": 1,
     "length_dist": "fixed",
     "spread": 0.0,
     "evaluator": "simulation",
@@ -96,6 +98,7 @@ LOAD_FLAGS = {
     "acceptance_rates": "--acceptance-rates",
     "prefix_len": "--prefix-len",
     "prefix_share": "--prefix-share",
+    "turns": "--turns",
     "show_launch": "--launch",
     "plot_path": "--plot",
 }
@@ -223,6 +226,7 @@ def requests_of(opts: dict, input_len, output_len):
         spread=opts.get("spread") or 0.0,
         prefix_len=opts.get("prefix_len") or 0,
         prefix_share=_prefix_share(opts),
+        turns=opts.get("turns") or 1,
     ).with_(**values)
 
 

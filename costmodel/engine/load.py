@@ -53,6 +53,31 @@ class Load:
     # share of requests that start with it (spread evenly over the requests)
     prefix_len: int = 0
     prefix_share: float = 0.0
+    # conversations of this many turns: each turn's prompt holds the conversation so far (the turns before, their
+    # prompts and outputs) and its own input_len tokens; a turn is sent as the one before finishes
+    turns: int = 1
+
+    def conversations(self, prompts: np.ndarray, outputs: np.ndarray) -> tuple[np.ndarray, tuple | None]:
+        """The prompts as the engine gets them and the prefix cache's view of them, (group, reusable tokens,
+        turns) per request (None without a shared prefix or conversations): a shared prefix is group 0 for the
+        requests that start with it; turn t of conversation c is group c and may reuse the whole turn before."""
+        if self.turns > 1:
+            c = len(prompts) // self.turns
+            inputs = prompts.reshape(c, self.turns)
+            before = np.cumsum(inputs + outputs.reshape(c, self.turns), axis=1) - (inputs + outputs.reshape(c, -1))
+            group = np.repeat(np.arange(c), self.turns)
+            return (before + inputs).reshape(-1), (group, before.reshape(-1), self.turns)
+        if self.prefix_len and self.prefix_share:
+            shared = self.shared(len(prompts))
+            if (prompts[shared] <= self.prefix_len).any():
+                raise CostModelError(
+                    f"a shared prefix of {self.prefix_len} tokens needs longer prompts: a sharing request's prompt of "
+                    f"{int(prompts[shared].min())} tokens holds no token of its own (raise --input-len or lower "
+                    "--prefix-len)"
+                )
+            tokens = np.where(shared, self.prefix_len, 0)
+            return prompts, (np.where(shared, 0, -1), tokens, 1)
+        return prompts, None
 
     def shared(self, total: int) -> np.ndarray:
         """Which of ``total`` requests start with the shared prefix: request i where floor((i + 1) share) passes
@@ -145,6 +170,12 @@ def checked_load(m: ModelPreset, hw: HardwareProfile, load: Load) -> int:
     if load.prefix_len:
         checks.count("prefix_len", load.prefix_len)
         checks.number("prefix_share", load.prefix_share, most=1.0)
+    checks.count("turns", load.turns, most=1000)
+    if load.turns > 1 and (load.prefix_len or load.warmup_requests % load.turns):
+        raise CostModelError(
+            "conversations (turns) reuse their own turns: give no shared prefix with them, and warm-up requests in "
+            f"whole conversations (a multiple of {load.turns})"
+        )
     if m.architecture != "decoder":
         raise CostModelError(f"serving is modelled for decoder-only models; {m.id} is {m.architecture}")
     n = load.num_requests if load.num_requests is not None else REQUESTS_PER_CLIENT * (concurrency or 100)

@@ -16,6 +16,7 @@ import numpy as np
 
 from costmodel.core.errors import CostModelError
 from costmodel.engine.load import arrival_times
+from costmodel.engine.prefix_cache import PrefixCache
 from costmodel.engine.scheduler import Admission, newest
 
 
@@ -49,12 +50,9 @@ class Engine:
         self.done = np.zeros(self.n, np.int64)  # of target prefilled
         self.produced = np.zeros(self.n, np.int64)
         self.verified = np.zeros(self.n, np.int64)  # verify steps run (speculative decoding)
-        # a shared prefix (prefix): which requests start with it, and its whole pages, which the cache keeps once
-        # every request's prefill has passed them (resident) and lends to each later one (base: pages lent)
-        shares, tokens = prefix if prefix is not None and eng.reuse_prefix else (np.zeros(self.n, bool), 0)
-        self.shares, self.prefix_pages = np.asarray(shares, bool), int(tokens) // rule.page
-        self.base = np.zeros(self.n, np.int64)
-        self.resident, self.users = False, 0
+        # the prefix cache (costmodel.engine.prefix_cache): prefix = (group, reusable tokens, turns) per request
+        self.cache = PrefixCache(*prefix[:2], rule.page, prefix[2], res) if prefix and eng.reuse_prefix else None
+        self.turns = prefix[2] if prefix else 1  # a conversation's turns, each sent when the one before finishes
         self.pages = np.zeros(self.n, np.int64)
         self.admitted_at = np.full(self.n, -1, np.int64)
         self.arrival, self.first, self.finish_at = np.zeros(self.n), np.full(self.n, -1.0), np.full(self.n, -1.0)
@@ -73,15 +71,29 @@ class Engine:
         self.last_start: float | None = None
 
     def load(self, concurrency, request_rate, burstiness, seed) -> None:
+        """The first requests: every request of an open loop at its arrival, a closed loop's first per client (a
+        conversation's later turns are sent as the turn before finishes: :meth:`next_turns`)."""
+        t = self.turns
         if request_rate is not None:
-            self.arrival[:] = arrival_times(self.n, request_rate, burstiness, seed)
-            self.pending = [(float(a), i) for i, a in enumerate(self.arrival)]
+            self.arrival[::t] = arrival_times(len(self.arrival[::t]), request_rate, burstiness, seed)
+            self.pending = [(float(self.arrival[i]), i) for i in range(0, self.n, t)]
             heapq.heapify(self.pending)
         if concurrency is not None:
             self.closed_loop = True
-            self.issued = min(concurrency, self.n)
-            for i in range(self.issued):
+            self.issued = min(concurrency * t, self.n)
+            for i in range(0, self.issued, t):
                 heapq.heappush(self.pending, (0.0, i))
+
+    def next_turns(self, ids) -> None:
+        """Finished turns ``ids``: each conversation's next turn is sent now; after a last turn, a closed loop's
+        client starts the next conversation."""
+        for v in np.asarray(ids).tolist():
+            nxt = v + 1 if (v + 1) % self.turns else None
+            if nxt is None and self.closed_loop and self.issued < self.n:
+                nxt, self.issued = self.issued, self.issued + self.turns
+            if nxt is not None and nxt < self.n:
+                self.arrival[nxt] = self.clock
+                heapq.heappush(self.pending, (self.clock, nxt))
 
     def retire(self, ids: np.ndarray) -> None:
         """Requests ``ids`` (running) finish now: their pages are freed and, in a closed loop, each client sends
@@ -92,36 +104,36 @@ class Engine:
         self.running = self.running[~self.gone[self.running]]
         self.gone[ids] = False
         self.finish_at[ids] = self.clock
-        self.release(ids)
+        self.release(ids, finished=True)
         self.finished += len(ids)
+        if self.turns > 1:  # a finished turn's conversation sends its next turn; a last one, a new conversation
+            self.next_turns(ids)
+            return
         for _ in range(len(ids)):
             if self.closed_loop and self.issued < self.n:
                 self.arrival[self.issued] = self.clock
                 heapq.heappush(self.pending, (self.clock, self.issued))
                 self.issued += 1
 
-    def release(self, ids) -> None:
-        """Free the pages ``ids`` hold, but the shared prefix's, which the cache keeps."""
-        self.free += int((self.pages[ids] - self.base[ids]).sum())
-        self.users -= int(np.count_nonzero(self.base[ids]))
-        self.pages[ids] = self.base[ids] = 0
+    def release(self, ids, finished: bool = False) -> None:
+        """Free the pages ``ids`` hold (``finished``: done, else preempted), but those the prefix cache keeps."""
+        if self.cache is None:
+            self.free += int(self.pages[ids].sum())
+        else:
+            for v in np.asarray(ids).tolist():
+                context = int(self.prompt[v] + self.produced[v])
+                self.free += self.cache.release(v, int(self.pages[v]), context, finished, self.clock)
+        self.pages[ids] = 0
 
     def hit(self, v: int) -> int:
-        """The tokens request ``v`` finds cached at admission: the resident prefix's, beyond those it has done (at
-        least one prompt token is always computed)."""
-        if not (self.resident and self.shares[v]):
-            return 0
-        return max(min(self.prefix_pages * self.rule.page, int(self.target[v]) - 1) - int(self.done[v]), 0)
+        """The tokens request ``v`` finds in the prefix cache at admission (0 without one)."""
+        return 0 if self.cache is None else self.cache.hit(v, int(self.done[v]), int(self.target[v]))
 
-    def evict(self) -> bool:
-        """Drop the resident prefix when no running request holds it (its pages the least recently used: every
-        other page is a running request's); whether it was."""
-        if not self.resident or self.users:
-            return False
-        self.resident = False
-        self.free += self.prefix_pages
-        self.res.prefix_evictions += 1
-        return True
+    def evict(self, need: int = 1) -> bool:
+        """Free at least ``need`` pages from the prefix cache's unused groups, if it can; whether any were."""
+        freed = 0 if self.cache is None else self.cache.evict(need)
+        self.free += freed
+        return freed > 0
 
     def run(self):
         res = self.res
@@ -174,7 +186,7 @@ class Engine:
         opens = np.where(decoding, self.opens_pages(self.running), 0)
         need = int(opens.sum())
         if need > self.free:
-            self.evict()
+            self.evict(need - self.free)
         while need > self.free and len(self.running):
             k = newest(self.admitted_at[self.running])
             v = int(self.running[k])
@@ -209,10 +221,10 @@ class Engine:
         an unused resident prefix is evicted when its pages would let ``v`` start."""
         skip = self.hit(v)
         prompt, done = int(self.prompt[v]), int(self.done[v]) + skip
-        lent = self.prefix_pages if skip else 0
+        lent = self.cache.pages_for(v) if skip else 0
         args = (prompt, int(self.output[v]), done, int(self.target[v]) - done)
         got = self.rule.admit(*args, self.free + lent, room)
-        if got is None and not skip and self.evict():
+        if got is None and not skip and self.evict(self.rule.pages(prompt) - self.free):
             got = self.rule.admit(*args, self.free, room)
         return got
 
@@ -287,13 +299,13 @@ class Engine:
             c, want = admit
             self.waiting.popleft()
             skip = self.hit(v)
+            lent = 0
             if skip:  # the cached prefix is lent: its pages are not taken again, its tokens not computed
                 self.done[v] += skip
-                self.base[v], self.users = self.prefix_pages, self.users + 1
-                self.res.prefix_hits += 1
+                lent = self.cache.lend(v, self.clock)
                 self.res.prefix_hit_tokens += skip
             self.pages[v] += want
-            self.free -= want - self.base[v]
+            self.free -= want - lent
             self.admitted_at[v] = self.admitted
             self.admitted += 1
             admitted.append(v)
@@ -343,9 +355,8 @@ class Engine:
         done_now = decode_now[self.produced[decode_now] >= self.output[decode_now]].tolist()
         for v, c in starting:
             self.done[v] += c
-            if self.shares[v] and not self.resident and self.done[v] >= self.prefix_pages * self.rule.page > 0:
-                # its prefill passed the prefix: the cache keeps those pages, lent to it and to every later one
-                self.resident, self.base[v], self.users = True, self.prefix_pages, self.users + 1
+            if self.cache is not None:  # a shared prefix passed: the cache keeps its pages
+                self.cache.prefilled(v, int(self.done[v]), self.clock)
             if self.done[v] == self.target[v]:
                 if self.first[v] < 0:
                     self.first[v] = self.clock

@@ -410,14 +410,20 @@ def report_of(
 def _prefix_report(setup, res) -> dict:
     """A run with a shared prefix: its hit rate (prompt tokens found cached over all prompt tokens admitted) and
     what the cache did, as an assumption."""
-    if not res.prefix_len:
+    if not res.prefix_len and res.turns == 1:
         return {}
     from costmodel.engine.config import REUSE_PREFIX
 
     found = res.prefix_hit_tokens
     rate = found / max(found + res.prefill_tokens, 1)
+    what = (
+        f"the first {res.prefix_len} tokens"
+        if res.prefix_len
+        else f"their conversation so far (conversations of {res.turns} turns, each turn's prompt the turns before "
+        "and its own input, sent as the turn before finishes)"
+    )
     how = (
-        f"{REUSE_PREFIX}: {res.prefix_hits} admissions found the first {res.prefix_len} tokens cached ("
+        f"{REUSE_PREFIX}: {res.prefix_hits} admissions found {what} cached ("
         f"{found:,} tokens, {rate:.1%} of the prompts' tokens, not computed; their chunks' attention still reads "
         f"them); the prefix evicted {res.prefix_evictions} time(s) when no running request held it and pages ran out"
         if setup.eng.reuse_prefix

@@ -234,20 +234,6 @@ class Setup:
         return t if np.ndim(t) else float(t)
 
 
-def _prefix(load: Load, prompts) -> tuple | None:
-    """(which requests start with the load's shared prefix, its tokens), each of them longer than it; None without
-    one."""
-    if not load.prefix_len or not load.prefix_share:
-        return None
-    shared = load.shared(len(prompts))
-    if (prompts[shared] <= load.prefix_len).any():
-        raise CostModelError(
-            f"a shared prefix of {load.prefix_len} tokens needs longer prompts: a sharing request's prompt of "
-            f"{int(prompts[shared].min())} tokens holds no token of its own (raise --input-len or lower --prefix-len)"
-        )
-    return shared, load.prefix_len
-
-
 def _draft(speculation, pr: Pricing, eng: EngineConfig, setup: Setup):
     """A draft model's (model, pricing) on the target's devices, its weights and KV cache taken from the target's
     KV budget (``setup``'s KV tokens lowered to what both caches hold per token); None for any other proposer."""
@@ -336,6 +322,7 @@ def serve(
         raise CostModelError("serve() places a model aggregated; a disaggregated layout goes to serve_disaggregated()")
     n = checked_load(m, hw, load)
     load, n = engine_share(load, n, layout)
+    n = -(-n // load.turns) * load.turns  # whole conversations
     tp = layout.tp
     eng = engine(
         engine_name, capacity_bytes=hw.engine_memory, device_name=hw.name, tp=tp, version=flags.engine_version
@@ -355,11 +342,14 @@ def serve(
         **eng.kernels,
     )
     prompts, outputs = load.lengths(n + load.warmup_requests)
+    prompts, prefix = load.conversations(prompts, outputs)  # a turn's prompt holds its conversation so far
     max_ctx = int(prompts.max() + outputs.max())
     if speculation is not None and evaluator != "simulation":
         raise CostModelError("speculative decoding is simulated: use the simulation evaluator (the default)")
-    if load.prefix_len and evaluator != "simulation":
-        raise CostModelError("a shared prefix is simulated: use the simulation evaluator (the default)")
+    if (load.prefix_len or load.turns > 1) and evaluator != "simulation":
+        raise CostModelError(
+            "a shared prefix or conversations are simulated: use the simulation evaluator (the default)"
+        )
     setup = Setup(
         m,
         pr,
@@ -371,10 +361,10 @@ def serve(
         speculation=speculation,
     )
     model_len(eng, setup, prompts, outputs)
-    return _run(setup, load, n, prompts, outputs, evaluator)
+    return _run(setup, load, n, prompts, outputs, evaluator, prefix)
 
 
-def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str) -> LoadPrediction:
+def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str, prefix=None) -> LoadPrediction:
     """One engine's share of the load through the closed form or the simulation."""
     concurrency, request_rate, burstiness = load.concurrency, load.request_rate, load.burstiness
     # a client with fewer connections than clients keeps the others' requests waiting: the engine sees a closed
@@ -408,7 +398,7 @@ def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str) -> 
         wall=setup.wall,
         seed=load.seed,
         spec=setup.drafting,
-        prefix=_prefix(load, prompts),
+        prefix=prefix,
     )
     if in_flight is not None:
         res = client_queue(res, concurrency)

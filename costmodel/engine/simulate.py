@@ -72,6 +72,7 @@ class SimResult:
     prefix_hit_tokens: int = 0  # prompt tokens those admissions did not compute
     prefix_evictions: int = 0
     prefix_len: int = 0  # the load's shared prefix (0: none)
+    turns: int = 1  # the load's conversations' turns (1: none)
     stretches: list = field(default_factory=list)  # (running, prefill tokens, KV pages taken) of each stretch
 
     def after(self, warmup: int) -> SimResult:
@@ -159,8 +160,9 @@ def simulate(
     """Run ``len(prompts)`` requests through the engine. ``check``: record every violated invariant (token
     budget, sequence limit, KV pages) instead of trusting them. ``wall(gpu, sequences)``: an iteration's time
     from its GPU work and its running sequences (:meth:`costmodel.engine.served.Setup.wall`); by default the work plus
-    ``overhead_s``. ``spec``: speculative decoding (:class:`costmodel.engine.speculation.Drafting`). ``prefix``: (which
-    requests start with a shared prefix, its tokens), found in the cache where the engine reuses prefixes."""
+    ``overhead_s``. ``spec``: speculative decoding (:class:`costmodel.engine.speculation.Drafting`). ``prefix``: (each
+    request's group, the tokens it may find cached, a conversation's turns) for the engine's prefix cache
+    (:meth:`costmodel.engine.load.Load.conversations`), where the engine reuses prefixes."""
     if wall is None:
 
         def wall(gpu, sequences):
@@ -182,7 +184,8 @@ def simulate(
         )
     n = len(prompts)
     res = SimResult(np.zeros(n), np.zeros(n), np.zeros(n), np.array(outputs, float), 0, 0, kv_pages=pages_total)
-    res.prefix_len = int(prefix[1]) if prefix is not None else 0
+    if prefix is not None:
+        res.prefix_len, res.turns = int(np.max(prefix[1])) if prefix[2] == 1 else 0, int(prefix[2])
     run = Engine(table, eng, rule, pages_total, prompts, outputs, wall, check, res, spec, prefix)
     run.load(concurrency, request_rate, burstiness, seed)
     return run.run()
