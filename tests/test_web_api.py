@@ -74,6 +74,19 @@ def _printed(command: str) -> dict | list:
             },
             ("ttft_s", "tpot_s", "input_len", "num_requests"),
         ),
+        (
+            {
+                "view": "served",
+                "speculative-config": '{"method": "mtp", "num_speculative_tokens": 3}',
+                "acceptance-length": 2.5,
+                "prefix-len": 128,
+                "turns": 1,
+                "concurrency": [8],
+                **SMALL,
+            },
+            ("ttft_s", "tpot_s", "prefix_hit_rate", "assumptions"),
+        ),
+        ({"view": "served", "turns": 3, "concurrency": [4], **SMALL}, ("ttft_s", "tpot_s", "prefix_hit_rate")),
         ({"view": "curve", "concurrency": [1, 4], **SMALL}, None),
         ({"view": "plan", "gpus": 2, "max-concurrency": 8, "tpot-ms": 30, **SMALL}, ("front", "best")),
         ({"view": "recommend", "request-rate": [2.0], "tpot-ms": 40, "max-gpus": 4, **SMALL}, ("gpus", "layout")),
@@ -88,6 +101,8 @@ def _printed(command: str) -> dict | list:
         "derive",
         "disagg",
         "served-more",
+        "features",
+        "turns",
         "curve",
         "plan",
         "recommend",
@@ -104,7 +119,7 @@ def test_a_view_is_what_its_command_line_prints(client, request_, keys):
         assert [p["ttft_s"] for p in printed["points"]] == [p["ttft_s"] for p in view["report"]]
     for key in keys or ():
         ours, theirs = view["report"][key], printed[key]
-        if isinstance(ours, list):  # the command line adds each point's own command to it
+        if isinstance(ours, list) and ours and isinstance(ours[0], dict):  # the command line adds each point's command
             theirs = [{k: t[k] for k in o} for o, t in zip(ours, theirs, strict=True)]
         assert ours == theirs, key
     assert (view["charts"] and all(c["data"] for c in view["charts"])) or request_["view"] == "derive"

@@ -91,6 +91,13 @@ GROUPS = {
         "max-concurrency",
     ),
     "targets": ("ttft-ms", "tpot-ms", "statistic", "price-per-hour"),
+    "engine features (served, curve)": (
+        "speculative-config",
+        "acceptance-length",
+        "prefix-len",
+        "prefix-share",
+        "turns",
+    ),
 }
 #: The fields each view reads (the others are left out of its command and its cache key).
 _ATTENTION = set(GROUPS["one attention layer (attention, derive)"])
@@ -106,6 +113,7 @@ USES = {
     "recommend": {*GROUPS["model"], "gpu", "max-gpus", *GROUPS["engine"][:-1], *GROUPS["load"][:11]}
     | {*GROUPS["targets"], "evaluator"},
 }
+USES["served"] |= set(GROUPS["engine features (served, curve)"])
 USES["curve"] = USES["served"] - _POOLS
 USES["variants"] = USES["step"] - {"attention-dp", "expert-parallel"}
 
@@ -191,6 +199,16 @@ class ViewRequest(BaseModel):
     batch: Count = Field(DEFAULTS["batch"], description="sequences in the step (step)")
     context: Tokens | None = Field(None, description="cached positions (4096; attention: by mode)")
     max_concurrency: Count = Field(256, alias="max-concurrency", description="most clients a plan tries")
+    # the engine's features
+    speculative_config: str | None = Field(
+        None, alias="speculative-config", max_length=512, description='speculative decoding, {"method": "mtp", ...}'
+    )
+    acceptance_length: float | None = Field(
+        None, alias="acceptance-length", ge=1, le=17, description="tokens a verify step yields"
+    )
+    prefix_len: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = Field(0, alias="prefix-len", description="shared prefix")
+    prefix_share: float | None = Field(None, alias="prefix-share", gt=0, le=1, description="requests sharing it (1)")
+    turns: Annotated[int, Field(ge=1, le=64)] = Field(1, description="a conversation's turns")
     # the targets
     ttft_ms: float | None = Field(None, alias="ttft-ms", gt=0, le=1e7, description="TTFT target")
     tpot_ms: float | None = Field(None, alias="tpot-ms", gt=0, le=1e7, description="TPOT target")

@@ -36,6 +36,9 @@ def requests_of(req: ViewRequest, **load):
         output_dist=req.length_dist,
         spread=req.spread,
         client_connections=req.client_connections,
+        prefix_len=req.prefix_len,
+        prefix_share=(req.prefix_share or 1.0) if req.prefix_len else 0.0,
+        turns=req.turns,
         **load,
     )
 
@@ -52,7 +55,10 @@ def served_run(req: ViewRequest, m, hw, **load):
         attention_dp=req.attention_dp,
         pipeline_parallel=req.pipeline_parallel_size,
     )
-    return serve(m, hw, requests_of(req, **load), layout=layout, **engine_kw(req))
+    from costmodel.engine.speculation import parse
+
+    spec = parse(req.speculative_config, req.acceptance_length)
+    return serve(m, hw, requests_of(req, **load), layout=layout, speculation=spec, **engine_kw(req))
 
 
 def engine_kw(req: ViewRequest) -> dict:
