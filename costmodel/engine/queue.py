@@ -168,6 +168,8 @@ class Engine:
     def opens_pages(self, ids: np.ndarray) -> np.ndarray:
         """The new KV pages each of decoding requests ``ids`` takes this iteration: those its next token (or a
         verify step's ``slots`` positions) reaches past the pages it holds."""
+        if self.slots == 1:  # one token: a page where the last one is full (a boolean array, summed as counts)
+            return self.prompt[ids] + self.produced[ids] >= self.pages[ids] * self.rule.page
         reach = self.prompt[ids] + self.produced[ids] + self.slots
         return np.maximum(-(-reach // self.rule.page) - self.pages[ids], 0)
 
@@ -175,7 +177,7 @@ class Engine:
         """The tokens ``steps`` decode steps bring each of ``ids``: one a step, or the accepted tokens of that many
         verify steps (at most what each has left to produce)."""
         if self.spec is None:
-            return np.full(len(ids), steps, np.int64)
+            return steps
         got = self.spec.tokens(self.verified[ids] + steps) - self.spec.tokens(self.verified[ids])
         return np.minimum(got, self.output[ids] - self.produced[ids])
 
@@ -183,7 +185,8 @@ class Engine:
         """A decode token that opens a new page takes one; the newest running request is preempted while too few
         are free (``decoding``: which running requests decode). Whether any was."""
         res, preempted = self.res, False
-        opens = np.where(decoding, self.opens_pages(self.running), 0)
+        opens = self.opens_pages(self.running)
+        opens = decoding & opens if opens.dtype == bool else np.where(decoding, opens, 0)
         need = int(opens.sum())
         if need > self.free:
             self.evict(need - self.free)
@@ -255,11 +258,14 @@ class Engine:
             times, gpu = times[:steps], gpu[:steps]
         added = self.advance(decoding, steps)
         if self.paging:  # what the last step wrote: its accepted tokens and the slots of the drafts it scored
-            grown = np.maximum(-(-(cached + added + self.slots - 1) // self.rule.page), held)
+            grown = -(-(cached + added + self.slots - 1) // self.rule.page)
+            if spec is not None:  # a step's drafts may have reached a page its accepted tokens do not fill
+                grown = np.maximum(grown, held)
             self.free -= int((grown - held).sum())
             self.pages[decoding] = grown
         self.produced[decoding] += added
-        self.verified[decoding] += steps
+        if spec is not None:
+            self.verified[decoding] += steps
         comm = table.decode_comm(d * self.slots, others, d) * steps  # the collectives of these steps
         self.last_start = self.clock + float(times[:-1].sum())
         self.clock += float(times.sum())
@@ -267,7 +273,9 @@ class Engine:
         res.comm_s += comm
         res.overhead_s += float(times.sum() - gpu.sum())
         res.record(times, d, d, d * self.slots, self.pages_total - self.free)
-        self.retire(decoding[self.produced[decoding] >= self.output[decoding]])
+        self.retire(
+            decoding[left <= added] if spec is None else decoding[self.produced[decoding] >= self.output[decoding]]
+        )
         return True
 
     def batch(self, decode_now: np.ndarray, prefilling: np.ndarray, preempted: bool) -> list[tuple[int, int]]:
@@ -351,7 +359,8 @@ class Engine:
         res.prefill_iterations += 1 if chunks else 0
         res.record(np.array([dt]), d, running, tokens, self.pages_total - self.free)
         self.produced[decode_now] += self.advance(decode_now, 1)
-        self.verified[decode_now] += 1
+        if self.spec is not None:
+            self.verified[decode_now] += 1
         done_now = decode_now[self.produced[decode_now] >= self.output[decode_now]].tolist()
         for v, c in starting:
             self.done[v] += c

@@ -86,7 +86,9 @@ class Admission:
         verified drafts' slots; one and one otherwise)."""
 
         def need(k: int) -> int:
-            reach = cached + (k - 1 if per_step == 1.0 else int(np.ceil(per_step * (k - 1)))) + slots
+            if per_step == 1.0 and slots == 1:
+                return int((-(-(cached + k) // self.page) - held).sum())
+            reach = cached + int(np.ceil(per_step * (k - 1))) + slots
             return int(np.maximum(-(-reach // self.page) - held, 0).sum())
 
         if need(steps) <= free:
