@@ -276,3 +276,22 @@ def test_a_foreign_host_is_refused_before_the_api():
     """DNS rebinding: a page elsewhere whose name points here sends its own Host, and gets 400."""
     with TestClient(app(main), base_url="http://rebound.example:8000") as other:
         assert other.post("/api/v1/jobs", json={"view": "step"}).status_code == 400
+
+
+def test_a_full_server_refuses_with_503_and_answers_again_after():
+    """One worker and no queue: while a long view computes, another is refused with 503 and Retry-After (nothing
+    is left waiting for it), and once the first is cancelled a new view is answered."""
+    from costmodel.web.jobs import Limits
+
+    guarded = app(main, limits=Limits(workers=1, queue=0))
+    with TestClient(guarded, base_url=BASE) as c:
+        long = c.post("/api/v1/jobs", json={"view": "plan", "model": "llama-3.1-70b", "gpus": 8}).json()
+        for _ in range(3):
+            refused = c.post("/api/v1/jobs", json={"view": "step", "batch": 3})
+            assert refused.status_code == 503 and int(refused.headers["retry-after"]) > 0
+        c.delete(f"/api/v1/jobs/{long['id']}")
+        for _ in range(500):
+            if c.get(f"/api/v1/jobs/{long['id']}").json()["state"] == "cancelled":
+                break
+            time.sleep(0.01)
+        assert _view(c, {"view": "step", "batch": 3})["view"] == "step"

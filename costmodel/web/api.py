@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import json
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -61,7 +61,6 @@ class Views:
         self.pool = pool
         self.kept: collections.OrderedDict[str, str] = collections.OrderedDict()
         self.jobs: collections.OrderedDict[str, Job] = collections.OrderedDict()
-        self._ids = itertools.count(1)
 
     def start(self, req: ViewRequest) -> Job:
         """The job computing ``req``'s view: done at once where it is kept, shared where one is computing it."""
@@ -75,16 +74,15 @@ class Views:
         for job in self.jobs.values():
             if job.key == key and job.state in ("queued", "running"):
                 return job
+        in_flight = sum(j.state in ("queued", "running") for j in self.jobs.values())
+        if in_flight >= self.pool.limits.workers + self.pool.limits.queue:
+            raise Busy(f"the server is busy: {in_flight} views computing or waiting, its most; try again shortly")
         job = self._new(key)
-        if self.pool.busy + sum(j.state == "queued" for j in self.jobs.values()) > (
-            self.pool.limits.workers + self.pool.limits.queue
-        ):
-            raise Busy("the server is busy; try again shortly")
         asyncio.get_running_loop().create_task(self._run(job, req))
         return job
 
     def _new(self, key: str) -> Job:
-        job = Job(id=f"{next(self._ids):x}{int(time.time() * 1000) % 100000:05d}", key=key)
+        job = Job(id=secrets.token_hex(8), key=key)  # not guessable: only its page follows or cancels it
         self.jobs[job.id] = job
         while len(self.jobs) > KEEP_JOBS:
             oldest = next(iter(self.jobs.values()))
