@@ -107,7 +107,7 @@ class Views:
             if result is None:
                 job.state, job.error, job.status = "cancelled", "Error: cancelled", 409
             elif result[0] != 0:
-                job.state, job.error, job.status = "failed", result[1].strip(), 400
+                job.state, job.error, job.status = "failed", result[1].strip(), 500 if result[0] == 3 else 400
             else:
                 job.state, job.result = "done", result[1]
                 self.kept[job.key] = result[1]

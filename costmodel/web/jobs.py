@@ -131,6 +131,8 @@ def _view(conn, job: ViewJob, answer_bytes: int) -> tuple[int | str, str]:
         raise
     except (CostModelError, ValueError) as err:
         return 1, f"Error: {err}\n"
+    except Exception as err:  # a bug: said as one, and the worker serves on
+        return 3, f"Error: internal error (a bug in costmodel, please report it with the view's request): {err!r}\n"
     return ("size", "") if len(text) > answer_bytes else (0, text)
 
 
