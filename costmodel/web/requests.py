@@ -28,7 +28,7 @@ from costmodel.web.fields import (
 
 #: What the page shows: one attention layer's ops (MHA, GQA and MQA side by side, or one), its exact counts and Θ
 #: forms, a model's step (no engine), its MHA, GQA, MQA and MLA versions side by side, a served run, a load curve, a plan, a recommendation.
-VIEWS = ("attention", "derive", "step", "variants", "served", "curve", "plan", "recommend")
+VIEWS = ("attention", "derive", "step", "variants", "served", "curve", "capacity", "plan", "recommend")
 #: The most points on one load curve.
 MAX_CURVE_POINTS = 16
 
@@ -90,7 +90,7 @@ GROUPS = {
         "context",
         "max-concurrency",
     ),
-    "targets": ("ttft-ms", "tpot-ms", "statistic", "price-per-hour"),
+    "targets": ("ttft-ms", "tpot-ms", "statistic", "price-per-hour", "load", "variants"),
     "engine features (served, curve)": (
         "speculative-config",
         "acceptance-length",
@@ -115,6 +115,10 @@ USES = {
 }
 USES["served"] |= set(GROUPS["engine features (served, curve)"])
 USES["curve"] = USES["served"] - _POOLS
+USES["capacity"] = (USES["recommend"] - {"max-gpus", "concurrency", "request-rate", "client-connections"}) | {
+    "load",
+    "variants",
+}
 USES["variants"] = USES["step"] - {"attention-dp", "expert-parallel"}
 
 Count = Annotated[int, Field(ge=1, le=MAX_CLIENTS)]
@@ -128,8 +132,8 @@ class ViewRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    view: Literal["attention", "derive", "step", "variants", "served", "curve", "plan", "recommend"] = Field(
-        "served", description="what to show"
+    view: Literal["attention", "derive", "step", "variants", "served", "curve", "capacity", "plan", "recommend"] = (
+        Field("served", description="what to show")
     )
     # the model
     model: str | None = Field("llama-3.1-8b", max_length=128, description="a preset's id or alias")
@@ -214,6 +218,8 @@ class ViewRequest(BaseModel):
     tpot_ms: float | None = Field(None, alias="tpot-ms", gt=0, le=1e7, description="TPOT target")
     statistic: Literal["mean", "p90"] = Field("mean", description="of the targets (recommend)")
     price_per_hour: float | None = Field(None, alias="price-per-hour", gt=0, le=1e4, description="$ per GPU-hour")
+    load: Literal["concurrency", "request-rate"] = Field("concurrency", description="what capacity searches")
+    variants: bool = Field(True, description="capacity: the MHA, GQA and MQA versions too")
 
     @field_validator("gpu")
     @classmethod
@@ -249,6 +255,8 @@ class ViewRequest(BaseModel):
             raise ValueError("give a model: a preset (model) or a pasted config.json (config)")
         if self.view in ("served", "curve", "recommend") and bool(self.concurrency) == bool(self.request_rate):
             raise ValueError("give the load as clients (concurrency) or a request rate (request-rate), one of them")
+        if self.view == "capacity" and self.ttft_ms is None and self.tpot_ms is None:
+            raise ValueError("capacity needs a target: ttft-ms, tpot-ms or both")
         if self.view in ("served", "recommend") and len(self.concurrency or self.request_rate) > 1:
             raise ValueError(f"a {self.view} view takes one load; several are a curve (view=curve)")
         return self

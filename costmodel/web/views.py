@@ -34,7 +34,7 @@ def compute(req: ViewRequest, progress=None) -> dict:
 
 def _views() -> dict:
     """View name -> the function that builds it (:mod:`.views_layer`, :mod:`.views_served`, :mod:`.views_deploy`)."""
-    from costmodel.web.views_deploy import plan_view, recommend_view
+    from costmodel.web.views_deploy import capacity_view, plan_view, recommend_view
     from costmodel.web.views_layer import attention_view, derive_view, step_view, variants_view
     from costmodel.web.views_served import curve_view, served_view
 
@@ -45,6 +45,7 @@ def _views() -> dict:
         "variants": variants_view,
         "served": served_view,
         "curve": curve_view,
+        "capacity": capacity_view,
         "plan": plan_view,
         "recommend": recommend_view,
     }

@@ -62,6 +62,76 @@ def plan_view(req: ViewRequest, m, hws) -> dict:
     }
 
 
+def capacity_view(req: ViewRequest, m, hws) -> dict:
+    """The most clients (or the highest rate) each device serves under the targets, per attention layout."""
+    from costmodel.deploy.capacity import load_capacity
+
+    report = load_capacity(
+        m,
+        hws,
+        requests_of(req),
+        engine_name=req.engine,
+        tpot_s=seconds(req.tpot_ms),
+        ttft_s=seconds(req.ttft_ms),
+        statistic=req.statistic,
+        evaluator=req.evaluator,
+        price_per_hour=req.price_per_hour,
+        variants=req.variants,
+        flags=engine_flags(req),
+        weight_dtype=req.weight_dtype,
+        kv_dtype=req.kv_dtype,
+        load=req.load,
+        frontend=req.frontend,
+    )
+    unit = "clients" if req.load == "concurrency" else "req/s"
+    rows = [
+        {
+            "device": p.device,
+            "attention": p.attention,
+            "most": p.concurrency if req.load == "concurrency" else p.request_rate,
+            "binds": p.binds,
+            "ttft_ms": p.at.ttft_s * 1e3 if p.at else None,
+            "tpot_ms": p.at.tpot_s * 1e3 if p.at else None,
+            "tok_s_gpu": p.at.output_tokens_per_s_per_device if p.at else None,
+            "usd_m": p.cost_per_million_tokens,
+        }
+        for p in report.points
+    ]
+    columns = (
+        ("device", "device", ""),
+        ("attention", "attention", ""),
+        ("most", "most", unit),
+        ("binds", "what binds", ""),
+        ("ttft_ms", "TTFT there", "ms"),
+        ("tpot_ms", "TPOT there", "ms"),
+        ("tok_s_gpu", "throughput there", "tok/s/GPU"),
+        ("usd_m", "cost", "$/M tokens"),
+    )
+    bars = [
+        {
+            "type": "bar",
+            "name": device,
+            "x": [r["attention"] for r in rows if r["device"] == device],
+            "y": [r["most"] for r in rows if r["device"] == device],
+            "hovertemplate": "%{x}: %{y:.4g} " + unit + "<extra>" + device + "</extra>",
+        }
+        for device in dict.fromkeys(r["device"] for r in rows)
+    ]
+    first = report.points[0]
+    return {
+        "title": f"{m.name}: the most {unit} under the targets, {req.engine}",
+        "summary": [
+            number("most", f"most {unit} ({first.device}, {first.attention})", unit, rows[0]["most"]),
+            number("tok_s_gpu", "throughput there", "tok/s/GPU", rows[0]["tok_s_gpu"]),
+        ],
+        "tables": [table("capacity", rows, columns)],
+        "charts": [
+            charts.figure("capacity", f"the most {unit} under the targets", bars, "attention", unit, barmode="group")
+        ],
+        "report": report.model_dump(mode="json"),
+    }
+
+
 def point_query(req: ViewRequest, point: dict) -> str | None:
     """The page's query of a plan's point served alone (its device, layout and clients), or None for a pasted
     model (whose config.json would make the link as long as the file)."""
