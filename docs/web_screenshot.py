@@ -20,6 +20,12 @@ VIEWS = {
     "&pin=view%3Dcurve%26model%3DQwen%2FQwen3-32B%26tp%3D2%26concurrency%3D1%2C4%2C16%2C64%26output-len%3D512",
     "plan": "view=plan&model=llama-3.1-70b&gpu=h100&gpu=a100&gpus=4&input-len=2048&output-len=512&tpot-ms=50",
     "step": "view=step&model=llama-3.1-8b&gpu=h100&batch=16&context=4096",
+    "attention": "view=attention&gpu=h100&batch=32&context=8192",
+    "variants": "view=variants&model=llama-3.1-8b&gpu=h100&batch=32&context=8192",
+    "derive": "view=derive&variant=gqa&mode=generate",
+    "capacity": "view=capacity&model=llama-3.1-8b&gpu=h100&gpu=a100&input-len=2048&output-len=256&tpot-ms=30",
+    "recommend": "view=recommend&model=llama-3.1-70b&gpu=h100&gpu=h200&input-len=2048&output-len=512"
+    "&request-rate=10&ttft-ms=2000&tpot-ms=50",
 }
 
 
@@ -56,7 +62,8 @@ def main(names: list[str]) -> None:
             driver.get(f"http://127.0.0.1:{port}/?{VIEWS[name]}")
             WebDriverWait(driver, 600).until(
                 lambda d: d.execute_script(
-                    "return !document.getElementById('result').hidden && document.querySelector('.js-plotly-plot')"
+                    "return !document.getElementById('result').hidden && (document.querySelector('.js-plotly-plot')"
+                    " || !document.querySelector('.chart'))"
                 )
             )
             time.sleep(0.5)  # plotly's transitions

@@ -145,6 +145,7 @@ def variants_view(req: ViewRequest, m, hws) -> dict:
             "x": names,
             "y": [r[key] for r in rows],
             "yaxis": axis,
+            "offsetgroup": axis,  # side by side, each on its own axis
             "hovertemplate": "%{x}: %{y:.4g} " + unit + "<extra>" + label + "</extra>",
         }
         for key, label, unit, axis in (("tpot_ms", "TPOT", "ms", "y"), ("kv_mb", "KV cache", "MB", "y2"))
