@@ -1,4 +1,4 @@
-"""``costmodel web``: the local page over the commands, and their JSON API (:mod:`costmodel.web`). ``costmodel serve``
+"""``costmodel web``: the local page over the library, and its JSON API (:mod:`costmodel.web`). ``costmodel serve``
 is its former name, kept for one release with a note."""
 
 from __future__ import annotations
@@ -91,9 +91,11 @@ def run_web(host, port, allowed_hosts, workers, queue, time_limit, memory_limit)
 @click.command()
 @web_options
 def web(**options) -> None:
-    """A local web page over the commands, and their JSON API (GET /api/<command>?<field>=<value> answers
-    `costmodel <command> ... --json`). It answers this machine's browser and the page itself only; see
-    docs/web.md. Needs the web extra: python -m pip install -e ".[web]" in the checkout.
+    """A local web page over the library: attention, a model's step, a served run, a load curve, capacity, a plan
+    or a recommendation, with interactive charts, results pinned side by side, and the command line that prints the
+    same numbers. Its JSON API: POST /api/v1/jobs (or GET /api/v1/view?<field>=<value>), and GET
+    /api/<command>?... for the command line's --json. It answers this machine's browser and the page itself only;
+    see docs/web.md. Needs the web extra: python -m pip install -e ".[web]" in the checkout.
 
     Example: costmodel web --port 8000
     """
