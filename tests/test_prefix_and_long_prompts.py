@@ -201,3 +201,38 @@ def test_a_turn_is_sent_as_the_turn_before_finishes(llama, h100, loop):
     if "concurrency" in loop:
         assert np.mean(res.finish - res.arrival) * len(prompts) / res.finish.max() == pytest.approx(6, rel=0.08)
     assert res.prefix_hits > 0
+
+
+def test_plan_and_capacity_take_a_shared_prefix_and_recommend_says_it_cannot(llama, h100):
+    """A plan with a shared prefix screens and simulates in the engine (the closed form has no prefix cache): its
+    front point's own command prints the same TPOT, and disaggregated layouts are skipped with the reason; capacity
+    under a TPOT target serves more clients when most of each prompt is found cached; recommend, which sizes
+    replicas in closed form, refuses with an Error line."""
+    import json
+
+    plan = CliRunner().invoke(
+        main,
+        "plan --model llama-3.1-8b --gpu h100 --gpus 2 --input-len 4096 --output-len 256 --prefix-len 3584 "
+        "--max-concurrency 8 --json".split(),
+    )
+    assert plan.exit_code == 0, plan.output
+    d = json.loads(plan.output)
+    assert any("not model the prefix cache" in s["reason"] for s in d["skipped"])
+    point = d["front"][0]
+    again = json.loads(CliRunner().invoke(main, [*point["command"], "--json"]).output)
+    assert again["tpot_s"] == pytest.approx(point["tpot_s"], rel=1e-12) and again["prefix_hit_rate"] > 0.5
+    kw = dict(tpot_s=0.03, variants=False)
+    cached = costmodel.load_capacity(llama, [h100], costmodel.Load(4096, 256, prefix_len=3584, prefix_share=1.0), **kw)
+    plain = costmodel.load_capacity(llama, [h100], costmodel.Load(4096, 256), **kw)
+    assert cached.points[0].concurrency > plain.points[0].concurrency
+    refused = CliRunner().invoke(
+        main,
+        "recommend --model llama-3.1-8b --gpu h100 --input-len 4096 --output-len 256 --request-rate 5 "
+        "--tpot-ms 30".split()
+        + ["--prefix-len", "3584"],
+    )
+    assert refused.exit_code != 0 and "No such option" in refused.output  # not offered where it cannot be priced
+    from costmodel.deploy.recommend import recommend
+
+    with pytest.raises(CostModelError, match="closed form, which has no prefix cache"):
+        recommend(llama, [h100], costmodel.Load(4096, 256, request_rate=5.0, prefix_len=3584, prefix_share=1.0))

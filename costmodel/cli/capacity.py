@@ -10,6 +10,7 @@ from costmodel.cli.click_types import EngineChoice, OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
 from costmodel.cli.load import requests_of
 from costmodel.cli.load_options import (
+    CACHE_KEYS,
     ENGINE_FLAG_KEYS,
     REQUEST_KEYS,
     engine_flag_options,
@@ -99,7 +100,7 @@ from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, EXECUTIONS
     "means, the simulation for p90]",
 )
 @engine_flag_options
-@request_options("num_requests")
+@request_options("num_requests", *CACHE_KEYS)
 @time_limit_option
 @format_option
 @json_option
@@ -282,7 +283,7 @@ capacity.panels = {
         "The model and its requests",
     ),
     **dict.fromkeys(("tpot_ms", "ttft_ms", "statistic", "load", "price_per_hour", "time_limit"), "Targets and cost"),
-    **dict.fromkeys(("num_requests", *REQUEST_KEYS), "The requests (with --batching continuous)"),
+    **dict.fromkeys(("num_requests", *REQUEST_KEYS, *CACHE_KEYS), "The requests (with --batching continuous)"),
     **dict.fromkeys(("batching", "engine_name", "evaluator"), "How it is served"),
     **dict.fromkeys(ENGINE_FLAG_KEYS, "Engine flags (each engine's own default where not set)"),
     **dict.fromkeys(("dtype", "execution", "timing", "without"), "The kernels' time model"),

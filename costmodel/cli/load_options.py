@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from costmodel.cli.click_types import EngineChoice, Fraction, Loads, Objectives, PositiveNumber, engine_version
+from costmodel.cli.feature_options import PREFIX_OPTIONS
 from costmodel.cli.options import FilePath, NonNegative, Positive, choices
 from costmodel.core.deadline import DEFAULT_S
 from costmodel.core.vocab import MXFP4_ACTIVATIONS
@@ -352,6 +353,8 @@ REQUEST_KEYS = (
     "lengths_file",
     "frontend",
 )
+#: The prefix cache's requests (a shared prefix, conversations): simulated, so on predict, plan and capacity only.
+CACHE_KEYS = ("prefix_len", "prefix_share", "turns")
 
 
 def request_options(*more: str):
@@ -410,5 +413,5 @@ def _param(option) -> click.Parameter:
 _FLAG_PARAMS = tuple(_param(option) for option in FLAG_OPTIONS)
 ENGINE_FLAG_KEYS = tuple(param.name for param in _FLAG_PARAMS)
 #: The load and length options by parameter name, and those of :data:`REQUEST_KEYS`.
-_BY_NAME = {_param(option).name: option for option in [*LOAD_OPTIONS, *LENGTH_OPTIONS]}
-_REQUEST_PARAMS = tuple(_param(_BY_NAME[key]) for key in REQUEST_KEYS)
+_BY_NAME = {_param(option).name: option for option in [*LOAD_OPTIONS, *LENGTH_OPTIONS, *PREFIX_OPTIONS]}
+_REQUEST_PARAMS = tuple(_param(_BY_NAME[key]) for key in (*REQUEST_KEYS, *CACHE_KEYS))

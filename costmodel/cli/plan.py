@@ -9,6 +9,7 @@ from costmodel.cli.click_types import EngineChoice, OnceCommand, PositiveNumber
 from costmodel.cli.html import html_option
 from costmodel.cli.load import requests_of
 from costmodel.cli.load_options import (
+    CACHE_KEYS,
     REQUEST_KEYS,
     engine_flag_options,
     flag_arguments,
@@ -65,7 +66,7 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
 )
 @click.option("--plot", "plot_path", type=FilePath(), help="write the front as a figure (.png, .svg, .pdf, .html)")
 @engine_flag_options
-@request_options("num_requests")
+@request_options("num_requests", *CACHE_KEYS)
 @routing_option
 @time_limit_option
 @format_option
@@ -108,7 +109,7 @@ def plan(
     from costmodel.render.plots import check_output
 
     fmt = output_format(fmt, as_json)
-    asked = {k: engine_flags.pop(k) for k in ("num_requests", *REQUEST_KEYS)}
+    asked = {k: engine_flags.pop(k) for k in ("num_requests", *REQUEST_KEYS, *CACHE_KEYS)}
     settings = engine_flags
     if plot_path is not None:
         check_output(plot_path)

@@ -62,7 +62,7 @@ class LoadCapacityReport(Report):
         return load_capacity_table(self)
 
 
-def checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator) -> str:
+def checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator, requests=None) -> str:
     for name, value, most in (
         ("tpot_s", tpot_s, 86400),
         ("ttft_s", ttft_s, 86400),
@@ -73,7 +73,8 @@ def checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator) -> str
         raise CostModelError(f"statistic must be mean or p90, got {statistic!r}")
     if tpot_s is None and ttft_s is None:
         raise CostModelError("a capacity under load needs a target: tpot_s, ttft_s or both")
-    evaluator = evaluator or ("steady-state" if statistic == "mean" else "simulation")
+    cached = requests is not None and (requests.prefix_len or requests.turns > 1)  # the prefix cache is simulated
+    evaluator = evaluator or ("steady-state" if statistic == "mean" and not cached else "simulation")
     if statistic == "p90" and evaluator != "simulation":
         raise CostModelError("p90 targets need the simulation (the closed form gives means only)")
     return evaluator
@@ -140,7 +141,7 @@ def highest_rate(
     simulated point, 1,000 when None); ``serving``: :func:`costmodel.engine.served.serve`'s other arguments."""
     from costmodel.engine.served import serve
 
-    evaluator = checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
+    evaluator = checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator, requests)
     cache: dict[float, LoadPrediction] = {}
 
     def at(rate: float) -> LoadPrediction:
@@ -197,7 +198,7 @@ def largest_concurrency(
     their lengths (its clients the search's)."""
     from costmodel.engine.served import serve
 
-    evaluator = checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator)
+    evaluator = checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator, requests)
     checks.count("max_concurrency", max_concurrency)
     cache: dict[int, LoadPrediction] = {}
 

@@ -101,6 +101,11 @@ def serve_disaggregated(
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, load)
+    if load.prefix_len or load.turns > 1:
+        raise CostModelError(
+            "a shared prefix or conversations are simulated in one aggregated engine; disaggregated pools do not "
+            "model the prefix cache"
+        )
     if evaluator == "steady-state" and load.concurrency is None:
         raise CostModelError(
             "the steady-state form of disaggregated serving takes a concurrency (a closed loop); "

@@ -350,14 +350,16 @@ def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurre
     form's front (to within its error against the simulation) and best, with their neighbouring loads, simulated;
     past the ``deadline`` no new layout is swept and no new point simulated."""
     skipped = []
-    # 1. every layout swept in closed form
+    # 1. every layout swept in closed form (simulated where the requests' prefix cache is: it has no closed form)
+    asked = kw.get("requests")
+    screen = "simulation" if asked is not None and (asked.prefix_len or asked.turns > 1) else "steady-state"
     screened = []
     every = layouts(m, devices)
     for i, layout in enumerate(every):
         if screened and deadline.passed():
             deadline.stop(i, len(every), f"layouts on {hw.id}")
             break
-        swept, reason = sweep(m, hw, layout, max_concurrency=max_concurrency, **kw)
+        swept, reason = sweep(m, hw, layout, max_concurrency=max_concurrency, evaluator=screen, **kw)
         advance()
         screened += [(layout, pt) for pt in swept]
         if reason is not None:
