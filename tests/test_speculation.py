@@ -176,3 +176,16 @@ def test_deepseek_v3s_documented_mtp_speedup(rate):
     spec = parse('{"method": "mtp", "num_speculative_tokens": 1}', acceptance_rates=[rate])
     plain, fast = costmodel.serve(m, h200, load, **kw), costmodel.serve(m, h200, load, speculation=spec, **kw)
     assert fast.output_tokens_per_s / plain.output_tokens_per_s == pytest.approx(1.8, rel=0.10)
+
+
+def test_disaggregated_pools_refuse_speculation_with_an_error_line():
+    """The pools do not model speculative decoding: one Error line naming it, not an internal error."""
+    from click.testing import CliRunner
+
+    from costmodel.cli.commands import main
+
+    args = "predict --gpu h100 --model llama-3.1-8b --engine vllm --request-rate 4 --input-len 512 --output-len 64"
+    pools = "--disaggregated --prefill-workers 1 --decode-tp 1 --acceptance-length 2".split()
+    got = CliRunner().invoke(main, [*args.split(), *pools, "--speculative-config", MTP3])
+    assert got.exit_code == 1 and got.output.startswith("Error: speculative decoding"), got.output
+    assert "do not model the prefix cache or speculative decoding" in got.output

@@ -73,7 +73,7 @@ def checked_targets(tpot_s, ttft_s, price_per_hour, statistic, evaluator, reques
         raise CostModelError(f"statistic must be mean or p90, got {statistic!r}")
     if tpot_s is None and ttft_s is None:
         raise CostModelError("a capacity under load needs a target: tpot_s, ttft_s or both")
-    cached = requests is not None and (requests.prefix_len or requests.turns > 1)  # the prefix cache is simulated
+    cached = requests is not None and requests.reuses_cache  # the prefix cache is simulated
     evaluator = evaluator or ("steady-state" if statistic == "mean" and not cached else "simulation")
     if statistic == "p90" and evaluator != "simulation":
         raise CostModelError("p90 targets need the simulation (the closed form gives means only)")

@@ -90,6 +90,7 @@ def serve_disaggregated(
     evaluator: str = "simulation",
     check: bool = False,
     frontend: str = "dynamo",
+    speculation=None,
 ) -> DisaggPrediction:
     """``load``'s requests served by ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of
     ``engine_name`` (each pool on its ``gpu``, else ``hw``; each pool's limits on the :class:`Pool`, the engine's
@@ -97,14 +98,15 @@ def serve_disaggregated(
     ``evaluator`` "steady-state": the closed form of :func:`steady_state` (means, a closed loop only). ``frontend``:
     the front end the requests pass (:data:`costmodel.engine.served.FRONTENDS`), its latency added to TTFT. Lengths
     drawn as :func:`costmodel.engine.load.lengths` draws them (the closed form takes their means; each request's KV
-    transfer is priced at the mean prompt's)."""
+    transfer is priced at the mean prompt's). ``speculation`` and a load that reuses the prefix cache are refused:
+    the pools do not model them."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, load)
-    if load.prefix_len or load.turns > 1:
+    if speculation is not None or load.reuses_cache:
         raise CostModelError(
-            "a shared prefix or conversations are simulated in one aggregated engine; disaggregated pools do not "
-            "model the prefix cache"
+            "speculative decoding, a shared prefix and conversations are simulated in one aggregated engine; "
+            "disaggregated pools do not model the prefix cache or speculative decoding"
         )
     if evaluator == "steady-state" and load.concurrency is None:
         raise CostModelError(

@@ -352,7 +352,7 @@ def _plan_device(m: ModelPreset, hw: HardwareProfile, devices: int, max_concurre
     skipped = []
     # 1. every layout swept in closed form (simulated where the requests' prefix cache is: it has no closed form)
     asked = kw.get("requests")
-    screen = "simulation" if asked is not None and (asked.prefix_len or asked.turns > 1) else "steady-state"
+    screen = "simulation" if asked is not None and asked.reuses_cache else "steady-state"
     screened = []
     every = layouts(m, devices)
     for i, layout in enumerate(every):

@@ -140,7 +140,7 @@ def recommend(
     if (requests.concurrency is None) == (requests.request_rate is None):
         raise CostModelError("give the load to serve: a concurrency (clients) or a request rate, one of them")
     checks.count("max_gpus", max_gpus, most=1024)
-    if requests.prefix_len or requests.turns > 1:
+    if requests.reuses_cache:
         raise CostModelError(
             "recommend sizes its replicas from the engine's closed form, which has no prefix cache: price a shared "
             "prefix or conversations with predict, plan or capacity"

@@ -57,6 +57,12 @@ class Load:
     # prompts and outputs) and its own input_len tokens; a turn is sent as the one before finishes
     turns: int = 1
 
+    @property
+    def reuses_cache(self) -> bool:
+        """Whether the requests find tokens in the engine's prefix cache (a shared prefix, or conversations), which
+        only the simulation of one aggregated engine models."""
+        return self.turns > 1 or bool(self.prefix_len and self.prefix_share)
+
     def conversations(self, prompts: np.ndarray, outputs: np.ndarray) -> tuple[np.ndarray, tuple | None]:
         """The prompts as the engine gets them and the prefix cache's view of them, (group, reusable tokens,
         turns) per request (None without a shared prefix or conversations): a shared prefix is group 0 for the
@@ -64,7 +70,8 @@ class Load:
         if self.turns > 1:
             c = len(prompts) // self.turns
             inputs = prompts.reshape(c, self.turns)
-            before = np.cumsum(inputs + outputs.reshape(c, self.turns), axis=1) - (inputs + outputs.reshape(c, -1))
+            turn = inputs + outputs.reshape(c, self.turns)
+            before = np.cumsum(turn, axis=1) - turn
             group = np.repeat(np.arange(c), self.turns)
             return (before + inputs).reshape(-1), (group, before.reshape(-1), self.turns)
         if self.prefix_len and self.prefix_share:

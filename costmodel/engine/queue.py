@@ -85,8 +85,8 @@ class Engine:
                 heapq.heappush(self.pending, (0.0, i))
 
     def next_turns(self, ids) -> None:
-        """Finished turns ``ids``: each conversation's next turn is sent now; after a last turn, a closed loop's
-        client starts the next conversation."""
+        """Finished requests ``ids``: each conversation's next turn is sent now; after a last turn (every request,
+        without conversations) a closed loop's client sends its next request."""
         for v in np.asarray(ids).tolist():
             nxt = v + 1 if (v + 1) % self.turns else None
             if nxt is None and self.closed_loop and self.issued < self.n:
@@ -106,14 +106,7 @@ class Engine:
         self.finish_at[ids] = self.clock
         self.release(ids, finished=True)
         self.finished += len(ids)
-        if self.turns > 1:  # a finished turn's conversation sends its next turn; a last one, a new conversation
-            self.next_turns(ids)
-            return
-        for _ in range(len(ids)):
-            if self.closed_loop and self.issued < self.n:
-                self.arrival[self.issued] = self.clock
-                heapq.heappush(self.pending, (self.clock, self.issued))
-                self.issued += 1
+        self.next_turns(ids)
 
     def release(self, ids, finished: bool = False) -> None:
         """Free the pages ``ids`` hold (``finished``: done, else preempted), but those the prefix cache keeps."""
@@ -219,9 +212,10 @@ class Engine:
             return False
         return self.admission(self.waiting[0], self.rule.budget - decode_tokens) is not None
 
-    def admission(self, v: int, room: int) -> tuple[int, int] | None:
-        """(first chunk, pages to take, the prefix's included where it is lent) of waiting request ``v``, or None;
-        an unused resident prefix is evicted when its pages would let ``v`` start."""
+    def admission(self, v: int, room: int) -> tuple[int, int, int] | None:
+        """(first chunk, pages to take, the prefix's included where it is lent, tokens found in the prefix cache)
+        of waiting request ``v``, or None; an unused resident prefix is evicted when its pages would let ``v``
+        start."""
         skip = self.hit(v)
         prompt, done = int(self.prompt[v]), int(self.done[v]) + skip
         lent = self.cache.pages_for(v) if skip else 0
@@ -229,7 +223,7 @@ class Engine:
         got = self.rule.admit(*args, self.free + lent, room)
         if got is None and not skip and self.evict(self.rule.pages(prompt) - self.free):
             got = self.rule.admit(*args, self.free, room)
-        return got
+        return None if got is None else (*got, skip)
 
     def stretch(self, decoding: np.ndarray) -> bool:
         """Decode-only iterations advanced at once, up to the first finish, the first page that does not fit or
@@ -304,9 +298,8 @@ class Engine:
             admit = self.admission(v, room)
             if admit is None:
                 break
-            c, want = admit
+            c, want, skip = admit
             self.waiting.popleft()
-            skip = self.hit(v)
             lent = 0
             if skip:  # the cached prefix is lent: its pages are not taken again, its tokens not computed
                 self.done[v] += skip

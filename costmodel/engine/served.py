@@ -344,11 +344,10 @@ def serve(
     prompts, outputs = load.lengths(n + load.warmup_requests)
     prompts, prefix = load.conversations(prompts, outputs)  # a turn's prompt holds its conversation so far
     max_ctx = int(prompts.max() + outputs.max())
-    if speculation is not None and evaluator != "simulation":
-        raise CostModelError("speculative decoding is simulated: use the simulation evaluator (the default)")
-    if (load.prefix_len or load.turns > 1) and evaluator != "simulation":
+    if evaluator != "simulation" and (speculation is not None or load.reuses_cache):
         raise CostModelError(
-            "a shared prefix or conversations are simulated: use the simulation evaluator (the default)"
+            "speculative decoding, a shared prefix and conversations are simulated: use the simulation evaluator "
+            "(the default)"
         )
     setup = Setup(
         m,

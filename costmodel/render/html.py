@@ -64,6 +64,13 @@ def _command(argv: list[str], verb: str) -> str:
     )
 
 
+def script_json(value, **dumps) -> str:
+    """``value`` as JSON safe inside a ``<script>`` element: no ``<``, ``>`` or ``&`` of it is markup (the same
+    JSON to a parser)."""
+    text = json.dumps(value, allow_nan=False, **dumps)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def _data(data, what: str) -> tuple[str, str]:
     """(a link that downloads ``data`` as JSON, the JSON embedded and shown)."""
     dumped = json.dumps(data, indent=1)
@@ -308,7 +315,7 @@ def _interactive(data) -> str:
     figures = from_report(data) if script else []
     if not figures:
         return ""
-    specs = json.dumps(figures, allow_nan=False).replace("<", "\\u003c").replace(">", "\\u003e")
+    specs = script_json(figures)
     divs = "".join(f'<div class="chart" id="chart-{i}" style="height:420px"></div>' for i in range(len(figures)))
     draw = (
         "const FIGURES = JSON.parse(document.getElementById('figures').textContent);"

@@ -149,7 +149,9 @@ def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), lim
         return await answer(request, "html")
 
     async def index(request):
-        return HTMLResponse(page())
+        from costmodel.web.page import render
+
+        return HTMLResponse(render())
 
     async def missing(request):
         return JSONResponse({"error": f"no such path {excerpt(request.url.path)}"}, status_code=404)
@@ -174,11 +176,4 @@ def app(cli, *, host: str = "127.0.0.1", port: int = 8000, allowed_hosts=(), lim
     return guarded
 
 
-def page(cli=None) -> str:
-    """The page (:mod:`costmodel.web.page`): a form over the library's views whose state is its URL."""
-    from costmodel.web.page import render
-
-    return render()
-
-
-__all__ = ["COMMANDS", "app", "page"]
+__all__ = ["COMMANDS", "app"]

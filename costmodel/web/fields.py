@@ -209,17 +209,6 @@ def job(cli, command: str, query: list[tuple[str, str]], output: str) -> Job:
     return Job(tuple(args), config)
 
 
-def web_fields(cli) -> dict[str, list[str]]:
-    """Each command's fields as the page names them (each parameter's first long option), ``config`` with those
-    that take a model."""
-    out = {}
-    for command in COMMANDS:
-        params = _params(cli.commands[command])
-        names = {p.name: _long(p)[0] for p in params.values() if p.name in FIELDS}
-        out[command] = sorted([*names.values(), *([CONFIG] if MODEL in params else [])])
-    return out
-
-
 def _params(command) -> dict[str, object]:
     return {p.name: p for p in command.params}
 

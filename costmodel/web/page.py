@@ -4,21 +4,15 @@ inline, so that one file holds a whole comparison and opens offline."""
 
 from __future__ import annotations
 
-import json
 import re
 from importlib import resources
 
+from costmodel.render.html import script_json
 from costmodel.render.interactive import plotly_js
 
 
 def _static(name: str) -> str:
     return resources.files("costmodel.web").joinpath("static", name).read_text(encoding="utf-8")
-
-
-def _json(value) -> str:
-    """``value`` as JSON safe inside a ``<script>`` element: no ``<``, ``>`` or ``&`` of it is markup."""
-    text = json.dumps(value, allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def render(saved: dict | None = None) -> str:
@@ -38,10 +32,10 @@ def render(saved: dict | None = None) -> str:
         "title": title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"),
         "style": _static("page.css"),
         "plotly": plotly,
-        "form": _json(form()),
-        "choices": _json({"gpu": profile_ids(), "model": preset_ids()}),
-        "uses": _json({view: sorted(names) for view, names in USES.items()}),
-        "saved": _json(saved),
+        "form": script_json(form()),
+        "choices": script_json({"gpu": profile_ids(), "model": preset_ids()}),
+        "uses": script_json({view: sorted(names) for view, names in USES.items()}),
+        "saved": script_json(saved),
         "script": _static("page.js"),
     }
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], _static("page.html"))

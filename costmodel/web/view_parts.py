@@ -55,15 +55,14 @@ def served_run(req: ViewRequest, m, hw, **load):
         attention_dp=req.attention_dp,
         pipeline_parallel=req.pipeline_parallel_size,
     )
-    from costmodel.engine.speculation import parse
-
-    spec = parse(req.speculative_config, req.acceptance_length)
-    return serve(m, hw, requests_of(req, **load), layout=layout, speculation=spec, **engine_kw(req))
+    return serve(m, hw, requests_of(req, **load), layout=layout, **engine_kw(req))
 
 
 def engine_kw(req: ViewRequest) -> dict:
-    """The engine, its flags, the dtypes, the evaluator and the front end: what serve() and serve_disaggregated()
-    take alike."""
+    """The engine, its flags, the dtypes, the evaluator, the front end and speculative decoding: what serve() and
+    serve_disaggregated() take alike."""
+    from costmodel.engine.speculation import parse
+
     return dict(
         engine_name=req.engine,
         flags=engine_flags(req),
@@ -71,6 +70,7 @@ def engine_kw(req: ViewRequest) -> dict:
         kv_dtype=req.kv_dtype,
         evaluator=req.evaluator or "simulation",
         frontend=req.frontend,
+        speculation=parse(req.speculative_config, req.acceptance_length),
     )
 
 
