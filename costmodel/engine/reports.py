@@ -131,7 +131,8 @@ class LoadPrediction(Report):
     percentiles: dict[str, dict[str, float]] | None = None
     # with a shared prefix: the share of the prompts' tokens found in the prefix cache (not computed)
     prefix_hit_rate: float | None = None
-    # a simulated run iteration by iteration (SimResult.timeline): not in the JSON, which it would outgrow
+    # a simulated run iteration by iteration (SimResult.timeline), where serve() was asked for it: not in the JSON,
+    # which it would outgrow
     timeline: dict[str, list] | None = Field(None, exclude=True, repr=False)
 
     def __str__(self) -> str:
@@ -350,6 +351,7 @@ def report_of(
     burstiness: float = 1.0,
     goodput: tuple = (),
     ps: tuple = (),
+    timeline: bool = False,
 ) -> LoadPrediction:
     """The report of a simulated run of ``setup`` (:class:`costmodel.engine.served.Setup`); the first ``warmup``
     requests ran but are left out of the statistics
@@ -402,7 +404,7 @@ def report_of(
         }
         if ps
         else None,
-        timeline=res.timeline(),
+        timeline=res.timeline(times) if timeline else None,
         **_prefix_report(setup, res),
     )
 

@@ -302,6 +302,7 @@ def serve(
     overheads: dict | None = None,
     frontend: str = "dynamo",
     speculation=None,
+    timeline: bool = False,
 ) -> LoadPrediction:
     """``load``'s requests served by ``engine_name`` (its ``flags`` set, the others its defaults for the device) on
     ``hw`` placed as ``layout`` (aggregated). With ``attention_dp`` groups of ``tp`` devices (attention data
@@ -313,7 +314,8 @@ def serve(
     concurrency > 100"; ai-dynamo/aiperf PR 282 made aiperf's settable, AIPERF_HTTP_CONNECTION_LIMIT).
     ``evaluator``: "simulation" (:mod:`costmodel.engine.simulate`) or "steady-state" (:mod:`costmodel.engine.steady`).
     ``frontend``: the front end the requests pass, whose latency is added to TTFT (:data:`FRONTENDS`).
-    ``speculation``: speculative decoding (:class:`costmodel.engine.speculation.Speculation`), simulated."""
+    ``speculation``: speculative decoding (:class:`costmodel.engine.speculation.Speculation`), simulated.
+    ``timeline``: keep a simulated run's iterations in the report (``LoadPrediction.timeline``, the page's chart)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     checks.instance("layout", layout, Layout, "a Layout(tp=..., ...)")
@@ -360,10 +362,12 @@ def serve(
         speculation=speculation,
     )
     model_len(eng, setup, prompts, outputs)
-    return _run(setup, load, n, prompts, outputs, evaluator, prefix)
+    return _run(setup, load, n, prompts, outputs, evaluator, prefix, timeline)
 
 
-def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str, prefix=None) -> LoadPrediction:
+def _run(
+    setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str, prefix=None, timeline: bool = False
+) -> LoadPrediction:
     """One engine's share of the load through the closed form or the simulation."""
     concurrency, request_rate, burstiness = load.concurrency, load.request_rate, load.burstiness
     # a client with fewer connections than clients keeps the others' requests waiting: the engine sees a closed
@@ -419,4 +423,5 @@ def _run(setup: Setup, load: Load, n: int, prompts, outputs, evaluator: str, pre
         burstiness,
         goodput=load.goodput,
         ps=load.percentiles,
+        timeline=timeline,
     )

@@ -93,12 +93,12 @@ class SimResult:
         self.seqs_max = max(self.seqs_max, running)
         self.kv_pages_max = max(self.kv_pages_max, kv_used)
 
-    def timeline(self, points: int = 400) -> dict[str, list]:
-        """The run iteration by iteration, in at most ``points`` spans of consecutive iterations: when each span
-        ended (s), and the most running sequences, prefilled tokens in one iteration and share of KV pages taken
-        over its iterations (so no prefill is lost between points)."""
+    def timeline(self, times: np.ndarray, points: int = 400) -> dict[str, list]:
+        """The run iteration by iteration (``times``: every iteration's, in order), in at most ``points`` spans of
+        consecutive iterations: when each span ended (s), and the most running sequences, prefilled tokens in one
+        iteration and share of KV pages taken over its iterations (so no prefill is lost between points)."""
         counts = np.array([len(t) for t, _ in self.iteration_s])
-        ends = np.cumsum(np.concatenate([t for t, _ in self.iteration_s]))
+        ends = np.cumsum(times)
         each = np.repeat(np.array(self.stretches, float).reshape(-1, 3), counts, axis=0)
         starts = np.unique(np.linspace(0, len(ends), min(points, len(ends)) + 1).astype(int)[:-1])
         most = np.maximum.reduceat(each, starts, axis=0)

@@ -43,8 +43,8 @@ def requests_of(req: ViewRequest, **load):
     )
 
 
-def served_run(req: ViewRequest, m, hw, **load):
-    """One served run at ``load`` (concurrency or request_rate)."""
+def served_run(req: ViewRequest, m, hw, timeline: bool = False, **load):
+    """One served run at ``load`` (concurrency or request_rate); ``timeline``: its iterations kept for a chart."""
     from costmodel.engine.layout import Layout
     from costmodel.engine.served import serve
 
@@ -55,7 +55,7 @@ def served_run(req: ViewRequest, m, hw, **load):
         attention_dp=req.attention_dp,
         pipeline_parallel=req.pipeline_parallel_size,
     )
-    return serve(m, hw, requests_of(req, **load), layout=layout, **engine_kw(req))
+    return serve(m, hw, requests_of(req, **load), layout=layout, timeline=timeline, **engine_kw(req))
 
 
 def engine_kw(req: ViewRequest) -> dict:

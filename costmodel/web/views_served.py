@@ -23,7 +23,7 @@ def served_view(req: ViewRequest, m, hws) -> dict:
     hw = hws[0]
     if req.prefill_workers:
         return disagg_view(req, m, hw)
-    p = served_run(req, m, hw, **loads_of(req)[0])
+    p = served_run(req, m, hw, timeline=True, **loads_of(req)[0])
     return {
         "title": f"{m.name} on {hw.name} x{p.tp * p.attention_dp * p.pipeline_parallel * p.replicas}, "
         f"{p.engine.name}: {load_words(p)}",
