@@ -24,8 +24,9 @@ def capturing():
             kept.clear()
 
 
-def keep(data, records: list[dict], table) -> None:
-    """Keep ``data`` as ``--json`` prints it, ``records`` as ``--format csv`` does, and the ``table()`` text."""
+def keep(data, records: list[dict], table) -> dict:
+    """Keep ``data`` as ``--json`` prints it, ``records`` as ``--format csv`` does, and the ``table()`` text; what
+    is kept (format -> text; JSON that is not finite is not, for printing it is the error)."""
     import json
 
     from costmodel.render.records import records_csv
@@ -36,3 +37,5 @@ def keep(data, records: list[dict], table) -> None:
         ON["csv"] = records_csv(records) if records else None
     except ValueError:  # not finite: printing it is the error (emit_json's), and no page is written
         ON["calls"] += 1
+        return {}
+    return ON

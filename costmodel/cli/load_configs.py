@@ -39,10 +39,8 @@ def engine_setup(load: dict, pricing: dict):
         timing=pricing.get("timing", "graph"),
         evaluator=load["evaluator"],
         frontend=load["frontend"],
+        speculation=parse(load["speculative_config"], load["acceptance_length"], load["acceptance_rates"]),
     )
-    spec = parse(load.get("speculative_config"), load.get("acceptance_length"), load.get("acceptance_rates"))
-    if spec is not None:
-        kw["speculation"] = spec
     return layout, flags, kw
 
 

@@ -278,8 +278,11 @@ def emit_records(records: list[dict], fmt: str) -> None:
 def emit(fmt: str, dumped: list, records: list[dict], table, single: bool) -> None:
     """Reports in the chosen format: JSON (one object where ``single``, else an array), CSV or markdown rows, or
     the table ``table()`` renders."""
-    if capture.ON is not None:
-        capture.keep(dumped[0] if single else dumped, records, table)
+    if capture.ON is not None:  # --html: every format kept, and the one asked printed from what was kept
+        kept = capture.keep(dumped[0] if single else dumped, records, table).get(fmt)
+        if kept is not None:
+            click.echo(kept, nl=False)
+            return
     if fmt == "json":
         emit_json(dumped[0] if single else dumped)
     elif fmt in ("csv", "markdown"):
