@@ -4,6 +4,7 @@ inline, so that one file holds a whole comparison and opens offline."""
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 
@@ -11,7 +12,9 @@ from costmodel.render.html import script_json
 from costmodel.render.interactive import plotly_js
 
 
+@functools.cache
 def _static(name: str) -> str:
+    """A file of ``costmodel/web/static/``, read once."""
     return resources.files("costmodel.web").joinpath("static", name).read_text(encoding="utf-8")
 
 
