@@ -323,6 +323,8 @@ predict.panels = {
             "frontend",
             "evaluator",
             "time_limit",
+            "power_limit",
+            "price_per_gpu_hour",
         ),
         "Served under load (--engine with --concurrency or --request-rate)",
     ),

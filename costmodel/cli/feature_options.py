@@ -1,6 +1,7 @@
 """The engine features a served model may turn on, as ``costmodel predict`` takes them: speculative decoding
 (:mod:`costmodel.engine.speculation`), a prefix its requests share and conversations of several turns
-(:meth:`costmodel.engine.load.Load.conversations`), both found in the engine's prefix cache."""
+(:meth:`costmodel.engine.load.Load.conversations`), both found in the engine's prefix cache; and what a run costs
+beside its time: its boards' power limit and the price of a device-hour (:mod:`costmodel.engine.energy`)."""
 
 from __future__ import annotations
 
@@ -56,4 +57,22 @@ PREFIX_OPTIONS = [
         "[default: 1]",
     ),
 ]
-FEATURE_OPTIONS = [*SPECULATION_OPTIONS, *PREFIX_OPTIONS]
+#: What a served run costs beside its time: the boards' power limit, and the price of a device-hour.
+ENERGY_OPTIONS = [
+    click.option(
+        "--power-limit",
+        "power_limit",
+        type=PositiveNumber(),
+        metavar="W",
+        help="the boards' power limit as set (nvidia-smi -pl): kernels that would draw more run at a lower clock, "
+        "longer [default: the board's own]",
+    ),
+    click.option(
+        "--price-per-gpu-hour",
+        "price_per_gpu_hour",
+        type=PositiveNumber(),
+        metavar="USD",
+        help="what one device costs an hour: adds dollars per million output tokens and per million tokens",
+    ),
+]
+FEATURE_OPTIONS = [*SPECULATION_OPTIONS, *PREFIX_OPTIONS, *ENERGY_OPTIONS]

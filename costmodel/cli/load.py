@@ -34,6 +34,8 @@ LOAD_KEYS = (
     "prefix_len",
     "prefix_share",
     "turns",
+    "power_limit",
+    "price_per_gpu_hour",
     "length_dist",
     "random_range_ratio",
     "spread",
@@ -99,6 +101,8 @@ LOAD_FLAGS = {
     "prefix_len": "--prefix-len",
     "prefix_share": "--prefix-share",
     "turns": "--turns",
+    "power_limit": "--power-limit",
+    "price_per_gpu_hour": "--price-per-gpu-hour",
     "show_launch": "--launch",
     "plot_path": "--plot",
 }

@@ -40,6 +40,8 @@ def engine_setup(load: dict, pricing: dict):
         evaluator=load["evaluator"],
         frontend=load["frontend"],
         speculation=parse(load["speculative_config"], load["acceptance_length"], load["acceptance_rates"]),
+        power_limit_w=load["power_limit"],
+        price_per_gpu_hour=load["price_per_gpu_hour"],
     )
     return layout, flags, kw
 

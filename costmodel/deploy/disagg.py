@@ -33,7 +33,7 @@ from costmodel.deploy.workers import DECODE_RESERVES_FIRST, PREFILL_POOL_WITHOUT
 from costmodel.engine.config import EngineFlags, engine
 from costmodel.engine.limits import model_len
 from costmodel.engine.load import Load, checked_load, mean_length
-from costmodel.engine.reports import assumptions as pool_assumptions
+from costmodel.engine.report_lines import assumptions as pool_assumptions
 from costmodel.engine.served import Setup, checkpoint_kv_dtype
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
@@ -91,6 +91,8 @@ def serve_disaggregated(
     check: bool = False,
     frontend: str = "dynamo",
     speculation=None,
+    power_limit_w: float | None = None,
+    price_per_gpu_hour: float | None = None,
 ) -> DisaggPrediction:
     """``load``'s requests served by ``prefill.workers`` prefill engines and ``decode.workers`` decode engines of
     ``engine_name`` (each pool on its ``gpu``, else ``hw``; each pool's limits on the :class:`Pool`, the engine's
@@ -103,6 +105,11 @@ def serve_disaggregated(
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     n = checked_load(m, hw, load)
+    if power_limit_w is not None or price_per_gpu_hour is not None:
+        raise CostModelError(
+            "energy, a power limit and dollars per token are priced for aggregated engines; disaggregated pools do "
+            "not price them yet: drop --power-limit and --price-per-gpu-hour, or serve aggregated"
+        )
     if speculation is not None or load.reuses_cache:
         raise CostModelError(
             "speculative decoding, a shared prefix and conversations are simulated in one aggregated engine; "

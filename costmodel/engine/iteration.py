@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.hardware.power import PowerModel
 from costmodel.model.engine_ops import COLLECTIVES, SELF_ATTENTION
 from costmodel.model.presets import ModelPreset
 from costmodel.model.pricing import Pricing
@@ -72,11 +73,26 @@ def _kind(r) -> str:
     return "token"
 
 
-def _parts(m: ModelPreset, pr: Pricing, phase: str, batch: int, context) -> dict[str, np.ndarray | float]:
-    """A phase's time split by :func:`_kind` (arrays where ``context`` is)."""
-    out: dict = {"token": 0.0, "attention": 0.0, "head": 0.0, "comm": 0.0, "moe": 0.0, "moe_comm": 0.0}
+KINDS = ("token", "attention", "head", "comm", "moe", "moe_comm")
+
+
+def _parts(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, work: dict | None = None) -> dict:
+    """A phase's time split by :func:`_kind` (arrays where ``context`` is); ``work``, where given and the device has
+    a power model, gets each kind's work energy above the board's running power (:mod:`costmodel.hardware.power`,
+    at the constants' central values), as (the SMs' joules, the bytes' joules, their sum capped at the board's
+    limit)."""
+    out: dict = dict.fromkeys(KINDS, 0.0)
+    pm = PowerModel.of(pr.hw) if work is not None else None
+    if pm is not None:
+        work.update({k: (0.0, 0.0, 0.0) for k in KINDS})
     for s in phase_ops(m, pr, phase, batch, context, 1):
-        out[_kind(s)] = out[_kind(s)] + np.asarray(op_time(s, pr).time, float) * s.count
+        t = np.asarray(op_time(s, pr).time, float)
+        kind = _kind(s)
+        out[kind] = out[kind] + t * s.count
+        if pm is not None:
+            sm, mem = pm.work_j(s.op)
+            capped = np.minimum(sm + mem, max(pm.limit_w - pm.running_w, 0.0) * t)
+            work[kind] = tuple(a + b * s.count for a, b in zip(work[kind], (sm, mem, capped)))
     return out
 
 
@@ -103,7 +119,8 @@ class IterationTable:
         self.d_grid = _grid(max_seqs)
         self.c_grid = np.concatenate([[0.0], _grid(max_context)])
         # each part over its whole grid at once: the step's compiled programs evaluate arrays of sizes
-        by_tokens = _parts(m, pr, "decode", self.t_grid.astype(np.int64), 1)
+        w_tokens, w_seqs, w_prompts = {}, {}, {}  # the parts' work energies, where the device has a power model
+        by_tokens = _parts(m, pr, "decode", self.t_grid.astype(np.int64), 1, w_tokens)
         self.token = np.broadcast_to(by_tokens["token"], self.t_grid.shape).astype(float)
         self.comm = np.broadcast_to(by_tokens["comm"], self.t_grid.shape).astype(float)
         # the routed experts over G = dp x T gathered tokens (dp = 1: G = T, and they join the per-token ops)
@@ -113,12 +130,22 @@ class IterationTable:
         self.moe_comm = np.broadcast_to(by_tokens["moe_comm"], self.t_grid.shape).astype(float)
         # one decode step per sequence count and context: its head and its attention
         ctx = np.maximum(self.c_grid, 1).astype(np.int64)
-        by_seqs = _parts(m, pr, "decode", self.d_grid.astype(np.int64)[:, None], ctx[None, :])
+        by_seqs = _parts(m, pr, "decode", self.d_grid.astype(np.int64)[:, None], ctx[None, :], w_seqs)
         shape = (len(self.d_grid), len(ctx))
         self.head = np.broadcast_to(by_seqs["head"], shape)[:, 0].astype(float)
         self.decode_attention = np.broadcast_to(by_seqs["attention"], shape).astype(float)
-        prompts = _parts(m, pr, "prefill", 1, self.c_grid[1:].astype(np.int64))["attention"]
+        prompts = _parts(m, pr, "prefill", 1, self.c_grid[1:].astype(np.int64), w_prompts)["attention"]
         self.prompt_attention = np.concatenate([[0.0], np.broadcast_to(prompts, self.c_grid[1:].shape)])
+        # each part's work energy (SMs, bytes, capped sum) on the part's grid, as its times are kept
+        self.work = None
+        if w_tokens:
+            t_shape, d_shape = self.t_grid.shape, shape
+            on = lambda w, kind, sh: np.stack([np.broadcast_to(x, sh).astype(float) for x in w[kind]])  # noqa: E731
+            self.work = {k: on(w_tokens, k, t_shape) for k in ("token", "comm", "moe", "moe_comm")}
+            self.work["head"] = on(w_seqs, "head", d_shape)[:, :, 0]
+            self.work["decode_attention"] = on(w_seqs, "attention", d_shape)
+            prompt = on(w_prompts, "attention", self.c_grid[1:].shape)
+            self.work["prompt_attention"] = np.concatenate([np.zeros((3, 1)), prompt], axis=1)
         self._rounds: dict = {}  # (tokens, sequences, others) -> _round's answer, asked again and again
         self._lists: dict = {}  # id of a grid -> it as a list, for one number's interpolation and search
         self.decode_rows = self.decode_attention.tolist()  # each sequence count's row, as lists
@@ -239,6 +266,45 @@ class IterationTable:
         this group in the mean: as many running sequences, each decoding a token and prefilling its share of a
         prompt (mean prompt over mean output tokens). None with one group."""
         return running * (1 + prompt_per_output) if self.dp > 1 else None
+
+    # -- the work's power at an operating point (costmodel.engine.energy) -------------------------------------
+    def _work(self, part: str, grid: np.ndarray, x: float) -> np.ndarray:
+        """(SMs, bytes, capped) work joules of ``part`` at ``x`` on its grid, interpolated as its time is."""
+        return np.array([self._on(grid, row, x) for row in self.work[part]], float)
+
+    def _decode_work(self, seqs: float, context: float) -> np.ndarray:
+        i = min(max(bisect.bisect_left(self._listed(self.d_grid), seqs) - 1, 0), max(len(self.d_grid) - 2, 0))
+        w = self.work["decode_attention"]
+        at = lambda j: np.array([np.interp(context, self.c_grid, w[r, j]) for r in range(3)])  # noqa: E731
+        if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
+            return at(0) * (seqs / self.d_grid[0])
+        lo, hi = self.d_grid[i], self.d_grid[i + 1]
+        f = (seqs - lo) / (hi - lo)  # as decode_attention_time weighs its rows
+        return at(i) * (1 - f) + at(i + 1) * f
+
+    def operating_work(self, *, seqs: float, context: float, chunk: float, prompt: float) -> dict | None:
+        """The work joules and seconds of one decode iteration of ``seqs`` sequences at ``context`` cached positions
+        (per-token ops, decode attention, head), of ``chunk`` prefilled tokens of ``prompt``-token prompts (their
+        per-token ops and their share of the prompts' attention) and of the decode iteration's communication:
+        ``{"decode" | "prefill" | "comm": (work array (SMs, bytes, capped), seconds)}``; None without a power model."""
+        if self.work is None:
+            return None
+        seqs, chunk, prompt = max(seqs, 1.0), max(chunk, 1.0), max(prompt, 1.0)
+        tok = lambda n: (  # noqa: E731
+            self._work("token", self.t_grid, n) + self._work("moe", self.g_grid, n * self.dp),
+            float(self.per_token(n)[0]),
+        )
+        comm = lambda n: (  # noqa: E731
+            self._work("comm", self.t_grid, n) + self._work("moe_comm", self.g_grid, n * self.dp),
+            float(self.per_token(n)[1]),
+        )
+        (dw, dt), (pw, pt) = tok(seqs), tok(chunk)
+        dw = dw + self._decode_work(seqs, context) + self._work("head", self.d_grid, seqs)
+        dt += float(self.decode_attention_time(seqs, context)) + float(self.head_time(seqs))
+        share = chunk / prompt  # the chunk's share of a whole prompt's attention
+        pw = pw + self._work("prompt_attention", self.c_grid, prompt) * share
+        pt += float(self.prompt_attention_time(prompt)) * share
+        return {"decode": (dw, dt), "prefill": (pw, pt), "comm": comm(seqs)}
 
     def decode_comm(self, tokens: int, others: float | None = None, seqs: int | None = None) -> float:
         """The communication of one decode-only iteration of ``tokens`` tokens (of ``seqs`` sequences: as many as

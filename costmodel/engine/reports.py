@@ -9,7 +9,8 @@ import numpy as np
 from pydantic import Field, computed_field
 
 from costmodel.core.reports import DeviceSummary, Report
-from costmodel.model.assumptions import gemm_classes
+from costmodel.engine.energy import RunEnergy, dollars, energy_line, per_output, simulated_energy
+from costmodel.engine.report_lines import assumptions
 from costmodel.model.reports import model_hardware
 from costmodel.price.bands import Band, served_assumption
 from costmodel.price.bands import served as served_bands
@@ -131,6 +132,17 @@ class LoadPrediction(Report):
     percentiles: dict[str, dict[str, float]] | None = None
     # with a shared prefix: the share of the prompts' tokens found in the prefix cache (not computed)
     prefix_hit_rate: float | None = None
+    # energy (costmodel.engine.energy): one device's mean power over the run, every device's energy over the output
+    # tokens and the requests, output tokens per joule; with a price per GPU-hour, dollars per million tokens
+    power_w: float | None = None
+    energy_j_per_output_token: float | None = None
+    energy_j_per_output_token_range: tuple[float, float] | None = None
+    energy_j_per_request: float | None = None
+    output_tokens_per_j: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    usd_per_million_tokens: float | None = None
+    price_per_gpu_hour: float | None = None
+    energy: RunEnergy | None = None
     # a simulated run iteration by iteration (SimResult.timeline), where serve() was asked for it: not in the JSON,
     # which it would outgrow
     timeline: dict[str, list] | None = Field(None, exclude=True, repr=False)
@@ -193,6 +205,7 @@ def load_report(
     most: Saturation | None = None,
     burstiness: float = 1.0,
     notes: tuple = (),
+    energy: RunEnergy | None = None,
     **measured,
 ) -> LoadPrediction:
     """A report of what an evaluator ``measured`` (the load's own fields of :class:`LoadPrediction`: the
@@ -216,6 +229,12 @@ def load_report(
         measured = measured | {k: measured[k] * dp for k in ("num_requests", "requests_per_s", "output_tokens_per_s")}
         if measured.get("goodput_requests_per_s") is not None:
             measured["goodput_requests_per_s"] *= dp
+    devices = pr.tp * dp * pr.pp
+    per_device = measured["output_tokens_per_s"] / devices
+    all_per_device = measured["requests_per_s"] * (measured["input_len"] + measured["output_len"]) / devices
+    price = getattr(setup, "price_per_gpu_hour", None)
+    measured |= per_output(energy, per_device, measured["requests_per_s"] / devices)
+    measured |= dollars(price, per_device, all_per_device)
     ttft_band, tpot_band = served_bands(
         eng.name, m.moe is not None, "agg", measured["ttft"].mean, measured["tpot"].mean
     )
@@ -238,104 +257,18 @@ def load_report(
         ttft_band=ttft_band,
         tpot_band=tpot_band,
         replicas=setup.replicas,
-        output_tokens_per_s_per_device=measured["output_tokens_per_s"] / (pr.tp * dp * pr.pp),
+        output_tokens_per_s_per_device=per_device,
         **measured,
         burstiness=burstiness,
+        energy=energy,
+        price_per_gpu_hour=price,
         assumptions=[
             *assumptions(setup, evaluator, concurrency, request_rate, warmup, in_flight, burstiness),
             *notes,
+            energy_line(energy, pr.hw),
             served_assumption(ttft_band, pr.hw.id),
         ],
     )
-
-
-def _group_line(setup) -> list[str]:
-    dp, replicas = setup.pr.dp, setup.replicas
-    out = (
-        [
-            f"attention data parallel: {dp} engines of {setup.pr.tp} device(s), each with 1/{dp} of the clients "
-            "(or of the request rate) and of the requests; one is evaluated and the throughput counts all"
-        ]
-        if dp > 1
-        else []
-    )
-    return out + (
-        [
-            f"data parallel: {replicas} replicas of the deployment behind a router, each with 1/{replicas} of "
-            "the clients (or of the request rate) and of the requests, sharing nothing; one is evaluated and "
-            "the throughput counts all"
-        ]
-        if replicas > 1
-        else []
-    )
-
-
-def open_loop_line(request_rate: float, burstiness: float, evaluator: str) -> str:
-    """How an open loop's requests are sent, as vLLM's bench serve sends them
-    (:func:`costmodel.engine.load.arrival_times`)."""
-    if burstiness == 1:
-        kind = "Poisson arrivals"
-    elif burstiness == float("inf"):
-        kind = "evenly spaced arrivals"
-    else:
-        kind = (
-            f"arrivals with gamma-distributed gaps of shape {burstiness:g} "
-            f"({'burstier' if burstiness < 1 else 'more even'} than Poisson)"
-        )
-    return (
-        f"open loop: {kind} at {request_rate:g} requests/s, the times scaled so the last request goes at "
-        "requests / rate, as vLLM's bench serve sends them"
-        + (
-            "; the closed form's means do not depend on how the arrivals bunch"
-            if evaluator == "steady-state" and burstiness != 1
-            else ""
-        )
-    )
-
-
-def assumptions(
-    setup, evaluator: str, concurrency, request_rate, warmup: int = 0, in_flight=None, burstiness: float = 1.0
-) -> list[str]:
-    eng = setup.eng
-    load = (
-        f"closed loop: {concurrency} clients start at time 0, each sends its next request when the last one finishes"
-        if concurrency is not None
-        else open_loop_line(request_rate, burstiness, evaluator)
-    )
-    if in_flight is not None:  # fewer connections than clients (costmodel.engine.served.serve)
-        load += (
-            f"; the benchmark client holds {in_flight} connections: at most {in_flight} requests in flight, the "
-            "others waiting in the client with their clock running (TTFT and end-to-end include the wait)"
-        )
-    return [
-        f"engine {eng.describe()}",
-        f"KV cache: {setup.kv_tokens:,} tokens ({setup.kv_budget / 1e9:.1f} GB per device after weights of "
-        f"{setup.weights / 1e9:.1f} GB), {setup.kv_per_token:.0f} bytes per token per device, in "
-        f"{setup.pr.kv_dtype}; "
-        + (
-            f"the routed experts' weights in {setup.pr.weight_dtype}, the rest in {setup.pr.dtype}"
-            if setup.pr.precision.experts_only
-            else f"weights in {setup.pr.weight_dtype}"
-        )
-        + (f", GEMMs at the {setup.pr.gemm_dtype} peak ({gemm_classes(setup.pr)})" if setup.pr.gemm_dtype else ""),
-        load,
-        *([setup.drafting.describe()] if getattr(setup, "drafting", None) is not None else []),
-        *_group_line(setup),
-        *setup.pr_lines,
-        "continuous batching: each iteration runs the running sequences' decode tokens and prefill chunks of "
-        "waiting requests within the token budget; its time is the model step priced for that mix (prefill "
-        "tokens at their positions, decode tokens at theirs) plus the engine's fixed cost per iteration "
-        f"({setup.iteration_s * 1e3:.2f} ms){setup.host_line()}; the front end's latency "
-        f"({setup.request_s * 1e3:.2f} ms: HTTP, tokenization, the first token streamed back; {setup.front_end_how}) "
-        "is added to each TTFT "
-        "and end-to-end time; it does not hold the engine (a client's next request reaches the engine when its last "
-        "one finishes there)",
-        "TPOT per request: (end - first token) / (output tokens - 1), as benchmark clients report it; means over "
-        + (f"the requests after {warmup} warm-up requests" if warmup else "all requests, the first wave included"),
-        "iteration-level simulation"
-        if evaluator == "simulation"
-        else "steady-state closed form (means only: every running sequence at the mean context, prefill spread evenly)",
-    ]
 
 
 def report_of(
@@ -366,6 +299,7 @@ def report_of(
     times = np.concatenate([t for t, _ in res.iteration_s])
     decode_tokens = np.concatenate([np.full(len(t), d, float) for t, d in res.iteration_s])
     stepped = decode_tokens > 0  # an iteration's gap is an inter-token latency of each of its decode tokens
+    energy = simulated_energy(setup, res, prompts, outputs)
     return load_report(
         setup,
         "simulation",
@@ -405,6 +339,7 @@ def report_of(
         if ps
         else None,
         timeline=res.timeline(times) if timeline else None,
+        energy=energy,
         **_prefix_report(setup, res),
     )
 

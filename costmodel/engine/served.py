@@ -29,6 +29,7 @@ from costmodel.engine.layout import Layout
 from costmodel.engine.limits import model_len
 from costmodel.engine.load import Load, checked_load, engine_share, mean_length
 from costmodel.engine.reports import LoadPrediction, report_of
+from costmodel.hardware.power import with_limit
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.assumptions import step_assumptions as model_assumptions
 from costmodel.model.memory import kv_bytes, weight_bytes
@@ -303,6 +304,8 @@ def serve(
     frontend: str = "dynamo",
     speculation=None,
     timeline: bool = False,
+    price_per_gpu_hour: float | None = None,
+    power_limit_w: float | None = None,
 ) -> LoadPrediction:
     """``load``'s requests served by ``engine_name`` (its ``flags`` set, the others its defaults for the device) on
     ``hw`` placed as ``layout`` (aggregated). With ``attention_dp`` groups of ``tp`` devices (attention data
@@ -315,13 +318,15 @@ def serve(
     ``evaluator``: "simulation" (:mod:`costmodel.engine.simulate`) or "steady-state" (:mod:`costmodel.engine.steady`).
     ``frontend``: the front end the requests pass, whose latency is added to TTFT (:data:`FRONTENDS`).
     ``speculation``: speculative decoding (:class:`costmodel.engine.speculation.Speculation`), simulated.
-    ``timeline``: keep a simulated run's iterations in the report (``LoadPrediction.timeline``, the page's chart)."""
+    ``timeline``: keep a simulated run's iterations (the page's chart). ``price_per_gpu_hour``: one device-hour's
+    price; ``power_limit_w``: the boards' power limit (nvidia-smi -pl)."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
     checks.instance("layout", layout, Layout, "a Layout(tp=..., ...)")
     checks.instance("flags", flags, EngineFlags, "EngineFlags(max_num_seqs=..., ...)")
     if layout.mode != "agg":
         raise CostModelError("serve() places a model aggregated; a disaggregated layout goes to serve_disaggregated()")
+    hw = with_limit(hw, power_limit_w)
     n = checked_load(m, hw, load)
     load, n = engine_share(load, n, layout)
     n = -(-n // load.turns) * load.turns  # whole conversations
@@ -347,10 +352,7 @@ def serve(
     prompts, prefix = load.conversations(prompts, outputs)  # a turn's prompt holds its conversation so far
     max_ctx = int(prompts.max() + outputs.max())
     if evaluator != "simulation" and (speculation is not None or load.reuses_cache):
-        raise CostModelError(
-            "speculative decoding, a shared prefix and conversations are simulated: use the simulation evaluator "
-            "(the default)"
-        )
+        raise CostModelError("speculative decoding, a shared prefix and conversations need the simulation evaluator")
     setup = Setup(
         m,
         pr,
@@ -362,6 +364,7 @@ def serve(
         speculation=speculation,
     )
     model_len(eng, setup, prompts, outputs)
+    setup.price_per_gpu_hour = checks.number("price_per_gpu_hour", price_per_gpu_hour, optional=True)  # USD
     return _run(setup, load, n, prompts, outputs, evaluator, prefix, timeline)
 
 

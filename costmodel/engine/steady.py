@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from costmodel.engine.energy import steady_energy
 from costmodel.engine.reports import LoadPrediction, Saturation, Stats, TimeSplit, load_report
 
 
@@ -227,6 +228,7 @@ def steady_state(
         prefill_iteration_share=f,
         iterations=int(num_requests * osl / max(b, 1)),
         time_split=TimeSplit(prefill_s=0.0, decode_s=0.0, comm_s=0.0, overhead_s=0.0),
+        energy=steady_energy(setup, batch=float(b), requests_per_s=rps, input_len=isl, output_len=osl),
     )
 
 

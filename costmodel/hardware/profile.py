@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import Mechanism, PeakDtype, Timing
 from costmodel.hardware.kernels import SFU_PER_SM_CLOCK, EfficiencyClassName, KernelFacts, Tile
+from costmodel.hardware.power import Power
 from costmodel.hardware.units import (
     Count,
     Fraction,
@@ -253,6 +254,9 @@ class HardwareProfile(Strict):
     efficiency: Efficiency | None = None
     collectives: Collectives | None = None
     noise: Noise | None = None  # measured profiles: how quiet the machine was
+    power: Power | None = None  # board power, idle power, memory technology, process (costmodel.hardware.power)
+    # the board's power limit as set (nvidia-smi -pl): None, the board's own; a lower one throttles kernels
+    power_limit_w: bounded(1.0, 1e5) | None = None
     sources: dict[str, str] = Field(min_length=1)
     notes: str = ""
 
@@ -263,6 +267,17 @@ class HardwareProfile(Strict):
                 "efficiency: fitted parameters need architecture.compute_units (the tile, wave and "
                 "work-unit mechanisms count in them); add the architecture block"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _limit_needs_power(self) -> HardwareProfile:
+        if self.power_limit_w is not None:
+            if self.power is None:
+                raise ValueError("power_limit_w needs the power block (board_w) it lowers")
+            if self.power_limit_w > self.power.board_w.value:
+                raise ValueError(
+                    f"power_limit_w {self.power_limit_w:g} W is above the board's limit {self.power.board_w.value:g} W"
+                )
         return self
 
     @model_validator(mode="after")
@@ -309,6 +324,10 @@ class HardwareProfile(Strict):
             item = getattr(self, name)
             if item is not None:
                 yield name, item
+        if self.power is not None:
+            yield "power.board_w", self.power.board_w
+            if self.power.idle_w is not None:
+                yield "power.idle_w", self.power.idle_w
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; an error naming the dtypes this device has otherwise."""

@@ -21,10 +21,15 @@ class OpTime(Report):
     time_s: float = Field(description="all kernels of this op in the step")
     bound: Literal["compute", "memory"]
     band: Band | None = None  # where the measured time is expected to fall (costmodel.price.bands)
+    # the kernels' energy: running power over their time and their FLOPs' and bytes' energy, capped at the board's
+    # limit (costmodel.hardware.power); None where the device states no power facts
+    energy_j: float | None = None
 
 
 class PhaseTime(Report):
     time_s: float
+    energy_j: float | None = None  # every op's, on one device
+    power_w: float | None = None  # one device's mean over the phase
     flops: float
     bytes: float
     all_reduce_s: float

@@ -53,10 +53,14 @@ def op_time(s: StepOp, pr: Pricing):
 
 
 def _price(ops: list[StepOp], pr: Pricing) -> list[OpTime]:
+    from costmodel.hardware.power import PowerModel
+
+    pm = PowerModel.of(pr.hw)  # None: the device states no power facts
     out = []
     for s in ops:
         t = op_time(s, pr)
         ranged = band(t.time * s.count, pr.hw, pr.model, s.op.cls) if s.section != COLLECTIVES else None
+        energy = float(pm.kernel(s.op, t.time).energy_j) * s.count if pm is not None else None
         out.append(
             OpTime(
                 section=s.section,
@@ -68,6 +72,7 @@ def _price(ops: list[StepOp], pr: Pricing) -> list[OpTime]:
                 time_s=t.time * s.count,
                 bound=t.bound,
                 band=ranged,
+                energy_j=energy,
             )
         )
     return out
@@ -129,8 +134,12 @@ def phase_time(m: ModelPreset, pr: Pricing, phase: str, batch: int, context: int
     ops = [o for o in priced if o.section != COLLECTIVES]
     collectives = [o for o in priced if o.section == COLLECTIVES]
     reduce_s = sum(o.time_s for o in collectives)
+    time_s = sum(o.time_s for o in ops) + reduce_s
+    energy = sum(o.energy_j for o in priced) if priced and priced[0].energy_j is not None else None
     return PhaseTime(
-        time_s=sum(o.time_s for o in ops) + reduce_s,
+        time_s=time_s,
+        energy_j=energy,
+        power_w=energy / time_s if energy is not None and time_s > 0 else None,
         flops=sum(o.flops for o in ops),
         bytes=sum(o.bytes for o in ops),
         all_reduce_s=reduce_s,

@@ -29,6 +29,7 @@ from costmodel.hardware.mechanisms import (
     ring_all_reduce,
 )
 from costmodel.hardware.op_shapes import decode_shape
+from costmodel.hardware.power import limited
 from costmodel.hardware.shapes import fields, one_query
 from costmodel.hardware.tiles import systolic_flops
 from costmodel.price.bounds import check
@@ -169,6 +170,7 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
             compute, memory, overhead, body = (
                 np.where(one, a, b) for a, b in zip(alone, (compute, memory, overhead, body))
             )
+        body = limited(op, hw, body)
         if not trial:
             check(op, shape, hw, body + overhead)
         return _finish(compute, memory, overhead, body + overhead, cls)
@@ -182,7 +184,7 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     compute = flops / peak
     memory = op.bytes / hw.bandwidth
     launch = hw.launch_overhead * op.launches if "fixed" in conv.model.on else 0.0
-    body = compute + memory if conv.overlap == "sum" else np.maximum(compute, memory)
+    body = limited(op, hw, compute + memory if conv.overlap == "sum" else np.maximum(compute, memory))
     check(op, shape, hw, body + launch)
     return _finish(compute, memory, launch, body + launch, None)
 

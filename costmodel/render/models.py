@@ -39,6 +39,7 @@ def model_table(p) -> str:
             if mem.max_context is not None
             else "unlimited (every layer caches at most its window)"
         ),
+        *_energy_line(p),
         "",
         "Columns:",
         "  - kernels: how many times the op runs in one step, over every layer; FLOPs, bytes: those "
@@ -49,6 +50,18 @@ def model_table(p) -> str:
         *(f"  - {a}" for a in p.assumptions),
     ]
     return "\n".join(lines)
+
+
+def _energy_line(p) -> list[str]:
+    """The step's and the prefill's energy and mean power per device (none where the device states no power)."""
+    d, f, w = p.decode, p.prefill, p.workload
+    if d.energy_j is None:
+        return []
+    return [
+        f"energy per device: decode step {si(d.energy_j, 'J')} at {d.power_w:.0f} W "
+        f"({si(d.energy_j / max(w.batch, 1), 'J')} per token of the batch); prefill {si(f.energy_j, 'J')} at "
+        f"{f.power_w:.0f} W (costmodel/hardware/energy.yaml; docs/energy.md)"
+    ]
 
 
 def _model_header(p) -> tuple[str, str, list[str], str]:

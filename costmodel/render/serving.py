@@ -141,9 +141,33 @@ def load_table(results: list, band_label: str) -> str:
             f"{p.prefill_iteration_share:.0%} of {p.iterations:,} iterations carried prefill; "
             f"{p.preemptions:,} preemptions"
         )
+    lines += energy_lines(p)
     lines += [line for q in results for line in _mean_above_p90(q, len(results) > 1)]
     lines += ["", "Columns:", *LOAD_LEGEND, "", "Assumptions:", *[f"  - {a}" for a in p.assumptions]]
     return "\n".join(lines)
+
+
+def energy_lines(p) -> list[str]:
+    """A served prediction's power, energy per output token and, with a price, dollars per million tokens."""
+    e = p.energy
+    if e is None or p.energy_j_per_output_token is None:
+        return []
+    lo, hi = p.energy_j_per_output_token_range
+    phases = ", ".join(f"{k} {v:.0f} W" for k, v in e.phase_power_w.items())
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in e.share.items())
+    out = [
+        f"energy: {p.power_w:.0f} W per device (range {e.power_w_range[0]:.0f}-{e.power_w_range[1]:.0f}; while "
+        f"running {phases}; board limit {e.limit_w:g} W), {si(p.energy_j_per_output_token, 'J')} per output token "
+        f"(range {si(lo, 'J')}-{si(hi, 'J')}), {p.output_tokens_per_j:,.2f} output tokens per J, "
+        f"{si(p.energy_j_per_request, 'J')} per request; by phase: {shares}"
+    ]
+    if p.usd_per_million_output_tokens is not None:
+        out.append(
+            f"cost: ${p.usd_per_million_output_tokens:,.3f} per million output tokens, "
+            f"${p.usd_per_million_tokens:,.3f} per million tokens (prompt and output) at ${p.price_per_gpu_hour:,.2f} "
+            "per GPU-hour"
+        )
+    return out
 
 
 #: What a served table's columns mean.
