@@ -101,7 +101,7 @@ def test_idle_alone_when_no_kernel_runs():
     setup = Setup(LLAMA, pricing(LLAMA, H100, **eng.kernels), eng, max_context=1024)
     nothing = {"prefill_s": 0.0, "decode_s": 0.0, "comm_s": 0.0, "host_s": 0.0}
     point = {"seqs": 1, "context": 512, "chunk": 512, "prompt": 512}
-    e = run_energy(setup.table, H100, nothing, 10.0, point)
+    e = run_energy(H100, setup.table.operating_work(**point), nothing, 10.0)
     assert e.power_w == pytest.approx(IDLE_W)
     assert e.energy_j == pytest.approx(IDLE_W * 10.0)
     assert e.share["idle"] == pytest.approx(1.0)
@@ -121,7 +121,6 @@ def test_a_binding_limit_runs_slower_and_says_so():
     capped = with_limit(H100, 350)
     slower = price(op, None, capped, conv).time
     assert slower > at_board * 1.1
-    # the cube law: the SMs' power over s^3 fits the room left; above the room at the board's own limit
     # the same op on a device with a higher limit (B200, 1000 W) is not slowed by its own limit
     b200 = load_profile("b200")
     assert price(op, None, with_limit(b200, 1000), Conventions.of(b200)).time == pytest.approx(

@@ -18,10 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.core.reports import Report
-from costmodel.hardware.power import CORNERS, PowerModel
-
-#: The ways a run's time is spent, as the energy's shares name them.
-PHASES = ("prefill", "decode", "communication", "host", "idle")
+from costmodel.hardware.power import CORNERS, PowerModel, unavailable
 
 
 class RunEnergy(Report):
@@ -48,13 +45,13 @@ def _scaled(work: np.ndarray, pm: PowerModel, base: PowerModel, link: bool) -> f
     return float(sm + other)
 
 
-def run_energy(table, hw, split: dict[str, float], run_s: float, point: dict) -> RunEnergy | None:
+def run_energy(hw, work: dict | None, split: dict[str, float], run_s: float) -> RunEnergy | None:
     """The energy of a run of ``run_s`` seconds whose devices spent ``split`` (prefill_s, decode_s, comm_s, host_s)
-    running at ``point`` (:meth:`IterationTable.operating_work`'s sizes); None where the device has no power model."""
-    models = {c: PowerModel.of(hw, c) for c in CORNERS} if hw.power is not None else None
-    work = table.operating_work(**point) if models else None
+    running the ``work`` of its operating point (:meth:`IterationTable.operating_work`); None where the device has
+    no power model."""
     if work is None:
         return None
+    models = {c: PowerModel.of(hw, c) for c in CORNERS}
     base = models["value"]
     times = {"prefill": split["prefill_s"], "decode": split["decode_s"], "communication": split["comm_s"]}
     host = split["host_s"]
@@ -122,8 +119,6 @@ def dollars(price_per_gpu_hour: float | None, tokens_per_s_per_device: float, al
 def energy_line(e: RunEnergy | None, hw) -> str:
     """The energy's assumption line: how it was priced, its limit and what binds."""
     if e is None:
-        from costmodel.hardware.power import unavailable
-
         return "energy: " + unavailable(hw)
     limit = (
         f"the board's limit {e.board_w:g} W"
@@ -147,7 +142,7 @@ def steady_energy(setup, *, batch: float, requests_per_s: float, input_len: floa
     second idle (all of it busy, scaled to the second, where the work fills it)."""
     chunk = max(min(input_len, setup.eng.max_num_batched_tokens), 1.0)
     point = {"seqs": batch, "context": input_len + output_len / 2, "chunk": chunk, "prompt": input_len}
-    work = setup.table.operating_work(**point) if setup.pr.hw.power is not None else None
+    work = setup.table.operating_work(**point)
     if work is None:
         return None
     iterations = requests_per_s * output_len / max(batch, 1.0)
@@ -160,22 +155,18 @@ def steady_energy(setup, *, batch: float, requests_per_s: float, input_len: floa
     busy = sum(split.values())
     if busy > 1.0:
         split = {k: v / busy for k, v in split.items()}
-    return run_energy(setup.table, setup.pr.hw, split, 1.0, point)
+    return run_energy(setup.pr.hw, work, split, 1.0)
 
 
 def simulated_energy(setup, res, prompts, outputs) -> RunEnergy | None:
     """A simulated run's energy (``res``: :class:`costmodel.engine.simulate.SimResult`): its time split as the
     iterations spent it, over the engine's whole run, at its mean batch, mean decode context (the mean prompt and half
     the mean output), mean prefill chunk and mean prompt."""
-    return run_energy(
-        setup.table,
-        setup.pr.hw,
-        {"prefill_s": res.prefill_s, "decode_s": res.decode_s, "comm_s": res.comm_s, "host_s": res.overhead_s},
-        float(res.finish.max()),
-        {
-            "seqs": res.seq_iterations / max(res.iterations, 1),
-            "context": float(np.mean(prompts)) + float(np.mean(outputs)) / 2,
-            "chunk": res.prefill_tokens / max(res.prefill_iterations, 1),
-            "prompt": float(np.mean(prompts)),
-        },
+    work = setup.table.operating_work(
+        seqs=res.seq_iterations / max(res.iterations, 1),
+        context=float(np.mean(prompts)) + float(np.mean(outputs)) / 2,
+        chunk=res.prefill_tokens / max(res.prefill_iterations, 1),
+        prompt=float(np.mean(prompts)),
     )
+    split = {"prefill_s": res.prefill_s, "decode_s": res.decode_s, "comm_s": res.comm_s, "host_s": res.overhead_s}
+    return run_energy(setup.pr.hw, work, split, float(res.finish.max()))

@@ -90,9 +90,7 @@ def _parts(m: ModelPreset, pr: Pricing, phase: str, batch: int, context, work: d
         kind = _kind(s)
         out[kind] = out[kind] + t * s.count
         if pm is not None:
-            sm, mem = pm.work_j(s.op)
-            capped = np.minimum(sm + mem, max(pm.limit_w - pm.running_w, 0.0) * t)
-            work[kind] = tuple(a + b * s.count for a, b in zip(work[kind], (sm, mem, capped)))
+            work[kind] = tuple(a + b * s.count for a, b in zip(work[kind], pm.capped_work_j(s.op, t)))
     return out
 
 
@@ -205,6 +203,11 @@ class IterationTable:
                 return interp(float(mean_context), self._listed(self.c_grid), self.decode_rows[i])
             return np.interp(mean_context, self.c_grid, self.decode_attention[i])
 
+        return self._by_seqs(seqs, row)
+
+    def _by_seqs(self, seqs: float, row):
+        """``row(i)`` (the i-th sequence count's value) at ``seqs`` sequences: linear between the two counts around
+        it, and in proportion below the first."""
         if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
             return row(0) * (seqs / self.d_grid[0])
         i = min(max(bisect.bisect_left(self._listed(self.d_grid), seqs) - 1, 0), len(self.d_grid) - 2)
@@ -273,14 +276,9 @@ class IterationTable:
         return np.array([self._on(grid, row, x) for row in self.work[part]], float)
 
     def _decode_work(self, seqs: float, context: float) -> np.ndarray:
-        i = min(max(bisect.bisect_left(self._listed(self.d_grid), seqs) - 1, 0), max(len(self.d_grid) - 2, 0))
+        """The decode attention's work joules at ``seqs`` sequences and ``context``, interpolated as its time is."""
         w = self.work["decode_attention"]
-        at = lambda j: np.array([np.interp(context, self.c_grid, w[r, j]) for r in range(3)])  # noqa: E731
-        if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
-            return at(0) * (seqs / self.d_grid[0])
-        lo, hi = self.d_grid[i], self.d_grid[i + 1]
-        f = (seqs - lo) / (hi - lo)  # as decode_attention_time weighs its rows
-        return at(i) * (1 - f) + at(i + 1) * f
+        return self._by_seqs(seqs, lambda i: np.array([np.interp(context, self.c_grid, r[i]) for r in w]))
 
     def operating_work(self, *, seqs: float, context: float, chunk: float, prompt: float) -> dict | None:
         """The work joules and seconds of one decode iteration of ``seqs`` sequences at ``context`` cached positions
@@ -290,21 +288,19 @@ class IterationTable:
         if self.work is None:
             return None
         seqs, chunk, prompt = max(seqs, 1.0), max(chunk, 1.0), max(prompt, 1.0)
-        tok = lambda n: (  # noqa: E731
-            self._work("token", self.t_grid, n) + self._work("moe", self.g_grid, n * self.dp),
-            float(self.per_token(n)[0]),
-        )
-        comm = lambda n: (  # noqa: E731
-            self._work("comm", self.t_grid, n) + self._work("moe_comm", self.g_grid, n * self.dp),
-            float(self.per_token(n)[1]),
-        )
-        (dw, dt), (pw, pt) = tok(seqs), tok(chunk)
-        dw = dw + self._decode_work(seqs, context) + self._work("head", self.d_grid, seqs)
-        dt += float(self.decode_attention_time(seqs, context)) + float(self.head_time(seqs))
+
+        def work(part: str, n: float) -> np.ndarray:  # a per-token part and its routed experts' share
+            return self._work(part, self.t_grid, n) + self._work(
+                f"moe_{part}" if part == "comm" else "moe", self.g_grid, n * self.dp
+            )
+
+        (dt, ct), pt = self.per_token(seqs), self.per_token(chunk)[0]
+        dw = work("token", seqs) + self._decode_work(seqs, context) + self._work("head", self.d_grid, seqs)
+        dt = float(dt) + float(self.decode_attention_time(seqs, context)) + float(self.head_time(seqs))
         share = chunk / prompt  # the chunk's share of a whole prompt's attention
-        pw = pw + self._work("prompt_attention", self.c_grid, prompt) * share
-        pt += float(self.prompt_attention_time(prompt)) * share
-        return {"decode": (dw, dt), "prefill": (pw, pt), "comm": comm(seqs)}
+        pw = work("token", chunk) + self._work("prompt_attention", self.c_grid, prompt) * share
+        pt = float(pt) + float(self.prompt_attention_time(prompt)) * share
+        return {"decode": (dw, dt), "prefill": (pw, pt), "comm": (work("comm", seqs), float(ct))}
 
     def decode_comm(self, tokens: int, others: float | None = None, seqs: int | None = None) -> float:
         """The communication of one decode-only iteration of ``tokens`` tokens (of ``seqs`` sequences: as many as

@@ -140,18 +140,22 @@ class PowerModel:
         per_flop = self.vector_j if op.kind == "elementwise" else self.tensor_j.get(op.dtype, self.vector_j)
         return np.asarray(op.flops, float) * per_flop, nbytes * self.byte_j
 
-    def kernel(self, op, seconds, launches: float = 1.0) -> KernelPower:
-        """The energy and power of ``launches`` calls of ``op`` taking ``seconds`` in all, capped at the limit in
-        force (at the board's own the kernel fits' times already ran throttled where it binds; under a lower one
-        ``seconds`` are the stretched times, :meth:`stretch`)."""
+    def capped_work_j(self, op, seconds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the SMs' joules, the bytes' joules, their sum capped at the limit in force) of one call of ``op``
+        taking ``seconds``: at the board's own limit the kernel fits' times already ran throttled where it binds;
+        under a lower one ``seconds`` are the stretched times (:meth:`stretch`)."""
         sm, mem = self.work_j(op)
-        work = (sm + mem) * launches
+        room = np.maximum(self.limit_w - self.running_w, 0.0) * np.asarray(seconds, float)
+        return sm, mem, np.minimum(sm + mem, room)
+
+    def kernel(self, op, seconds) -> KernelPower:
+        """The energy and power of one call of ``op`` taking ``seconds``: running power over its time and its work,
+        capped at the limit in force (:meth:`capped_work_j`)."""
+        sm, mem, work = self.capped_work_j(op, seconds)
         t = np.asarray(seconds, float)
-        room = np.maximum(self.limit_w - self.running_w, 0.0) * t
-        capped = work > room
-        energy = self.running_w * t + np.minimum(work, room)
+        energy = self.running_w * t + work
         power = np.divide(energy, t, out=np.full(np.shape(energy), self.idle_w, float), where=t > 0)
-        return KernelPower(_plain(energy), _plain(power), _plain(capped))
+        return KernelPower(_plain(energy), _plain(power), _plain(sm + mem > work))
 
     def stretch_check(self, limit_w: float) -> float:
         """The power a kernel's work may draw under ``limit_w`` (an error where the limit leaves it none)."""

@@ -16,6 +16,7 @@ from costmodel.core.fits import largest_fitting
 from costmodel.core.vocab import (
     DEFAULTS,
 )
+from costmodel.hardware.power import PowerModel
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.assumptions import step_assumptions
 from costmodel.model.engine_ops import COLLECTIVES, engine_ops, prompt_cache_writes, tensor_parallel
@@ -53,8 +54,6 @@ def op_time(s: StepOp, pr: Pricing):
 
 
 def _price(ops: list[StepOp], pr: Pricing) -> list[OpTime]:
-    from costmodel.hardware.power import PowerModel
-
     pm = PowerModel.of(pr.hw)  # None: the device states no power facts
     out = []
     for s in ops:
