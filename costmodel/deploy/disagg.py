@@ -23,9 +23,12 @@ cost. Load is a closed loop of ``concurrency`` clients or Poisson arrivals, as f
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import DEFAULTS
+from costmodel.deploy.disagg_energy import with_energy
 from costmodel.deploy.disagg_reports import DisaggPrediction, KvTransfer, PoolSummary, TtftSplit
 from costmodel.deploy.disagg_steady import steady_state
 from costmodel.deploy.pools import Pool, simulated
@@ -35,6 +38,7 @@ from costmodel.engine.limits import model_len
 from costmodel.engine.load import Load, checked_load, mean_length
 from costmodel.engine.report_lines import assumptions as pool_assumptions
 from costmodel.engine.served import Setup, checkpoint_kv_dtype
+from costmodel.hardware.power import with_limit
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.model.presets import ModelPreset
 from costmodel.model.pricing import pricing
@@ -104,12 +108,8 @@ def serve_disaggregated(
     the pools do not model them."""
     if evaluator not in ("simulation", "steady-state"):
         raise CostModelError(f"unknown evaluator {evaluator!r}; known: simulation, steady-state")
+    hw = with_limit(hw, power_limit_w)
     n = checked_load(m, hw, load)
-    if power_limit_w is not None or price_per_gpu_hour is not None:
-        raise CostModelError(
-            "energy, a power limit and dollars per token are priced for aggregated engines; disaggregated pools do "
-            "not price them yet: drop --power-limit and --price-per-gpu-hour, or serve aggregated"
-        )
     if speculation is not None or load.reuses_cache:
         raise CostModelError(
             "speculative decoding, a shared prefix and conversations are simulated in one aggregated engine; "
@@ -121,6 +121,8 @@ def serve_disaggregated(
             "simulate a request rate"
         )
     _checked(flags, prefill, decode, kv_link_bytes_per_s)
+    prefill, decode = (replace(p, gpu=with_limit(p.gpu, power_limit_w)) if p.gpu else p for p in (prefill, decode))
+    price = checks.number("price_per_gpu_hour", price_per_gpu_hour, optional=True)  # USD
     kv_dtype = kv_dtype or checkpoint_kv_dtype(m, engine_name, weight_dtype)
     prompts, outputs = load.lengths(n + load.warmup_requests)
     mean_in = mean_length(prompts)
@@ -150,7 +152,8 @@ def serve_disaggregated(
     transfer = transfer_of(pre, dec, decode, devices, mean_in, kv_link_bytes_per_s)
 
     got, most = _evaluate(pre, dec, prefill, decode, load, prompts, outputs, transfer, evaluator, check)
-    return _report(m, pre, dec, prefill, decode, load, n, prompts, outputs, transfer, evaluator, got, most)
+    report = _report(m, pre, dec, prefill, decode, load, n, prompts, outputs, transfer, evaluator, got, most)
+    return with_energy(report, pre, dec, prefill, decode, got, transfer, price)
 
 
 def _report(m, pre, dec, prefill: Pool, decode: Pool, load: Load, n, prompts, outputs, transfer, evaluator, got, most):

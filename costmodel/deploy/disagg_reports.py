@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import computed_field
 
 from costmodel.core.reports import DeviceSummary, Report
+from costmodel.engine.energy import RunEnergy
 from costmodel.engine.reports import Stats
 from costmodel.price.bands import Band
 
@@ -23,6 +24,7 @@ class PoolSummary(Report):
     mean_batch: float
     busy_share: float  # of the run, the mean share of time a worker of the pool was running an iteration
     iterations: int | None  # simulated: the run's iterations; None in the closed form
+    energy: RunEnergy | None = None  # one device of the pool over the run (costmodel.deploy.disagg_energy)
 
 
 class KvTransfer(Report):
@@ -81,6 +83,17 @@ class DisaggPrediction(Report):
     saturation_requests_per_s: float | None = None
     saturation_binds: str | None = None
     overloaded: bool = False
+    # energy (costmodel.deploy.disagg_energy): one device's mean power over the run (both pools and the KV
+    # transfer), every device's energy over the output tokens and the requests; with a price, dollars per million
+    power_w: float | None = None
+    energy_j_per_output_token: float | None = None
+    energy_j_per_output_token_range: tuple[float, float] | None = None
+    energy_j_per_request: float | None = None
+    output_tokens_per_j: float | None = None
+    kv_transfer_w: float | None = None  # the KV cache crossing between the pools, every device's link together
+    usd_per_million_output_tokens: float | None = None
+    usd_per_million_tokens: float | None = None
+    price_per_gpu_hour: float | None = None
 
     def record(self) -> dict:
         """One flat row: the layout, the client's latencies and the throughput."""

@@ -25,6 +25,8 @@ class PlanPoint(Report):
     tpot_s: float
     output_tokens_per_s_per_device: float
     output_tokens_per_s_per_user: float
+    power_w: float | None = None  # one device's mean power (costmodel.engine.energy); None: no board power stated
+    output_tokens_per_j: float | None = None  # every device's output tokens per joule
     meets_targets: bool | None  # None: no targets given
     ttft_band: Band | None = None  # where a benchmark's mean TTFT is expected to fall (costmodel.price.bands.served)
     tpot_band: Band | None = None
@@ -54,6 +56,6 @@ class Plan(Report):
     stopped: str | None = None  # the search passed its time limit: what it left out (the points are those so far)
 
     def __str__(self) -> str:
-        from costmodel.render.serving import plan_table
+        from costmodel.render.plans import plan_table
 
         return plan_table(self)

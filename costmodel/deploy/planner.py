@@ -174,6 +174,8 @@ def _point(hw, layout, concurrency: int, p, targets, full: bool) -> PlanPoint:
         tpot_s=p.tpot_s,
         output_tokens_per_s_per_device=p.output_tokens_per_s_per_device,
         output_tokens_per_s_per_user=p.output_tokens_per_s_per_user,
+        power_w=p.power_w,
+        output_tokens_per_j=p.output_tokens_per_j,
         meets_targets=meets,
         ttft_band=p.ttft_band,
         tpot_band=p.tpot_band,

@@ -38,13 +38,6 @@ class RunEnergy(Report):
     capped: tuple[str, ...] = ()
 
 
-def _scaled(work: np.ndarray, pm: PowerModel, base: PowerModel, link: bool) -> float:
-    """Work joules (SMs, bytes, capped) priced at ``pm``'s constants from those at ``base``'s (the central values)."""
-    sm = work[0] * (pm.vector_j / base.vector_j)
-    other = work[1] * ((pm.link_j / base.link_j) if link else (pm.byte_j / base.byte_j))
-    return float(sm + other)
-
-
 def run_energy(hw, work: dict | None, split: dict[str, float], run_s: float) -> RunEnergy | None:
     """The energy of a run of ``run_s`` seconds whose devices spent ``split`` (prefill_s, decode_s, comm_s, host_s)
     running the ``work`` of its operating point (:meth:`IterationTable.operating_work`); None where the device has
@@ -53,24 +46,33 @@ def run_energy(hw, work: dict | None, split: dict[str, float], run_s: float) -> 
         return None
     models = {c: PowerModel.of(hw, c) for c in CORNERS}
     base = models["value"]
-    times = {"prefill": split["prefill_s"], "decode": split["decode_s"], "communication": split["comm_s"]}
+    # each phase: its work joules (SMs, bytes, capped), one iteration's seconds, the run's seconds in it
+    phases = [
+        (phase, *work[key][0].tolist(), work[key][1], split[f"{key}_s"], key == "comm")
+        for phase, key in (("prefill", "prefill"), ("decode", "decode"), ("communication", "comm"))
+    ]
     host = split["host_s"]
-    run_s = max(run_s, sum(times.values()) + host, 1e-12)
+    busy = sum(p[5] for p in phases)
+    run_s = max(run_s, busy + host, 1e-12)
     by_corner, phase_w, capped = {}, {}, []
     for corner, pm in models.items():
         energy = {}
-        for phase, key in (("prefill", "prefill"), ("decode", "decode"), ("communication", "comm")):
-            w, t = work[key]
-            room = max(pm.limit_w - pm.running_w, 0.0) * t
-            j = float(w[2]) if corner == "value" else min(_scaled(w, pm, base, key == "comm"), room)
+        sm_scale = pm.vector_j / base.vector_j  # the other ends of the constants, from the central values
+        link_scale, byte_scale = pm.link_j / base.link_j, pm.byte_j / base.byte_j
+        headroom = max(pm.limit_w - pm.running_w, 0.0)
+        for phase, sm, moved, at_value, t, spent, link in phases:
+            if corner == "value":
+                j = at_value
+                if t > 0 and sm + moved > headroom * t * (1 + 1e-9):
+                    capped.append(phase)
+            else:
+                j = min(sm * sm_scale + moved * (link_scale if link else byte_scale), headroom * t)
             watts = pm.running_w + (j / t if t > 0 else 0.0)
             if corner == "value":
                 phase_w[phase] = watts
-                if t > 0 and float(w[0] + w[1]) > room * (1 + 1e-9):
-                    capped.append(phase)
-            energy[phase] = watts * times[phase]
+            energy[phase] = watts * spent
         energy["host"] = (pm.idle_w + pm.gap_w) * host
-        energy["idle"] = pm.idle_w * max(run_s - sum(times.values()) - host, 0.0)
+        energy["idle"] = pm.idle_w * max(run_s - busy - host, 0.0)
         by_corner[corner] = energy
     total = {c: sum(e.values()) for c, e in by_corner.items()}
     value = by_corner["value"]
@@ -89,18 +91,19 @@ def run_energy(hw, work: dict | None, split: dict[str, float], run_s: float) -> 
     )
 
 
-def per_output(e: RunEnergy | None, tokens_per_s_per_device: float, requests_per_s_per_device: float) -> dict:
-    """A report's top-level energy figures from one device's power and its share of the throughput: joules per output
-    token and per request (every device's energy over the run over its tokens or requests), and their ranges."""
-    if e is None or tokens_per_s_per_device <= 0:
+def per_output(power_w: float, power_w_range, tokens_per_s_per_device: float, requests_per_s_per_device: float):
+    """A report's top-level energy figures from one device's mean power (and its range) and its share of the
+    throughput: joules per output token and per request (every device's energy over the run over its tokens or
+    requests), and their ranges (empty without a power)."""
+    if power_w is None or tokens_per_s_per_device <= 0:
         return {}
-    lo, hi = e.power_w_range
+    lo, hi = power_w_range
     return {
-        "power_w": e.power_w,
-        "energy_j_per_output_token": e.power_w / tokens_per_s_per_device,
+        "power_w": power_w,
+        "energy_j_per_output_token": power_w / tokens_per_s_per_device,
         "energy_j_per_output_token_range": (lo / tokens_per_s_per_device, hi / tokens_per_s_per_device),
-        "energy_j_per_request": e.power_w / max(requests_per_s_per_device, 1e-30),
-        "output_tokens_per_j": tokens_per_s_per_device / e.power_w,
+        "energy_j_per_request": power_w / max(requests_per_s_per_device, 1e-30),
+        "output_tokens_per_j": tokens_per_s_per_device / power_w,
     }
 
 
@@ -116,7 +119,7 @@ def dollars(price_per_gpu_hour: float | None, tokens_per_s_per_device: float, al
     }
 
 
-def energy_line(e: RunEnergy | None, hw) -> str:
+def energy_line(e: RunEnergy | None, hw, how: str = "priced per op at the run's mean batch and context") -> str:
     """The energy's assumption line: how it was priced, its limit and what binds."""
     if e is None:
         return "energy: " + unavailable(hw)
@@ -129,7 +132,7 @@ def energy_line(e: RunEnergy | None, hw) -> str:
     binds = f"; the limit binds in {', '.join(e.capped)}" if e.capped else ""
     return (
         f"energy: each device draws {e.idle_w:.0f} W idle, more while work runs: per FLOP and per byte at the "
-        f"sourced energies of costmodel/hardware/energy.yaml, priced per op at the run's mean batch and context, "
+        f"sourced energies of costmodel/hardware/energy.yaml, {how}, "
         f"capped at {limit}{binds}; between kernels idle and part of the active power; a range from both ends of "
         "every constant (docs/energy.md)"
     )
@@ -170,3 +173,21 @@ def simulated_energy(setup, res, prompts, outputs) -> RunEnergy | None:
     )
     split = {"prefill_s": res.prefill_s, "decode_s": res.decode_s, "comm_s": res.comm_s, "host_s": res.overhead_s}
     return run_energy(setup.pr.hw, work, split, float(res.finish.max()))
+
+
+def pool_energy(setup, role: str, busy_share: float, *, seqs: float, context: float, prompt: float) -> RunEnergy | None:
+    """One device of a disaggregated pool over one second of its run, busy ``busy_share`` of it with iterations of
+    its ``role``, the rest idle. A prefill worker's iterations run ``seqs`` tokens of ``prompt``-token prompts and
+    their communication; a decode worker's ``seqs`` sequences at ``context`` cached positions and theirs; each
+    iteration also the engine's fixed cost and the host's time (:meth:`costmodel.engine.served.Setup.wall`)."""
+    chunk = seqs if role == "prefill" else 1.0
+    work = setup.table.operating_work(seqs=seqs, context=context, chunk=chunk, prompt=prompt)
+    if work is None:
+        return None
+    gpu_s = work[role][1] + work["comm"][1]
+    wall = float(setup.wall(gpu_s, seqs))
+    iterations = busy_share / max(wall, 1e-12)
+    split = {"prefill_s": 0.0, "decode_s": 0.0, "comm_s": iterations * work["comm"][1]}
+    split[f"{role}_s"] = iterations * work[role][1]
+    split["host_s"] = iterations * (wall - gpu_s)
+    return run_energy(setup.pr.hw, work, split, 1.0)

@@ -139,11 +139,20 @@ class IterationTable:
         if w_tokens:
             t_shape, d_shape = self.t_grid.shape, shape
             on = lambda w, kind, sh: np.stack([np.broadcast_to(x, sh).astype(float) for x in w[kind]])  # noqa: E731
-            self.work = {k: on(w_tokens, k, t_shape) for k in ("token", "comm", "moe", "moe_comm")}
-            self.work["head"] = on(w_seqs, "head", d_shape)[:, :, 0]
-            self.work["decode_attention"] = on(w_seqs, "attention", d_shape)
+            parts = {k: on(w_tokens, k, t_shape) for k in ("token", "comm", "moe", "moe_comm")}
             prompt = on(w_prompts, "attention", self.c_grid[1:].shape)
-            self.work["prompt_attention"] = np.concatenate([np.zeros((3, 1)), prompt], axis=1)
+            # each part's time row and its work rows (SMs, bytes, capped) stacked, so that one search on the grid
+            # prices them all at an operating point; the per-token ops' and their communication's together
+            self.work = {
+                "per_token": np.vstack([self.token, self.comm, parts["token"], parts["comm"]]),
+                "routed": np.vstack([self.moe, self.moe_comm, parts["moe"], parts["moe_comm"]]),
+                "head": np.vstack([self.head, on(w_seqs, "head", d_shape)[:, :, 0]]),
+                "decode_attention": np.concatenate([self.decode_attention[None], on(w_seqs, "attention", d_shape)]),
+                "prompt_attention": np.vstack(
+                    [self.prompt_attention, np.concatenate([np.zeros((3, 1)), prompt], axis=1)]
+                ),
+            }
+            self.routed = bool(np.any(self.work["routed"]))  # a dense model's routed experts do nothing
         self._rounds: dict = {}  # (tokens, sequences, others) -> _round's answer, asked again and again
         self._lists: dict = {}  # id of a grid -> it as a list, for one number's interpolation and search
         self.decode_rows = self.decode_attention.tolist()  # each sequence count's row, as lists
@@ -271,14 +280,19 @@ class IterationTable:
         return running * (1 + prompt_per_output) if self.dp > 1 else None
 
     # -- the work's power at an operating point (costmodel.engine.energy) -------------------------------------
-    def _work(self, part: str, grid: np.ndarray, x: float) -> np.ndarray:
-        """(SMs, bytes, capped) work joules of ``part`` at ``x`` on its grid, interpolated as its time is."""
-        return np.array([self._on(grid, row, x) for row in self.work[part]], float)
-
-    def _decode_work(self, seqs: float, context: float) -> np.ndarray:
-        """The decode attention's work joules at ``seqs`` sequences and ``context``, interpolated as its time is."""
-        w = self.work["decode_attention"]
-        return self._by_seqs(seqs, lambda i: np.array([np.interp(context, self.c_grid, r[i]) for r in w]))
+    def _at(self, grid: np.ndarray, rows: np.ndarray, x: float, clamp: bool = False) -> np.ndarray:
+        """Every row of ``rows`` (one value per point of ``grid``) at one number ``x``, with one search for all of
+        them: as :meth:`_on` interpolates each (0 at 0, the first value below the first point, linear past the
+        last), or with ``clamp`` as :func:`interp` does (the end values outside the grid)."""
+        xs, x = self._listed(grid), float(x)
+        if x <= 0 and not clamp:
+            return np.zeros(len(rows))
+        if len(xs) == 1 or x <= xs[0]:
+            return rows[:, 0]
+        if x >= xs[-1] and clamp:
+            return rows[:, -1]
+        j = min(bisect.bisect_right(xs, x) - 1, len(xs) - 2)
+        return rows[:, j] + (rows[:, j + 1] - rows[:, j]) * ((x - xs[j]) / (xs[j + 1] - xs[j]))
 
     def operating_work(self, *, seqs: float, context: float, chunk: float, prompt: float) -> dict | None:
         """The work joules and seconds of one decode iteration of ``seqs`` sequences at ``context`` cached positions
@@ -288,19 +302,22 @@ class IterationTable:
         if self.work is None:
             return None
         seqs, chunk, prompt = max(seqs, 1.0), max(chunk, 1.0), max(prompt, 1.0)
-
-        def work(part: str, n: float) -> np.ndarray:  # a per-token part and its routed experts' share
-            return self._work(part, self.t_grid, n) + self._work(
-                f"moe_{part}" if part == "comm" else "moe", self.g_grid, n * self.dp
-            )
-
-        (dt, ct), pt = self.per_token(seqs), self.per_token(chunk)[0]
-        dw = work("token", seqs) + self._decode_work(seqs, context) + self._work("head", self.d_grid, seqs)
-        dt = float(dt) + float(self.decode_attention_time(seqs, context)) + float(self.head_time(seqs))
-        share = chunk / prompt  # the chunk's share of a whole prompt's attention
-        pw = work("token", chunk) + self._work("prompt_attention", self.c_grid, prompt) * share
-        pt = float(pt) + float(self.prompt_attention_time(prompt)) * share
-        return {"decode": (dw, dt), "prefill": (pw, pt), "comm": (work("comm", seqs), float(ct))}
+        w = self.work
+        # rows: [time, communication's time, the ops' work (3), the communication's work (3)] per token
+        by_seqs, by_chunk = self._at(self.t_grid, w["per_token"], seqs), self._at(self.t_grid, w["per_token"], chunk)
+        if self.routed:
+            by_seqs = by_seqs + self._at(self.g_grid, w["routed"], seqs * self.dp)
+            by_chunk = by_chunk + self._at(self.g_grid, w["routed"], chunk * self.dp)
+        attention = self._by_seqs(
+            seqs, lambda i: self._at(self.c_grid, w["decode_attention"][:, i, :], context, clamp=True)
+        )
+        decode = by_seqs[[0, 2, 3, 4]] + attention + self._at(self.d_grid, w["head"], seqs)
+        prefill = by_chunk[[0, 2, 3, 4]] + self._at(self.c_grid, w["prompt_attention"], prompt) * (chunk / prompt)
+        return {
+            "decode": (decode[1:], float(decode[0])),
+            "prefill": (prefill[1:], float(prefill[0])),  # the chunk's share of its prompts' attention
+            "comm": (by_seqs[5:], float(by_seqs[1])),
+        }
 
     def decode_comm(self, tokens: int, others: float | None = None, seqs: int | None = None) -> float:
         """The communication of one decode-only iteration of ``tokens`` tokens (of ``seqs`` sequences: as many as

@@ -233,7 +233,8 @@ def load_report(
     per_device = measured["output_tokens_per_s"] / devices
     all_per_device = measured["requests_per_s"] * (measured["input_len"] + measured["output_len"]) / devices
     price = getattr(setup, "price_per_gpu_hour", None)
-    measured |= per_output(energy, per_device, measured["requests_per_s"] / devices)
+    if energy is not None:
+        measured |= per_output(energy.power_w, energy.power_w_range, per_device, measured["requests_per_s"] / devices)
     measured |= dollars(price, per_device, all_per_device)
     ttft_band, tpot_band = served_bands(
         eng.name, m.moe is not None, "agg", measured["ttft"].mean, measured["tpot"].mean

@@ -95,11 +95,24 @@ def pricing_key(pr: Pricing) -> tuple:
     for f in dataclasses.fields(pr):
         v = getattr(pr, f.name)
         if f.name == "hw":
-            v = v.model_dump_json()
+            v = _profile_json(v)
         elif f.name == "model":
             v = (v.timing, tuple(sorted(v.on)))
         out.append(v)
     return tuple(out)
+
+
+#: id of a profile -> (the profile, its JSON): profiles are frozen, and a served run asks for its key twice.
+_JSON: dict = {}
+
+
+def _profile_json(hw) -> str:
+    kept = _JSON.get(id(hw))
+    if kept is None or kept[0] is not hw:
+        if len(_JSON) > 256:
+            _JSON.clear()
+        kept = _JSON[id(hw)] = (hw, hw.model_dump_json())  # the profile kept beside it, so its id is not reused
+    return kept[1]
 
 
 def iteration_table(m: ModelPreset, pr: Pricing, max_tokens: int, max_seqs: int, max_context: int) -> IterationTable:

@@ -68,6 +68,10 @@ def constant(name: str, corner: str = "value", memory: str | None = None) -> flo
     return float((c[memory] if memory else c)[corner])
 
 
+#: (id of a profile, corner) -> (the profile, its PowerModel): see :meth:`PowerModel.of`.
+_MODELS: dict = {}
+
+
 @dataclass(frozen=True)
 class PowerModel:
     """One device's power at one ``corner`` of the constants: watts at rest, while a kernel runs and between
@@ -88,7 +92,19 @@ class PowerModel:
 
     @classmethod
     def of(cls, hw, corner: str = "value") -> PowerModel | None:
-        """``hw``'s power model (None where its profile states no power facts)."""
+        """``hw``'s power model (None where its profile states no power facts), made once per profile object and
+        corner (profiles are frozen: a limit or an edit makes a copy)."""
+        kept = _MODELS.get((id(hw), corner))
+        if kept is not None and kept[0] is hw:
+            return kept[1]
+        if len(_MODELS) > 256:
+            _MODELS.clear()
+        model = cls._made(hw, corner)
+        _MODELS[(id(hw), corner)] = (hw, model)  # the profile kept beside it, so its id is not reused
+        return model
+
+    @classmethod
+    def _made(cls, hw, corner: str) -> PowerModel | None:
         p = hw.power
         if p is None:
             return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from costmodel.render.text import aligned, count, si, si_range
 
 
-def _ms(x: float) -> str:
+def ms(x: float) -> str:
     return si(x, "s")
 
 
@@ -75,12 +75,12 @@ def _load_row(p, precisions: bool) -> tuple:
         devices,
         engine,
         load,
-        _ms(p.ttft_s),
-        _ms(p.ttft.p90),
-        _ms(p.tpot_s),
-        _ms(p.tpot.p90),
-        _ms(p.itl.p99),
-        _ms(p.e2e_s),
+        ms(p.ttft_s),
+        ms(p.ttft.p90),
+        ms(p.tpot_s),
+        ms(p.tpot.p90),
+        ms(p.itl.p99),
+        ms(p.e2e_s),
         f"{p.requests_per_s:.3g}",
         f"{p.output_tokens_per_s_per_device:,.0f}",
         f"{p.output_tokens_per_s_per_user:.1f}",
@@ -152,14 +152,29 @@ def energy_lines(p) -> list[str]:
     e = p.energy
     if e is None or p.energy_j_per_output_token is None:
         return []
-    lo, hi = p.energy_j_per_output_token_range
     phases = ", ".join(f"{k} {v:.0f} W" for k, v in e.phase_power_w.items())
     shares = ", ".join(f"{k} {v:.0%}" for k, v in e.share.items())
+    return _energy_and_cost(
+        p,
+        f"range {e.power_w_range[0]:.0f}-{e.power_w_range[1]:.0f}; while running {phases}; board limit {e.limit_w:g} W",
+        f"by phase: {shares}",
+    )
+
+
+def disagg_energy_lines(p) -> list[str]:
+    """A disaggregated deployment's power (each pool's, the KV transfer's), energy per output token and cost."""
+    if p.energy_j_per_output_token is None:
+        return []
+    pools = ", ".join(f"{s.role} workers {s.energy.power_w:.0f} W each" for s in (p.prefill, p.decode))
+    return _energy_and_cost(p, f"{pools}; the KV transfer {p.kv_transfer_w:.2g} W in all", "")
+
+
+def _energy_and_cost(p, power: str, tail: str) -> list[str]:
+    lo, hi = p.energy_j_per_output_token_range
     out = [
-        f"energy: {p.power_w:.0f} W per device (range {e.power_w_range[0]:.0f}-{e.power_w_range[1]:.0f}; while "
-        f"running {phases}; board limit {e.limit_w:g} W), {si(p.energy_j_per_output_token, 'J')} per output token "
+        f"energy: {p.power_w:.0f} W per device ({power}), {si(p.energy_j_per_output_token, 'J')} per output token "
         f"(range {si(lo, 'J')}-{si(hi, 'J')}), {p.output_tokens_per_j:,.2f} output tokens per J, "
-        f"{si(p.energy_j_per_request, 'J')} per request; by phase: {shares}"
+        f"{si(p.energy_j_per_request, 'J')} per request" + (f"; {tail}" if tail else "")
     ]
     if p.usd_per_million_output_tokens is not None:
         out.append(
@@ -226,8 +241,8 @@ def load_capacity_table(report) -> str:
     targets = ", ".join(
         t
         for t in (
-            f"TPOT <= {_ms(report.tpot_target_s)}" if report.tpot_target_s is not None else "",
-            f"TTFT <= {_ms(report.ttft_target_s)}" if report.ttft_target_s is not None else "",
+            f"TPOT <= {ms(report.tpot_target_s)}" if report.tpot_target_s is not None else "",
+            f"TTFT <= {ms(report.ttft_target_s)}" if report.ttft_target_s is not None else "",
         )
         if t
     )
@@ -262,8 +277,8 @@ def load_capacity_table(report) -> str:
             pt.attention,
             f"{pt.request_rate:.3g}" if rate else str(pt.concurrency),
             pt.binds or "-",
-            _ms(stat(p.ttft)) if p else "-",
-            _ms(stat(p.tpot)) if p else "-",
+            ms(stat(p.ttft)) if p else "-",
+            ms(stat(p.tpot)) if p else "-",
             f"{p.mean_batch:.1f}" if p else "-",
             f"{p.output_tokens_per_s_per_device:,.0f}" if p else "-",
             f"{p.output_tokens_per_s_per_user:.1f}" if p else "-",
@@ -317,11 +332,11 @@ def disagg_table(p, band_label: str) -> str:
     lat = [
         ("TTFT", "TTFT p90", "TPOT", "TPOT p90", "e2e", "req/s", "tok/s/device", "tok/s/user"),
         (
-            _ms(p.ttft_s),
-            _ms(p.ttft.p90),
-            _ms(p.tpot_s),
-            _ms(p.tpot.p90),
-            _ms(p.e2e_s),
+            ms(p.ttft_s),
+            ms(p.ttft.p90),
+            ms(p.tpot_s),
+            ms(p.tpot.p90),
+            ms(p.e2e_s),
             f"{p.requests_per_s:.3g}",
             f"{p.output_tokens_per_s_per_device:,.0f}",
             f"{p.output_tokens_per_s_per_user:.1f}",
@@ -335,11 +350,12 @@ def disagg_table(p, band_label: str) -> str:
         "",
         *aligned(lat, right=set(range(8))),
         "",
-        f"TTFT = queueing {_ms(s.queue_s)} + prefill {_ms(s.prefill_s)} + KV transfer {_ms(s.transfer_s)} + "
-        f"front end {_ms(s.front_end_s)}"
+        f"TTFT = queueing {ms(s.queue_s)} + prefill {ms(s.prefill_s)} + KV transfer {ms(s.transfer_s)} + "
+        f"front end {ms(s.front_end_s)}"
         + (f"; {p.decode_waits} requests waited for a decode slot or pages" if p.decode_waits is not None else ""),
         *([_band_line(p, band_label)] if p.ttft_band is not None else []),
         *([overload_line(p)] if p.overloaded else []),
+        *disagg_energy_lines(p),
         "",
         "Columns:",
         *DISAGG_LEGEND,
@@ -358,76 +374,3 @@ DISAGG_LEGEND = [
     "  - TTFT, TPOT, e2e: means over requests (p90: the 90th percentile); req/s, tok/s/device: completed a second "
     "(output tokens per device of both pools); tok/s/user: a request's output tokens over its whole time",
 ]
-
-
-def plan_table(plan) -> str:
-    """Per device kind: the front's points with their layouts, the best under the targets, what was skipped."""
-    targets = ", ".join(
-        t
-        for t in (
-            f"TTFT <= {_ms(plan.ttft_target_s)}" if plan.ttft_target_s else "",
-            f"TPOT <= {_ms(plan.tpot_target_s)}" if plan.tpot_target_s else "",
-        )
-        if t
-    )
-    lines = [
-        f"{plan.model_name} [{plan.model}] on {plan.devices} devices, served by {plan.engine}: requests of "
-        f"{plan.input_len:,} + {plan.output_len:,} tokens" + (f", targets {targets} (means)" if targets else ""),
-        *([plan.stopped[:1].upper() + plan.stopped[1:]] if plan.stopped else []),
-    ]
-    for device in dict.fromkeys(p.device for p in plan.points):
-        rows = [("layout", "clients", "TTFT", "TPOT", "tok/s/device", "tok/s/user") + (("meets",) if targets else ())]
-        for p in (q for q in plan.front if q.device == device):
-            rows.append(
-                (
-                    p.layout,
-                    str(p.concurrency),
-                    _ms(p.ttft_s),
-                    _ms(p.tpot_s),
-                    f"{p.output_tokens_per_s_per_device:,.0f}",
-                    f"{p.output_tokens_per_s_per_user:.1f}",
-                )
-                + (("yes" if p.meets_targets else "no",) if targets else ())
-            )
-        lines += [
-            "",
-            f"{device}: the front (no point better on both tokens/s per device and per user)",
-            *aligned(rows, right=set(range(1, 6))),
-        ]
-        best = [p for p in plan.best if p.device == device]
-        if best:
-            b = best[0]
-            lines.append(
-                f"best under the targets{_unconstrained(plan)}: {b.layout} at {b.concurrency} clients, "
-                f"{b.output_tokens_per_s_per_device:,.0f} tok/s/device, {b.output_tokens_per_s_per_user:.1f} "
-                f"tok/s/user (TTFT {_ms(b.ttft_s)}, TPOT {_ms(b.tpot_s)})"
-            )
-        elif targets:
-            lines.append("best under the targets: none of the points meets them")
-        skipped = [s for s in plan.skipped if s.device == device]
-        if skipped:
-            reasons: dict[str, int] = {}
-            for s in skipped:
-                reasons[s.reason] = reasons.get(s.reason, 0) + 1
-            lines.append(
-                f"{len(skipped)} layouts left out: "
-                + "; ".join(f"{r} ({n} layout{'s' if n > 1 else ''})" for r, n in reasons.items())
-            )
-    lines += [
-        "",
-        "Columns:",
-        "  - layout: devices and how the model is split over them; clients: the closed "
-        "loop's clients at that point; TTFT, TPOT: means; tok/s/device: output tokens a second per device; "
-        "tok/s/user: a request's output tokens over its whole time"
-        + ("; meets: whether the point's means meet the targets" if targets else ""),
-        "",
-        "Assumptions:",
-        *[f"  - {a}" for a in plan.assumptions],
-    ]
-    return "\n".join(lines)
-
-
-def _unconstrained(plan) -> str:
-    """The targets a plan was not given, named as unconstrained (its best may then take any TTFT or TPOT)."""
-    free = [name for name, target in (("TTFT", plan.ttft_target_s), ("TPOT", plan.tpot_target_s)) if not target]
-    return f" ({' and '.join(free)} unconstrained: no target given)" if free else ""
