@@ -8,8 +8,10 @@ import pytest
 
 import costmodel
 from costmodel import Load
+from costmodel.core.errors import CostModelError
 from costmodel.deploy.disagg import serve_disaggregated
 from costmodel.deploy.pools import Pool
+from costmodel.engine.served import serve
 from costmodel.hardware.catalog import load_profile
 from costmodel.hardware.power import PowerModel
 
@@ -82,3 +84,49 @@ def test_the_cli_prints_a_disaggregated_runs_energy():
     assert "prefill workers" in text and "W each" in text and "J per output token" in text
     assert "per million output tokens" in text
 
+
+def _recommend(**kw):
+    from costmodel.deploy.recommend import recommend
+
+    hws = [H100, load_profile("l40s")]
+    return recommend(LLAMA, hws, Load(1024, 256, request_rate=8), ttft_s=1.0, tpot_s=0.04, **kw)
+
+
+def test_the_recommender_minimises_cost_at_each_devices_price():
+    prices = {"h100_sxm": 2.5, "l40s": 0.7}
+    fewest, cheapest = _recommend(price_per_gpu_hour=prices), _recommend(price_per_gpu_hour=prices, minimise="cost")
+    assert (fewest.gpu, fewest.gpus) == ("h100_sxm", 1)  # one H100 serves it: the fewest GPUs, at $2.50 an hour
+    # three L40S at $0.70 cost $2.10 an hour: price x GPUs, by hand
+    assert cheapest.gpu == "l40s" and cheapest.cost_per_hour == pytest.approx(cheapest.gpus * 0.7)
+    assert cheapest.cost_per_hour < fewest.cost_per_hour == pytest.approx(2.5)
+    for c in cheapest.candidates:
+        if c.gpus is not None and c.mode == "agg":
+            assert c.cost_per_hour == pytest.approx(c.gpus * prices[c.gpu])
+            assert c.cost_per_hour >= cheapest.cost_per_hour - 1e-9
+    assert cheapest.at.ttft_s <= 1.0 and cheapest.at.tpot_s <= 0.04  # still under the targets
+
+
+def test_the_recommender_minimises_energy_under_the_targets():
+    least = _recommend(minimise="energy")
+    assert least.minimise == "energy" and least.at.tpot_s <= 0.04 and least.at.ttft_s <= 1.0
+    # its energy is the deployment's own: the answer priced again gives the same joules per output token
+    again = serve(
+        LLAMA,
+        H100 if least.gpu == "h100_sxm" else load_profile(least.gpu),
+        Load(1024, 256, request_rate=8),
+        layout=costmodel.Layout(tp=least.tp, replicas=least.replicas),
+        evaluator=least.evaluator,
+    )
+    assert again.energy_j_per_output_token == pytest.approx(least.at.energy_j_per_output_token, rel=1e-9)
+    # no searched unit that meets the targets spends fewer joules per output token at its share of the load
+    joules = [c.energy_j_per_output_token for c in least.candidates if c.energy_j_per_output_token is not None]
+    assert len(joules) > 3 and least.at.energy_j_per_output_token <= min(joules) * 1.02
+
+
+def test_a_bad_objective_or_price_is_refused():
+    with pytest.raises(CostModelError, match="minimise must be one of gpus, cost, energy"):
+        _recommend(minimise="joy")
+    with pytest.raises(CostModelError, match="needs a price per GPU-hour for l40s"):
+        _recommend(minimise="cost", price_per_gpu_hour={"h100_sxm": 2.0})
+    with pytest.raises(CostModelError, match="a price for b200, which is not searched"):
+        _recommend(price_per_gpu_hour={"b200": 2.0})

@@ -142,6 +142,21 @@ class PositiveNumber(click.ParamType):
         return number
 
 
+class Price(PositiveNumber):
+    """A price per GPU-hour for every device kind (``2.5``) or for one (``h100=2.5``: a --gpu and its price), as
+    (None, price) or (device, price)."""
+
+    name = "[gpu=]price"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        device, eq, number = value.rpartition("=") if isinstance(value, str) else ("", "", value)
+        if eq and not device:
+            self.fail(f"{excerpt(value)} names no device before '=' (e.g. h100=2.5)", param, ctx)
+        return (device or None, super().convert(number, param, ctx))
+
+
 class Count(click.ParamType):
     """A whole number, optionally with a size suffix as serving engines write it (vLLM's convention): k, m,
     g are powers of 1000 and K, M, G powers of 1024, so ``--context 128k`` is 128000 and ``128K`` 131072."""

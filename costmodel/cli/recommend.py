@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from costmodel.cli.click_types import EngineChoice, OnceCommand, PositiveNumber
+from costmodel.cli.click_types import EngineChoice, OnceCommand, PositiveNumber, Price
 from costmodel.cli.load import requests_of
 from costmodel.cli.load_options import (
     ENGINE_FLAG_KEYS,
@@ -28,7 +28,7 @@ from costmodel.cli.options import (
     time_limit_option,
 )
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
+from costmodel.core.vocab import DEFAULTS, DTYPES, OBJECTIVES, WEIGHT_DTYPES
 
 
 @click.command("recommend", cls=OnceCommand)
@@ -47,7 +47,22 @@ from costmodel.core.vocab import DEFAULTS, DTYPES, WEIGHT_DTYPES
     show_default=True,
     help="the targets hold for the mean (closed form) or the p90 (simulated) of TTFT and TPOT",
 )
-@click.option("--price-per-hour", type=PositiveNumber(), help="price of one GPU-hour: the answer's cost per hour")
+@click.option(
+    "--price-per-hour",
+    type=Price(),
+    multiple=True,
+    help="price of one GPU-hour, for every --gpu (2.5) or for one (h100=2.5, repeated): the cost per hour",
+)
+@click.option(
+    "--minimise",
+    "--minimize",
+    "minimise",
+    type=choices(OBJECTIVES),
+    default="gpus",
+    show_default=True,
+    help="what the answer minimises under the targets: GPUs, cost per hour (needs --price-per-hour) or joules per "
+    "output token",
+)
 @click.option("--max-gpus", type=Positive, default=64, show_default=True, help="the most GPUs of one kind searched")
 @click.option("--num-requests", type=Positive, help="requests per simulated point [default: 1,000 a rate]")
 @click.option(
@@ -76,7 +91,9 @@ def recommend(**options) -> None:
 
     Searches every --gpu kind's engine units (tensor parallel over 1-8 GPUs; for a mixture of experts expert
     parallel and attention data parallel; pipeline stages past one node) for the most one unit serves under the
-    targets, adds replicas for the load, and prices the answer again as a whole. Prints the answer, the `costmodel
+    targets, adds replicas for the load, and prices the answer again as a whole. With --minimise energy the answer
+    is the layout that spends the fewest joules per output token, with --minimise cost the cheapest per hour at
+    each device's --price-per-hour; both still meet the targets. Prints the answer, the `costmodel
     predict` arguments that reprice it, the engine's launch command (vllm serve, sglang.launch_server,
     trtllm-serve), the `vllm bench serve` command that would measure it, and every candidate.
 
@@ -96,9 +113,10 @@ def recommend(**options) -> None:
         raise CostModelError("recommend needs a target: --ttft-ms, --tpot-ms or both")
     settings = {k: o.pop(k) for k in EngineFlags.__dataclass_fields__ if k in o}
     m = load_model(o["model_name"])
+    hws = [load_profile(g) for g in o["gpus"]]
     rec = run(
         m,
-        [load_profile(g) for g in o["gpus"]],
+        hws,
         requests_of(o, o["input_len"], o["output_len"]).with_(
             concurrency=o["concurrency"], request_rate=o["request_rate"]
         ),
@@ -107,7 +125,8 @@ def recommend(**options) -> None:
         ttft_s=o["ttft_ms"] / 1e3 if o["ttft_ms"] is not None else None,
         tpot_s=o["tpot_ms"] / 1e3 if o["tpot_ms"] is not None else None,
         statistic=o["statistic"],
-        price_per_gpu_hour=o["price_per_hour"],
+        price_per_gpu_hour=prices(o["price_per_hour"], hws),
+        minimise=o["minimise"],
         max_gpus=o["max_gpus"],
         weight_dtype=o["weight_dtype"],
         kv_dtype=o["kv_dtype"],
@@ -127,10 +146,36 @@ recommend.panels = {
     ),
     **dict.fromkeys(("request_rate", "concurrency", "num_requests", *REQUEST_KEYS), "The load"),
     **dict.fromkeys(
-        ("ttft_ms", "tpot_ms", "statistic", "price_per_hour", "max_gpus", "time_limit"), "Targets and search"
+        ("ttft_ms", "tpot_ms", "statistic", "minimise", "price_per_hour", "max_gpus", "time_limit"),
+        "Targets and search",
     ),
     **dict.fromkeys(("engine_name", *ENGINE_FLAG_KEYS), "The engine and its flags"),
 }
+
+
+def prices(given: tuple, hws: list) -> float | dict[str, float] | None:
+    """recommend's price per GPU-hour from its --price-per-hour values: one number for every device kind, or
+    device=price pairs (each device as --gpu names it, resolved to its profile)."""
+    from costmodel.hardware.catalog import load_profile
+
+    if not given:
+        return None
+    plain = [p for d, p in given if d is None]
+    if plain and len(given) > 1:
+        raise CostModelError(
+            "--price-per-hour is one price for every --gpu (2.5) or one per device (h100=2.5 a100=1.3), not both"
+        )
+    if plain:
+        return plain[0]
+    by_id = {}
+    for device, price in given:
+        hw = load_profile(device)
+        if hw.id not in {h.id for h in hws}:
+            raise CostModelError(
+                f"--price-per-hour names {device}, which no --gpu names; price one of the --gpu devices"
+            )
+        by_id[hw.id] = price
+    return by_id
 
 
 def _command(rec, m, o: dict, settings: dict) -> list[str]:
@@ -164,6 +209,8 @@ def _command(rec, m, o: dict, settings: dict) -> list[str]:
         ):
             command += [flag, str(value)] if value != default else []
         command += ["--expert-parallel"] if rec.expert_parallel else []
+    if rec.price_per_gpu_hour is not None:
+        command += ["--price-per-gpu-hour", f"{rec.price_per_gpu_hour:g}"]
     if rec.max_num_batched_tokens is not None:
         settings = settings | {"max_num_batched_tokens": rec.max_num_batched_tokens}
     command += flag_arguments(settings) + request_arguments(o)

@@ -209,4 +209,6 @@ DEFAULTS: dict[str, object] = {
 
 #: The serving engines modelled, as ``--engine`` spells them, and their names as their projects write them.
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+#: What a recommendation minimises under its latency targets: GPUs, dollars per hour, or joules per output token.
+OBJECTIVES = ("gpus", "cost", "energy")
 ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}

@@ -2,8 +2,9 @@
 parallel, expert parallel, attention data parallel, pipeline stages) and each token budget the fewest replicas
 that serve the load under the targets, each priced on its even share (searched over whole replicas upward from
 what the closed form's saturation allows, so one replica fewer is priced and misses); for a request rate
-also disaggregated pools, sized in closed form (:mod:`costmodel.deploy.recommend_disagg`). The fewest GPUs wins, then
-the cheaper, then the one with more room. The answer is priced again as a whole (every replica its share of the
+also disaggregated pools, sized in closed form (:mod:`costmodel.deploy.recommend_disagg`). The fewest GPUs wins (or,
+by the objective, the cheapest per hour or the fewest joules per output token: :mod:`costmodel.deploy.objectives`),
+then the cheaper, then the one with more room. The answer is priced again as a whole (every replica its share of the
 load; disaggregated pools simulated, grown where they miss and trimmed while a worker fewer meets the targets) and
 carries the ``costmodel predict`` arguments that reprice it, the engine's launch commands and the benchmark command
 that would measure it.
@@ -22,6 +23,7 @@ from costmodel.core.vocab import DEFAULTS
 from costmodel.deploy import recommend_disagg
 from costmodel.deploy.capacity import checked_targets, saturation, short_of
 from costmodel.deploy.launch import commands_for, pool_commands
+from costmodel.deploy.objectives import checked_prices, fewest, price_of, priced, rank
 from costmodel.deploy.recommend_reports import Candidate, Recommendation
 from costmodel.engine.config import EngineFlags, engine
 from costmodel.engine.layout import Layout
@@ -64,14 +66,16 @@ def units(m: ModelPreset, max_gpus: int) -> list[Layout]:
 
 def _replicas_needed(m, hw, unit: Layout, requests: Load, load: float, targets: dict, kw: dict, most_units: int):
     """(the fewest replicas of ``unit`` that serve ``load`` under the targets, each priced on its even share, what
-    misses with one fewer, the most requests/s one unit completes) or (None, why none within ``most_units``, ...).
+    misses with one fewer, the most requests/s one unit completes, the joules per output token at that share) or
+    (None, why none within ``most_units``, ..., None).
     Searched over whole replicas, upward from what the closed form's saturation allows (a replica more at a time,
     then doubling, then halving the gap)."""
     closed = requests.concurrency is not None
     counts = [r for r in range(1, most_units + 1) if not closed or load % r == 0]
     if not counts:
-        return None, f"needs more than {most_units} units", None
+        return None, f"needs more than {most_units} units", None, None
     cache: dict[int, str | None] = {}
+    energy: dict[int, float | None] = {}
 
     def fails(r: int) -> str | None:
         if r not in cache:
@@ -88,21 +92,22 @@ def _replicas_needed(m, hw, unit: Layout, requests: Load, load: float, targets: 
                 cache[r] = str(err).split(";")[0][:120]
             else:
                 cache[r] = short_of(p, targets["statistic"], targets["tpot_s"], targets["ttft_s"])
+                energy[r] = p.energy_j_per_output_token
         return cache[r]
 
     most = None if closed else _saturation(m, hw, unit, requests, kw)
     if most == 0.0:
-        return None, fails(counts[-1]), None
+        return None, fails(counts[-1]), None, None
     start = 0 if most is None else next((i for i, r in enumerate(counts) if load / r <= most), len(counts) - 1)
     lo, hi, step = start - 1, start, 1  # counts[lo] fails (or lo is -1), counts[hi] to try
     while fails(counts[hi]) is not None:
         if hi == len(counts) - 1:
-            return None, fails(counts[hi]), most
+            return None, fails(counts[hi]), most, None
         lo, hi, step = hi, min(hi + step, len(counts) - 1), step * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fails(counts[mid]) is None else (mid, hi)
-    return counts[hi], (fails(counts[lo]) if lo >= 0 else None), most
+    return counts[hi], (fails(counts[lo]) if lo >= 0 else None), most, energy.get(counts[hi])
 
 
 def _saturation(m, hw, unit: Layout, requests: Load, kw: dict) -> float:
@@ -124,7 +129,8 @@ def recommend(
     tpot_s: float | None = None,
     statistic: str = "mean",
     evaluator: str | None = None,
-    price_per_gpu_hour: float | None = None,
+    price_per_gpu_hour: float | dict[str, float] | None = None,
+    minimise: str = "gpus",
     max_gpus: int = MAX_GPUS,
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
@@ -132,8 +138,10 @@ def recommend(
     frontend: str = "dynamo",
 ) -> Recommendation:
     """The fewest GPUs of ``hws`` that serve ``requests`` (its ``concurrency`` clients or ``request_rate``) under
-    the TTFT and TPOT targets (``statistic``: their ``mean`` or ``p90``), at most ``max_gpus``. Past
-    ``time_limit`` seconds the search takes no new layout and answers the best found so far, saying so."""
+    the TTFT and TPOT targets (``statistic``: their ``mean`` or ``p90``), at most ``max_gpus``; with ``minimise``
+    "energy" the layout that spends the fewest joules per output token, with "cost" the cheapest per hour at
+    ``price_per_gpu_hour`` (one price for every device kind, or a price per kind: profile id -> $ per GPU-hour).
+    Past ``time_limit`` seconds the search takes no new layout and answers the best found so far, saying so."""
     if not isinstance(hws, (list, tuple)) or not hws:
         raise CostModelError(f"hws must be a non-empty list of HardwareProfile, got {hws!r}"[:200])
     checks.instance("requests", requests, Load, "a Load(input_len, output_len, request_rate=...)")
@@ -145,13 +153,14 @@ def recommend(
             "recommend sizes its replicas from the engine's closed form, which has no prefix cache: price a shared "
             "prefix or conversations with predict, plan or capacity"
         )
-    used = checked_targets(tpot_s, ttft_s, price_per_gpu_hour, statistic, evaluator)
-    closed = requests.concurrency is not None
-    load = requests.concurrency if closed else requests.request_rate
-    targets = dict(tpot_s=tpot_s, ttft_s=ttft_s, statistic=statistic, evaluator=used)
-    kw = dict(engine_name=engine_name, flags=flags, weight_dtype=weight_dtype, kv_dtype=kv_dtype, frontend=frontend)
     for hw in hws:
         checks.instance("hws", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
+    price_per_gpu_hour = checked_prices(price_per_gpu_hour, hws, minimise)
+    used = checked_targets(tpot_s, ttft_s, None, statistic, evaluator)
+    closed = requests.concurrency is not None
+    load = requests.concurrency if closed else requests.request_rate
+    targets = dict(tpot_s=tpot_s, ttft_s=ttft_s, statistic=statistic, evaluator=used, minimise=minimise)
+    kw = dict(engine_name=engine_name, flags=flags, weight_dtype=weight_dtype, kv_dtype=kv_dtype, frontend=frontend)
     pooled = recommend_disagg.searched(engine_name, requests) is None
     first = [(hw, unit, None) for hw in hws for unit in units(m, max_gpus)]
     common = (m, requests, closed, load, targets, kw, price_per_gpu_hour, max_gpus)
@@ -161,7 +170,7 @@ def recommend(
         candidates = [c for c in priced if c is not None]
         for hw in hws if pooled and not deadline.passed() else ():
             candidates += recommend_disagg.candidates(
-                m, hw, requests, TP_SIZES, targets, kw, max_gpus, price_per_gpu_hour
+                m, hw, requests, TP_SIZES, targets, kw, max_gpus, price_of(price_per_gpu_hour, hw.id)
             )
             advance()
         # the other token budgets, for the units within reach of the fewest GPUs so far or held back by a target
@@ -218,10 +227,10 @@ def _candidate(m, hw, unit, budget, requests, closed, load, targets, kw, price_p
     """One engine unit on one device kind at token budget ``budget`` (None: the default or the flag): what it
     serves, and the replicas and GPUs the load needs."""
     kw = _with_budget(kw, budget)
-    r, binds, most = _replicas_needed(m, hw, unit, requests, load, targets, kw, max_gpus // unit.devices)
+    r, binds, most, joules = _replicas_needed(m, hw, unit, requests, load, targets, kw, max_gpus // unit.devices)
     per = load / r if r else None  # what one unit was shown to serve: its share of the load
     gpus = unit.devices * r if r else None
-    cost = gpus * price_per_gpu_hour if gpus and price_per_gpu_hour is not None else None
+    cost = gpus * price_of(price_per_gpu_hour, hw.id) if gpus and price_per_gpu_hour is not None else None
     return Candidate(
         gpu=hw.id,
         layout=unit.describe(),
@@ -237,6 +246,7 @@ def _candidate(m, hw, unit, budget, requests, closed, load, targets, kw, price_p
         replicas=r,
         gpus=gpus,
         cost_per_hour=cost,
+        energy_j_per_output_token=joules,
     )
 
 
@@ -244,30 +254,27 @@ def _with_budget(kw: dict, budget: int | None) -> dict:
     return kw if budget is None else kw | {"flags": replace(kw["flags"], max_num_batched_tokens=budget)}
 
 
-def _rank(c: Candidate, load: float) -> tuple:
-    """The fewest GPUs, then the cheaper, then the one with more room above the load (what its units complete at
-    most, the closed form's saturation, where known)."""
-    return (c.gpus, c.cost_per_hour or 0.0, -((c.saturation or c.per_unit) * (c.replicas or 1) - load))
-
-
 def _choose(m, hws, requests, candidates, targets, kw, price, max_gpus, deadline) -> Recommendation:
-    """The fewest GPUs among the candidates, each priced again as a whole: an aggregated one with a replica more
+    """The best candidate by the objective (the fewest GPUs unless told otherwise), each priced again as a whole: an aggregated one with a replica more
     where the whole misses the targets at the search's edge; the disaggregated ones within reach of it grown and
     trimmed (:func:`costmodel.deploy.recommend_disagg.verified`)."""
     closed = requests.concurrency is not None
     load = requests.concurrency if closed else requests.request_rate
-    feasible = sorted((c for c in candidates if c.gpus is not None), key=lambda c: _rank(c, load))
+    minimise = targets["minimise"]
+    feasible = sorted((c for c in candidates if c.gpus is not None), key=lambda c: rank(c, load, minimise))
     answer = None
     for c in (c for c in feasible if c.mode == "agg"):
-        answer = _whole(m, hws, requests, c, targets, kw, max_gpus)
+        answer = _whole(m, hws, requests, c, targets, kw, max_gpus, price)
         if answer is not None:
             break
     bound = answer[0].gpus if answer is not None else max_gpus
-    pools = [c for c in feasible if c.mode == "disagg" and c.gpus <= DISAGG_REACH * bound][:DISAGG_TRIED]
-    for c in pools if not deadline.passed() else ():
+    pools = sorted((c for c in feasible if c.mode == "disagg" and c.gpus <= DISAGG_REACH * bound), key=fewest)
+    for c in pools[:DISAGG_TRIED] if not deadline.passed() else ():
         hw = next(h for h in hws if h.id == c.gpu)
         best, at = recommend_disagg.verified(m, hw, requests, c, targets, kw, max_gpus)
-        if best is not None and (answer is None or _rank(best, load) < _rank(answer[0], load)):
+        if best is not None:
+            best = priced(best, at, price)
+        if best is not None and (answer is None or rank(best, load, minimise) < rank(answer[0], load, minimise)):
             answer = (best, at, hw)
     if answer is None:
         why = sorted({f"{c.gpu} {c.layout}: {c.binds}" for c in candidates})[:6]
@@ -282,7 +289,7 @@ def _choose(m, hws, requests, candidates, targets, kw, price, max_gpus, deadline
     return rec
 
 
-def _whole(m, hws, requests, best: Candidate, targets, kw, max_gpus):
+def _whole(m, hws, requests, best: Candidate, targets, kw, max_gpus, price):
     """(the aggregated candidate with the replicas that meet the targets as a whole, its prediction, its device),
     a replica more at a time (up to four) where the whole misses them; None where it still misses."""
     closed = requests.concurrency is not None
@@ -303,7 +310,7 @@ def _whole(m, hws, requests, best: Candidate, targets, kw, max_gpus):
             **_with_budget(kw, best.max_num_batched_tokens),
         )
         if short_of(at, targets["statistic"], targets["tpot_s"], targets["ttft_s"]) is None:
-            return best.model_copy(update={"replicas": replicas, "gpus": unit.devices * replicas}), at, hw
+            return priced(best.model_copy(update={"replicas": replicas}), at, price), at, hw
         replicas += 1
         while closed and load % replicas:
             replicas += 1
@@ -368,8 +375,9 @@ def _recommendation(m, hw, requests, best: Candidate, at, candidates, targets, k
         tpot_target_s=targets["tpot_s"],
         statistic=targets["statistic"],
         evaluator=targets["evaluator"] if best.mode == "agg" else "simulation",
-        price_per_gpu_hour=price,
-        cost_per_hour=best.gpus * price if price is not None else None,
+        price_per_gpu_hour=price_of(price, hw.id),
+        cost_per_hour=best.cost_per_hour,
+        minimise=targets["minimise"],
         at=at,
         launch=made["launch"],
         bench=made["bench"],

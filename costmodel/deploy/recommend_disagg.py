@@ -108,7 +108,10 @@ def _candidate(m, hw, roles, tp_p, tp_d, isl, osl, requests, targets, kw, max_gp
     if why is not None:
         return Candidate(**base, per_unit=None, binds=why, replicas=None, gpus=None)
     pre, dec = roles[tp_p][0], roles[tp_d][1]
-    transfer = transfer_of(pre, dec, pool_of(m, tp_d, kw), tp_p + tp_d, isl, None).time_s
+    try:
+        transfer = transfer_of(pre, dec, pool_of(m, tp_d, kw), tp_p + tp_d, isl, None).time_s
+    except CostModelError as err:  # no link the KV cache can cross between the pools (a device without one)
+        return Candidate(**base, per_unit=None, binds=str(err).split(";")[0][:120], replicas=None, gpus=None)
     per_p, binds_p = _prefill_rate(pre, isl, transfer, targets)
     per_d, binds_d = _decode_rate(dec, m, tp_d, kw, isl, osl, targets)
     if per_p is None or per_d is None:

@@ -25,6 +25,7 @@ class Candidate(Report):
     replicas: int | None
     gpus: int | None
     cost_per_hour: float | None = None
+    energy_j_per_output_token: float | None = None  # at its share of the load (the whole, once priced whole)
     prefill_tp: int | None = None
     prefill_workers: int | None = None
     decode_tp: int | None = None
@@ -32,7 +33,8 @@ class Candidate(Report):
 
 
 class Recommendation(Report):
-    """The fewest GPUs (and the layout) that serve the load under the targets, with how to launch and measure it."""
+    """The fewest GPUs (or the least cost or energy: ``minimise``), and the layout, that serve the load under the
+    targets, with how to launch and measure it."""
 
     model: str
     model_name: str
@@ -61,6 +63,7 @@ class Recommendation(Report):
     evaluator: str
     price_per_gpu_hour: float | None
     cost_per_hour: float | None
+    minimise: str = "gpus"  # what the answer minimises under the targets: gpus, cost or energy
     at: LoadPrediction | DisaggPrediction
     command: list[str] | None = None  # the costmodel predict arguments that reprice it (the command line's)
     launch: str

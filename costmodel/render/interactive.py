@@ -135,7 +135,7 @@ def curve_charts(points: list[dict], label: str) -> list[dict]:
         line(loads, [p[key] * 1e3 for p in points], f"{label} {name}", f"{axis} %{{x}}: %{{y:.4g}} ms")
         for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"))
     ]
-    return [
+    out = [
         figure(
             "throughput",
             "throughput per GPU against speed per user",
@@ -145,6 +145,12 @@ def curve_charts(points: list[dict], label: str) -> list[dict]:
         ),
         figure("latency", "TTFT and TPOT against load", latency, axis, "ms", xaxis_type="log", yaxis_type="log"),
     ]
+    if any(p.get("output_tokens_per_j") is not None for p in points):
+        per_j = line(loads, [p.get("output_tokens_per_j") for p in points], label, f"{axis} %{{x}}: %{{y:.4g}} tok/J")
+        out.append(
+            figure("energy", "output tokens per joule against load", [per_j], axis, "tokens/J", xaxis_type="log")
+        )
+    return out
 
 
 def plan_chart(plan: dict) -> dict:

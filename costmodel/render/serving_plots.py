@@ -250,10 +250,13 @@ def _configuration(r: dict, precisions: bool = False) -> str:
 
 
 def draw_load_curve(points: list[dict]):
-    """A load curve (reports as JSON, one per load point): output tokens/s per GPU against tokens/s per user, and
-    mean TTFT and TPOT against the load, one line per configuration."""
+    """A load curve (reports as JSON, one per load point): output tokens/s per GPU against tokens/s per user, mean
+    TTFT and TPOT against the load, and where the devices state a board power output tokens per joule against the
+    load, one line per configuration."""
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
+    joules = any(r.get("output_tokens_per_j") is not None for r in points)
+    fig, axes = plt.subplots(1, 2 + joules, figsize=(11 + 5 * joules, 4.6), layout="constrained")
+    left, right = axes[:2]
     closed = points[0]["concurrency"] is not None
     precisions = len({(r.get("weight_dtype"), r.get("kv_dtype")) for r in points}) > 1
     configurations = list(dict.fromkeys(_configuration(r, precisions) for r in points))
@@ -280,6 +283,16 @@ def draw_load_curve(points: list[dict]):
             )
         right.plot(x, [r["ttft_s"] * 1e3 for r in mine], marker="o", ms=4, color=f"C{i}", gid=f"ttft:{i}")
         right.plot(x, [r["tpot_s"] * 1e3 for r in mine], marker="s", ms=4, ls="--", color=f"C{i}", gid=f"tpot:{i}")
+        if joules:
+            per_j = [r.get("output_tokens_per_j") for r in mine]
+            axes[2].plot(
+                x,
+                [float("nan") if j is None else j for j in per_j],
+                marker="o",
+                ms=4,
+                color=f"C{i}",
+                gid=f"tokens_per_j:{i}",
+            )
     left.set(xlabel="output tokens/s per user", ylabel="output tokens/s per GPU", title="throughput against speed")
     right.set(
         xlabel="concurrency (clients)" if closed else "request rate (requests/s)",
@@ -289,11 +302,15 @@ def draw_load_curve(points: list[dict]):
     from matplotlib.ticker import FuncFormatter
 
     loads = [r["concurrency"] if closed else r["request_rate"] for r in points]
-    if max(loads) / min(loads) >= 10:
-        right.set_xscale("log", base=2 if closed else 10)
+    if joules:
+        axes[2].set(
+            xlabel=right.get_xlabel(), ylabel="output tokens per joule", title="energy: tokens per joule against load"
+        )
+    for ax in axes[1:] if max(loads) / min(loads) >= 10 else ():
+        ax.set_xscale("log", base=2 if closed else 10)
     if max(r["ttft_s"] for r in points) / min(r["tpot_s"] for r in points) >= 10:
         right.set_yscale("log")
-    for ax in (left, right):
+    for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))

@@ -155,6 +155,7 @@ FIELDS: dict[str, Field] = {
     "batching": CHOICE,
     "load": CHOICE,
     "statistic": CHOICE,
+    "minimise": CHOICE,
     "devices": _count(MAX_DEVICES),
     "max_concurrency": _count(MAX_CLIENTS),
 }

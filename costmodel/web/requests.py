@@ -90,7 +90,7 @@ GROUPS = {
         "context",
         "max-concurrency",
     ),
-    "targets": ("ttft-ms", "tpot-ms", "statistic", "price-per-hour", "load", "variants"),
+    "targets": ("ttft-ms", "tpot-ms", "statistic", "minimise", "price-per-hour", "load", "variants"),
     "engine features (served, curve)": (
         "speculative-config",
         "acceptance-length",
@@ -115,7 +115,9 @@ USES = {
 }
 USES["served"] |= set(GROUPS["engine features (served, curve)"])
 USES["curve"] = USES["served"] - _POOLS
-USES["capacity"] = (USES["recommend"] - {"max-gpus", "concurrency", "request-rate", "client-connections"}) | {
+USES["capacity"] = (
+    USES["recommend"] - {"max-gpus", "concurrency", "request-rate", "client-connections", "minimise"}
+) | {
     "load",
     "variants",
 }
@@ -217,6 +219,7 @@ class ViewRequest(BaseModel):
     ttft_ms: float | None = Field(None, alias="ttft-ms", gt=0, le=1e7, description="TTFT target")
     tpot_ms: float | None = Field(None, alias="tpot-ms", gt=0, le=1e7, description="TPOT target")
     statistic: Literal["mean", "p90"] = Field("mean", description="of the targets (recommend)")
+    minimise: Literal["gpus", "cost", "energy"] = Field("gpus", description="what recommend minimises")
     price_per_hour: float | None = Field(None, alias="price-per-hour", gt=0, le=1e4, description="$ per GPU-hour")
     load: Literal["concurrency", "request-rate"] = Field("concurrency", description="what capacity searches")
     variants: bool = Field(True, description="capacity: the MHA, GQA and MQA versions too")

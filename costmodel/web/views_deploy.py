@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from costmodel.render import interactive as charts
+from costmodel.render.recommend import HEADLINE
 from costmodel.web.requests import ViewRequest
 from costmodel.web.view_parts import engine_flags, loads_of, number, requests_of, seconds, table
 
@@ -165,6 +166,7 @@ def recommend_view(req: ViewRequest, m, hws) -> dict:
         statistic=req.statistic,
         evaluator=req.evaluator,
         price_per_gpu_hour=req.price_per_hour,
+        minimise=req.minimise,
         max_gpus=req.max_gpus,
         weight_dtype=req.weight_dtype,
         kv_dtype=req.kv_dtype,
@@ -179,6 +181,8 @@ def recommend_view(req: ViewRequest, m, hws) -> dict:
         ("per_unit", "served per unit", "clients or req/s"),
         ("replicas", "units", ""),
         ("gpus", "GPUs", ""),
+        ("cost_per_hour", "cost per hour", "$"),
+        ("energy_j_per_output_token", "energy per output token", "J"),
         ("binds", "what binds", ""),
     )
     ranked = [c for c in rows if c["gpus"]]
@@ -190,11 +194,12 @@ def recommend_view(req: ViewRequest, m, hws) -> dict:
         "hovertemplate": "%{x}: %{y} GPUs<extra></extra>",
     }
     return {
-        "title": f"{m.name}: the fewest GPUs of {', '.join(h.id for h in hws)} for the load",
+        "title": f"{m.name}: the {HEADLINE[rec.minimise]} of {', '.join(h.id for h in hws)} for the load",
         "summary": [
             number("gpus", f"GPUs ({rec.gpu} {rec.layout})", "", rec.gpus),
             number("ttft_ms", "TTFT mean there", "ms", rec.at.ttft_s * 1e3),
             number("tpot_ms", "TPOT mean there", "ms", rec.at.tpot_s * 1e3),
+            number("energy_j", "energy per output token there", "J", rec.at.energy_j_per_output_token),
         ],
         "tables": [table("candidates", rows, columns)],
         "charts": [charts.figure("candidates", "GPUs each candidate needs", [bars], "candidate", "GPUs")],
