@@ -130,3 +130,17 @@ def test_a_bad_objective_or_price_is_refused():
         _recommend(minimise="cost", price_per_gpu_hour={"h100_sxm": 2.0})
     with pytest.raises(CostModelError, match="a price for b200, which is not searched"):
         _recommend(price_per_gpu_hour={"b200": 2.0})
+
+
+def test_capacity_prices_each_variants_joules_and_mqa_spends_the_fewest():
+    # Shazeer's argument in joules: at the most clients under a TPOT target, multi-query reads the least KV cache a
+    # token, so each output token costs less energy than grouped-query's, and that less than multi-head's
+    from costmodel.deploy.capacity import load_capacity
+
+    m = costmodel.load_model("llama-3-8b")
+    report = load_capacity(m, [H100], Load(2048, 512), tpot_s=0.05)
+    joules = {pt.attention.split()[0]: pt.at.energy_j_per_output_token for pt in report.points}
+    assert joules["MQA"] < joules["GQA"] < joules["MHA"]
+    for pt in report.points:  # each the deployment's power over its output tokens at that point
+        assert pt.at.energy_j_per_output_token == pytest.approx(pt.at.power_w / pt.at.output_tokens_per_s_per_device)
+    assert "J/token" in str(report)

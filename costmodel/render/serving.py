@@ -253,6 +253,7 @@ def load_capacity_table(report) -> str:
         "",
     ]
     rate = report.load == "request-rate"
+    joules = any(pt.at is not None and pt.at.energy_j_per_output_token is not None for pt in report.points)
     rows = [
         (
             "device",
@@ -266,6 +267,7 @@ def load_capacity_table(report) -> str:
             "tok/s/device",
             "tok/s/user",
         )
+        + (("J/token",) if joules else ())
         + (("$/M tokens",) if report.price_per_hour is not None else ())
     ]
     for pt in report.points:
@@ -283,6 +285,8 @@ def load_capacity_table(report) -> str:
             f"{p.output_tokens_per_s_per_device:,.0f}" if p else "-",
             f"{p.output_tokens_per_s_per_user:.1f}" if p else "-",
         )
+        if joules:
+            cells += (si(p.energy_j_per_output_token, "J") if p and p.energy_j_per_output_token else "-",)
         if report.price_per_hour is not None:
             cells += (f"{pt.cost_per_million_tokens:.3g}" if pt.cost_per_million_tokens is not None else "-",)
         rows.append(cells)
@@ -293,7 +297,8 @@ def load_capacity_table(report) -> str:
         f"  - {'req/s: the highest request rate' if rate else 'clients: the most clients'} "
         f"under the targets ({report.statistic}s); binds: what stops more; TTFT, TPOT: their "
         f"{report.statistic}s there; batch: sequences in an iteration, mean; tok/s/device: output tokens a "
-        "second per device; tok/s/user: a request's output tokens over its whole time",
+        "second per device; tok/s/user: a request's output tokens over its whole time"
+        + ("; J/token: every device's energy over the output tokens there (docs/energy.md)" if joules else ""),
         "",
         "Assumptions:",
         *[f"  - {a}" for a in report.assumptions],

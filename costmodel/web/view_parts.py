@@ -117,6 +117,8 @@ SERVED_COLUMNS = (
     ("mean_batch", "mean batch", "seqs"),
     ("kv_use_max", "KV use, most", "%"),
     ("preemptions", "preemptions", ""),
+    ("power_w", "power", "W/GPU"),
+    ("j_token", "energy", "J/output token"),
 )
 
 
@@ -133,6 +135,8 @@ def served_row(p) -> dict:
         "mean_batch": p.mean_batch,
         "kv_use_max": p.kv_use_max * 100,
         "preemptions": p.preemptions,
+        "power_w": p.power_w,
+        "j_token": p.energy_j_per_output_token,
     }
 
 
@@ -143,6 +147,17 @@ def served_summary(p) -> list[dict]:
         number("tok_s_gpu", "throughput", "tok/s/GPU", p.output_tokens_per_s_per_gpu),
         number("tok_s_user", "speed", "tok/s/user", p.output_tokens_per_s_per_user),
         number("kv_use_max", "KV use, most", "%", p.kv_use_max * 100),
+        *energy_summary(p),
+    ]
+
+
+def energy_summary(p) -> list[dict]:
+    """A served run's power per GPU and energy per output token, where its device states a board power."""
+    if p.energy_j_per_output_token is None:
+        return []
+    return [
+        number("power_w", "power", "W/GPU", p.power_w),
+        number("j_token", "energy", "J/output token", p.energy_j_per_output_token),
     ]
 
 

@@ -6,6 +6,7 @@ from costmodel.render import interactive as charts
 from costmodel.web.requests import ViewRequest
 from costmodel.web.view_parts import (
     SERVED_COLUMNS,
+    energy_summary,
     engine_kw,
     load_words,
     loads_of,
@@ -63,6 +64,7 @@ def disagg_view(req: ViewRequest, m, hw) -> dict:
             number("tpot_ms", "TPOT mean", "ms", p.tpot_s * 1e3),
             number("tok_s_gpu", "throughput", "tok/s/GPU", p.output_tokens_per_s_per_device),
             number("tok_s_user", "speed", "tok/s/user", p.output_tokens_per_s_per_user),
+            *energy_summary(p),
         ],
         "tables": [
             table("ttft", [{k: v * 1e3 for k, v in split.items()}], [(k, k.removesuffix("_s"), "ms") for k in split])
