@@ -202,3 +202,47 @@ def test_the_cli_prints_energy_and_refuses_a_bad_limit(tmp_path):
     assert bad.exit_code != 0 and bad.output.startswith("Error:") and "2000" in bad.output
     assert "Traceback" not in bad.output
     assert float(text.split(" W per device")[0].split()[-1]) > 0
+
+
+@pytest.mark.parametrize(
+    "model, tp, load",
+    [
+        ("meta-llama/Llama-3.1-8B", 1, Load(2048, 512, request_rate=4, num_requests=120)),
+        ("mixtral_8x7b", 4, Load(1024, 512, concurrency=128, num_requests=300)),
+    ],
+)
+def test_the_operating_point_prices_the_iterations_work(model, tp, load):
+    # a run's work joules summed iteration by iteration (each at its own decode tokens and prefill chunk, its
+    # communication at all its tokens) against the one operating point the report prices them at
+    import numpy as np
+
+    from costmodel.engine.energy import simulated_energy
+    from costmodel.engine.served import Setup, engine
+    from costmodel.engine.simulate import simulate
+    from costmodel.model.pricing import pricing
+
+    m = costmodel.load_model(model)
+    eng = engine("vllm", capacity_bytes=H100.engine_memory, device_name=H100.name, tp=tp)
+    prompts, outputs = load.lengths(load.num_requests)
+    setup = Setup(m, pricing(m, H100, tp=tp, **eng.kernels), eng, max_context=int(prompts.max() + outputs.max()))
+    res = simulate(
+        setup.table,
+        eng,
+        kv_tokens=setup.kv_tokens,
+        prompts=prompts,
+        outputs=outputs,
+        concurrency=load.concurrency,
+        request_rate=load.request_rate,
+        wall=setup.wall,
+    )
+    context, prompt = float(np.mean(prompts) + np.mean(outputs) / 2), float(np.mean(prompts))
+    summed = 0.0
+    for (times, decode), (_, chunk, _) in zip(res.iteration_s, res.stretches):
+        at = setup.table.operating_work(seqs=max(decode, 1), context=context, chunk=max(chunk, 1), prompt=prompt)
+        comm = setup.table.operating_work(seqs=decode + chunk, context=context, chunk=1, prompt=1)["comm"][0][2]
+        summed += len(times) * ((at["decode"][0][2] if decode else 0) + (at["prefill"][0][2] if chunk else 0) + comm)
+    e = simulated_energy(setup, res, prompts, outputs)
+    running = PowerModel.of(H100).running_w
+    spent = {"prefill": res.prefill_s, "decode": res.decode_s, "communication": res.comm_s}
+    priced = sum((e.phase_power_w[k] - running) * t for k, t in spent.items())
+    assert priced == pytest.approx(summed, rel=0.03)
