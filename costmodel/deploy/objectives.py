@@ -53,12 +53,13 @@ def rank(c: Candidate, load: float, minimise: str = "gpus") -> tuple:
 
 
 def fewest(c: Candidate) -> tuple:
+    """The fewest GPUs, then the cheaper: the order disaggregated candidates are simulated whole in."""
     return (c.gpus, c.cost_per_hour or 0.0)
 
 
 def priced(c: Candidate, at, price) -> Candidate:
     """``c`` with the GPUs, cost per hour and joules per output token of its whole prediction ``at``."""
-    gpus = at.devices if hasattr(at, "prefill") else c.unit_gpus * c.replicas
+    gpus = at.devices if c.mode == "disagg" else c.unit_gpus * c.replicas
     each = price_of(price, c.gpu)
     return c.model_copy(
         update={

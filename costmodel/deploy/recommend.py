@@ -382,7 +382,9 @@ def _recommendation(m, hw, requests, best: Candidate, at, candidates, targets, k
         launch=made["launch"],
         bench=made["bench"],
         candidates=candidates,
-        assumptions=_assumptions(best, closed, recommend_disagg.searched(kw["engine_name"], requests)),
+        assumptions=_assumptions(
+            best, closed, recommend_disagg.searched(kw["engine_name"], requests), targets["minimise"]
+        ),
     )
 
 
@@ -392,14 +394,23 @@ def _described(c: Candidate) -> str:
     return f"{c.prefill_workers} x {c.prefill_tp}-GPU prefill + {c.decode_workers} x {c.decode_tp}-GPU decode workers"
 
 
-def _assumptions(best: Candidate, closed: bool, no_pools: str | None) -> list[str]:
+#: What comes first in the ranking, by the objective, as the assumptions say it.
+FIRST = {
+    "gpus": "the fewest GPUs, then the cheaper, then the most room",
+    "cost": "the least cost per hour at each device's price, then the fewest GPUs, then the most room",
+    "energy": "the fewest joules per output token (each unit at its fewest replicas: more run smaller batches, "
+    "each weight read for fewer tokens), then the fewest GPUs, then the cheaper",
+}
+
+
+def _assumptions(best: Candidate, closed: bool, no_pools: str | None, minimise: str) -> list[str]:
     budgets = ", ".join(str(b) for b in BUDGETS)
     return [
         "searched: per device kind, engine units of tensor parallel 1-8 GPUs (a mixture of experts also expert "
         "parallel and attention data parallel groups; pipeline stages of 8 past one node), each at the engine's "
         f"token budget and at {budgets} unless one is given, the most one unit serves under the targets "
         f"({'clients' if closed else 'requests/s'}, costmodel capacity), then replicas behind a router, each an "
-        "even share of the load; the fewest GPUs, then the cheaper, then the most room",
+        f"even share of the load; {FIRST[minimise]}",
         (
             f"disaggregated pools not searched: {no_pools}"
             if no_pools
