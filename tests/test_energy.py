@@ -246,3 +246,21 @@ def test_the_operating_point_prices_the_iterations_work(model, tp, load):
     spent = {"prefill": res.prefill_s, "decode": res.decode_s, "communication": res.comm_s}
     priced = sum((e.phase_power_w[k] - running) * t for k, t in spent.items())
     assert priced == pytest.approx(summed, rel=0.03)
+
+
+def test_the_attention_layers_ops_carry_their_joules_by_hand():
+    # costmodel predict --gpu h100 (the main job): each op's energy is its running power over its time plus its
+    # FLOPs and bytes at the sourced energies; the total sums the ops over the layers, its power that over the time
+    from costmodel.attention.roofline import predict
+    from costmodel.attention.workload import Workload
+
+    w = Workload.create("gqa", "incremental", batch=16, context=4096, d_model=4096, heads=32, groups=8, layers=2)
+    p = predict(w, H100)
+    for op in p.ops:
+        if op.name.endswith("proj"):  # the bf16 projections: tensor cores, nothing capped
+            by_hand = (IDLE_W + ACTIVE_W) * op.time_s + op.flops * BF16_J + op.bytes * BYTE_J
+            assert op.energy_j == pytest.approx(by_hand, rel=1e-9)
+        assert (IDLE_W + ACTIVE_W) * op.time_s <= op.energy_j <= 700 * op.time_s * (1 + 1e-9)
+    assert p.total.energy_j == pytest.approx(2 * sum(o.energy_j for o in p.ops))
+    assert p.total.power_w == pytest.approx(p.total.energy_j / p.total.time_s)
+    assert predict(w, load_profile("tpu_v5e")).total.energy_j is None  # no board power stated, no joules

@@ -23,6 +23,7 @@ from costmodel.core.reports import DeviceSummary, Report
 from costmodel.core.vocab import DEFAULTS, OVERLAPS, choice, dtype_bytes
 from costmodel.counts.compiled import Compiled, compile_program
 from costmodel.hardware.mechanisms import MECHANISMS
+from costmodel.hardware.power import PowerModel
 from costmodel.hardware.profile import HardwareProfile
 from costmodel.price.bands import Band, band
 from costmodel.price.bands import assumption as band_assumption
@@ -49,6 +50,7 @@ class OpPrediction(Report):
     bound: Literal["compute", "memory"]
     efficiency_class: str | None = None  # the fitted class that priced it (None: datasheet roofline)
     band: Band | None = None  # where the measured time is expected to fall (costmodel.price.bands)
+    energy_j: float | None = None  # the device's energy over the op (costmodel.hardware.power); None: no board power
 
 
 class Totals(Report):
@@ -62,6 +64,8 @@ class Totals(Report):
     per_token_s: float | None
     tokens_per_s: float
     band: Band | None = None  # the ops' ranges added (costmodel.price.bands.total)
+    energy_j: float | None = None  # every op's energy over the layers (None: the device states no board power)
+    power_w: float | None = None  # that energy over the time
 
 
 class MemoryFit(Report):
@@ -128,7 +132,7 @@ def predict(
     width = dtype_bytes(w.dtype)
     hw.peak(w.dtype)  # a dtype the device lacks is an error before any arithmetic
     compiled = compile_program(w.variant, w.mode, w.execution, w.cache_append)
-    rows = []
+    rows, pm = [], PowerModel.of(hw)
     for op, shape, einsum, _ in program_ops(
         compiled, w.dims(), w.mode, Precision.of(width, w.dtype), launches=w.n if w.mode == "generate" else 1
     ):
@@ -148,9 +152,11 @@ def predict(
                 bound=t.bound,
                 efficiency_class=t.cls,
                 band=band(t.time, hw, model, op.cls),
+                energy_j=float(pm.kernel(op, t.time).energy_j) if pm is not None else None,
             )
         )
     L = w.layers
+    energy = L * sum(r.energy_j for r in rows) if pm is not None else None
     compute = L * sum(r.compute_s for r in rows)
     memory = L * sum(r.memory_s for r in rows)
     time = L * sum(r.time_s for r in rows)
@@ -167,6 +173,8 @@ def predict(
         per_token_s=per_token,
         tokens_per_s=tokens / time,
         band=band_total((L * r.time_s, r.band and r.band.scaled(L)) for r in rows),
+        energy_j=energy,
+        power_w=energy / time if energy is not None and time > 0 else None,
     )
     return Prediction(
         hardware=hardware_summary(hw, w.dtype, model),

@@ -248,8 +248,9 @@ def bound_cell(bound: str, intensity: float, ridge: float) -> str:
 
 
 def op_table(p) -> list[str]:
-    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "overhead", "time", "range", "bound")
-    rows = [head]
+    joules = p.total.energy_j is not None
+    head = ("op", "einsum", "FLOPs", "bytes", "FLOP/B", "compute", "memory", "overhead", "time", "range")
+    rows = [head + (("energy",) if joules else ()) + ("bound",)]
     ridge = p.hardware.ridge_point_flops_per_byte
     for r in p.ops:
         rows.append(
@@ -264,8 +265,9 @@ def op_table(p) -> list[str]:
                 si(r.launch_s, "s"),
                 si(r.time_s, "s"),
                 band_cell(r.band),
-                bound_cell(r.bound, r.intensity, ridge),
             )
+            + ((si(r.energy_j, "J"),) if joules else ())
+            + (bound_cell(r.bound, r.intensity, ridge),)
         )
     t = p.total
     per_layer = " per layer" if p.workload.layers > 1 else ""
@@ -281,10 +283,11 @@ def op_table(p) -> list[str]:
             si(t.launch_s, "s"),
             si(t.time_s, "s"),
             band_cell(t.band),
-            bound_cell(t.bound, t.flops / t.bytes, ridge),
         )
+        + ((f"{si(t.energy_j, 'J')} at {t.power_w:.0f} W",) if joules else ())
+        + (bound_cell(t.bound, t.flops / t.bytes, ridge),)
     )
-    return aligned(rows, right={2, 3, 4, 5, 6, 7, 8, 9}, rules=(1, -1))
+    return aligned(rows, right={2, 3, 4, 5, 6, 7, 8, 9, 10}, rules=(1, -1))
 
 
 def op_legend(ridge: float) -> list[str]:
@@ -297,6 +300,8 @@ def op_legend(ridge: float) -> list[str]:
         f"  - bound: the longer of compute and memory at the fitted rates; * where the datasheet ridge "
         f"({ridge:.0f} FLOP/B) says the other: at this shape the kernel reaches a small share of its peak "
         "(compute*) or of its bandwidth (memory*)",
+        "  - energy: the device's joules over the op (its running power over the time, its FLOPs and bytes at "
+        "their sourced energies: docs/energy.md); the total's at its mean power",
     ]
 
 
