@@ -136,7 +136,7 @@ def to_yaml(b: dict, tails: dict, cover: dict, plain: dict, data: list[str]) -> 
 
 def main(argv):
     folder = next((a for a in argv if not a.startswith("--")), str(ROOT.parent / "shared" / "measurements"))
-    tables, _ = read_folder(folder)
+    tables, _ = read_folder(folder, engines=("vllm",))  # the kernels these fits are of
     tables = [t for t in tables if t.timing != "eager" and t.profile in GPUS]
     found = ratios(tables, {p: load_profile(p) for p in GPUS if any(t.profile == p for t in tables)})
     tails = calibrated(found)

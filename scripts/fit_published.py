@@ -266,7 +266,7 @@ def same_shapes(tables):
 
 def main(argv):
     folder = next((a for a in argv if not a.startswith("--")), str(ROOT.parent / "shared" / "measurements"))
-    tables, _ = read_folder(folder)
+    tables, _ = read_folder(folder, engines=("vllm",))  # the kernels these fits are of
     chosen = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--gpus=")), list(GPUS))
     by_gpu = {pid: [t for t in tables if t.profile == pid] for pid in GPUS if pid in chosen}
     # datasheet profiles without any fitted block: the fit must not depend on what was fitted before

@@ -27,7 +27,7 @@ def kernel_ratios():
     from costmodel.validation.bands import GPUS, ratios
     from costmodel.validation.published import read_folder
 
-    tables = [t for t in read_folder(SHARED)[0] if t.timing != "eager" and t.profile in GPUS]
+    tables = [t for t in read_folder(SHARED, engines=("vllm",))[0] if t.timing != "eager" and t.profile in GPUS]
     return ratios(tables, {p: load_profile(p) for p in GPUS})
 
 

@@ -24,7 +24,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"
 def tables():
     if not SHARED.is_dir():
         pytest.skip(f"the published tables are not beside this checkout ({SHARED})")
-    return read_folder(SHARED)[0]
+    return read_folder(SHARED, engines=("vllm",))[0]
 
 
 def _median_error(tables, hw, eff) -> float:

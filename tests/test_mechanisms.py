@@ -274,7 +274,7 @@ def test_published_json_contract(published_report):
             "p90_abs_error_pct",
             "median_measured_over_predicted",
         } <= set(s)
-    assert "aiconfigurator  a100_sxm  decode_attention" in text
+    assert "aiconfigurator  a100_sxm  vllm    decode_attention" in text
 
 
 def test_each_attention_row_names_the_predict_command_that_gives_its_time(published_report):
@@ -307,7 +307,7 @@ def test_a_new_gpu_in_the_same_layout_is_read_through_its_alias(tmp_path):
     shutil.copy(src, tmp_path / "h200_sxm_vllm_0.19.0_gemm.csv")
     r = CliRunner().invoke(main, ["validate", "--published", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    assert "h200_sxm  gemm" in r.output
+    assert "h200_sxm  vllm    gemm" in r.output
 
 
 def test_impossible_rows_are_rejected_with_a_count(tmp_path):

@@ -148,12 +148,9 @@ def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> 
 def unfitted_write_s(table, hw, eff, gemm=None, on=frozenset(MECHANISMS)) -> np.ndarray | float:
     """Seconds of the cache write a table's prompt calls hold (its engine version writes the prompt's keys and values
     inside the timed call: ``write_bytes`` in its shape) where the class's parameters price none (``eff`` carried
-    from a device whose engine writes them outside the call: no ``cache_write_ceiling``). The write is a kernel of
-    its own in the call (vLLM's ``reshape_and_cache_flash`` before the attention kernel), priced as the transfer rule
-    prices a kernel a carried call launches beside its own (:data:`costmodel.hardware.profile.DECODE_LAUNCHES`): the fixed
-    cost of a small kernel under the table's timing (:func:`costmodel.price.origin.small_kernel_s` of ``gemm``, the GEMM
-    class the call is priced beside) and its bytes at the datasheet bandwidth, which no fit of a write has slowed.
-    0 where the parameters price the write themselves or the call holds none."""
+    from a device whose engine writes them outside the call: no ``cache_write_ceiling``):
+    :func:`costmodel.price.transfer.apart_write_s`, as ``costmodel predict --prompt-write in-call`` prices it. 0 where
+    the parameters price the write themselves or the call holds none."""
     if (
         eff is None
         or eff.cache_write_ceiling is not None
@@ -162,10 +159,9 @@ def unfitted_write_s(table, hw, eff, gemm=None, on=frozenset(MECHANISMS)) -> np.
         or "write_bytes" not in (table.shape or {})
     ):
         return 0.0
-    from costmodel.price.transfer import small_kernel_s
+    from costmodel.price.transfer import apart_write_s
 
-    launch = (small_kernel_s(gemm, table.timing) or 0.0) if "fixed" in on else 0.0
-    seconds = launch + np.asarray(table.shape["write_bytes"], float) / hw.bandwidth
+    seconds = apart_write_s(table.shape["write_bytes"], hw, gemm, table.timing, on)
     return seconds * (table.count if table.count is not None else 1)
 
 

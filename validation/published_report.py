@@ -1,6 +1,6 @@
 """The published GPU kernel timings (:mod:`costmodel.validation.published`) held against the predictions: every
 row predicted by its class's mechanisms on its device, rows faster than the dense-peak bound on their FLOPs
-rejected, and the errors per source x GPU x op class x size bin.
+rejected, and the errors per source x GPU x engine x op class x size bin.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def roofline_bound(table: Table, hw) -> np.ndarray:
 
 
 def validate_published(tables: list[Table], without=()) -> dict:
-    """Rows (one per published timing) and summary rows per source x GPU x op class x size bin."""
+    """Rows (one per published timing) and summary rows per source x GPU x engine x op class x size bin."""
     from costmodel.core.progress import bar
     from costmodel.hardware.catalog import load_profile
     from costmodel.price.origin import time_model
@@ -62,40 +62,17 @@ def validate_published(tables: list[Table], without=()) -> dict:
             )
             error = (predicted / table.measured_s - 1) * 100
             bins = size_bin(table)
-            for i in range(len(table)):
-                row = {
-                    "source": table.source,
-                    "gpu": table.gpu,
-                    "profile": table.profile,
-                    "op_class": table.op_class,
-                    **{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in table.fields.items()},
-                    "measured_s": float(table.measured_s[i]),
-                    "predicted_s": float(predicted[i]),
-                    "error_pct": round(float(error[i]), 3),
-                }
-                if table.op_class in ("decode_attention", "prefill_attention"):
-                    f = table.fields
-                    mode = "incremental" if table.op_class == "decode_attention" else "batched"
-                    s = int(f["step"][i]) if mode == "incremental" else int(f["isl"][i])
-                    row["command"] = attention_command(
-                        table.profile,
-                        mode,
-                        int(f["batch_size"][i]),
-                        s,
-                        int(f["num_heads"][i]),
-                        int(f["num_key_value_heads"][i]),
-                        int(f["head_dim"][i]),
-                    )
-                rows.append(row)
+            told = _told(table, eff, on, without)
+            rows += _rows(table, predicted, error, told)
             for bin_name in (*sorted(set(bins)), "all"):
                 keep = np.ones(len(table), bool) if bin_name == "all" else bins == bin_name
-                key = (table.source, table.gpu, table.op_class, bin_name)
+                key = (table.source, table.gpu, table.engine or "", table.op_class, bin_name)
                 g = groups.setdefault(key, [[], []])
                 g[0].append(predicted[keep])
                 g[1].append(table.measured_s[keep])
             advance()
     summary = []
-    for (source, gpu, op_class, bin_name), (pred, meas) in sorted(groups.items()):
+    for (source, gpu, engine, op_class, bin_name), (pred, meas) in sorted(groups.items()):
         p, m = np.concatenate(pred), np.concatenate(meas)
         if not len(m):
             continue
@@ -103,6 +80,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
             {
                 "source": source,
                 "gpu": gpu,
+                "engine": engine or None,
                 "op_class": op_class,
                 "size_bin": bin_name,
                 **errors(p, m),
@@ -112,14 +90,66 @@ def validate_published(tables: list[Table], without=()) -> dict:
     return {"rows": rows, "summary": summary, "rejected": rejected, "mechanisms_off": sorted(set(without))}
 
 
+def _rows(table: Table, predicted, error, told: list[str]) -> list[dict]:
+    """One JSON row per timing of ``table``: its engine, shape, measured and predicted seconds, and for attention
+    the ``costmodel predict`` command that prints its prediction (with ``told``: what the command adds)."""
+    rows = []
+    for i in range(len(table)):
+        row = {
+            "source": table.source,
+            "gpu": table.gpu,
+            "engine": table.engine,
+            "engine_version": table.engine_version,
+            "profile": table.profile,
+            "op_class": table.op_class,
+            **{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in table.fields.items()},
+            "measured_s": float(table.measured_s[i]),
+            "predicted_s": float(predicted[i]),
+            "error_pct": round(float(error[i]), 3),
+        }
+        if table.op_class in ("decode_attention", "prefill_attention"):
+            f = table.fields
+            mode = "incremental" if table.op_class == "decode_attention" else "batched"
+            s = int(f["step"][i]) if mode == "incremental" else int(f["isl"][i])
+            row["command"] = (
+                attention_command(
+                    table.profile,
+                    mode,
+                    int(f["batch_size"][i]),
+                    s,
+                    int(f["num_heads"][i]),
+                    int(f["num_key_value_heads"][i]),
+                    int(f["head_dim"][i]),
+                )
+                + told
+            )
+        rows.append(row)
+    return rows
+
+
+def _told(table: Table, eff, on, without) -> list[str]:
+    """What a row's ``costmodel predict`` command adds to price the call as the table timed it: the mechanisms
+    switched off, and whether the prompt call holds its cache write where the device's fit says otherwise (a table
+    of an engine version that writes the cache inside the call, on a device whose parameters price none, or the
+    other way round)."""
+    told = [arg for name in sorted(set(without)) for arg in ("--without", name)]
+    if table.priced_class != "prefill_attention" or "cache_write" not in on:
+        return told
+    holds, priced = "write_bytes" in (table.shape or {}), eff.cache_write_ceiling is not None
+    if holds != priced:
+        told += ["--prompt-write", "in-call" if holds else "apart"]
+    return told
+
+
 def summary_table(report: dict) -> str:
     from costmodel.render.text import aligned
 
-    head = ("source", "gpu", "op class", "size", "n", "median |err|", "p90 |err|", "measured/predicted")
+    head = ("source", "gpu", "engine", "op class", "size", "n", "median |err|", "p90 |err|", "measured/predicted")
     body = [
         (
             s["source"],
             s["gpu"],
+            s["engine"] or "-",
             s["op_class"],
             s["size_bin"],
             str(s["n"]),
@@ -129,7 +159,7 @@ def summary_table(report: dict) -> str:
         )
         for s in report["summary"]
     ]
-    lines = aligned([head, *body], right=(4, 5, 6, 7), rules=(1,))
+    lines = aligned([head, *body], right=(5, 6, 7, 8), rules=(1,))
     if report["rejected"]:
         lines.append(
             "rejected (faster than the dense-peak bound on their FLOPs): "

@@ -12,7 +12,7 @@ from costmodel.core.errors import CostModelError
 
 AIC = re.compile(
     r"^(?P<system>.+?)_(?P<framework>[a-z]+)_(?P<version>[0-9][0-9.]*[0-9a-z]*)_"
-    r"(?P<table>generation_attention|context_attention|gemm)\.csv$"
+    r"(?:(?P<table>generation_attention|context_attention)(?:_perf)?|(?P<gemm>gemm))\.csv$"
 )
 
 
@@ -62,6 +62,8 @@ class Table:
     shape: dict = field(default_factory=dict)  # what the class's mechanisms need
     count: np.ndarray | None = None  # ops per measured time (LLMCompass's Q_K_V is three GEMMs)
     kernel: str | None = None  # the class whose kernel runs these rows, where not op_class's own
+    engine: str | None = None  # the serving engine whose kernels were timed (vllm, sglang, trtllm), where one was
+    engine_version: str | None = None
 
     @property
     def priced_class(self) -> str:
@@ -88,6 +90,8 @@ class Table:
             pick(self.shape),
             None if self.count is None else self.count[keep],
             self.kernel,
+            self.engine,
+            self.engine_version,
         )
 
 
@@ -104,3 +108,16 @@ def table_column(rows: list[dict], key: str, path: Path, convert=float) -> np.nd
         raise CostModelError(f"{path}: no column {key!r}") from None
     except (TypeError, ValueError) as err:
         raise CostModelError(f"{path}: column {key!r}: {err}") from None
+
+
+def profile_for_system(system: str) -> str:
+    """The profile id a table's system id names (``a100_sxm`` -> ``a100_80gb_sxm``); an error naming the
+    known ids and aliases otherwise."""
+    from costmodel.hardware.catalog import load_profile, profile_index, profile_key
+
+    if profile_key(system) not in profile_index():
+        known = sorted(profile_index())
+        raise CostModelError(
+            f"no hardware profile for system {system!r} of a published table; known ids and aliases: {', '.join(known)}"
+        )
+    return load_profile(system).id

@@ -174,24 +174,29 @@ class TimeModel:
     resolved: Resolved | None
     timing: str
     on: frozenset
+    write_in_call: bool = False  # a prompt call holds its cache write where the fit prices none (vocab.PROMPT_WRITES)
 
     @property
     def active(self) -> bool:
         return self.resolved is not None and bool(self.on)
 
 
-def time_model(hw, timing: str = "graph", without=()) -> TimeModel:
+def time_model(hw, timing: str = "graph", without=(), prompt_write: str | None = None) -> TimeModel:
     """The time model of ``hw`` for a timing convention, with the named mechanisms switched off
-    (``without=("all",)`` is the bare datasheet roofline)."""
+    (``without=("all",)`` is the bare datasheet roofline), and where ``prompt_write`` says so the prompt call's
+    cache write held in the call or not (:data:`costmodel.core.vocab.PROMPT_WRITES`)."""
     from costmodel.core.checks import names
-    from costmodel.core.vocab import choice
+    from costmodel.core.vocab import PROMPT_WRITES, choice
 
     timing = choice("timing", timing, TIMINGS)
     without = names("without", without)
     off = set()
     for name in without:
         off |= set(MECHANISMS) if name == "all" else {choice("mechanism", name, (*MECHANISMS, "all"))}
+    if prompt_write is not None:
+        prompt_write = choice("prompt write", prompt_write, PROMPT_WRITES)
+        off |= {"cache_write"} if prompt_write == "apart" else set()
     on = frozenset(MECHANISMS) - off
     if hw.efficiency is not None:  # a device whose fit covers only some mechanisms (a CPU has no tiles)
         on &= frozenset(hw.efficiency.mechanisms)
-    return TimeModel(resolve(hw, timing), timing, on)
+    return TimeModel(resolve(hw, timing), timing, on, prompt_write == "in-call")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from costmodel.hardware.mechanisms import (
     GEMMS,
     VECTOR_CLASSES,
@@ -284,6 +286,17 @@ def attention_kind(p) -> str | None:
     from costmodel.hardware.kernels import ATTENTION_KERNEL_KINDS
 
     return ATTENTION_KERNEL_KINDS.get(p.architecture.kernels.decode_kernel) if p.architecture is not None else None
+
+
+def apart_write_s(write_bytes, hw, gemm, timing: str, on) -> np.ndarray | float:
+    """Seconds of a prompt call's cache write where the call holds it but its class's parameters price none (fitted
+    where the engine writes outside the call: no ``cache_write_ceiling``). The write is a kernel of its own in the
+    call (vLLM's ``reshape_and_cache_flash`` before the attention kernel), priced as the transfer rule prices a kernel
+    a carried call launches beside its own: the fixed cost of a small kernel under ``timing`` (:func:`small_kernel_s`
+    of ``gemm``, the GEMM class the call is priced beside) and its bytes at the datasheet bandwidth, which no fit of a
+    write has slowed."""
+    launch = (small_kernel_s(gemm, timing) or 0.0) if "fixed" in on else 0.0
+    return launch + np.asarray(write_bytes, float) / hw.bandwidth
 
 
 def small_kernel_s(gemm, timing: str) -> float | None:
