@@ -36,6 +36,7 @@ from costmodel.validation.tables import (
     SHIPPED,
     VIDUR,
     Table,
+    bf16_gemm,
     profile_for_system,
     table_column,
     table_rows,
@@ -182,17 +183,7 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
     t = table_column(rows, "latency", path) * 1e-3
     if kind == "gemm":
         M, N, K = (table_column(rows, c, path) for c in ("m", "n", "k"))
-        return [
-            Table(
-                op_class="gemm",
-                fields={"m": M, "n": N, "k": K},
-                measured_s=t,
-                flops=2 * M * N * K,
-                nbytes=2 * (M * K + K * N + M * N),
-                shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
-                **base,
-            )
-        ]
+        return [bf16_gemm({"m": M, "n": N, "k": K}, M, N, K, t, **base)]
     b, h, g, k = (table_column(rows, c, path) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
     if np.any(h % g):
         raise CostModelError(f"{path}: num_key_value_heads must divide num_heads")

@@ -121,3 +121,16 @@ def profile_for_system(system: str) -> str:
             f"no hardware profile for system {system!r} of a published table; known ids and aliases: {', '.join(known)}"
         )
     return load_profile(system).id
+
+
+def bf16_gemm(fields: dict, M, N, K, measured_s, **base) -> Table:
+    """A table of bf16 GEMMs of M x K by K x N (two bytes an element: the inputs read, the output written)."""
+    return Table(
+        op_class="gemm",
+        fields=fields,
+        measured_s=measured_s,
+        flops=2 * M * N * K,
+        nbytes=2 * (M * K + K * N + M * N),
+        shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
+        **base,
+    )
