@@ -44,7 +44,7 @@ def validate_published(tables: list[Table], without=()) -> dict:
     with bar(len(tables), "published tables") as advance:
         for table in tables:
             hw = load_profile(table.profile)
-            model = time_model(hw, table.timing, without)
+            model = time_model(hw, table.timing, without, engine=table.engine)
             bound = roofline_bound(table, hw)
             ok = table.measured_s >= bound * (1 - 1e-9)
             if not ok.all():
@@ -133,6 +133,8 @@ def _told(table: Table, eff, on, without) -> list[str]:
     of an engine version that writes the cache inside the call, on a device whose parameters price none, or the
     other way round)."""
     told = [arg for name in sorted(set(without)) for arg in ("--without", name)]
+    if table.engine not in (None, "vllm"):
+        told += ["--kernels", table.engine]
     if table.priced_class != "prefill_attention" or "cache_write" not in on:
         return told
     holds, priced = "write_bytes" in (table.shape or {}), eff.cache_write_ceiling is not None

@@ -125,16 +125,18 @@ def predict(
     timing: str = "graph",
     without=(),
     prompt_write: str | None = None,
+    kernels: str | None = None,
 ) -> Prediction:
     """Prediction of one workload on one device: the fitted mechanisms of :mod:`costmodel.hardware.mechanisms`
     for the ``timing`` convention (``without`` switches mechanisms off; ``("all",)`` is the bare
     datasheet roofline), or the datasheet roofline where the device has no fitted parameters. ``prompt_write``:
     whether the prompt call holds its cache write (:data:`costmodel.core.vocab.PROMPT_WRITES`; None: as the
-    device's fit says)."""
+    device's fit says). ``kernels``: the serving engine whose own kernel classes price the ops where fitted (None:
+    the device's, vLLM's)."""
     checks.instance("workload", workload, Workload, "a Workload (Workload.create(...))")
     checks.instance("hw", hw, HardwareProfile, "a HardwareProfile (load_profile(...))")
     overlap = choice("overlap", overlap, OVERLAPS)
-    model = time_model(hw, timing, without, prompt_write)
+    model = time_model(hw, timing, without, prompt_write, kernels)
     w = workload
     width = dtype_bytes(w.dtype)
     hw.peak(w.dtype)  # a dtype the device lacks is an error before any arithmetic
@@ -203,11 +205,12 @@ def compare(
     timing: str = "graph",
     without=(),
     prompt_write: str | None = None,
+    kernels: str | None = None,
 ) -> Comparison:
     """Predictions of several workloads (variants of one) on one device, speed-ups over the first."""
     if not isinstance(workloads, (list, tuple)) or not workloads:
         raise CostModelError(f"workloads must be a non-empty list of Workload, got {workloads!r}"[:200])
-    return Comparison([predict(w, hw, overlap, timing, without, prompt_write) for w in workloads])
+    return Comparison([predict(w, hw, overlap, timing, without, prompt_write, kernels) for w in workloads])
 
 
 def hardware_summary(hw: HardwareProfile, dtype: str, model=None, devices: int = 1) -> DeviceSummary:

@@ -21,13 +21,13 @@ from costmodel.core.vocab import DEFAULTS, SWEEP_DIMS
 
 
 def attention_predict(
-    hws: list, chosen: list, one_variant: bool, fmt: str, overlap, timing, without, prompt_write=None
+    hws: list, chosen: list, one_variant: bool, fmt: str, overlap, timing, without, prompt_write=None, kernels=None
 ) -> None:
     """``costmodel predict`` of attention workloads: every op of each variant on each device (``prompt_write``: the
     prompt call's cache write held in the call or apart, :data:`costmodel.core.vocab.PROMPT_WRITES`)."""
     from costmodel.attention.roofline import compare
 
-    results = [compare(chosen, hw, overlap, timing, without, prompt_write) for hw in hws]
+    results = [compare(chosen, hw, overlap, timing, without, prompt_write, kernels) for hw in hws]
     if fmt == "json":
         dumped = [r.model_dump(mode="json") for r in results]
         dumped = [d[0] if one_variant else d for d in dumped]

@@ -42,7 +42,7 @@ from costmodel.cli.recommend import recommend
 from costmodel.cli.reproduce import reproduce
 from costmodel.cli.serving import model_options
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, PROMPT_WRITES, SWEEP_DIMS
+from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, ENGINE_NAMES, PROMPT_WRITES, SWEEP_DIMS
 
 
 @click.group(cls=ErrorLineGroup, context_settings=CONTEXT)
@@ -69,6 +69,7 @@ PREDICT_PARAMS = (
     "timing",
     "without",
     "prompt_write",
+    "kernels",
     "sweep_spec",
     "csv_path",
     "max_points",
@@ -103,6 +104,12 @@ PREDICT_PARAMS = (
     type=choices(PROMPT_WRITES),
     help="whether the timed prompt call also writes the prompt's keys and values into the cache: in-call (vLLM "
     "before 0.16, SGLang, TensorRT-LLM) or apart (vLLM 0.16 on) [default: as the device's fit says]",
+)
+@click.option(
+    "--kernels",
+    type=choices(ENGINE_NAMES),
+    help="whose kernels price one attention layer: a serving engine's own classes where its kernels were timed "
+    "(sglang, trtllm) [default: the device's, vLLM's]",
 )
 @click.option(
     "--sweep",
@@ -222,8 +229,8 @@ def _predict_models(hws, fmt, load: dict, dims: dict, o) -> None:
 def _predict_attention(hws, fmt, dims: dict, o) -> None:
     """predict without --model: attention workloads, one prediction per device or a sweep (``o``: predict's
     parameters)."""
-    if o.prompt_write and o.sweep_spec:
-        raise CostModelError("--prompt-write applies to one attention layer's prediction, not a --sweep")
+    if (o.prompt_write or o.kernels) and o.sweep_spec:
+        raise CostModelError("--prompt-write and --kernels apply to one attention layer's prediction, not a --sweep")
     model_only = [
         flag
         for flag, value in (
@@ -264,7 +271,7 @@ def _predict_attention(hws, fmt, dims: dict, o) -> None:
     if o.sweep_spec:
         attention_sweep(hws, chosen, o.sweep_spec, fmt, o.csv_path, o.overlap, o.max_points, o.timing, o.without)
     else:
-        attention_predict(hws, chosen, bool(o.variant), fmt, o.overlap, o.timing, o.without, o.prompt_write)
+        attention_predict(hws, chosen, bool(o.variant), fmt, o.overlap, o.timing, o.without, o.prompt_write, o.kernels)
 
 
 #: predict's options by what they ask, as its --help lists them.
@@ -293,6 +300,7 @@ predict.panels = {
             "timing",
             "without",
             "prompt_write",
+            "kernels",
             "sweep_spec",
             "csv_path",
             "max_points",

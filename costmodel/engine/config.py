@@ -227,6 +227,7 @@ class EngineConfig:
             "block_fp8_linear": self.block_fp8_linear,
             "mxfp4_activations": self.mxfp4_activations,
             "all_reduce": self.all_reduce,
+            "kernel_engine": self.name,  # its own kernel classes where they were fitted
         }
 
     @property

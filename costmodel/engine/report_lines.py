@@ -3,7 +3,9 @@ groups and replicas evaluated, and how an iteration is priced (:func:`assumption
 
 from __future__ import annotations
 
+from costmodel.core.vocab import ENGINE_TITLES
 from costmodel.model.assumptions import gemm_classes
+from costmodel.price.origin import engine_source
 
 
 def _group_line(setup) -> list[str]:
@@ -93,3 +95,45 @@ def assumptions(
         if evaluator == "simulation"
         else "steady-state closed form (means only: every running sequence at the mean context, prefill spread evenly)",
     ]
+
+
+def _fit_engines(device_id: str) -> tuple[str, ...]:
+    from costmodel.hardware.catalog import load_profile
+
+    fit = load_profile(device_id).efficiency
+    return fit.engines if fit is not None else ()
+
+
+def kernels_line(pr, eng) -> list[str]:
+    """Whose kernels a served prediction's times are: the engine and version whose kernels the device's GEMM class
+    was fitted on (:attr:`costmodel.hardware.profile.Efficiency.engines`), the classes the engine modelled runs of
+    its own (:attr:`costmodel.hardware.profile.HardwareProfile.engine_kernels`), and whether it runs others (empty
+    for a datasheet-only device)."""
+    resolved = pr.model.resolved
+    origin = resolved.origin.get("gemm") if resolved is not None else None
+    if origin is None:
+        return []
+    own = origin.device == pr.hw.id and pr.hw.efficiency is not None
+    engines = pr.hw.efficiency.engines if own else _fit_engines(origin.device)
+    if not engines:
+        return []
+    which, ours = " and ".join(engines), ENGINE_TITLES[eng.name]
+    line = f"kernel times: {which}'s kernels as timed on {origin.device} (the tables its kernel classes were fitted on)"
+    mine = {c: o for c, o in resolved.origin.items() if f" ({eng.name}'s own kernel)" in o.notes}
+    if mine:
+        where = sorted({o.device for o in mine.values()})
+        line += (
+            f"; {ours}'s own for {', '.join(sorted(mine))} (fitted on {' and '.join(where)}'s timings of its kernels"
+            + ("" if where == [pr.hw.id] else ", carried here by the transfer rule")
+            + "), the rest priced as those (carried across engines)"
+        )
+    elif (src := engine_source(pr.hw, eng.name)) is not None:
+        line += (
+            f"; {ours}'s own kernels were timed on {src.id} (docs/validation.md), and its served runs here are priced "
+            "with these (carried across engines)"
+        )
+    elif not any(e.startswith(ours + " ") for e in engines):
+        line += f"; {ours} runs kernels of its own, not measured here, priced as those (carried across engines)"
+    elif not any(e.startswith(f"{ours} {eng.version}") for e in engines):
+        line += f"; the scheduler is {ours} {eng.version}'s, its kernels taken as the fitted version's"
+    return [line]

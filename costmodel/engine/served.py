@@ -14,7 +14,7 @@ import numpy as np
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import DEFAULTS, ENGINE_TITLES
+from costmodel.core.vocab import DEFAULTS
 from costmodel.engine.config import (
     EngineConfig,
     EngineFlags,
@@ -28,6 +28,7 @@ from costmodel.engine.iteration import IterationTable
 from costmodel.engine.layout import Layout
 from costmodel.engine.limits import model_len
 from costmodel.engine.load import Load, checked_load, engine_share, mean_length
+from costmodel.engine.report_lines import kernels_line
 from costmodel.engine.reports import LoadPrediction, report_of
 from costmodel.hardware.power import with_limit
 from costmodel.hardware.profile import HardwareProfile
@@ -266,34 +267,6 @@ def _draft(speculation, pr: Pricing, eng: EngineConfig, setup: Setup):
 
 
 @lru_cache(maxsize=64)
-def _fit_engines(device_id: str) -> tuple[str, ...]:
-    from costmodel.hardware.catalog import load_profile
-
-    fit = load_profile(device_id).efficiency
-    return fit.engines if fit is not None else ()
-
-
-def kernels_line(pr: Pricing, eng: EngineConfig) -> list[str]:
-    """Whose kernels a served prediction's times are: the engine and version whose kernels the device's GEMM class
-    was fitted on (:attr:`costmodel.hardware.profile.Efficiency.engines`), and whether the engine modelled runs others
-    (empty for a datasheet-only device)."""
-    resolved = pr.model.resolved
-    origin = resolved.origin.get("gemm") if resolved is not None else None
-    if origin is None:
-        return []
-    own = origin.device == pr.hw.id and pr.hw.efficiency is not None
-    engines = pr.hw.efficiency.engines if own else _fit_engines(origin.device)
-    if not engines:
-        return []
-    which, ours = " and ".join(engines), ENGINE_TITLES[eng.name]
-    line = f"kernel times: {which}'s kernels as timed on {origin.device} (the tables its kernel classes were fitted on)"
-    if not any(e.startswith(ours + " ") for e in engines):
-        line += f"; {ours} runs kernels of its own, not measured here, priced as those (carried across engines)"
-    elif not any(e.startswith(f"{ours} {eng.version}") for e in engines):
-        line += f"; the scheduler is {ours} {eng.version}'s, its kernels taken as the fitted version's"
-    return [line]
-
-
 def checkpoint_kv_dtype(m: ModelPreset, engine_name: str, weight_dtype: str | None) -> str | None:
     """The KV-cache dtype an engine keeps for ``m`` with ``weight_dtype`` weights (the checkpoint's where None):
     :func:`costmodel.engine.config.default_kv_dtype`."""

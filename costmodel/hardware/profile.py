@@ -147,6 +147,26 @@ class Efficiency(Strict):
         return sum(len(c.fitted) + len(c.fixed_s) - ("fixed" in c.fitted) for c in self.classes.values())
 
 
+class EngineKernels(Strict):
+    """One serving engine's own kernel classes on a device, fitted on that engine's timed kernels (the classes not
+    here run the device's ``efficiency`` classes, vLLM's): their data, method and in-sample error."""
+
+    data: tuple[str, ...] = Field(min_length=1)
+    method: str
+    error: dict[str, FitError] = Field(default_factory=dict)
+    classes: dict[EfficiencyClassName, ClassEfficiency] = Field(min_length=1)
+    # the classes a served prediction of the engine runs (the others only price its kernels one by one): those the
+    # engine's measured deployments do not contradict (docs/validation.md: each class on its own)
+    served: tuple[EfficiencyClassName, ...] = ()
+    served_why: str = ""
+
+    @model_validator(mode="after")
+    def _served_are_fitted(self) -> EngineKernels:
+        if not set(self.served) <= set(self.classes):
+            raise ValueError(f"served classes {sorted(set(self.served) - set(self.classes))} are not fitted")
+        return self
+
+
 class CollectiveCurve(Strict):
     """``t(S) = latency_s + V / bus_bytes_per_s`` for a collective moving ``V`` bytes per GPU (an all-reduce of S
     bytes over n GPUs: V = 2 (n - 1) / n S), and where a second line is given, the faster of the two: NCCL's tuner
@@ -252,6 +272,8 @@ class HardwareProfile(Strict):
     measured: Measured | None = None
     architecture: Architecture | None = None
     efficiency: Efficiency | None = None
+    # other serving engines' own kernel classes (sglang, trtllm), where their kernels were timed on this device
+    engine_kernels: dict[Literal["sglang", "trtllm"], EngineKernels] = Field(default_factory=dict)
     collectives: Collectives | None = None
     noise: Noise | None = None  # measured profiles: how quiet the machine was
     power: Power | None = None  # board power, idle power, memory technology, process (costmodel.hardware.power)

@@ -68,6 +68,9 @@ class Pricing:
     # how a tensor-parallel all-reduce's implementation is picked (costmodel.core.vocab.ALL_REDUCES): vLLM's custom kernel
     # up to 8 MiB and NCCL above, or the engine's own entry point as its table measures it at every size
     all_reduce: str = "custom"
+    # the serving engine whose own kernel classes price its ops where they were fitted and its served deployments
+    # agree (costmodel.price.origin.with_engine); None: the device's classes (vLLM's kernels)
+    kernel_engine: str | None = None
 
     @property
     def gemm_dtype(self) -> str | None:
@@ -114,6 +117,7 @@ def pricing(
     block_fp8_linear: str = "gemm_fp8_block",
     mxfp4_activations: str = "bf16",
     all_reduce: str = "custom",
+    kernel_engine: str | None = None,
 ) -> Pricing:
     """The pricing conventions of :func:`predict_model`, checked."""
     checks.instance("model", m, ModelPreset, "a ModelPreset (load_model(...))")
@@ -128,7 +132,7 @@ def pricing(
             raise CostModelError(f"mla form applies to MLA models; {m.id} has {m.attention_label}")
     weight_dtype, group, own = _storage(m, dtype, weight_dtype)
     kv_dtype = choice("kv dtype", kv_dtype, DTYPES) if kv_dtype else dtype
-    model = time_model(hw, timing, without)
+    model = time_model(hw, timing, without, engine=kernel_engine, served=True)
     hw.peak(dtype)
     expert_parallel, ep_size = _layout(m, tp, expert_parallel, attention_dp, pipeline_parallel, expert_parallel_size)
     moe_kernel = choice("moe kernel", moe_kernel, MOE_KERNELS)
@@ -157,6 +161,7 @@ def pricing(
         ep_size if 1 < ep_size < tp else 0,
         moe_kernel,
         all_reduce,
+        kernel_engine,
     )
 
 

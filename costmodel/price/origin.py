@@ -46,12 +46,55 @@ def reference_for(hw, exclude=(), cls: str | None = None):
     kind = attention_kind(hw) if cls in ATTENTION_CLASSES else None
     if kind is not None:
         fitted = [p for p in fitted if attention_kind(p) == kind] or fitted
+    return _nearest(gen, fitted)
+
+
+def _nearest(gen: int, profiles: list):
+    """The profile of the nearest generation to ``gen``: the same first, else the nearest older, else newer."""
 
     def rank(p):
         other = GENERATIONS.index(p.architecture.generation)
         return (other != gen, other > gen, abs(other - gen), p.id)
 
-    return min(fitted, key=rank)
+    return min(profiles, key=rank)
+
+
+def engine_source(hw, engine: str):
+    """The shipped profile whose ``engine``'s own kernel classes ``hw`` runs
+    (:attr:`costmodel.hardware.profile.HardwareProfile.engine_kernels`): its own where that engine's kernels were
+    timed on it, else the nearest by :data:`TRANSFER_RULE`'s generation order that has them; None where none has."""
+    if engine in hw.engine_kernels:
+        return hw
+    if hw.architecture is None or hw.architecture.generation not in GENERATIONS:
+        return None
+    from costmodel.hardware.catalog import fitted_profiles
+
+    have = [p for p in fitted_profiles() if engine in p.engine_kernels and p.architecture.generation in GENERATIONS]
+    return _nearest(GENERATIONS.index(hw.architecture.generation), have) if have else None
+
+
+def with_engine(
+    resolved: Resolved | None, hw, timing: str, engine: str | None, served: bool = False
+) -> Resolved | None:
+    """``resolved`` with ``engine``'s own kernel classes where they were fitted (on ``hw``, or carried to it from
+    :func:`engine_source` by the same transfer rule as the rest where ``hw`` borrows that class: a class fitted on
+    the device itself keeps its own), under CUDA-graph timing (the engines' own); with
+    ``served``, only those its served predictions run (:attr:`costmodel.hardware.profile.EngineKernels.served`);
+    the other classes as they are (vLLM's)."""
+    src = engine_source(hw, engine) if resolved is not None and engine is not None and timing == "graph" else None
+    if src is None:
+        return resolved
+    classes, origin = dict(resolved.classes), dict(resolved.origin)
+    own = src.engine_kernels[engine]
+    for cls, eff in own.classes.items():
+        mine = origin[cls].kind == "fitted" and origin[cls].device == hw.id if cls in classes else False
+        if cls not in classes or (served and cls not in own.served) or (src is not hw and mine):
+            continue  # a class the device does not run (no fp8 math), or one fitted on the device itself
+        where = Origin("fitted" if src is hw else "transferred", src.id)
+        if src is not hw:
+            eff, where = own_kernel(transfer(eff, src, hw, cls), where, hw, src, cls, timing)
+        classes[cls], origin[cls] = eff, where.noted(f" ({engine}'s own kernel)")
+    return Resolved(classes, origin)
 
 
 def attention_reference(p, ref=None):
@@ -181,10 +224,18 @@ class TimeModel:
         return self.resolved is not None and bool(self.on)
 
 
-def time_model(hw, timing: str = "graph", without=(), prompt_write: str | None = None) -> TimeModel:
+def time_model(
+    hw,
+    timing: str = "graph",
+    without=(),
+    prompt_write: str | None = None,
+    engine: str | None = None,
+    served: bool = False,
+) -> TimeModel:
     """The time model of ``hw`` for a timing convention, with the named mechanisms switched off
     (``without=("all",)`` is the bare datasheet roofline), and where ``prompt_write`` says so the prompt call's
-    cache write held in the call or not (:data:`costmodel.core.vocab.PROMPT_WRITES`)."""
+    cache write held in the call or not (:data:`costmodel.core.vocab.PROMPT_WRITES`); with ``engine``, its own kernel
+    classes where they were fitted (:func:`with_engine`; ``served``: those its served predictions run)."""
     from costmodel.core.checks import names
     from costmodel.core.vocab import PROMPT_WRITES, choice
 
@@ -199,4 +250,5 @@ def time_model(hw, timing: str = "graph", without=(), prompt_write: str | None =
     on = frozenset(MECHANISMS) - off
     if hw.efficiency is not None:  # a device whose fit covers only some mechanisms (a CPU has no tiles)
         on &= frozenset(hw.efficiency.mechanisms)
-    return TimeModel(resolve(hw, timing), timing, on, prompt_write == "in-call")
+    resolved = with_engine(resolve(hw, timing), hw, timing, engine, served)
+    return TimeModel(resolved, timing, on, prompt_write == "in-call")
