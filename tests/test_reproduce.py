@@ -198,3 +198,17 @@ def test_local_rows_per_position_cost(shazeer):
             (full[f"{v}_us_per_token"] - loc["model"][f"{v}_us_per_token"]) / 96
         )
         assert 0 < loc["model"][f"{v}_us_per_token"] < full[f"{v}_us_per_token"]
+
+
+def test_no_per_byte_mechanism_reaches_the_papers_ratio(shazeer):
+    # 8 heads against one: a cache costs multi-head at most 8x what it costs multi-query; multi-query's other
+    # part is at least multi-head's (its feed-forward is wider for the same parameters), so every row stays below 8x
+    b = shazeer["bound"]
+    assert b["heads"] == 8
+    assert b["model_not_cache_us"]["mqa"] >= b["model_not_cache_us"]["mha"]
+    assert all(row["ratio"] < 8 for row in shazeer["table2"])
+    # by hand: at the paper's 3.8 us multi-query, multi-head is at most 8 x 3.8 = 30.4 us; 46.0 - 30.4 = 15.6 us left
+    assert b["paper_mha_most_us"] == pytest.approx(30.4)
+    assert b["paper_mha_beyond_us"] == pytest.approx(15.6)
+    out = CliRunner().invoke(main, ["reproduce", "shazeer2019"]).output
+    assert "at least 15.6 µs of multi-head cost" in " ".join(out.split())

@@ -30,6 +30,9 @@ PAPER_LOCAL_US_PER_TOKEN = {"mha": 23.0, "mqa": 3.3}
 LOCAL_POSITIONS = 32
 BOARD_CHIPS = 4  # one TPUv2 board: 8 cores on 4 chips
 BOARD_BATCH = 1024  # sequences decoded together (128 per core)
+#: The ops of a decoder step that move a cache (a self-attention's or the source's keys and values): their bytes are
+#: h/g times apart between multi-head and multi-query attention.
+CACHE_OPS = ("k_append", "v_append", "logits", "weighted_sum")
 TARGET_POSITIONS = 128  # decoder self-attention memory padded to 128 so every step costs the same
 SOURCE_POSITIONS = 128
 #: The decoder's self-attention cache writes (the ops a cache copy multiplies).
@@ -153,6 +156,15 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
         )
     local = {v: decoder_step_s(m, hw, batch, final, LOCAL_POSITIONS)[0] / BOARD_BATCH * 1e6 for v, m in models.items()}
     full = {"mha": table[-1]["mha_us_per_token"], "mqa": table[-1]["mqa_us_per_token"]}
+    # what is not the caches' (the self-attention's and the source's): every op but their appends and the two
+    # products that read them
+    bare = {
+        v: sum(d["time_s"] for d in decoder_step_s(m, hw, batch, final)[1] if d["op"] not in CACHE_OPS)
+        / BOARD_BATCH
+        * 1e6
+        for v, m in models.items()
+    }
+    heads = models["mha"].kv_heads // models["mqa"].kv_heads  # how many times multi-head's cache is multi-query's
     span = TARGET_POSITIONS - LOCAL_POSITIONS
     return {
         "asymptotic": ratios,
@@ -166,6 +178,15 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
                 "paper": {v: (PAPER_US_PER_TOKEN[v] - PAPER_LOCAL_US_PER_TOKEN[v]) / span for v in local},
                 "model": {v: (full[v] - local[v]) / span for v in local},
             },
+        },
+        # no per-byte mechanism escapes it: a step is a part N that is not the cache's and a cache part C, multi-query's
+        # N at least multi-head's (the models have the same parameters: its feed-forward is wider) and every cache cost
+        # `heads` times apart, so multi-head <= N + heads * C <= heads * multi-query
+        "bound": {
+            "heads": heads,
+            "model_not_cache_us": bare,
+            "paper_mha_most_us": heads * PAPER_US_PER_TOKEN["mqa"],
+            "paper_mha_beyond_us": PAPER_US_PER_TOKEN["mha"] - heads * PAPER_US_PER_TOKEN["mqa"],
         },
         "paper": {
             "mha_us_per_token": PAPER_US_PER_TOKEN["mha"],

@@ -81,6 +81,19 @@ def shazeer_table(r: dict) -> str:
         f"multi-query {last['mqa_us_per_token'] / p['mqa_us_per_token']:.0%}). What is left is not explained "
         "by these mechanisms; switch each off with --no-... to see its share.",
     ]
+    b = r["bound"]
+    lines += [
+        "",
+        f"No per-byte mechanism reaches {p['ratio']:.1f}x. A step is a part that is not the cache's and a cache part; "
+        f"multi-query's first part is at least multi-head's (the model here: {b['model_not_cache_us']['mqa']:.2f} "
+        f"against {b['model_not_cache_us']['mha']:.2f} µs, its feed-forward wider for the same parameters), and a "
+        f"cache costs multi-head at most {b['heads']}x what it costs multi-query (its bytes {b['heads']}x, its FLOPs the "
+        f"same), so multi-head stays below {b['heads']}x multi-query. At the paper's "
+        f"multi-query {p['mqa_us_per_token']:.1f} µs, multi-head is at most {b['paper_mha_most_us']:.1f} µs: the "
+        f"paper's {p['mha_us_per_token']:.1f} µs holds at least {b['paper_mha_beyond_us']:.1f} µs of multi-head cost "
+        f"({b['paper_mha_beyond_us'] / p['mha_us_per_token']:.0%}) that no cost per byte of cache explains, stated "
+        "here rather than fitted.",
+    ]
     loc = r["local"]
     per, paper = loc["us_per_position"], loc["paper"]
     lines += [
