@@ -102,9 +102,10 @@ def test_an_engines_rows_are_reproduced_by_their_commands(tmp_path):
     for name in (
         "h100_sxm_sglang_0.5.9_generation_attention_perf.csv",
         "h100_sxm_trtllm_1.2.0rc5_context_attention_perf.csv",
+        "h100_sxm_trtllm_1.2.0rc5_gemm_perf.csv",
     ):
         with open(SHARED / "h100_sxm" / name, newline="") as f:
-            rows = list(csv.DictReader(f))
+            rows = [r for r in csv.DictReader(f) if r.get("gemm_dtype", "fp8") == "fp8"]  # the GEMMs: TRT-LLM's fp8
         with open(tmp_path / name, "w", newline="") as f:
             out = csv.DictWriter(f, fieldnames=rows[0].keys())
             out.writeheader()
@@ -116,5 +117,6 @@ def test_an_engines_rows_are_reproduced_by_their_commands(tmp_path):
         assert "--kernels" in row["command"]
         out = CliRunner().invoke(main, [*row["command"], "--json"])
         assert out.exit_code == 0, out.output
-        op = next(o for o in json.loads(out.output)["ops"] if o["name"] == "attention")
+        op = next(o for o in json.loads(out.output)["ops"] if o["name"] in ("attention", "gemm"))
         assert op["time_s"] == pytest.approx(row["predicted_s"], rel=1e-12), row["command"]
+    assert any(r["op_class"] == "gemm_fp8" for r in rows)  # TensorRT-LLM's own fp8 class, through --kernels

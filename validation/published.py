@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.core.errors import CostModelError
-from costmodel.hardware.mechanisms import LOW_PRECISION_GEMM, WEIGHT_MATH
+from costmodel.hardware.mechanisms import LOW_PRECISION_GEMM
 from costmodel.hardware.op_shapes import decode_shape
 from costmodel.validation.published_others import read_llmcompass, read_vidur
 from costmodel.validation.tables import (
@@ -36,7 +36,7 @@ from costmodel.validation.tables import (
     SHIPPED,
     VIDUR,
     Table,
-    bf16_gemm,
+    gemm_table,
     profile_for_system,
     table_column,
     table_rows,
@@ -100,46 +100,25 @@ def engine_of(m: re.Match) -> dict:
 
 
 def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
-    """The GEMM rows of an all_dtypes (or an engines/) table, one table per format. bf16: two bytes an element. fp8: inputs and weights one byte
-    per element, the output in bf16. NVFP4 (vLLM's W4A4 linear layer, timed whole: it quantizes its bf16 input
-    itself): bytes as a model step counts them, the input and output in bf16, the weights 4 bits with an 8-bit
-    scale per 16."""
-    from costmodel.model.memory import weight_width
-
+    """The GEMM rows of an all_dtypes (or an engines/) table, one table per format, each priced as
+    ``costmodel predict --gemm`` prices it (:func:`costmodel.price.gemm.gemm_op`). An all_dtypes table holds no bf16
+    rows; an engines/ table's bf16 rows are the ``gemm`` class."""
     rows = table_rows(path)
     profile = profile_for_system(m["system"])
     t = table_column(rows, "latency", path) * 1e-3
     M, N, K = (table_column(rows, c, path) for c in ("m", "n", "k"))
     kind = np.array([r["gemm_dtype"] for r in rows])
     out = []
-    for dtype, cls in {"bfloat16": "gemm", **LOW_PRECISION_GEMM}.items():
+    for dtype in ("bfloat16", *LOW_PRECISION_GEMM):
         sel = kind == dtype
-        if not sel.any():
-            continue
-        Ms, Ns, Ks = M[sel], N[sel], K[sel]
-        if dtype == "nvfp4":
-            nbytes = 2 * Ms * Ks + weight_width("nvfp4", 16) * Ks * Ns + 2 * Ms * Ns
-        elif dtype == "bfloat16":  # an engines/ table's bf16 rows (an all_dtypes table has none)
-            nbytes = 2 * (Ms * Ks + Ks * Ns + Ms * Ns)
-        else:
-            nbytes = Ms * Ks + Ks * Ns + 2 * Ms * Ns
-        out.append(
-            Table(
-                source="aiconfigurator",
-                gpu=m["system"],
-                profile=profile,
-                timing="graph",
-                dtype=WEIGHT_MATH.get(dtype, "bf16"),
-                file=path.name,
-                op_class=cls,
-                fields={"m": Ms, "n": Ns, "k": Ks},
-                measured_s=t[sel],
-                flops=2 * Ms * Ns * Ks,
-                nbytes=nbytes,
-                shape={"batch": np.ones_like(Ms), "M": Ms, "K": Ks, "N": Ns},
-                **engine_of(m),
+        if sel.any():
+            base = dict(source="aiconfigurator", gpu=m["system"], profile=profile, timing="graph", file=path.name)
+            fmt = "bf16" if dtype == "bfloat16" else dtype
+            out.append(
+                gemm_table(
+                    {"m": M[sel], "n": N[sel], "k": K[sel]}, M[sel], N[sel], K[sel], t[sel], fmt, **base, **engine_of(m)
+                )
             )
-        )
     return out
 
 
@@ -183,7 +162,7 @@ def read_aiconfigurator(path: Path, m: re.Match) -> list[Table]:
     t = table_column(rows, "latency", path) * 1e-3
     if kind == "gemm":
         M, N, K = (table_column(rows, c, path) for c in ("m", "n", "k"))
-        return [bf16_gemm({"m": M, "n": N, "k": K}, M, N, K, t, **base)]
+        return [gemm_table({"m": M, "n": N, "k": K}, M, N, K, t, **base)]
     b, h, g, k = (table_column(rows, c, path) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
     if np.any(h % g):
         raise CostModelError(f"{path}: num_key_value_heads must divide num_heads")

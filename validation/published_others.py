@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.validation.tables import Table, bf16_gemm, profile_for_system, table_column, table_rows
+from costmodel.validation.tables import Table, gemm_table, profile_for_system, table_column, table_rows
 
 #: Engine kernels priced with their own class and reported with the op class they belong to.
 REPORTED = {"activation": "elementwise", "rotary": "elementwise", "softmax": "norm", "layernorm": "norm"}
@@ -131,7 +131,7 @@ def read_llmcompass(path: Path, m: re.Match) -> list[Table]:
     if table == "matmul":
         M, N, K = (table_column(rows, c, path) for c in ("M", "N", "K"))
         t = table_column(rows, "latency", path, _ms)
-        return [bf16_gemm({"M": M, "N": N, "K": K}, M, N, K, t, **base)]
+        return [gemm_table({"M": M, "N": N, "K": K}, M, N, K, t, **base)]
     if table in ("softmax", "layernorm"):
         M, N = table_column(rows, "M", path), table_column(rows, "N", path)
         t = M * N / (table_column(rows, "gelem_per_s", path) * 1e9)

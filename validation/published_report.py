@@ -107,6 +107,12 @@ def _rows(table: Table, predicted, error, told: list[str]) -> list[dict]:
             "predicted_s": float(predicted[i]),
             "error_pct": round(float(error[i]), 3),
         }
+        if table.op_class in GEMM_CLASSES and table.count is None:
+            fmt = GEMM_CLASSES[table.op_class]
+            sh = table.shape
+            shape = ",".join(str(int(sh[k][i])) for k in ("M", "N", "K"))
+            row["command"] = ["predict", "--gpu", table.profile, "--gemm", shape, "--gemm-dtype", fmt]
+            row["command"] += ["--timing", table.timing, *told]
         if table.op_class in ("decode_attention", "prefill_attention"):
             f = table.fields
             mode = "incremental" if table.op_class == "decode_attention" else "batched"
@@ -125,6 +131,10 @@ def _rows(table: Table, predicted, error, told: list[str]) -> list[dict]:
             )
         rows.append(row)
     return rows
+
+
+#: The GEMM classes a row's command prices with ``predict --gemm``, and their formats.
+GEMM_CLASSES = {"gemm": "bf16", "gemm_fp8": "fp8", "gemm_fp8_block": "fp8_block", "gemm_nvfp4": "nvfp4"}
 
 
 def _told(table: Table, eff, on, without) -> list[str]:

@@ -123,14 +123,13 @@ def profile_for_system(system: str) -> str:
     return load_profile(system).id
 
 
-def bf16_gemm(fields: dict, M, N, K, measured_s, **base) -> Table:
-    """A table of bf16 GEMMs of M x K by K x N (two bytes an element: the inputs read, the output written)."""
+def gemm_table(fields: dict, M, N, K, measured_s, fmt: str = "bf16", **base) -> Table:
+    """A table of GEMMs of M x K by K x N in ``fmt``, each as ``costmodel predict --gemm`` prices it
+    (:func:`costmodel.price.gemm.gemm_op`: its class, FLOPs and bytes)."""
+    from costmodel.price.gemm import gemm_op
+
+    op, shape = gemm_op(M, N, K, fmt)
+    base = {"dtype": op.dtype, **base}
     return Table(
-        op_class="gemm",
-        fields=fields,
-        measured_s=measured_s,
-        flops=2 * M * N * K,
-        nbytes=2 * (M * K + K * N + M * N),
-        shape={"batch": np.ones_like(M), "M": M, "K": K, "N": N},
-        **base,
+        op_class=op.kernel, fields=fields, measured_s=measured_s, flops=op.flops, nbytes=op.bytes, shape=shape, **base
     )

@@ -42,7 +42,7 @@ from costmodel.cli.recommend import recommend
 from costmodel.cli.reproduce import reproduce
 from costmodel.cli.serving import model_options
 from costmodel.core.errors import CostModelError
-from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, ENGINE_NAMES, PROMPT_WRITES, SWEEP_DIMS
+from costmodel.core.vocab import DEFAULTS, DERIVE_VARIANTS, ENGINE_NAMES, GEMM_DTYPES, PROMPT_WRITES, SWEEP_DIMS
 
 
 @click.group(cls=ErrorLineGroup, context_settings=CONTEXT)
@@ -70,6 +70,8 @@ PREDICT_PARAMS = (
     "without",
     "prompt_write",
     "kernels",
+    "gemm_spec",
+    "gemm_dtype",
     "sweep_spec",
     "csv_path",
     "max_points",
@@ -104,6 +106,14 @@ PREDICT_PARAMS = (
     type=choices(PROMPT_WRITES),
     help="whether the timed prompt call also writes the prompt's keys and values into the cache: in-call (vLLM "
     "before 0.16, SGLang, TensorRT-LLM) or apart (vLLM 0.16 on) [default: as the device's fit says]",
+)
+@click.option("--gemm", "gemm_spec", metavar="M,N,K", help="one GEMM of M x K by K x N instead of attention")
+@click.option(
+    "--gemm-dtype",
+    type=choices(GEMM_DTYPES),
+    default="bf16",
+    show_default=True,
+    help="with --gemm: its format (fp8 per tensor, fp8 block-scaled, NVFP4)",
 )
 @click.option(
     "--kernels",
@@ -161,6 +171,15 @@ def predict(**options) -> None:
         return
     if wants_load(load):
         raise CostModelError("--engine, --concurrency and --request-rate apply with --model")
+    if o.gemm_spec:
+        from costmodel.cli.gemm import predict_gemms
+
+        if o.variant or o.sweep_spec or o.prompt_write or given(dims):
+            raise CostModelError("--gemm prices one GEMM: give no attention workload (--variant, --sweep, dimensions)")
+        predict_gemms(hws, fmt, o.gemm_spec, o.gemm_dtype, o.timing, o.without, o.kernels)
+        return
+    if o.gemm_dtype != "bf16":
+        raise CostModelError("--gemm-dtype applies with --gemm M,N,K")
     _predict_attention(hws, fmt, dims, o)
 
 
@@ -301,6 +320,8 @@ predict.panels = {
             "without",
             "prompt_write",
             "kernels",
+            "gemm_spec",
+            "gemm_dtype",
             "sweep_spec",
             "csv_path",
             "max_points",

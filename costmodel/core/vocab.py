@@ -215,6 +215,8 @@ ENGINE_NAMES = ("vllm", "sglang", "trtllm")
 #: :func:`costmodel.price.transfer.apart_write_s`) or "apart" (vLLM 0.16 on: the write is an op of its own, outside
 #: the call: the ``cache_write`` mechanism off).
 PROMPT_WRITES = ("in-call", "apart")
+#: The formats of one GEMM ``costmodel predict --gemm`` prices (costmodel.price.gemm.GEMM_FORMATS).
+GEMM_DTYPES = ("bf16", "fp8", "fp8_block", "nvfp4")
 #: What a recommendation minimises under its latency targets: GPUs, dollars per hour, or joules per output token.
 OBJECTIVES = ("gpus", "cost", "energy")
 ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
