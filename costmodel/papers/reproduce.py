@@ -30,6 +30,7 @@ PAPER_LOCAL_US_PER_TOKEN = {"mha": 23.0, "mqa": 3.3}
 LOCAL_POSITIONS = 32
 BOARD_CHIPS = 4  # one TPUv2 board: 8 cores on 4 chips
 BOARD_BATCH = 1024  # sequences decoded together (128 per core)
+CORES_PER_CHIP = 2  # a TPUv2 chip's two TensorCores, each with half its FLOP rate and memory bandwidth
 #: The ops of a decoder step that move a cache (a self-attention's or the source's keys and values): their bytes are
 #: h/g times apart between multi-head and multi-query attention.
 CACHE_OPS = ("k_append", "v_append", "logits", "weighted_sum")
@@ -95,6 +96,35 @@ def steps(final: Mechanisms = Mechanisms()) -> list[tuple[str, Mechanisms]]:
     return out
 
 
+def mesh_tf_step_s(
+    model: ModelPreset, hw: HardwareProfile, batch: int, positions: int = TARGET_POSITIONS
+) -> tuple[float, list]:
+    """One decoder step on one chip as mesh-tensorflow's incremental decoding ran Shazeer's experiments: each core
+    its own copy of the f32 weights and its ``batch / CORES_PER_CHIP`` sequences (a core: half the chip's FLOP rate
+    and bandwidth, so its products and bytes take twice the chip's time; the cores run at once); the self-attention
+    caches in bf16, updated by a one-hot multiply-add (``cache * (1 - onehot) + onehot * new``) that reads and writes
+    the whole cache each step instead of appending to it; activations and weights in f32, multiplied in bf16 passes
+    with f32 accumulation."""
+    per_core = batch // CORES_PER_CHIP
+    ops32 = step_ops(model, "decode", per_core, positions - 1, SOURCE_POSITIONS, 4, "unfused", "inplace")
+    ops16 = {
+        (s.section, s.name): s
+        for s in step_ops(model, "decode", per_core, positions - 1, SOURCE_POSITIONS, 2, "unfused", "inplace")
+    }
+    conv = Conventions(TimeModel(None, "graph", frozenset({"fixed", "tiles"})))
+    kv_elements = per_core * positions * model.kv_heads * model.head_dim  # one layer's keys (or values), one core
+    total, detail = 0.0, []
+    for s in ops32:
+        op = ops16[(s.section, s.name)].op if s.section == "self-attention" and s.name in CACHE_OPS else s.op
+        if s.name in CACHE_APPENDS:  # the one-hot update: the whole bf16 cache read and written, a multiply-add each
+            op = KernelOp("elementwise", s.name, "bf16", 2.0 * kv_elements, 2.0 * 2 * kv_elements)
+        op = KernelOp(op.kind, op.name, op.dtype, 2 * op.flops, 2 * op.bytes, peak=hw.peak("bf16"))
+        time = price(op, s.shape, hw, conv).time * s.count
+        total += time
+        detail.append({"section": s.section, "op": s.name, "time_s": time})
+    return total, detail
+
+
 def decoder_step_s(
     model: ModelPreset, hw: HardwareProfile, batch: int, mech: Mechanisms, positions: int = TARGET_POSITIONS
 ) -> tuple[float, list]:
@@ -124,23 +154,24 @@ def decoder_step_s(
     return total, detail
 
 
+def _ratio(variant: str) -> dict:
+    """One variant's memory-to-arithmetic ratio of incremental decoding, derived, beside the paper's."""
+    a = analyze(derive(variant, "generate"))
+    return {
+        "variant": variant,
+        "derived": str(a.ratio),
+        "paper": str(a.claim.ratio),
+        "paper_holds": bool(a.claim_holds or a.extra_assumptions),
+        "extra_assumption": a.extra_assumptions[0] if a.extra_assumptions else None,
+        "derived_with_extra": str(a.ratio_with_extra) if a.ratio_with_extra is not None else None,
+    }
+
+
 def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = None) -> dict:
     """The three asymptotic ratios and Table 2's decoder time per token, step by step."""
     hw = hw or load_profile("tpu_v2")
     batch = BOARD_BATCH // BOARD_CHIPS
-    ratios = []
-    for variant in ("mha", "mqa", "gqa"):
-        a = analyze(derive(variant, "generate"))
-        ratios.append(
-            {
-                "variant": variant,
-                "derived": str(a.ratio),
-                "paper": str(a.claim.ratio),
-                "paper_holds": bool(a.claim_holds or a.extra_assumptions),
-                "extra_assumption": a.extra_assumptions[0] if a.extra_assumptions else None,
-                "derived_with_extra": str(a.ratio_with_extra) if a.ratio_with_extra is not None else None,
-            }
-        )
+    ratios = [_ratio(variant) for variant in ("mha", "mqa", "gqa")]
     models = {"mha": load_model("wmt_transformer_mha"), "mqa": load_model("wmt_transformer_mqa")}
     table = []
     for label, mech in steps(final):
@@ -154,6 +185,7 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
                 "mechanisms": mech.__dict__,
             }
         )
+    mesh = {v: mesh_tf_step_s(m, hw, batch)[0] / BOARD_BATCH * 1e6 for v, m in models.items()}
     local = {v: decoder_step_s(m, hw, batch, final, LOCAL_POSITIONS)[0] / BOARD_BATCH * 1e6 for v, m in models.items()}
     full = {"mha": table[-1]["mha_us_per_token"], "mqa": table[-1]["mqa_us_per_token"]}
     # what is not the caches' (the self-attention's and the source's): every op but their appends and the two
@@ -182,6 +214,12 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
         # no per-byte mechanism escapes it: a step is a part N that is not the cache's and a cache part C, multi-query's
         # N at least multi-head's (the models have the same parameters: its feed-forward is wider) and every cache cost
         # `heads` times apart, so multi-head <= N + heads * C <= heads * multi-query
+        # the experiments' own code path (mesh_tf_step_s), beside the mechanisms above
+        "mesh_tensorflow": {
+            "mha_us_per_token": mesh["mha"],
+            "mqa_us_per_token": mesh["mqa"],
+            "ratio": mesh["mha"] / mesh["mqa"],
+        },
         "bound": {
             "heads": heads,
             "model_not_cache_us": bare,

@@ -81,6 +81,14 @@ def shazeer_table(r: dict) -> str:
         f"multi-query {last['mqa_us_per_token'] / p['mqa_us_per_token']:.0%}). What is left is not explained "
         "by these mechanisms; switch each off with --no-... to see its share.",
     ]
+    mt = r["mesh_tensorflow"]
+    lines += [
+        "",
+        f"As mesh-tensorflow's incremental decoding ran the experiments (bf16 caches updated by a one-hot "
+        f"multiply-add that reads and writes the whole cache each step, f32 weights, each core its own copy): "
+        f"multi-head {mt['mha_us_per_token']:.2f} µs, multi-query {mt['mqa_us_per_token']:.2f} µs, "
+        f"{mt['ratio']:.2f}x.",
+    ]
     b = r["bound"]
     lines += [
         "",
