@@ -120,3 +120,21 @@ def test_an_engines_rows_are_reproduced_by_their_commands(tmp_path):
         op = next(o for o in json.loads(out.output)["ops"] if o["name"] in ("attention", "gemm"))
         assert op["time_s"] == pytest.approx(row["predicted_s"], rel=1e-12), row["command"]
     assert any(r["op_class"] == "gemm_fp8" for r in rows)  # TensorRT-LLM's own fp8 class, through --kernels
+
+
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        (["--model", "llama-3.1-8b", "--kernels", "sglang"], "--kernels"),
+        (["--model", "llama-3.1-8b", "--gemm", "64,64,64"], "--gemm"),
+        (["--model", "llama-3.1-8b", "--prompt-write", "apart"], "--prompt-write"),
+        (["--gemm", "64,64"], "--gemm '64,64'"),
+        (["--gemm", "64,64,64", "--variant", "mqa"], "--gemm prices one GEMM"),
+        (["--gemm-dtype", "fp8"], "--gemm-dtype applies with --gemm"),
+        (["--kernels", "sglang", "--sweep", "context=512:1024:x2"], "--kernels apply to one attention layer"),
+    ],
+)
+def test_the_layer_options_refuse_what_they_do_not_apply_to(extra, named):
+    out = CliRunner().invoke(main, ["predict", "--gpu", "h100", *extra])
+    assert out.exit_code != 0 and out.output.startswith("Error:") and named in out.output, out.output
+    assert "Traceback" not in out.output

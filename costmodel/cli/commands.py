@@ -167,6 +167,14 @@ def predict(**options) -> None:
     if o.model_name and o.model_config:
         raise CostModelError("give --model or --model-config, not both")
     if o.model_name or o.model_config:
+        layer_only = [
+            f for f, v in (("--kernels", o.kernels), ("--prompt-write", o.prompt_write), ("--gemm", o.gemm_spec)) if v
+        ]
+        if layer_only or o.gemm_dtype != "bf16":
+            raise CostModelError(
+                f"{(layer_only or ['--gemm-dtype'])[0]} applies to one attention layer or one GEMM, not with --model "
+                "(there --engine picks whose kernels run)"
+            )
         _predict_models(hws, fmt, load, dims, o)
         return
     if wants_load(load):
