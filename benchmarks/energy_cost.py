@@ -58,7 +58,7 @@ def main(runs: int = 15) -> None:
             times["energy"].append(case(m, with_power))
             times["none"].append(case(m, without))
         a, b = statistics.median(times["energy"]), statistics.median(times["none"])
-        print(f"  {name}: {a * 1e3:.1f} ms with energy, {b * 1e3:.1f} ms without, ratio {a / b:.3f}")
+        print(f"  {name}: {a * 1e3:.2f} ms with energy, {b * 1e3:.2f} ms without, ratio {a / b:.3f}")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def run_energy(hw, work: dict | None, split: dict[str, float], run_s: float) -> 
     base = models["value"]
     # each phase: its work joules (SMs, bytes, capped), one iteration's seconds, the run's seconds in it
     phases = [
-        (phase, *work[key][0].tolist(), work[key][1], split[f"{key}_s"], key == "comm")
+        (phase, *work[key][0], work[key][1], split[f"{key}_s"], key == "comm")
         for phase, key in (("prefill", "prefill"), ("decode", "decode"), ("communication", "comm"))
     ]
     host = split["host_s"]
@@ -59,7 +59,8 @@ def run_energy(hw, work: dict | None, split: dict[str, float], run_s: float) -> 
         energy = {}
         sm_scale = pm.vector_j / base.vector_j  # the other ends of the constants, from the central values
         link_scale, byte_scale = pm.link_j / base.link_j, pm.byte_j / base.byte_j
-        headroom = max(pm.limit_w - pm.running_w, 0.0)
+        running = pm.running_w
+        headroom = max(pm.limit_w - running, 0.0)
         for phase, sm, moved, at_value, t, spent, link in phases:
             if corner == "value":
                 j = at_value
@@ -67,7 +68,7 @@ def run_energy(hw, work: dict | None, split: dict[str, float], run_s: float) -> 
                     capped.append(phase)
             else:
                 j = min(sm * sm_scale + moved * (link_scale if link else byte_scale), headroom * t)
-            watts = pm.running_w + (j / t if t > 0 else 0.0)
+            watts = running + (j / t if t > 0 else 0.0)
             if corner == "value":
                 phase_w[phase] = watts
             energy[phase] = watts * spent
@@ -77,7 +78,7 @@ def run_energy(hw, work: dict | None, split: dict[str, float], run_s: float) -> 
     total = {c: sum(e.values()) for c, e in by_corner.items()}
     value = by_corner["value"]
     powers = [total[c] / run_s for c in CORNERS]
-    return RunEnergy(
+    return RunEnergy.model_construct(  # every field computed here, of its type: no validation to repeat
         power_w=total["value"] / run_s,
         power_w_range=(min(powers), max(powers)),
         phase_power_w=phase_w,

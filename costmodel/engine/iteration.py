@@ -153,6 +153,11 @@ class IterationTable:
                 ),
             }
             self.routed = bool(np.any(self.work["routed"]))  # a dense model's routed experts do nothing
+            # each grid point's values of every row, as lists; the decode attention's per sequence count, as it is
+            # first asked for (few of them are)
+            self._attention = self.work.pop("decode_attention")
+            self.work = {k: v.T.tolist() for k, v in self.work.items()}
+            self._attention_cols: dict[int, list] = {}
         self._rounds: dict = {}  # (tokens, sequences, others) -> _round's answer, asked again and again
         self._lists: dict = {}  # id of a grid -> it as a list, for one number's interpolation and search
         self.decode_rows = self.decode_attention.tolist()  # each sequence count's row, as lists
@@ -280,25 +285,27 @@ class IterationTable:
         return running * (1 + prompt_per_output) if self.dp > 1 else None
 
     # -- the work's power at an operating point (costmodel.engine.energy) -------------------------------------
-    def _at(self, grid: np.ndarray, rows: np.ndarray, x: float, clamp: bool = False) -> np.ndarray:
-        """Every row of ``rows`` (one value per point of ``grid``) at one number ``x``, with one search for all of
-        them: as :meth:`_on` interpolates each (0 at 0, the first value below the first point, linear past the
-        last), or with ``clamp`` as :func:`interp` does (the end values outside the grid)."""
+    def _at(self, grid: np.ndarray, cols: list, x: float, clamp: bool = False) -> list:
+        """Every row at one number ``x`` (``cols``: the rows' values at each point of ``grid``, as lists), with one
+        search for all of them: as :meth:`_on` interpolates each (0 at 0, the first value below the first point,
+        linear past the last), or with ``clamp`` as :func:`interp` does (the end values outside the grid). Plain
+        floats: a handful of rows is quicker in Python than in numpy, and the arithmetic is the same."""
         xs, x = self._listed(grid), float(x)
         if x <= 0 and not clamp:
-            return np.zeros(len(rows))
+            return [0.0] * len(cols[0])
         if len(xs) == 1 or x <= xs[0]:
-            return rows[:, 0]
+            return cols[0]
         if x >= xs[-1] and clamp:
-            return rows[:, -1]
+            return cols[-1]
         j = min(bisect.bisect_right(xs, x) - 1, len(xs) - 2)
-        return rows[:, j] + (rows[:, j + 1] - rows[:, j]) * ((x - xs[j]) / (xs[j + 1] - xs[j]))
+        w = (x - xs[j]) / (xs[j + 1] - xs[j])
+        return [a + (b - a) * w for a, b in zip(cols[j], cols[j + 1])]
 
     def operating_work(self, *, seqs: float, context: float, chunk: float, prompt: float) -> dict | None:
         """The work joules and seconds of one decode iteration of ``seqs`` sequences at ``context`` cached positions
         (per-token ops, decode attention, head), of ``chunk`` prefilled tokens of ``prompt``-token prompts (their
         per-token ops and their share of the prompts' attention) and of the decode iteration's communication:
-        ``{"decode" | "prefill" | "comm": (work array (SMs, bytes, capped), seconds)}``; None without a power model."""
+        ``{"decode" | "prefill" | "comm": (work (SMs, bytes, capped), seconds)}``; None without a power model."""
         if self.work is None:
             return None
         seqs, chunk, prompt = max(seqs, 1.0), max(chunk, 1.0), max(prompt, 1.0)
@@ -306,18 +313,36 @@ class IterationTable:
         # rows: [time, communication's time, the ops' work (3), the communication's work (3)] per token
         by_seqs, by_chunk = self._at(self.t_grid, w["per_token"], seqs), self._at(self.t_grid, w["per_token"], chunk)
         if self.routed:
-            by_seqs = by_seqs + self._at(self.g_grid, w["routed"], seqs * self.dp)
-            by_chunk = by_chunk + self._at(self.g_grid, w["routed"], chunk * self.dp)
-        attention = self._by_seqs(
-            seqs, lambda i: self._at(self.c_grid, w["decode_attention"][:, i, :], context, clamp=True)
-        )
-        decode = by_seqs[[0, 2, 3, 4]] + attention + self._at(self.d_grid, w["head"], seqs)
-        prefill = by_chunk[[0, 2, 3, 4]] + self._at(self.c_grid, w["prompt_attention"], prompt) * (chunk / prompt)
+            add = lambda a, b: [x + y for x, y in zip(a, b)]  # noqa: E731
+            by_seqs = add(by_seqs, self._at(self.g_grid, w["routed"], seqs * self.dp))
+            by_chunk = add(by_chunk, self._at(self.g_grid, w["routed"], chunk * self.dp))
+        attention = self._decode_attention_at(seqs, context)
+        head = self._at(self.d_grid, w["head"], seqs)
+        decode = [a + b + c for a, b, c in zip((by_seqs[k] for k in (0, 2, 3, 4)), attention, head)]
+        share = chunk / prompt  # the chunk's share of its prompts' attention
+        prompts = self._at(self.c_grid, w["prompt_attention"], prompt)
+        prefill = [a + b * share for a, b in zip((by_chunk[k] for k in (0, 2, 3, 4)), prompts)]
         return {
-            "decode": (decode[1:], float(decode[0])),
-            "prefill": (prefill[1:], float(prefill[0])),  # the chunk's share of its prompts' attention
-            "comm": (by_seqs[5:], float(by_seqs[1])),
+            "decode": (decode[1:], decode[0]),
+            "prefill": (prefill[1:], prefill[0]),
+            "comm": (by_seqs[5:], by_seqs[1]),
         }
+
+    def _decode_attention_at(self, seqs: float, context: float) -> list:
+        """The decode attention's time and work at ``seqs`` sequences and ``context``, as :meth:`_by_seqs` weighs
+        the sequence counts around it (and :meth:`decode_attention_time` clamps the context)."""
+
+        def at(i: int) -> list:
+            if i not in self._attention_cols:
+                self._attention_cols[i] = self._attention[:, i, :].T.tolist()
+            return self._at(self.c_grid, self._attention_cols[i], context, clamp=True)
+
+        d = self._listed(self.d_grid)
+        if len(d) == 1 or seqs <= d[0]:
+            return [v * (seqs / d[0]) for v in at(0)]
+        i = min(max(bisect.bisect_left(d, seqs) - 1, 0), len(d) - 2)
+        f = (seqs - d[i]) / (d[i + 1] - d[i])
+        return [a * (1 - f) + b * f for a, b in zip(at(i), at(i + 1))]
 
     def decode_comm(self, tokens: int, others: float | None = None, seqs: int | None = None) -> float:
         """The communication of one decode-only iteration of ``tokens`` tokens (of ``seqs`` sequences: as many as
