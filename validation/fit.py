@@ -147,21 +147,14 @@ def predict_table(table, hw, eff: ClassEfficiency, on=frozenset(MECHANISMS)) -> 
 
 def unfitted_write_s(table, hw, eff, gemm=None, on=frozenset(MECHANISMS)) -> np.ndarray | float:
     """Seconds of the cache write a table's prompt calls hold (its engine version writes the prompt's keys and values
-    inside the timed call: ``write_bytes`` in its shape) where the class's parameters price none (``eff`` carried
-    from a device whose engine writes them outside the call: no ``cache_write_ceiling``):
-    :func:`costmodel.price.transfer.apart_write_s`, as ``costmodel predict --prompt-write in-call`` prices it. 0 where
-    the parameters price the write themselves or the call holds none."""
-    if (
-        eff is None
-        or eff.cache_write_ceiling is not None
-        or "cache_write" not in on
-        or table.priced_class != "prefill_attention"
-        or "write_bytes" not in (table.shape or {})
-    ):
-        return 0.0
-    from costmodel.price.transfer import apart_write_s
+    inside the timed call: ``write_bytes`` in its shape) where the class's parameters price none:
+    :func:`costmodel.price.transfer.held_write_s`, as ``costmodel predict --prompt-write in-call`` prices it. 0 for
+    any other class."""
+    from costmodel.price.transfer import held_write_s
 
-    seconds = apart_write_s(table.shape["write_bytes"], hw, gemm, table.timing, on)
+    if table.priced_class != "prefill_attention":
+        return 0.0
+    seconds = held_write_s(eff, (table.shape or {}).get("write_bytes"), hw, gemm, table.timing, on)
     return seconds * (table.count if table.count is not None else 1)
 
 

@@ -99,7 +99,7 @@ def engine_of(m: re.Match) -> dict:
     return {"engine": m["framework"].lower(), "engine_version": m["version"]}
 
 
-def read_low_precision_gemms(path: Path, m: re.Match) -> list[Table]:
+def read_gemm_formats(path: Path, m: re.Match) -> list[Table]:
     """The GEMM rows of an all_dtypes (or an engines/) table, one table per format, each priced as
     ``costmodel predict --gemm`` prices it (:func:`costmodel.price.gemm.gemm_op`). An all_dtypes table holds no bf16
     rows; an engines/ table's bf16 rows are the ``gemm`` class."""
@@ -215,7 +215,7 @@ def read_folder(folder: str | Path, engines: tuple[str, ...] | None = None) -> t
         if m := AIC.match(path.name):
             tables += read_aiconfigurator(path, m)
         elif m := AIC_DTYPES.match(path.name):
-            tables += read_low_precision_gemms(path, m)
+            tables += read_gemm_formats(path, m)
         elif m := VIDUR.match(path.name):
             tables += read_vidur(path, m)
         elif m := LLMCOMPASS.match(path.name):

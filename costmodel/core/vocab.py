@@ -212,7 +212,7 @@ ENGINE_NAMES = ("vllm", "sglang", "trtllm")
 #: Whether a timed prompt-attention call also writes the prompt's keys and values into the cache, where a
 #: prediction is told (None: as the device's fit says): "in-call" (vLLM before 0.16, SGLang, TensorRT-LLM: the write
 #: is a second kernel of the call; where the fit prices none, priced as a kernel of its own,
-#: :func:`costmodel.price.transfer.apart_write_s`) or "apart" (vLLM 0.16 on: the write is an op of its own, outside
+#: :func:`costmodel.price.transfer.held_write_s`) or "apart" (vLLM 0.16 on: the write is an op of its own, outside
 #: the call: the ``cache_write`` mechanism off).
 PROMPT_WRITES = ("in-call", "apart")
 #: The formats of one GEMM ``costmodel predict --gemm`` prices (costmodel.price.gemm.GEMM_FORMATS).

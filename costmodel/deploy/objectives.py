@@ -3,8 +3,6 @@ the prices per GPU-hour it is costed at: one for every device kind, or one per k
 
 from __future__ import annotations
 
-import math
-
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
 from costmodel.core.vocab import OBJECTIVES
@@ -44,12 +42,7 @@ def rank(c: Candidate, load: float, minimise: str = "gpus") -> tuple:
     token), then the fewest GPUs, the cheaper, then the one with more room above the load (what its units complete
     at most, the closed form's saturation, where known)."""
     room = -((c.saturation or c.per_unit) * (c.replicas or 1) - load)
-    first = {
-        "gpus": c.gpus,
-        "cost": c.cost_per_hour if c.cost_per_hour is not None else math.inf,
-        "energy": c.energy_j_per_output_token if c.energy_j_per_output_token is not None else math.inf,
-    }[minimise]
-    return (first, c.gpus, c.cost_per_hour or 0.0, room)
+    return (c.objective(minimise), c.gpus, c.cost_per_hour or 0.0, room)
 
 
 def fewest(c: Candidate) -> tuple:

@@ -31,6 +31,12 @@ class Candidate(Report):
     decode_tp: int | None = None
     decode_workers: int | None = None
 
+    def objective(self, minimise: str) -> float:
+        """What a recommendation minimising ``minimise`` (gpus, cost or energy) ranks this candidate by; infinite
+        where it is not known (no GPUs that serve, no price, no board power)."""
+        value = {"gpus": self.gpus, "cost": self.cost_per_hour, "energy": self.energy_j_per_output_token}[minimise]
+        return float("inf") if value is None else value
+
 
 class Recommendation(Report):
     """The fewest GPUs (or the least cost or energy: ``minimise``), and the layout, that serve the load under the

@@ -220,14 +220,19 @@ class IterationTable:
         return self._by_seqs(seqs, row)
 
     def _by_seqs(self, seqs: float, row):
-        """``row(i)`` (the i-th sequence count's value) at ``seqs`` sequences: linear between the two counts around
-        it, and in proportion below the first."""
-        if len(self.d_grid) == 1 or seqs <= self.d_grid[0]:
-            return row(0) * (seqs / self.d_grid[0])
-        i = min(max(bisect.bisect_left(self._listed(self.d_grid), seqs) - 1, 0), len(self.d_grid) - 2)
-        lo, hi = self.d_grid[i], self.d_grid[i + 1]
-        w = (seqs - lo) / (hi - lo)
-        return row(i) * (1 - w) + row(i + 1) * w
+        """``row(i)`` (the i-th sequence count's value) at ``seqs`` sequences (:meth:`_seq_weights`)."""
+        i, a, b = self._seq_weights(seqs)
+        return row(i) * a if b is None else row(i) * a + row(i + 1) * b
+
+    def _seq_weights(self, seqs: float) -> tuple[int, float, float | None]:
+        """(i, the weight of the i-th sequence count, that of the next or None) at ``seqs`` sequences: linear between
+        the two counts around it, and in proportion below the first."""
+        d = self._listed(self.d_grid)
+        if len(d) == 1 or seqs <= d[0]:
+            return 0, seqs / d[0], None
+        i = min(max(bisect.bisect_left(d, seqs) - 1, 0), len(d) - 2)
+        w = (seqs - d[i]) / (d[i + 1] - d[i])
+        return i, 1 - w, w
 
     def prompt_attention_time(self, n):
         """Attention of the first ``n`` positions of a prompt (causal): a chunk [s, s+c) costs A(s+c) - A(s)."""
@@ -329,20 +334,18 @@ class IterationTable:
         }
 
     def _decode_attention_at(self, seqs: float, context: float) -> list:
-        """The decode attention's time and work at ``seqs`` sequences and ``context``, as :meth:`_by_seqs` weighs
-        the sequence counts around it (and :meth:`decode_attention_time` clamps the context)."""
+        """The decode attention's time and work at ``seqs`` sequences and ``context``, the sequence counts around it
+        weighed as :meth:`_by_seqs` weighs them (and the context clamped as :meth:`decode_attention_time` clamps it)."""
 
         def at(i: int) -> list:
             if i not in self._attention_cols:
                 self._attention_cols[i] = self._attention[:, i, :].T.tolist()
             return self._at(self.c_grid, self._attention_cols[i], context, clamp=True)
 
-        d = self._listed(self.d_grid)
-        if len(d) == 1 or seqs <= d[0]:
-            return [v * (seqs / d[0]) for v in at(0)]
-        i = min(max(bisect.bisect_left(d, seqs) - 1, 0), len(d) - 2)
-        f = (seqs - d[i]) / (d[i + 1] - d[i])
-        return [a * (1 - f) + b * f for a, b in zip(at(i), at(i + 1))]
+        i, a, b = self._seq_weights(seqs)
+        if b is None:
+            return [v * a for v in at(i)]
+        return [x * a + y * b for x, y in zip(at(i), at(i + 1))]
 
     def decode_comm(self, tokens: int, others: float | None = None, seqs: int | None = None) -> float:
         """The communication of one decode-only iteration of ``tokens`` tokens (of ``seqs`` sequences: as many as

@@ -232,7 +232,7 @@ def load_report(
     devices = pr.tp * dp * pr.pp
     per_device = measured["output_tokens_per_s"] / devices
     all_per_device = measured["requests_per_s"] * (measured["input_len"] + measured["output_len"]) / devices
-    price = getattr(setup, "price_per_gpu_hour", None)
+    price = setup.price_per_gpu_hour
     if energy is not None:
         measured |= per_output(energy.power_w, energy.power_w_range, per_device, measured["requests_per_s"] / devices)
     measured |= dollars(price, per_device, all_per_device)

@@ -14,6 +14,7 @@ import numpy as np
 
 from costmodel.core import checks
 from costmodel.core.errors import CostModelError
+from costmodel.core.memo import per_object
 from costmodel.core.vocab import DEFAULTS
 from costmodel.engine.config import (
     EngineConfig,
@@ -108,12 +109,7 @@ _JSON: dict = {}
 
 
 def _profile_json(hw) -> str:
-    kept = _JSON.get(id(hw))
-    if kept is None or kept[0] is not hw:
-        if len(_JSON) > 256:
-            _JSON.clear()
-        kept = _JSON[id(hw)] = (hw, hw.model_dump_json())  # the profile kept beside it, so its id is not reused
-    return kept[1]
+    return per_object(_JSON, hw, None, hw.model_dump_json)
 
 
 def iteration_table(m: ModelPreset, pr: Pricing, max_tokens: int, max_seqs: int, max_context: int) -> IterationTable:
@@ -173,8 +169,10 @@ class Setup:
         replicas: int = 1,
         frontend: str = "dynamo",
         speculation=None,
+        price_per_gpu_hour: float | None = None,
     ):
         self.m, self.pr, self.eng = m, pr, eng
+        self.price_per_gpu_hour = price_per_gpu_hour  # USD per device-hour: the report's dollars (None: none)
         self.replicas = replicas  # copies of the deployment sharing the load, one evaluated
         self.weights, self.kv_per_token, self.kv_budget, self.kv_tokens = kv_room(m, pr, eng)
         draft = _draft(speculation, pr, eng, self)
@@ -313,6 +311,7 @@ def serve(
     if layout.mode != "agg":
         raise CostModelError("serve() places a model aggregated; a disaggregated layout goes to serve_disaggregated()")
     hw = with_limit(hw, power_limit_w)
+    price = checks.number("price_per_gpu_hour", price_per_gpu_hour, optional=True)  # USD
     n = checked_load(m, hw, load)
     load, n = engine_share(load, n, layout)
     n = -(-n // load.turns) * load.turns  # whole conversations
@@ -348,9 +347,9 @@ def serve(
         replicas=layout.replicas,
         frontend=frontend,
         speculation=speculation,
+        price_per_gpu_hour=price,
     )
     model_len(eng, setup, prompts, outputs)
-    setup.price_per_gpu_hour = checks.number("price_per_gpu_hour", price_per_gpu_hour, optional=True)  # USD
     return _run(setup, load, n, prompts, outputs, evaluator, prefix, timeline)
 
 

@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from costmodel.core.errors import CostModelError
+from costmodel.core.memo import per_object
 from costmodel.hardware.units import Sourced, Strict, bounded
 
 MemoryTech = Literal["hbm2", "hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x", "gddr7"]
@@ -68,7 +69,7 @@ def constant(name: str, corner: str = "value", memory: str | None = None) -> flo
     return float((c[memory] if memory else c)[corner])
 
 
-#: (id of a profile, corner) -> (the profile, its PowerModel): see :meth:`PowerModel.of`.
+#: (id of a profile, corner) -> (the profile, its PowerModel): :func:`costmodel.core.memo.per_object`.
 _MODELS: dict = {}
 
 
@@ -94,14 +95,7 @@ class PowerModel:
     def of(cls, hw, corner: str = "value") -> PowerModel | None:
         """``hw``'s power model (None where its profile states no power facts), made once per profile object and
         corner (profiles are frozen: a limit or an edit makes a copy)."""
-        kept = _MODELS.get((id(hw), corner))
-        if kept is not None and kept[0] is hw:
-            return kept[1]
-        if len(_MODELS) > 256:
-            _MODELS.clear()
-        model = cls._made(hw, corner)
-        _MODELS[(id(hw), corner)] = (hw, model)  # the profile kept beside it, so its id is not reused
-        return model
+        return per_object(_MODELS, hw, corner, lambda: cls._made(hw, corner))
 
     @classmethod
     def _made(cls, hw, corner: str) -> PowerModel | None:
@@ -225,16 +219,11 @@ def _plain(x):
     return a.item() if a.ndim == 0 else a
 
 
-_LIMITED: dict = {}  # (device, board, limit) -> its central power model, for the kernels a lower limit stretches
-
-
 def limited(op, hw, seconds):
     """``seconds`` of ``op`` on ``hw`` under the power limit set on it (unchanged at the board's own)."""
     if hw.power_limit_w is None or hw.power is None:
         return seconds
-    key = (hw.id, hw.power.board_w.value, hw.power_limit_w)
-    pm = _LIMITED.get(key) or _LIMITED.setdefault(key, PowerModel.of(hw))
-    return seconds * pm.stretch(op, seconds)
+    return seconds * PowerModel.of(hw).stretch(op, seconds)
 
 
 def with_limit(hw, limit_w: float | None):

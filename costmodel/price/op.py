@@ -171,7 +171,12 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
                 np.where(one, a, b) for a, b in zip(alone, (compute, memory, overhead, body))
             )
         if cls == "prefill_attention" and conv.model.write_in_call:
-            overhead = overhead + np.where(one, 0.0, _held_write_s(params, shape, hw, resolved, conv))
+            from costmodel.price.transfer import held_write_s
+
+            written = fields(shape).get("write_bytes") if shape is not None else None
+            gemm = resolved.get("gemm") if resolved is not None else None
+            held = held_write_s(params, written, hw, gemm, conv.timing, conv.model.on)
+            overhead = overhead + np.where(one, 0.0, held)
         body = limited(op, hw, body)
         if not trial:
             check(op, shape, hw, body + overhead)
@@ -189,19 +194,6 @@ def price(op: KernelOp, shape, hw, conv: Conventions, params=None) -> OpTime:
     body = limited(op, hw, compute + memory if conv.overlap == "sum" else np.maximum(compute, memory))
     check(op, shape, hw, body + launch)
     return _finish(compute, memory, launch, body + launch, None)
-
-
-def _held_write_s(params, shape, hw, resolved, conv) -> np.ndarray | float:
-    """A prompt call's cache write that the call holds (``--prompt-write in-call``) where its class's parameters price
-    none (no ``cache_write_ceiling``): a kernel of its own (:func:`costmodel.price.transfer.apart_write_s`); 0 where
-    the parameters price it, the mechanism is off or the shape counts no write."""
-    from costmodel.price.transfer import apart_write_s
-
-    written = fields(shape).get("write_bytes") if shape is not None else None
-    if params.cache_write_ceiling is not None or "cache_write" not in conv.model.on or written is None:
-        return 0.0
-    gemm = resolved.get("gemm") if resolved is not None else None
-    return apart_write_s(written, hw, gemm, conv.timing, conv.model.on)
 
 
 #: The largest message vLLM's custom all-reduce takes (vllm/distributed/device_communicators/custom_all_reduce.py,

@@ -288,13 +288,16 @@ def attention_kind(p) -> str | None:
     return ATTENTION_KERNEL_KINDS.get(p.architecture.kernels.decode_kernel) if p.architecture is not None else None
 
 
-def apart_write_s(write_bytes, hw, gemm, timing: str, on) -> np.ndarray | float:
-    """Seconds of a prompt call's cache write where the call holds it but its class's parameters price none (fitted
-    where the engine writes outside the call: no ``cache_write_ceiling``). The write is a kernel of its own in the
-    call (vLLM's ``reshape_and_cache_flash`` before the attention kernel), priced as the transfer rule prices a kernel
-    a carried call launches beside its own: the fixed cost of a small kernel under ``timing`` (:func:`small_kernel_s`
-    of ``gemm``, the GEMM class the call is priced beside) and its bytes at the datasheet bandwidth, which no fit of a
-    write has slowed."""
+def held_write_s(eff, write_bytes, hw, gemm, timing: str, on) -> np.ndarray | float:
+    """Seconds of a prompt call's cache write where the call holds it (``write_bytes`` counted) but its class's
+    parameters ``eff`` price none (fitted where the engine writes outside the call: no ``cache_write_ceiling``). The
+    write is a kernel of its own in the call (vLLM's ``reshape_and_cache_flash`` before the attention kernel), priced
+    as the transfer rule prices a kernel a carried call launches beside its own: the fixed cost of a small kernel
+    under ``timing`` (:func:`small_kernel_s` of ``gemm``, the GEMM class the call is priced beside) and its bytes at
+    the datasheet bandwidth, which no fit of a write has slowed. 0 where the parameters price the write themselves,
+    the ``cache_write`` mechanism is off or no write is counted."""
+    if eff is None or eff.cache_write_ceiling is not None or "cache_write" not in on or write_bytes is None:
+        return 0.0
     launch = (small_kernel_s(gemm, timing) or 0.0) if "fixed" in on else 0.0
     return launch + np.asarray(write_bytes, float) / hw.bandwidth
 

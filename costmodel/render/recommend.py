@@ -15,12 +15,6 @@ def _energy(at) -> str:
     return f"; {si(at.energy_j_per_output_token, 'J')} per output token at {at.power_w:.0f} W per GPU"
 
 
-def _objective(c, minimise: str) -> float:
-    """A candidate's value of what the answer minimises (the unknown last)."""
-    value = {"gpus": c.gpus, "cost": c.cost_per_hour, "energy": c.energy_j_per_output_token}[minimise]
-    return value if value is not None else float("inf")
-
-
 def recommendation_table(rec) -> str:
     """A recommendation: the answer, its latencies at the load, the commands, and the front it chose from (the best
     token budget of each layout that serves the load, then how many could not and why)."""
@@ -63,7 +57,7 @@ def recommendation_table(rec) -> str:
         + (("$/hour",) if dollars else ())
         + (("J/token",) if joules else ())
     ]
-    for c in sorted(served.values(), key=lambda c: (_objective(c, rec.minimise), c.gpus, c.gpu, c.unit_gpus)):
+    for c in sorted(served.values(), key=lambda c: (c.objective(rec.minimise), c.gpus, c.gpu, c.unit_gpus)):
         shape = (
             f"{c.replicas} x ({c.layout})"
             if c.mode == "agg"
