@@ -29,9 +29,10 @@ from costmodel.web.fields import Job
 
 #: How often a waiting request looks at its worker, its turn and its client (seconds).
 POLL_S = 0.01
-#: What a computation past its address space prints: Python's MemoryError, or a library whose shared object could
-#: not be mapped (an import the limit stopped).
-OUT_OF_MEMORY = ("MemoryError", "failed to map segment")
+#: What a computation past its address space prints: Python's MemoryError, a library whose shared object could
+#: not be mapped (an import the limit stopped), or a C function whose allocation the limit refused without setting
+#: MemoryError, which CPython reports as a SystemError (about one run in three of the memory test here).
+OUT_OF_MEMORY = ("MemoryError", "failed to map segment", "returned NULL without setting an exception")
 #: The shortest gap between two progress messages of one computation (seconds).
 PROGRESS_S = 0.1
 
