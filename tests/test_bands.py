@@ -137,7 +137,7 @@ def test_pooling_weighs_each_set_equally():
         ("h200", (), "within"),
         ("l40s", (), "across"),
         ("tpu-v5e", (), "datasheet"),
-        ("mi300x", (), "datasheet"),
+        ("mi300x", (), "across"),  # another vendor borrows by the transfer rule (PEER_GENERATIONS)
         ("a100", ("all",), "datasheet"),
         ("a100", ("tiles",), None),
     ],

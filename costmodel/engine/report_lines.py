@@ -136,4 +136,15 @@ def kernels_line(pr, eng) -> list[str]:
         line += f"; {ours} runs kernels of its own, not measured here, priced as those (carried across engines)"
     elif not any(e.startswith(f"{ours} {eng.version}") for e in engines):
         line += f"; the scheduler is {ours} {eng.version}'s, its kernels taken as the fitted version's"
+    if (vendor := _vendor(origin.device)) != pr.hw.vendor:
+        line += (
+            f"; carried from {vendor}'s {origin.device} to {pr.hw.vendor}'s {pr.hw.id} by the transfer rule at its peer "
+            "generation (costmodel.price.origin.PEER_GENERATIONS): no kernel of its own stack was timed here"
+        )
     return [line]
+
+
+def _vendor(profile_id: str) -> str:
+    from costmodel.hardware.catalog import load_profile
+
+    return load_profile(profile_id).vendor

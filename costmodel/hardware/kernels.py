@@ -151,6 +151,17 @@ GEMM_DISPATCHES = {
         "fused_moe/configs/ (E=..,N=..,device_name=..,dtype=fp8_w8a8,block_shape=[128,128].json) replaces "
         "it; for NVIDIA_B200 the folder holds such files only for E=16, N=4096 and E=128, N=384",
     ),
+    "aiter_fused_moe_block_fp8": GemmDispatch(
+        rules=_rules({"m_max": 31, "tile": (16, 128)}, {"tile": (32, 128)}),
+        source="AMD's AITER fused MoE for block-scaled FP8 experts without a tuned configuration, as SGLang "
+        "(SGLANG_USE_AITER), ATOM and vLLM (VLLM_ROCM_USE_AITER) run it on CDNA3 and CDNA4 (ROCm/aiter "
+        "aiter/fused_moe.py get_2stage_cfgs, as mirrored at yuguo68/aiter@195d3d1): a call of more than 31 tokens "
+        "whose intermediate size is a multiple of 256 (DeepSeek-V3/R1's 2048 split over up to 8 devices) runs the "
+        "one-stage assembly kernel fmoe_fp8_blockscale_g1u1 on blocks of BLOCK_SIZE_M = 32 rows, a smaller call the "
+        "two-stage CK kernels on blocks of 16; 128 columns of N a block (the 128 x 128 weight scales, "
+        "fc_scale_blkn; tileN 128); each expert's rows padded to whole blocks (moe_sorting). A tuned row of "
+        "aiter/configs/tuned_fmoe.csv replaces it",
+    ),
     "vllm_fused_moe": GemmDispatch(
         rules=_rules(
             {"m_max": 32, "tile": (16, 64)},

@@ -267,6 +267,10 @@ class HardwareProfile(Strict):
     interconnect_latency_s: SourcedCost | None = None
     interconnect: str | None = None
     scale_up_devices: SourcedCount | None = None  # devices one interconnect domain joins (a node, an NVL72 rack)
+    # how the domain's devices are joined: through switches (NVSwitch), every device reaching the whole interconnect
+    # bandwidth whatever the group, or point to point (``mesh``: each device linked to each other one of its domain,
+    # the interconnect bandwidth the sum of those links), a group of n reaching only its n - 1 links (group_share)
+    interconnect_topology: Literal["switched", "mesh"] = "switched"
     scale_out_bytes_per_s: SourcedBandwidth | None = None  # one device's network link out of its domain, one way
     scale_out_latency_s: SourcedCost | None = None  # one step of a collective over the network
     measured: Measured | None = None
@@ -385,6 +389,14 @@ class HardwareProfile(Strict):
     def crosses(self, devices) -> bool:
         """Whether a group of ``devices`` spans more than one scale-up domain (never where the profile states none)."""
         return self.domain is not None and devices > self.domain
+
+    def group_share(self, devices: int) -> float:
+        """The share of the interconnect bandwidth a group of ``devices`` inside one domain moves its data over: all
+        of it through switches; on a point-to-point mesh the links to the group's other devices, n - 1 of the
+        domain's size - 1 (two devices of an eight-GPU MI300X baseboard share one of seven links)."""
+        if self.interconnect_topology != "mesh" or self.domain is None or self.domain < 2:
+            return 1.0
+        return min(1.0, max(devices - 1, 1) / (self.domain - 1))
 
     def network(self, what: str) -> tuple[float, float]:
         """(bytes per second one way, latency per step) of one device's network port, for ``what`` crossing the

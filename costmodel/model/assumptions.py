@@ -192,6 +192,11 @@ def _layout_lines(m: ModelPreset, pr: Pricing) -> list[str]:
             )
         else:
             how = "each a ring over the datasheet interconnect"
+        if pr.hw.group_share(pr.tp) < 1 and not pr.hw.crosses(pr.tp):
+            how += (
+                f", over {pr.tp - 1} of each device's {pr.hw.domain - 1} links (a point-to-point mesh: "
+                f"x {pr.hw.group_share(pr.tp):.2f} of the interconnect bandwidth)"
+            )
         reduces = (
             "one all-reduce per layer (parallel block)" if reduces_per_layer(m) == 1 else "two all-reduces per layer"
         ) + f", {how}"

@@ -288,6 +288,7 @@ def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool 
         t = op.devices
         volume = 2 * (t - 1) / t * np.asarray(op.bytes, float)
         parts = []
+        scale = scale * hw.group_share(t)  # a mesh's group moves over its own links only
         for impl in (custom, "nccl"):
             parts.append(_curve(curves.get(impl) or curves["nccl"], t).parts(volume, scale))
         transfer = np.where(on_custom, parts[0][0], parts[1][0])
@@ -296,7 +297,10 @@ def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool 
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: tensor parallelism needs both")
     transfer, latency = ring_all_reduce(
-        op.bytes, op.devices, hw.interconnect_bytes_per_s.value / 2, hw.interconnect_latency_s.value
+        op.bytes,
+        op.devices,
+        hw.interconnect_bytes_per_s.value / 2 * hw.group_share(op.devices),
+        hw.interconnect_latency_s.value,
     )
     return _finish(0.0, transfer, latency * op.launches, transfer + latency * op.launches, None)
 
@@ -381,12 +385,12 @@ def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
         return _finish(0.0, transfer, latency, transfer + latency, None)
     found = measured_collectives(hw) if conv.model.active else None
     if found is not None and found[0].ops.get(op.kind):
-        transfer, latency = _curve(found[0].ops[op.kind], t).parts(volume, found[1])
+        transfer, latency = _curve(found[0].ops[op.kind], t).parts(volume, found[1] * hw.group_share(t))
         latency = latency * op.launches
         return _finish(0.0, transfer, latency, transfer + latency, None)
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: a {op.kind} needs both")
-    transfer = volume / (hw.interconnect_bytes_per_s.value / 2)
+    transfer = volume / (hw.interconnect_bytes_per_s.value / 2 * hw.group_share(t))
     latency = (t - 1) * hw.interconnect_latency_s.value * op.launches
     return _finish(0.0, transfer, latency, transfer + latency, None)
 
@@ -401,7 +405,7 @@ def _send(op: KernelOp, hw) -> OpTime:
     elif hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: pipeline parallel needs both")
     else:
-        bw, lat = hw.interconnect_bytes_per_s.value / 2, hw.interconnect_latency_s.value
+        bw, lat = hw.interconnect_bytes_per_s.value / 2 * hw.group_share(2), hw.interconnect_latency_s.value
     transfer = np.asarray(op.bytes, float) / bw
     return _finish(0.0, transfer, lat * op.launches, transfer + lat * op.launches, None)
 

@@ -22,6 +22,22 @@ from costmodel.price.transfer import NEAREST_TIMING, Origin, attention_kind, own
 #: NVIDIA generations in order: a device without fitted data takes a fitted device's parameters from the
 #: same generation, else the nearest older one, else the nearest newer one.
 GENERATIONS: tuple[str, ...] = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
+#: Another vendor's generations, each placed in :data:`GENERATIONS` at the NVIDIA generation whose matrix units take the
+#: same narrowest formats, which is also the one it shipped against: CDNA2 (MI200, 2021) multiplies fp16 and bf16 but
+#: no fp8, as Ampere; CDNA3 (MI300X 2023, MI325X 2024) adds fp8, as Hopper; CDNA4 (MI355X, 2025) adds fp6 and fp4, as
+#: Blackwell (ROCm documentation, "Data types and precision support", per GPU). A device of another vendor takes a
+#: fitted NVIDIA device's parameters by the same :data:`TRANSFER_RULE` as an NVIDIA device of that generation: fractions
+#: of its own datasheet peaks and bandwidth, SM time at its own compute units and clock; nothing is fitted per vendor.
+PEER_GENERATIONS = {"cdna2": "ampere", "cdna3": "hopper", "cdna4": "blackwell"}
+
+
+def generation_rank(generation: str | None) -> int | None:
+    """Where a generation sits in :data:`GENERATIONS` (another vendor's at its peer's,
+    :data:`PEER_GENERATIONS`); None for one without a place (TPUs, CPUs)."""
+    generation = PEER_GENERATIONS.get(generation, generation)
+    return GENERATIONS.index(generation) if generation in GENERATIONS else None
+
+
 #: Classes priced by the device's attention kernel: these come from a fitted device whose attention kernel is of the
 #: same kind (:data:`costmodel.hardware.profile.ATTENTION_KERNEL_KINDS`) where there is one, by the generation order among
 #: those; the other classes by the generation order alone.
@@ -31,9 +47,9 @@ ATTENTION_CLASSES: tuple[str, ...] = ("decode_attention", "prefill_attention")
 def reference_for(hw, exclude=(), cls: str | None = None):
     """The fitted shipped profile whose parameters ``hw`` borrows (same generation first), or None; for one of
     :data:`ATTENTION_CLASSES`, among the fitted devices whose attention kernel is of ``hw``'s kind where any is."""
-    if hw.architecture is None or hw.architecture.generation not in GENERATIONS:
+    gen = generation_rank(hw.architecture.generation) if hw.architecture is not None else None
+    if gen is None:
         return None
-    gen = GENERATIONS.index(hw.architecture.generation)
     from costmodel.hardware.catalog import fitted_profiles
 
     fitted = [
@@ -65,12 +81,13 @@ def engine_source(hw, engine: str):
     timed on it, else the nearest by :data:`TRANSFER_RULE`'s generation order that has them; None where none has."""
     if engine in hw.engine_kernels:
         return hw
-    if hw.architecture is None or hw.architecture.generation not in GENERATIONS:
+    gen = generation_rank(hw.architecture.generation) if hw.architecture is not None else None
+    if gen is None:
         return None
     from costmodel.hardware.catalog import fitted_profiles
 
     have = [p for p in fitted_profiles() if engine in p.engine_kernels and p.architecture.generation in GENERATIONS]
-    return _nearest(GENERATIONS.index(hw.architecture.generation), have) if have else None
+    return _nearest(gen, have) if have else None
 
 
 def with_engine(

@@ -53,6 +53,11 @@ def hardware_detail(p, reference: str | None = None, attention: tuple[str, str] 
         f"  ridge point (bf16/fp16 or first dtype): "
         f"{p.ridge_point(next(iter(d for d in ('bf16', 'fp16') if d in p.peak_flops_per_s), next(iter(p.peak_flops_per_s)))):.1f} FLOP/B"
     )
+    if p.interconnect_topology == "mesh" and p.domain is not None:
+        lines.append(
+            f"  interconnect: a point-to-point mesh of {p.domain} devices; a group of n moves its data over n - 1 of "
+            f"each device's {p.domain - 1} links"
+        )
     if p.architecture is not None:
         k = p.kernels
         tiles = ", ".join(f"{a}x{b}" for a, b in k.gemm_tiles)

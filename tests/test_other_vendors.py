@@ -1,0 +1,97 @@
+"""Another vendor's GPUs priced by the transfer rule and named mechanisms, nothing fitted per vendor: AMD's CDNA
+generations borrow the NVIDIA generation whose matrix formats they share (costmodel.price.origin.PEER_GENERATIONS),
+their block-scaled FP8 experts run AITER's fused MoE blocks, and an Infinity Fabric baseboard is a point-to-point
+mesh whose small groups move data over their own links only."""
+
+import numpy as np
+import pytest
+
+import costmodel
+from costmodel.hardware.kernels import GEMM_DISPATCHES
+from costmodel.hardware.mechanisms import ring_all_reduce
+from costmodel.price.gemm import predict_gemm
+from costmodel.price.op import collective_curves
+from costmodel.price.origin import generation_rank, reference_for, resolve
+from costmodel.price.transfer import transfer
+
+
+@pytest.mark.parametrize(
+    "gpu,peer",
+    [("mi250x", "a100_80gb_sxm"), ("mi300x", "h100_sxm"), ("mi325x", "h100_sxm"), ("mi355x", "b200")],
+)
+def test_cdna_borrows_the_nvidia_generation_of_its_matrix_formats(gpu, peer):
+    hw = costmodel.load_profile(gpu)
+    assert reference_for(hw).id == peer
+    # fp8 matrix math arrives with CDNA3 as with Hopper, fp4 with CDNA4 as with Blackwell: the peer has what it has
+    ref = costmodel.load_profile(peer)
+    assert ("fp8" in hw.peak_flops_per_s) == ("fp8" in ref.peak_flops_per_s)
+    assert generation_rank("tpu_v5e") is None and resolve(costmodel.load_profile("tpu_v5e"), "graph") is None
+
+
+def test_a_carried_class_runs_at_its_own_peaks_clock_and_bandwidth():
+    """By hand from the datasheets: the H100's fitted GEMM on the MI300X keeps its fraction of the dense peak, its
+    fixed cost scales with the clocks (1.98 over 2.1 GHz) and its half-bandwidth bytes with the bandwidths."""
+    h100, mi = costmodel.load_profile("h100"), costmodel.load_profile("mi300x")
+    src, got = h100.efficiency.classes["gemm"], resolve(mi, "graph").get("gemm")
+    assert got.compute_efficiency == src.compute_efficiency
+    assert got.fixed_s["graph"] == pytest.approx(src.fixed_s["graph"] * 1.98e9 / 2.1e9)
+    assert got.bandwidth_half_bytes == pytest.approx(src.bandwidth_half_bytes * 5.3e12 / 3.35e12)
+    assert got == transfer(src, h100, mi, "gemm")
+    # a large bf16 GEMM's arithmetic then runs at that fraction of the MI300X's 1307 TFLOP/s (less the last wave's
+    # idle CUs: 2,048 tiles of 256 x 128 over 304 CUs fill 6.7 of 7 waves), above anything the H100's 989 allows
+    (op,) = predict_gemm(mi, 8192, 8192, 8192)["ops"]
+    rate = 2 * 8192**3 / op["compute_s"]
+    assert 0.95 * src.compute_efficiency * 1.3074e15 < rate <= src.compute_efficiency * 1.3074e15
+    assert rate > 989.4e12 * src.compute_efficiency * 1.05
+
+
+def test_aiters_block_fp8_moe_pads_each_expert_to_its_blocks():
+    """AITER's default for a block-scaled FP8 expert layer: 16-row blocks for a call of at most 31 tokens, 32-row
+    blocks above, 128 columns a block."""
+    rules = GEMM_DISPATCHES["aiter_fused_moe_block_fp8"].rules
+    pick = lambda tokens: next(  # noqa: E731
+        r.tile for r in rules if (r.m_max is None or tokens <= r.m_max) and (r.m_min is None or tokens >= r.m_min)
+    )
+    assert pick(1) == (16, 128) and pick(31) == (16, 128) and pick(32) == (32, 128) and pick(4096) == (32, 128)
+    for gpu in ("mi300x", "mi325x", "mi355x"):
+        assert costmodel.load_profile(gpu).kernels.grouped_dispatch["moe_fp8_block"].rules == rules
+
+
+def test_a_mesh_group_moves_its_data_over_its_own_links():
+    mi, h100 = costmodel.load_profile("mi300x"), costmodel.load_profile("h100")
+    # each MI300X links to each of the other seven: two of them share one link, eight use all seven
+    assert mi.interconnect_topology == "mesh" and mi.domain == 8
+    assert [mi.group_share(n) for n in (2, 4, 8)] == pytest.approx([1 / 7, 3 / 7, 1.0])
+    assert h100.group_share(2) == 1.0  # through NVSwitch a pair reaches the whole bandwidth
+    # the borrowed all-reduce curve: a large buffer over two MI300Xs takes 7x what the same curve gives over
+    # the whole interconnect; the latency part does not change
+    curves, scale, _ = collective_curves(mi)
+    volume = 2 * (2 - 1) / 2 * 256e6
+    whole = curves["nccl"][min(n for n in curves["nccl"] if n >= 2)].parts(volume, scale)
+    pair = curves["nccl"][min(n for n in curves["nccl"] if n >= 2)].parts(volume, scale / 7)
+    assert pair[0] == pytest.approx(7 * whole[0]) and pair[1] == pytest.approx(whole[1])
+    # the datasheet ring, by hand: 2 (n - 1) / n of the buffer at the pair's one link, one way
+    transfer_s, _ = ring_all_reduce(np.asarray(256e6), 2, 896e9 / 2 / 7, 2e-6)
+    assert float(transfer_s) == pytest.approx(256e6 / (896e9 / 2 / 7))
+
+
+@pytest.mark.parametrize("tp,more", [(2, True), (4, True), (8, False)])
+def test_a_model_step_pays_the_mesh_only_on_its_all_reduces(tp, more):
+    """Llama 3.1 70B over MI300Xs, the mesh against the same board behind a switch: only the all-reduces change, and
+    only for a group smaller than the baseboard."""
+    m = costmodel.load_model("llama-3.1-70b")
+    mesh = costmodel.load_profile("mi300x")
+    switched = mesh.model_copy(update={"interconnect_topology": "switched"})
+    a, b = (costmodel.predict_model(m, hw, tp=tp).decode for hw in (mesh, switched))
+    assert a.time_s - a.all_reduce_s == pytest.approx(b.time_s - b.all_reduce_s)
+    assert (a.all_reduce_s > b.all_reduce_s * 1.01) == more
+    assert a.all_reduce_s >= b.all_reduce_s * (1 - 1e-12)
+
+
+def test_every_op_keeps_a_price_on_another_vendor():
+    """Every kernel op of a served step on each CDNA GPU is priced by a class carried from its peer."""
+    for gpu in ("mi300x", "mi325x", "mi355x"):
+        hw = costmodel.load_profile(gpu)
+        p = costmodel.predict_model(costmodel.load_model("llama-3.1-8b"), hw)
+        for op in p.decode.ops:
+            assert op.time_s > 0 and np.isfinite(op.time_s), (gpu, op.name)
