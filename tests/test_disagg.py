@@ -77,7 +77,7 @@ def test_transferred_bytes_follow_the_shards(llama, h100):
     assert f8.kv_transfer.bytes_per_device == pytest.approx(_kv_by_hand(llama, 1024, 1.0) / 2, rel=1e-9)
 
 
-@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm", "atom"])
 def test_littles_law_and_tokens(llama, h100, engine_name):
     """Closed loop over both pools: throughput x mean time in the system = clients; every decode token of every
     request is produced exactly once (the decode pool's iterations carry n x (output - 1) tokens); the pools'

@@ -95,3 +95,66 @@ def test_every_op_keeps_a_price_on_another_vendor():
         p = costmodel.predict_model(costmodel.load_model("llama-3.1-8b"), hw)
         for op in p.decode.ops:
             assert op.time_s > 0 and np.isfinite(op.time_s), (gpu, op.name)
+
+
+def test_atom_is_an_engine_with_its_own_defaults():
+    """ATOM's defaults as its sources state them (atom/model_engine/arg_utils.py EngineArgs and atom/config.py
+    Config): 16,384 tokens and 512 sequences an iteration, 0.9 of the device, pages of 16, no prefix cache, whole
+    prompts that run in iterations of their own; each iteration planned as the last one ends."""
+    from costmodel.engine.config import engine
+
+    mi = costmodel.load_profile("mi300x")
+    e = engine("atom", capacity_bytes=mi.engine_memory, device_name=mi.name, tp=8)
+    assert (e.max_num_batched_tokens, e.max_num_seqs, e.memory_fraction, e.page_size) == (16384, 512, 0.9, 16)
+    assert not (e.chunked_prefill or e.mixes or e.reuse_prefix or e.prefix_caching or e.async_scheduling)
+    assert not e.reserve_output and e.lag == 0
+
+
+def test_atoms_cache_follows_vllms_rule_by_hand():
+    """ATOM's ModelRunner gives the cache total x 0.9 less the weights and a warm-up run's activations at its
+    token budget, as vLLM does: Llama 3.1 8B on one MI300X, by hand, in whole pages of 16."""
+    from costmodel.engine.config import activation_bytes, engine
+    from costmodel.engine.served import kv_room
+    from costmodel.model.pricing import pricing
+
+    m, mi = costmodel.load_model("llama-3.1-8b"), costmodel.load_profile("mi300x")
+    e = engine("atom", capacity_bytes=mi.engine_memory, device_name=mi.name)
+    weights, per_token, budget, tokens = kv_room(m, pricing(m, mi), e)
+    act = activation_bytes(16384, 4096, 14336, 2)
+    assert budget == pytest.approx(0.9 * mi.engine_memory - weights - act)
+    assert per_token == 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 KV heads of 128, bf16
+    assert tokens == (budget // (per_token * 16)) * 16
+
+
+def test_atom_is_served_launched_and_its_borrowed_costs_are_said(run_cli):
+    args = ["predict", "--gpu", "mi300x", "--model", "llama-3.1-8b", "--engine", "atom", "--concurrency", "4"]
+    r = run_cli(*args, "--input-len", "512", "--output-len", "64", "--launch")
+    assert r.exit_code == 0, r.output
+    assert "served by atom 0.1" in r.output and "vLLM's, fitted on its deployments; no ATOM deployment" in r.output
+    assert "launch: python -m atom.entrypoints.openai_server --model meta-llama/Llama-3.1-8B" in r.output
+    # what ATOM has no setting for is refused by name, what it does is accepted
+    bad = run_cli(*args, "--input-len", "512", "--output-len", "64", "--async-scheduling")
+    assert bad.exit_code == 1 and bad.output.startswith("Error: atom has no setting for async scheduling")
+    assert "Traceback" not in bad.output
+
+
+def test_atom_runs_its_prompts_in_iterations_of_their_own(llama, h100):
+    """Prefill first, a prompt batch alone: the decoding sequences wait out every prompt's iteration, so TPOT over a
+    run with prompts arriving is above the decode-only iterations' time, and every token is produced once."""
+    from costmodel.engine.config import engine
+    from costmodel.engine.served import Setup
+    from costmodel.engine.simulate import simulate
+    from costmodel.model.pricing import pricing
+
+    e = engine("atom", capacity_bytes=h100.engine_memory, device_name=h100.name)
+    st = Setup(llama, pricing(llama, h100), e, max_context=4096)
+    prompts, outputs = np.full(64, 1024), np.full(64, 128)
+    res = simulate(st.table, e, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=16, check=True)
+    assert res.violations == [] and res.prefill_tokens == prompts.sum()
+    prefilling = [(decode, stretch[1]) for (_, decode), stretch in zip(res.iteration_s, res.stretches) if stretch[1]]
+    assert len(prefilling) == res.prefill_iterations >= 4  # 64 prompts, at most 16 a batch
+    assert all(decode == 0 for decode, _ in prefilling)  # no decode token rides with a prompt
+    # against vLLM, which mixes them: its prompts ride beside decode tokens
+    v = engine("vllm", capacity_bytes=h100.engine_memory, device_name=h100.name)
+    res = simulate(st.table, v, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=16, check=True)
+    assert any(decode and stretch[1] for (_, decode), stretch in zip(res.iteration_s, res.stretches))

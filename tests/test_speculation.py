@@ -105,13 +105,14 @@ def test_every_draft_kept_divides_tpot_by_k_plus_one_times_the_verify_steps_cost
     assert (method == "ngram") == (float(st.drafting.propose(d, ctx)) == 0.0)
 
 
-@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm", "atom"])
 def test_invariants_tokens_and_littles_law_with_drafts(llama, h100, engine_name):
     """A cache small enough to bind: every iteration within the budget (k + 1 tokens a decode sequence), the
     sequence limit and the pages (the drafts' slots held); each request's output produced exactly; C = X x W."""
     spec = parse(MTP3, 2.3)
+    # an engine that neither chunks nor reserves (ATOM) recomputes a preempted request whole in one iteration
     eng = engine(engine_name, capacity_bytes=h100.engine_memory, device_name=h100.name).with_flags(
-        max_num_batched_tokens=2048, max_num_seqs=12
+        max_num_batched_tokens=4096 if engine_name == "atom" else 2048, max_num_seqs=12
     )
     st = Setup(llama, pricing(llama, h100), eng, max_context=4096, overheads=OFF, speculation=spec)
     rng = np.random.default_rng(5)

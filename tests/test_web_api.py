@@ -184,7 +184,7 @@ def test_a_long_view_shows_progress_and_can_be_cancelled(client):
         ({"tp": 0}, "tp", "greater than or equal to 1"),
         ({"input-len": 1 << 21}, "input-len", "less than or equal to 1048576"),
         ({"concurrency": list(range(1, 20)), "view": "curve"}, "concurrency", "at most 16"),
-        ({"engine": "nosuch"}, "engine", "'vllm', 'sglang' or 'trtllm'"),
+        ({"engine": "nosuch"}, "engine", "'vllm', 'sglang', 'trtllm' or 'atom'"),
         ({"csv": "/tmp/x.csv"}, "csv", "Extra inputs are not permitted"),
         ({"concurrency": [4], "request-rate": [2.0]}, "", "one of them"),
         ({"view": "served", "concurrency": [1, 2]}, "", "several are a curve"),

@@ -112,7 +112,7 @@ FLAG_OPTIONS = [
         "engine_version",
         callback=engine_version,
         help="the engine's release whose defaults apply: vllm 0.8.x or 0.9-0.12, sglang 0.4.0-0.4.6 or 0.5.x, "
-        "trtllm 1.0.x [default: the latest of these]",
+        "trtllm 1.0.x, atom 0.1.x [default: the latest of these]",
     ),
     click.option(
         "--max-num-batched-tokens",

@@ -208,7 +208,7 @@ DEFAULTS: dict[str, object] = {
 
 
 #: The serving engines modelled, as ``--engine`` spells them, and their names as their projects write them.
-ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+ENGINE_NAMES = ("vllm", "sglang", "trtllm", "atom")
 #: Whether a timed prompt-attention call also writes the prompt's keys and values into the cache, where a
 #: prediction is told (None: as the device's fit says): "in-call" (vLLM before 0.16, SGLang, TensorRT-LLM: the write
 #: is a second kernel of the call; where the fit prices none, priced as a kernel of its own,
@@ -219,4 +219,4 @@ PROMPT_WRITES = ("in-call", "apart")
 GEMM_DTYPES = ("bf16", "fp8", "fp8_block", "nvfp4")
 #: What a recommendation minimises under its latency targets: GPUs, dollars per hour, or joules per output token.
 OBJECTIVES = ("gpus", "cost", "energy")
-ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "atom": "ATOM"}

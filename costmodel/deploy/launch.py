@@ -6,6 +6,10 @@ Each flag is the engine's documented spelling (:data:`ENGINE_FLAGS`, with the so
   vllm/benchmarks/serve.py and datasets.py);
 - SGLang 0.5 ``python -m sglang.launch_server`` (python/sglang/srt/server_args.py ServerArgs.add_cli_args; with
   ``--enable-dp-attention`` its ``--tp-size`` counts every device of the data parallel groups);
+- ATOM 0.1 ``python -m atom.entrypoints.openai_server`` (ROCm/ATOM atom/model_engine/arg_utils.py
+  EngineArgs.add_cli_args @0027562: --model, --tensor-parallel-size, --data-parallel-size, --enable-dp-attention,
+  --enable-expert-parallel, --max-num-batched-tokens, --max-num-seqs, --gpu-memory-utilization, --block-size,
+  --max-model-len, --kv_cache_dtype bf16|fp8, --enable_prefix_caching);
 - TensorRT-LLM 1.x ``trtllm-serve`` (tensorrt_llm/commands/serve.py: --tp_size, --pp_size, --ep_size,
   --max_batch_size, --max_num_tokens, --max_seq_len, --kv_cache_free_gpu_memory_fraction,
   --enable_chunked_prefill; the KV cache's dtype, attention data parallel and the overlap scheduler are settings
@@ -60,6 +64,19 @@ ENGINE_FLAGS = {
         "prefix_caching": ("", "--disable-radix-cache"),
         "async_scheduling": ("", "--disable-overlap-schedule"),
     },
+    "atom": {
+        "tp": "--tensor-parallel-size",
+        "attention_dp": "--data-parallel-size",
+        "dp_attention": "--enable-dp-attention",
+        "expert_parallel": "--enable-expert-parallel",
+        "max_num_batched_tokens": "--max-num-batched-tokens",
+        "max_num_seqs": "--max-num-seqs",
+        "memory_fraction": "--gpu-memory-utilization",
+        "page_size": "--block-size",
+        "max_model_len": "--max-model-len",
+        "kv_dtype": "--kv_cache_dtype",
+        "prefix_caching": ("--enable_prefix_caching", ""),
+    },
     "trtllm": {
         "tp": "--tp_size",
         "pipeline_parallel": "--pp_size",
@@ -85,11 +102,24 @@ POOL_ROLES = {
     "sglang": {role: ["--disaggregation-mode", role] for role in ("prefill", "decode")},
 }
 #: Flags that take no value (the others take one).
-BARE_FLAGS = {"vllm": {"--enable-expert-parallel"}, "sglang": {"--enable-dp-attention"}}
+BARE_FLAGS = {
+    "vllm": {"--enable-expert-parallel"},
+    "sglang": {"--enable-dp-attention"},
+    "atom": {"--enable-expert-parallel", "--enable-dp-attention"},
+}
 #: The program each engine is launched by.
-PROGRAMS = {"vllm": ["vllm", "serve"], "sglang": ["python", "-m", "sglang.launch_server"], "trtllm": ["trtllm-serve"]}
-#: The KV dtypes as the engines name them (vLLM's and SGLang's --kv-cache-dtype).
+PROGRAMS = {
+    "vllm": ["vllm", "serve"],
+    "sglang": ["python", "-m", "sglang.launch_server"],
+    "trtllm": ["trtllm-serve"],
+    "atom": ["python", "-m", "atom.entrypoints.openai_server"],
+}
+#: The flag that names the model, where it is not the program's first argument.
+MODEL_FLAGS = {"sglang": "--model-path", "atom": "--model"}
+#: The KV dtypes as the engines name them (vLLM's and SGLang's --kv-cache-dtype; ATOM's --kv_cache_dtype takes bf16
+#: or fp8).
 KV_DTYPES = {"fp8": "fp8_e4m3", "bf16": "auto", "fp16": "auto", "fp32": "auto"}
+ENGINE_KV_DTYPES = {"atom": {"fp8": "fp8", "bf16": "bf16"}}
 
 
 def hub_id(model) -> str:
@@ -128,21 +158,20 @@ def launch(
     if layout.mode != "agg":
         raise CostModelError("a launch command is one engine's; a disaggregated deployment launches each pool")
     names = ENGINE_FLAGS[engine_name]
-    argv = (
-        [*PROGRAMS[engine_name], model_name]
-        if engine_name != "sglang"
-        else [*PROGRAMS[engine_name], "--model-path", model_name]
-    )
+    flag = MODEL_FLAGS.get(engine_name)
+    argv = [*PROGRAMS[engine_name], *([flag] if flag else []), model_name]
     dp = layout.attention_dp
     tp = layout.tp * dp if engine_name == "sglang" and dp > 1 else layout.tp
     argv += [names["tp"], str(tp)]
     if layout.pipeline_parallel > 1:
+        if "pipeline_parallel" not in names:
+            raise CostModelError(f"{engine_name} {PROGRAMS[engine_name][-1]} takes no pipeline parallel flag")
         argv += [names["pipeline_parallel"], str(layout.pipeline_parallel)]
     if dp > 1:
         if "attention_dp" not in names:
             raise CostModelError(f"{engine_name}'s attention data parallel is set in its YAML options, not a flag")
         argv += [names["attention_dp"], str(dp)]
-        if engine_name == "sglang":
+        if "dp_attention" in names:
             argv.append(names["dp_attention"])
     if layout.expert_parallel:
         flag = names["expert_parallel"]
@@ -152,13 +181,17 @@ def launch(
         if value is not None and key in names:
             argv += [names[key], f"{value:g}" if isinstance(value, float) else str(value)]
     if kv_dtype is not None and "kv_dtype" in names:
-        argv += [names["kv_dtype"], KV_DTYPES.get(kv_dtype, kv_dtype)]
+        kv_names = ENGINE_KV_DTYPES.get(engine_name, KV_DTYPES)
+        if kv_dtype not in kv_names and engine_name in ENGINE_KV_DTYPES:
+            raise CostModelError(f"{engine_name} keeps its KV cache in {' or '.join(kv_names)}, not {kv_dtype}")
+        argv += [names["kv_dtype"], kv_names.get(kv_dtype, kv_dtype)]
     if quantization is not None and "quantization" in names:
         argv += [names["quantization"], quantization]
     for key in ("prefix_caching", "async_scheduling", "chunked_prefill"):
         value, default = settings.get(key), defaults.get(key)
-        if key == "prefix_caching" and settings.get("reuse_prefix") is False:
-            value, default = False, True  # the switch turned prefix reuse off, which every engine has on
+        if key == "prefix_caching" and settings.get("reuse_prefix") != defaults.get("reuse_prefix", True):
+            # the switch turned prefix reuse off (on, for ATOM, whose default is off)
+            value, default = settings.get("reuse_prefix"), defaults.get("reuse_prefix", True)
         if key in names and value is not None and value != default:
             flag = names[key][0 if value else 1]
             if not flag:
@@ -183,7 +216,7 @@ def parse(argv: list[str]) -> tuple[str, str, Layout, dict, str | None]:
     if engine_name is None:
         raise CostModelError(f"not a launch command of a known engine: {shlex.join(argv[:3])}")
     rest = argv[len(PROGRAMS[engine_name]) :]
-    if engine_name == "sglang":
+    if engine_name in MODEL_FLAGS:
         model, rest = rest[1], rest[2:]
     else:
         model, rest = rest[0], rest[1:]
@@ -221,7 +254,8 @@ def parse(argv: list[str]) -> tuple[str, str, Layout, dict, str | None]:
         expert_parallel="expert_parallel" in got and got.pop("expert_parallel") is not None,
     )
     kv = got.pop("kv_dtype", None)
-    kv = {v: k for k, v in KV_DTYPES.items() if v != "auto"}.get(kv, None if kv == "auto" else kv)
+    named = {v: k for k, v in ENGINE_KV_DTYPES.get(engine_name, KV_DTYPES).items() if v != "auto"}
+    kv = named.get(kv, None if kv == "auto" else kv)
     got.pop("quantization", None)
     got.pop("kv_transfer_config", None)  # a disaggregated worker's role (POOL_ROLES)
     got.pop("disaggregation_mode", None)

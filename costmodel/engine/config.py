@@ -76,6 +76,17 @@ _TRTLLM = (
     "Blackwell with MXFP8 activations, the recommended configuration of examples/models/core/gpt_oss/README.md "
     "(MMA UTCQMMA; bf16 activations on Hopper)"
 )
+_ATOM = (
+    "ATOM, AMD's engine for Instinct GPUs (ROCm/ATOM atom/config.py Config @cd27f98 and "
+    "atom/model_engine/arg_utils.py EngineArgs @0027562): max_num_batched_tokens 16384, max_num_seqs 512, "
+    "gpu_memory_utilization 0.9 of the device for weights, a warm-up run at max_num_batched_tokens and the cache "
+    "(ModelRunner: total x gpu_memory_utilization - used - the warm-up's peak, as vLLM's rule), kv_cache_block_size "
+    "16, enable_prefix_caching False; its scheduler (atom/model_engine/scheduler.py Scheduler.schedule) tries "
+    "prefills first, a prefill batch running alone, and decodes the running sequences when no prefill is ready, "
+    "preempting (recomputing) the last running sequence when no block is free; no chunked prefill in that "
+    "release (a prompt is one prefill of at most max_num_batched_tokens); each iteration scheduled as the last one "
+    "ends; AITER's kernels (fused MoE over the rows routed to the device's experts, its custom all-reduce)"
+)
 
 _VLLM_08 = (
     "vLLM v0.8 vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 (the V1 engine, default from v0.8.0): "
@@ -91,6 +102,11 @@ _SGLANG_04 = (
     "Everything else as in "
 )
 
+#: Engines no measured deployment here ran, and the engine whose fitted fixed costs (costmodel.engine.served.OVERHEADS)
+#: they take: ATOM's scheduler, model runner and OpenAI server follow vLLM's (nano-vLLM's) design, each iteration
+#: scheduled as the last one ends.
+HOST_COSTS_OF = {"atom": "vllm"}
+
 #: The releases each engine's defaults are written for: (first, last release, as they are written, the rule's
 #: name), newest last. A release outside them is refused: its defaults are not known here. The kernels are
 #: priced from the same measured tables whatever the release.
@@ -98,6 +114,7 @@ RELEASES = {
     "vllm": (((0, 8, 0), (0, 8, 99), "0.8.x", "0.8"), ((0, 9, 0), (0, 12, 99), "0.9-0.12", "0.12")),
     "sglang": (((0, 4, 0), (0, 4, 6), "0.4.0-0.4.6", "0.4"), ((0, 5, 0), (0, 5, 99), "0.5.x", "0.5")),
     "trtllm": (((1, 0, 0), (1, 0, 99), "1.0.x", "1.0"),),
+    "atom": (((0, 1, 0), (0, 1, 99), "0.1.x", "0.1"),),
 }
 
 
@@ -188,34 +205,50 @@ class EngineConfig:
             "vllm": "max_num_batched_tokens",
             "sglang": "chunked_prefill_size",
             "trtllm": "max_num_tokens",
+            "atom": "max_num_batched_tokens",
         },
-        "max_num_seqs": {"vllm": "max_num_seqs", "sglang": "max_running_requests", "trtllm": "max_batch_size"},
+        "max_num_seqs": {
+            "vllm": "max_num_seqs",
+            "sglang": "max_running_requests",
+            "trtllm": "max_batch_size",
+            "atom": "max_num_seqs",
+        },
         "memory_fraction": {
             "vllm": "gpu_memory_utilization",
             "sglang": "mem_fraction_static",
             "trtllm": "free_gpu_memory_fraction",
+            "atom": "gpu_memory_utilization",
         },
-        "page_size": {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block"},
-        "max_model_len": {"vllm": "max_model_len", "sglang": "context_length", "trtllm": "max_seq_len"},
+        "page_size": {"vllm": "block_size", "sglang": "page_size", "trtllm": "tokens_per_block", "atom": "block_size"},
+        "max_model_len": {
+            "vllm": "max_model_len",
+            "sglang": "context_length",
+            "trtllm": "max_seq_len",
+            "atom": "max_model_len",
+        },
         "chunked_prefill": {
             "vllm": "enable_chunked_prefill",
             "sglang": "chunked_prefill_size",
             "trtllm": "enable_chunked_prefill",
+            "atom": "enable_chunked_prefill (later releases)",
         },
         "prefix_caching": {
             "vllm": "enable_prefix_caching",
             "sglang": "disable_radix_cache (inverted)",
             "trtllm": "enable_block_reuse",
+            "atom": "enable_prefix_caching",
         },
         "async_scheduling": {
             "vllm": "async_scheduling",
             "sglang": "disable_overlap_schedule (inverted)",
             "trtllm": "disable_overlap_scheduler (inverted)",
+            "atom": "(none: ATOM schedules each iteration as the last one ends)",
         },
         "mxfp4_activations": {
             "vllm": "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 (environment)",
             "sglang": "flashinfer_mxfp4_moe_precision ('default': mxfp8)",
             "trtllm": "quant_algo (W4A8_MXFP4_MXFP8: mxfp8; W4A16_MXFP4: bf16)",
+            "atom": "(none: AITER quantizes MXFP4 experts' activations to MXFP4, priced as bf16)",
         },
     }
 
@@ -242,6 +275,8 @@ class EngineConfig:
             if key not in self.FLAGS:
                 raise CostModelError(f"unknown engine setting {key!r}; settable: {', '.join(self.FLAGS)}")
             name = self.FLAGS[key][self.name]
+            if name.startswith("(none") and value != getattr(self, key):
+                raise CostModelError(f"{self.name} has no setting for {key.replace('_', ' ')} {name}")
             if key == "memory_fraction":
                 update[key] = checks.number(name, value, most=1.0)
             elif key in ("chunked_prefill", "prefix_caching", "async_scheduling"):
@@ -353,6 +388,20 @@ def engine(
             mxfp4_activations="mxfp8",
             reserved_decode_tokens=512,
         )
+    if name == "atom":
+        return EngineConfig(
+            "atom",
+            version,
+            16384,
+            512,
+            0.9,
+            16,
+            False,
+            False,
+            False,
+            _ATOM,
+            reuse_prefix=False,
+        )
     return EngineConfig(
         "trtllm",
         version,
@@ -385,7 +434,7 @@ def activation_bytes(tokens: int, d_model: int, d_ff_per_device: int, act_bytes:
 
 def kv_budget_bytes(eng: EngineConfig, capacity: float, weights: float, activations: float) -> float:
     """Bytes of one device the engine gives its KV cache."""
-    if eng.name == "vllm":
+    if eng.name in ("vllm", "atom"):  # ATOM's ModelRunner sizes its cache by vLLM's rule
         return eng.memory_fraction * capacity - weights - activations
     if eng.name == "sglang":
         return eng.memory_fraction * capacity - weights

@@ -4,6 +4,7 @@ groups and replicas evaluated, and how an iteration is priced (:func:`assumption
 from __future__ import annotations
 
 from costmodel.core.vocab import ENGINE_TITLES
+from costmodel.engine.config import HOST_COSTS_OF
 from costmodel.model.assumptions import gemm_classes
 from costmodel.price.origin import engine_source
 
@@ -84,7 +85,7 @@ def assumptions(
         "continuous batching: each iteration runs the running sequences' decode tokens and prefill chunks of "
         "waiting requests within the token budget; its time is the model step priced for that mix (prefill "
         "tokens at their positions, decode tokens at theirs) plus the engine's fixed cost per iteration "
-        f"({setup.iteration_s * 1e3:.2f} ms){setup.host_line()}; the front end's latency "
+        f"({setup.iteration_s * 1e3:.2f} ms{_borrowed(setup.eng.name)}){setup.host_line()}; the front end's latency "
         f"({setup.request_s * 1e3:.2f} ms: HTTP, tokenization, the first token streamed back; {setup.front_end_how}) "
         "is added to each TTFT "
         "and end-to-end time; it does not hold the engine (a client's next request reaches the engine when its last "
@@ -102,6 +103,16 @@ def _fit_engines(device_id: str) -> tuple[str, ...]:
 
     fit = load_profile(device_id).efficiency
     return fit.engines if fit is not None else ()
+
+
+def _borrowed(engine_name: str) -> str:
+    """Whose fitted fixed costs an engine no measured deployment ran takes (:data:`HOST_COSTS_OF`), as a note."""
+    other = HOST_COSTS_OF.get(engine_name)
+    return (
+        f": {ENGINE_TITLES[other]}'s, fitted on its deployments; no {ENGINE_TITLES[engine_name]} deployment was measured"
+        if other
+        else ""
+    )
 
 
 def kernels_line(pr, eng) -> list[str]:

@@ -17,6 +17,7 @@ from costmodel.core.errors import CostModelError
 from costmodel.core.memo import per_object
 from costmodel.core.vocab import DEFAULTS
 from costmodel.engine.config import (
+    HOST_COSTS_OF,
     EngineConfig,
     EngineFlags,
     activation_bytes,
@@ -58,6 +59,14 @@ _FITTED = _fitted()
 #: (``layer_s``, ``layer_seq_s``: Setup.host_s). Fitted on aiconfigurator's H100 silicon sample; the fits' data and
 #: method: ``costmodel/engine/overheads.yaml``; their errors on rows they did not see: docs/serving.md.
 OVERHEADS: dict[str, dict[str, float]] = _FITTED["engines"]
+
+
+def overheads_of(engine_name: str) -> dict[str, float]:
+    """An engine's fitted fixed costs (:data:`OVERHEADS`), or those of the engine it takes them from
+    (:data:`HOST_COSTS_OF`)."""
+    return OVERHEADS[HOST_COSTS_OF.get(engine_name, engine_name)]
+
+
 #: The front ends a request can pass before the engine: ``dynamo`` (Dynamo's frontend and router, as
 #: aiconfigurator's collection deploys every engine; the front-end latencies of :data:`OVERHEADS` were fitted on
 #: those rows) or ``engine`` (the engine's own OpenAI server, as InferenceX's recipes start it: ``vllm serve``,
@@ -73,7 +82,7 @@ def front_end(engine_name: str, frontend: str = "dynamo") -> tuple[float, str]:
     from costmodel.core.vocab import choice
 
     frontend = choice("frontend", frontend, FRONTENDS)
-    dynamo = OVERHEADS[engine_name]["request_s"]
+    dynamo = overheads_of(engine_name)["request_s"]
     if frontend == "dynamo":
         return dynamo, "Dynamo's frontend, fitted on Dynamo-launched deployments"
     if engine_name in ENGINE_FRONT_END_S:
@@ -206,7 +215,7 @@ class Setup:
             )
         ]
         self.pr_lines += kernels_line(pr, eng)
-        o = overheads if overheads is not None else OVERHEADS[eng.name]
+        o = overheads if overheads is not None else overheads_of(eng.name)
         self.iteration_s = float(o["iteration_s"])
         self.request_s, self.front_end_how = (
             front_end(eng.name, frontend) if overheads is None else (float(o["request_s"]), "as given")

@@ -167,7 +167,7 @@ class ViewRequest(BaseModel):
     gpus: Devices = Field(8, description="GPUs to place the model on (plan)")
     max_gpus: Annotated[int, Field(ge=1, le=1024)] = Field(64, alias="max-gpus", description="most GPUs (recommend)")
     # the engine
-    engine: Literal["vllm", "sglang", "trtllm"] = Field("vllm", description="the serving engine")
+    engine: Literal["vllm", "sglang", "trtllm", "atom"] = Field("vllm", description="the serving engine")
     engine_version: str | None = Field(
         None, alias="engine-version", max_length=16, pattern=r"^[0-9][0-9a-z.]*$", description="release (latest)"
     )
