@@ -127,7 +127,7 @@ def test_gqa2023_bad_plot_suffix_writes_nothing(tmp_path, monkeypatch):
     assert out.exit_code != 0 and "suffix must be one of" in out.output and not list(tmp_path.iterdir())
 
 
-def test_gqa2023_runs_fused_attention_and_prints_the_papers_table():
+def test_gqa2023_runs_fused_attention_and_holds_table1_apart():
     from costmodel.hardware.catalog import load_profile
     from costmodel.model.presets import load_model
     from costmodel.model.step import predict_model
@@ -144,8 +144,14 @@ def test_gqa2023_runs_fused_attention_and_prints_the_papers_table():
     assert row["prefill_s"] == prefill["fused"] != prefill["unfused"]
     assert result["execution"] == "fused" and "fused attention" in result["setup"]
     out = CliRunner().invoke(main, ["reproduce", "gqa2023"]).output
-    # Ainslie et al. 2023, Table 1: 0.24 s (MQA), 0.28 s (GQA-8), 1.51 s (MHA) per sample
-    assert all(text in out for text in ("240", "280", "1510", "paper 6.29x", "paper 1.17x"))
+    # Figure 6 is this setting (2048 + 512); Table 1 (0.24, 0.28 and 1.51 s per sample) was timed over the paper's own
+    # task mix, so its times are named but set beside no prediction of this setting
+    assert "Figure 6 (this setting)" in out and "it is not compared with this 2048 + 512 setting" in " ".join(
+        out.split()
+    )
+    assert not any(text in out for text in ("sample  paper", "1510", "6.29x", "Table 1 (T_infer"))
+    assert result["table1"]["compared"] is False and result["table1"]["s_per_sample"] == {1: 0.24, 8: 0.28, 64: 1.51}
+    assert "paper_chip_ms_per_sample" not in row
 
 
 def test_deepseek2024_kv_cache_and_throughput():

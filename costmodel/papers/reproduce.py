@@ -244,8 +244,21 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
 
 GROUPS = (1, 4, 8, 16, 32, 64)
 #: Ainslie et al. 2023, Table 1: T_infer, seconds per sample per TPU v4 chip, of T5-XXL with multi-query
-#: (1 group), 8 groups and multi-head attention (64), uptrained from the same checkpoint.
+#: (1 group), 8 groups and multi-head attention (64), uptrained from the same checkpoint. Timed over the paper's
+#: own tasks at their input and output lengths, not at Figure 6's 2048 + 512: compared with nothing here until that
+#: task mix is (:data:`TABLE1_NOT_COMPARED`).
 PAPER_S_PER_SAMPLE = {1: 0.24, 8: 0.28, 64: 1.51}
+#: Why Table 1 is not set beside the 2048 + 512 setting.
+TABLE1_NOT_COMPARED = (
+    "Table 1's T_infer (MQA 0.24 s, 8 groups 0.28 s, MHA 1.51 s per sample per chip) is timed over the paper's "
+    "fine-tuning tasks at their own input and output lengths, a mix the reference here does not give; it is not "
+    "compared with this 2048 + 512 setting"
+)
+#: What Figure 6 (input 2048, output 512, this setting) shows, as the reference states it.
+FIGURE6 = (
+    "Figure 6 (this setting): going from 1 to 8 groups adds modest inference time, with rising cost as the group "
+    "count approaches the 64 heads"
+)
 #: How the gqa2023 reproduction runs attention: fused, as a TPU compiler fuses it.
 GQA2023_EXECUTION = "fused"
 
@@ -306,7 +319,8 @@ def gqa2023(
             f"{chips} x {hw.name} tensor parallel, batch = largest that fits up to "
             f"{max_batch_per_chip} per chip; {GQA2023_EXECUTION} attention; chip-milliseconds per sample"
         ),
-        "paper": "Ainslie et al. 2023, Table 1 (T_infer of MQA-XXL, GQA-8-XXL and MHA-XXL)",
+        "paper": FIGURE6,
+        "table1": {"s_per_sample": PAPER_S_PER_SAMPLE, "compared": False, "why": TABLE1_NOT_COMPARED},
         "execution": GQA2023_EXECUTION,
     }
 
@@ -343,7 +357,6 @@ def _gqa_row(
         "prefill_s": prefill,
         "decode_s": decode,
         "chip_ms_per_sample": total * chips / batch * 1e3,
-        "paper_chip_ms_per_sample": PAPER_S_PER_SAMPLE[g] * 1e3 if g in PAPER_S_PER_SAMPLE else None,
     }
 
 
