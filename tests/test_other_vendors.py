@@ -158,3 +158,75 @@ def test_atom_runs_its_prompts_in_iterations_of_their_own(llama, h100):
     v = engine("vllm", capacity_bytes=h100.engine_memory, device_name=h100.name)
     res = simulate(st.table, v, kv_tokens=st.kv_tokens, prompts=prompts, outputs=outputs, concurrency=16, check=True)
     assert any(decode and stretch[1] for (_, decode), stretch in zip(res.iteration_s, res.stretches))
+
+
+@pytest.mark.parametrize(
+    "path,model",
+    [
+        ("amd/DeepSeek-R1-0528-MXFP4-Preview", "deepseek_v3"),  # InferenceMAX's MI355X recipes
+        ("amd/DeepSeek-R1-0528-MXFP4", "deepseek_v3"),  # as ATOM serves it
+        ("amd/Llama-3.1-70B-Instruct-FP8-KV", "llama_3_1_70b"),
+        ("nvidia/DeepSeek-R1-FP4", "deepseek_v3"),
+    ],
+)
+def test_a_vendors_quantized_checkpoint_is_priced_as_its_model(path, model):
+    from costmodel.validation.launchers import checkpoint_model
+
+    assert checkpoint_model(path)[0].id == model
+
+
+def test_an_unknown_vendor_checkpoint_is_still_refused():
+    from costmodel.core.errors import CostModelError
+    from costmodel.validation.launchers import checkpoint_model
+
+    with pytest.raises(CostModelError):
+        checkpoint_model("amd/no-such-model-MXFP4")
+
+
+def test_amd_deployment_rows_are_expressible_and_reproduced(tmp_path, run_cli):
+    """Rows as InferenceMAX names them on AMD GPUs (ATOM and SGLang, DeepSeek-R1 in MXFP4 and FP8 over 8 GPUs):
+    every one is priced, and its own command prints its prediction."""
+    import json
+
+    from tests.test_served import _row, _write
+
+    ds = dict(tp_size="8.0", moe_tp_size="8.0", silicon_data_source="silicon_concurrency=16", batch_size="16.0")
+    rows = [
+        _row(
+            id="atom-fp4",
+            backend="atom",
+            system="mi355x",
+            precision="fp4",
+            model_path="amd/DeepSeek-R1-0528-MXFP4-Preview",
+            **ds,
+        ),
+        _row(
+            id="sgl-fp8",
+            backend="sglang",
+            system="mi300x",
+            precision="fp8",
+            gemm_quant_mode="fp8_block",
+            model_path="deepseek-ai/DeepSeek-R1-0528",
+            **ds,
+        ),
+        _row(
+            id="atom-fp8",
+            backend="atom",
+            system="mi325x",
+            precision="fp8",
+            gemm_quant_mode="fp8_block",
+            model_path="deepseek-ai/DeepSeek-R1-0528",
+            **ds,
+        ),
+    ]
+    path, out = tmp_path / "amd.csv", tmp_path / "amd.json"
+    _write(path, rows)
+    r = run_cli("validate", "--serving", str(path), "--json", str(out))
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.read_text())
+    assert report["skipped"] == [] and [x["id"] for x in report["rows"]] == ["atom-fp4", "sgl-fp8", "atom-fp8"]
+    for row in report["rows"]:
+        cmd = row["command"]
+        assert cmd[cmd.index("--engine") + 1] == row["id"].split("-")[0].replace("sgl", "sglang")
+        got = json.loads(run_cli(*cmd, "--json").output)
+        assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]

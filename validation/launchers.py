@@ -48,21 +48,26 @@ PRECISIONS = {
 MXFP4_MODES = {"w4a16_mxfp4": "bf16", "w4a8_mxfp4_mxfp8": "mxfp8", "w4a8_mxfp4_mxfp8_trtllm": "mxfp8"}
 
 
-#: NVIDIA's quantized checkpoints of a published model (nvidia/<model>-NVFP4, -FP4 or -FP8, a -v2 revision) keep
-#: its shape: such a row is priced as the model its name carries, at the precision the row records.
-QUANTIZED_CHECKPOINT = re.compile(r"^nvidia/(?P<model>.+?)-(NVFP4|FP4|FP8)(-v\d+)?$", re.IGNORECASE)
+#: Vendors' quantized checkpoints of a published model keep its shape: such a row is priced as the model its name
+#: carries, at the precision the row records. NVIDIA's: nvidia/<model>-NVFP4, -FP4 or -FP8, a -v2 revision; AMD's
+#: (Quark): amd/<model>-MXFP4 or -FP8, -KV where the cache is FP8 too, -Preview (amd/DeepSeek-R1-0528-MXFP4-Preview,
+#: as InferenceMAX's MI355X recipes and ATOM's serve it, its linear layers MXFP4: an FP4 row, at the fp4 peak).
+QUANTIZED_CHECKPOINTS = (
+    re.compile(r"^nvidia/(?P<model>.+?)-(NVFP4|FP4|FP8)(-v\d+)?$", re.IGNORECASE),
+    re.compile(r"^amd/(?P<model>.+?)-(MXFP4|FP8)(-KV)?(-Preview)?$", re.IGNORECASE),
+)
 
 
 def checkpoint_model(path: str):
     """(the preset of a row's ``model_path``, the name it is priced under where that is not the path): the path
-    itself, or the model an NVIDIA quantized checkpoint's name carries (:data:`QUANTIZED_CHECKPOINT`);
+    itself, or the model a vendor's quantized checkpoint's name carries (:data:`QUANTIZED_CHECKPOINTS`);
     CostModelError where neither is known."""
     from costmodel.model.presets import load_model
 
     try:
         return load_model(path), None
     except CostModelError:
-        m = QUANTIZED_CHECKPOINT.match(path.strip())
+        m = next((m for c in QUANTIZED_CHECKPOINTS if (m := c.match(path.strip()))), None)
         if m is None:
             raise
         preset = load_model(m["model"])
