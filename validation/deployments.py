@@ -12,7 +12,6 @@ from costmodel.engine.config import default_kv_dtype
 from costmodel.validation.launchers import (
     DYNAMO_TRTLLM_KV_FRACTION,
     EXPERTS_SHARDED_OVER_DP,
-    INFERENCEX_RECIPES,
     INFERENCEX_SPREAD,
     MXFP4_CHECKPOINTS,
     MXFP4_MODES,
@@ -20,10 +19,14 @@ from costmodel.validation.launchers import (
     UNRECORDED_WORKERS,
     checkpoint_model,
     dynamo_budget,
+    inferencex_recipe,
     inferencex_run,
     launched_by_dynamo,
     profile_of,
 )
+
+#: The memory fraction under the name each engine gives it (one setting of `costmodel predict`).
+MEMORY_FLAGS = {"sglang": "--mem-fraction-static", "trtllm": "--free-gpu-memory-fraction"}
 
 #: Columns a deployments file must have.
 COLUMNS = (
@@ -171,7 +174,7 @@ class Deployment:
         if self.max_num_batched_tokens:
             cmd += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
         if self.memory_fraction is not None:
-            cmd += ["--free-gpu-memory-fraction", f"{self.memory_fraction:g}"]
+            cmd += [MEMORY_FLAGS.get(self.backend, "--gpu-memory-utilization"), f"{self.memory_fraction:g}"]
         if self.mxfp4_activations:
             cmd += ["--mxfp4-activations", self.mxfp4_activations]
         if self.async_scheduling is not None:
@@ -248,7 +251,8 @@ def parse(row: dict) -> Deployment | str:
     if weight == "fp8" and checkpoint is not None and checkpoint.weight_dtype == "fp8_block":
         weight = "fp8_block"  # an engine serves a block-scaled FP8 checkpoint with its own scales
     ix, dynamo = inferencex_run(row), launched_by_dynamo(row)
-    recipe = INFERENCEX_RECIPES.get((row["backend"], row["model_path"]), {}) if ix else {}
+    tp = stages[""].tp if "" in stages else None
+    recipe = inferencex_recipe(row, preset.id, isl, osl, conc, tp)
     common = (
         row["id"],
         row["system"],
@@ -310,7 +314,7 @@ def _aggregated(row: dict, st: Stage, common: tuple, named: dict, recipe: dict, 
         )
         st = replace(st, attention_dp=1, batch=st.batch * st.attention_dp)
     tokens = recipe.get("max_num_batched_tokens") or (dynamo_budget(row["backend"], batch, isl) if dynamo else None)
-    fraction = DYNAMO_TRTLLM_KV_FRACTION if dynamo and row["backend"] == "trtllm" else None
+    fraction = DYNAMO_TRTLLM_KV_FRACTION if dynamo and row["backend"] == "trtllm" else recipe.get("memory_fraction")
     return Deployment(
         *common,
         layout=st,

@@ -166,6 +166,62 @@ INFERENCEX_RECIPES = {
 }
 
 
+#: InferenceX's DeepSeek-R1 recipes (the -0528 checkpoint, and AMD's MXFP4 one), by engine and GPU: the settings
+#: each gives the engine that differ from its defaults, as SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh @1fc5d73
+#: (single_node/dsr1_fp8_b300.sh @5632483: the B200's, "reused as-is") launch it. SGLang: --chunked-prefill-size and
+#: --max-prefill-tokens (one budget here), --mem-fraction-static, --kv-cache-dtype fp8_e4m3 where set,
+#: --disable-radix-cache; TensorRT-LLM on the H200 (dsr1_fp8_h200_trt.sh): max_num_tokens the larger of 8192 and
+#: CONC + ISL + 64 rounded up to 64, free_gpu_memory_fraction 0.75, an fp8 cache, enable_block_reuse false; ATOM on
+#: the MI355X (dsr1_*_mi355x_atom.sh): --kv_cache_dtype fp8, --block-size 16. What they set that is not modelled
+#: (--num-continuous-decode-steps 4 on AMD, --cuda-graph-max-bs 128, --scheduler-recv-interval, torch.compile) is
+#: left out.
+DSR1_RECIPES = {
+    ("sglang", "h200_sxm"): {"max_num_batched_tokens": 32768, "memory_fraction": 0.82, "prefix_caching": False},
+    ("sglang", "b200"): {
+        "max_num_batched_tokens": 32768,
+        "memory_fraction": 0.82,
+        "kv_dtype": "fp8",
+        "prefix_caching": False,
+    },
+    ("sglang", "mi300x"): {
+        "max_num_batched_tokens": 131072,
+        "memory_fraction": 0.8,
+        "kv_dtype": "fp8",
+        "prefix_caching": False,
+    },
+    ("sglang", "mi355x"): {"max_num_batched_tokens": 196608, "memory_fraction": 0.8, "prefix_caching": False},
+    ("trtllm", "h200_sxm"): {"memory_fraction": 0.75, "kv_dtype": "fp8", "prefix_caching": False},
+    ("atom", "mi355x"): {"kv_dtype": "fp8"},
+}
+DSR1_RECIPES[("sglang", "b300")] = DSR1_RECIPES[("sglang", "b200")]
+DSR1_RECIPES[("sglang", "mi325x")] = DSR1_RECIPES[("sglang", "mi300x")]
+
+
+def inferencex_recipe(row: dict, preset_id: str, isl: int, osl: int, conc: int, tp: int | None) -> dict:
+    """The engine settings of the InferenceX recipe a row ran: :data:`INFERENCEX_RECIPES` by engine and model,
+    else a DeepSeek-R1 recipe by engine and GPU (:data:`DSR1_RECIPES`, with each script's own conditions); {}
+    for a row that is not one of InferenceX's runs."""
+    if not inferencex_run(row):
+        return {}
+    backend = row["backend"]
+    if (backend, row["model_path"]) in INFERENCEX_RECIPES:
+        return INFERENCEX_RECIPES[(backend, row["model_path"])]
+    gpu = profile_of(row["system"])
+    if preset_id != "deepseek_v3" or "r1" not in row["model_path"].lower() or (backend, gpu) not in DSR1_RECIPES:
+        return {}
+    recipe = dict(DSR1_RECIPES[(backend, gpu)])
+    fp4 = "mxfp4" in row["model_path"].lower()
+    if backend == "sglang" and gpu in ("b200", "b300") and tp == 4:
+        recipe |= {"max_num_batched_tokens": 8192, "memory_fraction": 0.95}
+    if backend == "sglang" and gpu == "mi355x" and fp4:
+        recipe["kv_dtype"] = "fp8"  # dsr1_fp4_mi355x.sh sets it; dsr1_fp8_mi355x.sh does not
+        if (isl, osl) == (8192, 1024) and conc > 32:
+            recipe["max_num_batched_tokens"] = 32768
+    if backend == "trtllm":
+        recipe["max_num_batched_tokens"] = max(8192, -(-(conc + isl + 64) // 64) * 64)
+    return recipe
+
+
 def inferencex_run(row: dict) -> bool:
     """Whether a row is one of InferenceX's runs: a dated export of the silicon sample (:data:`INFERENCEX_SPREAD`)."""
     return re.search(r"source_file=\d{4}-\d{2}-\d{2}\.csv", row.get("silicon_data_source") or "") is not None

@@ -243,24 +243,17 @@ def shazeer2019(final: Mechanisms = Mechanisms(), hw: HardwareProfile | None = N
 
 
 GROUPS = (1, 4, 8, 16, 32, 64)
-#: Ainslie et al. 2023, Table 1: T_infer, seconds per sample per TPU v4 chip, of T5-XXL with multi-query
-#: (1 group), 8 groups and multi-head attention (64), uptrained from the same checkpoint. Timed over the paper's
-#: own tasks at their input and output lengths, not at Figure 6's 2048 + 512: compared with nothing here until that
-#: task mix is (:data:`TABLE1_NOT_COMPARED`).
+#: Ainslie et al. 2023: Table 1's T_infer (s per sample per TPU v4 chip, 1, 8 and 64 groups), and Figure 6's shape.
 PAPER_S_PER_SAMPLE = {1: 0.24, 8: 0.28, 64: 1.51}
-#: Why Table 1 is not set beside the 2048 + 512 setting.
 TABLE1_NOT_COMPARED = (
-    "Table 1's T_infer (MQA 0.24 s, 8 groups 0.28 s, MHA 1.51 s per sample per chip) is timed over the paper's "
-    "fine-tuning tasks at their own input and output lengths, a mix the reference here does not give; it is not "
-    "compared with this 2048 + 512 setting"
+    "Table 1's T_infer (MQA 0.24 s, 8 groups 0.28 s, MHA 1.51 s per sample per chip) was timed over the paper's own "
+    "fine-tuning tasks at their input and output lengths, a mix not given here: not compared with this 2048 + 512 setting"
 )
-#: What Figure 6 (input 2048, output 512, this setting) shows, as the reference states it.
 FIGURE6 = (
     "Figure 6 (this setting): going from 1 to 8 groups adds modest inference time, with rising cost as the group "
     "count approaches the 64 heads"
 )
-#: How the gqa2023 reproduction runs attention: fused, as a TPU compiler fuses it.
-GQA2023_EXECUTION = "fused"
+GQA2023_EXECUTION = "fused"  # how the reproduction runs attention: fused, as a TPU compiler fuses it
 
 
 def gqa2023(
@@ -272,15 +265,11 @@ def gqa2023(
     max_batch_per_chip: int = 32,
     sample_every: int = 32,
 ) -> dict:
-    """T5-XXL decoder with g key/value groups (encoder MHA) on TPU v4: chip-seconds per sample.
-
-    Tensor parallel over ``chips``; the batch is the largest that fits, up to ``max_batch_per_chip`` x
-    ``chips``. Time = prefill (encoder over ``source`` tokens) + ``output`` decode steps, the step time
-    evaluated every ``sample_every`` steps and summed with the trapezoid rule (it is piecewise linear in
-    the context). ``steps``: multi-query, 8 groups and multi-head priced by the datasheet roofline (with the
-    launch cost per kernel), then with the matrix unit's whole passes (the ``tiles`` mechanism), as the
-    table is.
-    """
+    """T5-XXL decoder with g key/value groups (encoder MHA) on TPU v4: chip-seconds per sample, tensor parallel over
+    ``chips``, the largest batch that fits up to ``max_batch_per_chip`` x ``chips``; prefill (the encoder over
+    ``source`` tokens) + ``output`` decode steps, each ``sample_every``-th priced and summed by the trapezoid rule (the
+    step is piecewise linear in the context). ``steps``: MQA, 8 groups and MHA by the datasheet roofline (with the
+    launch cost per kernel), then with the matrix unit's whole passes (the ``tiles`` mechanism)."""
     hw = hw or load_profile("tpu_v4")
     base = load_model("t5_xxl")
     run = dict(
