@@ -230,3 +230,67 @@ def test_amd_deployment_rows_are_expressible_and_reproduced(tmp_path, run_cli):
         assert cmd[cmd.index("--engine") + 1] == row["id"].split("-")[0].replace("sgl", "sglang")
         got = json.loads(run_cli(*cmd, "--json").output)
         assert got["ttft_s"] == row["predicted_ttft_s"] and got["tpot_s"] == row["predicted_tpot_s"]
+
+
+@pytest.mark.parametrize(
+    "backend,system,path,isl,conc,want",
+    [
+        # SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh, by hand
+        (
+            "sglang",
+            "h200_sxm",
+            "deepseek-ai/DeepSeek-R1-0528",
+            1024,
+            64,
+            {"--mem-fraction-static": "0.82", "--max-num-batched-tokens": "32768"},
+        ),
+        (
+            "sglang",
+            "mi300x",
+            "deepseek-ai/DeepSeek-R1-0528",
+            1024,
+            64,
+            {"--max-num-batched-tokens": "131072", "--kv-dtype": "fp8"},
+        ),
+        (
+            "sglang",
+            "mi355x",
+            "amd/DeepSeek-R1-0528-MXFP4-Preview",
+            8192,
+            64,
+            {"--max-num-batched-tokens": "32768", "--kv-dtype": "fp8"},
+        ),
+        ("sglang", "mi355x", "amd/DeepSeek-R1-0528-MXFP4-Preview", 8192, 32, {"--max-num-batched-tokens": "196608"}),
+        (
+            "trtllm",
+            "h200_sxm",
+            "deepseek-ai/DeepSeek-R1-0528",
+            8192,
+            64,
+            {"--max-num-batched-tokens": "8320", "--free-gpu-memory-fraction": "0.75"},
+        ),
+        ("trtllm", "h200_sxm", "deepseek-ai/DeepSeek-R1-0528", 1024, 4, {"--max-num-batched-tokens": "8192"}),
+        ("atom", "mi355x", "deepseek-ai/DeepSeek-R1-0528", 1024, 64, {"--kv-dtype": "fp8"}),
+    ],
+)
+def test_inferencex_deepseek_rows_run_their_recipe(tmp_path, run_cli, backend, system, path, isl, conc, want):
+    """An InferenceX run (a dated export) of DeepSeek-R1 is predicted with the settings its recipe gives the engine;
+    the same row from another source with the engine's defaults."""
+    import json
+
+    from tests.test_served import _row, _write
+
+    ix = f"source_file=2026-03-25.csv;silicon_concurrency={conc}"
+    base = dict(backend=backend, system=system, model_path=path, isl=str(isl), osl="1024", tp_size="8.0")
+    base |= dict(moe_tp_size="8.0", batch_size=f"{conc}.0", precision="fp4" if "MXFP4" in path else "fp8")
+    rows = [
+        _row(id="ix", silicon_data_source=ix, **base),
+        _row(id="own", silicon_data_source=f"silicon_concurrency={conc}", **base),
+    ]
+    csv_path, out = tmp_path / "d.csv", tmp_path / "d.json"
+    _write(csv_path, rows)
+    assert run_cli("validate", "--serving", str(csv_path), "--json", str(out)).exit_code == 0
+    got = {r["id"]: r["command"] for r in json.loads(out.read_text())["rows"]}
+    for flag, value in want.items():
+        assert got["ix"][got["ix"].index(flag) + 1] == value, flag
+    assert "--max-num-batched-tokens" not in got["own"] or backend == "trtllm"
