@@ -146,9 +146,7 @@ def test_gqa2023_runs_fused_attention_and_holds_table1_apart():
     out = CliRunner().invoke(main, ["reproduce", "gqa2023"]).output
     # Figure 6 is this setting (2048 + 512); Table 1 (0.24, 0.28 and 1.51 s per sample) was timed over the paper's own
     # task mix, so its times are named but set beside no prediction of this setting
-    assert "Figure 6 (this setting)" in out and "not compared with this 2048 + 512 setting" in " ".join(
-        out.split()
-    )
+    assert "Figure 6 (this setting)" in out and "not compared with this 2048 + 512 setting" in " ".join(out.split())
     assert not any(text in out for text in ("sample  paper", "1510", "6.29x", "Table 1 (T_infer"))
     assert result["table1"]["compared"] is False and result["table1"]["s_per_sample"] == {1: 0.24, 8: 0.28, 64: 1.51}
     assert "paper_chip_ms_per_sample" not in row
