@@ -54,7 +54,9 @@ def test_aiters_block_fp8_moe_pads_each_expert_to_its_blocks():
     )
     assert pick(1) == (16, 128) and pick(31) == (16, 128) and pick(32) == (32, 128) and pick(4096) == (32, 128)
     for gpu in ("mi300x", "mi325x", "mi355x"):
-        assert costmodel.load_profile(gpu).kernels.grouped_dispatch["moe_fp8_block"].rules == rules
+        kernels = costmodel.load_profile(gpu).kernels
+        assert kernels.grouped_dispatch["moe_fp8_block"].rules == rules
+        assert kernels.decode_block == 256  # vLLM's _PARTITION_SIZE_ROCM (vllm/attention/backends/rocm_flash_attn.py)
 
 
 def test_a_mesh_group_moves_its_data_over_its_own_links():
