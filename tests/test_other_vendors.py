@@ -134,6 +134,9 @@ def test_atom_is_served_launched_and_its_borrowed_costs_are_said(run_cli):
     assert r.exit_code == 0, r.output
     assert "served by atom 0.1" in r.output and "vLLM's, fitted on its deployments; no ATOM deployment" in r.output
     assert "launch: python -m atom.entrypoints.openai_server --model meta-llama/Llama-3.1-8B" in r.output
+    assert "--enable_prefix_caching" not in r.output  # ATOM's default is off: nothing to switch
+    on = run_cli(*args, "--input-len", "512", "--output-len", "64", "--launch", "--enable-prefix-caching")
+    assert on.output.count("--enable_prefix_caching") == 1
     # what ATOM has no setting for is refused by name, what it does is accepted
     bad = run_cli(*args, "--input-len", "512", "--output-len", "64", "--async-scheduling")
     assert bad.exit_code == 1 and bad.output.startswith("Error: atom has no setting for async scheduling")

@@ -280,7 +280,7 @@ def engine_settings(eng) -> dict:
     )
     out = {k: getattr(eng, k) for k in keys}
     out["max_model_len"] = getattr(eng, "max_model_len", None)
-    out["reuse_prefix"] = getattr(eng, "reuse_prefix", True)
+    out["reuse_prefix"] = eng.reuse_prefix
     return out
 
 

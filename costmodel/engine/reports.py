@@ -57,6 +57,8 @@ class EngineSummary(Report):
     page_size: int
     chunked_prefill: bool
     prefix_caching: bool
+    # a request finds the whole KV pages another's prefill left (every engine's default but ATOM's)
+    reuse_prefix: bool
     async_scheduling: bool
     mixes_prefill_and_decode: bool
     reserves_output: bool
@@ -181,6 +183,7 @@ def engine_summary(eng, setup) -> EngineSummary:
         page_size=eng.page_size,
         chunked_prefill=eng.chunked_prefill,
         prefix_caching=eng.prefix_caching,
+        reuse_prefix=eng.reuse_prefix,
         async_scheduling=eng.async_scheduling,
         mixes_prefill_and_decode=eng.mixes,
         reserves_output=eng.reserve_output,
