@@ -168,7 +168,7 @@ def test_atom_runs_its_prompts_in_iterations_of_their_own(llama, h100):
 @pytest.mark.parametrize(
     "path,model",
     [
-        ("amd/DeepSeek-R1-0528-MXFP4-Preview", "deepseek_v3"),  # InferenceMAX's MI355X recipes
+        ("amd/DeepSeek-R1-0528-MXFP4-Preview", "deepseek_v3"),  # InferenceX's MI355X recipes
         ("amd/DeepSeek-R1-0528-MXFP4", "deepseek_v3"),  # as ATOM serves it
         ("amd/Llama-3.1-70B-Instruct-FP8-KV", "llama_3_1_70b"),
         ("nvidia/DeepSeek-R1-FP4", "deepseek_v3"),
@@ -189,7 +189,7 @@ def test_an_unknown_vendor_checkpoint_is_still_refused():
 
 
 def test_amd_deployment_rows_are_expressible_and_reproduced(tmp_path, run_cli):
-    """Rows as InferenceMAX names them on AMD GPUs (ATOM and SGLang, DeepSeek-R1 in MXFP4 and FP8 over 8 GPUs):
+    """Rows as InferenceX names them on AMD GPUs (ATOM and SGLang, DeepSeek-R1 in MXFP4 and FP8 over 8 GPUs):
     every one is priced, and its own command prints its prediction."""
     import json
 

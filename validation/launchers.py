@@ -51,7 +51,7 @@ MXFP4_MODES = {"w4a16_mxfp4": "bf16", "w4a8_mxfp4_mxfp8": "mxfp8", "w4a8_mxfp4_m
 #: Vendors' quantized checkpoints of a published model keep its shape: such a row is priced as the model its name
 #: carries, at the precision the row records. NVIDIA's: nvidia/<model>-NVFP4, -FP4 or -FP8, a -v2 revision; AMD's
 #: (Quark): amd/<model>-MXFP4 or -FP8, -KV where the cache is FP8 too, -Preview (amd/DeepSeek-R1-0528-MXFP4-Preview,
-#: as InferenceMAX's MI355X recipes and ATOM's serve it, its linear layers MXFP4: an FP4 row, at the fp4 peak).
+#: as InferenceX's MI355X recipes and ATOM's serve it, its linear layers MXFP4: an FP4 row, at the fp4 peak).
 QUANTIZED_CHECKPOINTS = (
     re.compile(r"^nvidia/(?P<model>.+?)-(NVFP4|FP4|FP8)(-v\d+)?$", re.IGNORECASE),
     re.compile(r"^amd/(?P<model>.+?)-(MXFP4|FP8)(-KV)?(-Preview)?$", re.IGNORECASE),
