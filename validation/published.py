@@ -212,6 +212,9 @@ def read_folder(folder: str | Path, engines: tuple[str, ...] | None = None) -> t
     files = sorted(p for depth in range(4) for p in root.glob("*/" * depth + "*.csv") if p.is_file())
     tables, skipped = [], []
     for path in files:
+        if engines is not None and (m := AIC.match(path.name) or AIC_DTYPES.match(path.name)):
+            if m["framework"].lower() not in engines:
+                continue  # another engine's table, not read at all
         if m := AIC.match(path.name):
             tables += read_aiconfigurator(path, m)
         elif m := AIC_DTYPES.match(path.name):
@@ -222,8 +225,6 @@ def read_folder(folder: str | Path, engines: tuple[str, ...] | None = None) -> t
             tables += read_llmcompass(path, m)
         else:
             skipped.append(path.name)
-    if engines is not None:
-        tables = [t for t in tables if t.engine is None or t.engine in engines]
     if not tables:
         raise CostModelError(
             f"no published table in {folder}: expected <system>_<framework>_<version>_"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel.price.gemm import GEMM_FORMATS
 from costmodel.validation.published import attention_command
 from costmodel.validation.tables import Table
 
@@ -134,7 +135,7 @@ def _rows(table: Table, predicted, error, told: list[str]) -> list[dict]:
 
 
 #: The GEMM classes a row's command prices with ``predict --gemm``, and their formats.
-GEMM_CLASSES = {"gemm": "bf16", "gemm_fp8": "fp8", "gemm_fp8_block": "fp8_block", "gemm_nvfp4": "nvfp4"}
+GEMM_CLASSES = {cls: fmt for fmt, cls in GEMM_FORMATS.items()}
 
 
 def _told(table: Table, eff, on, without) -> list[str]:

@@ -113,10 +113,9 @@ def recommend(**options) -> None:
         raise CostModelError("recommend needs a target: --ttft-ms, --tpot-ms or both")
     settings = {k: o.pop(k) for k in EngineFlags.__dataclass_fields__ if k in o}
     m = load_model(o["model_name"])
-    hws = [load_profile(g) for g in o["gpus"]]
     rec = run(
         m,
-        hws,
+        [load_profile(g) for g in o["gpus"]],
         requests_of(o, o["input_len"], o["output_len"]).with_(
             concurrency=o["concurrency"], request_rate=o["request_rate"]
         ),
@@ -125,7 +124,7 @@ def recommend(**options) -> None:
         ttft_s=o["ttft_ms"] / 1e3 if o["ttft_ms"] is not None else None,
         tpot_s=o["tpot_ms"] / 1e3 if o["tpot_ms"] is not None else None,
         statistic=o["statistic"],
-        price_per_gpu_hour=prices(o["price_per_hour"], hws),
+        price_per_gpu_hour=prices(o["price_per_hour"]),
         minimise=o["minimise"],
         max_gpus=o["max_gpus"],
         weight_dtype=o["weight_dtype"],
@@ -153,9 +152,10 @@ recommend.panels = {
 }
 
 
-def prices(given: tuple, hws: list) -> float | dict[str, float] | None:
+def prices(given: tuple) -> float | dict[str, float] | None:
     """recommend's price per GPU-hour from its --price-per-hour values: one number for every device kind, or
-    device=price pairs (each device as --gpu names it, resolved to its profile)."""
+    device=price pairs (each device resolved to its profile id; one that no --gpu names is refused by
+    :func:`costmodel.deploy.objectives.checked_prices`)."""
     from costmodel.hardware.catalog import load_profile
 
     if not given:
@@ -165,17 +165,7 @@ def prices(given: tuple, hws: list) -> float | dict[str, float] | None:
         raise CostModelError(
             "--price-per-hour is one price for every --gpu (2.5) or one per device (h100=2.5 a100=1.3), not both"
         )
-    if plain:
-        return plain[0]
-    by_id = {}
-    for device, price in given:
-        hw = load_profile(device)
-        if hw.id not in {h.id for h in hws}:
-            raise CostModelError(
-                f"--price-per-hour names {device}, which no --gpu names; price one of the --gpu devices"
-            )
-        by_id[hw.id] = price
-    return by_id
+    return plain[0] if plain else {load_profile(device).id: price for device, price in given}
 
 
 def _command(rec, m, o: dict, settings: dict) -> list[str]:

@@ -56,7 +56,7 @@ def kv_link(hw_p: HardwareProfile, hw_d: HardwareProfile, devices: int) -> tuple
         lat = hw_p.interconnect_latency_s.value if hw_p.interconnect_latency_s is not None else 0.0
         return (
             f"{hw_p.interconnect or 'interconnect'} inside one {domain}-device domain",
-            hw_p.interconnect_bytes_per_s.value / 2 * hw_p.group_share(2),  # each device to its counterpart
+            hw_p.group_bandwidth(2),  # each device to its counterpart
             lat,
         )
     missing = [h.id for h in {hw_p.id: hw_p, hw_d.id: hw_d}.values() if h.scale_out_bytes_per_s is None]

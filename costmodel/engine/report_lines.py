@@ -3,6 +3,8 @@ groups and replicas evaluated, and how an iteration is priced (:func:`assumption
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from costmodel.core.vocab import ENGINE_TITLES
 from costmodel.engine.config import HOST_COSTS_OF
 from costmodel.model.assumptions import gemm_classes
@@ -98,11 +100,12 @@ def assumptions(
     ]
 
 
-def _fit_engines(device_id: str) -> tuple[str, ...]:
+@lru_cache(maxsize=64)
+def _reference(device_id: str):
+    """The shipped profile a device's kernel classes came from, read once."""
     from costmodel.hardware.catalog import load_profile
 
-    fit = load_profile(device_id).efficiency
-    return fit.engines if fit is not None else ()
+    return load_profile(device_id)
 
 
 def _borrowed(engine_name: str) -> str:
@@ -125,7 +128,8 @@ def kernels_line(pr, eng) -> list[str]:
     if origin is None:
         return []
     own = origin.device == pr.hw.id and pr.hw.efficiency is not None
-    engines = pr.hw.efficiency.engines if own else _fit_engines(origin.device)
+    fit = pr.hw.efficiency if own else _reference(origin.device).efficiency
+    engines = fit.engines if fit is not None else ()
     if not engines:
         return []
     which, ours = " and ".join(engines), ENGINE_TITLES[eng.name]
@@ -147,15 +151,9 @@ def kernels_line(pr, eng) -> list[str]:
         line += f"; {ours} runs kernels of its own, not measured here, priced as those (carried across engines)"
     elif not any(e.startswith(f"{ours} {eng.version}") for e in engines):
         line += f"; the scheduler is {ours} {eng.version}'s, its kernels taken as the fitted version's"
-    if (vendor := _vendor(origin.device)) != pr.hw.vendor:
+    if (vendor := _reference(origin.device).vendor) != pr.hw.vendor:
         line += (
             f"; carried from {vendor}'s {origin.device} to {pr.hw.vendor}'s {pr.hw.id} by the transfer rule at its peer "
             "generation (costmodel.price.origin.PEER_GENERATIONS): no kernel of its own stack was timed here"
         )
     return [line]
-
-
-def _vendor(profile_id: str) -> str:
-    from costmodel.hardware.catalog import load_profile
-
-    return load_profile(profile_id).vendor

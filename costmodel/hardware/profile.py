@@ -398,6 +398,11 @@ class HardwareProfile(Strict):
             return 1.0
         return min(1.0, max(devices - 1, 1) / (self.domain - 1))
 
+    def group_bandwidth(self, devices: int) -> float:
+        """Bytes per second one way that one device of a group of ``devices`` inside one domain sends over the
+        interconnect: half the datasheet's two-way figure, at the group's share of it (:meth:`group_share`)."""
+        return self.interconnect_bytes_per_s.value / 2 * self.group_share(devices)
+
     def network(self, what: str) -> tuple[float, float]:
         """(bytes per second one way, latency per step) of one device's network port, for ``what`` crossing the
         scale-up domain; an error naming the fields where the profile states them not."""

@@ -297,10 +297,7 @@ def _all_reduce_in_domain(op: KernelOp, hw, conv: Conventions, cross_node: bool 
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: tensor parallelism needs both")
     transfer, latency = ring_all_reduce(
-        op.bytes,
-        op.devices,
-        hw.interconnect_bytes_per_s.value / 2 * hw.group_share(op.devices),
-        hw.interconnect_latency_s.value,
+        op.bytes, op.devices, hw.group_bandwidth(op.devices), hw.interconnect_latency_s.value
     )
     return _finish(0.0, transfer, latency * op.launches, transfer + latency * op.launches, None)
 
@@ -390,7 +387,7 @@ def _nccl_collective(op: KernelOp, hw, conv: Conventions) -> OpTime:
         return _finish(0.0, transfer, latency, transfer + latency, None)
     if hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: a {op.kind} needs both")
-    transfer = volume / (hw.interconnect_bytes_per_s.value / 2 * hw.group_share(t))
+    transfer = volume / hw.group_bandwidth(t)
     latency = (t - 1) * hw.interconnect_latency_s.value * op.launches
     return _finish(0.0, transfer, latency, transfer + latency, None)
 
@@ -405,7 +402,7 @@ def _send(op: KernelOp, hw) -> OpTime:
     elif hw.interconnect_bytes_per_s is None or hw.interconnect_latency_s is None:
         raise CostModelError(f"{hw.id} has no interconnect bandwidth and latency: pipeline parallel needs both")
     else:
-        bw, lat = hw.interconnect_bytes_per_s.value / 2 * hw.group_share(2), hw.interconnect_latency_s.value
+        bw, lat = hw.group_bandwidth(2), hw.interconnect_latency_s.value
     transfer = np.asarray(op.bytes, float) / bw
     return _finish(0.0, transfer, lat * op.launches, transfer + lat * op.launches, None)
 
